@@ -1,0 +1,32 @@
+"""Where bgbias reads and writes by default; an option or environment variable overrides each default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def bgbias_home() -> Path:
+    """The cache for fetched assets and built data: ``$BGBIAS_HOME``, default ``~/.cache/bgbias``."""
+    env = os.environ.get("BGBIAS_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "bgbias"
+
+
+def data_root() -> Path:
+    """The folder holding datasets: ``$BGBIAS_DATA``, default ``./data``."""
+    return Path(os.environ.get("BGBIAS_DATA", "data")).expanduser()
+
+
+def masks_root() -> Path:
+    """Default output of ``bgbias masks``: ``./masks`` (one sub-folder per dataset)."""
+    return Path("masks")
+
+
+def backgrounds_root() -> Path:
+    """The background pools: ``./backgrounds`` with ``train/`` and ``test/``."""
+    return Path("backgrounds")
+
+
+def runs_root() -> Path:
+    """Training runs and reports: ``./runs``."""
+    return Path("runs")
