@@ -1,0 +1,97 @@
+"""CUB-200-2011 in its official layout: ``images.txt``, ``image_class_labels.txt``, ``images/`` and, when the
+separate segmentations archive is extracted beside them, ground-truth masks in ``segmentations/``."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from bgbias.data.items import Catalog, Dataset, make_item
+from bgbias.data.layout import malformed_line, parse_int, read_index_lines, require_files
+from bgbias.data.splits import partition_by_class_id
+from bgbias.errors import DatasetError
+
+NUM_CLASSES = 200
+LAST_TRAIN_CLASS = 75
+"""Seed split (labels 0-based there: train < 75, val 75..99, test ≥ 100): classes 1–75 train, 76–100 val."""
+LAST_TRAINVAL_CLASS = 100
+
+
+class CubDataset(Dataset):
+    name = "cub"
+    index_file = "images.txt"
+    obtain = "download CUB_200_2011.tgz and extract it; the dataset root is the CUB_200_2011 folder"
+
+    def _read_catalog(self) -> Catalog:
+        relpaths = self._image_paths()
+        labels = self._class_labels()
+        labels_file = self.root / "image_class_labels.txt"
+        unlabelled = sorted(set(relpaths) - set(labels))
+        if unlabelled:
+            raise DatasetError(
+                f"{len(unlabelled)} image ids of images.txt have no line in image_class_labels.txt "
+                f"(first: {unlabelled[0]})",
+                path=labels_file,
+                fix="use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive",
+            )
+        unknown = sorted(set(labels) - set(relpaths))
+        if unknown:
+            raise DatasetError(
+                f"{len(unknown)} image ids of image_class_labels.txt are not in images.txt "
+                f"(first: {unknown[0]})",
+                path=labels_file,
+                fix="use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive",
+            )
+        masks_dir = self.root / "segmentations"
+        has_masks = masks_dir.is_dir()
+        items = [
+            make_item(
+                self.root,
+                f"images/{relpath}",
+                labels[image_id],
+                masks_dir.joinpath(*PurePosixPath(relpath).with_suffix(".png").parts) if has_masks else None,
+            )
+            for image_id, relpath in relpaths.items()
+        ]
+        if has_masks:
+            require_files(
+                [item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
+                "ground-truth masks",
+                masks_dir,
+                fix=f"extract segmentations.tgz completely into {self.root}, or remove the incomplete "
+                "segmentations folder",
+            )
+        trainval, test, val_start = partition_by_class_id(
+            labels.values(), LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS
+        )
+        return Catalog(items, trainval, test, val_start)
+
+    def _image_paths(self) -> dict[int, str]:
+        """images.txt: ``<image id> <path under images/>``."""
+        path = self.root / "images.txt"
+        fix = "restore images.txt from the CUB_200_2011 archive (lines: '<image id> <path under images/>')"
+        paths: dict[int, str] = {}
+        for number, fields in read_index_lines(path, fix):
+            if len(fields) != 2:
+                raise malformed_line(path, number, f"expected 2 fields, found {len(fields)}", fix)
+            image_id = parse_int(fields[0], path, number, "image id", fix)
+            if image_id in paths:
+                raise malformed_line(path, number, f"image id {image_id} appears twice", fix)
+            paths[image_id] = fields[1]
+        return paths
+
+    def _class_labels(self) -> dict[int, int]:
+        """image_class_labels.txt: ``<image id> <class id 1..200>``."""
+        path = self.root / "image_class_labels.txt"
+        fix = "restore image_class_labels.txt from the CUB_200_2011 archive (lines: '<image id> <class id>')"
+        labels: dict[int, int] = {}
+        for number, fields in read_index_lines(path, fix):
+            if len(fields) != 2:
+                raise malformed_line(path, number, f"expected 2 fields, found {len(fields)}", fix)
+            image_id = parse_int(fields[0], path, number, "image id", fix)
+            label = parse_int(fields[1], path, number, "class id", fix)
+            if not 1 <= label <= NUM_CLASSES:
+                raise malformed_line(path, number, f"class id {label} is outside 1..{NUM_CLASSES}", fix)
+            if image_id in labels:
+                raise malformed_line(path, number, f"image id {image_id} appears twice", fix)
+            labels[image_id] = label
+        return labels

@@ -1,0 +1,81 @@
+"""A user's own dataset: ``root/<class_name>/<image>``, one sub-folder per class, images directly inside.
+
+Labels are the indices of the class folders in sorted order. Split: the first half of the sorted classes
+(rounded up) is trainval, of which the first 75 % (rounded, leaving at least one class each) train and the
+rest validate; the second half is test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.layout import subfolders
+from bgbias.errors import DatasetError
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
+"""File suffixes (compared in lower case) taken as images; other files in class folders are ignored."""
+
+
+class FolderDataset(Dataset):
+    name = "folder"
+    index_file = ""
+    obtain = "put one sub-folder per class under the dataset root, with the images directly inside"
+
+    def _read_catalog(self) -> Catalog:
+        class_folders = subfolders(self.root)
+        if not class_folders:
+            looks_like_one_class = bool(image_files(self.root))
+            raise DatasetError(
+                "the dataset folder has no class sub-folders",
+                path=self.root,
+                fix=f"it holds images itself: if it is one class folder, pass its parent {self.root.parent}"
+                if looks_like_one_class
+                else self.obtain,
+            )
+        items = [
+            item for label, folder in enumerate(class_folders) for item in self._class_items(folder, label)
+        ]
+        classes = list(range(len(class_folders)))
+        trainval_count, train_count = folder_split_sizes(len(classes))
+        return Catalog(items, classes[:trainval_count], classes[trainval_count:], train_count)
+
+    def _class_items(self, folder: Path, label: int) -> list[Item]:
+        files = image_files(folder)
+        if not files:
+            nested = [child for child in subfolders(folder) if image_files(child)]
+            fix = (
+                f"images must lie directly in the class folders; if the sub-folders of {folder} are the "
+                f"classes, pass {folder} as the dataset root"
+                if nested
+                else "add images to it or remove it"
+            )
+            raise DatasetError(
+                f"class folder {folder.name!r} has no images directly inside", path=folder, fix=fix
+            )
+        return [make_item(self.root, f"{folder.name}/{name}", label) for name in files]
+
+
+def folder_split_sizes(class_count: int) -> tuple[int, int]:
+    """(trainval classes, train classes) for a folder dataset with ``class_count`` classes."""
+    trainval = (class_count + 1) // 2
+    train = (3 * trainval + 2) // 4  # 75 %, rounded half up
+    if trainval >= 2:
+        train = min(max(train, 1), trainval - 1)
+    return trainval, train
+
+
+def image_files(folder: Path) -> list[str]:
+    """Names of the visible image files directly in ``folder``, sorted."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if e.is_file()
+                and not e.name.startswith(".")
+                and Path(e.name).suffix.lower() in IMAGE_SUFFIXES
+            )
+    except OSError:
+        return []

@@ -1,0 +1,158 @@
+"""Read images and masks the same way everywhere: fully decoded, EXIF orientation applied, 8 bit, with every
+failure turned into an ``ImageError`` that names the file.
+
+Loading and mask generation must agree on orientation (references.md §1.2: rembg ≥ 2023 applies EXIF
+transpose), so both go through ``exif_transpose`` here.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from bgbias.errors import ImageError
+
+PIL_DEFAULT_MAX_PIXELS = 89_478_485
+"""Pillow's own default for ``Image.MAX_IMAGE_PIXELS`` (1024³ / 4 / 3 pixels)."""
+
+MAX_IMAGE_PIXELS = 2 * PIL_DEFAULT_MAX_PIXELS
+"""Largest image (width × height) bgbias decodes, about 13 400 × 13 400: far above any benchmark photo, far
+below what would exhaust memory. Larger files are treated as decompression bombs."""
+
+# Pillow checks sizes itself in open(), seek() and load() (GIF frames, TIFF tiles, ...). Set its limit to ours
+# so those checks agree with the explicit one in ``_decode``, which reports both Pillow's warning (limit
+# exceeded) and its error (twice the limit) as ImageError.
+Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+
+SIXTEEN_BIT_GREY_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I"})
+"""Greyscale modes Pillow uses for 16-bit files ("I": how older Pillow and some TIFF files expose them)."""
+
+
+def load_image(path: str | os.PathLike[str]) -> Image.Image:
+    """An RGB image, fully loaded, upright according to its EXIF orientation.
+
+    Palette, greyscale, CMYK and 16-bit files are converted to 8-bit RGB. An alpha channel (LA, RGBA, palette
+    transparency) is dropped: the colour stored under transparent pixels is kept as it is, because the object
+    masks come from the saliency model, not from the alpha channel.
+    """
+    image = _decode(Path(path))
+    try:
+        return to_rgb(image)
+    except ValueError as exc:
+        raise _unsupported_mode(path, image.mode) from exc
+
+
+def load_mask(path: str | os.PathLike[str]) -> Image.Image:
+    """A greyscale ("L") mask, fully loaded, oriented like ``load_image`` orients its image.
+
+    16-bit masks are scaled to 8 bit; colour masks become their luminance; an alpha channel is dropped.
+    """
+    image = _decode(Path(path))
+    try:
+        return to_grey(image)
+    except ValueError as exc:
+        raise _unsupported_mode(path, image.mode) from exc
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Convert any mode Pillow can read to 8-bit RGB (see ``load_image`` for the policy)."""
+    image = _sixteen_bit_to_l(image)
+    if image.mode == "RGB":
+        return image
+    if image.mode == "P" and "transparency" in image.info:
+        # Going through RGBA resolves the palette's transparency entry instead of warning about it.
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def to_grey(image: Image.Image) -> Image.Image:
+    """Convert any mode Pillow can read to 8-bit greyscale ("L")."""
+    image = _sixteen_bit_to_l(image)
+    if image.mode == "L":
+        return image
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    return image.convert("L")
+
+
+def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
+    """Scale 16-bit greyscale to 8 bit by keeping the high byte.
+
+    Pillow's own ``convert("L")`` clips such images (every value above 255 becomes white). The high byte is
+    what Pillow 13 itself keeps when it opens a 16-bit-per-channel RGB(A) PNG (raw mode "RGB;16B"), so a
+    16-bit grey file and the same picture saved as 48-bit RGB load to the same 8-bit values.
+    """
+    if image.mode not in SIXTEEN_BIT_GREY_MODES:
+        return image
+    values = np.asarray(image).astype(np.int64)
+    scaled = (np.clip(values, 0, 65535) >> 8).astype(np.uint8)
+    return Image.fromarray(scaled, mode="L")
+
+
+def _decode(path: Path) -> Image.Image:
+    """Open, check the size, decode every pixel and apply the EXIF orientation; ``ImageError`` on failure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                _check_pixels(path, opened.size)
+                opened.load()
+                return ImageOps.exif_transpose(opened)
+    except FileNotFoundError as exc:
+        raise ImageError(
+            "image file not found",
+            path=path,
+            fix="restore the file, or check that the dataset root and its index file belong together",
+        ) from exc
+    except IsADirectoryError as exc:
+        raise ImageError(
+            "expected an image file but found a folder", path=path, fix="point at an image file"
+        ) from exc
+    except PermissionError as exc:
+        raise ImageError(
+            "image file cannot be read: permission denied",
+            path=path,
+            fix="make the file readable for this user",
+        ) from exc
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise _bomb(path, str(exc)) from exc
+    except Image.UnidentifiedImageError as exc:
+        raise ImageError(
+            "not an image, or in a format Pillow cannot read",
+            path=path,
+            fix="replace it with a valid JPEG or PNG file, or remove it from the dataset",
+        ) from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(
+            f"image file is truncated or corrupt ({exc})",
+            path=path,
+            fix="re-download or re-extract the file (a copy interrupted half-way is the usual cause), "
+            "or remove it from the dataset",
+        ) from exc
+
+
+def _check_pixels(path: Path, size: tuple[int, int]) -> None:
+    """Refuse oversized images from the header alone, before any pixel is decoded."""
+    pixels = size[0] * size[1]
+    if pixels > MAX_IMAGE_PIXELS:
+        raise _bomb(path, f"{size[0]}×{size[1]} = {pixels} pixels, more than the limit of {MAX_IMAGE_PIXELS}")
+
+
+def _bomb(path: Path, detail: str) -> ImageError:
+    return ImageError(
+        f"image is too large to decode safely (possible decompression bomb): {detail}",
+        path=path,
+        fix=f"downscale the image below {MAX_IMAGE_PIXELS} pixels, or remove it from the dataset",
+    )
+
+
+def _unsupported_mode(path: str | os.PathLike[str], mode: str) -> ImageError:
+    return ImageError(
+        f"image mode {mode!r} cannot be converted to 8-bit RGB or greyscale",
+        path=path,
+        fix="convert the file to an 8-bit RGB JPEG or PNG",
+    )

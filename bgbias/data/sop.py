@@ -1,0 +1,65 @@
+"""Stanford Online Products in its official layout: ``Ebay_train.txt`` and ``Ebay_test.txt`` (header
+``image_id class_id super_class_id path``, paths relative to the root) and one image folder per super class.
+
+Fixed split, as read in the seed (LSX-UniWue/background-bias-in-dml,
+src/datamodules/stanford_online_products.py): it loads ``class_id - 1`` (0-based labels), keeps
+``label < 8489`` of Ebay_train for training and ``label >= 8489`` for validation. In the dataset's own 1-based
+class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (2829 classes); Ebay_test
+(class_id 11319..22634) is the test split. Labels here stay the dataset's own 1-based class ids.
+"""
+
+from __future__ import annotations
+
+from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.layout import malformed_line, parse_int, read_index_lines
+from bgbias.errors import DatasetError
+
+LAST_TRAIN_CLASS = 8489
+HEADER = ["image_id", "class_id", "super_class_id", "path"]
+TRAIN_FILE = "Ebay_train.txt"
+TEST_FILE = "Ebay_test.txt"
+
+
+class SopDataset(Dataset):
+    name = "sop"
+    index_file = TRAIN_FILE
+    obtain = (
+        "download Stanford_Online_Products.zip and extract it; the dataset root is Stanford_Online_Products"
+    )
+
+    def _read_catalog(self) -> Catalog:
+        train_items = self._read_list(TRAIN_FILE)
+        test_items = self._read_list(TEST_FILE)
+        trainval = sorted({item.label for item in train_items})
+        test = sorted({item.label for item in test_items})
+        shared = sorted(set(trainval) & set(test))
+        if shared:
+            raise DatasetError(
+                f"{len(shared)} class ids appear in both {TRAIN_FILE} and {TEST_FILE} (first: {shared[0]})",
+                path=self.root / TEST_FILE,
+                fix="use the Ebay_train.txt and Ebay_test.txt of the same Stanford_Online_Products archive",
+            )
+        val_start = sum(1 for c in trainval if c <= LAST_TRAIN_CLASS)
+        return Catalog(train_items + test_items, trainval, test, val_start)
+
+    def _read_list(self, filename: str) -> list[Item]:
+        path = self.root / filename
+        fix = f"restore {filename} from the Stanford_Online_Products archive (header: {' '.join(HEADER)})"
+        lines = read_index_lines(path, fix)
+        number, header = next(lines, (1, []))
+        if header != HEADER:
+            found = f"'{' '.join(header)}'" if header else "an empty file"
+            raise malformed_line(
+                path, number, f"expected the header '{' '.join(HEADER)}', found {found}", fix
+            )
+        items = []
+        for number, fields in lines:
+            if len(fields) != len(HEADER):
+                raise malformed_line(path, number, f"expected {len(HEADER)} fields, found {len(fields)}", fix)
+            parse_int(fields[0], path, number, "image_id", fix)
+            label = parse_int(fields[1], path, number, "class_id", fix)
+            parse_int(fields[2], path, number, "super_class_id", fix)
+            if label < 1:
+                raise malformed_line(path, number, f"class_id {label} is not positive", fix)
+            items.append(make_item(self.root, fields[3], label))
+        return items

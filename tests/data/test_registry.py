@@ -1,0 +1,91 @@
+"""Registry: names, default roots under the data root, opening and summarising datasets."""
+
+from __future__ import annotations
+
+import pytest
+
+from bgbias.data.bench import BenchDataset
+from bgbias.data.cub import CubDataset
+from bgbias.data.folder import FolderDataset
+from bgbias.data.registry import DATASET_NAMES, LAYOUTS, default_root, open_dataset, summarize
+from bgbias.errors import DatasetError, OptionError
+from tests.replicas import make_bench, make_cub, make_folder
+
+
+def test_every_name_has_a_layout():
+    assert DATASET_NAMES == ("cub", "cars", "sop", "folder", "bench")
+    assert tuple(LAYOUTS) == DATASET_NAMES
+    assert all(LAYOUTS[name].name == name for name in DATASET_NAMES)
+
+
+def test_default_roots_follow_the_data_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path))
+    assert default_root("cub") == tmp_path / "CUB_200_2011"
+    assert default_root("cars") == tmp_path / "cars196"
+    assert default_root("sop") == tmp_path / "Stanford_Online_Products"
+    assert default_root("bench") == tmp_path / "bench"
+
+
+def test_folder_has_no_default_root():
+    with pytest.raises(OptionError, match="no default location"):
+        default_root("folder")
+    with pytest.raises(OptionError, match="no default location"):
+        open_dataset("folder")
+
+
+def test_unknown_name():
+    with pytest.raises(OptionError, match="unknown dataset 'cub200'") as info:
+        open_dataset("cub200")
+    assert "cub, cars, sop, folder, bench" in info.value.fix
+
+
+def test_open_default_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path))
+    make_cub(tmp_path / "CUB_200_2011", n_classes=2)
+    dataset = open_dataset("cub")
+    assert isinstance(dataset, CubDataset) and dataset.root == (tmp_path / "CUB_200_2011").resolve()
+
+
+def test_open_missing_default_root_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path))
+    with pytest.raises(DatasetError, match="not found") as info:
+        open_dataset("sop")
+    assert info.value.path == str(tmp_path / "Stanford_Online_Products")
+
+
+def test_open_explicit_root(tmp_path):
+    root = make_folder(tmp_path / "mine")
+    assert isinstance(open_dataset("folder", root), FolderDataset)
+    assert isinstance(open_dataset("bench", make_bench(tmp_path / "b")), BenchDataset)
+
+
+def test_summarize(tmp_path):
+    summary = summarize(open_dataset("bench", make_bench(tmp_path / "bench", per_class=3)))
+    assert summary == {
+        "name": "bench",
+        "root": str((tmp_path / "bench").resolve()),
+        "classes": 8,
+        "images": 24,
+        "protocol": "fixed",
+        "splits": {
+            "train": {"classes": 3, "images": 9},
+            "val": {"classes": 2, "images": 6},
+            "test": {"classes": 3, "images": 9},
+        },
+        "ground_truth_masks": 24,
+    }
+
+
+def test_summarize_cv4_fold_moves_validation_classes(tmp_path):
+    dataset = open_dataset("bench", make_bench(tmp_path / "bench", per_class=3))
+    fixed, fold0 = summarize(dataset), summarize(dataset, "cv4", 0)
+    assert fold0["protocol"] == "cv4 fold 0"
+    assert fold0["splits"]["test"] == fixed["splits"]["test"]
+    trainval = lambda s: s["splits"]["train"]["classes"] + s["splits"]["val"]["classes"]  # noqa: E731
+    assert trainval(fold0) == trainval(fixed) == 5
+
+
+def test_summarize_tiny_folder_with_empty_splits(tmp_path):
+    summary = summarize(open_dataset("folder", make_folder(tmp_path / "f", class_names=("a",))))
+    assert summary["splits"]["val"] == {"classes": 0, "images": 0}
+    assert summary["ground_truth_masks"] == 0
