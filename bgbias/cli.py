@@ -1,0 +1,133 @@
+"""The ``bgbias`` command line: parses options and calls library functions, nothing more.
+
+Heavy libraries are imported inside the commands, so ``bgbias --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bgbias import __version__
+from bgbias.errors import BgbiasError
+
+
+class _Group(click.Group):
+    """A click group that prints a :class:`BgbiasError` as a short message (file + fix), exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BgbiasError as err:
+            click.secho(f"error: {err.render()}", err=True, fg="red")
+            ctx.exit(2)
+
+
+_PATH_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="bgbias")
+def main() -> None:
+    """Measure how much a deep metric learning model relies on backgrounds, and train it to rely less."""
+
+
+# --------------------------------------------------------------------------------------------------- assets
+@main.group(cls=_Group)
+def assets() -> None:
+    """Offline provisioning: model weights, Tux Paint stamps, background photos, pools and the bench."""
+
+
+@assets.command("fetch")
+@click.argument("names", nargs=-1)
+@click.option(
+    "--u2net", "with_u2net", is_flag=True, help="Also fetch the full U²-Net (176 MB), the paper's mask model."
+)
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Take archives (.whl/.deb) or weight files from DIR instead of downloading them.",
+)
+@click.option("--force", is_flag=True, help="Fetch again even when a verified copy is present.")
+def assets_fetch(names: tuple[str, ...], with_u2net: bool, from_dir: Path | None, force: bool) -> None:
+    """Fetch NAMES (default: all but the full U²-Net) into $BGBIAS_HOME and verify their checksums."""
+    from bgbias.assets.catalog import DEFAULT_ASSETS
+    from bgbias.assets.fetch import fetch
+
+    wanted = list(names) or list(DEFAULT_ASSETS)
+    if with_u2net and "u2net" not in wanted:
+        wanted.append("u2net")
+    _print_status(fetch(wanted, from_dir=from_dir, force=force))
+
+
+@assets.command("status")
+@click.option("--verify", is_flag=True, help="Recompute every checksum, not just sizes.")
+def assets_status(verify: bool) -> None:
+    """Show which assets are present, where, and whether their checksums match."""
+    from bgbias.assets.store import status
+
+    _print_status(status(verify=verify))
+
+
+def _print_status(rows) -> None:
+    from bgbias.report.console import format_asset_status
+
+    click.echo(format_asset_status(rows))
+
+
+@assets.command("backgrounds")
+@click.option("--out", type=_PATH_DIR, default=None, help="Pool folder to complete (default ./backgrounds).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of crops and generated images.")
+def assets_backgrounds(out: Path | None, seed: int) -> None:
+    """Build the train/ and test/ background pools (100 images each) from the fetched photos."""
+    from bgbias.study import prepare_pools
+
+    manifest = prepare_pools(out, seed=seed)
+    click.echo(f"background pools ready: {manifest}")
+
+
+@assets.command("bench")
+@click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default <data-root>/bench).")
+@click.option("--preset", type=click.Choice(["small", "large"]), default="small", show_default=True)
+@click.option("--rho", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True,
+              help="Share of a class's views that show the class's home background.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def assets_bench(out: Path | None, preset: str, rho: float, seed: int) -> None:
+    """Build the bench: Tux Paint photo stamps on real background photos, with exact masks."""
+    from bgbias.report.console import format_bench_summary
+    from bgbias.study import prepare_bench
+
+    click.echo(format_bench_summary(prepare_bench(out, preset=preset, rho=rho, seed=seed)))
+
+
+# --------------------------------------------------------------------------------------------------- datasets
+@main.command("datasets")
+@click.option("--dataset", "name", required=True,
+              type=click.Choice(["cub", "cars", "sop", "folder", "bench"]), help="Dataset layout to read.")
+@click.option("--root", type=click.Path(path_type=Path), default=None,
+              help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).")
+@click.option("--protocol", type=click.Choice(["fixed", "cv4"]), default="fixed", show_default=True)
+@click.option("--fold", type=click.IntRange(0, 3), default=0, show_default=True, help="cv4 fold.")
+def datasets(name: str, root: Path | None, protocol: str, fold: int) -> None:
+    """Check a dataset's layout and print its splits (classes and images per split)."""
+    from bgbias.data.registry import open_dataset, summarize
+    from bgbias.report.console import format_dataset_summary
+
+    click.echo(format_dataset_summary(summarize(open_dataset(name, root), protocol, fold)))
+
+
+# --------------------------------------------------------------------------------------------------- study
+@main.command("study")
+@click.option("--preset", type=click.Choice(["small", "large"]), default="small", show_default=True)
+@click.option("--rho", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def study(preset: str, rho: float, seed: int) -> None:
+    """The main job on the embedded default: fetch assets, build pools and the bench, and summarise."""
+    from bgbias.report.console import format_asset_status, format_bench_summary
+    from bgbias.study import run_study
+
+    result = run_study(preset=preset, rho=rho, seed=seed, log=click.echo)
+    click.echo(format_asset_status(result.assets))
+    click.echo(format_bench_summary(result.bench))

@@ -1,0 +1,1 @@
+"""Reports: tables for the terminal now; Markdown/CSV/JSON tables and plots as evaluation lands."""

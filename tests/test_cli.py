@@ -1,0 +1,56 @@
+"""The command line: every command answers --help, help stays cheap, user errors print without traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from bgbias.cli import main
+
+HEAVY_MODULES = ("torch", "torchvision", "rembg", "onnxruntime", "faiss", "scipy", "cv2", "albumentations")
+
+
+def _all_command_paths(group=main, prefix=()):
+    for name, cmd in group.commands.items():
+        path = (*prefix, name)
+        yield path
+        if hasattr(cmd, "commands"):
+            yield from _all_command_paths(cmd, path)
+
+
+def test_top_level_help_lists_the_commands():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name in ("assets", "datasets", "study"):
+        assert name in result.output
+
+
+@pytest.mark.parametrize("path", list(_all_command_paths()), ids=lambda p: " ".join(p))
+def test_every_command_answers_help(path):
+    result = CliRunner().invoke(main, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_help_imports_no_heavy_library():
+    """--help must answer in well under a second; torch & co. take seconds, so they may not load at import."""
+    code = (
+        "import sys; from bgbias.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "for path in [('assets',), ('assets', 'fetch'), ('study',), ('datasets',)]:\n"
+        "    try:\n        main([*path, '--help'])\n    except SystemExit:\n        pass\n"
+        f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_user_error_prints_problem_and_fix_without_traceback(tmp_path):
+    result = CliRunner().invoke(main, ["datasets", "--dataset", "cub", "--root", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert "error:" in result.output
+    assert "fix:" in result.output
+    assert "Traceback" not in result.output
