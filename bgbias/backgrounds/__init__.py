@@ -1,1 +1,1 @@
-"""Background pools: the photographs and generated images pasted behind objects (BGAugment, corrupted sets)."""
+"""Background pools: photographs and generated images pasted behind objects (BGAugment, corrupted sets)."""

@@ -1,0 +1,392 @@
+"""The background pools: which source pictures go where, building ``train/`` and ``test/``, reading a pool.
+
+Source *families* (all variants of one picture) are dealt three ways, to the bench's own scenes, the ``train``
+pool (BGAugment, corrupted validation) and the ``test`` pool (corrupted test sets), so no picture is seen in
+two roles. Each pool mixes the paper's four kinds of background: solid colours, colour gradients, real
+photographs of scenes or objects and abstract patterns. Generated images are our own work and are committed
+to the repository; crops of packaged photographs are rebuilt at set-up by the same function, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from bgbias.assets.digest import sha256_file
+from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, sample_crop_box
+from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
+from bgbias.backgrounds.sources import PhotoSource
+from bgbias.data.images import load_image
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
+from bgbias.fileio import write_bytes_atomic, write_json_atomic
+
+GROUPS = ("bench", "train", "test")
+"""The three disjoint uses of source families."""
+
+POOLS = ("train", "test")
+"""The pools ``build_pools`` writes (the bench's share is used by ``bgbias.bench.build``)."""
+
+KIND_SHARES = {"solid": 0.15, "gradient": 0.15, "photo": 0.45, "pattern": 0.25}
+"""Share of each of the paper's four background kinds in a pool."""
+
+GENERATED_PATTERN_SHARE = 0.5
+"""Part of the abstract patterns that is generated; the rest are crops of packaged wallpapers and textures."""
+
+GENERATED_LICENCE = "MIT"
+"""Generated backgrounds are this project's own work, under the project's licence."""
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
+"""Files ``list_pool`` reads as background images."""
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "bgbias-backgrounds/1"
+PHOTO_JPEG_QUALITY = 92
+
+_OWN_FILE = re.compile(r"^(gen-\d{4}\.png|photo-\d{4}\.jpg)$")
+
+
+def assign_families(sources: Sequence[PhotoSource]) -> dict[str, list[PhotoSource]]:
+    """Deal source families to ``bench``, ``train`` and ``test`` so each gets photos and patterns.
+
+    The order comes from a hash of each family's name, so the split does not depend on the order of
+    ``sources``. Photo families are dealt first; pattern families continue the same
+    rotation, so the group left short of photos is first in line for patterns.
+    """
+    members: dict[str, list[PhotoSource]] = defaultdict(list)
+    for source in sources:
+        members[source.family].append(source)
+    by_kind: dict[str, list[str]] = {"photo": [], "pattern": []}
+    for family, family_sources in members.items():
+        by_kind[_family_kind(family_sources)].append(family)
+    short = {kind: families for kind, families in by_kind.items() if len(families) < len(GROUPS)}
+    if short:
+        found = ", ".join(f"{len(by_kind[k])} {k}" for k in by_kind)
+        raise AssetError(
+            f"too few background source families: need at least {len(GROUPS)} photo and {len(GROUPS)} "
+            f"pattern families (one per use: {', '.join(GROUPS)}), found {found}",
+            path=_common_folder(sources),
+            fix="provision the background packages with `bgbias assets`, or add more source pictures",
+        )
+    groups: dict[str, list[PhotoSource]] = {group: [] for group in GROUPS}
+    turn = 0
+    for kind in ("photo", "pattern"):
+        for family in sorted(by_kind[kind], key=_family_order):
+            groups[GROUPS[turn % len(GROUPS)]].extend(sorted(members[family], key=lambda s: s.origin))
+            turn += 1
+    return groups
+
+
+def build_pools(
+    out_dir: str | os.PathLike[str],
+    sources: Sequence[PhotoSource],
+    seed: int = 0,
+    *,
+    images_per_pool: int = 100,
+    long_side: int = 640,
+) -> dict[str, Any]:
+    """Write ``out_dir/train/``, ``out_dir/test/`` and ``out_dir/manifest.json``; return the manifest.
+
+    Rerunning with the same inputs gives the same bytes. A file whose manifest entry and checksum already
+    match is not redone (so committed generated images are kept even where another zlib would compress
+    them differently); files of ours that the new plan no longer lists are removed.
+    """
+    out_dir = Path(out_dir)
+    groups = assign_families(sources)
+    previous = _read_manifest(out_dir / MANIFEST_NAME)
+    counts = kind_counts(images_per_pool)
+    entries: list[dict[str, Any]] = []
+    for pool_index, pool in enumerate(POOLS):
+        plan = _plan_pool(pool, pool_index, groups[pool], counts, seed, long_side)
+        entries.extend(_write_pool(out_dir, plan, previous))
+        _remove_stale(out_dir / pool, {Path(e["file"]).name for e in entries if e["pool"] == pool})
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "seed": seed,
+        "images_per_pool": images_per_pool,
+        "long_side": long_side,
+        "kind_counts": counts,
+        "families": {group: sorted({s.family for s in groups[group]}) for group in GROUPS},
+        "images": entries,
+    }
+    write_json_atomic(out_dir / MANIFEST_NAME, manifest)
+    return manifest
+
+
+def kind_counts(total: int) -> dict[str, int]:
+    """Images of each kind in a pool of ``total`` (largest remainders, so 100 gives exactly 15/15/45/25)."""
+    if total < len(KIND_SHARES):
+        raise OptionError(
+            f"a background pool needs at least {len(KIND_SHARES)} images (one per kind), not {total}",
+            fix=f"ask for {len(KIND_SHARES)} or more images per pool",
+        )
+    exact = {kind: share * total for kind, share in KIND_SHARES.items()}
+    counts = {kind: int(value) for kind, value in exact.items()}
+    by_remainder = sorted(exact, key=lambda k: (counts[k] - exact[k], k))
+    for kind in by_remainder[: total - sum(counts.values())]:
+        counts[kind] += 1
+    return counts
+
+
+def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
+    """The image files directly inside ``folder``, sorted by name: any folder of pictures is a pool."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DatasetError(
+            "background pool folder not found",
+            path=folder,
+            fix="build the pools with `bgbias assets`, or pass --backgrounds DIR (a folder of images)",
+        )
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
+    if not files:
+        raise DatasetError(
+            f"background pool folder holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})",
+            path=folder,
+            fix="put background pictures in it, or rebuild the default pools with `bgbias assets`",
+        )
+    return files
+
+
+def pool_folder(backgrounds: str | os.PathLike[str], pool: str) -> Path:
+    """``backgrounds/<pool>`` when it exists (a folder with train/ and test/), else ``backgrounds`` itself."""
+    backgrounds = Path(backgrounds)
+    nested = backgrounds / pool
+    return nested if nested.is_dir() else backgrounds
+
+
+def check_disjoint(
+    first: Sequence[Path], second: Sequence[Path], *, allow_overlap: bool = False
+) -> list[tuple[Path, Path]]:
+    """Pairs of files with the same content in two pools; an error unless ``allow_overlap``, then a warning.
+
+    A background seen in training and again in a corrupted test set hides part of the bias being measured.
+    """
+    digests = {sha256_file(path): path for path in first}
+    shared = [(digests[digest], path) for path in second if (digest := sha256_file(path)) in digests]
+    if shared:
+        a, b = shared[0]
+        problem = f"{len(shared)} background image(s) appear in both pools, e.g. {a} and {b}"
+        if not allow_overlap:
+            raise DatasetError(
+                problem,
+                path=b,
+                fix="remove the copies from one pool, or allow shared backgrounds explicitly if intended",
+            )
+        warnings.warn(problem + "; corrupted results will understate the background bias", stacklevel=2)
+    return shared
+
+
+# --- planning -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _PlannedImage:
+    """One pool image before it is drawn: its manifest entry (without checksum) and how to draw it."""
+
+    entry: dict[str, Any]
+    rng: np.random.Generator
+    spec: GeneratedSpec | None = None
+    source: PhotoSource | None = None
+    aspect: float = 1.0
+
+
+def _plan_pool(
+    pool: str,
+    pool_index: int,
+    sources: list[PhotoSource],
+    counts: dict[str, int],
+    seed: int,
+    long_side: int,
+) -> list[_PlannedImage]:
+    """Decide every image of a pool; each gets its own rng from (seed, pool, slot), independent of others."""
+    generated_patterns = round(counts["pattern"] * GENERATED_PATTERN_SHARE)
+    slots = (
+        [("solid", True)] * counts["solid"]
+        + [("gradient", True)] * counts["gradient"]
+        + [("pattern", True)] * generated_patterns
+        + [("photo", False)] * counts["photo"]
+        + [("pattern", False)] * (counts["pattern"] - generated_patterns)
+    )
+    families = {kind: _families_of_kind(sources, kind) for kind in ("photo", "pattern")}
+    used = Counter[str]()
+    plan = []
+    for slot, (kind, generated) in enumerate(slots):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, pool_index, slot]))
+        if generated:
+            used["gen"] += 1
+            spec = sample_generated(rng, kind)  # type: ignore[arg-type]
+            size = output_size(sample_aspect(rng), long_side)
+            entry = {
+                "file": f"{pool}/gen-{used['gen']:04d}.png",
+                "pool": pool,
+                "kind": kind,
+                "generator": spec.generator,
+                "params": spec.params,
+                "size": list(size),
+                "licence": GENERATED_LICENCE,
+            }
+            plan.append(_PlannedImage(entry, rng, spec=spec))
+        else:
+            kind_families = families[kind]
+            family = kind_families[used[kind] % len(kind_families)]
+            used[kind] += 1
+            used["photo-file"] += 1
+            source = family[int(rng.integers(len(family)))]
+            aspect = sample_aspect(rng)
+            entry = {
+                "file": f"{pool}/photo-{used['photo-file']:04d}.jpg",
+                "pool": pool,
+                "kind": kind,
+                "origin": source.origin,
+                "family": source.family,
+                "licence": source.licence,
+                "size": list(output_size(aspect, long_side)),
+            }
+            plan.append(_PlannedImage(entry, rng, source=source, aspect=aspect))
+    return plan
+
+
+def _families_of_kind(sources: list[PhotoSource], kind: str) -> list[list[PhotoSource]]:
+    members: dict[str, list[PhotoSource]] = defaultdict(list)
+    for source in sources:
+        members[source.family].append(source)
+    # assign_families gives every group at least one family of each kind.
+    return [members[f] for f in sorted(members) if _family_kind(members[f]) == kind]
+
+
+# --- drawing ------------------------------------------------------------------------------------------------
+
+
+def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, dict[str, Any]]) -> list[dict]:
+    """Draw and write each planned image unless the file on disk already is it; return the manifest entries.
+
+    Crops are grouped by source so each source photo is decoded once.
+    """
+    source_info = _source_info({item.source for item in plan if item.source is not None})
+    for item in plan:
+        if item.source is not None:
+            digest, size = source_info[item.source.path]
+            item.entry["source_sha256"] = digest
+            item.entry["source_size"] = list(size)
+            item.entry["crop_box"] = list(sample_crop_box(item.rng, size, item.aspect))
+    todo = [item for item in plan if not _is_current(out_dir, item.entry, previous)]
+    for item in todo:
+        if item.spec is not None:
+            pixels = render_generated(item.spec, tuple(item.entry["size"]))
+            _write_if_changed(out_dir / item.entry["file"], _png_bytes(Image.fromarray(pixels)))
+    by_source: dict[Path, list[_PlannedImage]] = defaultdict(list)
+    for item in todo:
+        if item.source is not None:
+            by_source[item.source.path].append(item)
+    for path in sorted(by_source):
+        image = load_image(path)
+        for item in by_source[path]:
+            crop = crop_resized(image, tuple(item.entry["crop_box"]), tuple(item.entry["size"]))
+            _write_if_changed(out_dir / item.entry["file"], _jpeg_bytes(crop))
+    entries = []
+    for item in plan:
+        entry = dict(item.entry, sha256=sha256_file(out_dir / item.entry["file"]))
+        entries.append(entry)
+    return entries
+
+
+def _is_current(out_dir: Path, entry: dict[str, Any], previous: dict[str, dict[str, Any]]) -> bool:
+    """Whether the file exists and is exactly what the previous manifest says for an identical entry."""
+    old = previous.get(entry["file"])
+    if old is None or {k: v for k, v in old.items() if k != "sha256"} != entry:
+        return False
+    path = out_dir / entry["file"]
+    return path.is_file() and sha256_file(path) == old.get("sha256")
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if path.is_file() and sha256_file(path) == hashlib.sha256(data).hexdigest():
+        return
+    write_bytes_atomic(path, data)
+
+
+def _source_info(sources: set[PhotoSource]) -> dict[Path, tuple[str, tuple[int, int]]]:
+    """Checksum and upright (width, height) of each source, read without decoding the pixels."""
+    return {source.path: (sha256_file(source.path), _upright_size(source.path)) for source in sources}
+
+
+def _upright_size(path: Path) -> tuple[int, int]:
+    """The size ``load_image`` will give, from the header: EXIF orientations 5–8 swap width and height."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            orientation = image.getexif().get(0x0112, 1)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(
+            f"background source cannot be read ({exc})",
+            path=path,
+            fix="re-extract the background packages with `bgbias assets`, or remove this source",
+        ) from exc
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def _png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def _jpeg_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=PHOTO_JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def _remove_stale(folder: Path, keep: set[str]) -> None:
+    """Delete files named like ours (gen-NNNN.png, photo-NNNN.jpg) that the plan no longer lists."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if _OWN_FILE.match(path.name) and path.name not in keep:
+            path.unlink()
+
+
+def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """Entries of an earlier manifest by file; an unreadable one just means everything is redone."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        return {entry["file"]: entry for entry in manifest["images"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+# --- small helpers ------------------------------------------------------------------------------------------
+
+
+def _family_kind(family_sources: list[PhotoSource]) -> str:
+    """A family is a photo family when most of its members are photos (ties count as photos)."""
+    photos = sum(source.kind == "photo" for source in family_sources)
+    return "photo" if 2 * photos >= len(family_sources) else "pattern"
+
+
+def _family_order(family: str) -> str:
+    return hashlib.sha256(family.encode("utf-8")).hexdigest()
+
+
+def _common_folder(sources: Sequence[PhotoSource]) -> Path | None:
+    if not sources:
+        return None
+    try:
+        return Path(os.path.commonpath([Path(s.path).parent for s in sources]))
+    except ValueError:  # sources on different drives
+        return None
