@@ -79,13 +79,15 @@ def _print_status(rows) -> None:
 
 @assets.command("backgrounds")
 @click.option("--out", type=_PATH_DIR, default=None, help="Pool folder to complete (default ./backgrounds).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of crops and generated images.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of crops and generated images (the committed pools use 0).")
 def assets_backgrounds(out: Path | None, seed: int) -> None:
     """Build the train/ and test/ background pools (100 images each) from the fetched photos."""
+    from bgbias.paths import backgrounds_root
+    from bgbias.report.console import format_pools_summary
     from bgbias.study import prepare_pools
 
-    manifest = prepare_pools(out, seed=seed)
-    click.echo(f"background pools ready: {manifest}")
+    click.echo(format_pools_summary(prepare_pools(out, seed=seed), str(out or backgrounds_root())))
 
 
 @assets.command("bench")
@@ -125,9 +127,14 @@ def datasets(name: str, root: Path | None, protocol: str, fold: int) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def study(preset: str, rho: float, seed: int) -> None:
     """The main job on the embedded default: fetch assets, build pools and the bench, and summarise."""
-    from bgbias.report.console import format_asset_status, format_bench_summary
+    from bgbias.paths import backgrounds_root
+    from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
     from bgbias.study import run_study
 
     result = run_study(preset=preset, rho=rho, seed=seed, log=click.echo)
-    click.echo(format_asset_status(result.assets))
-    click.echo(format_bench_summary(result.bench))
+    for text in (
+        format_asset_status(result.assets),
+        format_pools_summary(result.pools, str(backgrounds_root())),
+        format_bench_summary(result.bench),
+    ):
+        click.echo("\n" + text)

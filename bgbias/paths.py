@@ -27,6 +27,11 @@ def backgrounds_root() -> Path:
     return Path("backgrounds")
 
 
+def corrupted_root() -> Path:
+    """Default home of the corrupted-test-set manifests: ``./corrupted``, beside ``./masks``."""
+    return Path("corrupted")
+
+
 def runs_root() -> Path:
     """Training runs and reports: ``./runs``."""
     return Path("runs")

@@ -37,3 +37,32 @@ def _asset_state(row: AssetStatus) -> str:
     if not row.present:
         return "missing"
     return {True: "ok (sha256)", False: "DAMAGED", None: "present"}[row.verified]
+
+
+def format_bench_summary(summary: Mapping[str, Any]) -> str:
+    """Classes and images per split of the bench, its mean foreground fraction and background bias ρ."""
+    splits = ("train", "val", "test")
+    rows = [[s, summary["classes"][s], summary["images"][s]] for s in splits]
+    totals = [sum(summary[key][s] for s in splits) for key in ("classes", "images")]
+    rows.append(["all", *totals])
+    return "\n".join(
+        [
+            f"bench at {summary['root']} (preset {summary['preset']}, seed {summary['seed']})",
+            format_table(["split", "classes", "images"], rows),
+            f"mean foreground fraction: {summary['mean_foreground_fraction']:.3f}",
+            f"rho (share of views on their class's home background): {summary['rho']} requested, "
+            f"{summary['home_view_fraction']:.3f} realised",
+        ]
+    )
+
+
+def format_pools_summary(manifest: Mapping[str, Any], root: str) -> str:
+    """Images per pool and kind, from the pools' manifest."""
+    counts: dict[tuple[str, str], int] = {}
+    for entry in manifest["images"]:
+        counts[entry["pool"], entry["kind"]] = counts.get((entry["pool"], entry["kind"]), 0) + 1
+    kinds = sorted({kind for _, kind in counts})
+    pools = sorted({pool for pool, _ in counts}, reverse=True)
+    rows = [[pool, *(counts.get((pool, k), 0) for k in kinds), sum(counts.get((pool, k), 0) for k in kinds)]
+            for pool in pools]
+    return "\n".join([f"background pools at {root}", format_table(["pool", *kinds, "total"], rows)])
