@@ -1,0 +1,50 @@
+"""The one compositing function: a foreground kept by its soft mask over a replacement background.
+
+BGAugment in training and the fixed corrupted sets both call it, so the two can never drift apart. It is
+the seed's ``x·m + b·(1−m)`` (paper eq. 1 with its typo fixed), on batches, with the mask used as is: the seed
+never thresholds U²-Net's soft saliency, so neither do we. Because the blend is affine and its weights sum to
+one, it gives the same result on raw pixels as on per-channel normalised tensors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def composite(images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor) -> torch.Tensor:
+    """Return ``masks·images + (1 − masks)·backgrounds`` in the dtype and on the device of ``images``.
+
+    ``images`` and ``backgrounds`` are ``(B, C, H, W)``, ``masks`` is ``(B, 1, H, W)`` with values in [0, 1]
+    (1 = foreground); all three floating point, of one dtype, on one device. The values of the mask are not
+    checked: that would force a device synchronisation on every training step.
+    """
+    import torch
+
+    tensors = {"images": images, "masks": masks, "backgrounds": backgrounds}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"composite: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 4:
+            raise ValueError(f"composite: {name} must be 4-D (B, C, H, W), got shape {tuple(tensor.shape)}")
+        if not tensor.is_floating_point():
+            raise TypeError(f"composite: {name} must be floating point, got {tensor.dtype}")
+        if tensor.dtype != images.dtype or tensor.device != images.device:
+            raise TypeError(
+                f"composite: {name} is {tensor.dtype} on {tensor.device}, images are {images.dtype} on "
+                f"{images.device}; convert them to one dtype and device first"
+            )
+    if backgrounds.shape != images.shape:
+        raise ValueError(
+            f"composite: backgrounds {tuple(backgrounds.shape)} must have the shape of images "
+            f"{tuple(images.shape)}"
+        )
+    batch, _, height, width = images.shape
+    if masks.shape != (batch, 1, height, width):
+        raise ValueError(
+            f"composite: masks must be {(batch, 1, height, width)} for images {tuple(images.shape)}, "
+            f"got {tuple(masks.shape)}"
+        )
+    return masks * images + (1 - masks) * backgrounds

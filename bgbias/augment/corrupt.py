@@ -1,0 +1,456 @@
+"""Fixed corrupted sets: per (seed, repeat), one JSON manifest fixing every image's replacement background.
+
+The seed paper drew test backgrounds from whatever state the random generator was in after training, so no two
+methods saw the same corrupted set. Here a manifest records, for every image of a split, the pool file, the
+crop box and the flip (references.md §7, gap 2); its header records what it was made from (dataset, split, ids
+checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer matches its
+dataset or pool is refused instead of silently giving other numbers. Rendering replays a manifest: evaluation
+geometry on image and mask, the background crop, then the shared :func:`composite`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from bgbias.assets.digest import sha256_file
+from bgbias.augment.background_crops import (
+    FLIP_P,
+    RATIO,
+    SCALE,
+    BackgroundCrop,
+    CropBox,
+    apply_crop,
+    image_rng,
+    sample_background_crop,
+)
+from bgbias.backgrounds.pool import list_pool, pool_folder
+from bgbias.data.images import load_image, load_mask
+from bgbias.data.items import Dataset, Item, mask_path
+from bgbias.data.layout import describe_paths, missing_files
+from bgbias.data.splits import split_items
+from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
+from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.paths import backgrounds_root, corrupted_root
+
+MANIFEST_FORMAT = "bgbias-corrupted-manifest"
+MANIFEST_VERSION = 1
+CORRUPTED_SPLITS = ("val", "test")
+POOL_OF_SPLIT = {"val": "train", "test": "test"}
+"""Corrupted validation draws from the BGAugment (train) pool, as in the seed; the test pool stays unseen."""
+RENDER_RECORD = "render.json"
+
+
+@dataclass(frozen=True)
+class PoolFile:
+    """One background of a pool: file name inside the pool folder, content hash and upright size."""
+
+    name: str
+    sha256: str
+    width: int
+    height: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "sha256": self.sha256, "width": self.width, "height": self.height}
+
+
+@dataclass(frozen=True)
+class CorruptedEntry:
+    """One image of a corrupted set: which pool file replaces its background, cut where, mirrored or not."""
+
+    id: str
+    background: str
+    box: CropBox
+    flip: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "background": self.background, "box": self.box.as_list(), "flip": self.flip}
+
+
+@dataclass(frozen=True)
+class CorruptedManifest:
+    """A loaded and validated manifest; ``pool_dir`` is the folder its backgrounds were checked in."""
+
+    path: Path
+    dataset: str
+    split: str
+    protocol: str
+    fold: int
+    seed: int
+    repeat: int
+    geometry: EvalGeometry
+    pool_dir: Path
+    pool: tuple[PoolFile, ...]
+    entries: tuple[CorruptedEntry, ...]
+
+
+# ------------------------------------------------------------------------------------------------- locations
+def split_pool_dir(split: str, backgrounds: Path | None = None) -> Path:
+    """The pool a split's corrupted set draws from.
+
+    ``<backgrounds>/train`` for val, ``<backgrounds>/test`` for test, or ``backgrounds`` itself when it has no
+    such sub-folder (a single pool); ``backgrounds`` defaults to ``./backgrounds``.
+    """
+    check_corrupted_split(split)
+    return pool_folder(backgrounds if backgrounds is not None else backgrounds_root(), POOL_OF_SPLIT[split])
+
+
+def default_manifest_dir(
+    dataset_name: str, split: str, seed: int, protocol: str = "fixed", fold: int = 0
+) -> Path:
+    """``corrupted/<dataset>/<split>/seed-<S>``; a cv4 validation split gets its fold in the folder name."""
+    split_dir = split if protocol == "fixed" else f"{split}-{protocol}-fold{fold}"
+    return corrupted_root() / dataset_name / split_dir / f"seed-{seed}"
+
+
+def manifest_name(repeat: int) -> str:
+    return f"repeat-{repeat}.json"
+
+
+def check_corrupted_split(split: str) -> None:
+    if split not in CORRUPTED_SPLITS:
+        raise OptionError(
+            f"corrupted sets are made for the val and test splits, not {split!r}",
+            fix="use --split val or --split test",
+        )
+
+
+# ------------------------------------------------------------------------------------------------- making
+def describe_pool(pool_dir: Path) -> list[PoolFile]:
+    """Name, sha256 and upright size of every image of a pool (each is decoded once, to catch bad files)."""
+    files = []
+    for path in list_pool(pool_dir):
+        width, height = load_image(path).size
+        files.append(PoolFile(path.name, sha256_file(path), width, height))
+    return files
+
+
+def sample_entries(
+    items: Sequence[Item], pool: Sequence[PoolFile], seed: int, repeat: int
+) -> list[CorruptedEntry]:
+    """A background crop for every item, each from the item's own generator (see :func:`image_rng`)."""
+    sizes = [(f.width, f.height) for f in pool]
+    entries = []
+    for item in items:
+        crop = sample_background_crop(image_rng(seed, repeat, item.id), sizes, SCALE, RATIO, FLIP_P)
+        entries.append(CorruptedEntry(item.id, pool[crop.background].name, crop.box, crop.flip))
+    return entries
+
+
+def make_corrupted_manifests(
+    dataset: Dataset,
+    split: str = "test",
+    repeats: int = 5,
+    seed: int = 0,
+    backgrounds: Path | None = None,
+    out_dir: Path | None = None,
+    protocol: str = "fixed",
+    fold: int = 0,
+    geometry: EvalGeometry | None = None,
+) -> list[Path]:
+    """Write ``repeat-0.json … repeat-<repeats-1>.json`` for one split of ``dataset`` and return their paths.
+
+    The pool is the split's pool in ``backgrounds`` (:func:`split_pool_dir`), ``out_dir`` defaults to
+    :func:`default_manifest_dir`, ``geometry`` to the dataset's evaluation geometry. Repeat ``r`` of seed
+    ``S`` is the same whatever ``repeats`` is, so asking for more repeats later keeps the earlier ones.
+    """
+    check_corrupted_split(split)
+    if repeats < 1:
+        raise OptionError(f"--repeats must be at least 1, got {repeats}", fix="pass --repeats 1 or more")
+    if seed < 0:
+        raise OptionError(f"--seed must be non-negative, got {seed}", fix="pass a seed >= 0")
+    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
+    pool_dir = split_pool_dir(split, backgrounds)
+    if out_dir is None:
+        out_dir = default_manifest_dir(dataset.name, split, seed, protocol, fold)
+    items = split_items(dataset, split, protocol, fold)
+    pool = describe_pool(pool_dir)
+    paths = []
+    for repeat in range(repeats):
+        header = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "dataset": dataset.name,
+            "split": split,
+            "protocol": protocol,
+            "fold": fold,
+            "count": len(items),
+            "ids_sha256": ids_sha256(items),
+            "seed": seed,
+            "repeat": repeat,
+            "geometry": geometry.as_dict(),
+            "background_crop": {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P},
+            "pool": [f.as_dict() for f in pool],
+        }
+        entries = sample_entries(items, pool, seed, repeat)
+        path = out_dir / manifest_name(repeat)
+        write_text_atomic(path, manifest_text(header, entries))
+        paths.append(path)
+    return paths
+
+
+def manifest_text(header: dict[str, Any], entries: Sequence[CorruptedEntry]) -> str:
+    """Stable JSON: the header indented, then one line per image, so a manifest reads and diffs by eye."""
+    header_text = json.dumps(header, indent=2, sort_keys=True, ensure_ascii=False).replace("\n", "\n  ")
+    lines = [json.dumps(e.as_dict(), ensure_ascii=False) for e in entries]  # id first: fixed field order
+    return '{\n  "header": ' + header_text + ',\n  "images": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
+
+
+def ids_sha256(items: Sequence[Item]) -> str:
+    """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
+    return hashlib.sha256("".join(f"{item.id}\n" for item in items).encode("utf-8")).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------- loading
+def load_manifest(path: Path, dataset: Dataset, backgrounds: Path | None = None) -> CorruptedManifest:
+    """Read a manifest and check it still describes ``dataset`` and the split's pool in ``backgrounds``.
+
+    ``backgrounds`` is as for :func:`split_pool_dir`. Any mismatch is an error that says how to fix it:
+    restore the dataset or pool it was made from, or make the manifests again.
+    """
+    path = Path(path)
+    header, images = _read_manifest(path)
+    remake = (
+        f"make the manifests again: bgbias corrupt --dataset {header['dataset']} --split {header['split']} "
+        f"--seed {header['seed']}"
+    )
+    if header["dataset"] != dataset.name:
+        raise DatasetError(
+            f"the manifest is for the {header['dataset']} dataset, not {dataset.name}",
+            path=path,
+            fix=f"pass the manifests of {dataset.name}, or open the {header['dataset']} dataset",
+        )
+    items = split_items(dataset, header["split"], header["protocol"], header["fold"])
+    if ids_sha256(items) != header["ids_sha256"] or len(items) != header["count"]:
+        raise DatasetError(
+            f"the {header['split']} split of {dataset.name} at {dataset.root} has changed since the manifest "
+            f"was made ({len(items)} images now, {header['count']} then)",
+            path=path,
+            fix=f"restore the dataset the manifest was made from, or {remake}",
+        )
+    pool_dir = split_pool_dir(header["split"], backgrounds)
+    try:
+        pool = tuple(PoolFile(str(f["name"]), str(f["sha256"]), int(f["width"]), int(f["height"]))
+                     for f in header["pool"])
+        geometry = EvalGeometry(int(header["geometry"]["resize"]), int(header["geometry"]["crop"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AssetError("malformed pool list or geometry in the manifest", path=path,
+                         fix="make the manifest again with bgbias corrupt") from exc
+    _check_pool(pool, pool_dir, path, remake)
+    entries = tuple(_entry(raw, path) for raw in images)
+    _check_entries(entries, items, pool, path)
+    return CorruptedManifest(
+        path=path,
+        dataset=header["dataset"],
+        split=header["split"],
+        protocol=header["protocol"],
+        fold=header["fold"],
+        seed=header["seed"],
+        repeat=header["repeat"],
+        geometry=geometry,
+        pool_dir=pool_dir,
+        pool=pool,
+        entries=entries,
+    )
+
+
+_HEADER_KEYS = (
+    "dataset", "split", "protocol", "fold", "count", "ids_sha256", "seed", "repeat", "geometry", "pool"
+)
+
+
+def _read_manifest(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    damaged = "make it again with bgbias corrupt (a manifest is never edited by hand)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AssetError("corrupted-set manifest not found", path=path,
+                         fix="make it with: bgbias corrupt --dataset NAME") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=damaged) from exc
+    header = data.get("header") if isinstance(data, dict) else None
+    if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
+        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=damaged)
+    if header.get("version") != MANIFEST_VERSION:
+        raise AssetError(f"manifest version {header.get('version')} is not {MANIFEST_VERSION}", path=path,
+                         fix=damaged)
+    missing = [key for key in _HEADER_KEYS if key not in header]
+    if missing or not isinstance(data.get("images"), list):
+        raise AssetError(f"manifest lacks {', '.join(missing) or 'its image list'}", path=path, fix=damaged)
+    return header, data["images"]
+
+
+def _entry(raw: Any, path: Path) -> CorruptedEntry:
+    try:
+        box = CropBox(*(int(v) for v in raw["box"]))
+        return CorruptedEntry(str(raw["id"]), str(raw["background"]), box, bool(raw["flip"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AssetError(f"malformed image entry {raw!r} in the manifest", path=path,
+                         fix="make the manifest again with bgbias corrupt") from exc
+
+
+def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: str) -> None:
+    """The pool folder must hold exactly the recorded files, byte for byte."""
+    restore = f"restore the pool, pass the backgrounds the manifest was made with, or {remake}"
+    present = {p.name: p for p in list_pool(pool_dir)}
+    recorded = {f.name for f in pool}
+    if set(present) != recorded:
+        gone = sorted(recorded - set(present))
+        new = sorted(set(present) - recorded)
+        raise AssetError(
+            f"the background pool in {pool_dir} differs from the one the manifest was made with "
+            f"(missing: {', '.join(gone[:5]) or 'none'}; "
+            f"not in the manifest: {', '.join(new[:5]) or 'none'})",
+            path=path,
+            fix=restore,
+        )
+    changed = [f.name for f in pool if sha256_file(present[f.name]) != f.sha256]
+    if changed:
+        raise AssetError(
+            f"{len(changed)} background(s) in {pool_dir} changed since the manifest was made: "
+            f"{', '.join(changed[:5])}",
+            path=path,
+            fix=restore,
+        )
+
+
+def _check_entries(entries: Sequence[CorruptedEntry], items: Sequence[Item], pool: Sequence[PoolFile],
+                   path: Path) -> None:
+    fix = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
+    if [e.id for e in entries] != [item.id for item in items]:
+        raise AssetError("the manifest's image list does not match its header", path=path, fix=fix)
+    sizes = {f.name: (f.width, f.height) for f in pool}
+    for entry in entries:
+        if entry.background not in sizes or not entry.box.fits(sizes[entry.background]):
+            raise AssetError(f"image {entry.id}: background {entry.background} or box {entry.box.as_list()} "
+                             "is not in the pool", path=path, fix=fix)
+
+
+# ------------------------------------------------------------------------------------------------- rendering
+@dataclass(frozen=True)
+class RenderResult:
+    """Where a corrupted set was rendered; how many images were written now or kept from an earlier run."""
+
+    out_dir: Path
+    written: int
+    kept: int
+
+
+def render_entry(
+    image: Image.Image, mask: Image.Image, background: Image.Image, crop: BackgroundCrop | CorruptedEntry,
+    geometry: EvalGeometry,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Image, mask and corrupted image of one entry, each ``uint8`` at the evaluation geometry's crop size."""
+    import torch
+
+    from bgbias.augment.composite import composite
+
+    image_arr, mask_arr = eval_transform_pair(image, mask, geometry)
+    background_arr = apply_crop(background, crop.box, crop.flip, geometry.crop)
+    x = torch.from_numpy(image_arr).permute(2, 0, 1)[None].float()
+    b = torch.from_numpy(background_arr).permute(2, 0, 1)[None].float()
+    m = torch.from_numpy(mask_arr)[None, None].float() / 255.0
+    mixed = composite(x, m, b)[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
+    return image_arr, mask_arr, mixed
+
+
+def load_pair(item: Item, masks_dir: Path, dataset_name: str) -> tuple[Image.Image, Image.Image]:
+    """An item's image and saliency mask, which must exist and be of the same size."""
+    path = mask_path(item, masks_dir)
+    if not path.is_file():
+        raise ImageError(f"no saliency mask for image {item.id}", path=path,
+                         fix=f"make the masks with: bgbias masks --dataset {dataset_name}")
+    image, mask = load_image(item.image), load_mask(path)
+    if image.size != mask.size:
+        raise ImageError(
+            f"mask size {mask.size} differs from the size {image.size} of image {item.id}",
+            path=path,
+            fix=f"make the masks again with: bgbias masks --dataset {dataset_name}",
+        )
+    return image, mask
+
+
+def render_corrupted(
+    dataset: Dataset,
+    manifest: CorruptedManifest,
+    masks_dir: Path,
+    out_dir: Path | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> RenderResult:
+    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
+
+    ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
+    run resumes: images already written for the same manifest and masks folder are kept. ``force`` renders
+    them all again (needed after the masks were remade in the same folder).
+    """
+    from tqdm import tqdm
+
+    masks_dir = Path(masks_dir)
+    out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")
+    by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
+    if manifest.dataset != dataset.name or any(entry.id not in by_id for entry in manifest.entries):
+        raise DatasetError(
+            f"the manifest does not describe the {dataset.name} dataset at {dataset.root}",
+            path=manifest.path,
+            fix="load the manifest with load_manifest() against the dataset it was made for",
+        )
+    items = [by_id[entry.id] for entry in manifest.entries]
+    missing = missing_files([mask_path(item, masks_dir) for item in items])
+    if missing:
+        raise ImageError(
+            f"{len(missing)} of {len(items)} saliency masks are missing: {describe_paths(missing)}",
+            path=masks_dir,
+            fix=f"make the masks with: bgbias masks --dataset {dataset.name}",
+        )
+    record = {"manifest_sha256": sha256_file(manifest.path), "masks_dir": os.fspath(masks_dir.resolve())}
+    _claim_out_dir(out_dir, record, force)
+
+    by_background: dict[str, list[tuple[Item, CorruptedEntry]]] = defaultdict(list)
+    for item, entry in zip(items, manifest.entries, strict=True):
+        by_background[entry.background].append((item, entry))
+    written = kept = 0
+    with tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar:
+        for name in sorted(by_background):
+            background = load_image(manifest.pool_dir / name)
+            for item, entry in by_background[name]:
+                target = out_dir.joinpath(*item.relpath.with_suffix(".png").parts)
+                if target.is_file() and not force:
+                    kept += 1
+                else:
+                    image, mask = load_pair(item, masks_dir, dataset.name)
+                    corrupted = render_entry(image, mask, background, entry, manifest.geometry)[2]
+                    with atomic_path(target) as tmp:
+                        Image.fromarray(corrupted).save(tmp, format="PNG")
+                    written += 1
+                bar.update()
+    return RenderResult(out_dir, written, kept)
+
+
+def _claim_out_dir(out_dir: Path, record: dict[str, str], force: bool) -> None:
+    """Refuse to mix images of two manifests (or two masks folders), or to write into a foreign non-empty
+    folder, unless ``force``. The record is written before the first image, so images kept on resume are ours.
+    """
+    record_path = out_dir / RENDER_RECORD
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        try:
+            previous = json.loads(record_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            previous = None
+        if previous != record:
+            raise OptionError(
+                "the output folder is not empty and holds no render of this manifest with this masks folder",
+                path=out_dir,
+                fix="pass another output folder, or --force to render every image again",
+            )
+    write_json_atomic(record_path, record)

@@ -1,0 +1,102 @@
+"""A gallery of a corrupted set for a person to look at: rows of image | mask | corrupted image, PIL only.
+
+Numbers cannot show a mask that cuts off a bird's head or a background crop that is all one colour; a sheet of
+a few dozen rows can. Rows are laid out in side-by-side groups so the sheet stays roughly square.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from bgbias.augment.corrupt import CorruptedManifest, load_pair, render_entry
+from bgbias.data.images import load_image
+from bgbias.data.items import Dataset
+from bgbias.data.splits import split_items
+from bgbias.fileio import write_bytes_atomic
+
+COLUMNS = ("image", "mask", "corrupted")
+_GAP = 4
+_CAPTION = 14
+_PAPER = (255, 255, 255)
+_INK = (20, 20, 20)
+
+Row = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""An image (H, W, 3), its mask (H, W) and its corrupted image (H, W, 3), all uint8."""
+
+
+def gallery_image(
+    rows: Sequence[Row], captions: Sequence[str] | None = None, cell: int = 128, groups: int = 2
+) -> Image.Image:
+    """Draw ``rows`` as ``groups`` side-by-side blocks of image | mask | corrupted, cells ``cell`` px square.
+
+    A caption (e.g. the image id) is written under each row; column names head every block.
+    """
+    if not rows:
+        raise ValueError("a gallery needs at least one row")
+    if captions is not None and len(captions) != len(rows):
+        raise ValueError(f"{len(captions)} captions for {len(rows)} rows")
+    groups = max(1, min(groups, len(rows)))
+    per_group = -(-len(rows) // groups)
+    block_w = len(COLUMNS) * (cell + _GAP) + 3 * _GAP
+    row_h = cell + _CAPTION + _GAP
+    sheet = Image.new("RGB", (groups * block_w, _CAPTION + _GAP + per_group * row_h), _PAPER)
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default()
+    for group in range(groups):
+        for column, name in enumerate(COLUMNS):
+            draw.text((group * block_w + column * (cell + _GAP) + _GAP, 1), name, fill=_INK, font=font)
+    for index, row in enumerate(rows):
+        group, slot = divmod(index, per_group)
+        left, top = group * block_w, _CAPTION + _GAP + slot * row_h
+        for column, array in enumerate(row):
+            tile = Image.fromarray(np.asarray(array, dtype=np.uint8)).convert("RGB")
+            tile = tile.resize((cell, cell), Image.Resampling.BILINEAR)
+            sheet.paste(tile, (left + column * (cell + _GAP) + _GAP, top))
+        if captions is not None:
+            draw.text((left + _GAP, top + cell + 1), _fit(captions[index], block_w), fill=_INK, font=font)
+    return sheet
+
+
+def write_gallery(
+    path: Path, rows: Sequence[Row], captions: Sequence[str] | None = None, cell: int = 128, groups: int = 2
+) -> Path:
+    """Save :func:`gallery_image` as a PNG, atomically."""
+    buffer = io.BytesIO()
+    gallery_image(rows, captions, cell, groups).save(buffer, format="PNG")
+    write_bytes_atomic(path, buffer.getvalue())
+    return Path(path)
+
+
+def manifest_gallery(
+    dataset: Dataset,
+    manifest: CorruptedManifest,
+    masks_dir: Path,
+    path: Path,
+    count: int = 24,
+    cell: int = 128,
+    groups: int = 2,
+) -> Path:
+    """A gallery of ``count`` images spread evenly over a corrupted set (a ``CorruptedManifest``)."""
+    by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
+    entries = manifest.entries
+    picks = sorted({round(i) for i in np.linspace(0, len(entries) - 1, min(count, len(entries)))})
+    rows, captions = [], []
+    for index in picks:
+        entry = entries[index]
+        image, mask = load_pair(by_id[entry.id], Path(masks_dir), dataset.name)
+        background = load_image(manifest.pool_dir / entry.background)
+        rows.append(render_entry(image, mask, background, entry, manifest.geometry))
+        captions.append(f"{entry.id} | {entry.background}{' (flipped)' if entry.flip else ''}")
+    return write_gallery(path, rows, captions, cell, groups)
+
+
+def _fit(text: str, width: int, char_px: int = 6) -> str:
+    """Shorten a caption from the left so it fits ``width`` pixels of the default font (ASCII only: the
+    default font has no arrows or ellipses)."""
+    room = max(4, width // char_px)
+    return text if len(text) <= room else "..." + text[-(room - 3):]

@@ -1,0 +1,300 @@
+"""Corrupted-set manifests (seeded, complete, validated against dataset and pool) and their rendering."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bgbias.augment.background_crops import apply_crop
+from bgbias.augment.corrupt import (
+    RENDER_RECORD,
+    load_manifest,
+    make_corrupted_manifests,
+    render_corrupted,
+    sample_entries,
+    split_pool_dir,
+)
+from bgbias.data.images import load_image, load_mask
+from bgbias.data.items import mask_path
+from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items
+from bgbias.data.transforms import eval_transform_pair
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
+from tests.augment.conftest import write_pool
+from tests.replicas import make_bench, make_cub
+
+
+def _make(bench, backgrounds, out_dir, **options) -> list[Path]:
+    return make_corrupted_manifests(bench, backgrounds=backgrounds, out_dir=out_dir, **options)
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_same_seed_gives_byte_identical_manifests(bench, backgrounds, tmp_path):
+    first = _make(bench, backgrounds, tmp_path / "a", repeats=3, seed=7)
+    second = _make(bench, backgrounds, tmp_path / "b", repeats=3, seed=7)
+    assert [p.name for p in first] == ["repeat-0.json", "repeat-1.json", "repeat-2.json"]
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+
+
+def test_different_seeds_and_repeats_give_different_draws(bench, backgrounds, tmp_path):
+    seed0 = _make(bench, backgrounds, tmp_path / "a", repeats=2, seed=0)
+    seed1 = _make(bench, backgrounds, tmp_path / "b", repeats=2, seed=1)
+    draws = [_read(p)["images"] for p in (*seed0, *seed1)]
+    assert all(draws[i] != draws[j] for i in range(4) for j in range(i + 1, 4))
+
+
+def test_a_repeat_does_not_depend_on_how_many_repeats_were_asked(bench, backgrounds, tmp_path):
+    two = _make(bench, backgrounds, tmp_path / "a", repeats=2)
+    three = _make(bench, backgrounds, tmp_path / "b", repeats=3)
+    assert [p.read_bytes() for p in two] == [p.read_bytes() for p in three[:2]]
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_every_image_of_the_split_appears_exactly_once(bench, backgrounds, tmp_path, split):
+    manifest = _read(_make(bench, backgrounds, tmp_path, split=split, repeats=1)[0])
+    ids = [entry["id"] for entry in manifest["images"]]
+    assert ids == [item.id for item in split_items(bench, split)]
+    assert manifest["header"]["count"] == len(ids)
+
+
+def test_header_records_what_the_manifest_was_made_from(bench, backgrounds, tmp_path):
+    header = _read(_make(bench, backgrounds, tmp_path, seed=3, repeats=2)[1])["header"]
+    assert header["dataset"] == "bench" and header["split"] == "test"
+    assert (header["seed"], header["repeat"]) == (3, 1)
+    assert header["geometry"] == {"resize": 128, "crop": 128}
+    assert header["background_crop"] == {"scale": [0.16, 1.0], "ratio": [0.75, 4 / 3], "flip_p": 0.5}
+    assert [f["name"] for f in header["pool"]] == [f"bg-{i}.png" for i in range(4)]
+    assert all(len(f["sha256"]) == 64 for f in header["pool"])
+    assert len(header["ids_sha256"]) == 64
+
+
+@pytest.mark.parametrize(("split", "pool"), [("val", "train"), ("test", "test")])
+def test_val_draws_from_the_train_pool_and_test_from_the_test_pool(bench, backgrounds, tmp_path, split, pool):
+    from bgbias.assets.digest import sha256_file
+
+    header = _read(_make(bench, backgrounds, tmp_path, split=split, repeats=1)[0])["header"]
+    expected = [sha256_file(p) for p in sorted((backgrounds / pool).iterdir())]
+    assert [f["sha256"] for f in header["pool"]] == expected
+    assert split_pool_dir(split, backgrounds) == backgrounds / pool
+
+
+def test_a_single_folder_serves_as_the_pool(bench, tmp_path):
+    pool = write_pool(tmp_path / "mine", seed=5)
+    header = _read(_make(bench, pool, tmp_path / "out", repeats=1)[0])["header"]
+    assert len(header["pool"]) == 4
+
+
+def test_entries_name_pool_files_and_boxes_that_fit(bench, backgrounds, tmp_path):
+    manifest = _read(_make(bench, backgrounds, tmp_path, repeats=1)[0])
+    sizes = {f["name"]: (f["width"], f["height"]) for f in manifest["header"]["pool"]}
+    for entry in manifest["images"]:
+        left, top, width, height = entry["box"]
+        w, h = sizes[entry["background"]]
+        assert left >= 0 and top >= 0 and left + width <= w and top + height <= h
+        assert isinstance(entry["flip"], bool)
+
+
+def test_sampling_does_not_depend_on_the_order_of_images(bench, backgrounds):
+    from bgbias.augment.corrupt import describe_pool
+
+    items = split_items(bench, "test")
+    pool = describe_pool(backgrounds / "test")
+    forward = sample_entries(items, pool, seed=0, repeat=0)
+    backward = sample_entries(list(reversed(items)), pool, seed=0, repeat=0)
+    assert forward == list(reversed(backward))
+
+
+def test_default_location_is_beside_masks(bench, backgrounds, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paths = make_corrupted_manifests(bench, backgrounds=backgrounds, seed=4, repeats=1)
+    assert paths == [Path("corrupted/bench/test/seed-4/repeat-0.json")]
+    assert paths[0].is_file()
+
+
+def test_bad_options_are_option_errors(bench, backgrounds, tmp_path):
+    with pytest.raises(OptionError, match="val and test"):
+        _make(bench, backgrounds, tmp_path, split="train")
+    with pytest.raises(OptionError, match="repeats"):
+        _make(bench, backgrounds, tmp_path, repeats=0)
+    with pytest.raises(OptionError, match="seed"):
+        _make(bench, backgrounds, tmp_path, seed=-1)
+
+
+def test_an_empty_pool_is_refused(bench, tmp_path):
+    (tmp_path / "empty" / "test").mkdir(parents=True)
+    with pytest.raises(DatasetError, match="no images"):
+        _make(bench, tmp_path / "empty", tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------------------------- load_manifest
+def test_load_manifest_round_trips(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, seed=2, repeats=1)[0]
+    manifest = load_manifest(path, bench, backgrounds)
+    raw = _read(path)
+    assert (manifest.dataset, manifest.split, manifest.seed, manifest.repeat) == ("bench", "test", 2, 0)
+    assert manifest.pool_dir == backgrounds / "test"
+    assert [e.as_dict() for e in manifest.entries] == raw["images"]
+
+
+def test_load_manifest_rejects_a_changed_pool_file(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    Image.new("RGB", (64, 48), (1, 2, 3)).save(backgrounds / "test" / "bg-0.png")
+    with pytest.raises(AssetError, match="changed") as err:
+        load_manifest(path, bench, backgrounds)
+    assert "bgbias corrupt --dataset bench" in err.value.fix
+
+
+def test_load_manifest_rejects_an_added_or_removed_pool_file(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    Image.new("RGB", (30, 30)).save(backgrounds / "test" / "extra.png")
+    with pytest.raises(AssetError, match=r"extra\.png"):
+        load_manifest(path, bench, backgrounds)
+    (backgrounds / "test" / "extra.png").unlink()
+    (backgrounds / "test" / "bg-3.png").unlink()
+    with pytest.raises(AssetError, match=r"missing: bg-3\.png"):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_rejects_the_other_pool(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    with pytest.raises(AssetError, match="changed"):
+        load_manifest(path, bench, backgrounds / "train")
+
+
+def test_load_manifest_rejects_a_changed_dataset(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    index = bench.root / "index.csv"
+    rows = list(csv.reader(index.open()))
+    last_test = max(i for i, row in enumerate(rows) if row[3] == "test")
+    with index.open("w", newline="") as handle:
+        csv.writer(handle, lineterminator="\n").writerows(rows[:last_test] + rows[last_test + 1:])
+    with pytest.raises(DatasetError, match="has changed") as err:
+        load_manifest(path, open_dataset("bench", bench.root), backgrounds)
+    assert "bgbias corrupt --dataset bench" in err.value.fix
+
+
+def test_load_manifest_rejects_another_dataset(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    cub = open_dataset("cub", make_cub(tmp_path / "cub", n_classes=4, per_class=1))
+    with pytest.raises(DatasetError, match="for the bench dataset, not cub"):
+        load_manifest(path, cub, backgrounds)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],
+        lambda text: text.replace("bgbias-corrupted-manifest", "something-else"),
+        lambda text: text.replace('"flip": ', '"flop": ', 1),
+        lambda text: text.replace('"crop": 128', '"crop": "big"', 1),
+    ],
+    ids=["truncated", "foreign", "malformed-entry", "malformed-geometry"],
+)
+def test_load_manifest_rejects_a_damaged_file(bench, backgrounds, tmp_path, damage):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(AssetError):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_names_the_command_for_a_missing_file(bench, tmp_path):
+    with pytest.raises(AssetError, match="not found") as err:
+        load_manifest(tmp_path / "nope.json", bench)
+    assert "bgbias corrupt" in err.value.fix
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+@pytest.fixture
+def manifest(bench, backgrounds, tmp_path):
+    return load_manifest(_make(bench, backgrounds, tmp_path / "manifests", repeats=1)[0], bench, backgrounds)
+
+
+def _pngs(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*.png"))}
+
+
+def test_rendering_twice_gives_identical_bytes(bench, manifest, masks_dir, tmp_path):
+    first = render_corrupted(bench, manifest, masks_dir, tmp_path / "a")
+    second = render_corrupted(bench, manifest, masks_dir, tmp_path / "b")
+    assert first.written == second.written == len(manifest.entries)
+    images = _pngs(tmp_path / "a")
+    assert len(images) == len(manifest.entries) and images == _pngs(tmp_path / "b")
+
+
+def test_rendered_images_composite_image_and_cropped_background(bench, manifest, masks_dir, tmp_path):
+    render_corrupted(bench, manifest, masks_dir, tmp_path / "out")
+    by_id = {item.id: item for item in bench.items()}
+    for entry in manifest.entries:
+        item = by_id[entry.id]
+        rendered = np.asarray(Image.open(tmp_path / "out" / item.relpath.with_suffix(".png")))
+        image, mask = eval_transform_pair(load_image(item.image), load_mask(mask_path(item, masks_dir)),
+                                          manifest.geometry)
+        background = apply_crop(load_image(manifest.pool_dir / entry.background), entry.box, entry.flip, 128)
+        assert rendered.shape == (128, 128, 3)
+        assert np.array_equal(rendered[mask == 255], image[mask == 255])
+        assert np.array_equal(rendered[mask == 0], background[mask == 0])
+        soft = (mask > 0) & (mask < 255)
+        alpha = mask[soft][:, None] / 255.0
+        expected = alpha * image[soft] + (1 - alpha) * background[soft]
+        assert np.abs(rendered[soft] - expected).max() <= 0.5 + 1e-6
+
+
+def test_default_output_is_beside_the_manifest(bench, manifest, masks_dir):
+    result = render_corrupted(bench, manifest, masks_dir)
+    assert result.out_dir == manifest.path.with_suffix("")
+    assert (result.out_dir / RENDER_RECORD).is_file()
+
+
+def test_an_interrupted_render_resumes(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    reference = _pngs(out)
+    first = sorted(out.rglob("*.png"))[0]
+    first.unlink()
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (1, len(manifest.entries) - 1)
+    assert _pngs(out) == reference
+
+
+def test_a_folder_of_another_render_is_not_mixed_into(bench, backgrounds, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    other_path = _make(bench, backgrounds, tmp_path / "other", seed=9, repeats=1)[0]
+    other = load_manifest(other_path, bench, backgrounds)
+    with pytest.raises(OptionError, match="not empty") as err:
+        render_corrupted(bench, other, masks_dir, out)
+    assert "--force" in err.value.fix
+    result = render_corrupted(bench, other, masks_dir, out, force=True)
+    assert result.written == len(other.entries)
+    assert _pngs(out) == _pngs(render_corrupted(bench, other, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_rendering_against_another_dataset_is_refused(manifest, masks_dir, tmp_path):
+    other = open_dataset("bench", make_bench(tmp_path / "other-bench", test_classes=1))
+    with pytest.raises(DatasetError, match="does not describe"):
+        render_corrupted(other, manifest, masks_dir, tmp_path / "out")
+
+
+def test_a_missing_mask_names_the_masks_command(bench, manifest, masks_dir, tmp_path):
+    item = next(i for i in bench.items() if i.id == manifest.entries[0].id)
+    mask_path(item, masks_dir).unlink()
+    with pytest.raises(ImageError, match="1 of 6 saliency masks are missing") as err:
+        render_corrupted(bench, manifest, masks_dir, tmp_path / "out")
+    assert "bgbias masks --dataset bench" in err.value.fix
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mask_of_the_wrong_size_is_an_image_error(bench, manifest, masks_dir, tmp_path):
+    item = next(i for i in bench.items() if i.id == manifest.entries[0].id)
+    Image.new("L", (10, 10)).save(mask_path(item, masks_dir))
+    with pytest.raises(ImageError, match="mask size") as err:
+        render_corrupted(bench, manifest, masks_dir, tmp_path / "out")
+    assert "bgbias masks --dataset bench" in err.value.fix
