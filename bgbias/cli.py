@@ -25,6 +25,31 @@ class _Group(click.Group):
 
 
 _PATH_DIR = click.Path(file_okay=False, path_type=Path)
+_DATASETS = ("cub", "cars", "sop", "folder", "bench")
+
+
+def _dataset_options(command):
+    """--dataset and --root, shared by every command that reads a dataset."""
+    command = click.option(
+        "--root",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).",
+    )(command)
+    choice = click.Choice(_DATASETS)
+    return click.option("--dataset", "dataset_name", required=True, type=choice, help="Dataset layout.")(
+        command
+    )
+
+
+def _split_options(command):
+    """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
+    command = click.option(
+        "--fold", type=click.IntRange(0, 3), default=0, show_default=True, help="cv4 fold."
+    )(command)
+    return click.option(
+        "--protocol", type=click.Choice(["fixed", "cv4"]), default="fixed", show_default=True
+    )(command)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -79,8 +104,13 @@ def _print_status(rows) -> None:
 
 @assets.command("backgrounds")
 @click.option("--out", type=_PATH_DIR, default=None, help="Pool folder to complete (default ./backgrounds).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of crops and generated images (the committed pools use 0).")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of crops and generated images (the committed pools use 0).",
+)
 def assets_backgrounds(out: Path | None, seed: int) -> None:
     """Build the train/ and test/ background pools (100 images each) from the fetched photos."""
     from bgbias.paths import backgrounds_root
@@ -93,8 +123,13 @@ def assets_backgrounds(out: Path | None, seed: int) -> None:
 @assets.command("bench")
 @click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default <data-root>/bench).")
 @click.option("--preset", type=click.Choice(["small", "large"]), default="small", show_default=True)
-@click.option("--rho", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True,
-              help="Share of a class's views that show the class's home background.")
+@click.option(
+    "--rho",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.9,
+    show_default=True,
+    help="Share of a class's views that show the class's home background.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def assets_bench(out: Path | None, preset: str, rho: float, seed: int) -> None:
     """Build the bench: Tux Paint photo stamps on real background photos, with exact masks."""
@@ -106,18 +141,79 @@ def assets_bench(out: Path | None, preset: str, rho: float, seed: int) -> None:
 
 # --------------------------------------------------------------------------------------------------- datasets
 @main.command("datasets")
-@click.option("--dataset", "name", required=True,
-              type=click.Choice(["cub", "cars", "sop", "folder", "bench"]), help="Dataset layout to read.")
-@click.option("--root", type=click.Path(path_type=Path), default=None,
-              help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).")
-@click.option("--protocol", type=click.Choice(["fixed", "cv4"]), default="fixed", show_default=True)
-@click.option("--fold", type=click.IntRange(0, 3), default=0, show_default=True, help="cv4 fold.")
-def datasets(name: str, root: Path | None, protocol: str, fold: int) -> None:
+@_dataset_options
+@_split_options
+def datasets(dataset_name: str, root: Path | None, protocol: str, fold: int) -> None:
     """Check a dataset's layout and print its splits (classes and images per split)."""
     from bgbias.data.registry import open_dataset, summarize
     from bgbias.report.console import format_dataset_summary
 
-    click.echo(format_dataset_summary(summarize(open_dataset(name, root), protocol, fold)))
+    click.echo(format_dataset_summary(summarize(open_dataset(dataset_name, root), protocol, fold)))
+
+
+# --------------------------------------------------------------------------------------------------- corrupt
+@main.command("corrupt")
+@_dataset_options
+@click.option(
+    "--split",
+    type=click.Choice(["test", "val"]),
+    default="test",
+    show_default=True,
+    help="test draws from the test pool, val from the train pool (as in the seed).",
+)
+@_split_options
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--backgrounds",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder with train/ and test/ pools, or one pool folder (default ./backgrounds).",
+)
+@click.option(
+    "--out",
+    type=_PATH_DIR,
+    default=None,
+    help="Manifest folder (default corrupted/<dataset>/<split>/seed-<S>).",
+)
+@click.option(
+    "--render",
+    type=_PATH_DIR,
+    default=None,
+    help="Also write the corrupted images and a gallery.png into this folder.",
+)
+@click.option(
+    "--masks",
+    "masks_dir",
+    type=_PATH_DIR,
+    default=None,
+    help="U²-Net masks for --render (default masks/<dataset>).",
+)
+def corrupt(
+    dataset_name: str,
+    root: Path | None,
+    split: str,
+    protocol: str,
+    fold: int,
+    repeats: int,
+    seed: int,
+    backgrounds: Path | None,
+    out: Path | None,
+    render: Path | None,
+    masks_dir: Path | None,
+) -> None:
+    """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
+    from bgbias.augment.corrupt import make_corrupted_manifests, render_corrupted_sets
+    from bgbias.data.registry import open_dataset
+    from bgbias.paths import masks_root
+
+    dataset = open_dataset(dataset_name, root)
+    paths = make_corrupted_manifests(dataset, split, repeats, seed, backgrounds, out, protocol, fold)
+    click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
+    if render is not None:
+        masks = masks_dir if masks_dir is not None else masks_root() / dataset_name
+        gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds)
+        click.echo(f"corrupted images in {render}; look at {gallery}")
 
 
 # --------------------------------------------------------------------------------------------------- study

@@ -454,3 +454,24 @@ def _claim_out_dir(out_dir: Path, record: dict[str, str], force: bool) -> None:
                 fix="pass another output folder, or --force to render every image again",
             )
     write_json_atomic(record_path, record)
+
+
+def render_corrupted_sets(
+    dataset: Dataset,
+    manifest_paths: Sequence[Path],
+    masks_dir: Path,
+    out_dir: Path,
+    backgrounds: Path | None = None,
+    gallery_rows: int = 24,
+) -> Path:
+    """Render every repeat into ``out_dir/repeat-<r>/`` and write ``out_dir/gallery.png`` from the first.
+
+    Returns the gallery's path: image | mask | corrupted rows that a person can look over.
+    """
+    from bgbias.augment.gallery import manifest_gallery
+
+    manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
+    for manifest in manifests:
+        render_corrupted(dataset, manifest, masks_dir, Path(out_dir) / manifest.path.stem, progress=True)
+    gallery = Path(out_dir) / "gallery.png"
+    return manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)
