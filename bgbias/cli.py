@@ -5,6 +5,7 @@ Heavy libraries are imported inside the commands, so ``bgbias --help`` answers a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -54,8 +55,17 @@ def _split_options(command):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="bgbias")
-def main() -> None:
+@click.option(
+    "--data-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder holding the datasets (default $BGBIAS_DATA, else ./data).",
+)
+def main(data_root: Path | None) -> None:
     """Measure how much a deep metric learning model relies on backgrounds, and train it to rely less."""
+    if data_root is not None:
+        # Through the environment, so worker processes resolve dataset paths the same way.
+        os.environ["BGBIAS_DATA"] = str(data_root)
 
 
 # --------------------------------------------------------------------------------------------------- assets

@@ -54,3 +54,13 @@ def test_user_error_prints_problem_and_fix_without_traceback(tmp_path):
     assert "error:" in result.output
     assert "fix:" in result.output
     assert "Traceback" not in result.output
+
+
+def test_data_root_option_points_dataset_commands_at_another_folder(tmp_path, monkeypatch):
+    from tests.replicas import make_bench
+
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "elsewhere"))  # restored after the test
+    make_bench(tmp_path / "bench", per_class=2)
+    result = CliRunner().invoke(main, ["--data-root", str(tmp_path), "datasets", "--dataset", "bench"])
+    assert result.exit_code == 0, result.output
+    assert str((tmp_path / "bench").resolve()) in result.output
