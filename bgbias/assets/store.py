@@ -100,7 +100,7 @@ def write_record(spec: AssetSpec, home: Path, obtained_from: str) -> None:
             "obtained_from": obtained_from,
             "members": members,
             "licence": spec.licence,
-            "installed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "installed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "bgbias_version": __version__,
         },
     )
