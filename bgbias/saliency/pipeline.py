@@ -1,0 +1,293 @@
+"""``bgbias masks``: a soft saliency mask for every image of a dataset, resumable, shardable and recorded.
+
+Each image goes through three steps on one worker thread: decode and shrink it, run the network, stretch the
+output back to the image's size and write the PNG. A semaphore lets ``streams`` images into the network at
+once (onnxruntime releases the GIL), so the other workers decode and encode while it runs; results are taken
+in order through a bounded window, so memory stays flat on any dataset size and records come out in id order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from io import BytesIO
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from bgbias.data.images import load_image
+from bgbias.data.items import Item, mask_path
+from bgbias.errors import ImageError, OptionError
+from bgbias.fileio import write_bytes_atomic
+from bgbias.saliency.quality import (
+    QUALITY_NAME,
+    QualityReport,
+    compare_with_truth,
+    quality_report,
+    write_quality,
+)
+from bgbias.saliency.records import (
+    MANIFEST_NAME,
+    MaskRecord,
+    RecordLog,
+    build_manifest,
+    check_settings,
+    mask_settings,
+    read_all_records,
+    read_records,
+    record_files,
+    records_path,
+    write_manifest,
+    write_records,
+)
+from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items, sweep_stale_temps
+from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session, usable_cores
+
+EMPTY_BELOW = 0.5
+"""A u2net-family mask is flagged empty when the network's raw output never reaches this value.
+
+The output is a per-pixel foreground probability, so 0.5 is where no pixel is more likely object than not.
+Measured with u2netp and u2net on 2 × 60 photo cut-outs (Tux Paint stamps) pasted on photo backgrounds, at
+128² and about 400 px: the raw maximum was at least 0.71 (u2netp) and 0.999 (u2net) on every one. On 2 × 70
+images without a cut-out (60 crops of the same background photos and 10 solid colours or gradients per size)
+it stayed below 0.5 on 57–74 % of them and below 0.03 on every plain one; the crops above 0.5 showed
+flowers, a ladybird or a bird.
+"""
+
+
+@dataclass(frozen=True)
+class MaskRun:
+    """What one call did (for the terminal and the exit code); the manifest holds the folder-wide picture."""
+
+    out_dir: Path
+    manifest: Path
+    model: str
+    provider: str
+    images: int
+    """Images of this shard."""
+    written: int
+    skipped: int
+    """Intact masks from earlier runs."""
+    failed: int
+    """Images of this shard that have no mask because they could not be read (see the manifest's failures)."""
+    empty: int
+    """Masks of this shard flagged as likely empty."""
+    seconds: float
+    quality: QualityReport | None
+
+    @property
+    def images_per_second(self) -> float:
+        return self.written / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Ready:
+    item: Item
+    size: tuple[int, int]
+    prepared: Any
+
+
+OnRecord = Callable[[MaskRecord], None]
+
+
+def make_masks(
+    items: Sequence[Item],
+    out_dir: str | os.PathLike[str],
+    *,
+    model: str = DEFAULT_MODEL,
+    device: str = "auto",
+    streams: int | None = None,
+    threads: int | None = None,
+    workers: int | None = None,
+    shard: tuple[int, int] = (0, 1),
+    empty_below: float = EMPTY_BELOW,
+    progress: bool = True,
+) -> MaskRun:
+    """Write the mask of every image of ``items`` (this ``shard`` of them) under ``out_dir``.
+
+    ``model``: a rembg model name (default the paper's ``u2net``); ``device``: ``auto``, ``cpu`` or ``cuda``;
+    ``streams``: images in the network at once and ``threads``: onnxruntime threads of each (defaults: one
+    stream per core on CPU, up to 4, one on a GPU); ``workers``: threads that decode and encode besides them
+    (default: all cores, at most 8); ``shard``: ``(index, count)`` to split a dataset across machines;
+    ``empty_below``: raw-output maximum under which a mask is flagged empty.
+    A missing model raises ``AssetError`` before any image is read.
+    """
+    check_shard(shard)
+    session = open_session(model, device=device, streams=streams, threads=threads)
+    return write_masks(
+        items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers, progress=progress
+    )
+
+
+def write_masks(
+    items: Sequence[Item],
+    out_dir: str | os.PathLike[str],
+    session: MaskSession,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    empty_below: float = EMPTY_BELOW,
+    workers: int | None = None,
+    progress: bool = True,
+    on_record: OnRecord | None = None,
+) -> MaskRun:
+    """``make_masks`` with an open session (reuse one across calls; tests pass a fake).
+
+    ``on_record`` is called on the calling thread after each record is logged; an exception it raises stops
+    the run the way an interruption would (already written masks and records stay).
+    """
+    if workers is not None and workers < 1:
+        raise OptionError(f"workers must be at least 1, got {workers}", fix="pass --workers 1 or more")
+    out_dir = Path(out_dir)
+    mine = shard_items(items, shard)
+    settings = mask_settings(session.info, empty_below)
+    check_settings(out_dir, settings)
+    log_path = records_path(out_dir, shard)
+    write_records(log_path, read_records(log_path).values())  # canonical form; drops a torn last line
+    known = read_all_records(out_dir)
+    _write_manifest(out_dir, items, known, session, empty_below)
+    own_files = [mask_path(item, out_dir) for item in mine] + [log_path]
+    if shard[1] == 1:  # no other shard can be writing the shared files right now
+        own_files += [out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME]
+    sweep_stale_temps(own_files)
+
+    steps = _Steps(session, out_dir, known, empty_below)
+    threads = session.info.streams + (workers or min(8, usable_cores()))
+    counts = {"written": 0, "skipped": 0, "failed": 0, "empty": 0}
+    started = time.perf_counter()
+    log = RecordLog(log_path)
+    outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
+    try:
+        for record, fresh in outcomes:
+            if fresh:
+                log.append(record)
+                if on_record is not None:
+                    on_record(record)
+            _count(counts, record, fresh)
+    finally:
+        outcomes.close()
+        log.close()
+    seconds = time.perf_counter() - started
+
+    write_records(log_path, read_records(log_path).values())
+    known = read_all_records(out_dir)
+    manifest = _write_manifest(out_dir, items, known, session, empty_below)
+    report = quality_report(
+        (item.id, known[item.id].quality)
+        for item in sorted(items, key=lambda item: item.id)
+        if item.id in known and known[item.id].quality is not None
+    )
+    if report is not None:
+        write_quality(out_dir, report)
+    return MaskRun(
+        out_dir=out_dir,
+        manifest=manifest,
+        model=session.info.name,
+        provider=session.info.provider,
+        images=len(mine),
+        written=counts["written"],
+        skipped=counts["skipped"],
+        failed=counts["failed"],
+        empty=counts["empty"],
+        seconds=seconds,
+        quality=report,
+    )
+
+
+class _Steps:
+    """The three steps for one image; ``process`` runs them all on a worker thread."""
+
+    def __init__(self, session: MaskSession, out_dir: Path, known: dict[str, MaskRecord], empty_below: float):
+        self.session = session
+        self.out_dir = out_dir
+        self.known = known
+        self.empty_below = empty_below
+        self.network = threading.BoundedSemaphore(session.info.streams)
+
+    def process(self, item: Item) -> tuple[MaskRecord, bool]:
+        """The image's record and whether it is new (False: an intact mask from an earlier run)."""
+        outcome = self.prepare(item)
+        if not isinstance(outcome, _Ready):
+            return outcome, not outcome.ok
+        with self.network:
+            raw = self.session.infer(outcome.prepared)
+        return self.finish(outcome, raw), True
+
+    def prepare(self, item: Item) -> _Ready | MaskRecord:
+        """A finished record to keep (mask intact), a failure record, or the network input."""
+        record = self.known.get(item.id)
+        if record is not None and record.ok and mask_is_intact(mask_path(item, self.out_dir), record.size):
+            return record
+        try:
+            image = load_image(item.image)
+        except ImageError as err:
+            return MaskRecord.failure(item.id, err)
+        return _Ready(item, image.size, self.session.prepare(image))
+
+    def finish(self, ready: _Ready, raw: Any) -> MaskRecord:
+        soft = self.session.finish(raw, ready.size)
+        buffer = BytesIO()
+        soft.image.save(buffer, format="PNG")
+        write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
+        truth = ready.item.ground_truth_mask
+        return MaskRecord(
+            ready.item.id,
+            ok=True,
+            size=ready.size,
+            raw_min=soft.raw_min,
+            raw_max=soft.raw_max,
+            empty=None if soft.raw_max is None else soft.raw_max < self.empty_below,
+            quality=None if truth is None else compare_with_truth(soft.image, truth),
+        )
+
+
+def _run(items: Sequence[Item], steps: _Steps, threads: int, bar: Any) -> Iterator[tuple[MaskRecord, bool]]:
+    """Yield ``(record, fresh)`` per image in the order of ``items``, at most ``2 × threads`` images ahead."""
+    todo = iter(items)
+    with ThreadPoolExecutor(threads, "masks") as pool:
+        window: deque[Future] = deque(pool.submit(steps.process, item) for item in islice(todo, 2 * threads))
+        try:
+            while window:
+                result = window.popleft().result()
+                following = next(todo, None)
+                if following is not None:
+                    window.append(pool.submit(steps.process, following))
+                bar.update(1)
+                yield result
+        finally:
+            for future in window:
+                future.cancel()
+            bar.close()
+
+
+def _count(counts: dict[str, int], record: MaskRecord, fresh: bool) -> None:
+    if not record.ok:
+        counts["failed"] += 1
+        return
+    counts["written" if fresh else "skipped"] += 1
+    if record.empty:
+        counts["empty"] += 1
+
+
+def _write_manifest(
+    out_dir: Path,
+    items: Sequence[Item],
+    known: dict[str, MaskRecord],
+    session: MaskSession,
+    empty_below: float,
+) -> Path:
+    ids = sorted(item.id for item in items)
+    files = [path.relative_to(out_dir).as_posix() for path in record_files(out_dir)]
+    return write_manifest(out_dir, build_manifest(ids, known, session.info, empty_below, files))
+
+
+def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled, smoothing=0.1
+    )

@@ -1,0 +1,231 @@
+"""What a mask run leaves beside the masks: one JSON line per image in a per-shard record file, and a manifest
+that summarises every record file of the folder.
+
+During a run the record file is only appended to (a line per finished image, flushed at once), so a killed run
+loses at most the line being written; a torn last line is ignored on reading. At the end of a run the file is
+rewritten atomically in id order, and the manifest is derived from the records alone, so an interrupted and
+resumed run ends with the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from bgbias import __version__
+from bgbias.errors import BgbiasError, OptionError
+from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.saliency.quality import Agreement
+from bgbias.saliency.sessions import ModelInfo
+
+RECORDS_DIR = "records"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class MaskRecord:
+    """The outcome for one image: a mask (its size, raw output range, empty flag and, where a ground truth
+    exists, its agreement with it) or a failure with the reason and the fix."""
+
+    id: str
+    ok: bool
+    size: tuple[int, int] | None = None
+    raw_min: float | None = None
+    raw_max: float | None = None
+    empty: bool | None = None
+    quality: Agreement | None = None
+    error: str | None = None
+    fix: str | None = None
+
+    @classmethod
+    def failure(cls, image_id: str, err: BgbiasError) -> MaskRecord:
+        return cls(image_id, ok=False, error=err.problem, fix=err.fix)
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.ok:
+            return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
+        data: dict[str, Any] = {"id": self.id, "status": "ok", "size": list(self.size or ())}
+        if self.raw_max is not None:
+            data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
+        if self.quality is not None:
+            data["quality"] = self.quality.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MaskRecord:
+        if data["status"] != "ok":
+            return cls(str(data["id"]), ok=False, error=data.get("error"), fix=data.get("fix"))
+        width, height = data["size"]
+        quality = data.get("quality")
+        return cls(
+            str(data["id"]),
+            ok=True,
+            size=(int(width), int(height)),
+            raw_min=data.get("raw_min"),
+            raw_max=data.get("raw_max"),
+            empty=data.get("empty"),
+            quality=None if quality is None else Agreement.from_json(quality),
+        )
+
+
+def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
+    """The record file of ``shard`` = (index, count): each shard writes its own, so shards never clash."""
+    index, count = shard
+    return Path(out_dir) / RECORDS_DIR / f"shard-{index}-of-{count}.jsonl"
+
+
+def record_files(out_dir: Path) -> list[Path]:
+    folder = Path(out_dir) / RECORDS_DIR
+    return sorted(folder.glob("shard-*-of-*.jsonl")) if folder.is_dir() else []
+
+
+def read_records(path: Path) -> dict[str, MaskRecord]:
+    """The records of one file by id (a later line wins); lines a killed writer left torn are skipped."""
+    records: dict[str, MaskRecord] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return records
+    for line in text.splitlines():
+        try:
+            record = MaskRecord.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+        records[record.id] = record
+    return records
+
+
+def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
+    """The records of every shard file of ``out_dir`` merged by id: a mask beats a failure (another shard
+    layout may have retried it), otherwise the file later in name order wins."""
+    merged: dict[str, MaskRecord] = {}
+    for path in record_files(out_dir):
+        for image_id, record in read_records(path).items():
+            previous = merged.get(image_id)
+            if previous is None or record.ok or not previous.ok:
+                merged[image_id] = record
+    return merged
+
+
+def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
+    """Rewrite a record file atomically, one line per image in id order (the canonical form)."""
+    lines = [_line(record) for record in sorted(records, key=lambda record: record.id)]
+    write_text_atomic(path, "".join(lines))
+
+
+class RecordLog:
+    """Append-only writer of one record file; every line is flushed as soon as it is written.
+
+    Used from one thread only (the pipeline's main thread).
+    """
+
+    def __init__(self, path: Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def append(self, record: MaskRecord) -> None:
+        self._handle.write(_line(record))
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+
+
+def _line(record: MaskRecord) -> str:
+    return json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
+    """What must be the same for masks to share a folder: the model file and the empty threshold."""
+    return {"model": info.name, "md5": info.md5, "sha256": info.sha256, "empty_below": empty_below}
+
+
+def build_manifest(
+    image_ids: Sequence[str],
+    records: Mapping[str, MaskRecord],
+    info: ModelInfo,
+    empty_below: float,
+    files: Sequence[str],
+) -> dict[str, Any]:
+    """The folder's manifest: what made the masks and how many of the dataset's images have one.
+
+    Built from the records of ``image_ids`` only, with no clock or host in it: equal records, equal bytes.
+    """
+    present = [records[image_id] for image_id in image_ids if image_id in records]
+    masks = [record for record in present if record.ok]
+    failures = [record for record in present if not record.ok]
+    return {
+        "format": MANIFEST_FORMAT,
+        "producer": {
+            "bgbias": __version__,
+            "rembg": info.rembg_version,
+            "onnxruntime": info.onnxruntime_version,
+        },
+        "model": {
+            "name": info.name,
+            "file": info.file.name,
+            "bytes": info.bytes,
+            "md5": info.md5,
+            "sha256": info.sha256,
+        },
+        "inference": {"provider": info.provider, "streams": info.streams, "threads": info.threads},
+        "settings": mask_settings(info, empty_below),
+        "masks": "8-bit PNG at the image's size, in the orientation load_image gives (EXIF applied); "
+        "u2net family: min-max normalised per image, as rembg only_mask",
+        "counts": {
+            "images": len(image_ids),
+            "masks": len(masks),
+            "failed": len(failures),
+            "missing": len(image_ids) - len(present),
+            "empty": sum(1 for record in masks if record.empty),
+        },
+        "failures": [
+            {"id": r.id, "error": r.error, "fix": r.fix} for r in sorted(failures, key=lambda r: r.id)
+        ],
+        "records": list(files),
+    }
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = Path(out_dir) / MANIFEST_NAME
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise OptionError(
+            f"the mask manifest is not valid JSON ({exc})",
+            path=path,
+            fix="delete it (the next run rebuilds it from records/), or choose another output folder",
+        ) from exc
+
+
+def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
+    """Refuse to add masks of another model or threshold to a folder that already holds masks."""
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        return
+    previous = manifest.get("settings", {})
+    if previous != dict(settings):
+        differ = sorted(
+            key for key in set(previous) | set(settings) if previous.get(key) != settings.get(key)
+        )
+        raise OptionError(
+            f"the masks in this folder were made with other settings ({', '.join(differ)}: "
+            f"{', '.join(f'{previous.get(k)!r} there, {settings.get(k)!r} now' for k in differ)})",
+            path=Path(out_dir) / MANIFEST_NAME,
+            fix="use the same model and --empty-below, choose another output folder, or delete this one",
+        )
+
+
+def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:
+    path = Path(out_dir) / MANIFEST_NAME
+    write_json_atomic(path, manifest)
+    return path

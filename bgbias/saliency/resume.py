@@ -1,0 +1,76 @@
+"""What is left to do in a mask folder: which images belong to this shard, which finished masks are intact,
+and what temporary files a killed run left behind."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from PIL import Image
+
+from bgbias.data.items import Item
+from bgbias.errors import OptionError
+
+
+def check_shard(shard: tuple[int, int]) -> None:
+    index, count = shard
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(
+            f"shard {index} of {count} does not exist",
+            fix="give the shard as (index, count) with 0 <= index < count, e.g. 0 of 4 … 3 of 4",
+        )
+
+
+def shard_items(items: Sequence[Item], shard: tuple[int, int]) -> list[Item]:
+    """Shard ``index`` of ``count``: every ``count``-th image of the id-sorted list, starting at ``index``.
+
+    Stable for a given dataset, disjoint between shards, covering the dataset together, and balanced.
+    """
+    check_shard(shard)
+    index, count = shard
+    return sorted(items, key=lambda item: item.id)[index::count]
+
+
+def mask_is_intact(path: Path, size: tuple[int, int] | None) -> bool:
+    """A mask counts as finished only if it decodes completely as an 8-bit greyscale image of ``size``."""
+    if size is None:
+        return False
+    try:
+        with Image.open(path) as mask:
+            if mask.mode != "L" or mask.size != tuple(size):
+                return False
+            mask.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return False
+    return True
+
+
+def sweep_stale_temps(paths: Iterable[Path]) -> int:
+    """Remove the temporary siblings (``.<name>.*.tmp``, from ``bgbias.fileio.atomic_path``) that a killed run
+    left beside ``paths``; returns how many. Only these names are touched, so shards sharing a folder never
+    remove each other's files in flight."""
+    by_folder: dict[Path, set[str]] = defaultdict(set)
+    for path in paths:
+        by_folder[path.parent].add(path.name)
+    removed = 0
+    for folder, names in by_folder.items():
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if _temp_of(entry.name) in names:
+                Path(entry.path).unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def _temp_of(name: str) -> str | None:
+    """The file a temporary ``.<name>.<random>.tmp`` stands for, else ``None``."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    stem = name[1:-4]
+    target, dot, _random = stem.rpartition(".")
+    return target if dot else None

@@ -1,0 +1,276 @@
+"""One rembg session per run, on an explicitly chosen onnxruntime provider, split into the three steps the
+pipeline runs for each image: ``prepare`` (before the network), ``infer`` (the network, at most ``streams``
+images at once) and ``finish`` (after it). All three are called from worker threads.
+
+The model file comes from ``bgbias.assets.store.u2net_model_path`` and is handed to rembg through
+``U2NET_HOME``, so rembg never downloads anything; a missing file raises the ``AssetError`` before any image
+is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Protocol
+
+from PIL import Image
+
+from bgbias.errors import AssetError, OptionError
+from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
+
+U2NET_FAMILY = ("u2net", "u2netp", "u2net_human_seg", "silueta")
+"""rembg models that share U²-Net's transforms (``bgbias.saliency.u2net``): the pipeline runs their network
+itself, keeps the raw output range and flags likely-empty masks."""
+
+PREDICT_MODELS = (
+    "isnet-general-use",
+    "isnet-anime",
+    "birefnet-general",
+    "birefnet-general-lite",
+    "birefnet-general-fp16",
+    "birefnet-portrait",
+    "birefnet-dis",
+    "birefnet-hrsod",
+    "birefnet-cod",
+    "birefnet-massive",
+    "bria-rmbg",
+)
+"""Other local rembg models with one mask per image: they run whole through rembg's ``session.predict``.
+(``sam`` needs prompts, ``u2net_cloth_seg`` gives three masks, ``*_custom`` need a path, and the remote models
+send images away: none of them fits a dataset-wide mask run.)"""
+
+MODELS = U2NET_FAMILY + PREDICT_MODELS
+DEFAULT_MODEL = "u2net"
+"""The full U²-Net, as the paper's masks (``rembg p -om`` without ``-m`` in rembg 2.0.19)."""
+
+DEVICES = ("auto", "cpu", "cuda")
+MAX_DEFAULT_STREAMS = 4
+"""Each concurrent u2net run holds about 500 MB of activations (measured peak RSS: 1.1 GB with one run,
+2.6 GB with four), so the default stops at four."""
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What produced a set of masks: recorded in the manifest, and compared on resume."""
+
+    name: str
+    file: Path
+    bytes: int
+    md5: str
+    sha256: str
+    provider: str
+    streams: int
+    """How many images the pipeline runs through the network at once."""
+    threads: int
+    """onnxruntime intra-op threads of each of those runs."""
+    rembg_version: str
+    onnxruntime_version: str
+
+
+class MaskSession(Protocol):
+    """A saliency model split into steps, each safe to call from several threads at once."""
+
+    info: ModelInfo
+
+    def prepare(self, image: Image.Image) -> Any:
+        """Everything that can run before the network, on a worker thread."""
+
+    def infer(self, prepared: Any) -> Any:
+        """The network itself (onnxruntime releases the GIL while it runs)."""
+
+    def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
+        """Everything after the network: the 8-bit mask at ``size``, on a worker thread."""
+
+
+class U2netFamilySession:
+    """A u2net-family model: its onnxruntime session with bgbias's own (rembg-identical) transforms."""
+
+    def __init__(self, rembg_session: Any, info: ModelInfo):
+        self._session = rembg_session.inner_session
+        self._input = self._session.get_inputs()[0].name
+        self._output = self._session.get_outputs()[0].name
+        self.info = info
+
+    def prepare(self, image: Image.Image) -> Any:
+        return u2net_input(image)
+
+    def infer(self, prepared: Any) -> Any:
+        return self._session.run([self._output], {self._input: prepared})[0]
+
+    def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
+        return u2net_mask(raw, size)
+
+
+class PredictSession:
+    """Any other rembg model, run whole by rembg's ``predict`` in ``infer`` (its transforms differ per model,
+    so the raw range is not available)."""
+
+    def __init__(self, rembg_session: Any, info: ModelInfo):
+        self._session = rembg_session
+        self.info = info
+
+    def prepare(self, image: Image.Image) -> Any:
+        return image
+
+    def infer(self, prepared: Any) -> Any:
+        return self._session.predict(prepared)[0]
+
+    def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
+        mask = raw.convert("L")
+        if mask.size != size:
+            mask = mask.resize(size, Image.Resampling.LANCZOS)
+        return SoftMask(mask, None, None)
+
+
+def open_session(
+    model: str = DEFAULT_MODEL,
+    *,
+    device: str = "auto",
+    streams: int | None = None,
+    threads: int | None = None,
+) -> MaskSession:
+    """Open ``model`` once for a whole run.
+
+    ``device``: ``"cpu"``, ``"cuda"`` (an error unless onnxruntime offers CUDA and the session really runs on
+    it) or ``"auto"`` (CUDA when offered, else CPU). ``streams``: images in the network at once, each run with
+    ``threads`` onnxruntime intra-op threads (defaults: ``default_streams`` for the u2net family, whose
+    memory per run is known, one stream for the others; ``default_threads``).
+    """
+    check_model(model)
+    check_device(device)
+    for name, value in (("streams", streams), ("threads", threads)):
+        if value is not None and value < 1:
+            raise OptionError(f"{name} must be at least 1, got {value}", fix=f"pass --{name} 1 or more")
+    from bgbias.assets.store import u2net_model_path
+
+    path = u2net_model_path(model)
+    import onnxruntime as ort
+    import rembg
+
+    providers = choose_providers(device, ort.get_available_providers())
+    streams = streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
+    threads = threads or default_threads(streams)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
+
+    try:
+        with _rembg_home(path.parent):
+            rembg_session = rembg.new_session(model, sess_opts=options, providers=providers)
+    except (Fail, InvalidGraph, InvalidProtobuf, NoSuchFile) as exc:
+        raise AssetError(
+            f"onnxruntime cannot load the {model} model ({exc})",
+            path=path,
+            fix=f"delete the file and fetch it again: `bgbias assets fetch {model} --force`",
+        ) from exc
+    active = rembg_session.inner_session.get_providers()[0]
+    if device == "cuda" and active != CUDA:
+        raise OptionError(
+            f"CUDA was asked for, but the onnxruntime session runs on {active}",
+            fix="install CUDA and cuDNN versions that match onnxruntime-gpu, or use --device cpu",
+        )
+    md5, sha256 = file_digests(path)
+    info = ModelInfo(
+        name=model,
+        file=path,
+        bytes=path.stat().st_size,
+        md5=md5,
+        sha256=sha256,
+        provider=active,
+        streams=streams,
+        threads=threads,
+        rembg_version=_version("rembg"),
+        onnxruntime_version=ort.__version__,
+    )
+    if model in U2NET_FAMILY:
+        return U2netFamilySession(rembg_session, info)
+    return PredictSession(rembg_session, info)
+
+
+def check_model(model: str) -> None:
+    if model not in MODELS:
+        raise OptionError(f"unknown mask model {model!r}", fix=f"choose one of: {', '.join(MODELS)}")
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise OptionError(f"unknown device {device!r}", fix=f"choose one of: {', '.join(DEVICES)}")
+
+
+def choose_providers(device: str, available: Sequence[str]) -> list[str]:
+    """onnxruntime providers for ``device``, given the ones this onnxruntime build offers."""
+    check_device(device)
+    if device == "cpu":
+        return [CPU]
+    if CUDA in available:
+        return [CUDA, CPU]
+    if device == "cuda":
+        raise OptionError(
+            f"CUDA was asked for, but onnxruntime offers only {', '.join(available)}",
+            fix="install onnxruntime-gpu instead of onnxruntime (`pip uninstall onnxruntime onnxruntime-gpu`,"
+            " then `pip install onnxruntime-gpu`), or use --device cpu",
+        )
+    return [CPU]
+
+
+def default_streams(provider: str) -> int:
+    """Images in the network at once: one per core on CPU (at most ``MAX_DEFAULT_STREAMS``), one on a GPU.
+
+    Measured on 2 CPU cores (benchmarks/masks_speed.py, raw ``session.run``): two concurrent runs of one
+    thread each beat one run of two threads by about 5 % (u2netp 8.47 vs 8.04 images/s, u2net 3.48 vs 3.33),
+    because a batch-1 320² network does not keep two intra-op threads busy between its many small operators.
+    """
+    if provider != CPU:
+        return 1
+    return min(usable_cores(), MAX_DEFAULT_STREAMS)
+
+
+def default_threads(streams: int) -> int:
+    """onnxruntime intra-op threads per stream: the cores shared out among the streams."""
+    return max(1, usable_cores() // streams)
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def file_digests(path: Path) -> tuple[str, str]:
+    """(md5, sha256) of a file in one pass: md5 is rembg's own pin, sha256 the project's."""
+    md5, sha256 = hashlib.md5(), hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            md5.update(chunk)
+            sha256.update(chunk)
+    return md5.hexdigest(), sha256.hexdigest()
+
+
+@contextlib.contextmanager
+def _rembg_home(folder: Path) -> Iterator[None]:
+    """Point rembg's ``U2NET_HOME`` at ``folder`` while a session is created, then restore it."""
+    previous = os.environ.get("U2NET_HOME")
+    os.environ["U2NET_HOME"] = str(folder)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("U2NET_HOME", None)
+        else:
+            os.environ["U2NET_HOME"] = previous
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"

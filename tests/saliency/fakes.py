@@ -1,0 +1,47 @@
+"""A fast stand-in for a saliency session: same stages and contract as the real ones, no network."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from bgbias.saliency.sessions import CPU, ModelInfo
+from bgbias.saliency.u2net import SoftMask, u2net_mask
+
+
+def fake_info(name: str = "fake", md5: str = "0" * 32, streams: int = 2) -> ModelInfo:
+    return ModelInfo(
+        name=name,
+        file=Path(f"{name}.onnx"),
+        bytes=0,
+        md5=md5,
+        sha256="0" * 64,
+        provider=CPU,
+        streams=streams,
+        threads=1,
+        rembg_version="test",
+        onnxruntime_version="test",
+    )
+
+
+class FakeSession:
+    """Brightness on an 8×8 grid as the "saliency", stretched like U²-Net's output; counts its runs."""
+
+    def __init__(self, info: ModelInfo | None = None):
+        self.info = info or fake_info()
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, image: Image.Image) -> np.ndarray:
+        return np.asarray(image.convert("L").resize((8, 8), Image.Resampling.BILINEAR), dtype=np.float32)
+
+    def infer(self, prepared: np.ndarray) -> np.ndarray:
+        with self._lock:
+            self.calls += 1
+        return (prepared / 255.0)[None, None]
+
+    def finish(self, raw: np.ndarray, size: tuple[int, int]) -> SoftMask:
+        return u2net_mask(raw, size)
