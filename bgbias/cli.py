@@ -161,6 +161,91 @@ def datasets(dataset_name: str, root: Path | None, protocol: str, fold: int) -> 
     click.echo(format_dataset_summary(summarize(open_dataset(dataset_name, root), protocol, fold)))
 
 
+# --------------------------------------------------------------------------------------------------- masks
+def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count):
+        raise click.BadParameter(f"expected i/n with 0 <= i < n (e.g. 0/4), got {value!r}")
+    return int(index), int(count)
+
+
+@main.command("masks")
+@_dataset_options
+@click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default masks/<dataset>).")
+@click.option(
+    "--model",
+    default="u2net",
+    show_default=True,
+    help="rembg model: u2net (the paper's), u2netp (fast), isnet-general-use, birefnet-general, ...",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="auto uses CUDA when onnxruntime offers it.",
+)
+@click.option(
+    "--shard",
+    default="0/1",
+    show_default=True,
+    callback=_parse_shard,
+    help="Take shard i of n (every n-th image), so several machines can split a dataset.",
+)
+@click.option(
+    "--streams",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Images in the network at once (default: one per core on CPU, at most 4).",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="onnxruntime threads per stream.")
+@click.option(
+    "--empty-below",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.5,
+    show_default=True,
+    help="Flag a mask as likely empty when the network's raw maximum is below this.",
+)
+def masks(
+    dataset_name: str,
+    root: Path | None,
+    out: Path | None,
+    model: str,
+    device: str,
+    shard: tuple[int, int],
+    streams: int | None,
+    threads: int | None,
+    empty_below: float,
+) -> None:
+    """U²-Net salient-object masks for every image; resumable, with failures and mask quality recorded."""
+    from bgbias.data.registry import open_dataset
+    from bgbias.paths import masks_root
+    from bgbias.saliency.pipeline import make_masks
+
+    dataset = open_dataset(dataset_name, root)
+    out_dir = out if out is not None else masks_root() / dataset_name
+    run = make_masks(
+        dataset.items(),
+        out_dir,
+        model=model,
+        device=device,
+        streams=streams,
+        threads=threads,
+        shard=shard,
+        empty_below=empty_below,
+    )
+    click.echo(
+        f"{run.images} images ({model} on {run.provider}): {run.written} written, "
+        f"{run.skipped} already done, {run.failed} failed, {run.empty} flagged empty; "
+        f"{run.images_per_second:.2f} images/s"
+    )
+    if run.quality is not None:
+        click.echo(run.quality.describe())
+    click.echo(f"manifest: {run.manifest}")
+    if run.failed:
+        raise click.ClickException(f"{run.failed} image(s) failed; their reasons are in {run.manifest}")
+
+
 # --------------------------------------------------------------------------------------------------- corrupt
 @main.command("corrupt")
 @_dataset_options
