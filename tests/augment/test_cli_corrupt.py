@@ -1,0 +1,70 @@
+"""``bgbias corrupt`` end to end: manifests per repeat, identical for a seed, rendered images, gallery."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+from click.testing import CliRunner
+from PIL import Image
+
+from bgbias.cli import main
+from bgbias.data.items import mask_path
+from bgbias.data.registry import open_dataset
+from tests.replicas import make_bench
+
+
+def _pools(folder):
+    rng = np.random.default_rng(0)
+    for pool in ("train", "test"):
+        (folder / pool).mkdir(parents=True)
+        for k in range(3):
+            pixels = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / pool / f"bg{k}.png")
+    return folder
+
+
+def _corrupt(*args):
+    return CliRunner().invoke(main, ["corrupt", "--dataset", "bench", *args])
+
+
+def test_corrupt_command_writes_repeatable_manifests_and_renders(tmp_path):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=2, per_class=2)
+    pools = _pools(tmp_path / "backgrounds")
+    masks = tmp_path / "masks"
+    for item in open_dataset("bench", root).items():  # the exact masks stand in for U²-Net's
+        mask_path(item, masks).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(item.ground_truth_mask, mask_path(item, masks))
+    common = ["--root", str(root), "--backgrounds", str(pools), "--repeats", "2"]
+    first = _corrupt(
+        *common, "--out", str(tmp_path / "a"), "--render", str(tmp_path / "r"), "--masks", str(masks)
+    )
+    assert first.exit_code == 0, first.output
+    _corrupt(*common, "--out", str(tmp_path / "b"))
+    _corrupt(*common, "--seed", "1", "--out", str(tmp_path / "c"))
+    for repeat in ("repeat-0.json", "repeat-1.json"):
+        assert (tmp_path / "a" / repeat).read_bytes() == (tmp_path / "b" / repeat).read_bytes()
+        assert (tmp_path / "a" / repeat).read_bytes() != (tmp_path / "c" / repeat).read_bytes()
+    assert len(list((tmp_path / "r" / "repeat-0").rglob("*.png"))) == 4  # the test split's images
+    assert (tmp_path / "r" / "gallery.png").is_file()
+
+
+def test_corrupt_render_without_masks_names_the_masks_command(tmp_path):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=1)
+    pools = _pools(tmp_path / "backgrounds")
+    result = _corrupt(
+        "--root",
+        str(root),
+        "--backgrounds",
+        str(pools),
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "m"),
+        "--render",
+        str(tmp_path / "r"),
+        "--masks",
+        str(tmp_path / "x"),
+    )
+    assert result.exit_code == 2
+    assert "bgbias masks --dataset bench" in result.output
