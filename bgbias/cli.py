@@ -130,17 +130,34 @@ def assets_backgrounds(out: Path | None, seed: int) -> None:
     click.echo(format_pools_summary(prepare_pools(out, seed=seed), str(out or backgrounds_root())))
 
 
+def _bench_options(command):
+    """--preset, --rho and --seed of the bench, shared by `assets bench` and `study`."""
+    command = click.option(
+        "--seed",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="Seed of the bench's class split and views.",
+    )(command)
+    command = click.option(
+        "--rho",
+        type=click.FloatRange(0.0, 1.0),
+        default=0.9,
+        show_default=True,
+        help="Share of a class's views that show the class's home background.",
+    )(command)
+    return click.option(
+        "--preset",
+        type=click.Choice(["small", "large"]),
+        default="small",
+        show_default=True,
+        help="small: 8 views of 128 px per class; large: 16 views of 224 px.",
+    )(command)
+
+
 @assets.command("bench")
 @click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default <data-root>/bench).")
-@click.option("--preset", type=click.Choice(["small", "large"]), default="small", show_default=True)
-@click.option(
-    "--rho",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.9,
-    show_default=True,
-    help="Share of a class's views that show the class's home background.",
-)
-@click.option("--seed", type=int, default=0, show_default=True)
+@_bench_options
 def assets_bench(out: Path | None, preset: str, rho: float, seed: int) -> None:
     """Build the bench: Tux Paint photo stamps on real background photos, with exact masks."""
     from bgbias.report.console import format_bench_summary
@@ -313,9 +330,7 @@ def corrupt(
 
 # --------------------------------------------------------------------------------------------------- study
 @main.command("study")
-@click.option("--preset", type=click.Choice(["small", "large"]), default="small", show_default=True)
-@click.option("--rho", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@_bench_options
 def study(preset: str, rho: float, seed: int) -> None:
     """The main job on the embedded default: fetch assets, build pools and the bench, and summarise."""
     from bgbias.paths import backgrounds_root

@@ -60,23 +60,22 @@ def load_mask(path: str | os.PathLike[str]) -> Image.Image:
 
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any mode Pillow can read to 8-bit RGB (see ``load_image`` for the policy)."""
-    image = _sixteen_bit_to_l(image)
-    if image.mode == "RGB":
-        return image
-    if image.mode == "P" and "transparency" in image.info:
-        # Going through RGBA resolves the palette's transparency entry instead of warning about it.
-        image = image.convert("RGBA")
-    return image.convert("RGB")
+    return _to_eight_bit(image, "RGB")
 
 
 def to_grey(image: Image.Image) -> Image.Image:
     """Convert any mode Pillow can read to 8-bit greyscale ("L")."""
+    return _to_eight_bit(image, "L")
+
+
+def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
     image = _sixteen_bit_to_l(image)
-    if image.mode == "L":
+    if image.mode == mode:
         return image
     if image.mode == "P" and "transparency" in image.info:
+        # Going through RGBA resolves the palette's transparency entry instead of warning about it.
         image = image.convert("RGBA")
-    return image.convert("L")
+    return image.convert(mode)
 
 
 def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
