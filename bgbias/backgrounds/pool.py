@@ -28,7 +28,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, sample_crop_box
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource
-from bgbias.data.images import load_image
+from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from bgbias.fileio import write_bytes_atomic, write_json_atomic
 
@@ -46,9 +46,6 @@ GENERATED_PATTERN_SHARE = 0.5
 
 GENERATED_LICENCE = "MIT"
 """Generated backgrounds are this project's own work, under the project's licence."""
-
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
-"""Files ``list_pool`` reads as background images."""
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "bgbias-backgrounds/1"
@@ -148,11 +145,7 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
             path=folder,
             fix="build the pools with `bgbias assets`, or pass --backgrounds DIR (a folder of images)",
         )
-    files = sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
-    )
+    files = [folder / name for name in image_files(folder)]
     if not files:
         raise DatasetError(
             f"background pool folder holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})",

@@ -7,15 +7,12 @@ rest validate; the second half is test.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from bgbias.data.images import image_files
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import subfolders
 from bgbias.errors import DatasetError
-
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
-"""File suffixes (compared in lower case) taken as images; other files in class folders are ignored."""
 
 
 class FolderDataset(Dataset):
@@ -64,18 +61,3 @@ def folder_split_sizes(class_count: int) -> tuple[int, int]:
     if trainval >= 2:
         train = min(max(train, 1), trainval - 1)
     return trainval, train
-
-
-def image_files(folder: Path) -> list[str]:
-    """Names of the visible image files directly in ``folder``, sorted."""
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(
-                e.name
-                for e in entries
-                if e.is_file()
-                and not e.name.startswith(".")
-                and Path(e.name).suffix.lower() in IMAGE_SUFFIXES
-            )
-    except OSError:
-        return []

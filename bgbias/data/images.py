@@ -28,6 +28,25 @@ below what would exhaust memory. Larger files are treated as decompression bombs
 # exceeded) and its error (twice the limit) as ImageError.
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
+"""Suffixes (compared in lower case) taken as images when scanning a folder: dataset classes and pools."""
+
+
+def image_files(folder: str | os.PathLike[str]) -> list[str]:
+    """Names of the visible image files directly in ``folder``, sorted; [] for an unreadable folder."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if e.is_file()
+                and not e.name.startswith(".")
+                and Path(e.name).suffix.lower() in IMAGE_SUFFIXES
+            )
+    except OSError:
+        return []
+
+
 SIXTEEN_BIT_GREY_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I"})
 """Greyscale modes Pillow uses for 16-bit files ("I": how older Pillow and some TIFF files expose them)."""
 
