@@ -1,0 +1,136 @@
+"""A CNN cut into named stages, so that every method taps the feature maps it needs by name.
+
+DCML and MetricFormer read the last map, SAM an intermediate one (and differentiates the rest of the network
+with respect to it), AVSL three levels. One class serves them all: each architecture only says how it cuts
+itself into blocks; running, tapping, stopping early and resuming from a stage are written once here.
+
+This module defines an ``nn.Module`` and so imports torch at load time; only model-building code imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from torch import Tensor, nn
+
+from bgbias.errors import OptionError
+from bgbias.models.input_convention import InputConvention
+
+_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+
+class Backbone(nn.Module):
+    """Named stages run in order; ``forward`` returns the requested stage outputs.
+
+    The state-dict keys are ``blocks.<stage>.<the block's own keys>``; they go into checkpoints, so an
+    architecture must keep its cut stable.
+    """
+
+    def __init__(
+        self,
+        blocks: Iterable[tuple[str, nn.Module]],
+        *,
+        channels: Mapping[str, int],
+        levels: tuple[str, str, str],
+        convention: InputConvention,
+        freeze_batchnorm: bool = True,
+    ):
+        super().__init__()
+        self.blocks = nn.ModuleDict(blocks)
+        self.stages: tuple[str, ...] = tuple(self.blocks.keys())
+        if not self.stages:
+            raise ValueError("a backbone needs at least one stage")
+        if set(channels) != set(self.stages):
+            raise ValueError(f"channels must name exactly the stages {self.stages}, got {sorted(channels)}")
+        positions = [self.stages.index(level) if level in self.stages else -1 for level in levels]
+        if len(levels) != 3 or -1 in positions or positions != sorted(set(positions)):
+            raise ValueError(f"levels must be three distinct stages in order, got {levels}")
+        self.channels: dict[str, int] = {stage: int(channels[stage]) for stage in self.stages}
+        self.levels = levels
+        self.convention = convention
+        self._freeze_batchnorm = freeze_batchnorm
+        self.train(self.training)
+
+    @property
+    def final(self) -> str:
+        """The last stage: the feature map that embedding heads pool."""
+        return self.stages[-1]
+
+    @property
+    def freeze_batchnorm(self) -> bool:
+        """Whether BatchNorm layers stay in eval mode (running stats fixed) even in training mode.
+
+        Only the mode is pinned; affine parameters keep their ``requires_grad``. Setting it takes effect
+        at once.
+        """
+        return self._freeze_batchnorm
+
+    @freeze_batchnorm.setter
+    def freeze_batchnorm(self, frozen: bool) -> None:
+        self._freeze_batchnorm = frozen
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> Backbone:
+        super().train(mode)
+        if self._freeze_batchnorm:
+            for module in self.modules():
+                if isinstance(module, _BATCHNORMS):
+                    module.eval()
+        return self
+
+    def forward(self, images: Tensor, taps: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """Normalise ``images`` (float RGB in [0, 1], (B, 3, H, W)) with the convention, then run the stages
+        up to the last requested tap (default: the final stage) and return ``{stage: output}`` in stage order.
+        """
+        wanted = self._select(taps, first=0)
+        return self._run(self.convention.apply(images), 0, wanted)
+
+    def forward_from(
+        self, stage: str, features: Tensor, taps: Sequence[str] | None = None
+    ) -> dict[str, Tensor]:
+        """Continue from ``features``, taken as the output of ``stage`` (possibly modified, or a leaf to
+        differentiate against), through the later stages; return the requested taps (default: the final
+        stage). ``stage`` itself may be requested and maps to ``features`` unchanged.
+        """
+        start = self._index(stage)
+        wanted = self._select(taps, first=start)
+        outputs = {stage: features} if start in wanted else {}
+        outputs.update(self._run(features, start + 1, wanted - {start}))
+        return outputs
+
+    def _run(self, x: Tensor, start: int, wanted: set[int]) -> dict[str, Tensor]:
+        outputs: dict[str, Tensor] = {}
+        if not wanted:
+            return outputs
+        last = max(wanted)
+        for index in range(start, last + 1):
+            name = self.stages[index]
+            x = self.blocks[name](x)
+            if index in wanted:
+                outputs[name] = x
+        return outputs
+
+    def _select(self, taps: Sequence[str] | str | None, *, first: int) -> set[int]:
+        if taps is None:
+            taps = (self.final,)
+        elif isinstance(taps, str):
+            taps = (taps,)
+        if not taps:
+            raise OptionError("no backbone stage requested", fix=f"ask for some of: {', '.join(self.stages)}")
+        wanted = {self._index(tap) for tap in taps}
+        if min(wanted) < first:
+            early = self.stages[min(wanted)]
+            raise OptionError(
+                f"stage {early!r} comes before {self.stages[first]!r}, where this pass starts",
+                fix=f"ask for some of: {', '.join(self.stages[first:])}",
+            )
+        return wanted
+
+    def _index(self, stage: str) -> int:
+        if stage not in self.blocks:
+            choices = ", ".join(self.stages)
+            raise OptionError(f"unknown backbone stage {stage!r}", fix=f"choose from: {choices}")
+        return self.stages.index(stage)
+
+    def extra_repr(self) -> str:
+        return f"convention={self.convention}, freeze_batchnorm={self._freeze_batchnorm}"

@@ -1,0 +1,49 @@
+"""How an RGB image in [0, 1] becomes a network's input: channel order, value range, mean and std.
+
+Pretrained weights only work on the input their training used. Keeping that as data beside each backbone lets
+every data pipeline hand over plain RGB in [0, 1] and never know which network comes next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@dataclass(frozen=True)
+class InputConvention:
+    """``x' = (scale · x − mean) / std`` per channel, after an optional RGB→BGR swap.
+
+    ``mean`` and ``std`` are given in the network's channel order, i.e. in BGR order when ``bgr`` is set.
+    """
+
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    bgr: bool = False
+    scale: float = 1.0
+
+    def apply(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) float RGB in [0, 1] -> the network's input, same dtype and device."""
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
+        if not images.is_floating_point():
+            raise TypeError(f"expected float images in [0, 1], got dtype {images.dtype}")
+        if self.bgr:
+            images = images.flip(1)
+        mean = images.new_tensor(self.mean).view(1, 3, 1, 1)
+        std = images.new_tensor(self.std).view(1, 3, 1, 1)
+        return (images * self.scale - mean) / std
+
+
+IMAGENET = InputConvention(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+"""torchvision's ImageNet models (ResNet-50, MobileNetV2)."""
+
+CAFFE_BGR = InputConvention(mean=(104.0, 117.0, 128.0), std=(1.0, 1.0, 1.0), bgr=True, scale=255.0)
+"""Caffe-trained BN-Inception as ported by pretrainedmodels (the seed's backbone): BGR, 0–255, mean only."""
+
+SYMMETRIC = InputConvention(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+"""[0, 1] -> [−1, 1]: what torchvision's GoogLeNet weights (ported from TensorFlow) expect; torchvision gets
+there with ``transform_input=True`` applied to ImageNet-normalised input."""

@@ -1,0 +1,79 @@
+"""Backbones by name: ``@register_backbone("name")`` on a builder, ``build_backbone("name")`` to get one.
+
+A builder is ``fn(*, pretrained, weights, home) -> Backbone``. ``pretrained=False`` gives random weights
+(only when the user asks for it); ``pretrained=True`` loads ``weights`` (a file) or the architecture's usual
+ImageNet weights, and raises AssetError when it cannot: a builder never falls back to random weights.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from bgbias.errors import OptionError
+
+if TYPE_CHECKING:
+    from bgbias.models.backbone import Backbone
+
+_BUILTIN_MODULES = ("bgbias.models.torchvision_backbones", "bgbias.models.bninception")
+
+
+class BackboneBuilder(Protocol):
+    def __call__(self, *, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone: ...
+
+
+_BUILDERS: dict[str, BackboneBuilder] = {}
+
+
+def register_backbone(name: str) -> Callable[[BackboneBuilder], BackboneBuilder]:
+    """Decorator: make ``builder`` available as ``build_backbone(name)``."""
+
+    def decorate(builder: BackboneBuilder) -> BackboneBuilder:
+        if _BUILDERS.get(name, builder) is not builder:
+            raise ValueError(f"backbone {name!r} is already registered")
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorate
+
+
+def backbone_names() -> list[str]:
+    """Every registered backbone, sorted (imports the built-in architectures, and so torch)."""
+    _import_builtins()
+    return sorted(_BUILDERS)
+
+
+def build_backbone(
+    name: str,
+    *,
+    pretrained: bool = True,
+    weights: str | os.PathLike[str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+    freeze_batchnorm: bool = True,
+) -> Backbone:
+    """Build backbone ``name``; ``weights`` is a weight file to load instead of the default download,
+    ``home`` the bgbias home holding offline assets and downloaded weights."""
+    names = backbone_names()
+    if name not in _BUILDERS:
+        raise OptionError(f"unknown backbone {name!r}", fix=f"choose from: {', '.join(names)}")
+    if weights is not None and not pretrained:
+        raise OptionError(
+            "a weight file was given together with random initialisation",
+            path=weights,
+            fix="drop the weight file, or ask for pretrained weights",
+        )
+    backbone = _BUILDERS[name](
+        pretrained=pretrained,
+        weights=None if weights is None else Path(weights),
+        home=None if home is None else Path(home),
+    )
+    backbone.freeze_batchnorm = freeze_batchnorm
+    return backbone
+
+
+def _import_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
