@@ -1,0 +1,125 @@
+"""The training geometry: shorter side resized, a random resized crop and a horizontal flip, applied to an
+image and its mask together by one albumentations pipeline.
+
+These are the seed's training transforms (references.md §1.3): ``Resize(256)`` then ``RandomResizedCrop(227,
+scale=(0.16, 1), ratio=(3/4, 4/3))`` and a flip with p = 0.5. Image and mask are resampled bilinearly, with
+area averaging when the resize shrinks (as PIL's antialiased resize in the seed and in our evaluation
+geometry): the mask stays soft, never thresholded.
+
+Randomness comes from one seed per draw (see ``bgbias.data.samplers``). It is fed to the pipeline with
+``set_random_state``, one generator shared by all its transforms. albumentations' own ``Compose(seed=...)`` /
+``set_random_seed`` gives every transform a generator of the same seed, so the flip re-uses the crop's first
+random number: in albumentations 2.0.8 small crops come out mirrored ~88 % of the time and large crops almost
+never. Tests check that crop size and flip are independent here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bgbias.errors import OptionError
+
+
+@dataclass(frozen=True)
+class TrainGeometry:
+    """Shorter side after resizing (``None``: keep the image's size), output square side, crop area ``scale``,
+    aspect ``ratio`` range and horizontal flip probability."""
+
+    resize: int | None
+    crop: int
+    scale: tuple[float, float] = (0.16, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_p: float = 0.5
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.resize is not None and self.resize < 1:
+            problems.append(f"resize={self.resize} must be positive or None")
+        if self.crop < 1:
+            problems.append(f"crop={self.crop} must be positive")
+        if not 0 < self.scale[0] <= self.scale[1] <= 1:
+            problems.append(f"scale={self.scale} must satisfy 0 < low <= high <= 1")
+        if not 0 < self.ratio[0] <= self.ratio[1]:
+            problems.append(f"ratio={self.ratio} must satisfy 0 < low <= high")
+        if not 0 <= self.flip_p <= 1:
+            problems.append(f"flip_p={self.flip_p} must lie in [0, 1]")
+        if problems:
+            raise OptionError(
+                "impossible training geometry: " + "; ".join(problems),
+                fix="correct the training geometry in the configuration",
+            )
+
+
+TRAIN_GEOMETRY: dict[str, TrainGeometry] = {
+    "cub": TrainGeometry(resize=256, crop=227),
+    "cars": TrainGeometry(resize=256, crop=227),
+    "sop": TrainGeometry(resize=256, crop=227),
+    "folder": TrainGeometry(resize=256, crop=227),
+    # The bench's views are 128 px already and are evaluated at that size (see transforms.EVAL_GEOMETRY).
+    "bench": TrainGeometry(resize=None, crop=128),
+}
+
+
+def train_geometry(dataset_name: str) -> TrainGeometry:
+    """The default training geometry of a dataset kind (cub, cars, sop, folder, bench)."""
+    try:
+        return TRAIN_GEOMETRY[dataset_name]
+    except KeyError:
+        raise OptionError(
+            f"no training geometry is defined for dataset {dataset_name!r}",
+            fix=f"use one of {', '.join(sorted(TRAIN_GEOMETRY))}, or pass the geometry explicitly",
+        ) from None
+
+
+def import_albumentations() -> Any:
+    """albumentations without its import-time request to PyPI (a network call, a warning when offline, and
+    advice to upgrade to the AGPL successor)."""
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    import albumentations
+
+    return albumentations
+
+
+def make_train_transform(geometry: TrainGeometry) -> Any:
+    """The albumentations ``Compose`` of ``geometry``, for an RGB image with an optional ``mask`` target.
+
+    Area averaging is used only by the shorter-side resize, where albumentations applies one rule to image and
+    mask. ``RandomResizedCrop(area_for_downscale="image_mask")`` in 2.0.8 area-averages the mask also when
+    it enlarges the crop, so the mask would come out sharper than its image; the crop is therefore plain
+    bilinear for both (it shrinks by at most 256/227 after the resize, too little to alias).
+    """
+    import cv2
+
+    albumentations = import_albumentations()
+    bilinear = {"interpolation": cv2.INTER_LINEAR, "mask_interpolation": cv2.INTER_LINEAR}
+    steps = []
+    if geometry.resize is not None:
+        steps.append(
+            albumentations.SmallestMaxSize(
+                max_size=geometry.resize, area_for_downscale="image_mask", **bilinear
+            )
+        )
+    steps += [
+        albumentations.RandomResizedCrop(
+            size=(geometry.crop, geometry.crop), scale=geometry.scale, ratio=geometry.ratio, **bilinear
+        ),
+        albumentations.HorizontalFlip(p=geometry.flip_p),
+    ]
+    return albumentations.Compose(steps)
+
+
+def apply_train_transform(
+    transform: Any, seed: int, image: np.ndarray, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Run ``transform`` (from :func:`make_train_transform`) on ``image`` (H×W×3) and ``mask`` (H×W), both
+    ``uint8``, with the random draws fixed by ``seed`` alone."""
+    transform.set_random_state(np.random.default_rng(seed), random.Random(seed))
+    if mask is None:
+        return transform(image=image)["image"], None
+    out = transform(image=image, mask=mask)
+    return out["image"], out["mask"]

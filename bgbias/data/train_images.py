@@ -1,0 +1,87 @@
+"""Training images for the DataLoader workers: decode, one paired random geometry for image and mask, uint8
+tensors out.
+
+Workers hand over ``uint8`` (4× less to copy than float); the device converts and normalises. A draw is
+``(index, seed)`` (see ``bgbias.data.samplers``), so the result depends on the draw alone, not on the worker
+that ran it or on the order of draws. Batches are stacked by torch's ``default_collate``: every field is a
+tensor or an ``int``, so no custom collate is needed.
+
+``TrainImages`` is a plain map-style dataset (``__getitem__`` and ``__len__``), which is all a DataLoader
+needs; not subclassing ``torch.utils.data.Dataset`` keeps torch out of this module's import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.data.images import load_image, load_mask
+from bgbias.data.items import Item
+from bgbias.data.samplers import Draw
+from bgbias.data.train_geometry import TrainGeometry, apply_train_transform, make_train_transform
+from bgbias.errors import ImageError
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TrainImages:
+    """Training view of ``items``: ``dataset[(index, seed)]`` is a dict with ``image`` (uint8, 3×crop×crop),
+    ``label``, ``index`` and, when ``masks`` (one path per item) are given, ``mask`` (uint8, 1×crop×crop).
+
+    ``dataset_name`` only makes error messages name the command that remakes the masks.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[Item],
+        geometry: TrainGeometry,
+        masks: Sequence[Path] | None = None,
+        *,
+        dataset_name: str | None = None,
+    ):
+        if masks is not None and len(masks) != len(items):
+            raise ValueError(f"{len(masks)} mask paths for {len(items)} items: give one per item")
+        self.items = list(items)
+        self.geometry = geometry
+        self.masks = None if masks is None else list(masks)
+        self.dataset_name = dataset_name
+        self._transform = make_train_transform(geometry)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, draw: Draw) -> dict[str, Any]:
+        index, seed = draw
+        item = self.items[index]
+        image = load_image(item.image)
+        mask = None if self.masks is None else self._load_mask(item, image.size, self.masks[index])
+        image_out, mask_out = apply_train_transform(self._transform, seed, np.asarray(image), mask)
+        sample: dict[str, Any] = {"image": chw_tensor(image_out), "label": item.label, "index": index}
+        if mask_out is not None:
+            sample["mask"] = chw_tensor(mask_out)
+        return sample
+
+    def _load_mask(self, item: Item, image_size: tuple[int, int], path: Path) -> np.ndarray:
+        mask = load_mask(path)
+        if mask.size != image_size:
+            command = f"bgbias masks --dataset {self.dataset_name or 'NAME'}"
+            raise ImageError(
+                f"mask size {mask.size} differs from the size {image_size} of image {item.id}",
+                path=path,
+                fix=f"make the masks again with `{command}` (the image changed after its mask was made, or "
+                "the masks folder belongs to another dataset)",
+            )
+        return np.asarray(mask)
+
+
+def chw_tensor(array: np.ndarray) -> torch.Tensor:
+    """A ``uint8`` H×W×C or H×W array as a contiguous C×H×W tensor (H×W becomes 1×H×W)."""
+    import torch
+
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
