@@ -1,0 +1,114 @@
+"""BGAugment: each training image (with probability ``p``) gets a fresh random background behind its mask.
+
+Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from the
+caller's generator; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
+with the one :func:`~bgbias.augment.composite.composite`, after the paired geometry the workers already gave
+image and mask. The seed applied it to every sample (p = 1, the default) with the validation pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bgbias.augment.background_bank import BackgroundBank
+from bgbias.augment.background_crops import BackgroundCrop, sample_background_crop
+from bgbias.augment.composite import composite
+from bgbias.errors import OptionError
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class BGAugmentParams:
+    """One batch's draws: a background crop for every image, and whether it is used."""
+
+    crops: list[BackgroundCrop]
+    apply: list[bool]
+
+
+def check_probability(p: float) -> None:
+    if not 0 <= p <= 1:
+        raise OptionError(
+            f"the BGAugment probability must lie in [0, 1], got {p}",
+            fix="pass a probability between 0 (never) and 1 (every image, as in the paper)",
+        )
+
+
+def sample_bgaugment(
+    bank_sizes: Sequence[tuple[int, int]], n: int, p: float, rng: np.random.Generator
+) -> BGAugmentParams:
+    """Draw a crop for each of ``n`` images (also those left unchanged, so batches keep one shape), then which
+    images get it, each with probability ``p``."""
+    check_probability(p)
+    crops = [sample_background_crop(rng, bank_sizes) for _ in range(n)]
+    apply = (rng.random(n) < p).tolist()
+    return BGAugmentParams(crops, apply)
+
+
+def apply_bgaugment(
+    images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor, apply: torch.Tensor
+) -> torch.Tensor:
+    """``composite(images, masks, backgrounds)`` where ``apply`` (bool, (B,)) is true, ``images`` elsewhere.
+
+    ``images`` and ``backgrounds`` are float (B, 3, H, W) in [0, 1], ``masks`` float (B, 1, H, W) in [0, 1].
+    """
+    import torch
+
+    if apply.dtype != torch.bool or apply.shape != images.shape[:1] or apply.device != images.device:
+        raise ValueError(
+            f"apply must be a bool tensor of shape ({images.shape[0]},) on {images.device}, got "
+            f"{apply.dtype} {tuple(apply.shape)} on {apply.device}"
+        )
+    return torch.where(apply[:, None, None, None], composite(images, masks, backgrounds), images)
+
+
+class BGAugment:
+    """The per-step call of the training engine: ``uint8`` images and masks on the device in, the composited
+    float batch in [0, 1] out, on the same device."""
+
+    def __init__(self, bank: BackgroundBank, p: float = 1.0):
+        check_probability(p)
+        self.bank = bank
+        self.p = p
+
+    def __call__(
+        self, images_u8: torch.Tensor, masks_u8: torch.Tensor, rng: np.random.Generator
+    ) -> torch.Tensor:
+        import torch
+
+        check_batch(images_u8, masks_u8, self.bank.device)
+        images = images_u8.float().div_(255)
+        params = sample_bgaugment(self.bank.sizes, images.shape[0], self.p, rng)
+        if not any(params.apply):
+            return images
+        backgrounds = self.bank.render(params.crops, images.shape[-1], images.dtype)
+        apply = torch.tensor(params.apply, dtype=torch.bool).to(images.device, non_blocking=True)
+        return apply_bgaugment(images, masks_u8.float().div_(255), backgrounds, apply)
+
+
+def check_batch(images: torch.Tensor, masks: torch.Tensor, device: torch.device) -> None:
+    """Images ``uint8`` (B, 3, S, S) and masks ``uint8`` (B, 1, S, S), on the bank's ``device``."""
+    import torch
+
+    batch = images.shape[0] if images.dim() == 4 else -1
+    side = images.shape[-1]
+    if (
+        images.dtype != torch.uint8
+        or masks.dtype != torch.uint8
+        or images.shape != (batch, 3, side, side)
+        or masks.shape != (batch, 1, side, side)
+    ):
+        raise ValueError(
+            "BGAugment needs uint8 images (B, 3, S, S) and masks (B, 1, S, S), got "
+            f"{images.dtype} {tuple(images.shape)} and {masks.dtype} {tuple(masks.shape)}"
+        )
+    if images.device != device or masks.device != device:
+        raise ValueError(
+            f"images ({images.device}) and masks ({masks.device}) must be on the background bank's device "
+            f"({device})"
+        )

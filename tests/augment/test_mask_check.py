@@ -1,0 +1,36 @@
+"""Mask preflight: every training image's mask path, or one error naming the missing ones and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from bgbias.augment.mask_check import training_masks
+from bgbias.data.items import mask_path
+from bgbias.errors import ImageError
+
+
+def test_all_masks_present_gives_their_paths_in_item_order(bench, masks_dir):
+    items = bench.items()
+    paths = training_masks(items, masks_dir, "bench")
+    assert paths == [mask_path(item, masks_dir) for item in items]
+    assert all(path.is_file() for path in paths)
+
+
+def test_missing_masks_are_one_error_with_count_examples_and_fix(bench, masks_dir):
+    items = bench.items()
+    gone = [mask_path(items[1], masks_dir), mask_path(items[4], masks_dir)]
+    for path in gone:
+        path.unlink()
+    with pytest.raises(ImageError) as info:
+        training_masks(items, masks_dir, "bench")
+    error = info.value
+    assert f"2 of {len(items)}" in error.problem
+    assert all(str(path) in error.problem for path in gone)
+    assert error.path == str(masks_dir)
+    assert "bgbias masks --dataset bench" in error.fix and "--masks DIR" in error.fix
+
+
+def test_a_missing_masks_folder_counts_every_mask(bench, tmp_path):
+    items = bench.items()
+    with pytest.raises(ImageError, match=f"{len(items)} of {len(items)}"):
+        training_masks(items, tmp_path / "nowhere", "bench")
