@@ -1,0 +1,1 @@
+"""Training and evaluation machinery: retrieval, metrics, and the loops that produce what they score."""

@@ -1,0 +1,99 @@
+"""MAP@R, R-precision and P@1 per query, as pytorch-metric-learning's ``AccuracyCalculator`` defines them.
+
+For a query with ``R`` other items of its class (methods.md §5.3): P@1 says whether the nearest other item
+shares the class, R-precision is the share of same-class items among the ``R`` nearest, and MAP@R averages
+P(i) over the ranks ``i <= R`` that hold a same-class item, divided by ``R``. A query alone in its class
+(``R = 0``) has nothing to retrieve; like PML, its scores are left out of the means (references.md §2.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.engine.retrieval import nearest_neighbours
+from bgbias.errors import OptionError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+METRICS = ("map_at_r", "r_precision", "precision_at_1")
+
+
+@dataclass(frozen=True)
+class RetrievalScores:
+    """Means over the scored queries (those with ``R >= 1``), and every query's own scores.
+
+    ``per_query`` holds one float array per metric (NaN for lone queries) and ``"r"`` (int), in input order.
+    """
+
+    map_at_r: float
+    r_precision: float
+    precision_at_1: float
+    per_query: dict[str, np.ndarray] = field(compare=False, repr=False)
+    scored: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The three means (``None`` when no query was scored: JSON has no NaN) and the scored count."""
+        means = {name: getattr(self, name) for name in METRICS}
+        return {**{k: (None if np.isnan(v) else float(v)) for k, v in means.items()}, "scored": self.scored}
+
+
+def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.ndarray) -> RetrievalScores:
+    """Scores of queries from their neighbours' labels.
+
+    ``knn_labels`` is ``(N, k)``, nearest first; ``query_labels`` and ``r`` (each query's count of relevant
+    references) are ``(N,)``. ``k`` must reach the largest ``R``, or MAP@R and R-precision would be cut short.
+    """
+    knn_labels = np.asarray(knn_labels)
+    query_labels = np.asarray(query_labels)
+    r = np.asarray(r, dtype=np.int64)
+    if knn_labels.ndim != 2 or query_labels.shape != (len(knn_labels),) or r.shape != query_labels.shape:
+        raise OptionError(
+            f"expected (N, k) neighbour labels with N query labels and N R values, got shapes "
+            f"{knn_labels.shape}, {query_labels.shape} and {r.shape}",
+            fix="pass one row of neighbour labels, one label and one R per query",
+        )
+    k = knn_labels.shape[1]
+    if len(r) and (r.min() < 0 or r.max() > k):
+        raise OptionError(
+            f"R ranges over {r.min()}..{r.max()}, but only {k} neighbours per query were retrieved",
+            fix="retrieve at least max(R) neighbours per query (PML's k='max_bin_count')",
+        )
+    same_class = knn_labels == query_labels[:, None]
+    relevant = same_class & (np.arange(k) < r[:, None])
+    scored = r > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision_at_rank = np.cumsum(relevant, axis=1) / np.arange(1, k + 1)
+        map_at_r = np.where(relevant, precision_at_rank, 0.0).sum(axis=1) / r
+        r_precision = relevant.sum(axis=1) / r
+    precision_at_1 = same_class[:, 0].astype(np.float64) if k else np.zeros(len(r))
+    per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
+    for values in per_query.values():
+        values[~scored] = np.nan
+    means = {name: float(values[scored].mean()) if scored.any() else float("nan")
+             for name, values in per_query.items()}
+    return RetrievalScores(**means, per_query={**per_query, "r": r}, scored=int(scored.sum()))
+
+
+def score_embeddings(
+    embeddings: np.ndarray | Tensor, labels: np.ndarray | Tensor, *, backend: str = "auto"
+) -> RetrievalScores:
+    """Score a split against itself: every item a query, every other item a reference.
+
+    ``k`` is the largest class size minus one (PML's ``"max_bin_count"`` with the query among the references)
+    and ``R`` is the size of the query's class minus one; the search is :func:`nearest_neighbours`.
+    """
+    labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
+    if labels.shape != (embeddings.shape[0],) or len(labels) == 0:
+        raise OptionError(
+            f"expected one label per embedding, got labels of shape {labels.shape} for "
+            f"{embeddings.shape[0]} embeddings",
+            fix="pass a 1-D label array as long as the embeddings, with at least one item",
+        )
+    _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    r = class_sizes[class_of_item] - 1
+    knn = nearest_neighbours(embeddings, int(class_sizes.max()) - 1, backend=backend)
+    return retrieval_scores(labels[knn], labels, r)

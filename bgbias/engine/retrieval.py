@@ -1,0 +1,140 @@
+"""Exact k-nearest-neighbour search over one split, every item a query and every other item a reference.
+
+The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
+query and reference (references.md §1.4, §2.1): faiss ``IndexFlatL2`` (exact squared L2) asked for ``k + 1``
+neighbours, from which each row's own index is removed, or, when ties pushed the row's own index out of the
+``k + 1``, its last column. Both backends here apply that rule, so scores equal PML's on the same embeddings.
+The torch backend is the fallback where faiss is not installed; it ranks by the same float32 distances.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bgbias.errors import AssetError, BgbiasError, OptionError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+BACKENDS = ("auto", "faiss", "torch")
+
+FAISS_GPU_MAX_K = 2048
+"""Largest k faiss's GPU indexes search (CUDA >= 9.5); PML falls back to the CPU above it, and so do we."""
+
+CHUNK_ELEMENTS = 1 << 26
+"""Distance-matrix entries per chunk of the torch backend (256 MiB of float32), whatever the split's size."""
+
+
+def nearest_neighbours(embeddings: np.ndarray | Tensor, k: int, *, backend: str = "auto") -> np.ndarray:
+    """``(N, D)`` float embeddings -> ``(N, k)`` int64 indices of each row's ``k`` nearest other rows.
+
+    Nearest first by squared L2 distance. ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when
+    it can be imported, else torch).
+    """
+    if backend not in BACKENDS:
+        raise OptionError(f"unknown retrieval backend {backend!r}", fix=f"use one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        backend = "faiss" if faiss_available() else "torch"
+    if backend == "faiss":
+        return faiss_nearest_neighbours(embeddings, k)
+    return torch_nearest_neighbours(embeddings, k)
+
+
+def checked_k(embeddings: np.ndarray | Tensor, k: int) -> int:
+    """``k`` as a Python int, once the embeddings are known to be a 2-D array of finite numbers with more rows
+    than ``k`` (each row needs ``k`` others)."""
+    if len(embeddings.shape) != 2:
+        raise OptionError(
+            f"embeddings must be a 2-D (items, dimensions) array, got shape {tuple(embeddings.shape)}",
+            fix="pass one embedding vector per row",
+        )
+    count = embeddings.shape[0]
+    if not 0 <= k < count:
+        raise OptionError(
+            f"cannot find {k} nearest neighbours among the {count - 1} other items of {count}",
+            fix="use a k between 0 and the number of items minus one",
+        )
+    finite = embeddings.isfinite().all() if hasattr(embeddings, "isfinite") else np.isfinite(embeddings).all()
+    if not bool(finite):
+        raise BgbiasError(
+            "the embeddings contain NaN or infinite values, so no ranking of them means anything",
+            fix="the model diverged or its checkpoint is damaged: evaluate an earlier checkpoint or retrain "
+            "with a lower learning rate",
+        )
+    return int(k)
+
+
+def faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def remove_self_matches(indices: np.ndarray) -> np.ndarray:
+    """``(N, k + 1)`` neighbour indices of rows ``0 … N-1`` -> ``(N, k)`` without each row's own index.
+
+    A row whose own index is missing (ties put other items in its place) loses its last column instead: the
+    rule of PML's ``return_results`` since v1.5.2.
+    """
+    own = indices == np.arange(len(indices))[:, None]
+    own[~own.any(axis=1), -1] = True
+    return indices[~own].reshape(len(indices), indices.shape[1] - 1)
+
+
+def faiss_nearest_neighbours(embeddings: np.ndarray | Tensor, k: int) -> np.ndarray:
+    """The faiss backend: ``IndexFlatL2`` over float32 copies, on the GPU when faiss has GPUs and the
+    embeddings live on CUDA (as PML decides), else on the CPU."""
+    k = checked_k(embeddings, k)
+    try:
+        import faiss
+    except ImportError:
+        raise AssetError(
+            "the faiss retrieval backend was asked for, but faiss is not installed",
+            fix="pip install faiss-cpu (or faiss-gpu), or use the torch backend",
+        ) from None
+    on_cuda = bool(getattr(embeddings, "is_cuda", False))
+    vectors = as_float32_numpy(embeddings)
+    index = faiss.IndexFlatL2(vectors.shape[1])
+    if on_cuda and faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
+        index = faiss.index_cpu_to_all_gpus(index)
+    index.add(vectors)
+    _, indices = index.search(vectors, k + 1)
+    return remove_self_matches(np.asarray(indices, dtype=np.int64))
+
+
+def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
+    if hasattr(embeddings, "detach"):
+        embeddings = embeddings.detach().cpu().numpy()
+    return np.ascontiguousarray(embeddings, dtype=np.float32)
+
+
+def torch_nearest_neighbours(
+    embeddings: np.ndarray | Tensor, k: int, chunk_rows: int | None = None
+) -> np.ndarray:
+    """The torch backend: exact float32 squared distances, ``chunk_rows`` queries at a time, then ``topk``.
+
+    Runs on the embeddings' device. ``chunk_rows`` defaults to what keeps one chunk of the distance matrix
+    near :data:`CHUNK_ELEMENTS` entries; it bounds memory and leaves the ranking alone (bar float rounding of
+    distances that are equal to the last bit).
+    """
+    import torch
+
+    k = checked_k(embeddings, k)
+    vectors = torch.as_tensor(embeddings).detach().to(torch.float32)
+    count = len(vectors)
+    if chunk_rows is None:
+        chunk_rows = max(1, CHUNK_ELEMENTS // count)
+    if chunk_rows < 1:
+        raise OptionError(f"chunk_rows must be at least 1, got {chunk_rows}", fix="pass a positive size")
+    squared_norms = (vectors * vectors).sum(dim=1)
+    parts = []
+    for start in range(0, count, chunk_rows):
+        queries = vectors[start : start + chunk_rows]
+        distances = squared_norms[start : start + chunk_rows, None] + squared_norms[None, :]
+        distances = distances.addmm_(queries, vectors.T, alpha=-2.0).clamp_min_(0.0)
+        parts.append(distances.topk(k + 1, dim=1, largest=False, sorted=True).indices.cpu())
+    return remove_self_matches(torch.cat(parts).numpy().astype(np.int64))

@@ -1,0 +1,120 @@
+"""Exact kNN without the query itself: known orders, PML's tie rule, agreeing backends, free chunk sizes."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from bgbias.engine.retrieval import (
+    faiss_nearest_neighbours,
+    nearest_neighbours,
+    remove_self_matches,
+    torch_nearest_neighbours,
+)
+from bgbias.errors import AssetError, BgbiasError, OptionError
+
+BACKENDS = ["faiss", "torch"]
+
+LINE = np.array([[0.0], [1.0], [3.0], [7.0], [15.0]], dtype=np.float32)
+"""Points on a line whose gaps all differ, so every ranking is unique."""
+LINE_NEIGHBOURS = np.array([[1, 2], [0, 2], [1, 0], [2, 1], [3, 2]])
+
+
+def _untied(seed: int, count: int = 300, dim: int = 8) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(count, dim)).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_known_order_on_a_line(backend):
+    assert np.array_equal(nearest_neighbours(LINE, 2, backend=backend), LINE_NEIGHBOURS)
+    assert np.array_equal(nearest_neighbours(LINE, 4, backend=backend)[0], [1, 2, 3, 4])
+    assert np.array_equal(nearest_neighbours(LINE, np.int64(2), backend=backend), LINE_NEIGHBOURS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_result_is_int64_with_k_columns_and_never_the_row_itself(backend):
+    x = _untied(0, count=50)
+    knn = nearest_neighbours(x, 7, backend=backend)
+    assert knn.dtype == np.int64 and knn.shape == (50, 7)
+    assert not (knn == np.arange(50)[:, None]).any()
+    assert all(len(set(row)) == 7 for row in knn.tolist())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k_zero_gives_no_columns(backend):
+    assert nearest_neighbours(LINE, 0, backend=backend).shape == (5, 0)
+
+
+def test_self_is_removed_wherever_it_stands():
+    searched = np.array([[0, 4, 2], [3, 1, 0], [1, 4, 2]])
+    assert remove_self_matches(searched).tolist() == [[4, 2], [3, 0], [1, 4]]
+
+
+def test_row_without_its_own_index_loses_its_last_column():
+    # Row 1 tied with items 0 and 2, which took both places: PML then drops the last column.
+    searched = np.array([[0, 1], [0, 2], [2, 1]])
+    assert remove_self_matches(searched).tolist() == [[1], [0], [1]]
+
+
+def test_faiss_neighbours_equal_pmls_faiss_knn_with_ties():
+    from pytorch_metric_learning.utils.inference import FaissKNN
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=(400, 3)).astype(np.float32)  # 27 distinct points: ties everywhere
+    _, theirs = FaissKNN()(torch.from_numpy(x), 9, torch.from_numpy(x), True)
+    assert np.array_equal(faiss_nearest_neighbours(x, 9), theirs.numpy())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_torch_backend_equals_faiss_without_ties(seed):
+    x = _untied(seed)
+    assert np.array_equal(torch_nearest_neighbours(x, 10), faiss_nearest_neighbours(x, 10))
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 299, 300, 1000])
+def test_torch_chunking_does_not_change_the_result(chunk_rows):
+    x = _untied(4)
+    whole = torch_nearest_neighbours(x, 6, chunk_rows=len(x))
+    assert np.array_equal(torch_nearest_neighbours(x, 6, chunk_rows=chunk_rows), whole)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensors_are_accepted_like_arrays(backend):
+    x = _untied(5, count=40)
+    tensor = torch.from_numpy(x).double().requires_grad_()
+    from_array = nearest_neighbours(x, 5, backend=backend)
+    assert np.array_equal(nearest_neighbours(tensor, 5, backend=backend), from_array)
+
+
+def test_auto_uses_torch_when_faiss_is_missing_and_faiss_asked_for_is_an_asset_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # makes `import faiss` raise ImportError
+    x = _untied(6, count=60)
+    assert np.array_equal(nearest_neighbours(x, 4), torch_nearest_neighbours(x, 4))
+    with pytest.raises(AssetError, match="faiss-cpu"):
+        nearest_neighbours(x, 4, backend="faiss")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("k", [5, 6, -1])
+def test_k_must_leave_room_for_the_query_itself(backend, k):
+    with pytest.raises(OptionError, match="nearest neighbours"):
+        nearest_neighbours(LINE, k, backend=backend)
+
+
+def test_bad_inputs_are_bgbias_errors():
+    with pytest.raises(OptionError, match="2-D"):
+        nearest_neighbours(np.zeros(5, dtype=np.float32), 1)
+    with pytest.raises(OptionError, match="backend"):
+        nearest_neighbours(LINE, 1, backend="annoy")
+    with pytest.raises(OptionError, match="chunk_rows"):
+        torch_nearest_neighbours(LINE, 1, chunk_rows=0)
+    broken = LINE.copy()
+    broken[2, 0] = np.nan
+    for backend in BACKENDS:
+        with pytest.raises(BgbiasError, match="NaN"):
+            nearest_neighbours(broken, 1, backend=backend)
+    with pytest.raises(BgbiasError, match="NaN"):
+        nearest_neighbours(torch.from_numpy(broken), 1)
