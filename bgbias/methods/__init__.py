@@ -1,0 +1,1 @@
+"""DML methods: one registry, one contract (see :mod:`bgbias.methods.base`), one module per method."""

@@ -1,0 +1,104 @@
+"""The contract every method keeps, so the engine trains and evaluates any of them without special cases.
+
+A method owns its backbone, head and loss parameters. The engine hands it batches of images that are already
+composited (BGAugment) and on the device, as float RGB in [0, 1]; the backbone applies its own input
+convention. The engine asks a method three things:
+
+- ``loss(batch)``: a dict of loss terms; ``"loss"`` is what is back-propagated, the others are logged;
+- ``embed(images)``: the retrieval embedding, which in eval mode must not depend on the rest of the batch;
+- ``parameter_groups()``: which parameters belong to the backbone, the head and the loss, so each group gets
+  its own learning rate.
+
+Methods that need more reach into the backbone through its named stages (``backbone.forward(images, taps)``,
+``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
+themselves between epochs in :meth:`Method.on_epoch_start`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from bgbias.models.backbone import Backbone
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One training batch on the device.
+
+    ``images``: float RGB in [0, 1], (B, 3, H, W). ``labels``: (B,) int64 in ``0 … num_classes − 1``.
+    ``indices``: (B,) int64 positions of the images in the training split, ``0 … num_samples − 1``.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What a method is built from besides its backbone: head shape, training-set size and hyperparameters."""
+
+    embedding_dim: int
+    num_classes: int
+    num_samples: int
+    pooling: str = "avg"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Method(nn.Module, ABC):
+    """Base class of every registered method (see the module docstring for the contract)."""
+
+    name: ClassVar[str]
+    # Attributes holding loss parameters (proxies, learnable margins): they get the ``lr_loss`` group.
+    loss_modules: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__()
+        self.backbone = backbone
+        self.spec = spec
+
+    @abstractmethod
+    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Loss terms of one batch; ``"loss"`` is the total that is back-propagated."""
+
+    @abstractmethod
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, D) retrieval embeddings of float RGB images in [0, 1]."""
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The training step's forward pass; DistributedDataParallel calls this."""
+        return self.loss(batch)
+
+    def on_epoch_start(self, epoch: int) -> None:
+        """Called before each training epoch (1-based), e.g. to update per-sample state."""
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Trainable parameters by group: ``backbone``, ``head`` (everything else) and ``loss``."""
+        loss_ids = {
+            id(p) for name in self.loss_modules for p in getattr(self, name).parameters()
+        }
+        backbone_ids = {id(p) for p in self.backbone.parameters()}
+        groups: dict[str, list[nn.Parameter]] = {"backbone": [], "head": [], "loss": []}
+        for parameter in self.parameters():
+            if not parameter.requires_grad:
+                continue
+            if id(parameter) in backbone_ids:
+                groups["backbone"].append(parameter)
+            elif id(parameter) in loss_ids:
+                groups["loss"].append(parameter)
+            else:
+                groups["head"].append(parameter)
+        return groups
+
+
+def split_options(options: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate a method's own options (with their defaults ``own``) from those it passes on to a library."""
+    mine = {key: options.get(key, default) for key, default in own.items()}
+    rest = {key: value for key, value in options.items() if key not in own}
+    return mine, rest

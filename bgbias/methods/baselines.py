@@ -1,0 +1,131 @@
+"""The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning.
+
+Each is one backbone + embedding head trained with one PML loss; the loss object is injected with the
+hyperparameters of the configuration's ``loss`` section (per-dataset values in ``configs/methods/``). Proxy
+and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own parameters, which get the
+``lr_loss`` learning rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from bgbias.errors import OptionError
+from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.registry import register_method
+from bgbias.models.backbone import Backbone
+from bgbias.models.head import EmbeddingHead
+
+
+class MetricLossMethod(Method):
+    """Backbone → head → L2-normalised embedding, trained with one pytorch-metric-learning loss."""
+
+    loss_class: ClassVar[str]
+    # Proxy/classifier losses are built with the number of classes and the embedding size.
+    needs_classes: ClassVar[bool] = False
+    # Options of ours (not the PML loss's), with their defaults.
+    own_options: ClassVar[dict[str, Any]] = {}
+    loss_modules = ("loss_fn",)
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__(backbone, spec)
+        self.head = EmbeddingHead(backbone.channels[backbone.final], spec.embedding_dim, spec.pooling)
+        own, loss_options = split_options(spec.options, self.own_options)
+        self.options = own
+        if self.needs_classes:
+            loss_options = {
+                "num_classes": spec.num_classes, "embedding_size": spec.embedding_dim, **loss_options
+            }
+        self.loss_fn = _pml_object("losses", self.loss_class, loss_options, self.name)
+        self.miner = self.build_miner()
+
+    def build_miner(self) -> torch.nn.Module | None:
+        """The miner that picks the pairs or triplets the loss sees; None: all of them."""
+        return None
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(images)[self.backbone.final])
+
+    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+        embeddings = self.embed(batch.images)
+        pairs = self.miner(embeddings, batch.labels) if self.miner is not None else None
+        return {"loss": self.loss_fn(embeddings, batch.labels, pairs)}
+
+
+@register_method("contrastive")
+class Contrastive(MetricLossMethod):
+    loss_class = "ContrastiveLoss"
+
+
+@register_method("triplet")
+class Triplet(MetricLossMethod):
+    loss_class = "TripletMarginLoss"
+
+
+@register_method("multi_similarity")
+class MultiSimilarity(MetricLossMethod):
+    """MS loss; ``loss.miner_epsilon`` (null: no miner) adds the MS miner of the original paper."""
+
+    loss_class = "MultiSimilarityLoss"
+    own_options: ClassVar[dict[str, Any]] = {"miner_epsilon": None}
+
+    def build_miner(self) -> torch.nn.Module | None:
+        epsilon = self.options["miner_epsilon"]
+        if epsilon is None:
+            return None
+        return _pml_object("miners", "MultiSimilarityMiner", {"epsilon": epsilon}, self.name)
+
+
+@register_method("arcface")
+class ArcFace(MetricLossMethod):
+    loss_class = "ArcFaceLoss"
+    needs_classes = True
+
+
+@register_method("normalized_softmax")
+class NormalizedSoftmax(MetricLossMethod):
+    loss_class = "NormalizedSoftmaxLoss"
+    needs_classes = True
+
+
+@register_method("cosface")
+class CosFace(MetricLossMethod):
+    loss_class = "CosFaceLoss"
+    needs_classes = True
+
+
+@register_method("proxy_anchor")
+class ProxyAnchor(MetricLossMethod):
+    loss_class = "ProxyAnchorLoss"
+    needs_classes = True
+
+
+@register_method("margin")
+class Margin(MetricLossMethod):
+    """Margin loss (Wu et al.); with ``loss.learn_beta`` its per-class boundaries are loss parameters."""
+
+    loss_class = "MarginLoss"
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        if spec.options.get("learn_beta") and "num_classes" not in spec.options:
+            spec = MethodSpec(
+                spec.embedding_dim, spec.num_classes, spec.num_samples, spec.pooling,
+                {**spec.options, "num_classes": spec.num_classes},
+            )
+        super().__init__(backbone, spec)
+
+
+def _pml_object(kind: str, class_name: str, options: dict[str, Any], method: str) -> Any:
+    """Build ``pytorch_metric_learning.<kind>.<class_name>(**options)``; a bad option is an OptionError."""
+    import importlib
+
+    module = importlib.import_module(f"pytorch_metric_learning.{kind}")
+    try:
+        return getattr(module, class_name)(**options)
+    except TypeError as err:
+        raise OptionError(
+            f"{method}: {class_name} does not accept the options {sorted(options)}: {err}",
+            fix=f"check the loss.* settings against pytorch-metric-learning's {class_name}",
+        ) from None
