@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
-from bgbias.errors import BgbiasError
+from bgbias.errors import BgbiasError, OptionError
 
 
 class _Group(click.Group):
@@ -326,6 +326,83 @@ def corrupt(
         masks = masks_dir if masks_dir is not None else masks_root() / dataset_name
         gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds)
         click.echo(f"corrupted images in {render}; look at {gallery}")
+
+
+# --------------------------------------------------------------------------------------------------- train
+@main.command("train")
+@click.option("--method", default="multi_similarity", show_default=True, help="See `bgbias methods`.")
+@click.option(
+    "--dataset", "dataset_name", type=click.Choice(_DATASETS), default="bench", show_default=True,
+    help="Dataset to train on.",
+)
+@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@_split_options
+@click.option("--bgaugment", is_flag=True, help="Composite training images onto train-pool backgrounds.")
+@click.option("--backbone", default=None, help="Backbone (default: the protocol's; see `bgbias methods`).")
+@click.option("--weights", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="ImageNet weight file for the backbone (for machines without internet).")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs (default: the protocol's).")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the run (default 0).")
+@click.option("--device", default=None, help="auto (CUDA when present), cpu, cuda or cuda:N.")
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Data loader worker processes.")
+@click.option("--masks", type=_PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
+@click.option("--backgrounds", type=_PATH_DIR, default=None,
+              help="Background pools: a folder with train/ (default ./backgrounds).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON file with settings (the layout of a run's config.json).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override one setting, e.g. --set optim.lr_head=0.001 (repeatable).")
+@click.option("--run-dir", type=_PATH_DIR, default=None, help="Folder of this run (default runs/<name>).")
+@click.option("--resume", type=_PATH_DIR, default=None,
+              help="Continue the run in this folder from its last checkpoint (takes no other settings).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold: int, bgaugment: bool,
+          backbone: str | None, weights: Path | None, epochs: int | None, seed: int | None,
+          device: str | None, workers: int | None, masks: Path | None, backgrounds: Path | None,
+          config_file: Path | None, overrides: tuple[str, ...], run_dir: Path | None, resume: Path | None,
+          no_progress: bool) -> None:
+    """Train a method, with or without BGAugment; validation MAP@R every epoch, checkpoints, resume."""
+    from bgbias.engine.training import resume_training
+    from bgbias.report.console import format_training_summary
+
+    if resume is not None:
+        ctx = click.get_current_context()
+        given = [name for name, value in ctx.params.items()
+                 if name not in ("resume", "no_progress")
+                 and ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise OptionError(f"--resume continues a run with its saved settings; remove {', '.join(given)}",
+                              fix="pass only --resume RUN (and --no-progress)")
+        result = resume_training(resume, progress=not no_progress)
+    else:
+        from bgbias.engine.config import resolve_config
+        from bgbias.engine.training import train as train_run
+        from bgbias.methods.registry import method_class
+
+        method_class(method)
+        options = {
+            "root": str(root) if root else None, "protocol": protocol, "fold": fold,
+            "bgaugment.enabled": bgaugment or None, "model.backbone": backbone,
+            "model.weights": str(weights) if weights else None, "schedule.epochs": epochs, "seed": seed,
+            "device": device, "data.workers": workers, "bgaugment.masks": str(masks) if masks else None,
+            "bgaugment.backgrounds": str(backgrounds) if backgrounds else None,
+        }
+        config = resolve_config(
+            method, dataset_name, config_file=config_file,
+            options={key: value for key, value in options.items() if value is not None}, overrides=overrides,
+        )
+        result = train_run(config, run_dir=run_dir, progress=not no_progress)
+    click.echo(format_training_summary(result))
+
+
+@main.command("methods")
+def methods() -> None:
+    """List the registered methods and backbones."""
+    from bgbias.methods.registry import method_names
+    from bgbias.models.registry import backbone_names
+
+    click.echo("methods:   " + ", ".join(method_names()))
+    click.echo("backbones: " + ", ".join(backbone_names()))
 
 
 # --------------------------------------------------------------------------------------------------- study

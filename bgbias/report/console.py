@@ -9,6 +9,7 @@ from bgbias.report.table import format_table
 
 if TYPE_CHECKING:
     from bgbias.assets.store import AssetStatus
+    from bgbias.engine.training import TrainResult
 
 
 def format_dataset_summary(summary: Mapping[str, Any]) -> str:
@@ -66,3 +67,18 @@ def format_pools_summary(manifest: Mapping[str, Any], root: str) -> str:
     rows = [[pool, *(counts.get((pool, k), 0) for k in kinds), sum(counts.get((pool, k), 0) for k in kinds)]
             for pool in pools]
     return "\n".join([f"background pools at {root}", format_table(["pool", *kinds, "total"], rows)])
+
+
+def format_training_summary(result: TrainResult) -> str:
+    """Validation MAP@R per epoch (epoch 0: the untrained model), the selected epoch and the run folder."""
+    columns = {"val_map_at_r": "val MAP@R", "val_corrupted_map_at_r": "corrupted val MAP@R"}
+    shown = [key for key in columns if any(key in row for row in result.history)]
+    headers = ["epoch", "train loss", *(columns[key] for key in shown)]
+    rows = [[row["epoch"], row.get("train_loss"), *(row.get(k) for k in shown)] for row in result.history]
+    lines = [format_table(headers, rows)]
+    if result.best_epoch:
+        lines.append(f"best epoch {result.best_epoch} ({result.best_value:.4f}); {result.status}")
+    else:
+        lines.append(f"no epoch trained yet; {result.status}")
+    lines.append(f"run folder: {result.run.root}")
+    return "\n".join(lines)

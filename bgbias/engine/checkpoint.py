@@ -1,0 +1,48 @@
+"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``.
+
+``last.pt`` holds everything ``--resume`` needs to continue exactly (model, optimizer, scaler, RNG state,
+early-stopping state and the metrics so far); ``best.pt`` holds the selected model only. Both are plain dicts
+of tensors, numbers and strings, so the safe loader reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import BgbiasError
+from bgbias.fileio import atomic_path
+
+FORMAT = 1
+
+
+class CheckpointError(BgbiasError):
+    """A checkpoint is missing, damaged or of another format."""
+
+
+def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Write ``state`` (plus the format number) to ``path`` atomically."""
+    import torch
+
+    with atomic_path(path) as tmp:
+        torch.save({"format": FORMAT, **state}, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint safely (``weights_only=True``) and check its format."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError("the checkpoint does not exist", path=path,
+                              fix="check the run folder (train writes checkpoints/last.pt and best.pt)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # damage shows up as many exception types (pickle, zip, EOF)
+        raise CheckpointError(f"cannot read the checkpoint: {err}", path=path,
+                              fix="resume from an intact run, or train again") from err
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError("this is not a bgbias checkpoint of a known format", path=path,
+                              fix="use a checkpoint written by this version of bgbias train")
+    return state

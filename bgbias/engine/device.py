@@ -1,0 +1,54 @@
+"""Which device and mixed precision a run uses: CUDA when present, else the CPU, with the same code."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
+
+from bgbias.errors import OptionError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` → ``cuda:<local_rank>`` when CUDA is available, else ``cpu``; ``cuda[:N]``/``cpu`` as is."""
+    import torch
+
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise OptionError(f"unknown device {name!r}", fix="use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise OptionError(f"device {name!r} was asked for, but CUDA is not available",
+                              fix="use --device cpu (or auto)")
+        if device.index is None:
+            device = torch.device(f"cuda:{local_rank}")
+    elif device.type != "cpu":
+        raise OptionError(f"device type {device.type!r} is not supported", fix="use auto, cpu or cuda")
+    return device
+
+
+def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: ``auto`` is bfloat16 on CUDA that supports it (else float16) and off on the CPU."""
+    import torch
+
+    if amp == "off" or (amp == "auto" and device.type != "cuda"):
+        return None
+    if device.type != "cuda":
+        raise OptionError(f"amp={amp!r} needs a CUDA device", fix="use --set amp=off (or auto) on the CPU")
+    if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
+        return torch.float16
+    return torch.bfloat16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
+    """Mixed precision for the forward pass, or nothing when ``dtype`` is None."""
+    import torch
+
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

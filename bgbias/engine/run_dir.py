@@ -1,0 +1,145 @@
+"""A run folder: the resolved configuration, the metrics of every epoch, the log and the checkpoints.
+
+::
+
+    runs/<dataset>-<method>[-bgaugment]-seed<S>-<YYYYmmdd-HHMMSS>/
+        config.json            resolved configuration (``--resume`` reads it back)
+        run.json               status, best epoch and metric, versions, command line
+        metrics.jsonl / .csv   one row per epoch (epoch 0 = the untrained model)
+        train.log              what the run printed, with times
+        checkpoints/last.pt    everything needed to resume
+        checkpoints/best.pt    the selected model
+    runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import OptionError
+from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.paths import runs_root
+
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The files of one run."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def metrics_jsonl(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def metrics_csv(self) -> Path:
+        return self.root / "metrics.csv"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def last(self) -> Path:
+        return self.root / "checkpoints" / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "checkpoints" / "best.pt"
+
+    @property
+    def corrupted_val(self) -> Path:
+        """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
+        return self.root / "corrupted-val"
+
+
+def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    return f"{dataset}-{method}{'-bgaugment' if bgaugment else ''}-seed{seed}-{stamp}"
+
+
+def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
+    """A new, empty run folder under ``runs`` (``-2``, ``-3`` … appended when the name is taken)."""
+    runs = runs if runs is not None else runs_root()
+    candidate, n = runs / name, 1
+    while candidate.exists():
+        n += 1
+        candidate = runs / f"{name}-{n}"
+    (candidate / "checkpoints").mkdir(parents=True)
+    return RunDir(candidate)
+
+
+def open_run_dir(path: str | os.PathLike[str]) -> RunDir:
+    """An existing run folder (it must hold config.json)."""
+    run = RunDir(Path(path))
+    if not run.config.is_file():
+        raise OptionError("this is not a run folder (no config.json)", path=run.root,
+                          fix="pass a folder made by bgbias train, e.g. runs/<name>")
+    return run
+
+
+def mark_latest(run: RunDir) -> None:
+    """Record ``run`` as the newest run of its runs folder."""
+    write_text_atomic(run.root.parent / LATEST, run.root.name + "\n")
+
+
+def latest_run(runs: Path | None = None) -> RunDir:
+    """The run recorded by :func:`mark_latest`."""
+    runs = runs if runs is not None else runs_root()
+    pointer = runs / LATEST
+    if not pointer.is_file():
+        raise OptionError("there is no training run yet", path=pointer,
+                          fix="train one with `bgbias train`, or name a run folder")
+    return open_run_dir(runs / pointer.read_text(encoding="utf-8").strip())
+
+
+def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
+    """Write every epoch's metrics as JSON lines and as CSV (columns: all keys, in first-seen order)."""
+    write_text_atomic(run.metrics_jsonl, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(run.metrics_csv, buffer.getvalue())
+
+
+def write_record(run: RunDir, record: dict[str, Any]) -> None:
+    write_json_atomic(run.record, record)
+
+
+class RunLog:
+    """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""
+
+    def __init__(self, path: Path | None, echo: bool = True):
+        self.path = path
+        self.echo = echo
+
+    def __call__(self, message: str) -> None:
+        if self.echo:
+            from tqdm import tqdm
+
+            tqdm.write(message, file=sys.stderr)
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as log:
+                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")

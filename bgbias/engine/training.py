@@ -1,0 +1,516 @@
+"""The training loop: any registered method, with or without BGAugment, on one device or many.
+
+One epoch: sampler → CPU workers (decode + one paired geometric transform of image and mask, uint8) →
+device (BGAugment composite, input convention inside the backbone) → ``method.loss`` → optimizer. After every
+epoch the validation split is embedded (clean, and corrupted with train-pool backgrounds when that selects
+the model), the best checkpoint is kept, early stopping is checked and ``last.pt`` is written, so a killed run
+continues exactly with :func:`resume_training`.
+
+Randomness is keyed, never drawn from shared state: batches by (seed, epoch), each image's augmentation by
+the seed its draw carries, BGAugment's backgrounds by (seed, epoch, step, rank). A resumed run therefore
+sees exactly the batches, crops and backgrounds of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.engine import distributed
+from bgbias.engine.checkpoint import load_checkpoint, save_checkpoint
+from bgbias.engine.config import TrainConfig, load_run_config
+from bgbias.engine.device import autocast, resolve_amp, resolve_device
+from bgbias.engine.embedding import embed_images
+from bgbias.engine.run_dir import (
+    RunDir,
+    RunLog,
+    create_run_dir,
+    mark_latest,
+    open_run_dir,
+    run_name,
+    write_metrics,
+    write_record,
+)
+from bgbias.errors import BgbiasError, OptionError
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.data.items import Dataset, Item
+    from bgbias.methods.base import Method
+
+# Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
+BANK_SHORTER_SIDE = 256
+_BGAUGMENT_STREAM = 0xB6A0
+
+
+class TrainingDiverged(BgbiasError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or early-stopped) run produced."""
+
+    run: RunDir
+    history: list[dict[str, Any]]
+    best_epoch: int
+    best_value: float
+    status: str
+
+
+@dataclass
+class _State:
+    """What changes from epoch to epoch and goes into ``last.pt``."""
+
+    epoch: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int = 0
+    best_value: float = -math.inf
+    bad_epochs: int = 0
+    status: str = "running"
+
+
+# ----------------------------------------------------------------------------------------------- entries
+def train(
+    config: TrainConfig,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    runs: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    echo: bool = True,
+) -> TrainResult:
+    """Train a new run of ``config``; its folder is ``run_dir`` or a new one under ``runs`` (./runs)."""
+    dist = distributed.from_environment()
+    run = _make_run_dir(config, run_dir, runs, dist)
+    return _run(config, run, None, dist, progress, echo)
+
+
+def resume_training(
+    run_dir: str | os.PathLike[str],
+    *,
+    progress: bool = True,
+    echo: bool = True,
+) -> TrainResult:
+    """Continue a run from its ``last.pt`` with the configuration saved in its folder.
+
+    A run killed before its first checkpoint starts again from the beginning.
+    """
+    run = open_run_dir(run_dir)
+    config = load_run_config(run.config)
+    state = load_checkpoint(run.last) if run.last.is_file() else None
+    return _run(config, run, state, distributed.from_environment(), progress, echo)
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def _run(
+    config: TrainConfig,
+    run: RunDir,
+    checkpoint: dict[str, Any] | None,
+    dist: distributed.Distributed,
+    progress: bool,
+    echo: bool,
+) -> TrainResult:
+    import torch
+
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.fileio import write_json_atomic
+
+    device = resolve_device(config.device, dist.local_rank)
+    amp = resolve_amp(config.amp, device)
+    log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
+    distributed.init_process_group(dist, device.type)
+    try:
+        dataset = open_dataset(config.dataset, config.root)
+        train_items = split_items(dataset, "train", config.protocol, config.fold)
+        val_items = split_items(dataset, "val", config.protocol, config.fold)
+        masks_dir = _masks_dir(config, dataset)
+        train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
+        if dist.is_main and checkpoint is None:
+            write_json_atomic(run.config, config.as_dict())
+
+        torch.manual_seed(config.seed)
+        method = build_method(config, train_items).to(device)
+        optimizer = build_optimizer(config, method)
+        scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+        state = _State()
+        if checkpoint is not None:
+            state = _restore(checkpoint, method, optimizer, scaler, device)
+            log(f"resuming {run.root} after epoch {state.epoch}")
+        model = _wrap_distributed(method, dist, device)
+        loader, sampler = _train_loader(config, dataset, train_items, train_masks, dist, device)
+        bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+        fresh = checkpoint is None
+        validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
+
+        if dist.is_main and checkpoint is None:
+            write_record(run, _record(config, state, device))
+            mark_latest(run)
+            log(f"run {run.root}: {config.method} on {dataset.name} ({len(train_items)} train / "
+                f"{len(val_items)} val images), {'with' if bgaugment else 'without'} BGAugment, on {device}")
+        if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
+            row = {"epoch": 0, **_validate(method, validation, config, device, amp, progress, dist)}
+            state.history.append(row)
+            if dist.is_main:
+                log(_describe(row))
+
+        while state.status == "running" and state.epoch < config.schedule.epochs:
+            state.epoch += 1
+            started = time.perf_counter()
+            terms, images = _train_epoch(
+                config, model, method, optimizer, scaler, loader, sampler, bgaugment, state.epoch, dist,
+                device, amp, progress,
+            )
+            seconds = time.perf_counter() - started
+            row = {"epoch": state.epoch, **terms, "train_seconds": round(seconds, 3),
+                   "train_images_per_second": round(images / seconds, 2)}
+            row.update(_validate(method, validation, config, device, amp, progress, dist))
+            state.history.append(row)
+            _select(state, row, config, method, run, dist)
+            if state.epoch >= config.schedule.epochs:
+                state.status = "finished"
+            if dist.is_main:
+                log(_describe(row))
+                save_checkpoint(run.last, _checkpoint(state, method, optimizer, scaler, device))
+                write_metrics(run, state.history)
+                write_record(run, _record(config, state, device))
+            distributed.barrier(dist)
+        if state.status == "stopped early" and dist.is_main:
+            log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
+        return TrainResult(run, state.history, state.best_epoch, state.best_value, state.status)
+    finally:
+        distributed.destroy_process_group(dist)
+
+
+# ----------------------------------------------------------------------------------------------- building
+def build_method(config: TrainConfig, train_items: list[Item]) -> Method:
+    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous)."""
+    from bgbias.methods.base import MethodSpec
+    from bgbias.methods.registry import method_class
+    from bgbias.models.registry import build_backbone
+
+    cls = method_class(config.method)
+    backbone = build_backbone(
+        config.model.backbone, pretrained=config.model.pretrained,
+        weights=Path(config.model.weights) if config.model.weights else None,
+        freeze_batchnorm=config.model.freeze_batchnorm,
+    )
+    spec = MethodSpec(
+        embedding_dim=config.model.embedding_dim,
+        num_classes=len({item.label for item in train_items}),
+        num_samples=len(train_items),
+        pooling=config.model.pooling,
+        options=dict(config.loss),
+    )
+    return cls(backbone, spec)
+
+
+def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:
+    """The configured optimizer over the method's parameter groups, each with its learning rate."""
+    import torch
+
+    rates = {"backbone": config.optim.lr_backbone, "head": config.optim.lr_head, "loss": config.optim.lr_loss}
+    groups = [
+        {"params": params, "lr": rates[name], "name": name}
+        for name, params in method.parameter_groups().items() if params
+    ]
+    o = config.optim
+    if o.name == "adam":
+        return torch.optim.Adam(groups, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(groups, weight_decay=o.weight_decay)
+    if o.name == "rmsprop":
+        return torch.optim.RMSprop(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+    return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+
+
+def contiguous_labels(items: list[Item]) -> dict[int, int]:
+    """Dataset label → 0 … C−1, in sorted label order (what proxy losses index)."""
+    return {label: i for i, label in enumerate(sorted({item.label for item in items}))}
+
+
+def _make_run_dir(
+    config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
+    dist: distributed.Distributed,
+) -> RunDir:
+    if dist.is_main:
+        if run_dir is not None:
+            path = Path(run_dir)
+            if path.exists() and any(path.iterdir()):
+                raise OptionError("the run folder exists and is not empty", path=path,
+                                  fix="choose a new folder, or continue it with --resume")
+            (path / "checkpoints").mkdir(parents=True, exist_ok=True)
+            run = RunDir(path)
+        else:
+            name = run_name(config.dataset, config.method, config.bgaugment.enabled, config.seed)
+            run = create_run_dir(name, Path(runs) if runs is not None else None)
+        root = str(run.root)
+    else:
+        root = None
+    if dist.enabled:
+        import torch.distributed as td
+
+        if not td.is_initialized():
+            distributed.init_process_group(dist, resolve_device(config.device, dist.local_rank).type)
+    return RunDir(Path(distributed.broadcast(dist, root)))
+
+
+def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
+    from bgbias.paths import masks_root
+
+    return Path(config.bgaugment.masks) if config.bgaugment.masks else masks_root() / dataset.name
+
+
+def _check_masks(
+    config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item], masks_dir: Path
+) -> list[Path] | None:
+    """Before any training: every image that will be composited has its mask (else a clear error)."""
+    from bgbias.augment.mask_check import training_masks
+
+    train_masks = training_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
+    if config.monitor == "corrupted":
+        training_masks(val_items, masks_dir, dataset.name)
+    return train_masks
+
+
+def _train_loader(
+    config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None,
+    dist: distributed.Distributed, device: torch.device,
+):
+    import torch
+
+    from bgbias.data.samplers import MPerClassBatchSampler
+    from bgbias.data.train_geometry import TrainGeometry, train_geometry
+    from bgbias.data.train_images import TrainImages
+
+    default = train_geometry(dataset.name)
+    d = config.data
+    geometry = TrainGeometry(
+        resize=d.resize if d.resize is not None else default.resize,
+        crop=d.crop if d.crop is not None else default.crop,
+        scale=d.crop_scale, ratio=default.ratio, flip_p=default.flip_p,
+    )
+    # Proxy losses index classes 0 … C−1, so the training items carry contiguous labels from here on.
+    label_of = contiguous_labels(items)
+    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
+    sampler = MPerClassBatchSampler(
+        [item.label for item in items], d.m_per_class, d.batch_size, config.seed,
+        rank=dist.rank, world_size=dist.world_size, batches_per_epoch=d.batches_per_epoch,
+    )
+    loader = torch.utils.data.DataLoader(
+        TrainImages(items, geometry, masks, dataset_name=dataset.name), batch_sampler=sampler,
+        num_workers=d.workers, pin_memory=device.type == "cuda", persistent_workers=d.workers > 0,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    return loader, sampler
+
+
+def _bgaugment(config: TrainConfig, device: torch.device):
+    from bgbias.augment.background_bank import BackgroundBank
+    from bgbias.augment.bgaugment import BGAugment
+    from bgbias.backgrounds.pool import pool_folder
+    from bgbias.paths import backgrounds_root
+
+    root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else backgrounds_root()
+    bank = BackgroundBank.from_folder(pool_folder(root, "train"), device, shorter_side=BANK_SHORTER_SIDE)
+    return BGAugment(bank, config.bgaugment.p)
+
+
+def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):
+    if not dist.enabled:
+        return method
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(method, device_ids=ids)
+
+
+# -------------------------------------------------------------------------------------------------- epoch
+def _train_epoch(
+    config, model, method, optimizer, scaler, loader, sampler, bgaugment, epoch, dist, device, amp, progress,
+) -> tuple[dict[str, float], int]:
+    """One pass; returns the mean of every loss term and the number of images seen by this process."""
+    import torch
+    from tqdm import tqdm
+
+    from bgbias.methods.base import Batch
+
+    method.on_epoch_start(epoch)
+    sampler.set_epoch(epoch)
+    method.train()
+    sums: dict[str, torch.Tensor] = {}
+    steps = images_seen = 0
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    show = progress and dist.is_main
+    bar = tqdm(loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
+    for step, batch in enumerate(bar):
+        pixels = batch["image"].to(device, non_blocking=True)
+        if bgaugment is not None:
+            rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
+            pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), rng)
+        else:
+            pixels = pixels.float().div_(255)
+        labels = batch["label"].to(device, non_blocking=True)
+        with autocast(device, amp):
+            terms = model(Batch(pixels, labels, batch["index"].to(device, non_blocking=True)))
+        loss = terms["loss"]
+        if not torch.isfinite(loss.detach()):
+            raise TrainingDiverged(
+                f"the loss became {loss.item()} at epoch {epoch}, step {step}",
+                fix="lower the learning rates (--set optim.lr_head=...), or clip gradients "
+                    "(--set optim.grad_clip=1.0)",
+            )
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if config.optim.grad_clip is not None:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        for name, value in terms.items():
+            sums[name] = sums.get(name, 0) + value.detach().float()
+        steps += 1
+        images_seen += pixels.shape[0]
+        if show and step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}
+    return means, images_seen
+
+
+# --------------------------------------------------------------------------------------------- validation
+@dataclass(frozen=True)
+class _Validation:
+    clean: Any
+    corrupted: Any | None
+
+
+def _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh) -> _Validation | None:
+    """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects."""
+    if not dist.is_main:
+        return None
+    from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, manifest_name
+    from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.data.transforms import eval_geometry
+
+    clean = EvalImages(val_items, eval_geometry(dataset.name))
+    if config.monitor != "corrupted":
+        return _Validation(clean, None)
+    backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
+    path = run.corrupted_val / manifest_name(0)
+    if fresh or not path.is_file():
+        make_corrupted_manifests(
+            dataset, "val", repeats=1, seed=config.seed, backgrounds=backgrounds, out_dir=run.corrupted_val,
+            protocol=config.protocol, fold=config.fold,
+        )
+    manifest = load_manifest(path, dataset, backgrounds)
+    return _Validation(clean, CorruptedImages(val_items, manifest, masks_dir, dataset.name))
+
+
+def _validate(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
+    """Validation MAP@R, R-precision and P@1 (clean, and corrupted when configured); rank 0 only."""
+    from bgbias.engine.metrics import score_embeddings
+
+    row: dict[str, float] = {}
+    if dist.is_main:
+        sets = {"val": validation.clean, "val_corrupted": validation.corrupted}
+        for prefix, images in sets.items():
+            if images is None:
+                continue
+            embeddings, labels = embed_images(
+                method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
+                amp=amp, progress=progress, desc=prefix,
+            )
+            for name, value in score_embeddings(embeddings, labels).as_dict().items():
+                row[f"{prefix}_{name}"] = value
+    return distributed.broadcast(dist, row)
+
+
+def _select(state: _State, row: dict[str, Any], config: TrainConfig, method, run: RunDir, dist) -> None:
+    """Keep the best checkpoint by the monitored MAP@R; stop early after ``patience`` epochs without gain."""
+    key = "val_corrupted_map_at_r" if config.monitor == "corrupted" else "val_map_at_r"
+    value = row[key]
+    if value > state.best_value:
+        state.best_value, state.best_epoch, state.bad_epochs = value, state.epoch, 0
+        if dist.is_main:
+            save_checkpoint(run.best, {"epoch": state.epoch, "monitor": key, "value": value,
+                                       "model": method.state_dict()})
+    else:
+        state.bad_epochs += 1
+        if state.bad_epochs >= config.schedule.patience:
+            state.status = "stopped early"
+
+
+# --------------------------------------------------------------------------------------------- persisting
+def _checkpoint(state: _State, method, optimizer, scaler, device) -> dict[str, Any]:
+    import torch
+
+    return {
+        "epoch": state.epoch,
+        "model": method.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "history": state.history,
+        "best_epoch": state.best_epoch,
+        "best_value": state.best_value,
+        "bad_epochs": state.bad_epochs,
+        "status": state.status,
+    }
+
+
+def _restore(checkpoint: dict[str, Any], method, optimizer, scaler, device) -> _State:
+    import torch
+
+    method.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    torch.set_rng_state(checkpoint["torch_rng"])
+    if checkpoint["cuda_rng"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+    return _State(
+        epoch=checkpoint["epoch"], history=list(checkpoint["history"]), best_epoch=checkpoint["best_epoch"],
+        best_value=checkpoint["best_value"], bad_epochs=checkpoint["bad_epochs"], status=checkpoint["status"],
+    )
+
+
+def _record(config: TrainConfig, state: _State, device) -> dict[str, Any]:
+    import torch
+
+    from bgbias import __version__
+
+    return {
+        "status": state.status,
+        "epochs_done": state.epoch,
+        "best_epoch": state.best_epoch,
+        "best_value": None if state.best_epoch == 0 else state.best_value,
+        "monitor": "val_corrupted_map_at_r" if config.monitor == "corrupted" else "val_map_at_r",
+        "method": config.method,
+        "dataset": config.dataset,
+        "bgaugment": config.bgaugment.enabled,
+        "device": str(device),
+        "versions": {"bgbias": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "command": " ".join(sys.argv),
+    }
+
+
+def _describe(row: dict[str, Any]) -> str:
+    parts = [f"epoch {row['epoch']}"]
+    if "train_loss" in row:
+        parts.append(f"loss {row['train_loss']:.4f}")
+    parts.append(f"val MAP@R {row['val_map_at_r']:.4f}")
+    if "val_corrupted_map_at_r" in row:
+        parts.append(f"corrupted {row['val_corrupted_map_at_r']:.4f}")
+    if "train_images_per_second" in row:
+        parts.append(f"{row['train_images_per_second']:.0f} img/s")
+    return ", ".join(parts)
