@@ -13,24 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from PIL import Image
 
 from bgbias.augment.corrupt import CorruptedEntry, CorruptedManifest, load_pair, render_entry
-from bgbias.data.images import load_image
+from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry, eval_transform
 from bgbias.errors import DatasetError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
-
-def chw_tensor(pixels: np.ndarray) -> Tensor:
-    """``uint8`` ``(H, W, 3)`` array -> ``uint8`` ``(3, H, W)`` contiguous tensor."""
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
+    pass
 
 
 def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from bgbias.errors import ImageError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PIL_DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own default for ``Image.MAX_IMAGE_PIXELS`` (1024³ / 4 / 3 pixels)."""
@@ -174,3 +178,13 @@ def _unsupported_mode(path: str | os.PathLike[str], mode: str) -> ImageError:
         path=path,
         fix="convert the file to an 8-bit RGB JPEG or PNG",
     )
+
+
+def chw_tensor(array: np.ndarray) -> Tensor:
+    """A ``uint8`` H×W×C or H×W array as a contiguous C×H×W tensor (H×W becomes 1×H×W)."""
+    import torch
+
+    if array.ndim == 2:
+        array = array[:, :, None]
+    # A copy: arrays viewed from PIL images are read-only, which torch warns about and must not write to.
+    return torch.from_numpy(np.array(array.transpose(2, 0, 1), order="C"))

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.data.images import load_image, load_mask
+from bgbias.data.images import chw_tensor, load_image, load_mask
 from bgbias.data.items import Item
 from bgbias.data.samplers import Draw
 from bgbias.data.train_geometry import TrainGeometry, apply_train_transform, make_train_transform
 from bgbias.errors import ImageError
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
 class TrainImages:
@@ -76,12 +76,3 @@ class TrainImages:
                 "the masks folder belongs to another dataset)",
             )
         return np.asarray(mask)
-
-
-def chw_tensor(array: np.ndarray) -> torch.Tensor:
-    """A ``uint8`` H×W×C or H×W array as a contiguous C×H×W tensor (H×W becomes 1×H×W)."""
-    import torch
-
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))

@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,8 +92,7 @@ def train(
 ) -> TrainResult:
     """Train a new run of ``config``; its folder is ``run_dir`` or a new one under ``runs`` (./runs)."""
     dist = distributed.from_environment()
-    run = _make_run_dir(config, run_dir, runs, dist)
-    return _run(config, run, None, dist, progress, echo)
+    return _run(config, lambda: _make_run_dir(config, run_dir, runs, dist), None, dist, progress, echo)
 
 
 def resume_training(
@@ -108,13 +108,13 @@ def resume_training(
     run = open_run_dir(run_dir)
     config = load_run_config(run.config)
     state = load_checkpoint(run.last) if run.last.is_file() else None
-    return _run(config, run, state, distributed.from_environment(), progress, echo)
+    return _run(config, lambda: run, state, distributed.from_environment(), progress, echo)
 
 
 # ------------------------------------------------------------------------------------------------ the run
 def _run(
     config: TrainConfig,
-    run: RunDir,
+    make_run: Callable[[], RunDir],
     checkpoint: dict[str, Any] | None,
     dist: distributed.Distributed,
     progress: bool,
@@ -128,14 +128,17 @@ def _run(
 
     device = resolve_device(config.device, dist.local_rank)
     amp = resolve_amp(config.amp, device)
-    log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
     distributed.init_process_group(dist, device.type)
     try:
+        # Everything that can fail on the user's input is checked before the run folder exists.
         dataset = open_dataset(config.dataset, config.root)
         train_items = split_items(dataset, "train", config.protocol, config.fold)
         val_items = split_items(dataset, "val", config.protocol, config.fold)
         masks_dir = _masks_dir(config, dataset)
         train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
+        bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+        run = make_run()
+        log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
         if dist.is_main and checkpoint is None:
             write_json_atomic(run.config, config.as_dict())
 
@@ -149,7 +152,6 @@ def _run(
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
         loader, sampler = _train_loader(config, dataset, train_items, train_masks, dist, device)
-        bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
         fresh = checkpoint is None
         validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
 
@@ -257,11 +259,6 @@ def _make_run_dir(
         root = str(run.root)
     else:
         root = None
-    if dist.enabled:
-        import torch.distributed as td
-
-        if not td.is_initialized():
-            distributed.init_process_group(dist, resolve_device(config.device, dist.local_rank).type)
     return RunDir(Path(distributed.broadcast(dist, root)))
 
 

@@ -1,0 +1,34 @@
+"""Two CPU processes under torchrun (gloo): one run folder, one checkpoint, ranks in step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bgbias.engine.checkpoint import load_checkpoint
+
+
+@pytest.mark.slow
+def test_two_process_torchrun_trains_and_writes_one_checkpoint(tiny_bench, tmp_path):
+    run_dir = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "bgbias", "train", "--method", "triplet", "--root", str(tiny_bench / "bench"),
+        "--device", "cpu", "--workers", "0", "--epochs", "1", "--run-dir", str(run_dir), "--no-progress",
+        "--bgaugment", "--masks", str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"),
+        *(f"--set={s}" for s in ("model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
+                                 "data.m_per_class=2", "data.crop=32")),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp", "latest"]  # one run folder, no duplicates
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert state["epoch"] == 1 and state["status"] == "finished"
+    # Each rank trained on its own half of the batches: 16 train images, batches of 8 → 1 batch per rank.
+    assert state["history"][1]["train_images_per_second"] > 0
+    assert "val_corrupted_map_at_r" in state["history"][1]
