@@ -151,7 +151,7 @@ def _run(
             state = _restore(checkpoint, method, optimizer, scaler, device)
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
-        loader, sampler = _train_loader(config, dataset, train_items, train_masks, dist, device)
+        loader, sampler = make_train_loader(config, dataset, train_items, train_masks, device, dist)
         fresh = checkpoint is None
         validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
 
@@ -280,10 +280,11 @@ def _check_masks(
     return train_masks
 
 
-def _train_loader(
+def make_train_loader(
     config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None,
-    dist: distributed.Distributed, device: torch.device,
+    device: torch.device, dist: distributed.Distributed | None = None,
 ):
+    """The training DataLoader and its batch sampler (``set_epoch`` it before each epoch)."""
     import torch
 
     from bgbias.data.samplers import MPerClassBatchSampler
@@ -302,7 +303,8 @@ def _train_loader(
     items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
     sampler = MPerClassBatchSampler(
         [item.label for item in items], d.m_per_class, d.batch_size, config.seed,
-        rank=dist.rank, world_size=dist.world_size, batches_per_epoch=d.batches_per_epoch,
+        rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
+        batches_per_epoch=d.batches_per_epoch,
     )
     loader = torch.utils.data.DataLoader(
         TrainImages(items, geometry, masks, dataset_name=dataset.name), batch_sampler=sampler,
