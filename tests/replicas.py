@@ -153,3 +153,16 @@ def make_bench(
         json.dumps({"classes": len(splits), "images": len(rows)}, indent=2) + "\n"
     )
     return root
+
+
+def copy_ground_truth_masks(items: Sequence, masks_dir: Path) -> Path:
+    """Copy each item's exact mask to where ``bgbias masks`` writes its saliency mask (stand-in masks)."""
+    import shutil
+
+    from bgbias.data.items import mask_path
+
+    for item in items:
+        target = mask_path(item, masks_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(item.ground_truth_mask, target)
+    return masks_dir

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
-from tests.replicas import make_bench
+from tests.replicas import copy_ground_truth_masks, make_bench
 
 POOL_SIZES = [(64, 48), (48, 64), (80, 80), (100, 40)]
 
@@ -42,9 +40,4 @@ def bench(tmp_path):
 @pytest.fixture
 def masks_dir(tmp_path, bench) -> Path:
     """The bench's exact masks copied where ``bgbias masks`` would write saliency masks."""
-    folder = tmp_path / "masks" / "bench"
-    for item in bench.items():
-        target = mask_path(item, folder)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item.ground_truth_mask, target)
-    return folder
+    return copy_ground_truth_masks(bench.items(), tmp_path / "masks" / "bench")

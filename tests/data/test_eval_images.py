@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry, eval_transform
 from bgbias.errors import DatasetError, ImageError
 from tests.augment.conftest import write_pool
-from tests.replicas import make_bench
+from tests.replicas import copy_ground_truth_masks, make_bench
 
 
 @pytest.fixture
@@ -32,12 +31,7 @@ def bench(tmp_path):
 @pytest.fixture
 def masks_dir(tmp_path, bench) -> Path:
     """The bench's exact masks copied to where ``bgbias masks`` writes saliency masks."""
-    folder = tmp_path / "masks" / "bench"
-    for item in bench.items():
-        target = mask_path(item, folder)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item.ground_truth_mask, target)
-    return folder
+    return copy_ground_truth_masks(bench.items(), tmp_path / "masks" / "bench")
 
 
 @pytest.fixture

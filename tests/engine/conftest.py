@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from bgbias.data.registry import open_dataset
 from bgbias.engine.config import resolve_config
-from tests.replicas import make_bench
+from tests.replicas import copy_ground_truth_masks, make_bench
 
 
 @pytest.fixture(scope="session")
@@ -18,11 +18,7 @@ def tiny_bench(tmp_path_factory) -> Path:
     """A bench of 4 train and 2 val classes (4 views each), its masks and a 6-image background pool."""
     base = tmp_path_factory.mktemp("tiny-bench")
     root = make_bench(base / "bench", train_classes=4, val_classes=2, test_classes=1, per_class=4)
-    masks = base / "masks"
-    for mask in (root / "masks").rglob("*.png"):
-        target = masks / "images" / mask.relative_to(root / "masks")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(mask, target)
+    copy_ground_truth_masks(open_dataset("bench", root).items(), base / "masks")
     pool = base / "backgrounds" / "train"
     pool.mkdir(parents=True)
     rng = np.random.default_rng(0)
