@@ -152,7 +152,32 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
             path=folder,
             fix="put background pictures in it, or rebuild the default pools with `bgbias assets`",
         )
+    _check_complete(folder, files)
     return files
+
+
+def _check_complete(folder: Path, files: list[Path]) -> None:
+    """A pool built by bgbias (its manifest beside it) must hold every image the manifest lists.
+
+    Its photographs are cut at set-up from fetched packages; a pool used before that would silently hold
+    only the generated images and give other backgrounds, and so other numbers.
+    """
+    manifest = folder.parent / MANIFEST_NAME
+    if not manifest.is_file():
+        return
+    present = {path.name for path in files}
+    listed = [
+        entry["file"] for entry in _read_manifest(manifest).values()
+        if entry["file"].split("/")[0] == folder.name
+    ]
+    missing = [name for name in listed if name.split("/")[-1] not in present]
+    if missing:
+        raise DatasetError(
+            f"the background pool is incomplete: {len(missing)} of the {len(listed)} images its manifest "
+            f"lists are missing (e.g. {missing[0]})",
+            path=folder,
+            fix="complete the pools with `bgbias assets backgrounds` (or run `bgbias study`)",
+        )
 
 
 def pool_folder(backgrounds: str | os.PathLike[str], pool: str) -> Path:

@@ -218,3 +218,16 @@ def test_shared_content_between_pools_errors_or_warns(tmp_path: Path) -> None:
     assert shared == [(a / "1.png", b / "x.png")]
     os.remove(b / "x.png")
     assert check_disjoint(list_pool(a), list_pool(b)) == []
+
+
+def test_list_pool_refuses_a_pool_missing_images_its_manifest_lists(tmp_path: Path) -> None:
+    sources = make_sources(tmp_path / "src")
+    out = tmp_path / "bg"
+    build_pools(out, sources, **SMALL)
+    assert len(list_pool(out / "train")) == SMALL["images_per_pool"]
+    victim = sorted((out / "train").iterdir())[-1]
+    victim.unlink()
+    with pytest.raises(DatasetError, match="incomplete: 1 of the") as err:
+        list_pool(out / "train")
+    assert "bgbias assets backgrounds" in err.value.render()
+    assert len(list_pool(out / "test")) == SMALL["images_per_pool"]
