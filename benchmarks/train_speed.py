@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bgbias.augment.background_bank import BackgroundBank
 from bgbias.augment.bgaugment import BGAugment
-from bgbias.augment.mask_check import training_masks
+from bgbias.augment.mask_check import saliency_masks
 from bgbias.backgrounds.pool import pool_folder
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
@@ -64,7 +64,7 @@ def main() -> None:
     )
     dataset = open_dataset("bench", args.root)
     items = split_items(dataset, "train")
-    masks = training_masks(items, args.masks, "bench")
+    masks = saliency_masks(items, args.masks, "bench")
     loader, _ = make_train_loader(config, dataset, items, masks, device)
 
     torch.manual_seed(0)

@@ -33,10 +33,10 @@ from bgbias.augment.background_crops import (
     image_rng,
     sample_background_crop,
 )
+from bgbias.augment.mask_check import saliency_masks
 from bgbias.backgrounds.pool import list_pool, pool_folder
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import Dataset, Item, mask_path
-from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
@@ -406,13 +406,7 @@ def render_corrupted(
             fix="load the manifest with load_manifest() against the dataset it was made for",
         )
     items = [by_id[entry.id] for entry in manifest.entries]
-    missing = missing_files([mask_path(item, masks_dir) for item in items])
-    if missing:
-        raise ImageError(
-            f"{len(missing)} of {len(items)} saliency masks are missing: {describe_paths(missing)}",
-            path=masks_dir,
-            fix=f"make the masks with: bgbias masks --dataset {dataset.name}",
-        )
+    saliency_masks(items, masks_dir, dataset.name)
     record = {"manifest_sha256": sha256_file(manifest.path), "masks_dir": os.fspath(masks_dir.resolve())}
     _claim_out_dir(out_dir, record, force)
 

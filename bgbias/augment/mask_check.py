@@ -1,4 +1,8 @@
-"""Preflight for BGAugment: every training image needs its saliency mask before the first step, not later."""
+"""Preflight for everything that composites: each image needs its saliency mask before the first one is used.
+
+BGAugment training, corrupted validation and rendering corrupted sets all check here, so a missing mask is
+one error naming all of them, before any work starts, rather than a failure half-way through.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,14 @@ from bgbias.data.layout import describe_paths, missing_files
 from bgbias.errors import ImageError
 
 
-def training_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
+def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
     """The mask path of every item, in order; ``ImageError`` naming the missing ones when any is absent."""
     masks_dir = Path(masks_dir)
     paths = [mask_path(item, masks_dir) for item in items]
     missing = missing_files(paths)
     if missing:
         raise ImageError(
-            f"{len(missing)} of {len(paths)} training images have no saliency mask in {masks_dir}: "
+            f"{len(missing)} of {len(paths)} saliency masks are missing in {masks_dir}: "
             f"{describe_paths(missing)}",
             path=masks_dir,
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or pass --masks DIR if they are in "

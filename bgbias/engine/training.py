@@ -272,11 +272,11 @@ def _check_masks(
     config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item], masks_dir: Path
 ) -> list[Path] | None:
     """Before any training: every image that will be composited has its mask (else a clear error)."""
-    from bgbias.augment.mask_check import training_masks
+    from bgbias.augment.mask_check import saliency_masks
 
-    train_masks = training_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
+    train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
     if config.monitor == "corrupted":
-        training_masks(val_items, masks_dir, dataset.name)
+        saliency_masks(val_items, masks_dir, dataset.name)
     return train_masks
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bgbias.augment.mask_check import training_masks
+from bgbias.augment.mask_check import saliency_masks
 from bgbias.data.items import mask_path
 from bgbias.errors import ImageError
 
 
 def test_all_masks_present_gives_their_paths_in_item_order(bench, masks_dir):
     items = bench.items()
-    paths = training_masks(items, masks_dir, "bench")
+    paths = saliency_masks(items, masks_dir, "bench")
     assert paths == [mask_path(item, masks_dir) for item in items]
     assert all(path.is_file() for path in paths)
 
@@ -22,7 +22,7 @@ def test_missing_masks_are_one_error_with_count_examples_and_fix(bench, masks_di
     for path in gone:
         path.unlink()
     with pytest.raises(ImageError) as info:
-        training_masks(items, masks_dir, "bench")
+        saliency_masks(items, masks_dir, "bench")
     error = info.value
     assert f"2 of {len(items)}" in error.problem
     assert all(str(path) in error.problem for path in gone)
@@ -33,4 +33,4 @@ def test_missing_masks_are_one_error_with_count_examples_and_fix(bench, masks_di
 def test_a_missing_masks_folder_counts_every_mask(bench, tmp_path):
     items = bench.items()
     with pytest.raises(ImageError, match=f"{len(items)} of {len(items)}"):
-        training_masks(items, tmp_path / "nowhere", "bench")
+        saliency_masks(items, tmp_path / "nowhere", "bench")
