@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
-from bgbias.augment.background_crops import BackgroundCrop, sample_background_crop
+from bgbias.augment.background_crops import BackgroundCrop
 from bgbias.backgrounds.pool import list_pool
 from bgbias.data.images import load_image
 from bgbias.data.transforms import resized_size
@@ -85,10 +85,6 @@ class BackgroundBank:
 
     def __len__(self) -> int:
         return len(self.sizes)
-
-    def sample(self, rng: np.random.Generator, n: int) -> list[BackgroundCrop]:
-        """``n`` crops: background uniform with replacement, random resized box, flip (the seed's rules)."""
-        return [sample_background_crop(rng, self.sizes) for _ in range(n)]
 
     def render(
         self, crops: Sequence[BackgroundCrop], size: int, dtype: torch.dtype | None = None
