@@ -33,9 +33,9 @@ from bgbias.augment.background_crops import (
     image_rng,
     sample_background_crop,
 )
-from bgbias.augment.mask_check import saliency_masks
+from bgbias.augment.mask_check import load_matching_mask, saliency_masks
 from bgbias.backgrounds.pool import list_pool, pool_folder
-from bgbias.data.images import load_image, load_mask
+from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item, mask_path
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
@@ -370,14 +370,8 @@ def load_pair(item: Item, masks_dir: Path, dataset_name: str) -> tuple[Image.Ima
     if not path.is_file():
         raise ImageError(f"no saliency mask for image {item.id}", path=path,
                          fix=f"make the masks with: bgbias masks --dataset {dataset_name}")
-    image, mask = load_image(item.image), load_mask(path)
-    if image.size != mask.size:
-        raise ImageError(
-            f"mask size {mask.size} differs from the size {image.size} of image {item.id}",
-            path=path,
-            fix=f"make the masks again with: bgbias masks --dataset {dataset_name}",
-        )
-    return image, mask
+    image = load_image(item.image)
+    return image, load_matching_mask(path, image.size, item, dataset_name)
 
 
 def render_corrupted(

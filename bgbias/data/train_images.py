@@ -14,18 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from bgbias.data.images import chw_tensor, load_image, load_mask
+from bgbias.augment.mask_check import load_matching_mask
+from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.data.samplers import Draw
 from bgbias.data.train_geometry import TrainGeometry, apply_train_transform, make_train_transform
-from bgbias.errors import ImageError
-
-if TYPE_CHECKING:
-    pass
 
 
 class TrainImages:
@@ -58,21 +55,12 @@ class TrainImages:
         index, seed = draw
         item = self.items[index]
         image = load_image(item.image)
-        mask = None if self.masks is None else self._load_mask(item, image.size, self.masks[index])
+        mask = None
+        if self.masks is not None:
+            name = self.dataset_name or "NAME"
+            mask = np.asarray(load_matching_mask(self.masks[index], image.size, item, name))
         image_out, mask_out = apply_train_transform(self._transform, seed, np.asarray(image), mask)
         sample: dict[str, Any] = {"image": chw_tensor(image_out), "label": item.label, "index": index}
         if mask_out is not None:
             sample["mask"] = chw_tensor(mask_out)
         return sample
-
-    def _load_mask(self, item: Item, image_size: tuple[int, int], path: Path) -> np.ndarray:
-        mask = load_mask(path)
-        if mask.size != image_size:
-            command = f"bgbias masks --dataset {self.dataset_name or 'NAME'}"
-            raise ImageError(
-                f"mask size {mask.size} differs from the size {image_size} of image {item.id}",
-                path=path,
-                fix=f"make the masks again with `{command}` (the image changed after its mask was made, or "
-                "the masks folder belongs to another dataset)",
-            )
-        return np.asarray(mask)
