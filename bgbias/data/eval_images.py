@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PIL import Image
 
@@ -20,9 +20,6 @@ from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry, eval_transform
 from bgbias.errors import DatasetError
-
-if TYPE_CHECKING:
-    pass
 
 
 def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:

@@ -17,6 +17,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.assets.store import asset_dir
 from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
+from bgbias.models.weights import read_state_file, torchvision_state
 
 if TYPE_CHECKING:
     import torch
@@ -51,12 +52,7 @@ def load_mobilenet_v2_imagenet(
 
 def load_old_layout_features(model: torch.nn.Module, path: Path) -> torch.nn.Module:
     """Load an old-layout MobileNetV2 feature file into ``model.features``, checking key kinds and shapes."""
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # unpickling reports damage with many exception types
-        raise AssetError(f"cannot read the weights: {err}", path=path, fix=_FETCH_FIX) from err
+    state = read_state_file(path, fix=_FETCH_FIX)
     model.load_state_dict(map_features_by_order(state, model.state_dict(), path=path), strict=False)
     return model
 
@@ -92,8 +88,7 @@ def map_features_by_order(
 
 def download_torchvision_state() -> Mapping[str, Any]:
     """torchvision's ImageNet MobileNetV2 weights (needs internet; cached by torch.hub)."""
-    torchvision = import_torchvision()
-    return torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.get_state_dict(progress=True)
+    return torchvision_state(import_torchvision().models.MobileNet_V2_Weights.IMAGENET1K_V1)
 
 
 def _load_torchvision_weights(model: torch.nn.Module, missing: AssetError) -> torch.nn.Module:
