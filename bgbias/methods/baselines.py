@@ -8,6 +8,7 @@ and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own pa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import torch
@@ -110,10 +111,7 @@ class Margin(MetricLossMethod):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         if spec.options.get("learn_beta") and "num_classes" not in spec.options:
-            spec = MethodSpec(
-                spec.embedding_dim, spec.num_classes, spec.num_samples, spec.pooling,
-                {**spec.options, "num_classes": spec.num_classes},
-            )
+            spec = dataclasses.replace(spec, options={**spec.options, "num_classes": spec.num_classes})
         super().__init__(backbone, spec)
 
 
