@@ -8,12 +8,13 @@ P(i) over the ranks ``i <= R`` that hold a same-class item, divided by ``R``. A 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.retrieval import nearest_neighbours
+from bgbias.engine.retrieval import Distance, nearest_neighbours
 from bgbias.errors import OptionError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class RetrievalScores:
     precision_at_1: float
     per_query: dict[str, np.ndarray] = field(compare=False, repr=False)
     scored: int
+    neighbours: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """(N, k) indices of each query's nearest other items, nearest first, where scores came from a search."""
 
     def as_dict(self) -> dict[str, Any]:
         """The three means (``None`` when no query was scored: JSON has no NaN) and the scored count."""
@@ -79,12 +82,17 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
 
 
 def score_embeddings(
-    embeddings: np.ndarray | Tensor, labels: np.ndarray | Tensor, *, backend: str = "auto"
+    embeddings: np.ndarray | Tensor,
+    labels: np.ndarray | Tensor,
+    *,
+    backend: str = "auto",
+    distance: Distance | None = None,
 ) -> RetrievalScores:
     """Score a split against itself: every item a query, every other item a reference.
 
     ``k`` is the largest class size minus one (PML's ``"max_bin_count"`` with the query among the references)
-    and ``R`` is the size of the query's class minus one; the search is :func:`nearest_neighbours`.
+    and ``R`` is the size of the query's class minus one; the search is :func:`nearest_neighbours`, by squared
+    L2 distance or by a learned ``distance``.
     """
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
     if labels.shape != (embeddings.shape[0],) or len(labels) == 0:
@@ -95,5 +103,5 @@ def score_embeddings(
         )
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
-    knn = nearest_neighbours(embeddings, int(class_sizes.max()) - 1, backend=backend)
-    return retrieval_scores(labels[knn], labels, r)
+    knn = nearest_neighbours(embeddings, int(class_sizes.max()) - 1, backend=backend, distance=distance)
+    return dataclasses.replace(retrieval_scores(labels[knn], labels, r), neighbours=knn)

@@ -9,6 +9,7 @@ The torch backend is the fallback where faiss is not installed; it ranks by the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,17 +25,31 @@ FAISS_GPU_MAX_K = 2048
 """Largest k faiss's GPU indexes search (CUDA >= 9.5); PML falls back to the CPU above it, and so do we."""
 
 CHUNK_ELEMENTS = 1 << 26
-"""Distance-matrix entries per chunk of the torch backend (256 MiB of float32), whatever the split's size."""
+"""Distance-matrix entries per block of the torch backend (256 MiB of float32), whatever the split's size."""
+
+DEFAULT_REFERENCE_ROWS = 16_384
+"""References per block of the torch backend; larger splits are streamed through the running top-k."""
+
+Distance = Callable[["Tensor", "Tensor"], "Tensor"]
+"""``(queries (q, D), references (r, D)) -> (q, r)`` distances, smaller for more alike."""
 
 
-def nearest_neighbours(embeddings: np.ndarray | Tensor, k: int, *, backend: str = "auto") -> np.ndarray:
-    """``(N, D)`` float embeddings -> ``(N, k)`` int64 indices of each row's ``k`` nearest other rows.
+def nearest_neighbours(
+    embeddings: np.ndarray | Tensor, k: int, *, backend: str = "auto", distance: Distance | None = None
+) -> np.ndarray:
+    """``(N, D)`` embeddings -> ``(N, k)`` indices of each row's ``k`` nearest other rows, nearest first.
 
-    Nearest first by squared L2 distance. ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when
-    it can be imported, else torch).
+    Ranked by squared L2 distance, or by ``distance`` when given (a learned similarity such as AVSL's, which
+    only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when it
+    can be imported and no ``distance`` is given, else torch).
     """
     if backend not in BACKENDS:
         raise OptionError(f"unknown retrieval backend {backend!r}", fix=f"use one of {', '.join(BACKENDS)}")
+    if distance is not None:
+        if backend == "faiss":
+            raise OptionError("faiss ranks by L2 distance only, not by a learned distance",
+                              fix="use the torch (or auto) backend for methods with a learned similarity")
+        return torch_nearest_neighbours(embeddings, k, distance=distance)
     if backend == "auto":
         backend = "faiss" if faiss_available() else "torch"
     if backend == "faiss":
@@ -113,28 +128,53 @@ def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
 
 
 def torch_nearest_neighbours(
-    embeddings: np.ndarray | Tensor, k: int, chunk_rows: int | None = None
+    embeddings: np.ndarray | Tensor,
+    k: int,
+    *,
+    distance: Distance | None = None,
+    query_rows: int | None = None,
+    reference_rows: int | None = None,
 ) -> np.ndarray:
-    """The torch backend: exact float32 squared distances, ``chunk_rows`` queries at a time, then ``topk``.
+    """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
 
-    Runs on the embeddings' device. ``chunk_rows`` defaults to what keeps one chunk of the distance matrix
-    near :data:`CHUNK_ELEMENTS` entries; it bounds memory and leaves the ranking alone (bar float rounding of
-    distances that are equal to the last bit).
+    ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
+    squared L2 distance in float32. A block is ``query_rows`` queries against ``reference_rows`` references
+    (by default about :data:`CHUNK_ELEMENTS` entries), so memory stays bounded whatever the split's size:
+    each query keeps only its ``k + 1`` nearest so far. Runs on the embeddings' device, without gradients.
     """
     import torch
 
     k = checked_k(embeddings, k)
-    vectors = torch.as_tensor(embeddings).detach().to(torch.float32)
+    vectors = torch.as_tensor(embeddings).detach()
+    if distance is None:
+        vectors = vectors.to(torch.float32)
+        distance = squared_l2
     count = len(vectors)
-    if chunk_rows is None:
-        chunk_rows = max(1, CHUNK_ELEMENTS // count)
-    if chunk_rows < 1:
-        raise OptionError(f"chunk_rows must be at least 1, got {chunk_rows}", fix="pass a positive size")
-    squared_norms = (vectors * vectors).sum(dim=1)
+    if reference_rows is None:
+        reference_rows = max(1, min(count, DEFAULT_REFERENCE_ROWS))
+    if query_rows is None:
+        query_rows = max(1, CHUNK_ELEMENTS // max(reference_rows, 1))
+    if query_rows < 1 or reference_rows < 1:
+        raise OptionError(f"block sizes must be at least 1, got {query_rows} x {reference_rows}",
+                          fix="pass positive query_rows and reference_rows")
     parts = []
-    for start in range(0, count, chunk_rows):
-        queries = vectors[start : start + chunk_rows]
-        distances = squared_norms[start : start + chunk_rows, None] + squared_norms[None, :]
-        distances = distances.addmm_(queries, vectors.T, alpha=-2.0).clamp_min_(0.0)
-        parts.append(distances.topk(k + 1, dim=1, largest=False, sorted=True).indices.cpu())
+    with torch.inference_mode():
+        for q_start in range(0, count, query_rows):
+            queries = vectors[q_start : q_start + query_rows]
+            best_d = torch.full((len(queries), 0), float("inf"), device=vectors.device)
+            best_i = torch.zeros((len(queries), 0), dtype=torch.int64, device=vectors.device)
+            for r_start in range(0, count, reference_rows):
+                block = distance(queries, vectors[r_start : r_start + reference_rows]).to(torch.float32)
+                block_d, block_i = block.topk(min(k + 1, block.shape[1]), dim=1, largest=False, sorted=True)
+                best_d = torch.cat([best_d, block_d], dim=1)
+                best_i = torch.cat([best_i, block_i + r_start], dim=1)
+                best_d, order = best_d.topk(min(k + 1, best_d.shape[1]), dim=1, largest=False, sorted=True)
+                best_i = best_i.gather(1, order)
+            parts.append(best_i.cpu())
     return remove_self_matches(torch.cat(parts).numpy().astype(np.int64))
+
+
+def squared_l2(queries: Tensor, references: Tensor) -> Tensor:
+    """(q, r) squared Euclidean distances, ``|a|² + |b|² − 2 a·b`` clamped at 0 (what faiss ranks by)."""
+    distances = (queries * queries).sum(dim=1)[:, None] + (references * references).sum(dim=1)[None, :]
+    return distances.addmm_(queries, references.T, alpha=-2.0).clamp_min_(0.0)

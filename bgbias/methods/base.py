@@ -7,7 +7,10 @@ convention. The engine asks a method three things:
 - ``loss(batch)``: a dict of loss terms; ``"loss"`` is what is back-propagated, the others are logged;
 - ``embed(images)``: the retrieval embedding, which in eval mode must not depend on the rest of the batch;
 - ``parameter_groups()``: which parameters belong to the backbone, the head and the loss, so each group gets
-  its own learning rate.
+  its own learning rate;
+- ``pairwise_distance(queries, references)``: how far apart embeddings are. Attribution maps differentiate
+  it; retrieval ranks by it when the similarity is learned (``learned_similarity``, e.g. AVSL), and by the
+  squared L2 distance of the embeddings (faiss) otherwise, which ranks as the default here does.
 
 Methods that need more reach into the backbone through its named stages (``backbone.forward(images, taps)``,
 ``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
@@ -57,6 +60,9 @@ class Method(nn.Module, ABC):
     name: ClassVar[str]
     # Attributes holding loss parameters (proxies, learnable margins): they get the ``lr_loss`` group.
     loss_modules: ClassVar[tuple[str, ...]] = ()
+    # True when pairwise_distance is learned and must rank retrieval (chunked, exact); then ``embed`` returns
+    # the per-image state that pairwise_distance compares.
+    learned_similarity: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__()
@@ -70,6 +76,10 @@ class Method(nn.Module, ABC):
     @abstractmethod
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, D) retrieval embeddings of float RGB images in [0, 1]."""
+
+    def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
+        """(Nq, Nr) distances between two sets of embeddings, smaller for more alike; Euclidean by default."""
+        return torch.cdist(queries, references)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The training step's forward pass; DistributedDataParallel calls this."""

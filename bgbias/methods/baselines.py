@@ -49,6 +49,15 @@ class MetricLossMethod(Method):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(images)[self.backbone.final])
 
+    def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
+        """The loss's own distance (the seed's attribution differentiates it): L2 for the pair and triplet
+        losses, negated cosine similarity for those that compare by similarity."""
+        distance = getattr(self.loss_fn, "distance", None)
+        if distance is None:
+            return super().pairwise_distance(queries, references)
+        matrix = distance(queries, references)
+        return -matrix if distance.is_inverted else matrix
+
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
         embeddings = self.embed(batch.images)
         pairs = self.miner(embeddings, batch.labels) if self.miner is not None else None

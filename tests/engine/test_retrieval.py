@@ -74,11 +74,36 @@ def test_torch_backend_equals_faiss_without_ties(seed):
     assert np.array_equal(torch_nearest_neighbours(x, 10), faiss_nearest_neighbours(x, 10))
 
 
-@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 299, 300, 1000])
-def test_torch_chunking_does_not_change_the_result(chunk_rows):
+@pytest.mark.parametrize("query_rows", [1, 7, 299, 1000])
+@pytest.mark.parametrize("reference_rows", [1, 6, 64, 300])
+def test_torch_blocks_do_not_change_the_result(query_rows, reference_rows):
     x = _untied(4)
-    whole = torch_nearest_neighbours(x, 6, chunk_rows=len(x))
-    assert np.array_equal(torch_nearest_neighbours(x, 6, chunk_rows=chunk_rows), whole)
+    whole = torch_nearest_neighbours(x, 6, query_rows=len(x), reference_rows=len(x))
+    blocked = torch_nearest_neighbours(x, 6, query_rows=query_rows, reference_rows=reference_rows)
+    assert np.array_equal(blocked, whole)
+
+
+def _bilinear(weights: torch.Tensor):
+    """A learned-looking, non-metric distance: -(q W r) with an asymmetric W."""
+    return lambda queries, references: -(queries @ weights @ references.T)
+
+
+@pytest.mark.parametrize("reference_rows", [1, 5, 33, 200])
+def test_a_learned_distance_ranks_exactly_like_its_full_matrix(reference_rows):
+    x = torch.from_numpy(_untied(7, count=200, dim=6))
+    weights = torch.from_numpy(_untied(8, count=6, dim=6))
+    distance = _bilinear(weights)
+    full = distance(x, x).numpy()
+    np.fill_diagonal(full, np.inf)
+    expected = np.argsort(full, axis=1, kind="stable")[:, :9]
+    streamed = torch_nearest_neighbours(x, 9, distance=distance, query_rows=17, reference_rows=reference_rows)
+    assert np.array_equal(streamed, expected)
+    assert np.array_equal(nearest_neighbours(x, 9, distance=distance), expected)
+
+
+def test_a_learned_distance_is_not_for_faiss():
+    with pytest.raises(OptionError, match="learned"):
+        nearest_neighbours(LINE, 1, backend="faiss", distance=_bilinear(torch.ones(1, 1)))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -109,8 +134,8 @@ def test_bad_inputs_are_bgbias_errors():
         nearest_neighbours(np.zeros(5, dtype=np.float32), 1)
     with pytest.raises(OptionError, match="backend"):
         nearest_neighbours(LINE, 1, backend="annoy")
-    with pytest.raises(OptionError, match="chunk_rows"):
-        torch_nearest_neighbours(LINE, 1, chunk_rows=0)
+    with pytest.raises(OptionError, match="block sizes"):
+        torch_nearest_neighbours(LINE, 1, reference_rows=0)
     broken = LINE.copy()
     broken[2, 0] = np.nan
     for backend in BACKENDS:
