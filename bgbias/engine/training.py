@@ -442,7 +442,7 @@ def _select(state: _State, row: dict[str, Any], config: TrainConfig, method, run
         state.best_value, state.best_epoch, state.bad_epochs = value, state.epoch, 0
         if dist.is_main:
             save_checkpoint(run.best, {"epoch": state.epoch, "monitor": key, "value": value,
-                                       "model": method.state_dict()})
+                                       "spec": dataclasses.asdict(method.spec), "model": method.state_dict()})
     else:
         state.bad_epochs += 1
         if state.bad_epochs >= config.schedule.patience:
@@ -455,6 +455,7 @@ def _checkpoint(state: _State, method, optimizer, scaler, device) -> dict[str, A
 
     return {
         "epoch": state.epoch,
+        "spec": dataclasses.asdict(method.spec),
         "model": method.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(),

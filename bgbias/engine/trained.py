@@ -1,0 +1,113 @@
+"""A trained model back from its run folder: the method rebuilt from the saved configuration and spec, with
+the selected (or last) checkpoint's weights, ready to embed.
+
+The backbone is built without pretrained weights (the checkpoint holds all of them), so evaluating needs no
+download and no ImageNet file, only the run folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bgbias.engine.checkpoint import CheckpointError, load_checkpoint
+from bgbias.engine.config import TrainConfig, load_run_config
+from bgbias.engine.run_dir import RunDir, latest_run, open_run_dir
+from bgbias.errors import OptionError
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.base import Method
+
+CHECKPOINTS = ("best", "last")
+
+
+@dataclass
+class TrainedModel:
+    """A run's method in eval mode on ``device``, and which checkpoint it came from."""
+
+    run: RunDir
+    config: TrainConfig
+    method: Method
+    checkpoint: Path
+    checkpoint_sha256: str
+    epoch: int
+    device: torch.device
+
+    def describe(self) -> dict[str, Any]:
+        """What a report records about the model: run, method, BGAugment and the checkpoint's identity."""
+        return {
+            "run": str(self.run.root),
+            "method": self.config.method,
+            "bgaugment": self.config.bgaugment.enabled,
+            "trained_on": self.config.dataset,
+            "checkpoint": {
+                "path": str(self.checkpoint), "sha256": self.checkpoint_sha256, "epoch": self.epoch,
+            },
+        }
+
+
+def resolve_run(run: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None = None) -> RunDir:
+    """``run`` as a run folder, or the latest run of ``runs`` (default ./runs) when it is None."""
+    if run is None:
+        return latest_run(Path(runs) if runs is not None else None)
+    return open_run_dir(run)
+
+
+def load_trained(
+    run: str | os.PathLike[str] | None = None,
+    *,
+    checkpoint: str = "best",
+    device: str = "auto",
+    runs: str | os.PathLike[str] | None = None,
+) -> TrainedModel:
+    """Rebuild the method of ``run`` (default: the latest run) with the weights of its ``best`` or ``last``
+    checkpoint, on ``device``, in eval mode. ``run`` may also name the checkpoint file itself
+    (``<run>/checkpoints/last.pt``)."""
+    from bgbias.assets.digest import sha256_file
+    from bgbias.engine.device import resolve_device
+
+    if run is not None and Path(run).suffix == ".pt":
+        run, checkpoint = Path(run).parent.parent, Path(run).stem
+    if checkpoint not in CHECKPOINTS:
+        raise OptionError(f"unknown checkpoint {checkpoint!r}",
+                          fix=f"use one of {', '.join(CHECKPOINTS)} (a run's checkpoints/best.pt or last.pt)")
+    run_dir = resolve_run(run, runs)
+    config = load_run_config(run_dir.config)
+    path = run_dir.best if checkpoint == "best" else run_dir.last
+    if not path.is_file():
+        raise CheckpointError(
+            f"the run has no {checkpoint} checkpoint yet",
+            path=path,
+            fix=f"finish the run with: bgbias train --resume {run_dir.root}"
+            if checkpoint == "last" or run_dir.last.is_file()
+            else "train for at least one epoch first",
+        )
+    state = load_checkpoint(path)
+    resolved = resolve_device(device)
+    method = build_from_spec(config, state, path).to(resolved).eval()
+    return TrainedModel(run_dir, config, method, path, sha256_file(path), int(state["epoch"]), resolved)
+
+
+def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> Method:
+    """The method of ``config`` sized by the checkpoint's spec, with the checkpoint's weights."""
+    from bgbias.methods.base import MethodSpec
+    from bgbias.methods.registry import method_class
+    from bgbias.models.registry import build_backbone
+
+    if "spec" not in state or "model" not in state:
+        raise CheckpointError("the checkpoint lacks the model or the spec it was built with", path=path,
+                              fix="evaluate a checkpoint written by this version of bgbias train")
+    backbone = build_backbone(config.model.backbone, pretrained=False,
+                              freeze_batchnorm=config.model.freeze_batchnorm)
+    method = method_class(config.method)(backbone, MethodSpec(**state["spec"]))
+    try:
+        method.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"the checkpoint's weights do not fit {config.method} on "
+                              f"{config.model.backbone}: {err}", path=path,
+                              fix="keep the run's config.json as training wrote it") from None
+    return method
