@@ -1,0 +1,377 @@
+"""The evaluation report of one run: clean vs corrupted retrieval scores, their drop, and who suffers most.
+
+The seed paper needed two notebooks to turn test logs into its Table 1 and never said which classes or
+images lose most when the background changes (references.md §7, gaps 1 and 3). Here
+:func:`summarize_evaluation` turns the engine's :class:`~bgbias.engine.metrics.RetrievalScores` of the clean
+split and of each corrupted repeat into one JSON-ready dict (``None`` where a value does not exist: JSON has
+no NaN), and :func:`write_evaluation_report` writes it as JSON, CSV and Markdown next to a per-query table.
+
+Conventions, as in the paper and the seed code: the corrupted value is the mean over repeats ± the sample
+standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
+alone in their class have no score and are left out of every mean, per class included.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgbias.engine.metrics import METRICS, RetrievalScores
+from bgbias.errors import OptionError
+from bgbias.fileio import write_json_atomic, write_text_atomic
+
+REPORT_FORMAT = "bgbias-eval-report"
+REPORT_VERSION = 1
+HURT_MOST = 10
+"""How many classes and images the Markdown report lists as hurt most by the background change."""
+
+METRIC_TITLES = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
+PER_CLASS_COLUMNS = ("label", "images", "clean_map_at_r", "corrupted_map_at_r", "drop", "relative_drop")
+_COMPUTED_KEYS = frozenset(
+    {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
+     "images_hurt_most"}
+)
+_KEY_FIELDS = ("method", "bgaugment", "dataset", "split")
+
+ReportKey = tuple[str, bool, str, str]
+"""What identifies a run's evaluation in a comparison: (method, bgaugment, dataset, split)."""
+
+
+def summarize_evaluation(
+    clean: RetrievalScores,
+    corrupted: Sequence[RetrievalScores],
+    labels: np.ndarray,
+    ids: Sequence[str],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, when there are
+    corrupted repeats, each repeat's scores, their mean and std, the drop, the per-class drop of MAP@R
+    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order."""
+    labels = np.asarray(labels)
+    _check_inputs(clean, corrupted, labels, ids)
+    clashes = sorted(_COMPUTED_KEYS & set(meta))
+    if clashes:
+        raise OptionError(f"the report metadata uses keys the report computes itself: {', '.join(clashes)}",
+                          fix="rename those metadata entries")
+    report: dict[str, Any] = {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        **meta,
+        "images": len(labels),
+        "classes": len(np.unique(labels)),
+        "scored": clean.scored,
+        "clean": _means(clean),
+    }
+    if not corrupted:
+        return report
+    repeats = [{"repeat": index, **_means(scores)} for index, scores in enumerate(corrupted)]
+    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
+    std = {name: _sample_std([row[name] for row in repeats]) for name in METRICS}
+    report["corrupted"] = {"repeats": repeats, "mean": mean, "std": std}
+    report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
+    report["per_class"] = _per_class(clean, corrupted, labels)
+    report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids)
+    return report
+
+
+def write_evaluation_report(
+    report: Mapping[str, Any],
+    out_dir: str | os.PathLike[str],
+    *,
+    clean: RetrievalScores,
+    corrupted: Sequence[RetrievalScores],
+    labels: np.ndarray,
+    ids: Sequence[str],
+) -> dict[str, Path]:
+    """Write ``report.json``, ``report.csv``, ``per_query.csv``, ``report.md`` and, when the report has
+    corrupted repeats, ``per_class.csv`` into ``out_dir``, each atomically; return their paths keyed by file
+    name with ``_`` for ``.`` (``report_json``, ``report_csv``, ``per_query_csv``, ``report_md``,
+    ``per_class_csv``)."""
+    labels = np.asarray(labels)
+    _check_inputs(clean, corrupted, labels, ids)
+    repeats = len(report.get("corrupted", {}).get("repeats", []))
+    if len(labels) != report.get("images") or len(corrupted) != repeats:
+        raise OptionError(
+            f"the scores ({len(labels)} images, {len(corrupted)} repeats) are not the ones the report was "
+            f"made from ({report.get('images')} images, {repeats} repeats)",
+            fix="pass the same scores to summarize_evaluation and write_evaluation_report",
+        )
+    out = Path(out_dir)
+    paths = {
+        "report_json": out / "report.json",
+        "report_csv": out / "report.csv",
+        "per_query_csv": out / "per_query.csv",
+        "report_md": out / "report.md",
+    }
+    write_json_atomic(paths["report_json"], report)
+    write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(report)))
+    write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids))
+    write_text_atomic(paths["report_md"], format_evaluation_markdown(report))
+    if "per_class" in report:
+        paths["per_class_csv"] = out / "per_class.csv"
+        rows = ([row[key] for key in PER_CLASS_COLUMNS] for row in report["per_class"])
+        write_text_atomic(paths["per_class_csv"], csv_text(PER_CLASS_COLUMNS, rows))
+    return paths
+
+
+def load_evaluation_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A ``report.json`` written by :func:`write_evaluation_report`, checked to be one."""
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError("there is no evaluation report here", path=path,
+                          fix="evaluate the run first with `bgbias eval`")
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise OptionError(f"the evaluation report is not valid JSON ({error})", path=path,
+                          fix="evaluate the run again with `bgbias eval`") from None
+    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+        raise OptionError(f"this file is not a {REPORT_FORMAT} file", path=path,
+                          fix="pass the report.json that `bgbias eval` wrote")
+    if report.get("version") != REPORT_VERSION:
+        raise OptionError(f"evaluation report version {report.get('version')} is not supported "
+                          f"(this bgbias reads version {REPORT_VERSION})", path=path,
+                          fix="evaluate the run again with this version of bgbias")
+    return report
+
+
+def report_key(report: Mapping[str, Any]) -> ReportKey:
+    """(method, bgaugment, dataset, split) of a report; a report lacking one of them is refused."""
+    missing = [key for key in _KEY_FIELDS if key not in report]
+    if missing:
+        raise OptionError(f"the evaluation report of run {report.get('run', '?')} lacks {', '.join(missing)}",
+                          fix="evaluate the run again with `bgbias eval`")
+    return str(report["method"]), bool(report["bgaugment"]), str(report["dataset"]), str(report["split"])
+
+
+def run_label(method: str, bgaugment: bool) -> str:
+    """How tables and plots name a run: ``"method"`` or ``"method + BGAugment"``."""
+    return f"{method} + BGAugment" if bgaugment else method
+
+
+def index_reports(reports: Iterable[Mapping[str, Any]]) -> dict[ReportKey, Mapping[str, Any]]:
+    """Reports by :func:`report_key`, in input order; two reports of the same key are an error naming both."""
+    index: dict[ReportKey, Mapping[str, Any]] = {}
+    for report in reports:
+        key = report_key(report)
+        if key in index:
+            method, bgaugment, dataset, split = key
+            raise OptionError(
+                f"two evaluations of {run_label(method, bgaugment)} on {dataset} ({split} split): "
+                f"runs {index[key].get('run', '?')} and {report.get('run', '?')}",
+                fix="pass one run per method, BGAugment setting, dataset and split",
+            )
+        index[key] = report
+    return index
+
+
+def format_evaluation_markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown: a titled table of clean vs corrupted scores in %, the setup, the hurt most."""
+    lines = [f"# {_title(report)}", ""]
+    corrupted = report.get("corrupted")
+    if corrupted:
+        repeats = len(corrupted["repeats"])
+        spread = "mean ± std" if repeats > 1 else "mean"
+        over = f"{repeats} repeat{'s' * (repeats > 1)}"
+        headers = ["metric", "clean (%)", f"corrupted (%, {spread} over {over})", "drop (points)",
+                   "relative drop (%)"]
+        rows = [
+            [METRIC_TITLES[name], percent(report["clean"][name]),
+             percent_spread(corrupted["mean"][name], corrupted["std"][name]),
+             percent(report["drop"][name]["absolute"]), percent(report["drop"][name]["relative"])]
+            for name in METRICS
+        ]
+    else:
+        headers = ["metric", "clean (%)"]
+        rows = [[METRIC_TITLES[name], percent(report["clean"][name])] for name in METRICS]
+    lines += [markdown_table(headers, rows), ""]
+    lines.append(f"{report['images']} images in {report['classes']} classes; {report['scored']} scored "
+                 "(queries alone in their class have nothing to retrieve and are left out).")
+    lines += ["", "## Setup", ""]
+    for key in sorted(report):
+        if key not in _COMPUTED_KEYS and key not in ("method", "dataset", "split"):
+            lines += _setup_lines(key, report[key])
+    if report.get("per_class"):
+        hurt = [row for row in report["per_class"] if row["drop"] is not None][:HURT_MOST]
+        lines += ["", f"## The {len(hurt)} classes hurt most (MAP@R, %)", ""]
+        lines.append(markdown_table(
+            ["class", "images", "clean", "corrupted", "drop (points)", "relative drop (%)"],
+            [[row["label"], row["images"], percent(row["clean_map_at_r"]), percent(row["corrupted_map_at_r"]),
+              percent(row["drop"]), percent(row["relative_drop"])] for row in hurt],
+        ))
+    if report.get("images_hurt_most"):
+        hurt = report["images_hurt_most"]
+        lines += ["", f"## The {len(hurt)} images hurt most (MAP@R, %)", ""]
+        lines.append(markdown_table(
+            ["image", "class", "clean", "corrupted", "drop (points)"],
+            [[row["id"], row["label"], percent(row["clean_map_at_r"]), percent(row["corrupted_map_at_r"]),
+              percent(row["drop"])] for row in hurt],
+        ))
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub Markdown table; every column but the first is right-aligned (they hold numbers)."""
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join("" if c is None else str(c).replace("|", "\\|") for c in cells) + " |"
+
+    rule = "|" + "|".join(["---", *("---:" for _ in headers[1:])]) + "|"
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+def _check_inputs(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+) -> None:
+    """Every score set must describe the same queries: as many as labels and ids, with the same R each."""
+    if labels.ndim != 1 or len(ids) != len(labels):
+        raise OptionError(f"expected one label and one id per image, got labels of shape {labels.shape} "
+                          f"and {len(ids)} ids", fix="pass a 1-D label array and an id list of equal length")
+    for name, scores in [("clean", clean)] + [(f"repeat {i}", s) for i, s in enumerate(corrupted)]:
+        r = scores.per_query["r"]
+        if len(r) != len(labels) or not np.array_equal(r, clean.per_query["r"]):
+            raise OptionError(
+                f"the {name} scores cover {len(r)} queries with other class sizes than the clean scores of "
+                f"{len(labels)} images",
+                fix="score the clean split and every corrupted repeat on the same images, in the same order",
+            )
+
+
+def _means(scores: RetrievalScores) -> dict[str, float | None]:
+    return {name: _finite(getattr(scores, name)) for name in METRICS}
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    return None if not values or None in values else float(np.mean(values))
+
+
+def _sample_std(values: Sequence[float | None]) -> float | None:
+    return None if len(values) < 2 or None in values else float(np.std(values, ddof=1))
+
+
+def _drop(clean: float | None, corrupted: float | None) -> dict[str, float | None]:
+    absolute = None if clean is None or corrupted is None else clean - corrupted
+    relative = None if absolute is None or clean == 0 else absolute / clean
+    return {"absolute": absolute, "relative": relative}
+
+
+def _per_class(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray
+) -> list[dict[str, Any]]:
+    """MAP@R per class, clean and corrupted (the mean over repeats of the class's mean), largest drop first;
+    a class of one image has no score and goes last."""
+    rows = []
+    scored = ~np.isnan(clean.per_query["map_at_r"])
+    for label in np.unique(labels):
+        members = (labels == label) & scored
+        clean_value = _class_mean(clean, members)
+        corrupted_value = _mean([_class_mean(scores, members) for scores in corrupted])
+        drop = _drop(clean_value, corrupted_value)
+        rows.append({"label": label.item(), "images": int((labels == label).sum()),
+                     "clean_map_at_r": clean_value, "corrupted_map_at_r": corrupted_value,
+                     "drop": drop["absolute"], "relative_drop": drop["relative"]})
+    return sorted(rows, key=lambda row: (row["drop"] is None, -(row["drop"] or 0.0)))
+
+
+def _class_mean(scores: RetrievalScores, members: np.ndarray) -> float | None:
+    return float(scores.per_query["map_at_r"][members].mean()) if members.any() else None
+
+
+def _images_hurt_most(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The scored images whose MAP@R fell most (mean over repeats), largest drop first, ties in order."""
+    before = clean.per_query["map_at_r"]
+    after = np.mean([scores.per_query["map_at_r"] for scores in corrupted], axis=0)
+    drop = before - after
+    scored = np.flatnonzero(~np.isnan(drop))
+    order = scored[np.argsort(-drop[scored], kind="stable")][:HURT_MOST]
+    return [{"id": str(ids[i]), "label": labels[i].item(), "clean_map_at_r": float(before[i]),
+             "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
+
+
+def _set_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+    """report.csv: the clean set, every repeat, then the repeats' mean and std."""
+    rows = [["clean", *(report["clean"][name] for name in METRICS)]]
+    corrupted = report.get("corrupted")
+    if corrupted:
+        rows += [[f"repeat-{row['repeat']}", *(row[name] for name in METRICS)]
+                 for row in corrupted["repeats"]]
+        rows += [[which, *(corrupted[which][name] for name in METRICS)] for which in ("mean", "std")]
+    return rows
+
+
+def _per_query_csv(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+) -> str:
+    """id, label, R, then each metric for the clean set and each repeat; lone queries get empty cells."""
+    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
+    headers = ["id", "label", "r", *(f"{prefix}_{name}" for prefix, _ in sets for name in METRICS)]
+    columns = [scores.per_query[name] for _, scores in sets for name in METRICS]
+    r = clean.per_query["r"]
+    rows = ([ids[i], labels[i].item(), int(r[i]), *(_finite(float(c[i])) for c in columns)]
+            for i in range(len(labels)))
+    return csv_text(headers, rows)
+
+
+def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """CSV text with ``\\n`` line ends; None becomes an empty cell, floats keep full precision."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows(["" if value is None else value for value in row] for row in rows)
+    return buffer.getvalue()
+
+
+def _title(report: Mapping[str, Any]) -> str:
+    title = (f"{run_label(report.get('method', '?'), bool(report.get('bgaugment')))} on "
+             f"{report.get('dataset', '?')}, {report.get('split', '?')} split")
+    checkpoint = report.get("checkpoint")
+    if isinstance(checkpoint, Mapping) and "path" in checkpoint:
+        epoch = f" (epoch {checkpoint['epoch']})" if "epoch" in checkpoint else ""
+        return f"{title}, checkpoint {Path(str(checkpoint['path'])).name}{epoch}"
+    return f"{title}, checkpoint {checkpoint}" if checkpoint is not None else title
+
+
+def _setup_lines(key: str, value: Any, depth: int = 0) -> list[str]:
+    """A metadata entry as Markdown bullets: a mapping nests its entries one level deeper, a list of mappings
+    gets one bullet per item, anything else stays on the key's line."""
+    indent = "  " * depth
+    if isinstance(value, Mapping) and value:
+        nested = [line for k in sorted(value) for line in _setup_lines(k, value[k], depth + 1)]
+        return [f"{indent}- {key}:", *nested]
+    if isinstance(value, list | tuple) and value and all(isinstance(item, Mapping) for item in value):
+        return [f"{indent}- {key}:"] + [f"{indent}  - {_describe(item)}" for item in value]
+    return [f"{indent}- {key}: {_describe(value)}"]
+
+
+def _describe(value: Any) -> str:
+    """A metadata value on one line: mappings as ``key value`` pairs, sequences comma-separated."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {_describe(item)}" for key, item in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return ", ".join(_describe(item) for item in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def percent(value: float | None) -> str:
+    """A fraction in % with 2 decimals, as the paper prints MAP@R; an empty cell where there is no value."""
+    return "" if value is None else f"{100 * value:.2f}"
+
+
+def percent_spread(mean: float | None, std: float | None) -> str:
+    """``mean ± std`` in %, or the mean alone where there is no std (one repeat)."""
+    return percent(mean) if std is None or mean is None else f"{percent(mean)} ± {percent(std)}"

@@ -1,0 +1,146 @@
+"""Plots of evaluation reports: clean vs corrupted scores, the per-class drop, several runs side by side.
+
+Matplotlib is imported inside the functions (``bgbias --help`` stays fast) and used without pyplot: a bare
+``Figure`` rendered by Agg, so no global backend is switched and nothing opens a window. Sizes and dpi are
+fixed and the PNG carries no software or date stamp, so the same reports give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.engine.metrics import METRICS
+from bgbias.errors import OptionError
+from bgbias.fileio import write_bytes_atomic
+from bgbias.report.evaluation import METRIC_TITLES, index_reports, run_label
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+DPI = 100
+CLEAN_COLOUR = "#4c72b0"
+CORRUPTED_COLOUR = "#dd8452"
+
+
+def plot_clean_vs_corrupted(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Grouped bars per metric (in %): clean, and the corrupted mean with its std as an error bar."""
+    figure = _figure(6.4, 4.0)
+    axes = figure.add_subplot()
+    corrupted = report.get("corrupted")
+    series = [("clean", CLEAN_COLOUR, [report["clean"][name] for name in METRICS], None)]
+    if corrupted:
+        repeats = len(corrupted["repeats"])
+        series.append((f"corrupted (mean ± std, {repeats} repeat{'s' * (repeats > 1)})", CORRUPTED_COLOUR,
+                       [corrupted["mean"][name] for name in METRICS],
+                       [corrupted["std"][name] for name in METRICS]))
+    width = 0.8 / len(series)
+    x = np.arange(len(METRICS))
+    for index, (label, colour, means, stds) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * width
+        _bars(axes, x + offset, means, stds, width, label, colour)
+    axes.set_xticks(x, [METRIC_TITLES[name] for name in METRICS])
+    axes.set_ylabel("%")
+    axes.set_title(_report_title(report), fontsize=10)
+    axes.margins(y=0.15)
+    _legend_below(figure, axes)
+    return _save(figure, path)
+
+
+def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Histogram of the per-class MAP@R drop (points, clean − corrupted), its mean marked."""
+    drops = [100 * row["drop"] for row in report.get("per_class", []) if row["drop"] is not None]
+    if not drops:
+        raise OptionError(f"the evaluation of run {report.get('run', '?')} has no per-class drop to plot",
+                          fix="evaluate with corrupted repeats (`bgbias eval --corrupted`) on classes of "
+                              "two or more images")
+    mean = float(np.mean(drops))
+    figure = _figure(6.4, 4.0)
+    axes = figure.add_subplot()
+    axes.hist(drops, bins=max(5, min(30, len(drops) // 2)), color=CORRUPTED_COLOUR, edgecolor="white")
+    axes.axvline(0.0, color="0.5", linestyle=":", linewidth=1)
+    axes.axvline(mean, color="black", linestyle="--", linewidth=1.5, label=f"mean {mean:.2f}")
+    axes.set_xlabel("MAP@R drop per class (points, clean − corrupted)")
+    axes.set_ylabel("classes")
+    axes.set_title(_report_title(report), fontsize=10)
+    axes.legend(loc="upper right", fontsize=8)
+    return _save(figure, path)
+
+
+def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Clean vs corrupted MAP@R (in %) of several runs, one panel per dataset (first-seen order), each run
+    labelled ``method`` or ``method + BGAugment``, a method's base run before its BGAugment run."""
+    by_key = index_reports(reports)
+    if not by_key:
+        raise OptionError("there are no evaluations to plot", fix="name at least one evaluated run")
+    methods = list(dict.fromkeys(method for method, _, _, _ in by_key))
+    panels: dict[tuple[str, str], list[Mapping[str, Any]]] = {key[2:]: [] for key in by_key}
+    for key in sorted(by_key, key=lambda k: (methods.index(k[0]), k[1])):
+        panels[key[2:]].append(by_key[key])
+    widest = max(len(runs) for runs in panels.values())
+    figure = _figure(1.5 + len(panels) * (0.9 + 0.75 * widest), 4.4)
+    first = None
+    for column, (panel, runs) in enumerate(panels.items(), start=1):
+        axes = figure.add_subplot(1, len(panels), column, sharey=first)
+        first = axes if first is None else first
+        x = np.arange(len(runs))
+        clean = [run["clean"]["map_at_r"] for run in runs]
+        means = [run.get("corrupted", {}).get("mean", {}).get("map_at_r") for run in runs]
+        stds = [run.get("corrupted", {}).get("std", {}).get("map_at_r") for run in runs]
+        _bars(axes, x - 0.2, clean, None, 0.4, "clean", CLEAN_COLOUR)
+        _bars(axes, x + 0.2, means, stds, 0.4, "corrupted (mean ± std)", CORRUPTED_COLOUR)
+        axes.set_xticks(x, [run_label(run["method"], bool(run["bgaugment"])) for run in runs],
+                        rotation=30, ha="right", fontsize=8)
+        dataset, split = panel
+        axes.set_title(dataset if split == "test" else f"{dataset} ({split})", fontsize=10)
+        axes.margins(y=0.15)
+    first.set_ylabel("MAP@R (%)")
+    _legend_below(figure, first)
+    return _save(figure, path)
+
+
+def _bars(
+    axes: Axes,
+    x: np.ndarray,
+    values: Sequence[float | None],
+    stds: Sequence[float | None] | None,
+    width: float,
+    label: str,
+    colour: str,
+) -> None:
+    """Bars in % with their values on top; a missing value draws no bar, a missing std no error bar."""
+    heights = [np.nan if v is None else 100 * v for v in values]
+    errors = None if stds is None else [0.0 if s is None else 100 * s for s in stds]
+    bars = axes.bar(x, heights, width, yerr=errors, capsize=3, label=label, color=colour)
+    axes.bar_label(bars, labels=["" if np.isnan(h) else f"{h:.2f}" for h in heights], fontsize=7, padding=2)
+
+
+def _legend_below(figure: Figure, axes: Axes) -> None:
+    """The legend of ``axes`` under the plot, where it cannot cover a bar."""
+    figure.legend(*axes.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8,
+                  frameon=False)
+
+
+def _report_title(report: Mapping[str, Any]) -> str:
+    return (f"{run_label(report.get('method', '?'), bool(report.get('bgaugment')))} on "
+            f"{report.get('dataset', '?')} ({report.get('split', '?')} split)")
+
+
+def _figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _save(figure: Figure, path: str | os.PathLike[str]) -> Path:
+    """Render to PNG without a software or date stamp (same figure, same bytes) and write atomically."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    write_bytes_atomic(path, buffer.getvalue())
+    return Path(path)

@@ -1,0 +1,136 @@
+"""Several runs in the layout of the paper's Table 1 (``bgbias report RUN...``).
+
+One row per method followed by its ``+ BGAugment`` row; per dataset the clean MAP@R and the corrupted MAP@R
+(mean ± std over the background draws) in %, and, when foreground scores from ``bgbias explain`` are given,
+one "fg score" column per dataset (the paper's Table 2, mean ± std over images). Methods and datasets keep the
+order in which they are first named; a run that was not given leaves its cells empty.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import OptionError
+from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.report.evaluation import csv_text, index_reports, percent, percent_spread, run_label
+from bgbias.report.evaluation import markdown_table as format_markdown
+from bgbias.report.plots import plot_runs
+
+TABLE_FORMAT = "bgbias-runs-table"
+TABLE_VERSION = 1
+
+ForegroundKey = tuple[str, bool, str]
+"""Which run a foreground-score summary belongs to: (method, bgaugment, dataset)."""
+
+
+def table_one(
+    reports: Sequence[Mapping[str, Any]], foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
+    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset) to ``{"mean", "std",
+    "images"}``."""
+    by_key = index_reports(reports)
+    foreground = _checked_foreground(foreground or {})
+    methods = list(dict.fromkeys([key[0] for key in by_key] + [key[0] for key in foreground]))
+    groups = list(dict.fromkeys(key[2:] for key in by_key))
+    datasets = [dataset for dataset, _ in groups] + [key[2] for key in foreground]
+    fg_datasets = list(dict.fromkeys(datasets)) if foreground else []
+    headers = ["method"]
+    for dataset, split in groups:
+        name = dataset if split == "test" else f"{dataset} ({split})"
+        headers += [f"{name} clean", f"{name} corrupted"]
+    headers += [f"{dataset} fg score" for dataset in fg_datasets]
+    rows = []
+    for method in methods:
+        for bgaugment in (False, True):
+            row = [run_label(method, bgaugment)]
+            for dataset, split in groups:
+                row += _map_cells(by_key.get((method, bgaugment, dataset, split)))
+            row += [_foreground_cell(foreground.get((method, bgaugment, dataset))) for dataset in fg_datasets]
+            rows.append(row)
+    return headers, rows
+
+
+def write_runs_report(
+    reports: Sequence[Mapping[str, Any]],
+    foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None,
+    out_dir: str | os.PathLike[str],
+) -> dict[str, Path]:
+    """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
+    ``runs.png`` into ``out_dir``, each atomically; return their paths keyed by file name, ``_`` for ``.``
+    (``table_md``, ``table_csv``, ``table_json``, ``runs_png``)."""
+    headers, rows = table_one(reports, foreground)
+    out = Path(out_dir)
+    paths = {"table_md": out / "table.md", "table_csv": out / "table.csv", "table_json": out / "table.json",
+             "runs_png": out / "runs.png"}
+    lines = ["# MAP@R (%) on clean and corrupted sets", "",
+             "clean: one value; corrupted: mean ± std over the background draws"
+             + ("; fg score: foreground attribution score, mean ± std over images" if foreground else ""), "",
+             format_markdown(headers, rows), "", "## Runs", ""]
+    lines += [f"- {run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} split): "
+              f"{r.get('run', '?')}" for r in reports]
+    write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
+    write_text_atomic(paths["table_csv"], csv_text(headers, rows))
+    write_json_atomic(paths["table_json"], {
+        "format": TABLE_FORMAT,
+        "version": TABLE_VERSION,
+        "headers": headers,
+        "rows": rows,
+        "runs": [_run_numbers(report) for report in reports],
+        "foreground": [{"method": m, "bgaugment": b, "dataset": d, **dict(summary)}
+                       for (m, b, d), summary in _checked_foreground(foreground or {}).items()],
+    })
+    plot_runs(reports, paths["runs_png"])
+    return paths
+
+
+def _map_cells(report: Mapping[str, Any] | None) -> list[str]:
+    """The clean and corrupted MAP@R cells of a run; empty where the run or its corrupted sets are absent."""
+    if report is None:
+        return ["", ""]
+    corrupted = report.get("corrupted")
+    spread = percent_spread(corrupted["mean"]["map_at_r"], corrupted["std"]["map_at_r"]) if corrupted else ""
+    return [percent(report["clean"]["map_at_r"]), spread]
+
+
+def _foreground_cell(summary: Mapping[str, Any] | None) -> str:
+    """A foreground score as the paper prints it: ``0.50 ± 0.09`` (no std: the mean alone)."""
+    if summary is None or summary["mean"] is None:
+        return ""
+    std = summary.get("std")
+    return f"{summary['mean']:.2f}" if std is None else f"{summary['mean']:.2f} ± {std:.2f}"
+
+
+def _checked_foreground(
+    foreground: Mapping[ForegroundKey, Mapping[str, Any]],
+) -> dict[ForegroundKey, Mapping[str, Any]]:
+    checked = {}
+    for key, summary in foreground.items():
+        well_formed = isinstance(key, tuple) and len(key) == 3
+        if not (well_formed and isinstance(summary, Mapping) and "mean" in summary):
+            raise OptionError(
+                f"foreground score entry {key!r} is not (method, bgaugment, dataset) -> "
+                "{'mean', 'std', 'images'}",
+                fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset)",
+            )
+        checked[str(key[0]), bool(key[1]), str(key[2])] = summary
+    return checked
+
+
+def _run_numbers(report: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's identity and raw MAP@R numbers (fractions, not %), for table.json."""
+    corrupted = report.get("corrupted")
+    return {
+        "run": report.get("run"),
+        "method": report["method"],
+        "bgaugment": bool(report["bgaugment"]),
+        "dataset": report["dataset"],
+        "split": report["split"],
+        "clean_map_at_r": report["clean"]["map_at_r"],
+        "corrupted_map_at_r_mean": corrupted["mean"]["map_at_r"] if corrupted else None,
+        "corrupted_map_at_r_std": corrupted["std"]["map_at_r"] if corrupted else None,
+        "repeats": len(corrupted["repeats"]) if corrupted else 0,
+    }

@@ -1,0 +1,56 @@
+"""Synthetic retrieval results for the report tests: labels, rankings and the engine's scores of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from bgbias.engine.metrics import RetrievalScores, retrieval_scores
+from bgbias.report.evaluation import summarize_evaluation
+
+CLASS_SIZES = (4, 3, 5, 2, 1, 3, 2, 4, 2, 3, 5, 2, 3, 2)
+"""14 classes, one of them a lone image (no score), so the Markdown's top 10 leaves some out."""
+
+
+def make_labels(sizes=CLASS_SIZES, seed: int = 0) -> np.ndarray:
+    """Class ``c`` (labelled ``10 + c``) with ``sizes[c]`` images, in shuffled order."""
+    labels = np.repeat(np.arange(len(sizes)) + 10, sizes)
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def ranked_scores(labels: np.ndarray, same_class_pull: float, seed: int) -> RetrievalScores:
+    """Scores of a ranking of every other image by random keys, with same-class images pulled forward by
+    ``same_class_pull`` (0: chance retrieval, large: perfect)."""
+    rng = np.random.default_rng(seed)
+    n = len(labels)
+    _, class_of, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    r = sizes[class_of] - 1
+    k = int(sizes.max()) - 1
+    knn = []
+    for i in range(n):
+        others = np.delete(np.arange(n), i)
+        keys = rng.random(len(others)) - same_class_pull * (labels[others] == labels[i])
+        knn.append(others[np.argsort(keys, kind="stable")][:k])
+    return retrieval_scores(labels[np.array(knn)], labels, r)
+
+
+def make_run(
+    repeats: int = 3, seed: int = 0, labels: np.ndarray | None = None
+) -> tuple[RetrievalScores, list[RetrievalScores], np.ndarray, list[str]]:
+    """Clean scores (a good ranking), ``repeats`` corrupted scores (worse rankings), labels and ids."""
+    labels = make_labels() if labels is None else labels
+    clean = ranked_scores(labels, 0.8, seed)
+    corrupted = [ranked_scores(labels, 0.3, seed + 1 + r) for r in range(repeats)]
+    return clean, corrupted, labels, [f"img-{i:03d}" for i in range(len(labels))]
+
+
+def make_report(method: str, bgaugment: bool, dataset: str, *, repeats: int = 3, seed: int = 0,
+                split: str = "test", **meta: Any) -> dict[str, Any]:
+    """A real report of synthetic scores for the given run identity."""
+    clean, corrupted, labels, ids = make_run(repeats, seed)
+    run = f"runs/{dataset}-{method}{'-bgaugment' if bgaugment else ''}-{seed}"
+    fields: Mapping[str, Any] = {"run": run, "method": method, "bgaugment": bgaugment, "dataset": dataset,
+                                 "split": split, **meta}
+    return summarize_evaluation(clean, corrupted, labels, ids, fields)
