@@ -395,6 +395,57 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
     click.echo(format_training_summary(result))
 
 
+# ---------------------------------------------------------------------------------------------------- eval
+def _model_options(command):
+    """--checkpoint, --runs and --device: which trained model to load, on which device."""
+    command = click.option("--device", default="auto", show_default=True,
+                           help="auto (CUDA when present), cpu, cuda or cuda:N.")(command)
+    command = click.option("--runs", type=_PATH_DIR, default=None,
+                           help="Runs folder whose latest run is the default (default ./runs).")(command)
+    return click.option(
+        "--checkpoint", type=click.Path(path_type=Path), default=None, metavar="RUN",
+        help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run.",
+    )(command)
+
+
+@main.command("eval")
+@_model_options
+@click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
+              help="Dataset to evaluate on (default: the run's).")
+@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Corrupted repeats (each a fixed manifest).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the corrupted sets (the same for every model).")
+@click.option("--masks", type=_PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
+@click.option("--backgrounds", type=_PATH_DIR, default=None,
+              help="Background pools: a folder with test/ (default ./backgrounds).")
+@click.option("--manifests", type=_PATH_DIR, default=None,
+              help="Folder of the corrupted-set manifests (default corrupted/<dataset>/<split>/seed-<S>).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Data loader worker processes.")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
+             root: Path | None, split: str, corrupted: bool, repeats: int, seed: int, masks: Path | None,
+             backgrounds: Path | None, manifests: Path | None, batch_size: int, workers: int,
+             no_progress: bool) -> None:
+    """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained model; report files in <run>/eval/."""
+    from bgbias.engine.evaluation import evaluate as evaluate_run
+    from bgbias.engine.trained import load_trained
+    from bgbias.report.console import format_evaluation_summary
+
+    trained = load_trained(checkpoint, device=device, runs=runs)
+    result = evaluate_run(
+        trained, dataset_name=dataset_name, root=root, split=split, corrupted=corrupted, repeats=repeats,
+        seed=seed, masks=masks, backgrounds=backgrounds, manifests=manifests, batch_size=batch_size,
+        workers=workers, progress=not no_progress, log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(format_evaluation_summary(result.report, result.files))
+
+
 @main.command("methods")
 def methods() -> None:
     """List the registered methods and backbones."""

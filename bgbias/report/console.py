@@ -82,3 +82,30 @@ def format_training_summary(result: TrainResult) -> str:
         lines.append(f"no epoch trained yet; {result.status}")
     lines.append(f"run folder: {result.run.root}")
     return "\n".join(lines)
+
+
+def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any]) -> str:
+    """Clean vs corrupted (mean ± std over repeats) per metric, the drop, and where the report files are."""
+    names = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
+    corrupted = report.get("corrupted")
+    headers = ["metric", "clean"]
+    if corrupted:
+        headers += [f"corrupted ({len(corrupted['repeats'])} repeats)", "drop", "relative drop"]
+    rows = []
+    for key, name in names.items():
+        row: list[object] = [name, report["clean"][key]]
+        if corrupted:
+            std = corrupted["std"][key]
+            spread = "" if std is None else f" ± {std:.3f}"
+            drop = report["drop"][key]
+            relative = drop["relative"]
+            row += [f"{corrupted['mean'][key]:.3f}{spread}", drop["absolute"],
+                    "" if relative is None else f"{100 * relative:.1f} %"]
+        rows.append(row)
+    variant = " + BGAugment" if report["bgaugment"] else ""
+    title = (f"{report['method']}{variant} on {report['dataset']} {report['split']} "
+             f"({report['images']} images, checkpoint epoch {report['checkpoint']['epoch']})")
+    lines = [title, format_table(headers, rows)]
+    if "report_md" in files:
+        lines.append(f"report: {files['report_md']}")
+    return "\n".join(lines)

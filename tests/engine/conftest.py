@@ -15,16 +15,58 @@ from tests.replicas import copy_ground_truth_masks, make_bench
 
 @pytest.fixture(scope="session")
 def tiny_bench(tmp_path_factory) -> Path:
-    """A bench of 4 train and 2 val classes (4 views each), its masks and a 6-image background pool."""
+    """A bench of 4 train, 2 val and 3 test classes (4 views each), its masks and two 6-image background
+    pools (train/ and test/)."""
     base = tmp_path_factory.mktemp("tiny-bench")
-    root = make_bench(base / "bench", train_classes=4, val_classes=2, test_classes=1, per_class=4)
+    root = make_bench(base / "bench", train_classes=4, val_classes=2, test_classes=3, per_class=4)
     copy_ground_truth_masks(open_dataset("bench", root).items(), base / "masks")
-    pool = base / "backgrounds" / "train"
-    pool.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    for i in range(6):
-        Image.fromarray(rng.integers(0, 256, (40 + 4 * i, 56, 3), dtype=np.uint8)).save(pool / f"bg{i}.png")
+    for pool_name in ("train", "test"):
+        pool = base / "backgrounds" / pool_name
+        pool.mkdir(parents=True)
+        for i in range(6):
+            pixels = rng.integers(0, 256, (40 + 4 * i, 56, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(pool / f"bg{i}.png")
     return base
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_bench, tmp_path_factory) -> Path:
+    """A finished one-epoch triplet run on the tiny bench (read-only for tests: copy it to change it).
+
+    A randomly initialised MobileNetV2 with ImageNet-free BatchNorm statistics (mean 0, variance 1) maps
+    every image to nearly the same point (its features shrink to ~1e-10), which would make every ranking a
+    tie. The run's checkpoints therefore get BatchNorm statistics measured on random images, as pretrained
+    weights would bring.
+    """
+    from bgbias.engine.checkpoint import load_checkpoint, save_checkpoint
+    from bgbias.engine.trained import load_trained
+    from bgbias.engine.training import train
+
+    run = tmp_path_factory.mktemp("runs") / "run"
+    train(tiny_config(tiny_bench, epochs=1), run_dir=run, progress=False, echo=False)
+    for name in ("best", "last"):
+        method = load_trained(run, checkpoint=name, device="cpu").method
+        calibrate_batchnorm(method)
+        path = run / "checkpoints" / f"{name}.pt"
+        save_checkpoint(path, {**load_checkpoint(path), "model": method.state_dict()})
+    return run
+
+
+def calibrate_batchnorm(method) -> None:
+    """Set every BatchNorm's running statistics to those of one batch of random 64-px images."""
+    import torch
+
+    norms = [m for m in method.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # cumulative average: after one batch, exactly that batch's statistics
+        norm.train()
+    with torch.no_grad():
+        method.embed(torch.rand(16, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
+    for norm in norms:
+        norm.momentum = 0.1
+    method.eval()
 
 
 def tiny_config(base: Path, method: str = "triplet", *extra: str, epochs: int = 2):

@@ -1,0 +1,88 @@
+"""Embeddings kept on disk, keyed by everything that determines them, so re-scoring costs no forward pass.
+
+A key is a JSON-able dict: the checkpoint's sha256, the dataset, split and image ids, the evaluation geometry,
+and for a corrupted set the manifest's sha256 and the masks. Image and mask files enter by a cheap stat
+fingerprint (path, size, modification time), as build tools do: hashing every pixel of SOP on each run would
+cost more than it saves. The key is stored inside the file and compared on load, so a digest collision or a
+file copied from elsewhere can never hand back the wrong embeddings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgbias.fileio import write_bytes_atomic
+
+CACHE_VERSION = 1
+"""Bumped when what is embedded for the same key changes (transform, embedding code)."""
+
+
+def files_fingerprint(paths: Iterable[str | os.PathLike[str]]) -> str:
+    """sha256 over each file's path, size and modification time (ns), in the given order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = os.stat(path)
+        digest.update(f"{os.fspath(path)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """A stable hex digest of a key (canonical JSON: sorted keys, no spaces)."""
+    canonical = json.dumps({"cache_version": CACHE_VERSION, **key}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class EmbeddingCache:
+    """``folder/<digest>.npz`` files holding embeddings, labels and the key they were made for."""
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+
+    def path(self, key: dict[str, Any]) -> Path:
+        return self.folder / f"{key_digest(key)[:24]}.npz"
+
+    def load(self, key: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(embeddings, labels)`` stored for ``key``, or None when there is none (or it is unreadable or
+        made for another key: it is then simply made again)."""
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                if json.loads(str(stored["key"])) != _normalised(key):
+                    return None
+                return stored["embeddings"], stored["labels"]
+        except (OSError, ValueError, KeyError, json.JSONDecodeError):
+            return None
+
+    def save(self, key: dict[str, Any], embeddings: np.ndarray, labels: np.ndarray) -> Path:
+        buffer = io.BytesIO()
+        key_text = json.dumps(_normalised(key), sort_keys=True)
+        np.savez(buffer, embeddings=embeddings, labels=labels, key=np.array(key_text))
+        path = self.path(key)
+        write_bytes_atomic(path, buffer.getvalue())
+        return path
+
+    def get_or_make(
+        self, key: dict[str, Any], make: Callable[[], tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The stored embeddings for ``key``, else ``make()``'s, stored; the flag says whether it hit."""
+        stored = self.load(key)
+        if stored is not None:
+            return stored[0], stored[1], True
+        embeddings, labels = make()
+        self.save(key, embeddings, labels)
+        return embeddings, labels, False
+
+
+def _normalised(key: dict[str, Any]) -> Any:
+    """The key as it reads back from JSON (tuples become lists), for an exact comparison."""
+    return json.loads(json.dumps({"cache_version": CACHE_VERSION, **key}, sort_keys=True))

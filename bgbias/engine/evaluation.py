@@ -1,0 +1,299 @@
+"""The paper's measurement: a trained model's MAP@R on a clean split and on its fixed corrupted repeats.
+
+The clean split is embedded once and every corrupted repeat once, each through the embedding cache, then every
+set is ranked against itself (faiss, or the method's learned distance in bounded blocks) and scored per query.
+The corrupted sets are the shared manifests of ``bgbias corrupt`` (``corrupted/<dataset>/<split>/seed-S``),
+made on first use, so every method and checkpoint meets exactly the same backgrounds. The report (JSON, CSV,
+Markdown, plots, a retrieval gallery) goes to ``<run>/eval/<dataset>-<split>/``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.engine.embedding import embed_images
+from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
+from bgbias.errors import AssetError
+
+if TYPE_CHECKING:
+    from bgbias.augment.corrupt import CorruptedManifest
+    from bgbias.data.items import Dataset, Item
+    from bgbias.engine.metrics import RetrievalScores
+    from bgbias.engine.trained import TrainedModel
+
+CORRUPTED_ONLY_FILES = (
+    "per_class.csv", "clean-vs-corrupted.png", "per-class-drop.png", "retrieval-gallery.png",
+)
+GALLERY_QUERIES = 4
+GALLERY_NEIGHBOURS = 5
+
+
+@dataclass
+class EvaluationResult:
+    """Scores of the clean set and of each corrupted repeat, the report and where its files are."""
+
+    out_dir: Path
+    report: dict[str, Any]
+    files: dict[str, Path]
+    clean: RetrievalScores
+    corrupted: list[RetrievalScores]
+    embedded: int
+    """Sets embedded now (the others came from the cache)."""
+
+
+def eval_dir(trained: TrainedModel, dataset_name: str, split: str) -> Path:
+    """Where the report of one dataset and split of a run goes."""
+    return trained.run.root / "eval" / f"{dataset_name}-{split}"
+
+
+def evaluate(
+    trained: TrainedModel,
+    *,
+    dataset_name: str | None = None,
+    root: str | os.PathLike[str] | None = None,
+    split: str = "test",
+    corrupted: bool = False,
+    repeats: int = 5,
+    seed: int = 0,
+    masks: str | os.PathLike[str] | None = None,
+    backgrounds: str | os.PathLike[str] | None = None,
+    manifests: str | os.PathLike[str] | None = None,
+    batch_size: int = 64,
+    workers: int = 2,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> EvaluationResult:
+    """Score ``trained`` on ``split`` of a dataset (default: the one it was trained on), clean and, with
+    ``corrupted``, on ``repeats`` background-replaced copies fixed by ``seed``.
+
+    ``masks`` (default ``masks/<dataset>``) and ``backgrounds`` (default ``./backgrounds``; the test pool is
+    its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
+    ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
+    """
+    from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.data.transforms import eval_geometry
+    from bgbias.report.evaluation import summarize_evaluation
+
+    config = trained.config
+    dataset_name = dataset_name or config.dataset
+    if root is None and dataset_name == config.dataset:
+        root = config.root
+    dataset = open_dataset(dataset_name, root)
+    items = split_items(dataset, split, config.protocol, config.fold)
+    geometry = eval_geometry(dataset.name)
+    cache = EmbeddingCache(trained.run.root / "eval" / "cache")
+    base_key = {
+        "checkpoint_sha256": trained.checkpoint_sha256,
+        "dataset": dataset.name,
+        "split": split,
+        "ids": _ids_digest(items),
+        "images": files_fingerprint(item.image for item in items),
+        "geometry": geometry.as_dict(),
+    }
+    embedded = 0
+
+    def embed(images: Any, key: dict[str, Any], desc: str) -> tuple[np.ndarray, np.ndarray]:
+        nonlocal embedded
+
+        def make() -> tuple[np.ndarray, np.ndarray]:
+            return embed_images(trained.method, images, trained.device, batch_size=batch_size,
+                                workers=workers, amp=_amp(trained), progress=progress, desc=desc)
+
+        embeddings, labels, hit = cache.get_or_make(key, make)
+        embedded += not hit
+        log(f"{desc}: {'cached embeddings' if hit else f'embedded {len(labels)} images'}")
+        return embeddings, labels
+
+    corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
+    masks_print = None
+    if corrupted:
+        masks_dir = _masks_dir(masks, dataset)
+        for manifest in corrupted_manifests(dataset, split, repeats, seed, backgrounds, manifests,
+                                            config.protocol, config.fold):
+            corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
+        masks_print = files_fingerprint(_mask_paths(items, masks_dir, dataset.name))
+
+    clean_images = EvalImages(items, geometry)
+    clean_embeddings, labels = embed(clean_images, {**base_key, "set": "clean"}, "clean")
+    clean = _score(trained, clean_embeddings, labels)
+    log(f"clean MAP@R {clean.map_at_r:.4f}")
+    corrupted_scores, corrupted_embeddings = [], []
+    for manifest, images in corrupted_sets:
+        key = {**base_key, "set": "corrupted", "manifest_sha256": _sha256(manifest.path),
+               "masks": masks_print}
+        embeddings, _ = embed(images, key, f"corrupted repeat {manifest.repeat}")
+        corrupted_embeddings.append(embeddings)
+        corrupted_scores.append(_score(trained, embeddings, labels))
+        log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
+
+    meta = {
+        **trained.describe(),
+        "dataset": dataset.name,
+        "split": split,
+        "protocol": config.protocol,
+        "fold": config.fold,
+        "geometry": geometry.as_dict(),
+        "retrieval": "learned pairwise distance" if trained.method.learned_similarity else "exact squared L2",
+    }
+    if corrupted_sets:
+        first = corrupted_sets[0][0]
+        meta["corrupted_sets"] = {
+            "seed": seed,
+            "pool": str(first.pool_dir),
+            "pool_images": len(first.pool),
+            "masks": str(_masks_dir(masks, dataset)),
+            "manifests": [{"repeat": m.repeat, "path": str(m.path), "sha256": _sha256(m.path)}
+                          for m, _ in corrupted_sets],
+        }
+    ids = [item.id for item in items]
+    report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
+    out_dir = eval_dir(trained, dataset.name, split)
+    files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
+                           [images for _, images in corrupted_sets])
+    return EvaluationResult(out_dir, report, files, clean, corrupted_scores, embedded)
+
+
+def corrupted_manifests(
+    dataset: Dataset,
+    split: str,
+    repeats: int,
+    seed: int,
+    backgrounds: str | os.PathLike[str] | None,
+    folder: str | os.PathLike[str] | None,
+    protocol: str,
+    fold: int,
+) -> list[CorruptedManifest]:
+    """Repeats ``0 … repeats-1`` of the split's corrupted sets, made first where missing.
+
+    Existing manifests are loaded (and so checked against the dataset and pool) before any is written, so a
+    manifest made with another pool is reported, never silently replaced.
+    """
+    from bgbias.augment.corrupt import (
+        default_manifest_dir,
+        load_manifest,
+        make_corrupted_manifests,
+        manifest_name,
+    )
+
+    pool = Path(backgrounds) if backgrounds is not None else None
+    if folder is None:
+        folder = default_manifest_dir(dataset.name, split, seed, protocol, fold)
+    folder = Path(folder)
+    paths = [folder / manifest_name(r) for r in range(repeats)]
+    existing = [load_manifest(path, dataset, pool) for path in paths if path.is_file()]
+    if len(existing) < repeats:
+        make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
+                                 protocol=protocol, fold=fold)
+        existing = [load_manifest(path, dataset, pool) for path in paths]
+    mismatched = [m.path for m in existing if m.seed != seed]
+    if mismatched:
+        raise AssetError(f"the manifest was made with another seed than {seed}", path=mismatched[0],
+                         fix="pass --seed to match it, or use another manifests folder")
+    return existing
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _score(trained: TrainedModel, embeddings: np.ndarray, labels: np.ndarray) -> RetrievalScores:
+    import torch
+
+    from bgbias.engine.metrics import score_embeddings
+
+    if trained.method.learned_similarity:
+        state = torch.from_numpy(embeddings).to(trained.device)
+        return score_embeddings(state, labels, distance=trained.method.pairwise_distance)
+    return score_embeddings(embeddings, labels)
+
+
+def _amp(trained: TrainedModel):
+    from bgbias.engine.device import resolve_amp
+
+    return resolve_amp(trained.config.amp, trained.device)
+
+
+def _masks_dir(masks: str | os.PathLike[str] | None, dataset: Dataset) -> Path:
+    from bgbias.paths import masks_root
+
+    return Path(masks) if masks is not None else masks_root() / dataset.name
+
+
+def _mask_paths(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
+    from bgbias.augment.mask_check import saliency_masks
+
+    return saliency_masks(items, masks_dir, dataset_name)
+
+
+def _ids_digest(items: Sequence[Item]) -> str:
+    from bgbias.augment.corrupt import ids_sha256
+
+    return ids_sha256(items)
+
+
+def _sha256(path: Path) -> str:
+    from bgbias.assets.digest import sha256_file
+
+    return sha256_file(path)
+
+
+def _write_outputs(
+    report: dict[str, Any],
+    out_dir: Path,
+    clean: RetrievalScores,
+    corrupted: list[RetrievalScores],
+    labels: np.ndarray,
+    ids: list[str],
+    clean_images: Any,
+    corrupted_images: list[Any],
+) -> dict[str, Path]:
+    from bgbias.report.evaluation import write_evaluation_report
+    from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop
+
+    files = write_evaluation_report(report, out_dir, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
+    if corrupted:
+        files["bars"] = plot_clean_vs_corrupted(report, out_dir / "clean-vs-corrupted.png")
+        files["per_class_drop"] = plot_per_class_drop(report, out_dir / "per-class-drop.png")
+        files["gallery"] = _retrieval_gallery(out_dir / "retrieval-gallery.png", clean, corrupted[0], labels,
+                                              clean_images, corrupted_images[0])
+    # A clean-only evaluation after a corrupted one must not leave the earlier run's corrupted files behind.
+    for name in CORRUPTED_ONLY_FILES:
+        if out_dir / name not in files.values():
+            (out_dir / name).unlink(missing_ok=True)
+    return files
+
+
+def _retrieval_gallery(
+    path: Path, clean: RetrievalScores, corrupted: RetrievalScores, labels: np.ndarray, clean_images: Any,
+    corrupted_images: Any,
+) -> Path:
+    """The paper's Fig. 1 for the queries whose AP@R fell most in the first corrupted repeat."""
+    from bgbias.report.retrieval_gallery import GalleryQuery, write_retrieval_gallery
+
+    drop = np.nan_to_num(clean.per_query["map_at_r"] - corrupted.per_query["map_at_r"], nan=-np.inf)
+    picks = np.argsort(-drop, kind="stable")[:GALLERY_QUERIES]
+    queries = []
+    for q in picks.tolist():
+        clean_nn = clean.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
+        corrupted_nn = corrupted.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
+        queries.append(GalleryQuery(
+            caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
+                    f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
+            clean_query=_pixels(clean_images, q),
+            clean_neighbours=[_pixels(clean_images, n) for n in clean_nn],
+            clean_correct=[bool(labels[n] == labels[q]) for n in clean_nn],
+            corrupted_query=_pixels(corrupted_images, q),
+            corrupted_neighbours=[_pixels(corrupted_images, n) for n in corrupted_nn],
+            corrupted_correct=[bool(labels[n] == labels[q]) for n in corrupted_nn],
+        ))
+    return write_retrieval_gallery(path, queries)
+
+
+def _pixels(images: Any, index: int) -> np.ndarray:
+    """Image ``index`` of an evaluation dataset as uint8 (H, W, 3)."""
+    return images[index]["image"].permute(1, 2, 0).numpy()

@@ -1,0 +1,154 @@
+"""`evaluate`: clean and corrupted scores of a run, the cache, the shared manifests, learned distances."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bgbias.augment.corrupt import make_corrupted_manifests
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.items import mask_path
+from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items
+from bgbias.data.transforms import eval_geometry
+from bgbias.engine.embedding import embed_images
+from bgbias.engine.evaluation import evaluate
+from bgbias.engine.metrics import score_embeddings
+from bgbias.engine.run_dir import mark_latest, open_run_dir
+from bgbias.engine.trained import load_trained
+from bgbias.errors import AssetError, OptionError
+from bgbias.report.evaluation import load_evaluation_report
+
+
+def _evaluate(trained, bench, tmp_path, **options):
+    settings = dict(corrupted=True, repeats=2, masks=bench / "masks", backgrounds=bench / "backgrounds",
+                    manifests=tmp_path / "manifests", workers=0, progress=False, log=lambda _: None)
+    return evaluate(trained, **{**settings, **options})
+
+
+@pytest.fixture
+def run(tiny_run, tmp_path):
+    """A private copy of the tiny run, so a test may write its eval folder."""
+    copy = tmp_path / "runs" / "run"
+    shutil.copytree(tiny_run, copy)
+    return copy
+
+
+def test_clean_scores_equal_scoring_a_fresh_embedding(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    result = _evaluate(trained, tiny_bench, tmp_path)
+    items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")
+    images = EvalImages(items, eval_geometry("bench"))
+    embeddings, labels = embed_images(trained.method, images, trained.device)
+    expected = score_embeddings(embeddings, labels)
+    assert result.clean.map_at_r == pytest.approx(expected.map_at_r, abs=1e-12)
+    assert result.report["clean"]["map_at_r"] == pytest.approx(expected.map_at_r, abs=1e-12)
+    assert len(result.corrupted) == 2 and result.embedded == 3
+    assert result.report["images"] == len(items) == 12
+    assert result.report["checkpoint"]["sha256"] == trained.checkpoint_sha256
+    assert [m["repeat"] for m in result.report["corrupted_sets"]["manifests"]] == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "manifests").iterdir()) == ["repeat-0.json", "repeat-1.json"]
+    for name in ("report_json", "report_md", "per_query_csv", "bars", "per_class_drop", "gallery"):
+        assert result.files[name].is_file(), name
+    assert load_evaluation_report(result.files["report_json"]) == result.report
+
+
+def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, tmp_path):
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    cache = sorted((run / "eval" / "cache").glob("*.npz"))
+    stored = [np.load(path)["embeddings"] for path in cache]
+    assert len(stored) == 3
+    assert not any(np.allclose(stored[i], stored[j]) for i in range(3) for j in range(i + 1, 3))
+    assert result.report["corrupted"]["std"]["map_at_r"] is not None
+
+
+def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    first = _evaluate(trained, tiny_bench, tmp_path)
+    before = {name: path.read_bytes() for name, path in first.files.items()}
+    second = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert second.embedded == 0
+    assert {name: path.read_bytes() for name, path in second.files.items()} == before
+
+
+def test_a_changed_mask_embeds_the_corrupted_sets_again_but_not_the_clean_one(run, tiny_bench, tmp_path):
+    masks = tmp_path / "masks"
+    shutil.copytree(tiny_bench / "masks", masks)
+    trained = load_trained(run, device="cpu")
+    _evaluate(trained, tiny_bench, tmp_path, masks=masks)
+    touched = mask_path(split_items(open_dataset("bench", tiny_bench / "bench"), "test")[0], masks)
+    stat = touched.stat()
+    os.utime(touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert _evaluate(trained, tiny_bench, tmp_path, masks=masks).embedded == 2
+
+
+def test_without_corrupted_only_the_clean_set_is_scored(run, tiny_bench, tmp_path):
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, corrupted=False)
+    assert result.corrupted == [] and "corrupted" not in result.report
+    assert not (tmp_path / "manifests").exists()
+
+
+def test_a_clean_only_evaluation_removes_the_corrupted_files_of_an_earlier_one(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    earlier = _evaluate(trained, tiny_bench, tmp_path)
+    later = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
+    assert sorted(p.name for p in later.out_dir.iterdir()) == sorted(p.name for p in later.files.values())
+    assert not earlier.files["per_class_drop"].exists()
+
+
+def test_the_latest_run_is_evaluated_when_none_is_named(run, tiny_bench, tmp_path):
+    mark_latest(open_run_dir(run))
+    trained = load_trained(runs=run.parent, device="cpu")
+    assert trained.run.root == run and trained.epoch == 1
+    assert load_trained(run / "checkpoints" / "last.pt", device="cpu").checkpoint.name == "last.pt"
+
+
+def test_a_manifest_of_another_pool_is_reported_not_replaced(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    other = tmp_path / "other-pool"
+    shutil.copytree(tiny_bench / "backgrounds", other)
+    (other / "test" / "bg0.png").unlink()
+    make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=other, out_dir=tmp_path / "manifests")
+    written = (tmp_path / "manifests" / "repeat-0.json").read_bytes()
+    with pytest.raises(AssetError, match="differs from the one the manifest was made with"):
+        _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert (tmp_path / "manifests" / "repeat-0.json").read_bytes() == written
+
+
+def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    weights = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
+    trained.method.learned_similarity = True
+    trained.method.pairwise_distance = lambda q, r: -(q @ weights @ r.T)
+    result = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
+    cached = np.load(next((run / "eval" / "cache").glob("*.npz")))
+    state = torch.from_numpy(cached["embeddings"])
+    full = (-(state @ weights @ state.T)).numpy()
+    np.fill_diagonal(full, np.inf)
+    labels = cached["labels"]
+    nearest = np.argsort(full, axis=1, kind="stable")[:, 0]
+    assert result.clean.precision_at_1 == pytest.approx(np.mean(labels[nearest] == labels))
+    assert result.report["retrieval"] == "learned pairwise distance"
+
+
+def test_missing_masks_stop_a_corrupted_evaluation_before_any_embedding(run, tiny_bench, tmp_path):
+    with pytest.raises(Exception, match="saliency masks are missing"):
+        _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, masks=tmp_path / "none")
+    assert not (run / "eval" / "cache").exists()
+
+
+def test_an_unknown_checkpoint_name_is_an_option_error(run):
+    with pytest.raises(OptionError, match="unknown checkpoint"):
+        load_trained(run, checkpoint="first")
+
+
+def test_the_report_file_names_the_run_and_pool(run, tiny_bench, tmp_path):
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    report = json.loads(result.files["report_json"].read_text())
+    assert report["run"] == str(run) and report["method"] == "triplet" and report["bgaugment"] is False
+    assert report["corrupted_sets"]["pool"].endswith(os.path.join("backgrounds", "test"))
