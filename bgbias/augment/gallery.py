@@ -84,7 +84,7 @@ def manifest_gallery(
     """A gallery of ``count`` images spread evenly over a corrupted set (a ``CorruptedManifest``)."""
     by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
     entries = manifest.entries
-    picks = sorted({round(i) for i in np.linspace(0, len(entries) - 1, min(count, len(entries)))})
+    picks = evenly_spread(len(entries), count)
     rows, captions = [], []
     for index in picks:
         entry = entries[index]
@@ -93,6 +93,14 @@ def manifest_gallery(
         rows.append(render_entry(image, mask, background, entry, manifest.geometry))
         captions.append(f"{entry.id} | {entry.background}{' (flipped)' if entry.flip else ''}")
     return write_gallery(path, rows, captions, cell, groups)
+
+
+def evenly_spread(count: int, wanted: int) -> list[int]:
+    """Up to ``wanted`` positions spread evenly over ``count`` items, first and last included: a sample of a
+    split that a person (or a quick score) can take as representative, the same every time."""
+    if wanted <= 0 or count == 0:
+        return []
+    return sorted({round(position) for position in np.linspace(0, count - 1, min(wanted, count))})
 
 
 def _fit(text: str, width: int, char_px: int = 6) -> str:

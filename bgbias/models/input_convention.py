@@ -27,15 +27,28 @@ class InputConvention:
 
     def apply(self, images: Tensor) -> Tensor:
         """(B, 3, H, W) float RGB in [0, 1] -> the network's input, same dtype and device."""
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
-        if not images.is_floating_point():
-            raise TypeError(f"expected float images in [0, 1], got dtype {images.dtype}")
+        _check_batch(images, "float images in [0, 1]")
         if self.bgr:
             images = images.flip(1)
         mean = images.new_tensor(self.mean).view(1, 3, 1, 1)
         std = images.new_tensor(self.std).view(1, 3, 1, 1)
         return (images * self.scale - mean) / std
+
+    def invert(self, inputs: Tensor) -> Tensor:
+        """The network's input -> (B, 3, H, W) float RGB in [0, 1]: the inverse of :meth:`apply`, same dtype
+        and device, and differentiable, so gradients can be taken in the network's input space."""
+        _check_batch(inputs, "float network inputs")
+        mean = inputs.new_tensor(self.mean).view(1, 3, 1, 1)
+        std = inputs.new_tensor(self.std).view(1, 3, 1, 1)
+        images = (inputs * std + mean) / self.scale
+        return images.flip(1) if self.bgr else images
+
+
+def _check_batch(images: Tensor, what: str) -> None:
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise TypeError(f"expected {what}, got dtype {images.dtype}")
 
 
 IMAGENET = InputConvention(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))

@@ -1,0 +1,415 @@
+"""Score how much of a model's attribution falls on the object, image by image (the paper's Table 2).
+
+For each item: its eval crop and soft mask (the dataset's ground-truth mask where it ships one, else the
+U²-Net saliency mask), an attribution map of the crop, and the foreground score of the map against the mask.
+The output folder holds::
+
+    records.jsonl   the ledger: settings, then one line per image (resume reads it)
+    scores.csv      id, label, mask_source, foreground_fraction, attribution_on_foreground, score
+    summary.json    settings, counts, mean / std / median of the defined scores
+    gallery.png     image | mask | overlay rows for images spread evenly over the items
+    maps/           the gallery images' maps as 8-bit PNGs, mirroring the image paths
+
+Every image's noise comes from a generator seeded by (seed, image id), so maps do not depend on the batch
+size, on resuming, or on which other images are scored.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import os
+import shutil
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PIL import Image
+
+from bgbias.augment.corrupt import ids_sha256
+from bgbias.augment.gallery import evenly_spread
+from bgbias.augment.mask_check import load_matching_mask, saliency_masks
+from bgbias.data.images import load_image, load_mask
+from bgbias.data.items import Item, mask_path
+from bgbias.data.layout import describe_paths, missing_files
+from bgbias.data.transforms import EvalGeometry, eval_transform_pair
+from bgbias.errors import DatasetError, ImageError, OptionError
+from bgbias.explain.attribution import Attribution, build_attribution
+from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
+from bgbias.explain.heatmap import attribution_gallery
+from bgbias.explain.records import (
+    GROUND_TRUTH,
+    MASK_SOURCES,
+    RECORDS_NAME,
+    SALIENCY,
+    ImageScore,
+    ScoreLog,
+    claim_out_dir,
+    model_sha256,
+    normalised_settings,
+    write_ledger,
+)
+from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.engine.trained import TrainedModel
+    from bgbias.methods.base import Method
+
+SCORES_CSV = "scores.csv"
+SUMMARY_JSON = "summary.json"
+GALLERY_PNG = "gallery.png"
+MAPS_DIR = "maps"
+CSV_COLUMNS = ("id", "label", "mask_source", "foreground_fraction", "attribution_on_foreground", "score")
+SETTINGS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    """Where the results went, and the summary that ``summary.json`` holds."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    scores_csv: Path
+    gallery: Path | None
+
+
+@dataclass(frozen=True)
+class MaskFile:
+    """The mask an item is scored against, and where it comes from (``ground_truth`` or ``saliency``)."""
+
+    path: Path
+    source: str
+
+
+def explain_items(
+    method: Method,
+    items: Sequence[Item],
+    geometry: EvalGeometry,
+    *,
+    masks_dir: Path,
+    dataset_name: str,
+    out_dir: Path,
+    attribution: str = "smoothgrad",
+    options: dict[str, Any] | None = None,
+    device: torch.device | str,
+    seed: int = 0,
+    batch_size: int = 2,
+    gallery_count: int = 16,
+    progress: bool = False,
+    force: bool = False,
+) -> ExplainResult:
+    """Attribution maps and foreground scores of ``items`` with ``method`` (already on ``device``).
+
+    Resumes the results of an interrupted run with the same settings in ``out_dir``; results of other
+    settings there are an ``OptionError`` unless ``force``, which starts over. Missing masks fail before any
+    work. ``gallery_count = 0`` writes no gallery.
+    """
+    import torch
+    from tqdm import tqdm
+
+    items = list(items)
+    _check_request(items, batch_size, gallery_count, seed)
+    attributor = build_attribution(attribution, **(options or {}))
+    masks = mask_files(items, Path(masks_dir), dataset_name)
+    device = torch.device(device)
+    out_dir = Path(out_dir)
+    settings = normalised_settings(
+        {
+            "format": SETTINGS_FORMAT,
+            "dataset": dataset_name,
+            "attribution": attribution,
+            "options": attributor.options(),
+            "seed": seed,
+            "geometry": geometry.as_dict(),
+            "items_sha256": ids_sha256(items),
+            "model_sha256": model_sha256(method),
+            "masks_dir": _saliency_dir(masks, Path(masks_dir)),
+        }
+    )
+    if force:
+        shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
+    done = claim_out_dir(out_dir, settings, force)
+    picks = evenly_spread(len(items), gallery_count)
+    picked = set(picks)
+    todo = [index for index, item in enumerate(items) if item.id not in done]
+    # Batches keep their place in the item list, so a resumed run sees the batches an uninterrupted one did.
+    batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
+    step = _Step(method, attributor, items, masks, geometry, dataset_name, device, seed)
+    with ScoreLog(out_dir / RECORDS_NAME) as log, tqdm(
+        total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
+    ) as bar:
+        for batch in batches:
+            for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
+                if index in picked:
+                    save_map(map_path(items[index], out_dir), attribution_map)
+                log.append(score)
+                done[score.id] = score
+            bar.update(len(batch))
+
+    scores = [done[item.id] for item in items]
+    write_ledger(out_dir / RECORDS_NAME, settings, scores)
+    write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
+    summary = run_summary(settings, scores)
+    write_json_atomic(out_dir / SUMMARY_JSON, summary)
+    gallery = _write_gallery(step, out_dir, picks, scores, _model_name(method)) if picks else None
+    return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
+
+
+def mask_files(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[MaskFile]:
+    """Each item's mask: its ground-truth mask where it has one, else its saliency mask under ``masks_dir``.
+
+    Every file must exist (else a ``DatasetError`` / ``ImageError`` naming the missing ones and the fix).
+    """
+    shipped = [item.ground_truth_mask for item in items if item.ground_truth_mask is not None]
+    missing = missing_files(shipped)
+    if missing:
+        raise DatasetError(
+            f"{len(missing)} ground-truth masks listed by the dataset are missing: {describe_paths(missing)}",
+            path=missing[0],
+            fix="re-extract the dataset (its mask files) completely",
+        )
+    unshipped = [item for item in items if item.ground_truth_mask is None]
+    saliency = iter(saliency_masks(unshipped, masks_dir, dataset_name))
+    return [
+        MaskFile(item.ground_truth_mask, GROUND_TRUTH)
+        if item.ground_truth_mask is not None
+        else MaskFile(next(saliency), SALIENCY)
+        for item in items
+    ]
+
+
+def load_example(
+    item: Item, mask: MaskFile, geometry: EvalGeometry, dataset_name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The eval crop (uint8 H×W×3) and its soft mask (uint8 H×W) of one item."""
+    image = load_image(item.image)
+    if mask.source == SALIENCY:
+        picture = load_matching_mask(mask.path, image.size, item, dataset_name)
+    else:
+        picture = load_mask(mask.path)
+        if picture.size != image.size:
+            raise ImageError(
+                f"ground-truth mask size {picture.size} differs from image {item.id}'s size {image.size}",
+                path=mask.path,
+                fix="re-extract the dataset: its mask files must match its images",
+            )
+    return eval_transform_pair(image, picture, geometry)
+
+
+def image_generator(seed: int, image_id: str) -> torch.Generator:
+    """A CPU generator owned by one image: seeded by (seed, a hash of its id), not its batch or position."""
+    import torch
+
+    key = int.from_bytes(hashlib.sha256(image_id.encode("utf-8")).digest()[:8], "big")
+    state = np.random.SeedSequence([seed, key]).generate_state(2, np.uint32)
+    return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))
+
+
+def score_image(item: Item, source: str, mask: np.ndarray, attribution_map: np.ndarray) -> ImageScore:
+    """The foreground score of one map against its uint8 soft mask (divided by 255, not binarised)."""
+    soft = mask.astype(np.float64) / 255.0
+    return ImageScore(
+        id=item.id,
+        label=item.label,
+        mask_source=source,
+        foreground_fraction=foreground_fraction(soft),
+        attribution_on_foreground=attribution_on_foreground(soft, attribution_map),
+        score=foreground_score(soft, attribution_map),
+    )
+
+
+def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore]) -> dict[str, Any]:
+    """``summary.json``: what was run (the settings a reader needs), image and mask-source counts, and the
+    statistics of the scores."""
+    sources = Counter(score.mask_source for score in scores)
+    return {
+        **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
+        "model_sha256": settings["model_sha256"],
+        "images": len(scores),
+        "mask_sources": {source: sources[source] for source in MASK_SOURCES},
+        **score_statistics([score.score for score in scores]),
+    }
+
+
+def score_statistics(values: Sequence[float]) -> dict[str, Any]:
+    """Counts and mean / sample std (ddof = 1) / median of the defined (non-NaN) scores; ``None`` where a
+    statistic needs more scores than there are."""
+    defined = np.array([value for value in values if not np.isnan(value)], dtype=np.float64)
+    count = len(defined)
+    return {
+        "scored": count,
+        "undefined": len(values) - count,
+        "mean": float(defined.mean()) if count else None,
+        "std": float(defined.std(ddof=1)) if count > 1 else None,
+        "median": float(np.median(defined)) if count else None,
+    }
+
+
+def scores_csv_text(scores: Sequence[ImageScore]) -> str:
+    """``scores.csv``: one row per image; numbers with 6 decimals, an empty cell where undefined."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for score in scores:
+        numbers = (score.foreground_fraction, score.attribution_on_foreground, score.score)
+        writer.writerow([score.id, score.label, score.mask_source, *(_cell(value) for value in numbers)])
+    return buffer.getvalue()
+
+
+def map_path(item: Item, out_dir: Path) -> Path:
+    """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG."""
+    return mask_path(item, Path(out_dir) / MAPS_DIR)
+
+
+def save_map(path: Path, attribution_map: np.ndarray) -> None:
+    """A map in [0, 1] as an 8-bit greyscale PNG, atomically."""
+    pixels = np.rint(np.clip(attribution_map, 0.0, 1.0) * 255).astype(np.uint8)
+    with atomic_path(path) as tmp:
+        Image.fromarray(pixels).save(tmp, format="PNG")
+
+
+class _Step:
+    """Loads, attributes and scores a list of item positions; shared by the main loop and the gallery."""
+
+    def __init__(
+        self,
+        method: Method,
+        attributor: Attribution,
+        items: Sequence[Item],
+        masks: Sequence[MaskFile],
+        geometry: EvalGeometry,
+        dataset_name: str,
+        device: torch.device,
+        seed: int,
+    ):
+        self.method, self.attributor, self.items, self.masks = method, attributor, items, masks
+        self.geometry, self.dataset_name, self.device, self.seed = geometry, dataset_name, device, seed
+
+    def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return load_example(self.items[index], self.masks[index], self.geometry, self.dataset_name)
+
+    def __call__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, ImageScore]]:
+        import torch
+
+        examples = [self.load(index) for index in indices]
+        pixels = np.stack([image for image, _mask in examples]).transpose(0, 3, 1, 2)
+        images = torch.from_numpy(pixels).to(self.device).float().div_(255)
+        generators = [image_generator(self.seed, self.items[index].id) for index in indices]
+        maps = self.attributor(self.method, images, generators).detach().float().cpu().numpy()
+        results = []
+        for index, (image, mask), attribution_map in zip(indices, examples, maps, strict=True):
+            score = score_image(self.items[index], self.masks[index].source, mask, attribution_map)
+            results.append((image, mask, attribution_map, score))
+        return results
+
+
+def _write_gallery(
+    step: _Step, out_dir: Path, picks: Sequence[int], scores: Sequence[ImageScore], model: str
+) -> Path:
+    """The gallery of ``picks`` from their saved maps; a map that is missing (deleted by hand) is computed
+    again, which gives the same map since its noise depends only on the seed and the image."""
+    images, masks, maps, captions = [], [], [], []
+    for index in picks:
+        path = map_path(step.items[index], out_dir)
+        if not path.is_file():
+            save_map(path, step([index])[0][2])
+        image, mask = step.load(index)
+        images.append(image)
+        masks.append(mask)
+        maps.append(np.asarray(load_mask(path), dtype=np.float64) / 255.0)
+        score = scores[index].score
+        captions.append(f"{step.items[index].id}  score {'n/a' if np.isnan(score) else f'{score:.2f}'}")
+    return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions)
+
+
+def _check_request(items: Sequence[Item], batch_size: int, gallery_count: int, seed: int) -> None:
+    if not items:
+        raise OptionError("there are no images to explain", fix="pass a split that holds images")
+    duplicates = [image_id for image_id, n in Counter(item.id for item in items).items() if n > 1]
+    if duplicates:
+        raise OptionError(
+            f"images are listed twice: {', '.join(duplicates[:5])}", fix="pass each image once"
+        )
+    if batch_size < 1:
+        raise OptionError(f"batch size {batch_size} is too small", fix="use a batch size of 1 or more")
+    if gallery_count < 0:
+        raise OptionError(f"gallery count {gallery_count} is negative", fix="use 0 for no gallery")
+    if seed < 0:
+        raise OptionError(f"seed {seed} is negative", fix="use a seed >= 0")
+
+
+def _saliency_dir(masks: Sequence[MaskFile], masks_dir: Path) -> str | None:
+    """The saliency masks folder when any item uses it (its masks change the scores), else ``None``."""
+    return os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None
+
+
+def _model_name(method: Method) -> str:
+    return str(getattr(method, "name", type(method).__name__))
+
+
+def _cell(value: float) -> str:
+    return "" if np.isnan(value) else f"{value:.6f}"
+
+
+def explain_trained(
+    trained: TrainedModel,
+    *,
+    dataset_name: str | None = None,
+    root: str | os.PathLike[str] | None = None,
+    split: str = "test",
+    limit: int | None = None,
+    attribution: str = "smoothgrad",
+    options: dict[str, Any] | None = None,
+    masks: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    gallery_count: int = 16,
+    force: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> ExplainResult:
+    """``bgbias explain``: foreground scores of a trained run on ``split`` of a dataset (default: the one it
+    was trained on), into ``<run>/explain/<dataset>-<split>/``.
+
+    ``limit`` scores that many images spread evenly over the split instead of all; ``masks`` is where
+    saliency masks are for images without a ground-truth mask (default ``masks/<dataset>``); ``batch_size``
+    images go through the attribution at once (default 1 on the CPU, where it is fastest, 8 on CUDA).
+    """
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.data.transforms import eval_geometry
+    from bgbias.paths import masks_root
+
+    config = trained.config
+    dataset_name = dataset_name or config.dataset
+    if root is None and dataset_name == config.dataset:
+        root = config.root
+    dataset = open_dataset(dataset_name, root)
+    items = split_items(dataset, split, config.protocol, config.fold)
+    if limit is not None:
+        if limit < 1:
+            raise OptionError(f"--limit must be at least 1, got {limit}", fix="pass a positive image count")
+        items = [items[i] for i in evenly_spread(len(items), limit)]
+    if batch_size is None:
+        batch_size = 8 if trained.device.type == "cuda" else 1
+    log(f"explaining {len(items)} {split} images of {dataset.name} with {attribution}")
+    result = explain_items(
+        trained.method, items, eval_geometry(dataset.name),
+        masks_dir=Path(masks) if masks is not None else masks_root() / dataset.name,
+        dataset_name=dataset.name,
+        out_dir=trained.run.explain_dir(dataset.name, split), attribution=attribution, options=options,
+        device=trained.device, seed=seed, batch_size=batch_size, gallery_count=gallery_count,
+        progress=progress, force=force,
+    )
+    summary = result.summary
+    if summary["mean"] is not None:
+        spread = "" if summary["std"] is None else f" ± {summary['std']:.3f}"
+        log(f"foreground score {summary['mean']:.3f}{spread} over {summary['scored']} images")
+    return result

@@ -1,0 +1,150 @@
+"""SmoothGrad for embeddings, as the seed computes its attribution maps (references.md §1.6).
+
+An embedding has no class score to differentiate, so the seed differentiates the distance to a reference
+embedding, that of an all-black image: pixels whose change moves the embedding most, relative to "nothing
+there", are the ones the model looks at. Gradients of one input are noisy, so they are summed over noisy
+copies of it (SmoothGrad), then stretched to [0, 1] with the top percent clipped, so a few extreme pixels do
+not wash out the rest of the map.
+
+The seed adds the noise to the normalised network input and differentiates there. Here the noisy input is
+mapped back to [0, 1] with the backbone's ``InputConvention.invert`` before ``Method.embed`` (which applies
+the convention again), so the same holds for every backbone's convention. The distance is the method's own
+(``Method.pairwise_distance``), as the seed used its loss's distance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bgbias.errors import OptionError
+from bgbias.explain.attribution import per_image_generators, register_attribution
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.base import Method
+
+
+@register_attribution("smoothgrad")
+@dataclass(frozen=True)
+class SmoothGrad:
+    """``copies`` noisy copies per image with noise σ = ``noise`` · (max − min) of its network input; maps
+    normalised by (g − min) / (q − min), q = the ``clip_percentile`` percentile, clamped to [0, 1].
+
+    ``batch`` bounds how many copies go through the network at once (whole images' worth of copies, at least
+    one image), which bounds memory without changing the maps.
+    """
+
+    copies: int = 25
+    noise: float = 0.15
+    clip_percentile: float = 99.0
+    batch: int = 50
+
+    def __post_init__(self) -> None:
+        _require(_is_int(self.copies) and self.copies >= 1, "copies", self.copies, "a whole number >= 1")
+        _require(_is_real(self.noise) and self.noise >= 0, "noise", self.noise, "a number >= 0")
+        _require(
+            _is_real(self.clip_percentile) and 0 < self.clip_percentile <= 100,
+            "clip_percentile",
+            self.clip_percentile,
+            "a number in (0, 100]",
+        )
+        _require(_is_int(self.batch) and self.batch >= 1, "batch", self.batch, "a whole number >= 1")
+
+    def options(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __call__(
+        self, method: Method, images01: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]
+    ) -> torch.Tensor:
+        """(B, H, W) maps in [0, 1] for (B, 3, H, W) images in [0, 1]; the method is left in eval mode."""
+        import torch
+
+        generators = per_image_generators(generator, len(images01))
+        method.eval()
+        with torch.no_grad():
+            reference = method.embed(images01.new_zeros(1, *images01.shape[1:]))
+        per_pass = max(1, self.batch // self.copies)
+        maps = []
+        for start in range(0, len(images01), per_pass):
+            inputs = method.backbone.convention.apply(images01[start : start + per_pass])
+            unit_noise = draw_noise(inputs, self.copies, generators[start : start + per_pass])
+            gradients = distance_gradients(method, noisy_copies(inputs, unit_noise, self.noise), reference)
+            maps.append(normalise_maps(smoothgrad_maps(gradients), self.clip_percentile))
+        if not maps:
+            return images01.new_zeros(0, *images01.shape[2:])
+        return torch.cat(maps)
+
+
+def draw_noise(inputs: torch.Tensor, copies: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Standard normal noise (n, copies, 3, H, W) for n images, image i drawn from ``generators[i]`` on the
+    generator's own device (so a CPU generator gives the same noise whatever device the model is on)."""
+    import torch
+
+    draws = [
+        torch.randn((copies, *inputs.shape[1:]), generator=g, device=g.device, dtype=torch.float32)
+        for g in generators
+    ]
+    return torch.stack(draws).to(device=inputs.device, dtype=inputs.dtype)
+
+
+def noisy_copies(inputs: torch.Tensor, unit_noise: torch.Tensor, noise: float) -> torch.Tensor:
+    """(n, copies, 3, H, W): each input plus ``unit_noise`` times σ = noise · (max − min) of that input."""
+    flat = inputs.flatten(1)
+    sigma = noise * (flat.amax(dim=1) - flat.amin(dim=1))
+    return inputs.unsqueeze(1) + sigma.view(-1, 1, 1, 1, 1) * unit_noise
+
+
+def distance_gradients(method: Method, noisy: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Gradients (n, copies, 3, H, W) of each image's mean distance to ``reference`` over its copies, with
+    respect to the noisy network inputs; parameters get no ``.grad``."""
+    import torch
+
+    count, copies = noisy.shape[:2]
+    leaf = noisy.detach().flatten(0, 1).requires_grad_(True)
+    with torch.enable_grad():
+        embeddings = method.embed(method.backbone.convention.invert(leaf))
+        # One row per call: torch.cdist, and the distances built on it, switch to a matrix-product formula
+        # above 25 rows, whose rounding swamps the gradient where an embedding lies close to the reference;
+        # the maps would then depend on how many copies share a pass.
+        rows = [method.pairwise_distance(row.unsqueeze(0), reference) for row in embeddings]
+        distances = torch.cat(rows).view(count, copies)
+        # Summing the per-image means keeps each image's gradient what it would be alone.
+        (gradient,) = torch.autograd.grad(distances.mean(dim=1).sum(), leaf, allow_unused=True)
+    if gradient is None:  # the embedding ignores its input
+        gradient = torch.zeros_like(leaf)
+    return gradient.view(noisy.shape)
+
+
+def smoothgrad_maps(gradients: torch.Tensor) -> torch.Tensor:
+    """(n, H, W): the signed mean over channels, then its absolute value, summed over the copies."""
+    return gradients.mean(dim=2).abs().sum(dim=1)
+
+
+def normalise_maps(maps: torch.Tensor, clip_percentile: float) -> torch.Tensor:
+    """Per map: (g − min) / (q − min) clamped to [0, 1], q = the ``clip_percentile`` percentile (linear
+    interpolation). Where q = min the limit of that is taken: 1 above the minimum, 0 on it."""
+    import torch
+
+    flat = maps.flatten(1).float()
+    low = flat.amin(dim=1).view(-1, 1, 1)
+    high = torch.quantile(flat, clip_percentile / 100.0, dim=1).view(-1, 1, 1)
+    span = high - low
+    scaled = ((maps - low) / torch.where(span > 0, span, torch.ones_like(span))).clamp(0.0, 1.0)
+    return torch.where(span > 0, scaled, (maps > low).to(scaled.dtype))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _require(ok: bool, name: str, value: Any, wanted: str) -> None:
+    if not ok:
+        raise OptionError(f"smoothgrad option {name}={value!r} is invalid", fix=f"give {name} as {wanted}")

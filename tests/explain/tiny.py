@@ -1,0 +1,68 @@
+"""Small methods for attribution tests: a real random-weight baseline, and one whose embedding only sees a
+known square of the image."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bgbias.engine.config import resolve_config
+from bgbias.methods.base import Batch, Method, MethodSpec
+from bgbias.methods.registry import method_class
+from bgbias.models.backbone import Backbone
+from bgbias.models.input_convention import IMAGENET, InputConvention
+from bgbias.models.registry import build_backbone
+
+REGION = (8, 16, 4, 12)
+"""Rows 8–15 and columns 4–11: the only pixels ``RegionMethod`` looks at."""
+
+
+def baseline(name: str = "contrastive", dim: int = 16) -> Method:
+    """A random-weight MobileNetV2 baseline (the same weights on every call), its BatchNorm statistics
+    measured on random images: with the initial ones its features fade to ~1e-10 and every embedding is the
+    same up to rounding, which would leave the attribution tests nothing but rounding noise to look at."""
+    torch.manual_seed(0)
+    spec = MethodSpec(dim, 4, 8, options=resolve_config(name, "bench").loss)
+    method = method_class(name)(build_backbone("mobilenet_v2", pretrained=False), spec)
+    method.backbone.freeze_batchnorm = False
+    for module in method.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.reset_running_stats()
+            module.momentum = None  # a plain average over the calibration batch
+    method.train()
+    with torch.no_grad():
+        method.embed(torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(1)))
+    method.backbone.freeze_batchnorm = True
+    return method.eval()
+
+
+class RegionFeatures(nn.Module):
+    """A small non-linear embedding of the pixels inside ``REGION`` only."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        top, bottom, left, right = REGION
+        generator = torch.Generator().manual_seed(0)
+        self.weight = nn.Parameter(torch.randn(dim, 3 * (bottom - top) * (right - left), generator=generator))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        top, bottom, left, right = REGION
+        return torch.tanh(inputs[:, :, top:bottom, left:right].flatten(1) @ self.weight.T / 10)
+
+
+class RegionMethod(Method):
+    """``embed`` = RegionFeatures of the network input; Euclidean distance (the base class default)."""
+
+    def __init__(self, convention: InputConvention = IMAGENET):
+        blocks = [("first", nn.Identity()), ("second", nn.Identity()), ("region", RegionFeatures())]
+        backbone = Backbone(
+            blocks, channels={"first": 3, "second": 3, "region": 8}, levels=("first", "second", "region"),
+            convention=convention,
+        )
+        super().__init__(backbone, MethodSpec(8, 2, 2))
+
+    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+        return {"loss": self.embed(batch.images).sum()}
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        return self.backbone(images)["region"]
