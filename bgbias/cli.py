@@ -446,6 +446,69 @@ def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_na
     click.echo(format_evaluation_summary(result.report, result.files))
 
 
+@main.command("explain")
+@_model_options
+@click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
+              help="Dataset to explain (default: the run's).")
+@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Score this many images spread evenly over the split (default: all).")
+@click.option("--attribution", default="smoothgrad", show_default=True,
+              help="Attribution method (smoothgrad: the paper's, 25 noisy copies).")
+@click.option("--masks", type=_PATH_DIR, default=None,
+              help="Saliency masks for images without a ground-truth mask (default masks/<dataset>).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the noise.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Images per attribution pass (default 1 on the CPU, 8 on CUDA).")
+@click.option("--gallery", "gallery_count", type=click.IntRange(min=0), default=16, show_default=True,
+              help="Images in the heat-map gallery.")
+@click.option("--force", is_flag=True, help="Start over where earlier results of other settings are.")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
+            root: Path | None, split: str, limit: int | None, attribution: str, masks: Path | None, seed: int,
+            batch_size: int | None, gallery_count: int, force: bool, no_progress: bool) -> None:
+    """Attribution maps and the paper's foreground score (how much of them falls on the object)."""
+    from bgbias.engine.trained import load_trained
+    from bgbias.explain.run import explain_trained
+
+    trained = load_trained(checkpoint, device=device, runs=runs)
+    result = explain_trained(
+        trained, dataset_name=dataset_name, root=root, split=split, limit=limit, attribution=attribution,
+        masks=masks, seed=seed, batch_size=batch_size, gallery_count=gallery_count, force=force,
+        progress=not no_progress, log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(f"scores: {result.scores_csv}")
+    if result.gallery is not None:
+        click.echo(f"gallery: {result.gallery}")
+
+
+@main.command("report")
+@click.argument("run_dirs", nargs=-1, type=_PATH_DIR, metavar="RUN...")
+@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--out", type=_PATH_DIR, default=None,
+              help="Folder for table.md/.csv/.json and runs.png (default <runs>/report).")
+@click.option("--runs", type=_PATH_DIR, default=None,
+              help="Without RUN arguments, every evaluated run in this folder (default ./runs).")
+def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None) -> None:
+    """Several evaluated runs in one Table-1-style table: method × clean / corrupted, with and without
+    BGAugment, plus foreground scores where `bgbias explain` ran."""
+    from bgbias.paths import runs_root
+    from bgbias.report.evaluation import markdown_table
+    from bgbias.report.runs_table import collect_runs, table_one, write_runs_report
+
+    runs = runs if runs is not None else runs_root()
+    if not run_dirs:
+        run_dirs = tuple(sorted({p.parents[2] for p in runs.glob(f"*/eval/*-{split}/report.json")}))
+        if not run_dirs:
+            raise OptionError(f"no run in {runs} has an evaluation report for the {split} split",
+                              fix="evaluate runs with `bgbias eval --corrupted`, or name run folders")
+    reports, foreground = collect_runs(run_dirs, split)
+    files = write_runs_report(reports, foreground, out if out is not None else runs / "report")
+    click.echo(markdown_table(*table_one(reports, foreground)))
+    click.echo(f"\ntable: {files['table_md']}; plot: {files['runs_png']}")
+
+
 @main.command("methods")
 def methods() -> None:
     """List the registered methods and backbones."""
@@ -459,16 +522,22 @@ def methods() -> None:
 # --------------------------------------------------------------------------------------------------- study
 @main.command("study")
 @_bench_options
-def study(preset: str, rho: float, seed: int) -> None:
-    """The main job on the embedded default: fetch assets, build pools and the bench, and summarise."""
+@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
+def study(preset: str, rho: float, seed: int, device: str) -> None:
+    """The main job on the embedded default: the paper's measurement on the bench, from nothing to Table 1
+    (assets, pools, bench, masks, training with and without BGAugment, clean vs corrupted MAP@R, foreground
+    scores, report)."""
     from bgbias.paths import backgrounds_root
     from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
     from bgbias.study import run_study
 
-    result = run_study(preset=preset, rho=rho, seed=seed, log=click.echo)
+    result = run_study(preset=preset, rho=rho, seed=seed, device=device, log=click.echo)
     for text in (
         format_asset_status(result.assets),
         format_pools_summary(result.pools, str(backgrounds_root())),
         format_bench_summary(result.bench),
+        result.report["table_md"].read_text(encoding="utf-8"),
     ):
         click.echo("\n" + text)
+    click.echo(f"report: {result.report['table_md']} (per-run reports, plots and galleries in each run's "
+               "eval/ and explain/ folders)")

@@ -47,11 +47,6 @@ class EvaluationResult:
     """Sets embedded now (the others came from the cache)."""
 
 
-def eval_dir(trained: TrainedModel, dataset_name: str, split: str) -> Path:
-    """Where the report of one dataset and split of a run goes."""
-    return trained.run.root / "eval" / f"{dataset_name}-{split}"
-
-
 def evaluate(
     trained: TrainedModel,
     *,
@@ -89,7 +84,7 @@ def evaluate(
     dataset = open_dataset(dataset_name, root)
     items = split_items(dataset, split, config.protocol, config.fold)
     geometry = eval_geometry(dataset.name)
-    cache = EmbeddingCache(trained.run.root / "eval" / "cache")
+    cache = EmbeddingCache(trained.run.embedding_cache)
     base_key = {
         "checkpoint_sha256": trained.checkpoint_sha256,
         "dataset": dataset.name,
@@ -155,7 +150,7 @@ def evaluate(
         }
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
-    out_dir = eval_dir(trained, dataset.name, split)
+    out_dir = trained.run.eval_dir(dataset.name, split)
     files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                            [images for _, images in corrupted_sets])
     return EvaluationResult(out_dir, report, files, clean, corrupted_scores, embedded)

@@ -9,6 +9,9 @@
         train.log              what the run printed, with times
         checkpoints/last.pt    everything needed to resume
         checkpoints/best.pt    the selected model
+        eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
+        eval/cache/                 embeddings of every evaluated set
+        explain/<dataset>-<split>/  bgbias explain: foreground scores, summary, heat-map gallery
     runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
 """
 
@@ -69,6 +72,19 @@ class RunDir:
     def corrupted_val(self) -> Path:
         """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
         return self.root / "corrupted-val"
+
+    @property
+    def embedding_cache(self) -> Path:
+        """Embeddings of evaluated sets, keyed by what made them (``bgbias eval`` re-scores from here)."""
+        return self.root / "eval" / "cache"
+
+    def eval_dir(self, dataset: str, split: str) -> Path:
+        """The evaluation report of one dataset and split."""
+        return self.root / "eval" / f"{dataset}-{split}"
+
+    def explain_dir(self, dataset: str, split: str) -> Path:
+        """Attribution maps' foreground scores and gallery for one dataset and split."""
+        return self.root / "explain" / f"{dataset}-{split}"
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:

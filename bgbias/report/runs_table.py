@@ -8,6 +8,7 @@ order in which they are first named; a run that was not given leaves its cells e
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,8 +16,15 @@ from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
-from bgbias.report.evaluation import csv_text, index_reports, percent, percent_spread, run_label
-from bgbias.report.evaluation import markdown_table as format_markdown
+from bgbias.report.evaluation import (
+    csv_text,
+    index_reports,
+    load_evaluation_report,
+    markdown_table,
+    percent,
+    percent_spread,
+    run_label,
+)
 from bgbias.report.plots import plot_runs
 
 TABLE_FORMAT = "bgbias-runs-table"
@@ -69,7 +77,7 @@ def write_runs_report(
     lines = ["# MAP@R (%) on clean and corrupted sets", "",
              "clean: one value; corrupted: mean ± std over the background draws"
              + ("; fg score: foreground attribution score, mean ± std over images" if foreground else ""), "",
-             format_markdown(headers, rows), "", "## Runs", ""]
+             markdown_table(headers, rows), "", "## Runs", ""]
     lines += [f"- {run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} split): "
               f"{r.get('run', '?')}" for r in reports]
     write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
@@ -85,6 +93,30 @@ def write_runs_report(
     })
     plot_runs(reports, paths["runs_png"])
     return paths
+
+
+def collect_runs(
+    run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
+) -> tuple[list[dict[str, Any]], dict[ForegroundKey, dict[str, Any]]]:
+    """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
+    run folders; a run without any evaluation report is an error that says how to make one."""
+    from bgbias.engine.config import load_run_config
+    from bgbias.engine.run_dir import open_run_dir
+
+    reports: list[dict[str, Any]] = []
+    foreground: dict[ForegroundKey, dict[str, Any]] = {}
+    for path in run_dirs:
+        run = open_run_dir(path)
+        found = sorted(run.root.glob(f"eval/*-{split}/report.json"))
+        if not found:
+            raise OptionError(f"the run has no evaluation report for the {split} split", path=run.root,
+                              fix=f"evaluate it first: bgbias eval --checkpoint {run.root} --corrupted")
+        reports += [load_evaluation_report(report) for report in found]
+        config = load_run_config(run.config)
+        for summary_path in sorted(run.root.glob(f"explain/*-{split}/summary.json")):
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            foreground[config.method, config.bgaugment.enabled, summary["dataset"]] = summary
+    return reports, foreground
 
 
 def _map_cells(report: Mapping[str, Any] | None) -> list[str]:

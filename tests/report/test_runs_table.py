@@ -8,7 +8,8 @@ import json
 import pytest
 
 from bgbias.errors import OptionError
-from bgbias.report.runs_table import format_markdown, table_one, write_runs_report
+from bgbias.report.evaluation import markdown_table
+from bgbias.report.runs_table import table_one, write_runs_report
 from tests.report.synthetic import make_report
 
 RUNS = [  # 2 methods × {base, + BGAugment} × 2 datasets, less arcface + BGAugment on cars
@@ -74,7 +75,7 @@ def test_duplicate_runs_name_both():
 
 
 def test_markdown_table():
-    text = format_markdown(["method", "a|b"], [["x", "1.00"], ["y", None]])
+    text = markdown_table(["method", "a|b"], [["x", "1.00"], ["y", None]])
     assert text.splitlines() == ["| method | a\\|b |", "|---|---:|", "| x | 1.00 |", "| y |  |"]
 
 
@@ -95,6 +96,6 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
     assert table["foreground"][1] == {"method": "arcface", "bgaugment": True, "dataset": "cars",
                                       "mean": 0.561, "std": None, "images": 41}
     markdown = paths["table_md"].read_text()
-    assert format_markdown(headers, rows) in markdown
+    assert markdown_table(headers, rows) in markdown
     assert f"arcface + BGAugment on cub (test split): {reports[3]['run']}" in markdown
     assert paths["runs_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,48 @@
+"""`bgbias eval`, `bgbias explain` and `bgbias report` from the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from bgbias.cli import main
+
+
+def _eval_args(run, bench, tmp_path):
+    return ["eval", "--checkpoint", str(run), "--root", str(bench / "bench"), "--corrupted", "--repeats", "2",
+            "--masks", str(bench / "masks"), "--backgrounds", str(bench / "backgrounds"),
+            "--manifests", str(tmp_path / "manifests"), "--workers", "0", "--device", "cpu", "--no-progress"]
+
+
+def test_eval_explain_then_report(tiny_run, tiny_bench, tmp_path):
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(tiny_run, run)
+    result = CliRunner().invoke(main, _eval_args(run, tiny_bench, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "triplet on bench test (12 images" in result.output
+    assert "corrupted (2 repeats)" in result.output and "report.md" in result.output
+    explained = CliRunner().invoke(main, ["explain", "--checkpoint", str(run), "--limit", "3", "--gallery", "2",
+                                          "--device", "cpu", "--no-progress"])
+    assert explained.exit_code == 0, explained.output
+    summary = json.loads((run / "explain" / "bench-test" / "summary.json").read_text())
+    assert summary["images"] == 3 and "gallery.png" in explained.output
+    table = CliRunner().invoke(main, ["report", "--runs", str(tmp_path / "runs")])
+    assert table.exit_code == 0, table.output
+    assert "| triplet |" in table.output and "| triplet + BGAugment |" in table.output
+    assert "bench fg score" in table.output and f"{summary['mean']:.2f}" in table.output
+    assert (tmp_path / "runs" / "report" / "table.md").is_file()
+
+
+def test_eval_without_any_run_names_the_train_command(tmp_path):
+    result = CliRunner().invoke(main, ["eval", "--runs", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "there is no training run yet" in result.output and "bgbias train" in result.output
+
+
+def test_report_of_a_run_that_was_never_evaluated(tiny_run, tmp_path):
+    empty = CliRunner().invoke(main, ["report", "--runs", str(tmp_path)])
+    assert empty.exit_code == 2 and "no run in" in empty.output
+    result = CliRunner().invoke(main, ["report", str(tiny_run), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "bgbias eval --checkpoint" in result.output
