@@ -101,8 +101,9 @@ def remove_self_matches(indices: np.ndarray) -> np.ndarray:
 
 
 def faiss_nearest_neighbours(embeddings: np.ndarray | Tensor, k: int) -> np.ndarray:
-    """The faiss backend: ``IndexFlatL2`` over float32 copies, on the GPU when faiss has GPUs and the
-    embeddings live on CUDA (as PML decides), else on the CPU."""
+    """The faiss backend: ``IndexFlatL2`` over float32 copies, on every GPU faiss sees (faiss-gpu built for a
+    machine with CUDA devices), else on the CPU; the GPU index serves ``k + 1`` up to
+    :data:`FAISS_GPU_MAX_K`, beyond which the CPU one does, as in PML."""
     k = checked_k(embeddings, k)
     try:
         import faiss
@@ -111,10 +112,9 @@ def faiss_nearest_neighbours(embeddings: np.ndarray | Tensor, k: int) -> np.ndar
             "the faiss retrieval backend was asked for, but faiss is not installed",
             fix="pip install faiss-cpu (or faiss-gpu), or use the torch backend",
         ) from None
-    on_cuda = bool(getattr(embeddings, "is_cuda", False))
     vectors = as_float32_numpy(embeddings)
     index = faiss.IndexFlatL2(vectors.shape[1])
-    if on_cuda and faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
+    if faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(vectors)
     _, indices = index.search(vectors, k + 1)

@@ -143,3 +143,15 @@ def test_bad_inputs_are_bgbias_errors():
             nearest_neighbours(broken, 1, backend=backend)
     with pytest.raises(BgbiasError, match="NaN"):
         nearest_neighbours(torch.from_numpy(broken), 1)
+
+
+@pytest.mark.parametrize(("k", "on_gpu"), [(5, True), (2048, False)])
+def test_faiss_searches_on_the_gpus_it_sees_up_to_their_k_limit(monkeypatch, k, on_gpu):
+    import faiss
+
+    moved = []
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda index: moved.append(index) or index)
+    x = _untied(9, count=3000, dim=4)
+    assert np.array_equal(faiss_nearest_neighbours(x, k)[:, :5], torch_nearest_neighbours(x, 5))
+    assert bool(moved) == on_gpu
