@@ -493,6 +493,7 @@ def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_nam
 def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None) -> None:
     """Several evaluated runs in one Table-1-style table: method × clean / corrupted, with and without
     BGAugment, plus foreground scores where `bgbias explain` ran."""
+    from bgbias.explain.compare import compare_runs
     from bgbias.paths import runs_root
     from bgbias.report.evaluation import markdown_table
     from bgbias.report.runs_table import collect_runs, table_one, write_runs_report
@@ -504,9 +505,13 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
             raise OptionError(f"no run in {runs} has an evaluation report for the {split} split",
                               fix="evaluate runs with `bgbias eval --corrupted`, or name run folders")
     reports, foreground = collect_runs(run_dirs, split)
-    files = write_runs_report(reports, foreground, out if out is not None else runs / "report")
+    out = out if out is not None else runs / "report"
+    files = write_runs_report(reports, foreground, out)
+    galleries = compare_runs(run_dirs, split, out)
     click.echo(markdown_table(*table_one(reports, foreground)))
     click.echo(f"\ntable: {files['table_md']}; plot: {files['runs_png']}")
+    for gallery in galleries:
+        click.echo(f"attribution maps side by side: {gallery}")
 
 
 @main.command("methods")

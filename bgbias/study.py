@@ -113,6 +113,7 @@ def run_study(
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
     from bgbias.data.registry import default_root, open_dataset
+    from bgbias.explain.compare import compare_runs
     from bgbias.paths import masks_root, runs_root
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.saliency.pipeline import make_masks
@@ -143,6 +144,8 @@ def run_study(
     log("7/7 the report")
     reports, foreground = collect_runs(run_dirs)
     report = write_runs_report(reports, foreground, folder / "report")
+    for number, gallery in enumerate(compare_runs(run_dirs, "test", folder / "report")):
+        report[f"foreground_gallery_{number}"] = gallery
     return StudyResult(assets, pools, bench, masks, run_dirs, report)
 
 

@@ -6,8 +6,10 @@ import json
 import shutil
 
 from click.testing import CliRunner
+from PIL import Image
 
 from bgbias.cli import main
+from bgbias.explain.compare import compare_runs
 
 
 def _eval_args(run, bench, tmp_path):
@@ -23,8 +25,9 @@ def test_eval_explain_then_report(tiny_run, tiny_bench, tmp_path):
     assert result.exit_code == 0, result.output
     assert "triplet on bench test (12 images" in result.output
     assert "corrupted (2 repeats)" in result.output and "report.md" in result.output
-    explained = CliRunner().invoke(main, ["explain", "--checkpoint", str(run), "--limit", "3", "--gallery", "2",
-                                          "--device", "cpu", "--no-progress"])
+    explain_args = ["explain", "--checkpoint", str(run), "--limit", "3", "--gallery", "2", "--device", "cpu",
+                    "--no-progress"]
+    explained = CliRunner().invoke(main, explain_args)
     assert explained.exit_code == 0, explained.output
     summary = json.loads((run / "explain" / "bench-test" / "summary.json").read_text())
     assert summary["images"] == 3 and "gallery.png" in explained.output
@@ -46,3 +49,19 @@ def test_report_of_a_run_that_was_never_evaluated(tiny_run, tmp_path):
     assert empty.exit_code == 2 and "no run in" in empty.output
     result = CliRunner().invoke(main, ["report", str(tiny_run), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "bgbias eval --checkpoint" in result.output
+
+
+def test_report_draws_two_explained_runs_side_by_side(tiny_run, tmp_path):
+    runs = tmp_path / "runs"
+    for name, bgaugment in (("vanilla", False), ("bgaugment", True)):
+        shutil.copytree(tiny_run, runs / name)
+        config = json.loads((runs / name / "config.json").read_text())
+        config["bgaugment"]["enabled"] = bgaugment
+        (runs / name / "config.json").write_text(json.dumps(config))
+        explained = CliRunner().invoke(main, ["explain", "--checkpoint", str(runs / name), "--limit", "4",
+                                              "--gallery", "3", "--device", "cpu", "--no-progress"])
+        assert explained.exit_code == 0, explained.output
+    galleries = compare_runs([runs / "vanilla", runs / "bgaugment"], "test", tmp_path / "out")
+    assert [g.name for g in galleries] == ["foreground-bench-test.png"]
+    width, height = Image.open(galleries[0]).size
+    assert width > 4 * 100 and height > 3 * 100  # image | mask | two overlays; three rows

@@ -1,0 +1,101 @@
+"""Several runs' attribution maps side by side on the same images: where does BGAugment move the attention?
+
+Each ``bgbias explain`` keeps the maps of its gallery images (``maps/``); images are picked evenly over the
+split, so runs explained with the same settings share them. This draws image | mask | one overlay per run,
+captioned with each run's foreground score.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bgbias.data.images import load_mask
+from bgbias.errors import OptionError
+
+CAPTION_RUNS = 3
+"""Scores named in a row's caption; a wider comparison relies on the column headers."""
+
+
+def compare_attributions(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    dataset_name: str,
+    split: str,
+    out_path: str | os.PathLike[str],
+    count: int = 8,
+) -> Path:
+    """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
+
+    ``dataset_name``/``split`` name the explained set (``<run>/explain/<dataset>-<split>/``); the dataset
+    is opened as the first run was trained on it (its ``config.json``), else at its default folder.
+    """
+    from bgbias.augment.gallery import evenly_spread
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.data.transforms import eval_geometry
+    from bgbias.engine.config import load_run_config
+    from bgbias.engine.run_dir import open_run_dir
+    from bgbias.explain.heatmap import attribution_gallery
+    from bgbias.explain.run import SCORES_CSV, load_example, map_path, mask_files
+    from bgbias.paths import masks_root
+    from bgbias.report.evaluation import run_label
+
+    runs = [open_run_dir(path) for path in run_dirs]
+    configs = [load_run_config(run.config) for run in runs]
+    folders = [run.explain_dir(dataset_name, split) for run in runs]
+    missing = [folder for folder in folders if not (folder / SCORES_CSV).is_file()]
+    if missing:
+        raise OptionError(f"the run has no explanation of the {dataset_name} {split} split", path=missing[0],
+                          fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}")
+    first = configs[0]
+    dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
+    items = split_items(dataset, split, first.protocol, first.fold)
+    shared = [item for item in items if all(map_path(item, folder).is_file() for folder in folders)]
+    if not shared:
+        raise OptionError("the runs' explanations share no gallery image", path=folders[0],
+                          fix="explain every run with the same --limit and --gallery settings")
+    picked = [shared[i] for i in evenly_spread(len(shared), count)]
+    labels = [run_label(c.method, c.bgaugment.enabled) for c in configs]
+    scores = [_scores(folder / SCORES_CSV) for folder in folders]
+    geometry = eval_geometry(dataset.name)
+    images, masks, maps = [], [], {label: [] for label in labels}
+    captions = []
+    for item, mask in zip(picked, mask_files(picked, masks_root() / dataset.name, dataset.name), strict=True):
+        image, soft_mask = load_example(item, mask, geometry, dataset.name)
+        images.append(image)
+        masks.append(soft_mask)
+        for label, folder in zip(labels, folders, strict=True):
+            maps[label].append(np.asarray(load_mask(map_path(item, folder)), dtype=np.float64) / 255.0)
+        named = [f"{label.replace(' + BGAugment', '+BGA')} {run_scores.get(item.id, '')}"
+                 for label, run_scores in zip(labels[:CAPTION_RUNS], scores, strict=False)]
+        captions.append(f"{item.id}  " + ", ".join(named))
+    return attribution_gallery(Path(out_path), images, masks, maps, captions)
+
+
+def _scores(path: Path) -> dict[str, str]:
+    """Each image's foreground score from ``scores.csv``, two decimals (``n/a`` where undefined)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {row["id"]: f"{float(row['score']):.2f}" if row["score"] else "n/a" for row in rows}
+
+
+def compare_runs(
+    run_dirs: Sequence[str | os.PathLike[str]], split: str, out_dir: str | os.PathLike[str]
+) -> list[Path]:
+    """``out_dir/foreground-<dataset>-<split>.png`` for every dataset that two or more of the runs explained
+    (with shared gallery images); returns the galleries written."""
+    from bgbias.explain.run import SCORES_CSV
+
+    by_dataset: dict[str, list[Path]] = {}
+    for run in map(Path, run_dirs):
+        for scores in sorted(run.glob(f"explain/*-{split}/{SCORES_CSV}")):
+            dataset = scores.parent.name.removesuffix(f"-{split}")
+            by_dataset.setdefault(dataset, []).append(run)
+    return [
+        compare_attributions(runs, dataset, split, Path(out_dir) / f"foreground-{dataset}-{split}.png")
+        for dataset, runs in sorted(by_dataset.items()) if len(runs) > 1
+    ]
