@@ -2,7 +2,7 @@
 
 Each ``bgbias explain`` keeps the maps of its gallery images (``maps/``); images are picked evenly over the
 split, so runs explained with the same settings share them. This draws image | mask | one overlay per run,
-captioned with each run's foreground score.
+captioned with each run's foreground score, in column order.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import numpy as np
 
 from bgbias.data.images import load_mask
 from bgbias.errors import OptionError
-
-CAPTION_RUNS = 3
-"""Scores named in a row's caption; a wider comparison relies on the column headers."""
 
 
 def compare_attributions(
@@ -70,9 +67,9 @@ def compare_attributions(
         masks.append(soft_mask)
         for label, folder in zip(labels, folders, strict=True):
             maps[label].append(np.asarray(load_mask(map_path(item, folder)), dtype=np.float64) / 255.0)
-        named = [f"{label.replace(' + BGAugment', '+BGA')} {run_scores.get(item.id, '')}"
-                 for label, run_scores in zip(labels[:CAPTION_RUNS], scores, strict=False)]
-        captions.append(f"{item.id}  " + ", ".join(named))
+        # The id's last two parts name the picture; the scores follow the overlay columns' order.
+        short_id = "/".join(item.relpath.parts[-2:])
+        captions.append(f"{short_id}  scores " + " | ".join(run_scores[item.id] for run_scores in scores))
     return attribution_gallery(Path(out_path), images, masks, maps, captions)
 
 
