@@ -10,6 +10,7 @@ from PIL import Image
 
 from bgbias.data.registry import open_dataset
 from bgbias.engine.config import resolve_config
+from tests.calibration import calibrate_batchnorm
 from tests.replicas import copy_ground_truth_masks, make_bench
 
 
@@ -32,13 +33,8 @@ def tiny_bench(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run(tiny_bench, tmp_path_factory) -> Path:
-    """A finished one-epoch triplet run on the tiny bench (read-only for tests: copy it to change it).
-
-    A randomly initialised MobileNetV2 with ImageNet-free BatchNorm statistics (mean 0, variance 1) maps
-    every image to nearly the same point (its features shrink to ~1e-10), which would make every ranking a
-    tie. The run's checkpoints therefore get BatchNorm statistics measured on random images, as pretrained
-    weights would bring.
-    """
+    """A finished one-epoch triplet run on the tiny bench (read-only for tests: copy it to change it), its
+    checkpoints' BatchNorm statistics calibrated (tests/calibration.py) so that its embeddings differ."""
     from bgbias.engine.checkpoint import load_checkpoint, save_checkpoint
     from bgbias.engine.trained import load_trained
     from bgbias.engine.training import train
@@ -47,26 +43,10 @@ def tiny_run(tiny_bench, tmp_path_factory) -> Path:
     train(tiny_config(tiny_bench, epochs=1), run_dir=run, progress=False, echo=False)
     for name in ("best", "last"):
         method = load_trained(run, checkpoint=name, device="cpu").method
-        calibrate_batchnorm(method)
+        calibrate_batchnorm(method, side=64)
         path = run / "checkpoints" / f"{name}.pt"
         save_checkpoint(path, {**load_checkpoint(path), "model": method.state_dict()})
     return run
-
-
-def calibrate_batchnorm(method) -> None:
-    """Set every BatchNorm's running statistics to those of one batch of random 64-px images."""
-    import torch
-
-    norms = [m for m in method.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None  # cumulative average: after one batch, exactly that batch's statistics
-        norm.train()
-    with torch.no_grad():
-        method.embed(torch.rand(16, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
-    for norm in norms:
-        norm.momentum = 0.1
-    method.eval()
 
 
 def tiny_config(base: Path, method: str = "triplet", *extra: str, epochs: int = 2):

@@ -12,6 +12,7 @@ from bgbias.methods.registry import method_class
 from bgbias.models.backbone import Backbone
 from bgbias.models.input_convention import IMAGENET, InputConvention
 from bgbias.models.registry import build_backbone
+from tests.calibration import calibrate_batchnorm
 
 REGION = (8, 16, 4, 12)
 """Rows 8–15 and columns 4–11: the only pixels ``RegionMethod`` looks at."""
@@ -24,16 +25,7 @@ def baseline(name: str = "contrastive", dim: int = 16) -> Method:
     torch.manual_seed(0)
     spec = MethodSpec(dim, 4, 8, options=resolve_config(name, "bench").loss)
     method = method_class(name)(build_backbone("mobilenet_v2", pretrained=False), spec)
-    method.backbone.freeze_batchnorm = False
-    for module in method.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            module.reset_running_stats()
-            module.momentum = None  # a plain average over the calibration batch
-    method.train()
-    with torch.no_grad():
-        method.embed(torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(1)))
-    method.backbone.freeze_batchnorm = True
-    return method.eval()
+    return calibrate_batchnorm(method)
 
 
 class RegionFeatures(nn.Module):
