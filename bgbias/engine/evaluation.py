@@ -72,17 +72,11 @@ def evaluate(
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
     from bgbias.data.eval_images import CorruptedImages, EvalImages
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
     from bgbias.report.evaluation import summarize_evaluation
 
     config = trained.config
-    dataset_name = dataset_name or config.dataset
-    if root is None and dataset_name == config.dataset:
-        root = config.root
-    dataset = open_dataset(dataset_name, root)
-    items = split_items(dataset, split, config.protocol, config.fold)
+    dataset, items = trained.open_split(split, dataset_name, root)
     geometry = eval_geometry(dataset.name)
     cache = EmbeddingCache(trained.run.embedding_cache)
     base_key = {

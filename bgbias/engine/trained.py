@@ -20,6 +20,7 @@ from bgbias.errors import OptionError
 if TYPE_CHECKING:
     import torch
 
+    from bgbias.data.items import Dataset, Item
     from bgbias.methods.base import Method
 
 CHECKPOINTS = ("best", "last")
@@ -36,6 +37,20 @@ class TrainedModel:
     checkpoint_sha256: str
     epoch: int
     device: torch.device
+
+    def open_split(
+        self, split: str, dataset_name: str | None = None, root: str | os.PathLike[str] | None = None
+    ) -> tuple[Dataset, list[Item]]:
+        """A split of a dataset (default: the one the run trained on, at its folder) under the run's protocol
+        and fold, for evaluating or explaining the model on it."""
+        from bgbias.data.registry import open_dataset
+        from bgbias.data.splits import split_items
+
+        dataset_name = dataset_name or self.config.dataset
+        if root is None and dataset_name == self.config.dataset:
+            root = self.config.root
+        dataset = open_dataset(dataset_name, root)
+        return dataset, split_items(dataset, split, self.config.protocol, self.config.fold)
 
     def describe(self) -> dict[str, Any]:
         """What a report records about the model: run, method, BGAugment and the checkpoint's identity."""

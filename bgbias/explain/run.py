@@ -382,17 +382,10 @@ def explain_trained(
     saliency masks are for images without a ground-truth mask (default ``masks/<dataset>``); ``batch_size``
     images go through the attribution at once (default 1 on the CPU, where it is fastest, 8 on CUDA).
     """
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
     from bgbias.paths import masks_root
 
-    config = trained.config
-    dataset_name = dataset_name or config.dataset
-    if root is None and dataset_name == config.dataset:
-        root = config.root
-    dataset = open_dataset(dataset_name, root)
-    items = split_items(dataset, split, config.protocol, config.fold)
+    dataset, items = trained.open_split(split, dataset_name, root)
     if limit is not None:
         if limit < 1:
             raise OptionError(f"--limit must be at least 1, got {limit}", fix="pass a positive image count")
