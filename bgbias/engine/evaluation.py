@@ -10,7 +10,7 @@ Markdown, plots, a retrieval gallery) goes to ``<run>/eval/<dataset>-<split>/``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
     from bgbias.augment.corrupt import CorruptedManifest
-    from bgbias.data.items import Dataset, Item
+    from bgbias.data.items import Dataset
     from bgbias.engine.metrics import RetrievalScores
     from bgbias.engine.trained import TrainedModel
 
@@ -71,8 +71,13 @@ def evaluate(
     its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
+    from bgbias.assets.digest import sha256_file
+    from bgbias.augment.corrupt import ids_sha256
+    from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import CorruptedImages, EvalImages
     from bgbias.data.transforms import eval_geometry
+    from bgbias.engine.device import resolve_amp
+    from bgbias.paths import masks_root
     from bgbias.report.evaluation import summarize_evaluation
 
     config = trained.config
@@ -83,10 +88,11 @@ def evaluate(
         "checkpoint_sha256": trained.checkpoint_sha256,
         "dataset": dataset.name,
         "split": split,
-        "ids": _ids_digest(items),
+        "ids": ids_sha256(items),
         "images": files_fingerprint(item.image for item in items),
         "geometry": geometry.as_dict(),
     }
+    amp = resolve_amp(config.amp, trained.device)
     embedded = 0
 
     def embed(images: Any, key: dict[str, Any], desc: str) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +100,7 @@ def evaluate(
 
         def make() -> tuple[np.ndarray, np.ndarray]:
             return embed_images(trained.method, images, trained.device, batch_size=batch_size,
-                                workers=workers, amp=_amp(trained), progress=progress, desc=desc)
+                                workers=workers, amp=amp, progress=progress, desc=desc)
 
         embeddings, labels, hit = cache.get_or_make(key, make)
         embedded += not hit
@@ -102,24 +108,25 @@ def evaluate(
         return embeddings, labels
 
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
+    manifest_sha256: dict[Path, str] = {}
     masks_print = None
+    masks_dir = Path(masks) if masks is not None else masks_root() / dataset.name
     if corrupted:
-        masks_dir = _masks_dir(masks, dataset)
         for manifest in corrupted_manifests(dataset, split, repeats, seed, backgrounds, manifests,
                                             config.protocol, config.fold):
             corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
-        masks_print = files_fingerprint(_mask_paths(items, masks_dir, dataset.name))
+            manifest_sha256[manifest.path] = sha256_file(manifest.path)
+        masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
 
     clean_images = EvalImages(items, geometry)
     clean_embeddings, labels = embed(clean_images, {**base_key, "set": "clean"}, "clean")
     clean = _score(trained, clean_embeddings, labels)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
-    corrupted_scores, corrupted_embeddings = [], []
+    corrupted_scores = []
     for manifest, images in corrupted_sets:
-        key = {**base_key, "set": "corrupted", "manifest_sha256": _sha256(manifest.path),
+        key = {**base_key, "set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path],
                "masks": masks_print}
         embeddings, _ = embed(images, key, f"corrupted repeat {manifest.repeat}")
-        corrupted_embeddings.append(embeddings)
         corrupted_scores.append(_score(trained, embeddings, labels))
         log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
 
@@ -138,8 +145,8 @@ def evaluate(
             "seed": seed,
             "pool": str(first.pool_dir),
             "pool_images": len(first.pool),
-            "masks": str(_masks_dir(masks, dataset)),
-            "manifests": [{"repeat": m.repeat, "path": str(m.path), "sha256": _sha256(m.path)}
+            "masks": str(masks_dir),
+            "manifests": [{"repeat": m.repeat, "path": str(m.path), "sha256": manifest_sha256[m.path]}
                           for m, _ in corrupted_sets],
         }
     ids = [item.id for item in items]
@@ -177,16 +184,16 @@ def corrupted_manifests(
         folder = default_manifest_dir(dataset.name, split, seed, protocol, fold)
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
-    existing = [load_manifest(path, dataset, pool) for path in paths if path.is_file()]
-    if len(existing) < repeats:
-        make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
-                                 protocol=protocol, fold=fold)
-        existing = [load_manifest(path, dataset, pool) for path in paths]
-    mismatched = [m.path for m in existing if m.seed != seed]
+    loaded = {path: load_manifest(path, dataset, pool) for path in paths if path.is_file()}
+    mismatched = [path for path, manifest in loaded.items() if manifest.seed != seed]
     if mismatched:
         raise AssetError(f"the manifest was made with another seed than {seed}", path=mismatched[0],
                          fix="pass --seed to match it, or use another manifests folder")
-    return existing
+    if len(loaded) < repeats:
+        # Rewrites the existing repeats byte for byte: repeat r of a seed does not depend on ``repeats``.
+        make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
+                                 protocol=protocol, fold=fold)
+    return [loaded[path] if path in loaded else load_manifest(path, dataset, pool) for path in paths]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -199,36 +206,6 @@ def _score(trained: TrainedModel, embeddings: np.ndarray, labels: np.ndarray) ->
         state = torch.from_numpy(embeddings).to(trained.device)
         return score_embeddings(state, labels, distance=trained.method.pairwise_distance)
     return score_embeddings(embeddings, labels)
-
-
-def _amp(trained: TrainedModel):
-    from bgbias.engine.device import resolve_amp
-
-    return resolve_amp(trained.config.amp, trained.device)
-
-
-def _masks_dir(masks: str | os.PathLike[str] | None, dataset: Dataset) -> Path:
-    from bgbias.paths import masks_root
-
-    return Path(masks) if masks is not None else masks_root() / dataset.name
-
-
-def _mask_paths(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
-    from bgbias.augment.mask_check import saliency_masks
-
-    return saliency_masks(items, masks_dir, dataset_name)
-
-
-def _ids_digest(items: Sequence[Item]) -> str:
-    from bgbias.augment.corrupt import ids_sha256
-
-    return ids_sha256(items)
-
-
-def _sha256(path: Path) -> str:
-    from bgbias.assets.digest import sha256_file
-
-    return sha256_file(path)
 
 
 def _write_outputs(

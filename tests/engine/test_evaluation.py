@@ -120,6 +120,17 @@ def test_a_manifest_of_another_pool_is_reported_not_replaced(run, tiny_bench, tm
     assert (tmp_path / "manifests" / "repeat-0.json").read_bytes() == written
 
 
+def test_a_manifest_of_another_seed_is_reported_before_any_is_written(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    make_corrupted_manifests(dataset, "test", repeats=1, seed=3, backgrounds=tiny_bench / "backgrounds",
+                             out_dir=tmp_path / "manifests")
+    written = (tmp_path / "manifests" / "repeat-0.json").read_bytes()
+    with pytest.raises(AssetError, match="another seed"):
+        _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert (tmp_path / "manifests" / "repeat-0.json").read_bytes() == written
+    assert not (tmp_path / "manifests" / "repeat-1.json").exists()
+
+
 def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     weights = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
