@@ -7,14 +7,10 @@ captioned with each run's foreground score, in column order.
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from bgbias.data.images import load_mask
 from bgbias.errors import OptionError
 
 
@@ -37,7 +33,8 @@ def compare_attributions(
     from bgbias.engine.config import load_run_config
     from bgbias.engine.run_dir import open_run_dir
     from bgbias.explain.heatmap import attribution_gallery
-    from bgbias.explain.run import SCORES_CSV, load_example, map_path, mask_files
+    from bgbias.explain.records import RECORDS_NAME, read_ledger
+    from bgbias.explain.run import SCORES_CSV, load_example, load_map, map_path, mask_files, score_text
     from bgbias.paths import masks_root
     from bgbias.report.evaluation import run_label
 
@@ -57,7 +54,7 @@ def compare_attributions(
                           fix="explain every run with the same --limit and --gallery settings")
     picked = [shared[i] for i in evenly_spread(len(shared), count)]
     labels = [run_label(c.method, c.bgaugment.enabled) for c in configs]
-    scores = [_scores(folder / SCORES_CSV) for folder in folders]
+    scores = [read_ledger(folder / RECORDS_NAME)[1] for folder in folders]
     geometry = eval_geometry(dataset.name)
     images, masks, maps = [], [], {label: [] for label in labels}
     captions = []
@@ -66,18 +63,11 @@ def compare_attributions(
         images.append(image)
         masks.append(soft_mask)
         for label, folder in zip(labels, folders, strict=True):
-            maps[label].append(np.asarray(load_mask(map_path(item, folder)), dtype=np.float64) / 255.0)
+            maps[label].append(load_map(map_path(item, folder)))
         # The id's last two parts name the picture; the scores follow the overlay columns' order.
         short_id = "/".join(item.relpath.parts[-2:])
-        captions.append(f"{short_id}  scores " + " | ".join(run_scores[item.id] for run_scores in scores))
+        captions.append(f"{short_id}  scores " + " | ".join(score_text(s[item.id].score) for s in scores))
     return attribution_gallery(Path(out_path), images, masks, maps, captions)
-
-
-def _scores(path: Path) -> dict[str, str]:
-    """Each image's foreground score from ``scores.csv``, two decimals (``n/a`` where undefined)."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return {row["id"]: f"{float(row['score']):.2f}" if row["score"] else "n/a" for row in rows}
 
 
 def compare_runs(

@@ -275,6 +275,16 @@ def save_map(path: Path, attribution_map: np.ndarray) -> None:
         Image.fromarray(pixels).save(tmp, format="PNG")
 
 
+def load_map(path: Path) -> np.ndarray:
+    """A map saved by :func:`save_map`, back in [0, 1] (8-bit precision)."""
+    return np.asarray(load_mask(path), dtype=np.float64) / 255.0
+
+
+def score_text(score: float) -> str:
+    """A foreground score as galleries caption it: two decimals, ``n/a`` where undefined."""
+    return "n/a" if np.isnan(score) else f"{score:.2f}"
+
+
 class _Step:
     """Loads, attributes and scores a list of item positions; shared by the main loop and the gallery."""
 
@@ -323,9 +333,8 @@ def _write_gallery(
         image, mask = step.load(index)
         images.append(image)
         masks.append(mask)
-        maps.append(np.asarray(load_mask(path), dtype=np.float64) / 255.0)
-        score = scores[index].score
-        captions.append(f"{step.items[index].id}  score {'n/a' if np.isnan(score) else f'{score:.2f}'}")
+        maps.append(load_map(path))
+        captions.append(f"{step.items[index].id}  score {score_text(scores[index].score)}")
     return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions)
 
 
