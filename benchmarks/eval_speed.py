@@ -46,7 +46,7 @@ def main() -> None:
     dataset = open_dataset("bench", args.root)
     items = split_items(dataset, "test")
     config = resolve_config("multi_similarity", "bench", overrides=["model.pretrained=false"])
-    method = build_method(config, split_items(dataset, "train")).to(device).eval()
+    method = build_method(config, split_items(dataset, "train"), input_size=128).to(device).eval()
     images = EvalImages(items, eval_geometry("bench"))
     decoded = torch.stack([images[i]["image"] for i in range(len(images))])
 

@@ -68,7 +68,7 @@ def main() -> None:
     loader, _ = make_train_loader(config, dataset, items, masks, device)
 
     torch.manual_seed(0)
-    method = build_method(config, items).to(device).train()
+    method = build_method(config, items, input_size=args.size).to(device).train()
     optimizer = build_optimizer(config, method)
     bank = BackgroundBank.from_folder(pool_folder(args.backgrounds, "train"), device, BANK_SHORTER_SIDE)
     bgaugment = BGAugment(bank, 1.0)

@@ -41,12 +41,14 @@ from bgbias.engine.run_dir import (
     write_metrics,
     write_record,
 )
+from bgbias.engine.training_data import TrainingData, device_batch
 from bgbias.errors import BgbiasError, OptionError
 
 if TYPE_CHECKING:
     import torch
 
     from bgbias.data.items import Dataset, Item
+    from bgbias.data.train_geometry import TrainGeometry
     from bgbias.methods.base import Method
 
 # Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
@@ -143,7 +145,8 @@ def _run(
             write_json_atomic(run.config, config.as_dict())
 
         torch.manual_seed(config.seed)
-        method = build_method(config, train_items).to(device)
+        geometry = train_geometry_of(config, dataset.name)
+        method = build_method(config, train_items, input_size=geometry.crop).to(device)
         optimizer = build_optimizer(config, method)
         scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
         state = _State()
@@ -152,6 +155,9 @@ def _run(
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
         loader, sampler = make_train_loader(config, dataset, train_items, train_masks, device, dist)
+        training_data = TrainingData(
+            config, dataset, train_items, train_masks, bgaugment, device, progress=progress and dist.is_main
+        )
         fresh = checkpoint is None
         validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
 
@@ -169,12 +175,16 @@ def _run(
         while state.status == "running" and state.epoch < config.schedule.epochs:
             state.epoch += 1
             started = time.perf_counter()
+            updates = method.on_epoch_start(state.epoch, training_data)
+            if updates:
+                updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
+                started = time.perf_counter()
             terms, images = _train_epoch(
                 config, model, method, optimizer, scaler, loader, sampler, bgaugment, state.epoch, dist,
                 device, amp, progress,
             )
             seconds = time.perf_counter() - started
-            row = {"epoch": state.epoch, **terms, "train_seconds": round(seconds, 3),
+            row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
                    "train_images_per_second": round(images / seconds, 2)}
             row.update(_validate(method, validation, config, device, amp, progress, dist))
             state.history.append(row)
@@ -195,8 +205,9 @@ def _run(
 
 
 # ----------------------------------------------------------------------------------------------- building
-def build_method(config: TrainConfig, train_items: list[Item]) -> Method:
-    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous)."""
+def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
+    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
+    square images of side ``input_size`` (the training crop)."""
     from bgbias.methods.base import MethodSpec
     from bgbias.methods.registry import method_class
     from bgbias.models.registry import build_backbone
@@ -213,6 +224,7 @@ def build_method(config: TrainConfig, train_items: list[Item]) -> Method:
         num_samples=len(train_items),
         pooling=config.model.pooling,
         options=dict(config.loss),
+        input_size=input_size,
     )
     return cls(backbone, spec)
 
@@ -288,30 +300,43 @@ def make_train_loader(
     import torch
 
     from bgbias.data.samplers import MPerClassBatchSampler
-    from bgbias.data.train_geometry import TrainGeometry, train_geometry
-    from bgbias.data.train_images import TrainImages
 
-    default = train_geometry(dataset.name)
     d = config.data
-    geometry = TrainGeometry(
-        resize=d.resize if d.resize is not None else default.resize,
-        crop=d.crop if d.crop is not None else default.crop,
-        scale=d.crop_scale, ratio=default.ratio, flip_p=default.flip_p,
-    )
-    # Proxy losses index classes 0 … C−1, so the training items carry contiguous labels from here on.
-    label_of = contiguous_labels(items)
-    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
+    images = train_images(config, dataset, items, masks)
     sampler = MPerClassBatchSampler(
-        [item.label for item in items], d.m_per_class, d.batch_size, config.seed,
+        [item.label for item in images.items], d.m_per_class, d.batch_size, config.seed,
         rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
         batches_per_epoch=d.batches_per_epoch,
     )
     loader = torch.utils.data.DataLoader(
-        TrainImages(items, geometry, masks, dataset_name=dataset.name), batch_sampler=sampler,
+        images, batch_sampler=sampler,
         num_workers=d.workers, pin_memory=device.type == "cuda", persistent_workers=d.workers > 0,
         generator=torch.Generator().manual_seed(config.seed),
     )
     return loader, sampler
+
+
+def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
+    """The dataset's training geometry with the configuration's resize, crop and crop scale."""
+    from bgbias.data.train_geometry import TrainGeometry, train_geometry
+
+    default = train_geometry(dataset_name)
+    d = config.data
+    return TrainGeometry(
+        resize=d.resize if d.resize is not None else default.resize,
+        crop=d.crop if d.crop is not None else default.crop,
+        scale=d.crop_scale, ratio=default.ratio, flip_p=default.flip_p,
+    )
+
+
+def train_images(config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None):
+    """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
+    losses index classes 0 … C−1."""
+    from bgbias.data.train_images import TrainImages
+
+    label_of = contiguous_labels(items)
+    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
+    return TrainImages(items, train_geometry_of(config, dataset.name), masks, dataset_name=dataset.name)
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):
@@ -342,9 +367,6 @@ def _train_epoch(
     import torch
     from tqdm import tqdm
 
-    from bgbias.methods.base import Batch
-
-    method.on_epoch_start(epoch)
     sampler.set_epoch(epoch)
     method.train()
     sums: dict[str, torch.Tensor] = {}
@@ -353,15 +375,10 @@ def _train_epoch(
     show = progress and dist.is_main
     bar = tqdm(loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
     for step, batch in enumerate(bar):
-        pixels = batch["image"].to(device, non_blocking=True)
-        if bgaugment is not None:
-            rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
-            pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), rng)
-        else:
-            pixels = pixels.float().div_(255)
-        labels = batch["label"].to(device, non_blocking=True)
+        rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
+        on_device = device_batch(batch, bgaugment, rng, device)
         with autocast(device, amp):
-            terms = model(Batch(pixels, labels, batch["index"].to(device, non_blocking=True)))
+            terms = model(on_device)
         loss = terms["loss"]
         if not torch.isfinite(loss.detach()):
             raise TrainingDiverged(
@@ -379,7 +396,7 @@ def _train_epoch(
         for name, value in terms.items():
             sums[name] = sums.get(name, 0) + value.detach().float()
         steps += 1
-        images_seen += pixels.shape[0]
+        images_seen += on_device.images.shape[0]
         if show and step % 10 == 0:
             bar.set_postfix(loss=f"{loss.item():.4f}")
     means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}

@@ -14,7 +14,7 @@ convention. The engine asks a method three things:
 
 Methods that need more reach into the backbone through its named stages (``backbone.forward(images, taps)``,
 ``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
-themselves between epochs in :meth:`Method.on_epoch_start`.
+themselves between epochs from fresh training batches in :meth:`Method.on_epoch_start`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from bgbias.engine.training_data import TrainingData
     from bgbias.models.backbone import Backbone
 
 
@@ -45,13 +46,16 @@ class Batch:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """What a method is built from besides its backbone: head shape, training-set size and hyperparameters."""
+    """What a method is built from besides its backbone: head shape, training-set size, hyperparameters and
+    the side of the square images it trains and is evaluated on (``input_size``; layers sized by the feature
+    map, as DCML's spatial attention, need it)."""
 
     embedding_dim: int
     num_classes: int
     num_samples: int
     pooling: str = "avg"
     options: dict[str, Any] = field(default_factory=dict)
+    input_size: int | None = None
 
 
 class Method(nn.Module, ABC):
@@ -85,8 +89,10 @@ class Method(nn.Module, ABC):
         """The training step's forward pass; DistributedDataParallel calls this."""
         return self.loss(batch)
 
-    def on_epoch_start(self, epoch: int) -> None:
-        """Called before each training epoch (1-based), e.g. to update per-sample state."""
+    def on_epoch_start(self, epoch: int, data: TrainingData) -> dict[str, float]:
+        """Called before each training epoch (1-based), e.g. to update per-sample state from ``data``;
+        returns values to record in the epoch's row of the run's metrics."""
+        return {}
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """Trainable parameters by group: ``backbone``, ``head`` (everything else) and ``loss``."""

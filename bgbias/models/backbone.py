@@ -98,6 +98,24 @@ class Backbone(nn.Module):
         outputs.update(self._run(features, start + 1, wanted - {start}))
         return outputs
 
+    def feature_shape(self, input_size: int, stage: str | None = None) -> tuple[int, int, int]:
+        """(C, H, W) of ``stage`` (default: the final one) for square ``input_size``-px images, measured by
+        one forward pass of a blank image in eval mode (layers sized by the map are built from it)."""
+        import torch
+
+        stage = stage or self.final
+        parameter = next(self.parameters(), None)
+        blank = torch.zeros(1, 3, input_size, input_size,
+                            device=parameter.device if parameter is not None else None)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                shape = self.forward(blank, (stage,))[stage].shape
+        finally:
+            self.train(was_training)
+        return int(shape[1]), int(shape[2]), int(shape[3])
+
     def _run(self, x: Tensor, start: int, wanted: set[int]) -> dict[str, Tensor]:
         outputs: dict[str, Tensor] = {}
         if not wanted:

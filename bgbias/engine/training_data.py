@@ -1,0 +1,97 @@
+"""The training split as a method sees it between epochs, for methods that learn per-sample state from data.
+
+DCML re-learns its environment weights every few epochs with the model frozen: it needs fresh training
+batches (the same images, augmentation and BGAugment compositing as the training steps, with their dataset
+indices) and randomness of its own. :class:`TrainingData` gives both, keyed by (run seed, stream, epoch,
+pass), so a resumed run repeats exactly what an uninterrupted one did, and every rank of a distributed run
+sees the same batches (each rank then computes the same update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.augment.bgaugment import BGAugment
+    from bgbias.data.items import Dataset, Item
+    from bgbias.engine.config import TrainConfig
+    from bgbias.methods.base import Batch
+
+
+def device_batch(
+    batch: dict[str, Any], bgaugment: BGAugment | None, rng: np.random.Generator, device: torch.device
+) -> Batch:
+    """A loader batch (uint8 images, masks, labels, indices) as a :class:`Batch` on ``device``: float RGB
+    in [0, 1], composited onto backgrounds drawn from ``rng`` when ``bgaugment`` is given."""
+    from bgbias.methods.base import Batch
+
+    pixels = batch["image"].to(device, non_blocking=True)
+    if bgaugment is not None:
+        pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), rng)
+    else:
+        pixels = pixels.float().div_(255)
+    return Batch(
+        pixels, batch["label"].to(device, non_blocking=True), batch["index"].to(device, non_blocking=True)
+    )
+
+
+class TrainingData:
+    """Keyed passes over the training split (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        dataset: Dataset,
+        items: list[Item],
+        masks: list[Path] | None,
+        bgaugment: BGAugment | None,
+        device: torch.device,
+        *,
+        progress: bool = False,
+    ):
+        from bgbias.engine.training import train_images
+
+        self.config = config
+        self.device = device
+        self.bgaugment = bgaugment
+        self.progress = progress
+        self.images = train_images(config, dataset, items, masks)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.images)
+
+    def batches(self, *, stream: int, epoch: int, pass_index: int, batch_size: int,
+                desc: str = "") -> Iterator[Batch]:
+        """One coverage pass of m-per-class batches of ``batch_size`` (m from the configuration), every
+        image at least once, in an order and with augmentations keyed by (seed, stream, epoch, pass)."""
+        import torch
+        from tqdm import tqdm
+
+        from bgbias.data.samplers import MPerClassBatchSampler
+
+        key = [self.config.seed, stream, epoch, pass_index]
+        sampler = MPerClassBatchSampler(
+            [item.label for item in self.images.items], self.config.data.m_per_class, batch_size,
+            int(np.random.SeedSequence(key).generate_state(1)[0]),
+        )
+        loader = torch.utils.data.DataLoader(
+            self.images, batch_sampler=sampler, num_workers=self.config.data.workers,
+            pin_memory=self.device.type == "cuda",
+        )
+        for step, batch in enumerate(tqdm(loader, desc=desc, unit="batch", leave=False,
+                                          disable=not self.progress)):
+            yield device_batch(batch, self.bgaugment, np.random.default_rng([*key, step]), self.device)
+
+    def generator(self, *, stream: int, epoch: int) -> torch.Generator:
+        """A torch generator on the device keyed by (seed, stream, epoch), e.g. to initialise state."""
+        import torch
+
+        seed = int(np.random.SeedSequence([self.config.seed, stream, epoch]).generate_state(1)[0])
+        return torch.Generator(self.device).manual_seed(seed)
