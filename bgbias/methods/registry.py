@@ -15,7 +15,7 @@ from bgbias.errors import OptionError
 if TYPE_CHECKING:
     from bgbias.methods.base import Method
 
-_METHOD_MODULES = ("bgbias.methods.baselines",)
+_METHOD_MODULES = ("bgbias.methods.baselines", "bgbias.methods.dcml.method")
 _REGISTRY: dict[str, type[Method]] = {}
 
 M = TypeVar("M", bound="type[Method]")

@@ -13,7 +13,7 @@ from bgbias.engine.training import resume_training, train
 from bgbias.errors import ImageError
 from tests.engine.conftest import tiny_config
 
-TIMING = ("train_seconds", "train_images_per_second")
+TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
 
 
 def without_timing(history):
@@ -38,8 +38,18 @@ def test_a_run_writes_its_folder(tiny_bench, tmp_path):
     assert "train.log" in {p.name for p in run.root.iterdir()}
 
 
-def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bench, tmp_path, monkeypatch):
-    config = tiny_config(tiny_bench, "multi_similarity", "loss.miner_epsilon=null", epochs=3)
+RESUMED = {
+    "multi_similarity": ("loss.miner_epsilon=null",),
+    # Environments learned before epochs 1 and 3, from keyed BGAugment batches: the resumed run must
+    # re-learn epoch 3's exactly.
+    "dcml": ("loss.env_update_every=2", "loss.env_passes=2", "loss.env_batch_size=8",
+             "bgaugment.enabled=true"),
+}
+
+
+@pytest.mark.parametrize("method", sorted(RESUMED))
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bench, tmp_path, monkeypatch, method):
+    config = tiny_config(tiny_bench, method, *RESUMED[method], epochs=3)
     whole = train(config, run_dir=tmp_path / "whole", progress=False, echo=False)
 
     real_epoch = training._train_epoch
@@ -92,3 +102,43 @@ def test_proxy_method_trains_its_proxies(tiny_bench, tmp_path):
     names = [g["name"] for g in state["optimizer"]["param_groups"]]
     assert names == ["backbone", "head", "loss"]
     assert state["optimizer"]["param_groups"][2]["lr"] == 0.1
+
+
+def test_a_dcml_run_records_its_environment_learning(tiny_bench, tmp_path):
+    config = tiny_config(tiny_bench, "dcml", "loss.env_update_every=2", "loss.env_passes=1",
+                         "loss.env_batch_size=8", epochs=2)
+    result = train(config, run_dir=tmp_path / "dcml", progress=False, echo=False)
+    assert load_run_config(result.run.config).loss["env_passes"] == 1  # which learner ran, in the config
+    first, second = result.history[1], result.history[2]
+    assert first["env_passes"] == 1 and first["epoch_start_seconds"] > 0
+    assert "env_passes" not in second  # next update before epoch 3
+    for name in ("env_ce", "irm_penalty", "attention_spread", "compactness", "erm"):
+        assert f"train_{name}" in first
+    logits = load_checkpoint(result.run.best)["model"]["env_logits"]
+    assert logits.shape == (16, 2) and logits.abs().sum() > 0
+
+
+def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.engine.training_data import TrainingData
+
+    config = tiny_config(tiny_bench, "dcml", "bgaugment.enabled=true")
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    items = split_items(dataset, "train")
+    masks = training._check_masks(config, dataset, items, [], tiny_bench / "masks")
+    data = TrainingData(config, dataset, items, masks, training._bgaugment(config, torch.device("cpu")),
+                        torch.device("cpu"))
+
+    def one_pass(**key):
+        return list(data.batches(batch_size=8, **key))
+
+    a, b = one_pass(stream=1, epoch=2, pass_index=0), one_pass(stream=1, epoch=2, pass_index=0)
+    assert all(torch.equal(x.images, y.images) and torch.equal(x.indices, y.indices)
+               for x, y in zip(a, b, strict=True))
+    assert set(torch.cat([x.indices for x in a]).tolist()) == set(range(len(items)))
+    assert all(x.images.dtype == torch.float32 and x.images.max() <= 1 for x in a)
+    other = one_pass(stream=1, epoch=2, pass_index=1)
+    assert not all(torch.equal(x.images, y.images) for x, y in zip(a, other, strict=True))
+    g1, g2 = data.generator(stream=1, epoch=2), data.generator(stream=1, epoch=3)
+    assert torch.rand(3, generator=g1).tolist() != torch.rand(3, generator=g2).tolist()

@@ -1,0 +1,152 @@
+"""A method's training step relative to its base loss's (the anchor), on the same batches in one run.
+
+    python benchmarks/method_speed.py [--method dcml] [--anchor cosface] [--device cpu|cuda] [--size 128]
+                                      [--batch 32] [-n 20] [--backbone mobilenet_v2]
+
+Both methods are built on the same random-initialised backbone architecture with the bench's configuration
+(``--size``-px crops, ``--batch`` images, 4 per class) and trained with their own optimizer groups. Steps
+alternate (anchor, method, method, anchor, …) over the same four batches of random images, so that drift of
+a noisy machine hits both alike; ``-n`` timed steps each after two warm-up rounds. The table gives medians,
+and the method's step time as a ratio of the anchor's.
+
+A method that learns per-sample state between epochs (``on_epoch_start``, e.g. DCML's environment learner)
+has that cost measured too: one pass of its update over ``--passes-of`` batches, per batch, as a ratio of
+the anchor's training step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bgbias.engine.config import resolve_config
+from bgbias.engine.device import resolve_device
+from bgbias.engine.training import build_optimizer
+from bgbias.methods.base import Batch, MethodSpec
+from bgbias.methods.registry import method_class
+from bgbias.models.registry import build_backbone
+
+CLASSES = 100
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", default="dcml")
+    parser.add_argument("--anchor", default="cosface")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--backbone", default="mobilenet_v2")
+    parser.add_argument("--size", type=int, default=128, help="crop side of the training images")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("-n", type=int, default=20, help="timed steps per method")
+    args = parser.parse_args()
+
+    import torch
+
+    device = resolve_device(args.device)
+    models = {name: build(name, args, device) for name in (args.anchor, args.method)}
+    batches = [random_batch(args, device, seed) for seed in range(4)]
+    times = time_steps(models, batches, args.n, device)
+    anchor = statistics.median(times[args.anchor])
+
+    print(f"command: python {shlex.join(sys.argv)}")
+    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, "
+          f"torch {torch.__version__}, {args.backbone}, batch {args.batch} at {args.size} px, n = {args.n}\n")
+    print("| step | ms/batch (median) | images/s | × anchor |")
+    print("|---|---:|---:|---:|")
+    for name, seconds in times.items():
+        median = statistics.median(seconds)
+        label = f"{name} (anchor)" if name == args.anchor else name
+        print(f"| {label} | {1000 * median:.1f} | {args.batch / median:.1f} | {median / anchor:.2f} |")
+    method, _ = models[args.method]
+    if hasattr(method, "environment_objective"):
+        update = time_environment_step(method, batches, args.n, device)
+        print(f"| {args.method} environment learner, per batch of {args.batch} | {1000 * update:.1f} | "
+              f"{args.batch / update:.1f} | {update / anchor:.2f} |")
+
+
+def build(name: str, args, device):
+    import torch
+
+    config = resolve_config(name, "bench", overrides=[
+        f"model.backbone={args.backbone}", "model.pretrained=false", f"data.batch_size={args.batch}",
+        "data.m_per_class=4",
+    ])
+    torch.manual_seed(0)
+    backbone = build_backbone(args.backbone, pretrained=False)
+    spec = MethodSpec(config.model.embedding_dim, CLASSES, 4 * args.batch, options=dict(config.loss),
+                      input_size=args.size)
+    method = method_class(name)(backbone, spec).to(device).train()
+    return method, build_optimizer(config, method)
+
+
+def random_batch(args, device, seed: int) -> Batch:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(args.batch, 3, args.size, args.size, generator=generator)
+    labels = torch.arange(args.batch // 4).repeat_interleave(4) + seed * (args.batch // 4) % CLASSES
+    indices = torch.arange(args.batch) + seed * args.batch
+    return Batch(images.to(device), labels.to(device), indices.to(device))
+
+
+def time_steps(models, batches, n, device) -> dict[str, list[float]]:
+    """Alternate the methods' steps in ABBA order; wall seconds per step, warm-up excluded."""
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(n + 2):
+        order = names if index % 2 == 0 else names[::-1]
+        batch = batches[index % len(batches)]
+        for name in order:
+            method, optimizer = models[name]
+            seconds = timed(lambda m=method, o=optimizer, b=batch: step(m, o, b), device)
+            if index >= 2:
+                times[name].append(seconds)
+    return times
+
+
+def step(method, optimizer, batch) -> None:
+    loss = method.loss(batch)["loss"]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def time_environment_step(method, batches, n, device) -> float:
+    """Median seconds of one environment-learner step (frozen model, gradient in the weights only)."""
+    import torch
+
+    method.eval()
+    samples = 4 * len(batches[0].labels)
+    logits = torch.randn(samples, method.attention.copies, device=device, requires_grad=True)
+
+    def one(batch):
+        value = method.environment_objective(batch, logits[batch.indices].softmax(dim=1))
+        torch.autograd.grad(-value, [logits])
+
+    cycle = [batches[i % len(batches)] for i in range(n + 2)]
+    seconds = [timed(lambda b=batch: one(b), device) for batch in cycle][2:]
+    method.train()
+    return statistics.median(seconds)
+
+
+def timed(function, device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    function()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""DCML, Deep Causal Metric Learning (Deng & Zhang, ICML 2022), as specified in methods.md §1.
+
+Training: backbone map h → for each of k environments its own attention copy → shared head (pool, BN,
+linear) → shared CosFace proxies, each environment's terms weighted by the learned per-image environment
+weights; plus an ERM branch with its own attention net and proxies (the authors' code):
+
+    L = mean_j [ L_env_j + α ‖∇_v L_env_j‖² + γ compactness_j ] + β spread(θ_1 … θ_k) + L_erm
+
+Inference: one attention net whose weights are the mean of the k copies → head → L2-normalised embedding,
+compared by cosine (faiss on unit vectors). Every e epochs, starting before the first, the environment
+weights are re-learned from fresh training batches with the model frozen (``environments.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bgbias.engine.training_data import TrainingData
+from bgbias.errors import OptionError
+from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.dcml.attention import AttentionCopies
+from bgbias.methods.dcml.environments import learn_environments
+from bgbias.methods.dcml.penalties import compactness, dummy_penalties, environment_loss, logit_scale_penalty
+from bgbias.methods.dcml.proxies import CosFaceProxies
+from bgbias.methods.registry import register_method
+from bgbias.models.backbone import Backbone
+from bgbias.models.head import global_pool
+
+
+class BatchNormHead(nn.Module):
+    """Attended map (B, C, H, W) → global pool → BatchNorm → linear → z (B, D), not normalised (the γ term
+    compares raw z; the proxies and retrieval normalise)."""
+
+    def __init__(self, channels: int, dim: int, pooling: str):
+        super().__init__()
+        self.pooling = pooling
+        self.norm = nn.BatchNorm1d(channels)
+        self.linear = nn.Linear(channels, dim)
+
+    def forward(self, feature_map: Tensor) -> Tensor:
+        return self.linear(self.norm(global_pool(feature_map, self.pooling)))
+
+
+@register_method("dcml")
+class DCML(Method):
+    """See the module docstring; options are the ``loss`` section (``configs/methods/dcml.json``)."""
+
+    loss_modules = ("proxies", "erm_proxies")
+    own_options: ClassVar[dict[str, Any]] = {
+        "scale": 100.0,  # CosFace a
+        "margin": 0.6182,  # CosFace m
+        "alpha": 1e-4,  # IRM penalty (the authors' w_cof)
+        "beta": 1e-2,  # attention copies near their mean (at_cof)
+        "gamma": 1e-1,  # same-class compactness (reg_cof)
+        "environments": 2,  # k (at_num)
+        "channel_reduction": 2,
+        "env_update_every": 5,  # e (updata_env)
+        "env_passes": 5,  # the paper's intent; 1 reproduces the authors' code
+        "env_lr": 0.5,
+        "env_batch_size": 64,
+    }
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__(backbone, spec)
+        options, unknown = split_options(spec.options, self.own_options)
+        if unknown:
+            raise OptionError(f"dcml does not know the options {sorted(unknown)}",
+                              fix=f"use some of: {', '.join(sorted(self.own_options))}")
+        self.options = options
+        for name in ("environments", "env_update_every", "env_passes", "env_batch_size"):
+            if not isinstance(options[name], int) or options[name] < 1:
+                raise OptionError(f"dcml option {name} = {options[name]!r} is invalid",
+                                  fix=f"set loss.{name} to a whole number of at least 1")
+        if spec.input_size is None:
+            raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
+                              fix="build it with MethodSpec(input_size=<training crop side>)")
+        channels, height, width = backbone.feature_shape(spec.input_size)
+        k, reduction = options["environments"], options["channel_reduction"]
+        self.attention = AttentionCopies(k, channels, height, width, reduction)
+        self.erm_attention = AttentionCopies(1, channels, height, width, reduction)
+        self.head = BatchNormHead(channels, spec.embedding_dim, spec.pooling)
+        cosface = (spec.num_classes, spec.embedding_dim, options["scale"], options["margin"])
+        self.proxies = CosFaceProxies(*cosface)
+        self.erm_proxies = CosFaceProxies(*cosface)
+        # ω: environment logits per training image (uniform until first learned); saved with the model.
+        self.register_buffer("env_logits", torch.zeros(spec.num_samples, k))
+
+    def embed(self, images: Tensor) -> Tensor:
+        feature_map = self.backbone(images)[self.backbone.final]
+        return F.normalize(self.head(self.attention(feature_map)), dim=1)
+
+    def loss(self, batch: Batch) -> dict[str, Tensor]:
+        feature_map = self.backbone(batch.images)[self.backbone.final]
+        weights = self.env_logits[batch.indices].softmax(dim=1)
+        env_ce, irm, compact = [], [], []
+        for j in range(self.attention.copies):
+            z = self.head(self.attention(feature_map, j))
+            logits = self.proxies(z, batch.labels)
+            env_ce.append(environment_loss(logits, batch.labels, weights[:, j]))
+            irm.append(logit_scale_penalty(logits, batch.labels, weights[:, j]))
+            compact.append(compactness(z, batch.labels, weights[:, j]))
+        o = self.options
+        terms = {
+            "env_ce": torch.stack(env_ce).mean(),
+            "irm_penalty": torch.stack(irm).mean(),
+            "attention_spread": self.attention.spread(),
+            "compactness": torch.stack(compact).mean(),
+        }
+        invariant = (terms["env_ce"] + o["alpha"] * terms["irm_penalty"]
+                     + o["beta"] * terms["attention_spread"] + o["gamma"] * terms["compactness"])
+        erm_logits = self.erm_proxies(self.head(self.erm_attention(feature_map, 0)), batch.labels)
+        terms["erm"] = F.cross_entropy(erm_logits, batch.labels)
+        return {"loss": invariant + terms["erm"], "invariant": invariant, **terms}
+
+    def environment_objective(self, batch: Batch, weights: Tensor) -> Tensor:
+        """Eq. 11 on one batch with the model frozen: the mean over environments of the dummy-scale and
+        dummy-attention penalties, differentiable in ``weights`` (B, k) only."""
+        with torch.no_grad():
+            feature_map = self.backbone(batch.images)[self.backbone.final]
+            attended = [self.attention(feature_map, j) for j in range(self.attention.copies)]
+        total = []
+        for j, attended_j in enumerate(attended):
+            scale_penalty, attention_penalty = dummy_penalties(
+                attended_j, lambda m: self.proxies(self.head(m), batch.labels), batch.labels, weights[:, j]
+            )
+            total.append(scale_penalty + attention_penalty)
+        return torch.stack(total).mean()
+
+    def on_epoch_start(self, epoch: int, data: TrainingData) -> dict[str, float]:
+        """Before epoch 1 and after every ``env_update_every`` epochs: re-learn the environment weights."""
+        o = self.options
+        if (epoch - 1) % o["env_update_every"] != 0:
+            return {}
+        was_training = self.training
+        self.eval()
+        try:
+            learned = learn_environments(
+                self.environment_objective, data, epoch=epoch, environments=self.attention.copies,
+                passes=o["env_passes"], lr=o["env_lr"], batch_size=o["env_batch_size"],
+            )
+        finally:
+            self.train(was_training)
+        self.env_logits.copy_(learned.logits)
+        return learned.summary()

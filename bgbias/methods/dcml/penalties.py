@@ -1,0 +1,68 @@
+"""DCML's loss terms that are not the plain proxy loss, as pure functions of one environment's batch.
+
+``weights`` are the environment's per-sample weights w_·j (B,); every term is a weighted mean over the batch,
+``Σ_i w_ij t_i / Σ_i w_ij``, as in the authors' code (methods.md §1.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def weighted_mean(values: Tensor, weights: Tensor) -> Tensor:
+    return (values * weights).sum() / weights.sum()
+
+
+def environment_loss(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    """L_env(d_j) (eq. 5): the weighted mean cross-entropy of the proxy logits."""
+    return weighted_mean(F.cross_entropy(logits, labels, reduction="none"), weights)
+
+
+def logit_scale_penalty(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    """The IRM penalty ‖∇_v L_env(ℓ ⊙ v)‖² at the dummy v = 1 (eq. 7, IRMv1).
+
+    The gradient keeps its graph, so the penalty back-propagates into the network (and into ``weights``).
+    """
+    scale = torch.ones(1, logits.shape[1], device=logits.device, dtype=logits.dtype, requires_grad=True)
+    return _squared_gradients(environment_loss(logits * scale, labels, weights), [scale])[0]
+
+
+def dummy_penalties(
+    attended: Tensor, classify: Callable[[Tensor], Tensor], labels: Tensor, weights: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The two penalties the environment learner maximises (eq. 11): ‖∇_v L‖² for a dummy scale v on the
+    logits, and ‖∇_{u_s} L‖² + ‖∇_{u_c} L‖² for a dummy spatial map u_s (1, 1, H, W) and a dummy channel
+    vector u_c (1, C, 1, 1) on the attended map (the "θ_j = 1" dummy attention); all dummies are 1.
+
+    ``classify`` maps an attended map to logits (head, then proxies). One forward serves both penalties,
+    since multiplying by the dummies changes no value.
+    """
+    _, c, h, w = attended.shape
+    options = {"device": attended.device, "dtype": attended.dtype, "requires_grad": True}
+    spatial, channel = torch.ones(1, 1, h, w, **options), torch.ones(1, c, 1, 1, **options)
+    logits = classify(attended * spatial * channel)
+    scale = torch.ones(1, logits.shape[1], **options)
+    scale_penalty, spatial_penalty, channel_penalty = _squared_gradients(
+        environment_loss(logits * scale, labels, weights), [scale, spatial, channel]
+    )
+    return scale_penalty, spatial_penalty + channel_penalty
+
+
+def compactness(embeddings: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    """The γ term as the authors compute it: the weighted mean squared distance of each embedding to its
+    class's mean in the batch, the mean held fixed (no gradient through it)."""
+    classes, inverse = labels.unique(return_inverse=True)
+    sums = torch.zeros(len(classes), embeddings.shape[1], device=embeddings.device, dtype=embeddings.dtype)
+    sums.index_add_(0, inverse, embeddings.detach())
+    counts = torch.bincount(inverse, minlength=len(classes)).to(embeddings.dtype)
+    means = sums / counts[:, None]
+    return weighted_mean(((embeddings - means[inverse]) ** 2).sum(dim=1), weights)
+
+
+def _squared_gradients(loss: Tensor, dummies: list[Tensor]) -> list[Tensor]:
+    gradients = torch.autograd.grad(loss, dummies, create_graph=True)
+    return [(gradient**2).sum() for gradient in gradients]
