@@ -10,17 +10,22 @@ import pytest
 
 from bgbias.engine.checkpoint import load_checkpoint
 
+# DCML adds a double backward (its IRM penalty) under DistributedDataParallel, and an environment update
+# that every rank computes before the first epoch.
+EXTRA = {"triplet": (), "dcml": ("loss.env_batch_size=8", "loss.env_passes=1")}
+
 
 @pytest.mark.slow
-def test_two_process_torchrun_trains_and_writes_one_checkpoint(tiny_bench, tmp_path):
+@pytest.mark.parametrize("method", sorted(EXTRA))
+def test_two_process_torchrun_trains_and_writes_one_checkpoint(tiny_bench, tmp_path, method):
     run_dir = tmp_path / "ddp"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "bgbias", "train", "--method", "triplet", "--root", str(tiny_bench / "bench"),
+        "-m", "bgbias", "train", "--method", method, "--root", str(tiny_bench / "bench"),
         "--device", "cpu", "--workers", "0", "--epochs", "1", "--run-dir", str(run_dir), "--no-progress",
         "--bgaugment", "--masks", str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"),
         *(f"--set={s}" for s in ("model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
-                                 "data.m_per_class=2", "data.crop=32")),
+                                 "data.m_per_class=2", "data.crop=32", *EXTRA[method])),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
