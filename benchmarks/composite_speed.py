@@ -26,7 +26,6 @@ import shlex
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import timed
 from bgbias.augment.background_bank import BackgroundBank
 from bgbias.augment.background_crops import apply_crop, random_resized_box
 from bgbias.augment.bgaugment import apply_bgaugment, sample_bgaugment
@@ -77,24 +77,13 @@ def seed_path(pool: list[Image.Image], resize: int, size: int, rng: np.random.Ge
 
 def time_runs(runs: dict[str, Callable[[], object]], repeats: int, device) -> dict[str, float]:
     """Median milliseconds of each run, the runs interleaved so that load spikes hit all of them."""
-    import torch
-
-    def timed(run: Callable[[], object]) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) * 1000
-
     for run in runs.values():
-        timed(run)
-        timed(run)
+        timed(run, device)
+        timed(run, device)
     samples: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            samples[name].append(timed(run))
+            samples[name].append(timed(run, device) * 1000)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -21,11 +21,11 @@ import platform
 import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import timed
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
 from bgbias.engine.training import build_optimizer
@@ -134,18 +134,6 @@ def time_environment_step(method, batches, n, device) -> float:
     seconds = [timed(lambda b=batch: one(b), device) for batch in cycle][2:]
     method.train()
     return statistics.median(seconds)
-
-
-def timed(function, device) -> float:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    function()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

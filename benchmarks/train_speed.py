@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import synchronize
 from bgbias.augment.background_bank import BackgroundBank
 from bgbias.augment.bgaugment import BGAugment
 from bgbias.augment.mask_check import saliency_masks
@@ -138,13 +139,6 @@ def time_loader(loader, n):
             next(iterator)
         times.append(time.perf_counter() - start)
     return times
-
-
-def synchronize(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 if __name__ == "__main__":
