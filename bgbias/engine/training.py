@@ -41,14 +41,13 @@ from bgbias.engine.run_dir import (
     write_metrics,
     write_record,
 )
-from bgbias.engine.training_data import TrainingData, device_batch
+from bgbias.engine.training_data import TrainingData, device_batch, train_geometry_of, train_images
 from bgbias.errors import BgbiasError, OptionError
 
 if TYPE_CHECKING:
     import torch
 
     from bgbias.data.items import Dataset, Item
-    from bgbias.data.train_geometry import TrainGeometry
     from bgbias.methods.base import Method
 
 # Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
@@ -248,11 +247,6 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
     return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
 
 
-def contiguous_labels(items: list[Item]) -> dict[int, int]:
-    """Dataset label → 0 … C−1, in sorted label order (what proxy losses index)."""
-    return {label: i for i, label in enumerate(sorted({item.label for item in items}))}
-
-
 def _make_run_dir(
     config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
     dist: distributed.Distributed,
@@ -314,29 +308,6 @@ def make_train_loader(
         generator=torch.Generator().manual_seed(config.seed),
     )
     return loader, sampler
-
-
-def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
-    """The dataset's training geometry with the configuration's resize, crop and crop scale."""
-    from bgbias.data.train_geometry import TrainGeometry, train_geometry
-
-    default = train_geometry(dataset_name)
-    d = config.data
-    return TrainGeometry(
-        resize=d.resize if d.resize is not None else default.resize,
-        crop=d.crop if d.crop is not None else default.crop,
-        scale=d.crop_scale, ratio=default.ratio, flip_p=default.flip_p,
-    )
-
-
-def train_images(config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None):
-    """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
-    losses index classes 0 … C−1."""
-    from bgbias.data.train_images import TrainImages
-
-    label_of = contiguous_labels(items)
-    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
-    return TrainImages(items, train_geometry_of(config, dataset.name), masks, dataset_name=dataset.name)
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):

@@ -1,4 +1,7 @@
-"""The training split as a method sees it between epochs, for methods that learn per-sample state from data.
+"""The training images, and the training split as a method sees it between epochs.
+
+The training loop and :class:`TrainingData` draw from the same :func:`train_images`: the dataset's items with
+contiguous labels and the configured paired geometry.
 
 DCML re-learns its environment weights every few epochs with the model frozen: it needs fresh training
 batches (the same images, augmentation and BGAugment compositing as the training steps, with their dataset
@@ -9,6 +12,7 @@ sees the same batches (each rank then computes the same update).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
 
     from bgbias.augment.bgaugment import BGAugment
     from bgbias.data.items import Dataset, Item
+    from bgbias.data.train_geometry import TrainGeometry
+    from bgbias.data.train_images import TrainImages
     from bgbias.engine.config import TrainConfig
     from bgbias.methods.base import Batch
 
@@ -41,6 +47,36 @@ def device_batch(
     )
 
 
+def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
+    """The dataset's training geometry with the configuration's resize, crop and crop scale."""
+    from bgbias.data.train_geometry import TrainGeometry, train_geometry
+
+    default = train_geometry(dataset_name)
+    d = config.data
+    return TrainGeometry(
+        resize=d.resize if d.resize is not None else default.resize,
+        crop=d.crop if d.crop is not None else default.crop,
+        scale=d.crop_scale, ratio=default.ratio, flip_p=default.flip_p,
+    )
+
+
+def train_images(
+    config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None
+) -> TrainImages:
+    """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
+    losses index classes 0 … C−1."""
+    from bgbias.data.train_images import TrainImages
+
+    label_of = contiguous_labels(items)
+    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
+    return TrainImages(items, train_geometry_of(config, dataset.name), masks, dataset_name=dataset.name)
+
+
+def contiguous_labels(items: list[Item]) -> dict[int, int]:
+    """Dataset label → 0 … C−1, in sorted label order (what proxy losses index)."""
+    return {label: i for i, label in enumerate(sorted({item.label for item in items}))}
+
+
 class TrainingData:
     """Keyed passes over the training split (see the module docstring)."""
 
@@ -55,8 +91,6 @@ class TrainingData:
         *,
         progress: bool = False,
     ):
-        from bgbias.engine.training import train_images
-
         self.config = config
         self.device = device
         self.bgaugment = bgaugment
