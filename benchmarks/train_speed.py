@@ -41,6 +41,7 @@ from bgbias.data.splits import split_items
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
 from bgbias.engine.training import BANK_SHORTER_SIDE, build_method, build_optimizer, make_train_loader
+from bgbias.engine.training_data import train_images
 
 
 def main() -> None:
@@ -66,7 +67,7 @@ def main() -> None:
     dataset = open_dataset("bench", args.root)
     items = split_items(dataset, "train")
     masks = saliency_masks(items, args.masks, "bench")
-    loader, _ = make_train_loader(config, dataset, items, masks, device)
+    loader, _ = make_train_loader(config, train_images(config, dataset, items, masks), device)
 
     torch.manual_seed(0)
     method = build_method(config, items, input_size=args.size).to(device).train()

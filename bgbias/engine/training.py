@@ -41,13 +41,14 @@ from bgbias.engine.run_dir import (
     write_metrics,
     write_record,
 )
-from bgbias.engine.training_data import TrainingData, device_batch, train_geometry_of, train_images
+from bgbias.engine.training_data import TrainingData, device_batch, train_images
 from bgbias.errors import BgbiasError, OptionError
 
 if TYPE_CHECKING:
     import torch
 
     from bgbias.data.items import Dataset, Item
+    from bgbias.data.train_images import TrainImages
     from bgbias.methods.base import Method
 
 # Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
@@ -144,8 +145,8 @@ def _run(
             write_json_atomic(run.config, config.as_dict())
 
         torch.manual_seed(config.seed)
-        geometry = train_geometry_of(config, dataset.name)
-        method = build_method(config, train_items, input_size=geometry.crop).to(device)
+        images = train_images(config, dataset, train_items, train_masks)
+        method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
         optimizer = build_optimizer(config, method)
         scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
         state = _State()
@@ -153,10 +154,8 @@ def _run(
             state = _restore(checkpoint, method, optimizer, scaler, device)
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
-        loader, sampler = make_train_loader(config, dataset, train_items, train_masks, device, dist)
-        training_data = TrainingData(
-            config, dataset, train_items, train_masks, bgaugment, device, progress=progress and dist.is_main
-        )
+        loader, sampler = make_train_loader(config, images, device, dist)
+        training_data = TrainingData(config, images, bgaugment, device, progress=progress and dist.is_main)
         fresh = checkpoint is None
         validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
 
@@ -287,16 +286,16 @@ def _check_masks(
 
 
 def make_train_loader(
-    config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None,
-    device: torch.device, dist: distributed.Distributed | None = None,
+    config: TrainConfig, images: TrainImages, device: torch.device,
+    dist: distributed.Distributed | None = None,
 ):
-    """The training DataLoader and its batch sampler (``set_epoch`` it before each epoch)."""
+    """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
+    before each epoch)."""
     import torch
 
     from bgbias.data.samplers import MPerClassBatchSampler
 
     d = config.data
-    images = train_images(config, dataset, items, masks)
     sampler = MPerClassBatchSampler(
         [item.label for item in images.items], d.m_per_class, d.batch_size, config.seed,
         rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,

@@ -83,19 +83,18 @@ class TrainingData:
     def __init__(
         self,
         config: TrainConfig,
-        dataset: Dataset,
-        items: list[Item],
-        masks: list[Path] | None,
+        images: TrainImages,
         bgaugment: BGAugment | None,
         device: torch.device,
         *,
         progress: bool = False,
     ):
+        """``images``: the training loop's own (:func:`train_images`)."""
         self.config = config
-        self.device = device
+        self.images = images
         self.bgaugment = bgaugment
+        self.device = device
         self.progress = progress
-        self.images = train_images(config, dataset, items, masks)
 
     @property
     def num_samples(self) -> int:

@@ -110,8 +110,7 @@ def test_equal_copies_make_the_mean_weight_net_equal_every_copy():
 def test_inference_uses_the_mean_of_the_weights_not_of_the_outputs():
     method = toy_dcml(environments=2).eval()
     copies = method.attention
-    stacked = (copies.spatial_in, copies.spatial_out, copies.channel_in, copies.channel_out)
-    averaged = [w.mean(0) for w in stacked]
+    averaged = [w.mean(0) for w in copies.stacked]
     images = toy_batch().images
     with torch.no_grad():
         feature_map = method.backbone(images)["final"]

@@ -71,12 +71,16 @@ class AttentionCopies(nn.Module):
     def copies(self) -> int:
         return self.spatial_in.shape[0]
 
+    @property
+    def stacked(self) -> GateWeights:
+        """The four weight matrices, each with all copies on its leading axis."""
+        return self.spatial_in, self.spatial_out, self.channel_in, self.channel_out
+
     def weights(self, copy: int | None = None) -> GateWeights:
         """The weights of one copy, or (``None``) their mean: the inference net."""
-        stacked = (self.spatial_in, self.spatial_out, self.channel_in, self.channel_out)
         if copy is None:
-            return tuple(w.mean(dim=0) for w in stacked)  # type: ignore[return-value]
-        return tuple(w[copy] for w in stacked)  # type: ignore[return-value]
+            return tuple(w.mean(dim=0) for w in self.stacked)  # type: ignore[return-value]
+        return tuple(w[copy] for w in self.stacked)  # type: ignore[return-value]
 
     def forward(self, feature_map: Tensor, copy: int | None = None) -> Tensor:
         """The attended map of copy ``copy``, or of the mean-weight net when ``copy`` is None."""
@@ -86,7 +90,7 @@ class AttentionCopies(nn.Module):
         """The β term as the authors compute it: the mean over copies and the four matrices of
         (‖W_j − W̄‖₂ / ‖W_j‖₁)², scale-free; 0 when all copies are equal."""
         terms = []
-        for stacked in (self.spatial_in, self.spatial_out, self.channel_in, self.channel_out):
+        for stacked in self.stacked:
             deviation = (stacked - stacked.mean(dim=0, keepdim=True)).flatten(1).norm(dim=1)
             terms.append((deviation / stacked.flatten(1).abs().sum(dim=1)) ** 2)
         return torch.cat(terms).mean()
