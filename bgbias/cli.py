@@ -235,12 +235,12 @@ def masks(
     empty_below: float,
 ) -> None:
     """U²-Net salient-object masks for every image; resumable, with failures and mask quality recorded."""
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
-    from bgbias.paths import masks_root
     from bgbias.saliency.pipeline import make_masks
 
     dataset = open_dataset(dataset_name, root)
-    out_dir = out if out is not None else masks_root() / dataset_name
+    out_dir = out if out is not None else default_masks_dir(dataset)
     run = make_masks(
         dataset.items(),
         out_dir,
@@ -316,14 +316,14 @@ def corrupt(
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
     from bgbias.augment.corrupt import make_corrupted_manifests, render_corrupted_sets
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
-    from bgbias.paths import masks_root
 
     dataset = open_dataset(dataset_name, root)
     paths = make_corrupted_manifests(dataset, split, repeats, seed, backgrounds, out, protocol, fold)
     click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
     if render is not None:
-        masks = masks_dir if masks_dir is not None else masks_root() / dataset_name
+        masks = masks_dir if masks_dir is not None else default_masks_dir(dataset)
         gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds)
         click.echo(f"corrupted images in {render}; look at {gallery}")
 

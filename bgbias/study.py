@@ -112,9 +112,10 @@ def run_study(
     to ``<runs>/study/bench-<preset>-rho<rho>-seed<seed>/``."""
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import default_root, open_dataset
     from bgbias.explain.compare import compare_runs
-    from bgbias.paths import masks_root, runs_root
+    from bgbias.paths import runs_root
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.saliency.pipeline import make_masks
 
@@ -130,7 +131,7 @@ def run_study(
         log(f"3/7 the bench at {bench['root']} is up to date (preset {preset}, rho {rho}, seed {seed})")
     dataset = open_dataset("bench")
     log("4/7 U²-Net masks of the bench (u2netp; kept when already made)")
-    masks = make_masks(dataset.items(), masks_root() / "bench", model="u2netp")
+    masks = make_masks(dataset.items(), default_masks_dir(dataset), model="u2netp")
     if masks.failed:
         raise AssetError(f"{masks.failed} bench image(s) got no mask", path=masks.manifest,
                          fix="see the failures in the manifest, then run `bgbias study` again")

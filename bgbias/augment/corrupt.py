@@ -106,11 +106,12 @@ def split_pool_dir(split: str, backgrounds: Path | None = None) -> Path:
 
 
 def default_manifest_dir(
-    dataset_name: str, split: str, seed: int, protocol: str = "fixed", fold: int = 0
+    dataset: Dataset, split: str, seed: int, protocol: str = "fixed", fold: int = 0
 ) -> Path:
-    """``corrupted/<dataset>/<split>/seed-<S>``; a cv4 validation split gets its fold in the folder name."""
+    """``corrupted/<dataset key>/<split>/seed-<S>`` (see :attr:`Dataset.key`); a cv4 validation split gets its
+    fold in the folder name."""
     split_dir = split if protocol == "fixed" else f"{split}-{protocol}-fold{fold}"
-    return corrupted_root() / dataset_name / split_dir / f"seed-{seed}"
+    return corrupted_root() / dataset.key / split_dir / f"seed-{seed}"
 
 
 def manifest_name(repeat: int) -> str:
@@ -172,7 +173,7 @@ def make_corrupted_manifests(
     geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:
-        out_dir = default_manifest_dir(dataset.name, split, seed, protocol, fold)
+        out_dir = default_manifest_dir(dataset, split, seed, protocol, fold)
     items = split_items(dataset, split, protocol, fold)
     pool = describe_pool(pool_dir)
     paths = []

@@ -23,6 +23,7 @@ class BenchDataset(Dataset):
     name = "bench"
     index_file = "index.csv"
     obtain = "build the bench with 'bgbias assets'"
+    default_folder = "bench"
 
     def _read_catalog(self) -> Catalog:
         path = self.root / self.index_file

@@ -20,6 +20,8 @@ class CarsDataset(Dataset):
     name = "cars"
     index_file = "cars_annos.mat"
     obtain = "download car_ims.tgz and cars_annos.mat into one folder and extract car_ims.tgz there"
+    default_folder = "cars196"
+    published = True
 
     def _read_catalog(self) -> Catalog:
         items = [self._item(number, record) for number, record in enumerate(self._annotations(), start=1)]

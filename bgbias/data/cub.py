@@ -20,6 +20,8 @@ class CubDataset(Dataset):
     name = "cub"
     index_file = "images.txt"
     obtain = "download CUB_200_2011.tgz and extract it; the dataset root is the CUB_200_2011 folder"
+    default_folder = "CUB_200_2011"
+    published = True
 
     def _read_catalog(self) -> Catalog:
         relpaths = self._image_paths()

@@ -3,6 +3,7 @@ small base class."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 from abc import ABC, abstractmethod
@@ -13,6 +14,7 @@ from typing import ClassVar
 
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
+from bgbias.paths import data_root, masks_root
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,11 @@ class Dataset(ABC):
     """The file whose presence marks the dataset root ('' for layouts without one)."""
     obtain: ClassVar[str]
     """How a user gets the dataset into this layout (the fix in error messages)."""
+    default_folder: ClassVar[str | None] = None
+    """The dataset's folder under the data root when no root is given (``None``: it has no usual place)."""
+    published: ClassVar[bool] = False
+    """True for a published benchmark (CUB, Cars196, SOP): every copy of it is the same dataset, so its
+    default output folders are named by the dataset alone, wherever its root is."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = locate_root(Path(root).expanduser().resolve(), self.index_file, self.obtain)
@@ -90,6 +97,24 @@ class Dataset(ABC):
     def items(self) -> list[Item]:
         """All images, sorted by id."""
         return self._loaded().items
+
+    @property
+    def key(self) -> str:
+        """The name of this dataset's default output folders (``masks/<key>``, ``corrupted/<key>``,
+        ``<run>/eval/<key>-<split>``): the dataset's name for a published benchmark or a dataset in its usual
+        folder, else the name, the root's folder name and a digest of the root's path, so two user datasets
+        never share (and overwrite) each other's masks, corrupted sets or reports."""
+        at_default = self.default_folder is not None and self.root == default_location(self)
+        if self.published or at_default:
+            return self.name
+        digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:8]
+        return f"{self.name}-{_safe_name(self.root.name)}-{digest}"
+
+    def identity(self) -> str:
+        """sha256 of the image ids and labels: equal for two copies of the same images in the same classes,
+        different as soon as an image is added, removed, renamed or relabelled. Runs record it, so a model is
+        never scored on another dataset than it was trained on without saying so."""
+        return items_digest(self.items())
 
     def trainval_classes(self) -> list[int]:
         """The classes used for training and validation, in the order the splits cut them."""
@@ -120,6 +145,31 @@ class Dataset(ABC):
             )
             self._catalog = Catalog(items, catalog.trainval_classes, catalog.test_classes, catalog.val_start)
         return self._catalog
+
+
+def default_location(dataset: Dataset) -> Path | None:
+    """Where ``dataset``'s layout is looked for without a root (resolved); ``None``: it has no usual place."""
+    folder = type(dataset).default_folder
+    return None if folder is None else (data_root() / folder).expanduser().resolve()
+
+
+def default_masks_dir(dataset: Dataset) -> Path:
+    """Where ``bgbias masks`` writes, and every command reads, the dataset's saliency masks by default."""
+    return masks_root() / dataset.key
+
+
+def items_digest(items: Sequence[Item]) -> str:
+    """sha256 over the ids and labels of ``items`` in their order."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(f"{item.id}\t{item.label}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _safe_name(name: str) -> str:
+    """A folder name reduced to letters, digits, '-', '_' and '.', for use inside another folder's name."""
+    kept = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name).strip(".")
+    return kept[:40] or "root"
 
 
 def check_unique_mask_paths(items: Sequence[Item], root: Path) -> None:

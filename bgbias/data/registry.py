@@ -20,23 +20,17 @@ DATASET_NAMES = ("cub", "cars", "sop", "folder", "bench")
 LAYOUTS: dict[str, type[Dataset]] = {
     layout.name: layout for layout in (CubDataset, CarsDataset, SopDataset, FolderDataset, BenchDataset)
 }
-DEFAULT_FOLDERS = {
-    "cub": "CUB_200_2011",
-    "cars": "cars196",
-    "sop": "Stanford_Online_Products",
-    "bench": "bench",
-}
-"""Folder of each dataset under the data root (``--data-root`` / ``$BGBIAS_DATA``); 'folder' has none."""
 
 
 def default_root(name: str) -> Path:
     """Where dataset ``name`` is looked for when no root is given."""
     check_name(name)
-    if name not in DEFAULT_FOLDERS:
+    folder = LAYOUTS[name].default_folder
+    if folder is None:
         raise OptionError(
             f"the {name!r} dataset has no default location", fix="pass the dataset folder explicitly"
         )
-    return data_root() / DEFAULT_FOLDERS[name]
+    return data_root() / folder
 
 
 def open_dataset(name: str, root: str | os.PathLike[str] | None = None) -> Dataset:

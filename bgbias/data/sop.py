@@ -26,6 +26,8 @@ class SopDataset(Dataset):
     obtain = (
         "download Stanford_Online_Products.zip and extract it; the dataset root is Stanford_Online_Products"
     )
+    default_folder = "Stanford_Online_Products"
+    published = True
 
     def _read_catalog(self) -> Catalog:
         train_items = self._read_list(TRAIN_FILE)

@@ -75,9 +75,9 @@ def evaluate(
     from bgbias.augment.corrupt import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.device import resolve_amp
-    from bgbias.paths import masks_root
     from bgbias.report.evaluation import summarize_evaluation
 
     config = trained.config
@@ -110,7 +110,7 @@ def evaluate(
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
     manifest_sha256: dict[Path, str] = {}
     masks_print = None
-    masks_dir = Path(masks) if masks is not None else masks_root() / dataset.name
+    masks_dir = Path(masks) if masks is not None else default_masks_dir(dataset)
     if corrupted:
         for manifest in corrupted_manifests(dataset, split, repeats, seed, backgrounds, manifests,
                                             config.protocol, config.fold):
@@ -181,7 +181,7 @@ def corrupted_manifests(
 
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
-        folder = default_manifest_dir(dataset.name, split, seed, protocol, fold)
+        folder = default_manifest_dir(dataset, split, seed, protocol, fold)
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
     loaded = {path: load_manifest(path, dataset, pool) for path in paths if path.is_file()}

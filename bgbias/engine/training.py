@@ -268,9 +268,9 @@ def _make_run_dir(
 
 
 def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
-    from bgbias.paths import masks_root
+    from bgbias.data.items import default_masks_dir
 
-    return Path(config.bgaugment.masks) if config.bgaugment.masks else masks_root() / dataset.name
+    return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
 
 
 def _check_masks(

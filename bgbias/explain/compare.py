@@ -27,6 +27,7 @@ def compare_attributions(
     is opened as the first run was trained on it (its ``config.json``), else at its default folder.
     """
     from bgbias.augment.gallery import evenly_spread
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
@@ -35,7 +36,6 @@ def compare_attributions(
     from bgbias.explain.heatmap import attribution_gallery
     from bgbias.explain.records import RECORDS_NAME, read_ledger
     from bgbias.explain.run import SCORES_CSV, load_example, load_map, map_path, mask_files, score_text
-    from bgbias.paths import masks_root
     from bgbias.report.evaluation import run_label
 
     runs = [open_run_dir(path) for path in run_dirs]
@@ -58,7 +58,7 @@ def compare_attributions(
     geometry = eval_geometry(dataset.name)
     images, masks, maps = [], [], {label: [] for label in labels}
     captions = []
-    for item, mask in zip(picked, mask_files(picked, masks_root() / dataset.name, dataset.name), strict=True):
+    for item, mask in zip(picked, mask_files(picked, default_masks_dir(dataset), dataset.name), strict=True):
         image, soft_mask = load_example(item, mask, geometry, dataset.name)
         images.append(image)
         masks.append(soft_mask)

@@ -391,8 +391,8 @@ def explain_trained(
     saliency masks are for images without a ground-truth mask (default ``masks/<dataset>``); ``batch_size``
     images go through the attribution at once (default 1 on the CPU, where it is fastest, 8 on CUDA).
     """
+    from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
-    from bgbias.paths import masks_root
 
     dataset, items = trained.open_split(split, dataset_name, root)
     if limit is not None:
@@ -404,7 +404,7 @@ def explain_trained(
     log(f"explaining {len(items)} {split} images of {dataset.name} with {attribution}")
     result = explain_items(
         trained.method, items, eval_geometry(dataset.name),
-        masks_dir=Path(masks) if masks is not None else masks_root() / dataset.name,
+        masks_dir=Path(masks) if masks is not None else default_masks_dir(dataset),
         dataset_name=dataset.name,
         out_dir=trained.run.explain_dir(dataset.name, split), attribution=attribution, options=options,
         device=trained.device, seed=seed, batch_size=batch_size, gallery_count=gallery_count,

@@ -115,7 +115,7 @@ def test_sampling_does_not_depend_on_the_order_of_images(bench, backgrounds):
 def test_default_location_is_beside_masks(bench, backgrounds, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     paths = make_corrupted_manifests(bench, backgrounds=backgrounds, seed=4, repeats=1)
-    assert paths == [Path("corrupted/bench/test/seed-4/repeat-0.json")]
+    assert paths == [Path("corrupted", bench.key, "test/seed-4/repeat-0.json")]
     assert paths[0].is_file()
 
 

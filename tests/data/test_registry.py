@@ -89,3 +89,30 @@ def test_summarize_tiny_folder_with_empty_splits(tmp_path):
     summary = summarize(open_dataset("folder", make_folder(tmp_path / "f", class_names=("a",))))
     assert summary["splits"]["val"] == {"classes": 0, "images": 0}
     assert summary["ground_truth_masks"] == 0
+
+
+def test_default_output_key_names_published_datasets_by_name_wherever_they_are(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    elsewhere = open_dataset("cub", make_cub(tmp_path / "copy" / "CUB_200_2011", n_classes=2))
+    assert elsewhere.key == "cub"
+    assert open_dataset("bench", make_bench(tmp_path / "data" / "bench")).key == "bench"
+
+
+def test_default_output_keys_of_user_datasets_differ_by_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    first = open_dataset("folder", make_folder(tmp_path / "a" / "shoes"))
+    second = open_dataset("folder", make_folder(tmp_path / "b" / "shoes"))
+    assert first.key.startswith("folder-shoes-") and second.key.startswith("folder-shoes-")
+    assert first.key != second.key
+    assert first.key == open_dataset("folder", tmp_path / "a" / "shoes").key  # stable
+    other_bench = open_dataset("bench", make_bench(tmp_path / "variant"))
+    assert other_bench.key.startswith("bench-variant-")
+
+
+def test_identity_follows_images_and_labels_not_the_folder(tmp_path):
+    first = open_dataset("folder", make_folder(tmp_path / "a"))
+    copy = open_dataset("folder", make_folder(tmp_path / "b"))
+    assert first.identity() == copy.identity()
+    (tmp_path / "b" / "ant" / "extra.png").write_bytes((tmp_path / "b" / "ant").joinpath(
+        sorted(p.name for p in (tmp_path / "b" / "ant").iterdir())[0]).read_bytes())
+    assert open_dataset("folder", tmp_path / "b").identity() != first.identity()
