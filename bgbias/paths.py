@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -35,3 +36,13 @@ def corrupted_root() -> Path:
 def runs_root() -> Path:
     """Training runs and reports: ``./runs``."""
     return Path("runs")
+
+
+def located_key(prefix: str, folder: str | os.PathLike[str]) -> str:
+    """``<prefix>-<folder name>-<8 hex of its absolute path>``: a readable output-folder name for something
+    known by where it lives (a user's dataset, a background pool), equal for the same folder and different
+    for two folders of the same name."""
+    folder = Path(folder).expanduser().resolve()
+    digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:8]
+    kept = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in folder.name).strip(".")
+    return f"{prefix}-{kept[:40] or 'root'}-{digest}"

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
-from bgbias.paths import data_root, masks_root
+from bgbias.paths import data_root, located_key, masks_root
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,7 @@ class Dataset(ABC):
         folder, else the name, the root's folder name and a digest of the root's path, so two user datasets
         never share (and overwrite) each other's masks, corrupted sets or reports."""
         at_default = self.default_folder is not None and self.root == default_location(self)
-        if self.published or at_default:
-            return self.name
-        digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:8]
-        return f"{self.name}-{_safe_name(self.root.name)}-{digest}"
+        return self.name if self.published or at_default else located_key(self.name, self.root)
 
     def identity(self) -> str:
         """sha256 of the image ids and labels: equal for two copies of the same images in the same classes,
@@ -164,12 +161,6 @@ def items_digest(items: Sequence[Item]) -> str:
     for item in items:
         digest.update(f"{item.id}\t{item.label}\n".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
-
-
-def _safe_name(name: str) -> str:
-    """A folder name reduced to letters, digits, '-', '_' and '.', for use inside another folder's name."""
-    kept = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name).strip(".")
-    return kept[:40] or "root"
 
 
 def check_unique_mask_paths(items: Sequence[Item], root: Path) -> None:

@@ -33,9 +33,11 @@ def embed_images(
     import torch
     from tqdm import tqdm
 
+    from bgbias.data.loader import ImageLoader
+
     # Its own generator: a DataLoader otherwise draws its worker seed from torch's global RNG, which would
     # make validation shift the random state that training and an exact resume depend on.
-    loader = torch.utils.data.DataLoader(
+    loader = ImageLoader(
         images, batch_size=batch_size, shuffle=False, num_workers=workers,
         pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0),
     )

@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,9 @@ import numpy as np
 
 from bgbias.fileio import write_bytes_atomic
 
-CACHE_VERSION = 1
-"""Bumped when what is embedded for the same key changes (transform, embedding code)."""
+CACHE_VERSION = 2
+"""Bumped when what is embedded for the same key changes (transform, embedding code) or the file's layout
+does (2: embeddings only, labels come from the dataset)."""
 
 
 def files_fingerprint(paths: Iterable[str | os.PathLike[str]]) -> str:
@@ -41,7 +42,11 @@ def key_digest(key: dict[str, Any]) -> str:
 
 
 class EmbeddingCache:
-    """``folder/<digest>.npz`` files holding embeddings, labels and the key they were made for."""
+    """``folder/<digest>.npz`` files holding the embeddings of a set and the key they were made for.
+
+    Only embeddings are kept: labels always come from the dataset, and whoever loads a file checks its shape
+    against the set and the model, so a file that fits the key but not the model is never used as it is.
+    """
 
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)
@@ -49,9 +54,9 @@ class EmbeddingCache:
     def path(self, key: dict[str, Any]) -> Path:
         return self.folder / f"{key_digest(key)[:24]}.npz"
 
-    def load(self, key: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(embeddings, labels)`` stored for ``key``, or None when there is none (or it is unreadable or
-        made for another key: it is then simply made again)."""
+    def load(self, key: dict[str, Any]) -> np.ndarray | None:
+        """The embeddings stored for ``key``, or None when there are none (or the file is unreadable or made
+        for another key: they are then simply made again)."""
         path = self.path(key)
         if not path.is_file():
             return None
@@ -59,28 +64,17 @@ class EmbeddingCache:
             with np.load(path, allow_pickle=False) as stored:
                 if json.loads(str(stored["key"])) != _normalised(key):
                     return None
-                return stored["embeddings"], stored["labels"]
+                return stored["embeddings"]
         except (OSError, ValueError, KeyError, json.JSONDecodeError):
             return None
 
-    def save(self, key: dict[str, Any], embeddings: np.ndarray, labels: np.ndarray) -> Path:
+    def save(self, key: dict[str, Any], embeddings: np.ndarray) -> Path:
         buffer = io.BytesIO()
         key_text = json.dumps(_normalised(key), sort_keys=True)
-        np.savez(buffer, embeddings=embeddings, labels=labels, key=np.array(key_text))
+        np.savez(buffer, embeddings=embeddings, key=np.array(key_text))
         path = self.path(key)
         write_bytes_atomic(path, buffer.getvalue())
         return path
-
-    def get_or_make(
-        self, key: dict[str, Any], make: Callable[[], tuple[np.ndarray, np.ndarray]]
-    ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """The stored embeddings for ``key``, else ``make()``'s, stored; the flag says whether it hit."""
-        stored = self.load(key)
-        if stored is not None:
-            return stored[0], stored[1], True
-        embeddings, labels = make()
-        self.save(key, embeddings, labels)
-        return embeddings, labels, False
 
 
 def _normalised(key: dict[str, Any]) -> Any:

@@ -95,17 +95,29 @@ def evaluate(
     amp = resolve_amp(config.amp, trained.device)
     embedded = 0
 
-    def embed(images: Any, key: dict[str, Any], desc: str) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.array([item.label for item in items], dtype=np.int64)
+    width: list[int] = []
+
+    def embed(images: Any, key: dict[str, Any], desc: str) -> np.ndarray:
+        """The set's embeddings, from the cache where they fit this model and these images, else made now."""
         nonlocal embedded
-
-        def make() -> tuple[np.ndarray, np.ndarray]:
-            return embed_images(trained.method, images, trained.device, batch_size=batch_size,
-                                workers=workers, amp=amp, progress=progress, desc=desc)
-
-        embeddings, labels, hit = cache.get_or_make(key, make)
-        embedded += not hit
-        log(f"{desc}: {'cached embeddings' if hit else f'embedded {len(labels)} images'}")
-        return embeddings, labels
+        stored = cache.load(key)
+        if stored is not None:
+            if not width:  # one image through the model: what a cached file must match
+                width.append(_probe_width(trained, images, amp))
+            problem = _cache_mismatch(stored, len(items), width[0])
+            if problem is None:
+                log(f"{desc}: cached embeddings")
+                return stored
+            log(f"{desc}: cached embeddings ignored ({problem}); embedding again")
+        made, made_labels = embed_images(trained.method, images, trained.device, batch_size=batch_size,
+                                         workers=workers, amp=amp, progress=progress, desc=desc)
+        if not np.array_equal(made_labels, labels):
+            raise AssertionError("the embedded images came back out of their dataset's order")
+        cache.save(key, made)
+        embedded += 1
+        log(f"{desc}: embedded {len(labels)} images")
+        return made
 
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
     manifest_sha256: dict[Path, str] = {}
@@ -119,20 +131,26 @@ def evaluate(
         masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
 
     clean_images = EvalImages(items, geometry)
-    clean_embeddings, labels = embed(clean_images, {**base_key, "set": "clean"}, "clean")
+    clean_embeddings = embed(clean_images, {**base_key, "set": "clean"}, "clean")
     clean = _score(trained, clean_embeddings, labels)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
     corrupted_scores = []
     for manifest, images in corrupted_sets:
         key = {**base_key, "set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path],
                "masks": masks_print}
-        embeddings, _ = embed(images, key, f"corrupted repeat {manifest.repeat}")
+        embeddings = embed(images, key, f"corrupted repeat {manifest.repeat}")
         corrupted_scores.append(_score(trained, embeddings, labels))
         log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
 
+    trained_on = trained.trained_on()
+    measured = measured_label(dataset, masks, backgrounds, seed, corrupted)
     meta = {
         **trained.describe(),
         "dataset": dataset.name,
+        "measured": measured,
+        "dataset_identity": dataset.identity(),
+        "same_dataset_as_training": None if trained_on is None
+        else trained_on["identity"] == dataset.identity(),
         "split": split,
         "protocol": config.protocol,
         "fold": config.fold,
@@ -151,10 +169,34 @@ def evaluate(
         }
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
-    out_dir = trained.run.eval_dir(dataset.name, split)
+    out_dir = trained.run.eval_dir(measured, split)
     files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                            [images for _, images in corrupted_sets])
     return EvaluationResult(out_dir, report, files, clean, corrupted_scores, embedded)
+
+
+def measured_label(
+    dataset: Dataset,
+    masks: str | os.PathLike[str] | None,
+    backgrounds: str | os.PathLike[str] | None,
+    seed: int,
+    corrupted: bool,
+) -> str:
+    """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and
+    for corrupted sets the masks folder, background pool and seed wherever they are not the defaults, so
+    two datasets, pools, mask models or seeds never write over each other's report."""
+    from bgbias.data.items import default_masks_dir
+    from bgbias.paths import backgrounds_root, located_key
+
+    parts = [dataset.key]
+    if corrupted:
+        if masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
+            parts.append(located_key("masks", masks))
+        if backgrounds is not None and Path(backgrounds).resolve() != backgrounds_root().resolve():
+            parts.append(located_key("bg", backgrounds))
+        if seed != 0:
+            parts.append(f"seed{seed}")
+    return "-".join(parts)
 
 
 def corrupted_manifests(
@@ -197,6 +239,28 @@ def corrupted_manifests(
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def _probe_width(trained: TrainedModel, images: Any, amp: Any) -> int:
+    """The width of the model's per-image state, from one image of ``images``."""
+    import torch
+
+    from bgbias.engine.device import autocast
+
+    pixels = images[0]["image"][None].to(trained.device).float().div_(255)
+    with torch.inference_mode(), autocast(trained.device, amp):
+        return int(trained.method.embed(pixels).shape[-1])
+
+
+def _cache_mismatch(embeddings: np.ndarray, count: int, width: int) -> str | None:
+    """Why cached embeddings cannot stand for ``count`` images of a model of ``width`` (None: they can)."""
+    if embeddings.shape != (count, width):
+        return f"shape {embeddings.shape}, expected {(count, width)}"
+    if embeddings.dtype != np.float32:
+        return f"dtype {embeddings.dtype}, expected float32"
+    if not np.isfinite(embeddings).all():
+        return "not every value is finite"
+    return None
+
+
 def _score(trained: TrainedModel, embeddings: np.ndarray, labels: np.ndarray) -> RetrievalScores:
     import torch
 

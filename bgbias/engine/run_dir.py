@@ -78,13 +78,14 @@ class RunDir:
         """Embeddings of evaluated sets, keyed by what made them (``bgbias eval`` re-scores from here)."""
         return self.root / "eval" / "cache"
 
-    def eval_dir(self, dataset: str, split: str) -> Path:
-        """The evaluation report of one dataset and split."""
-        return self.root / "eval" / f"{dataset}-{split}"
+    def eval_dir(self, measured: str, split: str) -> Path:
+        """The evaluation report of one measured set: ``measured`` is the dataset's key (:attr:`Dataset.key`)
+        with what else decides the numbers when it is not the default (see ``engine.evaluation``)."""
+        return self.root / "eval" / f"{measured}-{split}"
 
-    def explain_dir(self, dataset: str, split: str) -> Path:
-        """Attribution maps' foreground scores and gallery for one dataset and split."""
-        return self.root / "explain" / f"{dataset}-{split}"
+    def explain_dir(self, dataset_key: str, split: str) -> Path:
+        """Attribution maps' foreground scores and gallery for one dataset (its key) and split."""
+        return self.root / "explain" / f"{dataset_key}-{split}"
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:
@@ -143,6 +144,25 @@ def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
 def write_record(run: RunDir, record: dict[str, Any]) -> None:
     write_json_atomic(run.record, record)
 
+
+def read_record(run: RunDir) -> dict[str, Any] | None:
+    """``run.json`` as written by training, or None when it is missing or damaged (a run killed while it was
+    first written, or a file edited by hand): callers then treat the run as unfinished, and resuming it
+    writes the record again."""
+    try:
+        record = json.loads(run.record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_trained_on(run: RunDir) -> dict[str, Any] | None:
+    """The dataset a run trained on as its record names it (``name``, ``root``, ``identity``, ``images``), or
+    None for a run whose record has none (made before runs recorded it, or damaged)."""
+    trained_on = (read_record(run) or {}).get("trained_on")
+    if not isinstance(trained_on, dict) or not isinstance(trained_on.get("identity"), str):
+        return None
+    return trained_on
 
 class RunLog:
     """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from bgbias.engine.checkpoint import CheckpointError, load_checkpoint
 from bgbias.engine.config import TrainConfig, load_run_config
-from bgbias.engine.run_dir import RunDir, latest_run, open_run_dir
-from bgbias.errors import OptionError
+from bgbias.engine.run_dir import RunDir, latest_run, open_run_dir, read_trained_on
+from bgbias.errors import DatasetError, OptionError
 
 if TYPE_CHECKING:
     import torch
@@ -42,15 +42,34 @@ class TrainedModel:
         self, split: str, dataset_name: str | None = None, root: str | os.PathLike[str] | None = None
     ) -> tuple[Dataset, list[Item]]:
         """A split of a dataset (default: the one the run trained on, at its folder) under the run's protocol
-        and fold, for evaluating or explaining the model on it."""
+        and fold, for evaluating or explaining the model on it.
+
+        Without ``dataset_name`` and ``root`` the dataset must still be the one the run trained on (the image
+        ids and labels its ``run.json`` recorded): a changed or replaced folder is a ``DatasetError``, never a
+        score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
+        """
         from bgbias.data.registry import open_dataset
         from bgbias.data.splits import split_items
 
+        asked_for_other = root is not None or dataset_name not in (None, self.config.dataset)
         dataset_name = dataset_name or self.config.dataset
         if root is None and dataset_name == self.config.dataset:
             root = self.config.root
         dataset = open_dataset(dataset_name, root)
+        trained_on = self.trained_on()
+        if not asked_for_other and trained_on is not None and dataset.identity() != trained_on["identity"]:
+            raise DatasetError(
+                f"the {dataset.name} dataset at {dataset.root} is not the one this run was trained on "
+                f"({len(dataset.items())} images now, {trained_on['images']} then)",
+                path=self.run.record,
+                fix="restore the dataset the run was trained on, or pass --dataset/--root to score the "
+                    "model on this one on purpose",
+            )
         return dataset, split_items(dataset, split, self.config.protocol, self.config.fold)
+
+    def trained_on(self) -> dict[str, Any] | None:
+        """The dataset record of ``run.json`` (name, root, identity, images); None for a run that has none."""
+        return read_trained_on(self.run)
 
     def describe(self) -> dict[str, Any]:
         """What a report records about the model: run, method, BGAugment and the checkpoint's identity."""

@@ -37,12 +37,13 @@ from bgbias.engine.run_dir import (
     create_run_dir,
     mark_latest,
     open_run_dir,
+    read_trained_on,
     run_name,
     write_metrics,
     write_record,
 )
 from bgbias.engine.training_data import TrainingData, device_batch, train_images
-from bgbias.errors import BgbiasError, OptionError
+from bgbias.errors import BgbiasError, DatasetError, OptionError
 
 if TYPE_CHECKING:
     import torch
@@ -139,65 +140,76 @@ def _run(
         masks_dir = _masks_dir(config, dataset)
         train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
         bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+        trained_on = _trained_on(dataset)
         run = make_run()
-        log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
-        if dist.is_main and checkpoint is None:
-            write_json_atomic(run.config, config.as_dict())
-
-        torch.manual_seed(config.seed)
-        images = train_images(config, dataset, train_items, train_masks)
-        method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
-        optimizer = build_optimizer(config, method)
-        scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+        _check_same_dataset(run, trained_on)
         state = _State()
-        if checkpoint is not None:
-            state = _restore(checkpoint, method, optimizer, scaler, device)
-            log(f"resuming {run.root} after epoch {state.epoch}")
-        model = _wrap_distributed(method, dist, device)
-        loader, sampler = make_train_loader(config, images, device, dist)
-        training_data = TrainingData(config, images, bgaugment, device, progress=progress and dist.is_main)
-        fresh = checkpoint is None
-        validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
+        try:
+            log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
+            if dist.is_main and checkpoint is None:
+                write_json_atomic(run.config, config.as_dict())
 
-        if dist.is_main and checkpoint is None:
-            write_record(run, _record(config, state, device))
-            mark_latest(run)
-            log(f"run {run.root}: {config.method} on {dataset.name} ({len(train_items)} train / "
-                f"{len(val_items)} val images), {'with' if bgaugment else 'without'} BGAugment, on {device}")
-        if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
-            row = {"epoch": 0, **_validate(method, validation, config, device, amp, progress, dist)}
-            state.history.append(row)
-            if dist.is_main:
-                log(_describe(row))
+            torch.manual_seed(config.seed)
+            images = train_images(config, dataset, train_items, train_masks)
+            method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
+            optimizer = build_optimizer(config, method)
+            scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+            if checkpoint is not None:
+                state = _restore(checkpoint, method, optimizer, scaler, device)
+                log(f"resuming {run.root} after epoch {state.epoch}")
+            model = _wrap_distributed(method, dist, device)
+            loader, sampler = make_train_loader(config, images, device, dist)
+            training_data = TrainingData(config, images, bgaugment, device,
+                                         progress=progress and dist.is_main)
+            fresh = checkpoint is None
+            validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
 
-        while state.status == "running" and state.epoch < config.schedule.epochs:
-            state.epoch += 1
-            started = time.perf_counter()
-            updates = method.on_epoch_start(state.epoch, training_data)
-            if updates:
-                updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
+            if dist.is_main and checkpoint is None:
+                write_record(run, _record(config, state, device, trained_on))
+                mark_latest(run)
+                log(f"run {run.root}: {config.method} on {dataset.name} ({len(train_items)} train / "
+                    f"{len(val_items)} val images), {'with' if bgaugment else 'without'} BGAugment, "
+                    f"on {device}")
+            if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
+                row = {"epoch": 0, **_validate(method, validation, config, device, amp, progress, dist)}
+                state.history.append(row)
+                if dist.is_main:
+                    log(_describe(row))
+
+            while state.status == "running" and state.epoch < config.schedule.epochs:
+                state.epoch += 1
                 started = time.perf_counter()
-            terms, images = _train_epoch(
-                config, model, method, optimizer, scaler, loader, sampler, bgaugment, state.epoch, dist,
-                device, amp, progress,
-            )
-            seconds = time.perf_counter() - started
-            row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
-                   "train_images_per_second": round(images / seconds, 2)}
-            row.update(_validate(method, validation, config, device, amp, progress, dist))
-            state.history.append(row)
-            _select(state, row, config, method, run, dist)
-            if state.epoch >= config.schedule.epochs:
-                state.status = "finished"
+                updates = method.on_epoch_start(state.epoch, training_data)
+                if updates:
+                    updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
+                    started = time.perf_counter()
+                terms, images = _train_epoch(
+                    config, model, method, optimizer, scaler, loader, sampler, bgaugment, state.epoch, dist,
+                    device, amp, progress,
+                )
+                seconds = time.perf_counter() - started
+                row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
+                       "train_images_per_second": round(images / seconds, 2)}
+                row.update(_validate(method, validation, config, device, amp, progress, dist))
+                state.history.append(row)
+                _select(state, row, config, method, run, dist)
+                if state.epoch >= config.schedule.epochs:
+                    state.status = "finished"
+                if dist.is_main:
+                    log(_describe(row))
+                    save_checkpoint(run.last, _checkpoint(state, method, optimizer, scaler, device))
+                    write_metrics(run, state.history)
+                    write_record(run, _record(config, state, device, trained_on))
+                distributed.barrier(dist)
+            if state.status == "stopped early" and dist.is_main:
+                log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
+            return TrainResult(run, state.history, state.best_epoch, state.best_value, state.status)
+        except BaseException as error:
+            # A run that stops on an error says so in its record (else it would read "running" for good).
             if dist.is_main:
-                log(_describe(row))
-                save_checkpoint(run.last, _checkpoint(state, method, optimizer, scaler, device))
-                write_metrics(run, state.history)
-                write_record(run, _record(config, state, device))
-            distributed.barrier(dist)
-        if state.status == "stopped early" and dist.is_main:
-            log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
-        return TrainResult(run, state.history, state.best_epoch, state.best_value, state.status)
+                state.status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+                write_record(run, {**_record(config, state, device, trained_on), "error": _error_text(error)})
+            raise
     finally:
         distributed.destroy_process_group(dist)
 
@@ -293,6 +305,7 @@ def make_train_loader(
     before each epoch)."""
     import torch
 
+    from bgbias.data.loader import ImageLoader
     from bgbias.data.samplers import MPerClassBatchSampler
 
     d = config.data
@@ -301,7 +314,7 @@ def make_train_loader(
         rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
         batches_per_epoch=d.batches_per_epoch,
     )
-    loader = torch.utils.data.DataLoader(
+    loader = ImageLoader(
         images, batch_sampler=sampler,
         num_workers=d.workers, pin_memory=device.type == "cuda", persistent_workers=d.workers > 0,
         generator=torch.Generator().manual_seed(config.seed),
@@ -471,7 +484,7 @@ def _restore(checkpoint: dict[str, Any], method, optimizer, scaler, device) -> _
     )
 
 
-def _record(config: TrainConfig, state: _State, device) -> dict[str, Any]:
+def _record(config: TrainConfig, state: _State, device, trained_on: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from bgbias import __version__
@@ -484,11 +497,37 @@ def _record(config: TrainConfig, state: _State, device) -> dict[str, Any]:
         "monitor": "val_corrupted_map_at_r" if config.monitor == "corrupted" else "val_map_at_r",
         "method": config.method,
         "dataset": config.dataset,
+        "trained_on": trained_on,
         "bgaugment": config.bgaugment.enabled,
         "device": str(device),
         "versions": {"bgbias": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "command": " ".join(sys.argv),
     }
+
+
+def _trained_on(dataset: Dataset) -> dict[str, Any]:
+    """What ``run.json`` records of the training dataset, so evaluation can tell if it meets the same one."""
+    return {"name": dataset.name, "root": str(dataset.root), "identity": dataset.identity(),
+            "images": len(dataset.items())}
+
+
+def _check_same_dataset(run: RunDir, trained_on: dict[str, Any]) -> None:
+    """A resumed run must go on with the images and labels it started with."""
+    recorded = read_trained_on(run)
+    if recorded is not None and recorded["identity"] != trained_on["identity"]:
+        raise DatasetError(
+            f"the {trained_on['name']} dataset at {trained_on['root']} changed since this run started "
+            f"({trained_on['images']} images now, {recorded.get('images')} then)",
+            path=run.record,
+            fix="restore the dataset the run started on, or start a new run",
+        )
+
+
+def _error_text(error: BaseException) -> str:
+    """How ``run.json`` names the error a run stopped on."""
+    if isinstance(error, BgbiasError):
+        return error.render()
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _describe(row: dict[str, Any]) -> str:

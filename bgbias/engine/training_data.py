@@ -104,9 +104,9 @@ class TrainingData:
                 desc: str = "") -> Iterator[Batch]:
         """One coverage pass of m-per-class batches of ``batch_size`` (m from the configuration), every
         image at least once, in an order and with augmentations keyed by (seed, stream, epoch, pass)."""
-        import torch
         from tqdm import tqdm
 
+        from bgbias.data.loader import ImageLoader
         from bgbias.data.samplers import MPerClassBatchSampler
 
         key = [self.config.seed, stream, epoch, pass_index]
@@ -114,7 +114,7 @@ class TrainingData:
             [item.label for item in self.images.items], self.config.data.m_per_class, batch_size,
             int(np.random.SeedSequence(key).generate_state(1)[0]),
         )
-        loader = torch.utils.data.DataLoader(
+        loader = ImageLoader(
             self.images, batch_sampler=sampler, num_workers=self.config.data.workers,
             pin_memory=self.device.type == "cuda",
         )

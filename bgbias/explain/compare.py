@@ -7,6 +7,7 @@ captioned with each run's foreground score, in column order.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,14 +17,14 @@ from bgbias.errors import OptionError
 
 def compare_attributions(
     run_dirs: Sequence[str | os.PathLike[str]],
-    dataset_name: str,
+    dataset_key: str,
     split: str,
     out_path: str | os.PathLike[str],
     count: int = 8,
 ) -> Path:
     """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
 
-    ``dataset_name``/``split`` name the explained set (``<run>/explain/<dataset>-<split>/``); the dataset
+    ``dataset_key``/``split`` name the explained set (``<run>/explain/<dataset key>-<split>/``); the dataset
     is opened as the first run was trained on it (its ``config.json``), else at its default folder.
     """
     from bgbias.augment.gallery import evenly_spread
@@ -35,16 +36,25 @@ def compare_attributions(
     from bgbias.engine.run_dir import open_run_dir
     from bgbias.explain.heatmap import attribution_gallery
     from bgbias.explain.records import RECORDS_NAME, read_ledger
-    from bgbias.explain.run import SCORES_CSV, load_example, load_map, map_path, mask_files, score_text
+    from bgbias.explain.run import (
+        SCORES_CSV,
+        SUMMARY_JSON,
+        load_example,
+        load_map,
+        map_path,
+        mask_files,
+        score_text,
+    )
     from bgbias.report.evaluation import run_label
 
     runs = [open_run_dir(path) for path in run_dirs]
     configs = [load_run_config(run.config) for run in runs]
-    folders = [run.explain_dir(dataset_name, split) for run in runs]
+    folders = [run.explain_dir(dataset_key, split) for run in runs]
     missing = [folder for folder in folders if not (folder / SCORES_CSV).is_file()]
     if missing:
-        raise OptionError(f"the run has no explanation of the {dataset_name} {split} split", path=missing[0],
+        raise OptionError(f"the run has no explanation of the {dataset_key} {split} split", path=missing[0],
                           fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}")
+    dataset_name = json.loads((folders[0] / SUMMARY_JSON).read_text(encoding="utf-8"))["dataset"]
     first = configs[0]
     dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
     items = split_items(dataset, split, first.protocol, first.fold)

@@ -406,7 +406,7 @@ def explain_trained(
         trained.method, items, eval_geometry(dataset.name),
         masks_dir=Path(masks) if masks is not None else default_masks_dir(dataset),
         dataset_name=dataset.name,
-        out_dir=trained.run.explain_dir(dataset.name, split), attribution=attribution, options=options,
+        out_dir=trained.run.explain_dir(dataset.key, split), attribution=attribution, options=options,
         device=trained.device, seed=seed, batch_size=batch_size, gallery_count=gallery_count,
         progress=progress, force=force,
     )

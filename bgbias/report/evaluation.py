@@ -149,7 +149,8 @@ def report_key(report: Mapping[str, Any]) -> ReportKey:
     if missing:
         raise OptionError(f"the evaluation report of run {report.get('run', '?')} lacks {', '.join(missing)}",
                           fix="evaluate the run again with `bgbias eval`")
-    return str(report["method"]), bool(report["bgaugment"]), str(report["dataset"]), str(report["split"])
+    dataset = report.get("measured", report["dataset"])  # reports made before "measured" existed lack it
+    return str(report["method"]), bool(report["bgaugment"]), str(dataset), str(report["split"])
 
 
 def run_label(method: str, bgaugment: bool) -> str:

@@ -115,7 +115,9 @@ def collect_runs(
         config = load_run_config(run.config)
         for summary_path in sorted(run.root.glob(f"explain/*-{split}/summary.json")):
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            foreground[config.method, config.bgaugment.enabled, summary["dataset"]] = summary
+            # The folder names the dataset by its key, as evaluation reports name their columns.
+            dataset_key = summary_path.parent.name.removesuffix(f"-{split}")
+            foreground[config.method, config.bgaugment.enabled, dataset_key] = summary
     return reports, foreground
 
 

@@ -93,12 +93,61 @@ def test_without_corrupted_only_the_clean_set_is_scored(run, tiny_bench, tmp_pat
     assert not (tmp_path / "manifests").exists()
 
 
-def test_a_clean_only_evaluation_removes_the_corrupted_files_of_an_earlier_one(run, tiny_bench, tmp_path):
+def _default_inputs(trained, tiny_bench, tmp_path, monkeypatch):
+    """Work from ``tmp_path`` with the tiny bench's masks and pools where bgbias looks for them by default."""
+    monkeypatch.chdir(tmp_path)
+    dataset, _ = trained.open_split("test")
+    (tmp_path / "masks").mkdir()
+    (tmp_path / "masks" / dataset.key).symlink_to(tiny_bench / "masks")
+    (tmp_path / "backgrounds").symlink_to(tiny_bench / "backgrounds")
+    return dataset
+
+
+def test_a_clean_only_evaluation_removes_the_corrupted_files_of_an_earlier_one(run, tiny_bench, tmp_path,
+                                                                              monkeypatch):
     trained = load_trained(run, device="cpu")
-    earlier = _evaluate(trained, tiny_bench, tmp_path)
-    later = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
+    dataset = _default_inputs(trained, tiny_bench, tmp_path, monkeypatch)
+    earlier = _evaluate(trained, tiny_bench, tmp_path, masks=None, backgrounds=None)
+    later = _evaluate(trained, tiny_bench, tmp_path, masks=None, backgrounds=None, corrupted=False)
+    assert later.out_dir == earlier.out_dir == run / "eval" / f"{dataset.key}-test"
     assert sorted(p.name for p in later.out_dir.iterdir()) == sorted(p.name for p in later.files.values())
     assert not earlier.files["per_class_drop"].exists()
+
+
+def test_other_pools_masks_and_seeds_get_report_folders_of_their_own(run, tiny_bench, tmp_path, monkeypatch):
+    trained = load_trained(run, device="cpu")
+    dataset = _default_inputs(trained, tiny_bench, tmp_path, monkeypatch)
+    other_pool = tmp_path / "unsplash"
+    shutil.copytree(tiny_bench / "backgrounds", other_pool)
+    default = _evaluate(trained, tiny_bench, tmp_path, masks=None, backgrounds=None, repeats=1)
+    pooled = _evaluate(trained, tiny_bench, tmp_path, masks=None, backgrounds=other_pool, repeats=1,
+                       manifests=tmp_path / "other-manifests")
+    seeded = _evaluate(trained, tiny_bench, tmp_path, masks=None, backgrounds=None, repeats=1, seed=3,
+                       manifests=tmp_path / "seed-3")
+    folders = [default.out_dir.name, pooled.out_dir.name, seeded.out_dir.name]
+    assert folders[0] == f"{dataset.key}-test"
+    assert folders[1].startswith(f"{dataset.key}-bg-unsplash-") and folders[1].endswith("-test")
+    assert folders[2] == f"{dataset.key}-seed3-test"
+    for result in (default, pooled, seeded):  # nothing written over
+        assert load_evaluation_report(result.files["report_json"]) == result.report
+    assert pooled.report["measured"] == folders[1].removesuffix("-test")
+
+
+def test_the_cache_takes_labels_from_the_dataset_and_refuses_another_shape(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    first = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
+    (path,) = (run / "eval" / "cache").glob("*.npz")
+    with np.load(path) as stored:
+        key, embeddings = stored["key"], stored["embeddings"]
+    # Right key, other labels (as the old format stored them) and another width: never used as they are.
+    np.savez(path, embeddings=np.zeros((len(embeddings), 3), np.float32), key=key,
+             labels=np.zeros(len(embeddings), np.int64))
+    logged = []
+    second = _evaluate(trained, tiny_bench, tmp_path, corrupted=False, log=logged.append)
+    assert second.embedded == 1 and any("cached embeddings ignored (shape" in line for line in logged)
+    assert second.clean.map_at_r == first.clean.map_at_r
+    with np.load(path) as stored:
+        assert stored["embeddings"].shape == embeddings.shape and "labels" not in stored
 
 
 def test_the_latest_run_is_evaluated_when_none_is_named(run, tiny_bench, tmp_path):
@@ -141,7 +190,8 @@ def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
     state = torch.from_numpy(cached["embeddings"])
     full = (-(state @ weights @ state.T)).numpy()
     np.fill_diagonal(full, np.inf)
-    labels = cached["labels"]
+    items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")
+    labels = np.array([item.label for item in items])
     nearest = np.argsort(full, axis=1, kind="stable")[:, 0]
     assert result.clean.precision_at_1 == pytest.approx(np.mean(labels[nearest] == labels))
     assert result.report["retrieval"] == "learned pairwise distance"
