@@ -6,6 +6,7 @@ Heavy libraries are imported inside the commands, so ``bgbias --help`` answers a
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import click
@@ -15,14 +16,32 @@ from bgbias.errors import BgbiasError, OptionError
 
 
 class _Group(click.Group):
-    """A click group that prints a :class:`BgbiasError` as a short message (file + fix), exit status 2."""
+    """A click group that prints a :class:`BgbiasError` as a short message (file + fix), exit status 2, and
+    warnings of the library (skipped files, say) as one ``warning:`` line each instead of Python's format."""
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except BgbiasError as err:
-            click.secho(f"error: {err.render()}", err=True, fg="red")
-            ctx.exit(2)
+            _fail(ctx, err)
+        except OSError as err:
+            # The library reports what it writes itself; anything else the system refused names its file here.
+            if err.filename is None:
+                raise
+            _fail(ctx, BgbiasError(f"the system refused: {err.strerror or err}", path=err.filename,
+                                   fix="check that the path exists and that you may read it (an input) or "
+                                       "write it (an output)"))
+
+
+def _fail(ctx: click.Context, err: BgbiasError) -> None:
+    click.secho(f"error: {err.render()}", err=True, fg="red")
+    ctx.exit(2)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.secho(f"warning: {message}", err=True, fg="yellow")
 
 
 _PATH_DIR = click.Path(file_okay=False, path_type=Path)

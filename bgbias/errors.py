@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 
@@ -37,3 +38,23 @@ class ImageError(BgbiasError):
 
 class OptionError(BgbiasError):
     """A command-line option or configuration value is invalid."""
+
+
+class OutputError(BgbiasError):
+    """A file or folder cannot be written: a read-only or full disk, no permission, a file where a folder is
+    needed."""
+
+
+def output_error(error: OSError, path: str | os.PathLike[str]) -> OutputError:
+    """The ``OSError`` met while writing ``path`` as an error a user can act on (what, where, the fix)."""
+    where = error.filename if error.filename is not None else path
+    if isinstance(error, NotADirectoryError | FileExistsError):
+        return OutputError("a file stands where a folder is needed", path=where,
+                           fix="remove or rename that file, or choose another output folder")
+    if error.errno == errno.ENOSPC:
+        return OutputError("no space left on the device", path=where,
+                           fix="free disk space, or write elsewhere")
+    reason = "it is on a read-only file system" if error.errno == errno.EROFS else (
+        "permission denied" if isinstance(error, PermissionError) else error.strerror or str(error))
+    return OutputError(f"cannot write here: {reason}", path=where,
+                       fix="choose a folder you can write to, or make this one writable")

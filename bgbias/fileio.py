@@ -12,24 +12,47 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bgbias.errors import output_error
+
+
+@contextlib.contextmanager
+def reporting_write_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn an ``OSError`` met while writing ``path`` into an ``OutputError`` that names it and the fix."""
+    try:
+        yield
+    except OSError as error:
+        raise output_error(error, path) from error
+
+
+def make_dirs(path: str | os.PathLike[str]) -> Path:
+    """``mkdir -p path``, with a read-only disk or a file in the way reported as an ``OutputError``."""
+    path = Path(path)
+    with reporting_write_errors(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``, on error removed."""
+    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``, on error removed.
+
+    A folder that cannot be written (read-only, no permission, a file in the way) is an ``OutputError``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    make_dirs(path.parent)
+    with reporting_write_errors(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.replace(tmp_path, path)
+        with reporting_write_errors(path):
+            os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, reporting_write_errors(path):
         tmp.write_bytes(data)
 
 
@@ -46,8 +69,9 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` as a whole."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    make_dirs(path.parent)
+    with reporting_write_errors(path):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         if path.exists():

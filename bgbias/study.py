@@ -83,7 +83,6 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
     Rebuilding would give the same bytes but new files, which would void the masks and embeddings made of
     them; the study therefore keeps a bench that matches.
     """
-    import json
 
     from bgbias.bench.build import BENCH_FORMAT
 
@@ -155,14 +154,14 @@ def train_study_run(
 ) -> Path:
     """Train (or resume, or keep) the study's run with or without BGAugment; return its folder."""
     from bgbias.engine.config import resolve_config
-    from bgbias.engine.run_dir import open_run_dir
+    from bgbias.engine.run_dir import open_run_dir, read_record
     from bgbias.engine.training import resume_training, train
 
     run_dir = folder / f"{STUDY_METHOD}{'-bgaugment' if bgaugment else ''}"
     name = f"{STUDY_METHOD}{' + BGAugment' if bgaugment else ''}"
     if (run_dir / "config.json").is_file():
-        record = open_run_dir(run_dir).record
-        status = json.loads(record.read_text(encoding="utf-8")).get("status") if record.is_file() else None
+        # A missing or damaged run.json reads as unfinished: resuming from the checkpoints writes it again.
+        status = (read_record(open_run_dir(run_dir)) or {}).get("status")
         if status in ("finished", "stopped early"):
             log(f"{step} {name}: trained already ({run_dir})")
             return run_dir

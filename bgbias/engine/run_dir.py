@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.errors import OptionError
-from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.fileio import make_dirs, reporting_write_errors, write_json_atomic, write_text_atomic
 from bgbias.paths import runs_root
 
 LATEST = "latest"
@@ -100,7 +100,7 @@ def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
     while candidate.exists():
         n += 1
         candidate = runs / f"{name}-{n}"
-    (candidate / "checkpoints").mkdir(parents=True)
+    make_dirs(candidate / "checkpoints")
     return RunDir(candidate)
 
 
@@ -177,5 +177,5 @@ class RunLog:
 
             tqdm.write(message, file=sys.stderr)
         if self.path is not None:
-            with self.path.open("a", encoding="utf-8") as log:
+            with reporting_write_errors(self.path), self.path.open("a", encoding="utf-8") as log:
                 log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")

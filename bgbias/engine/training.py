@@ -262,13 +262,15 @@ def _make_run_dir(
     config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
     dist: distributed.Distributed,
 ) -> RunDir:
+    from bgbias.fileio import make_dirs
+
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
-            if path.exists() and any(path.iterdir()):
+            if path.is_dir() and any(path.iterdir()):
                 raise OptionError("the run folder exists and is not empty", path=path,
                                   fix="choose a new folder, or continue it with --resume")
-            (path / "checkpoints").mkdir(parents=True, exist_ok=True)
+            make_dirs(path / "checkpoints")
             run = RunDir(path)
         else:
             name = run_name(config.dataset, config.method, config.bgaugment.enabled, config.seed)

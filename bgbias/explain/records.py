@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from bgbias.errors import OptionError
-from bgbias.fileio import write_text_atomic
+from bgbias.fileio import reporting_write_errors, write_text_atomic
 
 if TYPE_CHECKING:
     from torch import nn
@@ -138,7 +138,8 @@ class ScoreLog:
     """Append-only writer of a ledger's score lines; each line is flushed as soon as it is written."""
 
     def __init__(self, path: Path):
-        self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        with reporting_write_errors(path):
+            self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
 
     def append(self, score: ImageScore) -> None:
         self._handle.write(_line(score))

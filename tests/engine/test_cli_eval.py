@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from bgbias.cli import main
+from bgbias.data.registry import open_dataset
 from bgbias.explain.compare import compare_runs
 
 
@@ -29,12 +30,13 @@ def test_eval_explain_then_report(tiny_run, tiny_bench, tmp_path):
                     "--no-progress"]
     explained = CliRunner().invoke(main, explain_args)
     assert explained.exit_code == 0, explained.output
-    summary = json.loads((run / "explain" / "bench-test" / "summary.json").read_text())
+    key = open_dataset("bench", tiny_bench / "bench").key  # the explain folder's name (not the usual folder)
+    summary = json.loads((run / "explain" / f"{key}-test" / "summary.json").read_text())
     assert summary["images"] == 3 and "gallery.png" in explained.output
     table = CliRunner().invoke(main, ["report", "--runs", str(tmp_path / "runs")])
     assert table.exit_code == 0, table.output
     assert "| triplet |" in table.output and "| triplet + BGAugment |" in table.output
-    assert "bench fg score" in table.output and f"{summary['mean']:.2f}" in table.output
+    assert f"{key} fg score" in table.output and f"{summary['mean']:.2f}" in table.output
     assert (tmp_path / "runs" / "report" / "table.md").is_file()
 
 
@@ -51,7 +53,7 @@ def test_report_of_a_run_that_was_never_evaluated(tiny_run, tmp_path):
     assert result.exit_code == 2 and "bgbias eval --checkpoint" in result.output
 
 
-def test_report_draws_two_explained_runs_side_by_side(tiny_run, tmp_path):
+def test_report_draws_two_explained_runs_side_by_side(tiny_run, tiny_bench, tmp_path):
     runs = tmp_path / "runs"
     for name, bgaugment in (("vanilla", False), ("bgaugment", True)):
         shutil.copytree(tiny_run, runs / name)
@@ -62,6 +64,7 @@ def test_report_draws_two_explained_runs_side_by_side(tiny_run, tmp_path):
                                               "--gallery", "3", "--device", "cpu", "--no-progress"])
         assert explained.exit_code == 0, explained.output
     galleries = compare_runs([runs / "vanilla", runs / "bgaugment"], "test", tmp_path / "out")
-    assert [g.name for g in galleries] == ["foreground-bench-test.png"]
+    key = open_dataset("bench", tiny_bench / "bench").key
+    assert [g.name for g in galleries] == [f"foreground-{key}-test.png"]
     width, height = Image.open(galleries[0]).size
     assert width > 4 * 100 and height > 3 * 100  # image | mask | two overlays; three rows

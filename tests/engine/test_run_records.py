@@ -14,7 +14,7 @@ from bgbias.engine.evaluation import evaluate
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import resume_training, train
 from bgbias.errors import DatasetError, ImageError
-from tests.engine.conftest import tiny_config
+from tests.conftest import tiny_config
 
 
 @pytest.fixture

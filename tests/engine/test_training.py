@@ -11,7 +11,7 @@ from bgbias.engine.config import load_run_config
 from bgbias.engine.run_dir import latest_run
 from bgbias.engine.training import resume_training, train
 from bgbias.errors import ImageError
-from tests.engine.conftest import tiny_config
+from tests.conftest import tiny_config
 
 TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
 
