@@ -15,6 +15,10 @@ class BgbiasError(Exception):
         self.fix = fix
         super().__init__(self.render())
 
+    def __reduce__(self):
+        # Pickled whole (problem, file, fix), so an error raised in a worker process keeps its parts.
+        return _rebuild, (type(self), self.problem, self.path, self.fix)
+
     def render(self) -> str:
         lines = [self.problem]
         if self.path is not None:
@@ -22,6 +26,10 @@ class BgbiasError(Exception):
         if self.fix is not None:
             lines.append(f"  fix:  {self.fix}")
         return "\n".join(lines)
+
+
+def _rebuild(kind: type[BgbiasError], problem: str, path: str | None, fix: str | None) -> BgbiasError:
+    return kind(problem, path=path, fix=fix)
 
 
 class AssetError(BgbiasError):

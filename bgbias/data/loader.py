@@ -2,9 +2,8 @@
 
 torch re-raises an exception from a worker process by calling its class with the formatted traceback as the
 only argument, so a ``BgbiasError`` arrives without its file and its fix, inside 30 lines of worker stack.
-Here the worker catches the error while reading a sample and sends its parts (class, problem, file, fix) in
-place of the batch; the main process raises the same error again, whole, so commands print the file and the
-fix.
+Here the worker catches the error while reading a sample and sends it (it pickles whole) in place of the
+batch; the main process raises it again, so commands print the file and the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from bgbias import errors
 from bgbias.errors import BgbiasError
 
 FIND_UNREADABLE = (
@@ -28,23 +26,15 @@ FIND_UNREADABLE = (
 
 @dataclass(frozen=True)
 class LoadFailure:
-    """A ``BgbiasError`` in parts that pickle: what a worker sends back instead of a batch."""
+    """What a worker sends back instead of a batch: the error met while reading a sample (a ``BgbiasError``
+    pickles whole, with its file and fix)."""
 
-    kind: str
-    problem: str
-    path: str | None
-    fix: str | None
+    error: BgbiasError
 
-    @classmethod
-    def of(cls, error: BgbiasError) -> LoadFailure:
-        return cls(type(error).__name__, error.problem, error.path, error.fix)
-
-    def error(self) -> BgbiasError:
-        """The error again, of its own class where it is one of the project's, with how to find the others."""
-        kind = getattr(errors, self.kind, BgbiasError)
-        kind = kind if isinstance(kind, type) and issubclass(kind, BgbiasError) else BgbiasError
-        fix = f"{self.fix}; {FIND_UNREADABLE}" if self.fix else FIND_UNREADABLE
-        return kind(self.problem, path=self.path, fix=fix)
+    def raise_error(self) -> None:
+        """Raise the error again, with how to find every other unreadable image at once."""
+        fix = f"{self.error.fix}; {FIND_UNREADABLE}" if self.error.fix else FIND_UNREADABLE
+        raise type(self.error)(self.error.problem, path=self.error.path, fix=fix)
 
 
 class _Reporting(torch.utils.data.Dataset):
@@ -60,7 +50,7 @@ class _Reporting(torch.utils.data.Dataset):
         try:
             return self.dataset[index]
         except BgbiasError as error:
-            return LoadFailure.of(error)
+            return LoadFailure(error)
 
 
 def _collate(samples: Sequence[Any]) -> Any:
@@ -78,5 +68,5 @@ class ImageLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         for batch in super().__iter__():
             if isinstance(batch, LoadFailure):
-                raise batch.error()
+                batch.raise_error()
             yield batch
