@@ -163,7 +163,7 @@ def evaluate(
             "seed": seed,
             "pool": str(first.pool_dir),
             "pool_images": len(first.pool),
-            "masks": str(masks_dir.resolve()),
+            "masks": str(masks_dir),
             "manifests": [{"repeat": m.repeat, "path": str(m.path), "sha256": manifest_sha256[m.path]}
                           for m, _ in corrupted_sets],
         }
