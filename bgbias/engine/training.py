@@ -359,9 +359,7 @@ def _train_epoch(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     show = progress and dist.is_main
     bar = tqdm(loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
-    for step, batch in enumerate(bar):
-        rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
-        on_device = device_batch(batch, bgaugment, rng, device)
+    for step, on_device in _optimizer_steps(bar, method, config, bgaugment, epoch, dist, device):
         with autocast(device, amp):
             terms = model(on_device)
         loss = terms["loss"]
@@ -381,11 +379,21 @@ def _train_epoch(
         for name, value in terms.items():
             sums[name] = sums.get(name, 0) + value.detach().float()
         steps += 1
-        images_seen += on_device.images.shape[0]
+        images_seen += on_device.images.shape[0] if on_device.part == 0 else 0
         if show and step % 10 == 0:
             bar.set_postfix(loss=f"{loss.item():.4f}")
     means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}
     return means, images_seen
+
+
+def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
+    """(loader step, batch) for every optimiser step: each loader batch composited once on the device, then
+    handed out ``method.steps_per_batch`` times, with ``part`` 0, 1, …"""
+    for step, batch in enumerate(loader):
+        rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
+        on_device = device_batch(batch, bgaugment, rng, device)
+        for part in range(method.steps_per_batch):
+            yield step, dataclasses.replace(on_device, part=part)
 
 
 # --------------------------------------------------------------------------------------------- validation

@@ -14,7 +14,8 @@ convention. The engine asks a method three things:
 
 Methods that need more reach into the backbone through its named stages (``backbone.forward(images, taps)``,
 ``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
-themselves between epochs from fresh training batches in :meth:`Method.on_epoch_start`.
+themselves between epochs from fresh training batches in :meth:`Method.on_epoch_start`. A method that trains
+each batch in several optimiser steps says how many in :attr:`Method.steps_per_batch`.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ class Batch:
 
     ``images``: float RGB in [0, 1], (B, 3, H, W). ``labels``: (B,) int64 in ``0 … num_classes − 1``.
     ``indices``: (B,) int64 positions of the images in the training split, ``0 … num_samples − 1``.
+    ``part``: which of the method's :attr:`Method.steps_per_batch` optimiser steps on these images this is.
     """
 
     images: torch.Tensor
     labels: torch.Tensor
     indices: torch.Tensor
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ class Method(nn.Module, ABC):
     def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
         """(Nq, Nr) distances between two sets of embeddings, smaller for more alike; Euclidean by default."""
         return torch.cdist(queries, references)
+
+    @property
+    def steps_per_batch(self) -> int:
+        """How many optimiser steps the engine takes on each training batch, one after the other: it calls
+        ``loss`` once per step with ``batch.part`` = 0, 1, …, so each step's forward sees the parameters the
+        step before it left. One for every method but DCML's paired-halves option."""
+        return 1
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The training step's forward pass; DistributedDataParallel calls this."""

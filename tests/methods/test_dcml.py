@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -21,6 +22,7 @@ from bgbias.methods.dcml.penalties import (
     dummy_penalties,
     environment_loss,
     logit_scale_penalty,
+    pair_compactness,
 )
 from bgbias.methods.dcml.proxies import CosFaceProxies
 from bgbias.models.backbone import Backbone
@@ -224,6 +226,53 @@ def test_compactness_is_the_weighted_distance_to_detached_class_means():
     assert torch.allclose(embeddings.grad, torch.tensor([[-2 / 6, 0.0], [6 / 6, 0.0], [0.0, 0.0]]))
 
 
+def test_pair_compactness_is_the_weighted_distance_to_the_fixed_partner():
+    embeddings = torch.tensor([[0.0, 0.0], [1.0, 1.0]], requires_grad=True)
+    partners = torch.tensor([[3.0, 4.0], [1.0, 2.0]], requires_grad=True)
+    weights = torch.tensor([1.0, 3.0])
+    value = pair_compactness(embeddings, partners, weights)
+    assert math.isclose(float(value.detach()), (1 * 25.0 + 3 * 1.0) / 4, rel_tol=1e-6)
+    value.backward()
+    # Gradient 2 (z_i − p_i) w_i / Σw on the embeddings; none reaches the partners.
+    assert torch.allclose(embeddings.grad, torch.tensor([[-6 / 4, -8 / 4], [0.0, -6 / 4]]))
+    assert partners.grad is None
+
+
+@pytest.mark.parametrize("part", [0, 1])
+def test_paired_halves_take_every_term_on_one_half_with_gamma_to_the_partner(part):
+    method = toy_dcml(paired_halves=True).train()
+    method.env_logits.normal_(generator=torch.Generator().manual_seed(0))
+    assert method.steps_per_batch == 2 and toy_dcml().steps_per_batch == 1
+    batch = dataclasses.replace(toy_batch(), part=part)  # labels 0000 1111 2222: positions 2i, 2i+1 pair up
+    terms = method.loss(batch)
+
+    own, other = torch.arange(part, 12, 2), torch.arange(1 - part, 12, 2)
+    labels, weights = batch.labels[own], method.env_logits[own].softmax(dim=1)
+    feature_map = method.backbone(batch.images)["final"]
+    env_ce, compact = [], []
+    for j in range(2):
+        z = method.head(method.attention(feature_map, j))  # the head sees the whole batch
+        ce = F.cross_entropy(method.proxies(z[own], labels), labels, reduction="none")
+        env_ce.append((ce * weights[:, j]).sum() / weights[:, j].sum())
+        distance = ((z[own] - z[other]) ** 2).sum(dim=1)
+        compact.append((distance * weights[:, j]).sum() / weights[:, j].sum())
+    erm = F.cross_entropy(method.erm_proxies(method.head(method.erm_attention(feature_map[own], 0)), labels),
+                          labels)
+    assert torch.allclose(terms["env_ce"], torch.stack(env_ce).mean(), atol=1e-5)
+    assert torch.allclose(terms["compactness"], torch.stack(compact).mean(), atol=1e-5)
+    assert torch.allclose(terms["erm"], erm, atol=1e-5)
+
+
+def test_paired_halves_refuse_batches_that_are_not_same_class_pairs():
+    method = toy_dcml(paired_halves=True)
+    mixed = toy_batch()
+    mixed = dataclasses.replace(mixed, labels=torch.arange(CLASSES).repeat(PER_CLASS))  # 0 1 2 0 1 2 …
+    with pytest.raises(OptionError, match="same-class pairs"):
+        method.loss(mixed)
+    with pytest.raises(OptionError, match="part 2"):
+        method.loss(dataclasses.replace(toy_batch(), part=2))
+
+
 def test_loss_terms_are_finite_and_training_lowers_the_loss_on_two_toy_classes():
     method = toy_dcml(environments=2)
     method.env_logits.normal_(generator=torch.Generator().manual_seed(0))
@@ -323,10 +372,18 @@ def test_per_dataset_configurations_follow_the_specification():
     assert (bench.loss["scale"], bench.loss["margin"]) == (cosface["scale"], cosface["margin"])
 
 
+def test_only_the_sop_configuration_trains_in_paired_halves():
+    # The authors' SOP code trains each batch in two steps (γ to the pair partner); CUB/Cars code does not.
+    paired = {d: resolve_config("dcml", d).loss["paired_halves"] for d in ("cub", "cars", "sop", "bench")}
+    assert paired == {"cub": False, "cars": False, "sop": True, "bench": False}
+    sop = resolve_config("dcml", "sop")
+    assert sop.data.m_per_class == 2 and sop.data.batch_size == 64  # 32 pairs: one image per class per half
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"enviroments": 2}, "does not know"), ({"environments": 0}, "environments"),
-     ({"env_passes": 1.5}, "env_passes")],
+     ({"env_passes": 1.5}, "env_passes"), ({"paired_halves": "yes"}, "paired_halves")],
 )
 def test_bad_options_are_named(options, message):
     with pytest.raises(OptionError, match=message):

@@ -9,6 +9,10 @@ weights; plus an ERM branch with its own attention net and proxies (the authors'
 Inference: one attention net whose weights are the mean of the k copies → head → L2-normalised embedding,
 compared by cosine (faiss on unit vectors). Every e epochs, starting before the first, the environment
 weights are re-learned from fresh training batches with the model frozen (``environments.py``).
+
+With ``paired_halves`` (the authors' SOP code) a batch of same-class pairs is trained in two optimiser steps,
+one per half (even positions, then odd): each step forwards the whole batch, takes every loss term on its
+half only, and γ pulls each image towards its fixed pair partner in the other half instead of a class mean.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodSpec, split_options
 from bgbias.methods.dcml.attention import AttentionCopies
 from bgbias.methods.dcml.environments import learn_environments
-from bgbias.methods.dcml.penalties import compactness, dummy_penalties, environment_loss, logit_scale_penalty
+from bgbias.methods.dcml.penalties import (
+    compactness,
+    dummy_penalties,
+    environment_loss,
+    logit_scale_penalty,
+    pair_compactness,
+)
 from bgbias.methods.dcml.proxies import CosFaceProxies
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
@@ -62,6 +72,7 @@ class DCML(Method):
         "env_passes": 5,  # the paper's intent; 1 reproduces the authors' code
         "env_lr": 0.5,
         "env_batch_size": 64,
+        "paired_halves": False,  # the authors' SOP scheme: two steps per batch, γ to the pair partner
     }
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
@@ -75,6 +86,9 @@ class DCML(Method):
             if not isinstance(options[name], int) or options[name] < 1:
                 raise OptionError(f"dcml option {name} = {options[name]!r} is invalid",
                                   fix=f"set loss.{name} to a whole number of at least 1")
+        if not isinstance(options["paired_halves"], bool):
+            raise OptionError(f"dcml option paired_halves = {options['paired_halves']!r} is invalid",
+                              fix="set loss.paired_halves to true or false")
         if spec.input_size is None:
             raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
                               fix="build it with MethodSpec(input_size=<training crop side>)")
@@ -93,16 +107,26 @@ class DCML(Method):
         feature_map = self.backbone(images)[self.backbone.final]
         return F.normalize(self.head(self.attention(feature_map)), dim=1)
 
+    @property
+    def steps_per_batch(self) -> int:
+        return 2 if self.options["paired_halves"] else 1
+
     def loss(self, batch: Batch) -> dict[str, Tensor]:
+        """The loss of the whole batch, or with ``paired_halves`` of its half ``batch.part``."""
+        own, partner = self._halves(batch) if self.options["paired_halves"] else (slice(None), None)
         feature_map = self.backbone(batch.images)[self.backbone.final]
-        weights = self.env_logits[batch.indices].softmax(dim=1)
+        labels = batch.labels[own]
+        weights = self.env_logits[batch.indices[own]].softmax(dim=1)
         env_ce, irm, compact = [], [], []
         for j in range(self.attention.copies):
-            z = self.head(self.attention(feature_map, j))
-            logits = self.proxies(z, batch.labels)
-            env_ce.append(environment_loss(logits, batch.labels, weights[:, j]))
-            irm.append(logit_scale_penalty(logits, batch.labels, weights[:, j]))
-            compact.append(compactness(z, batch.labels, weights[:, j]))
+            z = self.head(self.attention(feature_map, j))  # the whole batch: the head's BatchNorm sees all
+            logits = self.proxies(z[own], labels)
+            env_ce.append(environment_loss(logits, labels, weights[:, j]))
+            irm.append(logit_scale_penalty(logits, labels, weights[:, j]))
+            if partner is None:
+                compact.append(compactness(z, labels, weights[:, j]))
+            else:
+                compact.append(pair_compactness(z[own], z[partner], weights[:, j]))
         o = self.options
         terms = {
             "env_ce": torch.stack(env_ce).mean(),
@@ -112,9 +136,22 @@ class DCML(Method):
         }
         invariant = (terms["env_ce"] + o["alpha"] * terms["irm_penalty"]
                      + o["beta"] * terms["attention_spread"] + o["gamma"] * terms["compactness"])
-        erm_logits = self.erm_proxies(self.head(self.erm_attention(feature_map, 0)), batch.labels)
-        terms["erm"] = F.cross_entropy(erm_logits, batch.labels)
+        erm_logits = self.erm_proxies(self.head(self.erm_attention(feature_map[own], 0)), labels)
+        terms["erm"] = F.cross_entropy(erm_logits, labels)
         return {"loss": invariant + terms["erm"], "invariant": invariant, **terms}
+
+    @staticmethod
+    def _halves(batch: Batch) -> tuple[slice, slice]:
+        """(this step's half, the other half) of a batch whose even and odd positions pair images of one
+        class, as m-per-class batches with an even m do: part 0 trains the even positions, part 1 the odd."""
+        labels = batch.labels
+        if batch.part not in (0, 1) or len(labels) % 2 or not torch.equal(labels[0::2], labels[1::2]):
+            raise OptionError(
+                f"dcml's paired_halves needs batches of same-class pairs (positions 2i and 2i+1) and "
+                f"part 0 or 1, got {len(labels)} images and part {batch.part}",
+                fix="set data.m_per_class=2 (as the SOP configuration does), or loss.paired_halves=false",
+            )
+        return slice(batch.part, None, 2), slice(1 - batch.part, None, 2)
 
     def environment_objective(self, batch: Batch, weights: Tensor) -> Tensor:
         """Eq. 11 on one batch with the model frozen: the mean over environments of the dummy-scale and

@@ -63,6 +63,12 @@ def compactness(embeddings: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
     return weighted_mean(((embeddings - means[inverse]) ** 2).sum(dim=1), weights)
 
 
+def pair_compactness(embeddings: Tensor, partners: Tensor, weights: Tensor) -> Tensor:
+    """The γ term of the authors' SOP code: the weighted mean squared distance of each embedding to its
+    partner, another image of its class from the other half of the batch, the partner held fixed."""
+    return weighted_mean(((embeddings - partners.detach()) ** 2).sum(dim=1), weights)
+
+
 def _squared_gradients(loss: Tensor, dummies: list[Tensor]) -> list[Tensor]:
     gradients = torch.autograd.grad(loss, dummies, create_graph=True)
     return [(gradient**2).sum() for gradient in gradients]
