@@ -8,7 +8,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,32 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep_stale_temps(paths: Iterable[Path]) -> int:
+    """Remove the temporary siblings (``.<name>.*.tmp``, from :func:`atomic_path`) that a killed run left
+    beside ``paths``; returns how many. Only these names are touched, so writers sharing a folder (mask
+    shards) never remove each other's files in flight."""
+    by_folder: dict[Path, set[str]] = defaultdict(set)
+    for path in paths:
+        by_folder[path.parent].add(path.name)
+    removed = 0
+    for folder, names in by_folder.items():
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if _temp_of(entry.name) in names:
+                Path(entry.path).unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def _temp_of(name: str) -> str | None:
+    """The file a temporary ``.<name>.<random>.tmp`` stands for, else ``None``."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    stem = name[1:-4]
+    target, dot, _random = stem.rpartition(".")
+    return target if dot else None
