@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
-from bgbias.data.transforms import eval_transform_pair
+from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from tests.augment.conftest import write_pool
 from tests.replicas import make_bench, make_cub
@@ -203,6 +204,97 @@ def test_load_manifest_rejects_a_damaged_file(bench, backgrounds, tmp_path, dama
     path.write_text(damage(path.read_text()))
     with pytest.raises(AssetError):
         load_manifest(path, bench, backgrounds)
+
+
+def _edit(path: Path, change) -> None:
+    data = _read(path)
+    change(data["header"], data["images"])
+    path.write_text(json.dumps(data))
+
+
+def _set(field, value):
+    def change(header, images):
+        target = images[0] if field in ("id", "background", "box", "flip") else header
+        target[field] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (_set("flip", "no"), r"images\[0\]\.flip"),
+        (_set("flip", 0), r"images\[0\]\.flip"),
+        (_set("id", 7), r"images\[0\]\.id"),
+        (_set("background", "elsewhere.png"), r"images\[0\]\.background"),
+        (_set("box", [-1, 0, 10, 10]), r"images\[0\]\.box\[0\]"),
+        (_set("box", [0, 0, 0, 10]), r"images\[0\]\.box\[2\]"),
+        (_set("box", [0, 0, 10.0, 10]), r"images\[0\]\.box\[2\]"),
+        (_set("box", [0, "0", 10, 10]), r"images\[0\]\.box\[1\]"),
+        (_set("box", [0, True, 10, 10]), r"images\[0\]\.box\[1\]"),
+        (_set("box", [0, 0, 10]), r"images\[0\]\.box"),
+        (_set("box", [0, 0, 4000, 10]), r"images\[0\]\.box must be a box inside"),
+        (lambda header, images: images[0].update(extra=1), r"images\[0\] has unknown extra"),
+        (lambda header, images: images.reverse(), "ids_sha256"),
+        (_set("seed", "3"), r"header\.seed"),
+        (_set("seed", True), r"header\.seed"),
+        (_set("seed", -1), r"header\.seed"),
+        (_set("repeat", 0.0), r"header\.repeat"),
+        (_set("count", "6"), r"header\.count"),
+        (_set("count", 5), "counts 5"),
+        (_set("fold", 1), r"header\.fold must be an integer in 0\.\.0"),
+        (_set("split", "train"), r"header\.split"),
+        (_set("protocol", "cv5"), r"header\.protocol"),
+        (_set("dataset", ""), r"header\.dataset"),
+        (_set("ids_sha256", "abc"), r"header\.ids_sha256"),
+        (_set("version", True), "version"),
+        (_set("geometry", {"resize": 128, "crop": "big"}), r"header\.geometry\.crop"),
+        (_set("geometry", {"resize": 128, "crop": 129}), r"header\.geometry\.crop"),
+        (_set("geometry", {"resize": 128}), r"header\.geometry lacks crop"),
+        (_set("background_crop", {"scale": [0.5, 1.0], "ratio": [0.75, 4 / 3], "flip_p": 0.5}),
+         r"header\.background_crop"),
+        (lambda header, images: header.pop("pool"), "header lacks pool"),
+        (lambda header, images: header.update(note="hi"), "header has unknown note"),
+        (lambda header, images: header["pool"][0].update(width="64"), r"header\.pool\[0\]\.width"),
+        (lambda header, images: header["pool"][0].update(sha256="xyz"), r"header\.pool\[0\]\.sha256"),
+        (lambda header, images: header["pool"].append(dict(header["pool"][0])), "twice"),
+    ],
+)
+def test_load_manifest_checks_every_field_strictly(bench, backgrounds, tmp_path, change, field):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    _edit(path, change)
+    with pytest.raises(AssetError, match=field) as err:
+        load_manifest(path, bench, backgrounds)
+    assert err.value.path == str(path)
+    assert "bgbias corrupt" in err.value.fix
+
+
+def test_load_manifest_refuses_a_key_given_twice(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    path.write_text(path.read_text().replace('"flip": true', '"flip": true, "flip": "no"', 1))
+    with pytest.raises(AssetError, match="twice"):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_refuses_pool_sizes_the_files_do_not_have(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    _edit(path, lambda header, images: [f.update(width=f["width"] * 10) for f in header["pool"]])
+    with pytest.raises(AssetError, match="other sizes"):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_refuses_another_evaluation_geometry(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1, geometry=EvalGeometry(160, 128))[0]
+    with pytest.raises(AssetError, match="resize=160, crop=128; this evaluation uses resize=128") as err:
+        load_manifest(path, bench, backgrounds)
+    assert err.value.path == str(path)
+    assert "make the manifests again: bgbias corrupt --dataset bench" in err.value.fix
+    assert load_manifest(path, bench, backgrounds, EvalGeometry(160, 128)).geometry == EvalGeometry(160, 128)
+
+
+def test_load_manifest_digests_the_bytes_it_read(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    assert load_manifest(path, bench, backgrounds).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_load_manifest_names_the_command_for_a_missing_file(bench, tmp_path):
