@@ -171,7 +171,8 @@ def corrupted_manifests(
     """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
 
     Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
-    written, so a manifest made with another pool is reported, never silently replaced.
+    written, so a manifest made with another pool is reported, never silently replaced; each must be the
+    split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
     from bgbias.augment.corrupt import (
         default_manifest_dir,
@@ -186,10 +187,18 @@ def corrupted_manifests(
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
     loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if path.is_file()}
-    mismatched = [path for path, manifest in loaded.items() if manifest.seed != seed]
-    if mismatched:
-        raise AssetError(f"the manifest was made with another seed than {seed}", path=mismatched[0],
-                         fix="pass --seed to match it, or use another manifests folder")
+    for repeat, path in enumerate(paths):
+        manifest = loaded.get(path)
+        if manifest is not None and manifest.seed != seed:
+            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                             fix="pass --seed to match it, or use another manifests folder")
+        if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
+            raise AssetError(
+                f"the file is named for repeat {repeat} of the {split} split but holds repeat "
+                f"{manifest.repeat} of the {manifest.split} split",
+                path=path,
+                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+            )
     if len(loaded) < repeats:
         # Rewrites the existing repeats byte for byte: repeat r of a seed does not depend on ``repeats``.
         make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,

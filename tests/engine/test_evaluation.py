@@ -131,6 +131,17 @@ def test_a_manifest_of_another_seed_is_reported_before_any_is_written(run, tiny_
     assert not (tmp_path / "manifests" / "repeat-1.json").exists()
 
 
+def test_a_manifest_copied_under_another_repeat_is_not_counted_twice(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    folder = tmp_path / "manifests"
+    pool = tiny_bench / "backgrounds"
+    make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=pool, out_dir=folder)
+    shutil.copy(folder / "repeat-0.json", folder / "repeat-1.json")
+    with pytest.raises(AssetError, match="named for repeat 1 of the test split but holds repeat 0") as err:
+        _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert err.value.path == str(folder / "repeat-1.json")
+
+
 def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     weights = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
