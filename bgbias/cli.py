@@ -301,6 +301,11 @@ def masks(
     default=None,
     help="U²-Net masks for --render (default masks/<dataset>).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --render: render every image again, also into a folder that holds another render.",
+)
 def corrupt(
     dataset_name: str,
     root: Path | None,
@@ -313,6 +318,7 @@ def corrupt(
     out: Path | None,
     render: Path | None,
     masks_dir: Path | None,
+    force: bool,
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
     from bgbias.augment.corrupt import make_corrupted_manifests, render_corrupted_sets
@@ -324,8 +330,10 @@ def corrupt(
     click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
     if render is not None:
         masks = masks_dir if masks_dir is not None else default_masks_dir(dataset)
-        gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds)
-        click.echo(f"corrupted images in {render}; look at {gallery}")
+        results, gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds, force=force)
+        written, kept = sum(r.written for r in results), sum(r.kept for r in results)
+        click.echo(f"corrupted images in {render} ({written} rendered, {kept} unchanged and kept); "
+                   f"look at {gallery}")
 
 
 # --------------------------------------------------------------------------------------------------- train

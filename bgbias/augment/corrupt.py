@@ -12,9 +12,8 @@ evaluation geometry on image and mask, the background crop, then the shared :fun
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bgbias.assets.digest import sha256_file
+from bgbias.assets.digest import is_sha256, sha256_file
 from bgbias.augment.background_crops import (
     FLIP_P,
     RATIO,
@@ -36,13 +35,20 @@ from bgbias.augment.background_crops import (
     sample_background_crop,
 )
 from bgbias.augment.mask_check import load_matching_mask, saliency_masks
+from bgbias.augment.render_ledger import (
+    LEDGER_NAME,
+    RenderRecord,
+    claim_out_dir,
+    record_line,
+    write_ledger,
+)
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item, mask_path
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
-from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.fileio import sweep_stale_temps, write_bytes_atomic, write_text_atomic
 from bgbias.paths import backgrounds_root, corrupted_root
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
@@ -50,7 +56,6 @@ MANIFEST_VERSION = 1
 CORRUPTED_SPLITS = ("val", "test")
 POOL_OF_SPLIT = {"val": "train", "test": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the seed; the test pool stays unseen."""
-RENDER_RECORD = "render.json"
 BACKGROUND_CROP = {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P}
 """The sampling rules a manifest's header records; a manifest drawn by other rules is another experiment."""
 
@@ -279,7 +284,6 @@ _HEADER_KEYS = (
 _GEOMETRY_KEYS = ("resize", "crop")
 _POOL_KEYS = ("name", "sha256", "width", "height")
 _ENTRY_KEYS = ("id", "background", "box", "flip")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
@@ -440,7 +444,7 @@ def _text(value: Any, where: str, path: Path, allowed: Sequence[str] | None = No
 
 
 def _sha256(value: Any, where: str, path: Path) -> str:
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+    if not is_sha256(value):
         raise _bad(where, "a sha256 (64 lower-case hex digits)", value, path)
     return value
 
@@ -538,8 +542,10 @@ def render_corrupted(
     """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
 
     ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
-    run resumes: images already written for the same manifest and masks folder are kept. ``force`` renders
-    them all again (needed after the masks were remade in the same folder).
+    run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
+    :mod:`bgbias.augment.render_ledger`) still matches the image, the mask and the PNG, so images whose photo
+    or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left are
+    removed first.
     """
     from tqdm import tqdm
 
@@ -553,48 +559,70 @@ def render_corrupted(
             fix="load the manifest with load_manifest() against the dataset it was made for",
         )
     items = [by_id[entry.id] for entry in manifest.entries]
-    saliency_masks(items, masks_dir, dataset.name)
-    record = {"manifest_sha256": sha256_file(manifest.path), "masks_dir": os.fspath(masks_dir.resolve())}
-    _claim_out_dir(out_dir, record, force)
+    masks = saliency_masks(items, masks_dir, dataset.name)
+    targets = [out_dir.joinpath(*item.relpath.with_suffix(".png").parts) for item in items]
+    ledger = out_dir / LEDGER_NAME
+    sweep_stale_temps([*targets, ledger])
+    done = claim_out_dir(out_dir, manifest.sha256, force)
 
-    by_background: dict[str, list[tuple[Item, CorruptedEntry]]] = defaultdict(list)
-    for item, entry in zip(items, manifest.entries, strict=True):
-        by_background[entry.background].append((item, entry))
+    jobs: dict[str, list[int]] = defaultdict(list)
+    for index, entry in enumerate(manifest.entries):
+        jobs[entry.background].append(index)
+    records: dict[str, RenderRecord] = {}
     written = kept = 0
-    with tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar:
-        for name in sorted(by_background):
-            background = load_image(manifest.pool_dir / name)
-            for item, entry in by_background[name]:
-                target = out_dir.joinpath(*item.relpath.with_suffix(".png").parts)
-                if target.is_file() and not force:
+    with (
+        tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
+        ledger.open("a", encoding="utf-8") as log,
+    ):
+        for name in sorted(jobs):
+            background: Image.Image | None = None
+            for index in jobs[name]:
+                item, entry, target = items[index], manifest.entries[index], targets[index]
+                # Digests are taken before the files are decoded: a file that changes in between is rendered
+                # again by the next run instead of being kept under a digest it no longer has.
+                image_sha256, mask_sha256 = _file_sha256(item.image), _file_sha256(masks[index])
+                record = done.get(item.id)
+                if record is not None and _still_holds(record, image_sha256, mask_sha256, target):
                     kept += 1
                 else:
+                    if background is None:
+                        background = load_image(manifest.pool_dir / name)
                     image, mask = load_pair(item, masks_dir, dataset.name)
-                    corrupted = render_entry(image, mask, background, entry, manifest.geometry)[2]
-                    with atomic_path(target) as tmp:
-                        Image.fromarray(corrupted).save(tmp, format="PNG")
+                    png = _png_bytes(render_entry(image, mask, background, entry, manifest.geometry)[2])
+                    write_bytes_atomic(target, png)
+                    record = RenderRecord(item.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
+                    log.write(record_line(record.to_json()))
+                    log.flush()
                     written += 1
+                records[item.id] = record
                 bar.update()
+    write_ledger(ledger, manifest.sha256, [records[entry.id] for entry in manifest.entries])
     return RenderResult(out_dir, written, kept)
 
 
-def _claim_out_dir(out_dir: Path, record: dict[str, str], force: bool) -> None:
-    """Refuse to mix images of two manifests (or two masks folders), or to write into a foreign non-empty
-    folder, unless ``force``. The record is written before the first image, so images kept on resume are ours.
-    """
-    record_path = out_dir / RENDER_RECORD
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        try:
-            previous = json.loads(record_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            previous = None
-        if previous != record:
-            raise OptionError(
-                "the output folder is not empty and holds no render of this manifest with this masks folder",
-                path=out_dir,
-                fix="pass another output folder, or --force to render every image again",
-            )
-    write_json_atomic(record_path, record)
+def _still_holds(record: RenderRecord, image_sha256: str, mask_sha256: str, target: Path) -> bool:
+    """Whether the PNG at ``target`` is the one ``record`` wrote, from the image and mask it names."""
+    if (record.image_sha256, record.mask_sha256) != (image_sha256, mask_sha256):
+        return False
+    try:
+        return sha256_file(target) == record.png_sha256
+    except OSError:
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    """The sha256 of an image or mask file; ``ImageError`` naming it when it cannot be read."""
+    try:
+        return sha256_file(path)
+    except OSError as exc:
+        raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
+                         fix="restore the file (an image of the dataset, or its saliency mask)") from exc
+
+
+def _png_bytes(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def render_corrupted_sets(
@@ -604,15 +632,21 @@ def render_corrupted_sets(
     out_dir: Path,
     backgrounds: Path | None = None,
     gallery_rows: int = 24,
-) -> Path:
-    """Render every repeat into ``out_dir/repeat-<r>/`` and write ``out_dir/gallery.png`` from the first.
+    force: bool = False,
+) -> tuple[list[RenderResult], Path]:
+    """Render every repeat into ``out_dir/repeat-<r>/`` (``force``: every image again) and write
+    ``out_dir/gallery.png`` from the first.
 
-    Returns the gallery's path: image | mask | corrupted rows that a person can look over.
+    Returns what each repeat wrote and kept, and the gallery's path: image | mask | corrupted rows that a
+    person can look over.
     """
     from bgbias.augment.gallery import manifest_gallery
 
     manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
-    for manifest in manifests:
-        render_corrupted(dataset, manifest, masks_dir, Path(out_dir) / manifest.path.stem, progress=True)
+    results = [
+        render_corrupted(dataset, m, masks_dir, Path(out_dir) / m.path.stem, force=force, progress=True)
+        for m in manifests
+    ]
     gallery = Path(out_dir) / "gallery.png"
-    return manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)
+    sweep_stale_temps([gallery])
+    return results, manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)

@@ -9,17 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from bgbias.augment.background_crops import apply_crop
 from bgbias.augment.corrupt import (
-    RENDER_RECORD,
     load_manifest,
     make_corrupted_manifests,
     render_corrupted,
+    render_corrupted_sets,
     sample_entries,
     split_pool_dir,
 )
+from bgbias.augment.render_ledger import LEDGER_NAME
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
@@ -342,7 +343,7 @@ def test_rendered_images_composite_image_and_cropped_background(bench, manifest,
 def test_default_output_is_beside_the_manifest(bench, manifest, masks_dir):
     result = render_corrupted(bench, manifest, masks_dir)
     assert result.out_dir == manifest.path.with_suffix("")
-    assert (result.out_dir / RENDER_RECORD).is_file()
+    assert (result.out_dir / LEDGER_NAME).is_file()
 
 
 def test_an_interrupted_render_resumes(bench, manifest, masks_dir, tmp_path):
@@ -356,17 +357,106 @@ def test_an_interrupted_render_resumes(bench, manifest, masks_dir, tmp_path):
     assert _pngs(out) == reference
 
 
+def _item(bench, manifest, index: int = 0):
+    return next(i for i in bench.items() if i.id == manifest.entries[index].id)
+
+
+def _target(out: Path, item) -> Path:
+    return out / item.relpath.with_suffix(".png")
+
+
+def test_an_image_rendered_from_a_changed_mask_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    item = _item(bench, manifest, 2)
+    before = _target(out, item).read_bytes()
+    ImageOps.invert(load_mask(mask_path(item, masks_dir))).save(mask_path(item, masks_dir))
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (1, len(manifest.entries) - 1)
+    assert _target(out, item).read_bytes() != before
+    assert _pngs(out) == _pngs(render_corrupted(bench, manifest, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_an_image_rendered_from_a_changed_photo_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    item = _item(bench, manifest, 1)
+    before = _target(out, item).read_bytes()
+    ImageOps.invert(load_image(item.image)).save(item.image, format="JPEG")
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (1, len(manifest.entries) - 1)
+    assert _target(out, item).read_bytes() != before
+    assert _pngs(out) == _pngs(render_corrupted(bench, manifest, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_a_rendered_image_changed_by_hand_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    reference = _pngs(out)
+    Image.new("RGB", (128, 128)).save(_target(out, _item(bench, manifest)))
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+    assert _pngs(out) == reference
+
+
+def test_a_killed_render_resumes_to_the_same_bytes(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    reference, ledger = _pngs(out), (out / LEDGER_NAME).read_bytes()
+    lines = ledger.decode().splitlines(keepends=True)
+    # Killed while writing the 4th line: two images with full lines, one torn, the rest not rendered yet.
+    (out / LEDGER_NAME).write_text("".join(lines[:3]) + lines[3][:20])
+    for entry in manifest.entries[3:]:
+        _target(out, _item(bench, manifest, manifest.entries.index(entry))).unlink()
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (len(manifest.entries) - 2, 2)
+    assert _pngs(out) == reference and (out / LEDGER_NAME).read_bytes() == ledger
+
+
+def test_a_ledger_line_of_the_wrong_types_is_not_trusted(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    lines = (out / LEDGER_NAME).read_text().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    (out / LEDGER_NAME).write_text(lines[0] + json.dumps({**record, "mask_sha256": True}) + "\n"
+                                   + "".join(lines[2:]))
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+
+
+def test_temporaries_of_a_killed_render_are_swept(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    # Killed while writing the ledger's first line: the folder holds nothing but its temporary.
+    (out / f".{LEDGER_NAME}.k1ll3d.tmp").parent.mkdir(parents=True)
+    (out / f".{LEDGER_NAME}.k1ll3d.tmp").write_text('{"format"')
+    render_corrupted(bench, manifest, masks_dir, out)
+    target = _target(out, _item(bench, manifest))
+    stale = target.with_name(f".{target.name}.x9y8z7.tmp")
+    stale.write_bytes(b"\x89PNG half")
+    target.unlink()
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+    assert not list(out.rglob(".*.tmp"))
+
+
 def test_a_folder_of_another_render_is_not_mixed_into(bench, backgrounds, manifest, masks_dir, tmp_path):
     out = tmp_path / "out"
     render_corrupted(bench, manifest, masks_dir, out)
     other_path = _make(bench, backgrounds, tmp_path / "other", seed=9, repeats=1)[0]
     other = load_manifest(other_path, bench, backgrounds)
-    with pytest.raises(OptionError, match="not empty") as err:
+    with pytest.raises(OptionError, match="render of another corrupted-set manifest") as err:
         render_corrupted(bench, other, masks_dir, out)
     assert "--force" in err.value.fix
     result = render_corrupted(bench, other, masks_dir, out, force=True)
     assert result.written == len(other.entries)
     assert _pngs(out) == _pngs(render_corrupted(bench, other, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_a_stale_gallery_temporary_is_swept(bench, backgrounds, masks_dir, tmp_path):
+    paths = _make(bench, backgrounds, tmp_path / "manifests", repeats=1)
+    out = tmp_path / "rendered"
+    out.mkdir()
+    (out / ".gallery.png.k1ll3d.tmp").write_bytes(b"\x89PNG half")
+    results, gallery = render_corrupted_sets(bench, paths, masks_dir, out, backgrounds, gallery_rows=2)
+    assert [r.written for r in results] == [len(split_items(bench, "test"))] and gallery.is_file()
+    assert not list(out.rglob("*.tmp"))
 
 
 def test_rendering_against_another_dataset_is_refused(manifest, masks_dir, tmp_path):
