@@ -56,6 +56,9 @@ MANIFEST_VERSION = 1
 CORRUPTED_SPLITS = ("val", "test")
 POOL_OF_SPLIT = {"val": "train", "test": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the seed; the test pool stays unseen."""
+SHARED_TEMP_AGE_S = 60.0
+"""Manifests are shared (concurrent evaluations may write the same ones): a temporary beside one counts as
+left by a killed run only once it is this old."""
 BACKGROUND_CROP = {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P}
 """The sampling rules a manifest's header records; a manifest drawn by other rules is another experiment."""
 
@@ -187,6 +190,7 @@ def make_corrupted_manifests(
         out_dir = default_manifest_dir(dataset, split, seed, protocol, fold)
     items = split_items(dataset, split, protocol, fold)
     pool = describe_pool(pool_dir)
+    sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)
     paths = []
     for repeat in range(repeats):
         header = {

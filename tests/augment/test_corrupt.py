@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from PIL import Image, ImageOps
 
 from bgbias.augment.background_crops import apply_crop
 from bgbias.augment.corrupt import (
+    SHARED_TEMP_AGE_S,
     load_manifest,
     make_corrupted_manifests,
     render_corrupted,
@@ -119,6 +122,17 @@ def test_default_location_is_beside_masks(bench, backgrounds, tmp_path, monkeypa
     paths = make_corrupted_manifests(bench, backgrounds=backgrounds, seed=4, repeats=1)
     assert paths == [Path("corrupted", bench.key, "test/seed-4/repeat-0.json")]
     assert paths[0].is_file()
+
+
+def test_temporaries_of_a_killed_manifest_write_are_swept_once_stale(bench, backgrounds, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    old, live = out / ".repeat-0.json.k1ll3d.tmp", out / ".repeat-0.json.l1v3.tmp"
+    old.write_text('{"header"')
+    live.write_text('{"header"')  # a concurrent evaluation writing the same manifest right now
+    os.utime(old, (time.time() - 2 * SHARED_TEMP_AGE_S, time.time() - 2 * SHARED_TEMP_AGE_S))
+    _make(bench, backgrounds, out, repeats=1)
+    assert sorted(p.name for p in out.iterdir()) == [live.name, "repeat-0.json"]
 
 
 def test_bad_options_are_option_errors(bench, backgrounds, tmp_path):
