@@ -325,6 +325,9 @@ def corrupt(
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 
+    if force and render is None:
+        raise OptionError("--force renders images again; without --render nothing is rendered",
+                          fix="add --render DIR, or drop --force")
     dataset = open_dataset(dataset_name, root)
     paths = make_corrupted_manifests(dataset, split, repeats, seed, backgrounds, out, protocol, fold)
     click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")

@@ -97,3 +97,8 @@ def test_corrupt_render_into_another_render_needs_force(tmp_path):
     forced = _corrupt(*common, "--seed", "1", "--force")
     assert forced.exit_code == 0, forced.output
     assert "(4 rendered, 0 unchanged and kept)" in forced.output
+
+
+def test_corrupt_force_without_render_is_refused(tmp_path):
+    result = _corrupt("--root", str(tmp_path / "bench"), "--force")
+    assert result.exit_code == 2 and "add --render DIR" in result.output
