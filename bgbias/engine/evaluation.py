@@ -199,11 +199,13 @@ def corrupted_manifests(
                 path=path,
                 fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
             )
-    if len(loaded) < repeats:
-        # Rewrites the existing repeats byte for byte: repeat r of a seed does not depend on ``repeats``.
-        make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
-                                 protocol=protocol, fold=fold, geometry=geometry)
-    return [loaded.get(path) or load_manifest(path, dataset, pool, geometry) for path in paths]
+    if len(loaded) == repeats:
+        return [loaded[path] for path in paths]
+    # Writes every repeat (repeat r of a seed does not depend on ``repeats``, but the header records this
+    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
+    make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
+                             protocol=protocol, fold=fold, geometry=geometry)
+    return [load_manifest(path, dataset, pool, geometry) for path in paths]
 
 
 # ------------------------------------------------------------------------------------------------ helpers

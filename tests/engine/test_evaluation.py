@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,6 +142,17 @@ def test_a_manifest_copied_under_another_repeat_is_not_counted_twice(run, tiny_b
     with pytest.raises(AssetError, match="named for repeat 1 of the test split but holds repeat 0") as err:
         _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
     assert err.value.path == str(folder / "repeat-1.json")
+
+
+def test_reported_manifest_digests_are_of_the_files_left_on_disk(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    folder = tmp_path / "manifests"
+    # Repeat 0 made for the test split under another protocol: making repeat 1 rewrites its header.
+    make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=tiny_bench / "backgrounds",
+                             out_dir=folder, protocol="cv4", fold=1)
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    for manifest in result.report["corrupted_sets"]["manifests"]:
+        assert manifest["sha256"] == hashlib.sha256(Path(manifest["path"]).read_bytes()).hexdigest()
 
 
 def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
