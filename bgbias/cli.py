@@ -320,6 +320,11 @@ def masks(
     default=None,
     help="U²-Net masks for --render (default masks/<dataset>).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --render: render every image again, also into a folder that holds another render.",
+)
 def corrupt(
     dataset_name: str,
     root: Path | None,
@@ -332,19 +337,25 @@ def corrupt(
     out: Path | None,
     render: Path | None,
     masks_dir: Path | None,
+    force: bool,
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
     from bgbias.augment.corrupt import make_corrupted_manifests, render_corrupted_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 
+    if force and render is None:
+        raise OptionError("--force renders images again; without --render nothing is rendered",
+                          fix="add --render DIR, or drop --force")
     dataset = open_dataset(dataset_name, root)
     paths = make_corrupted_manifests(dataset, split, repeats, seed, backgrounds, out, protocol, fold)
     click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
     if render is not None:
         masks = masks_dir if masks_dir is not None else default_masks_dir(dataset)
-        gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds)
-        click.echo(f"corrupted images in {render}; look at {gallery}")
+        results, gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds, force=force)
+        written, kept = sum(r.written for r in results), sum(r.kept for r in results)
+        click.echo(f"corrupted images in {render} ({written} rendered, {kept} unchanged and kept); "
+                   f"look at {gallery}")
 
 
 # --------------------------------------------------------------------------------------------------- train

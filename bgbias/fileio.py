@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +87,42 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep_stale_temps(paths: Iterable[Path], older_than: float = 0.0) -> int:
+    """Remove the temporary siblings (``.<name>.*.tmp``, from :func:`atomic_path`) that a killed run left
+    beside ``paths``; returns how many. Only these names are touched, so writers sharing a folder (mask
+    shards) never remove each other's files in flight. Files that another process may be writing at this
+    moment (corrupted-set manifests, shared by concurrent evaluations) pass ``older_than``: temporaries
+    modified within that many seconds are spared, a live write taking milliseconds."""
+    by_folder: dict[Path, set[str]] = defaultdict(set)
+    for path in paths:
+        by_folder[path.parent].add(path.name)
+    cutoff = time.time() - older_than
+    removed = 0
+    for folder, names in by_folder.items():
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if _temp_of(entry.name) in names and (older_than <= 0 or _modified(entry) < cutoff):
+                Path(entry.path).unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def _modified(entry: os.DirEntry[str]) -> float:
+    try:
+        return entry.stat().st_mtime
+    except FileNotFoundError:  # its writer renamed it into place meanwhile
+        return math.inf
+
+
+def _temp_of(name: str) -> str | None:
+    """The file a temporary ``.<name>.<random>.tmp`` stands for, else ``None``."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    stem = name[1:-4]
+    target, dot, _random = stem.rpartition(".")
+    return target if dot else None

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 _CHUNK = 1 << 20
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256(value: object) -> bool:
+    """Whether ``value`` is a hex SHA-256 as this module writes it (64 lower-case hex digits)."""
+    return isinstance(value, str) and _SHA256_HEX.fullmatch(value) is not None
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

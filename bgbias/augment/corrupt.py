@@ -4,17 +4,18 @@ The seed paper drew test backgrounds from whatever state the random generator wa
 methods saw the same corrupted set. Here a manifest records, for every image of a split, the pool file, the
 crop box and the flip (references.md §7, gap 2); its header records what it was made from (dataset, split, ids
 checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer matches its
-dataset or pool is refused instead of silently giving other numbers. Rendering replays a manifest: evaluation
-geometry on image and mask, the background crop, then the shared :func:`composite`.
+dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every field is read
+back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering replays a manifest:
+evaluation geometry on image and mask, the background crop, then the shared :func:`composite`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bgbias.assets.digest import sha256_file
+from bgbias.assets.digest import is_sha256, sha256_file
 from bgbias.augment.background_crops import (
     FLIP_P,
     RATIO,
@@ -34,13 +35,20 @@ from bgbias.augment.background_crops import (
     sample_background_crop,
 )
 from bgbias.augment.mask_check import load_matching_mask, saliency_masks
-from bgbias.backgrounds.pool import list_pool, pool_folder
+from bgbias.augment.render_ledger import (
+    LEDGER_NAME,
+    RenderRecord,
+    claim_out_dir,
+    record_line,
+    write_ledger,
+)
+from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item, mask_path
-from bgbias.data.splits import split_items
+from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
-from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.fileio import sweep_stale_temps, write_bytes_atomic, write_text_atomic
 from bgbias.paths import backgrounds_root, corrupted_root
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
@@ -48,7 +56,11 @@ MANIFEST_VERSION = 1
 CORRUPTED_SPLITS = ("val", "test")
 POOL_OF_SPLIT = {"val": "train", "test": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the seed; the test pool stays unseen."""
-RENDER_RECORD = "render.json"
+SHARED_TEMP_AGE_S = 60.0
+"""Manifests are shared (concurrent evaluations may write the same ones): a temporary beside one counts as
+left by a killed run only once it is this old."""
+BACKGROUND_CROP = {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P}
+"""The sampling rules a manifest's header records; a manifest drawn by other rules is another experiment."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +91,11 @@ class CorruptedEntry:
 
 @dataclass(frozen=True)
 class CorruptedManifest:
-    """A loaded and validated manifest; ``pool_dir`` is the folder its backgrounds were checked in."""
+    """A loaded and validated manifest; ``pool_dir`` is the folder its backgrounds were checked in, ``sha256``
+    the digest of the bytes it was read from."""
 
     path: Path
+    sha256: str
     dataset: str
     split: str
     protocol: str
@@ -176,6 +190,7 @@ def make_corrupted_manifests(
         out_dir = default_manifest_dir(dataset, split, seed, protocol, fold)
     items = split_items(dataset, split, protocol, fold)
     pool = describe_pool(pool_dir)
+    sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)
     paths = []
     for repeat in range(repeats):
         header = {
@@ -190,7 +205,7 @@ def make_corrupted_manifests(
             "seed": seed,
             "repeat": repeat,
             "geometry": geometry.as_dict(),
-            "background_crop": {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P},
+            "background_crop": BACKGROUND_CROP,
             "pool": [f.as_dict() for f in pool],
         }
         entries = sample_entries(items, pool, seed, repeat)
@@ -209,99 +224,248 @@ def manifest_text(header: dict[str, Any], entries: Sequence[CorruptedEntry]) -> 
 
 def ids_sha256(items: Sequence[Item]) -> str:
     """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
-    return hashlib.sha256("".join(f"{item.id}\n" for item in items).encode("utf-8")).hexdigest()
+    return _ids_digest(item.id for item in items)
+
+
+def _ids_digest(ids: Iterable[str]) -> str:
+    return hashlib.sha256("".join(f"{image_id}\n" for image_id in ids).encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------- loading
-def load_manifest(path: Path, dataset: Dataset, backgrounds: Path | None = None) -> CorruptedManifest:
-    """Read a manifest and check it still describes ``dataset`` and the split's pool in ``backgrounds``.
+def load_manifest(
+    path: Path, dataset: Dataset, backgrounds: Path | None = None, geometry: EvalGeometry | None = None
+) -> CorruptedManifest:
+    """Read a manifest, check every field, and check it still describes ``dataset``, the evaluation geometry
+    and the split's pool in ``backgrounds``.
 
-    ``backgrounds`` is as for :func:`split_pool_dir`. Any mismatch is an error that says how to fix it:
-    restore the dataset or pool it was made from, or make the manifests again.
+    ``backgrounds`` is as for :func:`split_pool_dir`; ``geometry`` defaults to the dataset's evaluation
+    geometry. Any mismatch is an error that says how to fix it: restore the dataset or pool it was made from,
+    or make the manifests again.
     """
     path = Path(path)
-    header, images = _read_manifest(path)
-    remake = (
-        f"make the manifests again: bgbias corrupt --dataset {header['dataset']} --split {header['split']} "
-        f"--seed {header['seed']}"
-    )
-    if header["dataset"] != dataset.name:
+    manifest = _parse_manifest(path, backgrounds)
+    remake = f"make the manifests again: {remake_command(manifest, dataset.name)}"
+    if manifest.dataset != dataset.name:
         raise DatasetError(
-            f"the manifest is for the {header['dataset']} dataset, not {dataset.name}",
+            f"the manifest is for the {manifest.dataset} dataset, not {dataset.name}",
             path=path,
-            fix=f"pass the manifests of {dataset.name}, or open the {header['dataset']} dataset",
+            fix=f"pass the manifests of {dataset.name}, or open the {manifest.dataset} dataset",
         )
-    items = split_items(dataset, header["split"], header["protocol"], header["fold"])
-    if ids_sha256(items) != header["ids_sha256"] or len(items) != header["count"]:
+    expected = geometry if geometry is not None else eval_geometry(dataset.name)
+    if manifest.geometry != expected:
+        raise AssetError(
+            f"the manifest was made for the evaluation geometry resize={manifest.geometry.resize}, crop="
+            f"{manifest.geometry.crop}; this evaluation uses resize={expected.resize}, crop={expected.crop}",
+            path=path,
+            fix=remake,
+        )
+    items = split_items(dataset, manifest.split, manifest.protocol, manifest.fold)
+    if [entry.id for entry in manifest.entries] != [item.id for item in items]:
         raise DatasetError(
-            f"the {header['split']} split of {dataset.name} at {dataset.root} has changed since the manifest "
-            f"was made ({len(items)} images now, {header['count']} then)",
+            f"the {manifest.split} split of {dataset.name} at {dataset.root} has changed since the manifest "
+            f"was made ({len(items)} images now, {len(manifest.entries)} then)",
             path=path,
             fix=f"restore the dataset the manifest was made from, or {remake}",
         )
-    pool_dir = split_pool_dir(header["split"], backgrounds)
-    try:
-        pool = tuple(PoolFile(str(f["name"]), str(f["sha256"]), int(f["width"]), int(f["height"]))
-                     for f in header["pool"])
-        geometry = EvalGeometry(int(header["geometry"]["resize"]), int(header["geometry"]["crop"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AssetError("malformed pool list or geometry in the manifest", path=path,
-                         fix="make the manifest again with bgbias corrupt") from exc
-    _check_pool(pool, pool_dir, path, remake)
-    entries = tuple(_entry(raw, path) for raw in images)
-    _check_entries(entries, items, pool, path)
+    _check_pool(manifest.pool, manifest.pool_dir, path, remake)
+    return manifest
+
+
+def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:
+    """The ``bgbias corrupt`` call that makes the manifests of ``manifest``'s split again."""
+    split = f"--split {manifest.split}"
+    if manifest.protocol != "fixed":
+        split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
+    return f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
+
+
+_DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
+_TOP_KEYS = ("header", "images")
+_HEADER_KEYS = (
+    "format", "version", "dataset", "split", "protocol", "fold", "count", "ids_sha256", "seed", "repeat",
+    "geometry", "background_crop", "pool",
+)
+_GEOMETRY_KEYS = ("resize", "crop")
+_POOL_KEYS = ("name", "sha256", "width", "height")
+_ENTRY_KEYS = ("id", "background", "box", "flip")
+
+
+def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
+    """A manifest whose every field has the type and range ``bgbias corrupt`` writes, and whose parts agree
+    with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
+    field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
+    data, digest = _read_json(path)
+    _check_keys(data, _TOP_KEYS, "the manifest", path)
+    header, images = data["header"], data["images"]
+    if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
+        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=_DAMAGED)
+    if not _is_int(header.get("version")) or header["version"] != MANIFEST_VERSION:
+        raise AssetError(f"manifest version {header.get('version')!r} is not {MANIFEST_VERSION}", path=path,
+                         fix=_DAMAGED)
+    _check_keys(header, _HEADER_KEYS, "header", path)
+    split = _text(header["split"], "header.split", path, CORRUPTED_SPLITS)
+    protocol = _text(header["protocol"], "header.protocol", path, PROTOCOLS)
+    folds = 1 if protocol == "fixed" else CV_FOLDS
+    geometry = _check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
+    resize = _int(geometry["resize"], "header.geometry.resize", path, low=1)
+    crop = _int(geometry["crop"], "header.geometry.crop", path, low=1, high=resize)
+    if _canonical(header["background_crop"]) != _canonical(BACKGROUND_CROP):
+        raise _bad("header.background_crop", f"the current sampling rules {_canonical(BACKGROUND_CROP)}",
+                   header["background_crop"], path)
+    dataset = _text(header["dataset"], "header.dataset", path)
+    fold = _int(header["fold"], "header.fold", path, high=folds - 1)
+    seed = _int(header["seed"], "header.seed", path)
+    repeat = _int(header["repeat"], "header.repeat", path)
+    pool = _pool(header["pool"], path)
+    if not isinstance(images, list):
+        raise _bad("images", "a list", images, path)
+    entries = tuple(_entry(raw, f"images[{index}]", path) for index, raw in enumerate(images))
+    if _int(header["count"], "header.count", path, low=1) != len(entries):
+        raise AssetError(f"the manifest has {len(entries)} image entries but its header counts "
+                         f"{header['count']}", path=path, fix=_DAMAGED)
+    if _sha256(header["ids_sha256"], "header.ids_sha256", path) != _ids_digest(e.id for e in entries):
+        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
+                         fix=_DAMAGED)
+    _check_entries(entries, pool, path)
     return CorruptedManifest(
         path=path,
-        dataset=header["dataset"],
-        split=header["split"],
-        protocol=header["protocol"],
-        fold=header["fold"],
-        seed=header["seed"],
-        repeat=header["repeat"],
-        geometry=geometry,
-        pool_dir=pool_dir,
+        sha256=digest,
+        dataset=dataset,
+        split=split,
+        protocol=protocol,
+        fold=fold,
+        seed=seed,
+        repeat=repeat,
+        geometry=EvalGeometry(resize, crop),
+        pool_dir=split_pool_dir(split, backgrounds),
         pool=pool,
         entries=entries,
     )
 
 
-_HEADER_KEYS = (
-    "dataset", "split", "protocol", "fold", "count", "ids_sha256", "seed", "repeat", "geometry", "pool"
-)
-
-
-def _read_manifest(path: Path) -> tuple[dict[str, Any], list[Any]]:
-    damaged = "make it again with bgbias corrupt (a manifest is never edited by hand)"
+def _read_json(path: Path) -> tuple[Any, str]:
+    """The parsed file and the sha256 of the very bytes parsed; a key given twice in one object is refused."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise AssetError("corrupted-set manifest not found", path=path,
                          fix="make it with: bgbias corrupt --dataset NAME") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=damaged) from exc
-    header = data.get("header") if isinstance(data, dict) else None
-    if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
-        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=damaged)
-    if header.get("version") != MANIFEST_VERSION:
-        raise AssetError(f"manifest version {header.get('version')} is not {MANIFEST_VERSION}", path=path,
-                         fix=damaged)
-    missing = [key for key in _HEADER_KEYS if key not in header]
-    if missing or not isinstance(data.get("images"), list):
-        raise AssetError(f"manifest lacks {', '.join(missing) or 'its image list'}", path=path, fix=damaged)
-    return header, data["images"]
-
-
-def _entry(raw: Any, path: Path) -> CorruptedEntry:
+    except OSError as exc:
+        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=_DAMAGED) from exc
     try:
-        box = CropBox(*(int(v) for v in raw["box"]))
-        return CorruptedEntry(str(raw["id"]), str(raw["background"]), box, bool(raw["flip"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AssetError(f"malformed image entry {raw!r} in the manifest", path=path,
-                         fix="make the manifest again with bgbias corrupt") from exc
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=_DAMAGED) from exc
+    return data, hashlib.sha256(raw).hexdigest()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError(f"a key is given twice in one object: {sorted(k for k, _ in pairs)}")
+    return found
+
+
+def _pool(raw: Any, path: Path) -> tuple[PoolFile, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad("header.pool", "a non-empty list", raw, path)
+    pool = []
+    for index, item in enumerate(raw):
+        where = f"header.pool[{index}]"
+        _check_keys(item, _POOL_KEYS, where, path)
+        pool.append(PoolFile(
+            _text(item["name"], f"{where}.name", path),
+            _sha256(item["sha256"], f"{where}.sha256", path),
+            _int(item["width"], f"{where}.width", path, low=1),
+            _int(item["height"], f"{where}.height", path, low=1),
+        ))
+    names = [f.name for f in pool]
+    if len(set(names)) != len(names):
+        raise AssetError("the manifest's pool lists a background twice", path=path, fix=_DAMAGED)
+    return tuple(pool)
+
+
+def _entry(raw: Any, where: str, path: Path) -> CorruptedEntry:
+    _check_keys(raw, _ENTRY_KEYS, where, path)
+    box = raw["box"]
+    if not isinstance(box, list) or len(box) != 4:
+        raise _bad(f"{where}.box", "a list [left, top, width, height]", box, path)
+    left, top, width, height = (
+        _int(value, f"{where}.box[{i}]", path, low=int(i >= 2)) for i, value in enumerate(box)
+    )
+    flip = raw["flip"]
+    if not isinstance(flip, bool):
+        raise _bad(f"{where}.flip", "true or false", flip, path)
+    return CorruptedEntry(
+        _text(raw["id"], f"{where}.id", path), _text(raw["background"], f"{where}.background", path),
+        CropBox(left, top, width, height), flip,
+    )
+
+
+def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], path: Path) -> None:
+    """Every entry names a pool file and a box inside it."""
+    sizes = {f.name: (f.width, f.height) for f in pool}
+    for index, entry in enumerate(entries):
+        if entry.background not in sizes:
+            raise _bad(f"images[{index}].background", "a file of the manifest's pool", entry.background, path)
+        if not entry.box.fits(sizes[entry.background]):
+            width, height = sizes[entry.background]
+            raise _bad(f"images[{index}].box", f"a box inside {entry.background} ({width}×{height})",
+                       entry.box.as_list(), path)
+
+
+def _check_keys(raw: Any, keys: Sequence[str], where: str, path: Path) -> dict[str, Any]:
+    """``raw`` must be a JSON object with exactly ``keys``."""
+    if not isinstance(raw, dict):
+        raise _bad(where, "an object", raw, path)
+    missing = [key for key in keys if key not in raw]
+    unknown = sorted(set(raw) - set(keys))
+    if missing or unknown:
+        parts = [f"lacks {', '.join(missing)}" if missing else "", f"has unknown {', '.join(unknown)}"
+                 if unknown else ""]
+        raise AssetError(f"{where} {' and '.join(p for p in parts if p)}", path=path, fix=_DAMAGED)
+    return raw
+
+
+def _is_int(value: Any) -> bool:
+    """A JSON integer: Python's ``bool`` is an ``int`` too, but ``true`` is not a number."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(value: Any, where: str, path: Path, low: int = 0, high: int | None = None) -> int:
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        wanted = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
+        raise _bad(where, wanted, value, path)
+    return value
+
+
+def _text(value: Any, where: str, path: Path, allowed: Sequence[str] | None = None) -> str:
+    if allowed is not None and value not in allowed:
+        raise _bad(where, f"one of {', '.join(allowed)}", value, path)
+    if not isinstance(value, str) or not value:
+        raise _bad(where, "a non-empty string", value, path)
+    return value
+
+
+def _sha256(value: Any, where: str, path: Path) -> str:
+    if not is_sha256(value):
+        raise _bad(where, "a sha256 (64 lower-case hex digits)", value, path)
+    return value
+
+
+def _canonical(value: Any) -> str:
+    """JSON text that tells ``1``, ``1.0`` and ``true`` apart, for comparing recorded values exactly."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _bad(where: str, wanted: str, value: Any, path: Path) -> AssetError:
+    shown = json.dumps(value, ensure_ascii=False)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return AssetError(f"manifest field {where} must be {wanted}, got {shown}", path=path, fix=_DAMAGED)
 
 
 def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: str) -> None:
-    """The pool folder must hold exactly the recorded files, byte for byte."""
+    """The pool folder must hold exactly the recorded files, byte for byte, at the recorded sizes."""
     restore = f"restore the pool, pass the backgrounds the manifest was made with, or {remake}"
     present = {p.name: p for p in list_pool(pool_dir)}
     recorded = {f.name for f in pool}
@@ -323,18 +487,14 @@ def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: st
             path=path,
             fix=restore,
         )
-
-
-def _check_entries(entries: Sequence[CorruptedEntry], items: Sequence[Item], pool: Sequence[PoolFile],
-                   path: Path) -> None:
-    fix = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
-    if [e.id for e in entries] != [item.id for item in items]:
-        raise AssetError("the manifest's image list does not match its header", path=path, fix=fix)
-    sizes = {f.name: (f.width, f.height) for f in pool}
-    for entry in entries:
-        if entry.background not in sizes or not entry.box.fits(sizes[entry.background]):
-            raise AssetError(f"image {entry.id}: background {entry.background} or box {entry.box.as_list()} "
-                             "is not in the pool", path=path, fix=fix)
+    resized = [f.name for f in pool if upright_size(present[f.name]) != (f.width, f.height)]
+    if resized:
+        raise AssetError(
+            f"the manifest records other sizes than the files have for {len(resized)} background(s): "
+            f"{', '.join(resized[:5])}",
+            path=path,
+            fix=_DAMAGED,
+        )
 
 
 # ------------------------------------------------------------------------------------------------- rendering
@@ -386,8 +546,10 @@ def render_corrupted(
     """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
 
     ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
-    run resumes: images already written for the same manifest and masks folder are kept. ``force`` renders
-    them all again (needed after the masks were remade in the same folder).
+    run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
+    :mod:`bgbias.augment.render_ledger`) still matches the image, the mask and the PNG, so images whose photo
+    or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left are
+    removed first.
     """
     from tqdm import tqdm
 
@@ -401,48 +563,70 @@ def render_corrupted(
             fix="load the manifest with load_manifest() against the dataset it was made for",
         )
     items = [by_id[entry.id] for entry in manifest.entries]
-    saliency_masks(items, masks_dir, dataset.name)
-    record = {"manifest_sha256": sha256_file(manifest.path), "masks_dir": os.fspath(masks_dir.resolve())}
-    _claim_out_dir(out_dir, record, force)
+    masks = saliency_masks(items, masks_dir, dataset.name)
+    targets = [out_dir.joinpath(*item.relpath.with_suffix(".png").parts) for item in items]
+    ledger = out_dir / LEDGER_NAME
+    sweep_stale_temps([*targets, ledger])
+    done = claim_out_dir(out_dir, manifest.sha256, force)
 
-    by_background: dict[str, list[tuple[Item, CorruptedEntry]]] = defaultdict(list)
-    for item, entry in zip(items, manifest.entries, strict=True):
-        by_background[entry.background].append((item, entry))
+    jobs: dict[str, list[int]] = defaultdict(list)
+    for index, entry in enumerate(manifest.entries):
+        jobs[entry.background].append(index)
+    records: dict[str, RenderRecord] = {}
     written = kept = 0
-    with tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar:
-        for name in sorted(by_background):
-            background = load_image(manifest.pool_dir / name)
-            for item, entry in by_background[name]:
-                target = out_dir.joinpath(*item.relpath.with_suffix(".png").parts)
-                if target.is_file() and not force:
+    with (
+        tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
+        ledger.open("a", encoding="utf-8") as log,
+    ):
+        for name in sorted(jobs):
+            background: Image.Image | None = None
+            for index in jobs[name]:
+                item, entry, target = items[index], manifest.entries[index], targets[index]
+                # Digests are taken before the files are decoded: a file that changes in between is rendered
+                # again by the next run instead of being kept under a digest it no longer has.
+                image_sha256, mask_sha256 = _file_sha256(item.image), _file_sha256(masks[index])
+                record = done.get(item.id)
+                if record is not None and _still_holds(record, image_sha256, mask_sha256, target):
                     kept += 1
                 else:
+                    if background is None:
+                        background = load_image(manifest.pool_dir / name)
                     image, mask = load_pair(item, masks_dir, dataset.name)
-                    corrupted = render_entry(image, mask, background, entry, manifest.geometry)[2]
-                    with atomic_path(target) as tmp:
-                        Image.fromarray(corrupted).save(tmp, format="PNG")
+                    png = _png_bytes(render_entry(image, mask, background, entry, manifest.geometry)[2])
+                    write_bytes_atomic(target, png)
+                    record = RenderRecord(item.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
+                    log.write(record_line(record.to_json()))
+                    log.flush()
                     written += 1
+                records[item.id] = record
                 bar.update()
+    write_ledger(ledger, manifest.sha256, [records[entry.id] for entry in manifest.entries])
     return RenderResult(out_dir, written, kept)
 
 
-def _claim_out_dir(out_dir: Path, record: dict[str, str], force: bool) -> None:
-    """Refuse to mix images of two manifests (or two masks folders), or to write into a foreign non-empty
-    folder, unless ``force``. The record is written before the first image, so images kept on resume are ours.
-    """
-    record_path = out_dir / RENDER_RECORD
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        try:
-            previous = json.loads(record_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            previous = None
-        if previous != record:
-            raise OptionError(
-                "the output folder is not empty and holds no render of this manifest with this masks folder",
-                path=out_dir,
-                fix="pass another output folder, or --force to render every image again",
-            )
-    write_json_atomic(record_path, record)
+def _still_holds(record: RenderRecord, image_sha256: str, mask_sha256: str, target: Path) -> bool:
+    """Whether the PNG at ``target`` is the one ``record`` wrote, from the image and mask it names."""
+    if (record.image_sha256, record.mask_sha256) != (image_sha256, mask_sha256):
+        return False
+    try:
+        return sha256_file(target) == record.png_sha256
+    except OSError:
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    """The sha256 of an image or mask file; ``ImageError`` naming it when it cannot be read."""
+    try:
+        return sha256_file(path)
+    except OSError as exc:
+        raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
+                         fix="restore the file (an image of the dataset, or its saliency mask)") from exc
+
+
+def _png_bytes(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def render_corrupted_sets(
@@ -452,15 +636,21 @@ def render_corrupted_sets(
     out_dir: Path,
     backgrounds: Path | None = None,
     gallery_rows: int = 24,
-) -> Path:
-    """Render every repeat into ``out_dir/repeat-<r>/`` and write ``out_dir/gallery.png`` from the first.
+    force: bool = False,
+) -> tuple[list[RenderResult], Path]:
+    """Render every repeat into ``out_dir/repeat-<r>/`` (``force``: every image again) and write
+    ``out_dir/gallery.png`` from the first.
 
-    Returns the gallery's path: image | mask | corrupted rows that a person can look over.
+    Returns what each repeat wrote and kept, and the gallery's path: image | mask | corrupted rows that a
+    person can look over.
     """
     from bgbias.augment.gallery import manifest_gallery
 
     manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
-    for manifest in manifests:
-        render_corrupted(dataset, manifest, masks_dir, Path(out_dir) / manifest.path.stem, progress=True)
+    results = [
+        render_corrupted(dataset, m, masks_dir, Path(out_dir) / m.path.stem, force=force, progress=True)
+        for m in manifests
+    ]
     gallery = Path(out_dir) / "gallery.png"
-    return manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)
+    sweep_stale_temps([gallery])
+    return results, manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)

@@ -340,10 +340,10 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 def _source_info(sources: set[PhotoSource]) -> dict[Path, tuple[str, tuple[int, int]]]:
     """Checksum and upright (width, height) of each source, read without decoding the pixels."""
-    return {source.path: (sha256_file(source.path), _upright_size(source.path)) for source in sources}
+    return {source.path: (sha256_file(source.path), upright_size(source.path)) for source in sources}
 
 
-def _upright_size(path: Path) -> tuple[int, int]:
+def upright_size(path: Path) -> tuple[int, int]:
     """The size ``load_image`` will give, from the header: EXIF orientations 5–8 swap width and height."""
     try:
         with Image.open(path) as image:

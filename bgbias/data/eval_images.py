@@ -15,19 +15,11 @@ from typing import Any
 
 from PIL import Image
 
-from bgbias.augment.corrupt import CorruptedEntry, CorruptedManifest, load_pair, render_entry
+from bgbias.augment.corrupt import CorruptedEntry, CorruptedManifest, load_pair, remake_command, render_entry
 from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry, eval_transform
 from bgbias.errors import DatasetError
-
-
-def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:
-    """The ``bgbias corrupt`` call that makes the manifests of ``manifest``'s split again."""
-    split = f"--split {manifest.split}"
-    if manifest.protocol != "fixed":
-        split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
-    return f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
 
 
 class EvalImages:

@@ -24,6 +24,7 @@ from bgbias.errors import AssetError
 if TYPE_CHECKING:
     from bgbias.augment.corrupt import CorruptedManifest
     from bgbias.data.items import Dataset
+    from bgbias.data.transforms import EvalGeometry
     from bgbias.engine.metrics import RetrievalScores
     from bgbias.engine.trained import TrainedModel
 
@@ -71,7 +72,6 @@ def evaluate(
     its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
-    from bgbias.assets.digest import sha256_file
     from bgbias.augment.corrupt import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import CorruptedImages, EvalImages
@@ -125,9 +125,9 @@ def evaluate(
     masks_dir = Path(masks) if masks is not None else default_masks_dir(dataset)
     if corrupted:
         for manifest in corrupted_manifests(dataset, split, repeats, seed, backgrounds, manifests,
-                                            config.protocol, config.fold):
+                                            config.protocol, config.fold, geometry):
             corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
-            manifest_sha256[manifest.path] = sha256_file(manifest.path)
+            manifest_sha256[manifest.path] = manifest.sha256
         masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
 
     clean_images = EvalImages(items, geometry)
@@ -208,11 +208,13 @@ def corrupted_manifests(
     folder: str | os.PathLike[str] | None,
     protocol: str,
     fold: int,
+    geometry: EvalGeometry,
 ) -> list[CorruptedManifest]:
-    """Repeats ``0 … repeats-1`` of the split's corrupted sets, made first where missing.
+    """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
 
-    Existing manifests are loaded (and so checked against the dataset and pool) before any is written, so a
-    manifest made with another pool is reported, never silently replaced.
+    Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
+    written, so a manifest made with another pool is reported, never silently replaced; each must be the
+    split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
     from bgbias.augment.corrupt import (
         default_manifest_dir,
@@ -226,16 +228,26 @@ def corrupted_manifests(
         folder = default_manifest_dir(dataset, split, seed, protocol, fold)
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
-    loaded = {path: load_manifest(path, dataset, pool) for path in paths if path.is_file()}
-    mismatched = [path for path, manifest in loaded.items() if manifest.seed != seed]
-    if mismatched:
-        raise AssetError(f"the manifest was made with another seed than {seed}", path=mismatched[0],
-                         fix="pass --seed to match it, or use another manifests folder")
-    if len(loaded) < repeats:
-        # Rewrites the existing repeats byte for byte: repeat r of a seed does not depend on ``repeats``.
-        make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
-                                 protocol=protocol, fold=fold)
-    return [loaded[path] if path in loaded else load_manifest(path, dataset, pool) for path in paths]
+    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if path.is_file()}
+    for repeat, path in enumerate(paths):
+        manifest = loaded.get(path)
+        if manifest is not None and manifest.seed != seed:
+            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                             fix="pass --seed to match it, or use another manifests folder")
+        if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
+            raise AssetError(
+                f"the file is named for repeat {repeat} of the {split} split but holds repeat "
+                f"{manifest.repeat} of the {manifest.split} split",
+                path=path,
+                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+            )
+    if len(loaded) == repeats:
+        return [loaded[path] for path in paths]
+    # Writes every repeat (repeat r of a seed does not depend on ``repeats``, but the header records this
+    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
+    make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
+                             protocol=protocol, fold=fold, geometry=geometry)
+    return [load_manifest(path, dataset, pool, geometry) for path in paths]
 
 
 # ------------------------------------------------------------------------------------------------ helpers

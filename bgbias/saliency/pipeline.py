@@ -23,7 +23,7 @@ from typing import Any
 from bgbias.data.images import load_image
 from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, OptionError
-from bgbias.fileio import write_bytes_atomic
+from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.saliency.quality import (
     QUALITY_NAME,
     QualityReport,
@@ -45,7 +45,7 @@ from bgbias.saliency.records import (
     write_manifest,
     write_records,
 )
-from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items, sweep_stale_temps
+from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
 from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session, usable_cores
 
 EMPTY_BELOW = 0.5

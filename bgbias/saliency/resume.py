@@ -1,11 +1,9 @@
-"""What is left to do in a mask folder: which images belong to this shard, which finished masks are intact,
-and what temporary files a killed run left behind."""
+"""What is left to do in a mask folder: which images belong to this shard, and which finished masks are
+intact."""
 
 from __future__ import annotations
 
-import os
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from PIL import Image
@@ -45,32 +43,3 @@ def mask_is_intact(path: Path, size: tuple[int, int] | None) -> bool:
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return False
     return True
-
-
-def sweep_stale_temps(paths: Iterable[Path]) -> int:
-    """Remove the temporary siblings (``.<name>.*.tmp``, from ``bgbias.fileio.atomic_path``) that a killed run
-    left beside ``paths``; returns how many. Only these names are touched, so shards sharing a folder never
-    remove each other's files in flight."""
-    by_folder: dict[Path, set[str]] = defaultdict(set)
-    for path in paths:
-        by_folder[path.parent].add(path.name)
-    removed = 0
-    for folder, names in by_folder.items():
-        try:
-            entries = list(os.scandir(folder))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if _temp_of(entry.name) in names:
-                Path(entry.path).unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def _temp_of(name: str) -> str | None:
-    """The file a temporary ``.<name>.<random>.tmp`` stands for, else ``None``."""
-    if not (name.startswith(".") and name.endswith(".tmp")):
-        return None
-    stem = name[1:-4]
-    target, dot, _random = stem.rpartition(".")
-    return target if dot else None

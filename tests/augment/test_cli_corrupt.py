@@ -28,13 +28,18 @@ def _corrupt(*args):
     return CliRunner().invoke(main, ["corrupt", "--dataset", "bench", *args])
 
 
-def test_corrupt_command_writes_repeatable_manifests_and_renders(tmp_path):
+def _bench_with_masks(tmp_path):
     root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=2, per_class=2)
-    pools = _pools(tmp_path / "backgrounds")
     masks = tmp_path / "masks"
     for item in open_dataset("bench", root).items():  # the exact masks stand in for U²-Net's
         mask_path(item, masks).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(item.ground_truth_mask, mask_path(item, masks))
+    return root, masks
+
+
+def test_corrupt_command_writes_repeatable_manifests_and_renders(tmp_path):
+    root, masks = _bench_with_masks(tmp_path)
+    pools = _pools(tmp_path / "backgrounds")
     common = ["--root", str(root), "--backgrounds", str(pools), "--repeats", "2"]
     first = _corrupt(
         *common, "--out", str(tmp_path / "a"), "--render", str(tmp_path / "r"), "--masks", str(masks)
@@ -68,3 +73,32 @@ def test_corrupt_render_without_masks_names_the_masks_command(tmp_path):
     )
     assert result.exit_code == 2
     assert "bgbias masks --dataset bench" in result.output
+
+
+def test_corrupt_render_keeps_what_is_current_and_force_renders_everything_again(tmp_path):
+    root, masks = _bench_with_masks(tmp_path)
+    common = ["--root", str(root), "--backgrounds", str(_pools(tmp_path / "backgrounds")), "--repeats", "1",
+              "--out", str(tmp_path / "m"), "--render", str(tmp_path / "r"), "--masks", str(masks)]
+    assert "(4 rendered, 0 unchanged and kept)" in _corrupt(*common).output
+    again = _corrupt(*common)
+    assert again.exit_code == 0 and "(0 rendered, 4 unchanged and kept)" in again.output
+    forced = _corrupt(*common, "--force")
+    assert forced.exit_code == 0 and "(4 rendered, 0 unchanged and kept)" in forced.output
+
+
+def test_corrupt_render_into_another_render_needs_force(tmp_path):
+    root, masks = _bench_with_masks(tmp_path)
+    common = ["--root", str(root), "--backgrounds", str(_pools(tmp_path / "backgrounds")), "--repeats", "1",
+              "--out", str(tmp_path / "m"), "--render", str(tmp_path / "r"), "--masks", str(masks)]
+    assert _corrupt(*common).exit_code == 0
+    other = _corrupt(*common, "--seed", "1")
+    assert other.exit_code == 2
+    assert "another corrupted-set manifest" in other.output and "--force" in other.output
+    forced = _corrupt(*common, "--seed", "1", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "(4 rendered, 0 unchanged and kept)" in forced.output
+
+
+def test_corrupt_force_without_render_is_refused(tmp_path):
+    result = _corrupt("--root", str(tmp_path / "bench"), "--force")
+    assert result.exit_code == 2 and "add --render DIR" in result.output

@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from bgbias.augment.background_crops import apply_crop
 from bgbias.augment.corrupt import (
-    RENDER_RECORD,
+    SHARED_TEMP_AGE_S,
     load_manifest,
     make_corrupted_manifests,
     render_corrupted,
+    render_corrupted_sets,
     sample_entries,
     split_pool_dir,
 )
+from bgbias.augment.render_ledger import LEDGER_NAME
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
-from bgbias.data.transforms import eval_transform_pair
+from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from tests.augment.conftest import write_pool
 from tests.replicas import make_bench, make_cub
@@ -119,6 +124,17 @@ def test_default_location_is_beside_masks(bench, backgrounds, tmp_path, monkeypa
     assert paths[0].is_file()
 
 
+def test_temporaries_of_a_killed_manifest_write_are_swept_once_stale(bench, backgrounds, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    old, live = out / ".repeat-0.json.k1ll3d.tmp", out / ".repeat-0.json.l1v3.tmp"
+    old.write_text('{"header"')
+    live.write_text('{"header"')  # a concurrent evaluation writing the same manifest right now
+    os.utime(old, (time.time() - 2 * SHARED_TEMP_AGE_S, time.time() - 2 * SHARED_TEMP_AGE_S))
+    _make(bench, backgrounds, out, repeats=1)
+    assert sorted(p.name for p in out.iterdir()) == [live.name, "repeat-0.json"]
+
+
 def test_bad_options_are_option_errors(bench, backgrounds, tmp_path):
     with pytest.raises(OptionError, match="val and test"):
         _make(bench, backgrounds, tmp_path, split="train")
@@ -205,6 +221,97 @@ def test_load_manifest_rejects_a_damaged_file(bench, backgrounds, tmp_path, dama
         load_manifest(path, bench, backgrounds)
 
 
+def _edit(path: Path, change) -> None:
+    data = _read(path)
+    change(data["header"], data["images"])
+    path.write_text(json.dumps(data))
+
+
+def _set(field, value):
+    def change(header, images):
+        target = images[0] if field in ("id", "background", "box", "flip") else header
+        target[field] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (_set("flip", "no"), r"images\[0\]\.flip"),
+        (_set("flip", 0), r"images\[0\]\.flip"),
+        (_set("id", 7), r"images\[0\]\.id"),
+        (_set("background", "elsewhere.png"), r"images\[0\]\.background"),
+        (_set("box", [-1, 0, 10, 10]), r"images\[0\]\.box\[0\]"),
+        (_set("box", [0, 0, 0, 10]), r"images\[0\]\.box\[2\]"),
+        (_set("box", [0, 0, 10.0, 10]), r"images\[0\]\.box\[2\]"),
+        (_set("box", [0, "0", 10, 10]), r"images\[0\]\.box\[1\]"),
+        (_set("box", [0, True, 10, 10]), r"images\[0\]\.box\[1\]"),
+        (_set("box", [0, 0, 10]), r"images\[0\]\.box"),
+        (_set("box", [0, 0, 4000, 10]), r"images\[0\]\.box must be a box inside"),
+        (lambda header, images: images[0].update(extra=1), r"images\[0\] has unknown extra"),
+        (lambda header, images: images.reverse(), "ids_sha256"),
+        (_set("seed", "3"), r"header\.seed"),
+        (_set("seed", True), r"header\.seed"),
+        (_set("seed", -1), r"header\.seed"),
+        (_set("repeat", 0.0), r"header\.repeat"),
+        (_set("count", "6"), r"header\.count"),
+        (_set("count", 5), "counts 5"),
+        (_set("fold", 1), r"header\.fold must be an integer in 0\.\.0"),
+        (_set("split", "train"), r"header\.split"),
+        (_set("protocol", "cv5"), r"header\.protocol"),
+        (_set("dataset", ""), r"header\.dataset"),
+        (_set("ids_sha256", "abc"), r"header\.ids_sha256"),
+        (_set("version", True), "version"),
+        (_set("geometry", {"resize": 128, "crop": "big"}), r"header\.geometry\.crop"),
+        (_set("geometry", {"resize": 128, "crop": 129}), r"header\.geometry\.crop"),
+        (_set("geometry", {"resize": 128}), r"header\.geometry lacks crop"),
+        (_set("background_crop", {"scale": [0.5, 1.0], "ratio": [0.75, 4 / 3], "flip_p": 0.5}),
+         r"header\.background_crop"),
+        (lambda header, images: header.pop("pool"), "header lacks pool"),
+        (lambda header, images: header.update(note="hi"), "header has unknown note"),
+        (lambda header, images: header["pool"][0].update(width="64"), r"header\.pool\[0\]\.width"),
+        (lambda header, images: header["pool"][0].update(sha256="xyz"), r"header\.pool\[0\]\.sha256"),
+        (lambda header, images: header["pool"].append(dict(header["pool"][0])), "twice"),
+    ],
+)
+def test_load_manifest_checks_every_field_strictly(bench, backgrounds, tmp_path, change, field):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    _edit(path, change)
+    with pytest.raises(AssetError, match=field) as err:
+        load_manifest(path, bench, backgrounds)
+    assert err.value.path == str(path)
+    assert "bgbias corrupt" in err.value.fix
+
+
+def test_load_manifest_refuses_a_key_given_twice(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    path.write_text(path.read_text().replace('"flip": true', '"flip": true, "flip": "no"', 1))
+    with pytest.raises(AssetError, match="twice"):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_refuses_pool_sizes_the_files_do_not_have(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    _edit(path, lambda header, images: [f.update(width=f["width"] * 10) for f in header["pool"]])
+    with pytest.raises(AssetError, match="other sizes"):
+        load_manifest(path, bench, backgrounds)
+
+
+def test_load_manifest_refuses_another_evaluation_geometry(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1, geometry=EvalGeometry(160, 128))[0]
+    with pytest.raises(AssetError, match="resize=160, crop=128; this evaluation uses resize=128") as err:
+        load_manifest(path, bench, backgrounds)
+    assert err.value.path == str(path)
+    assert "make the manifests again: bgbias corrupt --dataset bench" in err.value.fix
+    assert load_manifest(path, bench, backgrounds, EvalGeometry(160, 128)).geometry == EvalGeometry(160, 128)
+
+
+def test_load_manifest_digests_the_bytes_it_read(bench, backgrounds, tmp_path):
+    path = _make(bench, backgrounds, tmp_path, repeats=1)[0]
+    assert load_manifest(path, bench, backgrounds).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_load_manifest_names_the_command_for_a_missing_file(bench, tmp_path):
     with pytest.raises(AssetError, match="not found") as err:
         load_manifest(tmp_path / "nope.json", bench)
@@ -250,7 +357,7 @@ def test_rendered_images_composite_image_and_cropped_background(bench, manifest,
 def test_default_output_is_beside_the_manifest(bench, manifest, masks_dir):
     result = render_corrupted(bench, manifest, masks_dir)
     assert result.out_dir == manifest.path.with_suffix("")
-    assert (result.out_dir / RENDER_RECORD).is_file()
+    assert (result.out_dir / LEDGER_NAME).is_file()
 
 
 def test_an_interrupted_render_resumes(bench, manifest, masks_dir, tmp_path):
@@ -264,17 +371,106 @@ def test_an_interrupted_render_resumes(bench, manifest, masks_dir, tmp_path):
     assert _pngs(out) == reference
 
 
+def _item(bench, manifest, index: int = 0):
+    return next(i for i in bench.items() if i.id == manifest.entries[index].id)
+
+
+def _target(out: Path, item) -> Path:
+    return out / item.relpath.with_suffix(".png")
+
+
+def test_an_image_rendered_from_a_changed_mask_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    item = _item(bench, manifest, 2)
+    before = _target(out, item).read_bytes()
+    ImageOps.invert(load_mask(mask_path(item, masks_dir))).save(mask_path(item, masks_dir))
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (1, len(manifest.entries) - 1)
+    assert _target(out, item).read_bytes() != before
+    assert _pngs(out) == _pngs(render_corrupted(bench, manifest, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_an_image_rendered_from_a_changed_photo_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    item = _item(bench, manifest, 1)
+    before = _target(out, item).read_bytes()
+    ImageOps.invert(load_image(item.image)).save(item.image, format="JPEG")
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (1, len(manifest.entries) - 1)
+    assert _target(out, item).read_bytes() != before
+    assert _pngs(out) == _pngs(render_corrupted(bench, manifest, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_a_rendered_image_changed_by_hand_is_rendered_again(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    reference = _pngs(out)
+    Image.new("RGB", (128, 128)).save(_target(out, _item(bench, manifest)))
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+    assert _pngs(out) == reference
+
+
+def test_a_killed_render_resumes_to_the_same_bytes(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    reference, ledger = _pngs(out), (out / LEDGER_NAME).read_bytes()
+    lines = ledger.decode().splitlines(keepends=True)
+    # Killed while writing the 4th line: two images with full lines, one torn, the rest not rendered yet.
+    (out / LEDGER_NAME).write_text("".join(lines[:3]) + lines[3][:20])
+    for entry in manifest.entries[3:]:
+        _target(out, _item(bench, manifest, manifest.entries.index(entry))).unlink()
+    result = render_corrupted(bench, manifest, masks_dir, out)
+    assert (result.written, result.kept) == (len(manifest.entries) - 2, 2)
+    assert _pngs(out) == reference and (out / LEDGER_NAME).read_bytes() == ledger
+
+
+def test_a_ledger_line_of_the_wrong_types_is_not_trusted(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    render_corrupted(bench, manifest, masks_dir, out)
+    lines = (out / LEDGER_NAME).read_text().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    (out / LEDGER_NAME).write_text(lines[0] + json.dumps({**record, "mask_sha256": True}) + "\n"
+                                   + "".join(lines[2:]))
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+
+
+def test_temporaries_of_a_killed_render_are_swept(bench, manifest, masks_dir, tmp_path):
+    out = tmp_path / "out"
+    # Killed while writing the ledger's first line: the folder holds nothing but its temporary.
+    (out / f".{LEDGER_NAME}.k1ll3d.tmp").parent.mkdir(parents=True)
+    (out / f".{LEDGER_NAME}.k1ll3d.tmp").write_text('{"format"')
+    render_corrupted(bench, manifest, masks_dir, out)
+    target = _target(out, _item(bench, manifest))
+    stale = target.with_name(f".{target.name}.x9y8z7.tmp")
+    stale.write_bytes(b"\x89PNG half")
+    target.unlink()
+    assert render_corrupted(bench, manifest, masks_dir, out).written == 1
+    assert not list(out.rglob(".*.tmp"))
+
+
 def test_a_folder_of_another_render_is_not_mixed_into(bench, backgrounds, manifest, masks_dir, tmp_path):
     out = tmp_path / "out"
     render_corrupted(bench, manifest, masks_dir, out)
     other_path = _make(bench, backgrounds, tmp_path / "other", seed=9, repeats=1)[0]
     other = load_manifest(other_path, bench, backgrounds)
-    with pytest.raises(OptionError, match="not empty") as err:
+    with pytest.raises(OptionError, match="render of another corrupted-set manifest") as err:
         render_corrupted(bench, other, masks_dir, out)
     assert "--force" in err.value.fix
     result = render_corrupted(bench, other, masks_dir, out, force=True)
     assert result.written == len(other.entries)
     assert _pngs(out) == _pngs(render_corrupted(bench, other, masks_dir, tmp_path / "fresh").out_dir)
+
+
+def test_a_stale_gallery_temporary_is_swept(bench, backgrounds, masks_dir, tmp_path):
+    paths = _make(bench, backgrounds, tmp_path / "manifests", repeats=1)
+    out = tmp_path / "rendered"
+    out.mkdir()
+    (out / ".gallery.png.k1ll3d.tmp").write_bytes(b"\x89PNG half")
+    results, gallery = render_corrupted_sets(bench, paths, masks_dir, out, backgrounds, gallery_rows=2)
+    assert [r.written for r in results] == [len(split_items(bench, "test"))] and gallery.is_file()
+    assert not list(out.rglob("*.tmp"))
 
 
 def test_rendering_against_another_dataset_is_refused(manifest, masks_dir, tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, render_entry
+from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, remake_command, render_entry
 from bgbias.data import eval_images
-from bgbias.data.eval_images import CorruptedImages, EvalImages, remake_command
+from bgbias.data.eval_images import CorruptedImages, EvalImages
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset

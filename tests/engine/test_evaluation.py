@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,6 +180,28 @@ def test_a_manifest_of_another_seed_is_reported_before_any_is_written(run, tiny_
         _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
     assert (tmp_path / "manifests" / "repeat-0.json").read_bytes() == written
     assert not (tmp_path / "manifests" / "repeat-1.json").exists()
+
+
+def test_a_manifest_copied_under_another_repeat_is_not_counted_twice(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    folder = tmp_path / "manifests"
+    pool = tiny_bench / "backgrounds"
+    make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=pool, out_dir=folder)
+    shutil.copy(folder / "repeat-0.json", folder / "repeat-1.json")
+    with pytest.raises(AssetError, match="named for repeat 1 of the test split but holds repeat 0") as err:
+        _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert err.value.path == str(folder / "repeat-1.json")
+
+
+def test_reported_manifest_digests_are_of_the_files_left_on_disk(run, tiny_bench, tmp_path):
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    folder = tmp_path / "manifests"
+    # Repeat 0 made for the test split under another protocol: making repeat 1 rewrites its header.
+    make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=tiny_bench / "backgrounds",
+                             out_dir=folder, protocol="cv4", fold=1)
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    for manifest in result.report["corrupted_sets"]["manifests"]:
+        assert manifest["sha256"] == hashlib.sha256(Path(manifest["path"]).read_bytes()).hexdigest()
 
 
 def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):

@@ -12,7 +12,6 @@ from bgbias.saliency.records import (
     records_path,
     write_records,
 )
-from bgbias.saliency.resume import sweep_stale_temps
 
 DONE = MaskRecord(
     "a.jpg",
@@ -61,11 +60,3 @@ def test_across_shard_files_a_mask_beats_a_failure(tmp_path):
     write_records(records_path(tmp_path, (1, 2)), [FAILED, DONE])
     merged = read_all_records(tmp_path)
     assert merged["b.jpg"].ok and merged["a.jpg"] == DONE
-
-
-def test_only_temporaries_of_the_given_files_are_swept(tmp_path):
-    (tmp_path / ".x.png.ab12cd34.tmp").write_bytes(b"")
-    (tmp_path / ".y.png.ab12cd34.tmp").write_bytes(b"")  # another shard's file in flight
-    (tmp_path / "x.png").write_bytes(b"")
-    assert sweep_stale_temps([tmp_path / "x.png", tmp_path / "missing-folder" / "z.png"]) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".y.png.ab12cd34.tmp", "x.png"]
