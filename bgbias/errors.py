@@ -3,6 +3,24 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+
+
+def printable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as it can be printed and written as UTF-8 text: itself, or the repr of its bytes (e.g.
+    ``b'caf\\xe9.jpg'``) when its name is not valid UTF-8 and Python holds it with lone surrogates, which
+    no UTF-8 writer accepts."""
+    text = os.fspath(path)
+    return text if is_utf8(text) else repr(os.fsencode(text))
+
+
+def is_utf8(text: str) -> bool:
+    """False for a name Python decoded from bytes that are not UTF-8 (it then holds lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class BgbiasError(Exception):
@@ -17,7 +35,7 @@ class BgbiasError(Exception):
     def render(self) -> str:
         lines = [self.problem]
         if self.path is not None:
-            lines.append(f"  file: {self.path}")
+            lines.append(f"  file: {printable_path(self.path)}")
         if self.fix is not None:
             lines.append(f"  fix:  {self.fix}")
         return "\n".join(lines)
@@ -37,3 +55,31 @@ class ImageError(BgbiasError):
 
 class OptionError(BgbiasError):
     """A command-line option or configuration value is invalid."""
+
+
+class SkippedEntriesWarning(UserWarning):
+    """A folder listing left out entries it could not use (a name that is not valid UTF-8, an entry that
+    cannot be stat'ed such as a broken or looping link); one warning per folder, naming each entry and why,
+    so a class folder or a pool never loses images without saying so."""
+
+    SHOWN = 10
+    """Entries named in the message before it only gives the count."""
+
+    def __init__(self, folder: str | os.PathLike[str], skipped: Sequence[tuple[str, str]]):
+        self.folder = os.fspath(folder)
+        self.skipped = list(skipped)
+        """(path, reason) of each entry left out."""
+        super().__init__(self.folder, self.skipped)  # the arguments themselves, so the warning pickles
+
+    def __str__(self) -> str:
+        count = len(self.skipped)
+        lines = [f"{count} of the entries of this folder {'is' if count == 1 else 'are'} not used:"]
+        lines += [f"    {printable_path(path)}: {reason}" for path, reason in self.skipped[: self.SHOWN]]
+        if len(self.skipped) > self.SHOWN:
+            lines.append(f"    ... ({len(self.skipped) - self.SHOWN} more)")
+        lines.append(f"  file: {printable_path(self.folder)}")
+        lines.append(
+            "  fix:  rename files whose name is not valid UTF-8, remove broken or looping links, and make "
+            "unreadable entries readable"
+        )
+        return "\n".join(lines)

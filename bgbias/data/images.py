@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, ImageOps
 
+from bgbias.data.layout import visible_entries
 from bgbias.errors import ImageError
 
 if TYPE_CHECKING:
@@ -37,18 +38,9 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".t
 
 
 def image_files(folder: str | os.PathLike[str]) -> list[str]:
-    """Names of the visible image files directly in ``folder``, sorted; [] for an unreadable folder."""
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(
-                e.name
-                for e in entries
-                if e.is_file()
-                and not e.name.startswith(".")
-                and Path(e.name).suffix.lower() in IMAGE_SUFFIXES
-            )
-    except OSError:
-        return []
+    """Names of the visible image files directly in ``folder``, sorted; [] for an unreadable folder. Entries
+    that cannot be used are left out and named in a ``SkippedEntriesWarning`` (``visible_entries``)."""
+    return visible_entries(folder, "file", IMAGE_SUFFIXES)
 
 
 SIXTEEN_BIT_GREY_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I"})
