@@ -39,7 +39,17 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Stable JSON (sorted keys, two-space indent, trailing newline) so equal content gives equal bytes."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_bytes_atomic(path, json_bytes(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"))
+
+
+def json_bytes(text: str) -> bytes:
+    """JSON text from ``json.dumps(..., ensure_ascii=False)`` as UTF-8 that never fails to encode.
+
+    A file name that is not valid UTF-8 reaches Python as a str with lone surrogates, which UTF-8 cannot
+    encode; each is written as its JSON escape (``\\udce9``), which ``json.loads`` reads back to the same str.
+    (Outside strings ``json.dumps`` writes only ASCII, so every such escape lands inside a string.)
+    """
+    return text.encode("utf-8", "backslashreplace")
 
 
 @contextlib.contextmanager

@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from bgbias import __version__
 from bgbias.errors import BgbiasError, OptionError
-from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.fileio import json_bytes, write_bytes_atomic, write_json_atomic
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
 
@@ -115,7 +115,7 @@ def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
 def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
     """Rewrite a record file atomically, one line per image in id order (the canonical form)."""
     lines = [_line(record) for record in sorted(records, key=lambda record: record.id)]
-    write_text_atomic(path, "".join(lines))
+    write_bytes_atomic(path, b"".join(lines))
 
 
 class RecordLog:
@@ -126,7 +126,7 @@ class RecordLog:
 
     def __init__(self, path: Path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._handle: BinaryIO = open(path, "ab")  # noqa: SIM115 (closed by close())
 
     def append(self, record: MaskRecord) -> None:
         self._handle.write(_line(record))
@@ -138,8 +138,10 @@ class RecordLog:
         self._handle.close()
 
 
-def _line(record: MaskRecord) -> str:
-    return json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+def _line(record: MaskRecord) -> bytes:
+    """One record as a line of JSON; any image id can be written, also one that is not valid UTF-8."""
+    text = json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return json_bytes(text + "\n")
 
 
 def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:

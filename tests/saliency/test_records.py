@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
 from bgbias.errors import ImageError
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.records import (
     MaskRecord,
     RecordLog,
+    build_manifest,
     read_all_records,
     read_records,
     records_path,
+    write_manifest,
     write_records,
 )
 from bgbias.saliency.resume import sweep_stale_temps
+from tests.saliency.fakes import fake_info
 
 DONE = MaskRecord(
     "a.jpg",
@@ -69,3 +74,23 @@ def test_only_temporaries_of_the_given_files_are_swept(tmp_path):
     (tmp_path / "x.png").write_bytes(b"")
     assert sweep_stale_temps([tmp_path / "x.png", tmp_path / "missing-folder" / "z.png"]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".y.png.ab12cd34.tmp", "x.png"]
+
+
+def test_an_id_that_is_not_utf8_round_trips_through_records_and_manifest(tmp_path):
+    """A file name Python holds with lone surrogates (bytes that are not UTF-8) can never crash a writer."""
+    odd = "caf\udce9.jpg"
+    done = MaskRecord(odd, ok=True, size=(4, 3))
+    failed = MaskRecord.failure("caf\udce9.png", ImageError("not an image", path=odd, fix="replace it"))
+    path = records_path(tmp_path, (0, 1))
+    log = RecordLog(path)
+    log.append(done)
+    log.append(failed)
+    log.close()
+    assert read_records(path) == {done.id: done, failed.id: failed}
+    write_records(path, read_records(path).values())
+    assert read_records(path) == {done.id: done, failed.id: failed}
+    assert "\\udce9" in path.read_text(encoding="utf-8")  # a JSON escape: the file stays valid UTF-8
+
+    manifest = build_manifest([done.id, failed.id], read_records(path), fake_info(), 0.5, ["r"])
+    saved = json.loads(write_manifest(tmp_path, manifest).read_text(encoding="utf-8"))
+    assert saved["failures"] == [{"id": failed.id, "error": "not an image", "fix": "replace it"}]
