@@ -251,11 +251,7 @@ def masks(
         shard=shard,
         empty_below=empty_below,
     )
-    click.echo(
-        f"{run.images} images ({model} on {run.provider}): {run.written} written, "
-        f"{run.skipped} already done, {run.failed} failed, {run.empty} flagged empty; "
-        f"{run.images_per_second:.2f} images/s"
-    )
+    click.echo(run.describe())
     if run.quality is not None:
         click.echo(run.quality.describe())
     click.echo(f"manifest: {run.manifest}")

@@ -4,10 +4,14 @@ Each image goes through three steps on one worker thread: decode and shrink it, 
 output back to the image's size and write the PNG. A semaphore lets ``streams`` images into the network at
 once (onnxruntime releases the GIL), so the other workers decode and encode while it runs; results are taken
 in order through a bounded window, so memory stays flat on any dataset size and records come out in id order.
+
+Every image file is read once and hashed; a mask from an earlier run is kept only when its record names these
+very bytes (and the same ground truth), so an image replaced under the same name gets a new mask.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -18,9 +22,9 @@ from dataclasses import dataclass
 from io import BytesIO
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from bgbias.data.images import load_image
+from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, OptionError
 from bgbias.fileio import write_bytes_atomic
@@ -29,6 +33,7 @@ from bgbias.saliency.quality import (
     QualityReport,
     compare_with_truth,
     quality_report,
+    truth_digest,
     write_quality,
 )
 from bgbias.saliency.records import (
@@ -71,8 +76,11 @@ class MaskRun:
     images: int
     """Images of this shard."""
     written: int
+    remade: int
+    """Of ``written``: masks made again because their image or ground truth changed since the last run, or
+    because their record predates image digests and could not be verified."""
     skipped: int
-    """Intact masks from earlier runs."""
+    """Intact masks from earlier runs, made from the image as it is now."""
     failed: int
     """Images of this shard that have no mask because they could not be read (see the manifest's failures)."""
     empty: int
@@ -84,11 +92,32 @@ class MaskRun:
     def images_per_second(self) -> float:
         return self.written / self.seconds if self.seconds > 0 else 0.0
 
+    def describe(self) -> str:
+        """What the run did, for the terminal."""
+        text = (
+            f"{self.images} images ({self.model} on {self.provider}): {self.written} written, "
+            f"{self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
+            f"{self.images_per_second:.2f} images/s"
+        )
+        if self.remade:
+            text += (
+                f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
+                "since the earlier mask, or its record predates image digests"
+            )
+        return text
+
+
+Outcome = Literal["kept", "made", "remade"]
+"""What happened to an image: its mask from an earlier run kept, or a record made now (a mask or a failure),
+``remade`` where an earlier mask was of other content."""
+
 
 @dataclass(frozen=True)
 class _Ready:
     item: Item
     size: tuple[int, int]
+    image_sha256: str
+    outcome: Outcome
     prepared: Any
 
 
@@ -157,17 +186,21 @@ def write_masks(
 
     steps = _Steps(session, out_dir, known, empty_below)
     threads = session.info.streams + (workers or min(8, usable_cores()))
-    counts = {"written": 0, "skipped": 0, "failed": 0, "empty": 0}
+    counts = {"made": 0, "remade": 0, "kept": 0, "failed": 0, "empty": 0}
     started = time.perf_counter()
     log = RecordLog(log_path)
     outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
     try:
-        for record, fresh in outcomes:
-            if fresh:
+        for record, outcome in outcomes:
+            if outcome != "kept":
                 log.append(record)
                 if on_record is not None:
                     on_record(record)
-            _count(counts, record, fresh)
+            if not record.ok:
+                counts["failed"] += 1
+                continue
+            counts[outcome] += 1
+            counts["empty"] += bool(record.empty)
     finally:
         outcomes.close()
         log.close()
@@ -189,8 +222,9 @@ def write_masks(
         model=session.info.name,
         provider=session.info.provider,
         images=len(mine),
-        written=counts["written"],
-        skipped=counts["skipped"],
+        written=counts["made"] + counts["remade"],
+        remade=counts["remade"],
+        skipped=counts["kept"],
         failed=counts["failed"],
         empty=counts["empty"],
         seconds=seconds,
@@ -208,25 +242,48 @@ class _Steps:
         self.empty_below = empty_below
         self.network = threading.BoundedSemaphore(session.info.streams)
 
-    def process(self, item: Item) -> tuple[MaskRecord, bool]:
-        """The image's record and whether it is new (False: an intact mask from an earlier run)."""
+    def process(self, item: Item) -> tuple[MaskRecord, Outcome]:
+        """The image's record and what happened to it."""
         outcome = self.prepare(item)
-        if not isinstance(outcome, _Ready):
-            return outcome, not outcome.ok
+        if isinstance(outcome, MaskRecord):
+            return outcome, "kept" if outcome.ok else "made"
         with self.network:
             raw = self.session.infer(outcome.prepared)
-        return self.finish(outcome, raw), True
+        return self.finish(outcome, raw), outcome.outcome
 
     def prepare(self, item: Item) -> _Ready | MaskRecord:
-        """A finished record to keep (mask intact), a failure record, or the network input."""
-        record = self.known.get(item.id)
-        if record is not None and record.ok and mask_is_intact(mask_path(item, self.out_dir), record.size):
-            return record
+        """The earlier record to keep (the only ``ok`` record returned), a failure, or the network input.
+
+        The image file is read once: hashed to check the earlier record, and decoded from the same bytes.
+        """
         try:
-            image = load_image(item.image)
+            data = read_image_bytes(item.image)
         except ImageError as err:
             return MaskRecord.failure(item.id, err)
-        return _Ready(item, image.size, self.session.prepare(image))
+        digest = hashlib.sha256(data).hexdigest()
+        record = self.known.get(item.id)
+        outcome: Outcome = "made"
+        if record is not None and record.ok:
+            if not self._same_sources(item, record, digest):
+                outcome = "remade"
+            elif mask_is_intact(mask_path(item, self.out_dir), record.size):
+                return record
+        try:
+            image = load_image(item.image, data)
+        except ImageError as err:
+            return MaskRecord.failure(item.id, err)
+        return _Ready(item, image.size, digest, outcome, self.session.prepare(image))
+
+    @staticmethod
+    def _same_sources(item: Item, record: MaskRecord, image_sha256: str) -> bool:
+        """Whether ``record`` was made from this image content and the ground truth as it is now (a record
+        without an image digest, from before images were hashed, cannot tell, so it is not)."""
+        if record.image_sha256 != image_sha256:
+            return False
+        truth = item.ground_truth_mask
+        if truth is None or record.quality is None:
+            return truth is None and record.quality is None
+        return truth_digest(truth) == record.truth_sha256
 
     def finish(self, ready: _Ready, raw: Any) -> MaskRecord:
         soft = self.session.finish(raw, ready.size)
@@ -234,6 +291,7 @@ class _Steps:
         soft.image.save(buffer, format="PNG")
         write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
         truth = ready.item.ground_truth_mask
+        quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
         return MaskRecord(
             ready.item.id,
             ok=True,
@@ -241,12 +299,16 @@ class _Steps:
             raw_min=soft.raw_min,
             raw_max=soft.raw_max,
             empty=None if soft.raw_max is None else soft.raw_max < self.empty_below,
-            quality=None if truth is None else compare_with_truth(soft.image, truth),
+            quality=quality,
+            image_sha256=ready.image_sha256,
+            truth_sha256=truth_sha256,
         )
 
 
-def _run(items: Sequence[Item], steps: _Steps, threads: int, bar: Any) -> Iterator[tuple[MaskRecord, bool]]:
-    """Yield ``(record, fresh)`` per image in the order of ``items``, at most ``2 × threads`` images ahead."""
+def _run(
+    items: Sequence[Item], steps: _Steps, threads: int, bar: Any
+) -> Iterator[tuple[MaskRecord, Outcome]]:
+    """Yield ``(record, outcome)`` per image in the order of ``items``, at most ``2 × threads`` ahead."""
     todo = iter(items)
     with ThreadPoolExecutor(threads, "masks") as pool:
         window: deque[Future] = deque(pool.submit(steps.process, item) for item in islice(todo, 2 * threads))
@@ -262,15 +324,6 @@ def _run(items: Sequence[Item], steps: _Steps, threads: int, bar: Any) -> Iterat
             for future in window:
                 future.cancel()
             bar.close()
-
-
-def _count(counts: dict[str, int], record: MaskRecord, fresh: bool) -> None:
-    if not record.ok:
-        counts["failed"] += 1
-        return
-    counts["written" if fresh else "skipped"] += 1
-    if record.empty:
-        counts["empty"] += 1
 
 
 def _write_manifest(

@@ -5,6 +5,9 @@ During a run the record file is only appended to (a line per finished image, flu
 loses at most the line being written; a torn last line is ignored on reading. At the end of a run the file is
 rewritten atomically in id order, and the manifest is derived from the records alone, so an interrupted and
 resumed run ends with the same bytes as an uninterrupted one.
+
+A record names the sha256 of the image (and ground truth) it was made from, so a rerun can tell a mask of the
+current image from one of an image since replaced under the same name.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ MANIFEST_FORMAT = 1
 
 @dataclass(frozen=True)
 class MaskRecord:
-    """The outcome for one image: a mask (its size, raw output range, empty flag and, where a ground truth
-    exists, its agreement with it) or a failure with the reason and the fix."""
+    """The outcome for one image: a mask (the sha256 of the image file it was made from, its size, raw output
+    range, empty flag and, where a ground truth exists, its agreement with it and that file's sha256) or a
+    failure with the reason and the fix."""
 
     id: str
     ok: bool
@@ -41,6 +45,10 @@ class MaskRecord:
     quality: Agreement | None = None
     error: str | None = None
     fix: str | None = None
+    image_sha256: str | None = None
+    """``None`` in records written before images were hashed: such a mask cannot be verified."""
+    truth_sha256: str | None = None
+    """``None`` also where the ground truth could not be read (``quality.error`` says why)."""
 
     @classmethod
     def failure(cls, image_id: str, err: BgbiasError) -> MaskRecord:
@@ -49,11 +57,16 @@ class MaskRecord:
     def to_json(self) -> dict[str, Any]:
         if not self.ok:
             return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
-        data: dict[str, Any] = {"id": self.id, "status": "ok", "size": list(self.size or ())}
+        data: dict[str, Any] = {
+            "id": self.id,
+            "status": "ok",
+            "size": list(self.size or ()),
+            "image_sha256": self.image_sha256,
+        }
         if self.raw_max is not None:
             data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
         if self.quality is not None:
-            data["quality"] = self.quality.to_json()
+            data.update(quality=self.quality.to_json(), truth_sha256=self.truth_sha256)
         return data
 
     @classmethod
@@ -70,6 +83,8 @@ class MaskRecord:
             raw_max=data.get("raw_max"),
             empty=data.get("empty"),
             quality=None if quality is None else Agreement.from_json(quality),
+            image_sha256=data.get("image_sha256"),
+            truth_sha256=data.get("truth_sha256"),
         )
 
 

@@ -27,6 +27,8 @@ DONE = MaskRecord(
     raw_max=0.75,
     empty=False,
     quality=Agreement(iou=0.5, overlap=None),
+    image_sha256="a" * 64,
+    truth_sha256="b" * 64,
 )
 FAILED = MaskRecord.failure("b.jpg", ImageError("not an image", path="b.jpg", fix="replace it"))
 
@@ -43,7 +45,7 @@ def test_records_round_trip_through_a_file(tmp_path):
 def test_a_torn_last_line_is_ignored_and_rewriting_drops_it(tmp_path):
     path = tmp_path / "r.jsonl"
     write_records(path, [FAILED, DONE])
-    assert path.read_text().splitlines()[0].startswith('{"empty":false,"id":"a.jpg"')  # id order
+    assert path.read_text().splitlines()[0].startswith('{"empty":false,"id":"a.jpg","image_sha256":"aaa')
     with path.open("a") as handle:
         handle.write('{"id": "c.jpg", "sta')
     assert set(read_records(path)) == {"a.jpg", "b.jpg"}
@@ -79,7 +81,7 @@ def test_only_temporaries_of_the_given_files_are_swept(tmp_path):
 def test_an_id_that_is_not_utf8_round_trips_through_records_and_manifest(tmp_path):
     """A file name Python holds with lone surrogates (bytes that are not UTF-8) can never crash a writer."""
     odd = "caf\udce9.jpg"
-    done = MaskRecord(odd, ok=True, size=(4, 3))
+    done = MaskRecord(odd, ok=True, size=(4, 3), image_sha256="c" * 64)
     failed = MaskRecord.failure("caf\udce9.png", ImageError("not an image", path=odd, fix="replace it"))
     path = records_path(tmp_path, (0, 1))
     log = RecordLog(path)
