@@ -57,6 +57,10 @@ class OptionError(BgbiasError):
     """A command-line option or configuration value is invalid."""
 
 
+class BusyError(BgbiasError):
+    """Another process is writing the same output right now."""
+
+
 class SkippedEntriesWarning(UserWarning):
     """A folder listing left out entries it could not use (a name that is not valid UTF-8, an entry that
     cannot be stat'ed such as a broken or looping link); one warning per folder, naming each entry and why,

@@ -4,6 +4,7 @@ temporary sibling that the next run replaces."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -50,6 +51,24 @@ def json_bytes(text: str) -> bytes:
     (Outside strings ``json.dumps`` writes only ASCII, so every such escape lands inside a string.)
     """
     return text.encode("utf-8", "backslashreplace")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str], *, wait: bool) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` for the block, between processes.
+
+    The file is created if missing and never removed (removing it would let a later process lock a new file
+    while another still holds the old one). The kernel drops the lock when its holder dies, so a killed run
+    leaves nothing to clean up. ``wait=False``: raise ``BlockingIOError`` at once if another process holds it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

@@ -42,11 +42,13 @@ from bgbias.saliency.records import (
     RecordLog,
     build_manifest,
     check_settings,
+    manifest_lock,
     mask_settings,
     read_all_records,
     read_records,
     record_files,
     records_path,
+    shard_lock,
     write_manifest,
     write_records,
 )
@@ -166,56 +168,57 @@ def write_masks(
 ) -> MaskRun:
     """``make_masks`` with an open session (reuse one across calls; tests pass a fake).
 
-    ``on_record`` is called on the calling thread after each record is logged; an exception it raises stops
-    the run the way an interruption would (already written masks and records stay).
+    The run holds its shard of ``out_dir`` (``BusyError`` if another process does; other shards may run at
+    the same time). ``on_record`` is called on the calling thread after each record is logged; an exception
+    it raises stops the run the way an interruption would (already written masks and records stay).
     """
     if workers is not None and workers < 1:
         raise OptionError(f"workers must be at least 1, got {workers}", fix="pass --workers 1 or more")
     out_dir = Path(out_dir)
     mine = shard_items(items, shard)
     settings = mask_settings(session.info, empty_below)
-    check_settings(out_dir, settings)
     log_path = records_path(out_dir, shard)
-    write_records(log_path, read_records(log_path).values())  # canonical form; drops a torn last line
-    known = read_all_records(out_dir)
-    _write_manifest(out_dir, items, known, session, empty_below)
-    own_files = [mask_path(item, out_dir) for item in mine] + [log_path]
-    if shard[1] == 1:  # no other shard can be writing the shared files right now
-        own_files += [out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME]
-    sweep_stale_temps(own_files)
+    with shard_lock(out_dir, shard):
+        with manifest_lock(out_dir):
+            check_settings(out_dir, settings)
+            write_records(log_path, read_records(log_path).values())  # canonical; drops a torn last line
+            sweep_stale_temps([out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME])
+            known = read_all_records(out_dir)
+            _write_manifest(out_dir, items, known, session, empty_below)
+        sweep_stale_temps([mask_path(item, out_dir) for item in mine] + [log_path])
 
-    steps = _Steps(session, out_dir, known, empty_below)
-    threads = session.info.streams + (workers or min(8, usable_cores()))
-    counts = {"made": 0, "remade": 0, "kept": 0, "failed": 0, "empty": 0}
-    started = time.perf_counter()
-    log = RecordLog(log_path)
-    outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
-    try:
-        for record, outcome in outcomes:
-            if outcome != "kept":
-                log.append(record)
-                if on_record is not None:
-                    on_record(record)
-            if not record.ok:
-                counts["failed"] += 1
-                continue
-            counts[outcome] += 1
-            counts["empty"] += bool(record.empty)
-    finally:
-        outcomes.close()
-        log.close()
-    seconds = time.perf_counter() - started
-
-    write_records(log_path, read_records(log_path).values())
-    known = read_all_records(out_dir)
-    manifest = _write_manifest(out_dir, items, known, session, empty_below)
-    report = quality_report(
-        (item.id, known[item.id].quality)
-        for item in sorted(items, key=lambda item: item.id)
-        if item.id in known and known[item.id].quality is not None
-    )
-    if report is not None:
-        write_quality(out_dir, report)
+        steps = _Steps(session, out_dir, known, empty_below)
+        threads = session.info.streams + (workers or min(8, usable_cores()))
+        counts = {"made": 0, "remade": 0, "kept": 0, "failed": 0, "empty": 0}
+        started = time.perf_counter()
+        log = RecordLog(log_path)
+        outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
+        try:
+            for record, outcome in outcomes:
+                if outcome != "kept":
+                    log.append(record)
+                    if on_record is not None:
+                        on_record(record)
+                if not record.ok:
+                    counts["failed"] += 1
+                    continue
+                counts[outcome] += 1
+                counts["empty"] += bool(record.empty)
+        finally:
+            outcomes.close()
+            log.close()
+        seconds = time.perf_counter() - started
+        write_records(log_path, read_records(log_path).values())
+        with manifest_lock(out_dir):
+            known = read_all_records(out_dir)
+            manifest = _write_manifest(out_dir, items, known, session, empty_below)
+            report = quality_report(
+                (item.id, known[item.id].quality)
+                for item in sorted(items, key=lambda item: item.id)
+                if item.id in known and known[item.id].quality is not None
+            )
+            if report is not None:
+                write_quality(out_dir, report)
     return MaskRun(
         out_dir=out_dir,
         manifest=manifest,

@@ -8,26 +8,34 @@ resumed run ends with the same bytes as an uninterrupted one.
 
 A record names the sha256 of the image (and ground truth) it was made from, so a rerun can tell a mask of the
 current image from one of an image since replaced under the same name.
+
+Two locks keep concurrent runs on one folder apart: one per shard record file, held for the whole run (a
+second run of the same shard is refused, as it would rewrite the file under the first one's appends), and a
+short one around reading every record file and writing the manifest and quality report from them (different
+shards run at once, and a manifest must never be written from records another shard has since finished).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from bgbias import __version__
-from bgbias.errors import BgbiasError, OptionError
-from bgbias.fileio import json_bytes, write_bytes_atomic, write_json_atomic
+from bgbias.errors import BgbiasError, BusyError, OptionError
+from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic, write_json_atomic
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
 
 RECORDS_DIR = "records"
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
+MANIFEST_LOCK = "manifest.lock"
+"""In ``records/``: held while the manifest and quality report are derived from the record files."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,30 @@ def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
     """The record file of ``shard`` = (index, count): each shard writes its own, so shards never clash."""
     index, count = shard
     return Path(out_dir) / RECORDS_DIR / f"shard-{index}-of-{count}.jsonl"
+
+
+@contextmanager
+def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
+    """Hold ``shard``'s record file for a whole run; ``BusyError`` at once if another process holds it."""
+    path = records_path(out_dir, shard).with_suffix(".lock")
+    try:
+        with exclusive_lock(path, wait=False):
+            yield
+    except BlockingIOError:
+        index, count = shard
+        raise BusyError(
+            f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
+            path=path,
+            fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
+        ) from None
+
+
+@contextmanager
+def manifest_lock(out_dir: Path) -> Iterator[None]:
+    """Hold the folder's manifest while it is derived from the record files (waits for another holder: each
+    holds it for one read of the records and two small writes)."""
+    with exclusive_lock(Path(out_dir) / RECORDS_DIR / MANIFEST_LOCK, wait=True):
+        yield
 
 
 def record_files(out_dir: Path) -> list[Path]:

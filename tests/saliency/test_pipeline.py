@@ -110,7 +110,7 @@ def test_shards_are_disjoint_cover_the_dataset_and_match_an_unsharded_run(bench_
     masks = {name for name in whole if name.endswith(".png")}
     assert masks == {name for name in sharded if name.endswith(".png")}
     assert all(whole[name] == sharded[name] for name in masks)
-    assert sorted(n for n in sharded if n.startswith("records/")) == [
+    assert sorted(n for n in sharded if n.endswith(".jsonl")) == [
         f"records/shard-{i}-of-3.jsonl" for i in range(3)
     ]
     counts = json.loads(sharded[MANIFEST_NAME])["counts"]
