@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+EXIT_PARTIAL = 3
+"""Exit status of a command that finished but could not process some of its inputs: they are listed on the
+terminal and, with the reason and the fix for each, in the output's manifest. (A ``BgbiasError`` exits 2.)"""
+
 
 def printable_path(path: str | os.PathLike[str]) -> str:
     """``path`` as it can be printed and written as UTF-8 text: itself, or the repr of its bytes (e.g.

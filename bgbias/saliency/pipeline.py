@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
-from bgbias.errors import ImageError, OptionError
+from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import write_bytes_atomic
 from bgbias.saliency.quality import (
     QUALITY_NAME,
@@ -67,6 +67,10 @@ flowers, a ladybird or a bird.
 """
 
 
+FAILURES_SHOWN = 5
+"""Failed images named on the terminal; the manifest lists them all."""
+
+
 @dataclass(frozen=True)
 class MaskRun:
     """What one call did (for the terminal and the exit code); the manifest holds the folder-wide picture."""
@@ -83,12 +87,17 @@ class MaskRun:
     because their record predates image digests and could not be verified."""
     skipped: int
     """Intact masks from earlier runs, made from the image as it is now."""
-    failed: int
-    """Images of this shard that have no mask because they could not be read (see the manifest's failures)."""
+    failures: tuple[MaskRecord, ...]
+    """Images of this shard that have no mask because they could not be read, in id order (also in the
+    manifest's failures)."""
     empty: int
     """Masks of this shard flagged as likely empty."""
     seconds: float
     quality: QualityReport | None
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
 
     @property
     def images_per_second(self) -> float:
@@ -107,6 +116,18 @@ class MaskRun:
                 "since the earlier mask, or its record predates image digests"
             )
         return text
+
+    def describe_failures(self) -> str:
+        """The failed images by name (the first few, then the count) with the reason and the fix of each."""
+        lines = [f"{self.failed} of {self.images} images failed and have no mask:"]
+        for record in self.failures[:FAILURES_SHOWN]:
+            lines.append(f"  {printable_path(record.id)}: {record.error}")
+            if record.fix:
+                lines.append(f"    fix: {record.fix}")
+        if self.failed > FAILURES_SHOWN:
+            lines.append(f"  ... and {self.failed - FAILURES_SHOWN} more")
+        lines.append(f"  every failure, with its reason and fix, is listed in {self.manifest}")
+        return "\n".join(lines)
 
 
 Outcome = Literal["kept", "made", "remade"]
@@ -189,7 +210,8 @@ def write_masks(
 
         steps = _Steps(session, out_dir, known, empty_below)
         threads = session.info.streams + (workers or min(8, usable_cores()))
-        counts = {"made": 0, "remade": 0, "kept": 0, "failed": 0, "empty": 0}
+        counts = {"made": 0, "remade": 0, "kept": 0, "empty": 0}
+        failures: list[MaskRecord] = []
         started = time.perf_counter()
         log = RecordLog(log_path)
         outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
@@ -200,7 +222,7 @@ def write_masks(
                     if on_record is not None:
                         on_record(record)
                 if not record.ok:
-                    counts["failed"] += 1
+                    failures.append(record)
                     continue
                 counts[outcome] += 1
                 counts["empty"] += bool(record.empty)
@@ -228,7 +250,7 @@ def write_masks(
         written=counts["made"] + counts["remade"],
         remade=counts["remade"],
         skipped=counts["kept"],
-        failed=counts["failed"],
+        failures=tuple(failures),
         empty=counts["empty"],
         seconds=seconds,
         quality=report,
