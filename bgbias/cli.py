@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
-from bgbias.errors import BgbiasError, OptionError
+from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
 
 
 class _Group(click.Group):
@@ -205,7 +205,13 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     return int(index), int(count)
 
 
-@main.command("masks")
+@main.command(
+    "masks",
+    epilog=f"Exit status: 0 when every image has its mask; 2 on an error, shown with its fix; {EXIT_PARTIAL} "
+    "when the run finished but some images failed: they are listed, and every failure is in the manifest "
+    "with its reason and fix. Other runs may work on other shards of the same --out at the same time, not "
+    "on the same one.",
+)
 @_dataset_options
 @click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default masks/<dataset>).")
 @click.option(
@@ -270,16 +276,13 @@ def masks(
         shard=shard,
         empty_below=empty_below,
     )
-    click.echo(
-        f"{run.images} images ({model} on {run.provider}): {run.written} written, "
-        f"{run.skipped} already done, {run.failed} failed, {run.empty} flagged empty; "
-        f"{run.images_per_second:.2f} images/s"
-    )
+    click.echo(run.describe())
     if run.quality is not None:
         click.echo(run.quality.describe())
     click.echo(f"manifest: {run.manifest}")
-    if run.failed:
-        raise click.ClickException(f"{run.failed} image(s) failed; their reasons are in {run.manifest}")
+    if run.failures:
+        click.secho(f"error: {run.describe_failures()}", err=True, fg="red")
+        click.get_current_context().exit(EXIT_PARTIAL)
 
 
 # --------------------------------------------------------------------------------------------------- corrupt

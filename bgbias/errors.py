@@ -4,6 +4,28 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
+
+EXIT_PARTIAL = 3
+"""Exit status of a command that finished but could not process some of its inputs: they are listed on the
+terminal and, with the reason and the fix for each, in the output's manifest. (A ``BgbiasError`` exits 2.)"""
+
+
+def printable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as it can be printed and written as UTF-8 text: itself, or the repr of its bytes (e.g.
+    ``b'caf\\xe9.jpg'``) when its name is not valid UTF-8 and Python holds it with lone surrogates, which
+    no UTF-8 writer accepts."""
+    text = os.fspath(path)
+    return text if is_utf8(text) else repr(os.fsencode(text))
+
+
+def is_utf8(text: str) -> bool:
+    """False for a name Python decoded from bytes that are not UTF-8 (it then holds lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class BgbiasError(Exception):
@@ -22,7 +44,7 @@ class BgbiasError(Exception):
     def render(self) -> str:
         lines = [self.problem]
         if self.path is not None:
-            lines.append(f"  file: {self.path}")
+            lines.append(f"  file: {printable_path(self.path)}")
         if self.fix is not None:
             lines.append(f"  fix:  {self.fix}")
         return "\n".join(lines)
@@ -66,3 +88,35 @@ def output_error(error: OSError, path: str | os.PathLike[str]) -> OutputError:
         "permission denied" if isinstance(error, PermissionError) else error.strerror or str(error))
     return OutputError(f"cannot write here: {reason}", path=where,
                        fix="choose a folder you can write to, or make this one writable")
+
+
+class BusyError(BgbiasError):
+    """Another process is writing the same output right now."""
+
+
+class SkippedEntriesWarning(UserWarning):
+    """A folder listing left out entries it could not use (a name that is not valid UTF-8, an entry that
+    cannot be stat'ed such as a broken or looping link); one warning per folder, naming each entry and why,
+    so a class folder or a pool never loses images without saying so."""
+
+    SHOWN = 10
+    """Entries named in the message before it only gives the count."""
+
+    def __init__(self, folder: str | os.PathLike[str], skipped: Sequence[tuple[str, str]]):
+        self.folder = os.fspath(folder)
+        self.skipped = list(skipped)
+        """(path, reason) of each entry left out."""
+        super().__init__(self.folder, self.skipped)  # the arguments themselves, so the warning pickles
+
+    def __str__(self) -> str:
+        count = len(self.skipped)
+        lines = [f"{count} of the entries of this folder {'is' if count == 1 else 'are'} not used:"]
+        lines += [f"    {printable_path(path)}: {reason}" for path, reason in self.skipped[: self.SHOWN]]
+        if len(self.skipped) > self.SHOWN:
+            lines.append(f"    ... ({len(self.skipped) - self.SHOWN} more)")
+        lines.append(f"  file: {printable_path(self.folder)}")
+        lines.append(
+            "  fix:  rename files whose name is not valid UTF-8, remove broken or looping links, and make "
+            "unreadable entries readable"
+        )
+        return "\n".join(lines)

@@ -4,6 +4,7 @@ temporary sibling that the next run replaces."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -65,7 +66,35 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Stable JSON (sorted keys, two-space indent, trailing newline) so equal content gives equal bytes."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_bytes_atomic(path, json_bytes(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"))
+
+
+def json_bytes(text: str) -> bytes:
+    """JSON text from ``json.dumps(..., ensure_ascii=False)`` as UTF-8 that never fails to encode.
+
+    A file name that is not valid UTF-8 reaches Python as a str with lone surrogates, which UTF-8 cannot
+    encode; each is written as its JSON escape (``\\udce9``), which ``json.loads`` reads back to the same str.
+    (Outside strings ``json.dumps`` writes only ASCII, so every such escape lands inside a string.)
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str], *, wait: bool) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` for the block, between processes.
+
+    The file is created if missing and never removed (removing it would let a later process lock a new file
+    while another still holds the old one). The kernel drops the lock when its holder dies, so a killed run
+    leaves nothing to clean up. ``wait=False``: raise ``BlockingIOError`` at once if another process holds it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from bgbias.data.layout import visible_entries
 from bgbias.errors import ImageError
 
 if TYPE_CHECKING:
@@ -37,44 +39,47 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".t
 
 
 def image_files(folder: str | os.PathLike[str]) -> list[str]:
-    """Names of the visible image files directly in ``folder``, sorted; [] for an unreadable folder."""
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(
-                e.name
-                for e in entries
-                if e.is_file()
-                and not e.name.startswith(".")
-                and Path(e.name).suffix.lower() in IMAGE_SUFFIXES
-            )
-    except OSError:
-        return []
+    """Names of the visible image files directly in ``folder``, sorted; [] for an unreadable folder. Entries
+    that cannot be used are left out and named in a ``SkippedEntriesWarning`` (``visible_entries``)."""
+    return visible_entries(folder, "file", IMAGE_SUFFIXES)
 
 
 SIXTEEN_BIT_GREY_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I"})
 """Greyscale modes Pillow uses for 16-bit files ("I": how older Pillow and some TIFF files expose them)."""
 
 
-def load_image(path: str | os.PathLike[str]) -> Image.Image:
-    """An RGB image, fully loaded, upright according to its EXIF orientation.
+def read_image_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The whole file, for a caller that hashes an image and then decodes it from these bytes (``data`` of
+    ``load_image``/``load_mask``), so the file is read once; ``ImageError`` when it cannot be read."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise _read_error(path, exc) from exc
+
+
+def load_image(path: str | os.PathLike[str], data: bytes | None = None) -> Image.Image:
+    """An RGB image, fully loaded, upright according to its EXIF orientation; decoded from ``data``, the
+    file's bytes, where the caller has read them already (``path`` then only names it in errors).
 
     Palette, greyscale, CMYK and 16-bit files are converted to 8-bit RGB. An alpha channel (LA, RGBA, palette
     transparency) is dropped: the colour stored under transparent pixels is kept as it is, because the object
     masks come from the saliency model, not from the alpha channel.
     """
-    image = _decode(Path(path))
+    image = _decode(Path(path), data)
     try:
         return to_rgb(image)
     except ValueError as exc:
         raise _unsupported_mode(path, image.mode) from exc
 
 
-def load_mask(path: str | os.PathLike[str]) -> Image.Image:
-    """A greyscale ("L") mask, fully loaded, oriented like ``load_image`` orients its image.
+def load_mask(path: str | os.PathLike[str], data: bytes | None = None) -> Image.Image:
+    """A greyscale ("L") mask, fully loaded, oriented like ``load_image`` orients its image (``data``: as
+    there).
 
     16-bit masks are scaled to 8 bit; colour masks become their luminance; an alpha channel is dropped.
     """
-    image = _decode(Path(path))
+    image = _decode(Path(path), data)
     try:
         return to_grey(image)
     except ValueError as exc:
@@ -115,31 +120,18 @@ def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
-def _decode(path: Path) -> Image.Image:
-    """Open, check the size, decode every pixel and apply the EXIF orientation; ``ImageError`` on failure."""
+def _decode(path: Path, data: bytes | None) -> Image.Image:
+    """Open ``data`` (else the file), check the size, decode every pixel and apply the EXIF orientation;
+    ``ImageError`` on failure."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
+            with Image.open(path if data is None else BytesIO(data)) as opened:
                 _check_pixels(path, opened.size)
                 opened.load()
                 return ImageOps.exif_transpose(opened)
-    except FileNotFoundError as exc:
-        raise ImageError(
-            "image file not found",
-            path=path,
-            fix="restore the file, or check that the dataset root and its index file belong together",
-        ) from exc
-    except IsADirectoryError as exc:
-        raise ImageError(
-            "expected an image file but found a folder", path=path, fix="point at an image file"
-        ) from exc
-    except PermissionError as exc:
-        raise ImageError(
-            "image file cannot be read: permission denied",
-            path=path,
-            fix="make the file readable for this user",
-        ) from exc
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        raise _read_error(path, exc) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _bomb(path, str(exc)) from exc
     except Image.UnidentifiedImageError as exc:
@@ -155,6 +147,31 @@ def _decode(path: Path) -> Image.Image:
             fix="re-download or re-extract the file (a copy interrupted half-way is the usual cause), "
             "or remove it from the dataset",
         ) from exc
+
+
+def _read_error(path: Path, exc: OSError) -> ImageError:
+    """The ``ImageError`` for a file that cannot be opened or read."""
+    if isinstance(exc, FileNotFoundError):
+        return ImageError(
+            "image file not found",
+            path=path,
+            fix="restore the file, or check that the dataset root and its index file belong together",
+        )
+    if isinstance(exc, IsADirectoryError):
+        return ImageError(
+            "expected an image file but found a folder", path=path, fix="point at an image file"
+        )
+    if isinstance(exc, PermissionError):
+        return ImageError(
+            "image file cannot be read: permission denied",
+            path=path,
+            fix="make the file readable for this user",
+        )
+    return ImageError(
+        f"image file cannot be read ({exc.strerror or exc})",
+        path=path,
+        fix="check the disk and the file (copy it again), or remove it from the dataset",
+    )
 
 
 def _check_pixels(path: Path, size: tuple[int, int]) -> None:

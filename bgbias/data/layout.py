@@ -4,10 +4,12 @@ whitespace-separated index files with line numbers, and finding listed files tha
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence, Set
 from pathlib import Path
+from typing import Literal
 
-from bgbias.errors import DatasetError
+from bgbias.errors import DatasetError, SkippedEntriesWarning, is_utf8, printable_path
 
 EXAMPLES_SHOWN = 5
 """How many offending paths an error message lists before it only gives the count."""
@@ -41,12 +43,44 @@ def find_nearby_root(root: Path, index_file: str) -> Path | None:
 
 
 def subfolders(folder: Path) -> list[Path]:
-    """Visible sub-folders of ``folder``, sorted; empty if it cannot be listed."""
+    """Visible sub-folders of ``folder``, sorted; empty if it cannot be listed (see ``visible_entries``)."""
+    return [folder / name for name in visible_entries(folder, "dir")]
+
+
+def visible_entries(
+    folder: str | os.PathLike[str], kind: Literal["file", "dir"], suffixes: Set[str] | None = None
+) -> list[str]:
+    """Names of the visible (not dot-) files or sub-folders directly in ``folder``, sorted, optionally only
+    those whose lower-case suffix is in ``suffixes``; [] if ``folder`` itself cannot be listed.
+
+    Checked entry by entry: an entry that cannot be stat'ed (a looping or dangling link, no permission) or
+    whose name is not valid UTF-8 (ids, records and manifests are UTF-8 text) is left out and named in one
+    ``SkippedEntriesWarning`` for the folder, instead of hiding the whole folder or failing later.
+    """
+    names: list[str] = []
+    skipped: list[tuple[str, str]] = []
     try:
         with os.scandir(folder) as entries:
-            return sorted(Path(e.path) for e in entries if e.is_dir() and not e.name.startswith("."))
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if suffixes is not None and os.path.splitext(entry.name)[1].lower() not in suffixes:
+                    continue
+                if not is_utf8(entry.name):
+                    skipped.append((entry.path, "the name is not valid UTF-8"))
+                    continue
+                try:
+                    if entry.is_symlink():
+                        entry.stat()  # a dangling link raises here, where is_file() would just say False
+                    if entry.is_file() if kind == "file" else entry.is_dir():
+                        names.append(entry.name)
+                except OSError as exc:
+                    skipped.append((entry.path, f"cannot be read ({exc.strerror or exc})"))
     except OSError:
         return []
+    if skipped:
+        warnings.warn(SkippedEntriesWarning(folder, sorted(skipped)), stacklevel=2)
+    return sorted(names)
 
 
 def read_index_lines(path: Path, fix: str) -> Iterator[tuple[int, list[str]]]:
@@ -99,14 +133,23 @@ def missing_files(paths: Iterable[Path]) -> list[Path]:
     for folder, wanted in by_folder.items():
         try:
             with os.scandir(folder or ".") as entries:
-                present = {e.name for e in entries if e.is_file()}
+                present = {entry.name for entry in entries if _is_file(entry)}
         except OSError:
             present = set()
         missing += [path for name, path in wanted if name not in present]
     return sorted(missing)
 
 
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a file; one that cannot be stat'ed (a looping link) is not, and costs only itself,
+    not its whole folder."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 def describe_paths(paths: Sequence[Path]) -> str:
     """A short list of paths for an error message."""
-    shown = ", ".join(str(p) for p in paths[:EXAMPLES_SHOWN])
+    shown = ", ".join(printable_path(p) for p in paths[:EXAMPLES_SHOWN])
     return shown if len(paths) <= EXAMPLES_SHOWN else f"{shown}, ... ({len(paths) - EXAMPLES_SHOWN} more)"

@@ -4,10 +4,14 @@ Each image goes through three steps on one worker thread: decode and shrink it, 
 output back to the image's size and write the PNG. A semaphore lets ``streams`` images into the network at
 once (onnxruntime releases the GIL), so the other workers decode and encode while it runs; results are taken
 in order through a bounded window, so memory stays flat on any dataset size and records come out in id order.
+
+Every image file is read once and hashed; a mask from an earlier run is kept only when its record names these
+very bytes (and the same ground truth), so an image replaced under the same name gets a new mask.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -18,17 +22,18 @@ from dataclasses import dataclass
 from io import BytesIO
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from bgbias.data.images import load_image
+from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
-from bgbias.errors import ImageError, OptionError
+from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.saliency.quality import (
     QUALITY_NAME,
     QualityReport,
     compare_with_truth,
     quality_report,
+    truth_digest,
     write_quality,
 )
 from bgbias.saliency.records import (
@@ -37,11 +42,13 @@ from bgbias.saliency.records import (
     RecordLog,
     build_manifest,
     check_settings,
+    manifest_lock,
     mask_settings,
     read_all_records,
     read_records,
     record_files,
     records_path,
+    shard_lock,
     write_manifest,
     write_records,
 )
@@ -60,6 +67,10 @@ flowers, a ladybird or a bird.
 """
 
 
+FAILURES_SHOWN = 5
+"""Failed images named on the terminal; the manifest lists them all."""
+
+
 @dataclass(frozen=True)
 class MaskRun:
     """What one call did (for the terminal and the exit code); the manifest holds the folder-wide picture."""
@@ -71,24 +82,65 @@ class MaskRun:
     images: int
     """Images of this shard."""
     written: int
+    remade: int
+    """Of ``written``: masks made again because their image or ground truth changed since the last run, or
+    because their record predates image digests and could not be verified."""
     skipped: int
-    """Intact masks from earlier runs."""
-    failed: int
-    """Images of this shard that have no mask because they could not be read (see the manifest's failures)."""
+    """Intact masks from earlier runs, made from the image as it is now."""
+    failures: tuple[MaskRecord, ...]
+    """Images of this shard that have no mask because they could not be read, in id order (also in the
+    manifest's failures)."""
     empty: int
     """Masks of this shard flagged as likely empty."""
     seconds: float
     quality: QualityReport | None
 
     @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    @property
     def images_per_second(self) -> float:
         return self.written / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        """What the run did, for the terminal."""
+        text = (
+            f"{self.images} images ({self.model} on {self.provider}): {self.written} written, "
+            f"{self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
+            f"{self.images_per_second:.2f} images/s"
+        )
+        if self.remade:
+            text += (
+                f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
+                "since the earlier mask, or its record predates image digests"
+            )
+        return text
+
+    def describe_failures(self) -> str:
+        """The failed images by name (the first few, then the count) with the reason and the fix of each."""
+        lines = [f"{self.failed} of {self.images} images failed and have no mask:"]
+        for record in self.failures[:FAILURES_SHOWN]:
+            lines.append(f"  {printable_path(record.id)}: {record.error}")
+            if record.fix:
+                lines.append(f"    fix: {record.fix}")
+        if self.failed > FAILURES_SHOWN:
+            lines.append(f"  ... and {self.failed - FAILURES_SHOWN} more")
+        lines.append(f"  every failure, with its reason and fix, is listed in {self.manifest}")
+        return "\n".join(lines)
+
+
+Outcome = Literal["kept", "made", "remade"]
+"""What happened to an image: its mask from an earlier run kept, or a record made now (a mask or a failure),
+``remade`` where an earlier mask was of other content."""
 
 
 @dataclass(frozen=True)
 class _Ready:
     item: Item
     size: tuple[int, int]
+    image_sha256: str
+    outcome: Outcome
     prepared: Any
 
 
@@ -137,61 +189,68 @@ def write_masks(
 ) -> MaskRun:
     """``make_masks`` with an open session (reuse one across calls; tests pass a fake).
 
-    ``on_record`` is called on the calling thread after each record is logged; an exception it raises stops
-    the run the way an interruption would (already written masks and records stay).
+    The run holds its shard of ``out_dir`` (``BusyError`` if another process does; other shards may run at
+    the same time). ``on_record`` is called on the calling thread after each record is logged; an exception
+    it raises stops the run the way an interruption would (already written masks and records stay).
     """
     if workers is not None and workers < 1:
         raise OptionError(f"workers must be at least 1, got {workers}", fix="pass --workers 1 or more")
     out_dir = Path(out_dir)
     mine = shard_items(items, shard)
     settings = mask_settings(session.info, empty_below)
-    check_settings(out_dir, settings)
     log_path = records_path(out_dir, shard)
-    write_records(log_path, read_records(log_path).values())  # canonical form; drops a torn last line
-    known = read_all_records(out_dir)
-    _write_manifest(out_dir, items, known, session, empty_below)
-    own_files = [mask_path(item, out_dir) for item in mine] + [log_path]
-    if shard[1] == 1:  # no other shard can be writing the shared files right now
-        own_files += [out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME]
-    sweep_stale_temps(own_files)
+    with shard_lock(out_dir, shard):
+        with manifest_lock(out_dir):
+            check_settings(out_dir, settings)
+            write_records(log_path, read_records(log_path).values())  # canonical; drops a torn last line
+            sweep_stale_temps([out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME])
+            known = read_all_records(out_dir)
+            _write_manifest(out_dir, items, known, session, empty_below)
+        sweep_stale_temps([mask_path(item, out_dir) for item in mine] + [log_path])
 
-    steps = _Steps(session, out_dir, known, empty_below)
-    threads = session.info.streams + (workers or min(8, usable_cores()))
-    counts = {"written": 0, "skipped": 0, "failed": 0, "empty": 0}
-    started = time.perf_counter()
-    log = RecordLog(log_path)
-    outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
-    try:
-        for record, fresh in outcomes:
-            if fresh:
-                log.append(record)
-                if on_record is not None:
-                    on_record(record)
-            _count(counts, record, fresh)
-    finally:
-        outcomes.close()
-        log.close()
-    seconds = time.perf_counter() - started
-
-    write_records(log_path, read_records(log_path).values())
-    known = read_all_records(out_dir)
-    manifest = _write_manifest(out_dir, items, known, session, empty_below)
-    report = quality_report(
-        (item.id, known[item.id].quality)
-        for item in sorted(items, key=lambda item: item.id)
-        if item.id in known and known[item.id].quality is not None
-    )
-    if report is not None:
-        write_quality(out_dir, report)
+        steps = _Steps(session, out_dir, known, empty_below)
+        threads = session.info.streams + (workers or min(8, usable_cores()))
+        counts = {"made": 0, "remade": 0, "kept": 0, "empty": 0}
+        failures: list[MaskRecord] = []
+        started = time.perf_counter()
+        log = RecordLog(log_path)
+        outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
+        try:
+            for record, outcome in outcomes:
+                if outcome != "kept":
+                    log.append(record)
+                    if on_record is not None:
+                        on_record(record)
+                if not record.ok:
+                    failures.append(record)
+                    continue
+                counts[outcome] += 1
+                counts["empty"] += bool(record.empty)
+        finally:
+            outcomes.close()
+            log.close()
+        seconds = time.perf_counter() - started
+        write_records(log_path, read_records(log_path).values())
+        with manifest_lock(out_dir):
+            known = read_all_records(out_dir)
+            manifest = _write_manifest(out_dir, items, known, session, empty_below)
+            report = quality_report(
+                (item.id, known[item.id].quality)
+                for item in sorted(items, key=lambda item: item.id)
+                if item.id in known and known[item.id].quality is not None
+            )
+            if report is not None:
+                write_quality(out_dir, report)
     return MaskRun(
         out_dir=out_dir,
         manifest=manifest,
         model=session.info.name,
         provider=session.info.provider,
         images=len(mine),
-        written=counts["written"],
-        skipped=counts["skipped"],
-        failed=counts["failed"],
+        written=counts["made"] + counts["remade"],
+        remade=counts["remade"],
+        skipped=counts["kept"],
+        failures=tuple(failures),
         empty=counts["empty"],
         seconds=seconds,
         quality=report,
@@ -208,25 +267,48 @@ class _Steps:
         self.empty_below = empty_below
         self.network = threading.BoundedSemaphore(session.info.streams)
 
-    def process(self, item: Item) -> tuple[MaskRecord, bool]:
-        """The image's record and whether it is new (False: an intact mask from an earlier run)."""
+    def process(self, item: Item) -> tuple[MaskRecord, Outcome]:
+        """The image's record and what happened to it."""
         outcome = self.prepare(item)
-        if not isinstance(outcome, _Ready):
-            return outcome, not outcome.ok
+        if isinstance(outcome, MaskRecord):
+            return outcome, "kept" if outcome.ok else "made"
         with self.network:
             raw = self.session.infer(outcome.prepared)
-        return self.finish(outcome, raw), True
+        return self.finish(outcome, raw), outcome.outcome
 
     def prepare(self, item: Item) -> _Ready | MaskRecord:
-        """A finished record to keep (mask intact), a failure record, or the network input."""
-        record = self.known.get(item.id)
-        if record is not None and record.ok and mask_is_intact(mask_path(item, self.out_dir), record.size):
-            return record
+        """The earlier record to keep (the only ``ok`` record returned), a failure, or the network input.
+
+        The image file is read once: hashed to check the earlier record, and decoded from the same bytes.
+        """
         try:
-            image = load_image(item.image)
+            data = read_image_bytes(item.image)
         except ImageError as err:
             return MaskRecord.failure(item.id, err)
-        return _Ready(item, image.size, self.session.prepare(image))
+        digest = hashlib.sha256(data).hexdigest()
+        record = self.known.get(item.id)
+        outcome: Outcome = "made"
+        if record is not None and record.ok:
+            if not self._same_sources(item, record, digest):
+                outcome = "remade"
+            elif mask_is_intact(mask_path(item, self.out_dir), record.size):
+                return record
+        try:
+            image = load_image(item.image, data)
+        except ImageError as err:
+            return MaskRecord.failure(item.id, err)
+        return _Ready(item, image.size, digest, outcome, self.session.prepare(image))
+
+    @staticmethod
+    def _same_sources(item: Item, record: MaskRecord, image_sha256: str) -> bool:
+        """Whether ``record`` was made from this image content and the ground truth as it is now (a record
+        without an image digest, from before images were hashed, cannot tell, so it is not)."""
+        if record.image_sha256 != image_sha256:
+            return False
+        truth = item.ground_truth_mask
+        if truth is None or record.quality is None:
+            return truth is None and record.quality is None
+        return truth_digest(truth) == record.truth_sha256
 
     def finish(self, ready: _Ready, raw: Any) -> MaskRecord:
         soft = self.session.finish(raw, ready.size)
@@ -234,6 +316,7 @@ class _Steps:
         soft.image.save(buffer, format="PNG")
         write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
         truth = ready.item.ground_truth_mask
+        quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
         return MaskRecord(
             ready.item.id,
             ok=True,
@@ -241,12 +324,16 @@ class _Steps:
             raw_min=soft.raw_min,
             raw_max=soft.raw_max,
             empty=None if soft.raw_max is None else soft.raw_max < self.empty_below,
-            quality=None if truth is None else compare_with_truth(soft.image, truth),
+            quality=quality,
+            image_sha256=ready.image_sha256,
+            truth_sha256=truth_sha256,
         )
 
 
-def _run(items: Sequence[Item], steps: _Steps, threads: int, bar: Any) -> Iterator[tuple[MaskRecord, bool]]:
-    """Yield ``(record, fresh)`` per image in the order of ``items``, at most ``2 × threads`` images ahead."""
+def _run(
+    items: Sequence[Item], steps: _Steps, threads: int, bar: Any
+) -> Iterator[tuple[MaskRecord, Outcome]]:
+    """Yield ``(record, outcome)`` per image in the order of ``items``, at most ``2 × threads`` ahead."""
     todo = iter(items)
     with ThreadPoolExecutor(threads, "masks") as pool:
         window: deque[Future] = deque(pool.submit(steps.process, item) for item in islice(todo, 2 * threads))
@@ -262,15 +349,6 @@ def _run(items: Sequence[Item], steps: _Steps, threads: int, bar: Any) -> Iterat
             for future in window:
                 future.cancel()
             bar.close()
-
-
-def _count(counts: dict[str, int], record: MaskRecord, fresh: bool) -> None:
-    if not record.ok:
-        counts["failed"] += 1
-        return
-    counts["written" if fresh else "skipped"] += 1
-    if record.empty:
-        counts["empty"] += 1
 
 
 def _write_manifest(

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -64,20 +65,37 @@ def agreement(predicted: np.ndarray, truth: np.ndarray) -> Agreement:
     )
 
 
-def compare_with_truth(mask: Image.Image, truth_path: str | os.PathLike[str]) -> Agreement:
-    """Agreement of ``mask`` with the ground-truth file; an unreadable file becomes ``Agreement.error``.
+def compare_with_truth(mask: Image.Image, truth_path: str | os.PathLike[str]) -> tuple[Agreement, str | None]:
+    """Agreement of ``mask`` with the ground-truth file, and the sha256 of the file as read (as
+    ``truth_digest``: the record keeps it, so a rerun sees a changed ground truth). A file that cannot be read
+    or decoded becomes ``Agreement.error``.
 
     A ground truth of another size than the image is resized to it (nearest neighbour, so it stays a mask).
     """
-    from bgbias.data.images import load_mask
+    from bgbias.data.images import load_mask, read_image_bytes
 
     try:
-        truth = load_mask(truth_path)
+        data = read_image_bytes(truth_path)
     except ImageError as err:
-        return Agreement(error=err.problem)
+        return Agreement(error=err.problem), None
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        truth = load_mask(truth_path, data)
+    except ImageError as err:
+        return Agreement(error=err.problem), digest
     if truth.size != mask.size:
         truth = truth.resize(mask.size, Image.Resampling.NEAREST)
-    return agreement(np.asarray(mask), np.asarray(truth))
+    return agreement(np.asarray(mask), np.asarray(truth)), digest
+
+
+def truth_digest(truth_path: str | os.PathLike[str]) -> str | None:
+    """The sha256 ``compare_with_truth`` records for ``truth_path`` as it is now (``None``: unreadable)."""
+    from bgbias.data.images import read_image_bytes
+
+    try:
+        return hashlib.sha256(read_image_bytes(truth_path)).hexdigest()
+    except ImageError:
+        return None
 
 
 def summarise(values: Sequence[float]) -> dict[str, float | int]:

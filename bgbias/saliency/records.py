@@ -5,32 +5,44 @@ During a run the record file is only appended to (a line per finished image, flu
 loses at most the line being written; a torn last line is ignored on reading. At the end of a run the file is
 rewritten atomically in id order, and the manifest is derived from the records alone, so an interrupted and
 resumed run ends with the same bytes as an uninterrupted one.
+
+A record names the sha256 of the image (and ground truth) it was made from, so a rerun can tell a mask of the
+current image from one of an image since replaced under the same name.
+
+Two locks keep concurrent runs on one folder apart: one per shard record file, held for the whole run (a
+second run of the same shard is refused, as it would rewrite the file under the first one's appends), and a
+short one around reading every record file and writing the manifest and quality report from them (different
+shards run at once, and a manifest must never be written from records another shard has since finished).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from bgbias import __version__
-from bgbias.errors import BgbiasError, OptionError
-from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.errors import BgbiasError, BusyError, OptionError
+from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic, write_json_atomic
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
 
 RECORDS_DIR = "records"
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
+MANIFEST_LOCK = "manifest.lock"
+"""In ``records/``: held while the manifest and quality report are derived from the record files."""
 
 
 @dataclass(frozen=True)
 class MaskRecord:
-    """The outcome for one image: a mask (its size, raw output range, empty flag and, where a ground truth
-    exists, its agreement with it) or a failure with the reason and the fix."""
+    """The outcome for one image: a mask (the sha256 of the image file it was made from, its size, raw output
+    range, empty flag and, where a ground truth exists, its agreement with it and that file's sha256) or a
+    failure with the reason and the fix."""
 
     id: str
     ok: bool
@@ -41,6 +53,10 @@ class MaskRecord:
     quality: Agreement | None = None
     error: str | None = None
     fix: str | None = None
+    image_sha256: str | None = None
+    """``None`` in records written before images were hashed: such a mask cannot be verified."""
+    truth_sha256: str | None = None
+    """``None`` also where the ground truth could not be read (``quality.error`` says why)."""
 
     @classmethod
     def failure(cls, image_id: str, err: BgbiasError) -> MaskRecord:
@@ -49,11 +65,16 @@ class MaskRecord:
     def to_json(self) -> dict[str, Any]:
         if not self.ok:
             return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
-        data: dict[str, Any] = {"id": self.id, "status": "ok", "size": list(self.size or ())}
+        data: dict[str, Any] = {
+            "id": self.id,
+            "status": "ok",
+            "size": list(self.size or ()),
+            "image_sha256": self.image_sha256,
+        }
         if self.raw_max is not None:
             data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
         if self.quality is not None:
-            data["quality"] = self.quality.to_json()
+            data.update(quality=self.quality.to_json(), truth_sha256=self.truth_sha256)
         return data
 
     @classmethod
@@ -70,6 +91,8 @@ class MaskRecord:
             raw_max=data.get("raw_max"),
             empty=data.get("empty"),
             quality=None if quality is None else Agreement.from_json(quality),
+            image_sha256=data.get("image_sha256"),
+            truth_sha256=data.get("truth_sha256"),
         )
 
 
@@ -77,6 +100,30 @@ def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
     """The record file of ``shard`` = (index, count): each shard writes its own, so shards never clash."""
     index, count = shard
     return Path(out_dir) / RECORDS_DIR / f"shard-{index}-of-{count}.jsonl"
+
+
+@contextmanager
+def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
+    """Hold ``shard``'s record file for a whole run; ``BusyError`` at once if another process holds it."""
+    path = records_path(out_dir, shard).with_suffix(".lock")
+    try:
+        with exclusive_lock(path, wait=False):
+            yield
+    except BlockingIOError:
+        index, count = shard
+        raise BusyError(
+            f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
+            path=path,
+            fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
+        ) from None
+
+
+@contextmanager
+def manifest_lock(out_dir: Path) -> Iterator[None]:
+    """Hold the folder's manifest while it is derived from the record files (waits for another holder: each
+    holds it for one read of the records and two small writes)."""
+    with exclusive_lock(Path(out_dir) / RECORDS_DIR / MANIFEST_LOCK, wait=True):
+        yield
 
 
 def record_files(out_dir: Path) -> list[Path]:
@@ -115,7 +162,7 @@ def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
 def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
     """Rewrite a record file atomically, one line per image in id order (the canonical form)."""
     lines = [_line(record) for record in sorted(records, key=lambda record: record.id)]
-    write_text_atomic(path, "".join(lines))
+    write_bytes_atomic(path, b"".join(lines))
 
 
 class RecordLog:
@@ -126,7 +173,7 @@ class RecordLog:
 
     def __init__(self, path: Path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._handle: BinaryIO = open(path, "ab")  # noqa: SIM115 (closed by close())
 
     def append(self, record: MaskRecord) -> None:
         self._handle.write(_line(record))
@@ -138,8 +185,10 @@ class RecordLog:
         self._handle.close()
 
 
-def _line(record: MaskRecord) -> str:
-    return json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+def _line(record: MaskRecord) -> bytes:
+    """One record as a line of JSON; any image id can be written, also one that is not valid UTF-8."""
+    text = json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return json_bytes(text + "\n")
 
 
 def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from bgbias.backgrounds.pool import (
     pool_folder,
 )
 from bgbias.backgrounds.sources import PhotoSource
-from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError, SkippedEntriesWarning
 
 SMALL = {"images_per_pool": 20, "long_side": 48}
 
@@ -184,6 +184,21 @@ def test_list_pool_reads_images_only_sorted(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "sub.png").mkdir()
     assert [p.name for p in list_pool(tmp_path)] == ["a.png", "b.JPG"]
+
+
+def test_list_pool_names_the_entries_it_cannot_use_and_keeps_the_rest(tmp_path: Path) -> None:
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.png")
+    os.symlink("loop.jpg", tmp_path / "loop.jpg")
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.jpg"))  # a name that is not valid UTF-8
+    odd.write_bytes((tmp_path / "a.png").read_bytes())
+    with pytest.warns(SkippedEntriesWarning) as caught:
+        assert list_pool(tmp_path) == [tmp_path / "a.png"]
+    (warning,) = caught
+    assert warning.message.folder == str(tmp_path)
+    assert [reason.split(" (")[0] for _, reason in warning.message.skipped] == [
+        "the name is not valid UTF-8",
+        "cannot be read",
+    ]
 
 
 def test_list_pool_missing_or_empty_folder_is_a_dataset_error(tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from bgbias.data.folder import FolderDataset, folder_split_sizes
 from bgbias.data.splits import split_items
-from bgbias.errors import DatasetError
+from bgbias.errors import DatasetError, SkippedEntriesWarning
 from tests.replicas import make_folder, write_picture
 
 
@@ -83,3 +86,41 @@ def test_images_that_would_share_a_mask(folder):
     write_picture(folder / "ant" / "img_0.png", 0)
     with pytest.raises(DatasetError, match=r"would share the mask path ant/img_0.png"):
         FolderDataset(folder).items()
+
+
+def _odd_name(folder, name: bytes) -> bytes:
+    """``folder``/``name`` as bytes: a name that is not valid UTF-8 can only be made that way."""
+    return os.fsencode(folder) + b"/" + name
+
+
+def test_a_looping_link_costs_only_itself_and_is_named(folder):
+    os.symlink("loop.jpg", folder / "ant" / "loop.jpg")  # stat() fails: too many levels of links
+    os.symlink("gone.jpg", folder / "ant" / "dangling.jpg")
+    os.symlink("loop", folder / "ant" / "loop")  # not an image name: not looked at
+    os.symlink("cycle", folder / "cycle")  # could be a class folder
+    with pytest.warns(SkippedEntriesWarning) as caught:
+        items = FolderDataset(folder).items()
+    assert [item.id for item in items if item.id.startswith("ant/")] == ["ant/img_0.jpg", "ant/img_1.png"]
+    by_folder = {w.message.folder: w.message for w in caught if isinstance(w.message, SkippedEntriesWarning)}
+    assert set(by_folder) == {str(folder), str(folder / "ant")}
+    assert [path for path, _ in by_folder[str(folder / "ant")].skipped] == [
+        str(folder / "ant" / "dangling.jpg"),
+        str(folder / "ant" / "loop.jpg"),
+    ]
+    assert [path for path, _ in by_folder[str(folder)].skipped] == [str(folder / "cycle")]
+    text = str(by_folder[str(folder / "ant")])
+    assert "loop.jpg: cannot be read" in text and "remove broken or looping links" in text
+
+
+def test_names_that_are_not_utf8_are_skipped_and_named_as_bytes(folder):
+    write_picture(Path(os.fsdecode(_odd_name(folder / "ant", b"caf\xe9.jpg"))), 0)
+    os.mkdir(_odd_name(folder, b"\xe9t\xe9"))
+    write_picture(Path(os.fsdecode(_odd_name(folder, b"\xe9t\xe9/img.jpg"))), 1)
+    with pytest.warns(SkippedEntriesWarning) as caught:
+        items = FolderDataset(folder).items()
+    assert len(items) == 16 and all(item.id.encode("utf-8") for item in items)
+    text = "\n".join(str(w.message) for w in caught)
+    assert repr(_odd_name(folder / "ant", b"caf\xe9.jpg")) in text  # b'.../ant/caf\xe9.jpg'
+    assert repr(_odd_name(folder, b"\xe9t\xe9")) in text
+    assert "the name is not valid UTF-8" in text and "rename" in text
+    text.encode("utf-8")  # printable as it is

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from bgbias.data import images
-from bgbias.data.images import load_image, load_mask, to_rgb
+from bgbias.data.images import load_image, load_mask, read_image_bytes, to_rgb
 from bgbias.errors import ImageError
 
 EXIF_ORIENTATION = 0x0112
@@ -69,6 +69,23 @@ def test_missing_file(tmp_path):
 def test_folder_instead_of_file(tmp_path):
     with pytest.raises(ImageError, match="folder"):
         load_image(tmp_path)
+    with pytest.raises(ImageError, match="folder"):
+        read_image_bytes(tmp_path)
+
+
+def test_bytes_read_once_decode_like_the_file_and_errors_name_the_path(tmp_path):
+    path = tmp_path / "stripes.png"
+    stripes().save(path)
+    data = read_image_bytes(path)
+    path.unlink()  # decoding from the bytes must not read the file again
+    assert np.array_equal(np.asarray(load_image(path, data)), np.asarray(stripes()))
+    assert load_mask(path, data).mode == "L"
+    with pytest.raises(ImageError, match="not found") as info:
+        read_image_bytes(path)
+    assert info.value.path == str(path)
+    with pytest.raises(ImageError, match="not an image") as info:
+        load_image(path, b"these are not pixels")
+    assert info.value.path == str(path)
 
 
 def test_text_file_named_jpg(tmp_path):

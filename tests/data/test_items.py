@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -57,6 +58,12 @@ def test_missing_files(tmp_path):
         tmp_path / "b" / "z",
     ]
     assert missing_files(wanted) == sorted(wanted[1:])
+
+
+def test_a_looping_link_is_missing_itself_without_hiding_its_folder(tmp_path):
+    (tmp_path / "x.jpg").write_bytes(b"")
+    os.symlink("loop.jpg", tmp_path / "loop.jpg")
+    assert missing_files([tmp_path / "x.jpg", tmp_path / "loop.jpg"]) == [tmp_path / "loop.jpg"]
 
 
 def test_require_files_names_the_first_few(tmp_path):

@@ -10,7 +10,7 @@ from bgbias.engine import training
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.training import train
 from bgbias.methods.dcml.method import DCML
-from tests.engine.conftest import tiny_config
+from tests.conftest import tiny_config
 
 FAST = ("loss.env_passes=1", "loss.env_batch_size=8", "bgaugment.enabled=true")
 

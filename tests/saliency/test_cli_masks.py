@@ -1,11 +1,15 @@
-"""``bgbias masks`` end to end on a tiny bench with the real u2netp: files, quality report, exit status."""
+"""``bgbias masks`` end to end on a tiny bench, with the real u2netp or the fake session: files, quality
+report, what the terminal says, exit status."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 
 from bgbias.cli import main
-from tests.replicas import make_bench
+from bgbias.errors import EXIT_PARTIAL
+from bgbias.saliency import pipeline
+from tests.replicas import make_bench, write_picture
+from tests.saliency.fakes import FakeSession
 
 
 def _run(root, out, monkeypatch, u2netp_file):
@@ -30,6 +34,46 @@ def test_masks_command_records_a_bad_image_and_exits_non_zero(tmp_path, monkeypa
     broken = sorted((root / "images").rglob("*.jpg"))[0]
     broken.write_bytes(b"not a jpeg")
     result = _run(root, tmp_path / "masks", monkeypatch, u2netp_file)
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_PARTIAL
     assert "5 written, 0 already done, 1 failed" in result.output
-    assert "1 image(s) failed" in result.output
+    assert f"error: 1 of 6 images failed and have no mask:\n  {broken.relative_to(root).as_posix()}: " in (
+        result.stderr
+    )
+
+
+def _run_fake(root, out, monkeypatch):
+    monkeypatch.setattr(pipeline, "open_session", lambda *_args, **_options: FakeSession())
+    args = ["masks", "--dataset", "bench", "--root", str(root), "--out", str(out)]
+    return CliRunner().invoke(main, args)
+
+
+def test_failed_images_are_named_with_reason_and_fix_and_exit_partial(tmp_path, monkeypatch):
+    root = make_bench(tmp_path / "bench", train_classes=2, val_classes=1, test_classes=1, per_class=2)
+    broken = sorted((root / "images").rglob("*.jpg"))[:7]
+    for path in broken:
+        path.write_bytes(b"not a jpeg")
+    result = _run_fake(root, tmp_path / "masks", monkeypatch)
+    assert result.exit_code == EXIT_PARTIAL == 3, result.output
+    assert "1 written, 0 already done, 7 failed" in result.stdout
+    lines = result.stderr.splitlines()  # after the progress bar
+    lines = lines[lines.index("error: 7 of 8 images failed and have no mask:") :]
+    named = [line.split(": ")[0].strip() for line in lines[1:] if line.startswith("  images/")]
+    assert named == [path.relative_to(root).as_posix() for path in broken[:5]]
+    assert "not an image" in result.stderr and "fix: replace it with a valid JPEG" in result.stderr
+    assert "... and 2 more" in result.stderr and str(tmp_path / "masks" / "manifest.json") in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_the_summary_says_which_masks_were_re_made(tmp_path, monkeypatch):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=2)
+    assert _run_fake(root, tmp_path / "masks", monkeypatch).exit_code == 0
+    write_picture(sorted((root / "images").rglob("*.jpg"))[0], 99)
+    result = _run_fake(root, tmp_path / "masks", monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "1 written, 5 already done, 0 failed" in result.output
+    assert "1 of the written masks were re-made: their image or ground truth had changed" in result.output
+
+
+def test_help_documents_the_exit_status():
+    result = CliRunner().invoke(main, ["masks", "--help"])
+    assert f"{EXIT_PARTIAL} when the run finished but some images failed" in " ".join(result.output.split())

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from bgbias.assets.digest import sha256_file
 from bgbias.data.items import mask_path
-from bgbias.errors import OptionError
+from bgbias.data.registry import open_dataset
+from bgbias.errors import OptionError, SkippedEntriesWarning
 from bgbias.saliency.pipeline import write_masks
 from bgbias.saliency.records import MANIFEST_NAME, read_all_records, records_path
 from bgbias.saliency.resume import shard_items
+from tests.replicas import make_folder, write_picture
 from tests.saliency.fakes import FakeSession, fake_info
 
 
@@ -106,7 +110,7 @@ def test_shards_are_disjoint_cover_the_dataset_and_match_an_unsharded_run(bench_
     masks = {name for name in whole if name.endswith(".png")}
     assert masks == {name for name in sharded if name.endswith(".png")}
     assert all(whole[name] == sharded[name] for name in masks)
-    assert sorted(n for n in sharded if n.startswith("records/")) == [
+    assert sorted(n for n in sharded if n.endswith(".jsonl")) == [
         f"records/shard-{i}-of-3.jsonl" for i in range(3)
     ]
     counts = json.loads(sharded[MANIFEST_NAME])["counts"]
@@ -178,3 +182,79 @@ def test_no_ground_truth_no_quality_file(bench_items, tmp_path):
     items = [replace(item, ground_truth_mask=None) for item in bench_items]
     result = run(items, tmp_path / "m")
     assert result.quality is None and not (tmp_path / "m" / "quality.json").exists()
+
+
+def test_an_image_replaced_under_the_same_name_and_size_gets_a_new_mask(bench_items, tmp_path):
+    out = tmp_path / "m"
+    run(bench_items, out)
+    changed = bench_items[3]
+    before, size = mask_path(changed, out).read_bytes(), Image.open(changed.image).size
+    write_picture(changed.image, 99)  # same name, same size, other picture
+    assert Image.open(changed.image).size == size
+    session = FakeSession()
+    result = run(bench_items, out, session)
+    assert (result.written, result.remade, result.skipped, session.calls) == (1, 1, 11, 1)
+    assert "1 of the written masks were re-made" in result.describe()
+    assert mask_path(changed, out).read_bytes() != before
+    run(bench_items, tmp_path / "fresh")
+    assert snapshot(out) == snapshot(tmp_path / "fresh")  # the same as a first run on the new images
+    assert run(bench_items, out).written == 0
+
+
+def test_a_changed_ground_truth_is_measured_again(bench_items, tmp_path):
+    out = tmp_path / "m"
+    run(bench_items, out)
+    item = bench_items[5]
+    Image.new("L", Image.open(item.ground_truth_mask).size, 255).save(item.ground_truth_mask)
+    result = run(bench_items, out)
+    assert (result.written, result.remade, result.skipped) == (1, 1, 11)
+    assert read_all_records(out)[item.id].truth_sha256 == sha256_file(item.ground_truth_mask)
+    run(bench_items, tmp_path / "fresh")
+    assert snapshot(out) == snapshot(tmp_path / "fresh")
+
+
+def test_records_from_before_image_digests_are_not_trusted(bench_items, tmp_path):
+    out = tmp_path / "m"
+    run(bench_items, out)
+    before = snapshot(out)
+    log = records_path(out, (0, 1))
+    old = [json.loads(line) for line in log.read_text().splitlines()]
+    for record in old:
+        del record["image_sha256"], record["truth_sha256"]
+    log.write_text("".join(json.dumps(record) + "\n" for record in old))
+    session = FakeSession()
+    result = run(bench_items, out, session)
+    assert (result.written, result.remade, result.skipped, session.calls) == (12, 12, 0, 12)
+    assert snapshot(out) == before
+
+
+def test_each_image_file_is_read_once(bench_items, tmp_path, monkeypatch):
+    """New masks decode the bytes that were hashed; a rerun only hashes (no image is decoded)."""
+    opened = []
+    original = Image.open
+
+    def spy(source, *args, **kwargs):
+        opened.append(source)
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", spy)
+    images = {item.image for item in bench_items}
+    run(bench_items, tmp_path / "m")
+    assert not images & {source for source in opened if isinstance(source, Path)}
+    opened.clear()
+    assert run(bench_items, tmp_path / "m").skipped == 12
+    assert not images & {source for source in opened if isinstance(source, Path)}
+
+
+def test_a_folder_with_odd_entries_gets_every_usable_mask(tmp_path):
+    """A name that is not UTF-8 and a looping link are named in a warning, never crash the run or hide a
+    class folder; a rerun finds everything done."""
+    root = make_folder(tmp_path / "pets", per_class=2)
+    odd = Path(os.fsdecode(os.fsencode(root / "ant") + b"/caf\xe9.jpg"))
+    odd.write_bytes((root / "ant" / "img_0.jpg").read_bytes())
+    os.symlink("loop.jpg", root / "Bee" / "loop.jpg")
+    with pytest.warns(SkippedEntriesWarning):
+        items = open_dataset("folder", root).items()
+    assert len(items) == 16
+    assert run(items, tmp_path / "m").written == 16
+    assert run(items, tmp_path / "m").skipped == 16

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.saliency.quality import Agreement, agreement, compare_with_truth, quality_report, summarise
+from bgbias.saliency.quality import (
+    Agreement,
+    agreement,
+    compare_with_truth,
+    quality_report,
+    summarise,
+    truth_digest,
+)
 
 
 def rectangle(box, size=(10, 10), value=255, background=0) -> np.ndarray:
@@ -83,7 +92,15 @@ def test_report_skips_undefined_values_and_lists_unreadable_truths():
 def test_ground_truth_file_is_read_resized_to_the_mask_or_reported(tmp_path):
     predicted = Image.fromarray(rectangle((0, 0, 10, 5)))  # left half
     Image.fromarray(rectangle((0, 0, 20, 10), size=(20, 20))).save(tmp_path / "big.png")  # left half, 2×
-    assert compare_with_truth(predicted, tmp_path / "big.png") == Agreement(iou=1.0, overlap=1.0)
-    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
-    result = compare_with_truth(predicted, tmp_path / "broken.png")
+    big = (tmp_path / "big.png").read_bytes()
+    assert compare_with_truth(predicted, tmp_path / "big.png") == (
+        Agreement(iou=1.0, overlap=1.0),
+        hashlib.sha256(big).hexdigest(),
+    )
+    broken = b"\x89PNG\r\n\x1a\n broken"
+    (tmp_path / "broken.png").write_bytes(broken)
+    result, digest = compare_with_truth(predicted, tmp_path / "broken.png")
     assert result.iou is None and result.error
+    assert digest == truth_digest(tmp_path / "broken.png") == hashlib.sha256(broken).hexdigest()
+    assert compare_with_truth(predicted, tmp_path / "missing.png")[1] is None
+    assert truth_digest(tmp_path / "missing.png") is None

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 from bgbias.errors import ImageError
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.records import (
     MaskRecord,
     RecordLog,
+    build_manifest,
     read_all_records,
     read_records,
     records_path,
+    write_manifest,
     write_records,
 )
+from tests.saliency.fakes import fake_info
 
 DONE = MaskRecord(
     "a.jpg",
@@ -21,6 +26,8 @@ DONE = MaskRecord(
     raw_max=0.75,
     empty=False,
     quality=Agreement(iou=0.5, overlap=None),
+    image_sha256="a" * 64,
+    truth_sha256="b" * 64,
 )
 FAILED = MaskRecord.failure("b.jpg", ImageError("not an image", path="b.jpg", fix="replace it"))
 
@@ -37,7 +44,7 @@ def test_records_round_trip_through_a_file(tmp_path):
 def test_a_torn_last_line_is_ignored_and_rewriting_drops_it(tmp_path):
     path = tmp_path / "r.jsonl"
     write_records(path, [FAILED, DONE])
-    assert path.read_text().splitlines()[0].startswith('{"empty":false,"id":"a.jpg"')  # id order
+    assert path.read_text().splitlines()[0].startswith('{"empty":false,"id":"a.jpg","image_sha256":"aaa')
     with path.open("a") as handle:
         handle.write('{"id": "c.jpg", "sta')
     assert set(read_records(path)) == {"a.jpg", "b.jpg"}
@@ -60,3 +67,23 @@ def test_across_shard_files_a_mask_beats_a_failure(tmp_path):
     write_records(records_path(tmp_path, (1, 2)), [FAILED, DONE])
     merged = read_all_records(tmp_path)
     assert merged["b.jpg"].ok and merged["a.jpg"] == DONE
+
+
+def test_an_id_that_is_not_utf8_round_trips_through_records_and_manifest(tmp_path):
+    """A file name Python holds with lone surrogates (bytes that are not UTF-8) can never crash a writer."""
+    odd = "caf\udce9.jpg"
+    done = MaskRecord(odd, ok=True, size=(4, 3), image_sha256="c" * 64)
+    failed = MaskRecord.failure("caf\udce9.png", ImageError("not an image", path=odd, fix="replace it"))
+    path = records_path(tmp_path, (0, 1))
+    log = RecordLog(path)
+    log.append(done)
+    log.append(failed)
+    log.close()
+    assert read_records(path) == {done.id: done, failed.id: failed}
+    write_records(path, read_records(path).values())
+    assert read_records(path) == {done.id: done, failed.id: failed}
+    assert "\\udce9" in path.read_text(encoding="utf-8")  # a JSON escape: the file stays valid UTF-8
+
+    manifest = build_manifest([done.id, failed.id], read_records(path), fake_info(), 0.5, ["r"])
+    saved = json.loads(write_manifest(tmp_path, manifest).read_text(encoding="utf-8"))
+    assert saved["failures"] == [{"id": failed.id, "error": "not an image", "fix": "replace it"}]
