@@ -15,10 +15,12 @@ from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.errors import ImageError
+from bgbias.saliency.records import stale_masks
 
 
 def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
-    """The mask path of every item, in order; ``ImageError`` naming the missing ones when any is absent."""
+    """The mask path of every item, in order; ``ImageError`` naming the missing ones when any is absent, and
+    the stale ones when ``bgbias masks`` recorded that a mask was made from another version of its image."""
     masks_dir = Path(masks_dir)
     paths = [mask_path(item, masks_dir) for item in items]
     missing = missing_files(paths)
@@ -29,6 +31,14 @@ def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) ->
             path=masks_dir,
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or pass --masks DIR if they are in "
             "another folder",
+        )
+    stale = stale_masks(items, masks_dir)
+    if stale:
+        raise ImageError(
+            f"{len(stale)} saliency masks in {masks_dir} were made from other versions of their images: "
+            f"{describe_paths([item.image for item in stale])}",
+            path=masks_dir,
+            fix=f"run `bgbias masks --dataset {dataset_name}` again: it re-makes exactly these masks",
         )
     return paths
 

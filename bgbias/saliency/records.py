@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bgbias import __version__
+from bgbias.data.items import Item
 from bgbias.errors import BgbiasError, BusyError, OptionError
 from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic, write_json_atomic
 from bgbias.saliency.quality import Agreement
@@ -157,6 +158,22 @@ def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
             if previous is None or record.ok or not previous.ok:
                 merged[image_id] = record
     return merged
+
+
+def stale_masks(items: Sequence[Item], out_dir: Path) -> list[Item]:
+    """The items whose mask in ``out_dir`` was made from other bytes than their image file holds now, by the
+    records of ``bgbias masks`` (every image is hashed; items without a record, e.g. masks a user brought,
+    cannot be checked and are not listed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bgbias.assets.digest import sha256_file
+
+    records = read_all_records(out_dir)
+    recorded = [(item, records[item.id].image_sha256) for item in items
+                if item.id in records and records[item.id].ok and records[item.id].image_sha256]
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:  # hashlib releases the GIL
+        digests = list(pool.map(lambda pair: sha256_file(pair[0].image), recorded))
+    return [item for (item, expected), digest in zip(recorded, digests, strict=True) if digest != expected]
 
 
 def write_records(path: Path, records: Iterable[MaskRecord]) -> None:

@@ -34,3 +34,18 @@ def test_a_missing_masks_folder_counts_every_mask(bench, tmp_path):
     items = bench.items()
     with pytest.raises(ImageError, match=f"{len(items)} of {len(items)}"):
         saliency_masks(items, tmp_path / "nowhere", "bench")
+
+
+def test_a_mask_recorded_for_another_version_of_its_image_is_refused(bench, masks_dir):
+    from bgbias.assets.digest import sha256_file
+    from bgbias.saliency.records import MaskRecord, records_path, write_records
+
+    items = bench.items()
+    records = [MaskRecord(item.id, ok=True, size=(32, 24), image_sha256=sha256_file(item.image))
+               for item in items[:3]]  # the others: masks a user brought, without records
+    write_records(records_path(masks_dir, (0, 1)), records)
+    assert saliency_masks(items, masks_dir, "bench") == [mask_path(item, masks_dir) for item in items]
+    items[1].image.write_bytes(items[2].image.read_bytes())  # same name, same size, other picture
+    with pytest.raises(ImageError, match="1 saliency masks .* other versions of their images") as info:
+        saliency_masks(items, masks_dir, "bench")
+    assert str(items[1].image) in info.value.problem and "bgbias masks --dataset bench" in info.value.fix
