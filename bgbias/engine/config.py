@@ -12,7 +12,7 @@ A run's configuration is resolved once, in this order, each layer overriding the
 
 Each layer is checked as it is applied, so an error names the file (or ``--set``) a bad value comes from:
 every key known, every section a section, every value of its field's type (finite where a number) and within
-its rule, and the method's options its own (:meth:`Method.check_options`).
+its rule, and the method's options its own (:meth:`Method.check_options`). Paths become absolute.
 
 The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
 read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import os
@@ -131,6 +132,11 @@ class TrainConfig:
         return self.schedule.monitor
 
 
+# Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
+# folders from any working folder.
+PATH_KEYS = ("root", "model.weights", "bgaugment.masks", "bgaugment.backgrounds")
+
+
 def _one_of(*choices: str) -> tuple[Callable[[Any], bool], str]:
     return (lambda value: value in choices), "one of " + ", ".join(choices)
 
@@ -190,7 +196,7 @@ def resolve_config(
 
     ``overrides`` are ``key=value`` strings (``--set``); values are parsed as JSON where they parse
     (numbers, true/false, null, lists), else taken as strings. Each layer is checked as it is applied, so an
-    error names the layer (file or ``--set``) the bad value comes from.
+    error names the layer (file or ``--set``) the bad value comes from; paths become absolute.
     """
     from bgbias.methods.registry import method_class
 
@@ -213,6 +219,11 @@ def resolve_config(
                     f"{dataset}), not by a setting",
                     fix="remove method and dataset from it, or pass --method / --dataset",
                 )
+    for key in PATH_KEYS:
+        *sections, name = key.split(".")
+        node = functools.reduce(dict.__getitem__, sections, merged)
+        if node[name] is not None:
+            node[name] = os.path.abspath(os.path.expanduser(node[name]))
     with _naming("the resolved configuration", None):
         return config_from_dict(merged)
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bgbias.engine.config import (
+    PATH_KEYS,
     TrainConfig,
     config_from_dict,
     load_run_config,
@@ -241,3 +242,17 @@ def test_a_run_config_is_checked_as_a_whole(tmp_path):
         load_run_config(path)
     assert err.value.path == str(path)
 
+
+def test_paths_are_stored_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    given = {"root": "data/x", "model.weights": "w.pth", "bgaugment.masks": "m",
+             "bgaugment.backgrounds": "../b"}
+    assert set(given) == set(PATH_KEYS)
+    config = resolve_config("triplet", "bench", overrides=[f"{key}={value}" for key, value in given.items()])
+    stored = config.as_dict()
+    assert stored["root"] == str(tmp_path / "data" / "x")
+    assert stored["model"]["weights"] == str(tmp_path / "w.pth")
+    assert stored["bgaugment"] == {**stored["bgaugment"], "masks": str(tmp_path / "m"),
+                                   "backgrounds": str(tmp_path.parent / "b")}
+    unset = resolve_config("triplet", "bench")
+    assert (unset.root, unset.model.weights, unset.bgaugment.masks) == (None, None, None)
