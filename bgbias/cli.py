@@ -410,9 +410,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
     else:
         from bgbias.engine.config import resolve_config
         from bgbias.engine.training import train as train_run
-        from bgbias.methods.registry import method_class
 
-        method_class(method)
         options = {
             "root": str(root) if root else None, "protocol": protocol, "fold": fold,
             "bgaugment.enabled": bgaugment or None, "model.backbone": backbone,

@@ -10,19 +10,28 @@ A run's configuration is resolved once, in this order, each layer overriding the
 4. a user's ``--config FILE`` (JSON, the same nested layout);
 5. command-line options (``--backbone``, ``--epochs``, ``--bgaugment``, …) and ``--set key=value``.
 
-The resolved configuration is written to the run folder, and ``--resume`` reads it back from there, so a
-resumed run cannot drift from the one it continues.
+Each layer is checked as it is applied, so an error names the file (or ``--set``) a bad value comes from:
+every key known, every section a section, every value of its field's type (finite where a number) and within
+its rule, and the method's options its own (:meth:`Method.check_options`). Paths become absolute.
+
+The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
+read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
+a resumed run cannot drift from the one it continues.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
 import json
+import math
 import os
+import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -123,32 +132,54 @@ class TrainConfig:
         return self.schedule.monitor
 
 
-# The free-form section: a method validates its own hyperparameters when it is built.
-_FREE_FORM = {"loss"}
+# Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
+# folders from any working folder.
+PATH_KEYS = ("root", "model.weights", "bgaugment.masks", "bgaugment.backgrounds")
 
 
 def _one_of(*choices: str) -> tuple[Callable[[Any], bool], str]:
     return (lambda value: value in choices), "one of " + ", ".join(choices)
 
 
-# What each checked value must satisfy, with the words the error uses.
+def _at_least(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda value: value >= low), f"at least {low}"
+
+
+_POSITIVE: tuple[Callable[[Any], bool], str] = ((lambda v: v > 0), "positive")
+_PATH: tuple[Callable[[Any], bool], str] = ((lambda v: v != ""), "a path (or null)")
+
+# What each value must satisfy beyond its type, with the words the error uses (None passes where allowed).
+# Names of methods, datasets and backbones are checked against their registries (_check_config).
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "root": _PATH,
     "protocol": _one_of("fixed", "cv4"),
+    "fold": ((lambda v: 0 <= v <= 3), "0, 1, 2 or 3"),
+    "seed": ((lambda v: 0 <= v < 2**64), "a whole number in [0, 2**64)"),
+    "device": ((lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None), "auto, cpu, cuda or cuda:N"),
     "amp": _one_of("auto", "off", "bf16", "fp16"),
+    "model.weights": _PATH,
+    "model.embedding_dim": _at_least(1),
     "model.pooling": _one_of("avg", "max", "avg+max"),
     "optim.name": _one_of("adam", "adamw", "rmsprop", "sgd"),
-    "schedule.monitor": _one_of("auto", "clean", "corrupted"),
-    "fold": ((lambda v: 0 <= v <= 3), "0, 1, 2 or 3"),
-    "seed": ((lambda v: v >= 0), "0 or more"),
-    "model.embedding_dim": ((lambda v: v >= 1), "at least 1"),
-    "data.batch_size": ((lambda v: v >= 1), "at least 1"),
-    "data.m_per_class": ((lambda v: v >= 1), "at least 1"),
+    "optim.lr_backbone": _POSITIVE,
+    "optim.lr_head": _POSITIVE,
+    "optim.lr_loss": _POSITIVE,
+    "optim.weight_decay": ((lambda v: v >= 0), "0 or more"),
+    "optim.momentum": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
+    "optim.grad_clip": ((lambda v: v > 0), "positive (or null: no clipping)"),
+    "data.batch_size": _at_least(1),
+    "data.m_per_class": _at_least(1),
     "data.batches_per_epoch": ((lambda v: v >= 1), "at least 1 (or null: one pass over the data)"),
     "data.workers": ((lambda v: v >= 0), "0 or more"),
-    "bgaugment.p": ((lambda v: 0.0 <= v <= 1.0), "a probability in [0, 1]"),
-    "optim.grad_clip": ((lambda v: v > 0), "positive (or null: no clipping)"),
-    "schedule.epochs": ((lambda v: v >= 1), "at least 1"),
-    "schedule.patience": ((lambda v: v >= 1), "at least 1"),
+    "data.resize": ((lambda v: v >= 1), "at least 1 (or null: the dataset's)"),
+    "data.crop": ((lambda v: v >= 1), "at least 1 (or null: the dataset's)"),
+    "data.crop_scale": ((lambda v: 0 < v[0] <= v[1] <= 1), "[low, high] with 0 < low <= high <= 1"),
+    "bgaugment.p": ((lambda v: 0 <= v <= 1), "a probability in [0, 1]"),
+    "bgaugment.backgrounds": _PATH,
+    "bgaugment.masks": _PATH,
+    "schedule.epochs": _at_least(1),
+    "schedule.patience": _at_least(1),
+    "schedule.monitor": _one_of("auto", "clean", "corrupted"),
 }
 
 
@@ -164,19 +195,37 @@ def resolve_config(
     """Layer defaults, protocol, method file, ``config_file``, ``options`` (dotted keys) and ``overrides``.
 
     ``overrides`` are ``key=value`` strings (``--set``); values are parsed as JSON where they parse
-    (numbers, true/false, null, lists), else taken as strings.
+    (numbers, true/false, null, lists), else taken as strings. Each layer is checked as it is applied, so an
+    error names the layer (file or ``--set``) the bad value comes from; paths become absolute.
     """
-    layers: list[tuple[str, dict[str, Any]]] = [("protocol", protocol_layer(dataset))]
-    method_file = method_layer(method, dataset)
-    layers.append((f"method {method}", method_file))
+    from bgbias.methods.registry import method_class
+
+    method_cls = method_class(method)
+    layers: list[tuple[str, Path | None, dict[str, Any]]] = [("protocol", None, protocol_layer(dataset))]
+    layers += [(f"method {method}", None, layer) for layer in method_layers(method, dataset)]
     if config_file is not None:
-        layers.append((os.fspath(config_file), read_config_file(config_file)))
-    layers.append(("options", unflatten({"method": method, "dataset": dataset, **(options or {})})))
-    layers.append(("--set", unflatten(dict(parse_override(text) for text in overrides))))
+        layers.append(("--config", Path(config_file), read_config_file(config_file)))
+    command_line = {"method": method, "dataset": dataset, **(options or {})}
+    layers.append(("command line", None, unflatten(command_line)))
+    layers.append(("--set", None, unflatten(dict(parse_override(text) for text in overrides))))
     merged = dataclasses.asdict(TrainConfig())
-    for source, layer in layers:
-        merged = merge(merged, layer, source)
-    return config_from_dict(merged)
+    for source, path, layer in layers:
+        with _naming(source, path):
+            merged = _apply(TrainConfig, merged, layer, "")
+            method_cls.check_options(layer.get("loss", {}))
+            if layer.get("method", method) != method or layer.get("dataset", dataset) != dataset:
+                raise OptionError(
+                    f"the method and dataset are chosen by --method and --dataset (here {method} on "
+                    f"{dataset}), not by a setting",
+                    fix="remove method and dataset from it, or pass --method / --dataset",
+                )
+    for key in PATH_KEYS:
+        *sections, name = key.split(".")
+        node = functools.reduce(dict.__getitem__, sections, merged)
+        if node[name] is not None:
+            node[name] = os.path.abspath(os.path.expanduser(node[name]))
+    with _naming("the resolved configuration", None):
+        return config_from_dict(merged)
 
 
 def protocol_layer(dataset: str) -> dict[str, Any]:
@@ -184,14 +233,14 @@ def protocol_layer(dataset: str) -> dict[str, Any]:
     return _package_json("protocols", "bench" if dataset == "bench" else "paper")
 
 
-def method_layer(method: str, dataset: str) -> dict[str, Any]:
-    """A method's defaults with its section for ``dataset`` applied (no file: nothing to add)."""
+def method_layers(method: str, dataset: str) -> list[dict[str, Any]]:
+    """A method's defaults, then its section for ``dataset`` (no file: nothing to add)."""
     try:
         data = _package_json("methods", method)
     except FileNotFoundError:
-        return {}
+        return []
     sections = data.pop("datasets", {})
-    return merge(data, sections.get(dataset, {}), f"method {method} / {dataset}", strict=False)
+    return [data, sections.get(dataset, {})]
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -232,84 +281,49 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise OptionError(f"{key!r} sets a value below a non-section", fix="check the key")
+                raise OptionError(f"{key!r} sets a value below {part!r}, which is set to a value itself",
+                                  fix="set either the setting or values below it, not both")
         node[leaf] = value
     return nested
 
 
-def merge(base: dict[str, Any], layer: dict[str, Any], source: str, *, strict: bool = True) -> dict[str, Any]:
-    """``base`` updated by ``layer``; with ``strict``, a key ``base`` does not know is an OptionError."""
-    out = dict(base)
-    for key, value in layer.items():
-        if key in _FREE_FORM:
-            if not isinstance(value, dict):
-                raise OptionError(f"{source}: {key!r} must be a section", fix=f"write {key}.<name>=<value>")
-            out[key] = {**out.get(key, {}), **value}
-        elif strict and key not in out:
-            raise _unknown_key(key, out, source)
-        elif isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = merge(out[key], value, source, strict=strict)
-        else:
-            out[key] = value
-    return out
-
-
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A TrainConfig from its nested dict, with every value checked against its field's type."""
-    return _build(TrainConfig, data, "")
-
-
-def load_run_config(path: str | os.PathLike[str]) -> TrainConfig:
-    """The resolved configuration saved in a run folder (``config.json``)."""
-    merged = merge(dataclasses.asdict(TrainConfig()), read_config_file(path), os.fspath(path))
-    return config_from_dict(merged)
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-def _package_json(kind: str, name: str) -> dict[str, Any]:
-    resource = resources.files("bgbias") / "configs" / kind / f"{name}.json"
-    if not resource.is_file():
-        raise FileNotFoundError(str(resource))
-    return json.loads(resource.read_text(encoding="utf-8"))
-
-
-def _unknown_key(key: str, known: dict[str, Any], source: str) -> OptionError:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return OptionError(
-        f"{source}: unknown configuration key {key!r}",
-        fix=f"{hint}known keys here: {', '.join(sorted(known))}",
-    )
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for spec in dataclasses.fields(cls):
-        key = f"{prefix}{spec.name}"
-        value = data[spec.name]
-        kind = hints[spec.name]
-        if dataclasses.is_dataclass(kind):
-            values[spec.name] = _build(kind, value, f"{key}.")
-        else:
-            values[spec.name] = _coerce(value, kind, key)
-    config = cls(**values)
-    _check_values(config, prefix)
+    """A TrainConfig from a complete nested dict (a run's ``config.json``): every key present, every value
+    of its field's type and within its rule, the names registered and the method's options its own."""
+    checked = _apply(TrainConfig, {}, data, "")
+    missing = _missing(TrainConfig, checked, "")
+    if missing:
+        raise OptionError(
+            f"missing settings: {', '.join(missing)}",
+            fix="a run's config.json holds every setting: this one was not written by bgbias train, or was "
+                "edited; restore the missing settings",
+        )
+    config = _build(TrainConfig, checked)
+    _check_config(config)
     return config
 
 
-def _coerce(value: Any, kind: Any, key: str) -> Any:
-    """Check ``value`` against a field annotation (int, float, bool, str, optional, tuple, dict)."""
+def load_run_config(path: str | os.PathLike[str]) -> TrainConfig:
+    """The resolved configuration saved in a run folder (``config.json``), complete and checked."""
+    data = read_config_file(path)
+    with _naming("the run's configuration", path):
+        return config_from_dict(data)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def coerce_value(value: Any, kind: Any, key: str) -> Any:
+    """``value`` checked against a type annotation (int, float, bool, str, optional, tuple, dict) and in the
+    form it takes (ints given for floats become floats, lists tuples); an OptionError names ``key``."""
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         options = [arg for arg in typing.get_args(kind) if arg is not type(None)]
         if value is None:
             return None
-        return _coerce(value, options[0], key)
+        return coerce_value(value, options[0], key)
     if origin is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(typing.get_args(kind)):
             raise _bad_value(key, value, f"a list of {len(typing.get_args(kind))} numbers")
-        return tuple(_coerce(v, t, key) for v, t in zip(value, typing.get_args(kind), strict=True))
+        return tuple(coerce_value(v, t, key) for v, t in zip(value, typing.get_args(kind), strict=True))
     if origin is dict:
         if not isinstance(value, dict):
             raise _bad_value(key, value, "a section of key=value settings")
@@ -323,8 +337,8 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
             raise _bad_value(key, value, "an integer")
         return value
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad_value(key, value, "a number")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise _bad_value(key, value, "a finite number")
         return float(value)
     if kind is str:
         if not isinstance(value, str):
@@ -333,18 +347,107 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
     raise TypeError(f"unsupported configuration type {kind!r} for {key}")
 
 
-def _check_values(config: Any, prefix: str) -> None:
-    for spec in dataclasses.fields(config):
+@contextlib.contextmanager
+def _naming(source: str, path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Say in an OptionError raised while checking a layer which layer (and file) it comes from."""
+    try:
+        yield
+    except OptionError as err:
+        raise OptionError(f"{source}: {err.problem}", path=path if path is not None else err.path,
+                          fix=err.fix) from None
+
+
+def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``base`` (the nested dict of dataclass ``cls``) updated by ``layer``, whose every key must be a field,
+    every section a section and every value of its field's type and within its rule."""
+    hints = typing.get_type_hints(cls)
+    out = dict(base)
+    for name, value in layer.items():
+        key = f"{prefix}{name}"
+        if name not in hints:
+            raise _unknown_key(key, list(hints))
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind):
+            if not isinstance(value, dict):
+                example = dataclasses.fields(kind)[0].name
+                raise _bad_value(key, value, f"a section, e.g. {{\"{example}\": ...}}")
+            out[name] = _apply(kind, out.get(name, {}), value, f"{key}.")
+        elif typing.get_origin(kind) is dict:  # the method's options: the method checks them
+            out[name] = {**out.get(name, {}), **coerce_value(value, kind, key)}
+        elif isinstance(value, dict):
+            raise OptionError(f"{key} is a single setting, not a section: {value!r}",
+                              fix=f"set {key} itself, e.g. {key}=<value>")
+        else:
+            out[name] = coerce_value(value, kind, key)
+            rule = _RULES.get(key)
+            if rule is not None and out[name] is not None and not rule[0](out[name]):
+                raise _bad_value(key, out[name], rule[1])
+    return out
+
+
+def _missing(cls: type, data: dict[str, Any], prefix: str) -> list[str]:
+    """The dotted keys of ``cls`` that ``data`` lacks."""
+    hints = typing.get_type_hints(cls)
+    missing = []
+    for spec in dataclasses.fields(cls):
         key = f"{prefix}{spec.name}"
-        value = getattr(config, spec.name)
-        if key in _RULES and value is not None:
-            ok, expected = _RULES[key]
-            if not ok(value):
-                raise _bad_value(key, value, expected)
+        if spec.name not in data:
+            missing.append(key)
+        elif dataclasses.is_dataclass(hints[spec.name]):
+            missing += _missing(hints[spec.name], data[spec.name], f"{key}.")
+    return missing
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """Dataclass ``cls`` from its complete, checked nested dict."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{
+        spec.name: _build(hints[spec.name], data[spec.name]) if dataclasses.is_dataclass(hints[spec.name])
+        else data[spec.name]
+        for spec in dataclasses.fields(cls)
+    })
+
+
+def _check_config(config: TrainConfig) -> None:
+    """What no single value shows: the names against their registries, the method's options, and settings
+    that must agree with each other."""
+    from bgbias.data.registry import check_name
+    from bgbias.methods.registry import method_class
+    from bgbias.models.registry import backbone_names
+
+    check_name(config.dataset)
+    method_class(config.method).check_options(config.loss)
+    if config.model.backbone not in backbone_names():
+        raise _bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))
+    batch, m = config.data.batch_size, config.data.m_per_class
+    if batch % m:
+        raise OptionError(
+            f"data.batch_size = {batch} is not a multiple of data.m_per_class = {m} (images "
+            "per class in a batch)", fix=f"choose a batch size that m divides, e.g. {max(1, batch // m) * m}",
+        )
+    if config.model.weights is not None and not config.model.pretrained:
+        raise OptionError("model.weights is set, but model.pretrained = false asks for random "
+                          "initialisation", fix="drop the weight file, or set model.pretrained=true")
+
+
+def _package_json(kind: str, name: str) -> dict[str, Any]:
+    resource = resources.files("bgbias") / "configs" / kind / f"{name}.json"
+    if not resource.is_file():
+        raise FileNotFoundError(str(resource))
+    return json.loads(resource.read_text(encoding="utf-8"))
+
+
+def _unknown_key(key: str, known: list[str]) -> OptionError:
+    *_, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return OptionError(
+        f"unknown configuration key {key!r}", fix=f"{hint}known keys here: {', '.join(sorted(known))}"
+    )
 
 
 def _bad_value(key: str, value: Any, expected: str) -> OptionError:
-    return OptionError(f"configuration {key} = {value!r} is invalid", fix=f"{key} must be {expected}")
+    return OptionError(f"setting {key} = {value!r} is invalid", fix=f"{key} must be {expected}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -140,6 +140,10 @@ def _run(
         masks_dir = _masks_dir(config, dataset)
         train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
         bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+        torch.manual_seed(config.seed)
+        images = train_images(config, dataset, train_items, train_masks)
+        method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
+        loader, sampler = make_train_loader(config, images, device, dist)
         trained_on = _trained_on(dataset)
         run = make_run()
         _check_same_dataset(run, trained_on)
@@ -149,16 +153,12 @@ def _run(
             if dist.is_main and checkpoint is None:
                 write_json_atomic(run.config, config.as_dict())
 
-            torch.manual_seed(config.seed)
-            images = train_images(config, dataset, train_items, train_masks)
-            method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
             optimizer = build_optimizer(config, method)
             scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
             if checkpoint is not None:
                 state = _restore(checkpoint, method, optimizer, scaler, device)
                 log(f"resuming {run.root} after epoch {state.epoch}")
             model = _wrap_distributed(method, dist, device)
-            loader, sampler = make_train_loader(config, images, device, dist)
             training_data = TrainingData(config, images, bgaugment, device,
                                          progress=progress and dist.is_main)
             fresh = checkpoint is None

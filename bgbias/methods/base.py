@@ -16,6 +16,11 @@ Methods that need more reach into the backbone through its named stages (``backb
 ``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
 themselves between epochs from fresh training batches in :meth:`Method.on_epoch_start`. A method that trains
 each batch in several optimiser steps says how many in :attr:`Method.steps_per_batch`.
+
+A method's options (the configuration's ``loss`` section) are declared with their defaults (``own_options``,
+or ``option_types`` where they come from elsewhere, as a library loss's signature). ``check_options`` refuses
+an unknown option or a value of the wrong type while the configuration is resolved, so a bad option stops a
+run before its folder exists, and again when the method is built.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+
+from bgbias.engine.config import coerce_value
+from bgbias.errors import OptionError
 
 if TYPE_CHECKING:
     from bgbias.engine.training_data import TrainingData
@@ -70,11 +78,33 @@ class Method(nn.Module, ABC):
     # True when pairwise_distance is learned and must rank retrieval (chunked, exact); then ``embed`` returns
     # the per-image state that pairwise_distance compares.
     learned_similarity: ClassVar[bool] = False
+    # The method's options (the configuration's ``loss`` section) with their defaults. A default's type is the
+    # type the option takes (a float option takes ints too); a None default stands for a number or null.
+    own_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__()
+        self.check_options(spec.options)
         self.backbone = backbone
         self.spec = spec
+
+    @classmethod
+    def option_types(cls) -> dict[str, Any]:
+        """Every option the method takes → the type its value must have (read from ``own_options``)."""
+        return {name: float | None if default is None else type(default)
+                for name, default in cls.own_options.items()}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Refuse an option the method does not take, or a value of the wrong type, with an OptionError
+        that lists the options it takes; a method with rules on values extends this."""
+        types = cls.option_types()
+        unknown = sorted(set(options) - set(types))
+        if unknown:
+            raise OptionError(f"{cls.name} does not know the options {unknown}",
+                              fix=f"use some of: {', '.join(sorted(types)) or '(none)'}")
+        for name, value in options.items():
+            coerce_value(value, types[name], f"loss.{name}")
 
     @abstractmethod
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:

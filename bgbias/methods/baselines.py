@@ -8,7 +8,8 @@ and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own pa
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
+import inspect
 from typing import Any, ClassVar
 
 import torch
@@ -26,8 +27,6 @@ class MetricLossMethod(Method):
     loss_class: ClassVar[str]
     # Proxy/classifier losses are built with the number of classes and the embedding size.
     needs_classes: ClassVar[bool] = False
-    # Options of ours (not the PML loss's), with their defaults.
-    own_options: ClassVar[dict[str, Any]] = {}
     loss_modules = ("loss_fn",)
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
@@ -35,12 +34,25 @@ class MetricLossMethod(Method):
         self.head = EmbeddingHead(backbone.channels[backbone.final], spec.embedding_dim, spec.pooling)
         own, loss_options = split_options(spec.options, self.own_options)
         self.options = own
-        if self.needs_classes:
-            loss_options = {
-                "num_classes": spec.num_classes, "embedding_size": spec.embedding_dim, **loss_options
-            }
-        self.loss_fn = _pml_object("losses", self.loss_class, loss_options, self.name)
+        self.loss_fn = _pml_object("losses", self.loss_class, {**self.sizes(spec), **loss_options}, self.name)
         self.miner = self.build_miner()
+
+    @classmethod
+    def option_types(cls) -> dict[str, Any]:
+        """The loss's keyword arguments whose defaults are plain values (a number default takes any number:
+        the library writes ``scale=64`` for a float), and our own options."""
+        parameters = inspect.signature(_pml_class("losses", cls.loss_class)).parameters.values()
+        library = {
+            p.name: float if type(p.default) is int else type(p.default)
+            for p in parameters if p.default is not p.empty and p.default is not None
+        }
+        return {**library, **super().option_types()}
+
+    def sizes(self, spec: MethodSpec) -> dict[str, Any]:
+        """What the loss is built with from the data rather than the configuration."""
+        if self.needs_classes:
+            return {"num_classes": spec.num_classes, "embedding_size": spec.embedding_dim}
+        return {}
 
     def build_miner(self) -> torch.nn.Module | None:
         """The miner that picks the pairs or triplets the loss sees; None: all of them."""
@@ -118,19 +130,19 @@ class Margin(MetricLossMethod):
 
     loss_class = "MarginLoss"
 
-    def __init__(self, backbone: Backbone, spec: MethodSpec):
-        if spec.options.get("learn_beta") and "num_classes" not in spec.options:
-            spec = dataclasses.replace(spec, options={**spec.options, "num_classes": spec.num_classes})
-        super().__init__(backbone, spec)
+    def sizes(self, spec: MethodSpec) -> dict[str, Any]:
+        return {"num_classes": spec.num_classes} if spec.options.get("learn_beta") else {}
+
+
+def _pml_class(kind: str, class_name: str) -> type:
+    """``pytorch_metric_learning.<kind>.<class_name>``."""
+    return getattr(importlib.import_module(f"pytorch_metric_learning.{kind}"), class_name)
 
 
 def _pml_object(kind: str, class_name: str, options: dict[str, Any], method: str) -> Any:
     """Build ``pytorch_metric_learning.<kind>.<class_name>(**options)``; a bad option is an OptionError."""
-    import importlib
-
-    module = importlib.import_module(f"pytorch_metric_learning.{kind}")
     try:
-        return getattr(module, class_name)(**options)
+        return _pml_class(kind, class_name)(**options)
     except TypeError as err:
         raise OptionError(
             f"{method}: {class_name} does not accept the options {sorted(options)}: {err}",

@@ -46,6 +46,6 @@ def test_a_mask_recorded_for_another_version_of_its_image_is_refused(bench, mask
     write_records(records_path(masks_dir, (0, 1)), records)
     assert saliency_masks(items, masks_dir, "bench") == [mask_path(item, masks_dir) for item in items]
     items[1].image.write_bytes(items[2].image.read_bytes())  # same name, same size, other picture
-    with pytest.raises(ImageError, match="1 saliency masks .* other versions of their images") as info:
+    with pytest.raises(ImageError, match=r"1 saliency masks .* other versions of their images") as info:
         saliency_masks(items, masks_dir, "bench")
     assert str(items[1].image) in info.value.problem and "bgbias masks --dataset bench" in info.value.fix

@@ -43,6 +43,15 @@ def test_bgaugment_without_masks_names_the_masks_command(tiny_bench, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_bad_loss_option_stops_before_the_run_folder(tiny_bench, tmp_path):
+    args = ["train", "--method", "cosface", "--root", str(tiny_bench / "bench"), "--run-dir",
+            str(tmp_path / "run"), *TINY, "--set", "loss.margin=abc"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "error: --set: setting loss.margin = 'abc' is invalid" in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_methods_lists_methods_and_backbones():
     result = CliRunner().invoke(main, ["methods"])
     assert result.exit_code == 0

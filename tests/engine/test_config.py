@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bgbias.engine.config import (
+    PATH_KEYS,
     TrainConfig,
     config_from_dict,
     load_run_config,
@@ -100,3 +101,158 @@ def test_round_trip_through_run_folder(tmp_path):
     assert load_run_config(path) == config
     assert config_from_dict(config.as_dict()) == config
     assert isinstance(config, TrainConfig) and config.data.crop_scale == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "expected"),
+    [
+        ("optim=3", "optim", "a section"),
+        ("model=[1, 2]", "model", "a section"),
+        ("loss=3", "loss", "a section"),
+        ("seed.x=1", "seed", "a single setting, not a section"),
+        ("model.backbone.name=resnet50", "model.backbone", "a single setting, not a section"),
+        ("optim.lr_head=fast", "optim.lr_head", "a finite number"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_key_source_and_type(override, key, expected):
+    with pytest.raises(OptionError) as err:
+        resolve_config("triplet", "bench", overrides=[override])
+    assert err.value.problem.startswith("--set: ") and f" {key} " in err.value.problem
+    assert expected in err.value.render()
+
+
+@pytest.mark.parametrize(
+    ("content", "key", "expected"),
+    [({"model": 5}, "model", "a section"), ({"data": [1]}, "data", "a section"),
+     ({"optim": {"lr_head": {"x": 1}}}, "optim.lr_head", "not a section"),
+     ({"schedule": {"epochs": "8"}}, "schedule.epochs", "an integer")],
+)
+def test_a_config_file_of_the_wrong_shape_is_named(tmp_path, content, key, expected):
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps(content))
+    with pytest.raises(OptionError) as err:
+        resolve_config("triplet", "bench", config_file=file)
+    assert err.value.path == str(file) and "--config" in err.value.problem and key in err.value.problem
+    assert expected in err.value.render()
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("optim.lr_backbone=0", "positive"),
+        ("optim.lr_head=-0.001", "positive"),
+        ("optim.lr_loss=-1", "positive"),
+        ("optim.weight_decay=-0.0001", "0 or more"),
+        ("optim.momentum=1.5", "in [0, 1]"),
+        ("optim.momentum=-0.1", "in [0, 1]"),
+        ("optim.grad_clip=0", "positive"),
+        ("optim.lr_head=Infinity", "finite"),
+        ("optim.lr_head=-Infinity", "finite"),
+        ("optim.lr_head=NaN", "finite"),
+        ("data.crop_scale=[0.8, 0.5]", "0 < low <= high <= 1"),
+        ("data.crop_scale=[0, 1]", "0 < low <= high <= 1"),
+        ("data.crop_scale=[0.5, 1.5]", "0 < low <= high <= 1"),
+        ("data.crop_scale=[0.5, NaN]", "finite"),
+        ("data.resize=0", "at least 1"),
+        ("data.crop=-32", "at least 1"),
+        ("data.workers=-1", "0 or more"),
+        ("data.batch_size=30", "multiple of data.m_per_class"),
+        ("schedule.patience=0", "at least 1"),
+        ("schedule.epochs=0", "at least 1"),
+        ("model.embedding_dim=0", "at least 1"),
+        ("model.backbone=resnet5", "mobilenet_v2"),
+        ("seed=-1", "[0, 2**64)"),
+        ("fold=4", "0, 1, 2 or 3"),
+        ("device=gpu", "cuda:N"),
+        ('root=""', "a path"),
+    ],
+)
+def test_every_setting_has_a_rule(override, words):
+    with pytest.raises(OptionError) as err:
+        resolve_config("triplet", "bench", overrides=[override])
+    assert words in err.value.render()
+
+
+def test_non_finite_numbers_in_a_config_file_are_refused(tmp_path):
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"bgaugment": {"p": float("nan")}}))  # Python writes (and reads) NaN
+    with pytest.raises(OptionError, match="finite"):
+        resolve_config("triplet", "bench", config_file=file)
+
+
+def test_weights_with_random_initialisation_are_refused():
+    with pytest.raises(OptionError, match=r"model\.pretrained"):
+        resolve_config("triplet", "bench", overrides=["model.weights=w.pth", "model.pretrained=false"])
+
+
+def test_method_and_dataset_come_from_the_command_line(tmp_path):
+    with pytest.raises(OptionError, match="--method"):
+        resolve_config("triplet", "bench", overrides=["method=dcml"])
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps(resolve_config("triplet", "cub").as_dict()))  # a run's config, reused
+    assert resolve_config("triplet", "cub", config_file=file).dataset == "cub"
+    with pytest.raises(OptionError, match="--dataset"):
+        resolve_config("triplet", "bench", config_file=file)
+
+
+@pytest.mark.parametrize(
+    ("method", "override", "words"),
+    [
+        ("cosface", "loss.margin=abc", "loss.margin = 'abc'"),
+        ("cosface", "loss.scale=NaN", "finite"),
+        ("cosface", "loss.margn=0.3", "use some of: margin, scale"),
+        ("triplet", "loss.swap=1", "true or false"),
+        ("multi_similarity", "loss.miner_epsilon=big", "loss.miner_epsilon"),
+        ("dcml", "loss.env_passes=1.5", "an integer"),
+        ("dcml", "loss.environments=0", "at least 1"),
+        ("dcml", "loss.env_lr=0", "positive"),
+        ("dcml", "loss.gamma=-0.1", "0 or more"),
+        ("dcml", "loss.enviroments=2", "does not know"),
+    ],
+)
+def test_loss_options_are_checked_while_resolving(method, override, words):
+    with pytest.raises(OptionError) as err:
+        resolve_config(method, "bench", overrides=[override])
+    assert err.value.problem.startswith("--set: ") and words in err.value.render()
+
+
+def test_loss_options_take_ints_for_floats_and_null_where_optional():
+    assert resolve_config("cosface", "bench", overrides=["loss.scale=30"]).loss["scale"] == 30
+    assert resolve_config("multi_similarity", "bench", overrides=["loss.miner_epsilon=null"]).loss[
+        "miner_epsilon"] is None
+
+
+def test_a_run_config_must_be_complete(tmp_path):
+    data = resolve_config("triplet", "cub").as_dict()
+    del data["dataset"], data["optim"]["lr_head"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(OptionError) as err:
+        load_run_config(path)
+    assert err.value.path == str(path)
+    assert "dataset, optim.lr_head" in err.value.problem and "not written by bgbias train" in err.value.fix
+
+
+def test_a_run_config_is_checked_as_a_whole(tmp_path):
+    data = resolve_config("cosface", "bench").as_dict()
+    data["loss"]["margin"] = "wide"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(OptionError, match=r"loss\.margin") as err:
+        load_run_config(path)
+    assert err.value.path == str(path)
+
+
+def test_paths_are_stored_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    given = {"root": "data/x", "model.weights": "w.pth", "bgaugment.masks": "m",
+             "bgaugment.backgrounds": "../b"}
+    assert set(given) == set(PATH_KEYS)
+    config = resolve_config("triplet", "bench", overrides=[f"{key}={value}" for key, value in given.items()])
+    stored = config.as_dict()
+    assert stored["root"] == str(tmp_path / "data" / "x")
+    assert stored["model"]["weights"] == str(tmp_path / "w.pth")
+    assert stored["bgaugment"] == {**stored["bgaugment"], "masks": str(tmp_path / "m"),
+                                   "backgrounds": str(tmp_path.parent / "b")}
+    unset = resolve_config("triplet", "bench")
+    assert (unset.root, unset.model.weights, unset.bgaugment.masks) == (None, None, None)

@@ -10,7 +10,7 @@ from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import load_run_config
 from bgbias.engine.run_dir import latest_run
 from bgbias.engine.training import resume_training, train
-from bgbias.errors import ImageError
+from bgbias.errors import AssetError, ImageError, OptionError
 from tests.conftest import tiny_config
 
 TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
@@ -92,6 +92,21 @@ def test_a_missing_mask_stops_before_training(tiny_bench, tmp_path):
     with pytest.raises(ImageError) as err:
         train(config, run_dir=tmp_path / "run", progress=False, echo=False)
     assert "bgbias masks --dataset bench" in err.value.render()
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "words"),
+    [
+        (("model.pretrained=true", "model.weights=/nonexistent/w.pth"), AssetError, "weight file not found"),
+        (("data.batch_size=16",), OptionError, "needs 8 classes"),  # the tiny bench trains on 4
+    ],
+)
+def test_what_cannot_be_built_stops_before_the_run_folder(tiny_bench, tmp_path, settings, error, words):
+    config = tiny_config(tiny_bench, "triplet", *settings)
+    with pytest.raises(error) as err:
+        train(config, run_dir=tmp_path / "run", progress=False, echo=False)
+    assert words in err.value.render()
     assert not (tmp_path / "run").exists()
 
 

@@ -101,9 +101,23 @@ def test_multi_similarity_miner_is_optional():
     assert build("multi_similarity", miner_epsilon=0.1).miner is not None
 
 
-def test_a_bad_loss_option_is_named():
-    with pytest.raises(OptionError, match="TripletMarginLoss"):
+def test_a_bad_loss_option_is_named_with_the_allowed_ones():
+    with pytest.raises(OptionError, match="margn") as err:
         build("triplet", margn=0.1)
+    assert "margin, smooth_loss, swap, triplets_per_anchor" in err.value.render()
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_every_method_declares_the_options_of_its_configuration(name):
+    for dataset in ("cub", "cars", "sop", "bench"):
+        loss = resolve_config(name, dataset).loss
+        method_class(name).check_options(loss)
+        assert set(loss) <= set(method_class(name).option_types())
+
+
+def test_options_set_from_the_data_are_not_options():
+    with pytest.raises(OptionError, match="num_classes"):
+        build("arcface", num_classes=3)
 
 
 def test_unknown_method_lists_the_known_ones():

@@ -17,6 +17,7 @@ half only, and γ pulls each image towards its fixed pair partner in the other h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -55,6 +56,15 @@ class BatchNormHead(nn.Module):
         return self.linear(self.norm(global_pool(feature_map, self.pooling)))
 
 
+# What the values of DCML's options must satisfy beyond their types.
+_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(("environments", "channel_reduction", "env_update_every", "env_passes", "env_batch_size"),
+                    ((lambda v: v >= 1), "a whole number of at least 1")),
+    **dict.fromkeys(("scale", "env_lr"), ((lambda v: v > 0), "a positive number")),
+    **dict.fromkeys(("alpha", "beta", "gamma"), ((lambda v: v >= 0), "0 or more")),
+}
+
+
 @register_method("dcml")
 class DCML(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/dcml.json``)."""
@@ -75,20 +85,19 @@ class DCML(Method):
         "paired_halves": False,  # the authors' SOP scheme: two steps per batch, γ to the pair partner
     }
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """The types of the defaults above, then the rules of _OPTION_RULES."""
+        super().check_options(options)
+        for name, (ok, expected) in _OPTION_RULES.items():
+            if name in options and not ok(options[name]):
+                raise OptionError(f"dcml option {name} = {options[name]!r} is invalid",
+                                  fix=f"set loss.{name} to {expected}")
+
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options, unknown = split_options(spec.options, self.own_options)
-        if unknown:
-            raise OptionError(f"dcml does not know the options {sorted(unknown)}",
-                              fix=f"use some of: {', '.join(sorted(self.own_options))}")
+        options, _ = split_options(spec.options, self.own_options)
         self.options = options
-        for name in ("environments", "env_update_every", "env_passes", "env_batch_size"):
-            if not isinstance(options[name], int) or options[name] < 1:
-                raise OptionError(f"dcml option {name} = {options[name]!r} is invalid",
-                                  fix=f"set loss.{name} to a whole number of at least 1")
-        if not isinstance(options["paired_halves"], bool):
-            raise OptionError(f"dcml option paired_halves = {options['paired_halves']!r} is invalid",
-                              fix="set loss.paired_halves to true or false")
         if spec.input_size is None:
             raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
                               fix="build it with MethodSpec(input_size=<training crop side>)")
