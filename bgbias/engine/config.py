@@ -319,7 +319,10 @@ def coerce_value(value: Any, kind: Any, key: str) -> Any:
         options = [arg for arg in typing.get_args(kind) if arg is not type(None)]
         if value is None:
             return None
-        return coerce_value(value, options[0], key)
+        for option in options[:-1]:  # the first type that takes the value; the last one's error otherwise
+            with contextlib.suppress(OptionError):
+                return coerce_value(value, option, key)
+        return coerce_value(value, options[-1], key)
     if origin is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(typing.get_args(kind)):
             raise _bad_value(key, value, f"a list of {len(typing.get_args(kind))} numbers")

@@ -85,6 +85,11 @@ class Contrastive(MetricLossMethod):
 class Triplet(MetricLossMethod):
     loss_class = "TripletMarginLoss"
 
+    @classmethod
+    def option_types(cls) -> dict[str, Any]:
+        """``triplets_per_anchor`` is "all" (the library's default) or a count."""
+        return {**super().option_types(), "triplets_per_anchor": int | str}
+
 
 @register_method("multi_similarity")
 class MultiSimilarity(MetricLossMethod):

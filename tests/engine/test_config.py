@@ -256,3 +256,12 @@ def test_paths_are_stored_absolute(tmp_path, monkeypatch):
                                    "backgrounds": str(tmp_path.parent / "b")}
     unset = resolve_config("triplet", "bench")
     assert (unset.root, unset.model.weights, unset.bgaugment.masks) == (None, None, None)
+
+
+def test_an_option_of_several_types_takes_each_of_them():
+    """The triplet loss samples "all" triplets per anchor by default, or a count of them."""
+    for value in ("all", 5):
+        assert resolve_config("triplet", "bench", overrides=[f"loss.triplets_per_anchor={value}"]
+                              ).loss["triplets_per_anchor"] == value
+    with pytest.raises(OptionError, match="triplets_per_anchor"):
+        resolve_config("triplet", "bench", overrides=["loss.triplets_per_anchor=1.5"])
