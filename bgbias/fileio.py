@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bgbias.errors import output_error
+from bgbias.errors import BusyError, output_error
 
 
 @contextlib.contextmanager
@@ -80,18 +80,27 @@ def json_bytes(text: str) -> bytes:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str], *, wait: bool) -> Iterator[None]:
+def exclusive_lock(
+    path: str | os.PathLike[str], *, wait: bool, busy: BusyError | None = None
+) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the file ``path`` for the block, between processes.
 
     The file is created if missing and never removed (removing it would let a later process lock a new file
     while another still holds the old one). The kernel drops the lock when its holder dies, so a killed run
-    leaves nothing to clean up. ``wait=False``: raise ``BlockingIOError`` at once if another process holds it.
+    leaves nothing to clean up. ``wait=False``: if another process holds it, raise ``busy`` (a ``BusyError``
+    that says who and what to do), or ``BlockingIOError`` without one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    make_dirs(path.parent)
+    with reporting_write_errors(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if busy is None:
+                raise
+            raise busy from None
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -144,3 +144,113 @@ def test_a_damaged_run_record_does_not_stop_evaluation(tiny_run, tmp_path):
                                        "--no-progress"])
     assert result.exit_code == 0, result.output
     assert json.loads(next(run.glob("eval/*/report.json")).read_text())["same_dataset_as_training"] is None
+
+
+# ------------------------------------------------------------------------------ killed and concurrent runs
+_SLOW_RENDER = """
+import sys, time
+from pathlib import Path
+import bgbias.augment.corrupt as corrupt
+from bgbias.data.registry import open_dataset
+png_bytes = corrupt._png_bytes
+corrupt._png_bytes = lambda pixels: (time.sleep(0.15), png_bytes(pixels))[1]  # room to be interrupted
+dataset = open_dataset("bench", sys.argv[1])
+manifest = corrupt.load_manifest(Path(sys.argv[2]), dataset, Path(sys.argv[3]))
+corrupt.render_corrupted(dataset, manifest, Path(sys.argv[4]), Path(sys.argv[5]))
+"""
+
+
+@pytest.fixture
+def render_inputs(tiny_bench, tmp_path):
+    """The tiny bench, one corrupted-set manifest of its test split, and an undisturbed render of it."""
+    from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, render_corrupted
+    from bgbias.data.registry import open_dataset
+
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    (path,) = make_corrupted_manifests(dataset, repeats=1, backgrounds=tiny_bench / "backgrounds",
+                                       out_dir=tmp_path / "manifests")
+    manifest = load_manifest(path, dataset, tiny_bench / "backgrounds")
+    render_corrupted(dataset, manifest, tiny_bench / "masks", tmp_path / "undisturbed")
+    return dataset, manifest, path
+
+
+def _start_slow_render(tiny_bench, manifest_path, out) -> subprocess.Popen:
+    import sys
+
+    args = [sys.executable, "-c", _SLOW_RENDER, str(tiny_bench / "bench"), str(manifest_path),
+            str(tiny_bench / "backgrounds"), str(tiny_bench / "masks"), str(out)]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait_for_ledger_lines(out: Path, count: int, child: subprocess.Popen) -> None:
+    import time
+
+    ledger = out / "render.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and child.poll() is None:
+        if ledger.is_file() and len(ledger.read_text().splitlines()) > count:  # the header, then images
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the render never wrote {count} images: {child.stderr.read().decode()}")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("draw", [0, 1])
+def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(render_inputs, tiny_bench,
+                                                                            tmp_path, draw):
+    import random
+    import signal
+
+    from bgbias.augment.corrupt import render_corrupted
+
+    dataset, manifest, manifest_path = render_inputs
+    stop_after = random.Random(draw).randint(1, len(manifest.entries) - 2)
+    out = tmp_path / "killed"
+    child = _start_slow_render(tiny_bench, manifest_path, out)
+    _wait_for_ledger_lines(out, stop_after, child)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    result = render_corrupted(dataset, manifest, tiny_bench / "masks", out)
+    assert result.kept >= stop_after and result.written + result.kept == len(manifest.entries)
+    assert _files(out) == _files(tmp_path / "undisturbed")  # no temporaries left, the same bytes
+
+
+def test_a_second_render_into_a_busy_folder_is_refused_and_the_first_completes(render_inputs, tiny_bench,
+                                                                               tmp_path):
+    from bgbias.augment.corrupt import render_corrupted
+    from bgbias.errors import BusyError
+
+    dataset, manifest, manifest_path = render_inputs
+    out = tmp_path / "shared"
+    child = _start_slow_render(tiny_bench, manifest_path, out)
+    _wait_for_ledger_lines(out, 1, child)
+    with pytest.raises(BusyError, match="another process is rendering"):
+        render_corrupted(dataset, manifest, tiny_bench / "masks", out)
+    assert child.wait(60) == 0, child.stderr.read().decode()
+    assert _files(out) == _files(tmp_path / "undisturbed")
+
+
+# ------------------------------------------------------------------------------------------ damaged files
+def test_a_truncated_checkpoint_is_a_clear_error(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    best = run / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[: best.stat().st_size // 2])
+    result = CliRunner().invoke(main, ["eval", "--checkpoint", str(run), "--device", "cpu", "--no-progress"])
+    _assert_clear_error(result, str(best))
+
+
+def test_a_hand_edited_manifest_is_a_clear_error(render_inputs, tiny_run, tiny_bench, tmp_path):
+    _, _, manifest_path = render_inputs
+    manifest_path.write_text(manifest_path.read_text().replace('"flip": false', '"flip": "no"', 1))
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    result = CliRunner().invoke(main, [
+        "eval", "--checkpoint", str(run), "--corrupted", "--repeats", "1",
+        "--masks", str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"),
+        "--manifests", str(manifest_path.parent),
+        "--workers", "0", "--device", "cpu", "--no-progress"])
+    _assert_clear_error(result, str(manifest_path), "flip")

@@ -47,8 +47,8 @@ from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item, mask_path
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
-from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
-from bgbias.fileio import sweep_stale_temps, write_bytes_atomic, write_text_atomic
+from bgbias.errors import AssetError, BusyError, DatasetError, ImageError, OptionError
+from bgbias.fileio import exclusive_lock, sweep_stale_temps, write_bytes_atomic, write_text_atomic
 from bgbias.paths import backgrounds_root, corrupted_root
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
@@ -551,8 +551,6 @@ def render_corrupted(
     or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left are
     removed first.
     """
-    from tqdm import tqdm
-
     masks_dir = Path(masks_dir)
     out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")
     by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
@@ -565,6 +563,19 @@ def render_corrupted(
     items = [by_id[entry.id] for entry in manifest.entries]
     masks = saliency_masks(items, masks_dir, dataset.name)
     targets = [out_dir.joinpath(*item.relpath.with_suffix(".png").parts) for item in items]
+    busy = BusyError(f"another process is rendering into {out_dir}", path=out_dir,
+                     fix="wait for it to finish, or pass another --render folder")
+    # Held for the whole render, so no process sweeps or appends to what another is writing.
+    with exclusive_lock(out_dir.parent / f".{out_dir.name}.lock", wait=False, busy=busy):
+        return _render_into(dataset, manifest, masks_dir, out_dir, items, masks, targets, force, progress)
+
+
+def _render_into(
+    dataset: Dataset, manifest: CorruptedManifest, masks_dir: Path, out_dir: Path, items: list[Item],
+    masks: list[Path], targets: list[Path], force: bool, progress: bool,
+) -> RenderResult:
+    from tqdm import tqdm
+
     ledger = out_dir / LEDGER_NAME
     sweep_stale_temps([*targets, ledger])
     done = claim_out_dir(out_dir, manifest.sha256, force)

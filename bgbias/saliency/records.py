@@ -107,16 +107,14 @@ def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
 def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
     """Hold ``shard``'s record file for a whole run; ``BusyError`` at once if another process holds it."""
     path = records_path(out_dir, shard).with_suffix(".lock")
-    try:
-        with exclusive_lock(path, wait=False):
-            yield
-    except BlockingIOError:
-        index, count = shard
-        raise BusyError(
-            f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
-            path=path,
-            fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
-        ) from None
+    index, count = shard
+    busy = BusyError(
+        f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
+        path=path,
+        fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
+    )
+    with exclusive_lock(path, wait=False, busy=busy):
+        yield
 
 
 @contextmanager
