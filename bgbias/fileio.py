@@ -141,7 +141,7 @@ def sweep_stale_temps(paths: Iterable[Path], older_than: float = 0.0) -> int:
     for folder, names in by_folder.items():
         try:
             entries = list(os.scandir(folder))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing written there yet; writing will say why
             continue
         for entry in entries:
             if _temp_of(entry.name) in names and (older_than <= 0 or _modified(entry) < cutoff):

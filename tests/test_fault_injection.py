@@ -254,3 +254,22 @@ def test_a_hand_edited_manifest_is_a_clear_error(render_inputs, tiny_run, tiny_b
         "--manifests", str(manifest_path.parent),
         "--workers", "0", "--device", "cpu", "--no-progress"])
     _assert_clear_error(result, str(manifest_path), "flip")
+
+
+def test_masks_into_a_read_only_folder(tiny_bench, tmp_path, monkeypatch):
+    from bgbias.saliency import pipeline
+    from tests.saliency.fakes import FakeSession
+
+    monkeypatch.setattr(pipeline, "open_session", lambda *_args, **_options: FakeSession())
+    with read_only(tmp_path / "masks") as out:
+        result = CliRunner().invoke(main, ["masks", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                           "--out", str(out / "bench")])
+    _assert_clear_error(result, "cannot write here", str(out))
+
+
+def test_corrupted_manifests_below_a_file(tiny_bench, tmp_path):
+    (tmp_path / "file").write_text("in the way")
+    result = CliRunner().invoke(main, ["corrupt", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                       "--backgrounds", str(tiny_bench / "backgrounds"), "--repeats", "1",
+                                       "--out", str(tmp_path / "file" / "manifests")])
+    _assert_clear_error(result, "a file stands where a folder is needed")
