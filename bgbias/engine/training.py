@@ -290,12 +290,17 @@ def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
 def _check_masks(
     config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item], masks_dir: Path
 ) -> list[Path] | None:
-    """Before any training: every image that will be composited has its mask (else a clear error)."""
+    """Before any training: every image that will be composited has its mask, and the corrupted validation set
+    its pool (else a clear error)."""
+    from bgbias.augment.corrupt import split_pool_dir
     from bgbias.augment.mask_check import saliency_masks
+    from bgbias.backgrounds.pool import list_pool
 
     train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
     if config.monitor == "corrupted":
         saliency_masks(val_items, masks_dir, dataset.name)
+        backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
+        list_pool(split_pool_dir("val", backgrounds))
     return train_masks
 
 
@@ -348,7 +353,8 @@ def _wrap_distributed(method: Method, dist: distributed.Distributed, device: tor
 def _train_epoch(
     config, model, method, optimizer, scaler, loader, sampler, bgaugment, epoch, dist, device, amp, progress,
 ) -> tuple[dict[str, float], int]:
-    """One pass; returns the mean of every loss term and the number of images seen by this process."""
+    """One pass; returns the mean of every loss term over the optimiser steps and the number of images seen by
+    this process."""
     import torch
     from tqdm import tqdm
 

@@ -10,7 +10,7 @@ from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import load_run_config
 from bgbias.engine.run_dir import latest_run
 from bgbias.engine.training import resume_training, train
-from bgbias.errors import AssetError, ImageError, OptionError
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from tests.conftest import tiny_config
 
 TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
@@ -157,3 +157,12 @@ def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
     assert not all(torch.equal(x.images, y.images) for x, y in zip(a, other, strict=True))
     g1, g2 = data.generator(stream=1, epoch=2), data.generator(stream=1, epoch=3)
     assert torch.rand(3, generator=g1).tolist() != torch.rand(3, generator=g2).tolist()
+
+
+def test_corrupted_validation_without_its_pool_stops_before_the_run_folder(tiny_bench, tmp_path):
+    """Selecting on corrupted validation needs the train pool even without BGAugment."""
+    config = tiny_config(tiny_bench, "triplet", "schedule.monitor=corrupted",
+                         f"bgaugment.backgrounds={tmp_path / 'no-pools'}", epochs=1)
+    with pytest.raises(DatasetError, match="background pool folder not found"):
+        train(config, run_dir=tmp_path / "run", progress=False, echo=False)
+    assert not (tmp_path / "run").exists()
