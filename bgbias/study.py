@@ -154,7 +154,7 @@ def train_study_run(
 ) -> Path:
     """Train (or resume, or keep) the study's run with or without BGAugment; return its folder."""
     from bgbias.engine.config import resolve_config
-    from bgbias.engine.run_dir import open_run_dir, read_record
+    from bgbias.engine.run_dir import DONE, open_run_dir, read_record
     from bgbias.engine.training import resume_training, train
 
     run_dir = folder / f"{STUDY_METHOD}{'-bgaugment' if bgaugment else ''}"
@@ -162,7 +162,7 @@ def train_study_run(
     if (run_dir / "config.json").is_file():
         # A missing or damaged run.json reads as unfinished: resuming from the checkpoints writes it again.
         status = (read_record(open_run_dir(run_dir)) or {}).get("status")
-        if status in ("finished", "stopped early"):
+        if status in DONE:
             log(f"{step} {name}: trained already ({run_dir})")
             return run_dir
         log(f"{step} resuming {name} ({run_dir})")

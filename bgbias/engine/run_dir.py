@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ from bgbias.fileio import make_dirs, reporting_write_errors, write_json_atomic, 
 from bgbias.paths import runs_root
 
 LATEST = "latest"
+
+
+class RunStatus(StrEnum):
+    """Where a run stands, as ``run.json`` and its checkpoints record it."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    STOPPED_EARLY = "stopped early"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+DONE = (RunStatus.FINISHED, RunStatus.STOPPED_EARLY)
+"""The statuses of a run with nothing left to train."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from bgbias.engine.embedding import embed_images
 from bgbias.engine.run_dir import (
     RunDir,
     RunLog,
+    RunStatus,
     create_run_dir,
     mark_latest,
     open_run_dir,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     from bgbias.data.items import Dataset, Item
     from bgbias.data.train_images import TrainImages
-    from bgbias.methods.base import Method
+    from bgbias.methods.base import Batch, Method
 
 # Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
 BANK_SHORTER_SIDE = 256
@@ -69,7 +70,7 @@ class TrainResult:
     history: list[dict[str, Any]]
     best_epoch: int
     best_value: float
-    status: str
+    status: RunStatus
 
 
 @dataclass
@@ -81,7 +82,7 @@ class _State:
     best_epoch: int = 0
     best_value: float = -math.inf
     bad_epochs: int = 0
-    status: str = "running"
+    status: RunStatus = RunStatus.RUNNING
 
 
 # ----------------------------------------------------------------------------------------------- entries
@@ -115,6 +116,22 @@ def resume_training(
 
 
 # ------------------------------------------------------------------------------------------------ the run
+@dataclass
+class _Inputs:
+    """What a run is made of that can be checked, and built, before its folder exists."""
+
+    dataset: Dataset
+    train_items: list[Item]
+    val_items: list[Item]
+    masks_dir: Path
+    bgaugment: Any
+    images: TrainImages
+    method: Method
+    loader: Any
+    sampler: Any
+    trained_on: dict[str, Any]
+
+
 def _run(
     config: TrainConfig,
     make_run: Callable[[], RunDir],
@@ -123,95 +140,206 @@ def _run(
     progress: bool,
     echo: bool,
 ) -> TrainResult:
+    device = resolve_device(config.device, dist.local_rank)
+    distributed.init_process_group(dist, device.type)
+    try:
+        inputs = _prepare(config, device, dist)
+        run = make_run()
+        _check_same_dataset(run, inputs.trained_on)
+        session: _Session | None = None
+        try:
+            session = _Session.start(config, run, inputs, checkpoint, device, dist, progress, echo)
+            return session.train()
+        except BaseException as error:
+            # A run that stops on an error says so in its record (else it would read "running" for good).
+            if dist.is_main:
+                state = session.state if session is not None else _State()
+                interrupted = isinstance(error, KeyboardInterrupt)
+                state.status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
+                write_record(run, {**_record(config, state, device, inputs.trained_on),
+                                   "error": _error_text(error)})
+            raise
+    finally:
+        distributed.destroy_process_group(dist)
+
+
+def _prepare(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> _Inputs:
+    """Everything that can fail on the user's input, checked and built before the run folder exists."""
     import torch
 
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
-    from bgbias.fileio import write_json_atomic
 
-    device = resolve_device(config.device, dist.local_rank)
-    amp = resolve_amp(config.amp, device)
-    distributed.init_process_group(dist, device.type)
-    try:
-        # Everything that can fail on the user's input is checked before the run folder exists.
-        dataset = open_dataset(config.dataset, config.root)
-        train_items = split_items(dataset, "train", config.protocol, config.fold)
-        val_items = split_items(dataset, "val", config.protocol, config.fold)
-        masks_dir = _masks_dir(config, dataset)
-        train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
-        bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
-        torch.manual_seed(config.seed)
-        images = train_images(config, dataset, train_items, train_masks)
-        method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
-        loader, sampler = make_train_loader(config, images, device, dist)
-        trained_on = _trained_on(dataset)
-        run = make_run()
-        _check_same_dataset(run, trained_on)
+    dataset = open_dataset(config.dataset, config.root)
+    train_items = split_items(dataset, "train", config.protocol, config.fold)
+    val_items = split_items(dataset, "val", config.protocol, config.fold)
+    masks_dir = _masks_dir(config, dataset)
+    train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
+    bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+    torch.manual_seed(config.seed)
+    images = train_images(config, dataset, train_items, train_masks)
+    method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
+    loader, sampler = make_train_loader(config, images, device, dist)
+    return _Inputs(dataset, train_items, val_items, masks_dir, bgaugment, images, method, loader, sampler,
+                   _trained_on(dataset))
+
+
+@dataclass
+class _Session:
+    """A run in progress: its inputs, model, optimizer and validation sets, where it writes, and its state.
+
+    The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at their one place each:
+    ``on_epoch_start`` before an epoch's steps, ``loss`` inside a step, ``on_step_end`` after its update.
+    """
+
+    config: TrainConfig
+    run: RunDir
+    inputs: _Inputs
+    device: torch.device
+    amp: Any
+    dist: distributed.Distributed
+    progress: bool
+    log: RunLog
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    training_data: TrainingData
+    validation: _Validation | None
+    state: _State
+
+    @classmethod
+    def start(cls, config: TrainConfig, run: RunDir, inputs: _Inputs, checkpoint: dict[str, Any] | None,
+              device: torch.device, dist: distributed.Distributed, progress: bool, echo: bool) -> _Session:
+        """Set up the run in its folder: a new one, or one continued from ``checkpoint``."""
+        import torch
+
+        from bgbias.fileio import write_json_atomic
+
+        amp = resolve_amp(config.amp, device)
+        log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
+        if dist.is_main and checkpoint is None:
+            write_json_atomic(run.config, config.as_dict())
+        method = inputs.method
+        optimizer = build_optimizer(config, method)
+        scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
         state = _State()
-        try:
-            log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
-            if dist.is_main and checkpoint is None:
-                write_json_atomic(run.config, config.as_dict())
+        if checkpoint is not None:
+            state = _restore(checkpoint, method, optimizer, scaler, device)
+            log(f"resuming {run.root} after epoch {state.epoch}")
+        model = _wrap_distributed(method, dist, device)
+        training_data = TrainingData(config, inputs.images, inputs.bgaugment, device,
+                                     progress=progress and dist.is_main)
+        validation = _validation_sets(config, inputs.dataset, inputs.val_items, inputs.masks_dir, run, dist,
+                                      fresh=checkpoint is None)
+        session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
+                      training_data, validation, state)
+        if dist.is_main and checkpoint is None:
+            write_record(run, session.record())
+            mark_latest(run)
+            log(f"run {run.root}: {config.method} on {inputs.dataset.name} ({len(inputs.train_items)} train "
+                f"/ {len(inputs.val_items)} val images), {'with' if inputs.bgaugment else 'without'} "
+                f"BGAugment, on {device}")
+        return session
 
-            optimizer = build_optimizer(config, method)
-            scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
-            if checkpoint is not None:
-                state = _restore(checkpoint, method, optimizer, scaler, device)
-                log(f"resuming {run.root} after epoch {state.epoch}")
-            model = _wrap_distributed(method, dist, device)
-            training_data = TrainingData(config, images, bgaugment, device,
-                                         progress=progress and dist.is_main)
-            fresh = checkpoint is None
-            validation = _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh=fresh)
+    @property
+    def method(self) -> Method:
+        return self.inputs.method
 
-            if dist.is_main and checkpoint is None:
-                write_record(run, _record(config, state, device, trained_on))
-                mark_latest(run)
-                log(f"run {run.root}: {config.method} on {dataset.name} ({len(train_items)} train / "
-                    f"{len(val_items)} val images), {'with' if bgaugment else 'without'} BGAugment, "
-                    f"on {device}")
-            if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
-                row = {"epoch": 0, **_validate(method, validation, config, device, amp, progress, dist)}
-                state.history.append(row)
-                if dist.is_main:
-                    log(_describe(row))
+    def record(self) -> dict[str, Any]:
+        return _record(self.config, self.state, self.device, self.inputs.trained_on)
 
-            while state.status == "running" and state.epoch < config.schedule.epochs:
-                state.epoch += 1
-                started = time.perf_counter()
-                updates = method.on_epoch_start(state.epoch, training_data)
-                if updates:
-                    updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
-                    started = time.perf_counter()
-                terms, images = _train_epoch(
-                    config, model, method, optimizer, scaler, loader, sampler, bgaugment, state.epoch, dist,
-                    device, amp, progress,
-                )
-                seconds = time.perf_counter() - started
-                row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
-                       "train_images_per_second": round(images / seconds, 2)}
-                row.update(_validate(method, validation, config, device, amp, progress, dist))
-                state.history.append(row)
-                _select(state, row, config, method, run, dist)
-                if state.epoch >= config.schedule.epochs:
-                    state.status = "finished"
-                if dist.is_main:
-                    log(_describe(row))
-                    save_checkpoint(run.last, _checkpoint(state, method, optimizer, scaler, device))
-                    write_metrics(run, state.history)
-                    write_record(run, _record(config, state, device, trained_on))
-                distributed.barrier(dist)
-            if state.status == "stopped early" and dist.is_main:
-                log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
-            return TrainResult(run, state.history, state.best_epoch, state.best_value, state.status)
-        except BaseException as error:
-            # A run that stops on an error says so in its record (else it would read "running" for good).
-            if dist.is_main:
-                state.status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-                write_record(run, {**_record(config, state, device, trained_on), "error": _error_text(error)})
-            raise
-    finally:
-        distributed.destroy_process_group(dist)
+    def train(self) -> TrainResult:
+        """Epoch 0's validation (once), then epochs until the schedule ends or early stopping."""
+        state, config = self.state, self.config
+        if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
+            row = {"epoch": 0, **self.validate()}
+            state.history.append(row)
+            if self.dist.is_main:
+                self.log(_describe(row))
+        while state.status == RunStatus.RUNNING and state.epoch < config.schedule.epochs:
+            self.epoch()
+        if state.status == RunStatus.STOPPED_EARLY and self.dist.is_main:
+            self.log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
+        return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
+
+    def epoch(self) -> None:
+        """One epoch: the method's epoch-start hook, the steps, validation, selection, checkpoint, records."""
+        state, dist = self.state, self.dist
+        state.epoch += 1
+        started = time.perf_counter()
+        updates = self.method.on_epoch_start(state.epoch, self.training_data)
+        if updates:
+            updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
+            started = time.perf_counter()
+        terms, images = self.train_steps()
+        seconds = time.perf_counter() - started
+        row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
+               "train_images_per_second": round(images / seconds, 2)}
+        row.update(self.validate())
+        state.history.append(row)
+        _select(state, row, self.config, self.method, self.run, dist)
+        if state.epoch >= self.config.schedule.epochs:
+            state.status = RunStatus.FINISHED
+        if dist.is_main:
+            self.log(_describe(row))
+            save_checkpoint(self.run.last, _checkpoint(state, self.method, self.optimizer, self.scaler,
+                                                       self.device))
+            write_metrics(self.run, state.history)
+            write_record(self.run, self.record())
+        distributed.barrier(dist)
+
+    def train_steps(self) -> tuple[dict[str, float], int]:
+        """One pass over the loader; the mean of every loss term over the optimiser steps and the number of
+        images this process saw."""
+        from tqdm import tqdm
+
+        epoch, method = self.state.epoch, self.method
+        self.inputs.sampler.set_epoch(epoch)
+        method.train()
+        sums: dict[str, torch.Tensor] = {}
+        steps = images_seen = 0
+        show = self.progress and self.dist.is_main
+        bar = tqdm(self.inputs.loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
+        for step, batch in _optimizer_steps(bar, method, self.config, self.inputs.bgaugment, epoch, self.dist,
+                                            self.device):
+            terms = self.step(batch, step)
+            for name, value in terms.items():
+                sums[name] = sums.get(name, 0) + value.detach().float()
+            steps += 1
+            images_seen += batch.images.shape[0] if batch.part == 0 else 0
+            if show and step % 10 == 0:
+                bar.set_postfix(loss=f"{terms['loss'].item():.4f}")
+        means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}
+        return means, images_seen
+
+    def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """One optimiser step on ``batch``: forward (the method's ``loss``), a finite-loss check, backward,
+        clipping, the update, then the method's ``on_step_end``; returns the loss terms."""
+        import torch
+
+        with autocast(self.device, self.amp):
+            terms = self.model(batch)
+        loss = terms["loss"]
+        if not torch.isfinite(loss.detach()):
+            raise TrainingDiverged(
+                f"the loss became {loss.item()} at epoch {self.state.epoch}, step {step}",
+                fix="lower the learning rates (--set optim.lr_head=...), or clip gradients "
+                    "(--set optim.grad_clip=1.0)",
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.config.optim.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.config.optim.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.method.on_step_end(batch)
+        return terms
+
+    def validate(self) -> dict[str, float]:
+        return _validate(self.method, self.validation, self.config, self.device, self.amp, self.progress,
+                         self.dist)
 
 
 # ----------------------------------------------------------------------------------------------- building
@@ -350,48 +478,6 @@ def _wrap_distributed(method: Method, dist: distributed.Distributed, device: tor
 
 
 # -------------------------------------------------------------------------------------------------- epoch
-def _train_epoch(
-    config, model, method, optimizer, scaler, loader, sampler, bgaugment, epoch, dist, device, amp, progress,
-) -> tuple[dict[str, float], int]:
-    """One pass; returns the mean of every loss term over the optimiser steps and the number of images seen by
-    this process."""
-    import torch
-    from tqdm import tqdm
-
-    sampler.set_epoch(epoch)
-    method.train()
-    sums: dict[str, torch.Tensor] = {}
-    steps = images_seen = 0
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    show = progress and dist.is_main
-    bar = tqdm(loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
-    for step, on_device in _optimizer_steps(bar, method, config, bgaugment, epoch, dist, device):
-        with autocast(device, amp):
-            terms = model(on_device)
-        loss = terms["loss"]
-        if not torch.isfinite(loss.detach()):
-            raise TrainingDiverged(
-                f"the loss became {loss.item()} at epoch {epoch}, step {step}",
-                fix="lower the learning rates (--set optim.lr_head=...), or clip gradients "
-                    "(--set optim.grad_clip=1.0)",
-            )
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        if config.optim.grad_clip is not None:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        for name, value in terms.items():
-            sums[name] = sums.get(name, 0) + value.detach().float()
-        steps += 1
-        images_seen += on_device.images.shape[0] if on_device.part == 0 else 0
-        if show and step % 10 == 0:
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-    means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}
-    return means, images_seen
-
-
 def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
     """(loader step, batch) for every optimiser step: each loader batch composited once on the device, then
     handed out ``method.steps_per_batch`` times, with ``part`` 0, 1, …"""
@@ -462,7 +548,7 @@ def _select(state: _State, row: dict[str, Any], config: TrainConfig, method, run
     else:
         state.bad_epochs += 1
         if state.bad_epochs >= config.schedule.patience:
-            state.status = "stopped early"
+            state.status = RunStatus.STOPPED_EARLY
 
 
 # --------------------------------------------------------------------------------------------- persisting
@@ -481,7 +567,7 @@ def _checkpoint(state: _State, method, optimizer, scaler, device) -> dict[str, A
         "best_epoch": state.best_epoch,
         "best_value": state.best_value,
         "bad_epochs": state.bad_epochs,
-        "status": state.status,
+        "status": state.status.value,
     }
 
 
@@ -496,7 +582,8 @@ def _restore(checkpoint: dict[str, Any], method, optimizer, scaler, device) -> _
         torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
     return _State(
         epoch=checkpoint["epoch"], history=list(checkpoint["history"]), best_epoch=checkpoint["best_epoch"],
-        best_value=checkpoint["best_value"], bad_epochs=checkpoint["bad_epochs"], status=checkpoint["status"],
+        best_value=checkpoint["best_value"], bad_epochs=checkpoint["bad_epochs"],
+        status=RunStatus(checkpoint["status"]),
     )
 
 
@@ -506,7 +593,7 @@ def _record(config: TrainConfig, state: _State, device, trained_on: dict[str, An
     from bgbias import __version__
 
     return {
-        "status": state.status,
+        "status": state.status.value,
         "epochs_done": state.epoch,
         "best_epoch": state.best_epoch,
         "best_value": None if state.best_epoch == 0 else state.best_value,

@@ -134,6 +134,10 @@ class Method(nn.Module, ABC):
         returns values to record in the epoch's row of the run's metrics."""
         return {}
 
+    def on_step_end(self, batch: Batch) -> None:
+        """Called after each optimiser step on ``batch`` (its update applied), e.g. to move running statistics
+        or buffers the loss does not train; nothing by default."""
+
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """Trainable parameters by group: ``backbone``, ``head`` (everything else) and ``loss``."""
         loss_ids = {

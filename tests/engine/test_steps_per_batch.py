@@ -18,18 +18,18 @@ FAST = ("loss.env_passes=1", "loss.env_batch_size=8", "bgaugment.enabled=true")
 @pytest.mark.parametrize(("paired", "parts"), [(False, [0]), (True, [0, 1])])
 def test_each_batch_gets_the_methods_optimiser_steps(tiny_bench, tmp_path, monkeypatch, paired, parts):
     seen, epochs = [], []
-    real_loss, real_epoch = DCML.loss, training._train_epoch
+    real_loss, real_steps = DCML.loss, training._Session.train_steps
 
     def recording_loss(self, batch):
         seen.append((batch.part, batch.indices.tolist(), batch.images.sum().item()))
         return real_loss(self, batch)
 
-    def recording_epoch(*args, **kwargs):
-        epochs.append(real_epoch(*args, **kwargs))
+    def recording_epoch(session):
+        epochs.append(real_steps(session))
         return epochs[-1]
 
     monkeypatch.setattr(DCML, "loss", recording_loss)
-    monkeypatch.setattr(training, "_train_epoch", recording_epoch)
+    monkeypatch.setattr(training._Session, "train_steps", recording_epoch)
     config = tiny_config(tiny_bench, "dcml", *FAST, f"loss.paired_halves={str(paired).lower()}", epochs=1)
     result = train(config, run_dir=tmp_path / "run", progress=False, echo=False)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -52,18 +54,19 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bench, tmp_path, m
     config = tiny_config(tiny_bench, method, *RESUMED[method], epochs=3)
     whole = train(config, run_dir=tmp_path / "whole", progress=False, echo=False)
 
-    real_epoch = training._train_epoch
+    real_steps = training._Session.train_steps
 
-    def killed_in_epoch_3(*args, **kwargs):
-        if args[8] == 3:
+    def killed_in_epoch_3(session):
+        if session.state.epoch == 3:
             raise KeyboardInterrupt
-        return real_epoch(*args, **kwargs)
+        return real_steps(session)
 
-    monkeypatch.setattr(training, "_train_epoch", killed_in_epoch_3)
+    monkeypatch.setattr(training._Session, "train_steps", killed_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         train(config, run_dir=tmp_path / "killed", progress=False, echo=False)
     assert load_checkpoint(tmp_path / "killed" / "checkpoints" / "last.pt")["epoch"] == 2
-    monkeypatch.setattr(training, "_train_epoch", real_epoch)
+    assert json.loads((tmp_path / "killed" / "run.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(training._Session, "train_steps", real_steps)
     resumed = resume_training(tmp_path / "killed", progress=False, echo=False)
 
     assert without_timing(resumed.history) == without_timing(whole.history)
