@@ -1,14 +1,14 @@
-"""How fast BGAugment's device path is against the seed's per-sample PIL path: same inputs, one run.
+"""How fast BGAugment's device path is against the paper's code's per-sample PIL path: same inputs, one run.
 
     python benchmarks/composite_speed.py [--device cpu|cuda] [--backgrounds DIR] [-n 30] [--batch 32]
                                          [--threads T]
 
 Both paths turn one batch of images and soft masks (already float on the device) into the composited batch:
 
-(a) the seed's path (references.md §1.3): per image, the decoded PIL background (the pool is decoded once,
-    as the seed did) is resized to shorter side R, a random-resized-crop box is drawn and cut to S × S, the
-    crop is mirrored with p = 0.5 and made a tensor; the stacked backgrounds go to the device and are
-    composited with the batch.
+(a) the paper's code's path (docs/design.md, *Compositing and BGAugment*): per image, the decoded PIL
+    background (the pool is decoded once, as the paper's code did) is resized to shorter side R, a
+    random-resized-crop box is drawn and cut to S × S, the crop is mirrored with p = 0.5 and made a tensor;
+    the stacked backgrounds go to the device and are composited with the batch.
 (b) ours: ``sample_bgaugment`` on the CPU, ``BackgroundBank.render`` from the pool held on the device
     (stored at shorter side R), ``apply_bgaugment``.
 
@@ -61,8 +61,8 @@ def synthetic_pool(folder: Path, count: int = 100, seed: int = 0) -> Path:
     return folder
 
 
-def seed_path(pool: list[Image.Image], resize: int, size: int, rng: np.random.Generator):
-    """A function making one background tensor (3, size, size) on the CPU as the seed made it."""
+def paper_path(pool: list[Image.Image], resize: int, size: int, rng: np.random.Generator):
+    """A function making one background tensor (3, size, size) on the CPU as the paper's code made it."""
     import torch
 
     def one(_: int) -> torch.Tensor:
@@ -96,9 +96,9 @@ def measure(pool_dir: Path, device, batch: int, size: int, resize: int, repeats:
     masks = torch.rand((batch, 1, size, size), generator=generator).to(device)
     pool = [load_image(path) for path in list_pool(pool_dir)]
     bank = BackgroundBank.from_folder(pool_dir, device, shorter_side=resize)
-    make_one = seed_path(pool, resize, size, rng)
+    make_one = paper_path(pool, resize, size, rng)
 
-    def seed_run() -> torch.Tensor:
+    def paper_run() -> torch.Tensor:
         backgrounds = torch.stack([make_one(i) for i in range(batch)]).to(device)
         return composite(images, masks, backgrounds)
 
@@ -108,7 +108,7 @@ def measure(pool_dir: Path, device, batch: int, size: int, resize: int, repeats:
         apply = torch.tensor(params.apply).to(device)
         return apply_bgaugment(images, masks, backgrounds, apply)
 
-    return time_runs({"seed": seed_run, "bank": bank_run}, repeats, device)
+    return time_runs({"paper": paper_run, "bank": bank_run}, repeats, device)
 
 
 def main() -> None:
@@ -148,14 +148,14 @@ def main() -> None:
     )
     print()
     print(
-        "| output | backgrounds | seed per-sample PIL (ms/batch) "
+        "| output | backgrounds | paper's code: per-sample PIL (ms/batch) "
         "| bank.render + apply_bgaugment (ms/batch) | speed-up |"
     )
     print("|---|---|---|---|---|")
     for size, resize, times in rows:
         print(
-            f"| {size}×{size} | shorter side {resize} | {times['seed']:.1f} | {times['bank']:.1f} | "
-            f"{times['seed'] / times['bank']:.1f}× |"
+            f"| {size}×{size} | shorter side {resize} | {times['paper']:.1f} | {times['bank']:.1f} | "
+            f"{times['paper'] / times['bank']:.1f}× |"
         )
 
 

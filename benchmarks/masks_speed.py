@@ -7,8 +7,9 @@ Methods, each making 8-bit masks for the same N files (read file → mask → PN
 
 1. rembg's own loop: ``rembg.remove(file bytes, session=s, only_mask=True)`` per file, one session with
    rembg's default options, PNG written.
-2. ``rembg p -om -m MODEL IN OUT`` (the seed's command), as a subprocess; its start-up (interpreter, imports,
-   session) is timed on an empty folder and reported beside it. Skipped when rembg's CLI extra is missing.
+2. ``rembg p -om -m MODEL IN OUT`` (the paper's code's command), as a subprocess; its start-up (interpreter,
+   imports, session) is timed on an empty folder and reported beside it. Skipped when rembg's CLI extra is
+   missing.
 3. raw ``session.run`` on inputs prepared beforehand, one image after another with rembg's default session
    options ("the raw rate", the reference of the ratios), and with bgbias's session: ``streams`` runs at once
    of ``threads`` intra-op threads each (the ceiling of the pipeline's configuration).

@@ -19,7 +19,7 @@ OBJECT_BOX = (8, 6, 23, 17)
 """The object's rectangle (inclusive corners, as ``ImageDraw.rectangle`` takes them)."""
 
 SOP_TRAIN_CLASS_IDS = (1, 2, 3, 8488, 8489, 8490, 8491, 11318)
-"""Both sides of the seed's train/val boundary at class id 8489."""
+"""Both sides of the paper's code's train/val boundary at class id 8489."""
 SOP_TEST_CLASS_IDS = (11319, 11320, 22634)
 SOP_SUPER_CLASSES = ("bicycle", "cabinet", "chair")
 FOLDER_CLASS_NAMES = ("zebra", "ant", "Bee", "cat", "dog", "eel", "fox", "gnu")

@@ -1,10 +1,11 @@
 """A background pool decoded once and held on the training device, cut into crops there for a whole batch.
 
-The seed resized, cropped and flipped every background in PIL, one sample at a time, in the main process
-(references.md §1.3). Here the pool is decoded once into one padded ``uint8`` tensor on the device; each step
-cuts the sampled boxes straight out of it and resizes them with torch's antialiased bilinear
-``interpolate``, which is what PIL's bilinear resize in :func:`~bgbias.augment.background_crops.apply_crop`
-does, so training backgrounds look like the fixed corrupted sets' backgrounds at any shrink factor.
+The paper's code resized, cropped and flipped every background in PIL, one sample at a time, in the main
+process (docs/design.md, *Compositing and BGAugment*). Here the pool is decoded once into one padded ``uint8``
+tensor on the device; each step cuts the sampled boxes straight out of it and resizes them with torch's
+antialiased bilinear ``interpolate``, which is what PIL's bilinear resize in
+:func:`~bgbias.augment.background_crops.apply_crop` does, so training backgrounds look like the fixed
+corrupted sets' backgrounds at any shrink factor.
 
 The loop runs over the crops of a batch, never over pixels. Measured on one CPU thread for 32 crops at
 227 px from 640-px backgrounds, it took ~11 ms (~62 ms resizing float instead of ``uint8``), where one

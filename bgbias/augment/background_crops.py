@@ -2,9 +2,9 @@
 
 Sampling gives plain numbers (a :class:`BackgroundCrop`) that a manifest can record and a renderer can replay;
 applying cuts the box from the background photo and resizes it to the image's square crop. The sampling rules
-are the seed's: the background drawn uniformly with replacement, a random-resized-crop box with area scale
-0.16–1 and aspect ratio 3/4–4/3 (the rules of torchvision's ``RandomResizedCrop.get_params``: ten tries, then
-a centred crop with the ratio clamped) and a horizontal flip with p = 0.5. The box is drawn on the
+are the paper's code's: the background drawn uniformly with replacement, a random-resized-crop box with area
+scale 0.16–1 and aspect ratio 3/4–4/3 (the rules of torchvision's ``RandomResizedCrop.get_params``: ten tries,
+then a centred crop with the ratio clamped) and a horizontal flip with p = 0.5. The box is drawn on the
 background's own size rather than on a 256-px resize of it: the same relative crop, resampled once, not twice.
 """
 

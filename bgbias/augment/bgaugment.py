@@ -3,7 +3,7 @@
 Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from the
 caller's generator; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
 with the one :func:`~bgbias.augment.composite.composite`, after the paired geometry the workers already gave
-image and mask. The seed applied it to every sample (p = 1, the default) with the validation pool.
+image and mask. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The one compositing function: a foreground kept by its soft mask over a replacement background.
 
-BGAugment in training and the fixed corrupted sets both call it, so the two can never drift apart. It is
-the seed's ``x·m + b·(1−m)`` (paper eq. 1 with its typo fixed), on batches, with the mask used as is: the seed
-never thresholds U²-Net's soft saliency, so neither do we. Because the blend is affine and its weights sum to
-one, it gives the same result on raw pixels as on per-channel normalised tensors.
+BGAugment in training and the fixed corrupted sets both call it, so the two can never drift apart. It is the
+paper's code's ``x·m + b·(1−m)`` (paper eq. 1 with its typo fixed), on batches, with the mask used as is: the
+paper's code never thresholds U²-Net's soft saliency, so neither do we. Because the blend is affine and its
+weights sum to one, it gives the same result on raw pixels as on per-channel normalised tensors.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Fixed corrupted sets: per (seed, repeat), one JSON manifest fixing every image's replacement background.
 
-The seed paper drew test backgrounds from whatever state the random generator was in after training, so no two
-methods saw the same corrupted set. Here a manifest records, for every image of a split, the pool file, the
-crop box and the flip (references.md §7, gap 2); its header records what it was made from (dataset, split, ids
-checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer matches its
-dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every field is read
-back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering replays a manifest:
-evaluation geometry on image and mask, the background crop, then the shared :func:`composite`.
+The paper's code drew test backgrounds from whatever state the random generator was in after training, so no
+two methods saw the same corrupted set (docs/design.md, *Corrupted sets*). Here a manifest records, for every
+image of a split, the pool file, the crop box and the flip; its header records what it was made from (dataset,
+split, ids checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer
+matches its dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every
+field is read back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering replays a
+manifest: evaluation geometry on image and mask, the background crop, then the shared :func:`composite`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ MANIFEST_FORMAT = "bgbias-corrupted-manifest"
 MANIFEST_VERSION = 1
 CORRUPTED_SPLITS = ("val", "test")
 POOL_OF_SPLIT = {"val": "train", "test": "test"}
-"""Corrupted validation draws from the BGAugment (train) pool, as in the seed; the test pool stays unseen."""
+"""Corrupted validation draws from the BGAugment (train) pool, as in the paper's code; the test pool stays
+unseen."""
 SHARED_TEMP_AGE_S = 60.0
 """Manifests are shared (concurrent evaluations may write the same ones): a temporary beside one counts as
 left by a killed run only once it is this old."""

@@ -50,7 +50,8 @@ BENCH_PRESETS: dict[str, BenchPreset] = {
     "large": BenchPreset(views_per_class=16, image_size=224, view_preset="hard"),
     "mild": BenchPreset(views_per_class=8, image_size=128, view_preset="mild"),
 }
-"""``small`` is the default: the setting in which the prototype saw the paper's effect (design/bench.md)."""
+"""``small`` is the default: the setting in which the prototype saw the paper's effect
+(docs/bench-dataset.md)."""
 
 SPLIT_SHARES = {"train": 0.5, "val": 0.1, "test": 0.4}
 """Share of classes in each split; every split gets at least one class."""

@@ -1,10 +1,10 @@
 """Which Tux Paint stamps become bench classes: real photographs cut out with an exact alpha channel.
 
-The rules are the prototype's (design/bench.md): drawings live in ``cartoon`` folders and in whole
-categories (symbols, seasonal, town, clothes); ``_mirror.png`` files are flipped copies; ``colorable`` and
-``tintable`` stamps are line art meant to be recoloured; stamps under 100 px are too small to cut views from;
-and 13 stamps that passed those rules were found by eye to be drawings, renders, duplicates or broken. On
-Debian's tuxpaint-stamps-default 2022.06.04-1 this leaves 261 candidates and 248 classes.
+The rules are the bench prototype's (docs/bench-dataset.md, *Stamps*): drawings live in ``cartoon`` folders
+and in whole categories (symbols, seasonal, town, clothes); ``_mirror.png`` files are flipped copies;
+``colorable`` and ``tintable`` stamps are line art meant to be recoloured; stamps under 100 px are too small
+to cut views from; and 13 stamps that passed those rules were found by eye to be drawings, renders, duplicates
+or broken. On Debian's tuxpaint-stamps-default 2022.06.04-1 this leaves 261 candidates and 248 classes.
 """
 
 from __future__ import annotations

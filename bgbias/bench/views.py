@@ -4,9 +4,10 @@
 colour layer and the alpha channel travel together through one crop, one resize, one perspective warp and one
 blur, so the returned alpha is exactly the weight with which the object was composited onto the background.
 
-Two presets (design/bench.md): *mild* views move, turn and recolour the whole object a little; *hard* views
-are SOP-like viewpoint changes (a partial window of the object, a perspective warp, larger rotations and
-colour changes, occasional blur), the setting in which models lean on the shared background.
+Two presets (docs/bench-dataset.md, *Views and presets*): *mild* views move, turn and recolour the whole
+object a little; *hard* views are SOP-like viewpoint changes (a partial window of the object, a perspective
+warp, larger rotations and colour changes, occasional blur), the setting in which models lean on the shared
+background.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from bgbias.errors import DatasetError
 
 NUM_CLASSES = 196
 LAST_TRAIN_CLASS = 74
-"""Seed split (labels 0-based there: train < 74, val 74..97, test ≥ 98): classes 1–74 train, 75–98 val."""
+"""The paper's code's split (labels 0-based there: train < 74, val 74..97, test ≥ 98): classes 1–74 train,
+75–98 val."""
 LAST_TRAINVAL_CLASS = 98
 REQUIRED_FIELDS = ("relative_im_path", "class")
 

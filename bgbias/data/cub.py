@@ -12,7 +12,8 @@ from bgbias.errors import DatasetError
 
 NUM_CLASSES = 200
 LAST_TRAIN_CLASS = 75
-"""Seed split (labels 0-based there: train < 75, val 75..99, test ≥ 100): classes 1–75 train, 76–100 val."""
+"""The paper's code's split (labels 0-based there: train < 75, val 75..99, test ≥ 100): classes 1–75 train,
+76–100 val."""
 LAST_TRAINVAL_CLASS = 100
 
 

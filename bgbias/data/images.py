@@ -1,8 +1,8 @@
 """Read images and masks the same way everywhere: fully decoded, EXIF orientation applied, 8 bit, with every
 failure turned into an ``ImageError`` that names the file.
 
-Loading and mask generation must agree on orientation (references.md §1.2: rembg ≥ 2023 applies EXIF
-transpose), so both go through ``exif_transpose`` here.
+Loading and mask generation must agree on orientation (rembg applies EXIF transpose since 2023, the paper's
+rembg 2.0.19 did not: docs/design.md, *Masks*), so both go through ``exif_transpose`` here.
 """
 
 from __future__ import annotations

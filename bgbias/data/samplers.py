@@ -1,13 +1,13 @@
 """Training batches of ``m`` images from each of ``batch_size // m`` classes that see every image, on any
 number of ranks.
 
-pytorch-metric-learning's ``MPerClassSampler`` (references.md §2.2) draws from the global ``np.random``, gives
-no guarantee that an epoch sees every image, and is not distributed-aware. Here batches come from *coverage
-passes*: each class's images are shuffled and cut into chunks of ``m`` (a short last chunk is topped up with
-other images of the class), and every chunk of the pass is used exactly once. Each batch takes one chunk from
-each of ``batch_size // m`` distinct classes, chosen with probability proportional to the chunks they have
-left, so large classes are spread over the whole pass instead of crowding its end. When fewer classes than a
-batch needs still have chunks, the batch is filled with fresh chunks of other classes.
+pytorch-metric-learning's ``MPerClassSampler`` (docs/design.md, *Sampler*) draws from the global
+``np.random``, gives no guarantee that an epoch sees every image, and is not distributed-aware. Here batches
+come from *coverage passes*: each class's images are shuffled and cut into chunks of ``m`` (a short last chunk
+is topped up with other images of the class), and every chunk of the pass is used exactly once. Each batch
+takes one chunk from each of ``batch_size // m`` distinct classes, chosen with probability proportional to the
+chunks they have left, so large classes are spread over the whole pass instead of crowding its end. When fewer
+classes than a batch needs still have chunks, the batch is filled with fresh chunks of other classes.
 
 Pass ``p`` is a pure function of ``(seed, p)``. With ``batches_per_epoch=None`` epoch ``e`` is pass ``e``;
 with ``batches_per_epoch=n`` the passes form one stream that epochs cut into consecutive slices of ``n``

@@ -1,4 +1,6 @@
-"""Class-disjoint splits: the seed paper's fixed split, and 4-fold cross-validation over trainval classes."""
+"""Class-disjoint splits: the paper's fixed split, and 4-fold cross-validation over trainval classes.
+
+The fixed split is the one the paper's code uses (docs/design.md, *Datasets and splits*)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The training geometry: shorter side resized, a random resized crop and a horizontal flip, applied to an
 image and its mask together by one albumentations pipeline.
 
-These are the seed's training transforms (references.md §1.3): ``Resize(256)`` then ``RandomResizedCrop(227,
-scale=(0.16, 1), ratio=(3/4, 4/3))`` and a flip with p = 0.5. Image and mask are resampled bilinearly, with
-area averaging when the resize shrinks (as PIL's antialiased resize in the seed and in our evaluation
-geometry): the mask stays soft, never thresholded.
+These are the paper's code's training transforms (docs/design.md, *Geometry*): ``Resize(256)`` then
+``RandomResizedCrop(227, scale=(0.16, 1), ratio=(3/4, 4/3))`` and a flip with p = 0.5. Image and mask are
+resampled bilinearly, with area averaging when the resize shrinks (as PIL's antialiased resize in the paper's
+code and in our evaluation geometry): the mask stays soft, never thresholded.
 
 Randomness comes from one seed per draw (see ``bgbias.data.samplers``). It is fed to the pipeline with
 ``set_random_state``, one generator shared by all its transforms. albumentations' own ``Compose(seed=...)`` /

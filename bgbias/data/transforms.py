@@ -1,9 +1,10 @@
 """The evaluation geometry: shorter side resized to ``resize``, then a centred ``crop × crop`` square.
 
-It is applied identically to an image and its mask, so a mask pixel stays on its image pixel. Both are
-resized bilinearly (PIL, antialiased when shrinking, as torchvision's ``Resize`` does on PIL images): the mask
-stays soft, as in the seed. Sizes and offsets follow torchvision's ``Resize(int)`` and ``CenterCrop`` rules
-(long side truncated, offset rounded), so crops land on the pixels of the seed's Resize(256)/CenterCrop(227).
+It is applied identically to an image and its mask, so a mask pixel stays on its image pixel. Both are resized
+bilinearly (PIL, antialiased when shrinking, as torchvision's ``Resize`` does on PIL images): the mask stays
+soft, as in the paper's code. Sizes and offsets follow torchvision's ``Resize(int)`` and ``CenterCrop`` rules
+(long side truncated, offset rounded), so crops land on the pixels of the paper's code's
+Resize(256)/CenterCrop(227).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ class EvalGeometry:
         return {"resize": self.resize, "crop": self.crop}
 
 
-# The seed's Resize(256) → CenterCrop(227) for the real benchmarks. The bench's views are 128 × 128 px
-# already: up-sampling them to 227 adds no information and makes every forward pass about 3× dearer (bench.md
-# measured 160 px as twice as slow as 128 px), so the bench is evaluated at its native size.
+# The paper's code's Resize(256) → CenterCrop(227) for the real benchmarks. The bench's views are 128 × 128
+# px already: up-sampling them to 227 adds no information and makes every forward pass about 3× dearer (160 px
+# was twice as slow as 128 px: docs/bench-dataset.md, *Cost*), so the bench is evaluated at its native size.
 EVAL_GEOMETRY: dict[str, EvalGeometry] = {
     "cub": EvalGeometry(resize=256, crop=227),
     "cars": EvalGeometry(resize=256, crop=227),

@@ -93,7 +93,8 @@ class ScheduleConfig:
     """Epochs, model selection and early stopping.
 
     ``monitor`` is the validation MAP@R that picks the best checkpoint: ``auto`` means corrupted validation
-    (backgrounds from the train pool) for BGAugment runs and clean validation otherwise, as in the seed.
+    (backgrounds from the train pool) for BGAugment runs and clean validation otherwise, as in the paper's
+    code.
     """
 
     epochs: int = 8

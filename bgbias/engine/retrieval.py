@@ -1,10 +1,11 @@
 """Exact k-nearest-neighbour search over one split, every item a query and every other item a reference.
 
 The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
-query and reference (references.md §1.4, §2.1): faiss ``IndexFlatL2`` (exact squared L2) asked for ``k + 1``
-neighbours, from which each row's own index is removed, or, when ties pushed the row's own index out of the
-``k + 1``, its last column. Both backends here apply that rule, so scores equal PML's on the same embeddings.
-The torch backend is the fallback where faiss is not installed; it ranks by the same float32 distances.
+query and reference (docs/design.md, *Retrieval and metrics*): faiss ``IndexFlatL2`` (exact squared L2) asked
+for ``k + 1`` neighbours, from which each row's own index is removed, or, when ties pushed the row's own index
+out of the ``k + 1``, its last column. Both backends here apply that rule, so scores equal PML's on the same
+embeddings. The torch backend is the fallback where faiss is not installed; it ranks by the same float32
+distances.
 """
 
 from __future__ import annotations

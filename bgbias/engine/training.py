@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from bgbias.data.train_images import TrainImages
     from bgbias.methods.base import Batch, Method
 
-# Backgrounds are kept with this shorter side on the device (the seed resizes them to 256 before cropping).
+# Backgrounds are kept with this shorter side on the device (the paper's code resizes them to 256 before
+# cropping).
 BANK_SHORTER_SIDE = 256
 _BGAUGMENT_STREAM = 0xB6A0
 

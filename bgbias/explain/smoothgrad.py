@@ -1,15 +1,16 @@
-"""SmoothGrad for embeddings, as the seed computes its attribution maps (references.md §1.6).
+"""SmoothGrad for embeddings, as the paper's code computes its attribution maps (docs/design.md,
+*Attribution and the foreground score*).
 
-An embedding has no class score to differentiate, so the seed differentiates the distance to a reference
-embedding, that of an all-black image: pixels whose change moves the embedding most, relative to "nothing
-there", are the ones the model looks at. Gradients of one input are noisy, so they are summed over noisy
-copies of it (SmoothGrad), then stretched to [0, 1] with the top percent clipped, so a few extreme pixels do
-not wash out the rest of the map.
+An embedding has no class score to differentiate, so the paper's code differentiates the distance to a
+reference embedding, that of an all-black image: pixels whose change moves the embedding most, relative to
+"nothing there", are the ones the model looks at. Gradients of one input are noisy, so they are summed over
+noisy copies of it (SmoothGrad), then stretched to [0, 1] with the top percent clipped, so a few extreme
+pixels do not wash out the rest of the map.
 
-The seed adds the noise to the normalised network input and differentiates there. Here the noisy input is
-mapped back to [0, 1] with the backbone's ``InputConvention.invert`` before ``Method.embed`` (which applies
+The paper's code adds the noise to the normalised network input and differentiates there. Here the noisy input
+is mapped back to [0, 1] with the backbone's ``InputConvention.invert`` before ``Method.embed`` (which applies
 the convention again), so the same holds for every backbone's convention. The distance is the method's own
-(``Method.pairwise_distance``), as the seed used its loss's distance.
+(``Method.pairwise_distance``), as the paper's code used its loss's distance.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""BN-Inception (Ioffe & Szegedy 2015), the seed's backbone, as Cadene's ``pretrainedmodels`` ports it.
+"""BN-Inception (Ioffe & Szegedy 2015), the paper's backbone, as Cadene's ``pretrainedmodels`` ports it.
 
 Facts of that port that the ImageNet file ``bn_inception-52deb4733.pth`` depends on: every convolution has a
 bias and is followed by BatchNorm (eps 1e-5) and ReLU; 7×7 and 3×3 convolutions are padded to keep their size;

@@ -55,7 +55,7 @@ IMAGENET = InputConvention(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
 """torchvision's ImageNet models (ResNet-50, MobileNetV2)."""
 
 CAFFE_BGR = InputConvention(mean=(104.0, 117.0, 128.0), std=(1.0, 1.0, 1.0), bgr=True, scale=255.0)
-"""Caffe-trained BN-Inception as ported by pretrainedmodels (the seed's backbone): BGR, 0–255, mean only."""
+"""Caffe-trained BN-Inception as ported by pretrainedmodels (the paper's backbone): BGR, 0–255, mean only."""
 
 SYMMETRIC = InputConvention(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 """[0, 1] -> [−1, 1]: what torchvision's GoogLeNet weights (ported from TensorFlow) expect; torchvision gets

@@ -1,12 +1,12 @@
 """The evaluation report of one run: clean vs corrupted retrieval scores, their drop, and who suffers most.
 
-The seed paper needed two notebooks to turn test logs into its Table 1 and never said which classes or
-images lose most when the background changes (references.md §7, gaps 1 and 3). Here
+The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
+images lose most when the background changes (docs/design.md, *Reports*). Here
 :func:`summarize_evaluation` turns the engine's :class:`~bgbias.engine.metrics.RetrievalScores` of the clean
 split and of each corrupted repeat into one JSON-ready dict (``None`` where a value does not exist: JSON has
 no NaN), and :func:`write_evaluation_report` writes it as JSON, CSV and Markdown next to a per-query table.
 
-Conventions, as in the paper and the seed code: the corrupted value is the mean over repeats ± the sample
+Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
 standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
 alone in their class have no score and are left out of every mean, per class included.
 """

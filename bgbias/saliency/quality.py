@@ -1,4 +1,4 @@
-"""How well the saliency masks match ground-truth object masks, measured as the paper did (seed repository,
+"""How well the saliency masks match ground-truth object masks, measured as the paper did (the paper's code,
 ``notebooks/rembg_check.ipynb``): both masks binarised with ``value >= 128`` as foreground, then IoU and
 "overlap", the share of the ground-truth foreground that the predicted mask covers.
 """
@@ -19,7 +19,7 @@ from bgbias.errors import ImageError
 from bgbias.fileio import write_json_atomic
 
 FOREGROUND_FROM = 128
-"""A pixel is foreground when its 8-bit value is at least this (the seed's threshold)."""
+"""A pixel is foreground when its 8-bit value is at least this (the paper's threshold)."""
 
 QUALITY_NAME = "quality.json"
 

@@ -18,7 +18,7 @@ SIZES = [(64, 48), (40, 70), (90, 30)]
 
 
 def sample_crops(bank: BackgroundBank, rng: np.random.Generator, n: int) -> list[BackgroundCrop]:
-    """``n`` crops of the bank's backgrounds by the seed's rules (what BGAugment draws)."""
+    """``n`` crops of the bank's backgrounds by the paper's code's rules (what BGAugment draws)."""
     return [sample_background_crop(rng, bank.sizes) for _ in range(n)]
 
 

@@ -1,5 +1,5 @@
-"""Background crops: boxes inside the photo, the seed's scale/ratio ranges, fair flips and pool draws, and
-draws fixed by (seed, repeat, image) whatever the processing order."""
+"""Background crops: boxes inside the photo, the paper's code's scale/ratio ranges, fair flips and pool draws,
+and draws fixed by (seed, repeat, image) whatever the processing order."""
 
 from __future__ import annotations
 

@@ -51,7 +51,8 @@ def test_each_sample_uses_its_own_mask():
 
 
 def test_pixel_space_equals_normalised_space():
-    """The seed composited normalised tensors; with weights summing to one that is the same picture."""
+    """The paper's code composited normalised tensors; with weights summing to one that is the same
+    picture."""
     images, backgrounds = torch.rand(2, 3, 4, 5) * 255, torch.rand(2, 3, 4, 5) * 255
     masks = torch.rand(2, 1, 4, 5)
     mean = torch.tensor([104.0, 117.0, 128.0]).view(1, 3, 1, 1)

@@ -16,6 +16,7 @@ from bgbias.data.transforms import (
 )
 from bgbias.errors import OptionError
 
+# SEED: the evaluation geometry of the paper's code (docs/design.md, *Geometry*), not a random seed.
 SEED = EvalGeometry(resize=256, crop=227)
 
 
@@ -90,7 +91,7 @@ def test_image_and_mask_must_have_one_size():
 
 
 def test_same_pixels_as_the_seeds_torchvision_pipeline():
-    """Resize(256) then CenterCrop(227) on a PIL image, as the seed's ValTransform does."""
+    """Resize(256) then CenterCrop(227) on a PIL image, as the paper's code's ValTransform does."""
     from bgbias.compat import import_torchvision
 
     transforms = import_torchvision().transforms

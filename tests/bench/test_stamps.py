@@ -1,4 +1,4 @@
-"""Stamp selection: each of bench.md's rules keeps or drops exactly the stamps it should."""
+"""Stamp selection: each of the rules of docs/bench-dataset.md keeps or drops exactly the stamps it should."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cars196: reading cars_annos.mat, the seed's fixed split and every bad layout."""
+"""Cars196: reading cars_annos.mat, the paper's fixed split and every bad layout."""
 
 from __future__ import annotations
 

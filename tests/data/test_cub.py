@@ -1,4 +1,4 @@
-"""CUB-200-2011: ids, labels, ground-truth masks, the seed's fixed split and every bad layout."""
+"""CUB-200-2011: ids, labels, ground-truth masks, the paper's fixed split and every bad layout."""
 
 from __future__ import annotations
 

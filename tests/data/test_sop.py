@@ -1,4 +1,4 @@
-"""Stanford Online Products: Ebay lists, the seed's boundary at class 8489 and every bad layout."""
+"""Stanford Online Products: Ebay lists, the paper's code's boundary at class 8489 and every bad layout."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_items_keep_the_dataset_class_ids(sop):
 
 
 def test_seed_boundary_puts_8489_in_train(sop):
-    # The seed keeps (class_id - 1) < 8489 for training: class ids up to and including 8489.
+    # The paper's code keeps (class_id - 1) < 8489 for training: class ids up to and including 8489.
     assert labels(split_items(sop, "train")) == [1, 2, 3, 8488, 8489]
     assert labels(split_items(sop, "val")) == [8490, 8491, 11318]
     assert labels(split_items(sop, "test")) == [11319, 11320, 22634]

@@ -1,4 +1,5 @@
-"""The contract every registered method keeps (architecture.md), run over all of them as timm tests models."""
+"""The contract every registered method keeps (docs/design.md, *Methods*), run over all of them as timm tests
+models."""
 
 from __future__ import annotations
 

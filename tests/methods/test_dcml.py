@@ -1,4 +1,5 @@
-"""DCML's self-tests (methods.md §1.7) and its pieces: attention copies, penalties, environment learner."""
+"""DCML's self-tests (docs/methods/dcml.md, *Self-tests*) and its pieces: attention copies, penalties,
+environment learner."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def linear_net(weights) -> tuple[nn.Module, ...]:
 
 
 def reference_attention(feature_map, layers):
-    """methods.md §1.2 step by step, with nn.Linear layers: spatial gate, then channel gate."""
+    """The attention net of docs/methods/dcml.md step by step, with nn.Linear layers: spatial gate, then
+    channel gate."""
     spatial_in, spatial_out, channel_in, channel_out = layers
     b, c, h, w = feature_map.shape
     spatial = torch.sigmoid(spatial_out(torch.relu(spatial_in(feature_map.mean(1).reshape(b, h * w)))))
@@ -353,7 +355,7 @@ def test_authors_single_pass_is_an_option():
 
 # ------------------------------------------------------------------------------------------- options
 def test_per_dataset_configurations_follow_the_specification():
-    expected = {  # methods.md §1.4: scale, margin, α, β, γ, proxy lr, batch, m, epochs
+    expected = {  # docs/methods/dcml.md, *Configurations*: scale, margin, α, β, γ, proxy lr, batch, m, epochs
         "cub": (100.0, 0.6182, 1e-4, 1e-2, 1e-1, 2.53e-3, 32, 4, 20),
         "cars": (161.5, 0.4324, 1e-5, 1e-2, 1e-4, 7.41e-3, 32, 4, 50),
         "sop": (100.0, 0.3364, 1e-4, 1e-2, 1e-6, 2.16e-3, 64, 2, 70),

@@ -2,7 +2,8 @@
 
 There is one copy per environment. The copies are bias-free MLPs whose weights are stacked on a leading axis,
 so that the inference net, whose weights are the *mean* of the copies (not the mean of their outputs), and the
-β term that keeps the copies near that mean are one reduction each (methods.md §1.2, §1.6 item 3).
+β term that keeps the copies near that mean are one reduction each (docs/methods/dcml.md, *What is
+implemented* and *Ambiguities*, item 3).
 """
 
 from __future__ import annotations

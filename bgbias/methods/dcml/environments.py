@@ -5,7 +5,8 @@ With the model frozen, free logits ω (one row per training image, one column pe
 so that the environments are those in which the current model is furthest from being optimal in all at once.
 The ω of the pass with the best mean objective is kept.
 
-The authors' code means to run 5 passes but returns after the first (methods.md §1.6 item 5); ``passes``
+The authors' code means to run 5 passes but returns after the first (docs/methods/dcml.md, *Ambiguities*,
+item 4); ``passes``
 chooses, and the run's configuration records it. Their MultiStepLR at passes 10 and 15 never fires within
 5 passes and is left out.
 """

@@ -1,4 +1,4 @@
-"""DCML, Deep Causal Metric Learning (Deng & Zhang, ICML 2022), as specified in methods.md §1.
+"""DCML, Deep Causal Metric Learning (Deng & Zhang, ICML 2022), as specified in docs/methods/dcml.md.
 
 Training: backbone map h → for each of k environments its own attention copy → shared head (pool, BN,
 linear) → shared CosFace proxies, each environment's terms weighted by the learned per-image environment

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 
 class CosFaceProxies(nn.Module):
-    """One proxy per class; logits ``scale · (cos(z, c_j) − margin · 1[j = y])`` (methods.md eq. 1).
+    """One proxy per class; logits ``scale · (cos(z, c_j) − margin · 1[j = y])`` (the paper's eq. 1,
+    docs/methods/dcml.md).
 
     The cross-entropy of these logits is pytorch-metric-learning's ``CosFaceLoss`` (tests check it).
     """
