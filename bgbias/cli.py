@@ -293,7 +293,7 @@ def masks(
     type=click.Choice(["test", "val"]),
     default="test",
     show_default=True,
-    help="test draws from the test pool, val from the train pool (as in the seed).",
+    help="test draws from the test pool, val from the train pool (as in the paper's code).",
 )
 @_split_options
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
