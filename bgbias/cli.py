@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
+from bgbias.data.registry import dataset_names
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
 
 
@@ -45,7 +46,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 _PATH_DIR = click.Path(file_okay=False, path_type=Path)
-_DATASETS = ("cub", "cars", "sop", "folder", "bench")
+_DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
 
 
 def _dataset_options(command):

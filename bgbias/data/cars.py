@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
 from bgbias.errors import DatasetError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NUM_CLASSES = 196
 LAST_TRAIN_CLASS = 74
@@ -17,12 +22,15 @@ LAST_TRAINVAL_CLASS = 98
 REQUIRED_FIELDS = ("relative_im_path", "class")
 
 
+@register_dataset("cars")
 class CarsDataset(Dataset):
-    name = "cars"
     index_file = "cars_annos.mat"
     obtain = "download car_ims.tgz and cars_annos.mat into one folder and extract car_ims.tgz there"
     default_folder = "cars196"
     published = True
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
         items = [self._item(number, record) for number, record in enumerate(self._annotations(), start=1)]
@@ -33,6 +41,7 @@ class CarsDataset(Dataset):
 
     def _annotations(self) -> np.ndarray:
         """The ``annotations`` struct array as a 1-D record array."""
+        import numpy as np
         from scipy.io import loadmat
 
         path = self.root / self.index_file

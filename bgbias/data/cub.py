@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines, require_files
+from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
 from bgbias.errors import DatasetError
 
@@ -17,12 +19,15 @@ LAST_TRAIN_CLASS = 75
 LAST_TRAINVAL_CLASS = 100
 
 
+@register_dataset("cub")
 class CubDataset(Dataset):
-    name = "cub"
     index_file = "images.txt"
     obtain = "download CUB_200_2011.tgz and extract it; the dataset root is the CUB_200_2011 folder"
     default_folder = "CUB_200_2011"
     published = True
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
         relpaths = self._image_paths()

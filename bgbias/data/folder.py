@@ -9,18 +9,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bgbias.data.images import image_files
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import subfolders
+from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError
 
 
+@register_dataset("folder")
 class FolderDataset(Dataset):
-    name = "folder"
     index_file = ""
     obtain = "put one sub-folder per class under the dataset root, with the images directly inside"
+    default_folder = None  # a user's own dataset has no usual place: its root is always given
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
+        from bgbias.data.images import image_files  # numpy and PIL: not at import, which the CLI does
+
         class_folders = subfolders(self.root)
         if not class_folders:
             looks_like_one_class = bool(image_files(self.root))
@@ -39,6 +46,8 @@ class FolderDataset(Dataset):
         return Catalog(items, classes[:trainval_count], classes[trainval_count:], train_count)
 
     def _class_items(self, folder: Path, label: int) -> list[Item]:
+        from bgbias.data.images import image_files
+
         files = image_files(folder)
         if not files:
             nested = [child for child in subfolders(folder) if image_files(child)]

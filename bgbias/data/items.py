@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
+from bgbias.data.geometry import EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
 from bgbias.paths import data_root, located_key, masks_root
@@ -72,6 +73,9 @@ class Catalog:
 class Dataset(ABC):
     """A dataset in its official layout under ``root``.
 
+    A layout is registered by name with ``@register_dataset("name")`` (``bgbias.data.registry``), which sets
+    ``name``; its class attributes below are everything else bgbias knows about the dataset.
+
     The constructor only checks that the root holds the layout's index file; the index is read, and every
     listed image checked on disk, on the first call that needs it, then kept.
     """
@@ -86,6 +90,12 @@ class Dataset(ABC):
     published: ClassVar[bool] = False
     """True for a published benchmark (CUB, Cars196, SOP): every copy of it is the same dataset, so its
     default output folders are named by the dataset alone, wherever its root is."""
+    eval_geometry: ClassVar[EvalGeometry]
+    """Resize and centre crop of evaluation, corrupted sets and explanations."""
+    train_geometry: ClassVar[TrainGeometry]
+    """Resize and random crop of training, unless the configuration's ``data`` section changes them."""
+    protocol: ClassVar[str]
+    """The training protocol: ``configs/protocols/<protocol>.json`` is the configuration's first layer."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = locate_root(Path(root).expanduser().resolve(), self.index_file, self.obtain)

@@ -1,31 +1,51 @@
-"""Datasets by name: where each lives by default, how to open it, and what it holds."""
+"""Datasets by name: ``@register_dataset("name")`` on a :class:`~bgbias.data.items.Dataset` layout, which
+states beside its name where the dataset lives by default, its evaluation and training geometry and its
+training protocol; here, how to open one and what it holds.
+
+Names are what ``--dataset`` accepts, in the order of ``DATASETS``' modules. Adding a dataset takes a module
+with its layout class, decorated, and that module's name in ``DATASETS``' module list.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bgbias.data.bench import BenchDataset
-from bgbias.data.cars import CarsDataset
-from bgbias.data.cub import CubDataset
-from bgbias.data.folder import FolderDataset
 from bgbias.data.items import Dataset
-from bgbias.data.sop import SopDataset
 from bgbias.data.splits import split_classes
 from bgbias.errors import OptionError
 from bgbias.paths import data_root
+from bgbias.registry import Registry
 
-DATASET_NAMES = ("cub", "cars", "sop", "folder", "bench")
-LAYOUTS: dict[str, type[Dataset]] = {
-    layout.name: layout for layout in (CubDataset, CarsDataset, SopDataset, FolderDataset, BenchDataset)
-}
+DATASETS: Registry[type[Dataset]] = Registry(
+    "dataset",
+    ("bgbias.data.cub", "bgbias.data.cars", "bgbias.data.sop", "bgbias.data.folder", "bgbias.data.bench"),
+    name_attribute="name",
+)
+
+D = TypeVar("D", bound="type[Dataset]")
+
+
+def register_dataset(name: str) -> Callable[[D], D]:
+    """Class decorator: make a Dataset layout available as ``name`` (and set its ``name``)."""
+    return DATASETS.register(name)
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every registered dataset, in registration order (the order ``--dataset`` lists them)."""
+    return DATASETS.names()
+
+
+def dataset_class(name: str) -> type[Dataset]:
+    """The layout registered as ``name``; an unknown name is an OptionError listing the known ones."""
+    return DATASETS[name]
 
 
 def default_root(name: str) -> Path:
     """Where dataset ``name`` is looked for when no root is given."""
-    check_name(name)
-    folder = LAYOUTS[name].default_folder
+    folder = dataset_class(name).default_folder
     if folder is None:
         raise OptionError(
             f"the {name!r} dataset has no default location", fix="pass the dataset folder explicitly"
@@ -35,8 +55,8 @@ def default_root(name: str) -> Path:
 
 def open_dataset(name: str, root: str | os.PathLike[str] | None = None) -> Dataset:
     """Dataset ``name`` at ``root`` (default ``default_root(name)``); checks the root, reads nothing yet."""
-    check_name(name)
-    return LAYOUTS[name](default_root(name) if root is None else Path(root))
+    layout = dataset_class(name)
+    return layout(default_root(name) if root is None else Path(root))
 
 
 def summarize(dataset: Dataset, protocol: str = "fixed", fold: int = 0) -> dict[str, Any]:
@@ -58,8 +78,3 @@ def summarize(dataset: Dataset, protocol: str = "fixed", fold: int = 0) -> dict[
         "splits": splits,
         "ground_truth_masks": sum(1 for item in items if item.ground_truth_mask is not None),
     }
-
-
-def check_name(name: str) -> None:
-    if name not in DATASET_NAMES:
-        raise OptionError(f"unknown dataset {name!r}", fix=f"use one of {', '.join(DATASET_NAMES)}")

@@ -10,8 +10,10 @@ class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (
 
 from __future__ import annotations
 
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines
+from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError
 
 LAST_TRAIN_CLASS = 8489
@@ -20,14 +22,17 @@ TRAIN_FILE = "Ebay_train.txt"
 TEST_FILE = "Ebay_test.txt"
 
 
+@register_dataset("sop")
 class SopDataset(Dataset):
-    name = "sop"
     index_file = TRAIN_FILE
     obtain = (
         "download Stanford_Online_Products.zip and extract it; the dataset root is Stanford_Online_Products"
     )
     default_folder = "Stanford_Online_Products"
     published = True
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
         train_items = self._read_list(TRAIN_FILE)

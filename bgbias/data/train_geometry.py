@@ -17,62 +17,23 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bgbias.data.geometry import TrainGeometry
+from bgbias.data.registry import dataset_class
 from bgbias.errors import OptionError
 
 
-@dataclass(frozen=True)
-class TrainGeometry:
-    """Shorter side after resizing (``None``: keep the image's size), output square side, crop area ``scale``,
-    aspect ``ratio`` range and horizontal flip probability."""
-
-    resize: int | None
-    crop: int
-    scale: tuple[float, float] = (0.16, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    flip_p: float = 0.5
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.resize is not None and self.resize < 1:
-            problems.append(f"resize={self.resize} must be positive or None")
-        if self.crop < 1:
-            problems.append(f"crop={self.crop} must be positive")
-        if not 0 < self.scale[0] <= self.scale[1] <= 1:
-            problems.append(f"scale={self.scale} must satisfy 0 < low <= high <= 1")
-        if not 0 < self.ratio[0] <= self.ratio[1]:
-            problems.append(f"ratio={self.ratio} must satisfy 0 < low <= high")
-        if not 0 <= self.flip_p <= 1:
-            problems.append(f"flip_p={self.flip_p} must lie in [0, 1]")
-        if problems:
-            raise OptionError(
-                "impossible training geometry: " + "; ".join(problems),
-                fix="correct the training geometry in the configuration",
-            )
-
-
-TRAIN_GEOMETRY: dict[str, TrainGeometry] = {
-    "cub": TrainGeometry(resize=256, crop=227),
-    "cars": TrainGeometry(resize=256, crop=227),
-    "sop": TrainGeometry(resize=256, crop=227),
-    "folder": TrainGeometry(resize=256, crop=227),
-    # The bench's views are 128 px already and are evaluated at that size (see transforms.EVAL_GEOMETRY).
-    "bench": TrainGeometry(resize=None, crop=128),
-}
-
-
 def train_geometry(dataset_name: str) -> TrainGeometry:
-    """The default training geometry of a dataset kind (cub, cars, sop, folder, bench)."""
+    """The default training geometry of dataset ``dataset_name`` (its layout's ``train_geometry``)."""
     try:
-        return TRAIN_GEOMETRY[dataset_name]
-    except KeyError:
+        return dataset_class(dataset_name).train_geometry
+    except OptionError as err:
         raise OptionError(
             f"no training geometry is defined for dataset {dataset_name!r}",
-            fix=f"use one of {', '.join(sorted(TRAIN_GEOMETRY))}, or pass the geometry explicitly",
+            fix=f"{err.fix}, or pass the geometry explicitly",
         ) from None
 
 

@@ -9,52 +9,22 @@ Resize(256)/CenterCrop(227).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PIL import Image
 
+from bgbias.data.geometry import EvalGeometry
+from bgbias.data.registry import dataset_class
 from bgbias.errors import OptionError
 
 
-@dataclass(frozen=True)
-class EvalGeometry:
-    """Shorter side after resizing, and side of the centred square crop taken from it."""
-
-    resize: int
-    crop: int
-
-    def __post_init__(self) -> None:
-        if not (0 < self.crop <= self.resize):
-            raise OptionError(
-                f"evaluation geometry resize={self.resize}, crop={self.crop} is impossible",
-                fix="choose 0 < crop <= resize (the crop is cut from the resized image)",
-            )
-
-    def as_dict(self) -> dict[str, int]:
-        return {"resize": self.resize, "crop": self.crop}
-
-
-# The paper's code's Resize(256) → CenterCrop(227) for the real benchmarks. The bench's views are 128 × 128
-# px already: up-sampling them to 227 adds no information and makes every forward pass about 3× dearer (160 px
-# was twice as slow as 128 px: docs/bench-dataset.md, *Cost*), so the bench is evaluated at its native size.
-EVAL_GEOMETRY: dict[str, EvalGeometry] = {
-    "cub": EvalGeometry(resize=256, crop=227),
-    "cars": EvalGeometry(resize=256, crop=227),
-    "sop": EvalGeometry(resize=256, crop=227),
-    "folder": EvalGeometry(resize=256, crop=227),
-    "bench": EvalGeometry(resize=128, crop=128),
-}
-
-
 def eval_geometry(dataset_name: str) -> EvalGeometry:
-    """The default evaluation geometry of a dataset kind (cub, cars, sop, folder, bench)."""
+    """The default evaluation geometry of dataset ``dataset_name`` (its layout's ``eval_geometry``)."""
     try:
-        return EVAL_GEOMETRY[dataset_name]
-    except KeyError:
+        return dataset_class(dataset_name).eval_geometry
+    except OptionError as err:
         raise OptionError(
             f"no evaluation geometry is defined for dataset {dataset_name!r}",
-            fix=f"use one of {', '.join(sorted(EVAL_GEOMETRY))}, or pass the geometry explicitly",
+            fix=f"{err.fix}, or pass the geometry explicitly",
         ) from None
 
 

@@ -3,8 +3,9 @@
 A run's configuration is resolved once, in this order, each layer overriding the one before:
 
 1. the defaults of the dataclasses below;
-2. the protocol of the dataset (``configs/protocols/paper.json`` for CUB, Cars196, SOP and folders: the
-   paper's BN-Inception / RMSprop 1e-6 setting; ``bench.json`` for the bench: MobileNetV2 / Adam);
+2. the protocol of the dataset, named by its layout (``configs/protocols/paper.json`` for CUB, Cars196, SOP
+   and folders: the paper's BN-Inception / RMSprop 1e-6 setting; ``bench.json`` for the bench: MobileNetV2 /
+   Adam);
 3. the method's file (``configs/methods/<method>.json``): its defaults, then its section for the dataset
    (the per-dataset loss hyperparameters of the protocol);
 4. a user's ``--config FILE`` (JSON, the same nested layout);
@@ -230,8 +231,11 @@ def resolve_config(
 
 
 def protocol_layer(dataset: str) -> dict[str, Any]:
-    """The protocol file of a dataset: ``paper`` for the real benchmarks and folders, ``bench`` for it."""
-    return _package_json("protocols", "bench" if dataset == "bench" else "paper")
+    """The protocol file of a dataset, named by its layout's ``protocol`` (``paper`` for the real benchmarks
+    and folders, ``bench`` for the bench); an unknown dataset is an OptionError listing the known ones."""
+    from bgbias.data.registry import dataset_class
+
+    return _package_json("protocols", dataset_class(dataset).protocol)
 
 
 def method_layers(method: str, dataset: str) -> list[dict[str, Any]]:
@@ -415,11 +419,11 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
 def _check_config(config: TrainConfig) -> None:
     """What no single value shows: the names against their registries, the method's options, and settings
     that must agree with each other."""
-    from bgbias.data.registry import check_name
+    from bgbias.data.registry import dataset_class
     from bgbias.methods.registry import method_class
     from bgbias.models.registry import backbone_names
 
-    check_name(config.dataset)
+    dataset_class(config.dataset)
     method_class(config.method).check_options(config.loss)
     if config.model.backbone not in backbone_names():
         raise _bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))

@@ -14,19 +14,19 @@ records beside the scores and compares on resume.
 
 Adding one (e.g. SAM's similarity attention) takes a new module under ``bgbias/explain/`` that decorates a
 factory or class with ``@register_attribution("name")`` (its keyword arguments are the options), plus that
-module's name in ``_ATTRIBUTION_MODULES`` so it is imported on first use, as the method registry does. The
-runner, the score and the gallery only see the callable, so nothing else changes. An attribution that only
+module's name in the modules of ``ATTRIBUTIONS`` so it is imported on first use, as the method registry does.
+The runner, the score and the gallery only see the callable, so nothing else changes. An attribution that only
 works for some methods checks the method it is given and raises an ``OptionError`` naming the ones it serves.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bgbias.errors import OptionError
+from bgbias.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +43,9 @@ class Attribution(Protocol):
     def options(self) -> dict[str, Any]: ...
 
 
-_ATTRIBUTION_MODULES = ("bgbias.explain.smoothgrad",)
-_REGISTRY: dict[str, Callable[..., Attribution]] = {}
+ATTRIBUTIONS: Registry[Callable[..., Attribution]] = Registry(
+    "attribution method", ("bgbias.explain.smoothgrad",)
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,32 +53,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 def register_attribution(name: str) -> Callable[[F], F]:
     """Decorator on a factory or class whose keyword arguments are the options: make it available as
     ``name``."""
-
-    def decorate(factory: F) -> F:
-        if name in _REGISTRY and _REGISTRY[name] is not factory:
-            raise ValueError(f"attribution {name!r} is registered twice")
-        _REGISTRY[name] = factory
-        return factory
-
-    return decorate
+    return ATTRIBUTIONS.register(name)
 
 
 def attribution_names() -> list[str]:
     """Every registered attribution method, sorted."""
-    _import_attributions()
-    return sorted(_REGISTRY)
+    return sorted(ATTRIBUTIONS)
 
 
 def build_attribution(name: str, **options: Any) -> Attribution:
     """The attribution registered as ``name`` with ``options``; an unknown name or option is an
     ``OptionError`` listing the known ones."""
-    _import_attributions()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise OptionError(
-            f"unknown attribution method {name!r}", fix=f"use one of: {', '.join(sorted(_REGISTRY))}"
-        ) from None
+    factory = ATTRIBUTIONS[name]
     signature = inspect.signature(factory)
     try:
         signature.bind(**options)
@@ -103,8 +90,3 @@ def per_image_generators(
     if len(generators) != count:
         raise ValueError(f"{len(generators)} generators for {count} images")
     return generators
-
-
-def _import_attributions() -> None:
-    for module in _ATTRIBUTION_MODULES:
-        importlib.import_module(module)

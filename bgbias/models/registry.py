@@ -7,43 +7,35 @@ ImageNet weights, and raises AssetError when it cannot: a builder never falls ba
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from bgbias.errors import OptionError
+from bgbias.registry import Registry
 
 if TYPE_CHECKING:
     from bgbias.models.backbone import Backbone
-
-_BUILTIN_MODULES = ("bgbias.models.torchvision_backbones", "bgbias.models.bninception")
 
 
 class BackboneBuilder(Protocol):
     def __call__(self, *, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone: ...
 
 
-_BUILDERS: dict[str, BackboneBuilder] = {}
+BACKBONES: Registry[BackboneBuilder] = Registry(
+    "backbone", ("bgbias.models.torchvision_backbones", "bgbias.models.bninception")
+)
 
 
 def register_backbone(name: str) -> Callable[[BackboneBuilder], BackboneBuilder]:
     """Decorator: make ``builder`` available as ``build_backbone(name)``."""
-
-    def decorate(builder: BackboneBuilder) -> BackboneBuilder:
-        if _BUILDERS.get(name, builder) is not builder:
-            raise ValueError(f"backbone {name!r} is already registered")
-        _BUILDERS[name] = builder
-        return builder
-
-    return decorate
+    return BACKBONES.register(name)
 
 
 def backbone_names() -> list[str]:
     """Every registered backbone, sorted (imports the built-in architectures, and so torch)."""
-    _import_builtins()
-    return sorted(_BUILDERS)
+    return sorted(BACKBONES)
 
 
 def build_backbone(
@@ -56,24 +48,17 @@ def build_backbone(
 ) -> Backbone:
     """Build backbone ``name``; ``weights`` is a weight file to load instead of the default download,
     ``home`` the bgbias home holding offline assets and downloaded weights."""
-    names = backbone_names()
-    if name not in _BUILDERS:
-        raise OptionError(f"unknown backbone {name!r}", fix=f"choose from: {', '.join(names)}")
+    builder = BACKBONES[name]
     if weights is not None and not pretrained:
         raise OptionError(
             "a weight file was given together with random initialisation",
             path=weights,
             fix="drop the weight file, or ask for pretrained weights",
         )
-    backbone = _BUILDERS[name](
+    backbone = builder(
         pretrained=pretrained,
         weights=None if weights is None else Path(weights),
         home=None if home is None else Path(home),
     )
     backbone.freeze_batchnorm = freeze_batchnorm
     return backbone
-
-
-def _import_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+
 import pytest
 
+from bgbias.data import registry
 from bgbias.data.bench import BenchDataset
 from bgbias.data.cub import CubDataset
 from bgbias.data.folder import FolderDataset
-from bgbias.data.registry import DATASET_NAMES, LAYOUTS, default_root, open_dataset, summarize
+from bgbias.data.items import Dataset
+from bgbias.data.registry import DATASETS, dataset_names, default_root, open_dataset, summarize
+from bgbias.data.train_geometry import TrainGeometry, train_geometry
+from bgbias.data.transforms import EvalGeometry, eval_geometry
+from bgbias.engine.config import protocol_layer, resolve_config
 from bgbias.errors import DatasetError, OptionError
 from tests.replicas import make_bench, make_cub, make_folder
 
 
 def test_every_name_has_a_layout():
-    assert DATASET_NAMES == ("cub", "cars", "sop", "folder", "bench")
-    assert tuple(LAYOUTS) == DATASET_NAMES
-    assert all(LAYOUTS[name].name == name for name in DATASET_NAMES)
+    assert dataset_names() == ("cub", "cars", "sop", "folder", "bench")
+    assert tuple(DATASETS) == dataset_names()
+    assert all(DATASETS[name].name == name for name in dataset_names())
 
 
 def test_default_roots_follow_the_data_root(tmp_path, monkeypatch):
@@ -116,3 +124,47 @@ def test_identity_follows_images_and_labels_not_the_folder(tmp_path):
     (tmp_path / "b" / "ant" / "extra.png").write_bytes((tmp_path / "b" / "ant").joinpath(
         sorted(p.name for p in (tmp_path / "b" / "ant").iterdir())[0]).read_bytes())
     assert open_dataset("folder", tmp_path / "b").identity() != first.identity()
+
+
+@pytest.mark.parametrize("name", dataset_names())
+def test_every_dataset_states_its_facts_beside_its_name(name):
+    """Everything bgbias needs to know about a dataset is on its registered layout: nothing else is keyed by
+    the dataset's name, so a new dataset is one module and its registration."""
+    layout = DATASETS[name]
+    assert layout.name == name and issubclass(layout, Dataset)
+    assert isinstance(layout.index_file, str) and layout.obtain
+    assert layout.default_folder is None or isinstance(layout.default_folder, str)
+    assert eval_geometry(name) == layout.eval_geometry and isinstance(layout.eval_geometry, EvalGeometry)
+    assert train_geometry(name) == layout.train_geometry and isinstance(layout.train_geometry, TrainGeometry)
+    assert protocol_layer(name) == json.loads(
+        (resources.files("bgbias") / "configs" / "protocols" / f"{layout.protocol}.json").read_text()
+    )
+
+
+def test_a_misspelt_dataset_is_answered_with_the_closest_name():
+    with pytest.raises(OptionError, match="unknown dataset 'bnech'") as info:
+        open_dataset("bnech")
+    assert info.value.fix.startswith("did you mean 'bench'?")
+
+
+def test_a_new_dataset_plugs_in_by_registering_a_layout(tmp_path, monkeypatch):
+    """Geometry, protocol, default root and configuration all come from the registered class."""
+    monkeypatch.setattr(registry, "DATASETS", registry.DATASETS.copy())
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path))
+
+    @registry.register_dataset("toy")
+    class ToyDataset(FolderDataset):
+        default_folder = "toys"
+        eval_geometry = EvalGeometry(resize=64, crop=60)
+        train_geometry = TrainGeometry(resize=None, crop=60)
+        protocol = "bench"
+
+    assert ToyDataset.name == "toy" and dataset_names()[-1] == "toy"
+    make_folder(tmp_path / "toys")
+    toy = open_dataset("toy")
+    assert isinstance(toy, ToyDataset) and toy.key == "toy" and summarize(toy)["name"] == "toy"
+    assert eval_geometry("toy") == EvalGeometry(64, 60) and train_geometry("toy").crop == 60
+    config, bench = resolve_config("triplet", "toy"), resolve_config("triplet", "bench")
+    assert config.dataset == "toy" and config.optim == bench.optim and config.model == bench.model
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register_dataset("toy")(FolderDataset)

@@ -65,7 +65,7 @@ def test_invalid_smoothgrad_options_are_option_errors(options):
 
 
 def test_a_new_attribution_plugs_in_by_registering_a_name(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "ATTRIBUTIONS", registry.ATTRIBUTIONS.copy())
 
     @register_attribution("uniform")
     class Uniform:

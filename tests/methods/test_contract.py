@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bgbias.data.registry import dataset_names
 from bgbias.engine.config import resolve_config
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodSpec
@@ -86,10 +87,10 @@ def test_embeddings_differ_and_pairwise_distance_ranks_them(name):
         assert torch.equal(distances.argsort(dim=1), squared_l2.argsort(dim=1))
 
 
+@pytest.mark.parametrize("dataset", dataset_names())
 @pytest.mark.parametrize("name", method_names())
-def test_configuration_exists_for_every_dataset(name):
-    for dataset in ("cub", "cars", "sop", "folder", "bench"):
-        assert isinstance(resolve_config(name, dataset).loss, dict)
+def test_configuration_exists_for_every_dataset(name, dataset):
+    assert isinstance(resolve_config(name, dataset).loss, dict)
 
 
 def test_proxy_losses_own_loss_parameters():
@@ -108,12 +109,12 @@ def test_a_bad_loss_option_is_named_with_the_allowed_ones():
     assert "margin, smooth_loss, swap, triplets_per_anchor" in err.value.render()
 
 
+@pytest.mark.parametrize("dataset", dataset_names())
 @pytest.mark.parametrize("name", method_names())
-def test_every_method_declares_the_options_of_its_configuration(name):
-    for dataset in ("cub", "cars", "sop", "bench"):
-        loss = resolve_config(name, dataset).loss
-        method_class(name).check_options(loss)
-        assert set(loss) <= set(method_class(name).option_types())
+def test_every_method_declares_the_options_of_its_configuration(name, dataset):
+    loss = resolve_config(name, dataset).loss
+    method_class(name).check_options(loss)
+    assert set(loss) <= set(method_class(name).option_types())
 
 
 def test_options_set_from_the_data_are_not_options():

@@ -34,7 +34,7 @@ def test_freeze_batchnorm_is_passed_on():
 
 
 def test_a_name_cannot_be_registered_twice(monkeypatch):
-    monkeypatch.setattr(registry, "_BUILDERS", dict(registry._BUILDERS))
+    monkeypatch.setattr(registry, "BACKBONES", registry.BACKBONES.copy())
 
     def builder(*, pretrained, weights, home):
         raise AssertionError("not built in this test")
