@@ -25,8 +25,10 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None
     """Write ``state`` (plus the format number) to ``path`` atomically."""
     import torch
 
-    with atomic_path(path) as tmp:
-        torch.save({"format": FORMAT, **state}, tmp)
+    # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
+    # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save({"format": FORMAT, **state}, handle)
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:

@@ -80,3 +80,12 @@ def test_pickled_code_is_not_run(tmp_path):
     torch.save({"format": 1, "payload": _Evil()}, path)
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
+
+
+def test_equal_states_save_to_equal_checkpoint_bytes(tmp_path):
+    """Reports carry a checkpoint's sha256: the bytes may not depend on the temporary file's random name."""
+    state = {"epoch": 1, "model": {"w": torch.arange(6.0).reshape(2, 3)}}
+    save_checkpoint(tmp_path / "a.pt", state)
+    save_checkpoint(tmp_path / "b" / "last.pt", state)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b" / "last.pt").read_bytes()
+    assert torch.equal(load_checkpoint(tmp_path / "a.pt")["model"]["w"], state["model"]["w"])
