@@ -18,7 +18,11 @@ from bgbias.errors import OptionError
 if TYPE_CHECKING:
     from bgbias.models.backbone import Backbone
 
-_BUILTIN_MODULES = ("bgbias.models.torchvision_backbones", "bgbias.models.bninception")
+_BUILTIN_MODULES = (
+    "bgbias.models.torchvision_backbones",
+    "bgbias.models.bninception",
+    "bgbias.models.tiny_cnn",
+)
 
 
 class BackboneBuilder(Protocol):
