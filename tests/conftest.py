@@ -50,13 +50,15 @@ def tiny_run(tiny_bench, tmp_path_factory) -> Path:
 
 
 def tiny_config(base: Path, method: str = "triplet", *extra: str, epochs: int = 2):
-    """Random-weight MobileNetV2 on 32-px crops, batches of 4 classes × 2, no worker processes."""
+    """The random-weight test backbone (tiny_cnn) on 32-px crops, batches of 4 classes × 2, no worker
+    processes."""
     return resolve_config(
         method, "bench",
         options={"root": str(base / "bench"), "bgaugment.masks": str(base / "masks"),
                  "bgaugment.backgrounds": str(base / "backgrounds")},
         overrides=[
-            "model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8", "data.m_per_class=2",
-            "data.workers=0", "data.crop=32", f"schedule.epochs={epochs}", *extra,
+            "model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
+            "data.batch_size=8", "data.m_per_class=2", "data.workers=0", "data.crop=32",
+            f"schedule.epochs={epochs}", *extra,
         ],
     )

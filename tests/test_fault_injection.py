@@ -62,8 +62,9 @@ def _assert_clear_error(result, *words: str) -> None:
 
 def _train_args(tiny_bench: Path, *extra: str) -> list[str]:
     return ["train", "--method", "triplet", "--root", str(tiny_bench / "bench"), "--epochs", "1",
-            "--device", "cpu", "--workers", "0", "--no-progress", "--set", "model.pretrained=false",
-            "--set", "data.crop=32", "--set", "data.batch_size=8", "--set", "data.m_per_class=2", *extra]
+            "--device", "cpu", "--workers", "0", "--no-progress", "--backbone", "tiny_cnn",
+            "--set", "model.pretrained=false", "--set", "data.crop=32", "--set", "data.batch_size=8",
+            "--set", "data.m_per_class=2", *extra]
 
 
 # ------------------------------------------------------------------------------------- read-only outputs
