@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from bgbias.data.registry import open_dataset
 from bgbias.engine.config import resolve_config
 from tests.calibration import calibrate_batchnorm
 from tests.replicas import copy_ground_truth_masks, make_bench
+
+# One torch thread per test process (unless OMP_NUM_THREADS says otherwise); pytest-xdist's workers use the
+# other cores. The tests' tensors are tiny, so a thread pool only adds synchronisation, and when the cores are
+# busy (xdist's other worker, anything else) every operation waits for a thread that is not running: on two
+# busy cores `pytest -m "not slow"` took 6 min with torch's default of 2 threads, 48 s with one.
+if "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
