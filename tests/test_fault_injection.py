@@ -199,6 +199,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(render_inputs, tiny_bench,
                                                                             tmp_path, draw):
@@ -219,6 +220,7 @@ def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(rend
     assert _files(out) == _files(tmp_path / "undisturbed")  # no temporaries left, the same bytes
 
 
+@pytest.mark.slow
 def test_a_second_render_into_a_busy_folder_is_refused_and_the_first_completes(render_inputs, tiny_bench,
                                                                                tmp_path):
     from bgbias.augment.corrupt import render_corrupted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
@@ -12,6 +13,7 @@ TINY = ["--backbone=tiny_cnn"] + [
 ]
 
 
+@pytest.mark.slow
 def test_train_then_resume_a_finished_run(tiny_bench, tmp_path):
     run = tmp_path / "run"
     args = ["train", "--method", "contrastive", "--root", str(tiny_bench / "bench"), "--epochs", "1",
