@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from bgbias.data.registry import open_dataset
 from bgbias.engine.config import resolve_config
 from tests.calibration import calibrate_batchnorm
 from tests.replicas import copy_ground_truth_masks, make_bench
+
+# One torch thread per test process (unless OMP_NUM_THREADS says otherwise); pytest-xdist's workers use the
+# other cores. The tests' tensors are tiny, so a thread pool only adds synchronisation, and when the cores are
+# busy (xdist's other worker, anything else) every operation waits for a thread that is not running: on two
+# busy cores `pytest -m "not slow"` took 6 min with torch's default of 2 threads, 48 s with one.
+if "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -50,13 +59,15 @@ def tiny_run(tiny_bench, tmp_path_factory) -> Path:
 
 
 def tiny_config(base: Path, method: str = "triplet", *extra: str, epochs: int = 2):
-    """Random-weight MobileNetV2 on 32-px crops, batches of 4 classes × 2, no worker processes."""
+    """The random-weight test backbone (tiny_cnn) on 32-px crops, batches of 4 classes × 2, no worker
+    processes."""
     return resolve_config(
         method, "bench",
         options={"root": str(base / "bench"), "bgaugment.masks": str(base / "masks"),
                  "bgaugment.backgrounds": str(base / "backgrounds")},
         overrides=[
-            "model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8", "data.m_per_class=2",
-            "data.workers=0", "data.crop=32", f"schedule.epochs={epochs}", *extra,
+            "model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
+            "data.batch_size=8", "data.m_per_class=2", "data.workers=0", "data.crop=32",
+            f"schedule.epochs={epochs}", *extra,
         ],
     )

@@ -62,8 +62,9 @@ def _assert_clear_error(result, *words: str) -> None:
 
 def _train_args(tiny_bench: Path, *extra: str) -> list[str]:
     return ["train", "--method", "triplet", "--root", str(tiny_bench / "bench"), "--epochs", "1",
-            "--device", "cpu", "--workers", "0", "--no-progress", "--set", "model.pretrained=false",
-            "--set", "data.crop=32", "--set", "data.batch_size=8", "--set", "data.m_per_class=2", *extra]
+            "--device", "cpu", "--workers", "0", "--no-progress", "--backbone", "tiny_cnn",
+            "--set", "model.pretrained=false", "--set", "data.crop=32", "--set", "data.batch_size=8",
+            "--set", "data.m_per_class=2", *extra]
 
 
 # ------------------------------------------------------------------------------------- read-only outputs
@@ -198,6 +199,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(render_inputs, tiny_bench,
                                                                             tmp_path, draw):
@@ -218,6 +220,7 @@ def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(rend
     assert _files(out) == _files(tmp_path / "undisturbed")  # no temporaries left, the same bytes
 
 
+@pytest.mark.slow
 def test_a_second_render_into_a_busy_folder_is_refused_and_the_first_completes(render_inputs, tiny_bench,
                                                                                tmp_path):
     from bgbias.augment.corrupt import render_corrupted

@@ -24,7 +24,7 @@ class BackboneBuilder(Protocol):
 
 
 BACKBONES: Registry[BackboneBuilder] = Registry(
-    "backbone", ("bgbias.models.torchvision_backbones", "bgbias.models.bninception")
+    "backbone", ("bgbias.models.torchvision_backbones", "bgbias.models.bninception", "bgbias.models.tiny_cnn")
 )
 
 

@@ -155,6 +155,7 @@ def test_rho_one_always_uses_the_home_region_and_rho_zero_never_forces_it(
     assert summary["home_view_fraction"] == 0.0 and summary["rho"] == 0.0
 
 
+@pytest.mark.slow
 def test_same_inputs_give_the_same_bytes_with_any_number_of_workers(
     inputs: tuple[Path, list], bench: Path, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from click.testing import CliRunner
 from PIL import Image
 
@@ -19,6 +20,7 @@ def _eval_args(run, bench, tmp_path):
             "--manifests", str(tmp_path / "manifests"), "--workers", "0", "--device", "cpu", "--no-progress"]
 
 
+@pytest.mark.slow
 def test_eval_explain_then_report(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "runs" / "run"
     shutil.copytree(tiny_run, run)
@@ -53,6 +55,7 @@ def test_report_of_a_run_that_was_never_evaluated(tiny_run, tmp_path):
     assert result.exit_code == 2 and "bgbias eval --checkpoint" in result.output
 
 
+@pytest.mark.slow
 def test_report_draws_two_explained_runs_side_by_side(tiny_run, tiny_bench, tmp_path):
     runs = tmp_path / "runs"
     for name, bgaugment in (("vanilla", False), ("bgaugment", True)):

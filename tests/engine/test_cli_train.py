@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
 
-TINY = [f"--set={s}" for s in ("model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
-                               "data.m_per_class=2", "data.crop=32", "data.workers=0")]
+TINY = ["--backbone=tiny_cnn"] + [
+    f"--set={s}" for s in ("model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
+                           "data.m_per_class=2", "data.crop=32", "data.workers=0")
+]
 
 
+@pytest.mark.slow
 def test_train_then_resume_a_finished_run(tiny_bench, tmp_path):
     run = tmp_path / "run"
     args = ["train", "--method", "contrastive", "--root", str(tiny_bench / "bench"), "--epochs", "1",
@@ -57,3 +61,4 @@ def test_methods_lists_methods_and_backbones():
     assert result.exit_code == 0
     assert "multi_similarity" in result.output and "proxy_anchor" in result.output
     assert "bninception" in result.output and "mobilenet_v2" in result.output
+    assert "tiny_cnn" in result.output

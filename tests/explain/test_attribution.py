@@ -34,7 +34,7 @@ def gen(seed: int) -> torch.Generator:
 
 
 @pytest.fixture(scope="module")
-def mobilenet():
+def network():
     return baseline()
 
 
@@ -137,23 +137,23 @@ def test_gradients_are_taken_in_the_networks_input_space():
 
 
 # ------------------------------------------------------------------------------------------ the whole
-def test_maps_have_the_image_shape_lie_in_the_unit_range_and_leave_no_gradients(mobilenet):
-    mobilenet.train()
-    maps = SmoothGrad(copies=4)(mobilenet, images(3), gen(0))
+def test_maps_have_the_image_shape_lie_in_the_unit_range_and_leave_no_gradients(network):
+    network.train()
+    maps = SmoothGrad(copies=4)(network, images(3), gen(0))
     assert maps.shape == (3, SIDE, SIDE) and maps.dtype == torch.float32
     assert float(maps.min()) == 0.0 and float(maps.max()) == 1.0
-    assert not mobilenet.training
-    assert all(parameter.grad is None for parameter in mobilenet.parameters())
+    assert not network.training
+    assert all(parameter.grad is None for parameter in network.parameters())
 
 
-def test_maps_are_deterministic_for_a_generator_and_independent_of_the_batch(mobilenet):
+def test_maps_are_deterministic_for_a_generator_and_independent_of_the_batch(network):
     attribution = SmoothGrad(copies=4, batch=8)
     batch = images(3)
-    first = attribution(mobilenet, batch, gen(0))
-    torch.testing.assert_close(attribution(mobilenet, batch, gen(0)), first, rtol=0, atol=0)
-    assert not torch.allclose(attribution(mobilenet, batch, gen(1)), first)
-    own = attribution(mobilenet, batch, [gen(5), gen(6), gen(7)])
-    alone = attribution(mobilenet, batch[2:], gen(7))
+    first = attribution(network, batch, gen(0))
+    torch.testing.assert_close(attribution(network, batch, gen(0)), first, rtol=0, atol=0)
+    assert not torch.allclose(attribution(network, batch, gen(1)), first)
+    own = attribution(network, batch, [gen(5), gen(6), gen(7)])
+    alone = attribution(network, batch[2:], gen(7))
     torch.testing.assert_close(own[2], alone[0], rtol=1e-4, atol=1e-4)
 
 

@@ -19,12 +19,12 @@ REGION = (8, 16, 4, 12)
 
 
 def baseline(name: str = "contrastive", dim: int = 16) -> Method:
-    """A random-weight MobileNetV2 baseline (the same weights on every call), its BatchNorm statistics
-    measured on random images: with the initial ones its features fade to ~1e-10 and every embedding is the
-    same up to rounding, which would leave the attribution tests nothing but rounding noise to look at."""
+    """A random-weight baseline on the test backbone tiny_cnn (the same weights on every call), its BatchNorm
+    statistics measured on random images, as pretrained weights would bring them (tests/calibration.py), so
+    that different images get embeddings that differ by more than rounding noise."""
     torch.manual_seed(0)
     spec = MethodSpec(dim, 4, 8, options=resolve_config(name, "bench").loss)
-    method = method_class(name)(build_backbone("mobilenet_v2", pretrained=False), spec)
+    method = method_class(name)(build_backbone("tiny_cnn", pretrained=False), spec)
     return calibrate_batchnorm(method)
 
 

@@ -23,7 +23,7 @@ CLASSES, PER_CLASS, SIDE, DIM = 4, 2, 32, 16
 
 def build(name: str, **options) -> Method:
     torch.manual_seed(0)
-    backbone = build_backbone("mobilenet_v2", pretrained=False)
+    backbone = build_backbone("tiny_cnn", pretrained=False)
     defaults = resolve_config(name, "folder").loss
     spec = MethodSpec(DIM, CLASSES, CLASSES * PER_CLASS, options={**defaults, **options}, input_size=SIDE)
     return calibrate_batchnorm(method_class(name)(backbone, spec))

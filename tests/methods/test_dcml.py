@@ -27,20 +27,15 @@ from bgbias.methods.dcml.penalties import (
 )
 from bgbias.methods.dcml.proxies import CosFaceProxies
 from bgbias.models.backbone import Backbone
-from bgbias.models.input_convention import IMAGENET
+from bgbias.models.registry import build_backbone
 
 CLASSES, PER_CLASS, SIDE, DIM = 3, 4, 16, 8
 
 
 def toy_backbone() -> Backbone:
-    """Three small conv stages: 16-px images → 12 channels on a 4×4 map (the spatial gate has 16 cells)."""
-    blocks = [
-        ("stem", nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU())),
-        ("mid", nn.Sequential(nn.Conv2d(8, 12, 3, padding=1), nn.ReLU())),
-        ("final", nn.Sequential(nn.Conv2d(12, 12, 3, stride=2, padding=1), nn.ReLU())),
-    ]
-    return Backbone(blocks, channels={"stem": 8, "mid": 12, "final": 12}, levels=("stem", "mid", "final"),
-                    convention=IMAGENET)
+    """The registered test backbone (tiny_cnn): 16-px images → 32 channels on a 4×4 map (the spatial gate
+    has 16 cells)."""
+    return build_backbone("tiny_cnn", pretrained=False)
 
 
 def toy_dcml(**options) -> DCML:
@@ -105,7 +100,7 @@ def test_equal_copies_make_the_mean_weight_net_equal_every_copy():
     with torch.no_grad():
         for parameter in method.attention.parameters():
             parameter[:] = parameter[1]
-    feature_map = torch.rand(5, 12, 4, 4)
+    feature_map = torch.rand(5, 32, 4, 4)
     mean_output = method.attention(feature_map)
     for j in range(3):
         assert torch.allclose(mean_output, method.attention(feature_map, j), atol=1e-6)

@@ -15,6 +15,7 @@ EXPECTED_CONVENTIONS = {
     "googlenet": SYMMETRIC,
     "mobilenet_v2": IMAGENET,
     "resnet50": IMAGENET,
+    "tiny_cnn": SYMMETRIC,
 }
 
 

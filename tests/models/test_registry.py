@@ -28,7 +28,7 @@ def test_a_weight_file_with_random_initialisation_is_refused(tmp_path):
 
 
 def test_freeze_batchnorm_is_passed_on():
-    backbone = build_backbone("mobilenet_v2", pretrained=False, freeze_batchnorm=False)
+    backbone = build_backbone("tiny_cnn", pretrained=False, freeze_batchnorm=False)
     assert not backbone.freeze_batchnorm
     assert all(m.training for m in backbone.modules() if isinstance(m, torch.nn.BatchNorm2d))
 

@@ -3,6 +3,7 @@ report, what the terminal says, exit status."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
@@ -18,6 +19,7 @@ def _run(root, out, monkeypatch, u2netp_file):
     return CliRunner().invoke(main, args)
 
 
+@pytest.mark.slow
 def test_masks_command_writes_every_mask_and_prints_quality(tmp_path, monkeypatch, u2netp_file):
     root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=2)
     result = _run(root, tmp_path / "masks", monkeypatch, u2netp_file)
@@ -29,6 +31,7 @@ def test_masks_command_writes_every_mask_and_prints_quality(tmp_path, monkeypatc
     assert "0 written, 6 already done" in again.output
 
 
+@pytest.mark.slow
 def test_masks_command_records_a_bad_image_and_exits_non_zero(tmp_path, monkeypatch, u2netp_file):
     root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=2)
     broken = sorted((root / "images").rglob("*.jpg"))[0]

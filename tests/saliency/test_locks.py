@@ -17,6 +17,8 @@ from bgbias.saliency.records import MANIFEST_NAME, manifest_lock, read_all_recor
 from tests.saliency.fakes import FakeSession
 
 SPAWN = multiprocessing.get_context("spawn")  # no fork of a process that runs threads
+
+pytestmark = pytest.mark.slow  # every test starts a child process, which imports numpy and Pillow first
 PATIENCE = 60.0
 """Seconds a test waits for a child process at most (a spawned child imports numpy and Pillow first)."""
 

@@ -17,6 +17,8 @@ from bgbias.saliency.records import read_all_records
 from bgbias.saliency.sessions import default_threads
 from bgbias.saliency.u2net import u2net_input
 
+pytestmark = pytest.mark.slow  # the real u2netp network on full-size photos
+
 PHOTOS = ("chelsea", "coffee", "astronaut")
 EXIF_ORIENTATION = 0x0112
 ROTATE_90_CW = 6
