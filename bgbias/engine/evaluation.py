@@ -143,14 +143,14 @@ def evaluate(
         log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
 
     trained_on = trained.trained_on()
+    identity = dataset.identity()
     measured = measured_label(dataset, masks, backgrounds, seed, corrupted)
     meta = {
         **trained.describe(),
         "dataset": dataset.name,
         "measured": measured,
-        "dataset_identity": dataset.identity(),
-        "same_dataset_as_training": None if trained_on is None
-        else trained_on["identity"] == dataset.identity(),
+        "dataset_identity": identity,
+        "same_dataset_as_training": None if trained_on is None else trained_on["identity"] == identity,
         "split": split,
         "protocol": config.protocol,
         "fold": config.fold,
