@@ -456,25 +456,29 @@ def _model_options(command):
               help="Background pools: a folder with test/ (default ./backgrounds).")
 @click.option("--manifests", type=_PATH_DIR, default=None,
               help="Folder of the corrupted-set manifests (default corrupted/<dataset>/<split>/seed-<S>).")
+@click.option("--shortlist", type=click.IntRange(min=1), default=None,
+              help="For a learned distance: rank an L2 shortlist of this many images by it (approximate).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
              root: Path | None, split: str, corrupted: bool, repeats: int, seed: int, masks: Path | None,
-             backgrounds: Path | None, manifests: Path | None, batch_size: int, workers: int,
-             no_progress: bool) -> None:
+             backgrounds: Path | None, manifests: Path | None, shortlist: int | None, batch_size: int,
+             workers: int, no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained model; report files in <run>/eval/."""
-    from bgbias.engine.evaluation import evaluate as evaluate_run
+    from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
     from bgbias.report.console import format_evaluation_summary
+    from bgbias.report.evaluate import evaluate as evaluate_model
 
     trained = load_trained(checkpoint, device=device, runs=runs)
-    result = evaluate_run(
-        trained, dataset_name=dataset_name, root=root, split=split, corrupted=corrupted, repeats=repeats,
-        seed=seed, masks=masks, backgrounds=backgrounds, manifests=manifests, batch_size=batch_size,
-        workers=workers, progress=not no_progress, log=lambda line: click.echo(line, err=True),
+    request = MeasureRequest(
+        dataset=dataset_name, root=root, split=split, masks=masks, corrupted=corrupted, repeats=repeats,
+        seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, batch_size=batch_size,
+        workers=workers, progress=not no_progress,
     )
+    result = evaluate_model(trained, request, log=lambda line: click.echo(line, err=True))
     click.echo(format_evaluation_summary(result.report, result.files))
 
 

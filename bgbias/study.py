@@ -176,12 +176,14 @@ def train_study_run(
 
 def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
     """``bgbias eval --corrupted --repeats 5`` and ``bgbias explain`` of one study run."""
-    from bgbias.engine.evaluation import evaluate
+    from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
     from bgbias.explain.run import explain_trained
+    from bgbias.report.evaluate import evaluate
 
     trained = load_trained(run_dir, device=device)
-    evaluate(trained, corrupted=True, repeats=REPEATS, log=log)
+    request = MeasureRequest(corrupted=True, repeats=REPEATS, limit=EXPLAIN_IMAGES)
+    evaluate(trained, request, log=log)
     explain_trained(trained, limit=EXPLAIN_IMAGES, log=log)
 
 

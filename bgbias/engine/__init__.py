@@ -1,1 +1,1 @@
-"""Training and evaluation machinery: retrieval, metrics, and the loops that produce what they score."""
+"""Training and evaluation machinery: the loops that train a method and measure a model."""

@@ -27,10 +27,8 @@ import dataclasses
 import difflib
 import functools
 import json
-import math
 import os
 import re
-import types
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.errors import OptionError
+from bgbias.options import bad_value, coerce_value
 
 
 @dataclass(frozen=True)
@@ -316,45 +315,6 @@ def load_run_config(path: str | os.PathLike[str]) -> TrainConfig:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def coerce_value(value: Any, kind: Any, key: str) -> Any:
-    """``value`` checked against a type annotation (int, float, bool, str, optional, tuple, dict) and in the
-    form it takes (ints given for floats become floats, lists tuples); an OptionError names ``key``."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        options = [arg for arg in typing.get_args(kind) if arg is not type(None)]
-        if value is None:
-            return None
-        for option in options[:-1]:  # the first type that takes the value; the last one's error otherwise
-            with contextlib.suppress(OptionError):
-                return coerce_value(value, option, key)
-        return coerce_value(value, options[-1], key)
-    if origin is tuple:
-        if not isinstance(value, list | tuple) or len(value) != len(typing.get_args(kind)):
-            raise _bad_value(key, value, f"a list of {len(typing.get_args(kind))} numbers")
-        return tuple(coerce_value(v, t, key) for v, t in zip(value, typing.get_args(kind), strict=True))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise _bad_value(key, value, "a section of key=value settings")
-        return dict(value)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise _bad_value(key, value, "true or false")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad_value(key, value, "an integer")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise _bad_value(key, value, "a finite number")
-        return float(value)
-    if kind is str:
-        if not isinstance(value, str):
-            raise _bad_value(key, value, "a string")
-        return value
-    raise TypeError(f"unsupported configuration type {kind!r} for {key}")
-
-
 @contextlib.contextmanager
 def _naming(source: str, path: str | os.PathLike[str] | None) -> Iterator[None]:
     """Say in an OptionError raised while checking a layer which layer (and file) it comes from."""
@@ -378,7 +338,7 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
         if dataclasses.is_dataclass(kind):
             if not isinstance(value, dict):
                 example = dataclasses.fields(kind)[0].name
-                raise _bad_value(key, value, f"a section, e.g. {{\"{example}\": ...}}")
+                raise bad_value(key, value, f"a section, e.g. {{\"{example}\": ...}}")
             out[name] = _apply(kind, out.get(name, {}), value, f"{key}.")
         elif typing.get_origin(kind) is dict:  # the method's options: the method checks them
             out[name] = {**out.get(name, {}), **coerce_value(value, kind, key)}
@@ -389,7 +349,7 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
             out[name] = coerce_value(value, kind, key)
             rule = _RULES.get(key)
             if rule is not None and out[name] is not None and not rule[0](out[name]):
-                raise _bad_value(key, out[name], rule[1])
+                raise bad_value(key, out[name], rule[1])
     return out
 
 
@@ -426,7 +386,7 @@ def _check_config(config: TrainConfig) -> None:
     dataset_class(config.dataset)
     method_class(config.method).check_options(config.loss)
     if config.model.backbone not in backbone_names():
-        raise _bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))
+        raise bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))
     batch, m = config.data.batch_size, config.data.m_per_class
     if batch % m:
         raise OptionError(
@@ -452,10 +412,6 @@ def _unknown_key(key: str, known: list[str]) -> OptionError:
     return OptionError(
         f"unknown configuration key {key!r}", fix=f"{hint}known keys here: {', '.join(sorted(known))}"
     )
-
-
-def _bad_value(key: str, value: Any, expected: str) -> OptionError:
-    return OptionError(f"setting {key} = {value!r} is invalid", fix=f"{key} must be {expected}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Embed a dataset of uint8 images with a method, batch by batch, in eval mode and without gradients."""
+"""Embed a dataset of uint8 images with a model, batch by batch, in eval mode and without gradients."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bgbias.engine.device import autocast
+from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
     import torch
 
-    from bgbias.methods.base import Method
+    from bgbias.methods.embedding_model import EmbeddingModel
 
 
 def embed_images(
-    method: Method,
+    model: EmbeddingModel,
     images: torch.utils.data.Dataset,
     device: torch.device,
     *,
@@ -24,11 +25,12 @@ def embed_images(
     amp: torch.dtype | None = None,
     progress: bool = False,
     desc: str = "embed",
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(embeddings float32 (N, D), labels int64 (N,))`` in the dataset's order.
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``(per-image state, labels int64 (N,))`` in the dataset's order; the state maps each of the model's
+    arrays' names to float32 ``(N, …)`` (``{"embedding": (N, D)}`` for a model that returns one tensor).
 
     ``images`` yields dicts with a uint8 ``image`` (3, H, W) and a ``label`` (EvalImages, CorruptedImages).
-    The method is put in eval mode and left there.
+    ``model`` is a method or an embedding model; it is put in eval mode and left there.
     """
     import torch
     from tqdm import tqdm
@@ -41,15 +43,18 @@ def embed_images(
         images, batch_size=batch_size, shuffle=False, num_workers=workers,
         pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0),
     )
-    method.eval()
-    embeddings, labels = [], []
+    model.eval()
+    parts: dict[str, list[torch.Tensor]] = {}
+    labels = []
     with torch.inference_mode():
         for batch in tqdm(loader, desc=desc, unit="batch", leave=False, disable=not progress):
             pixels = batch["image"].to(device, non_blocking=True).float().div_(255)
             with autocast(device, amp):
-                out = method.embed(pixels)
-            embeddings.append(out.float().cpu())
+                out = named_arrays(model.embed(pixels))
+            for name, array in out.items():
+                parts.setdefault(name, []).append(array.float().cpu())
             labels.append(batch["label"])
-    if not embeddings:
-        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
-    return torch.cat(embeddings).numpy(), torch.cat(labels).numpy().astype(np.int64)
+    if not labels:
+        return {}, np.zeros(0, np.int64)
+    state = {name: torch.cat(arrays).numpy() for name, arrays in parts.items()}
+    return state, torch.cat(labels).numpy().astype(np.int64)

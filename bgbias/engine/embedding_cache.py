@@ -1,10 +1,11 @@
-"""Embeddings kept on disk, keyed by everything that determines them, so re-scoring costs no forward pass.
+"""Per-image states kept on disk, keyed by everything that determines them, so re-scoring costs no forward
+pass.
 
-A key is a JSON-able dict: the checkpoint's sha256, the dataset, split and image ids, the evaluation geometry,
-and for a corrupted set the manifest's sha256 and the masks. Image and mask files enter by a cheap stat
-fingerprint (path, size, modification time), as build tools do: hashing every pixel of SOP on each run would
-cost more than it saves. The key is stored inside the file and compared on load, so a digest collision or a
-file copied from elsewhere can never hand back the wrong embeddings.
+A key is a JSON-able dict: the model's fingerprint (a run's: the digest of its weights), the dataset, split
+and image ids, the evaluation geometry, and for a corrupted set the manifest's sha256 and the masks. Image and
+mask files enter by a cheap stat fingerprint (path, size, modification time), as build tools do: hashing every
+pixel of SOP on each run would cost more than it saves. The key is stored inside the file and compared on
+load, so a digest collision or a file copied from elsewhere can never hand back the wrong embeddings.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ import numpy as np
 
 from bgbias.fileio import write_bytes_atomic
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bumped when what is embedded for the same key changes (transform, embedding code) or the file's layout
-does (2: embeddings only, labels come from the dataset)."""
+does (2: embeddings only, labels come from the dataset; 3: the model's named per-image arrays)."""
+
+_ARRAY = "state."
+"""Prefix of the stored arrays' names in the file, beside its ``key``."""
 
 
 def files_fingerprint(paths: Iterable[str | os.PathLike[str]]) -> str:
@@ -42,9 +46,10 @@ def key_digest(key: dict[str, Any]) -> str:
 
 
 class EmbeddingCache:
-    """``folder/<digest>.npz`` files holding the embeddings of a set and the key they were made for.
+    """``folder/<digest>.npz`` files holding the per-image state of a set (every named array) and the key it
+    was made for.
 
-    Only embeddings are kept: labels always come from the dataset, and whoever loads a file checks its shape
+    Only the state is kept: labels always come from the dataset, and whoever loads a file checks its arrays
     against the set and the model, so a file that fits the key but not the model is never used as it is.
     """
 
@@ -54,9 +59,9 @@ class EmbeddingCache:
     def path(self, key: dict[str, Any]) -> Path:
         return self.folder / f"{key_digest(key)[:24]}.npz"
 
-    def load(self, key: dict[str, Any]) -> np.ndarray | None:
-        """The embeddings stored for ``key``, or None when there are none (or the file is unreadable or made
-        for another key: they are then simply made again)."""
+    def load(self, key: dict[str, Any]) -> dict[str, np.ndarray] | None:
+        """The named arrays stored for ``key``, or None when there are none (or the file is unreadable or
+        made for another key: they are then simply made again)."""
         path = self.path(key)
         if not path.is_file():
             return None
@@ -64,14 +69,14 @@ class EmbeddingCache:
             with np.load(path, allow_pickle=False) as stored:
                 if json.loads(str(stored["key"])) != _normalised(key):
                     return None
-                return stored["embeddings"]
+                return {name[len(_ARRAY):]: stored[name] for name in stored.files if name.startswith(_ARRAY)}
         except (OSError, ValueError, KeyError, json.JSONDecodeError):
             return None
 
-    def save(self, key: dict[str, Any], embeddings: np.ndarray) -> Path:
+    def save(self, key: dict[str, Any], state: dict[str, np.ndarray]) -> Path:
         buffer = io.BytesIO()
         key_text = json.dumps(_normalised(key), sort_keys=True)
-        np.savez(buffer, embeddings=embeddings, key=np.array(key_text))
+        np.savez(buffer, key=np.array(key_text), **{_ARRAY + name: array for name, array in state.items()})
         path = self.path(key)
         write_bytes_atomic(path, buffer.getvalue())
         return path

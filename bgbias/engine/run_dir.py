@@ -88,16 +88,6 @@ class RunDir:
         """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
         return self.root / "corrupted-val"
 
-    @property
-    def embedding_cache(self) -> Path:
-        """Embeddings of evaluated sets, keyed by what made them (``bgbias eval`` re-scores from here)."""
-        return self.root / "eval" / "cache"
-
-    def eval_dir(self, measured: str, split: str) -> Path:
-        """The evaluation report of one measured set: ``measured`` is the dataset's key (:attr:`Dataset.key`)
-        with what else decides the numbers when it is not the default (see ``engine.evaluation``)."""
-        return self.root / "eval" / f"{measured}-{split}"
-
     def explain_dir(self, dataset_key: str, split: str) -> Path:
         """Attribution maps' foreground scores and gallery for one dataset (its key) and split."""
         return self.root / "explain" / f"{dataset_key}-{split}"

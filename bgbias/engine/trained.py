@@ -14,21 +14,23 @@ from typing import TYPE_CHECKING, Any
 
 from bgbias.engine.checkpoint import CheckpointError, load_checkpoint
 from bgbias.engine.config import TrainConfig, load_run_config
+from bgbias.engine.method_model import MethodBacked
 from bgbias.engine.run_dir import RunDir, latest_run, open_run_dir, read_trained_on
-from bgbias.errors import DatasetError, OptionError
+from bgbias.errors import OptionError
+from bgbias.methods.embedding_model import TrainedOn
 
 if TYPE_CHECKING:
     import torch
 
-    from bgbias.data.items import Dataset, Item
     from bgbias.methods.base import Method
 
 CHECKPOINTS = ("best", "last")
 
 
 @dataclass
-class TrainedModel:
-    """A run's method in eval mode on ``device``, and which checkpoint it came from."""
+class TrainedModel(MethodBacked):
+    """A run's method in eval mode on ``device``, and which checkpoint it came from: the embedding model
+    (:class:`~bgbias.methods.embedding_model.EmbeddingModel`) of a run bgbias trained."""
 
     run: RunDir
     config: TrainConfig
@@ -38,38 +40,23 @@ class TrainedModel:
     epoch: int
     device: torch.device
 
-    def open_split(
-        self, split: str, dataset_name: str | None = None, root: str | os.PathLike[str] | None = None
-    ) -> tuple[Dataset, list[Item]]:
-        """A split of a dataset (default: the one the run trained on, at its folder) under the run's protocol
-        and fold, for evaluating or explaining the model on it.
+    @property
+    def home(self) -> Path:
+        return self.run.root
 
-        Without ``dataset_name`` and ``root`` the dataset must still be the one the run trained on (the image
-        ids and labels its ``run.json`` recorded): a changed or replaced folder is a ``DatasetError``, never a
-        score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
-        """
-        from bgbias.data.registry import open_dataset
-        from bgbias.data.splits import split_items
+    @property
+    def amp(self) -> torch.dtype | None:
+        from bgbias.engine.device import resolve_amp
 
-        asked_for_other = root is not None or dataset_name not in (None, self.config.dataset)
-        dataset_name = dataset_name or self.config.dataset
-        if root is None and dataset_name == self.config.dataset:
-            root = self.config.root
-        dataset = open_dataset(dataset_name, root)
-        trained_on = self.trained_on()
-        if not asked_for_other and trained_on is not None and dataset.identity() != trained_on["identity"]:
-            raise DatasetError(
-                f"the {dataset.name} dataset at {dataset.root} is not the one this run was trained on "
-                f"({len(dataset.items())} images now, {trained_on['images']} then)",
-                path=self.run.record,
-                fix="restore the dataset the run was trained on, or pass --dataset/--root to score the "
-                    "model on this one on purpose",
-            )
-        return dataset, split_items(dataset, split, self.config.protocol, self.config.fold)
+        return resolve_amp(self.config.amp, self.device)
 
-    def trained_on(self) -> dict[str, Any] | None:
-        """The dataset record of ``run.json`` (name, root, identity, images); None for a run that has none."""
-        return read_trained_on(self.run)
+    def trained_on(self) -> TrainedOn:
+        """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
+        for a run made before runs recorded it)."""
+        recorded = read_trained_on(self.run) or {}
+        root = Path(self.config.root) if self.config.root is not None else None
+        return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,
+                         recorded.get("identity"), recorded.get("images"), self.run.record)
 
     def describe(self) -> dict[str, Any]:
         """What a report records about the model: run, method, BGAugment and the checkpoint's identity."""

@@ -43,7 +43,7 @@ from bgbias.engine.run_dir import (
     write_metrics,
     write_record,
 )
-from bgbias.engine.training_data import TrainingData, device_batch, train_images
+from bgbias.engine.training_data import TrainingPasses, device_batch, train_images
 from bgbias.errors import BgbiasError, DatasetError, OptionError
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class _Session:
     model: Any
     optimizer: torch.optim.Optimizer
     scaler: Any
-    training_data: TrainingData
+    training_data: TrainingPasses
     validation: _Validation | None
     state: _State
 
@@ -228,7 +228,7 @@ class _Session:
             state = _restore(checkpoint, method, optimizer, scaler, device)
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
-        training_data = TrainingData(config, inputs.images, inputs.bgaugment, device,
+        training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
                                      progress=progress and dist.is_main)
         validation = _validation_sets(config, inputs.dataset, inputs.val_items, inputs.masks_dir, run, dist,
                                       fresh=checkpoint is None)
@@ -519,8 +519,9 @@ def _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh) ->
 
 
 def _validate(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
-    """Validation MAP@R, R-precision and P@1 (clean, and corrupted when configured); rank 0 only."""
-    from bgbias.engine.metrics import score_embeddings
+    """Validation MAP@R, R-precision and P@1 (clean, and corrupted when configured), ranked by the method's
+    own retrieval as evaluation ranks; rank 0 only."""
+    from bgbias.retrieval.metrics import score_embeddings
 
     row: dict[str, float] = {}
     if dist.is_main:
@@ -528,11 +529,11 @@ def _validate(method, validation, config, device, amp, progress, dist) -> dict[s
         for prefix, images in sets.items():
             if images is None:
                 continue
-            embeddings, labels = embed_images(
+            state, labels = embed_images(
                 method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
                 amp=amp, progress=progress, desc=prefix,
             )
-            for name, value in score_embeddings(embeddings, labels).as_dict().items():
+            for name, value in score_embeddings(state, labels, retrieval=method.retrieval()).as_dict().items():
                 row[f"{prefix}_{name}"] = value
     return distributed.broadcast(dist, row)
 

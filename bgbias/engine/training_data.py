@@ -1,11 +1,11 @@
 """The training images, and the training split as a method sees it between epochs.
 
-The training loop and :class:`TrainingData` draw from the same :func:`train_images`: the dataset's items with
-contiguous labels and the configured paired geometry.
+The training loop and :class:`TrainingPasses` draw from the same :func:`train_images`: the dataset's items
+with contiguous labels and the configured paired geometry.
 
 DCML re-learns its environment weights every few epochs with the model frozen: it needs fresh training
 batches (the same images, augmentation and BGAugment compositing as the training steps, with their dataset
-indices) and randomness of its own. :class:`TrainingData` gives both, keyed by (run seed, stream, epoch,
+indices) and randomness of its own. :class:`TrainingPasses` gives both, keyed by (run seed, stream, epoch,
 pass), so a resumed run repeats exactly what an uninterrupted one did, and every rank of a distributed run
 sees the same batches (each rank then computes the same update).
 """
@@ -77,8 +77,9 @@ def contiguous_labels(items: list[Item]) -> dict[int, int]:
     return {label: i for i, label in enumerate(sorted({item.label for item in items}))}
 
 
-class TrainingData:
-    """Keyed passes over the training split (see the module docstring)."""
+class TrainingPasses:
+    """Keyed passes over the training split (see the module docstring); what methods get as their
+    :class:`~bgbias.methods.base.TrainingData`."""
 
     def __init__(
         self,

@@ -5,12 +5,16 @@ composited (BGAugment) and on the device, as float RGB in [0, 1]; the backbone a
 convention. The engine asks a method three things:
 
 - ``loss(batch)``: a dict of loss terms; ``"loss"`` is what is back-propagated, the others are logged;
-- ``embed(images)``: the retrieval embedding, which in eval mode must not depend on the rest of the batch;
+- ``embed(images)``: each image's state for retrieval, which in eval mode must not depend on the rest of the
+  batch: a (B, D) embedding, or several named (B, …) tensors (AVSL: an embedding per level and certainties);
 - ``parameter_groups()``: which parameters belong to the backbone, the head and the loss, so each group gets
   its own learning rate;
-- ``pairwise_distance(queries, references)``: how far apart embeddings are. Attribution maps differentiate
-  it; retrieval ranks by it when the similarity is learned (``learned_similarity``, e.g. AVSL), and by the
-  squared L2 distance of the embeddings (faiss) otherwise, which ranks as the default here does.
+- ``pairwise_distance(queries, references)``: how far apart images are, from their states. Attribution maps
+  differentiate it;
+- ``retrieval()``: how a set of images is ranked, for validation and evaluation alike: exact squared L2 of
+  the embeddings (faiss) by default, or the method's learned distance
+  (:class:`~bgbias.retrieval.retrievers.LearnedDistance`, e.g. AVSL). A method whose ``embed`` returns unit
+  vectors says so in ``unit_norm`` (the contract tests check it).
 
 Methods that need more reach into the backbone through its named stages (``backbone.forward(images, taps)``,
 ``backbone.forward_from(stage, features)``), keep per-sample state indexed by ``batch.indices``, or update
@@ -26,18 +30,22 @@ run before its folder exists, and again when the method is built.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import nn
 
-from bgbias.engine.config import coerce_value
 from bgbias.errors import OptionError
+from bgbias.options import coerce_value
+from bgbias.retrieval.retrievers import ExactL2, Retrieval
 
 if TYPE_CHECKING:
-    from bgbias.engine.training_data import TrainingData
     from bgbias.models.backbone import Backbone
+
+ImageState = torch.Tensor | Mapping[str, torch.Tensor]
+"""What ``Method.embed`` returns: a (B, D) embedding, or named (B, …) tensors (``bgbias.retrieval.state``)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,27 @@ class Batch:
     labels: torch.Tensor
     indices: torch.Tensor
     part: int = 0
+
+
+class TrainingData(Protocol):
+    """The training split as a method sees it between epochs (the engine provides it): fresh batches of the
+    training images, augmented and composited as the training steps' are, and randomness of the method's own,
+    both keyed so that a resumed run repeats what an uninterrupted one did."""
+
+    @property
+    def num_samples(self) -> int:
+        """Images in the training split (``Batch.indices`` run over ``0 … num_samples − 1``)."""
+        ...
+
+    def batches(self, *, stream: int, epoch: int, pass_index: int, batch_size: int,
+                desc: str = "") -> Iterator[Batch]:
+        """One pass over the split in m-per-class batches, every image at least once, keyed by (run seed,
+        stream, epoch, pass)."""
+        ...
+
+    def generator(self, *, stream: int, epoch: int) -> torch.Generator:
+        """A torch generator on the device keyed by (run seed, stream, epoch)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -75,9 +104,8 @@ class Method(nn.Module, ABC):
     name: ClassVar[str]
     # Attributes holding loss parameters (proxies, learnable margins): they get the ``lr_loss`` group.
     loss_modules: ClassVar[tuple[str, ...]] = ()
-    # True when pairwise_distance is learned and must rank retrieval (chunked, exact); then ``embed`` returns
-    # the per-image state that pairwise_distance compares.
-    learned_similarity: ClassVar[bool] = False
+    # True when ``embed`` returns unit-length (B, D) vectors (faiss's L2 then ranks as cosine similarity).
+    unit_norm: ClassVar[bool] = True
     # The method's options (the configuration's ``loss`` section) with their defaults. A default's type is the
     # type the option takes (a float option takes ints too); a None default stands for a number or null.
     own_options: ClassVar[dict[str, Any]] = {}
@@ -111,12 +139,17 @@ class Method(nn.Module, ABC):
         """Loss terms of one batch; ``"loss"`` is the total that is back-propagated."""
 
     @abstractmethod
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, D) retrieval embeddings of float RGB images in [0, 1]."""
+    def embed(self, images: torch.Tensor) -> ImageState:
+        """Per-image retrieval state of float RGB images in [0, 1]: (B, D) embeddings, or named tensors."""
 
-    def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
-        """(Nq, Nr) distances between two sets of embeddings, smaller for more alike; Euclidean by default."""
+    def pairwise_distance(self, queries: ImageState, references: ImageState) -> torch.Tensor:
+        """(Nq, Nr) distances between two sets of image states, smaller for more alike; Euclidean by
+        default."""
         return torch.cdist(queries, references)
+
+    def retrieval(self) -> Retrieval:
+        """How validation and evaluation rank this method's images: exact squared L2 of the embeddings."""
+        return ExactL2()
 
     @property
     def steps_per_batch(self) -> int:

@@ -1,10 +1,10 @@
 """The evaluation report of one run: clean vs corrupted retrieval scores, their drop, and who suffers most.
 
 The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
-images lose most when the background changes (docs/design.md, *Reports*). Here
-:func:`summarize_evaluation` turns the engine's :class:`~bgbias.engine.metrics.RetrievalScores` of the clean
-split and of each corrupted repeat into one JSON-ready dict (``None`` where a value does not exist: JSON has
-no NaN), and :func:`write_evaluation_report` writes it as JSON, CSV and Markdown next to a per-query table.
+images lose most when the background changes (docs/design.md, *Reports*). Here :func:`summarize_evaluation`
+turns the :class:`~bgbias.retrieval.metrics.RetrievalScores` of the clean split and of each corrupted repeat
+into one JSON-ready dict (``None`` where a value does not exist: JSON has no NaN), and
+:func:`write_evaluation_report` writes it as JSON, CSV and Markdown next to a per-query table.
 
 Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
 standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.engine.metrics import METRICS, RetrievalScores
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.retrieval.metrics import METRICS, RetrievalScores
 
 REPORT_FORMAT = "bgbias-eval-report"
 REPORT_VERSION = 1

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.metrics import METRICS
 from bgbias.errors import OptionError
 from bgbias.fileio import write_bytes_atomic
 from bgbias.report.evaluation import METRIC_TITLES, index_reports, run_label
+from bgbias.retrieval.metrics import METRICS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,10 +10,11 @@ import pytest
 
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
-from bgbias.engine.evaluation import evaluate
+from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import resume_training, train
 from bgbias.errors import DatasetError, ImageError
+from bgbias.report.evaluate import evaluate
 from tests.conftest import tiny_config
 
 
@@ -41,7 +42,7 @@ def _point_run_at(run, root):
 
 
 def _evaluate(trained, tiny_bench, tmp_path, **options):
-    return evaluate(trained, corrupted=False, workers=0, progress=False, log=lambda _: None, **options)
+    return evaluate(trained, MeasureRequest(workers=0, progress=False, **options), log=lambda _: None)
 
 
 def test_a_run_records_the_identity_of_its_dataset(run, tiny_bench):
@@ -102,5 +103,5 @@ def test_an_unreadable_image_met_by_evaluation_workers_names_the_file(run, tiny_
     broken = _break_one_image(root, "test")
     trained = load_trained(run, device="cpu")
     with pytest.raises(ImageError) as info:
-        evaluate(trained, root=root, workers=1, progress=False, log=lambda _: None)
+        evaluate(trained, MeasureRequest(root=root, workers=1, progress=False), log=lambda _: None)
     assert info.value.path == str(broken) and "Traceback" not in info.value.render()

@@ -139,13 +139,13 @@ def test_a_dcml_run_records_its_environment_learning(tiny_bench, tmp_path):
 def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
-    from bgbias.engine.training_data import TrainingData, train_images
+    from bgbias.engine.training_data import TrainingPasses, train_images
 
     config = tiny_config(tiny_bench, "dcml", "bgaugment.enabled=true")
     dataset = open_dataset("bench", tiny_bench / "bench")
     items = split_items(dataset, "train")
     masks = training._check_masks(config, dataset, items, [], tiny_bench / "masks")
-    data = TrainingData(config, train_images(config, dataset, items, masks),
+    data = TrainingPasses(config, train_images(config, dataset, items, masks),
                         training._bgaugment(config, torch.device("cpu")), torch.device("cpu"))
 
     def one_pass(**key):

@@ -12,6 +12,9 @@ from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodSpec
 from bgbias.methods.registry import method_class, method_names, register_method
 from bgbias.models.registry import build_backbone
+from bgbias.retrieval.metrics import score_embeddings
+from bgbias.retrieval.retrievers import ExactL2, Retrieval
+from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, take_rows
 from tests.calibration import calibrate_batchnorm
 
 BASELINES = {
@@ -62,29 +65,48 @@ def test_loss_is_finite_and_reaches_every_trainable_parameter(name):
 
 
 @pytest.mark.parametrize("name", method_names())
-def test_eval_embedding_shape_norm_and_batch_independence(name):
+def test_eval_state_shape_norm_and_batch_independence(name):
     method = build(name).eval()
     images = batch().images
     with torch.no_grad():
-        full = method.embed(images)
-        alone = torch.cat([method.embed(images[i : i + 1]) for i in range(len(images))])
-    assert full.shape == (len(images), DIM)
-    assert torch.allclose(full.norm(dim=1), torch.ones(len(images)), atol=1e-5)
-    assert torch.allclose(full, alone, atol=1e-4)  # float noise of batch-size-dependent kernels: ~3e-5
+        full = named_arrays(method.embed(images))
+        alone = [named_arrays(method.embed(images[i : i + 1])) for i in range(len(images))]
+    for array_name, array in full.items():
+        assert array.shape[0] == len(images), array_name
+        stacked = torch.cat([state[array_name] for state in alone])
+        assert torch.allclose(array, stacked, atol=1e-4)  # float noise of batch-size-dependent kernels: ~3e-5
+    if method.unit_norm:
+        assert set(full) == {EMBEDDING} and full[EMBEDDING].shape == (len(images), DIM)
+        assert torch.allclose(full[EMBEDDING].norm(dim=1), torch.ones(len(images)), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", method_names())
 def test_embeddings_differ_and_pairwise_distance_ranks_them(name):
     method = build(name).eval()
     with torch.no_grad():
-        embeddings = method.embed(batch().images)
-        distances = method.pairwise_distance(embeddings[:3], embeddings)
-    assert distances.shape == (3, len(embeddings))
-    assert torch.cdist(embeddings, embeddings).triu(1).max() > 1e-3, "every image gets the same embedding"
-    if not method.learned_similarity:
+        state = method.embed(batch().images)
+        queries = model_form(take_rows(named_arrays(state), slice(0, 3)))
+        distances = method.pairwise_distance(queries, state)
+    assert distances.shape == (3, len(batch().images))
+    spread = distances.max(dim=1).values - distances.min(dim=1).values
+    assert spread.max() > 1e-3, "every image gets the same state"
+    if isinstance(method.retrieval(), ExactL2):
         # Retrieval then ranks by squared L2 (faiss): the method's own distance must order items the same way.
+        embeddings = named_arrays(state)[method.retrieval().key]
+        assert torch.cdist(embeddings, embeddings).triu(1).max() > 1e-3, "every image gets the same embedding"
         squared_l2 = torch.cdist(embeddings[:3], embeddings) ** 2
         assert torch.equal(distances.argsort(dim=1), squared_l2.argsort(dim=1))
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_validation_and_evaluation_rank_with_the_method_s_retrieval(name):
+    method = build(name).eval()
+    retrieval = method.retrieval()
+    assert isinstance(retrieval, Retrieval) and isinstance(retrieval.describe(), str)
+    with torch.no_grad():
+        state = {key: array.numpy() for key, array in named_arrays(method.embed(batch().images)).items()}
+    scores = score_embeddings(state, batch().labels, retrieval=retrieval)
+    assert scores.scored == len(batch().labels) and 0.0 <= scores.map_at_r <= 1.0
 
 
 @pytest.mark.parametrize("dataset", dataset_names())

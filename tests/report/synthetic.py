@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.engine.metrics import RetrievalScores, retrieval_scores
 from bgbias.report.evaluation import summarize_evaluation
+from bgbias.retrieval.metrics import RetrievalScores, retrieval_scores
 
 CLASS_SIZES = (4, 3, 5, 2, 1, 3, 2, 4, 2, 3, 5, 2, 3, 2)
 """14 classes, one of them a lone image (no score), so the Markdown's top 10 leaves some out."""

@@ -10,7 +10,6 @@ import statistics
 import numpy as np
 import pytest
 
-from bgbias.engine.metrics import METRICS
 from bgbias.errors import OptionError
 from bgbias.report.evaluation import (
     index_reports,
@@ -19,6 +18,7 @@ from bgbias.report.evaluation import (
     summarize_evaluation,
     write_evaluation_report,
 )
+from bgbias.retrieval.metrics import METRICS
 from tests.report.synthetic import make_labels, make_report, make_run, ranked_scores
 
 META = {

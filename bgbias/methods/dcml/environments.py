@@ -21,8 +21,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from bgbias.engine.training_data import TrainingData
-    from bgbias.methods.base import Batch
+    from bgbias.methods.base import Batch, TrainingData
 
 Objective = Callable[["Batch", Tensor], Tensor]
 """(batch, its environment weights (B, k)) → the objective to maximise, differentiable in the weights."""

@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bgbias.engine.training_data import TrainingData
 from bgbias.errors import OptionError
-from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.base import Batch, Method, MethodSpec, TrainingData, split_options
 from bgbias.methods.dcml.attention import AttentionCopies
 from bgbias.methods.dcml.environments import learn_environments
 from bgbias.methods.dcml.penalties import (

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from bgbias.engine.metrics import RetrievalScores, retrieval_scores, score_embeddings
 from bgbias.errors import OptionError
+from bgbias.retrieval.metrics import RetrievalScores, retrieval_scores, score_embeddings
+from bgbias.retrieval.retrievers import ExactL2
 
 
 def _pml_scores(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -64,7 +65,7 @@ def test_one_dimensional_embeddings_with_a_lone_query():
     labels = np.array([0, 0, 1, 1, 1, 2])
     # No two distances from one point are equal. k = 2. Item 2 (at 6, class 1, R = 2) ranks item 3 (class 1)
     # then item 1 (class 0): AP (1/1)/2. The other scored items find their class first; item 5 is alone.
-    scores = score_embeddings(embeddings, labels, backend="faiss")
+    scores = score_embeddings(embeddings, labels, retrieval=ExactL2("faiss"))
     assert np.allclose(scores.per_query["map_at_r"][:5], [1, 1, 0.5, 1, 1])
     assert np.allclose(scores.per_query["r_precision"][:5], [1, 1, 0.5, 1, 1])
     assert np.allclose(scores.per_query["precision_at_1"][:5], [1, 1, 1, 1, 1])
@@ -124,7 +125,7 @@ def _random_split(seed: int, classes: int, count: int, tied: bool) -> tuple[np.n
 )
 def test_faiss_backend_equals_pml_accuracy_calculator(seed, classes, count, tied):
     embeddings, labels = _random_split(seed, classes, count, tied)
-    scores = score_embeddings(embeddings, labels, backend="faiss")
+    scores = score_embeddings(embeddings, labels, retrieval=ExactL2("faiss"))
     _, sizes = np.unique(labels, return_counts=True)
     assert scores.scored == count - (sizes == 1).sum()
     _assert_equal_to_pml(scores, embeddings, labels)
@@ -133,8 +134,8 @@ def test_faiss_backend_equals_pml_accuracy_calculator(seed, classes, count, tied
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_torch_backend_equals_faiss_without_ties(seed):
     embeddings, labels = _random_split(seed, 20, 400, tied=False)
-    torch_scores = score_embeddings(embeddings, labels, backend="torch")
-    faiss_scores = score_embeddings(embeddings, labels, backend="faiss")
+    torch_scores = score_embeddings(embeddings, labels, retrieval=ExactL2("torch"))
+    faiss_scores = score_embeddings(embeddings, labels, retrieval=ExactL2("faiss"))
     assert torch_scores == faiss_scores
     for name, values in faiss_scores.per_query.items():
         assert np.array_equal(torch_scores.per_query[name], values, equal_nan=True)

@@ -1,4 +1,4 @@
-"""Exact k-nearest-neighbour search over one split, every item a query and every other item a reference.
+"""Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference.
 
 The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
 query and reference (docs/design.md, *Retrieval and metrics*): faiss ``IndexFlatL2`` (exact squared L2) asked
@@ -10,12 +10,13 @@ distances.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.errors import AssetError, BgbiasError, OptionError
+from bgbias.errors import AssetError, OptionError
+from bgbias.retrieval.state import named_arrays, state_length, take_rows
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -31,8 +32,9 @@ CHUNK_ELEMENTS = 1 << 26
 DEFAULT_REFERENCE_ROWS = 16_384
 """References per block of the torch backend; larger splits are streamed through the running top-k."""
 
-Distance = Callable[["Tensor", "Tensor"], "Tensor"]
-"""``(queries (q, D), references (r, D)) -> (q, r)`` distances, smaller for more alike."""
+Distance = Callable[[Any, Any], "Tensor"]
+"""``(queries, references) -> (q, r)`` distances, smaller for more alike, between two sets of per-image
+state in the form the model returns it (a (n, D) tensor, or a mapping of names to (n, …) tensors)."""
 
 
 def nearest_neighbours(
@@ -58,26 +60,19 @@ def nearest_neighbours(
     return torch_nearest_neighbours(embeddings, k)
 
 
-def checked_k(embeddings: np.ndarray | Tensor, k: int) -> int:
-    """``k`` as a Python int, once the embeddings are known to be a 2-D array of finite numbers with more rows
-    than ``k`` (each row needs ``k`` others)."""
-    if len(embeddings.shape) != 2:
+def checked_k(embeddings: np.ndarray | Tensor | Mapping[str, Any], k: int) -> int:
+    """``k`` as a Python int, once the per-image state is known to hold finite numbers, one row per item,
+    and more rows than ``k`` (each row needs ``k`` others). A bare array must be 2-D (items, dimensions)."""
+    if not isinstance(embeddings, Mapping) and len(embeddings.shape) != 2:
         raise OptionError(
             f"embeddings must be a 2-D (items, dimensions) array, got shape {tuple(embeddings.shape)}",
             fix="pass one embedding vector per row",
         )
-    count = embeddings.shape[0]
+    count = state_length(named_arrays(embeddings))
     if not 0 <= k < count:
         raise OptionError(
             f"cannot find {k} nearest neighbours among the {count - 1} other items of {count}",
             fix="use a k between 0 and the number of items minus one",
-        )
-    finite = embeddings.isfinite().all() if hasattr(embeddings, "isfinite") else np.isfinite(embeddings).all()
-    if not bool(finite):
-        raise BgbiasError(
-            "the embeddings contain NaN or infinite values, so no ranking of them means anything",
-            fix="the model diverged or its checkpoint is damaged: evaluate an earlier checkpoint or retrain "
-            "with a lower learning rate",
         )
     return int(k)
 
@@ -129,28 +124,42 @@ def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
 
 
 def torch_nearest_neighbours(
-    embeddings: np.ndarray | Tensor,
+    embeddings: np.ndarray | Tensor | Mapping[str, Any],
     k: int,
     *,
     distance: Distance | None = None,
+    device: Any = None,
     query_rows: int | None = None,
     reference_rows: int | None = None,
 ) -> np.ndarray:
     """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
 
     ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
-    squared L2 distance in float32. A block is ``query_rows`` queries against ``reference_rows`` references
-    (by default about :data:`CHUNK_ELEMENTS` entries), so memory stays bounded whatever the split's size:
-    each query keeps only its ``k + 1`` nearest so far. Runs on the embeddings' device, without gradients.
+    squared L2 distance in float32. ``embeddings`` may be a mapping of named per-image arrays, whose row
+    blocks ``distance`` then gets as mappings. A block is ``query_rows`` queries against ``reference_rows``
+    references (by default about :data:`CHUNK_ELEMENTS` entries), so memory stays bounded whatever the
+    split's size: each query keeps only its ``k + 1`` nearest so far. Runs on ``device`` (default: where the
+    arrays are), without gradients.
     """
     import torch
 
     k = checked_k(embeddings, k)
-    vectors = torch.as_tensor(embeddings).detach()
+    named = isinstance(embeddings, Mapping)
+    arrays = {name: torch.as_tensor(array).detach().to(device) for name, array in
+              named_arrays(embeddings).items()}
     if distance is None:
-        vectors = vectors.to(torch.float32)
+        if named:
+            raise OptionError("named per-image arrays need the distance that compares them",
+                              fix="pass the model's pairwise distance")
+        arrays = {name: array.to(torch.float32) for name, array in arrays.items()}
         distance = squared_l2
-    count = len(vectors)
+    count = state_length(arrays)
+    on = next(iter(arrays.values())).device
+
+    def rows(start: int, stop: int) -> Any:
+        block = take_rows(arrays, slice(start, stop))
+        return block if named else next(iter(block.values()))
+
     if reference_rows is None:
         reference_rows = max(1, min(count, DEFAULT_REFERENCE_ROWS))
     if query_rows is None:
@@ -161,11 +170,12 @@ def torch_nearest_neighbours(
     parts = []
     with torch.inference_mode():
         for q_start in range(0, count, query_rows):
-            queries = vectors[q_start : q_start + query_rows]
-            best_d = torch.full((len(queries), 0), float("inf"), device=vectors.device)
-            best_i = torch.zeros((len(queries), 0), dtype=torch.int64, device=vectors.device)
+            queries = rows(q_start, q_start + query_rows)
+            size = min(query_rows, count - q_start)
+            best_d = torch.full((size, 0), float("inf"), device=on)
+            best_i = torch.zeros((size, 0), dtype=torch.int64, device=on)
             for r_start in range(0, count, reference_rows):
-                block = distance(queries, vectors[r_start : r_start + reference_rows]).to(torch.float32)
+                block = distance(queries, rows(r_start, r_start + reference_rows)).to(torch.float32)
                 block_d, block_i = block.topk(min(k + 1, block.shape[1]), dim=1, largest=False, sorted=True)
                 best_d = torch.cat([best_d, block_d], dim=1)
                 best_i = torch.cat([best_i, block_i + r_start], dim=1)

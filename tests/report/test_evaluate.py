@@ -19,18 +19,22 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry
 from bgbias.engine.embedding import embed_images
-from bgbias.engine.evaluation import evaluate
-from bgbias.engine.metrics import score_embeddings
+from bgbias.engine.method_model import MethodModel
+from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.run_dir import mark_latest, open_run_dir
 from bgbias.engine.trained import load_trained
 from bgbias.errors import AssetError, OptionError
+from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
+from bgbias.retrieval.metrics import score_embeddings
+from bgbias.retrieval.retrievers import LearnedDistance
 
 
 def _evaluate(trained, bench, tmp_path, **options):
+    log = options.pop("log", lambda _: None)
     settings = dict(corrupted=True, repeats=2, masks=bench / "masks", backgrounds=bench / "backgrounds",
-                    manifests=tmp_path / "manifests", workers=0, progress=False, log=lambda _: None)
-    return evaluate(trained, **{**settings, **options})
+                    manifests=tmp_path / "manifests", workers=0, progress=False)
+    return evaluate(trained, MeasureRequest(**{**settings, **options}), log=log)
 
 
 @pytest.fixture
@@ -63,7 +67,7 @@ def test_clean_scores_equal_scoring_a_fresh_embedding(run, tiny_bench, tmp_path)
 def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, tmp_path):
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
     cache = sorted((run / "eval" / "cache").glob("*.npz"))
-    stored = [np.load(path)["embeddings"] for path in cache]
+    stored = [np.load(path)["state.embedding"] for path in cache]
     assert len(stored) == 3
     assert not any(np.allclose(stored[i], stored[j]) for i in range(3) for j in range(i + 1, 3))
     assert result.report["corrupted"]["std"]["map_at_r"] is not None
@@ -98,7 +102,7 @@ def test_without_corrupted_only_the_clean_set_is_scored(run, tiny_bench, tmp_pat
 def _default_inputs(trained, tiny_bench, tmp_path, monkeypatch):
     """Work from ``tmp_path`` with the tiny bench's masks and pools where bgbias looks for them by default."""
     monkeypatch.chdir(tmp_path)
-    dataset, _ = trained.open_split("test")
+    dataset, _ = requested_split(trained, MeasureRequest())
     (tmp_path / "masks").mkdir()
     (tmp_path / "masks" / dataset.key).symlink_to(tiny_bench / "masks")
     (tmp_path / "backgrounds").symlink_to(tiny_bench / "backgrounds")
@@ -140,16 +144,16 @@ def test_the_cache_takes_labels_from_the_dataset_and_refuses_another_shape(run, 
     first = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
     (path,) = (run / "eval" / "cache").glob("*.npz")
     with np.load(path) as stored:
-        key, embeddings = stored["key"], stored["embeddings"]
+        key, embeddings = stored["key"], stored["state.embedding"]
     # Right key, other labels (as the old format stored them) and another width: never used as they are.
-    np.savez(path, embeddings=np.zeros((len(embeddings), 3), np.float32), key=key,
+    np.savez(path, **{"state.embedding": np.zeros((len(embeddings), 3), np.float32)}, key=key,
              labels=np.zeros(len(embeddings), np.int64))
     logged = []
     second = _evaluate(trained, tiny_bench, tmp_path, corrupted=False, log=logged.append)
     assert second.embedded == 1 and any("cached embeddings ignored (shape" in line for line in logged)
     assert second.clean.map_at_r == first.clean.map_at_r
     with np.load(path) as stored:
-        assert stored["embeddings"].shape == embeddings.shape and "labels" not in stored
+        assert stored["state.embedding"].shape == embeddings.shape and "labels" not in stored
 
 
 def test_the_latest_run_is_evaluated_when_none_is_named(run, tiny_bench, tmp_path):
@@ -207,11 +211,10 @@ def test_reported_manifest_digests_are_of_the_files_left_on_disk(run, tiny_bench
 def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     weights = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
-    trained.method.learned_similarity = True
-    trained.method.pairwise_distance = lambda q, r: -(q @ weights @ r.T)
+    trained.method.retrieval = lambda: LearnedDistance(lambda q, r: -(q @ weights @ r.T))
     result = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
     cached = np.load(next((run / "eval" / "cache").glob("*.npz")))
-    state = torch.from_numpy(cached["embeddings"])
+    state = torch.from_numpy(cached["state.embedding"])
     full = (-(state @ weights @ state.T)).numpy()
     np.fill_diagonal(full, np.inf)
     items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")
@@ -237,3 +240,28 @@ def test_the_report_file_names_the_run_and_pool(run, tiny_bench, tmp_path):
     report = json.loads(result.files["report_json"].read_text())
     assert report["run"] == str(run) and report["method"] == "triplet" and report["bgaugment"] is False
     assert report["corrupted_sets"]["pool"].endswith(os.path.join("backgrounds", "test"))
+
+
+def test_a_model_bgbias_did_not_train_is_scored_by_the_same_evaluation(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    outside = MethodModel(trained.method, trained.device, home=tmp_path / "outside", about={"source": "mine"})
+    with pytest.raises(OptionError, match="records no training dataset"):
+        _evaluate(outside, tiny_bench, tmp_path, corrupted=False)
+    result = _evaluate(outside, tiny_bench, tmp_path, dataset="bench", root=tiny_bench / "bench")
+    reference = _evaluate(trained, tiny_bench, tmp_path)
+    assert result.out_dir.parent == tmp_path / "outside" / "eval"
+    assert result.clean.map_at_r == reference.clean.map_at_r
+    assert [s.map_at_r for s in result.corrupted] == [s.map_at_r for s in reference.corrupted]
+    assert result.report["source"] == "mine" and result.report["same_dataset_as_training"] is None
+
+
+def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_path):
+    trained = load_trained(run, device="cpu")
+    with pytest.raises(OptionError, match="only serves a learned distance"):
+        _evaluate(trained, tiny_bench, tmp_path, corrupted=False, shortlist=4)
+    trained.method.retrieval = lambda: LearnedDistance(trained.method.pairwise_distance)
+    exact = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
+    approximate = _evaluate(trained, tiny_bench, tmp_path, corrupted=False, shortlist=4)
+    assert approximate.report["approximate"] is True and "approximate" in approximate.report["retrieval"]
+    assert "approximate" not in exact.report
+    assert approximate.out_dir != exact.out_dir and approximate.out_dir.name.endswith("shortlist4-test")

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.retrieval import Distance, nearest_neighbours
 from bgbias.errors import OptionError
+from bgbias.retrieval.retrievers import ExactL2, Retrieval
+from bgbias.retrieval.state import named_arrays, state_length
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -82,26 +83,26 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
 
 
 def score_embeddings(
-    embeddings: np.ndarray | Tensor,
+    embeddings: Any,
     labels: np.ndarray | Tensor,
     *,
-    backend: str = "auto",
-    distance: Distance | None = None,
+    retrieval: Retrieval | None = None,
 ) -> RetrievalScores:
     """Score a split against itself: every item a query, every other item a reference.
 
+    ``embeddings`` is the per-image state: a ``(N, D)`` array, or a mapping of names to ``(N, …)`` arrays.
     ``k`` is the largest class size minus one (PML's ``"max_bin_count"`` with the query among the references)
-    and ``R`` is the size of the query's class minus one; the search is :func:`nearest_neighbours`, by squared
-    L2 distance or by a learned ``distance``.
+    and ``R`` is the size of the query's class minus one; ``retrieval`` ranks the items (default
+    :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss).
     """
+    count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
-    if labels.shape != (embeddings.shape[0],) or len(labels) == 0:
+    if labels.shape != (count,) or len(labels) == 0:
         raise OptionError(
-            f"expected one label per embedding, got labels of shape {labels.shape} for "
-            f"{embeddings.shape[0]} embeddings",
+            f"expected one label per embedding, got labels of shape {labels.shape} for {count} embeddings",
             fix="pass a 1-D label array as long as the embeddings, with at least one item",
         )
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
-    knn = nearest_neighbours(embeddings, int(class_sizes.max()) - 1, backend=backend, distance=distance)
+    knn = (retrieval or ExactL2()).neighbours(embeddings, int(class_sizes.max()) - 1)
     return dataclasses.replace(retrieval_scores(labels[knn], labels, r), neighbours=knn)

@@ -1,10 +1,11 @@
-"""The paper's measurement: a trained model's MAP@R on a clean split and on its fixed corrupted repeats.
+"""The paper's measurement: a model's MAP@R on a clean split and on fixed corrupted repeats, and its report.
 
 The clean split is embedded once and every corrupted repeat once, each through the embedding cache, then every
-set is ranked against itself (faiss, or the method's learned distance in bounded blocks) and scored per query.
-The corrupted sets are the shared manifests of ``bgbias corrupt`` (``corrupted/<dataset>/<split>/seed-S``),
-made on first use, so every method and checkpoint meets exactly the same backgrounds. The report (JSON, CSV,
-Markdown, plots, a retrieval gallery) goes to ``<run>/eval/<dataset>-<split>/``.
+set is ranked against itself by the model's own retrieval (faiss by default, a learned distance in bounded
+blocks where the model has one) and scored per query. The corrupted sets are the shared manifests of
+``bgbias corrupt`` (``corrupted/<dataset>/<split>/seed-S``), made on first use, so every method and
+checkpoint meets exactly the same backgrounds. The report (JSON, CSV, Markdown, plots, a retrieval gallery)
+goes to ``<model home>/eval/<measured>-<split>/`` (a run's folder for runs bgbias trained).
 """
 
 from __future__ import annotations
@@ -19,20 +20,26 @@ import numpy as np
 
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
+from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
     from bgbias.augment.corrupt import CorruptedManifest
     from bgbias.data.items import Dataset
     from bgbias.data.transforms import EvalGeometry
-    from bgbias.engine.metrics import RetrievalScores
-    from bgbias.engine.trained import TrainedModel
+    from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.retrieval.metrics import RetrievalScores
+    from bgbias.retrieval.retrievers import Retrieval
 
 CORRUPTED_ONLY_FILES = (
     "per_class.csv", "clean-vs-corrupted.png", "per-class-drop.png", "retrieval-gallery.png",
 )
 GALLERY_QUERIES = 4
 GALLERY_NEIGHBOURS = 5
+EVAL_BATCH_SIZE = 64
+EVAL_FOLDER = "eval"
+"""Under a model's home: ``cache/`` (states of evaluated sets, keyed by what made them) and one report
+folder per measured set and split."""
 
 
 @dataclass
@@ -49,27 +56,14 @@ class EvaluationResult:
 
 
 def evaluate(
-    trained: TrainedModel,
-    *,
-    dataset_name: str | None = None,
-    root: str | os.PathLike[str] | None = None,
-    split: str = "test",
-    corrupted: bool = False,
-    repeats: int = 5,
-    seed: int = 0,
-    masks: str | os.PathLike[str] | None = None,
-    backgrounds: str | os.PathLike[str] | None = None,
-    manifests: str | os.PathLike[str] | None = None,
-    batch_size: int = 64,
-    workers: int = 2,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
+    model: EmbeddingModel, request: MeasureRequest | None = None, *, log: Callable[[str], None] = print
 ) -> EvaluationResult:
-    """Score ``trained`` on ``split`` of a dataset (default: the one it was trained on), clean and, with
-    ``corrupted``, on ``repeats`` background-replaced copies fixed by ``seed``.
+    """Score ``model`` on the split ``request`` names (default: the test split of the dataset it was trained
+    on), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
+    ``request.seed``.
 
-    ``masks`` (default ``masks/<dataset>``) and ``backgrounds`` (default ``./backgrounds``; the test pool is
-    its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
+    The masks (default ``masks/<dataset>``) and backgrounds (default ``./backgrounds``; the test pool is its
+    ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
     from bgbias.augment.corrupt import ids_sha256
@@ -77,41 +71,48 @@ def evaluate(
     from bgbias.data.eval_images import CorruptedImages, EvalImages
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
-    from bgbias.engine.device import resolve_amp
+    from bgbias.engine.request import DEFAULT_FOLD, DEFAULT_PROTOCOL
     from bgbias.report.evaluation import summarize_evaluation
+    from bgbias.retrieval.retrievers import with_shortlist
 
-    config = trained.config
-    dataset, items = trained.open_split(split, dataset_name, root)
+    request = request or MeasureRequest()
+    dataset, items = requested_split(model, request)
+    trained_on = model.trained_on()
+    protocol, fold = (trained_on.protocol, trained_on.fold) if trained_on else (DEFAULT_PROTOCOL,
+                                                                                 DEFAULT_FOLD)
+    split = request.split
+    retrieval = with_shortlist(model.retrieval(), request.shortlist)
     geometry = eval_geometry(dataset.name)
-    cache = EmbeddingCache(trained.run.embedding_cache)
+    cache = EmbeddingCache(Path(model.home) / EVAL_FOLDER / "cache")
     base_key = {
-        "checkpoint_sha256": trained.checkpoint_sha256,
+        "model": model.fingerprint(),
         "dataset": dataset.name,
         "split": split,
         "ids": ids_sha256(items),
         "images": files_fingerprint(item.image for item in items),
         "geometry": geometry.as_dict(),
     }
-    amp = resolve_amp(config.amp, trained.device)
     embedded = 0
 
     labels = np.array([item.label for item in items], dtype=np.int64)
-    width: list[int] = []
+    shapes: list[dict[str, tuple[int, ...]]] = []
 
-    def embed(images: Any, key: dict[str, Any], desc: str) -> np.ndarray:
-        """The set's embeddings, from the cache where they fit this model and these images, else made now."""
+    def embed(images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
+        """The set's state, from the cache where it fits this model and these images, else made now."""
         nonlocal embedded
         stored = cache.load(key)
         if stored is not None:
-            if not width:  # one image through the model: what a cached file must match
-                width.append(_probe_width(trained, images, amp))
-            problem = _cache_mismatch(stored, len(items), width[0])
+            if not shapes:  # one image through the model: what a cached file must match
+                shapes.append(_probe_shapes(model, images))
+            problem = _cache_mismatch(stored, len(items), shapes[0])
             if problem is None:
                 log(f"{desc}: cached embeddings")
                 return stored
             log(f"{desc}: cached embeddings ignored ({problem}); embedding again")
-        made, made_labels = embed_images(trained.method, images, trained.device, batch_size=batch_size,
-                                         workers=workers, amp=amp, progress=progress, desc=desc)
+        made, made_labels = embed_images(model, images, model.device,
+                                         batch_size=request.batch_size or EVAL_BATCH_SIZE,
+                                         workers=request.workers, amp=model.amp, progress=request.progress,
+                                         desc=desc)
         if not np.array_equal(made_labels, labels):
             raise AssertionError("the embedded images came back out of their dataset's order")
         cache.save(key, made)
@@ -122,45 +123,48 @@ def evaluate(
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
     manifest_sha256: dict[Path, str] = {}
     masks_print = None
-    masks_dir = Path(masks) if masks is not None else default_masks_dir(dataset)
-    if corrupted:
-        for manifest in corrupted_manifests(dataset, split, repeats, seed, backgrounds, manifests,
-                                            config.protocol, config.fold, geometry):
+    masks_dir = Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
+    if request.corrupted:
+        manifests = corrupted_manifests(dataset, split, request.repeats, request.seed, request.backgrounds,
+                                        request.manifests, protocol, fold, geometry)
+        for manifest in manifests:
             corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
             manifest_sha256[manifest.path] = manifest.sha256
         masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
 
     clean_images = EvalImages(items, geometry)
-    clean_embeddings = embed(clean_images, {**base_key, "set": "clean"}, "clean")
-    clean = _score(trained, clean_embeddings, labels)
+    clean_state = embed(clean_images, {**base_key, "set": "clean"}, "clean")
+    clean = _score(retrieval, clean_state, labels)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
     corrupted_scores = []
     for manifest, images in corrupted_sets:
         key = {**base_key, "set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path],
                "masks": masks_print}
-        embeddings = embed(images, key, f"corrupted repeat {manifest.repeat}")
-        corrupted_scores.append(_score(trained, embeddings, labels))
+        state = embed(images, key, f"corrupted repeat {manifest.repeat}")
+        corrupted_scores.append(_score(retrieval, state, labels))
         log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
 
-    trained_on = trained.trained_on()
     identity = dataset.identity()
-    measured = measured_label(dataset, masks, backgrounds, seed, corrupted)
+    measured = measured_label(dataset, request, retrieval)
     meta = {
-        **trained.describe(),
+        **model.describe(),
         "dataset": dataset.name,
         "measured": measured,
         "dataset_identity": identity,
-        "same_dataset_as_training": None if trained_on is None else trained_on["identity"] == identity,
+        "same_dataset_as_training": None if trained_on is None or trained_on.identity is None
+        else trained_on.identity == identity,
         "split": split,
-        "protocol": config.protocol,
-        "fold": config.fold,
+        "protocol": protocol,
+        "fold": fold,
         "geometry": geometry.as_dict(),
-        "retrieval": "learned pairwise distance" if trained.method.learned_similarity else "exact squared L2",
+        "retrieval": retrieval.describe(),
     }
+    if retrieval.approximate:
+        meta["approximate"] = True
     if corrupted_sets:
         first = corrupted_sets[0][0]
         meta["corrupted_sets"] = {
-            "seed": seed,
+            "seed": request.seed,
             "pool": str(first.pool_dir),
             "pool_images": len(first.pool),
             "masks": str(masks_dir),
@@ -169,33 +173,31 @@ def evaluate(
         }
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
-    out_dir = trained.run.eval_dir(measured, split)
+    out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
     files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                            [images for _, images in corrupted_sets])
     return EvaluationResult(out_dir, report, files, clean, corrupted_scores, embedded)
 
 
-def measured_label(
-    dataset: Dataset,
-    masks: str | os.PathLike[str] | None,
-    backgrounds: str | os.PathLike[str] | None,
-    seed: int,
-    corrupted: bool,
-) -> str:
+def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
     """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and
-    for corrupted sets the masks folder, background pool and seed wherever they are not the defaults, so
-    two datasets, pools, mask models or seeds never write over each other's report."""
+    for corrupted sets the masks folder, background pool and seed wherever they are not the defaults, and an
+    approximate retrieval's shortlist, so two datasets, pools, mask models, seeds or searches never write
+    over each other's report."""
     from bgbias.data.items import default_masks_dir
     from bgbias.paths import backgrounds_root, located_key
 
     parts = [dataset.key]
-    if corrupted:
+    if request.corrupted:
+        masks, backgrounds = request.masks, request.backgrounds
         if masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
             parts.append(located_key("masks", masks))
         if backgrounds is not None and Path(backgrounds).resolve() != backgrounds_root().resolve():
             parts.append(located_key("bg", backgrounds))
-        if seed != 0:
-            parts.append(f"seed{seed}")
+        if request.seed != 0:
+            parts.append(f"seed{request.seed}")
+    if retrieval is not None and retrieval.approximate:
+        parts.append(f"shortlist{request.shortlist}")
     return "-".join(parts)
 
 
@@ -251,37 +253,41 @@ def corrupted_manifests(
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _probe_width(trained: TrainedModel, images: Any, amp: Any) -> int:
-    """The width of the model's per-image state, from one image of ``images``."""
+def _probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
+    """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
+    image of ``images``."""
     import torch
 
     from bgbias.engine.device import autocast
+    from bgbias.retrieval.state import named_arrays
 
-    pixels = images[0]["image"][None].to(trained.device).float().div_(255)
-    with torch.inference_mode(), autocast(trained.device, amp):
-        return int(trained.method.embed(pixels).shape[-1])
+    pixels = images[0]["image"][None].to(model.device).float().div_(255)
+    with torch.inference_mode(), autocast(model.device, model.amp):
+        return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
 
 
-def _cache_mismatch(embeddings: np.ndarray, count: int, width: int) -> str | None:
-    """Why cached embeddings cannot stand for ``count`` images of a model of ``width`` (None: they can)."""
-    if embeddings.shape != (count, width):
-        return f"shape {embeddings.shape}, expected {(count, width)}"
-    if embeddings.dtype != np.float32:
-        return f"dtype {embeddings.dtype}, expected float32"
-    if not np.isfinite(embeddings).all():
-        return "not every value is finite"
+def _cache_mismatch(
+    state: dict[str, np.ndarray], count: int, shapes: dict[str, tuple[int, ...]]
+) -> str | None:
+    """Why a cached state cannot stand for ``count`` images of a model whose arrays have ``shapes`` per image
+    (None: it can)."""
+    if set(state) != set(shapes):
+        return f"arrays {sorted(state)}, expected {sorted(shapes)}"
+    for name, array in state.items():
+        expected = (count, *shapes[name])
+        if array.shape != expected:
+            return f"shape {array.shape} of {name}, expected {expected}"
+        if array.dtype != np.float32:
+            return f"dtype {array.dtype} of {name}, expected float32"
+        if not np.isfinite(array).all():
+            return f"not every value of {name} is finite"
     return None
 
 
-def _score(trained: TrainedModel, embeddings: np.ndarray, labels: np.ndarray) -> RetrievalScores:
-    import torch
+def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray) -> RetrievalScores:
+    from bgbias.retrieval.metrics import score_embeddings
 
-    from bgbias.engine.metrics import score_embeddings
-
-    if trained.method.learned_similarity:
-        state = torch.from_numpy(embeddings).to(trained.device)
-        return score_embeddings(state, labels, distance=trained.method.pairwise_distance)
-    return score_embeddings(embeddings, labels)
+    return score_embeddings(state, labels, retrieval=retrieval)
 
 
 def _write_outputs(

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from bgbias.engine.retrieval import (
+from bgbias.errors import AssetError, BgbiasError, OptionError
+from bgbias.retrieval.search import (
     faiss_nearest_neighbours,
     nearest_neighbours,
     remove_self_matches,
     torch_nearest_neighbours,
 )
-from bgbias.errors import AssetError, BgbiasError, OptionError
 
 BACKENDS = ["faiss", "torch"]
 

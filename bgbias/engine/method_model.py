@@ -1,0 +1,78 @@
+"""A method's network as an :class:`~bgbias.methods.embedding_model.EmbeddingModel`: what a trained run is,
+and what a method trained in someone else's loop can be wrapped into to be scored and explained."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from bgbias.methods.base import ImageState, Method
+    from bgbias.methods.embedding_model import TrainedOn
+    from bgbias.models.input_convention import InputConvention
+    from bgbias.retrieval.retrievers import Retrieval
+
+
+class MethodBacked:
+    """The members of an embedding model that a :class:`~bgbias.methods.base.Method` answers itself."""
+
+    method: Method
+
+    @property
+    def convention(self) -> InputConvention:
+        return self.method.backbone.convention
+
+    def eval(self) -> MethodBacked:
+        self.method.eval()
+        return self
+
+    def embed(self, images: torch.Tensor) -> ImageState:
+        return self.method.embed(images)
+
+    def pairwise_distance(self, queries: ImageState, references: ImageState) -> torch.Tensor:
+        return self.method.pairwise_distance(queries, references)
+
+    def retrieval(self) -> Retrieval:
+        return self.method.retrieval()
+
+    def fingerprint(self) -> str:
+        """The digest of the method's weights and buffers (:func:`weights_sha256`)."""
+        return weights_sha256(self.method)
+
+
+@dataclass
+class MethodModel(MethodBacked):
+    """A method in memory on ``device``, its reports under ``home``; ``trained`` names its training data
+    where it is known."""
+
+    method: Method
+    device: torch.device
+    home: Path = Path(".")
+    amp: torch.dtype | None = None
+    trained: TrainedOn | None = None
+    about: dict[str, Any] = field(default_factory=dict)
+    """Anything else its reports should record."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": self.method.name, **self.about}
+
+    def trained_on(self) -> TrainedOn | None:
+        return self.trained
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """Checksum of a model's state (names, dtypes, shapes and bytes): equal for equal weights, whichever
+    checkpoint file or optimiser state they came with."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,96 @@
+"""What to measure a model on: one request shared by ``bgbias eval``, ``explain`` and ``study``.
+
+The command line, the study and library callers fill one :class:`MeasureRequest`; evaluation reads its data
+and corrupted-set fields, explanation its data and attribution fields. :func:`requested_split` turns its data
+fields into the images to score, defaulting to the dataset the model was trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bgbias.errors import DatasetError, OptionError
+
+if TYPE_CHECKING:
+    from bgbias.data.items import Dataset, Item
+    from bgbias.methods.embedding_model import EmbeddingModel
+
+DEFAULT_PROTOCOL, DEFAULT_FOLD = "fixed", 0
+"""The split protocol for a model whose training dataset is unknown: the paper's fixed split."""
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """Which images, and how to measure a model on them (every field has the command line's default)."""
+
+    # The images: a split of a dataset (default: the one the model was trained on, at its folder).
+    dataset: str | None = None
+    root: Path | None = None
+    split: str = "test"
+    masks: Path | None = None
+    """Saliency masks (default ``masks/<dataset>``): corrupted sets and foreground scores use them."""
+
+    # Evaluation: corrupted repeats fixed by ``seed``, from ``backgrounds`` (its ``test/`` pool).
+    corrupted: bool = False
+    repeats: int = 5
+    seed: int = 0
+    backgrounds: Path | None = None
+    manifests: Path | None = None
+    shortlist: int | None = None
+    """Rank by an L2 shortlist of this many images re-ranked by a learned distance (approximate)."""
+
+    # Attribution maps and foreground scores.
+    limit: int | None = None
+    """Score this many images spread evenly over the split instead of all."""
+    attribution: str = "smoothgrad"
+    attribution_options: dict[str, Any] = field(default_factory=dict)
+    attribution_seed: int = 0
+    gallery_count: int = 16
+    force: bool = False
+
+    # Running.
+    batch_size: int | None = None
+    """Images per forward pass (default: 64 for evaluation; 1 on the CPU, 8 on CUDA for attribution)."""
+    workers: int = 2
+    progress: bool = True
+
+    def replace(self, **changes: Any) -> MeasureRequest:
+        return dataclasses.replace(self, **changes)
+
+
+def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dataset, list[Item]]:
+    """The dataset and split items ``request`` names, under the split protocol and fold the model trained
+    with (the paper's fixed split for a model trained elsewhere).
+
+    Without ``request.dataset`` and ``request.root`` the dataset must still be the one the model was trained
+    on (the image ids and labels its run recorded): a changed or replaced folder is a ``DatasetError``, never
+    a score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
+    """
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+
+    trained = model.trained_on()
+    if trained is None:
+        if request.dataset is None:
+            raise OptionError("this model records no training dataset, so there is no default to score it on",
+                              fix="name the dataset (--dataset, and --root for its folder)")
+        dataset = open_dataset(request.dataset, request.root)
+        return dataset, split_items(dataset, request.split, DEFAULT_PROTOCOL, DEFAULT_FOLD)
+    asked_for_other = request.root is not None or request.dataset not in (None, trained.dataset)
+    name = request.dataset or trained.dataset
+    root = request.root
+    if root is None and name == trained.dataset:
+        root = trained.root
+    dataset = open_dataset(name, root)
+    if not asked_for_other and trained.identity is not None and dataset.identity() != trained.identity:
+        raise DatasetError(
+            f"the {dataset.name} dataset at {dataset.root} is not the one this run was trained on "
+            f"({len(dataset.items())} images now, {trained.images} then)",
+            path=trained.record,
+            fix="restore the dataset the run was trained on, or pass --dataset/--root to score the model on "
+                "this one on purpose",
+        )
+    return dataset, split_items(dataset, request.split, trained.protocol, trained.fold)

@@ -1,0 +1,84 @@
+"""What scoring and explaining a model need of it, whoever trained it.
+
+Evaluation, attribution maps and the study see a model only through :class:`EmbeddingModel`: how it embeds
+images, how its images are ranked, how it wants its input, an identity for caches and ledgers, and what a
+report says about it. A run trained by bgbias is one implementation (``bgbias.engine.trained.TrainedModel``);
+a model from elsewhere needs only these members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.base import ImageState
+    from bgbias.models.input_convention import InputConvention
+    from bgbias.retrieval.retrievers import Retrieval
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """The dataset a model was trained on, which evaluating it defaults to: its name, folder, split protocol
+    and fold, and (where recorded) the identity and image count of its image list then."""
+
+    dataset: str
+    root: Path | None
+    protocol: str = "fixed"
+    fold: int = 0
+    identity: str | None = None
+    images: int | None = None
+    record: Path | None = None
+    """The file that recorded it, named when the dataset has changed since."""
+
+
+@runtime_checkable
+class EmbeddingModel(Protocol):
+    """A model to score and explain (see the module docstring)."""
+
+    device: torch.device
+    """Where its tensors go: the images it embeds must be there."""
+
+    amp: torch.dtype | None
+    """The autocast dtype it embeds under (None: full precision)."""
+
+    home: Path
+    """The folder its reports and caches go under (a run's folder for runs bgbias trained)."""
+
+    @property
+    def convention(self) -> InputConvention:
+        """How float RGB in [0, 1] becomes the network's input (SmoothGrad adds its noise there)."""
+        ...
+
+    def eval(self) -> Any:
+        """Put the model in inference behaviour (batch-norm statistics, no dropout)."""
+        ...
+
+    def embed(self, images: torch.Tensor) -> ImageState:
+        """Each image's retrieval state from float RGB images in [0, 1] on :attr:`device`, independent of
+        the rest of the batch; differentiable where gradients are enabled."""
+        ...
+
+    def pairwise_distance(self, queries: ImageState, references: ImageState) -> torch.Tensor:
+        """(Nq, Nr) distances between image states, smaller for more alike."""
+        ...
+
+    def retrieval(self) -> Retrieval:
+        """How a set of its images is ranked."""
+        ...
+
+    def fingerprint(self) -> str:
+        """An identity of everything that decides its embeddings (e.g. a digest of its weights): equal
+        fingerprints promise equal embeddings, so caches and resumable ledgers are keyed by it."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What a report records about the model (JSON-able)."""
+        ...
+
+    def trained_on(self) -> TrainedOn | None:
+        """The dataset it was trained on, or None when unknown (then a dataset must be named)."""
+        ...

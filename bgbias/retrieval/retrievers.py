@@ -1,0 +1,151 @@
+"""How a model's images are ranked: one object the model supplies, used alike by validation and evaluation.
+
+As pytorch-metric-learning's ``AccuracyCalculator`` takes a ``knn_func``, scoring here takes a
+:class:`Retrieval`: given every image's state, each image's ``k`` nearest other images, nearest first.
+
+- :class:`ExactL2` (the default): exact squared L2 over one embedding per image, with faiss (or torch where
+  faiss is missing); on unit vectors it ranks as cosine similarity does.
+- :class:`LearnedDistance`: the model's own pairwise distance over all of its named per-image arrays, exact,
+  in bounded blocks with a streaming top-k (AVSL's graph similarity).
+- :class:`ShortlistRerank`: an exact-L2 shortlist by one array, re-ranked by the learned distance. It is
+  approximate (an item outside the shortlist is never found) and every report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from bgbias.errors import OptionError
+from bgbias.retrieval.search import (
+    BACKENDS,
+    Distance,
+    checked_k,
+    nearest_neighbours,
+    remove_self_matches,
+    torch_nearest_neighbours,
+)
+from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, take_rows
+
+
+@runtime_checkable
+class Retrieval(Protocol):
+    """Ranks a set of images against itself from their per-image state."""
+
+    approximate: bool
+    """True where a search may miss a nearer item (reports then label their scores approximate)."""
+
+    def neighbours(self, state: Any, k: int) -> np.ndarray:
+        """``(N, k)`` indices of each image's ``k`` nearest other images, nearest first; ``state`` is a
+        ``(N, D)`` array or a mapping of names to ``(N, …)`` arrays (numpy or torch)."""
+        ...
+
+    def describe(self) -> str:
+        """How the images were ranked, as reports state it."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExactL2:
+    """Exact squared L2 over the array ``key`` of the state, with ``backend`` faiss, torch or auto (faiss
+    where it is installed)."""
+
+    backend: str = "auto"
+    key: str = EMBEDDING
+    approximate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise OptionError(f"unknown retrieval backend {self.backend!r}",
+                              fix=f"use one of {', '.join(BACKENDS)}")
+
+    def neighbours(self, state: Any, k: int) -> np.ndarray:
+        return nearest_neighbours(_array(state, self.key), k, backend=self.backend)
+
+    def describe(self) -> str:
+        return "exact squared L2"
+
+
+@dataclass(frozen=True)
+class LearnedDistance:
+    """Exact ranking by ``distance`` (the model's pairwise distance) on ``device``, in blocks of
+    ``query_rows`` × ``reference_rows`` (default: about 2**26 entries) so memory stays bounded.
+
+    ``shortlist_key`` names the array an approximate :class:`ShortlistRerank` may shortlist by.
+    """
+
+    distance: Distance
+    device: Any = None
+    query_rows: int | None = None
+    reference_rows: int | None = None
+    shortlist_key: str = EMBEDDING
+    approximate: bool = False
+
+    def neighbours(self, state: Any, k: int) -> np.ndarray:
+        return torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.distance,
+                                        device=self.device, query_rows=self.query_rows,
+                                        reference_rows=self.reference_rows)
+
+    def describe(self) -> str:
+        return "learned pairwise distance"
+
+
+@dataclass(frozen=True)
+class ShortlistRerank:
+    """Each image's ``shortlist`` nearest by exact squared L2 over ``exact.shortlist_key``, re-ranked by
+    ``exact``'s learned distance; approximate unless the shortlist holds every other image."""
+
+    exact: LearnedDistance
+    shortlist: int
+    approximate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.shortlist < 1:
+            raise OptionError(f"a shortlist of {self.shortlist} images is too short",
+                              fix="use a shortlist of at least the largest class size")
+
+    def neighbours(self, state: Any, k: int) -> np.ndarray:
+        import torch
+
+        arrays = named_arrays(state)
+        k = checked_k(state, k)
+        size = min(max(self.shortlist, k), len(_array(state, self.exact.shortlist_key)) - 1)
+        candidates = nearest_neighbours(_array(state, self.exact.shortlist_key), size)
+        on = {name: torch.as_tensor(array).to(self.exact.device) for name, array in arrays.items()}
+        ranked = np.empty((len(candidates), k + 1), dtype=np.int64)
+        with torch.inference_mode():
+            for query, row in enumerate(candidates):
+                # The query itself leads its list, as in the exact searches, so self-removal is the same.
+                pool = np.concatenate([[query], row])
+                distances = self.exact.distance(model_form(take_rows(on, slice(query, query + 1))),
+                                                model_form(take_rows(on, torch.from_numpy(pool))))
+                order = distances[0].float().argsort(stable=True)[: k + 1].cpu().numpy()
+                ranked[query] = pool[order]
+        return remove_self_matches(ranked)
+
+    def describe(self) -> str:
+        return (f"approximate: a shortlist of {self.shortlist} by exact squared L2 on "
+                f"{self.exact.shortlist_key!r}, re-ranked by the learned pairwise distance")
+
+
+def with_shortlist(retrieval: Retrieval, shortlist: int | None) -> Retrieval:
+    """``retrieval`` with an approximate shortlist of ``shortlist`` images (None: unchanged); only a
+    learned distance has anything to gain from one."""
+    if shortlist is None:
+        return retrieval
+    if not isinstance(retrieval, LearnedDistance):
+        raise OptionError(f"a shortlist only serves a learned distance; this model ranks by "
+                          f"{retrieval.describe()}, which is exact and fast already",
+                          fix="leave out --shortlist")
+    return ShortlistRerank(retrieval, shortlist)
+
+
+def _array(state: Any, key: str) -> Any:
+    arrays = named_arrays(state)
+    if key not in arrays:
+        raise OptionError(f"the per-image state has no array {key!r} (it has {', '.join(sorted(arrays))})",
+                          fix="rank by one of the arrays the model returns")
+    return arrays[key]
+

@@ -1,0 +1,94 @@
+"""The retrieval objects a model supplies: exact L2, a learned distance over named arrays, and the approximate
+shortlist re-rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bgbias.errors import OptionError
+from bgbias.retrieval.metrics import score_embeddings
+from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank, with_shortlist
+from bgbias.retrieval.search import nearest_neighbours
+
+
+def _levels(count: int = 40) -> dict[str, np.ndarray]:
+    """A state of several named arrays, as AVSL keeps: two level embeddings and a certainty per image."""
+    rng = np.random.default_rng(0)
+    return {
+        "embedding": rng.normal(size=(count, 6)).astype(np.float32),
+        "level1": rng.normal(size=(count, 3)).astype(np.float32),
+        "certainty": rng.uniform(0.1, 1.0, size=count).astype(np.float32),
+    }
+
+
+def _weighted(queries, references):
+    """A distance that needs every array: certainty-weighted sum of the two levels' squared L2."""
+    first = torch.cdist(queries["embedding"], references["embedding"]) ** 2
+    second = torch.cdist(queries["level1"], references["level1"]) ** 2
+    return first + queries["certainty"][:, None] * references["certainty"][None, :] * second
+
+
+def _brute_force(state, k):
+    tensors = {name: torch.from_numpy(array) for name, array in state.items()}
+    full = _weighted(tensors, tensors).numpy()
+    np.fill_diagonal(full, np.inf)
+    return np.argsort(full, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize(("query_rows", "reference_rows"), [(7, 5), (40, 40), (1, 3)])
+def test_a_learned_distance_over_named_arrays_streams_to_the_exact_ranking(query_rows, reference_rows):
+    state = _levels()
+    ranked = LearnedDistance(_weighted, query_rows=query_rows, reference_rows=reference_rows).neighbours(state, 5)
+    assert np.array_equal(ranked, _brute_force(state, 5))
+
+
+def test_a_full_shortlist_re_ranks_to_the_exact_ranking():
+    state = _levels()
+    exact = LearnedDistance(_weighted)
+    assert np.array_equal(ShortlistRerank(exact, shortlist=39).neighbours(state, 5), exact.neighbours(state, 5))
+
+
+def test_a_short_shortlist_only_finds_what_the_l2_search_put_on_it():
+    state = _levels()
+    reranked = ShortlistRerank(LearnedDistance(_weighted), shortlist=8).neighbours(state, 3)
+    candidates = nearest_neighbours(state["embedding"], 8)
+    assert all(set(row) <= set(pool) for row, pool in zip(reranked, candidates, strict=True))
+    assert reranked.shape == (40, 3)
+
+
+def test_approximate_retrieval_says_so():
+    shortlisted = with_shortlist(LearnedDistance(_weighted), 10)
+    assert shortlisted.approximate and "approximate" in shortlisted.describe()
+    assert not ExactL2().approximate and not LearnedDistance(_weighted).approximate
+    assert with_shortlist(ExactL2(), None) == ExactL2()
+
+
+def test_a_shortlist_for_an_exact_l2_search_is_refused():
+    with pytest.raises(OptionError, match="only serves a learned distance"):
+        with_shortlist(ExactL2(), 10)
+
+
+def test_scores_of_a_named_state_use_every_array():
+    state = _levels()
+    labels = np.arange(40) % 4
+    learned = score_embeddings(state, labels, retrieval=LearnedDistance(_weighted))
+    knn = _brute_force(state, 9)
+    assert np.array_equal(learned.neighbours, knn)
+    plain = score_embeddings(state, labels)  # ExactL2 over the "embedding" array only
+    assert np.array_equal(plain.neighbours, nearest_neighbours(state["embedding"], 9))
+
+
+def test_arrays_of_other_lengths_or_non_finite_values_are_refused():
+    state = _levels()
+    with pytest.raises(OptionError, match="one row per image"):
+        LearnedDistance(_weighted).neighbours({**state, "certainty": state["certainty"][:5]}, 3)
+    broken = {**state, "level1": np.full_like(state["level1"], np.nan)}
+    with pytest.raises(Exception, match="'level1' contains NaN"):
+        LearnedDistance(_weighted).neighbours(broken, 3)
+
+
+def test_exact_l2_needs_the_array_it_ranks_by():
+    with pytest.raises(OptionError, match="no array 'level2'"):
+        ExactL2(key="level2").neighbours(_levels(), 3)
