@@ -37,9 +37,9 @@ from bgbias.augment.background_crops import (
 from bgbias.augment.mask_check import load_matching_mask, saliency_masks
 from bgbias.augment.render_ledger import (
     LEDGER_NAME,
+    RENDER_LEDGER,
     RenderRecord,
     claim_out_dir,
-    record_line,
     write_ledger,
 )
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
@@ -588,7 +588,7 @@ def _render_into(
     written = kept = 0
     with (
         tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
-        ledger.open("a", encoding="utf-8") as log,
+        RENDER_LEDGER.log(ledger) as log,
     ):
         for name in sorted(jobs):
             background: Image.Image | None = None
@@ -607,8 +607,7 @@ def _render_into(
                     png = _png_bytes(render_entry(image, mask, background, entry, manifest.geometry)[2])
                     write_bytes_atomic(target, png)
                     record = RenderRecord(item.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
-                    log.write(record_line(record.to_json()))
-                    log.flush()
+                    log.append(record)
                     written += 1
                 records[item.id] = record
                 bar.update()

@@ -5,20 +5,18 @@ A rendered image is kept on resume only while all three digests still hold, so a
 or a photo that has changed since is rendered again, and so is a PNG changed by hand. Lines are appended and
 flushed as images finish; a torn or malformed line is ignored on reading (that image is rendered again). At
 the end the file is rewritten atomically in manifest order, so a resumed run ends with the same bytes as an
-uninterrupted one.
+uninterrupted one. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bgbias.assets.digest import is_sha256
-from bgbias.errors import OptionError
-from bgbias.fileio import write_text_atomic
+from bgbias.ledger import Ledger
 
 LEDGER_NAME = "render.jsonl"
 LEDGER_FORMAT = "bgbias-corrupted-render"
@@ -54,6 +52,10 @@ def ledger_header(manifest_sha256: str) -> dict[str, Any]:
     return {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "manifest_sha256": manifest_sha256}
 
 
+RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.to_json, RenderRecord.from_json)
+"""``render.jsonl``: the header of :func:`ledger_header`, then :class:`RenderRecord` lines, canonical JSON."""
+
+
 def claim_out_dir(out_dir: Path, manifest_sha256: str, force: bool) -> dict[str, RenderRecord]:
     """The records already in ``out_dir`` for this manifest (by id), ready to be appended to.
 
@@ -61,57 +63,16 @@ def claim_out_dir(out_dir: Path, manifest_sha256: str, force: bool) -> dict[str,
     ``force``, which starts a fresh ledger (every image is then rendered again). The ledger is written before
     the first image, so every PNG in the folder belongs to it.
     """
-    path = Path(out_dir) / LEDGER_NAME
-    if not force:
-        previous = read_ledger(path)
-        if previous is not None:
-            header, records = previous
-            if record_line(header) == record_line(ledger_header(manifest_sha256)):  # 1 and true differ
-                return records
-            raise OptionError(
-                "the output folder holds a render of another corrupted-set manifest",
-                path=path,
-                fix="pass another output folder, or --force to render every image again",
-            )
-        if Path(out_dir).is_dir() and any(Path(out_dir).iterdir()):
-            raise OptionError(
-                "the output folder is not empty and holds no render of a corrupted set",
-                path=out_dir,
-                fix="pass another output folder, or --force to render every image again",
-            )
-    write_ledger(path, manifest_sha256, [])
-    return {}
-
-
-def read_ledger(path: Path) -> tuple[Any, dict[str, RenderRecord]] | None:
-    """``(header, records by id)`` of a ledger (a later line wins; torn or malformed lines are skipped);
-    ``None`` when the file is missing or its first line is not JSON."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return None
-    try:
-        header = json.loads(lines[0])
-    except (IndexError, ValueError):
-        return None
-    records: dict[str, RenderRecord] = {}
-    for line in lines[1:]:
-        try:
-            record = RenderRecord.from_json(json.loads(line))
-        except ValueError:
-            continue
-        if record is not None:
-            records[record.id] = record
-    return header, records
+    return RENDER_LEDGER.claim(
+        Path(out_dir) / LEDGER_NAME,
+        ledger_header(manifest_sha256),
+        force=force,
+        other=lambda _header: "the output folder holds a render of another corrupted-set manifest",
+        foreign="the output folder is not empty and holds no render of a corrupted set",
+        fix="pass another output folder, or --force to render every image again",
+    )
 
 
 def write_ledger(path: Path, manifest_sha256: str, records: Iterable[RenderRecord]) -> None:
     """Rewrite a ledger atomically: the header, then ``records`` in the given order (the canonical form)."""
-    lines = [ledger_header(manifest_sha256), *(record.to_json() for record in records)]
-    write_text_atomic(path, "".join(record_line(line) for line in lines))
-
-
-def record_line(data: Any) -> str:
-    """One canonical JSON line (sorted keys, no spaces): equal content, equal bytes."""
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
-
+    RENDER_LEDGER.write(path, records, header=ledger_header(manifest_sha256))

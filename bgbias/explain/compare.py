@@ -35,7 +35,7 @@ def compare_attributions(
     from bgbias.engine.config import load_run_config
     from bgbias.engine.run_dir import open_run_dir
     from bgbias.explain.heatmap import attribution_gallery
-    from bgbias.explain.records import RECORDS_NAME, read_ledger
+    from bgbias.explain.records import RECORDS_NAME, SCORE_LEDGER
     from bgbias.explain.run import (
         SCORES_CSV,
         SUMMARY_JSON,
@@ -64,7 +64,7 @@ def compare_attributions(
                           fix="explain every run with the same --limit and --gallery settings")
     picked = [shared[i] for i in evenly_spread(len(shared), count)]
     labels = [run_label(c.method, c.bgaugment.enabled) for c in configs]
-    scores = [read_ledger(folder / RECORDS_NAME)[1] for folder in folders]
+    scores = [SCORE_LEDGER.read(folder / RECORDS_NAME)[1] for folder in folders]
     geometry = eval_geometry(dataset.name)
     images, masks, maps = [], [], {label: [] for label in labels}
     captions = []

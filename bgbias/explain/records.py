@@ -5,7 +5,7 @@ being killed. Lines are appended and flushed as images finish; a torn last line 
 header names everything that changes the numbers (model weights, attribution and its options, seed,
 geometry, images, masks), so a re-run resumes only into results it would itself have produced. At the end
 the file is rewritten atomically in item order, so a resumed run ends with the same bytes as an
-uninterrupted one.
+uninterrupted one. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import OptionError
-from bgbias.fileio import reporting_write_errors, write_text_atomic
+from bgbias.ledger import Ledger, differing_keys
 
 if TYPE_CHECKING:
     from torch import nn
@@ -77,84 +76,38 @@ def model_sha256(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def ledger_header(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The first line: the settings every score of the folder was made with."""
+    return {"settings": settings}
+
+
+SCORE_LEDGER: Ledger[ImageScore] = Ledger(
+    ImageScore.to_json, ImageScore.from_json, dumps=partial(json.dumps, sort_keys=True)
+)
+"""``records.jsonl``: the header of :func:`ledger_header`, then :class:`ImageScore` lines (sorted keys, the
+default separators ledgers of earlier versions were written with)."""
+
+
 def claim_out_dir(out_dir: Path, settings: Mapping[str, Any], force: bool) -> dict[str, ImageScore]:
     """The scores already in ``out_dir`` for these ``settings`` (by id), ready to be appended to.
 
     A ledger of other settings, or a non-empty folder without a ledger, is an ``OptionError`` unless
     ``force``, which starts a fresh ledger.
     """
-    path = Path(out_dir) / RECORDS_NAME
-    if not force:
-        previous = read_ledger(path)
-        if previous is not None:
-            old_settings, scores = previous
-            if old_settings == settings:
-                return scores
-            keys = {*settings, *old_settings}
-            differing = sorted(key for key in keys if settings.get(key) != old_settings.get(key))
-            raise OptionError(
-                f"the output folder holds explain results made with other settings ({', '.join(differing)})",
-                path=path,
-                fix="pass another output folder, or --force (force=True) to discard them and start over",
-            )
-        if Path(out_dir).is_dir() and any(Path(out_dir).iterdir()):
-            raise OptionError(
-                "the output folder is not empty and holds no explain results",
-                path=out_dir,
-                fix="pass a new or empty output folder, or --force (force=True) to write into this one",
-            )
-    write_text_atomic(path, _header(settings))
-    return {}
-
-
-def read_ledger(path: Path) -> tuple[dict[str, Any], dict[str, ImageScore]] | None:
-    """``(settings, scores by id)`` of a ledger (a later line wins, torn lines are skipped); ``None`` when the
-    file is missing or does not start with a settings header."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return None
-    try:
-        header = json.loads(lines[0])
-        settings = header["settings"]
-    except (IndexError, ValueError, KeyError, TypeError):
-        return None
-    scores: dict[str, ImageScore] = {}
-    for line in lines[1:]:
-        try:
-            score = ImageScore.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            continue
-        scores[score.id] = score
-    return settings, scores
+    return SCORE_LEDGER.claim(
+        Path(out_dir) / RECORDS_NAME,
+        ledger_header(settings),
+        force=force,
+        other=lambda header: _other_settings(header, settings),
+        foreign=_NO_RESULTS,
+        fix="pass another output folder, or --force (force=True) to discard them and start over",
+        foreign_fix="pass a new or empty output folder, or --force (force=True) to write into this one",
+    )
 
 
 def write_ledger(path: Path, settings: Mapping[str, Any], scores: Sequence[ImageScore]) -> None:
     """Rewrite a ledger atomically: the header, then the scores in the given order (the canonical form)."""
-    write_text_atomic(path, _header(settings) + "".join(_line(score) for score in scores))
-
-
-class ScoreLog:
-    """Append-only writer of a ledger's score lines; each line is flushed as soon as it is written."""
-
-    def __init__(self, path: Path):
-        with reporting_write_errors(path):
-            self._handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
-
-    def append(self, score: ImageScore) -> None:
-        self._handle.write(_line(score))
-        self._handle.flush()
-
-    def close(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-
-    def __enter__(self) -> ScoreLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    SCORE_LEDGER.write(path, scores, header=ledger_header(settings))
 
 
 def normalised_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,12 +116,17 @@ def normalised_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(settings, sort_keys=True))
 
 
-def _header(settings: Mapping[str, Any]) -> str:
-    return json.dumps({"settings": settings}, sort_keys=True) + "\n"
+_NO_RESULTS = "the output folder is not empty and holds no explain results"
 
 
-def _line(score: ImageScore) -> str:
-    return json.dumps(score.to_json(), sort_keys=True) + "\n"
+def _other_settings(header: Any, settings: Mapping[str, Any]) -> str:
+    """Why a folder whose ledger starts with ``header`` is refused: the settings that differ, or that it is
+    no explain ledger at all."""
+    old = header.get("settings") if isinstance(header, dict) else None
+    if not isinstance(old, dict):
+        return _NO_RESULTS
+    differing = ", ".join(differing_keys(old, settings))
+    return f"the output folder holds explain results made with other settings ({differing})"
 
 
 def _number(value: float) -> float | None:

@@ -47,8 +47,8 @@ from bgbias.explain.records import (
     MASK_SOURCES,
     RECORDS_NAME,
     SALIENCY,
+    SCORE_LEDGER,
     ImageScore,
-    ScoreLog,
     claim_out_dir,
     model_sha256,
     normalised_settings,
@@ -142,7 +142,7 @@ def explain_items(
     # Batches keep their place in the item list, so a resumed run sees the batches an uninterrupted one did.
     batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
     step = _Step(method, attributor, items, masks, geometry, dataset_name, device, seed)
-    with ScoreLog(out_dir / RECORDS_NAME) as log, tqdm(
+    with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as log, tqdm(
         total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
     ) as bar:
         for batch in batches:

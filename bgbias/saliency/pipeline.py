@@ -38,14 +38,13 @@ from bgbias.saliency.quality import (
 )
 from bgbias.saliency.records import (
     MANIFEST_NAME,
+    MASK_LEDGER,
     MaskRecord,
-    RecordLog,
     build_manifest,
     check_settings,
     manifest_lock,
     mask_settings,
     read_all_records,
-    read_records,
     record_files,
     records_path,
     shard_lock,
@@ -202,7 +201,8 @@ def write_masks(
     with shard_lock(out_dir, shard):
         with manifest_lock(out_dir):
             check_settings(out_dir, settings)
-            write_records(log_path, read_records(log_path).values())  # canonical; drops a torn last line
+            # The canonical form; drops a torn last line.
+            write_records(log_path, MASK_LEDGER.read_records(log_path).values())
             sweep_stale_temps([out_dir / MANIFEST_NAME, out_dir / QUALITY_NAME])
             known = read_all_records(out_dir)
             _write_manifest(out_dir, items, known, session, empty_below)
@@ -213,7 +213,7 @@ def write_masks(
         counts = {"made": 0, "remade": 0, "kept": 0, "empty": 0}
         failures: list[MaskRecord] = []
         started = time.perf_counter()
-        log = RecordLog(log_path)
+        log = MASK_LEDGER.log(log_path)
         outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
         try:
             for record, outcome in outcomes:
@@ -230,7 +230,7 @@ def write_masks(
             outcomes.close()
             log.close()
         seconds = time.perf_counter() - started
-        write_records(log_path, read_records(log_path).values())
+        write_records(log_path, MASK_LEDGER.read_records(log_path).values())
         with manifest_lock(out_dir):
             known = read_all_records(out_dir)
             manifest = _write_manifest(out_dir, items, known, session, empty_below)

@@ -4,7 +4,8 @@ that summarises every record file of the folder.
 During a run the record file is only appended to (a line per finished image, flushed at once), so a killed run
 loses at most the line being written; a torn last line is ignored on reading. At the end of a run the file is
 rewritten atomically in id order, and the manifest is derived from the records alone, so an interrupted and
-resumed run ends with the same bytes as an uninterrupted one.
+resumed run ends with the same bytes as an uninterrupted one. Reading, appending and rewriting are
+:mod:`bgbias.ledger`'s.
 
 A record names the sha256 of the image (and ground truth) it was made from, so a rerun can tell a mask of the
 current image from one of an image since replaced under the same name.
@@ -23,12 +24,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from bgbias import __version__
 from bgbias.data.items import Item
 from bgbias.errors import BgbiasError, BusyError, OptionError
-from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic, write_json_atomic
+from bgbias.fileio import exclusive_lock, write_json_atomic
+from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
 
@@ -130,20 +132,10 @@ def record_files(out_dir: Path) -> list[Path]:
     return sorted(folder.glob("shard-*-of-*.jsonl")) if folder.is_dir() else []
 
 
-def read_records(path: Path) -> dict[str, MaskRecord]:
-    """The records of one file by id (a later line wins); lines a killed writer left torn are skipped."""
-    records: dict[str, MaskRecord] = {}
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return records
-    for line in text.splitlines():
-        try:
-            record = MaskRecord.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            continue
-        records[record.id] = record
-    return records
+MASK_LEDGER: Ledger[MaskRecord] = Ledger(MaskRecord.to_json, MaskRecord.from_json)
+"""A shard's record file: no header (the folder's manifest holds the settings), one canonical JSON line per
+image; any image id can be written, also one that is not valid UTF-8. Reading skips lines a killed writer left
+torn, and a later line of an id wins."""
 
 
 def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
@@ -151,7 +143,7 @@ def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
     layout may have retried it), otherwise the file later in name order wins."""
     merged: dict[str, MaskRecord] = {}
     for path in record_files(out_dir):
-        for image_id, record in read_records(path).items():
+        for image_id, record in MASK_LEDGER.read_records(path).items():
             previous = merged.get(image_id)
             if previous is None or record.ok or not previous.ok:
                 merged[image_id] = record
@@ -176,34 +168,7 @@ def stale_masks(items: Sequence[Item], out_dir: Path) -> list[Item]:
 
 def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
     """Rewrite a record file atomically, one line per image in id order (the canonical form)."""
-    lines = [_line(record) for record in sorted(records, key=lambda record: record.id)]
-    write_bytes_atomic(path, b"".join(lines))
-
-
-class RecordLog:
-    """Append-only writer of one record file; every line is flushed as soon as it is written.
-
-    Used from one thread only (the pipeline's main thread).
-    """
-
-    def __init__(self, path: Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._handle: BinaryIO = open(path, "ab")  # noqa: SIM115 (closed by close())
-
-    def append(self, record: MaskRecord) -> None:
-        self._handle.write(_line(record))
-        self._handle.flush()
-
-    def close(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-
-
-def _line(record: MaskRecord) -> bytes:
-    """One record as a line of JSON; any image id can be written, also one that is not valid UTF-8."""
-    text = json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return json_bytes(text + "\n")
+    MASK_LEDGER.write(path, sorted(records, key=lambda record: record.id))
 
 
 def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
@@ -278,9 +243,7 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
         return
     previous = manifest.get("settings", {})
     if previous != dict(settings):
-        differ = sorted(
-            key for key in set(previous) | set(settings) if previous.get(key) != settings.get(key)
-        )
+        differ = differing_keys(previous, settings)
         raise OptionError(
             f"the masks in this folder were made with other settings ({', '.join(differ)}: "
             f"{', '.join(f'{previous.get(k)!r} there, {settings.get(k)!r} now' for k in differ)})",

@@ -7,11 +7,10 @@ import json
 from bgbias.errors import ImageError
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.records import (
+    MASK_LEDGER,
     MaskRecord,
-    RecordLog,
     build_manifest,
     read_all_records,
-    read_records,
     records_path,
     write_manifest,
     write_records,
@@ -34,11 +33,11 @@ FAILED = MaskRecord.failure("b.jpg", ImageError("not an image", path="b.jpg", fi
 
 def test_records_round_trip_through_a_file(tmp_path):
     path = tmp_path / "r.jsonl"
-    log = RecordLog(path)
+    log = MASK_LEDGER.log(path)
     log.append(DONE)
     log.append(FAILED)
     log.close()
-    assert read_records(path) == {"a.jpg": DONE, "b.jpg": FAILED}
+    assert MASK_LEDGER.read_records(path) == {"a.jpg": DONE, "b.jpg": FAILED}
 
 
 def test_a_torn_last_line_is_ignored_and_rewriting_drops_it(tmp_path):
@@ -47,19 +46,19 @@ def test_a_torn_last_line_is_ignored_and_rewriting_drops_it(tmp_path):
     assert path.read_text().splitlines()[0].startswith('{"empty":false,"id":"a.jpg","image_sha256":"aaa')
     with path.open("a") as handle:
         handle.write('{"id": "c.jpg", "sta')
-    assert set(read_records(path)) == {"a.jpg", "b.jpg"}
-    write_records(path, read_records(path).values())
+    assert set(MASK_LEDGER.read_records(path)) == {"a.jpg", "b.jpg"}
+    write_records(path, MASK_LEDGER.read_records(path).values())
     assert path.read_text().count("\n") == 2 and path.read_text().endswith("}\n")
 
 
 def test_a_later_line_wins_within_a_file(tmp_path):
     path = tmp_path / "r.jsonl"
     retried = MaskRecord("b.jpg", ok=True, size=(1, 1))
-    log = RecordLog(path)
+    log = MASK_LEDGER.log(path)
     log.append(FAILED)
     log.append(retried)
     log.close()
-    assert read_records(path)["b.jpg"] == retried
+    assert MASK_LEDGER.read_records(path)["b.jpg"] == retried
 
 
 def test_across_shard_files_a_mask_beats_a_failure(tmp_path):
@@ -75,15 +74,15 @@ def test_an_id_that_is_not_utf8_round_trips_through_records_and_manifest(tmp_pat
     done = MaskRecord(odd, ok=True, size=(4, 3), image_sha256="c" * 64)
     failed = MaskRecord.failure("caf\udce9.png", ImageError("not an image", path=odd, fix="replace it"))
     path = records_path(tmp_path, (0, 1))
-    log = RecordLog(path)
+    log = MASK_LEDGER.log(path)
     log.append(done)
     log.append(failed)
     log.close()
-    assert read_records(path) == {done.id: done, failed.id: failed}
-    write_records(path, read_records(path).values())
-    assert read_records(path) == {done.id: done, failed.id: failed}
+    assert MASK_LEDGER.read_records(path) == {done.id: done, failed.id: failed}
+    write_records(path, MASK_LEDGER.read_records(path).values())
+    assert MASK_LEDGER.read_records(path) == {done.id: done, failed.id: failed}
     assert "\\udce9" in path.read_text(encoding="utf-8")  # a JSON escape: the file stays valid UTF-8
 
-    manifest = build_manifest([done.id, failed.id], read_records(path), fake_info(), 0.5, ["r"])
+    manifest = build_manifest([done.id, failed.id], MASK_LEDGER.read_records(path), fake_info(), 0.5, ["r"])
     saved = json.loads(write_manifest(tmp_path, manifest).read_text(encoding="utf-8"))
     assert saved["failures"] == [{"id": failed.id, "error": "not an image", "fix": "replace it"}]
