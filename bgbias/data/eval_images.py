@@ -15,7 +15,8 @@ from typing import Any
 
 from PIL import Image
 
-from bgbias.augment.corrupt import CorruptedEntry, CorruptedManifest, load_pair, remake_command, render_entry
+from bgbias.augment.manifests import CorruptedEntry, CorruptedManifest, remake_command
+from bgbias.augment.render import load_pair, render_entry
 from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry, eval_transform

@@ -22,7 +22,7 @@ from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
 from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
-    from bgbias.augment.corrupt import CorruptedManifest
+    from bgbias.augment.manifests import CorruptedManifest
     from bgbias.data.items import Dataset
     from bgbias.data.transforms import EvalGeometry
     from bgbias.engine.metrics import RetrievalScores
@@ -72,7 +72,7 @@ def evaluate(
     its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
-    from bgbias.augment.corrupt import ids_sha256
+    from bgbias.augment.manifests import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import CorruptedImages, EvalImages
     from bgbias.data.items import default_masks_dir
@@ -216,7 +216,7 @@ def corrupted_manifests(
     written, so a manifest made with another pool is reported, never silently replaced; each must be the
     split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
-    from bgbias.augment.corrupt import (
+    from bgbias.augment.manifests import (
         default_manifest_dir,
         load_manifest,
         make_corrupted_manifests,

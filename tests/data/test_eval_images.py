@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, remake_command, render_entry
+from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, remake_command
+from bgbias.augment.render import render_entry
 from bgbias.data import eval_images
 from bgbias.data.eval_images import CorruptedImages, EvalImages
 from bgbias.data.images import load_image, load_mask
