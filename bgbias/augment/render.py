@@ -22,7 +22,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.augment.background_crops import BackgroundCrop, apply_crop
 from bgbias.augment.gallery import evenly_spread, write_gallery
 from bgbias.augment.manifests import CorruptedEntry, CorruptedManifest, load_manifest
-from bgbias.augment.mask_check import load_matching_mask, saliency_masks
+from bgbias.augment.mask_check import saliency_masks
 from bgbias.augment.render_ledger import (
     LEDGER_NAME,
     RenderRecord,
@@ -30,7 +30,7 @@ from bgbias.augment.render_ledger import (
     record_line,
     write_ledger,
 )
-from bgbias.data.images import load_image
+from bgbias.data.images import load_image, load_matching_mask
 from bgbias.data.items import Dataset, Item, mask_path
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
