@@ -72,9 +72,10 @@ def evaluate(
     its ``test/``) feed the corrupted sets, whose manifests live in ``manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
+    from bgbias.augment.corrupted_images import CorruptedImages
     from bgbias.augment.manifests import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
-    from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.device import resolve_amp
