@@ -344,7 +344,8 @@ def corrupt(
     force: bool,
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
-    from bgbias.augment.corrupt import make_corrupted_manifests, render_corrupted_sets
+    from bgbias.augment.manifests import make_corrupted_manifests
+    from bgbias.augment.render import render_corrupted_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 

@@ -188,7 +188,7 @@ def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
 
 
 def _installed_sources(home: str | os.PathLike[str] | None) -> list[Any]:
-    from bgbias.assets.store import background_sources
+    from bgbias.backgrounds.sources import background_sources
 
     sources = background_sources(home)
     if not sources:

@@ -23,7 +23,6 @@ from pathlib import Path
 from bgbias import __version__
 from bgbias.assets.catalog import CATALOG, AssetSpec, FileMember, TreeMember
 from bgbias.assets.digest import select_tree_files, sha256_file, tree_digest
-from bgbias.backgrounds.sources import PhotoSource
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import bgbias_home
@@ -211,24 +210,6 @@ def u2net_model_path(model: str = "u2netp", *, home: str | os.PathLike[str] | No
         f"the U²-Net model {model}.onnx was not found; looked in: {places}",
         fix=f"{fetch}put {model}.onnx in $U2NET_HOME (rembg downloads it there itself when online)",
     )
-
-
-def background_sources(
-    home: str | os.PathLike[str] | None = None, *, catalog: Catalog = CATALOG
-) -> list[PhotoSource]:
-    """Every background image of the installed background assets, with origin, licence, kind and family."""
-    resolved = resolve_home(home)
-    sources = []
-    for spec in catalog.values():
-        if not spec.backgrounds or not check_asset(spec, resolved, verify=False).present:
-            continue
-        root = install_root(spec, resolved)
-        for member in spec.backgrounds:
-            info = member.background
-            assert info is not None
-            origin = f"{spec.source.describe()}:{member.source}"
-            sources.append(PhotoSource(root / member.target, origin, info.licence, info.kind, info.family))
-    return sources
 
 
 def sweep_stale_temps(spec: AssetSpec, home: Path) -> None:

@@ -1,7 +1,8 @@
 """A gallery of a corrupted set for a person to look at: rows of image | mask | corrupted image, PIL only.
 
 Numbers cannot show a mask that cuts off a bird's head or a background crop that is all one colour; a sheet of
-a few dozen rows can. Rows are laid out in side-by-side groups so the sheet stays roughly square.
+a few dozen rows can. Rows are laid out in side-by-side groups so the sheet stays roughly square. The rows of
+a corrupted set are rendered by :func:`bgbias.augment.render.manifest_gallery`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from bgbias.augment.corrupt import CorruptedManifest, load_pair, render_entry
-from bgbias.data.images import load_image
-from bgbias.data.items import Dataset
-from bgbias.data.splits import split_items
 from bgbias.fileio import write_bytes_atomic
 
 COLUMNS = ("image", "mask", "corrupted")
@@ -70,29 +67,6 @@ def write_gallery(
     gallery_image(rows, captions, cell, groups).save(buffer, format="PNG")
     write_bytes_atomic(path, buffer.getvalue())
     return Path(path)
-
-
-def manifest_gallery(
-    dataset: Dataset,
-    manifest: CorruptedManifest,
-    masks_dir: Path,
-    path: Path,
-    count: int = 24,
-    cell: int = 128,
-    groups: int = 2,
-) -> Path:
-    """A gallery of ``count`` images spread evenly over a corrupted set (a ``CorruptedManifest``)."""
-    by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
-    entries = manifest.entries
-    picks = evenly_spread(len(entries), count)
-    rows, captions = [], []
-    for index in picks:
-        entry = entries[index]
-        image, mask = load_pair(by_id[entry.id], Path(masks_dir), dataset.name)
-        background = load_image(manifest.pool_dir / entry.background)
-        rows.append(render_entry(image, mask, background, entry, manifest.geometry))
-        captions.append(f"{entry.id} | {entry.background}{' (flipped)' if entry.flip else ''}")
-    return write_gallery(path, rows, captions, cell, groups)
 
 
 def evenly_spread(count: int, wanted: int) -> list[int]:

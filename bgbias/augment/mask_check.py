@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from PIL import Image
-
-from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.errors import ImageError
@@ -41,16 +38,3 @@ def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) ->
             fix=f"run `bgbias masks --dataset {dataset_name}` again: it re-makes exactly these masks",
         )
     return paths
-
-
-def load_matching_mask(path: Path, image_size: tuple[int, int], item: Item, dataset_name: str) -> Image.Image:
-    """The saliency mask at ``path``; it must have the size of ``item``'s image (else an ``ImageError``)."""
-    mask = load_mask(path)
-    if mask.size != image_size:
-        raise ImageError(
-            f"mask size {mask.size} differs from the size {image_size} of image {item.id}",
-            path=path,
-            fix=f"make the masks again with `bgbias masks --dataset {dataset_name}` (the image changed after "
-            "its mask was made, or the masks folder belongs to another dataset)",
-        )
-    return mask

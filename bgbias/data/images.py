@@ -22,6 +22,8 @@ from bgbias.errors import ImageError
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from bgbias.data.items import Item
+
 PIL_DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own default for ``Image.MAX_IMAGE_PIXELS`` (1024³ / 4 / 3 pixels)."""
 
@@ -84,6 +86,19 @@ def load_mask(path: str | os.PathLike[str], data: bytes | None = None) -> Image.
         return to_grey(image)
     except ValueError as exc:
         raise _unsupported_mode(path, image.mode) from exc
+
+
+def load_matching_mask(path: Path, image_size: tuple[int, int], item: Item, dataset_name: str) -> Image.Image:
+    """The saliency mask at ``path``; it must have the size of ``item``'s image (else an ``ImageError``)."""
+    mask = load_mask(path)
+    if mask.size != image_size:
+        raise ImageError(
+            f"mask size {mask.size} differs from the size {image_size} of image {item.id}",
+            path=path,
+            fix=f"make the masks again with `bgbias masks --dataset {dataset_name}` (the image changed after "
+            "its mask was made, or the masks folder belongs to another dataset)",
+        )
+    return mask
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

@@ -421,7 +421,7 @@ def _check_masks(
 ) -> list[Path] | None:
     """Before any training: every image that will be composited has its mask, and the corrupted validation set
     its pool (else a clear error)."""
-    from bgbias.augment.corrupt import split_pool_dir
+    from bgbias.augment.manifests import split_pool_dir
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.backgrounds.pool import list_pool
 
@@ -500,8 +500,9 @@ def _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh) ->
     """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects."""
     if not dist.is_main:
         return None
-    from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, manifest_name
-    from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.augment.corrupted_images import CorruptedImages
+    from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, manifest_name
+    from bgbias.data.eval_images import EvalImages
     from bgbias.data.transforms import eval_geometry
 
     clean = EvalImages(val_items, eval_geometry(dataset.name))

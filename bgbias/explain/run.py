@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image
 
-from bgbias.augment.corrupt import ids_sha256
 from bgbias.augment.gallery import evenly_spread
-from bgbias.augment.mask_check import load_matching_mask, saliency_masks
-from bgbias.data.images import load_image, load_mask
+from bgbias.augment.manifests import ids_sha256
+from bgbias.augment.mask_check import saliency_masks
+from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair

@@ -24,7 +24,7 @@ from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
-    from bgbias.augment.corrupt import CorruptedManifest
+    from bgbias.augment.manifests import CorruptedManifest
     from bgbias.data.items import Dataset
     from bgbias.data.transforms import EvalGeometry
     from bgbias.methods.embedding_model import EmbeddingModel
@@ -66,9 +66,10 @@ def evaluate(
     ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
-    from bgbias.augment.corrupt import ids_sha256
+    from bgbias.augment.corrupted_images import CorruptedImages
+    from bgbias.augment.manifests import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
-    from bgbias.data.eval_images import CorruptedImages, EvalImages
+    from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.request import DEFAULT_FOLD, DEFAULT_PROTOCOL
@@ -218,7 +219,7 @@ def corrupted_manifests(
     written, so a manifest made with another pool is reported, never silently replaced; each must be the
     split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
-    from bgbias.augment.corrupt import (
+    from bgbias.augment.manifests import (
         default_manifest_dir,
         load_manifest,
         make_corrupted_manifests,

@@ -1,4 +1,4 @@
-"""The cache lookups: status, asset_dir, u2net_model_path and background_sources."""
+"""The cache lookups: status, asset_dir and u2net_model_path."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bgbias.assets.fetch import fetch
-from bgbias.assets.store import asset_dir, background_sources, status, u2net_model_path
+from bgbias.assets.store import asset_dir, status, u2net_model_path
 from bgbias.errors import AssetError
-from tests.assets.fakes import WALLS, FakeDownloader, build_registry
+from tests.assets.fakes import FakeDownloader, build_registry
 
 
 @pytest.fixture
@@ -53,19 +53,6 @@ def test_asset_dir_uses_bgbias_home_by_default(registry, tmp_path, monkeypatch):
     monkeypatch.setenv("BGBIAS_HOME", str(tmp_path / "envhome"))
     fetch(["walls"], progress=False, catalog=registry.catalog, download=FakeDownloader(registry))
     assert asset_dir("walls", catalog=registry.catalog) == tmp_path / "envhome" / "assets" / "walls"
-
-
-def test_background_sources_lists_installed_backgrounds_with_provenance(registry, tmp_path):
-    home = tmp_path / "home"
-    assert background_sources(home, catalog=registry.catalog) == []
-    fetch(["walls"], home=home, progress=False, catalog=registry.catalog, download=FakeDownloader(registry))
-    sources = background_sources(home, catalog=registry.catalog)
-    assert [s.path for s in sources] == [home / "assets" / "walls" / "pics" / name for name in WALLS]
-    assert all(s.path.is_file() for s in sources)
-    photo, light, dark = sources
-    assert photo.origin == "deb:fake-walls=2.0-1:usr/share/backgrounds/photo.jpg"
-    assert (photo.kind, photo.licence, photo.family) == ("photo", "CC0-1.0", "walls:photo")
-    assert light.kind == "pattern" and light.family == dark.family == "walls:pattern"
 
 
 @pytest.fixture

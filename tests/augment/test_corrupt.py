@@ -14,15 +14,14 @@ import pytest
 from PIL import Image, ImageOps
 
 from bgbias.augment.background_crops import apply_crop
-from bgbias.augment.corrupt import (
+from bgbias.augment.manifests import (
     SHARED_TEMP_AGE_S,
     load_manifest,
     make_corrupted_manifests,
-    render_corrupted,
-    render_corrupted_sets,
     sample_entries,
     split_pool_dir,
 )
+from bgbias.augment.render import render_corrupted, render_corrupted_sets
 from bgbias.augment.render_ledger import LEDGER_NAME
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
@@ -108,7 +107,7 @@ def test_entries_name_pool_files_and_boxes_that_fit(bench, backgrounds, tmp_path
 
 
 def test_sampling_does_not_depend_on_the_order_of_images(bench, backgrounds):
-    from bgbias.augment.corrupt import describe_pool
+    from bgbias.augment.manifests import describe_pool
 
     items = split_items(bench, "test")
     pool = describe_pool(backgrounds / "test")

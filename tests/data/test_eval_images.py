@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bgbias.augment.corrupt import load_manifest, make_corrupted_manifests, remake_command, render_entry
-from bgbias.data import eval_images
-from bgbias.data.eval_images import CorruptedImages, EvalImages
+from bgbias.augment import corrupted_images
+from bgbias.augment.corrupted_images import CorruptedImages
+from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, remake_command
+from bgbias.augment.render import render_entry
+from bgbias.data.eval_images import EvalImages
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
@@ -106,7 +108,7 @@ def test_each_background_is_decoded_once(test_items, manifest, masks_dir, monkey
         decoded.append(Path(path).name)
         return load_image(path)
 
-    monkeypatch.setattr(eval_images, "load_image", counting_load_image)
+    monkeypatch.setattr(corrupted_images, "load_image", counting_load_image)
     dataset = CorruptedImages(test_items, manifest, masks_dir, "bench")
     for _ in range(2):
         for i in range(len(dataset)):

@@ -5,50 +5,35 @@ two methods saw the same corrupted set (docs/design.md, *Corrupted sets*). Here 
 image of a split, the pool file, the crop box and the flip; its header records what it was made from (dataset,
 split, ids checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer
 matches its dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every
-field is read back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering replays a
-manifest: evaluation geometry on image and mask, the background crop, then the shared :func:`composite`.
+field is read back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering a manifest
+into images is :mod:`bgbias.augment.render`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from PIL import Image
 
 from bgbias.assets.digest import is_sha256, sha256_file
 from bgbias.augment.background_crops import (
     FLIP_P,
     RATIO,
     SCALE,
-    BackgroundCrop,
     CropBox,
-    apply_crop,
     image_rng,
     sample_background_crop,
 )
-from bgbias.augment.mask_check import load_matching_mask, saliency_masks
-from bgbias.augment.render_ledger import (
-    LEDGER_NAME,
-    RENDER_LEDGER,
-    RenderRecord,
-    claim_out_dir,
-    write_ledger,
-)
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
 from bgbias.data.images import load_image
-from bgbias.data.items import Dataset, Item, mask_path
+from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
-from bgbias.data.transforms import EvalGeometry, eval_geometry, eval_transform_pair
-from bgbias.errors import AssetError, BusyError, DatasetError, ImageError, OptionError
-from bgbias.fileio import exclusive_lock, sweep_stale_temps, write_bytes_atomic, write_text_atomic
+from bgbias.data.transforms import EvalGeometry, eval_geometry
+from bgbias.errors import AssetError, DatasetError, OptionError
+from bgbias.fileio import sweep_stale_temps, write_text_atomic
 from bgbias.paths import backgrounds_root, corrupted_root
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
@@ -496,172 +481,3 @@ def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: st
             path=path,
             fix=_DAMAGED,
         )
-
-
-# ------------------------------------------------------------------------------------------------- rendering
-@dataclass(frozen=True)
-class RenderResult:
-    """Where a corrupted set was rendered; how many images were written now or kept from an earlier run."""
-
-    out_dir: Path
-    written: int
-    kept: int
-
-
-def render_entry(
-    image: Image.Image, mask: Image.Image, background: Image.Image, crop: BackgroundCrop | CorruptedEntry,
-    geometry: EvalGeometry,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Image, mask and corrupted image of one entry, each ``uint8`` at the evaluation geometry's crop size."""
-    import torch
-
-    from bgbias.augment.composite import composite
-
-    image_arr, mask_arr = eval_transform_pair(image, mask, geometry)
-    background_arr = apply_crop(background, crop.box, crop.flip, geometry.crop)
-    x = torch.from_numpy(image_arr).permute(2, 0, 1)[None].float()
-    b = torch.from_numpy(background_arr).permute(2, 0, 1)[None].float()
-    m = torch.from_numpy(mask_arr)[None, None].float() / 255.0
-    mixed = composite(x, m, b)[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
-    return image_arr, mask_arr, mixed
-
-
-def load_pair(item: Item, masks_dir: Path, dataset_name: str) -> tuple[Image.Image, Image.Image]:
-    """An item's image and saliency mask, which must exist and be of the same size."""
-    path = mask_path(item, masks_dir)
-    if not path.is_file():
-        raise ImageError(f"no saliency mask for image {item.id}", path=path,
-                         fix=f"make the masks with: bgbias masks --dataset {dataset_name}")
-    image = load_image(item.image)
-    return image, load_matching_mask(path, image.size, item, dataset_name)
-
-
-def render_corrupted(
-    dataset: Dataset,
-    manifest: CorruptedManifest,
-    masks_dir: Path,
-    out_dir: Path | None = None,
-    force: bool = False,
-    progress: bool = False,
-) -> RenderResult:
-    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
-
-    ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
-    run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
-    :mod:`bgbias.augment.render_ledger`) still matches the image, the mask and the PNG, so images whose photo
-    or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left are
-    removed first.
-    """
-    masks_dir = Path(masks_dir)
-    out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")
-    by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
-    if manifest.dataset != dataset.name or any(entry.id not in by_id for entry in manifest.entries):
-        raise DatasetError(
-            f"the manifest does not describe the {dataset.name} dataset at {dataset.root}",
-            path=manifest.path,
-            fix="load the manifest with load_manifest() against the dataset it was made for",
-        )
-    items = [by_id[entry.id] for entry in manifest.entries]
-    masks = saliency_masks(items, masks_dir, dataset.name)
-    targets = [out_dir.joinpath(*item.relpath.with_suffix(".png").parts) for item in items]
-    busy = BusyError(f"another process is rendering into {out_dir}", path=out_dir,
-                     fix="wait for it to finish, or pass another --render folder")
-    # Held for the whole render, so no process sweeps or appends to what another is writing.
-    with exclusive_lock(out_dir.parent / f".{out_dir.name}.lock", wait=False, busy=busy):
-        return _render_into(dataset, manifest, masks_dir, out_dir, items, masks, targets, force, progress)
-
-
-def _render_into(
-    dataset: Dataset, manifest: CorruptedManifest, masks_dir: Path, out_dir: Path, items: list[Item],
-    masks: list[Path], targets: list[Path], force: bool, progress: bool,
-) -> RenderResult:
-    from tqdm import tqdm
-
-    ledger = out_dir / LEDGER_NAME
-    sweep_stale_temps([*targets, ledger])
-    done = claim_out_dir(out_dir, manifest.sha256, force)
-
-    jobs: dict[str, list[int]] = defaultdict(list)
-    for index, entry in enumerate(manifest.entries):
-        jobs[entry.background].append(index)
-    records: dict[str, RenderRecord] = {}
-    written = kept = 0
-    with (
-        tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
-        RENDER_LEDGER.log(ledger) as log,
-    ):
-        for name in sorted(jobs):
-            background: Image.Image | None = None
-            for index in jobs[name]:
-                item, entry, target = items[index], manifest.entries[index], targets[index]
-                # Digests are taken before the files are decoded: a file that changes in between is rendered
-                # again by the next run instead of being kept under a digest it no longer has.
-                image_sha256, mask_sha256 = _file_sha256(item.image), _file_sha256(masks[index])
-                record = done.get(item.id)
-                if record is not None and _still_holds(record, image_sha256, mask_sha256, target):
-                    kept += 1
-                else:
-                    if background is None:
-                        background = load_image(manifest.pool_dir / name)
-                    image, mask = load_pair(item, masks_dir, dataset.name)
-                    png = _png_bytes(render_entry(image, mask, background, entry, manifest.geometry)[2])
-                    write_bytes_atomic(target, png)
-                    record = RenderRecord(item.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
-                    log.append(record)
-                    written += 1
-                records[item.id] = record
-                bar.update()
-    write_ledger(ledger, manifest.sha256, [records[entry.id] for entry in manifest.entries])
-    return RenderResult(out_dir, written, kept)
-
-
-def _still_holds(record: RenderRecord, image_sha256: str, mask_sha256: str, target: Path) -> bool:
-    """Whether the PNG at ``target`` is the one ``record`` wrote, from the image and mask it names."""
-    if (record.image_sha256, record.mask_sha256) != (image_sha256, mask_sha256):
-        return False
-    try:
-        return sha256_file(target) == record.png_sha256
-    except OSError:
-        return False
-
-
-def _file_sha256(path: Path) -> str:
-    """The sha256 of an image or mask file; ``ImageError`` naming it when it cannot be read."""
-    try:
-        return sha256_file(path)
-    except OSError as exc:
-        raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
-                         fix="restore the file (an image of the dataset, or its saliency mask)") from exc
-
-
-def _png_bytes(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def render_corrupted_sets(
-    dataset: Dataset,
-    manifest_paths: Sequence[Path],
-    masks_dir: Path,
-    out_dir: Path,
-    backgrounds: Path | None = None,
-    gallery_rows: int = 24,
-    force: bool = False,
-) -> tuple[list[RenderResult], Path]:
-    """Render every repeat into ``out_dir/repeat-<r>/`` (``force``: every image again) and write
-    ``out_dir/gallery.png`` from the first.
-
-    Returns what each repeat wrote and kept, and the gallery's path: image | mask | corrupted rows that a
-    person can look over.
-    """
-    from bgbias.augment.gallery import manifest_gallery
-
-    manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
-    results = [
-        render_corrupted(dataset, m, masks_dir, Path(out_dir) / m.path.stem, force=force, progress=True)
-        for m in manifests
-    ]
-    gallery = Path(out_dir) / "gallery.png"
-    sweep_stale_temps([gallery])
-    return results, manifest_gallery(dataset, manifests[0], masks_dir, gallery, count=gallery_rows)
