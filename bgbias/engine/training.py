@@ -534,7 +534,8 @@ def _validate(method, validation, config, device, amp, progress, dist) -> dict[s
                 method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
                 amp=amp, progress=progress, desc=prefix,
             )
-            for name, value in score_embeddings(state, labels, retrieval=method.retrieval()).as_dict().items():
+            scores = score_embeddings(state, labels, retrieval=method.retrieval())
+            for name, value in scores.as_dict().items():
                 row[f"{prefix}_{name}"] = value
     return distributed.broadcast(dist, row)
 

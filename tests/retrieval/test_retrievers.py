@@ -40,14 +40,16 @@ def _brute_force(state, k):
 @pytest.mark.parametrize(("query_rows", "reference_rows"), [(7, 5), (40, 40), (1, 3)])
 def test_a_learned_distance_over_named_arrays_streams_to_the_exact_ranking(query_rows, reference_rows):
     state = _levels()
-    ranked = LearnedDistance(_weighted, query_rows=query_rows, reference_rows=reference_rows).neighbours(state, 5)
+    search = LearnedDistance(_weighted, query_rows=query_rows, reference_rows=reference_rows)
+    ranked = search.neighbours(state, 5)
     assert np.array_equal(ranked, _brute_force(state, 5))
 
 
 def test_a_full_shortlist_re_ranks_to_the_exact_ranking():
     state = _levels()
     exact = LearnedDistance(_weighted)
-    assert np.array_equal(ShortlistRerank(exact, shortlist=39).neighbours(state, 5), exact.neighbours(state, 5))
+    full = ShortlistRerank(exact, shortlist=39)
+    assert np.array_equal(full.neighbours(state, 5), exact.neighbours(state, 5))
 
 
 def test_a_short_shortlist_only_finds_what_the_l2_search_put_on_it():
