@@ -39,7 +39,6 @@ from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import DatasetError, ImageError, OptionError
-from bgbias.explain.attribution import Attribution, build_attribution
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 from bgbias.explain.heatmap import attribution_gallery
 from bgbias.explain.records import (
@@ -55,6 +54,7 @@ from bgbias.explain.records import (
     write_ledger,
 )
 from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.methods.attribution import Attribution, build_attribution, check_supported
 
 if TYPE_CHECKING:
     import torch
@@ -108,8 +108,8 @@ def explain_items(
     """Attribution maps and foreground scores of ``items`` with ``method`` (already on ``device``).
 
     Resumes the results of an interrupted run with the same settings in ``out_dir``; results of other
-    settings there are an ``OptionError`` unless ``force``, which starts over. Missing masks fail before any
-    work. ``gallery_count = 0`` writes no gallery.
+    settings there are an ``OptionError`` unless ``force``, which starts over. An attribution that does not
+    support ``method``, and missing masks, fail before any work. ``gallery_count = 0`` writes no gallery.
     """
     import torch
     from tqdm import tqdm
@@ -117,6 +117,7 @@ def explain_items(
     items = list(items)
     _check_request(items, batch_size, gallery_count, seed)
     attributor = build_attribution(attribution, **(options or {}))
+    check_supported(attribution, attributor, method)
     masks = mask_files(items, Path(masks_dir), dataset_name)
     device = torch.device(device)
     out_dir = Path(out_dir)

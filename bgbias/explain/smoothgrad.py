@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
-from bgbias.explain.attribution import per_image_generators, register_attribution
+from bgbias.methods.attribution import per_image_generators, register_attribution
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 @register_attribution("smoothgrad")
 @dataclass(frozen=True)
 class SmoothGrad:
-    """``copies`` noisy copies per image with noise σ = ``noise`` · (max − min) of its network input; maps
+    """The paper's attribution: input gradients of the distance to a black image's embedding, summed over
+    noisy copies of the image.
+
+    ``copies`` noisy copies per image with noise σ = ``noise`` · (max − min) of its network input; maps
     normalised by (g − min) / (q − min), q = the ``clip_percentile`` percentile, clamped to [0, 1].
 
     ``batch`` bounds how many copies go through the network at once (whole images' worth of copies, at least
@@ -44,6 +47,7 @@ class SmoothGrad:
     clip_percentile: float = 99.0
     batch: int = 50
 
+    serves = "every method whose backbone has an input convention (all built-in methods)"
     def __post_init__(self) -> None:
         _require(_is_int(self.copies) and self.copies >= 1, "copies", self.copies, "a whole number >= 1")
         _require(_is_real(self.noise) and self.noise >= 0, "noise", self.noise, "a number >= 0")
@@ -57,6 +61,11 @@ class SmoothGrad:
 
     def options(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def supports(self, model: Method) -> bool:
+        """Any model whose backbone has an input convention: the noise is added in the network's input
+        space and mapped back to [0, 1] with it."""
+        return getattr(getattr(model, "backbone", None), "convention", None) is not None
 
     def __call__(
         self, method: Method, images01: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]
