@@ -11,7 +11,7 @@
         checkpoints/best.pt    the selected model
         eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
         eval/cache/                 embeddings of every evaluated set
-        explain/<dataset>-<split>/  bgbias explain: foreground scores, summary, heat-map gallery
+        explain/<dataset>-<split>-<attribution label>/  bgbias explain: foreground scores, summary, gallery
     runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
 """
 
@@ -98,9 +98,10 @@ class RunDir:
         with what else decides the numbers when it is not the default (see ``engine.evaluation``)."""
         return self.root / "eval" / f"{measured}-{split}"
 
-    def explain_dir(self, dataset_key: str, split: str) -> Path:
-        """Attribution maps' foreground scores and gallery for one dataset (its key) and split."""
-        return self.root / "explain" / f"{dataset_key}-{split}"
+    def explain_dir(self, dataset_key: str, split: str, attribution_label: str) -> Path:
+        """Attribution maps' foreground scores and gallery for one dataset (its key), split and attribution
+        with its options (``bgbias.methods.attribution.attribution_label``)."""
+        return self.root / "explain" / f"{dataset_key}-{split}-{attribution_label}"
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:

@@ -20,6 +20,7 @@ import csv
 import hashlib
 import io
 import itertools
+import json
 import os
 import shutil
 from collections import Counter
@@ -54,7 +55,13 @@ from bgbias.explain.records import (
     write_ledger,
 )
 from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
-from bgbias.methods.attribution import Attribution, build_attribution, check_supported
+from bgbias.methods.attribution import (
+    DEFAULT_ATTRIBUTION,
+    Attribution,
+    attribution_label,
+    build_attribution,
+    check_supported,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +103,7 @@ def explain_items(
     masks_dir: Path,
     dataset_name: str,
     out_dir: Path,
-    attribution: str = "smoothgrad",
+    attribution: str = DEFAULT_ATTRIBUTION,
     options: dict[str, Any] | None = None,
     device: torch.device | str,
     seed: int = 0,
@@ -375,7 +382,7 @@ def explain_trained(
     root: str | os.PathLike[str] | None = None,
     split: str = "test",
     limit: int | None = None,
-    attribution: str = "smoothgrad",
+    attribution: str = DEFAULT_ATTRIBUTION,
     options: dict[str, Any] | None = None,
     masks: str | os.PathLike[str] | None = None,
     seed: int = 0,
@@ -386,7 +393,10 @@ def explain_trained(
     log: Callable[[str], None] = print,
 ) -> ExplainResult:
     """``bgbias explain``: foreground scores of a trained run on ``split`` of a dataset (default: the one it
-    was trained on), into ``<run>/explain/<dataset>-<split>/``.
+    was trained on) with ``attribution`` and its ``options``, into
+    ``<run>/explain/<dataset key>-<split>-<label>/`` (the label:
+    :func:`~bgbias.methods.attribution.attribution_label`), so each attribution and setting keeps its own
+    folder and ``force`` starts over in that one only.
 
     ``limit`` scores that many images spread evenly over the split instead of all; ``masks`` is where
     saliency masks are for images without a ground-truth mask (default ``masks/<dataset>``); ``batch_size``
@@ -395,6 +405,7 @@ def explain_trained(
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
 
+    label = attribution_label(attribution, build_attribution(attribution, **(options or {})).options())
     dataset, items = trained.open_split(split, dataset_name, root)
     if limit is not None:
         if limit < 1:
@@ -402,12 +413,12 @@ def explain_trained(
         items = [items[i] for i in evenly_spread(len(items), limit)]
     if batch_size is None:
         batch_size = 8 if trained.device.type == "cuda" else 1
-    log(f"explaining {len(items)} {split} images of {dataset.name} with {attribution}")
+    log(f"explaining {len(items)} {split} images of {dataset.name} with {label}")
     result = explain_items(
         trained.method, items, eval_geometry(dataset.name),
         masks_dir=Path(masks) if masks is not None else default_masks_dir(dataset),
         dataset_name=dataset.name,
-        out_dir=trained.run.explain_dir(dataset.key, split), attribution=attribution, options=options,
+        out_dir=trained.run.explain_dir(dataset.key, split, label), attribution=attribution, options=options,
         device=trained.device, seed=seed, batch_size=batch_size, gallery_count=gallery_count,
         progress=progress, force=force,
     )
@@ -416,3 +427,29 @@ def explain_trained(
         spread = "" if summary["std"] is None else f" ± {summary['std']:.3f}"
         log(f"foreground score {summary['mean']:.3f}{spread} over {summary['scored']} images")
     return result
+
+
+@dataclass(frozen=True)
+class ExplainedSet:
+    """One ``<run>/explain/<dataset key>-<split>-<label>/`` folder with its summary."""
+
+    dataset_key: str
+    label: str
+    folder: Path
+    summary: dict[str, Any]
+
+
+def explained_sets(run_root: str | os.PathLike[str], split: str) -> list[ExplainedSet]:
+    """The finished explanations (those with a ``summary.json``) of ``split`` in a run folder, sorted by
+    folder name. A folder's name is cut where its summary's attribution name follows ``-<split>-``, so
+    reading it needs no registered attribution; other folders are ignored."""
+    found = []
+    for summary_path in sorted(Path(run_root).glob(f"explain/*/{SUMMARY_JSON}")):
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        name = summary.get("attribution") if isinstance(summary, dict) else None
+        if not isinstance(name, str):
+            continue
+        key, found_at, options = summary_path.parent.name.rpartition(f"-{split}-{name}")
+        if found_at and key and (not options or options.startswith("-")):
+            found.append(ExplainedSet(key, name + options, summary_path.parent, summary))
+    return found
