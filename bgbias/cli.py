@@ -492,7 +492,9 @@ def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_na
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Score this many images spread evenly over the split (default: all).")
 @click.option("--attribution", default="smoothgrad", show_default=True,
-              help="Attribution method (smoothgrad: the paper's, 25 noisy copies).")
+              help="Attribution method (smoothgrad: the paper's, 25 noisy copies; see `bgbias methods`).")
+@click.option("--attribution-option", "attribution_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the attribution, e.g. copies=50 (repeatable; see `bgbias methods`).")
 @click.option("--masks", type=_PATH_DIR, default=None,
               help="Saliency masks for images without a ground-truth mask (default masks/<dataset>).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the noise.")
@@ -503,18 +505,24 @@ def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_na
 @click.option("--force", is_flag=True, help="Start over where earlier results of other settings are.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
-            root: Path | None, split: str, limit: int | None, attribution: str, masks: Path | None, seed: int,
-            batch_size: int | None, gallery_count: int, force: bool, no_progress: bool) -> None:
-    """Attribution maps and the paper's foreground score (how much of them falls on the object)."""
+            root: Path | None, split: str, limit: int | None, attribution: str,
+            attribution_options: tuple[str, ...], masks: Path | None, seed: int, batch_size: int | None,
+            gallery_count: int, force: bool, no_progress: bool) -> None:
+    """Attribution maps and the paper's foreground score (how much of them falls on the object), into
+    <run>/explain/<dataset>-<split>-<attribution label>/ (--force starts over in that folder only)."""
+    from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
-    from bgbias.explain.run import explain_trained
+    from bgbias.explain.run import explain as explain_model
+    from bgbias.methods.attribution import parse_attribution_options
 
-    trained = load_trained(checkpoint, device=device, runs=runs)
-    result = explain_trained(
-        trained, dataset_name=dataset_name, root=root, split=split, limit=limit, attribution=attribution,
-        masks=masks, seed=seed, batch_size=batch_size, gallery_count=gallery_count, force=force,
-        progress=not no_progress, log=lambda line: click.echo(line, err=True),
+    request = MeasureRequest(
+        dataset=dataset_name, root=root, split=split, masks=masks, limit=limit, attribution=attribution,
+        attribution_options=parse_attribution_options(attribution, attribution_options),
+        attribution_seed=seed, batch_size=batch_size, gallery_count=gallery_count, force=force,
+        progress=not no_progress,
     )
+    trained = load_trained(checkpoint, device=device, runs=runs)
+    result = explain_model(trained, request, log=lambda line: click.echo(line, err=True))
     click.echo(f"scores: {result.scores_csv}")
     if result.gallery is not None:
         click.echo(f"gallery: {result.gallery}")
@@ -527,11 +535,15 @@ def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_nam
               help="Folder for table.md/.csv/.json and runs.png (default <runs>/report).")
 @click.option("--runs", type=_PATH_DIR, default=None,
               help="Without RUN arguments, every evaluated run in this folder (default ./runs).")
-def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None) -> None:
+@click.option("--attribution", "attribution_label", default="smoothgrad", show_default=True,
+              help="Whose maps the galleries compare across runs: an attribution label, the end of the "
+                   "explain folders' names (e.g. smoothgrad-copies50).")
+def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None,
+           attribution_label: str) -> None:
     """Several evaluated runs in one Table-1-style table: method × clean / corrupted, with and without
-    BGAugment, plus foreground scores where `bgbias explain` ran."""
-    from bgbias.explain.compare import compare_runs
+    BGAugment, plus foreground scores (one column per attribution) where `bgbias explain` ran."""
     from bgbias.paths import runs_root
+    from bgbias.report.compare import compare_runs
     from bgbias.report.evaluation import markdown_table
     from bgbias.report.runs_table import collect_runs, table_one, write_runs_report
 
@@ -544,7 +556,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
     reports, foreground = collect_runs(run_dirs, split)
     out = out if out is not None else runs / "report"
     files = write_runs_report(reports, foreground, out)
-    galleries = compare_runs(run_dirs, split, out)
+    galleries = compare_runs(run_dirs, split, out, attribution_label)
     click.echo(markdown_table(*table_one(reports, foreground)))
     click.echo(f"\ntable: {files['table_md']}; plot: {files['runs_png']}")
     for gallery in galleries:
@@ -553,12 +565,17 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 
 @main.command("methods")
 def methods() -> None:
-    """List the registered methods and backbones."""
+    """List the registered methods, backbones and attribution methods (with their options)."""
+    from bgbias.methods.attribution import describe_attributions
     from bgbias.methods.registry import method_names
     from bgbias.models.registry import backbone_names
 
     click.echo("methods:   " + ", ".join(method_names()))
     click.echo("backbones: " + ", ".join(backbone_names()))
+    click.echo("attributions:")
+    for name, options, description in describe_attributions():
+        click.echo(f"  {name}: {description}")
+        click.echo(f"    options (--attribution-option KEY=VALUE): {options or 'none'}")
 
 
 # --------------------------------------------------------------------------------------------------- study

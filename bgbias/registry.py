@@ -56,6 +56,15 @@ class Registry(Generic[T]):
 
         return decorate
 
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` and return its object (a test undoing its throwaway entry); an unknown name is an
+        ``OptionError`` listing the known ones."""
+        self._load()
+        try:
+            return self._entries.pop(name)
+        except KeyError:
+            raise self.unknown(name) from None
+
     def __getitem__(self, name: str) -> T:
         """The object registered as ``name``; an unknown name is an ``OptionError`` listing the known ones."""
         self._load()

@@ -113,8 +113,8 @@ def run_study(
     from bgbias.assets.fetch import fetch
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import default_root, open_dataset
-    from bgbias.explain.compare import compare_runs
     from bgbias.paths import runs_root
+    from bgbias.report.compare import compare_runs
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.saliency.pipeline import make_masks
 
@@ -178,13 +178,13 @@ def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
     """``bgbias eval --corrupted --repeats 5`` and ``bgbias explain`` of one study run."""
     from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
-    from bgbias.explain.run import explain_trained
+    from bgbias.explain.run import explain
     from bgbias.report.evaluate import evaluate
 
     trained = load_trained(run_dir, device=device)
     request = MeasureRequest(corrupted=True, repeats=REPEATS, limit=EXPLAIN_IMAGES)
     evaluate(trained, request, log=log)
-    explain_trained(trained, limit=EXPLAIN_IMAGES, log=log)
+    explain(trained, request, log=log)
 
 
 def _installed_sources(home: str | os.PathLike[str] | None) -> list[Any]:

@@ -50,6 +50,18 @@ def test_a_taken_name_is_refused_but_the_same_object_again_is_fine():
     assert things["a"] is Thing
 
 
+def test_unregister_takes_an_entry_out():
+    things: Registry[type] = Registry("thing")
+    things.register("a")(Thing)
+    things.register("b")(Other)
+    assert things.unregister("a") is Thing
+    assert things.names() == ("b",)
+    with pytest.raises(OptionError, match="unknown thing 'a'"):
+        things.unregister("a")
+    things.register("a")(Other)  # the name is free again
+    assert things["a"] is Other
+
+
 def test_a_copy_is_independent():
     things: Registry[type] = Registry("thing")
     things.register("a")(Thing)

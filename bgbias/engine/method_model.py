@@ -25,7 +25,7 @@ class MethodBacked:
 
     @property
     def convention(self) -> InputConvention:
-        return self.method.backbone.convention
+        return self.method.convention
 
     def eval(self) -> MethodBacked:
         self.method.eval()

@@ -11,7 +11,7 @@
         checkpoints/best.pt    the selected model
         eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
         eval/cache/                 embeddings of every evaluated set
-        explain/<dataset>-<split>/  bgbias explain: foreground scores, summary, heat-map gallery
+        explain/<dataset>-<split>-<attribution label>/  bgbias explain: foreground scores, summary, gallery
     runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
 """
 
@@ -87,10 +87,6 @@ class RunDir:
     def corrupted_val(self) -> Path:
         """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
         return self.root / "corrupted-val"
-
-    def explain_dir(self, dataset_key: str, split: str) -> Path:
-        """Attribution maps' foreground scores and gallery for one dataset (its key) and split."""
-        return self.root / "explain" / f"{dataset_key}-{split}"
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:

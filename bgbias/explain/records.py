@@ -10,19 +10,15 @@ uninterrupted one. Reading, appending, rewriting and claiming are :mod:`bgbias.l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bgbias.ledger import Ledger, differing_keys
-
-if TYPE_CHECKING:
-    from torch import nn
 
 RECORDS_NAME = "records.jsonl"
 GROUND_TRUTH, SALIENCY = "ground_truth", "saliency"
@@ -61,19 +57,6 @@ class ImageScore:
             attribution_on_foreground=_float(data["attribution_on_foreground"]),
             score=_float(data["score"]),
         )
-
-
-def model_sha256(model: nn.Module) -> str:
-    """Checksum of a model's state (names, dtypes, shapes and bytes), so results of other weights are never
-    resumed into."""
-    import torch
-
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
-        digest.update(flat.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def ledger_header(settings: Mapping[str, Any]) -> dict[str, Any]:

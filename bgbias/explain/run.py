@@ -20,6 +20,7 @@ import csv
 import hashlib
 import io
 import itertools
+import json
 import os
 import shutil
 from collections import Counter
@@ -38,8 +39,8 @@ from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
+from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.errors import DatasetError, ImageError, OptionError
-from bgbias.explain.attribution import Attribution, build_attribution
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 from bgbias.explain.heatmap import attribution_gallery
 from bgbias.explain.records import (
@@ -50,18 +51,24 @@ from bgbias.explain.records import (
     SCORE_LEDGER,
     ImageScore,
     claim_out_dir,
-    model_sha256,
     normalised_settings,
     write_ledger,
 )
 from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.methods.attribution import (
+    DEFAULT_ATTRIBUTION,
+    Attribution,
+    attribution_label,
+    build_attribution,
+    check_supported,
+)
 
 if TYPE_CHECKING:
     import torch
 
-    from bgbias.engine.trained import TrainedModel
-    from bgbias.methods.base import Method
+    from bgbias.methods.embedding_model import EmbeddingModel
 
+EXPLAIN_FOLDER = "explain"
 SCORES_CSV = "scores.csv"
 SUMMARY_JSON = "summary.json"
 GALLERY_PNG = "gallery.png"
@@ -89,14 +96,14 @@ class MaskFile:
 
 
 def explain_items(
-    method: Method,
+    model: EmbeddingModel,
     items: Sequence[Item],
     geometry: EvalGeometry,
     *,
     masks_dir: Path,
     dataset_name: str,
     out_dir: Path,
-    attribution: str = "smoothgrad",
+    attribution: str = DEFAULT_ATTRIBUTION,
     options: dict[str, Any] | None = None,
     device: torch.device | str,
     seed: int = 0,
@@ -105,11 +112,11 @@ def explain_items(
     progress: bool = False,
     force: bool = False,
 ) -> ExplainResult:
-    """Attribution maps and foreground scores of ``items`` with ``method`` (already on ``device``).
+    """Attribution maps and foreground scores of ``items`` with ``model`` (already on ``device``).
 
     Resumes the results of an interrupted run with the same settings in ``out_dir``; results of other
-    settings there are an ``OptionError`` unless ``force``, which starts over. Missing masks fail before any
-    work. ``gallery_count = 0`` writes no gallery.
+    settings there are an ``OptionError`` unless ``force``, which starts over. An attribution that does not
+    support ``model``, and missing masks, fail before any work. ``gallery_count = 0`` writes no gallery.
     """
     import torch
     from tqdm import tqdm
@@ -117,6 +124,7 @@ def explain_items(
     items = list(items)
     _check_request(items, batch_size, gallery_count, seed)
     attributor = build_attribution(attribution, **(options or {}))
+    check_supported(attribution, attributor, model)
     masks = mask_files(items, Path(masks_dir), dataset_name)
     device = torch.device(device)
     out_dir = Path(out_dir)
@@ -129,7 +137,7 @@ def explain_items(
             "seed": seed,
             "geometry": geometry.as_dict(),
             "items_sha256": ids_sha256(items),
-            "model_sha256": model_sha256(method),
+            "model_sha256": model.fingerprint(),
             "masks_dir": _saliency_dir(masks, Path(masks_dir)),
         }
     )
@@ -141,7 +149,7 @@ def explain_items(
     todo = [index for index, item in enumerate(items) if item.id not in done]
     # Batches keep their place in the item list, so a resumed run sees the batches an uninterrupted one did.
     batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
-    step = _Step(method, attributor, items, masks, geometry, dataset_name, device, seed)
+    step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed)
     with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as log, tqdm(
         total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
     ) as bar:
@@ -158,7 +166,7 @@ def explain_items(
     write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
     summary = run_summary(settings, scores)
     write_json_atomic(out_dir / SUMMARY_JSON, summary)
-    gallery = _write_gallery(step, out_dir, picks, scores, _model_name(method)) if picks else None
+    gallery = _write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
     return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
 
 
@@ -290,7 +298,7 @@ class _Step:
 
     def __init__(
         self,
-        method: Method,
+        model: EmbeddingModel,
         attributor: Attribution,
         items: Sequence[Item],
         masks: Sequence[MaskFile],
@@ -299,7 +307,7 @@ class _Step:
         device: torch.device,
         seed: int,
     ):
-        self.method, self.attributor, self.items, self.masks = method, attributor, items, masks
+        self.model, self.attributor, self.items, self.masks = model, attributor, items, masks
         self.geometry, self.dataset_name, self.device, self.seed = geometry, dataset_name, device, seed
 
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +320,7 @@ class _Step:
         pixels = np.stack([image for image, _mask in examples]).transpose(0, 3, 1, 2)
         images = torch.from_numpy(pixels).to(self.device).float().div_(255)
         generators = [image_generator(self.seed, self.items[index].id) for index in indices]
-        maps = self.attributor(self.method, images, generators).detach().float().cpu().numpy()
+        maps = self.attributor(self.model, images, generators).detach().float().cpu().numpy()
         results = []
         for index, (image, mask), attribution_map in zip(indices, examples, maps, strict=True):
             score = score_image(self.items[index], self.masks[index].source, mask, attribution_map)
@@ -359,59 +367,84 @@ def _saliency_dir(masks: Sequence[MaskFile], masks_dir: Path) -> str | None:
     return os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None
 
 
-def _model_name(method: Method) -> str:
-    return str(getattr(method, "name", type(method).__name__))
+def _model_name(model: EmbeddingModel) -> str:
+    """How the gallery names the model: its method where its description says it."""
+    return str(model.describe().get("method", type(model).__name__))
 
 
 def _cell(value: float) -> str:
     return "" if np.isnan(value) else f"{value:.6f}"
 
 
-def explain_trained(
-    trained: TrainedModel,
-    *,
-    dataset_name: str | None = None,
-    root: str | os.PathLike[str] | None = None,
-    split: str = "test",
-    limit: int | None = None,
-    attribution: str = "smoothgrad",
-    options: dict[str, Any] | None = None,
-    masks: str | os.PathLike[str] | None = None,
-    seed: int = 0,
-    batch_size: int | None = None,
-    gallery_count: int = 16,
-    force: bool = False,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
+def explain(
+    model: EmbeddingModel, request: MeasureRequest | None = None, *, log: Callable[[str], None] = print
 ) -> ExplainResult:
-    """``bgbias explain``: foreground scores of a trained run on ``split`` of a dataset (default: the one it
-    was trained on), into ``<run>/explain/<dataset>-<split>/``.
+    """``bgbias explain``: foreground scores of ``model`` on the split ``request`` names (default: the test
+    split of the dataset it was trained on) with the request's attribution and options, into
+    ``<model home>/explain/<dataset key>-<split>-<label>/`` (:func:`explain_dir`), so each attribution and
+    setting keeps its own folder and ``request.force`` starts over in that one only.
 
-    ``limit`` scores that many images spread evenly over the split instead of all; ``masks`` is where
-    saliency masks are for images without a ground-truth mask (default ``masks/<dataset>``); ``batch_size``
-    images go through the attribution at once (default 1 on the CPU, where it is fastest, 8 on CUDA).
+    ``request.limit`` scores that many images spread evenly over the split instead of all; saliency masks
+    (``request.masks``, default ``masks/<dataset>``) stand in for images without a ground-truth mask;
+    ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
+    fastest, 8 on CUDA).
     """
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
 
-    dataset, items = trained.open_split(split, dataset_name, root)
-    if limit is not None:
-        if limit < 1:
-            raise OptionError(f"--limit must be at least 1, got {limit}", fix="pass a positive image count")
-        items = [items[i] for i in evenly_spread(len(items), limit)]
-    if batch_size is None:
-        batch_size = 8 if trained.device.type == "cuda" else 1
-    log(f"explaining {len(items)} {split} images of {dataset.name} with {attribution}")
+    request = request or MeasureRequest()
+    attribution, options = request.attribution, request.attribution_options
+    label = attribution_label(attribution, build_attribution(attribution, **options).options())
+    dataset, items = requested_split(model, request)
+    if request.limit is not None:
+        if request.limit < 1:
+            raise OptionError(f"--limit must be at least 1, got {request.limit}",
+                              fix="pass a positive image count")
+        items = [items[i] for i in evenly_spread(len(items), request.limit)]
+    batch_size = request.batch_size or (8 if model.device.type == "cuda" else 1)
+    log(f"explaining {len(items)} {request.split} images of {dataset.name} with {label}")
     result = explain_items(
-        trained.method, items, eval_geometry(dataset.name),
-        masks_dir=Path(masks) if masks is not None else default_masks_dir(dataset),
-        dataset_name=dataset.name,
-        out_dir=trained.run.explain_dir(dataset.key, split), attribution=attribution, options=options,
-        device=trained.device, seed=seed, batch_size=batch_size, gallery_count=gallery_count,
-        progress=progress, force=force,
+        model, items, eval_geometry(dataset.name),
+        masks_dir=Path(request.masks) if request.masks is not None else default_masks_dir(dataset),
+        dataset_name=dataset.name, out_dir=explain_dir(model.home, dataset.key, request.split, label),
+        attribution=attribution, options=options, device=model.device, seed=request.attribution_seed,
+        batch_size=batch_size, gallery_count=request.gallery_count, progress=request.progress,
+        force=request.force,
     )
     summary = result.summary
     if summary["mean"] is not None:
         spread = "" if summary["std"] is None else f" ± {summary['std']:.3f}"
         log(f"foreground score {summary['mean']:.3f}{spread} over {summary['scored']} images")
     return result
+
+
+def explain_dir(home: str | os.PathLike[str], dataset_key: str, split: str, label: str) -> Path:
+    """Where a model's foreground scores of one dataset (its key), split and attribution with its options
+    (:func:`~bgbias.methods.attribution.attribution_label`) go: ``<home>/explain/<key>-<split>-<label>``."""
+    return Path(home) / EXPLAIN_FOLDER / f"{dataset_key}-{split}-{label}"
+
+
+@dataclass(frozen=True)
+class ExplainedSet:
+    """One ``<run>/explain/<dataset key>-<split>-<label>/`` folder with its summary."""
+
+    dataset_key: str
+    label: str
+    folder: Path
+    summary: dict[str, Any]
+
+
+def explained_sets(run_root: str | os.PathLike[str], split: str) -> list[ExplainedSet]:
+    """The finished explanations (those with a ``summary.json``) of ``split`` in a run folder, sorted by
+    folder name. A folder's name is cut where its summary's attribution name follows ``-<split>-``, so
+    reading it needs no registered attribution; other folders are ignored."""
+    found = []
+    for summary_path in sorted(Path(run_root).glob(f"{EXPLAIN_FOLDER}/*/{SUMMARY_JSON}")):
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        name = summary.get("attribution") if isinstance(summary, dict) else None
+        if not isinstance(name, str):
+            continue
+        key, found_at, options = summary_path.parent.name.rpartition(f"-{split}-{name}")
+        if found_at and key and (not options or options.startswith("-")):
+            found.append(ExplainedSet(key, name + options, summary_path.parent, summary))
+    return found

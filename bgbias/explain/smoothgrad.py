@@ -8,9 +8,10 @@ noisy copies of it (SmoothGrad), then stretched to [0, 1] with the top percent c
 pixels do not wash out the rest of the map.
 
 The paper's code adds the noise to the normalised network input and differentiates there. Here the noisy input
-is mapped back to [0, 1] with the backbone's ``InputConvention.invert`` before ``Method.embed`` (which applies
-the convention again), so the same holds for every backbone's convention. The distance is the method's own
-(``Method.pairwise_distance``), as the paper's code used its loss's distance.
+is mapped back to [0, 1] with the model's ``InputConvention.invert`` before its ``embed`` (which applies the
+convention again), so the same holds for every backbone's convention. The distance is the model's own
+(``pairwise_distance``; a method's is its loss's), as the paper's code used its loss's distance. Any
+:class:`~bgbias.methods.embedding_model.EmbeddingModel` serves, whatever per-image state it keeps.
 """
 
 from __future__ import annotations
@@ -21,18 +22,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
-from bgbias.explain.attribution import per_image_generators, register_attribution
+from bgbias.methods.attribution import per_image_generators, register_attribution
+from bgbias.retrieval.state import model_form, named_arrays, take_rows
 
 if TYPE_CHECKING:
     import torch
 
-    from bgbias.methods.base import Method
+    from bgbias.methods.base import ImageState
+    from bgbias.methods.embedding_model import EmbeddingModel
 
 
 @register_attribution("smoothgrad")
 @dataclass(frozen=True)
 class SmoothGrad:
-    """``copies`` noisy copies per image with noise σ = ``noise`` · (max − min) of its network input; maps
+    """The paper's attribution: input gradients of the distance to a black image's embedding, summed over
+    noisy copies of the image.
+
+    ``copies`` noisy copies per image with noise σ = ``noise`` · (max − min) of its network input; maps
     normalised by (g − min) / (q − min), q = the ``clip_percentile`` percentile, clamped to [0, 1].
 
     ``batch`` bounds how many copies go through the network at once (whole images' worth of copies, at least
@@ -43,6 +49,8 @@ class SmoothGrad:
     noise: float = 0.15
     clip_percentile: float = 99.0
     batch: int = 50
+
+    serves = "every model with an input convention (all built-in methods)"
 
     def __post_init__(self) -> None:
         _require(_is_int(self.copies) and self.copies >= 1, "copies", self.copies, "a whole number >= 1")
@@ -58,22 +66,28 @@ class SmoothGrad:
     def options(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def supports(self, model: EmbeddingModel) -> bool:
+        """Any model with an input convention: the noise is added in the network's input space and mapped
+        back to [0, 1] with it."""
+        return getattr(model, "convention", None) is not None
+
     def __call__(
-        self, method: Method, images01: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]
+        self, model: EmbeddingModel, images01: torch.Tensor,
+        generator: torch.Generator | Sequence[torch.Generator],
     ) -> torch.Tensor:
-        """(B, H, W) maps in [0, 1] for (B, 3, H, W) images in [0, 1]; the method is left in eval mode."""
+        """(B, H, W) maps in [0, 1] for (B, 3, H, W) images in [0, 1]; the model is left in eval mode."""
         import torch
 
         generators = per_image_generators(generator, len(images01))
-        method.eval()
+        model.eval()
         with torch.no_grad():
-            reference = method.embed(images01.new_zeros(1, *images01.shape[1:]))
+            reference = model.embed(images01.new_zeros(1, *images01.shape[1:]))
         per_pass = max(1, self.batch // self.copies)
         maps = []
         for start in range(0, len(images01), per_pass):
-            inputs = method.backbone.convention.apply(images01[start : start + per_pass])
+            inputs = model.convention.apply(images01[start : start + per_pass])
             unit_noise = draw_noise(inputs, self.copies, generators[start : start + per_pass])
-            gradients = distance_gradients(method, noisy_copies(inputs, unit_noise, self.noise), reference)
+            gradients = distance_gradients(model, noisy_copies(inputs, unit_noise, self.noise), reference)
             maps.append(normalise_maps(smoothgrad_maps(gradients), self.clip_percentile))
         if not maps:
             return images01.new_zeros(0, *images01.shape[2:])
@@ -99,7 +113,7 @@ def noisy_copies(inputs: torch.Tensor, unit_noise: torch.Tensor, noise: float) -
     return inputs.unsqueeze(1) + sigma.view(-1, 1, 1, 1, 1) * unit_noise
 
 
-def distance_gradients(method: Method, noisy: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+def distance_gradients(model: EmbeddingModel, noisy: torch.Tensor, reference: ImageState) -> torch.Tensor:
     """Gradients (n, copies, 3, H, W) of each image's mean distance to ``reference`` over its copies, with
     respect to the noisy network inputs; parameters get no ``.grad``."""
     import torch
@@ -107,11 +121,12 @@ def distance_gradients(method: Method, noisy: torch.Tensor, reference: torch.Ten
     count, copies = noisy.shape[:2]
     leaf = noisy.detach().flatten(0, 1).requires_grad_(True)
     with torch.enable_grad():
-        embeddings = method.embed(method.backbone.convention.invert(leaf))
+        state = named_arrays(model.embed(model.convention.invert(leaf)))
         # One row per call: torch.cdist, and the distances built on it, switch to a matrix-product formula
         # above 25 rows, whose rounding swamps the gradient where an embedding lies close to the reference;
         # the maps would then depend on how many copies share a pass.
-        rows = [method.pairwise_distance(row.unsqueeze(0), reference) for row in embeddings]
+        rows = [model.pairwise_distance(model_form(take_rows(state, slice(i, i + 1))), reference)
+                for i in range(count * copies)]
         distances = torch.cat(rows).view(count, copies)
         # Summing the per-image means keeps each image's gradient what it would be alone.
         (gradient,) = torch.autograd.grad(distances.mean(dim=1).sum(), leaf, allow_unused=True)

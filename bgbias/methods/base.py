@@ -43,6 +43,7 @@ from bgbias.retrieval.retrievers import ExactL2, Retrieval
 
 if TYPE_CHECKING:
     from bgbias.models.backbone import Backbone
+    from bgbias.models.input_convention import InputConvention
 
 ImageState = torch.Tensor | Mapping[str, torch.Tensor]
 """What ``Method.embed`` returns: a (B, D) embedding, or named (B, …) tensors (``bgbias.retrieval.state``)."""
@@ -150,6 +151,11 @@ class Method(nn.Module, ABC):
     def retrieval(self) -> Retrieval:
         """How validation and evaluation rank this method's images: exact squared L2 of the embeddings."""
         return ExactL2()
+
+    @property
+    def convention(self) -> InputConvention:
+        """How its backbone wants float RGB in [0, 1] (an embedding model's input convention)."""
+        return self.backbone.convention
 
     @property
     def steps_per_batch(self) -> int:

@@ -1,7 +1,7 @@
 """The method registry: ``@register_method("name")`` on a :class:`~bgbias.methods.base.Method` subclass.
 
 Names are what ``bgbias train --method`` accepts. The modules that define methods are imported on first
-use, so registering a new method means adding its module to ``METHODS``' module list.
+use, so registering a new method means adding its module to ``METHOD_MODULES``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from bgbias.registry import Registry
 if TYPE_CHECKING:
     from bgbias.methods.base import Method
 
-METHODS: Registry[type[Method]] = Registry(
-    "method", ("bgbias.methods.baselines", "bgbias.methods.dcml.method"), name_attribute="name"
-)
+METHOD_MODULES = ("bgbias.methods.baselines", "bgbias.methods.dcml.method")
+"""The modules of the built-in methods, imported on the first read of ``METHODS`` (and of the attribution
+registry, so an attribution a method package registers is found by name too)."""
+
+METHODS: Registry[type[Method]] = Registry("method", METHOD_MODULES, name_attribute="name")
 
 M = TypeVar("M", bound="type[Method]")
 

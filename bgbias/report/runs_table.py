@@ -2,13 +2,14 @@
 
 One row per method followed by its ``+ BGAugment`` row; per dataset the clean MAP@R and the corrupted MAP@R
 (mean ± std over the background draws) in %, and, when foreground scores from ``bgbias explain`` are given,
-one "fg score" column per dataset (the paper's Table 2, mean ± std over images). Methods and datasets keep the
-order in which they are first named; a run that was not given leaves its cells empty.
+one "fg score" column per dataset and attribution (the paper's Table 2, mean ± std over images): ``<dataset>
+fg score`` for SmoothGrad at its default options, ``<dataset> fg score (<label>)`` for another attribution
+label. Methods, datasets and labels keep the order in which they are first named; a run that was not given
+leaves its cells empty.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 from bgbias.report.evaluation import (
     csv_text,
     index_reports,
@@ -30,34 +32,42 @@ from bgbias.report.plots import plot_runs
 TABLE_FORMAT = "bgbias-runs-table"
 TABLE_VERSION = 1
 
-ForegroundKey = tuple[str, bool, str]
-"""Which run a foreground-score summary belongs to: (method, bgaugment, dataset)."""
+ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
+"""Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
+SmoothGrad at its default options, or (method, bgaugment, dataset, attribution label)."""
 
 
 def table_one(
     reports: Sequence[Mapping[str, Any]], foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
-    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset) to ``{"mean", "std",
-    "images"}``."""
+    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to
+    ``{"mean", "std", "images"}``; one column per dataset and label."""
     by_key = index_reports(reports)
     foreground = _checked_foreground(foreground or {})
     methods = list(dict.fromkeys([key[0] for key in by_key] + [key[0] for key in foreground]))
     groups = list(dict.fromkeys(key[2:] for key in by_key))
     datasets = [dataset for dataset, _ in groups] + [key[2] for key in foreground]
     fg_datasets = list(dict.fromkeys(datasets)) if foreground else []
+    labels = list(dict.fromkeys(key[3] for key in foreground))
+    fg_columns = []
+    for dataset in fg_datasets:  # a dataset without any score keeps one (empty) column, as before labels
+        present = [label for label in labels if any(key[2:] == (dataset, label) for key in foreground)]
+        fg_columns += [(dataset, label) for label in present or [DEFAULT_ATTRIBUTION]]
     headers = ["method"]
     for dataset, split in groups:
         name = dataset if split == "test" else f"{dataset} ({split})"
         headers += [f"{name} clean", f"{name} corrupted"]
-    headers += [f"{dataset} fg score" for dataset in fg_datasets]
+    headers += [f"{dataset} fg score" + ("" if label == DEFAULT_ATTRIBUTION else f" ({label})")
+                for dataset, label in fg_columns]
     rows = []
     for method in methods:
         for bgaugment in (False, True):
             row = [run_label(method, bgaugment)]
             for dataset, split in groups:
                 row += _map_cells(by_key.get((method, bgaugment, dataset, split)))
-            row += [_foreground_cell(foreground.get((method, bgaugment, dataset))) for dataset in fg_datasets]
+            row += [_foreground_cell(foreground.get((method, bgaugment, dataset, label)))
+                    for dataset, label in fg_columns]
             rows.append(row)
     return headers, rows
 
@@ -88,8 +98,9 @@ def write_runs_report(
         "headers": headers,
         "rows": rows,
         "runs": [_run_numbers(report) for report in reports],
+        # Each summary names its attribution and options, so entries of several attributions stay apart.
         "foreground": [{"method": m, "bgaugment": b, "dataset": d, **dict(summary)}
-                       for (m, b, d), summary in _checked_foreground(foreground or {}).items()],
+                       for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])
     return paths
@@ -99,9 +110,11 @@ def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
 ) -> tuple[list[dict[str, Any]], dict[ForegroundKey, dict[str, Any]]]:
     """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
-    run folders; a run without any evaluation report is an error that says how to make one."""
+    run folders, one per (run, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a
+    run without any evaluation report is an error that says how to make one."""
     from bgbias.engine.config import load_run_config
     from bgbias.engine.run_dir import open_run_dir
+    from bgbias.explain.run import explained_sets
 
     reports: list[dict[str, Any]] = []
     foreground: dict[ForegroundKey, dict[str, Any]] = {}
@@ -113,11 +126,10 @@ def collect_runs(
                               fix=f"evaluate it first: bgbias eval --checkpoint {run.root} --corrupted")
         reports += [load_evaluation_report(report) for report in found]
         config = load_run_config(run.config)
-        for summary_path in sorted(run.root.glob(f"explain/*-{split}/summary.json")):
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        for explained in explained_sets(run.root, split):
             # The folder names the dataset by its key, as evaluation reports name their columns.
-            dataset_key = summary_path.parent.name.removesuffix(f"-{split}")
-            foreground[config.method, config.bgaugment.enabled, dataset_key] = summary
+            key = (config.method, config.bgaugment.enabled, explained.dataset_key, explained.label)
+            foreground[key] = explained.summary
     return reports, foreground
 
 
@@ -140,17 +152,21 @@ def _foreground_cell(summary: Mapping[str, Any] | None) -> str:
 
 def _checked_foreground(
     foreground: Mapping[ForegroundKey, Mapping[str, Any]],
-) -> dict[ForegroundKey, Mapping[str, Any]]:
+) -> dict[tuple[str, bool, str, str], Mapping[str, Any]]:
+    """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
+    given; a malformed entry is an ``OptionError``."""
     checked = {}
     for key, summary in foreground.items():
-        well_formed = isinstance(key, tuple) and len(key) == 3
+        well_formed = isinstance(key, tuple) and len(key) in (3, 4)
         if not (well_formed and isinstance(summary, Mapping) and "mean" in summary):
             raise OptionError(
-                f"foreground score entry {key!r} is not (method, bgaugment, dataset) -> "
+                f"foreground score entry {key!r} is not (method, bgaugment, dataset[, attribution label]) -> "
                 "{'mean', 'std', 'images'}",
-                fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset)",
+                fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset) "
+                    "or (method, bgaugment, dataset, attribution label)",
             )
-        checked[str(key[0]), bool(key[1]), str(key[2])] = summary
+        label = str(key[3]) if len(key) == 4 else DEFAULT_ATTRIBUTION
+        checked[str(key[0]), bool(key[1]), str(key[2]), label] = summary
     return checked
 
 

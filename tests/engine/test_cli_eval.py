@@ -11,7 +11,7 @@ from PIL import Image
 
 from bgbias.cli import main
 from bgbias.data.registry import open_dataset
-from bgbias.explain.compare import compare_runs
+from bgbias.report.compare import compare_runs
 
 
 def _eval_args(run, bench, tmp_path):
@@ -33,7 +33,7 @@ def test_eval_explain_then_report(tiny_run, tiny_bench, tmp_path):
     explained = CliRunner().invoke(main, explain_args)
     assert explained.exit_code == 0, explained.output
     key = open_dataset("bench", tiny_bench / "bench").key  # the explain folder's name (not the usual folder)
-    summary = json.loads((run / "explain" / f"{key}-test" / "summary.json").read_text())
+    summary = json.loads((run / "explain" / f"{key}-test-smoothgrad" / "summary.json").read_text())
     assert summary["images"] == 3 and "gallery.png" in explained.output
     table = CliRunner().invoke(main, ["report", "--runs", str(tmp_path / "runs")])
     assert table.exit_code == 0, table.output

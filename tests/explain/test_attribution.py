@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from bgbias.errors import OptionError
-from bgbias.explain import attribution as registry
-from bgbias.explain.attribution import attribution_names, build_attribution, register_attribution
 from bgbias.explain.foreground_score import foreground_score
 from bgbias.explain.smoothgrad import (
     SmoothGrad,
@@ -19,6 +17,8 @@ from bgbias.explain.smoothgrad import (
     normalise_maps,
     smoothgrad_maps,
 )
+from bgbias.methods import attribution as registry
+from bgbias.methods.attribution import attribution_names, build_attribution, register_attribution
 from bgbias.models.input_convention import CAFFE_BGR
 from tests.explain.tiny import REGION, RegionMethod, baseline
 

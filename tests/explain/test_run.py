@@ -10,12 +10,14 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from bgbias.augment.gallery import evenly_spread
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
+from bgbias.engine.method_model import MethodModel
 from bgbias.errors import ImageError, OptionError
 from bgbias.explain.run import CSV_COLUMNS, explain_items
 from bgbias.explain.smoothgrad import SmoothGrad
@@ -43,7 +45,7 @@ def explain(method, items, out_dir, masks_dir=None, **overrides):
         options=OPTIONS, device="cpu", batch_size=2, gallery_count=3,
     )
     settings.update(overrides)
-    return explain_items(method, items, GEOMETRY, **settings)
+    return explain_items(MethodModel(method, torch.device("cpu")), items, GEOMETRY, **settings)
 
 
 def read_csv(path):

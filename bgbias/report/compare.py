@@ -2,7 +2,8 @@
 
 Each ``bgbias explain`` keeps the maps of its gallery images (``maps/``); images are picked evenly over the
 split, so runs explained with the same settings share them. This draws image | mask | one overlay per run,
-captioned with each run's foreground score, in column order.
+captioned with each run's foreground score, in column order. A gallery compares one attribution (its label,
+the end of the explain folder's name) across runs: by default SmoothGrad at its default options.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bgbias.errors import OptionError
+from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 
 
 def compare_attributions(
@@ -21,11 +23,13 @@ def compare_attributions(
     split: str,
     out_path: str | os.PathLike[str],
     count: int = 8,
+    label: str = DEFAULT_ATTRIBUTION,
 ) -> Path:
     """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
 
-    ``dataset_key``/``split`` name the explained set (``<run>/explain/<dataset key>-<split>/``); the dataset
-    is opened as the first run was trained on it (its ``config.json``), else at its default folder.
+    ``dataset_key``/``split``/``label`` name the explained set
+    (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options); the
+    dataset is opened as the first run was trained on it (its ``config.json``), else at its default folder.
     """
     from bgbias.augment.gallery import evenly_spread
     from bgbias.data.items import default_masks_dir
@@ -39,6 +43,7 @@ def compare_attributions(
     from bgbias.explain.run import (
         SCORES_CSV,
         SUMMARY_JSON,
+        explain_dir,
         load_example,
         load_map,
         map_path,
@@ -49,11 +54,14 @@ def compare_attributions(
 
     runs = [open_run_dir(path) for path in run_dirs]
     configs = [load_run_config(run.config) for run in runs]
-    folders = [run.explain_dir(dataset_key, split) for run in runs]
+    folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
     missing = [folder for folder in folders if not (folder / SCORES_CSV).is_file()]
     if missing:
-        raise OptionError(f"the run has no explanation of the {dataset_key} {split} split", path=missing[0],
-                          fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}")
+        with_what = "" if label == DEFAULT_ATTRIBUTION else f" by {label}"
+        how = "" if label == DEFAULT_ATTRIBUTION else f" with the attribution and options labelled {label}"
+        raise OptionError(f"the run has no explanation of the {dataset_key} {split} split{with_what}",
+                          path=missing[0],
+                          fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}{how}")
     dataset_name = json.loads((folders[0] / SUMMARY_JSON).read_text(encoding="utf-8"))["dataset"]
     first = configs[0]
     dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
@@ -81,18 +89,25 @@ def compare_attributions(
 
 
 def compare_runs(
-    run_dirs: Sequence[str | os.PathLike[str]], split: str, out_dir: str | os.PathLike[str]
+    run_dirs: Sequence[str | os.PathLike[str]],
+    split: str,
+    out_dir: str | os.PathLike[str],
+    label: str = DEFAULT_ATTRIBUTION,
 ) -> list[Path]:
     """``out_dir/foreground-<dataset>-<split>.png`` for every dataset that two or more of the runs explained
-    (with shared gallery images); returns the galleries written."""
-    from bgbias.explain.run import SCORES_CSV
+    with the attribution ``label`` (with shared gallery images), ``foreground-<dataset>-<split>-<label>.png``
+    for another label than the default; returns the galleries written."""
+    from bgbias.explain.run import SCORES_CSV, explained_sets
 
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):
-        for scores in sorted(run.glob(f"explain/*-{split}/{SCORES_CSV}")):
-            dataset = scores.parent.name.removesuffix(f"-{split}")
-            by_dataset.setdefault(dataset, []).append(run)
+        for explained in explained_sets(run, split):
+            if explained.label == label and (explained.folder / SCORES_CSV).is_file():
+                by_dataset.setdefault(explained.dataset_key, []).append(run)
+    suffix = "" if label == DEFAULT_ATTRIBUTION else f"-{label}"
+    out = Path(out_dir)
     return [
-        compare_attributions(runs, dataset, split, Path(out_dir) / f"foreground-{dataset}-{split}.png")
+        compare_attributions(runs, dataset, split, out / f"foreground-{dataset}-{split}{suffix}.png",
+                             label=label)
         for dataset, runs in sorted(by_dataset.items()) if len(runs) > 1
     ]

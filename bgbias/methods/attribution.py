@@ -1,0 +1,229 @@
+"""Pluggable attribution methods: which pixels of an image a model's embedding depends on.
+
+An attribution is a callable ``(model, images01, generator) -> maps``:
+
+- ``model``: the model to explain, an :class:`~bgbias.methods.embedding_model.EmbeddingModel` (the
+  attribution puts it in eval mode);
+- ``images01``: (B, 3, H, W) float RGB in [0, 1] on the model's device;
+- ``generator``: a ``torch.Generator`` for any randomness, drawn from image by image in batch order, or a
+  sequence of B generators, one per image, so that a map depends only on its own image's stream and not on
+  which images share its batch (the runner passes one per image);
+- returns (B, H, W) float maps in [0, 1] on the same device, one per image.
+
+It also has ``options() -> dict``: every setting that changes its maps, defaults included, which the runner
+records beside the scores and compares on resume; ``supports(model) -> bool``: whether it can explain that
+model (the runner refuses the others before any work); and ``serves``: the models it supports, in words, for
+that refusal.
+
+Adding one (e.g. SAM's similarity attention) takes a factory or class decorated with
+``@register_attribution("name")`` (its keyword arguments are the options) in a module the registry imports on
+first use: SmoothGrad's (``bgbias/explain/smoothgrad.py``) or a built-in method's module (the method
+registry's ``METHOD_MODULES``), so a method package registers the attribution that belongs to it next to the
+method, and nothing central changes. The runner, the score and the gallery only see the callable.
+
+This module is the method contract's layer: it imports nothing above ``bgbias.methods``, so a method package
+may import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from bgbias.errors import OptionError
+from bgbias.methods.registry import METHOD_MODULES
+from bgbias.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.embedding_model import EmbeddingModel
+
+DEFAULT_ATTRIBUTION = "smoothgrad"
+"""The paper's attribution; at its default options its label is its name."""
+
+MAX_LABEL_LENGTH = 80
+"""A longer label (many or long option values) becomes the name and a digest of the options."""
+
+
+class Attribution(Protocol):
+    """What ``build_attribution`` returns (see the module docstring)."""
+
+    serves: str
+
+    def __call__(
+        self, model: EmbeddingModel, images01: torch.Tensor,
+        generator: torch.Generator | Sequence[torch.Generator],
+    ) -> torch.Tensor: ...
+
+    def options(self) -> dict[str, Any]: ...
+
+    def supports(self, model: EmbeddingModel) -> bool: ...
+
+
+ATTRIBUTIONS: Registry[Callable[..., Attribution]] = Registry(
+    "attribution method", ("bgbias.explain.smoothgrad", *METHOD_MODULES)
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SAFE = re.compile(r"[A-Za-z0-9_.+-]*")
+
+
+def register_attribution(name: str) -> Callable[[F], F]:
+    """Decorator on a factory or class whose keyword arguments are the options: make it available as
+    ``name``, which names output folders and so must be filename-safe (letters, digits, ``_ . + -``)."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"attribution name {name!r} is not filename-safe: use letters, digits and _ . + -")
+    return ATTRIBUTIONS.register(name)
+
+
+def attribution_names() -> list[str]:
+    """Every registered attribution method, sorted."""
+    return sorted(ATTRIBUTIONS)
+
+
+def attribution_defaults(name: str) -> dict[str, Any]:
+    """The options of the attribution registered as ``name`` with their defaults (``inspect.Parameter.empty``
+    for one without a default), in the factory's order."""
+    return {
+        key: parameter.default
+        for key, parameter in inspect.signature(ATTRIBUTIONS[name]).parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+
+
+def build_attribution(name: str, **options: Any) -> Attribution:
+    """The attribution registered as ``name`` with ``options``; an unknown name or option is an
+    ``OptionError`` listing the known ones."""
+    factory = ATTRIBUTIONS[name]
+    signature = inspect.signature(factory)
+    try:
+        signature.bind(**options)
+    except TypeError:
+        raise OptionError(
+            f"attribution {name!r} does not take the options {', '.join(sorted(options))}",
+            fix=f"its options are: {_known_options(name)}",
+        ) from None
+    return factory(**options)
+
+
+def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
+    """An ``OptionError`` naming the attribution and the models it serves unless it ``supports`` ``model``."""
+    if not attribution.supports(model):
+        what = model.describe().get("method") or type(model).__name__
+        raise OptionError(
+            f"attribution {name!r} cannot explain {what!r}",
+            fix=f"{name} serves {attribution.serves}; choose another attribution (see `bgbias methods`)",
+        )
+
+
+def attribution_label(name: str, options: Mapping[str, Any] | None = None) -> str:
+    """The name of an attribution with ``options``, as explain output folders carry it: the registered name,
+    then each option that differs from its default as ``<key><value>``, sorted by key, joined by ``-``
+    (``smoothgrad``, ``smoothgrad-copies50-noise0.3``).
+
+    Numbers are written in their shortest form, a whole float as an integer (95.0 and 95 are the same
+    setting), booleans as ``true``/``false``. Where a value's text is not filename-safe (letters, digits,
+    ``_ . + -``) or the label would be longer than ``MAX_LABEL_LENGTH``, the options are written as an 8-hex
+    digest instead: ``<name>-<digest>``.
+    """
+    defaults = attribution_defaults(name)
+    changed = {
+        key: _option_text(value)
+        for key, value in sorted((options or {}).items())
+        if key not in defaults or defaults[key] is inspect.Parameter.empty or value != defaults[key]
+    }
+    label = "-".join([name, *(f"{key}{text}" for key, text in changed.items())])
+    safe = all(_SAFE.fullmatch(key + text) for key, text in changed.items())
+    if safe and len(label) <= MAX_LABEL_LENGTH:
+        return label
+    digest = hashlib.sha256(json.dumps(changed, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+    return f"{name}-{digest}"
+
+
+def parse_attribution_options(name: str, pairs: Iterable[str]) -> dict[str, Any]:
+    """``key=value`` texts (``--attribution-option``) as the options of attribution ``name``: each value an
+    int, else a float, else ``true``/``false``, else the string. A malformed pair, an unknown key or a value
+    the attribution refuses is an ``OptionError`` naming the options it takes."""
+    options: dict[str, Any] = {}
+    known = attribution_defaults(name)
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise OptionError(
+                f"--attribution-option expects key=value, got {pair!r}",
+                fix=f"{name}'s options are: {_known_options(name)}",
+            )
+        if key not in known:
+            raise OptionError(
+                f"attribution {name!r} has no option {key!r}", fix=f"its options are: {_known_options(name)}"
+            )
+        options[key] = parse_option_value(raw.strip())
+    build_attribution(name, **options)  # the attribution checks its values now, before any work
+    return options
+
+
+def parse_option_value(text: str) -> Any:
+    """``"50"`` → 50, ``"0.3"`` → 0.3, ``"true"``/``"false"`` → a bool (any case), anything else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return text
+
+
+def describe_attributions() -> list[tuple[str, str, str]]:
+    """``(name, options with defaults, one-line description)`` of every registered attribution, in the
+    registry's order; the description is the first paragraph of the factory's docstring, on one line."""
+    rows = []
+    for name, factory in ATTRIBUTIONS.items():
+        options = ", ".join(
+            key if default is inspect.Parameter.empty else f"{key}={default!r}"
+            for key, default in attribution_defaults(name).items()
+        )
+        paragraph = (inspect.getdoc(factory) or "").strip().split("\n\n")[0]
+        rows.append((name, options, " ".join(paragraph.split())))
+    return rows
+
+
+def per_image_generators(
+    generator: torch.Generator | Sequence[torch.Generator], count: int
+) -> list[torch.Generator]:
+    """One generator per image: the given sequence (which must have ``count`` of them), or ``count`` times
+    the single generator, so images draw from it one after another."""
+    import torch
+
+    if isinstance(generator, torch.Generator):
+        return [generator] * count
+    generators = list(generator)
+    if len(generators) != count:
+        raise ValueError(f"{len(generators)} generators for {count} images")
+    return generators
+
+
+def _known_options(name: str) -> str:
+    return ", ".join(attribution_defaults(name)) or "none"
+
+
+def _option_text(value: Any) -> str:
+    """An option value as a label writes it (see :func:`attribution_label`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
