@@ -187,5 +187,6 @@ def test_an_attribution_registered_in_a_method_module_is_found_by_name(tmp_path,
     assert "package_attention" in contract.attribution_names()
     assert attribution_label("package_attention", {"heads": 2}) == "package_attention-heads2"
     with pytest.raises(OptionError, match="cannot explain 'contrastive'") as raised:
-        contract.check_supported("package_attention", built, MethodModel(build("contrastive"), torch.device("cpu")))
+        outside = MethodModel(build("contrastive"), torch.device("cpu"))
+        contract.check_supported("package_attention", built, outside)
     assert "its own method" in raised.value.fix
