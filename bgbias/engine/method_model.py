@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.errors import OptionError
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -43,6 +45,20 @@ class MethodBacked:
     def fingerprint(self) -> str:
         """The digest of the method's weights and buffers (:func:`weights_sha256`)."""
         return weights_sha256(self.method)
+
+    def feature_stages(self) -> tuple[str, ...]:
+        """The backbone's named stages, input side first (the
+        :class:`~bgbias.methods.embedding_model.FeatureMaps` capability)."""
+        return tuple(self.method.backbone.stages)
+
+    def feature_module(self, stage: str | None = None) -> nn.Module:
+        """The backbone block of ``stage``, by default its final stage (the map embedding heads pool)."""
+        backbone = self.method.backbone
+        stage = backbone.final if stage is None else stage
+        if stage not in backbone.stages:
+            raise OptionError(f"{stage!r} is not a stage of this model's backbone",
+                              fix=f"choose one of its stages: {', '.join(backbone.stages)}")
+        return backbone.blocks[stage]
 
 
 @dataclass

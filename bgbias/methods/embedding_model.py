@@ -4,6 +4,10 @@ Evaluation, attribution maps and the study see a model only through :class:`Embe
 images, how its images are ranked, how it wants its input, an identity for caches and ledgers, and what a
 report says about it. A run trained by bgbias is one implementation (``bgbias.engine.trained.TrainedModel``);
 a model from elsewhere needs only these members.
+
+:class:`FeatureMaps` is an optional capability on top: a model that names the modules whose outputs are its
+feature maps can be explained by attributions that take Grad-CAM at a feature map (SAM's similarity
+attention), whoever trained it. Every model a method backs has it (its backbone's named stages).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
     from bgbias.methods.base import ImageState
     from bgbias.models.input_convention import InputConvention
@@ -81,4 +86,23 @@ class EmbeddingModel(Protocol):
 
     def trained_on(self) -> TrainedOn | None:
         """The dataset it was trained on, or None when unknown (then a dataset must be named)."""
+        ...
+
+
+@runtime_checkable
+class FeatureMaps(Protocol):
+    """An optional capability of an :class:`EmbeddingModel`: where its feature maps come from.
+
+    An attribution that differentiates a score with respect to a feature map ``A`` (SAM's Grad-CAM) hooks the
+    module that produces ``A`` and runs the model's own ``embed``, so it needs no code of the model's.
+    """
+
+    def feature_stages(self) -> tuple[str, ...]:
+        """The names of the stages whose outputs are (B, C, h, w) feature maps, input side first."""
+        ...
+
+    def feature_module(self, stage: str | None = None) -> nn.Module:
+        """The module whose output is the feature map of ``stage`` (default: the last stage, the map the
+        embedding is pooled from); it must run exactly once per ``embed`` call. An unknown stage is an
+        ``OptionError`` naming the stages."""
         ...
