@@ -12,14 +12,22 @@ An attribution is a callable ``(model, images01, generator) -> maps``:
 
 It also has ``options() -> dict``: every setting that changes its maps, defaults included, which the runner
 records beside the scores and compares on resume; ``supports(model) -> bool``: whether it can explain that
-model (the runner refuses the others before any work); and ``serves``: the models it supports, in words, for
-that refusal.
+model (the runner refuses the others before any work; it may instead raise an ``OptionError`` where the model
+could be explained with other options, e.g. a feature stage it does not have); and ``serves``: the models it
+supports, in words, for that refusal.
 
-Adding one (e.g. SAM's similarity attention) takes a factory or class decorated with
-``@register_attribution("name")`` (its keyword arguments are the options) in a module the registry imports on
-first use: SmoothGrad's (``bgbias/explain/smoothgrad.py``) or a built-in method's module (the method
-registry's ``METHOD_MODULES``), so a method package registers the attribution that belongs to it next to the
-method, and nothing central changes. The runner, the score and the gallery only see the callable.
+**References** (optional): an attribution that explains an image *against another one*, as SAM's similarity
+attention explains why two images look alike, sets the class attribute ``needs_references = True``. The
+runner then picks one reference image per explained image (:data:`REFERENCE_RULE`) and calls it as
+``(model, images01, generator, references01)``, ``references01`` being the (B, 3, H, W) references in [0, 1],
+row i the reference of image i; it still returns the maps of ``images01``. Without the attribute (SmoothGrad)
+the call keeps its three arguments.
+
+Adding one takes a factory or class decorated with ``@register_attribution("name")`` (its keyword arguments
+are the options) in a module the registry imports on first use: one of :data:`ATTRIBUTION_MODULES`
+(SmoothGrad's, SAM's explainer) or a built-in method's module (the method registry's ``METHOD_MODULES``), so
+a method package registers the attribution that belongs to it next to the method, and nothing central changes.
+The runner, the score and the gallery only see the callable.
 
 This module is the method contract's layer: it imports nothing above ``bgbias.methods``, so a method package
 may import it.
@@ -50,8 +58,17 @@ MAX_LABEL_LENGTH = 80
 """A longer label (many or long option values) becomes the name and a digest of the options."""
 
 
+REFERENCE_RULE = (
+    "each image's nearest other image of its own class among the reference images, ranked by the model's own "
+    "retrieval; the nearest image of any class where it is alone in its class"
+)
+"""How the runner picks the reference of an image for an attribution that ``needs_references`` (recorded in
+its ledger settings with the retrieval's own description)."""
+
+
 class Attribution(Protocol):
-    """What ``build_attribution`` returns (see the module docstring)."""
+    """What ``build_attribution`` returns (see the module docstring); one that ``needs_references`` takes
+    ``references01`` as a fourth argument."""
 
     serves: str
 
@@ -65,8 +82,12 @@ class Attribution(Protocol):
     def supports(self, model: EmbeddingModel) -> bool: ...
 
 
+ATTRIBUTION_MODULES = ("bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer")
+"""The modules of the built-in attributions that no method module imports; the registry imports these and
+every method module (``METHOD_MODULES``) on first use."""
+
 ATTRIBUTIONS: Registry[Callable[..., Attribution]] = Registry(
-    "attribution method", ("bgbias.explain.smoothgrad", *METHOD_MODULES)
+    "attribution method", tuple(dict.fromkeys((*ATTRIBUTION_MODULES, *METHOD_MODULES)))
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,6 +132,11 @@ def build_attribution(name: str, **options: Any) -> Attribution:
             fix=f"its options are: {_known_options(name)}",
         ) from None
     return factory(**options)
+
+
+def needs_references(attribution: Attribution) -> bool:
+    """Whether ``attribution`` explains each image against a reference image (see the module docstring)."""
+    return bool(getattr(attribution, "needs_references", False))
 
 
 def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
