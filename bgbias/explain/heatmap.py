@@ -59,21 +59,26 @@ def attribution_gallery_image(
     maps_by_model: Mapping[str, Sequence[np.ndarray]],
     captions: Sequence[str],
     cell: int = 128,
+    extra_columns: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> Image.Image:
     """One row per image: image | mask | an overlay per model, in cells ``cell`` px square.
 
     Column headers name the models; each row's caption (e.g. the id and each model's score) is written under
     it. ``images`` are uint8 H×W×3, ``masks`` uint8 H×W, maps H×W in [0, 1], one list per model.
+    ``extra_columns`` (header → one uint8 H×W×3 picture per row, any size) come after the overlays: a
+    reference image and the overlay of its map, for an attribution that explains an image against another.
     """
+    extra_columns = extra_columns or {}
     rows = len(images)
     if rows == 0:
         raise ValueError("a gallery needs at least one image")
     lengths = {"masks": len(masks), "captions": len(captions)}
     lengths.update({f"maps of {name}": len(maps) for name, maps in maps_by_model.items()})
+    lengths.update({f"pictures of {name}": len(pictures) for name, pictures in extra_columns.items()})
     wrong = {what: n for what, n in lengths.items() if n != rows}
     if wrong:
         raise ValueError(f"{rows} images but {', '.join(f'{n} {what}' for what, n in wrong.items())}")
-    headers = ["image", "mask", *maps_by_model]
+    headers = ["image", "mask", *maps_by_model, *extra_columns]
     width = len(headers) * (cell + _GAP) + _GAP
     row_height = cell + _TEXT + _GAP
     sheet = Image.new("RGB", (width, _TEXT + _GAP + rows * row_height), _PAPER)
@@ -84,7 +89,8 @@ def attribution_gallery_image(
     for row in range(rows):
         top = _TEXT + _GAP + row * row_height
         overlays = [overlay(images[row], maps[row]) for maps in maps_by_model.values()]
-        for column, tile in enumerate([images[row], masks[row], *overlays]):
+        extras = [pictures[row] for pictures in extra_columns.values()]
+        for column, tile in enumerate([images[row], masks[row], *overlays, *extras]):
             picture = Image.fromarray(np.asarray(tile, dtype=np.uint8)).convert("RGB")
             picture = picture.resize((cell, cell), Image.Resampling.BILINEAR)
             sheet.paste(picture, (_GAP + column * (cell + _GAP), top))
@@ -99,10 +105,12 @@ def attribution_gallery(
     maps_by_model: Mapping[str, Sequence[np.ndarray]],
     captions: Sequence[str],
     cell: int = 128,
+    extra_columns: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> Path:
     """Save :func:`attribution_gallery_image` as a PNG, atomically."""
     buffer = io.BytesIO()
-    attribution_gallery_image(images, masks, maps_by_model, captions, cell).save(buffer, format="PNG")
+    sheet = attribution_gallery_image(images, masks, maps_by_model, captions, cell, extra_columns)
+    sheet.save(buffer, format="PNG")
     write_bytes_atomic(path, buffer.getvalue())
     return Path(path)
 

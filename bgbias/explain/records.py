@@ -28,7 +28,8 @@ MASK_SOURCES = (GROUND_TRUTH, SALIENCY)
 
 @dataclass(frozen=True)
 class ImageScore:
-    """The score of one image and its two ingredients (NaN where undefined)."""
+    """The score of one image and its two ingredients (NaN where undefined); for an attribution that explains
+    each image against a reference image, that image's id and label (else None, and left out of the line)."""
 
     id: str
     label: int
@@ -36,9 +37,11 @@ class ImageScore:
     foreground_fraction: float
     attribution_on_foreground: float
     score: float
+    reference: str | None = None
+    reference_label: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        line = {
             "id": self.id,
             "label": self.label,
             "mask_source": self.mask_source,
@@ -46,9 +49,13 @@ class ImageScore:
             "attribution_on_foreground": _number(self.attribution_on_foreground),
             "score": _number(self.score),
         }
+        if self.reference is not None:
+            line.update(reference=self.reference, reference_label=self.reference_label)
+        return line
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ImageScore:
+        reference = data.get("reference")
         return cls(
             id=str(data["id"]),
             label=int(data["label"]),
@@ -56,6 +63,8 @@ class ImageScore:
             foreground_fraction=_float(data["foreground_fraction"]),
             attribution_on_foreground=_float(data["attribution_on_foreground"]),
             score=_float(data["score"]),
+            reference=None if reference is None else str(reference),
+            reference_label=None if reference is None else int(data["reference_label"]),
         )
 
 

@@ -12,6 +12,12 @@ The output folder holds::
 
 Every image's noise comes from a generator seeded by (seed, image id), so maps do not depend on the batch
 size, on resuming, or on which other images are scored.
+
+An attribution that explains each image against a reference image (``needs_references``, SAM's similarity
+attention) gets each image's nearest classmate in the whole split (``bgbias.explain.references``); then
+``scores.csv`` and the ledger lines also name the reference and its label, the settings the rule and the
+reference images, the gallery adds the reference and its map of the pair, and ``reference-maps/`` keeps those
+maps under the explained image's name.
 """
 
 from __future__ import annotations
@@ -38,11 +44,11 @@ from bgbias.augment.mask_check import saliency_masks
 from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
-from bgbias.data.transforms import EvalGeometry, eval_transform_pair
+from bgbias.data.transforms import EvalGeometry, eval_transform, eval_transform_pair
 from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.errors import DatasetError, ImageError, OptionError
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
-from bgbias.explain.heatmap import attribution_gallery
+from bgbias.explain.heatmap import attribution_gallery, overlay
 from bgbias.explain.records import (
     GROUND_TRUTH,
     MASK_SOURCES,
@@ -54,6 +60,7 @@ from bgbias.explain.records import (
     normalised_settings,
     write_ledger,
 )
+from bgbias.explain.references import check_reference_pool, pick_references, reference_rule
 from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
 from bgbias.methods.attribution import (
     DEFAULT_ATTRIBUTION,
@@ -61,6 +68,7 @@ from bgbias.methods.attribution import (
     attribution_label,
     build_attribution,
     check_supported,
+    needs_references,
 )
 
 if TYPE_CHECKING:
@@ -73,7 +81,10 @@ SCORES_CSV = "scores.csv"
 SUMMARY_JSON = "summary.json"
 GALLERY_PNG = "gallery.png"
 MAPS_DIR = "maps"
+REFERENCE_MAPS_DIR = "reference-maps"
 CSV_COLUMNS = ("id", "label", "mask_source", "foreground_fraction", "attribution_on_foreground", "score")
+REFERENCE_COLUMNS = ("reference", "reference_label")
+"""The columns ``scores.csv`` adds for an attribution with reference images."""
 SETTINGS_FORMAT = 1
 
 
@@ -111,12 +122,15 @@ def explain_items(
     gallery_count: int = 16,
     progress: bool = False,
     force: bool = False,
+    reference_items: Sequence[Item] | None = None,
 ) -> ExplainResult:
     """Attribution maps and foreground scores of ``items`` with ``model`` (already on ``device``).
 
     Resumes the results of an interrupted run with the same settings in ``out_dir``; results of other
     settings there are an ``OptionError`` unless ``force``, which starts over. An attribution that does not
     support ``model``, and missing masks, fail before any work. ``gallery_count = 0`` writes no gallery.
+    For an attribution that ``needs_references``, ``reference_items`` (default: ``items``; it must hold them)
+    are the images each item's reference is picked from.
     """
     import torch
     from tqdm import tqdm
@@ -125,31 +139,43 @@ def explain_items(
     _check_request(items, batch_size, gallery_count, seed)
     attributor = build_attribution(attribution, **(options or {}))
     check_supported(attribution, attributor, model)
+    referenced = needs_references(attributor)
+    pool = list(reference_items) if reference_items is not None else items
+    if referenced:
+        check_reference_pool(items, pool)
     masks = mask_files(items, Path(masks_dir), dataset_name)
     device = torch.device(device)
     out_dir = Path(out_dir)
-    settings = normalised_settings(
-        {
-            "format": SETTINGS_FORMAT,
-            "dataset": dataset_name,
-            "attribution": attribution,
-            "options": attributor.options(),
-            "seed": seed,
-            "geometry": geometry.as_dict(),
-            "items_sha256": ids_sha256(items),
-            "model_sha256": model.fingerprint(),
-            "masks_dir": _saliency_dir(masks, Path(masks_dir)),
-        }
-    )
+    settings = {
+        "format": SETTINGS_FORMAT,
+        "dataset": dataset_name,
+        "attribution": attribution,
+        "options": attributor.options(),
+        "seed": seed,
+        "geometry": geometry.as_dict(),
+        "items_sha256": ids_sha256(items),
+        "model_sha256": model.fingerprint(),
+        "masks_dir": _saliency_dir(masks, Path(masks_dir)),
+    }
+    if referenced:
+        settings.update(references=reference_rule(model), reference_items_sha256=ids_sha256(pool))
+    settings = normalised_settings(settings)
     if force:
         shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
+        shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
     done = claim_out_dir(out_dir, settings, force)
     picks = evenly_spread(len(items), gallery_count)
     picked = set(picks)
     todo = [index for index, item in enumerate(items) if item.id not in done]
     # Batches keep their place in the item list, so a resumed run sees the batches an uninterrupted one did.
     batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
-    step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed)
+    references: dict[str, Item] | None = None
+    if referenced:
+        by_id = {item.id: item for item in pool}
+        references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
+        references.update(pick_references(model, pool, [items[i] for i in todo], geometry, device,
+                                          progress=progress))
+    step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
     with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as log, tqdm(
         total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
     ) as bar:
@@ -157,6 +183,8 @@ def explain_items(
             for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
                 if index in picked:
                     save_map(map_path(items[index], out_dir), attribution_map)
+                    if referenced:
+                        save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
                 log.append(score)
                 done[score.id] = score
             bar.update(len(batch))
@@ -220,8 +248,11 @@ def image_generator(seed: int, image_id: str) -> torch.Generator:
     return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))
 
 
-def score_image(item: Item, source: str, mask: np.ndarray, attribution_map: np.ndarray) -> ImageScore:
-    """The foreground score of one map against its uint8 soft mask (divided by 255, not binarised)."""
+def score_image(
+    item: Item, source: str, mask: np.ndarray, attribution_map: np.ndarray, reference: Item | None = None
+) -> ImageScore:
+    """The foreground score of one map against its uint8 soft mask (divided by 255, not binarised); with the
+    ``reference`` image the map was made against, where there is one."""
     soft = mask.astype(np.float64) / 255.0
     return ImageScore(
         id=item.id,
@@ -230,6 +261,8 @@ def score_image(item: Item, source: str, mask: np.ndarray, attribution_map: np.n
         foreground_fraction=foreground_fraction(soft),
         attribution_on_foreground=attribution_on_foreground(soft, attribution_map),
         score=foreground_score(soft, attribution_map),
+        reference=None if reference is None else reference.id,
+        reference_label=None if reference is None else reference.label,
     )
 
 
@@ -237,13 +270,18 @@ def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore]) -> dict[
     """``summary.json``: what was run (the settings a reader needs), image and mask-source counts, and the
     statistics of the scores."""
     sources = Counter(score.mask_source for score in scores)
-    return {
+    summary = {
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
         "images": len(scores),
         "mask_sources": {source: sources[source] for source in MASK_SOURCES},
         **score_statistics([score.score for score in scores]),
     }
+    if "references" in settings:
+        same = sum(score.reference_label == score.label for score in scores)
+        summary["references"] = {"rule": settings["references"], "same_class": same,
+                                 "other_class": len(scores) - same}
+    return summary
 
 
 def score_statistics(values: Sequence[float]) -> dict[str, Any]:
@@ -261,19 +299,28 @@ def score_statistics(values: Sequence[float]) -> dict[str, Any]:
 
 
 def scores_csv_text(scores: Sequence[ImageScore]) -> str:
-    """``scores.csv``: one row per image; numbers with 6 decimals, an empty cell where undefined."""
+    """``scores.csv``: one row per image; numbers with 6 decimals, an empty cell where undefined. Where the
+    maps were made against reference images, each row ends with its reference's id and label."""
+    referenced = any(score.reference is not None for score in scores)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(CSV_COLUMNS + REFERENCE_COLUMNS if referenced else CSV_COLUMNS)
     for score in scores:
         numbers = (score.foreground_fraction, score.attribution_on_foreground, score.score)
-        writer.writerow([score.id, score.label, score.mask_source, *(_cell(value) for value in numbers)])
+        row = [score.id, score.label, score.mask_source, *(_cell(value) for value in numbers)]
+        writer.writerow([*row, score.reference, score.reference_label] if referenced else row)
     return buffer.getvalue()
 
 
 def map_path(item: Item, out_dir: Path) -> Path:
     """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG."""
     return mask_path(item, Path(out_dir) / MAPS_DIR)
+
+
+def reference_map_path(item: Item, out_dir: Path) -> Path:
+    """Where the map of a gallery image's reference (made with that image) is kept: the image's path
+    mirrored under ``out_dir/reference-maps`` as a PNG."""
+    return mask_path(item, Path(out_dir) / REFERENCE_MAPS_DIR)
 
 
 def save_map(path: Path, attribution_map: np.ndarray) -> None:
@@ -306,34 +353,67 @@ class _Step:
         dataset_name: str,
         device: torch.device,
         seed: int,
+        references: dict[str, Item] | None = None,
     ):
         self.model, self.attributor, self.items, self.masks = model, attributor, items, masks
         self.geometry, self.dataset_name, self.device, self.seed = geometry, dataset_name, device, seed
+        self.references = references
+        """Each item's reference image by id, for an attribution that needs them (else None)."""
 
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         return load_example(self.items[index], self.masks[index], self.geometry, self.dataset_name)
 
-    def __call__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, ImageScore]]:
-        import torch
+    def reference(self, index: int) -> Item | None:
+        return None if self.references is None else self.references[self.items[index].id]
 
+    def load_reference(self, index: int) -> np.ndarray:
+        """The eval crop (uint8 H×W×3) of an item's reference image."""
+        reference = self.reference(index)
+        assert reference is not None
+        return eval_transform(load_image(reference.image), self.geometry)
+
+    def __call__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, ImageScore]]:
         examples = [self.load(index) for index in indices]
-        pixels = np.stack([image for image, _mask in examples]).transpose(0, 3, 1, 2)
-        images = torch.from_numpy(pixels).to(self.device).float().div_(255)
+        images = self._tensor([image for image, _mask in examples])
         generators = [image_generator(self.seed, self.items[index].id) for index in indices]
-        maps = self.attributor(self.model, images, generators).detach().float().cpu().numpy()
+        if self.references is None:
+            maps = self.attributor(self.model, images, generators)
+        else:
+            references = self._tensor([self.load_reference(index) for index in indices])
+            maps = self.attributor(self.model, images, generators, references)
+        maps = maps.detach().float().cpu().numpy()
         results = []
         for index, (image, mask), attribution_map in zip(indices, examples, maps, strict=True):
-            score = score_image(self.items[index], self.masks[index].source, mask, attribution_map)
+            score = score_image(self.items[index], self.masks[index].source, mask, attribution_map,
+                                self.reference(index))
             results.append((image, mask, attribution_map, score))
         return results
+
+    def reference_map(self, index: int) -> np.ndarray:
+        """The map of an item's reference image in their pair: the attribution with the roles swapped."""
+        image, _mask = self.load(index)
+        generator = image_generator(self.seed, self.items[index].id)
+        maps = self.attributor(self.model, self._tensor([self.load_reference(index)]), [generator],
+                               self._tensor([image]))
+        return maps.detach().float().cpu().numpy()[0]
+
+    def _tensor(self, pictures: Sequence[np.ndarray]) -> torch.Tensor:
+        """uint8 H×W×3 pictures as a (B, 3, H, W) float batch in [0, 1] on the device."""
+        import torch
+
+        pixels = np.stack(pictures).transpose(0, 3, 1, 2)
+        return torch.from_numpy(pixels).to(self.device).float().div_(255)
 
 
 def _write_gallery(
     step: _Step, out_dir: Path, picks: Sequence[int], scores: Sequence[ImageScore], model: str
 ) -> Path:
     """The gallery of ``picks`` from their saved maps; a map that is missing (deleted by hand) is computed
-    again, which gives the same map since its noise depends only on the seed and the image."""
+    again, which gives the same map since its noise depends only on the seed and the image. Where the maps
+    were made against reference images, each row goes on with the reference and the overlay of its map."""
     images, masks, maps, captions = [], [], [], []
+    referenced: list[np.ndarray] = []
+    reference_overlays: list[np.ndarray] = []
     for index in picks:
         path = map_path(step.items[index], out_dir)
         if not path.is_file():
@@ -342,8 +422,20 @@ def _write_gallery(
         images.append(image)
         masks.append(mask)
         maps.append(load_map(path))
-        captions.append(f"{step.items[index].id}  score {score_text(scores[index].score)}")
-    return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions)
+        caption = f"{step.items[index].id}  score {score_text(scores[index].score)}"
+        reference = step.reference(index)
+        if reference is not None:
+            reference_path = reference_map_path(step.items[index], out_dir)
+            if not reference_path.is_file():
+                save_map(reference_path, step.reference_map(index))
+            picture = step.load_reference(index)
+            referenced.append(picture)
+            reference_overlays.append(overlay(picture, load_map(reference_path)))
+            caption += f"  reference {reference.id}"
+        captions.append(caption)
+    extra = {"reference": referenced, "its map": reference_overlays} if referenced else None
+    return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions,
+                               extra_columns=extra)
 
 
 def _check_request(items: Sequence[Item], batch_size: int, gallery_count: int, seed: int) -> None:
@@ -384,7 +476,9 @@ def explain(
     ``<model home>/explain/<dataset key>-<split>-<label>/`` (:func:`explain_dir`), so each attribution and
     setting keeps its own folder and ``request.force`` starts over in that one only.
 
-    ``request.limit`` scores that many images spread evenly over the split instead of all; saliency masks
+    ``request.limit`` scores that many images spread evenly over the split instead of all (an attribution
+    with reference images still picks them from the whole split, so an image's reference does not depend on
+    the limit); saliency masks
     (``request.masks``, default ``masks/<dataset>``) stand in for images without a ground-truth mask;
     ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
     fastest, 8 on CUDA).
@@ -396,6 +490,7 @@ def explain(
     attribution, options = request.attribution, request.attribution_options
     label = attribution_label(attribution, build_attribution(attribution, **options).options())
     dataset, items = requested_split(model, request)
+    split = items
     if request.limit is not None:
         if request.limit < 1:
             raise OptionError(f"--limit must be at least 1, got {request.limit}",
@@ -409,7 +504,7 @@ def explain(
         dataset_name=dataset.name, out_dir=explain_dir(model.home, dataset.key, request.split, label),
         attribution=attribution, options=options, device=model.device, seed=request.attribution_seed,
         batch_size=batch_size, gallery_count=request.gallery_count, progress=request.progress,
-        force=request.force,
+        force=request.force, reference_items=split,
     )
     summary = result.summary
     if summary["mean"] is not None:

@@ -1,0 +1,101 @@
+"""Reference images for an attribution that explains an image against another (SAM's similarity attention).
+
+An image's reference is its nearest other image of its own class among the reference images (the whole split
+being explained, also when only some of its images are scored), ranked by the model's own retrieval: the
+match of the right class that a retrieval system built on the model would show first, so the map says what
+makes the model find that match. Only an image alone in its class takes its nearest image of any class.
+
+Ranking an image's classmates alone gives the first classmate of its full ranking (the ranking is by
+distance), and costs a search per class instead of one over the whole split, which on a split of tens of
+thousands of images with a few per class is what keeps it cheap. The searches are exact and deterministic, so
+a re-run, or a run with another ``--limit``, gives every image the same reference.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.items import Item
+from bgbias.data.transforms import EvalGeometry
+from bgbias.engine.embedding import embed_images
+from bgbias.errors import OptionError
+from bgbias.methods.attribution import REFERENCE_RULE
+from bgbias.retrieval.state import model_form, take_rows
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.retrieval.retrievers import Retrieval
+
+EMBED_BATCH = 64
+"""Images per forward pass when the reference images are embedded (no gradients)."""
+
+
+def reference_rule(model: EmbeddingModel) -> str:
+    """The rule as an explain ledger records it: :data:`REFERENCE_RULE` and how the model ranks."""
+    return f"{REFERENCE_RULE} (this model's retrieval: {model.retrieval().describe()})"
+
+
+def check_reference_pool(items: Sequence[Item], pool: Sequence[Item]) -> None:
+    """An ``OptionError`` unless ``pool`` holds every item explained and at least two images."""
+    if len(pool) < 2:
+        raise OptionError("an attribution with reference images needs at least two images to pick them from",
+                          fix="explain a split of two images or more")
+    known = {item.id for item in pool}
+    outside = [item.id for item in items if item.id not in known]
+    if outside:
+        raise OptionError(f"{len(outside)} explained images are not among the reference images: "
+                          f"{', '.join(outside[:5])}", fix="pass reference images that include them")
+
+
+def pick_references(
+    model: EmbeddingModel,
+    pool: Sequence[Item],
+    wanted: Sequence[Item],
+    geometry: EvalGeometry,
+    device: torch.device,
+    *,
+    progress: bool = False,
+) -> dict[str, Item]:
+    """Each of ``wanted``'s reference among ``pool`` (which holds them), by id: ``pool`` is embedded once at
+    the evaluation ``geometry`` and ranked by the model's retrieval (see the module docstring)."""
+    if not wanted:
+        return {}
+    positions = {item.id: index for index, item in enumerate(pool)}
+    state, labels = embed_images(model, EvalImages(pool, geometry), device, batch_size=EMBED_BATCH,
+                                 amp=model.amp, progress=progress, desc="embed references")
+    chosen = nearest_references(model.retrieval(), state, labels, [positions[item.id] for item in wanted])
+    return {item.id: pool[reference] for item, reference in zip(wanted, chosen, strict=True)}
+
+
+def nearest_references(
+    retrieval: Retrieval, state: Mapping[str, Any], labels: np.ndarray, queries: Sequence[int]
+) -> list[int]:
+    """For each position in ``queries``: the position of its nearest other row of its label, ranked by
+    ``retrieval`` among the rows of that label; of any label where it is the only row of its own.
+    ``state`` holds the named arrays of every row (``labels`` the rows' labels)."""
+    labels = np.asarray(labels)
+    if len(labels) < 2:
+        raise OptionError("an attribution with reference images needs at least two images to pick them from",
+                          fix="explain a split of two images or more")
+    members: dict[int, list[int]] = defaultdict(list)
+    for position, label in enumerate(labels.tolist()):
+        members[label].append(position)
+    found: dict[int, int] = {}
+    for label in sorted({int(labels[query]) for query in queries}):
+        rows = np.asarray(members[label], dtype=np.int64)
+        if len(rows) < 2:
+            continue
+        nearest = retrieval.neighbours(model_form(take_rows(state, rows)), 1)[:, 0]
+        found.update(zip(rows.tolist(), rows[nearest].tolist(), strict=True))
+    if any(query not in found for query in queries):
+        anywhere = retrieval.neighbours(model_form(dict(state)), 1)[:, 0]
+        for query in queries:
+            found.setdefault(query, int(anywhere[query]))
+    return [found[query] for query in queries]
