@@ -1,13 +1,20 @@
 """A method's training step relative to its base loss's (the anchor), on the same batches in one run.
 
     python benchmarks/method_speed.py [--method dcml] [--anchor cosface] [--device cpu|cuda] [--size 128]
-                                      [--batch 32] [-n 20] [--backbone mobilenet_v2]
+                                      [--batch 32] [-n 20] [--backbone mobilenet_v2] [--set loss.X=...]
+
+The anchor defaults to the method's base loss: CosFace for DCML, the triplet loss for SAM.
 
 Both methods are built on the same random-initialised backbone architecture with the bench's configuration
 (``--size``-px crops, ``--batch`` images, 4 per class) and trained with their own optimizer groups. Steps
 alternate (anchor, method, method, anchor, …) over the same four batches of random images, so that drift of
 a noisy machine hits both alike; ``-n`` timed steps each after two warm-up rounds. The table gives medians,
 and the method's step time as a ratio of the anchor's.
+
+Memory of one step, after the timing: on CUDA the peak allocated during the step above what was allocated
+before it; on a CPU, where torch keeps no allocator statistics, the tensors the step holds for backward
+(unique storages, parameters excluded, including those a double backward saves), which is what a step adds
+to the model's own memory at its peak.
 
 A method that learns per-sample state between epochs (``on_epoch_start``, e.g. DCML's environment learner)
 has that cost measured too: one pass of its update over ``--passes-of`` batches, per batch, as a ratio of
@@ -34,49 +41,57 @@ from bgbias.methods.registry import method_class
 from bgbias.models.registry import build_backbone
 
 CLASSES = 100
+ANCHORS = {"dcml": "cosface", "sam": "triplet"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="dcml")
-    parser.add_argument("--anchor", default="cosface")
+    parser.add_argument("--anchor", default=None, help="default: the method's base loss (ANCHORS)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--backbone", default="mobilenet_v2")
     parser.add_argument("--size", type=int, default=128, help="crop side of the training images")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("-n", type=int, default=20, help="timed steps per method")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a configuration override of the method (not the anchor): loss.stage=stride16")
     args = parser.parse_args()
+    args.anchor = args.anchor or ANCHORS.get(args.method, "triplet")
 
     import torch
 
     device = resolve_device(args.device)
-    models = {name: build(name, args, device) for name in (args.anchor, args.method)}
+    models = {name: build(name, args, device, args.set if name == args.method else []) for name in
+              (args.anchor, args.method)}
     batches = [random_batch(args, device, seed) for seed in range(4)]
     times = time_steps(models, batches, args.n, device)
     anchor = statistics.median(times[args.anchor])
+    memory = {name: step_memory(*models[name], batches[0], device) for name in models}
 
     print(f"command: python {shlex.join(sys.argv)}")
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, "
           f"torch {torch.__version__}, {args.backbone}, batch {args.batch} at {args.size} px, n = {args.n}\n")
-    print("| step | ms/batch (median) | images/s | × anchor |")
-    print("|---|---:|---:|---:|")
+    kind = "peak MiB" if device.type == "cuda" else "MiB held for backward"
+    print(f"| step | ms/batch (median) | images/s | × anchor | {kind} | memory × anchor |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, seconds in times.items():
         median = statistics.median(seconds)
         label = f"{name} (anchor)" if name == args.anchor else name
-        print(f"| {label} | {1000 * median:.1f} | {args.batch / median:.1f} | {median / anchor:.2f} |")
+        print(f"| {label} | {1000 * median:.1f} | {args.batch / median:.1f} | {median / anchor:.2f} | "
+              f"{memory[name] / 2**20:.1f} | {memory[name] / memory[args.anchor]:.2f} |")
     method, _ = models[args.method]
     if hasattr(method, "environment_objective"):
         update = time_environment_step(method, batches, args.n, device)
         print(f"| {args.method} environment learner, per batch of {args.batch} | {1000 * update:.1f} | "
-              f"{args.batch / update:.1f} | {update / anchor:.2f} |")
+              f"{args.batch / update:.1f} | {update / anchor:.2f} | | |")
 
 
-def build(name: str, args, device):
+def build(name: str, args, device, overrides: list[str]):
     import torch
 
     config = resolve_config(name, "bench", overrides=[
         f"model.backbone={args.backbone}", "model.pretrained=false", f"data.batch_size={args.batch}",
-        "data.m_per_class=4",
+        "data.m_per_class=4", *overrides,
     ])
     torch.manual_seed(0)
     backbone = build_backbone(args.backbone, pretrained=False)
@@ -116,6 +131,31 @@ def step(method, optimizer, batch) -> None:
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+
+
+def step_memory(method, optimizer, batch, device) -> int:
+    """Bytes one training step needs beyond the model (see the module docstring)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step(method, optimizer, batch)
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    parameters = {p.untyped_storage().data_ptr() for p in method.parameters()}
+    held: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            held[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        step(method, optimizer, batch)
+    return sum(held.values())
 
 
 def time_environment_step(method, batches, n, device) -> float:

@@ -1,8 +1,9 @@
 """A CNN cut into named stages, so that every method taps the feature maps it needs by name.
 
-DCML and MetricFormer read the last map, SAM an intermediate one (and differentiates the rest of the network
-with respect to it), AVSL three levels. One class serves them all: each architecture only says how it cuts
-itself into blocks; running, tapping, stopping early and resuming from a stage are written once here.
+DCML and MetricFormer read the last map, SAM the map of a configurable stage (the last by default; it
+differentiates the rest of the network with respect to it), AVSL three levels. One class serves them all:
+each architecture only says how it cuts itself into blocks; running, tapping, stopping early and resuming
+from a stage are written once here.
 
 This module defines an ``nn.Module`` and so imports torch at load time; only model-building code imports it.
 """

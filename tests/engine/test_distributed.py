@@ -14,8 +14,8 @@ from bgbias.engine.checkpoint import load_checkpoint
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 # DCML adds a double backward (its IRM penalty) under DistributedDataParallel, and an environment update
-# that every rank computes before the first epoch.
-EXTRA = {"triplet": (), "dcml": ("loss.env_batch_size=8", "loss.env_passes=1")}
+# that every rank computes before the first epoch; SAM a double backward through the backbone (its maps).
+EXTRA = {"triplet": (), "dcml": ("loss.env_batch_size=8", "loss.env_passes=1"), "sam": ()}
 
 
 @pytest.mark.slow

@@ -46,6 +46,8 @@ RESUMED = {
     # re-learn epoch 3's exactly.
     "dcml": ("loss.env_update_every=2", "loss.env_passes=2", "loss.env_batch_size=8",
              "bgaugment.enabled=true"),
+    # Tuples drawn per batch from its image indices: the resumed epoch must draw the same ones.
+    "sam": ("bgaugment.enabled=true",),
 }
 
 

@@ -2,10 +2,11 @@
 
 An embedding has no class score to differentiate. SAM weights each dimension by how much it keeps images of a
 tuple together (positives, ``1 − |f_a − f_p|``) and apart (negatives, ``|f_a − f_n|``), projects each image's
-embedding on those weights (``s = wᵀf``), and takes Grad-CAM's channel weights from ``∂s/∂A`` at an
-intermediate feature map ``A``: ``M = ReLU(Σ_k GAP(∂s/∂A_k) · A_k)``. Training (the mining loss) and
-explanation (``bgbias explain --attribution sam``) share these functions. docs/methods/sam.md says what comes
-from the paper and what was decided here.
+embedding on those weights (``s = wᵀ|f|``, which is the paper's ``wᵀf`` for non-negative embeddings), and
+takes Grad-CAM's channel weights from ``∂s/∂A`` at an intermediate feature map ``A``:
+``M = ReLU(Σ_k GAP(∂s/∂A_k) · A_k)``. Training (the mining loss) and explanation
+(``bgbias explain --attribution sam``) share these functions. docs/methods/sam.md says what comes from the
+paper and what was decided here.
 """
 
 from __future__ import annotations
@@ -49,11 +50,31 @@ def similarity_weights(
     return weights
 
 
-def similarity_scores(embeddings: Tensor, tuples: Tensor, weights: Tensor) -> Tensor:
-    """The sum over tuples and roles of ``s = wᵀ f`` with ``w`` held constant (detached): the score is a
-    projection on fixed important directions, as a Grad-CAM class score is, and an image in several tuples
-    gets one map summed over them."""
+SCORES = ("magnitude", "projection")
+"""How an image's embedding is scored against a tuple's weights: ``wᵀ|f|`` (the default) or the paper's
+literal ``wᵀf``; the two agree for non-negative embeddings (docs/methods/sam.md)."""
+
+
+def check_score(score: str) -> None:
+    if score not in SCORES:
+        raise OptionError(f"unknown SAM score {score!r}", fix=f"use one of {', '.join(SCORES)}")
+
+
+def similarity_scores(
+    embeddings: Tensor, tuples: Tensor, weights: Tensor, score: str = "magnitude"
+) -> Tensor:
+    """The sum over tuples and roles of ``s = wᵀ|f|`` (``score="magnitude"``) or ``s = wᵀf``
+    (``"projection"``), with ``w`` held constant (detached): a projection on fixed important directions, as a
+    Grad-CAM class score is, and an image in several tuples gets one map summed over them.
+
+    The paper's ``wᵀf`` assumes non-negative embeddings. A linear head's are signed, and flipping the sign of
+    one embedding axis (which changes no distance) would then turn that axis's evidence into counter-evidence
+    and change the maps; ``|f|`` scores each axis by the evidence that puts the image where it is, whatever
+    its sign, and equals ``wᵀf`` when ``f ≥ 0``."""
+    check_score(score)
     fixed = weights.detach()
+    if score == "magnitude":
+        embeddings = embeddings.abs()
     return sum((fixed * embeddings[tuples[:, role]]).sum() for role in range(tuples.shape[1]))
 
 

@@ -1,0 +1,212 @@
+"""SAM, similarity attention and similarity mining (Zheng et al.), as specified in docs/methods/sam.md.
+
+The network is the baselines': backbone → embedding head (pool, linear, L2 normalisation); SAM adds no
+parameters and inference is a plain embedding. A training step on an m-per-class batch:
+
+1. mine at most ``max_tuples`` tuples (``mining.py``, seeded by the batch's image indices);
+2. A = the backbone's map at ``stage``, f = the unit embedding continued from A;
+3. L_ml, the base metric loss over the tuples (triplet, contrastive or quadruplet);
+4. per image a similarity-attention map (``attention.py``): each tuple's dimension weights w (held
+   constant), the score Σ wᵀ|f| summed over tuples, Grad-CAM at A with the graph kept (second order);
+5. each map normalised to [0, 1], soft-erased from the image in the network's input space,
+   ``x̂ = x ⊙ (1 − sigmoid(sharpness · (M − threshold)))``, and x̂ re-embedded by the same encoder → f*;
+6. L_sm, the similarity mining loss of f* over the same tuples; the total is ``L_ml + gamma · L_sm``.
+
+The erased pass never moves BatchNorm running statistics (frozen BatchNorm, the protocol's default, does not
+anyway), so the erased images cannot shift what evaluation normalises with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from bgbias.errors import OptionError
+from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.registry import register_method
+from bgbias.methods.sam.attention import (
+    attention_maps,
+    check_score,
+    check_variant,
+    erase,
+    erasing_mask,
+    mining_loss,
+    normalise_maps,
+    similarity_scores,
+    similarity_weights,
+)
+from bgbias.methods.sam.mining import Tuples, mine_tuples
+from bgbias.models.backbone import Backbone
+from bgbias.models.head import EmbeddingHead
+
+_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+# What the values of SAM's options must satisfy beyond their types.
+_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(("margin", "negative_margin", "gamma"), ((lambda v: v >= 0), "0 or more")),
+    "sharpness": ((lambda v: v > 0), "a positive number"),
+    "max_tuples": ((lambda v: v >= 1), "a whole number of at least 1"),
+}
+
+
+@dataclass(frozen=True)
+class SamStep:
+    """The pieces of one training step. Rows of ``embeddings``, ``features`` and ``maps`` are the batch's;
+    ``used`` are the rows some tuple uses, and ``mask``, ``erased_images`` and ``erased`` have one row per
+    used image, which ``local`` (the tuples renumbered into ``used``) indexes."""
+
+    tuples: Tuples
+    features: Tensor  # A (B, c, m, n)
+    embeddings: Tensor  # f (B, D), unit length
+    maps: Tensor  # raw attention maps (B, m, n), ≥ 0
+    used: Tensor  # (U,)
+    local: Tensor  # (T, roles) rows into the used images
+    mask: Tensor  # (U, 1, H, W) soft erasing mask in (0, 1)
+    erased_images: Tensor  # (U, 3, H, W) float RGB in [0, 1]
+    erased: Tensor  # f* (U, D), unit length
+
+
+@register_method("sam")
+class SAM(Method):
+    """See the module docstring; options are the ``loss`` section (``configs/methods/sam.json``)."""
+
+    own_options: ClassVar[dict[str, Any]] = {
+        "variant": "triplet",  # triplet | siamese | quadruplet
+        "score": "magnitude",  # s = wᵀ|f| | projection: the paper's literal s = wᵀf
+        "margin": 0.2,  # the triplet (and quadruplet) base loss's margin
+        "negative_margin": 1.0,  # Siamese only: different-class pairs are pushed at least this far apart
+        "gamma": 0.25,  # weight of the similarity mining loss
+        "sharpness": 10.0,  # the erasing sigmoid's slope (the paper's α)
+        "threshold": 0.5,  # the erasing sigmoid's centre on maps normalised to [0, 1] (the paper's β)
+        "max_tuples": 64,  # tuples drawn per batch
+        "stage": None,  # the backbone stage of A; null: its final stage (the last conv block)
+    }
+
+    @classmethod
+    def option_types(cls) -> dict[str, Any]:
+        return {**super().option_types(), "stage": str | None}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """The types of the defaults above, a known variant and score, then the rules of _OPTION_RULES
+        (whether the stage exists depends on the backbone: checked when the method is built)."""
+        super().check_options(options)
+        if "variant" in options:
+            check_variant(options["variant"])
+        if "score" in options:
+            check_score(options["score"])
+        for name, (ok, expected) in _OPTION_RULES.items():
+            if name in options and not ok(options[name]):
+                raise OptionError(f"sam option {name} = {options[name]!r} is invalid",
+                                  fix=f"set loss.{name} to {expected}")
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__(backbone, spec)
+        options, _ = split_options(spec.options, self.own_options)
+        self.options = options
+        stage = options["stage"] if options["stage"] is not None else backbone.final
+        if stage not in backbone.stages:
+            raise OptionError(
+                f"sam: the backbone has no stage {stage!r} to take attention maps at",
+                fix=f"set loss.stage to one of: {', '.join(backbone.stages)} (null: {backbone.final})",
+            )
+        self.stage: str = stage
+        self.head = EmbeddingHead(backbone.channels[backbone.final], spec.embedding_dim, spec.pooling)
+
+    # ------------------------------------------------------------------------------------------ inference
+    def embed(self, images: Tensor) -> Tensor:
+        """Exactly the baselines' embedding: no part of SAM runs at inference."""
+        return self.head(self.backbone(images)[self.backbone.final])
+
+    # ------------------------------------------------------------------------------------------- training
+    def loss(self, batch: Batch) -> dict[str, Tensor]:
+        o = self.options
+        tuples = mine_tuples(batch.labels, batch.indices, o["variant"], o["max_tuples"])
+        step = self.step(batch.images, tuples.to(batch.images.device))
+        metric = self.metric_loss(step.embeddings, step.tuples)
+        mining = mining_loss(step.erased, step.local, o["variant"], step.tuples.same)
+        zero = step.maps[step.used].flatten(1).amax(dim=1) <= 0
+        return {
+            "loss": metric + o["gamma"] * mining,
+            "metric_loss": metric.detach(),
+            "mining_loss": mining.detach(),
+            "erased_fraction": step.mask.detach().mean(),
+            "zero_maps": zero.float().mean(),
+        }
+
+    def step(self, images: Tensor, tuples: Tuples, *, create_graph: bool = True) -> SamStep:
+        """Steps 2 and 4–5 of the module docstring on ``images`` (float RGB in [0, 1]) and ``tuples`` (on
+        their device). ``create_graph`` keeps the maps differentiable (training); without it the maps, the
+        mask and the erased images are constants, and the graph of ``embeddings`` is spent (measuring)."""
+        o = self.options
+        features, embeddings = self.features_and_embeddings(images)
+        maps = self.attention(features, embeddings, tuples, create_graph=create_graph)
+        if not create_graph:
+            maps = maps.detach()
+        used, local = torch.unique(tuples.rows, return_inverse=True)
+        mask = erasing_mask(normalise_maps(maps[used]), tuple(images.shape[-2:]), o["sharpness"],
+                            o["threshold"])
+        erased_images = self.erase(images[used], mask)
+        with running_statistics_kept(self.backbone):
+            erased = self.embed(erased_images)
+        return SamStep(tuples, features, embeddings, maps, used, local.view_as(tuples.rows), mask,
+                       erased_images, erased)
+
+    def features_and_embeddings(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """A at ``stage`` and the unit embedding f continued from it (equal to :meth:`embed`'s)."""
+        features = self.backbone(images, taps=[self.stage])[self.stage]
+        final = self.backbone.forward_from(self.stage, features)[self.backbone.final]
+        return features, self.head(final)
+
+    def attention(
+        self, features: Tensor, embeddings: Tensor, tuples: Tuples, *, create_graph: bool
+    ) -> Tensor:
+        """Raw similarity-attention maps (B, m, n) at ``features``: one per image, summed over the tuples it
+        is in (an image in no tuple gets zeros)."""
+        o = self.options
+        weights = similarity_weights(embeddings, tuples.rows, o["variant"], tuples.same)
+        score = similarity_scores(embeddings, tuples.rows, weights, o["score"])
+        return attention_maps(features, score, create_graph=create_graph)
+
+    def erase(self, images: Tensor, mask: Tensor) -> Tensor:
+        """Soft-erase ``mask`` from float RGB ``images`` in the network's input space (erased pixels take the
+        convention's mean colour), back in [0, 1]."""
+        return self.convention.invert(erase(self.convention.apply(images), mask))
+
+    def metric_loss(self, embeddings: Tensor, tuples: Tuples) -> Tensor:
+        """L_ml, a mean over the tuples: triplet ``[d(a,p) − d(a,n) + margin]₊``; quadruplet the sum of that
+        for n1 and n2; Siamese (contrastive) ``d`` for same-class pairs and ``[negative_margin − d]₊`` for
+        the others."""
+        o, rows = self.options, tuples.rows
+        anchor = embeddings[rows[:, 0]]
+        first = (anchor - embeddings[rows[:, 1]]).norm(dim=1)
+        if o["variant"] == "siamese":
+            assert tuples.same is not None
+            return torch.where(tuples.same, first, (o["negative_margin"] - first).clamp_min(0)).mean()
+        terms = [(first - (anchor - embeddings[rows[:, role]]).norm(dim=1) + o["margin"]).clamp_min(0)
+                 for role in range(2, rows.shape[1])]
+        return torch.stack(terms).sum(dim=0).mean()
+
+
+@contextlib.contextmanager
+def running_statistics_kept(module: nn.Module) -> Iterator[None]:
+    """Inside, BatchNorm layers in training mode normalise with batch statistics as usual but leave their
+    running statistics (and batch count) as they were; frozen (eval-mode) layers are untouched anyway."""
+    saved = []
+    for layer in module.modules():
+        if isinstance(layer, _BATCHNORMS) and layer.training and layer.track_running_stats:
+            count = None if layer.num_batches_tracked is None else layer.num_batches_tracked.clone()
+            saved.append((layer, layer.momentum, count))
+            layer.momentum = 0.0  # running = (1 − 0) · running + 0 · batch: unchanged
+    try:
+        yield
+    finally:
+        for layer, momentum, count in saved:
+            layer.momentum = momentum
+            if count is not None:
+                layer.num_batches_tracked.copy_(count)
