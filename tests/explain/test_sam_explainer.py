@@ -115,7 +115,7 @@ def test_maps_are_grad_cam_of_the_siamese_score(model):
     features = method.backbone(pair, (stage,))[stage].detach().requires_grad_(True)
     embeddings = F.normalize(method.head(method.backbone.forward_from(stage, features)["final"]), dim=1)
     weights = (1 - (embeddings[:2] - embeddings[2:]).abs()).detach()
-    score = (weights * embeddings[:2]).sum() + (weights * embeddings[2:]).sum()
+    score = (weights * embeddings[:2].abs()).sum() + (weights * embeddings[2:].abs()).sum()  # s = wᵀ|f|
     (gradient,) = torch.autograd.grad(score, features)
     cam = F.relu((gradient.mean(dim=(2, 3), keepdim=True) * features).sum(dim=1))
     cam = F.interpolate(cam[:, None], size=(SIDE, SIDE), mode="bilinear", align_corners=False)[:, 0]
