@@ -30,7 +30,7 @@ run before its folder exists, and again when the method is built.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -110,6 +110,8 @@ class Method(nn.Module, ABC):
     # The method's options (the configuration's ``loss`` section) with their defaults. A default's type is the
     # type the option takes (a float option takes ints too); a None default stands for a number or null.
     own_options: ClassVar[dict[str, Any]] = {}
+    # What option values must satisfy beyond their types: name → (test, what the value must be).
+    option_rules: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__()
@@ -125,8 +127,9 @@ class Method(nn.Module, ABC):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
-        """Refuse an option the method does not take, or a value of the wrong type, with an OptionError
-        that lists the options it takes; a method with rules on values extends this."""
+        """Refuse an option the method does not take, a value of the wrong type (an OptionError that lists
+        the options it takes) or one that breaks its rule in ``option_rules``; a method with rules that
+        involve several options extends this."""
         types = cls.option_types()
         unknown = sorted(set(options) - set(types))
         if unknown:
@@ -134,6 +137,10 @@ class Method(nn.Module, ABC):
                               fix=f"use some of: {', '.join(sorted(types)) or '(none)'}")
         for name, value in options.items():
             coerce_value(value, types[name], f"loss.{name}")
+        for name, (ok, expected) in cls.option_rules.items():
+            if options.get(name) is not None and not ok(options[name]):
+                raise OptionError(f"{cls.name} option {name} = {options[name]!r} is invalid",
+                                  fix=f"set loss.{name} to {expected}")
 
     @abstractmethod
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:

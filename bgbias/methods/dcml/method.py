@@ -69,6 +69,7 @@ class DCML(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/dcml.json``)."""
 
     loss_modules = ("proxies", "erm_proxies")
+    option_rules = _OPTION_RULES
     own_options: ClassVar[dict[str, Any]] = {
         "scale": 100.0,  # CosFace a
         "margin": 0.6182,  # CosFace m
@@ -83,15 +84,6 @@ class DCML(Method):
         "env_batch_size": 64,
         "paired_halves": False,  # the authors' SOP scheme: two steps per batch, γ to the pair partner
     }
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """The types of the defaults above, then the rules of _OPTION_RULES."""
-        super().check_options(options)
-        for name, (ok, expected) in _OPTION_RULES.items():
-            if name in options and not ok(options[name]):
-                raise OptionError(f"dcml option {name} = {options[name]!r} is invalid",
-                                  fix=f"set loss.{name} to {expected}")
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)

@@ -75,6 +75,7 @@ class SamStep:
 class SAM(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/sam.json``)."""
 
+    option_rules = _OPTION_RULES
     own_options: ClassVar[dict[str, Any]] = {
         "variant": "triplet",  # triplet | siamese | quadruplet
         "score": "magnitude",  # s = wᵀ|f| | projection: the paper's literal s = wᵀf
@@ -93,17 +94,13 @@ class SAM(Method):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
-        """The types of the defaults above, a known variant and score, then the rules of _OPTION_RULES
+        """The types of the defaults above and the rules of _OPTION_RULES, then a known variant and score
         (whether the stage exists depends on the backbone: checked when the method is built)."""
         super().check_options(options)
         if "variant" in options:
             check_variant(options["variant"])
         if "score" in options:
             check_score(options["score"])
-        for name, (ok, expected) in _OPTION_RULES.items():
-            if name in options and not ok(options[name]):
-                raise OptionError(f"sam option {name} = {options[name]!r} is invalid",
-                                  fix=f"set loss.{name} to {expected}")
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
