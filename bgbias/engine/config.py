@@ -385,6 +385,8 @@ def _check_config(config: TrainConfig) -> None:
 
     dataset_class(config.dataset)
     method_class(config.method).check_options(config.loss)
+    method_class(config.method).check_training(
+        config.loss, batch_size=config.data.batch_size, embedding_dim=config.model.embedding_dim)
     if config.model.backbone not in backbone_names():
         raise bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))
     batch, m = config.data.batch_size, config.data.m_per_class

@@ -142,6 +142,11 @@ class Method(nn.Module, ABC):
                 raise OptionError(f"{cls.name} option {name} = {options[name]!r} is invalid",
                                   fix=f"set loss.{name} to {expected}")
 
+    @classmethod
+    def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
+        """Refuse options that do not fit the rest of the configuration (an OptionError with the fix), while
+        it is resolved: e.g. MetricFormer's neighbour count against the batch size. Nothing by default."""
+
     @abstractmethod
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Loss terms of one batch; ``"loss"`` is the total that is back-propagated."""

@@ -1,0 +1,1 @@
+"""MetricFormer: a transformer over the last feature map (docs/methods/metricformer.md)."""

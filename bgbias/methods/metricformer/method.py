@@ -1,0 +1,178 @@
+"""MetricFormer, as specified in docs/methods/metricformer.md: a small transformer on the backbone's last
+feature map.
+
+- the feature decoupling block (FDB) turns the map into k sub-features of d = embedding_dim / k dimensions;
+- T batch-wise correlation blocks (BCB) let each sample attend to its top-n most similar samples in the batch,
+  per sub-feature slot (training only);
+- the feature-wise correlation block (FCB) lets a sample's sub-features attend to each other; its output,
+  flattened and L2-normalised, is the (k·d = embedding_dim) embedding.
+
+A training step computes the embedding on two paths, ``z_bcb`` (FDB → BCB×T → FCB) and ``z_plain``
+(FDB → FCB), and minimises
+
+    mean_i L_M(Z⁰_i) + L_M(z_bcb) + L_M(z_plain) + λ_div · L_div + λ_cons · L_cons
+
+with the base loss L_M the margin loss (distance-weighted sampling) or ProxyAnchor. Evaluation uses the plain
+path only, so an image's embedding does not depend on the rest of its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bgbias.errors import OptionError
+from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.metricformer.blocks import CorrelationBlock, FeatureDecoupling
+from bgbias.methods.metricformer.losses import consistency_loss, diversity_loss
+from bgbias.methods.registry import register_method
+from bgbias.models.backbone import Backbone
+
+BASES = ("margin", "proxy_anchor")
+CONSISTENCY = ("symmetric", "teacher")
+
+_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(("k", "key_dim", "ffn_mult", "neighbours"),
+                    ((lambda v: v >= 1), "a whole number of at least 1")),
+    "blocks": ((lambda v: v >= 0), "a whole number of at least 0"),
+    **dict.fromkeys(("lambda_div", "lambda_cons", "margin", "pa_margin"), ((lambda v: v >= 0), "0 or more")),
+    **dict.fromkeys(("div_alpha", "pa_alpha"), ((lambda v: v > 0), "a positive number")),
+    "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
+    "consistency": ((lambda v: v in CONSISTENCY), "one of: " + ", ".join(CONSISTENCY)),
+}
+
+
+@register_method("metricformer")
+class MetricFormer(Method):
+    """See the module docstring; options are the ``loss`` section (``configs/methods/metricformer.json``)."""
+
+    loss_modules = ("slot_losses", "final_loss")
+    option_rules = _OPTION_RULES
+    own_options: ClassVar[dict[str, Any]] = {
+        "base": "margin",  # margin | proxy_anchor: the base metric loss L_M
+        "k": 4,  # sub-feature slots; d = embedding_dim / k
+        "key_dim": 256,  # C_K, the FDB's query/key width
+        "blocks": 3,  # T, batch-wise correlation blocks (training only)
+        "ffn_mult": 4,  # a correlation block's FFN width, in multiples of d
+        "neighbours": 4,  # n: top-n most similar samples (self included) a sample attends to in a BCB
+        "epsilon": 0.0,  # ε: neighbours less similar than this are masked too
+        "renormalise": False,  # renormalise the masked batch attention's rows to sum to 1
+        "div_alpha": 10.0,  # the diversity loss's slope
+        "div_margin": 0.0,  # the diversity loss's cosine margin
+        "lambda_div": 1.0,
+        "lambda_cons": 1.0,
+        "consistency": "symmetric",  # symmetric | teacher (stop-gradient on the batch-aware path)
+        "margin": 0.2,  # margin loss: α, the margin
+        "beta": 1.2,  # margin loss: β, the (initial) boundary
+        "learn_beta": True,  # margin loss: β is a loss parameter
+        "distance_weighted": True,  # margin loss: distance-weighted sampling of the triplets
+        "pa_margin": 0.1,  # ProxyAnchor: δ
+        "pa_alpha": 32.0,  # ProxyAnchor: α
+    }
+
+    @classmethod
+    def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
+        """Refuse, while the configuration is resolved, a batch smaller than the neighbour count n (a BCB's
+        top-n graph needs n samples) and an embedding size that k slots do not divide."""
+        o = {**cls.own_options, **options}
+        if batch_size < o["neighbours"]:
+            raise OptionError(
+                f"metricformer: data.batch_size = {batch_size} is smaller than loss.neighbours = "
+                f"{o['neighbours']} (the batch-wise blocks attend to each sample's top-n neighbours in the "
+                "batch)",
+                fix=f"set data.batch_size to at least {o['neighbours']}, or lower loss.neighbours",
+            )
+        if embedding_dim % o["k"]:
+            raise OptionError(
+                f"metricformer: model.embedding_dim = {embedding_dim} is not a multiple of loss.k = {o['k']} "
+                "(the embedding is k sub-features of d dimensions)",
+                fix=f"set model.embedding_dim to a multiple of {o['k']}, "
+                f"e.g. {max(1, embedding_dim // o['k']) * o['k']}",
+            )
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__(backbone, spec)
+        options, _ = split_options(spec.options, self.own_options)
+        self.options = o = options
+        self.check_training(options, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
+        self.slots, self.dim = o["k"], spec.embedding_dim // o["k"]
+        self.fdb = FeatureDecoupling(backbone.channels[backbone.final], self.slots, self.dim, o["key_dim"])
+        self.bcbs = nn.ModuleList(
+            CorrelationBlock(self.dim, o["ffn_mult"], batch_wise=True, neighbours=o["neighbours"],
+                             epsilon=o["epsilon"], renormalise=o["renormalise"])
+            for _ in range(o["blocks"])
+        )
+        self.fcb = CorrelationBlock(self.dim, o["ffn_mult"], batch_wise=False)
+        self.slot_losses = nn.ModuleList(self.base_loss(self.dim, spec) for _ in range(self.slots))
+        self.final_loss = self.base_loss(spec.embedding_dim, spec)
+        self.miner = self.build_miner()
+
+    def base_loss(self, size: int, spec: MethodSpec) -> nn.Module:
+        """A fresh L_M on ``size``-dimensional embeddings (its own β or proxies)."""
+        from pytorch_metric_learning import losses
+
+        o = self.options
+        if o["base"] == "proxy_anchor":
+            return losses.ProxyAnchorLoss(spec.num_classes, size, margin=o["pa_margin"], alpha=o["pa_alpha"])
+        return losses.MarginLoss(margin=o["margin"], beta=o["beta"], learn_beta=o["learn_beta"])
+
+    def build_miner(self) -> nn.Module | None:
+        if self.options["base"] != "margin" or not self.options["distance_weighted"]:
+            return None
+        from pytorch_metric_learning import miners
+
+        return miners.DistanceWeightedMiner()
+
+    # ------------------------------------------------------------------------------------------ inference
+    def subfeatures(self, images: Tensor) -> Tensor:
+        """Z⁰ (B, k, d), the FDB's sub-features of float RGB images in [0, 1]."""
+        return self.fdb(self.backbone(images)[self.backbone.final])
+
+    def head(self, subfeatures: Tensor, *, batch_wise: bool) -> Tensor:
+        """The unit (B, k·d) embedding from Z⁰: through the BCBs first when ``batch_wise``, then the FCB."""
+        tokens = subfeatures
+        if batch_wise:
+            for block in self.bcbs:
+                tokens = block(tokens)
+        return F.normalize(self.fcb(tokens).flatten(1), dim=1)
+
+    def embed(self, images: Tensor) -> Tensor:
+        """The plain path FDB → FCB: no batch-wise block runs at inference."""
+        return self.head(self.subfeatures(images), batch_wise=False)
+
+    # ------------------------------------------------------------------------------------------- training
+    def metric(self, loss_fn: nn.Module, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """L_M of unit ``embeddings`` with ``loss_fn`` (distance-weighted triplets for the margin loss)."""
+        pairs = self.miner(embeddings, labels) if self.miner is not None else None
+        return loss_fn(embeddings, labels, pairs)
+
+    def loss(self, batch: Batch) -> dict[str, Tensor]:
+        o, labels = self.options, batch.labels
+        if len(labels) < o["neighbours"]:
+            raise OptionError(
+                f"metricformer: a training batch of {len(labels)} images is smaller than loss.neighbours = "
+                f"{o['neighbours']}", fix="raise data.batch_size, or lower loss.neighbours",
+            )
+        z0 = self.subfeatures(batch.images)
+        slot = torch.stack([self.metric(fn, F.normalize(z0[:, i], dim=1), labels)
+                            for i, fn in enumerate(self.slot_losses)]).mean()
+        plain = self.head(z0, batch_wise=False)
+        with_batch = self.head(z0, batch_wise=True)
+        plain_loss = self.metric(self.final_loss, plain, labels)
+        batch_loss = self.metric(self.final_loss, with_batch, labels)
+        diversity = diversity_loss(z0, o["div_alpha"], o["div_margin"])
+        consistency = consistency_loss(with_batch, plain, teacher=o["consistency"] == "teacher")
+        total = (slot + plain_loss + batch_loss + o["lambda_div"] * diversity
+                 + o["lambda_cons"] * consistency)
+        return {
+            "loss": total,
+            "slot_loss": slot.detach(),
+            "plain_loss": plain_loss.detach(),
+            "batch_loss": batch_loss.detach(),
+            "diversity_loss": diversity.detach(),
+            "consistency_loss": consistency.detach(),
+        }
