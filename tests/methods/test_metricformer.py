@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from bgbias.engine.config import resolve_config
 from bgbias.engine.training import train
