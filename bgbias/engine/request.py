@@ -7,7 +7,6 @@ fields into the images to score, defaulting to the dataset the model was trained
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ from bgbias.errors import DatasetError, OptionError
 
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset, Item
-    from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.methods.embedding_model import EmbeddingModel, TrainedOn
 
 DEFAULT_PROTOCOL, DEFAULT_FOLD = "fixed", 0
 """The split protocol for a model whose training dataset is unknown: the paper's fixed split."""
@@ -57,8 +56,10 @@ class MeasureRequest:
     workers: int = 2
     progress: bool = True
 
-    def replace(self, **changes: Any) -> MeasureRequest:
-        return dataclasses.replace(self, **changes)
+
+def split_protocol(trained: TrainedOn | None) -> tuple[str, int]:
+    """The split protocol and fold a model is measured under: those it trained with, else the fixed split."""
+    return (trained.protocol, trained.fold) if trained is not None else (DEFAULT_PROTOCOL, DEFAULT_FOLD)
 
 
 def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dataset, list[Item]]:
@@ -78,7 +79,7 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
             raise OptionError("this model records no training dataset, so there is no default to score it on",
                               fix="name the dataset (--dataset, and --root for its folder)")
         dataset = open_dataset(request.dataset, request.root)
-        return dataset, split_items(dataset, request.split, DEFAULT_PROTOCOL, DEFAULT_FOLD)
+        return dataset, split_items(dataset, request.split, *split_protocol(None))
     asked_for_other = request.root is not None or request.dataset not in (None, trained.dataset)
     name = request.dataset or trained.dataset
     root = request.root
@@ -93,4 +94,4 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
             fix="restore the dataset the run was trained on, or pass --dataset/--root to score the model on "
                 "this one on purpose",
         )
-    return dataset, split_items(dataset, request.split, trained.protocol, trained.fold)
+    return dataset, split_items(dataset, request.split, *split_protocol(trained))

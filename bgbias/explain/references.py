@@ -44,9 +44,7 @@ def reference_rule(model: EmbeddingModel) -> str:
 
 def check_reference_pool(items: Sequence[Item], pool: Sequence[Item]) -> None:
     """An ``OptionError`` unless ``pool`` holds every item explained and at least two images."""
-    if len(pool) < 2:
-        raise OptionError("an attribution with reference images needs at least two images to pick them from",
-                          fix="explain a split of two images or more")
+    _require_two(len(pool))
     known = {item.id for item in pool}
     outside = [item.id for item in items if item.id not in known]
     if outside:
@@ -81,9 +79,7 @@ def nearest_references(
     ``retrieval`` among the rows of that label; of any label where it is the only row of its own.
     ``state`` holds the named arrays of every row (``labels`` the rows' labels)."""
     labels = np.asarray(labels)
-    if len(labels) < 2:
-        raise OptionError("an attribution with reference images needs at least two images to pick them from",
-                          fix="explain a split of two images or more")
+    _require_two(len(labels))
     members: dict[int, list[int]] = defaultdict(list)
     for position, label in enumerate(labels.tolist()):
         members[label].append(position)
@@ -99,3 +95,10 @@ def nearest_references(
         for query in queries:
             found.setdefault(query, int(anywhere[query]))
     return [found[query] for query in queries]
+
+
+def _require_two(count: int) -> None:
+    """An ``OptionError`` unless there are at least two images to pick references from."""
+    if count < 2:
+        raise OptionError("an attribution with reference images needs at least two images to pick them from",
+                          fix="explain a split of two images or more")

@@ -20,7 +20,7 @@ import numpy as np
 
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
-from bgbias.engine.request import MeasureRequest, requested_split
+from bgbias.engine.request import MeasureRequest, requested_split, split_protocol
 from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
@@ -72,15 +72,13 @@ def evaluate(
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
-    from bgbias.engine.request import DEFAULT_FOLD, DEFAULT_PROTOCOL
     from bgbias.report.evaluation import summarize_evaluation
     from bgbias.retrieval.retrievers import with_shortlist
 
     request = request or MeasureRequest()
     dataset, items = requested_split(model, request)
     trained_on = model.trained_on()
-    protocol, fold = (trained_on.protocol, trained_on.fold) if trained_on else (DEFAULT_PROTOCOL,
-                                                                                 DEFAULT_FOLD)
+    protocol, fold = split_protocol(trained_on)
     split = request.split
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
     geometry = eval_geometry(dataset.name)
