@@ -3,7 +3,8 @@
     python benchmarks/method_speed.py [--method dcml] [--anchor cosface] [--device cpu|cuda] [--size 128]
                                       [--batch 32] [-n 20] [--backbone mobilenet_v2] [--set loss.X=...]
 
-The anchor defaults to the method's base loss: CosFace for DCML, the triplet loss for SAM.
+The anchor defaults to the method's base loss: CosFace for DCML, the triplet loss for SAM, the margin loss
+for MetricFormer.
 
 Both methods are built on the same random-initialised backbone architecture with the bench's configuration
 (``--size``-px crops, ``--batch`` images, 4 per class) and trained with their own optimizer groups. Steps
@@ -15,6 +16,10 @@ Memory of one step, after the timing: on CUDA the peak allocated during the step
 before it; on a CPU, where torch keeps no allocator statistics, the tensors the step holds for backward
 (unique storages, parameters excluded, including those a double backward saves), which is what a step adds
 to the model's own memory at its peak.
+
+Eval-mode embedding, after the training steps: each model's ``embed`` of the same batches without gradients,
+alternated ABBA too, as a ratio of the anchor's (whose ``embed`` is the plain backbone, pooling and linear
+head).
 
 A method that learns per-sample state between epochs (``on_epoch_start``, e.g. DCML's environment learner)
 has that cost measured too: one pass of its update over ``--passes-of`` batches, per batch, as a ratio of
@@ -41,7 +46,7 @@ from bgbias.methods.registry import method_class
 from bgbias.models.registry import build_backbone
 
 CLASSES = 100
-ANCHORS = {"dcml": "cosface", "sam": "triplet"}
+ANCHORS = {"dcml": "cosface", "sam": "triplet", "metricformer": "margin"}
 
 
 def main() -> None:
@@ -79,6 +84,13 @@ def main() -> None:
         label = f"{name} (anchor)" if name == args.anchor else name
         print(f"| {label} | {1000 * median:.1f} | {args.batch / median:.1f} | {median / anchor:.2f} | "
               f"{memory[name] / 2**20:.1f} | {memory[name] / memory[args.anchor]:.2f} |")
+    embed_times = time_embeddings(models, batches, args.n, device)
+    embed_anchor = statistics.median(embed_times[args.anchor])
+    for name, seconds in embed_times.items():
+        median = statistics.median(seconds)
+        label = f"{name} embed, eval mode" + (" (anchor)" if name == args.anchor else "")
+        ratio = median / embed_anchor
+        print(f"| {label} | {1000 * median:.1f} | {args.batch / median:.1f} | {ratio:.2f} | | |")
     method, _ = models[args.method]
     if hasattr(method, "environment_objective"):
         update = time_environment_step(method, batches, args.n, device)
@@ -112,7 +124,26 @@ def random_batch(args, device, seed: int) -> Batch:
 
 
 def time_steps(models, batches, n, device) -> dict[str, list[float]]:
-    """Alternate the methods' steps in ABBA order; wall seconds per step, warm-up excluded."""
+    """Alternate the methods' training steps in ABBA order; wall seconds per step, warm-up excluded."""
+    return alternate(models, batches, n, device, step)
+
+
+def time_embeddings(models, batches, n, device) -> dict[str, list[float]]:
+    """Alternate the methods' eval-mode ``embed`` (no gradients) in ABBA order; models go back to training."""
+    import torch
+
+    for method, _ in models.values():
+        method.eval()
+    with torch.inference_mode():
+        times = alternate(models, batches, n, device, lambda method, _, batch: method.embed(batch.images))
+    for method, _ in models.values():
+        method.train()
+    return times
+
+
+def alternate(models, batches, n, device, call) -> dict[str, list[float]]:
+    """Wall seconds of ``call(method, optimizer, batch)`` per model, in ABBA order, two warm-up rounds
+    excluded."""
     names = list(models)
     times: dict[str, list[float]] = {name: [] for name in names}
     for index in range(n + 2):
@@ -120,7 +151,7 @@ def time_steps(models, batches, n, device) -> dict[str, list[float]]:
         batch = batches[index % len(batches)]
         for name in order:
             method, optimizer = models[name]
-            seconds = timed(lambda m=method, o=optimizer, b=batch: step(m, o, b), device)
+            seconds = timed(lambda m=method, o=optimizer, b=batch: call(m, o, b), device)
             if index >= 2:
                 times[name].append(seconds)
     return times

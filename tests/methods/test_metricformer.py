@@ -11,7 +11,7 @@ from bgbias.engine.config import resolve_config
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, MethodSpec
-from bgbias.methods.metricformer.blocks import CorrelationBlock, neighbour_graph
+from bgbias.methods.metricformer.blocks import CorrelationBlock, attention_entropy, neighbour_graph
 from bgbias.methods.metricformer.losses import consistency_loss, diversity_loss
 from bgbias.methods.metricformer.method import MetricFormer
 from bgbias.models.registry import build_backbone
@@ -56,6 +56,17 @@ def test_fdb_attention_is_a_softmax_over_positions_and_gives_k_sub_features():
     assert torch.allclose(attention.sum(dim=-1), torch.ones(b, method.slots), atol=1e-6)
     assert (attention >= 0).all()
     assert z0.shape == (b, method.slots, DIM // method.slots)
+
+
+def test_attention_entropy_is_one_for_an_even_spread_and_zero_for_a_single_position():
+    even = torch.full((2, 3, 16), 1 / 16)
+    single = torch.zeros(2, 3, 16)
+    single[..., 5] = 1
+    half = torch.zeros(2, 3, 16)
+    half[..., :2] = 0.5  # two positions of 16: log 2 / log 16
+    assert attention_entropy(even).item() == pytest.approx(1.0)
+    assert attention_entropy(single).item() == pytest.approx(0.0, abs=1e-6)
+    assert attention_entropy(half).item() == pytest.approx(0.25)
 
 
 # ------------------------------------------------------------------------------------ batch independence
@@ -206,5 +217,7 @@ def test_a_metricformer_run_records_its_loss_terms(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "metricformer", epochs=1)
     result = train(config, run_dir=tmp_path / "metricformer", progress=False, echo=False)
     row = result.history[1]
-    for name in ("loss", "slot_loss", "plain_loss", "batch_loss", "diversity_loss", "consistency_loss"):
+    for name in ("loss", "slot_loss", "plain_loss", "batch_loss", "diversity_loss", "consistency_loss",
+                 "attention_entropy"):
         assert f"train_{name}" in row
+    assert 0 < row["train_attention_entropy"] <= 1

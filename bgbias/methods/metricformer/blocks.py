@@ -34,6 +34,17 @@ class FeatureDecoupling(nn.Module):
         return attention @ values
 
 
+def attention_entropy(attention: Tensor) -> Tensor:
+    """The mean entropy of the FDB's attention rows (B, k, HW) as a fraction of log HW: 1 when every slot
+    spreads evenly over the map, 0 when each looks at a single position. A value near 0 warns of slots that
+    lock onto fixed positions (corners included) whatever the image shows."""
+    positions = attention.shape[-1]
+    if positions < 2:
+        return attention.new_zeros(())
+    entropy = -(attention * attention.clamp_min(1e-12).log()).sum(dim=-1)
+    return entropy.mean() / math.log(positions)
+
+
 def neighbour_graph(inputs: Tensor, neighbours: int, epsilon: float) -> Tensor:
     """G (B, B): ``G_uv = s_uv`` where v is among u's ``neighbours`` most similar samples (u itself included)
     and ``s_uv ≥ epsilon``, else 0; s is the cosine similarity of the detached, flattened (B, k·d) inputs."""

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodSpec, split_options
-from bgbias.methods.metricformer.blocks import CorrelationBlock, FeatureDecoupling
+from bgbias.methods.metricformer.blocks import CorrelationBlock, FeatureDecoupling, attention_entropy
 from bgbias.methods.metricformer.losses import consistency_loss, diversity_loss
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
@@ -62,7 +62,7 @@ class MetricFormer(Method):
         "epsilon": 0.0,  # ε: neighbours less similar than this are masked too
         "renormalise": False,  # renormalise the masked batch attention's rows to sum to 1
         "div_alpha": 10.0,  # the diversity loss's slope
-        "div_margin": 0.0,  # the diversity loss's cosine margin
+        "div_margin": 0.5,  # the diversity loss's cosine margin (0 locks the slots onto fixed positions)
         "lambda_div": 1.0,
         "lambda_cons": 1.0,
         "consistency": "symmetric",  # symmetric | teacher (stop-gradient on the batch-aware path)
@@ -130,7 +130,12 @@ class MetricFormer(Method):
     # ------------------------------------------------------------------------------------------ inference
     def subfeatures(self, images: Tensor) -> Tensor:
         """Z⁰ (B, k, d), the FDB's sub-features of float RGB images in [0, 1]."""
-        return self.fdb(self.backbone(images)[self.backbone.final])
+        return self.decouple(images)[0]
+
+    def decouple(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """(Z⁰ (B, k, d), A_S (B, k, HW)): the sub-features and the attention that pooled them."""
+        attention, values = self.fdb.attention(self.backbone(images)[self.backbone.final])
+        return attention @ values, attention
 
     def head(self, subfeatures: Tensor, *, batch_wise: bool) -> Tensor:
         """The unit (B, k·d) embedding from Z⁰: through the BCBs first when ``batch_wise``, then the FCB."""
@@ -157,7 +162,7 @@ class MetricFormer(Method):
                 f"metricformer: a training batch of {len(labels)} images is smaller than loss.neighbours = "
                 f"{o['neighbours']}", fix="raise data.batch_size, or lower loss.neighbours",
             )
-        z0 = self.subfeatures(batch.images)
+        z0, attention = self.decouple(batch.images)
         slot = torch.stack([self.metric(fn, F.normalize(z0[:, i], dim=1), labels)
                             for i, fn in enumerate(self.slot_losses)]).mean()
         plain = self.head(z0, batch_wise=False)
@@ -175,4 +180,5 @@ class MetricFormer(Method):
             "batch_loss": batch_loss.detach(),
             "diversity_loss": diversity.detach(),
             "consistency_loss": consistency.detach(),
+            "attention_entropy": attention_entropy(attention.detach()),
         }
