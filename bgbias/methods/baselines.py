@@ -131,12 +131,20 @@ class ProxyAnchor(MetricLossMethod):
 
 @register_method("margin")
 class Margin(MetricLossMethod):
-    """Margin loss (Wu et al.); with ``loss.learn_beta`` its per-class boundaries are loss parameters."""
+    """Margin loss (Wu et al.); with ``loss.learn_beta`` its per-class boundaries are loss parameters, with
+    ``loss.distance_weighted`` its triplets come from distance-weighted sampling (Wu et al.'s, and
+    MetricFormer's base loss) instead of every triplet of the batch."""
 
     loss_class = "MarginLoss"
+    own_options: ClassVar[dict[str, Any]] = {"distance_weighted": False}
 
     def sizes(self, spec: MethodSpec) -> dict[str, Any]:
         return {"num_classes": spec.num_classes} if spec.options.get("learn_beta") else {}
+
+    def build_miner(self) -> torch.nn.Module | None:
+        if not self.options["distance_weighted"]:
+            return None
+        return _pml_object("miners", "DistanceWeightedMiner", {}, self.name)
 
 
 def _pml_class(kind: str, class_name: str) -> type:

@@ -125,6 +125,11 @@ def test_multi_similarity_miner_is_optional():
     assert build("multi_similarity", miner_epsilon=0.1).miner is not None
 
 
+def test_the_margin_loss_samples_distance_weighted_triplets_on_request():
+    assert build("margin").miner is None
+    assert type(build("margin", distance_weighted=True).miner).__name__ == "DistanceWeightedMiner"
+
+
 def test_a_bad_loss_option_is_named_with_the_allowed_ones():
     with pytest.raises(OptionError, match="margn") as err:
         build("triplet", margn=0.1)

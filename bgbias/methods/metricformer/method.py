@@ -68,7 +68,7 @@ class MetricFormer(Method):
         "consistency": "symmetric",  # symmetric | teacher (stop-gradient on the batch-aware path)
         "margin": 0.2,  # margin loss: α, the margin
         "beta": 1.2,  # margin loss: β, the (initial) boundary
-        "learn_beta": True,  # margin loss: β is a loss parameter
+        "learn_beta": True,  # margin loss: one boundary β per class, a loss parameter
         "distance_weighted": True,  # margin loss: distance-weighted sampling of the triplets
         "pa_margin": 0.1,  # ProxyAnchor: δ
         "pa_alpha": 32.0,  # ProxyAnchor: α
@@ -118,7 +118,8 @@ class MetricFormer(Method):
         o = self.options
         if o["base"] == "proxy_anchor":
             return losses.ProxyAnchorLoss(spec.num_classes, size, margin=o["pa_margin"], alpha=o["pa_alpha"])
-        return losses.MarginLoss(margin=o["margin"], beta=o["beta"], learn_beta=o["learn_beta"])
+        return losses.MarginLoss(margin=o["margin"], beta=o["beta"], learn_beta=o["learn_beta"],
+                                 num_classes=spec.num_classes if o["learn_beta"] else None)
 
     def build_miner(self) -> nn.Module | None:
         if self.options["base"] != "margin" or not self.options["distance_weighted"]:
