@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bgbias.report.evaluation import approximate_note
 from bgbias.report.table import format_table
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any
     variant = " + BGAugment" if report["bgaugment"] else ""
     title = (f"{report['method']}{variant} on {report['dataset']} {report['split']} "
              f"({report['images']} images, checkpoint epoch {report['checkpoint']['epoch']})")
-    lines = [title, format_table(headers, rows)]
+    lines = [title + approximate_note(report), format_table(headers, rows)]
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")
     return "\n".join(lines)

@@ -73,7 +73,7 @@ def evaluate(
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
     from bgbias.report.evaluation import summarize_evaluation
-    from bgbias.retrieval.retrievers import with_shortlist
+    from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
     request = request or MeasureRequest()
     dataset, items = requested_split(model, request)
@@ -135,6 +135,9 @@ def evaluate(
     clean_state = embed(clean_images, {**base_key, "set": "clean"}, "clean")
     clean = _score(retrieval, clean_state, labels)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
+    recall = retrieval.recall(clean_state, labels) if isinstance(retrieval, ShortlistRerank) else None
+    if recall is not None:
+        log(f"shortlist recall of the exact top-R: {recall.recall} over {recall.queries} clean queries")
     corrupted_scores = []
     for manifest, images in corrupted_sets:
         key = {**base_key, "set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path],
@@ -160,6 +163,8 @@ def evaluate(
     }
     if retrieval.approximate:
         meta["approximate"] = True
+    if recall is not None:
+        meta["shortlist_recall"] = recall.as_dict()
     if corrupted_sets:
         first = corrupted_sets[0][0]
         meta["corrupted_sets"] = {

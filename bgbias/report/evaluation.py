@@ -341,8 +341,22 @@ def _title(report: Mapping[str, Any]) -> str:
     checkpoint = report.get("checkpoint")
     if isinstance(checkpoint, Mapping) and "path" in checkpoint:
         epoch = f" (epoch {checkpoint['epoch']})" if "epoch" in checkpoint else ""
-        return f"{title}, checkpoint {Path(str(checkpoint['path'])).name}{epoch}"
-    return f"{title}, checkpoint {checkpoint}" if checkpoint is not None else title
+        title = f"{title}, checkpoint {Path(str(checkpoint['path'])).name}{epoch}"
+    elif checkpoint is not None:
+        title = f"{title}, checkpoint {checkpoint}"
+    return title + approximate_note(report)
+
+
+def approximate_note(report: Mapping[str, Any]) -> str:
+    """`` (APPROXIMATE: …)`` for a report of an approximate search, with the measured recall of the exact
+    ranking where there is one; empty for an exact search."""
+    if not report.get("approximate"):
+        return ""
+    recall = report.get("shortlist_recall") or {}
+    value = recall.get("recall_of_exact_top_r")
+    measured = ("" if value is None else
+                f", recall of the exact top-R {value:.3f} over {recall['queries']} queries")
+    return f" (APPROXIMATE: {report.get('retrieval', 'shortlist')}{measured})"
 
 
 def _setup_lines(key: str, value: Any, depth: int = 0) -> list[str]:

@@ -27,7 +27,7 @@ from bgbias.retrieval.search import (
     remove_self_matches,
     torch_nearest_neighbours,
 )
-from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, take_rows
+from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, state_length, take_rows
 
 
 @runtime_checkable
@@ -93,6 +93,19 @@ class LearnedDistance:
 
 
 @dataclass(frozen=True)
+class ShortlistRecall:
+    """An approximate search checked against the exact one: ``recall`` (None without a query that has a
+    classmate) over ``queries`` images drawn with ``seed``."""
+
+    recall: float | None
+    queries: int
+    seed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"recall_of_exact_top_r": self.recall, "queries": self.queries, "seed": self.seed}
+
+
+@dataclass(frozen=True)
 class ShortlistRerank:
     """Each image's ``shortlist`` nearest by exact squared L2 over ``exact.shortlist_key``, re-ranked by
     ``exact``'s learned distance; approximate unless the shortlist holds every other image."""
@@ -107,6 +120,28 @@ class ShortlistRerank:
                               fix="use a shortlist of at least the largest class size")
 
     def neighbours(self, state: Any, k: int) -> np.ndarray:
+        return self._rerank(state, k, np.arange(state_length(named_arrays(state))))
+
+    def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
+        """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
+        ``seed``, the mean fraction of each one's exact top R (R: the other images of its class) that its
+        shortlisted top R holds. The exact side is the learned distance against the whole split."""
+        labels = np.asarray(labels)
+        _, class_of, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+        r = sizes[class_of] - 1
+        candidates = np.flatnonzero(r > 0)
+        chosen = np.sort(np.random.default_rng(seed).permutation(candidates)[:queries])
+        if len(chosen) == 0:
+            return ShortlistRecall(None, 0, seed)
+        k = int(r[chosen].max())
+        exact = torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.exact.distance,
+                                         device=self.exact.device, queries=chosen)
+        approximate = self._rerank(state, k, chosen)
+        kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
+        return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
+
+    def _rerank(self, state: Any, k: int, queries: np.ndarray) -> np.ndarray:
+        """``(len(queries), k)`` nearest other images of ``queries``: the L2 shortlist re-ranked."""
         import torch
 
         arrays = named_arrays(state)
@@ -114,16 +149,16 @@ class ShortlistRerank:
         size = min(max(self.shortlist, k), len(_array(state, self.exact.shortlist_key)) - 1)
         candidates = nearest_neighbours(_array(state, self.exact.shortlist_key), size)
         on = {name: torch.as_tensor(array).to(self.exact.device) for name, array in arrays.items()}
-        ranked = np.empty((len(candidates), k + 1), dtype=np.int64)
+        ranked = np.empty((len(queries), k + 1), dtype=np.int64)
         with torch.inference_mode():
-            for query, row in enumerate(candidates):
+            for row, query in enumerate(queries):
                 # The query itself leads its list, as in the exact searches, so self-removal is the same.
-                pool = np.concatenate([[query], row])
+                pool = np.concatenate([[query], candidates[query]])
                 distances = self.exact.distance(model_form(take_rows(on, slice(query, query + 1))),
                                                 model_form(take_rows(on, torch.from_numpy(pool))))
                 order = distances[0].float().argsort(stable=True)[: k + 1].cpu().numpy()
-                ranked[query] = pool[order]
-        return remove_self_matches(ranked)
+                ranked[row] = pool[order]
+        return remove_self_matches(ranked, queries)
 
     def describe(self) -> str:
         return (f"approximate: a shortlist of {self.shortlist} by exact squared L2 on "

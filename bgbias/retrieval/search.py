@@ -85,13 +85,14 @@ def faiss_available() -> bool:
     return True
 
 
-def remove_self_matches(indices: np.ndarray) -> np.ndarray:
-    """``(N, k + 1)`` neighbour indices of rows ``0 … N-1`` -> ``(N, k)`` without each row's own index.
+def remove_self_matches(indices: np.ndarray, items: np.ndarray | None = None) -> np.ndarray:
+    """``(N, k + 1)`` neighbour indices of items ``items`` (default rows ``0 … N-1``) -> ``(N, k)`` without
+    each row's own index.
 
     A row whose own index is missing (ties put other items in its place) loses its last column instead: the
     rule of PML's ``return_results`` since v1.5.2.
     """
-    own = indices == np.arange(len(indices))[:, None]
+    own = indices == (np.arange(len(indices)) if items is None else np.asarray(items))[:, None]
     own[~own.any(axis=1), -1] = True
     return indices[~own].reshape(len(indices), indices.shape[1] - 1)
 
@@ -131,8 +132,12 @@ def torch_nearest_neighbours(
     device: Any = None,
     query_rows: int | None = None,
     reference_rows: int | None = None,
+    queries: np.ndarray | None = None,
 ) -> np.ndarray:
     """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
+
+    ``queries`` (indices into the split) searches for those items only, each against the whole split (a
+    sample to check an approximate search against); by default every item is a query.
 
     ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
     squared L2 distance in float32. ``embeddings`` may be a mapping of named per-image arrays, whose row
@@ -167,22 +172,31 @@ def torch_nearest_neighbours(
     if query_rows < 1 or reference_rows < 1:
         raise OptionError(f"block sizes must be at least 1, got {query_rows} x {reference_rows}",
                           fix="pass positive query_rows and reference_rows")
+    items = np.arange(count) if queries is None else np.asarray(queries, dtype=np.int64)
     parts = []
     with torch.inference_mode():
-        for q_start in range(0, count, query_rows):
-            queries = rows(q_start, q_start + query_rows)
-            size = min(query_rows, count - q_start)
+        for q_start in range(0, len(items), query_rows):
+            chosen = items[q_start:q_start + query_rows]
+            block_queries = _rows_at(arrays, chosen, named)
+            size = len(chosen)
             best_d = torch.full((size, 0), float("inf"), device=on)
             best_i = torch.zeros((size, 0), dtype=torch.int64, device=on)
             for r_start in range(0, count, reference_rows):
-                block = distance(queries, rows(r_start, r_start + reference_rows)).to(torch.float32)
+                block = distance(block_queries, rows(r_start, r_start + reference_rows)).to(torch.float32)
                 block_d, block_i = block.topk(min(k + 1, block.shape[1]), dim=1, largest=False, sorted=True)
                 best_d = torch.cat([best_d, block_d], dim=1)
                 best_i = torch.cat([best_i, block_i + r_start], dim=1)
                 best_d, order = best_d.topk(min(k + 1, best_d.shape[1]), dim=1, largest=False, sorted=True)
                 best_i = best_i.gather(1, order)
             parts.append(best_i.cpu())
-    return remove_self_matches(torch.cat(parts).numpy().astype(np.int64))
+    return remove_self_matches(torch.cat(parts).numpy().astype(np.int64), items)
+
+
+def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:
+    import torch
+
+    block = take_rows(arrays, torch.from_numpy(indices).to(next(iter(arrays.values())).device))
+    return block if named else next(iter(block.values()))
 
 
 def squared_l2(queries: Tensor, references: Tensor) -> Tensor:

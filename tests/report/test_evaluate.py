@@ -24,6 +24,7 @@ from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.run_dir import mark_latest, open_run_dir
 from bgbias.engine.trained import load_trained
 from bgbias.errors import AssetError, OptionError
+from bgbias.report.console import format_evaluation_summary
 from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
 from bgbias.retrieval.metrics import score_embeddings
@@ -265,3 +266,8 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
     assert approximate.report["approximate"] is True and "approximate" in approximate.report["retrieval"]
     assert "approximate" not in exact.report
     assert approximate.out_dir != exact.out_dir and approximate.out_dir.name.endswith("shortlist4-test")
+    recall = approximate.report["shortlist_recall"]
+    assert 0 < recall["recall_of_exact_top_r"] <= 1 and recall["queries"] > 0
+    assert "APPROXIMATE" in (approximate.out_dir / "report.md").read_text().splitlines()[0]
+    assert "APPROXIMATE" not in (exact.out_dir / "report.md").read_text()
+    assert "APPROXIMATE" in format_evaluation_summary(approximate.report, approximate.files).splitlines()[0]

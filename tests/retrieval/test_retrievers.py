@@ -10,7 +10,7 @@ import torch
 from bgbias.errors import OptionError
 from bgbias.retrieval.metrics import score_embeddings
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank, with_shortlist
-from bgbias.retrieval.search import nearest_neighbours
+from bgbias.retrieval.search import nearest_neighbours, torch_nearest_neighbours
 
 
 def _levels(count: int = 40) -> dict[str, np.ndarray]:
@@ -58,6 +58,27 @@ def test_a_short_shortlist_only_finds_what_the_l2_search_put_on_it():
     candidates = nearest_neighbours(state["embedding"], 8)
     assert all(set(row) <= set(pool) for row, pool in zip(reranked, candidates, strict=True))
     assert reranked.shape == (40, 3)
+
+
+def test_a_query_sample_searches_like_the_same_rows_of_the_whole_split():
+    state = _levels()
+    chosen = np.array([3, 17, 38])
+    sample = torch_nearest_neighbours(state, 5, distance=_weighted, queries=chosen, query_rows=2)
+    assert np.array_equal(sample, _brute_force(state, 5)[chosen])
+
+
+def test_shortlist_recall_is_one_for_a_full_shortlist_and_counts_what_a_short_one_misses():
+    state = _levels()
+    labels = np.arange(40) % 5  # eight images per class: R = 7
+    exact = LearnedDistance(_weighted)
+    assert ShortlistRerank(exact, shortlist=39).recall(state, labels).recall == pytest.approx(1.0)
+    short = ShortlistRerank(exact, shortlist=8)
+    measured = short.recall(state, labels, queries=10, seed=1)
+    chosen = np.sort(np.random.default_rng(1).permutation(40)[:10])
+    truth, found = _brute_force(state, 7)[chosen], short.neighbours(state, 7)[chosen]
+    expected = np.mean([len(set(a) & set(b)) / 7 for a, b in zip(truth, found, strict=True)])
+    assert measured.queries == 10 and measured.recall == pytest.approx(expected)
+    assert measured.recall < 1
 
 
 def test_approximate_retrieval_says_so():
