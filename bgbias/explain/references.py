@@ -14,22 +14,19 @@ a re-run, or a run with another ``--limit``, gives every image the same referenc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry
-from bgbias.engine.embedding import embed_images
+from bgbias.engine.split_states import SplitStates
 from bgbias.errors import OptionError
 from bgbias.methods.attribution import REFERENCE_RULE
 from bgbias.retrieval.state import model_form, take_rows
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.retrieval.retrievers import Retrieval
 
@@ -57,18 +54,21 @@ def pick_references(
     pool: Sequence[Item],
     wanted: Sequence[Item],
     geometry: EvalGeometry,
-    device: torch.device,
+    dataset_name: str,
     *,
     progress: bool = False,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Item]:
-    """Each of ``wanted``'s reference among ``pool`` (which holds them), by id: ``pool`` is embedded once at
-    the evaluation ``geometry`` and ranked by the model's retrieval (see the module docstring)."""
+    """Each of ``wanted``'s reference among ``pool`` (which holds them), by id: ``pool``'s clean state at the
+    evaluation ``geometry`` (from the model's evaluation cache where ``bgbias eval`` left it) ranked by the
+    model's retrieval (see the module docstring)."""
     if not wanted:
         return {}
     positions = {item.id: index for index, item in enumerate(pool)}
-    state, labels = embed_images(model, EvalImages(pool, geometry), device, batch_size=EMBED_BATCH,
-                                 amp=model.amp, progress=progress, desc="embed references")
-    chosen = nearest_references(model.retrieval(), state, labels, [positions[item.id] for item in wanted])
+    states = SplitStates(model, dataset_name, pool, geometry, batch_size=EMBED_BATCH, progress=progress,
+                         log=log)
+    chosen = nearest_references(model.retrieval(), states.clean(), states.labels,
+                                [positions[item.id] for item in wanted])
     return {item.id: pool[reference] for item, reference in zip(wanted, chosen, strict=True)}
 
 

@@ -123,6 +123,7 @@ def explain_items(
     progress: bool = False,
     force: bool = False,
     reference_items: Sequence[Item] | None = None,
+    log: Callable[[str], None] = print,
 ) -> ExplainResult:
     """Attribution maps and foreground scores of ``items`` with ``model`` (already on ``device``).
 
@@ -130,7 +131,8 @@ def explain_items(
     settings there are an ``OptionError`` unless ``force``, which starts over. An attribution that does not
     support ``model``, and missing masks, fail before any work. ``gallery_count = 0`` writes no gallery.
     For an attribution that ``needs_references``, ``reference_items`` (default: ``items``; it must hold them)
-    are the images each item's reference is picked from.
+    are the images each item's reference is picked from; their state comes from the model's evaluation
+    cache where it fits (``log`` says whether it did).
     """
     import torch
     from tqdm import tqdm
@@ -173,10 +175,10 @@ def explain_items(
     if referenced:
         by_id = {item.id: item for item in pool}
         references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
-        references.update(pick_references(model, pool, [items[i] for i in todo], geometry, device,
-                                          progress=progress))
+        references.update(pick_references(model, pool, [items[i] for i in todo], geometry, dataset_name,
+                                          progress=progress, log=log))
     step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-    with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as log, tqdm(
+    with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as ledger, tqdm(
         total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
     ) as bar:
         for batch in batches:
@@ -185,7 +187,7 @@ def explain_items(
                     save_map(map_path(items[index], out_dir), attribution_map)
                     if referenced:
                         save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
-                log.append(score)
+                ledger.append(score)
                 done[score.id] = score
             bar.update(len(batch))
 
@@ -504,7 +506,7 @@ def explain(
         dataset_name=dataset.name, out_dir=explain_dir(model.home, dataset.key, request.split, label),
         attribution=attribution, options=options, device=model.device, seed=request.attribution_seed,
         batch_size=batch_size, gallery_count=request.gallery_count, progress=request.progress,
-        force=request.force, reference_items=split,
+        force=request.force, reference_items=split, log=log,
     )
     summary = result.summary
     if summary["mean"] is not None:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.embedding import embed_images
-from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
+from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, requested_split, split_protocol
+from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
 from bgbias.errors import AssetError
 
 if TYPE_CHECKING:
@@ -36,10 +36,6 @@ CORRUPTED_ONLY_FILES = (
 )
 GALLERY_QUERIES = 4
 GALLERY_NEIGHBOURS = 5
-EVAL_BATCH_SIZE = 64
-EVAL_FOLDER = "eval"
-"""Under a model's home: ``cache/`` (states of evaluated sets, keyed by what made them) and one report
-folder per measured set and split."""
 
 
 @dataclass
@@ -67,7 +63,6 @@ def evaluate(
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
     from bgbias.augment.corrupted_images import CorruptedImages
-    from bgbias.augment.manifests import ids_sha256
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
@@ -82,42 +77,9 @@ def evaluate(
     split = request.split
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
     geometry = eval_geometry(dataset.name)
-    cache = EmbeddingCache(Path(model.home) / EVAL_FOLDER / "cache")
-    base_key = {
-        "model": model.fingerprint(),
-        "dataset": dataset.name,
-        "split": split,
-        "ids": ids_sha256(items),
-        "images": files_fingerprint(item.image for item in items),
-        "geometry": geometry.as_dict(),
-    }
-    embedded = 0
-
-    labels = np.array([item.label for item in items], dtype=np.int64)
-    shapes: list[dict[str, tuple[int, ...]]] = []
-
-    def embed(images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
-        """The set's state, from the cache where it fits this model and these images, else made now."""
-        nonlocal embedded
-        stored = cache.load(key)
-        if stored is not None:
-            if not shapes:  # one image through the model: what a cached file must match
-                shapes.append(_probe_shapes(model, images))
-            problem = _cache_mismatch(stored, len(items), shapes[0])
-            if problem is None:
-                log(f"{desc}: cached embeddings")
-                return stored
-            log(f"{desc}: cached embeddings ignored ({problem}); embedding again")
-        made, made_labels = embed_images(model, images, model.device,
-                                         batch_size=request.batch_size or EVAL_BATCH_SIZE,
-                                         workers=request.workers, amp=model.amp, progress=request.progress,
-                                         desc=desc)
-        if not np.array_equal(made_labels, labels):
-            raise AssertionError("the embedded images came back out of their dataset's order")
-        cache.save(key, made)
-        embedded += 1
-        log(f"{desc}: embedded {len(labels)} images")
-        return made
+    states = SplitStates(model, dataset.name, items, geometry, batch_size=request.batch_size,
+                         workers=request.workers, progress=request.progress, log=log)
+    labels = states.labels
 
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
     manifest_sha256: dict[Path, str] = {}
@@ -132,7 +94,7 @@ def evaluate(
         masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
 
     clean_images = EvalImages(items, geometry)
-    clean_state = embed(clean_images, {**base_key, "set": "clean"}, "clean")
+    clean_state = states.clean()
     clean = _score(retrieval, clean_state, labels)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
     recall = retrieval.recall(clean_state, labels) if isinstance(retrieval, ShortlistRerank) else None
@@ -140,9 +102,8 @@ def evaluate(
         log(f"shortlist recall of the exact top-R: {recall.recall} over {recall.queries} clean queries")
     corrupted_scores = []
     for manifest, images in corrupted_sets:
-        key = {**base_key, "set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path],
-               "masks": masks_print}
-        state = embed(images, key, f"corrupted repeat {manifest.repeat}")
+        key = {"set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path], "masks": masks_print}
+        state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
         corrupted_scores.append(_score(retrieval, state, labels))
         log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
 
@@ -180,7 +141,7 @@ def evaluate(
     out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
     files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                            [images for _, images in corrupted_sets])
-    return EvaluationResult(out_dir, report, files, clean, corrupted_scores, embedded)
+    return EvaluationResult(out_dir, report, files, clean, corrupted_scores, states.embedded)
 
 
 def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
@@ -257,37 +218,6 @@ def corrupted_manifests(
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
-    """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
-    image of ``images``."""
-    import torch
-
-    from bgbias.engine.device import autocast
-    from bgbias.retrieval.state import named_arrays
-
-    pixels = images[0]["image"][None].to(model.device).float().div_(255)
-    with torch.inference_mode(), autocast(model.device, model.amp):
-        return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
-
-
-def _cache_mismatch(
-    state: dict[str, np.ndarray], count: int, shapes: dict[str, tuple[int, ...]]
-) -> str | None:
-    """Why a cached state cannot stand for ``count`` images of a model whose arrays have ``shapes`` per image
-    (None: it can)."""
-    if set(state) != set(shapes):
-        return f"arrays {sorted(state)}, expected {sorted(shapes)}"
-    for name, array in state.items():
-        expected = (count, *shapes[name])
-        if array.shape != expected:
-            return f"shape {array.shape} of {name}, expected {expected}"
-        if array.dtype != np.float32:
-            return f"dtype {array.dtype} of {name}, expected float32"
-        if not np.isfinite(array).all():
-            return f"not every value of {name} is finite"
-    return None
-
-
 def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray) -> RetrievalScores:
     from bgbias.retrieval.metrics import score_embeddings
 

@@ -21,12 +21,12 @@ from bgbias.data.eval_images import EvalImages
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
+from bgbias.engine import split_states as split_states_module
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
-from bgbias.explain import references as references_module
 from bgbias.explain.heatmap import attribution_gallery_image
 from bgbias.explain.references import nearest_references, pick_references
 from bgbias.explain.run import CSV_COLUMNS, REFERENCE_COLUMNS, explain, explain_items
@@ -178,11 +178,14 @@ def test_references_are_nearest_classmates_and_the_nearest_of_all_when_alone():
 
 def test_picked_references_are_the_models_nearest_classmates_every_time(model, split):
     expected = nearest_classmates(model, split)
-    picked = pick_references(model, split, split[::3], GEOMETRY, torch.device("cpu"))
+    lines: list[str] = []
+    picked = pick_references(model, split, split[::3], GEOMETRY, "bench", log=lines.append)
     assert {query: reference.id for query, reference in picked.items()} == {
         item.id: expected[item.id] for item in split[::3]
     }
-    assert pick_references(model, split, split[::3], GEOMETRY, torch.device("cpu")) == picked
+    # the second time the split's state comes from the model's evaluation cache: no forward pass
+    assert pick_references(model, split, split[::3], GEOMETRY, "bench", log=lines.append) == picked
+    assert lines == [f"clean: embedded {len(split)} images", "clean: cached embeddings"]
     assert all(picked[item.id].label == item.label for item in split[::3])
 
 
@@ -236,7 +239,7 @@ def test_a_rerun_computes_nothing_and_a_resumed_run_ends_with_the_same_files(mod
     first = run(model, split, tmp_path / "first")
     before = {path: path.read_bytes() for path in first.out_dir.rglob("*") if path.is_file()}
     monkeypatch.setattr(SimilarityAttention, "__call__", lambda *args: pytest.fail("recomputed a map"))
-    monkeypatch.setattr(references_module, "embed_images", lambda *args, **kw: pytest.fail("embedded"))
+    monkeypatch.setattr(split_states_module, "embed_images", lambda *args, **kw: pytest.fail("embedded"))
     run(model, split, tmp_path / "first")
     assert {path: path.read_bytes() for path in first.out_dir.rglob("*") if path.is_file()} == before
     monkeypatch.undo()
