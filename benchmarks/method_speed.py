@@ -2,6 +2,7 @@
 
     python benchmarks/method_speed.py [--method dcml] [--anchor cosface] [--device cpu|cuda] [--size 128]
                                       [--batch 32] [-n 20] [--backbone mobilenet_v2] [--set loss.X=...]
+                                      [--anchor-set loss.X=...]
 
 The anchor defaults to the method's base loss: CosFace for DCML, the triplet loss for SAM, the margin loss
 for MetricFormer.
@@ -60,14 +61,16 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20, help="timed steps per method")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a configuration override of the method (not the anchor): loss.stage=stride16")
+    parser.add_argument("--anchor-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a configuration override of the anchor: loss.distance_weighted=true")
     args = parser.parse_args()
     args.anchor = args.anchor or ANCHORS.get(args.method, "triplet")
 
     import torch
 
     device = resolve_device(args.device)
-    models = {name: build(name, args, device, args.set if name == args.method else []) for name in
-              (args.anchor, args.method)}
+    models = {name: build(name, args, device, args.set if name == args.method else args.anchor_set)
+              for name in (args.anchor, args.method)}
     batches = [random_batch(args, device, seed) for seed in range(4)]
     times = time_steps(models, batches, args.n, device)
     anchor = statistics.median(times[args.anchor])
