@@ -48,6 +48,9 @@ RESUMED = {
              "bgaugment.enabled=true"),
     # Tuples drawn per batch from its image indices: the resumed epoch must draw the same ones.
     "sam": ("bgaugment.enabled=true",),
+    # Edge buffers moved by every training forward; the backbone held for two epochs of warm-up, the third
+    # (after the kill) steps it, so the resumed run must know the warm-up is over and keep the edges.
+    "avsl": ("optim.warmup_epochs=2",),
 }
 
 
