@@ -16,8 +16,9 @@ every key known, every section a section, every value of its field's type (finit
 its rule, and the method's options its own (:meth:`Method.check_options`). Paths become absolute.
 
 The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
-read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
-a resumed run cannot drift from the one it continues.
+read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key, but
+a setting added after the run was written takes the value the run trained with, ``INTRODUCED_LATER``), so a
+resumed run cannot drift from the one it continues.
 """
 
 from __future__ import annotations
