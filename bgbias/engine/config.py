@@ -16,8 +16,9 @@ every key known, every section a section, every value of its field's type (finit
 its rule, and the method's options its own (:meth:`Method.check_options`). Paths become absolute.
 
 The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
-read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
-a resumed run cannot drift from the one it continues.
+read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key, but
+a setting added after the run was written takes the value the run trained with, ``INTRODUCED_LATER``), so a
+resumed run cannot drift from the one it continues.
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """Optimizer and learning rates of the three parameter groups (backbone, head, loss parameters)."""
+    """Optimizer and learning rates of the three parameter groups (backbone, head, loss parameters).
+
+    ``warmup_epochs``: for the first N epochs the backbone group does not step (its parameters still get
+    gradients, as in AVSL's code, but the optimiser skips them and keeps no state for them), so a new head
+    and loss parameters settle before they move a pretrained backbone.
+    """
 
     name: str = "adam"
     lr_backbone: float = 1e-4
@@ -63,6 +69,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     momentum: float = 0.9
     grad_clip: float | None = None
+    warmup_epochs: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,10 @@ class TrainConfig:
         return self.schedule.monitor
 
 
+# Settings added after runs were first written, with the value that reproduces how a run without them trained:
+# a run folder's configuration that lacks one gets it, and means what it meant (nothing else is filled in).
+INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0}
+
 # Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
 # folders from any working folder.
 PATH_KEYS = ("root", "model.weights", "bgaugment.masks", "bgaugment.backgrounds")
@@ -168,6 +179,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "optim.weight_decay": ((lambda v: v >= 0), "0 or more"),
     "optim.momentum": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
     "optim.grad_clip": ((lambda v: v > 0), "positive (or null: no clipping)"),
+    "optim.warmup_epochs": ((lambda v: v >= 0), "0 or more (0: the backbone steps from the first epoch)"),
     "data.batch_size": _at_least(1),
     "data.m_per_class": _at_least(1),
     "data.batches_per_epoch": ((lambda v: v >= 1), "at least 1 (or null: one pass over the data)"),
@@ -293,7 +305,10 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from a complete nested dict (a run's ``config.json``): every key present, every value
-    of its field's type and within its rule, the names registered and the method's options its own."""
+    of its field's type and within its rule, the names registered and the method's options its own.
+    Settings bgbias gained after a run was written (:data:`INTRODUCED_LATER`) take the value the run trained
+    with."""
+    data = _with_introduced_later(data)
     checked = _apply(TrainConfig, {}, data, "")
     missing = _missing(TrainConfig, checked, "")
     if missing:
@@ -350,6 +365,16 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
             rule = _RULES.get(key)
             if rule is not None and out[name] is not None and not rule[0](out[name]):
                 raise bad_value(key, out[name], rule[1])
+    return out
+
+
+def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every :data:`INTRODUCED_LATER` setting it lacks (where its section is present)."""
+    out = dict(data)
+    for key, value in INTRODUCED_LATER.items():
+        section, name = key.split(".")
+        if isinstance(out.get(section), dict) and name not in out[section]:
+            out[section] = {**out[section], name: value}
     return out
 
 

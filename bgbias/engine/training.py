@@ -315,7 +315,8 @@ class _Session:
 
     def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One optimiser step on ``batch``: forward (the method's ``loss``), a finite-loss check, backward,
-        clipping, the update, then the method's ``on_step_end``; returns the loss terms."""
+        clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
+        ``on_step_end``; returns the loss terms."""
         import torch
 
         with autocast(self.device, self.amp):
@@ -329,6 +330,8 @@ class _Session:
             )
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        if self.state.epoch <= self.config.optim.warmup_epochs:
+            hold_group(self.optimizer, "backbone")
         if self.config.optim.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -385,6 +388,19 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
     if o.name == "rmsprop":
         return torch.optim.RMSprop(groups, weight_decay=o.weight_decay, momentum=o.momentum)
     return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+
+
+def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
+    """Drop the gradients of parameter group ``name``, so the coming ``optimizer.step()`` leaves its
+    parameters and their optimiser state (moments, step counts) untouched, weight decay included: a warm-up
+    epoch.
+
+    The epoch number alone decides it, so a resumed run holds the same steps an uninterrupted one did.
+    """
+    for group in optimizer.param_groups:
+        if group.get("name") == name:
+            for parameter in group["params"]:
+                parameter.grad = None
 
 
 def _make_run_dir(

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from bgbias.methods.base import Method
 
 METHOD_MODULES = ("bgbias.methods.baselines", "bgbias.methods.dcml.method", "bgbias.methods.sam.method",
-                  "bgbias.methods.metricformer.method")
+                  "bgbias.methods.metricformer.method", "bgbias.methods.avsl.method")
 """The modules of the built-in methods, imported on the first read of ``METHODS`` (and of the attribution
 registry, so an attribution a method package registers is found by name too)."""
 

@@ -146,6 +146,7 @@ def test_a_config_file_of_the_wrong_shape_is_named(tmp_path, content, key, expec
         ("optim.momentum=1.5", "in [0, 1]"),
         ("optim.momentum=-0.1", "in [0, 1]"),
         ("optim.grad_clip=0", "positive"),
+        ("optim.warmup_epochs=-1", "0 or more"),
         ("optim.lr_head=Infinity", "finite"),
         ("optim.lr_head=-Infinity", "finite"),
         ("optim.lr_head=NaN", "finite"),
@@ -231,6 +232,17 @@ def test_a_run_config_must_be_complete(tmp_path):
         load_run_config(path)
     assert err.value.path == str(path)
     assert "dataset, optim.lr_head" in err.value.problem and "not written by bgbias train" in err.value.fix
+
+
+def test_a_run_written_before_warm_up_existed_reads_as_trained_without_one(tmp_path):
+    data = resolve_config("triplet", "cub").as_dict()
+    del data["optim"]["warmup_epochs"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    assert load_run_config(path).optim.warmup_epochs == 0
+    data["optim"]["warmup_epochs"] = 3  # a value that is there is kept
+    path.write_text(json.dumps(data))
+    assert load_run_config(path).optim.warmup_epochs == 3
 
 
 def test_a_run_config_is_checked_as_a_whole(tmp_path):

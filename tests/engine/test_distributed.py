@@ -15,7 +15,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 # DCML adds a double backward (its IRM penalty) under DistributedDataParallel, and an environment update
 # that every rank computes before the first epoch; SAM a double backward through the backbone (its maps).
-EXTRA = {"triplet": (), "dcml": ("loss.env_batch_size=8", "loss.env_passes=1"), "sam": ()}
+# AVSL averages each batch's edge estimate over the ranks inside its forward.
+EXTRA = {"triplet": (), "dcml": ("loss.env_batch_size=8", "loss.env_passes=1"), "sam": (), "avsl": ()}
 
 
 @pytest.mark.slow

@@ -48,6 +48,9 @@ RESUMED = {
              "bgaugment.enabled=true"),
     # Tuples drawn per batch from its image indices: the resumed epoch must draw the same ones.
     "sam": ("bgaugment.enabled=true",),
+    # Edge buffers moved by every training forward; the backbone held for two epochs of warm-up, the third
+    # (after the kill) steps it, so the resumed run must know the warm-up is over and keep the edges.
+    "avsl": ("optim.warmup_epochs=2",),
 }
 
 
@@ -122,6 +125,39 @@ def test_proxy_method_trains_its_proxies(tiny_bench, tmp_path):
     names = [g["name"] for g in state["optimizer"]["param_groups"]]
     assert names == ["backbone", "head", "loss"]
     assert state["optimizer"]["param_groups"][2]["lr"] == 0.1
+
+
+def test_warm_up_epochs_hold_the_backbone_and_train_the_rest(tiny_bench, tmp_path, monkeypatch):
+    """During ``optim.warmup_epochs`` the backbone group neither moves nor gathers optimiser state; the head
+    trains; after it the backbone trains too."""
+    after: list[dict[str, torch.Tensor]] = []
+    real_epoch = training._Session.epoch
+
+    def recording(session):
+        if not after:
+            after.append({k: v.clone() for k, v in session.method.state_dict().items()})
+        real_epoch(session)
+        after.append({k: v.clone() for k, v in session.method.state_dict().items()})
+
+    monkeypatch.setattr(training._Session, "epoch", recording)
+    config = tiny_config(tiny_bench, "triplet", "optim.warmup_epochs=1", epochs=2)
+    result = train(config, run_dir=tmp_path / "warm", progress=False, echo=False)
+    start, first, second = after
+
+    def moved(a, b, prefix):
+        return any(not torch.equal(a[k], b[k]) for k in a if k.startswith(prefix))
+
+    assert not moved(start, first, "backbone.") and moved(start, first, "head.")
+    assert moved(first, second, "backbone.")
+    state = load_checkpoint(result.run.last)["optimizer"]
+    backbone_ids = state["param_groups"][0]["params"]
+    assert state["param_groups"][0]["name"] == "backbone"
+    assert all(i in state["state"] for i in backbone_ids)  # stepped in epoch 2
+
+    one = tiny_config(tiny_bench, "triplet", "optim.warmup_epochs=1", epochs=1)
+    held = load_checkpoint(train(one, run_dir=tmp_path / "held", progress=False, echo=False).run.last)
+    held_ids = held["optimizer"]["param_groups"][0]["params"]
+    assert not any(i in held["optimizer"]["state"] for i in held_ids)  # no moments gathered while held
 
 
 def test_a_dcml_run_records_its_environment_learning(tiny_bench, tmp_path):

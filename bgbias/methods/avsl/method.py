@@ -1,0 +1,314 @@
+"""AVSL (Zhang et al., CVPR 2022), as specified in docs/methods/avsl.md: a similarity graph over the
+embedding dimensions of three backbone levels.
+
+- **Embedder** (the ``head`` group): per level l a 1×1 convolution of GAP + GMP of the level's map, e^l,
+  L2-normalised. The same convolution applied at every position of the linearised map gives the node's
+  class-activation map u^l, whose spatial spread is the node's certainty η^l.
+- **Collector** (the ``loss`` group): the reliability slope α and bias β of levels 2 … L, the base loss's
+  proxies (ProxyAnchor) or per-class boundaries (margin), and the edges ω, an EMA of the batches' map overlaps
+  kept as buffers (saved in checkpoints, never trained).
+- **Training**: Σ_l λ_l L(d^l) + λ_f L(d̂). The level losses train the backbone, the embedder and the proxies;
+  the final loss reaches only α and β, as d̂'s node values are detached (the authors' code). At the start of
+  every training forward the edges move towards the batch's ω̂ (copied from the first batch), before that
+  batch's distances are computed, so its own ω̂ already counts.
+- **Retrieval**: an image's state is its three unit level embeddings, concatenated (``embedding``, (B, 3r):
+  what an approximate shortlist searches by L2), and the certainties of levels 2 … L (``certainty``,
+  (B, 2r)); images are ranked by d̂, exactly, in bounded blocks (:class:`LearnedDistance`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bgbias.errors import OptionError
+from bgbias.methods.avsl.graph import (
+    Graph,
+    Levels,
+    activation_maps,
+    batch_edges,
+    certainty,
+    graph_distance,
+    moving_edges,
+    node_contributions,
+    node_differences,
+    normalised_edges,
+    pooled_embedding,
+    reliability,
+)
+from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
+from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.registry import register_method
+from bgbias.models.backbone import Backbone
+from bgbias.retrieval.retrievers import LearnedDistance, Retrieval
+
+BASES = ("proxy_anchor", "margin")
+LEVELS = 3
+EMBEDDING, CERTAINTY = "embedding", "certainty"
+
+BATCH_PROXIES_ABOVE = 1000
+"""With more training classes than this (SOP), each batch's losses use only its own classes' proxies, as the
+authors' code does (every proxy's (B, C, r) node tensors would not fit)."""
+
+NODE_ELEMENTS = 1 << 24
+"""Entries of one (rows, columns, r) node tensor per block of pairs (64 MiB in float32; about five live at
+once outside autograd): what bounds the memory of ``pairwise_distance`` and of the ranking's blocks."""
+
+REFERENCE_ROWS = 4096
+"""References per block of the exact ranking; the queries per block follow from :data:`NODE_ELEMENTS`."""
+
+_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
+    "level_weights": ((lambda v: all(w >= 0 for w in v)), "three weights of 0 or more"),
+    "final_weight": ((lambda v: v >= 0), "0 or more"),
+    "top_k": ((lambda v: v >= 1), "a whole number of at least 1 (or null: a quarter of the embedding size)"),
+    "edge_momentum": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
+    **dict.fromkeys(("reliability_gain", "pa_alpha", "final_pa_alpha"),
+                    ((lambda v: v > 0), "a positive number")),
+    **dict.fromkeys(("margin", "hard_negative_cutoff"), ((lambda v: v >= 0), "0 or more")),
+}
+
+
+class Collector(nn.Module):
+    """θ2 and the loss parameters: the reliability slope and bias of levels 2 … L, the proxies of every level
+    (ProxyAnchor) or a boundary per class for every level and the final loss (margin), and the edge buffers
+    (``edges`` low × high per link, ``edge_updates`` the batches folded into them)."""
+
+    def __init__(self, dim: int, num_classes: int, base: str, boundary: float):
+        super().__init__()
+        self.slope = nn.ParameterList(nn.Parameter(torch.ones(dim)) for _ in range(LEVELS - 1))
+        self.bias = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(LEVELS - 1))
+        self.proxies = nn.ParameterList()
+        self.boundaries = nn.ParameterList()
+        if base == "proxy_anchor":
+            for _ in range(LEVELS):
+                proxies = torch.empty(num_classes, dim)
+                nn.init.kaiming_normal_(proxies, a=math.sqrt(5))  # std √(1/3)/√r: 0.0255 at r = 512
+                self.proxies.append(nn.Parameter(proxies))
+        else:
+            self.boundaries.extend(
+                nn.Parameter(torch.full((num_classes,), boundary)) for _ in range(LEVELS + 1))
+        for link in range(LEVELS - 1):
+            self.register_buffer(f"edges_{link}", torch.zeros(dim, dim))
+        self.register_buffer("edge_updates", torch.zeros((), dtype=torch.int64))
+
+    def edges(self) -> list[Tensor]:
+        """ω of every link (levels 1→2, 2→3), low × high."""
+        return [getattr(self, f"edges_{link}") for link in range(LEVELS - 1)]
+
+
+@register_method("avsl")
+class AVSL(Method):
+    """See the module docstring; options are the ``loss`` section (``configs/methods/avsl.json``)."""
+
+    loss_modules = ("collector",)
+    unit_norm = False  # the state is named arrays; ``embedding`` holds three unit vectors side by side
+    option_rules = _OPTION_RULES
+    own_options: ClassVar[dict[str, Any]] = {
+        "base": "proxy_anchor",  # proxy_anchor | margin: the loss on every level and on d̂
+        "level_weights": (1.0, 1.0, 1.0),  # λ_1, λ_2, λ_3 of the level losses
+        "final_weight": 1.0,  # the weight of the loss on d̂
+        "top_k": None,  # lower nodes each high node keeps; null: a quarter of the embedding size
+        "edge_momentum": 0.5,  # γ of the edges' EMA (0: each batch's own)
+        "reliability_gain": 10.0,  # γ_p in sigmoid(γ_p (α η + β))
+        "pa_alpha": 16.0,  # ProxyAnchor on the levels: α, γ_pos, γ_neg (dissimilarity form)
+        "pa_pos_margin": 1.8,
+        "pa_neg_margin": 2.2,
+        "final_pa_alpha": 16.0,  # ProxyAnchor on d̂
+        "final_pa_pos_margin": 1.8,
+        "final_pa_neg_margin": 2.2,
+        "margin": 0.2,  # margin loss: α, the fixed margin
+        "beta": 1.2,  # margin loss: β, the initial per-class boundary
+        "hard_negative_cutoff": 0.5,  # margin loss: hard negatives nearer than this count as equal
+    }
+
+    @classmethod
+    def option_types(cls) -> dict[str, Any]:
+        return {**super().option_types(), "level_weights": tuple[float, float, float], "top_k": int | None}
+
+    @classmethod
+    def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
+        """Refuse, while the configuration is resolved, a top-k larger than the per-level embedding size r
+        (each high node keeps k of the r lower nodes)."""
+        top_k = {**cls.own_options, **options}["top_k"]
+        if top_k is not None and top_k > embedding_dim:
+            raise OptionError(
+                f"avsl: loss.top_k = {top_k} is larger than model.embedding_dim = {embedding_dim} (each "
+                "high-level node keeps its top-k of the r lower-level nodes, r = the embedding size per "
+                "level)",
+                fix=f"set loss.top_k to at most {embedding_dim}, or to null for a quarter of it "
+                f"({default_top_k(embedding_dim)})",
+            )
+
+    def __init__(self, backbone: Backbone, spec: MethodSpec):
+        super().__init__(backbone, spec)
+        options, _ = split_options(spec.options, self.own_options)
+        self.check_training(options, batch_size=1, embedding_dim=spec.embedding_dim)
+        self.options = options
+        self.dim = spec.embedding_dim
+        self.top_k = options["top_k"] if options["top_k"] is not None else default_top_k(self.dim)
+        self.embedder = nn.ModuleList(
+            level_convolution(backbone.channels[stage], self.dim) for stage in backbone.levels)
+        self.collector = Collector(self.dim, spec.num_classes, options["base"], options["beta"])
+
+    # ----------------------------------------------------------------------------------------- inference
+    def forward_levels(self, images: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """(unit e^l (B, r), activation maps u^l (B, r, h_l, w_l)) of every level; the maps in float32
+        without gradient."""
+        features = self.backbone(images, self.backbone.levels)
+        units, maps = [], []
+        for stage, conv in zip(self.backbone.levels, self.embedder, strict=True):
+            z = features[stage]
+            units.append(F.normalize(pooled_embedding(z, conv), dim=1))
+            with torch.autocast(z.device.type, enabled=False):
+                maps.append(activation_maps(_full(z), conv))
+        return units, maps
+
+    def embed(self, images: Tensor) -> dict[str, Tensor]:
+        """``embedding`` (B, 3r): the unit level embeddings side by side; ``certainty`` (B, 2r): η of levels
+        2 and 3. Each row depends on its image only (in eval mode)."""
+        units, maps = self.forward_levels(images)
+        certainties = [certainty(m) for m in maps[1:]]
+        return {EMBEDDING: torch.cat(units, dim=1), CERTAINTY: torch.cat(certainties, dim=1)}
+
+    def graph(self) -> Graph:
+        """W̃ (recomputed from the edge buffers), α, β and γ_p."""
+        c = self.collector
+        return Graph(tuple(normalised_edges(w, self.top_k) for w in c.edges()), tuple(c.slope),
+                     tuple(c.bias), self.options["reliability_gain"])
+
+    def state_levels(self, state: Mapping[str, Tensor]) -> Levels:
+        """A named state (``embed``'s) as :class:`Levels`, in float32 at least."""
+        embedding, certainties = _full(state[EMBEDDING]), _full(state[CERTAINTY])
+        return Levels(tuple(embedding.split(self.dim, dim=1)), tuple(certainties.split(self.dim, dim=1)))
+
+    def pairwise_distance(self, queries: Mapping[str, Tensor], references: Mapping[str, Tensor]) -> Tensor:
+        """d̂ (Nq, Nr) between two named states, in blocks of at most :data:`NODE_ELEMENTS` node entries;
+        differentiable with respect to the states (attribution maps differentiate it)."""
+        rows, cols = self.state_levels(queries), self.state_levels(references)
+        device = rows.units[0].device
+        with torch.autocast(device.type, enabled=False):
+            graph = self.graph().to(rows.units[0].dtype)
+            col_step = max(1, min(len(cols), NODE_ELEMENTS // self.dim))
+            row_step = max(1, NODE_ELEMENTS // (col_step * self.dim))
+            blocks = []
+            for r0 in range(0, len(rows), row_step):
+                block_rows = rows.rows(r0, r0 + row_step)
+                blocks.append(torch.cat([
+                    graph_distance(block_rows, cols.rows(c0, c0 + col_step), graph)[0]
+                    for c0 in range(0, len(cols), col_step)
+                ], dim=1))
+            return torch.cat(blocks, dim=0)
+
+    def node_contributions(self, queries: Mapping[str, Tensor],
+                           references: Mapping[str, Tensor]) -> list[Tensor]:
+        """Every level's per-node share λ^l (Nq, Nr, r) of d̂ (Property 1): summed over levels and nodes they
+        give ``pairwise_distance``. Not chunked: the caller picks sizes that fit."""
+        rows, cols = self.state_levels(queries), self.state_levels(references)
+        graph = self.graph().to(rows.units[0].dtype)
+        nodes = [node_differences(a, b) for a, b in zip(rows.units, cols.units, strict=True)]
+        reliable = [
+            reliability(rows.certainty[i], cols.certainty[i], graph.slope[i], graph.bias[i], graph.gain)
+            for i in range(LEVELS - 1)
+        ]
+        return node_contributions(nodes, reliable, graph.edges)
+
+    def retrieval(self) -> Retrieval:
+        """Exact ranking by d̂, in blocks of about :data:`NODE_ELEMENTS` node entries; ``embedding`` is what an
+        approximate shortlist may search."""
+        device = next(self.parameters()).device
+        query_rows = max(1, NODE_ELEMENTS // (REFERENCE_ROWS * self.dim))
+        return LearnedDistance(self.pairwise_distance, device=device, query_rows=query_rows,
+                               reference_rows=REFERENCE_ROWS, shortlist_key=EMBEDDING)
+
+    # ------------------------------------------------------------------------------------------ training
+    def update_edges(self, maps: list[Tensor]) -> None:
+        """Fold the batch's ω̂ of every link into the edge buffers (averaged over processes first, so every
+        rank keeps the same edges: those of the global batch)."""
+        with torch.no_grad():
+            fresh = torch.stack([batch_edges(low, high) for low, high in itertools.pairwise(maps)])
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.all_reduce(fresh)
+                fresh /= torch.distributed.get_world_size()
+            c = self.collector
+            first = c.edge_updates == 0
+            for edges, batch in zip(c.edges(), fresh, strict=True):
+                edges.copy_(moving_edges(edges, batch, self.options["edge_momentum"], first))
+            c.edge_updates += 1
+
+    def proxy_levels(self, labels: Tensor, certainties: list[Tensor]) -> tuple[Levels, Tensor]:
+        """(the proxies as :class:`Levels`, their labels): every class's, or the batch's classes' above
+        :data:`BATCH_PROXIES_ABOVE`. A proxy has no map: its certainty at a level is one number, the mean of
+        the batch's over images and nodes."""
+        proxies = self.collector.proxies
+        if self.spec.num_classes > BATCH_PROXIES_ABOVE:
+            classes = labels.unique()
+        else:
+            classes = torch.arange(self.spec.num_classes, device=labels.device)
+        units = tuple(F.normalize(p[classes], dim=1) for p in proxies)
+        certainty_of = tuple(c.mean().expand(len(classes), self.dim) for c in certainties)
+        return Levels(units, certainty_of), classes
+
+    def loss_terms(self, batch: Batch) -> dict[str, Tensor]:
+        """Every term, undetached: ``level1_loss`` … ``level3_loss``, ``final_loss`` and their weighted sum
+        ``loss``, plus the mean reliability of links 2 and 3 (``reliability2``, ``reliability3``)."""
+        o, labels = self.options, batch.labels
+        units, maps = self.forward_levels(batch.images)
+        certainties = [certainty(m) for m in maps[1:]]
+        if self.training:
+            self.update_edges(maps)
+        rows = Levels(tuple(_full(u) for u in units), tuple(certainties))
+        if o["base"] == "proxy_anchor":
+            cols, col_labels = self.proxy_levels(labels, certainties)
+        else:
+            cols, col_labels = rows, labels
+        with torch.autocast(labels.device.type, enabled=False):
+            graph = self.graph().to(rows.units[0].dtype)
+            final, levels, reliable = graph_distance(rows, cols, graph, detach_nodes=True)
+            level_losses = [self.base_loss(d, labels, col_labels, level) for level, d in enumerate(levels)]
+            final_loss = self.base_loss(final, labels, col_labels, LEVELS)
+        total = o["final_weight"] * final_loss + sum(
+            w * term for w, term in zip(o["level_weights"], level_losses, strict=True))
+        terms = {"loss": total, "final_loss": final_loss}
+        terms.update({f"level{i + 1}_loss": term for i, term in enumerate(level_losses)})
+        terms.update({f"reliability{i + 2}": p for i, p in enumerate(reliable)})
+        return terms
+
+    def base_loss(self, distances: Tensor, labels: Tensor, col_labels: Tensor, which: int) -> Tensor:
+        """The base loss of level ``which`` (0 … L − 1) or of d̂ (``which`` = L) on (B, columns) distances."""
+        o = self.options
+        if o["base"] == "proxy_anchor":
+            prefix = "final_pa" if which == LEVELS else "pa"
+            return proxy_anchor_loss(distances, labels, col_labels, alpha=o[f"{prefix}_alpha"],
+                                     pos_margin=o[f"{prefix}_pos_margin"],
+                                     neg_margin=o[f"{prefix}_neg_margin"])
+        triplets = hard_triplets(distances, labels, o["hard_negative_cutoff"])
+        return margin_loss(distances, labels, self.collector.boundaries[which], triplets, margin=o["margin"])
+
+    def loss(self, batch: Batch) -> dict[str, Tensor]:
+        terms = self.loss_terms(batch)
+        return {name: value if name == "loss" else value.detach() for name, value in terms.items()}
+
+
+def default_top_k(dim: int) -> int:
+    """A quarter of the embedding size (the paper's 128 of 512), at least 1."""
+    return max(1, dim // 4)
+
+
+def level_convolution(channels: int, dim: int) -> nn.Conv2d:
+    """A level's 1×1 convolution with bias, Kaiming-normal (fan-out) weights and a zero bias."""
+    conv = nn.Conv2d(channels, dim, kernel_size=1)
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out")
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
+def _full(tensor: Tensor) -> Tensor:
+    """``tensor`` in float32 when it is in half precision (the graph's sums need the range)."""
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
