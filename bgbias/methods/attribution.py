@@ -25,9 +25,9 @@ the call keeps its three arguments.
 
 Adding one takes a factory or class decorated with ``@register_attribution("name")`` (its keyword arguments
 are the options) in a module the registry imports on first use: one of :data:`ATTRIBUTION_MODULES`
-(SmoothGrad's, SAM's explainer) or a built-in method's module (the method registry's ``METHOD_MODULES``), so
-a method package registers the attribution that belongs to it next to the method, and nothing central changes.
-The runner, the score and the gallery only see the callable.
+(SmoothGrad's, SAM's and AVSL's explainers) or a built-in method's module (the method registry's
+``METHOD_MODULES``), so a method package registers the attribution that belongs to it next to the method,
+and nothing central changes. The runner, the score and the gallery only see the callable.
 
 This module is the method contract's layer: it imports nothing above ``bgbias.methods``, so a method package
 may import it.
@@ -82,7 +82,9 @@ class Attribution(Protocol):
     def supports(self, model: EmbeddingModel) -> bool: ...
 
 
-ATTRIBUTION_MODULES = ("bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer")
+ATTRIBUTION_MODULES = (
+    "bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer",
+)
 """The modules of the built-in attributions that no method module imports; the registry imports these and
 every method module (``METHOD_MODULES``) on first use."""
 

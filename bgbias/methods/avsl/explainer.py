@@ -1,0 +1,123 @@
+"""AVSL's own attribution: ``bgbias explain --attribution avsl`` on an AVSL run.
+
+AVSL's dissimilarity of two images is linear in its node values once the reliabilities are fixed, so it splits
+exactly into one share per node (Property 1, :func:`~bgbias.methods.avsl.graph.node_contributions`): d̂ = Σ_l
+Σ_i λ^l_i. Each node is an embedding dimension of one level, and its activation map u^l_i says where in the
+image that dimension's value comes from. Spreading every node's share over its map (shifted to be
+non-negative and normalised to sum to 1, as the certainty reads it) and adding the levels up, each upsampled
+to the image, draws where the dissimilarity between an image and its reference lies.
+
+The reference is the runner's (docs/methods/avsl.md): the image's nearest classmate by d̂. ``weigh=weight``
+draws the node weights w^l_i instead of the shares w^l_i δ^l_i: how much each node counts for this pair,
+whatever the two images' values on it, i.e. where the model looks when it compares them. ``level`` keeps a
+single level (1, 2 or 3) instead of all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from bgbias.errors import OptionError
+from bgbias.methods.attribution import register_attribution
+from bgbias.methods.avsl.graph import certainty, node_weights
+from bgbias.methods.avsl.method import AVSL, LEVELS
+from bgbias.methods.sam.attention import normalise_maps
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from bgbias.methods.embedding_model import EmbeddingModel
+
+WEIGHINGS = ("contribution", "weight")
+
+
+@register_attribution("avsl")
+@dataclass(frozen=True)
+class NodeAttribution:
+    """Where AVSL's dissimilarity of an image to its reference lies, from the exact per-node decomposition
+    of d̂ spread over the nodes' activation maps (see the module docstring).
+
+    ``weigh``: ``contribution`` (each node's share of d̂) or ``weight`` (how much each node counts).
+    ``level``: 1, 2 or 3 for one level's map; none for all.
+    """
+
+    weigh: str = "contribution"
+    level: int | None = None
+
+    serves = "AVSL runs (its graph over three levels' embedding dimensions)"
+    needs_references = True
+
+    def __post_init__(self) -> None:
+        if self.weigh not in WEIGHINGS:
+            raise OptionError(f"avsl option weigh={self.weigh!r} is invalid",
+                              fix=f"use one of: {', '.join(WEIGHINGS)}")
+        if self.level is not None and self.level not in range(1, LEVELS + 1):
+            raise OptionError(f"avsl option level={self.level!r} is invalid",
+                              fix=f"use a level from 1 to {LEVELS}, or leave it out for all of them")
+
+    def options(self) -> dict[str, Any]:
+        return {"weigh": self.weigh, "level": self.level}
+
+    def supports(self, model: EmbeddingModel) -> bool:
+        return isinstance(getattr(model, "method", None), AVSL)
+
+    def __call__(
+        self, model: EmbeddingModel, images01: Tensor,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
+        references01: Tensor | None = None,
+    ) -> Tensor:
+        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; no randomness, so
+        ``generator`` is unused. The model is left in eval mode."""
+        if references01 is None:
+            raise OptionError("avsl explains each image against a reference image, and none was given",
+                              fix="pass references01, one reference image per image")
+        if references01.shape != images01.shape:
+            raise ValueError(f"references of shape {tuple(references01.shape)} for images of shape "
+                             f"{tuple(images01.shape)}")
+        model.eval()
+        method: AVSL = model.method  # type: ignore[attr-defined]
+        count = len(images01)
+        with torch.no_grad():
+            units, maps = method.forward_levels(torch.cat([images01, references01]))
+            units = [u.float() for u in units]
+            shares = pair_shares(method, units, maps, count, self.weigh)
+            image_maps = spread_over_maps(shares, [m[:count] for m in maps], images01.shape[2:], self.level)
+        return normalise_maps(image_maps.clamp_min(0.0)).clamp(0.0, 1.0)
+
+
+def pair_shares(
+    method: AVSL, units: list[Tensor], maps: list[Tensor], count: int, weigh: str
+) -> list[Tensor]:
+    """Every level's (B, r) per-node shares of d̂ for the pairs (row i, row count + i) of ``units`` and
+    ``maps`` (images first, their references after): λ = w ⊙ δ, or w alone for ``weigh="weight"``."""
+    graph = method.graph().to(torch.float32)
+    nodes = [(u[:count] - u[count:]).square() for u in units]
+    certainties = [certainty(m.float()) for m in maps[1:]]
+    reliable = [torch.sigmoid(graph.gain * (graph.slope[i] * c[:count] * c[count:] + graph.bias[i]))
+                for i, c in enumerate(certainties)]
+    weights = node_weights(reliable, graph.edges)
+    if weigh == "weight":
+        return weights
+    return [w * delta for w, delta in zip(weights, nodes, strict=True)]
+
+
+def spread_over_maps(shares: list[Tensor], maps: list[Tensor], size: torch.Size, level: int | None) -> Tensor:
+    """(B, H, W): each node's share spread over its activation map (shifted by its minimum, summing to 1
+    over positions), summed over the nodes of each level, upsampled to ``size`` and summed over the levels
+    (or level ``level`` alone)."""
+    total = None
+    for index, (share, cam) in enumerate(zip(shares, maps, strict=True)):
+        if level is not None and index != level - 1:
+            continue
+        flat = cam.float().flatten(2)
+        flat = F.normalize(flat - flat.amin(dim=2, keepdim=True), p=1, dim=2)
+        spread = torch.einsum("br,brp->bp", share, flat).view(-1, 1, *cam.shape[2:])
+        spread = F.interpolate(spread, size=tuple(size), mode="bilinear", align_corners=False).squeeze(1)
+        total = spread if total is None else total + spread
+    assert total is not None
+    return total
