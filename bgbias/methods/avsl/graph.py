@@ -136,8 +136,10 @@ def node_differences(rows: Tensor, cols: Tensor) -> Tensor:
 
 
 def reliability(rows: Tensor, cols: Tensor, slope: Tensor, bias: Tensor, gain: float) -> Tensor:
-    """p^l (B1, B2, r) = sigmoid(γ_p (α ⊙ η(x) η(x') + β)) from the (B1, r) and (B2, r) certainties."""
-    return torch.sigmoid(gain * (slope * (rows[:, None, :] * cols[None, :, :]) + bias))
+    """p^l (B1, B2, r) = sigmoid(γ_p (α ⊙ η(x) η(x') + β)) from the (B1, r) and (B2, r) certainties. The
+    gain and slope go into the (B1, r) side first, so the (B1, B2, r) tensor takes one fused multiply-add
+    and the sigmoid (the two passes over it that the pairwise cost cannot avoid)."""
+    return torch.sigmoid(torch.addcmul(gain * bias, (gain * slope * rows)[:, None, :], cols[None, :, :]))
 
 
 def rectify(lower: Tensor, nodes: Tensor, reliable: Tensor, edges: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ embedding dimensions of three backbone levels.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping
@@ -188,13 +189,15 @@ class AVSL(Method):
         embedding, certainties = _full(state[EMBEDDING]), _full(state[CERTAINTY])
         return Levels(tuple(embedding.split(self.dim, dim=1)), tuple(certainties.split(self.dim, dim=1)))
 
-    def pairwise_distance(self, queries: Mapping[str, Tensor], references: Mapping[str, Tensor]) -> Tensor:
+    def pairwise_distance(self, queries: Mapping[str, Tensor], references: Mapping[str, Tensor], *,
+                          graph: Graph | None = None) -> Tensor:
         """d̂ (Nq, Nr) between two named states, in blocks of at most :data:`NODE_ELEMENTS` node entries;
-        differentiable with respect to the states (attribution maps differentiate it)."""
+        differentiable with respect to the states (attribution maps differentiate it). ``graph`` (default:
+        the current one) saves a ranking that calls this block by block from recomputing W̃ each time."""
         rows, cols = self.state_levels(queries), self.state_levels(references)
         device = rows.units[0].device
         with torch.autocast(device.type, enabled=False):
-            graph = self.graph().to(rows.units[0].dtype)
+            graph = (graph or self.graph()).to(rows.units[0].dtype)
             col_step = max(1, min(len(cols), NODE_ELEMENTS // self.dim))
             row_step = max(1, NODE_ELEMENTS // (col_step * self.dim))
             blocks = []
@@ -220,12 +223,15 @@ class AVSL(Method):
         return node_contributions(nodes, reliable, graph.edges)
 
     def retrieval(self) -> Retrieval:
-        """Exact ranking by d̂, in blocks of about :data:`NODE_ELEMENTS` node entries; ``embedding`` is what an
-        approximate shortlist may search."""
+        """Exact ranking by d̂, in blocks of about :data:`NODE_ELEMENTS` node entries, with the graph as it is
+        now (W̃ computed once for the whole ranking); ``embedding`` is what an approximate shortlist may
+        search."""
         device = next(self.parameters()).device
         query_rows = max(1, NODE_ELEMENTS // (REFERENCE_ROWS * self.dim))
-        return LearnedDistance(self.pairwise_distance, device=device, query_rows=query_rows,
-                               reference_rows=REFERENCE_ROWS, shortlist_key=EMBEDDING)
+        with torch.no_grad():
+            graph = self.graph()
+        return LearnedDistance(functools.partial(self.pairwise_distance, graph=graph), device=device,
+                               query_rows=query_rows, reference_rows=REFERENCE_ROWS, shortlist_key=EMBEDDING)
 
     # ------------------------------------------------------------------------------------------ training
     def update_edges(self, maps: list[Tensor]) -> None:
