@@ -5,7 +5,7 @@
                                       [--anchor-set loss.X=...]
 
 The anchor defaults to the method's base loss: CosFace for DCML, the triplet loss for SAM, the margin loss
-for MetricFormer.
+for MetricFormer, ProxyAnchor for AVSL.
 
 Both methods are built on the same random-initialised backbone architecture with the bench's configuration
 (``--size``-px crops, ``--batch`` images, 4 per class) and trained with their own optimizer groups. Steps
@@ -47,7 +47,7 @@ from bgbias.methods.registry import method_class
 from bgbias.models.registry import build_backbone
 
 CLASSES = 100
-ANCHORS = {"dcml": "cosface", "sam": "triplet", "metricformer": "margin"}
+ANCHORS = {"dcml": "cosface", "sam": "triplet", "metricformer": "margin", "avsl": "proxy_anchor"}
 
 
 def main() -> None:
