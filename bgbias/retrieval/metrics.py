@@ -87,13 +87,16 @@ def score_embeddings(
     labels: np.ndarray | Tensor,
     *,
     retrieval: Retrieval | None = None,
+    references: Any = None,
 ) -> RetrievalScores:
     """Score a split against itself: every item a query, every other item a reference.
 
     ``embeddings`` is the per-image state: a ``(N, D)`` array, or a mapping of names to ``(N, …)`` arrays.
     ``k`` is the largest class size minus one (PML's ``"max_bin_count"`` with the query among the references)
     and ``R`` is the size of the query's class minus one; ``retrieval`` ranks the items (default
-    :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss).
+    :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss). ``references``, a state of the
+    same images in another form (a clean gallery), makes ``embeddings`` the queries and the references the
+    items they retrieve, each query's own image left out: the same R, so the scores compare query by query.
     """
     count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
@@ -104,5 +107,8 @@ def score_embeddings(
         )
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
-    knn = (retrieval or ExactL2()).neighbours(embeddings, int(class_sizes.max()) - 1)
+    search, k = retrieval or ExactL2(), int(class_sizes.max()) - 1
+    # Only a query-side search passes references, so a Retrieval written before they existed still scores.
+    knn = (search.neighbours(embeddings, k) if references is None
+           else search.neighbours(embeddings, k, references))
     return dataclasses.replace(retrieval_scores(labels[knn], labels, r), neighbours=knn)

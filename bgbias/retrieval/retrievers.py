@@ -1,7 +1,9 @@
 """How a model's images are ranked: one object the model supplies, used alike by validation and evaluation.
 
 As pytorch-metric-learning's ``AccuracyCalculator`` takes a ``knn_func``, scoring here takes a
-:class:`Retrieval`: given every image's state, each image's ``k`` nearest other images, nearest first.
+:class:`Retrieval`: given every image's state, each image's ``k`` nearest other images, nearest first; or,
+given a second state of the same images (``references``: corrupted queries against a clean gallery), each
+query's ``k`` nearest references other than its own image.
 
 - :class:`ExactL2` (the default): exact squared L2 over one embedding per image, with faiss (or torch where
   faiss is missing); on unit vectors it ranks as cosine similarity does.
@@ -37,9 +39,11 @@ class Retrieval(Protocol):
     approximate: bool
     """True where a search may miss a nearer item (reports then label their scores approximate)."""
 
-    def neighbours(self, state: Any, k: int) -> np.ndarray:
+    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
         """``(N, k)`` indices of each image's ``k`` nearest other images, nearest first; ``state`` is a
-        ``(N, D)`` array or a mapping of names to ``(N, …)`` arrays (numpy or torch)."""
+        ``(N, D)`` array or a mapping of names to ``(N, …)`` arrays (numpy or torch). With ``references``
+        (a state of the same images in another form, row ``i`` image ``i``), the images of ``state`` are
+        queries searched among the references, each leaving out its own row."""
         ...
 
     def describe(self) -> str:
@@ -61,8 +65,9 @@ class ExactL2:
             raise OptionError(f"unknown retrieval backend {self.backend!r}",
                               fix=f"use one of {', '.join(BACKENDS)}")
 
-    def neighbours(self, state: Any, k: int) -> np.ndarray:
-        return nearest_neighbours(_array(state, self.key), k, backend=self.backend)
+    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+        gallery = None if references is None else _array(references, self.key)
+        return nearest_neighbours(_array(state, self.key), k, backend=self.backend, references=gallery)
 
     def describe(self) -> str:
         return "exact squared L2"
@@ -83,10 +88,11 @@ class LearnedDistance:
     shortlist_key: str = EMBEDDING
     approximate: bool = False
 
-    def neighbours(self, state: Any, k: int) -> np.ndarray:
+    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+        gallery = None if references is None else model_form(named_arrays(references))
         return torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.distance,
                                         device=self.device, query_rows=self.query_rows,
-                                        reference_rows=self.reference_rows)
+                                        reference_rows=self.reference_rows, references=gallery)
 
     def describe(self) -> str:
         return "learned pairwise distance"
@@ -119,8 +125,8 @@ class ShortlistRerank:
             raise OptionError(f"a shortlist of {self.shortlist} images is too short",
                               fix="use a shortlist of at least the largest class size")
 
-    def neighbours(self, state: Any, k: int) -> np.ndarray:
-        return self._rerank(state, k, np.arange(state_length(named_arrays(state))))
+    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+        return self._rerank(state, k, np.arange(state_length(named_arrays(state))), references)
 
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
@@ -140,22 +146,30 @@ class ShortlistRerank:
         kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
         return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
 
-    def _rerank(self, state: Any, k: int, queries: np.ndarray) -> np.ndarray:
-        """``(len(queries), k)`` nearest other images of ``queries``: the L2 shortlist re-ranked."""
+    def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> np.ndarray:
+        """``(len(queries), k)`` nearest other images of ``queries`` (among ``references`` where given): the
+        L2 shortlist re-ranked."""
         import torch
 
-        arrays = named_arrays(state)
-        k = checked_k(state, k)
-        size = min(max(self.shortlist, k), len(_array(state, self.exact.shortlist_key)) - 1)
-        candidates = nearest_neighbours(_array(state, self.exact.shortlist_key), size)
-        on = {name: torch.as_tensor(array).to(self.exact.device) for name, array in arrays.items()}
+        k = checked_k(state, k, references)
+        gallery = state if references is None else references
+        key = self.exact.shortlist_key
+        size = min(max(self.shortlist, k), len(_array(state, key)) - 1)
+        candidates = nearest_neighbours(_array(state, key), size,
+                                        references=None if references is None else _array(references, key))
+
+        def on_device(arrays: Any) -> dict[str, Any]:
+            return {name: torch.as_tensor(a).to(self.exact.device)
+                    for name, a in named_arrays(arrays).items()}
+
+        on, on_gallery = on_device(state), on_device(gallery)
         ranked = np.empty((len(queries), k + 1), dtype=np.int64)
         with torch.inference_mode():
             for row, query in enumerate(queries):
-                # The query itself leads its list, as in the exact searches, so self-removal is the same.
+                # The query's own image leads its list, as in the exact searches, so its removal is the same.
                 pool = np.concatenate([[query], candidates[query]])
                 distances = self.exact.distance(model_form(take_rows(on, slice(query, query + 1))),
-                                                model_form(take_rows(on, torch.from_numpy(pool))))
+                                                model_form(take_rows(on_gallery, torch.from_numpy(pool))))
                 order = distances[0].float().argsort(stable=True)[: k + 1].cpu().numpy()
                 ranked[row] = pool[order]
         return remove_self_matches(ranked, queries)

@@ -1,5 +1,9 @@
 """Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference.
 
+A search may also take ``references``: the same images in another form (a clean gallery for corrupted
+queries), row ``i`` the query's own image, which is left out just as the query itself is in a search of one
+set.
+
 The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
 query and reference (docs/design.md, *Retrieval and metrics*): faiss ``IndexFlatL2`` (exact squared L2) asked
 for ``k + 1`` neighbours, from which each row's own index is removed, or, when ties pushed the row's own index
@@ -38,13 +42,19 @@ state in the form the model returns it (a (n, D) tensor, or a mapping of names t
 
 
 def nearest_neighbours(
-    embeddings: np.ndarray | Tensor, k: int, *, backend: str = "auto", distance: Distance | None = None
+    embeddings: np.ndarray | Tensor,
+    k: int,
+    *,
+    backend: str = "auto",
+    distance: Distance | None = None,
+    references: np.ndarray | Tensor | None = None,
 ) -> np.ndarray:
     """``(N, D)`` embeddings -> ``(N, k)`` indices of each row's ``k`` nearest other rows, nearest first.
 
     Ranked by squared L2 distance, or by ``distance`` when given (a learned similarity such as AVSL's, which
     only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when it
-    can be imported and no ``distance`` is given, else torch).
+    can be imported and no ``distance`` is given, else torch). With ``references`` (as many rows), each row is
+    searched among them instead, its own row ``i`` left out.
     """
     if backend not in BACKENDS:
         raise OptionError(f"unknown retrieval backend {backend!r}", fix=f"use one of {', '.join(BACKENDS)}")
@@ -52,23 +62,38 @@ def nearest_neighbours(
         if backend == "faiss":
             raise OptionError("faiss ranks by L2 distance only, not by a learned distance",
                               fix="use the torch (or auto) backend for methods with a learned similarity")
-        return torch_nearest_neighbours(embeddings, k, distance=distance)
+        return torch_nearest_neighbours(embeddings, k, distance=distance, references=references)
     if backend == "auto":
         backend = "faiss" if faiss_available() else "torch"
     if backend == "faiss":
-        return faiss_nearest_neighbours(embeddings, k)
-    return torch_nearest_neighbours(embeddings, k)
+        return faiss_nearest_neighbours(embeddings, k, references=references)
+    return torch_nearest_neighbours(embeddings, k, references=references)
 
 
-def checked_k(embeddings: np.ndarray | Tensor | Mapping[str, Any], k: int) -> int:
+def checked_k(
+    embeddings: np.ndarray | Tensor | Mapping[str, Any],
+    k: int,
+    references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
+) -> int:
     """``k`` as a Python int, once the per-image state is known to hold finite numbers, one row per item,
-    and more rows than ``k`` (each row needs ``k`` others). A bare array must be 2-D (items, dimensions)."""
+    and more rows than ``k`` (each row needs ``k`` others). A bare array must be 2-D (items, dimensions).
+    ``references``, where given, must be a state of the same images: as many rows, the same arrays."""
     if not isinstance(embeddings, Mapping) and len(embeddings.shape) != 2:
         raise OptionError(
             f"embeddings must be a 2-D (items, dimensions) array, got shape {tuple(embeddings.shape)}",
             fix="pass one embedding vector per row",
         )
     count = state_length(named_arrays(embeddings))
+    if references is not None:
+        arrays, reference_arrays = named_arrays(embeddings), named_arrays(references)
+        shapes = {name: tuple(array.shape[1:]) for name, array in arrays.items()}
+        reference_shapes = {name: tuple(array.shape[1:]) for name, array in reference_arrays.items()}
+        if state_length(reference_arrays) != count or shapes != reference_shapes:
+            raise OptionError(
+                f"the references ({state_length(reference_arrays)} images, arrays {reference_shapes}) are "
+                f"not the queries' images in another form ({count} images, arrays {shapes})",
+                fix="pass a reference state of the same images, in the same order, from the same model",
+            )
     if not 0 <= k < count:
         raise OptionError(
             f"cannot find {k} nearest neighbours among the {count - 1} other items of {count}",
@@ -97,11 +122,14 @@ def remove_self_matches(indices: np.ndarray, items: np.ndarray | None = None) ->
     return indices[~own].reshape(len(indices), indices.shape[1] - 1)
 
 
-def faiss_nearest_neighbours(embeddings: np.ndarray | Tensor, k: int) -> np.ndarray:
+def faiss_nearest_neighbours(
+    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None
+) -> np.ndarray:
     """The faiss backend: ``IndexFlatL2`` over float32 copies, on every GPU faiss sees (faiss-gpu built for a
     machine with CUDA devices), else on the CPU; the GPU index serves ``k + 1`` up to
-    :data:`FAISS_GPU_MAX_K`, beyond which the CPU one does, as in PML."""
-    k = checked_k(embeddings, k)
+    :data:`FAISS_GPU_MAX_K`, beyond which the CPU one does, as in PML. ``references`` are indexed instead of
+    the queries where given."""
+    k = checked_k(embeddings, k, references)
     try:
         import faiss
     except ImportError:
@@ -113,7 +141,7 @@ def faiss_nearest_neighbours(embeddings: np.ndarray | Tensor, k: int) -> np.ndar
     index = faiss.IndexFlatL2(vectors.shape[1])
     if faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)
-    index.add(vectors)
+    index.add(vectors if references is None else as_float32_numpy(references))
     _, indices = index.search(vectors, k + 1)
     return remove_self_matches(np.asarray(indices, dtype=np.int64))
 
@@ -133,11 +161,13 @@ def torch_nearest_neighbours(
     query_rows: int | None = None,
     reference_rows: int | None = None,
     queries: np.ndarray | None = None,
+    references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
 ) -> np.ndarray:
     """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
 
     ``queries`` (indices into the split) searches for those items only, each against the whole split (a
-    sample to check an approximate search against); by default every item is a query.
+    sample to check an approximate search against); by default every item is a query. ``references`` (the
+    same images in another form) are searched instead of the split itself, each query's own row left out.
 
     ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
     squared L2 distance in float32. ``embeddings`` may be a mapping of named per-image arrays, whose row
@@ -148,21 +178,26 @@ def torch_nearest_neighbours(
     """
     import torch
 
-    k = checked_k(embeddings, k)
+    k = checked_k(embeddings, k, references)
     named = isinstance(embeddings, Mapping)
-    arrays = {name: torch.as_tensor(array).detach().to(device) for name, array in
-              named_arrays(embeddings).items()}
+
+    def on_device(state: Any) -> dict[str, Any]:
+        return {name: torch.as_tensor(a).detach().to(device) for name, a in named_arrays(state).items()}
+
+    arrays = on_device(embeddings)
+    gallery = arrays if references is None else on_device(references)
     if distance is None:
         if named:
             raise OptionError("named per-image arrays need the distance that compares them",
                               fix="pass the model's pairwise distance")
         arrays = {name: array.to(torch.float32) for name, array in arrays.items()}
+        gallery = {name: array.to(torch.float32) for name, array in gallery.items()}
         distance = squared_l2
     count = state_length(arrays)
     on = next(iter(arrays.values())).device
 
     def rows(start: int, stop: int) -> Any:
-        block = take_rows(arrays, slice(start, stop))
+        block = take_rows(gallery, slice(start, stop))
         return block if named else next(iter(block.values()))
 
     if reference_rows is None:

@@ -115,3 +115,47 @@ def test_arrays_of_other_lengths_or_non_finite_values_are_refused():
 def test_exact_l2_needs_the_array_it_ranks_by():
     with pytest.raises(OptionError, match="no array 'level2'"):
         ExactL2(key="level2").neighbours(_levels(), 3)
+
+
+def _brute_force_between(queries, references, k):
+    """Each query's k nearest references by ``_weighted``, its own row left out."""
+    full = _weighted(*({n: torch.from_numpy(a) for n, a in s.items()} for s in (queries, references))).numpy()
+    np.fill_diagonal(full, np.inf)
+    return np.argsort(full, axis=1, kind="stable")[:, :k]
+
+
+def _shifted(state, seed=1):
+    """The same images in another form: every array moved a little (a corrupted copy of a clean set)."""
+    rng = np.random.default_rng(seed)
+    return {name: (a + rng.normal(scale=0.5, size=a.shape)).astype(np.float32) if name != "certainty" else a
+            for name, a in state.items()}
+
+
+def test_queries_searched_among_references_leave_out_their_own_image_in_every_retrieval():
+    clean, corrupted = _levels(), _shifted(_levels())
+    exact = _brute_force_between(corrupted, clean, 5)
+    learned = LearnedDistance(_weighted, query_rows=7, reference_rows=9)
+    assert np.array_equal(learned.neighbours(corrupted, 5, clean), exact)
+    assert np.array_equal(ShortlistRerank(learned, shortlist=39).neighbours(corrupted, 5, clean), exact)
+    squared = ((corrupted["embedding"][:, None] - clean["embedding"][None]) ** 2).sum(-1)
+    np.fill_diagonal(squared, np.inf)
+    for backend in ("faiss", "torch"):
+        found = ExactL2(backend=backend).neighbours(corrupted, 5, clean)
+        assert np.array_equal(found, np.argsort(squared, axis=1, kind="stable")[:, :5]), backend
+
+
+def test_query_side_scores_of_a_set_against_itself_are_its_own_scores():
+    state, labels = _levels(), np.arange(40) % 4
+    for retrieval in (ExactL2(), LearnedDistance(_weighted)):
+        alone = score_embeddings(state, labels, retrieval=retrieval)
+        against = score_embeddings(state, labels, retrieval=retrieval, references=state)
+        assert np.array_equal(alone.neighbours, against.neighbours)
+        assert alone.map_at_r == against.map_at_r
+
+
+def test_references_of_other_images_are_refused():
+    state = _levels()
+    with pytest.raises(OptionError, match="not the queries' images in another form"):
+        ExactL2().neighbours(state, 3, {name: a[:30] for name, a in state.items()})
+    with pytest.raises(OptionError, match="not the queries' images in another form"):
+        LearnedDistance(_weighted).neighbours(state, 3, {**state, "level1": state["level1"][:, :2]})
