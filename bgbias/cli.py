@@ -329,6 +329,14 @@ def masks(
     is_flag=True,
     help="With --render: render every image again, also into a folder that holds another render.",
 )
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="NAME",
+    help="Sets to make (repeatable): random-bg (the paper's, the default), only-fg, only-bg-tiled, "
+         "only-bg-black, mixed-same, mixed-rand (the profile's, in <out>/<variant>/), or all.",
+)
 def corrupt(
     dataset_name: str,
     root: Path | None,
@@ -342,10 +350,13 @@ def corrupt(
     render: Path | None,
     masks_dir: Path | None,
     force: bool,
+    variants: tuple[str, ...],
 ) -> None:
-    """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat."""
-    from bgbias.augment.manifests import make_corrupted_manifests
+    """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat; --variant
+    makes the profile's variants of it too."""
     from bgbias.augment.render import render_corrupted_sets
+    from bgbias.augment.render_variants import render_variant_sets
+    from bgbias.augment.variant_manifests import PAPER_SET, make_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 
@@ -353,14 +364,23 @@ def corrupt(
         raise OptionError("--force renders images again; without --render nothing is rendered",
                           fix="add --render DIR, or drop --force")
     dataset = open_dataset(dataset_name, root)
-    paths = make_corrupted_manifests(dataset, split, repeats, seed, backgrounds, out, protocol, fold)
-    click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
+    made = make_sets(dataset, variants or [PAPER_SET], split, repeats, seed, backgrounds, out, protocol, fold)
+    for paths in made.values():
+        click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
     if render is not None:
         masks = masks_dir if masks_dir is not None else default_masks_dir(dataset)
-        results, gallery = render_corrupted_sets(dataset, paths, masks, render, backgrounds, force=force)
-        written, kept = sum(r.written for r in results), sum(r.kept for r in results)
-        click.echo(f"corrupted images in {render} ({written} rendered, {kept} unchanged and kept); "
-                   f"look at {gallery}")
+        paper = made.pop(PAPER_SET, None)
+        rendered = []
+        if paper:
+            rendered.append(render_corrupted_sets(dataset, paper, masks, render, backgrounds, force=force))
+        if made:
+            others = [path for paths in made.values() for path in paths]
+            rendered.append(render_variant_sets(dataset, others, masks, render, paper[0] if paper else None,
+                                                backgrounds, force))
+        for results, gallery in rendered:
+            written, kept = sum(r.written for r in results), sum(r.kept for r in results)
+            click.echo(f"corrupted images in {render} ({written} rendered, {kept} unchanged and kept); "
+                       f"look at {gallery}")
 
 
 # --------------------------------------------------------------------------------------------------- train

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     import torch
 
@@ -48,3 +50,15 @@ def composite(images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tens
             f"got {tuple(masks.shape)}"
         )
     return masks * images + (1 - masks) * backgrounds
+
+
+def composite_pixels(image: np.ndarray, mask: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """:func:`composite` of one picture in ``uint8``: ``image`` and ``background`` (H, W, 3), ``mask`` (H, W)
+    with 255 = foreground; the blend rounded back to ``uint8``. What the corrupted sets and the profile's
+    variants are rendered with."""
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
+    b = torch.from_numpy(np.ascontiguousarray(background)).permute(2, 0, 1)[None].float()
+    m = torch.from_numpy(np.ascontiguousarray(mask))[None, None].float() / 255.0
+    return composite(x, m, b)[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()

@@ -2,7 +2,8 @@
 
 Numbers cannot show a mask that cuts off a bird's head or a background crop that is all one colour; a sheet of
 a few dozen rows can. Rows are laid out in side-by-side groups so the sheet stays roughly square. The rows of
-a corrupted set are rendered by :func:`bgbias.augment.render.manifest_gallery`.
+a corrupted set are rendered by :func:`bgbias.augment.render.manifest_gallery`; other columns (one image in
+every variant of the profile) by :func:`bgbias.augment.render_variants.variants_gallery`.
 """
 
 from __future__ import annotations
@@ -22,14 +23,20 @@ _CAPTION = 14
 _PAPER = (255, 255, 255)
 _INK = (20, 20, 20)
 
-Row = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""An image (H, W, 3), its mask (H, W) and its corrupted image (H, W, 3), all uint8."""
+Row = Sequence[np.ndarray]
+"""One ``uint8`` picture per column, (H, W, 3) or a mask (H, W): by default an image, its mask and its
+corrupted image."""
 
 
 def gallery_image(
-    rows: Sequence[Row], captions: Sequence[str] | None = None, cell: int = 128, groups: int = 2
+    rows: Sequence[Row],
+    captions: Sequence[str] | None = None,
+    cell: int = 128,
+    groups: int = 2,
+    columns: Sequence[str] = COLUMNS,
 ) -> Image.Image:
-    """Draw ``rows`` as ``groups`` side-by-side blocks of image | mask | corrupted, cells ``cell`` px square.
+    """Draw ``rows`` as ``groups`` side-by-side blocks of ``columns`` (image | mask | corrupted), cells
+    ``cell`` px square.
 
     A caption (e.g. the image id) is written under each row; column names head every block.
     """
@@ -37,15 +44,17 @@ def gallery_image(
         raise ValueError("a gallery needs at least one row")
     if captions is not None and len(captions) != len(rows):
         raise ValueError(f"{len(captions)} captions for {len(rows)} rows")
+    if any(len(row) != len(columns) for row in rows):
+        raise ValueError(f"every row needs one picture for each of the {len(columns)} columns")
     groups = max(1, min(groups, len(rows)))
     per_group = -(-len(rows) // groups)
-    block_w = len(COLUMNS) * (cell + _GAP) + 3 * _GAP
+    block_w = len(columns) * (cell + _GAP) + 3 * _GAP
     row_h = cell + _CAPTION + _GAP
     sheet = Image.new("RGB", (groups * block_w, _CAPTION + _GAP + per_group * row_h), _PAPER)
     draw = ImageDraw.Draw(sheet)
     font = ImageFont.load_default()
     for group in range(groups):
-        for column, name in enumerate(COLUMNS):
+        for column, name in enumerate(columns):
             draw.text((group * block_w + column * (cell + _GAP) + _GAP, 1), name, fill=_INK, font=font)
     for index, row in enumerate(rows):
         group, slot = divmod(index, per_group)
@@ -60,11 +69,16 @@ def gallery_image(
 
 
 def write_gallery(
-    path: Path, rows: Sequence[Row], captions: Sequence[str] | None = None, cell: int = 128, groups: int = 2
+    path: Path,
+    rows: Sequence[Row],
+    captions: Sequence[str] | None = None,
+    cell: int = 128,
+    groups: int = 2,
+    columns: Sequence[str] = COLUMNS,
 ) -> Path:
     """Save :func:`gallery_image` as a PNG, atomically."""
     buffer = io.BytesIO()
-    gallery_image(rows, captions, cell, groups).save(buffer, format="PNG")
+    gallery_image(rows, captions, cell, groups, columns).save(buffer, format="PNG")
     write_bytes_atomic(path, buffer.getvalue())
     return Path(path)
 

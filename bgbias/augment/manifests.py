@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.assets.digest import is_sha256, sha256_file
+from bgbias.assets.digest import sha256_file
 from bgbias.augment.background_crops import (
     FLIP_P,
     RATIO,
@@ -26,6 +26,17 @@ from bgbias.augment.background_crops import (
     CropBox,
     image_rng,
     sample_background_crop,
+)
+from bgbias.augment.manifest_fields import (
+    DAMAGED,
+    bad_field,
+    canonical,
+    check_keys,
+    int_field,
+    is_int,
+    read_json,
+    sha256_field,
+    text_field,
 )
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
 from bgbias.data.images import load_image
@@ -210,10 +221,10 @@ def manifest_text(header: dict[str, Any], entries: Sequence[CorruptedEntry]) -> 
 
 def ids_sha256(items: Sequence[Item]) -> str:
     """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
-    return _ids_digest(item.id for item in items)
+    return ids_digest(item.id for item in items)
 
 
-def _ids_digest(ids: Iterable[str]) -> str:
+def ids_digest(ids: Iterable[str]) -> str:
     return hashlib.sha256("".join(f"{image_id}\n" for image_id in ids).encode("utf-8")).hexdigest()
 
 
@@ -265,7 +276,6 @@ def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:
     return f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
 
 
-_DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
 _TOP_KEYS = ("header", "images")
 _HEADER_KEYS = (
     "format", "version", "dataset", "split", "protocol", "fold", "count", "ids_sha256", "seed", "repeat",
@@ -280,38 +290,38 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     """A manifest whose every field has the type and range ``bgbias corrupt`` writes, and whose parts agree
     with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
     field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
-    data, digest = _read_json(path)
-    _check_keys(data, _TOP_KEYS, "the manifest", path)
+    data, digest = read_json(path)
+    check_keys(data, _TOP_KEYS, "the manifest", path)
     header, images = data["header"], data["images"]
     if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
-        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=_DAMAGED)
-    if not _is_int(header.get("version")) or header["version"] != MANIFEST_VERSION:
+        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=DAMAGED)
+    if not is_int(header.get("version")) or header["version"] != MANIFEST_VERSION:
         raise AssetError(f"manifest version {header.get('version')!r} is not {MANIFEST_VERSION}", path=path,
-                         fix=_DAMAGED)
-    _check_keys(header, _HEADER_KEYS, "header", path)
-    split = _text(header["split"], "header.split", path, CORRUPTED_SPLITS)
-    protocol = _text(header["protocol"], "header.protocol", path, PROTOCOLS)
+                         fix=DAMAGED)
+    check_keys(header, _HEADER_KEYS, "header", path)
+    split = text_field(header["split"], "header.split", path, CORRUPTED_SPLITS)
+    protocol = text_field(header["protocol"], "header.protocol", path, PROTOCOLS)
     folds = 1 if protocol == "fixed" else CV_FOLDS
-    geometry = _check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
-    resize = _int(geometry["resize"], "header.geometry.resize", path, low=1)
-    crop = _int(geometry["crop"], "header.geometry.crop", path, low=1, high=resize)
-    if _canonical(header["background_crop"]) != _canonical(BACKGROUND_CROP):
-        raise _bad("header.background_crop", f"the current sampling rules {_canonical(BACKGROUND_CROP)}",
+    geometry = check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
+    resize = int_field(geometry["resize"], "header.geometry.resize", path, low=1)
+    crop = int_field(geometry["crop"], "header.geometry.crop", path, low=1, high=resize)
+    if canonical(header["background_crop"]) != canonical(BACKGROUND_CROP):
+        raise bad_field("header.background_crop", f"the current sampling rules {canonical(BACKGROUND_CROP)}",
                    header["background_crop"], path)
-    dataset = _text(header["dataset"], "header.dataset", path)
-    fold = _int(header["fold"], "header.fold", path, high=folds - 1)
-    seed = _int(header["seed"], "header.seed", path)
-    repeat = _int(header["repeat"], "header.repeat", path)
+    dataset = text_field(header["dataset"], "header.dataset", path)
+    fold = int_field(header["fold"], "header.fold", path, high=folds - 1)
+    seed = int_field(header["seed"], "header.seed", path)
+    repeat = int_field(header["repeat"], "header.repeat", path)
     pool = _pool(header["pool"], path)
     if not isinstance(images, list):
-        raise _bad("images", "a list", images, path)
+        raise bad_field("images", "a list", images, path)
     entries = tuple(_entry(raw, f"images[{index}]", path) for index, raw in enumerate(images))
-    if _int(header["count"], "header.count", path, low=1) != len(entries):
+    if int_field(header["count"], "header.count", path, low=1) != len(entries):
         raise AssetError(f"the manifest has {len(entries)} image entries but its header counts "
-                         f"{header['count']}", path=path, fix=_DAMAGED)
-    if _sha256(header["ids_sha256"], "header.ids_sha256", path) != _ids_digest(e.id for e in entries):
+                         f"{header['count']}", path=path, fix=DAMAGED)
+    if sha256_field(header["ids_sha256"], "header.ids_sha256", path) != ids_digest(e.id for e in entries):
         raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
-                         fix=_DAMAGED)
+                         fix=DAMAGED)
     _check_entries(entries, pool, path)
     return CorruptedManifest(
         path=path,
@@ -329,61 +339,39 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     )
 
 
-def _read_json(path: Path) -> tuple[Any, str]:
-    """The parsed file and the sha256 of the very bytes parsed; a key given twice in one object is refused."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise AssetError("corrupted-set manifest not found", path=path,
-                         fix="make it with: bgbias corrupt --dataset NAME") from None
-    except OSError as exc:
-        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=_DAMAGED) from exc
-    try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=_DAMAGED) from exc
-    return data, hashlib.sha256(raw).hexdigest()
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        raise ValueError(f"a key is given twice in one object: {sorted(k for k, _ in pairs)}")
-    return found
-
-
 def _pool(raw: Any, path: Path) -> tuple[PoolFile, ...]:
     if not isinstance(raw, list) or not raw:
-        raise _bad("header.pool", "a non-empty list", raw, path)
+        raise bad_field("header.pool", "a non-empty list", raw, path)
     pool = []
     for index, item in enumerate(raw):
         where = f"header.pool[{index}]"
-        _check_keys(item, _POOL_KEYS, where, path)
+        check_keys(item, _POOL_KEYS, where, path)
         pool.append(PoolFile(
-            _text(item["name"], f"{where}.name", path),
-            _sha256(item["sha256"], f"{where}.sha256", path),
-            _int(item["width"], f"{where}.width", path, low=1),
-            _int(item["height"], f"{where}.height", path, low=1),
+            text_field(item["name"], f"{where}.name", path),
+            sha256_field(item["sha256"], f"{where}.sha256", path),
+            int_field(item["width"], f"{where}.width", path, low=1),
+            int_field(item["height"], f"{where}.height", path, low=1),
         ))
     names = [f.name for f in pool]
     if len(set(names)) != len(names):
-        raise AssetError("the manifest's pool lists a background twice", path=path, fix=_DAMAGED)
+        raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
     return tuple(pool)
 
 
 def _entry(raw: Any, where: str, path: Path) -> CorruptedEntry:
-    _check_keys(raw, _ENTRY_KEYS, where, path)
+    check_keys(raw, _ENTRY_KEYS, where, path)
     box = raw["box"]
     if not isinstance(box, list) or len(box) != 4:
-        raise _bad(f"{where}.box", "a list [left, top, width, height]", box, path)
+        raise bad_field(f"{where}.box", "a list [left, top, width, height]", box, path)
     left, top, width, height = (
-        _int(value, f"{where}.box[{i}]", path, low=int(i >= 2)) for i, value in enumerate(box)
+        int_field(value, f"{where}.box[{i}]", path, low=int(i >= 2)) for i, value in enumerate(box)
     )
     flip = raw["flip"]
     if not isinstance(flip, bool):
-        raise _bad(f"{where}.flip", "true or false", flip, path)
+        raise bad_field(f"{where}.flip", "true or false", flip, path)
     return CorruptedEntry(
-        _text(raw["id"], f"{where}.id", path), _text(raw["background"], f"{where}.background", path),
+        text_field(raw["id"], f"{where}.id", path),
+        text_field(raw["background"], f"{where}.background", path),
         CropBox(left, top, width, height), flip,
     )
 
@@ -393,61 +381,12 @@ def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], 
     sizes = {f.name: (f.width, f.height) for f in pool}
     for index, entry in enumerate(entries):
         if entry.background not in sizes:
-            raise _bad(f"images[{index}].background", "a file of the manifest's pool", entry.background, path)
+            raise bad_field(f"images[{index}].background", "a file of the manifest's pool", entry.background,
+                            path)
         if not entry.box.fits(sizes[entry.background]):
             width, height = sizes[entry.background]
-            raise _bad(f"images[{index}].box", f"a box inside {entry.background} ({width}×{height})",
+            raise bad_field(f"images[{index}].box", f"a box inside {entry.background} ({width}×{height})",
                        entry.box.as_list(), path)
-
-
-def _check_keys(raw: Any, keys: Sequence[str], where: str, path: Path) -> dict[str, Any]:
-    """``raw`` must be a JSON object with exactly ``keys``."""
-    if not isinstance(raw, dict):
-        raise _bad(where, "an object", raw, path)
-    missing = [key for key in keys if key not in raw]
-    unknown = sorted(set(raw) - set(keys))
-    if missing or unknown:
-        parts = [f"lacks {', '.join(missing)}" if missing else "", f"has unknown {', '.join(unknown)}"
-                 if unknown else ""]
-        raise AssetError(f"{where} {' and '.join(p for p in parts if p)}", path=path, fix=_DAMAGED)
-    return raw
-
-
-def _is_int(value: Any) -> bool:
-    """A JSON integer: Python's ``bool`` is an ``int`` too, but ``true`` is not a number."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int(value: Any, where: str, path: Path, low: int = 0, high: int | None = None) -> int:
-    if not _is_int(value) or value < low or (high is not None and value > high):
-        wanted = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
-        raise _bad(where, wanted, value, path)
-    return value
-
-
-def _text(value: Any, where: str, path: Path, allowed: Sequence[str] | None = None) -> str:
-    if allowed is not None and value not in allowed:
-        raise _bad(where, f"one of {', '.join(allowed)}", value, path)
-    if not isinstance(value, str) or not value:
-        raise _bad(where, "a non-empty string", value, path)
-    return value
-
-
-def _sha256(value: Any, where: str, path: Path) -> str:
-    if not is_sha256(value):
-        raise _bad(where, "a sha256 (64 lower-case hex digits)", value, path)
-    return value
-
-
-def _canonical(value: Any) -> str:
-    """JSON text that tells ``1``, ``1.0`` and ``true`` apart, for comparing recorded values exactly."""
-    return json.dumps(value, sort_keys=True)
-
-
-def _bad(where: str, wanted: str, value: Any, path: Path) -> AssetError:
-    shown = json.dumps(value, ensure_ascii=False)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return AssetError(f"manifest field {where} must be {wanted}, got {shown}", path=path, fix=_DAMAGED)
 
 
 def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: str) -> None:
@@ -479,5 +418,5 @@ def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: st
             f"the manifest records other sizes than the files have for {len(resized)} background(s): "
             f"{', '.join(resized[:5])}",
             path=path,
-            fix=_DAMAGED,
+            fix=DAMAGED,
         )

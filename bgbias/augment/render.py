@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from PIL import Image
 
 from bgbias.assets.digest import sha256_file
 from bgbias.augment.background_crops import BackgroundCrop, apply_crop
+from bgbias.augment.composite import composite_pixels
 from bgbias.augment.gallery import evenly_spread, write_gallery
 from bgbias.augment.manifests import CorruptedEntry, CorruptedManifest, load_manifest
 from bgbias.augment.mask_check import saliency_masks
@@ -52,17 +52,9 @@ def render_entry(
     geometry: EvalGeometry,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Image, mask and corrupted image of one entry, each ``uint8`` at the evaluation geometry's crop size."""
-    import torch
-
-    from bgbias.augment.composite import composite
-
     image_arr, mask_arr = eval_transform_pair(image, mask, geometry)
     background_arr = apply_crop(background, crop.box, crop.flip, geometry.crop)
-    x = torch.from_numpy(image_arr).permute(2, 0, 1)[None].float()
-    b = torch.from_numpy(background_arr).permute(2, 0, 1)[None].float()
-    m = torch.from_numpy(mask_arr)[None, None].float() / 255.0
-    mixed = composite(x, m, b)[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
-    return image_arr, mask_arr, mixed
+    return image_arr, mask_arr, composite_pixels(image_arr, mask_arr, background_arr)
 
 
 def load_pair(item: Item, masks_dir: Path, dataset_name: str) -> tuple[Image.Image, Image.Image]:
@@ -102,55 +94,89 @@ def render_corrupted(
         )
     items = [by_id[entry.id] for entry in manifest.entries]
     masks = saliency_masks(items, masks_dir, dataset.name)
-    targets = [out_dir.joinpath(*item.relpath.with_suffix(".png").parts) for item in items]
+    jobs = [RenderJob(item.id, png_target(out_dir, item), (item.image,), (mask,))
+            for item, mask in zip(items, masks, strict=True)]
+    decoded: dict[str, Image.Image] = {}  # one pool photo at a time: the jobs go background by background
+
+    def pixels(index: int) -> np.ndarray:
+        entry = manifest.entries[index]
+        if entry.background not in decoded:
+            decoded.clear()
+            decoded[entry.background] = load_image(manifest.pool_dir / entry.background)
+        image, mask = load_pair(items[index], masks_dir, dataset.name)
+        return render_entry(image, mask, decoded[entry.background], entry, manifest.geometry)[2]
+
+    order = sorted(range(len(items)), key=lambda index: (manifest.entries[index].background, index))
+    return render_set(out_dir, manifest.sha256, jobs, pixels, order, force, progress)
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    """One image of a set to render: its id, where its PNG goes, and the image and mask files it is made from
+    (more than one each where it combines images, as a mixed variant does)."""
+
+    id: str
+    target: Path
+    images: tuple[Path, ...]
+    masks: tuple[Path, ...]
+
+
+def png_target(out_dir: Path, item: Item) -> Path:
+    """Where an item's rendered PNG goes: its path inside the dataset, under ``out_dir``."""
+    return out_dir.joinpath(*item.relpath.with_suffix(".png").parts)
+
+
+def render_set(
+    out_dir: Path,
+    manifest_sha256: str,
+    jobs: Sequence[RenderJob],
+    pixels: Callable[[int], np.ndarray],
+    order: Sequence[int] | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> RenderResult:
+    """Render ``jobs`` (``pixels(index)`` makes job ``index``'s image) into ``out_dir`` under the ledger of
+    the manifest with digest ``manifest_sha256``, visiting them in ``order`` (default: as given): a job is
+    kept while its ledger line still matches its files and PNG (``force``: rendered again). The folder is
+    locked for the whole render, so no process sweeps or appends to what another is writing."""
     busy = BusyError(f"another process is rendering into {out_dir}", path=out_dir,
                      fix="wait for it to finish, or pass another --render folder")
-    # Held for the whole render, so no process sweeps or appends to what another is writing.
     with exclusive_lock(out_dir.parent / f".{out_dir.name}.lock", wait=False, busy=busy):
-        return _render_into(dataset, manifest, masks_dir, out_dir, items, masks, targets, force, progress)
+        return _render_into(out_dir, manifest_sha256, jobs, pixels, order, force, progress)
 
 
 def _render_into(
-    dataset: Dataset, manifest: CorruptedManifest, masks_dir: Path, out_dir: Path, items: list[Item],
-    masks: list[Path], targets: list[Path], force: bool, progress: bool,
+    out_dir: Path, manifest_sha256: str, jobs: Sequence[RenderJob], pixels: Callable[[int], np.ndarray],
+    order: Sequence[int] | None, force: bool, progress: bool,
 ) -> RenderResult:
     from tqdm import tqdm
 
     ledger = out_dir / LEDGER_NAME
-    sweep_stale_temps([*targets, ledger])
-    done = claim_out_dir(out_dir, manifest.sha256, force)
-
-    jobs: dict[str, list[int]] = defaultdict(list)
-    for index, entry in enumerate(manifest.entries):
-        jobs[entry.background].append(index)
+    sweep_stale_temps([*(job.target for job in jobs), ledger])
+    done = claim_out_dir(out_dir, manifest_sha256, force)
     records: dict[str, RenderRecord] = {}
     written = kept = 0
     with (
-        tqdm(total=len(items), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
+        tqdm(total=len(jobs), desc=f"render {out_dir.name}", unit="img", disable=not progress) as bar,
         RENDER_LEDGER.log(ledger) as log,
     ):
-        for name in sorted(jobs):
-            background: Image.Image | None = None
-            for index in jobs[name]:
-                item, entry, target = items[index], manifest.entries[index], targets[index]
-                # Digests are taken before the files are decoded: a file that changes in between is rendered
-                # again by the next run instead of being kept under a digest it no longer has.
-                image_sha256, mask_sha256 = _file_sha256(item.image), _file_sha256(masks[index])
-                record = done.get(item.id)
-                if record is not None and _still_holds(record, image_sha256, mask_sha256, target):
-                    kept += 1
-                else:
-                    if background is None:
-                        background = load_image(manifest.pool_dir / name)
-                    image, mask = load_pair(item, masks_dir, dataset.name)
-                    png = _png_bytes(render_entry(image, mask, background, entry, manifest.geometry)[2])
-                    write_bytes_atomic(target, png)
-                    record = RenderRecord(item.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
-                    log.append(record)
-                    written += 1
-                records[item.id] = record
-                bar.update()
-    write_ledger(ledger, manifest.sha256, [records[entry.id] for entry in manifest.entries])
+        for index in order if order is not None else range(len(jobs)):
+            job = jobs[index]
+            # Digests are taken before the files are decoded: a file that changes in between is rendered
+            # again by the next run instead of being kept under a digest it no longer has.
+            image_sha256, mask_sha256 = _files_sha256(job.images), _files_sha256(job.masks)
+            record = done.get(job.id)
+            if record is not None and _still_holds(record, image_sha256, mask_sha256, job.target):
+                kept += 1
+            else:
+                png = _png_bytes(pixels(index))
+                write_bytes_atomic(job.target, png)
+                record = RenderRecord(job.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
+                log.append(record)
+                written += 1
+            records[job.id] = record
+            bar.update()
+    write_ledger(ledger, manifest_sha256, [records[job.id] for job in jobs])
     return RenderResult(out_dir, written, kept)
 
 
@@ -164,13 +190,17 @@ def _still_holds(record: RenderRecord, image_sha256: str, mask_sha256: str, targ
         return False
 
 
-def _file_sha256(path: Path) -> str:
-    """The sha256 of an image or mask file; ``ImageError`` naming it when it cannot be read."""
-    try:
-        return sha256_file(path)
-    except OSError as exc:
-        raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
-                         fix="restore the file (an image of the dataset, or its saliency mask)") from exc
+def _files_sha256(paths: Sequence[Path]) -> str:
+    """The sha256 of one image or mask file, or of the digests of several, one per line; ``ImageError``
+    naming a file that cannot be read."""
+    digests = []
+    for path in paths:
+        try:
+            digests.append(sha256_file(path))
+        except OSError as exc:
+            raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
+                             fix="restore the file (an image of the dataset, or its saliency mask)") from exc
+    return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
 def _png_bytes(pixels: np.ndarray) -> bytes:

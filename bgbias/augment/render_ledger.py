@@ -1,5 +1,7 @@
 """The ledger of a rendered corrupted set (``render.jsonl``): which manifest the folder renders, then one JSON
 line per rendered image with the sha256 of the image and of the mask it was made from, and of the PNG written.
+An image made from several (a mixed variant's, with its donor's) records the sha256 of their digests, one per
+line, for its images and likewise for its masks.
 
 A rendered image is kept on resume only while all three digests still hold, so an image rendered from a mask
 or a photo that has changed since is rendered again, and so is a PNG changed by hand. Lines are appended and

@@ -1,0 +1,129 @@
+"""The background-reliance profile's variants of an image: pure functions of pixels, nothing random.
+
+After Xiao et al.'s backgrounds challenge (ImageNet-9): **only-fg** keeps the object on black; **only-bg**
+removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**);
+**mixed-same** / **mixed-rand** paste the object on the background of a donor image of the same / another
+class, the donor's own object removed by tiling. Which donor is the one random choice; it is sampled apart
+(:mod:`bgbias.augment.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
+background crops are sampled apart from being applied. Every blend is the one
+:func:`~bgbias.augment.composite.composite`, with the soft mask as it is, on pixels at the evaluation crop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bgbias.augment.composite import composite_pixels
+from bgbias.errors import OptionError
+
+ONLY_FG_FILL = (0, 0, 0)
+"""The constant the object stands on in only-fg: black, as in Xiao et al.'s Only-FG."""
+OBJECT_THRESHOLD = 128
+"""Mask values from here up are the object when its bounding box is needed (the binarisation of the mask
+quality check, docs/design.md *Masks*); blends always use the soft mask."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A variant of a split: its name, how a report titles it, and the rule a manifest records (a manifest
+    made by another rule is refused). ``donor``: None, or ``"same"`` / ``"other"`` class."""
+
+    name: str
+    title: str
+    rule: str
+    donor: str | None = None
+
+
+_DONOR = "D the donor's m*T + (1-m)*x"
+_TILED = ("T tiles the largest strip of the image outside the bounding box of mask >= 128 (the background's "
+          "mean colour where no strip is left)")
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("only-fg", "only-fg (object on black)", "m*x + (1-m)*black (0, 0, 0)"),
+    Variant("only-bg-tiled", "only-bg, tiled", f"m*T + (1-m)*x; {_TILED}"),
+    Variant("only-bg-black", "only-bg, black", "m*black + (1-m)*x"),
+    Variant("mixed-same", "mixed-same", f"m*x + (1-m)*D, {_DONOR}; {_TILED}; donor: another image of the "
+            "same class, uniform (the image itself where its class has no other)", "same"),
+    Variant("mixed-rand", "mixed-rand", f"m*x + (1-m)*D, {_DONOR}; {_TILED}; donor: a class other than the "
+            "image's, uniform, then an image of it, uniform", "other"),
+)}
+"""The profile's variants in the order reports list them."""
+
+
+def variant(name: str) -> Variant:
+    """The variant called ``name``; an ``OptionError`` listing them otherwise."""
+    if name not in VARIANTS:
+        raise OptionError(f"unknown variant {name!r}", fix=f"use one of {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def render_variant(
+    name: str,
+    image: np.ndarray,
+    mask: np.ndarray,
+    donor_image: np.ndarray | None = None,
+    donor_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Variant ``name`` of ``image`` (H, W, 3) with its ``mask`` (H, W), both ``uint8`` at the evaluation
+    crop; a mixed variant needs its donor's image and mask at the same size."""
+    kind = variant(name)
+    if kind.donor is not None:
+        if donor_image is None or donor_mask is None:
+            raise ValueError(f"the {name} variant needs a donor image and its mask")
+        return composite_pixels(image, mask, without_object(donor_image, donor_mask, "tiled"))
+    if name == "only-fg":
+        return composite_pixels(image, mask, np.broadcast_to(np.uint8(ONLY_FG_FILL), image.shape))
+    return without_object(image, mask, "tiled" if name == "only-bg-tiled" else "black")
+
+
+def without_object(image: np.ndarray, mask: np.ndarray, fill: str) -> np.ndarray:
+    """``image`` with its object removed: ``m·F + (1 − m)·x``, ``F`` the tiled background or black."""
+    filler = tiled_background(image, mask) if fill == "tiled" else np.zeros_like(image)
+    return composite_pixels(filler, mask, image)
+
+
+def tiled_background(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The whole frame tiled with the largest strip of ``image`` outside its object's bounding box, the tiling
+    anchored at the strip so it continues the strip's own pattern (Xiao et al.'s Only-BG-T). Without an
+    object every pixel is background: the image itself. Where the box covers the frame, the background's
+    mean colour (weights ``1 − m``), or black where the mask covers everything."""
+    box = object_box(mask)
+    height, width = mask.shape
+    if box is None:
+        return image.copy()
+    strip = largest_strip(box, (height, width))
+    if strip is None:
+        weights = 1.0 - mask.astype(np.float64) / 255.0
+        if weights.sum() == 0:
+            return np.zeros_like(image)
+        mean = (image * weights[..., None]).sum(axis=(0, 1)) / weights.sum()
+        return np.broadcast_to(np.round(mean).astype(np.uint8), image.shape).copy()
+    top, left, strip_h, strip_w = strip
+    rows = top + (np.arange(height) - top) % strip_h
+    columns = left + (np.arange(width) - left) % strip_w
+    return image[np.ix_(rows, columns)]
+
+
+def object_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """``(top, left, bottom, right)`` (bottom and right exclusive) of the pixels with mask ≥
+    :data:`OBJECT_THRESHOLD`; None where there are none."""
+    rows = np.flatnonzero((mask >= OBJECT_THRESHOLD).any(axis=1))
+    columns = np.flatnonzero((mask >= OBJECT_THRESHOLD).any(axis=0))
+    if len(rows) == 0:
+        return None
+    return int(rows[0]), int(columns[0]), int(rows[-1]) + 1, int(columns[-1]) + 1
+
+
+def largest_strip(
+    box: tuple[int, int, int, int], size: tuple[int, int]
+) -> tuple[int, int, int, int] | None:
+    """The largest of the four full-length strips of a ``(height, width)`` frame above, below, left and right
+    of ``box``, as ``(top, left, height, width)``; the first of them in that order on a tie, None where the
+    box covers the frame."""
+    top, left, bottom, right = box
+    height, width = size
+    strips = [(0, 0, top, width), (bottom, 0, height - bottom, width), (0, 0, height, left),
+              (0, right, height, width - right)]
+    best = max(strips, key=lambda strip: strip[2] * strip[3])
+    return best if best[2] * best[3] > 0 else None
