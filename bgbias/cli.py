@@ -479,14 +479,19 @@ def _model_options(command):
               help="Folder of the corrupted-set manifests (default corrupted/<dataset>/<split>/seed-<S>).")
 @click.option("--shortlist", type=click.IntRange(min=1), default=None,
               help="For a learned distance: rank an L2 shortlist of this many images by it (approximate).")
+@click.option("--profile", is_flag=True,
+              help="Also the background-reliance profile (implies --corrupted): query-side, worst case, "
+                   "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
+@click.option("--worst-k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
              root: Path | None, split: str, corrupted: bool, repeats: int, seed: int, masks: Path | None,
-             backgrounds: Path | None, manifests: Path | None, shortlist: int | None, batch_size: int,
-             workers: int, no_progress: bool) -> None:
+             backgrounds: Path | None, manifests: Path | None, shortlist: int | None, profile: bool,
+             worst_k: int, batch_size: int, workers: int, no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained model; report files in <run>/eval/."""
     from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
@@ -496,8 +501,8 @@ def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_na
     trained = load_trained(checkpoint, device=device, runs=runs)
     request = MeasureRequest(
         dataset=dataset_name, root=root, split=split, masks=masks, corrupted=corrupted, repeats=repeats,
-        seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, batch_size=batch_size,
-        workers=workers, progress=not no_progress,
+        seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, profile=profile,
+        worst_k=worst_k, batch_size=batch_size, workers=workers, progress=not no_progress,
     )
     result = evaluate_model(trained, request, log=lambda line: click.echo(line, err=True))
     click.echo(format_evaluation_summary(result.report, result.files))
@@ -565,7 +570,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
     from bgbias.paths import runs_root
     from bgbias.report.compare import compare_runs
     from bgbias.report.evaluation import markdown_table
-    from bgbias.report.runs_table import collect_runs, table_one, write_runs_report
+    from bgbias.report.runs_table import collect_runs, profile_table, table_one, write_runs_report
 
     runs = runs if runs is not None else runs_root()
     if not run_dirs:
@@ -578,6 +583,9 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
     files = write_runs_report(reports, foreground, out)
     galleries = compare_runs(run_dirs, split, out, attribution_label)
     click.echo(markdown_table(*table_one(reports, foreground)))
+    profile = profile_table(reports)
+    if profile[1]:
+        click.echo(f"\nbackground-reliance profile (MAP@R, %):\n{markdown_table(*profile)}")
     click.echo(f"\ntable: {files['table_md']}; plot: {files['runs_png']}")
     for gallery in galleries:
         click.echo(f"attribution maps side by side: {gallery}")

@@ -20,9 +20,9 @@ from bgbias.errors import OptionError
 
 ONLY_FG_FILL = (0, 0, 0)
 """The constant the object stands on in only-fg: black, as in Xiao et al.'s Only-FG."""
-OBJECT_THRESHOLD = 128
-"""Mask values from here up are the object when its bounding box is needed (the binarisation of the mask
-quality check, docs/design.md *Masks*); blends always use the soft mask."""
+OBJECT_THRESHOLD = 13
+"""Mask values from here up (5 %) are the object where the hole to fill is bounded: a soft edge's halo of
+object colour must not be tiled into the hole. Blends always use the soft mask."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class Variant:
 
 
 _DONOR = "D the donor's m*T + (1-m)*x"
-_TILED = ("T tiles the largest strip of the image outside the bounding box of mask >= 128 (the background's "
-          "mean colour where no strip is left)")
+_TILED = (f"T tiles the largest strip of the image outside the bounding box of mask >= {OBJECT_THRESHOLD} "
+          "(the background's mean colour where no strip is left)")
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("only-fg", "only-fg (object on black)", "m*x + (1-m)*black (0, 0, 0)"),
     Variant("only-bg-tiled", "only-bg, tiled", f"m*T + (1-m)*x; {_TILED}"),

@@ -40,6 +40,10 @@ class MeasureRequest:
     manifests: Path | None = None
     shortlist: int | None = None
     """Rank by an L2 shortlist of this many images re-ranked by a learned distance (approximate)."""
+    profile: bool = False
+    """Also the background-reliance profile (``bgbias.report.profile``); implies the corrupted repeats."""
+    worst_k: int = 10
+    """Backgrounds per query of the profile's worst case: the first ``worst_k`` corrupted repeats."""
 
     # Attribution maps and foreground scores.
     limit: int | None = None

@@ -109,4 +109,18 @@ def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")
+    if report.get("profile"):
+        lines += ["", format_profile_summary(report["profile"])]
     return "\n".join(lines)
+
+
+def format_profile_summary(profile: Mapping[str, Any]) -> str:
+    """The background-reliance profile: per set MAP@R, R-precision and P@1 (mean ± std over its sets)."""
+    def cell(row: Mapping[str, Any], key: str) -> str:
+        mean, std = row["mean"][key], row["std"][key]
+        return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
+
+    metrics = ("map_at_r", "r_precision", "precision_at_1")
+    rows = [[row["set"], row["repeats"], *(cell(row, key) for key in metrics)] for row in profile["sets"]]
+    table = format_table(["profile set", "sets", "MAP@R", "R-precision", "P@1"], rows)
+    return f"{table}\n(worst case: the lowest of {profile['worst_k']} backgrounds per query; see report.md)"

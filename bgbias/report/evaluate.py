@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from bgbias.retrieval.retrievers import Retrieval
 
 CORRUPTED_ONLY_FILES = (
-    "per_class.csv", "clean-vs-corrupted.png", "per-class-drop.png", "retrieval-gallery.png",
+    "per_class.csv", "clean-vs-corrupted.png", "per-class-drop.png", "retrieval-gallery.png", "profile.csv",
+    "profile.png",
 )
 GALLERY_QUERIES = 4
 GALLERY_NEIGHBOURS = 5
@@ -56,7 +57,8 @@ def evaluate(
 ) -> EvaluationResult:
     """Score ``model`` on the split ``request`` names (default: the test split of the dataset it was trained
     on), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
-    ``request.seed``.
+    ``request.seed``; with ``request.profile`` also its background-reliance profile
+    (:mod:`bgbias.report.profile`), whose worst case takes the first ``request.worst_k`` copies.
 
     The masks (default ``masks/<dataset>``) and backgrounds (default ``./backgrounds``; the test pool is its
     ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
@@ -68,6 +70,7 @@ def evaluate(
     from bgbias.data.items import default_masks_dir
     from bgbias.data.transforms import eval_geometry
     from bgbias.report.evaluation import summarize_evaluation
+    from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
     request = request or MeasureRequest()
@@ -85,13 +88,17 @@ def evaluate(
     manifest_sha256: dict[Path, str] = {}
     masks_print = None
     masks_dir = Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
-    if request.corrupted:
-        manifests = corrupted_manifests(dataset, split, request.repeats, request.seed, request.backgrounds,
+    if request.corrupted or request.profile:
+        # The profile's worst case takes the first worst_k repeats, the paper's among them.
+        count = max(request.repeats, request.worst_k) if request.profile else request.repeats
+        manifests = corrupted_manifests(dataset, split, count, request.seed, request.backgrounds,
                                         request.manifests, protocol, fold, geometry)
         for manifest in manifests:
             corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
             manifest_sha256[manifest.path] = manifest.sha256
         masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
+    variants = (variant_sets(dataset, items, corrupted_sets[0][0].path.parent, split, request.repeats,
+                             request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
 
     clean_images = EvalImages(items, geometry)
     clean_state = states.clean()
@@ -101,11 +108,17 @@ def evaluate(
     if recall is not None:
         log(f"shortlist recall of the exact top-R: {recall.recall} over {recall.queries} clean queries")
     corrupted_scores = []
-    for manifest, images in corrupted_sets:
+    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k)
+    for index, (manifest, images) in enumerate(corrupted_sets):
         key = {"set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path], "masks": masks_print}
         state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
-        corrupted_scores.append(_score(retrieval, state, labels))
-        log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
+        if index < request.repeats:
+            corrupted_scores.append(_score(retrieval, state, labels))
+            log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
+        if request.profile:
+            query_map = query_side.add(index, state).map_at_r
+            log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
+    variant_scores = score_variants(states, variants, retrieval, masks_print, log)
 
     identity = dataset.identity()
     measured = measured_label(dataset, request, retrieval)
@@ -126,6 +139,8 @@ def evaluate(
         meta["approximate"] = True
     if recall is not None:
         meta["shortlist_recall"] = recall.as_dict()
+    manifest_records = [{"repeat": m.repeat, "path": str(m.path), "sha256": manifest_sha256[m.path]}
+                        for m, _ in corrupted_sets]
     if corrupted_sets:
         first = corrupted_sets[0][0]
         meta["corrupted_sets"] = {
@@ -133,11 +148,15 @@ def evaluate(
             "pool": str(first.pool_dir),
             "pool_images": len(first.pool),
             "masks": str(masks_dir),
-            "manifests": [{"repeat": m.repeat, "path": str(m.path), "sha256": manifest_sha256[m.path]}
-                          for m, _ in corrupted_sets],
+            "manifests": manifest_records[:request.repeats],
         }
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
+    if request.profile:
+        worst = [{"set": "random-bg", **record}
+                 for record in manifest_records[request.repeats:request.worst_k]]
+        report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
+                                              variants, worst)
     out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
     files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                            [images for _, images in corrupted_sets])
@@ -153,7 +172,7 @@ def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retriev
     from bgbias.paths import backgrounds_root, located_key
 
     parts = [dataset.key]
-    if request.corrupted:
+    if request.corrupted or request.profile:
         masks, backgrounds = request.masks, request.backgrounds
         if masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
             parts.append(located_key("masks", masks))
@@ -235,9 +254,11 @@ def _write_outputs(
     corrupted_images: list[Any],
 ) -> dict[str, Path]:
     from bgbias.report.evaluation import write_evaluation_report
-    from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop
+    from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_profile
 
     files = write_evaluation_report(report, out_dir, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
+    if "profile" in report:
+        files["profile"] = plot_profile(report, out_dir / "profile.png")
     if corrupted:
         files["bars"] = plot_clean_vs_corrupted(report, out_dir / "clean-vs-corrupted.png")
         files["per_class_drop"] = plot_per_class_drop(report, out_dir / "per-class-drop.png")

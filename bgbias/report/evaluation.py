@@ -37,8 +37,10 @@ METRIC_TITLES = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_a
 PER_CLASS_COLUMNS = ("label", "images", "clean_map_at_r", "corrupted_map_at_r", "drop", "relative_drop")
 _COMPUTED_KEYS = frozenset(
     {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
-     "images_hurt_most"}
+     "images_hurt_most", "profile"}
 )
+PROFILE_COLUMNS = ("set", "title", "repeats",
+                   *(f"{which}_{name}" for name in METRICS for which in ("mean", "std")))
 _KEY_FIELDS = ("method", "bgaugment", "dataset", "split")
 
 ReportKey = tuple[str, bool, str, str]
@@ -92,9 +94,9 @@ def write_evaluation_report(
     ids: Sequence[str],
 ) -> dict[str, Path]:
     """Write ``report.json``, ``report.csv``, ``per_query.csv``, ``report.md`` and, when the report has
-    corrupted repeats, ``per_class.csv`` into ``out_dir``, each atomically; return their paths keyed by file
-    name with ``_`` for ``.`` (``report_json``, ``report_csv``, ``per_query_csv``, ``report_md``,
-    ``per_class_csv``)."""
+    corrupted repeats, ``per_class.csv``, and a background-reliance profile, ``profile.csv``, into
+    ``out_dir``, each atomically; return their paths keyed by file name with ``_`` for ``.`` (``report_json``,
+    ``report_csv``, ``per_query_csv``, ``report_md``, ``per_class_csv``, ``profile_csv``)."""
     labels = np.asarray(labels)
     _check_inputs(clean, corrupted, labels, ids)
     repeats = len(report.get("corrupted", {}).get("repeats", []))
@@ -119,6 +121,12 @@ def write_evaluation_report(
         paths["per_class_csv"] = out / "per_class.csv"
         rows = ([row[key] for key in PER_CLASS_COLUMNS] for row in report["per_class"])
         write_text_atomic(paths["per_class_csv"], csv_text(PER_CLASS_COLUMNS, rows))
+    if "profile" in report:
+        paths["profile_csv"] = out / "profile.csv"
+        rows = ([row["set"], row["title"], row["repeats"],
+                 *(row[which][metric] for metric in METRICS for which in ("mean", "std"))]
+                for row in report["profile"]["sets"])
+        write_text_atomic(paths["profile_csv"], csv_text(PROFILE_COLUMNS, rows))
     return paths
 
 
@@ -196,6 +204,8 @@ def format_evaluation_markdown(report: Mapping[str, Any]) -> str:
     lines += [markdown_table(headers, rows), ""]
     lines.append(f"{report['images']} images in {report['classes']} classes; {report['scored']} scored "
                  "(queries alone in their class have nothing to retrieve and are left out).")
+    if report.get("profile"):
+        lines += ["", *_profile_lines(report["profile"])]
     lines += ["", "## Setup", ""]
     for key in sorted(report):
         if key not in _COMPUTED_KEYS and key not in ("method", "dataset", "split"):
@@ -217,6 +227,25 @@ def format_evaluation_markdown(report: Mapping[str, Any]) -> str:
               percent(row["drop"])] for row in hurt],
         ))
     return "\n".join(lines) + "\n"
+
+
+def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
+    """The background-reliance profile as a titled Markdown table (%, mean ± std over its sets) and notes."""
+    rows = [[row["title"], row["repeats"], *(percent_spread(row["mean"][name], row["std"][name])
+                                             for name in METRICS)]
+            for row in profile["sets"]]
+    fill = ", ".join(str(value) for value in profile["only_fg_fill"])
+    return [
+        "## Background-reliance profile (%)",
+        "",
+        markdown_table(["set", "sets", *(METRIC_TITLES[name] for name in METRICS)], rows),
+        "",
+        f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling the "
+        "image's own background (or black). mixed-same / mixed-rand: the object on the tiled background of "
+        "another image of its class / of another class. Worst case: per query the lowest score over "
+        f"{profile['worst_k']} random backgrounds, queries against the clean gallery; it costs "
+        f"{profile['worst_k']} embeddings of every image. Chance: a random ranking.",
+    ]
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -73,6 +73,32 @@ def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str])
     return _save(figure, path)
 
 
+def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """The background-reliance profile's MAP@R (in %) as one bar per set, the std over its sets as an error
+    bar, the BG-gap in its own colour and a random ranking's MAP@R as a dotted line."""
+    sets = {row["set"]: row for row in report["profile"]["sets"]}
+    chance = sets.pop("chance")["mean"]["map_at_r"]
+    figure = _figure(7.2, 4.4)
+    axes = figure.add_subplot()
+    x = np.arange(len(sets))
+    names = list(sets)
+    gap = names.index("bg-gap")
+    for chosen, label, colour in (([i for i in x if i != gap], "MAP@R", CLEAN_COLOUR),
+                                  ([gap], "BG-gap (points)", CORRUPTED_COLOUR)):
+        _bars(axes, x[chosen], [sets[names[i]]["mean"]["map_at_r"] for i in chosen],
+              [sets[names[i]]["std"]["map_at_r"] for i in chosen], 0.7, label, colour)
+    if chance is not None:
+        axes.axhline(100 * chance, color="0.3", linestyle=":", linewidth=1.2,
+                     label=f"chance {100 * chance:.2f}")
+    axes.axhline(0.0, color="0.5", linewidth=0.8)
+    axes.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    axes.set_ylabel("MAP@R (%)")
+    axes.set_title(f"Background-reliance profile: {_report_title(report)}", fontsize=10)
+    axes.margins(y=0.15)
+    _legend_below(figure, axes)
+    return _save(figure, path)
+
+
 def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Clean vs corrupted MAP@R (in %) of several runs, one panel per dataset (first-seen order), each run
     labelled ``method`` or ``method + BGAugment``, a method's base run before its BGAugment run."""

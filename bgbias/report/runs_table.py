@@ -6,6 +6,9 @@ one "fg score" column per dataset and attribution (the paper's Table 2, mean ± 
 fg score`` for SmoothGrad at its default options, ``<dataset> fg score (<label>)`` for another attribution
 label. Methods, datasets and labels keep the order in which they are first named; a run that was not given
 leaves its cells empty.
+
+Runs evaluated with ``--profile`` get a second table, one row per run: the MAP@R of every set of their
+background-reliance profile (:mod:`bgbias.report.profile`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,21 @@ from bgbias.report.evaluation import (
     markdown_table,
     percent,
     percent_spread,
+    report_key,
     run_label,
 )
 from bgbias.report.plots import plot_runs
 
 TABLE_FORMAT = "bgbias-runs-table"
 TABLE_VERSION = 1
+
+PROFILE_NOTE = (
+    "Each run's sets: clean; random backgrounds both sides (the paper's) and query-side (against the clean "
+    "gallery); the worst of K random backgrounds per query (query-side); only-fg (object on black); only-bg "
+    "(object removed, the hole tiled from the image's own background, or black); mixed-same / mixed-rand "
+    "(the object on another image's tiled background, same / other class); the BG-gap (mixed-same − "
+    "mixed-rand, points); chance (a random ranking). Mean ± std over a set's repeats."
+)
 
 ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
 """Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
@@ -72,15 +84,32 @@ def table_one(
     return headers, rows
 
 
+def profile_table(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the profile table: per report with a profile, the run, what it was measured on,
+    and MAP@R (%, mean ± std over its sets) of each profile set; no rows where no report has one."""
+    profiled = [report for report in reports if report.get("profile")]
+    names = list(dict.fromkeys(row["set"] for report in profiled for row in report["profile"]["sets"]))
+    rows = []
+    for report in profiled:
+        method, bgaugment, dataset, split = report_key(report)
+        sets = {row["set"]: row for row in report["profile"]["sets"]}
+        rows.append([run_label(method, bgaugment), dataset if split == "test" else f"{dataset} ({split})",
+                     *(percent_spread(sets[name]["mean"]["map_at_r"], sets[name]["std"]["map_at_r"])
+                       if name in sets else "" for name in names)])
+    return ["method", "measured on", *names], rows
+
+
 def write_runs_report(
     reports: Sequence[Mapping[str, Any]],
     foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None,
     out_dir: str | os.PathLike[str],
 ) -> dict[str, Path]:
     """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
-    ``runs.png`` into ``out_dir``, each atomically; return their paths keyed by file name, ``_`` for ``.``
-    (``table_md``, ``table_csv``, ``table_json``, ``runs_png``)."""
+    ``runs.png`` into ``out_dir``, each atomically, and ``profile.csv`` where a run has a profile (its table
+    in ``table.md`` too); return their paths keyed by file name, ``_`` for ``.`` (``table_md``,
+    ``table_csv``, ``table_json``, ``runs_png``, ``profile_csv``)."""
     headers, rows = table_one(reports, foreground)
+    profile_headers, profile_rows = profile_table(reports)
     out = Path(out_dir)
     paths = {"table_md": out / "table.md", "table_csv": out / "table.csv", "table_json": out / "table.json",
              "runs_png": out / "runs.png"}
@@ -90,6 +119,13 @@ def write_runs_report(
              markdown_table(headers, rows), "", "## Runs", ""]
     lines += [f"- {run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} split): "
               f"{r.get('run', '?')}" for r in reports]
+    if profile_rows:
+        lines += ["", "## Background-reliance profile (MAP@R, %)", "", PROFILE_NOTE, "",
+                  markdown_table(profile_headers, profile_rows)]
+        paths["profile_csv"] = out / "profile.csv"
+        write_text_atomic(paths["profile_csv"], csv_text(profile_headers, profile_rows))
+    else:
+        (out / "profile.csv").unlink(missing_ok=True)
     write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
     write_text_atomic(paths["table_csv"], csv_text(headers, rows))
     write_json_atomic(paths["table_json"], {
@@ -183,4 +219,8 @@ def _run_numbers(report: Mapping[str, Any]) -> dict[str, Any]:
         "corrupted_map_at_r_mean": corrupted["mean"]["map_at_r"] if corrupted else None,
         "corrupted_map_at_r_std": corrupted["std"]["map_at_r"] if corrupted else None,
         "repeats": len(corrupted["repeats"]) if corrupted else 0,
+        "profile_map_at_r": [
+            {"set": row["set"], "mean": row["mean"]["map_at_r"], "std": row["std"]["map_at_r"]}
+            for row in report.get("profile", {}).get("sets", [])
+        ] or None,
     }

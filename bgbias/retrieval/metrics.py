@@ -112,3 +112,27 @@ def score_embeddings(
     knn = (search.neighbours(embeddings, k) if references is None
            else search.neighbours(embeddings, k, references))
     return dataclasses.replace(retrieval_scores(labels[knn], labels, r), neighbours=knn)
+
+
+def chance_scores(labels: np.ndarray) -> dict[str, float]:
+    """The expected means of the three metrics when every query ranks the other items at random: how well a
+    model does that sees nothing of the images, the floor a background-only or object-only score is read
+    against.
+
+    With ``M`` other items of which ``R`` share the query's class, ``p = R / M``: P@1 and R-precision expect
+    ``p``; AP@R expects ``(p / R)·(H_R + (R − H_R)·(R − 1)/(M − 1))`` (``H_R`` the R-th harmonic number),
+    since rank ``i`` adds ``P(i)·rel(i)``, whose expectation is ``(p/i)·(1 + (i − 1)(R − 1)/(M − 1))``.
+    Queries alone in their class are left out, as everywhere.
+    """
+    labels = np.asarray(labels)
+    _, class_of, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    r = (sizes[class_of] - 1).astype(np.float64)
+    others = len(labels) - 1
+    r = r[r > 0]
+    if len(r) == 0:
+        return {name: float("nan") for name in METRICS}
+    p = r / others
+    harmonic = np.array([np.sum(1.0 / np.arange(1, int(value) + 1)) for value in r])
+    pairs = (r - 1) / (others - 1) if others > 1 else np.zeros_like(r)
+    ap = p / r * (harmonic + (r - harmonic) * pairs)
+    return {"map_at_r": float(ap.mean()), "r_precision": float(p.mean()), "precision_at_1": float(p.mean())}

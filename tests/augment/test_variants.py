@@ -64,7 +64,7 @@ def test_strips_are_compared_by_area_ties_going_to_the_first():
     assert largest_strip((2, 2, 8, 8), (10, 10)) == (0, 0, 2, 10)  # above, below, left, right all 20 px
     assert largest_strip((0, 0, 10, 10), (10, 10)) is None
     assert object_box(np.zeros((4, 4), np.uint8)) is None
-    assert object_box(np.array([[0, 127], [128, 0]], np.uint8)) == (1, 0, 2, 1)
+    assert object_box(np.array([[0, 12], [13, 0]], np.uint8)) == (1, 0, 2, 1)  # a 5 % halo is object
 
 
 def test_without_a_strip_the_hole_takes_the_backgrounds_mean_colour():

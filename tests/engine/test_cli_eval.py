@@ -71,3 +71,17 @@ def test_report_draws_two_explained_runs_side_by_side(tiny_run, tiny_bench, tmp_
     assert [g.name for g in galleries] == [f"foreground-{key}-test.png"]
     width, height = Image.open(galleries[0]).size
     assert width > 4 * 100 and height > 3 * 100  # image | mask | two overlays; three rows
+
+
+def test_eval_profile_prints_it_and_report_gives_it_a_row(tiny_run, tiny_bench, tmp_path):
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(tiny_run, run)
+    args = [arg for arg in _eval_args(run, tiny_bench, tmp_path) if arg != "--corrupted"]
+    result = CliRunner().invoke(main, [*args, "--profile", "--worst-k", "3"])
+    assert result.exit_code == 0, result.output
+    assert "profile set" in result.output and "bg-gap" in result.output
+    assert "lowest of 3 backgrounds per query" in result.output
+    table = CliRunner().invoke(main, ["report", "--runs", str(tmp_path / "runs")])
+    assert table.exit_code == 0, table.output
+    assert "background-reliance profile (MAP@R, %)" in table.output
+    assert "| method | measured on | clean | random-bg | query-side | worst-case |" in table.output

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from bgbias.errors import OptionError
-from bgbias.retrieval.metrics import RetrievalScores, retrieval_scores, score_embeddings
+from bgbias.retrieval.metrics import (
+    METRICS,
+    RetrievalScores,
+    chance_scores,
+    retrieval_scores,
+    score_embeddings,
+)
 from bgbias.retrieval.retrievers import ExactL2
 
 
@@ -169,3 +175,19 @@ def test_inconsistent_inputs_are_option_errors():
         retrieval_scores(np.array([[0, 0]]), np.array([0]), np.array([3]))
     with pytest.raises(OptionError, match="shapes"):
         retrieval_scores(np.array([0, 0]), np.array([0]), np.array([1]))
+
+
+def test_chance_scores_are_the_means_of_random_rankings():
+    labels = np.repeat(np.arange(5), [2, 3, 5, 8, 1])
+    rng = np.random.default_rng(0)
+    _, class_of, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    r, k = sizes[class_of] - 1, int(sizes.max()) - 1
+    draws = []
+    for _ in range(4000):
+        others = [np.delete(np.arange(len(labels)), i) for i in range(len(labels))]
+        knn = np.array([rng.permutation(row)[:k] for row in others])
+        scores = retrieval_scores(labels[knn], labels, r)
+        draws.append([scores.map_at_r, scores.r_precision, scores.precision_at_1])
+    expected = chance_scores(labels)
+    assert np.mean(draws, axis=0) == pytest.approx([expected[m] for m in METRICS], abs=0.004)
+    assert chance_scores(np.array([0, 0, 0]))["map_at_r"] == pytest.approx(1.0)  # everything is relevant

@@ -1,0 +1,193 @@
+"""The background-reliance profile: how much of a model's retrieval comes from the object, from the
+background, and from the background's correlation with the class (``bgbias eval --profile``).
+
+Beside the paper's clean and random-background (both sides) scores, it scores:
+
+- **query-side**: each random-background repeat's corrupted queries against the *clean* split as gallery
+  (catalogue photos clean, user photos anywhere), each query's own clean image left out, so R and the
+  per-query scores are those of the paper's protocol;
+- **worst case**: per query, the lowest score over the first ``worst_k`` random-background repeats
+  (``worst_k`` backgrounds of the test pool), query-side, averaged over queries; it costs ``worst_k``
+  embeddings of every image, of which the paper's repeats are the first (cached);
+- **the variants** of :mod:`bgbias.augment.variants` (only-fg, only-bg tiled and black, mixed-same,
+  mixed-rand), each a set scored against itself like the paper's corrupted sets, and the **BG-gap**,
+  mixed-same − mixed-rand per repeat;
+- **chance**: the expected scores of a random ranking, the floor to read only-bg and mixed-rand against.
+
+Every set is a fixed manifest and goes through the model's evaluation cache, so the profile of a model costs
+its sets' embedding passes and a few searches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores, score_embeddings
+
+if TYPE_CHECKING:
+    from bgbias.augment.variant_images import VariantImages
+    from bgbias.data.items import Dataset, Item
+    from bgbias.data.transforms import EvalGeometry
+    from bgbias.engine.split_states import SplitStates
+    from bgbias.retrieval.retrievers import Retrieval
+
+PROFILE_SETS: dict[str, str] = {
+    "clean": "clean",
+    "random-bg": "random backgrounds, both sides (the paper's)",
+    "query-side": "random backgrounds, query-side (clean gallery)",
+    "worst-case": "worst background per query (query-side)",
+    "only-fg": "only-fg (object on black)",
+    "only-bg-tiled": "only-bg, tiled",
+    "only-bg-black": "only-bg, black",
+    "mixed-same": "mixed-same",
+    "mixed-rand": "mixed-rand",
+    "bg-gap": "BG-gap (mixed-same − mixed-rand)",
+    "chance": "chance (random ranking)",
+}
+"""The profile's rows in report order, with the titles tables give them."""
+
+
+@dataclass
+class QuerySide:
+    """Corrupted queries against the clean gallery: the scores of each of the first ``repeats`` corrupted
+    sets, and each query's lowest score over the first ``worst_k``."""
+
+    retrieval: Retrieval
+    clean_state: dict[str, np.ndarray]
+    labels: np.ndarray
+    repeats: int
+    worst_k: int
+    scores: list[RetrievalScores] = field(default_factory=list)
+    worst: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, index: int, state: dict[str, np.ndarray]) -> RetrievalScores:
+        """Score corrupted repeat ``index`` query-side, keeping what the profile needs of it."""
+        scores = score_embeddings(state, self.labels, retrieval=self.retrieval, references=self.clean_state)
+        if index < self.repeats:
+            self.scores.append(scores)
+        if index < self.worst_k:  # fmin keeps NaN only where every repeat has it: the lone queries
+            self.worst = {name: np.fmin(self.worst[name], scores.per_query[name]) if self.worst
+                          else scores.per_query[name].copy() for name in METRICS}
+        return scores
+
+
+def variant_sets(
+    dataset: Dataset,
+    items: Sequence[Item],
+    folder: Path,
+    split: str,
+    repeats: int,
+    seed: int,
+    protocol: str,
+    fold: int,
+    geometry: EvalGeometry,
+    masks_dir: Path,
+) -> list[VariantImages]:
+    """Every variant's sets of the split, their manifests in ``folder/<variant>`` (the paper's repeats'
+    folder), made there where missing; loaded and checked before anything is embedded."""
+    from bgbias.augment.variant_images import VariantImages
+    from bgbias.augment.variant_manifests import ensure_variant_manifests, variant_dir
+    from bgbias.augment.variants import VARIANTS
+
+    return [
+        VariantImages(items, manifest, masks_dir, dataset.name)
+        for name in VARIANTS
+        for manifest in ensure_variant_manifests(dataset, name, variant_dir(folder, name), split, repeats,
+                                                 seed, protocol, fold, geometry)
+    ]
+
+
+def score_variants(
+    states: SplitStates,
+    sets: Sequence[VariantImages],
+    retrieval: Retrieval,
+    masks_print: str | None,
+    log: Callable[[str], None],
+) -> dict[str, list[RetrievalScores]]:
+    """Each variant set embedded through the cache (keyed by its manifest's sha256 and the masks) and scored
+    against itself, by variant in repeat order."""
+    scores: dict[str, list[RetrievalScores]] = {}
+    for images in sets:
+        manifest = images.manifest
+        key = {"set": manifest.variant.name, "manifest_sha256": manifest.sha256, "masks": masks_print}
+        desc = f"{manifest.variant.name} repeat {manifest.repeat}"
+        state = states.state(images, key, desc)
+        scores.setdefault(manifest.variant.name, []).append(
+            score_embeddings(state, states.labels, retrieval=retrieval))
+        log(f"{desc} MAP@R {scores[manifest.variant.name][-1].map_at_r:.4f}")
+    return scores
+
+
+def summarize_profile(
+    clean: RetrievalScores,
+    corrupted: Sequence[RetrievalScores],
+    query_side: QuerySide,
+    variants: Mapping[str, Sequence[RetrievalScores]],
+    labels: np.ndarray,
+    sets: Sequence[VariantImages],
+    worst_manifests: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The profile as the report keeps it: for each of :data:`PROFILE_SETS` in order, its name, title, how
+    many sets it averages, and the mean and sample std (ddof 1; None for one set) of each metric; then how it
+    was made."""
+    from bgbias.augment.variants import ONLY_FG_FILL
+
+    rows: dict[str, dict[str, Any]] = {"clean": _row([_means(clean)]),
+                                       "random-bg": _row([_means(s) for s in corrupted]),
+                                       "query-side": _row([_means(s) for s in query_side.scores]),
+                                       "worst-case": _row([{name: _nanmean(query_side.worst[name])
+                                                            for name in METRICS}])}
+    rows["worst-case"]["repeats"] = query_side.worst_k
+    for name, scores in variants.items():
+        rows[name] = _row([_means(s) for s in scores])
+    same, other = variants["mixed-same"], variants["mixed-rand"]
+    rows["bg-gap"] = _row([{name: _difference(a, b, name) for name in METRICS}
+                           for a, b in zip(same, other, strict=True)])
+    rows["chance"] = _row([chance_scores(labels)])
+    return {
+        # A list, not a mapping: the report's JSON sorts mapping keys, and the order is the reading order.
+        "sets": [{"set": name, "title": title, **rows[name]} for name, title in PROFILE_SETS.items()],
+        "worst_k": query_side.worst_k,
+        "only_fg_fill": list(ONLY_FG_FILL),
+        "manifests": [
+            *({"set": images.manifest.variant.name, "repeat": images.manifest.repeat,
+               "path": str(images.manifest.path), "sha256": images.manifest.sha256} for images in sets),
+            *worst_manifests,
+        ],
+    }
+
+
+def _means(scores: RetrievalScores) -> dict[str, float | None]:
+    return {name: _finite(getattr(scores, name)) for name in METRICS}
+
+
+def _row(values: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
+    """Mean and sample std over sets of each metric (None where a set has no value, std None for one set)."""
+    def spread(name: str) -> tuple[float | None, float | None]:
+        column = [value[name] for value in values]
+        if None in column:
+            return None, None
+        return float(np.mean(column)), float(np.std(column, ddof=1)) if len(column) > 1 else None
+
+    spreads = {name: spread(name) for name in METRICS}
+    return {"repeats": len(values), "mean": {name: spreads[name][0] for name in METRICS},
+            "std": {name: spreads[name][1] for name in METRICS}}
+
+
+def _difference(a: RetrievalScores, b: RetrievalScores, name: str) -> float | None:
+    first, second = _finite(getattr(a, name)), _finite(getattr(b, name))
+    return None if first is None or second is None else first - second
+
+
+def _nanmean(values: np.ndarray) -> float | None:
+    scored = values[~np.isnan(values)]
+    return float(scored.mean()) if len(scored) else None
+
+
+def _finite(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
