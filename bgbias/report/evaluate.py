@@ -21,7 +21,7 @@ import numpy as np
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
-from bgbias.errors import AssetError
+from bgbias.errors import AssetError, OptionError
 
 if TYPE_CHECKING:
     from bgbias.augment.manifests import CorruptedManifest
@@ -74,6 +74,9 @@ def evaluate(
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
     request = request or MeasureRequest()
+    if request.profile and request.worst_k < 1:
+        raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
+                          fix="pass --worst-k 1 or more")
     dataset, items = requested_split(model, request)
     trained_on = model.trained_on()
     protocol, fold = split_protocol(trained_on)

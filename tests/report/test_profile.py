@@ -115,10 +115,10 @@ class RegionModel:
 
 
 def _profile(model, base, tmp_path, **options):
-    request = MeasureRequest(dataset="bench", root=base / "bench", masks=base / "saliency",
-                             backgrounds=base / "backgrounds", manifests=tmp_path / "manifests", profile=True,
-                             repeats=2, worst_k=3, workers=0, progress=False, **options)
-    return evaluate(model, request, log=lambda _: None)
+    settings = dict(dataset="bench", root=base / "bench", masks=base / "saliency",
+                    backgrounds=base / "backgrounds", manifests=tmp_path / "manifests", profile=True, repeats=2,
+                    worst_k=3, workers=0, progress=False)
+    return evaluate(model, MeasureRequest(**{**settings, **options}), log=lambda _: None)
 
 
 def _maps(report) -> dict[str, float]:
@@ -222,3 +222,11 @@ def test_query_side_ranks_by_a_learned_distance_as_the_exact_search_does(tiny_ru
     learned = _maps(evaluate(trained, MeasureRequest(**request), log=lambda _: None).report)
     for name in ("query-side", "worst-case", "mixed-rand"):
         assert learned[name] == pytest.approx(exact[name]), name
+
+
+def test_a_worst_case_of_no_background_is_refused_before_any_work(profile_bench, tmp_path):
+    from bgbias.errors import OptionError
+
+    with pytest.raises(OptionError, match="--worst-k 1 or more"):
+        _profile(RegionModel("object-only", 0, CENTRE, tmp_path / "fg"), profile_bench, tmp_path, worst_k=0)
+    assert not (tmp_path / "manifests").exists()
