@@ -122,11 +122,12 @@ def write_runs_report(
     if profile_rows:
         lines += ["", "## Background-reliance profile (MAP@R, %)", "", PROFILE_NOTE, "",
                   markdown_table(profile_headers, profile_rows)]
+    write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
+    if profile_rows:
         paths["profile_csv"] = out / "profile.csv"
         write_text_atomic(paths["profile_csv"], csv_text(profile_headers, profile_rows))
-    else:
+    else:  # an earlier report's profile table must not outlive it
         (out / "profile.csv").unlink(missing_ok=True)
-    write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
     write_text_atomic(paths["table_csv"], csv_text(headers, rows))
     write_json_atomic(paths["table_json"], {
         "format": TABLE_FORMAT,
