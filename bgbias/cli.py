@@ -354,8 +354,7 @@ def corrupt(
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat; --variant
     makes the profile's variants of it too."""
-    from bgbias.augment.render import render_corrupted_sets
-    from bgbias.augment.render_variants import render_variant_sets
+    from bgbias.augment.render_variants import render_sets
     from bgbias.augment.variant_manifests import PAPER_SET, make_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
@@ -369,15 +368,7 @@ def corrupt(
         click.echo(f"{len(paths)} manifest(s) in {paths[0].parent}")
     if render is not None:
         masks = masks_dir if masks_dir is not None else default_masks_dir(dataset)
-        paper = made.pop(PAPER_SET, None)
-        rendered = []
-        if paper:
-            rendered.append(render_corrupted_sets(dataset, paper, masks, render, backgrounds, force=force))
-        if made:
-            others = [path for paths in made.values() for path in paths]
-            rendered.append(render_variant_sets(dataset, others, masks, render, paper[0] if paper else None,
-                                                backgrounds, force))
-        for results, gallery in rendered:
+        for results, gallery in render_sets(dataset, made, masks, render, backgrounds, force):
             written, kept = sum(r.written for r in results), sum(r.kept for r in results)
             click.echo(f"corrupted images in {render} ({written} rendered, {kept} unchanged and kept); "
                        f"look at {gallery}")

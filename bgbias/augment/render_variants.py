@@ -8,15 +8,23 @@ scored. ``variants.png`` shows a few images in every variant side by side.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bgbias.augment.gallery import evenly_spread, write_gallery
 from bgbias.augment.manifests import CorruptedManifest, load_manifest
 from bgbias.augment.mask_check import saliency_masks
-from bgbias.augment.render import RenderJob, RenderResult, load_pair, png_target, render_entry, render_set
+from bgbias.augment.render import (
+    RenderJob,
+    RenderResult,
+    load_pair,
+    png_target,
+    render_corrupted_sets,
+    render_entry,
+    render_set,
+)
 from bgbias.augment.variant_images import VariantImages
-from bgbias.augment.variant_manifests import VariantManifest, load_variant_manifest
+from bgbias.augment.variant_manifests import PAPER_SET, VariantManifest, load_variant_manifest
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset
 from bgbias.data.splits import split_items
@@ -24,6 +32,28 @@ from bgbias.data.transforms import eval_transform_pair
 from bgbias.fileio import sweep_stale_temps
 
 GALLERY_ROWS = 6
+
+
+def render_sets(
+    dataset: Dataset,
+    made: Mapping[str, Sequence[Path]],
+    masks_dir: Path,
+    out_dir: Path,
+    backgrounds: Path | None = None,
+    force: bool = False,
+) -> list[tuple[list[RenderResult], Path]]:
+    """Render the sets :func:`~bgbias.augment.variant_manifests.make_sets` made into ``out_dir``: the paper's
+    repeats with their ``gallery.png`` (:func:`~bgbias.augment.render.render_corrupted_sets`), the variants
+    with ``variants.png``; what each part wrote and kept, and its gallery."""
+    paper = list(made.get(PAPER_SET, []))
+    others = [path for name, paths in made.items() if name != PAPER_SET for path in paths]
+    rendered = []
+    if paper:
+        rendered.append(render_corrupted_sets(dataset, paper, masks_dir, out_dir, backgrounds, force=force))
+    if others:
+        rendered.append(render_variant_sets(dataset, others, masks_dir, out_dir, paper[0] if paper else None,
+                                            backgrounds, force))
+    return rendered
 
 
 def render_variant_set(

@@ -116,8 +116,8 @@ class RegionModel:
 
 def _profile(model, base, tmp_path, **options):
     settings = dict(dataset="bench", root=base / "bench", masks=base / "saliency",
-                    backgrounds=base / "backgrounds", manifests=tmp_path / "manifests", profile=True, repeats=2,
-                    worst_k=3, workers=0, progress=False)
+                    backgrounds=base / "backgrounds", manifests=tmp_path / "manifests", profile=True,
+                    repeats=2, worst_k=3, workers=0, progress=False)
     return evaluate(model, MeasureRequest(**{**settings, **options}), log=lambda _: None)
 
 
