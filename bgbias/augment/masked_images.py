@@ -56,6 +56,11 @@ class MaskedImages:
                                   dataset_name=opened.name)
         self.num_classes = len({item.label for item in items})
 
+    @property
+    def labels(self) -> list[int]:
+        """Each sample's label, in index order (what an m-per-class sampler needs)."""
+        return [item.label for item in self.images.items]
+
     def __len__(self) -> int:
         return len(self.images)
 

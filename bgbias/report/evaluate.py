@@ -40,9 +40,10 @@ GALLERY_NEIGHBOURS = 5
 
 @dataclass
 class EvaluationResult:
-    """Scores of the clean set and of each corrupted repeat, the report and where its files are."""
+    """Scores of the clean set and of each corrupted repeat, the report and where its files are (None: the
+    report was not written, e.g. precomputed embeddings without an output folder)."""
 
-    out_dir: Path
+    out_dir: Path | None
     report: dict[str, Any]
     files: dict[str, Path]
     clean: RetrievalScores
