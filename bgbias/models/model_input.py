@@ -79,13 +79,18 @@ class ModelInput:
     def describe(self) -> str:
         """One line for the terminal, defaults named as such."""
         convention = self.convention
-        size = f"{self.input_size} px" if self.input_size else "the dataset's evaluation crop"
-        resize = f"shorter side {self.resize}" if self.resize else "the dataset's resize"
+        if self.input_size is None and self.resize is None:
+            geometry = "the dataset's evaluation geometry"
+        else:
+            crop = f"{self.input_size} px" if self.input_size else "the dataset's"
+            resize = (f"shorter side {self.resize}" if self.resize
+                      else "shorter side in the dataset's resize-to-crop proportion")
+            geometry = f"{crop} centre crop after resizing to {resize}"
         numbers = ", ".join(f"{m:g}/{s:g}" for m, s in zip(convention.mean, convention.std, strict=True))
         output = f"its {self.output_key!r} entry" if self.output_key is not None else "the output tensor"
         scaled = "L2-normalised" if self.l2_normalize else "as it is (no L2 normalisation)"
-        return (f"input: {size} centre crop after {resize}, RGB in [0, 1] normalised by {self.normalize} "
-                f"(mean/std per channel {numbers}); embedding: {output}, {scaled}")
+        return (f"input: {geometry}, RGB in [0, 1] normalised by {self.normalize} (mean/std per channel "
+                f"{numbers}); embedding: {output}, {scaled}")
 
 
 def parse_normalization(text: str) -> InputConvention:
