@@ -104,8 +104,12 @@ def file_kind(path: Path) -> str:
 
 
 def _pickle_error(path: Path) -> ModelError:
+    run = path.parent.parent
+    fix = (f"it is a checkpoint of the bgbias run {run}: pass --checkpoint {run}"
+           if path.parent.name == "checkpoints" and (run / "config.json").is_file()
+           else TO_TORCHSCRIPT.format(path=path))
     return ModelError("this is a pickled torch.save file, and unpickling it can run any code it holds, so "
-                      "bgbias does not load it", path=path, fix=TO_TORCHSCRIPT.format(path=path))
+                      "bgbias does not load it", path=path, fix=fix)
 
 
 def load_torchscript(path: Path, device: torch.device) -> Network:

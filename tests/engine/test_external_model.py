@@ -182,6 +182,13 @@ def test_pickled_models_are_refused_unopened_with_the_recipe(tmp_path):
         load_external_model(str(state), ModelInput(), device="cpu", out=tmp_path / "home")
 
 
+def test_a_runs_own_checkpoint_is_refused_with_the_option_that_reads_it(tiny_run, tmp_path):
+    with pytest.raises(ModelError, match="pickled") as err:
+        load_external_model(str(tiny_run / "checkpoints" / "best.pt"), ModelInput(), device="cpu",
+                            out=tmp_path / "home")
+    assert err.value.fix == f"it is a checkpoint of the bgbias run {tiny_run}: pass --checkpoint {tiny_run}"
+
+
 def test_files_that_are_neither_torchscript_nor_onnx_are_named(tmp_path):
     text = tmp_path / "notes.onnx"
     text.write_text("not a model")
