@@ -22,7 +22,7 @@ parser.add_argument("--epochs", type=int, default=5)
 parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--workers", type=int, default=2)
 parser.add_argument("--repeats", type=int, default=5, help="corrupted repeats to score")
-parser.add_argument("--out", default="runs/external/example", help="where the report goes")
+parser.add_argument("--out", default=None, help="report folder (default runs/external/<name>-<digests>)")
 args = parser.parse_args()
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
