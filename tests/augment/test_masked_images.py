@@ -46,3 +46,24 @@ def test_the_mask_is_cut_with_its_image(bench, masks_dir):
 def test_missing_masks_are_named_with_the_command_that_makes_them(bench, tmp_path):
     with pytest.raises(ImageError, match="bgbias masks --dataset bench"):
         MaskedImages("bench", bench.root, masks=tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("layout", ["cub", "cars", "sop", "folder"])
+def test_every_layout_gives_samples_with_contiguous_labels(layout, tmp_path):
+    from bgbias.data.items import mask_path
+    from bgbias.data.registry import open_dataset
+    from tests import replicas
+
+    make = {"cub": lambda root: replicas.make_cub(root, n_classes=6),
+            "cars": lambda root: replicas.make_cars(root, n_classes=6),
+            "sop": replicas.make_sop, "folder": replicas.make_folder}[layout]
+    root = make(tmp_path / layout)
+    mask = replicas.picture(0)[1]  # every replica image has its object in the same rectangle
+    for item in open_dataset(layout, root).items():
+        target = mask_path(item, tmp_path / "masks")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mask.save(target)
+    images = MaskedImages(layout, root, masks=tmp_path / "masks", crop=16)
+    image, image_mask, label = images[0]
+    assert image.shape == (3, 16, 16) and image_mask.shape == (1, 16, 16)
+    assert sorted(set(images.labels)) == list(range(images.num_classes)) and 0 <= label < images.num_classes
