@@ -32,15 +32,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import synchronize
-from bgbias.augment.background_bank import BackgroundBank
+from bgbias.augment.background_bank import train_bank
 from bgbias.augment.bgaugment import BGAugment
 from bgbias.augment.mask_check import saliency_masks
-from bgbias.backgrounds.pool import pool_folder
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
-from bgbias.engine.training import BANK_SHORTER_SIDE, build_method, build_optimizer, make_train_loader
+from bgbias.engine.training import build_method, build_optimizer, make_train_loader
 from bgbias.engine.training_data import train_images
 
 
@@ -72,8 +71,7 @@ def main() -> None:
     torch.manual_seed(0)
     method = build_method(config, items, input_size=args.size).to(device).train()
     optimizer = build_optimizer(config, method)
-    bank = BackgroundBank.from_folder(pool_folder(args.backgrounds, "train"), device, BANK_SHORTER_SIDE)
-    bgaugment = BGAugment(bank, 1.0)
+    bgaugment = BGAugment(train_bank(args.backgrounds, device), 1.0)
 
     first = [batch for batch, _ in zip(loader, range(4), strict=False)]
     batches = [{key: value.to(device) for key, value in batch.items()} for batch in first]

@@ -4,8 +4,43 @@ less.
 The package is grouped by pipeline stage: ``assets`` (offline provisioning), ``data`` (datasets and images),
 ``backgrounds`` and ``bench`` (background pools and the embedded bench dataset), ``saliency`` (U²-Net masks),
 ``augment`` (compositing), ``models``, ``methods``, ``engine``, ``explain`` and ``report``.
-Importing the package is cheap: heavy libraries (torch, rembg, faiss) are imported by the functions that need
-them.
+
+The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
+anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
+:func:`score_embeddings` for precomputed embeddings, :func:`make_masks` and :func:`make_corrupted_sets`,
+and :class:`ModelInput`. Importing the package is cheap: each name is imported on first use, and heavy
+libraries (torch, rembg, faiss) by the functions that need them.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_PUBLIC = {
+    "BGAugment": "bgbias.augment.bgaugment",
+    "MaskedImages": "bgbias.augment.masked_images",
+    "ModelInput": "bgbias.models.model_input",
+    "evaluate": "bgbias.api",
+    "evaluate_embeddings": "bgbias.api",
+    "make_corrupted_sets": "bgbias.api",
+    "make_masks": "bgbias.api",
+    "score_embeddings": "bgbias.retrieval.metrics",
+}
+"""Each public name and the module that defines it."""
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'bgbias' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -5,6 +5,7 @@ Heavy libraries are imported inside the commands, so ``bgbias --help`` answers a
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -440,22 +441,89 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 
 
 # ---------------------------------------------------------------------------------------------------- eval
+_EXTERNAL_PARAMS = {
+    "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
+    "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
+    "out": "--out",
+}
+"""The options that describe a --model, by parameter name."""
+
+
 def _model_options(command):
-    """--checkpoint, --runs and --device: which trained model to load, on which device."""
-    command = click.option("--device", default="auto", show_default=True,
-                           help="auto (CUDA when present), cpu, cuda or cuda:N.")(command)
-    command = click.option("--runs", type=_PATH_DIR, default=None,
-                           help="Runs folder whose latest run is the default (default ./runs).")(command)
-    return click.option(
-        "--checkpoint", type=click.Path(path_type=Path), default=None, metavar="RUN",
-        help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run.",
-    )(command)
+    """Which model to score, on which device: a trained run (--checkpoint, --runs) or any other model
+    (--model and its input convention). The command receives ``load_model``, which loads it."""
+    @functools.wraps(command)
+    def with_model(**params):
+        chosen = {name: params.pop(name) for name in ("checkpoint", "runs", "device", "model",
+                                                      *_EXTERNAL_PARAMS)}
+        return command(load_model=functools.partial(_load_model, **chosen), **params)
+
+    options = [
+        click.option("--checkpoint", type=click.Path(path_type=Path), default=None, metavar="RUN",
+                     help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run."),
+        click.option("--runs", type=_PATH_DIR, default=None,
+                     help="Runs folder whose latest run is the default (default ./runs)."),
+        click.option("--device", default="auto", show_default=True,
+                     help="auto (CUDA when present), cpu, cuda or cuda:N."),
+        click.option("--model", default=None, metavar="SPEC",
+                     help="A model bgbias did not train, instead of a run: a TorchScript file, an ONNX file, "
+                          "or a factory package.module:callable returning a torch.nn.Module (e.g. "
+                          "torchvision.models:resnet50)."),
+        click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
+                     help="A keyword argument of the --model factory (repeatable)."),
+        click.option("--input-size", type=click.IntRange(min=1), default=None,
+                     help="--model: side of its square input (default: the dataset's evaluation crop)."),
+        click.option("--resize", type=click.IntRange(min=1), default=None,
+                     help="--model: shorter side before the centre crop (default: the dataset's, scaled "
+                          "with --input-size)."),
+        click.option("--normalize", default="imagenet", show_default=True,
+                     help="--model: imagenet, clip, none (RGB in [0, 1]) or MEAN,STD (two or six numbers)."),
+        click.option("--output-key", default=None,
+                     help="--model: the entry (dict key, or tuple position) of its output that holds the "
+                          "embeddings."),
+        click.option("--l2-normalize/--no-l2-normalize", default=True, show_default=True,
+                     help="--model: scale each embedding to unit length (rank by cosine similarity)."),
+        click.option("--out", type=_PATH_DIR, default=None,
+                     help="--model: folder for its reports (default runs/external/<name>-<digests>)."),
+    ]
+    for option in reversed(options):
+        with_model = option(with_model)
+    return with_model
+
+
+def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: str | None, **external):
+    """The run ``checkpoint`` (default: the latest of ``runs``), or the external ``model`` read as the
+    ``external`` options state (printed, defaults included)."""
+    from bgbias.engine.trained import load_trained
+
+    ctx = click.get_current_context()
+    given = [option for name, option in _EXTERNAL_PARAMS.items()
+             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if model is None:
+        if given:
+            raise OptionError(f"{', '.join(given)} describe a model given with --model",
+                              fix="add --model SPEC, or drop them to score a run")
+        return load_trained(checkpoint, device=device, runs=runs)
+    if checkpoint is not None or runs is not None:
+        raise OptionError("--model names a model of its own; --checkpoint and --runs name a run",
+                          fix="pass either --model or --checkpoint/--runs")
+    from bgbias.engine.external_model import load_external_model
+    from bgbias.engine.model_spec import parse_model_args
+    from bgbias.models.model_input import ModelInput
+
+    model_input = ModelInput(external["input_size"], external["resize"], external["normalize"],
+                             external["output_key"], external["l2_normalize"])
+    loaded = load_external_model(model, model_input, args=parse_model_args(external["model_args"]),
+                                 device=device, out=external["out"])
+    click.echo(f"model: {loaded.network.kind} {loaded.network.spec}; reports in {loaded.home}", err=True)
+    click.echo(model_input.describe(), err=True)
+    return loaded
 
 
 @main.command("eval")
 @_model_options
 @click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
-              help="Dataset to evaluate on (default: the run's).")
+              help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 @click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
@@ -479,30 +547,29 @@ def _model_options(command):
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
-             root: Path | None, split: str, corrupted: bool, repeats: int, seed: int, masks: Path | None,
-             backgrounds: Path | None, manifests: Path | None, shortlist: int | None, profile: bool,
-             worst_k: int, batch_size: int, workers: int, no_progress: bool) -> None:
-    """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained model; report files in <run>/eval/."""
+def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,
+             repeats: int, seed: int, masks: Path | None, backgrounds: Path | None, manifests: Path | None,
+             shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int,
+             no_progress: bool) -> None:
+    """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained run or any other model (--model); with
+    --profile the background-reliance profile too; report files in <run>/eval/ (a --model's in --out)."""
     from bgbias.engine.request import MeasureRequest
-    from bgbias.engine.trained import load_trained
-    from bgbias.report.console import format_evaluation_summary
     from bgbias.report.evaluate import evaluate as evaluate_model
 
-    trained = load_trained(checkpoint, device=device, runs=runs)
+    model = load_model()
     request = MeasureRequest(
         dataset=dataset_name, root=root, split=split, masks=masks, corrupted=corrupted, repeats=repeats,
         seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, profile=profile,
         worst_k=worst_k, batch_size=batch_size, workers=workers, progress=not no_progress,
     )
-    result = evaluate_model(trained, request, log=lambda line: click.echo(line, err=True))
-    click.echo(format_evaluation_summary(result.report, result.files))
+    result = evaluate_model(model, request, log=lambda line: click.echo(line, err=True))
+    click.echo(result.summary())
 
 
 @main.command("explain")
 @_model_options
 @click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
-              help="Dataset to explain (default: the run's).")
+              help="Dataset to explain (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
 @click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -520,14 +587,12 @@ def evaluate(checkpoint: Path | None, runs: Path | None, device: str, dataset_na
               help="Images in the heat-map gallery.")
 @click.option("--force", is_flag=True, help="Start over where earlier results of other settings are.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_name: str | None,
-            root: Path | None, split: str, limit: int | None, attribution: str,
-            attribution_options: tuple[str, ...], masks: Path | None, seed: int, batch_size: int | None,
-            gallery_count: int, force: bool, no_progress: bool) -> None:
+def explain(load_model, dataset_name: str | None, root: Path | None, split: str, limit: int | None,
+            attribution: str, attribution_options: tuple[str, ...], masks: Path | None, seed: int,
+            batch_size: int | None, gallery_count: int, force: bool, no_progress: bool) -> None:
     """Attribution maps and the paper's foreground score (how much of them falls on the object), into
     <run>/explain/<dataset>-<split>-<attribution label>/ (--force starts over in that folder only)."""
     from bgbias.engine.request import MeasureRequest
-    from bgbias.engine.trained import load_trained
     from bgbias.explain.run import explain as explain_model
     from bgbias.methods.attribution import parse_attribution_options
 
@@ -537,8 +602,7 @@ def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_nam
         attribution_seed=seed, batch_size=batch_size, gallery_count=gallery_count, force=force,
         progress=not no_progress,
     )
-    trained = load_trained(checkpoint, device=device, runs=runs)
-    result = explain_model(trained, request, log=lambda line: click.echo(line, err=True))
+    result = explain_model(load_model(), request, log=lambda line: click.echo(line, err=True))
     click.echo(f"scores: {result.scores_csv}")
     if result.gallery is not None:
         click.echo(f"gallery: {result.gallery}")
@@ -550,14 +614,17 @@ def explain(checkpoint: Path | None, runs: Path | None, device: str, dataset_nam
 @click.option("--out", type=_PATH_DIR, default=None,
               help="Folder for table.md/.csv/.json and runs.png (default <runs>/report).")
 @click.option("--runs", type=_PATH_DIR, default=None,
-              help="Without RUN arguments, every evaluated run in this folder (default ./runs).")
+              help="Without RUN arguments, every evaluated run in this folder and every external model in "
+                   "its external/ (default ./runs).")
 @click.option("--attribution", "attribution_label", default="smoothgrad", show_default=True,
               help="Whose maps the galleries compare across runs: an attribution label, the end of the "
                    "explain folders' names (e.g. smoothgrad-copies50).")
 def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None,
            attribution_label: str) -> None:
     """Several evaluated runs in one Table-1-style table: method × clean / corrupted, with and without
-    BGAugment, plus foreground scores (one column per attribution) where `bgbias explain` ran."""
+    BGAugment, plus foreground scores (one column per attribution) where `bgbias explain` ran. A RUN may also
+    be the folder of a model scored with `bgbias eval --model` (one row of its own)."""
+    from bgbias.engine.model_folders import evaluated_folders
     from bgbias.paths import runs_root
     from bgbias.report.compare import compare_runs
     from bgbias.report.evaluation import markdown_table
@@ -565,7 +632,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 
     runs = runs if runs is not None else runs_root()
     if not run_dirs:
-        run_dirs = tuple(sorted({p.parents[2] for p in runs.glob(f"*/eval/*-{split}/report.json")}))
+        run_dirs = tuple(evaluated_folders(runs, split))
         if not run_dirs:
             raise OptionError(f"no run in {runs} has an evaluation report for the {split} split",
                               fix="evaluate runs with `bgbias eval --corrupted`, or name run folders")

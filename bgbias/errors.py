@@ -70,6 +70,11 @@ class OptionError(BgbiasError):
     """A command-line option or configuration value is invalid."""
 
 
+class ModelError(BgbiasError):
+    """A model given to be scored cannot be loaded or run as stated: an unsafe or unknown file, a factory that
+    cannot be imported or returns no module, an output that is not one embedding per image."""
+
+
 class OutputError(BgbiasError):
     """A file or folder cannot be written: a read-only or full disk, no permission, a file where a folder is
     needed."""

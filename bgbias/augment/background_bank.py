@@ -25,13 +25,18 @@ import numpy as np
 from PIL import Image
 
 from bgbias.augment.background_crops import BackgroundCrop
-from bgbias.backgrounds.pool import list_pool
+from bgbias.backgrounds.pool import list_pool, pool_folder
 from bgbias.data.images import load_image
 from bgbias.data.transforms import resized_size
 from bgbias.errors import OptionError
 
 if TYPE_CHECKING:
+    import os
+
     import torch
+
+TRAIN_SHORTER_SIDE = 256
+"""The shorter side training backgrounds are kept at (the paper's code resizes them to 256, then crops)."""
 
 
 class BackgroundBank:
@@ -84,6 +89,14 @@ class BackgroundBank:
     def device(self) -> torch.device:
         return self.pixels.device
 
+    def to(self, device: torch.device | str) -> BackgroundBank:
+        """The same backgrounds on ``device`` (this bank itself when they are there already)."""
+        import torch
+
+        if torch.device(device) == self.device:
+            return self
+        return BackgroundBank(self.pixels.to(device), self.sizes, self.names)
+
     def __len__(self) -> int:
         return len(self.sizes)
 
@@ -102,6 +115,12 @@ class BackgroundBank:
                 raise ValueError(f"crop {crop} does not fit the bank's backgrounds")
         rendered = render_crops(self.pixels, crops, size, uint8_kernel=self.device.type == "cpu")
         return rendered.div_(255).to(dtype)
+
+
+def train_bank(backgrounds: str | os.PathLike[str], device: torch.device | str) -> BackgroundBank:
+    """The training pool of ``backgrounds`` (its ``train/``, or the folder itself when it has none), decoded
+    at shorter side :data:`TRAIN_SHORTER_SIDE` onto ``device``: what BGAugment draws from in training."""
+    return BackgroundBank.from_folder(pool_folder(backgrounds, "train"), device, TRAIN_SHORTER_SIDE)
 
 
 def pad_stack(arrays: Sequence[np.ndarray]) -> np.ndarray:

@@ -4,10 +4,12 @@ Sampling (which background, which box, which flip, applied or not) is a few numb
 caller's generator; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
 with the one :func:`~bgbias.augment.composite.composite`, after the paired geometry the workers already gave
 image and mask. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
+The training engine and anyone's own training loop call the same :class:`BGAugment`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -68,47 +70,57 @@ def apply_bgaugment(
 
 
 class BGAugment:
-    """The per-step call of the training engine: ``uint8`` images and masks on the device in, the composited
-    float batch in [0, 1] out, on the same device."""
+    """BGAugment as one call: a batch of images and their masks in, the composited float batch in [0, 1]
+    out, on the images' device.
 
-    def __init__(self, bank: BackgroundBank, p: float = 1.0):
+    ``backgrounds`` is a :class:`BackgroundBank` or a background folder (its ``train/`` pool, or the folder
+    itself when it has none; :func:`~bgbias.augment.background_bank.train_bank`). Images are ``uint8`` (0–255)
+    or float in [0, 1], (B, 3, S, S); masks likewise, (B, 1, S, S). Each call draws from ``rng`` when given
+    (the training engine passes one keyed by seed, epoch and step, so a resumed run repeats its draws), else
+    from the instance's own generator seeded by ``seed``: in anyone's training loop, the same seed and the
+    same batches give the same composites.
+    """
+
+    def __init__(self, backgrounds: BackgroundBank | str | os.PathLike[str], p: float = 1.0, seed: int = 0):
+        from bgbias.augment.background_bank import train_bank
+
         check_probability(p)
-        self.bank = bank
+        self.bank = backgrounds if isinstance(backgrounds, BackgroundBank) else train_bank(backgrounds, "cpu")
         self.p = p
+        self.rng = np.random.default_rng(seed)
 
     def __call__(
-        self, images_u8: torch.Tensor, masks_u8: torch.Tensor, rng: np.random.Generator
+        self, images: torch.Tensor, masks: torch.Tensor, rng: np.random.Generator | None = None
     ) -> torch.Tensor:
         import torch
 
-        check_batch(images_u8, masks_u8, self.bank.device)
-        images = images_u8.float().div_(255)
-        params = sample_bgaugment(self.bank.sizes, images.shape[0], self.p, rng)
+        check_batch(images, masks)
+        self.bank = self.bank.to(images.device)
+        images = _unit_float(images)
+        params = sample_bgaugment(self.bank.sizes, images.shape[0], self.p, rng or self.rng)
         if not any(params.apply):
             return images
         backgrounds = self.bank.render(params.crops, images.shape[-1], images.dtype)
         apply = torch.tensor(params.apply, dtype=torch.bool).to(images.device, non_blocking=True)
-        return apply_bgaugment(images, masks_u8.float().div_(255), backgrounds, apply)
+        return apply_bgaugment(images, _unit_float(masks), backgrounds, apply)
 
 
-def check_batch(images: torch.Tensor, masks: torch.Tensor, device: torch.device) -> None:
-    """Images ``uint8`` (B, 3, S, S) and masks ``uint8`` (B, 1, S, S), on the bank's ``device``."""
+def check_batch(images: torch.Tensor, masks: torch.Tensor) -> None:
+    """Images (B, 3, S, S) and masks (B, 1, S, S), each ``uint8`` or float, on one device."""
     import torch
 
     batch = images.shape[0] if images.dim() == 4 else -1
     side = images.shape[-1]
-    if (
-        images.dtype != torch.uint8
-        or masks.dtype != torch.uint8
-        or images.shape != (batch, 3, side, side)
-        or masks.shape != (batch, 1, side, side)
-    ):
+    kinds_ok = all(t.dtype == torch.uint8 or t.is_floating_point() for t in (images, masks))
+    if not kinds_ok or images.shape != (batch, 3, side, side) or masks.shape != (batch, 1, side, side):
         raise ValueError(
-            "BGAugment needs uint8 images (B, 3, S, S) and masks (B, 1, S, S), got "
+            "BGAugment needs images (B, 3, S, S) and masks (B, 1, S, S), uint8 or float in [0, 1], got "
             f"{images.dtype} {tuple(images.shape)} and {masks.dtype} {tuple(masks.shape)}"
         )
-    if images.device != device or masks.device != device:
-        raise ValueError(
-            f"images ({images.device}) and masks ({masks.device}) must be on the background bank's device "
-            f"({device})"
-        )
+    if images.device != masks.device:
+        raise ValueError(f"images ({images.device}) and masks ({masks.device}) must be on one device")
+
+
+def _unit_float(pixels: torch.Tensor) -> torch.Tensor:
+    """``uint8`` pixels as float in [0, 1]; float pixels as they are."""
+    return pixels if pixels.is_floating_point() else pixels.float().div_(255)

@@ -117,12 +117,17 @@ def split_pool_dir(split: str, backgrounds: Path | None = None) -> Path:
 
 
 def default_manifest_dir(
-    dataset: Dataset, split: str, seed: int, protocol: str = "fixed", fold: int = 0
+    dataset: Dataset, split: str, seed: int, protocol: str = "fixed", fold: int = 0,
+    geometry: EvalGeometry | None = None,
 ) -> Path:
     """``corrupted/<dataset key>/<split>/seed-<S>`` (see :attr:`Dataset.key`); a cv4 validation split gets its
-    fold in the folder name."""
+    fold in the folder name, and a geometry other than the dataset's evaluation geometry (a model that wants
+    other sizes) ``-resize<R>-crop<C>``: the same draws of backgrounds, composited at its size."""
     split_dir = split if protocol == "fixed" else f"{split}-{protocol}-fold{fold}"
-    return corrupted_root() / dataset.key / split_dir / f"seed-{seed}"
+    seed_dir = f"seed-{seed}"
+    if geometry is not None and geometry != eval_geometry(dataset.name):
+        seed_dir += f"-resize{geometry.resize}-crop{geometry.crop}"
+    return corrupted_root() / dataset.key / split_dir / seed_dir
 
 
 def manifest_name(repeat: int) -> str:
@@ -184,7 +189,7 @@ def make_corrupted_manifests(
     geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:
-        out_dir = default_manifest_dir(dataset, split, seed, protocol, fold)
+        out_dir = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
     items = split_items(dataset, split, protocol, fold)
     pool = describe_pool(pool_dir)
     sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)

@@ -4,7 +4,8 @@ The fixed split is the one the paper's code uses (docs/design.md, *Datasets and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
 
 from bgbias.data.items import Dataset, Item
 from bgbias.errors import DatasetError, OptionError
@@ -26,6 +27,12 @@ def split_items(dataset: Dataset, split: str, protocol: str = "fixed", fold: int
         )
     wanted = set(classes)
     return [item for item in dataset.items() if item.label in wanted]
+
+
+def with_contiguous_labels(items: Sequence[Item]) -> list[Item]:
+    """``items`` with their labels renumbered 0 … C−1 in sorted label order: what proxy losses index."""
+    label_of = {label: i for i, label in enumerate(sorted({item.label for item in items}))}
+    return [dataclasses.replace(item, label=label_of[item.label]) for item in items]
 
 
 def split_classes(dataset: Dataset, split: str, protocol: str = "fixed", fold: int = 0) -> list[int]:

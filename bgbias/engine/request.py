@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bgbias.errors import DatasetError, OptionError
 
 if TYPE_CHECKING:
+    from bgbias.data.geometry import EvalGeometry
     from bgbias.data.items import Dataset, Item
     from bgbias.methods.embedding_model import EmbeddingModel, TrainedOn
 
@@ -99,3 +100,14 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
                 "this one on purpose",
         )
     return dataset, split_items(dataset, request.split, *split_protocol(trained))
+
+
+def measured_geometry(model: EmbeddingModel, dataset_name: str) -> EvalGeometry:
+    """The geometry ``model`` is measured at on dataset ``dataset_name``: its own where it states one
+    (:class:`~bgbias.methods.embedding_model.OwnGeometry`), else the dataset's evaluation geometry."""
+    from bgbias.data.transforms import eval_geometry
+    from bgbias.methods.embedding_model import OwnGeometry
+
+    if isinstance(model, OwnGeometry):
+        return model.eval_geometry(dataset_name)
+    return eval_geometry(dataset_name)

@@ -53,9 +53,6 @@ if TYPE_CHECKING:
     from bgbias.data.train_images import TrainImages
     from bgbias.methods.base import Batch, Method
 
-# Backgrounds are kept with this shorter side on the device (the paper's code resizes them to 256 before
-# cropping).
-BANK_SHORTER_SIDE = 256
 _BGAUGMENT_STREAM = 0xB6A0
 
 
@@ -475,14 +472,12 @@ def make_train_loader(
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):
-    from bgbias.augment.background_bank import BackgroundBank
+    from bgbias.augment.background_bank import train_bank
     from bgbias.augment.bgaugment import BGAugment
-    from bgbias.backgrounds.pool import pool_folder
     from bgbias.paths import backgrounds_root
 
     root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else backgrounds_root()
-    bank = BackgroundBank.from_folder(pool_folder(root, "train"), device, shorter_side=BANK_SHORTER_SIDE)
-    return BGAugment(bank, config.bgaugment.p)
+    return BGAugment(train_bank(root, device), config.bgaugment.p)
 
 
 def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):

@@ -12,7 +12,6 @@ sees the same batches (each rank then computes the same update).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,16 +64,11 @@ def train_images(
 ) -> TrainImages:
     """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
     losses index classes 0 … C−1."""
+    from bgbias.data.splits import with_contiguous_labels
     from bgbias.data.train_images import TrainImages
 
-    label_of = contiguous_labels(items)
-    items = [dataclasses.replace(item, label=label_of[item.label]) for item in items]
-    return TrainImages(items, train_geometry_of(config, dataset.name), masks, dataset_name=dataset.name)
-
-
-def contiguous_labels(items: list[Item]) -> dict[int, int]:
-    """Dataset label → 0 … C−1, in sorted label order (what proxy losses index)."""
-    return {label: i for i, label in enumerate(sorted({item.label for item in items}))}
+    return TrainImages(with_contiguous_labels(items), train_geometry_of(config, dataset.name), masks,
+                       dataset_name=dataset.name)
 
 
 class TrainingPasses:

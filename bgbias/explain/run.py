@@ -45,7 +45,7 @@ from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform, eval_transform_pair
-from bgbias.engine.request import MeasureRequest, requested_split
+from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
 from bgbias.errors import DatasetError, ImageError, OptionError
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 from bgbias.explain.heatmap import attribution_gallery, overlay
@@ -486,7 +486,6 @@ def explain(
     fastest, 8 on CUDA).
     """
     from bgbias.data.items import default_masks_dir
-    from bgbias.data.transforms import eval_geometry
 
     request = request or MeasureRequest()
     attribution, options = request.attribution, request.attribution_options
@@ -501,7 +500,7 @@ def explain(
     batch_size = request.batch_size or (8 if model.device.type == "cuda" else 1)
     log(f"explaining {len(items)} {request.split} images of {dataset.name} with {label}")
     result = explain_items(
-        model, items, eval_geometry(dataset.name),
+        model, items, measured_geometry(model, dataset.name),
         masks_dir=Path(request.masks) if request.masks is not None else default_masks_dir(dataset),
         dataset_name=dataset.name, out_dir=explain_dir(model.home, dataset.key, request.split, label),
         attribution=attribution, options=options, device=model.device, seed=request.attribution_seed,

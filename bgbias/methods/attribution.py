@@ -142,9 +142,18 @@ def needs_references(attribution: Attribution) -> bool:
 
 
 def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
-    """An ``OptionError`` naming the attribution and the models it serves unless it ``supports`` ``model``."""
+    """An ``OptionError`` naming the attribution and the models it serves unless it ``supports`` ``model``;
+    every attribution differentiates the model, so one that is not ``differentiable`` (an ONNX model) is
+    refused with the way to a differentiable copy."""
+    what = model.describe().get("method") or type(model).__name__
+    if not getattr(model, "differentiable", True):
+        raise OptionError(
+            f"attribution {name!r} differentiates the model, and gradients cannot flow through {what!r} "
+            "(an ONNX model runs in onnxruntime)",
+            fix="explain a TorchScript export of the model (torch.jit.save) or its factory "
+                "package.module:callable instead; `bgbias eval` scores the ONNX file itself",
+        )
     if not attribution.supports(model):
-        what = model.describe().get("method") or type(model).__name__
         raise OptionError(
             f"attribution {name!r} cannot explain {what!r}",
             fix=f"{name} serves {attribution.serves}; choose another attribution (see `bgbias methods`)",

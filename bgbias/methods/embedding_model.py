@@ -8,6 +8,10 @@ a model from elsewhere needs only these members.
 :class:`FeatureMaps` is an optional capability on top: a model that names the modules whose outputs are its
 feature maps can be explained by attributions that take Grad-CAM at a feature map (SAM's similarity
 attention), whoever trained it. Every model a method backs has it (its backbone's named stages).
+:class:`OwnGeometry` is another: a model that wants its images at another size than the dataset's evaluation
+geometry says so (an external model's ``--input-size`` and ``--resize``). A model whose ``differentiable``
+attribute is False (an ONNX model run by onnxruntime) is refused by the attributions, which all differentiate
+the model; without the attribute a model is differentiable.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from bgbias.data.geometry import EvalGeometry
     from bgbias.methods.base import ImageState
     from bgbias.models.input_convention import InputConvention
     from bgbias.retrieval.retrievers import Retrieval
@@ -105,4 +110,14 @@ class FeatureMaps(Protocol):
         """The module whose output is the feature map of ``stage`` (default: the last stage, the map the
         embedding is pooled from); it must run exactly once per ``embed`` call. An unknown stage is an
         ``OptionError`` naming the stages."""
+        ...
+
+
+@runtime_checkable
+class OwnGeometry(Protocol):
+    """An optional capability of an :class:`EmbeddingModel`: the geometry its images are brought to."""
+
+    def eval_geometry(self, dataset_name: str) -> EvalGeometry:
+        """The evaluation geometry of its images on dataset ``dataset_name`` (corrupted sets and attribution
+        maps follow it)."""
         ...

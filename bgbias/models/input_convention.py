@@ -60,3 +60,9 @@ CAFFE_BGR = InputConvention(mean=(104.0, 117.0, 128.0), std=(1.0, 1.0, 1.0), bgr
 SYMMETRIC = InputConvention(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 """[0, 1] -> [−1, 1]: what torchvision's GoogLeNet weights (ported from TensorFlow) expect; torchvision gets
 there with ``transform_input=True`` applied to ImageNet-normalised input."""
+
+CLIP = InputConvention(mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
+"""OpenAI CLIP's image encoders (and open_clip's CLIP-trained ones)."""
+
+UNIT = InputConvention(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+"""RGB in [0, 1] as it is: a network that normalises its input itself."""

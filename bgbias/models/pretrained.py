@@ -50,6 +50,18 @@ def load_mobilenet_v2_imagenet(
     return load_old_layout_features(model, path)
 
 
+def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
+    """torchvision's MobileNetV2 with ImageNet weights (:func:`load_mobilenet_v2_imagenet`: the offline
+    asset, else torchvision's download) and its classifier removed: ImageNet-normalised images in, (B, 1280)
+    pooled features out. The ImageNet baseline of the bench's backbone as a factory, so it works offline:
+    ``bgbias eval --model bgbias.models.pretrained:imagenet_mobilenet_v2``."""
+    from torch import nn
+
+    model = load_mobilenet_v2_imagenet(import_torchvision().models.mobilenet_v2(weights=None), home=home)
+    model.classifier = nn.Identity()
+    return model
+
+
 def load_old_layout_features(model: torch.nn.Module, path: Path) -> torch.nn.Module:
     """Load an old-layout MobileNetV2 feature file into ``model.features``, checking key kinds and shapes."""
     state = read_state_file(path, fix=_FETCH_FIX)

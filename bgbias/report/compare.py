@@ -36,8 +36,7 @@ def compare_attributions(
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
-    from bgbias.engine.config import load_run_config
-    from bgbias.engine.run_dir import open_run_dir
+    from bgbias.engine.model_folders import open_model_folder
     from bgbias.explain.heatmap import attribution_gallery
     from bgbias.explain.records import RECORDS_NAME, SCORE_LEDGER
     from bgbias.explain.run import (
@@ -52,8 +51,7 @@ def compare_attributions(
     )
     from bgbias.report.evaluation import run_label
 
-    runs = [open_run_dir(path) for path in run_dirs]
-    configs = [load_run_config(run.config) for run in runs]
+    runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
     missing = [folder for folder in folders if not (folder / SCORES_CSV).is_file()]
     if missing:
@@ -63,15 +61,20 @@ def compare_attributions(
                           path=missing[0],
                           fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}{how}")
     dataset_name = json.loads((folders[0] / SUMMARY_JSON).read_text(encoding="utf-8"))["dataset"]
-    first = configs[0]
-    dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
-    items = split_items(dataset, split, first.protocol, first.fold)
+    # External models record no training dataset: the first run's, else the dataset's default folder.
+    first = next((run.trained_on for run in runs if run.trained_on is not None), None)
+    if first is None:
+        dataset, protocol, fold = open_dataset(dataset_name), "fixed", 0
+    else:
+        dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
+        protocol, fold = first.protocol, first.fold
+    items = split_items(dataset, split, protocol, fold)
     shared = [item for item in items if all(map_path(item, folder).is_file() for folder in folders)]
     if not shared:
         raise OptionError("the runs' explanations share no gallery image", path=folders[0],
                           fix="explain every run with the same --limit and --gallery settings")
     picked = [shared[i] for i in evenly_spread(len(shared), count)]
-    labels = [run_label(c.method, c.bgaugment.enabled) for c in configs]
+    labels = [run_label(run.method, bool(run.bgaugment)) for run in runs]
     scores = [SCORE_LEDGER.read(folder / RECORDS_NAME)[1] for folder in folders]
     geometry = eval_geometry(dataset.name)
     images, masks, maps = [], [], {label: [] for label in labels}
@@ -95,14 +98,20 @@ def compare_runs(
     label: str = DEFAULT_ATTRIBUTION,
 ) -> list[Path]:
     """``out_dir/foreground-<dataset>-<split>.png`` for every dataset that two or more of the runs explained
-    with the attribution ``label`` (with shared gallery images), ``foreground-<dataset>-<split>-<label>.png``
-    for another label than the default; returns the galleries written."""
+    with the attribution ``label`` (with shared gallery images) at the dataset's evaluation geometry,
+    ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
+    written."""
+    from bgbias.data.transforms import eval_geometry
     from bgbias.explain.run import SCORES_CSV, explained_sets
 
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):
         for explained in explained_sets(run, split):
-            if explained.label == label and (explained.folder / SCORES_CSV).is_file():
+            # A model explained at a size of its own (an external model's --input-size) has maps of another
+            # size than the others' images: it is left out of the side-by-side galleries.
+            own_size = explained.summary.get("geometry") != eval_geometry(
+                explained.summary["dataset"]).as_dict()
+            if explained.label == label and (explained.folder / SCORES_CSV).is_file() and not own_size:
                 by_dataset.setdefault(explained.dataset_key, []).append(run)
     suffix = "" if label == DEFAULT_ATTRIBUTION else f"-{label}"
     out = Path(out_dir)

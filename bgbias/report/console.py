@@ -85,6 +85,17 @@ def format_training_summary(result: TrainResult) -> str:
     return "\n".join(lines)
 
 
+def _model_origin(report: Mapping[str, Any]) -> str:
+    """Where the scored model came from, as the summary's title says it: a run's checkpoint epoch, an external
+    model's kind and file or factory, nothing for a model in memory."""
+    checkpoint, model = report.get("checkpoint"), report.get("model")
+    if isinstance(checkpoint, Mapping) and "epoch" in checkpoint:
+        return f", checkpoint epoch {checkpoint['epoch']}"
+    if isinstance(model, Mapping):
+        return f", {model['kind']} {model['spec']}"
+    return ""
+
+
 def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any]) -> str:
     """Clean vs corrupted (mean ± std over repeats) per metric, the drop, and where the report files are."""
     names = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
@@ -105,7 +116,7 @@ def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any
         rows.append(row)
     variant = " + BGAugment" if report["bgaugment"] else ""
     title = (f"{report['method']}{variant} on {report['dataset']} {report['split']} "
-             f"({report['images']} images, checkpoint epoch {report['checkpoint']['epoch']})")
+             f"({report['images']} images{_model_origin(report)})")
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bgbias.engine.embedding_cache import files_fingerprint
-from bgbias.engine.request import MeasureRequest, requested_split, split_protocol
+from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
 from bgbias.errors import AssetError, OptionError
 
@@ -41,15 +41,22 @@ GALLERY_NEIGHBOURS = 5
 
 @dataclass
 class EvaluationResult:
-    """Scores of the clean set and of each corrupted repeat, the report and where its files are."""
+    """Scores of the clean set and of each corrupted repeat, the report and where its files are (None: the
+    report was not written, e.g. precomputed embeddings without an output folder)."""
 
-    out_dir: Path
+    out_dir: Path | None
     report: dict[str, Any]
     files: dict[str, Path]
     clean: RetrievalScores
     corrupted: list[RetrievalScores]
     embedded: int
     """Sets embedded now (the others came from the cache)."""
+
+    def summary(self) -> str:
+        """What ``bgbias eval`` prints: clean vs corrupted per metric, the drop, and where the report is."""
+        from bgbias.report.console import format_evaluation_summary
+
+        return format_evaluation_summary(self.report, self.files)
 
 
 def evaluate(
@@ -68,7 +75,6 @@ def evaluate(
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
-    from bgbias.data.transforms import eval_geometry
     from bgbias.report.evaluation import summarize_evaluation
     from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
@@ -82,7 +88,7 @@ def evaluate(
     protocol, fold = split_protocol(trained_on)
     split = request.split
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
-    geometry = eval_geometry(dataset.name)
+    geometry = measured_geometry(model, dataset.name)
     states = SplitStates(model, dataset.name, items, geometry, batch_size=request.batch_size,
                          workers=request.workers, progress=request.progress, log=log)
     labels = states.labels
@@ -214,7 +220,7 @@ def corrupted_manifests(
 
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
-        folder = default_manifest_dir(dataset, split, seed, protocol, fold)
+        folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
     loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if path.is_file()}

@@ -72,9 +72,11 @@ def table_one(
         headers += [f"{name} clean", f"{name} corrupted"]
     headers += [f"{dataset} fg score" + ("" if label == DEFAULT_ATTRIBUTION else f" ({label})")
                 for dataset, label in fg_columns]
+    # A model bgbias did not train (its report's bgaugment is None) has no "+ BGAugment" counterpart.
+    external = {str(report["method"]) for report in reports if report.get("bgaugment", False) is None}
     rows = []
     for method in methods:
-        for bgaugment in (False, True):
+        for bgaugment in (False,) if method in external else (False, True):
             row = [run_label(method, bgaugment)]
             for dataset, split in groups:
                 row += _map_cells(by_key.get((method, bgaugment, dataset, split)))
@@ -147,25 +149,24 @@ def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
 ) -> tuple[list[dict[str, Any]], dict[ForegroundKey, dict[str, Any]]]:
     """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
-    run folders, one per (run, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a
-    run without any evaluation report is an error that says how to make one."""
-    from bgbias.engine.config import load_run_config
-    from bgbias.engine.run_dir import open_run_dir
+    run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
+    per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
+    any evaluation report is an error that says how to make one."""
+    from bgbias.engine.model_folders import open_model_folder
     from bgbias.explain.run import explained_sets
 
     reports: list[dict[str, Any]] = []
     foreground: dict[ForegroundKey, dict[str, Any]] = {}
     for path in run_dirs:
-        run = open_run_dir(path)
-        found = sorted(run.root.glob(f"eval/*-{split}/report.json"))
+        folder = open_model_folder(path)
+        found = sorted(folder.root.glob(f"eval/*-{split}/report.json"))
         if not found:
-            raise OptionError(f"the run has no evaluation report for the {split} split", path=run.root,
-                              fix=f"evaluate it first: bgbias eval --checkpoint {run.root} --corrupted")
+            raise OptionError(f"the folder has no evaluation report for the {split} split", path=folder.root,
+                              fix=f"evaluate it first: {folder.evaluate_command}")
         reports += [load_evaluation_report(report) for report in found]
-        config = load_run_config(run.config)
-        for explained in explained_sets(run.root, split):
+        for explained in explained_sets(folder.root, split):
             # The folder names the dataset by its key, as evaluation reports name their columns.
-            key = (config.method, config.bgaugment.enabled, explained.dataset_key, explained.label)
+            key = (folder.method, bool(folder.bgaugment), explained.dataset_key, explained.label)
             foreground[key] = explained.summary
     return reports, foreground
 

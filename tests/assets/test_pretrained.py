@@ -105,3 +105,11 @@ def test_missing_asset_and_no_internet_is_an_asset_error(mobilenet, tmp_path, mo
         pretrained.load_mobilenet_v2_imagenet(mobilenet(weights=None), home=tmp_path)
     assert "name resolution" in info.value.problem
     assert "bgbias assets fetch mobilenet_v2" in info.value.fix
+
+
+def test_the_imagenet_factory_gives_pooled_features_with_the_asset_weights(mobilenet, tmp_path, monkeypatch):
+    reference = mobilenet(weights=None)
+    monkeypatch.setattr(pretrained, "download_torchvision_state", lambda: reference.state_dict())
+    model = pretrained.imagenet_mobilenet_v2(home=str(tmp_path))
+    assert torch.equal(model.features[3].conv[1][0].weight, reference.features[3].conv[1][0].weight)
+    assert model.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 1280)

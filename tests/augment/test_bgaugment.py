@@ -93,12 +93,38 @@ def test_wrong_batches_are_refused(bank):
     images, masks = batch()
     augment = BGAugment(bank)
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="uint8"):
-        augment(images.float(), masks, rng)
-    with pytest.raises(ValueError, match="uint8"):
+    with pytest.raises(ValueError, match="uint8 or float"):
+        augment(images.long(), masks, rng)
+    with pytest.raises(ValueError, match="uint8 or float"):
         augment(images, masks[:4], rng)
+    with pytest.raises(ValueError, match="uint8 or float"):
+        augment(images, masks[:, 0], rng)
     with pytest.raises(ValueError, match="apply"):
         apply_bgaugment(images.float(), masks.float(), images.float(), torch.ones(3, dtype=torch.bool))
+
+
+def test_float_batches_in_zero_one_give_what_uint8_batches_give(bank):
+    images, masks = batch()
+    from_uint8 = BGAugment(bank, p=0.5)(images, masks, np.random.default_rng(3))
+    from_float = BGAugment(bank, p=0.5)(images.float() / 255, masks.float() / 255, np.random.default_rng(3))
+    assert torch.allclose(from_float, from_uint8, atol=1e-6)
+
+
+def test_a_folder_and_a_seed_make_a_drop_in_with_its_own_draws(backgrounds):
+    images, masks = batch()
+    first, again = BGAugment(backgrounds, seed=7), BGAugment(backgrounds, seed=7)
+    step1, step2 = first(images, masks), first(images, masks)
+    assert torch.equal(again(images, masks), step1)  # same seed, same batches: same composites
+    assert not torch.equal(step1, step2)  # the generator moves on from call to call
+    other = BGAugment(backgrounds, seed=8)(images, masks)
+    assert not torch.equal(other, step1)
+    # The folder's train/ pool at the training size, as the engine's BGAugment uses it.
+    assert first.bank.names == BackgroundBank.from_folder(backgrounds / "train", "cpu").names
+    assert min(first.bank.sizes[0]) == 256
+
+
+def test_a_bank_already_on_the_images_device_is_not_copied(bank):
+    assert bank.to("cpu") is bank
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -109,3 +135,5 @@ def test_on_cuda_the_result_stays_on_the_device_and_matches_cpu(backgrounds, ban
     assert out.device.type == "cuda"
     reference = BGAugment(bank)(images, masks, np.random.default_rng(2))
     assert (out.cpu() - reference).abs().max() <= 1.0 / 255 + 1e-6
+    follows = BGAugment(bank)  # a CPU bank follows the images to their device
+    assert follows(images.cuda(), masks.cuda(), np.random.default_rng(2)).device.type == "cuda"

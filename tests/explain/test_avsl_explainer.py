@@ -25,11 +25,11 @@ def images(count: int, seed: int) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def model() -> MethodModel:
+def model(tmp_path_factory) -> MethodModel:
     """A tiny AVSL whose edges have seen one training batch (fresh edges are all zero)."""
     method = toy_avsl().train()
     method.loss(toy_batch())
-    return MethodModel(method.eval(), torch.device("cpu"))
+    return MethodModel(method.eval(), torch.device("cpu"), home=tmp_path_factory.mktemp("home"))
 
 
 def test_avsl_is_registered_with_references_and_serves_only_avsl(model):

@@ -52,8 +52,8 @@ def images(count: int = 3, seed: int = 0) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def model():
-    return MethodModel(baseline(), torch.device("cpu"))
+def model(tmp_path_factory):
+    return MethodModel(baseline(), torch.device("cpu"), home=tmp_path_factory.mktemp("home"))
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_picked_references_are_the_models_nearest_classmates_every_time(model, s
 @pytest.mark.parametrize("name", ["baseline", "dcml"])
 def test_explain_items_records_references_and_draws_them(name, split, tmp_path):
     method = baseline() if name == "baseline" else build("dcml")
-    model = MethodModel(method, torch.device("cpu"))
+    model = MethodModel(method, torch.device("cpu"), home=tmp_path)
     result = run(model, split, tmp_path / "out")
     rows = read_csv(result.scores_csv)
     assert tuple(rows[0]) == CSV_COLUMNS + REFERENCE_COLUMNS

@@ -143,10 +143,11 @@ def test_smoothgrad_needs_an_input_convention():
 
 
 # ------------------------------------------------------------------------------ method packages register
-def test_the_registry_imports_smoothgrad_sams_explainer_and_every_built_in_method_module():
+def test_the_registry_imports_smoothgrad_the_method_explainers_and_every_built_in_method_module():
     assert METHODS.modules == METHOD_MODULES
-    assert contract.ATTRIBUTION_MODULES == ("bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer")
-    assert ATTRIBUTIONS.modules[:2] == contract.ATTRIBUTION_MODULES
+    assert contract.ATTRIBUTION_MODULES == (
+        "bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer")
+    assert ATTRIBUTIONS.modules[:3] == contract.ATTRIBUTION_MODULES
     assert set(ATTRIBUTIONS.modules) == {*contract.ATTRIBUTION_MODULES, *METHOD_MODULES}
     assert len(set(ATTRIBUTIONS.modules)) == len(ATTRIBUTIONS.modules)
 

@@ -1,0 +1,206 @@
+"""The public Python API, re-exported lazily by ``bgbias`` (docs/api.md): audit any embedding model, score
+embeddings, make masks and corrupted sets as the command line does. BGAugment and the dataset wrapper for
+anyone's training loop are :class:`bgbias.BGAugment` and :class:`bgbias.MaskedImages`.
+
+Each function here opens a dataset by name and fills the request the command line fills, then calls the
+library function the command calls, so a result from Python is the result of the command.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.errors import ModelError
+
+if TYPE_CHECKING:
+    from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.models.model_input import ModelInput
+    from bgbias.report.evaluate import EvaluationResult
+    from bgbias.saliency.pipeline import MaskRun
+
+PathLike = str | os.PathLike[str]
+
+
+def evaluate(
+    model: Any,
+    dataset: str | None = None,
+    *,
+    root: PathLike | None = None,
+    split: str = "test",
+    corrupted: bool = True,
+    repeats: int = 5,
+    seed: int = 0,
+    masks: PathLike | None = None,
+    backgrounds: PathLike | None = None,
+    manifests: PathLike | None = None,
+    model_input: ModelInput | None = None,
+    out: PathLike | None = None,
+    device: str = "auto",
+    fingerprint: str | None = None,
+    batch_size: int = 64,
+    workers: int = 2,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> EvaluationResult:
+    """``bgbias eval``: clean and (with ``corrupted``) corrupted MAP@R, R-precision and P@1 of ``model`` on
+    ``split`` of ``dataset``, with the report files; the result's ``report`` is the dict the command prints
+    (``result.summary()``).
+
+    ``model`` is any of: a run folder (or its checkpoint file); a ``--model`` spec (TorchScript or ONNX
+    file, ``package.module:callable``); a ``torch.nn.Module`` (scored where its parameters are); a function
+    of a batch, with a ``fingerprint`` that changes whenever its embeddings would (it has no weights to
+    hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
+    ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
+    ImageNet normalisation, L2-normalised output) and report into ``out`` (default
+    ``runs/external/<name>-<digests>``). The other arguments are the command's options.
+    """
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.report.evaluate import evaluate as evaluate_model
+
+    request = MeasureRequest(
+        dataset=dataset, root=_path(root), split=split, masks=_path(masks), corrupted=corrupted,
+        repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
+        batch_size=batch_size, workers=workers, progress=progress,
+    )
+    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint)
+    return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
+
+
+def as_embedding_model(
+    model: Any,
+    model_input: ModelInput | None = None,
+    *,
+    out: PathLike | None = None,
+    device: str = "auto",
+    fingerprint: str | None = None,
+) -> EmbeddingModel:
+    """``model`` (see :func:`evaluate`) as an embedding model."""
+    from torch import nn
+
+    from bgbias.engine.external_model import external_model, load_external_model
+    from bgbias.engine.model_spec import network_from_callable, network_from_module
+    from bgbias.engine.trained import load_trained
+    from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.models.model_input import ModelInput
+
+    model_input = model_input or ModelInput()
+    if isinstance(model, EmbeddingModel):
+        return model
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
+                                                and (path.parent.parent / "config.json").is_file()):
+            return load_trained(path, device=device)
+        return load_external_model(os.fspath(model), model_input, device=device, out=out)
+    if isinstance(model, nn.Module):
+        where = next((p.device for p in model.parameters()), None)
+        network = network_from_module(model, type(model).__name__)
+        return external_model(network, model_input, where or _device(device), out)
+    if callable(model):
+        if fingerprint is None:
+            raise ModelError("a plain function has no weights bgbias could pin its embeddings by",
+                             fix="pass fingerprint= with any text that changes whenever the function's "
+                                 "embeddings would, or pass the torch.nn.Module itself")
+        name = getattr(model, "__qualname__", type(model).__name__)
+        return external_model(network_from_callable(model, name, fingerprint), model_input, _device(device),
+                              out)
+    raise ModelError(f"cannot score a {type(model).__name__}",
+                     fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
+
+
+def evaluate_embeddings(
+    clean: Any,
+    labels: Any,
+    corrupted: Sequence[Any] = (),
+    *,
+    ids: Sequence[str] | None = None,
+    out: PathLike | None = None,
+    about: dict[str, Any] | None = None,
+) -> EvaluationResult:
+    """The clean vs corrupted report of precomputed embeddings: ``clean`` (N, D) and one (N, D) array per
+    corrupted repeat, of the same N images in the same order, with their ``labels`` (and ``ids`` for the
+    report's image lists, default their positions). ``about`` goes into the report (name the method,
+    dataset and split there); ``out`` is where its JSON, CSV and Markdown files go (none without it).
+    Numpy arrays or torch tensors alike."""
+    from bgbias.report.evaluate import EvaluationResult
+    from bgbias.report.evaluation import summarize_evaluation, write_evaluation_report
+    from bgbias.retrieval.metrics import score_embeddings
+
+    labels = _array(labels)
+    clean_scores = score_embeddings(_array(clean), labels)
+    corrupted_scores = [score_embeddings(_array(state), labels) for state in corrupted]
+    ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
+    meta = {"method": "embeddings", "bgaugment": None, "dataset": "?", "split": "?", **(about or {})}
+    report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
+    files = {} if out is None else write_evaluation_report(
+        report, out, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids)
+    return EvaluationResult(_path(out), report, files, clean_scores, corrupted_scores, 0)
+
+
+def make_masks(
+    dataset: str,
+    root: PathLike | None = None,
+    *,
+    out: PathLike | None = None,
+    model: str = "u2net",
+    device: str = "auto",
+    progress: bool = False,
+) -> MaskRun:
+    """``bgbias masks``: the U²-Net saliency mask of every image of ``dataset`` into ``out`` (default
+    ``masks/<dataset key>``, where every command looks), resumable; the run lists failures and quality."""
+    from bgbias.data.items import default_masks_dir
+    from bgbias.data.registry import open_dataset
+    from bgbias.saliency.pipeline import make_masks as write_masks
+
+    opened = open_dataset(dataset, root)
+    folder = Path(out) if out is not None else default_masks_dir(opened)
+    return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
+
+
+def make_corrupted_sets(
+    dataset: str,
+    root: PathLike | None = None,
+    *,
+    split: str = "test",
+    repeats: int = 5,
+    seed: int = 0,
+    backgrounds: PathLike | None = None,
+    out: PathLike | None = None,
+    render: PathLike | None = None,
+    masks: PathLike | None = None,
+) -> list[Path]:
+    """``bgbias corrupt``: the manifests of ``repeats`` corrupted sets of ``split`` (default folder
+    ``corrupted/<dataset key>/<split>/seed-<seed>``, the one evaluation uses), returned in repeat order;
+    with ``render``, also the corrupted images (from the masks in ``masks``, default ``masks/<dataset
+    key>``) and a ``gallery.png`` in that folder."""
+    from bgbias.augment.manifests import make_corrupted_manifests
+    from bgbias.augment.render import render_corrupted_sets
+    from bgbias.data.items import default_masks_dir
+    from bgbias.data.registry import open_dataset
+
+    opened = open_dataset(dataset, root)
+    paths = make_corrupted_manifests(opened, split, repeats, seed, _path(backgrounds), _path(out))
+    if render is not None:
+        masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)
+        render_corrupted_sets(opened, paths, masks_dir, Path(render), _path(backgrounds))
+    return paths
+
+
+def _path(value: PathLike | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _array(values: Any) -> np.ndarray:
+    """Numpy arrays as they are, torch tensors moved to the CPU."""
+    return values.detach().cpu().numpy() if hasattr(values, "detach") else np.asarray(values)
+
+
+def _device(device: str) -> Any:
+    from bgbias.engine.device import resolve_device
+
+    return resolve_device(device)

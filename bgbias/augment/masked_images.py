@@ -1,0 +1,72 @@
+"""A dataset split as ``(image, mask, label)`` samples, for BGAugment in anyone's training loop.
+
+It is the training engine's own view of a split (:class:`~bgbias.data.train_images.TrainImages`: decode, one
+paired random geometry for image and mask, ``uint8`` tensors out) behind a plain integer index, so a
+``torch.utils.data.DataLoader`` with its default collate batches it: ``images`` uint8 (B, 3, S, S), ``masks``
+uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.augment.bgaugment.BGAugment`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bgbias.augment.mask_check import saliency_masks
+from bgbias.data.items import default_masks_dir
+from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items, with_contiguous_labels
+from bgbias.data.train_geometry import train_geometry
+from bgbias.data.train_images import TrainImages
+
+if TYPE_CHECKING:
+    import torch
+
+
+class MaskedImages:
+    """The ``split`` of dataset ``dataset`` (a registered layout name, at ``root`` or its usual folder) with
+    each image's saliency mask from ``masks`` (default ``masks/<dataset key>``, as ``bgbias masks`` writes).
+
+    Labels are renumbered 0 … ``num_classes`` − 1 (what proxy losses index). Each access draws a fresh
+    random resized crop (side ``crop``, default the dataset's training crop) and flip from torch's random
+    generator, so ``torch.manual_seed`` or a DataLoader's ``generator`` makes the crops reproducible. A
+    missing or stale mask is an error naming it before the first sample, with the command that makes it.
+    """
+
+    def __init__(
+        self,
+        dataset: str,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        split: str = "train",
+        masks: str | os.PathLike[str] | None = None,
+        crop: int | None = None,
+        protocol: str = "fixed",
+        fold: int = 0,
+    ):
+        opened = open_dataset(dataset, root)
+        items = split_items(opened, split, protocol, fold)
+        masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)
+        mask_files = saliency_masks(items, masks_dir, opened.name)
+        geometry = train_geometry(opened.name)
+        if crop is not None:
+            geometry = dataclasses.replace(geometry, crop=crop)
+        self.images = TrainImages(with_contiguous_labels(items), geometry, mask_files,
+                                  dataset_name=opened.name)
+        self.num_classes = len({item.label for item in items})
+
+    @property
+    def labels(self) -> list[int]:
+        """Each sample's label, in index order (what an m-per-class sampler needs)."""
+        return [item.label for item in self.images.items]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        import torch
+
+        seed = int(torch.randint(0, 2**62, ()))
+        sample = self.images[(index, seed)]
+        return sample["image"], sample["mask"], sample["label"]

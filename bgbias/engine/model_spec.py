@@ -1,0 +1,290 @@
+"""What ``--model SPEC`` names, loaded without unpickling anything: a TorchScript file, an ONNX file, or a
+Python factory ``package.module:callable`` (with keyword arguments) that returns a ``torch.nn.Module``.
+
+A file's kind is read from its bytes, not its name. TorchScript archives are zip files with a ``code/``
+folder, and ``torch.jit.load`` reads them without running Python code. A ``torch.save`` file (a zip with
+``data.pkl`` but no ``code/``, or a bare pickle) is refused: unpickling it can run any code it holds.
+Anything else is handed to onnxruntime. Each loaded network comes with a digest that pins it (the file's
+sha256; for a factory, its name, arguments and the weights it returned), which the evaluation cache is keyed
+by.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import re
+import warnings
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bgbias.errors import ModelError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+TO_TORCHSCRIPT = (
+    "torch.jit.save(torch.jit.script(torch.load('{path}', weights_only=False)), 'model.pt') where you trust "
+    "the file (torch.jit.trace(model, example_images) where scripting fails), then pass --model model.pt; or "
+    "pass --model package.module:factory, a function that builds the model and loads its state dict"
+)
+"""The one-line recipe for a refused pickle."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """A loaded model: ``call`` maps a (B, 3, H, W) float batch of network input to its output (a tensor,
+    or a dict or tuple of them)."""
+
+    kind: str
+    """``torchscript``, ``onnx``, ``factory``, ``module`` (in memory) or ``callable`` (in memory)."""
+    name: str
+    """How reports name it: the file name, the factory, or the module's class."""
+    spec: str
+    """What it was loaded from: the file's absolute path, the factory, or ``<in memory>``."""
+    sha256: str
+    """The digest that pins it (see the module docstring)."""
+    call: Callable[[torch.Tensor], Any]
+    args: dict[str, Any] = field(default_factory=dict)
+    """A factory's keyword arguments."""
+    differentiable: bool = True
+    """False where gradients cannot flow through it (onnxruntime)."""
+
+
+def is_factory(spec: str) -> bool:
+    """Whether ``spec`` names a factory (``package.module:callable``) rather than a file."""
+    return _FACTORY.fullmatch(spec) is not None and not Path(spec).exists()
+
+
+def load_network(spec: str, args: Mapping[str, Any], device: torch.device) -> Network:
+    """The network ``spec`` names, on ``device``: a factory called with ``args``, else a file (which takes
+    no arguments)."""
+    if is_factory(spec):
+        return load_factory(spec, args, device)
+    path = Path(spec)
+    if not path.is_file():
+        raise ModelError("there is no such model file, and it is not a factory package.module:callable",
+                         path=path, fix="pass a TorchScript (.pt) or ONNX (.onnx) file, or a factory such as "
+                                        "torchvision.models:resnet50")
+    if args:
+        raise ModelError(f"--model-arg {', '.join(sorted(args))} given for a model file, which takes none",
+                         path=path, fix="drop --model-arg, or pass a factory package.module:callable")
+    kind = file_kind(path)
+    return load_torchscript(path, device) if kind == "torchscript" else load_onnx(path, device)
+
+
+def file_kind(path: Path) -> str:
+    """``torchscript`` or ``onnx`` (the latter unchecked until onnxruntime reads it); a ``torch.save`` pickle
+    is a ``ModelError`` with the recipe to convert it."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                parts = [name.split("/") for name in archive.namelist()]
+        except (zipfile.BadZipFile, OSError) as err:
+            raise ModelError(f"the model file is a damaged zip archive ({err})", path=path,
+                             fix="save the model again") from None
+        if any(len(p) > 2 and p[1] == "code" for p in parts):
+            return "torchscript"
+        if any(p[-1] == "data.pkl" for p in parts):
+            raise _pickle_error(path)
+        raise ModelError("the model file is a zip archive but not a TorchScript one", path=path,
+                         fix="save the model with torch.jit.save, or export it to ONNX")
+    with open(path, "rb") as handle:
+        if handle.read(1) == b"\x80":  # pickle's PROTO opcode: torch.save's format before zip archives
+            raise _pickle_error(path)
+    return "onnx"
+
+
+def _pickle_error(path: Path) -> ModelError:
+    run = path.parent.parent
+    fix = (f"it is a checkpoint of the bgbias run {run}: pass --checkpoint {run}"
+           if path.parent.name == "checkpoints" and (run / "config.json").is_file()
+           else TO_TORCHSCRIPT.format(path=path))
+    return ModelError("this is a pickled torch.save file, and unpickling it can run any code it holds, so "
+                      "bgbias does not load it", path=path, fix=fix)
+
+
+def load_torchscript(path: Path, device: torch.device) -> Network:
+    """A TorchScript archive in eval mode on ``device``."""
+    import torch
+
+    from bgbias.assets.digest import sha256_file
+
+    try:
+        with warnings.catch_warnings():
+            # torch 2.9+ calls TorchScript deprecated; it still loads, and the file is what the user has.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(path), map_location=device)
+    except (RuntimeError, ValueError) as err:
+        raise ModelError(f"torch cannot load this TorchScript archive: {str(err).splitlines()[0]}", path=path,
+                         fix="save it again with torch.jit.save, with a torch no newer than this one "
+                             f"({torch.__version__})") from None
+    return Network("torchscript", path.name, str(path.resolve()), sha256_file(path), module.eval())
+
+
+def load_onnx(path: Path, device: torch.device) -> Network:
+    """An ONNX model in an onnxruntime session: the CPU provider, or CUDA's for a CUDA ``device``."""
+    import onnxruntime
+    import torch
+
+    from bgbias.assets.digest import sha256_file
+
+    providers = ["CPUExecutionProvider"]
+    if device.type == "cuda":
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            raise ModelError("this onnxruntime cannot run on CUDA", path=path,
+                             fix="install onnxruntime-gpu (pip install 'bgbias[gpu]'), or pass --device cpu")
+        providers.insert(0, "CUDAExecutionProvider")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    try:
+        session = onnxruntime.InferenceSession(str(path), options, providers=providers)
+    except Exception as err:  # onnxruntime raises its own exception types for unreadable models
+        raise ModelError(f"the model file is neither TorchScript nor ONNX (onnxruntime: "
+                         f"{str(err).splitlines()[0]})", path=path,
+                         fix="pass a file saved with torch.jit.save or exported to ONNX (torch.onnx.export), "
+                             "or a factory package.module:callable") from None
+    return Network("onnx", path.name, str(path.resolve()), sha256_file(path), OnnxCall(session, path),
+                   differentiable=False)
+
+
+_ONNX_FLOATS = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64"}
+
+
+class OnnxCall:
+    """An onnxruntime session as a function of a torch batch: a tensor for a single output, else a dict by
+    output name. A model exported for a fixed batch size gets the batch in chunks of that size."""
+
+    def __init__(self, session: Any, path: Path):
+        self.session = session
+        self.path = path
+        inputs = session.get_inputs()
+        if len(inputs) != 1:
+            raise ModelError(f"the ONNX model takes {len(inputs)} inputs, not one batch of images", path=path,
+                             fix="export a model whose only input is the image batch")
+        self.input = inputs[0]
+        if self.input.type not in _ONNX_FLOATS:
+            raise ModelError(f"the ONNX model's input is {self.input.type}, not a float image batch",
+                             path=path, fix="export the model with float32 image input")
+        self.outputs = [output.name for output in session.get_outputs()]
+
+    def __call__(self, inputs: torch.Tensor) -> Any:
+        import numpy as np
+        import torch
+
+        self._check_shape(tuple(inputs.shape))
+        array = inputs.detach().cpu().numpy().astype(_ONNX_FLOATS[self.input.type], copy=False)
+        batch = self.input.shape[0]
+        if isinstance(batch, int) and batch != len(array):
+            results = [self._run(_padded(array[i : i + batch], batch))
+                       for i in range(0, len(array), batch)]
+            outputs = [np.concatenate([result[k] for result in results])[: len(array)]
+                       for k in range(len(self.outputs))]
+        else:
+            outputs = self._run(array)
+        tensors = [torch.from_numpy(np.ascontiguousarray(out)).to(inputs.device) for out in outputs]
+        return tensors[0] if len(tensors) == 1 else dict(zip(self.outputs, tensors, strict=True))
+
+    def _run(self, array: np.ndarray) -> list[np.ndarray]:
+        return self.session.run(self.outputs, {self.input.name: array})
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        expected = self.input.shape
+        wrong = len(expected) != len(shape) or any(
+            isinstance(size, int) and size != shape[axis] for axis, size in enumerate(expected) if axis > 0)
+        if wrong:
+            stated = tuple(size if isinstance(size, int) else "?" for size in expected)
+            raise ModelError(f"the ONNX model takes input of shape {stated}, got images of shape {shape}",
+                             path=self.path, fix="pass --input-size with the side the model was exported for "
+                                                 "(and --resize if the default does not suit it)")
+
+
+def _padded(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` with its last row repeated up to ``size`` rows (a fixed-batch model's last chunk)."""
+    import numpy as np
+
+    missing = size - len(array)
+    return array if missing == 0 else np.concatenate([array, np.repeat(array[-1:], missing, axis=0)])
+
+
+def load_factory(spec: str, args: Mapping[str, Any], device: torch.device) -> Network:
+    """``module:attribute`` imported and called with ``args``; it must return a ``torch.nn.Module``, which is
+    moved to ``device`` and put in eval mode."""
+    from bgbias.compat import import_torchvision
+
+    module_name, _, attribute = spec.partition(":")
+    try:
+        if importlib.util.find_spec("torchvision") is not None:
+            import_torchvision()  # through the shim, so a factory importing it works where it needs one
+        factory: Any = importlib.import_module(module_name)
+    except Exception as err:  # the user's module may fail in any way while it is imported
+        raise ModelError(f"the factory's module {module_name!r} cannot be imported ({type(err).__name__}: "
+                         f"{err})", fix="install the package that provides it, or put its folder on "
+                                        "PYTHONPATH (PYTHONPATH=. for a module in this folder)") from None
+    for part in attribute.split("."):
+        if not hasattr(factory, part):
+            raise ModelError(f"{module_name} has no {attribute!r}",
+                             fix=f"name a function or class of {module_name} after the colon")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise ModelError(f"{spec} is not callable", fix="name a function or class that returns the model")
+    try:
+        module = factory(**args)
+    except TypeError as err:
+        raise ModelError(f"{spec} refused its arguments ({err})",
+                         fix="pass the keyword arguments it takes with --model-arg key=value") from None
+    return network_from_module(module, spec, kind="factory", spec=spec, args=dict(args), device=device)
+
+
+def network_from_module(
+    module: Any, name: str, *, kind: str = "module", spec: str = "<in memory>",
+    args: dict[str, Any] | None = None, device: torch.device | None = None,
+) -> Network:
+    """A ``torch.nn.Module`` as a network in eval mode (on ``device`` where given), pinned by its class,
+    ``spec``, ``args`` and weights."""
+    from torch import nn
+
+    from bgbias.engine.method_model import weights_sha256
+
+    if not isinstance(module, nn.Module):
+        raise ModelError(f"{name} returned {type(module).__name__}, not a torch.nn.Module",
+                         fix="return the torch.nn.Module that maps a batch of images to their embeddings")
+    if device is not None:
+        module = module.to(device)
+    identity = {"class": f"{type(module).__module__}.{type(module).__qualname__}", "spec": spec,
+                "args": args or {}, "weights": weights_sha256(module)}
+    return Network(kind, name, spec, _digest(identity), module.eval(), args or {})
+
+
+def network_from_callable(function: Callable[[torch.Tensor], Any], name: str, fingerprint: str) -> Network:
+    """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for (it has no
+    weights bgbias could hash)."""
+    return Network("callable", name, "<in memory>", _digest({"callable": name, "fingerprint": fingerprint}),
+                   function)
+
+
+def _digest(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def parse_model_args(pairs: Iterable[str]) -> dict[str, Any]:
+    """``key=value`` texts (``--model-arg``) as a factory's keyword arguments: each value an int, else a
+    float, else ``true``/``false``, else the text; a pair without ``=`` is a ``ModelError``."""
+    from bgbias.methods.attribution import parse_option_value
+
+    args: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ModelError(f"--model-arg expects key=value with a Python name as key, got {pair!r}",
+                             fix="pass each keyword argument of the factory as --model-arg name=value")
+        args[key.strip()] = parse_option_value(value.strip())
+    return args

@@ -1,0 +1,68 @@
+"""docs/api.md: its examples run as written, in order, from a folder laid out as `bgbias study` leaves it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bgbias.compat import import_torchvision
+from bgbias.errors import AssetError
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+_BLOCK = re.compile(r"(<!-- slow -->\n)?```python\n(.*?)```", re.S)
+
+
+def examples(slow: bool) -> list[str]:
+    """The Python blocks of the page, those marked ``<!-- slow -->`` or the others."""
+    return [code for marker, code in _BLOCK.findall(DOC.read_text(encoding="utf-8")) if bool(marker) == slow]
+
+
+def run_examples(codes: list[str]) -> dict:
+    import_torchvision()  # where torchvision needs the shim, the examples' own import then finds it loaded
+    namespace: dict = {}
+    for code in codes:
+        exec(compile(code, str(DOC), "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture
+def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
+    """``data/bench``, ``masks/bench`` and ``backgrounds/`` of the tiny bench in the working folder."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "bench").symlink_to(tiny_bench / "bench")
+    shutil.copytree(tiny_bench / "masks", tmp_path / "masks" / "bench")
+    shutil.copytree(tiny_bench / "backgrounds", tmp_path / "backgrounds")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    return tmp_path
+
+
+def test_the_examples_run_and_do_what_the_page_says(study_folder):
+    assert len(examples(slow=False)) == 4
+    done = run_examples(examples(slow=False))
+    assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
+    assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
+    assert (study_folder / "runs" / "external" / "mobilenet" / "model.json").is_file()
+    report = done["result"].report
+    assert report["dataset"] == "toy" and len(report["corrupted"]["repeats"]) == 3
+    assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
+    assert 0 < done["scores"].map_at_r <= 1
+
+
+@pytest.mark.slow
+def test_the_masks_example_runs(study_folder):
+    from bgbias.assets.store import u2net_model_path
+
+    try:
+        u2net_model_path("u2netp")
+    except AssetError as err:
+        pytest.skip(f"the u2netp model is not installed: {err.problem}")
+    (code,) = examples(slow=True)
+    done = run_examples(["import bgbias\n", code])
+    assert done["run"].failed == 0
+    assert [path.name for path in done["manifests"]] == ["repeat-0.json", "repeat-1.json"]
+    assert (study_folder / "corrupted-images" / "gallery.png").is_file()
