@@ -3,6 +3,7 @@ mix trained runs with external models."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 from click.testing import CliRunner
@@ -81,3 +82,29 @@ def test_explain_takes_a_factory_and_refuses_an_onnx_file(tiny_run, tiny_bench, 
     refused = CliRunner().invoke(main, ["explain", "--model", str(onnx), "--out", str(tmp_path / "onnx"),
                                         "--limit", "2", *_data_args(tiny_bench)])
     assert refused.exit_code == 2 and "differentiates the model" in refused.output
+
+
+def test_an_exported_model_has_its_runs_profile(tiny_run, tiny_bench, tmp_path):
+    """The profile is measured for any model: a TorchScript export of a run gets the run's profile."""
+    runs = tmp_path / "runs"
+    shutil.copytree(tiny_run, runs / "run")
+    args = [arg for arg in _eval_args(tiny_bench, tmp_path) if arg != "--corrupted"]
+    args += ["--profile", "--worst-k", "3"]
+    scored = CliRunner().invoke(main, [*args, "--checkpoint", str(runs / "run")])
+    assert scored.exit_code == 0, scored.output
+    home = runs / "external" / "mine"
+    model = export_torchscript(tiny_run, tmp_path / "run.pt")
+    result = CliRunner().invoke(main, [*args, "--model", str(model), "--normalize", "none",
+                                       "--no-l2-normalize", "--out", str(home)])
+    assert result.exit_code == 0, result.output
+    assert "profile set" in result.output
+
+    def profile(folder):
+        (report,) = folder.glob("eval/*-test/report.json")
+        return {row["set"]: row["mean"] for row in json.loads(report.read_text())["profile"]["sets"]}
+
+    ours, theirs = profile(runs / "run"), profile(home)
+    assert ours.keys() == theirs.keys() and "bg-gap" in ours
+    for name, means in ours.items():
+        for metric, value in means.items():
+            assert abs(value - theirs[name][metric]) < 1e-6, (name, metric)
