@@ -38,6 +38,8 @@ def evaluate(
     masks: PathLike | None = None,
     backgrounds: PathLike | None = None,
     manifests: PathLike | None = None,
+    profile: bool = False,
+    worst_k: int = 10,
     model_input: ModelInput | None = None,
     out: PathLike | None = None,
     device: str = "auto",
@@ -49,7 +51,8 @@ def evaluate(
 ) -> EvaluationResult:
     """``bgbias eval``: clean and (with ``corrupted``) corrupted MAP@R, R-precision and P@1 of ``model`` on
     ``split`` of ``dataset``, with the report files; the result's ``report`` is the dict the command prints
-    (``result.summary()``).
+    (``result.summary()``). With ``profile``, also the background-reliance profile (``report["profile"]``;
+    its worst case over ``worst_k`` backgrounds per query), as ``bgbias eval --profile``.
 
     ``model`` is any of: a run folder (or its checkpoint file); a ``--model`` spec (TorchScript or ONNX
     file, ``package.module:callable``); a ``torch.nn.Module`` (scored where its parameters are); a function
@@ -65,7 +68,7 @@ def evaluate(
     request = MeasureRequest(
         dataset=dataset, root=_path(root), split=split, masks=_path(masks), corrupted=corrupted,
         repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
-        batch_size=batch_size, workers=workers, progress=progress,
+        profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, progress=progress,
     )
     embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint)
     return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
@@ -169,26 +172,28 @@ def make_corrupted_sets(
     split: str = "test",
     repeats: int = 5,
     seed: int = 0,
+    variants: Sequence[str] = ("random-bg",),
     backgrounds: PathLike | None = None,
     out: PathLike | None = None,
     render: PathLike | None = None,
     masks: PathLike | None = None,
-) -> list[Path]:
-    """``bgbias corrupt``: the manifests of ``repeats`` corrupted sets of ``split`` (default folder
-    ``corrupted/<dataset key>/<split>/seed-<seed>``, the one evaluation uses), returned in repeat order;
-    with ``render``, also the corrupted images (from the masks in ``masks``, default ``masks/<dataset
-    key>``) and a ``gallery.png`` in that folder."""
-    from bgbias.augment.manifests import make_corrupted_manifests
-    from bgbias.augment.render import render_corrupted_sets
+) -> dict[str, list[Path]]:
+    """``bgbias corrupt``: the manifests of each set named in ``variants`` (the paper's ``random-bg``, the
+    profile's variants, or ``all``), by name, each in repeat order; the paper's ``repeats`` go to ``out``
+    (default ``corrupted/<dataset key>/<split>/seed-<seed>``, the folder evaluation uses), each variant's to
+    ``out/<variant>``. With ``render``, also their images (from the masks in ``masks``, default
+    ``masks/<dataset key>``) and galleries in that folder."""
+    from bgbias.augment.render_variants import render_sets
+    from bgbias.augment.variant_manifests import make_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 
     opened = open_dataset(dataset, root)
-    paths = make_corrupted_manifests(opened, split, repeats, seed, _path(backgrounds), _path(out))
+    made = make_sets(opened, list(variants), split, repeats, seed, _path(backgrounds), _path(out))
     if render is not None:
         masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)
-        render_corrupted_sets(opened, paths, masks_dir, Path(render), _path(backgrounds))
-    return paths
+        render_sets(opened, made, masks_dir, Path(render), _path(backgrounds))
+    return made
 
 
 def _path(value: PathLike | None) -> Path | None:

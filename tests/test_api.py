@@ -74,7 +74,10 @@ def test_precomputed_embeddings_make_the_report_of_their_scores(tmp_path):
 
 def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    paths = bgbias.make_corrupted_sets("bench", tiny_bench / "bench", repeats=2,
-                                       backgrounds=tiny_bench / "backgrounds")
+    made = bgbias.make_corrupted_sets("bench", tiny_bench / "bench", repeats=2,
+                                      variants=["random-bg", "only-fg"],
+                                      backgrounds=tiny_bench / "backgrounds")
+    paths = made["random-bg"]
     key = paths[0].parts[1]
     assert [p.as_posix() for p in paths] == [f"corrupted/{key}/test/seed-0/repeat-{r}.json" for r in (0, 1)]
+    assert [p.parent.as_posix() for p in made["only-fg"]] == [f"corrupted/{key}/test/seed-0/only-fg"]

@@ -42,11 +42,12 @@ def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 4
+    assert len(examples(slow=False)) == 5
     done = run_examples(examples(slow=False))
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
     assert (study_folder / "runs" / "external" / "mobilenet" / "model.json").is_file()
+    assert done["gap"]["repeats"] == 2 and -1 <= done["gap"]["mean"]["map_at_r"] <= 1
     report = done["result"].report
     assert report["dataset"] == "toy" and len(report["corrupted"]["repeats"]) == 3
     assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
@@ -64,5 +65,7 @@ def test_the_masks_example_runs(study_folder):
     (code,) = examples(slow=True)
     done = run_examples(["import bgbias\n", code])
     assert done["run"].failed == 0
-    assert [path.name for path in done["manifests"]] == ["repeat-0.json", "repeat-1.json"]
+    assert [path.name for path in done["made"]["random-bg"]] == ["repeat-0.json", "repeat-1.json"]
+    assert [path.name for path in done["made"]["only-fg"]] == ["repeat-0.json"]
     assert (study_folder / "corrupted-images" / "gallery.png").is_file()
+    assert (study_folder / "corrupted-images" / "variants.png").is_file()
