@@ -382,9 +382,10 @@ def approximate_note(report: Mapping[str, Any]) -> str:
     if not report.get("approximate"):
         return ""
     recall = report.get("shortlist_recall") or {}
-    value = recall.get("recall_of_exact_top_r")
+    value, corrupted = recall.get("recall_of_exact_top_r"), recall.get("corrupted_recall_of_exact_top_r")
     measured = ("" if value is None else
-                f", recall of the exact top-R {value:.3f} over {recall['queries']} queries")
+                f", recall of the exact top-R {value:.3f} over {recall['queries']} clean queries"
+                + ("" if corrupted is None else f", {corrupted:.3f} over as many per corrupted set"))
     return f" (APPROXIMATE: {report.get('retrieval', 'shortlist')}{measured})"
 
 

@@ -175,7 +175,7 @@ class ShortlistRerank:
         return remove_self_matches(ranked, queries)
 
     def describe(self) -> str:
-        return (f"approximate: a shortlist of {self.shortlist} by exact squared L2 on "
+        return (f"a shortlist of {self.shortlist} by exact squared L2 on "
                 f"{self.exact.shortlist_key!r}, re-ranked by the learned pairwise distance")
 
 

@@ -262,12 +262,13 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
         _evaluate(trained, tiny_bench, tmp_path, corrupted=False, shortlist=4)
     trained.method.retrieval = lambda: LearnedDistance(trained.method.pairwise_distance)
     exact = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
-    approximate = _evaluate(trained, tiny_bench, tmp_path, corrupted=False, shortlist=4)
-    assert approximate.report["approximate"] is True and "approximate" in approximate.report["retrieval"]
+    approximate = _evaluate(trained, tiny_bench, tmp_path, shortlist=4)
+    assert approximate.report["approximate"] is True and "shortlist of 4" in approximate.report["retrieval"]
     assert "approximate" not in exact.report
     assert approximate.out_dir != exact.out_dir and approximate.out_dir.name.endswith("shortlist4-test")
     recall = approximate.report["shortlist_recall"]
     assert 0 < recall["recall_of_exact_top_r"] <= 1 and recall["queries"] > 0
+    assert 0 < recall["corrupted_recall_of_exact_top_r"] <= 1
     assert "APPROXIMATE" in (approximate.out_dir / "report.md").read_text().splitlines()[0]
     assert "APPROXIMATE" not in (exact.out_dir / "report.md").read_text()
     assert "APPROXIMATE" in format_evaluation_summary(approximate.report, approximate.files).splitlines()[0]
