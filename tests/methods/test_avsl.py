@@ -427,3 +427,11 @@ def test_an_avsl_run_records_every_loss_term_and_keeps_its_edges(tiny_bench, tmp
     assert model["collector.edge_updates"].item() >= 1 and model["collector.edges_1"].abs().sum() > 0
     trained = load_trained(result.run.root, checkpoint="last", device="cpu")
     assert torch.equal(trained.method.collector.edges_0, model["collector.edges_0"])
+
+
+def test_pair_blocks_fit_a_cpus_caches_and_fill_a_gpu():
+    """A CPU ranks in blocks small enough to stay in its caches, a GPU in large ones; both bounded."""
+    cpu, gpu = avsl_method.block_shape(torch.device("cpu")), avsl_method.block_shape(torch.device("cuda"))
+    assert cpu == (avsl_method.CPU_NODE_ELEMENTS, avsl_method.CPU_REFERENCE_ROWS)
+    assert gpu == (avsl_method.NODE_ELEMENTS, avsl_method.REFERENCE_ROWS)
+    assert cpu[0] * 4 <= 4 << 20 < gpu[0] * 4

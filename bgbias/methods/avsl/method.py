@@ -58,11 +58,24 @@ BATCH_PROXIES_ABOVE = 1000
 authors' code does (every proxy's (B, C, r) node tensors would not fit)."""
 
 NODE_ELEMENTS = 1 << 24
-"""Entries of one (rows, columns, r) node tensor per block of pairs (64 MiB in float32; about five live at
-once outside autograd): what bounds the memory of ``pairwise_distance`` and of the ranking's blocks."""
+"""Entries of one (rows, columns, r) node tensor per block of pairs on a GPU (64 MiB in float32; about
+five live at once outside autograd): what bounds the memory of ``pairwise_distance`` and of the ranking's
+blocks."""
 
 REFERENCE_ROWS = 4096
-"""References per block of the exact ranking; the queries per block follow from :data:`NODE_ELEMENTS`."""
+"""References per block of the exact ranking on a GPU; the queries per block follow from the node entries."""
+
+CPU_NODE_ELEMENTS, CPU_REFERENCE_ROWS = 1 << 20, 1024
+"""The same on a CPU: a block's 4 MiB node tensors stay in the caches through the ten elementwise passes
+over them, which run at memory speed. On the 2-core development machine 64 MiB blocks reached 0.40 of a
+plain matmul's FLOP rate and these 0.81 (docs/benchmarks.md)."""
+
+
+def block_shape(device: torch.device) -> tuple[int, int]:
+    """(node entries, references) per block of pairs on ``device``."""
+    if device.type == "cpu":
+        return min(NODE_ELEMENTS, CPU_NODE_ELEMENTS), min(REFERENCE_ROWS, CPU_REFERENCE_ROWS)
+    return NODE_ELEMENTS, REFERENCE_ROWS
 
 _OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
@@ -191,15 +204,16 @@ class AVSL(Method):
 
     def pairwise_distance(self, queries: Mapping[str, Tensor], references: Mapping[str, Tensor], *,
                           graph: Graph | None = None) -> Tensor:
-        """d̂ (Nq, Nr) between two named states, in blocks of at most :data:`NODE_ELEMENTS` node entries;
+        """d̂ (Nq, Nr) between two named states, in blocks of at most :func:`block_shape`'s node entries;
         differentiable with respect to the states (attribution maps differentiate it). ``graph`` (default:
         the current one) saves a ranking that calls this block by block from recomputing W̃ each time."""
         rows, cols = self.state_levels(queries), self.state_levels(references)
         device = rows.units[0].device
         with torch.autocast(device.type, enabled=False):
             graph = (graph or self.graph()).to(rows.units[0].dtype)
-            col_step = max(1, min(len(cols), NODE_ELEMENTS // self.dim))
-            row_step = max(1, NODE_ELEMENTS // (col_step * self.dim))
+            elements, _ = block_shape(device)
+            col_step = max(1, min(len(cols), elements // self.dim))
+            row_step = max(1, elements // (col_step * self.dim))
             blocks = []
             for r0 in range(0, len(rows), row_step):
                 block_rows = rows.rows(r0, r0 + row_step)
@@ -223,15 +237,16 @@ class AVSL(Method):
         return node_contributions(nodes, reliable, graph.edges)
 
     def retrieval(self) -> Retrieval:
-        """Exact ranking by d̂, in blocks of about :data:`NODE_ELEMENTS` node entries, with the graph as it is
+        """Exact ranking by d̂, in blocks of :func:`block_shape` on the model's device, with the graph as it is
         now (W̃ computed once for the whole ranking); ``embedding`` is what an approximate shortlist may
         search."""
         device = next(self.parameters()).device
-        query_rows = max(1, NODE_ELEMENTS // (REFERENCE_ROWS * self.dim))
+        elements, reference_rows = block_shape(device)
+        query_rows = max(1, elements // (reference_rows * self.dim))
         with torch.no_grad():
             graph = self.graph()
         return LearnedDistance(functools.partial(self.pairwise_distance, graph=graph), device=device,
-                               query_rows=query_rows, reference_rows=REFERENCE_ROWS, shortlist_key=EMBEDDING)
+                               query_rows=query_rows, reference_rows=reference_rows, shortlist_key=EMBEDDING)
 
     # ------------------------------------------------------------------------------------------ training
     def update_edges(self, maps: list[Tensor]) -> None:
