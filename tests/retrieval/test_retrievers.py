@@ -83,7 +83,7 @@ def test_shortlist_recall_is_one_for_a_full_shortlist_and_counts_what_a_short_on
 
 def test_approximate_retrieval_says_so():
     shortlisted = with_shortlist(LearnedDistance(_weighted), 10)
-    assert shortlisted.approximate and "approximate" in shortlisted.describe()
+    assert shortlisted.approximate and "shortlist of 10" in shortlisted.describe()
     assert not ExactL2().approximate and not LearnedDistance(_weighted).approximate
     assert with_shortlist(ExactL2(), None) == ExactL2()
 
