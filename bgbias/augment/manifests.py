@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bgbias.assets.digest import sha256_file
 from bgbias.augment.background_crops import (
@@ -84,6 +84,21 @@ class CorruptedEntry:
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "background": self.background, "box": self.box.as_list(), "flip": self.flip}
+
+
+class SplitManifest(Protocol):
+    """What every manifest of a split says of it: the corrupted sets' and the profile's variants'."""
+
+    path: Path
+    dataset: str
+    split: str
+    protocol: str
+    fold: int
+    seed: int
+    geometry: EvalGeometry
+
+    @property
+    def entries(self) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -247,10 +262,21 @@ def load_manifest(
     path = Path(path)
     manifest = _parse_manifest(path, backgrounds)
     remake = f"make the manifests again: {remake_command(manifest, dataset.name)}"
+    check_describes_split(manifest, dataset, geometry, remake)
+    _check_pool(manifest.pool, manifest.pool_dir, path, remake)
+    return manifest
+
+
+def check_describes_split(
+    manifest: SplitManifest, dataset: Dataset, geometry: EvalGeometry | None, remake: str
+) -> list[Item]:
+    """The split's items, once ``manifest`` (a corrupted-set or variant manifest) is known to be of
+    ``dataset``, at the evaluation ``geometry`` (default the dataset's), and of the split's images as they are
+    now; an error with the fix ``remake`` otherwise."""
     if manifest.dataset != dataset.name:
         raise DatasetError(
             f"the manifest is for the {manifest.dataset} dataset, not {dataset.name}",
-            path=path,
+            path=manifest.path,
             fix=f"pass the manifests of {dataset.name}, or open the {manifest.dataset} dataset",
         )
     expected = geometry if geometry is not None else eval_geometry(dataset.name)
@@ -258,7 +284,7 @@ def load_manifest(
         raise AssetError(
             f"the manifest was made for the evaluation geometry resize={manifest.geometry.resize}, crop="
             f"{manifest.geometry.crop}; this evaluation uses resize={expected.resize}, crop={expected.crop}",
-            path=path,
+            path=manifest.path,
             fix=remake,
         )
     items = split_items(dataset, manifest.split, manifest.protocol, manifest.fold)
@@ -266,19 +292,38 @@ def load_manifest(
         raise DatasetError(
             f"the {manifest.split} split of {dataset.name} at {dataset.root} has changed since the manifest "
             f"was made ({len(items)} images now, {len(manifest.entries)} then)",
-            path=path,
+            path=manifest.path,
             fix=f"restore the dataset the manifest was made from, or {remake}",
         )
-    _check_pool(manifest.pool, manifest.pool_dir, path, remake)
-    return manifest
+    return items
 
 
-def remake_command(manifest: CorruptedManifest, dataset_name: str) -> str:
-    """The ``bgbias corrupt`` call that makes the manifests of ``manifest``'s split again."""
+def remake_command(manifest: SplitManifest, dataset_name: str) -> str:
+    """The ``bgbias corrupt`` call that makes the manifests of ``manifest``'s split again (a variant
+    manifest's with its ``--variant``)."""
     split = f"--split {manifest.split}"
     if manifest.protocol != "fixed":
         split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
-    return f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
+    variant = getattr(manifest, "variant", None)
+    return (f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
+            + ("" if variant is None else f" --variant {variant.name}"))
+
+
+def parse_geometry(header: dict[str, Any], path: Path) -> EvalGeometry:
+    """A manifest header's evaluation geometry, checked (crop within resize)."""
+    geometry = check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
+    resize = int_field(geometry["resize"], "header.geometry.resize", path, low=1)
+    return EvalGeometry(resize, int_field(geometry["crop"], "header.geometry.crop", path, low=1, high=resize))
+
+
+def check_image_list(header: dict[str, Any], ids: Sequence[str], path: Path) -> None:
+    """A manifest's entries agree with its header: their count and the checksum of their ids."""
+    if int_field(header["count"], "header.count", path, low=1) != len(ids):
+        raise AssetError(f"the manifest has {len(ids)} image entries but its header counts "
+                         f"{header['count']}", path=path, fix=DAMAGED)
+    if sha256_field(header["ids_sha256"], "header.ids_sha256", path) != ids_digest(ids):
+        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
+                         fix=DAMAGED)
 
 
 _TOP_KEYS = ("header", "images")
@@ -307,9 +352,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     split = text_field(header["split"], "header.split", path, CORRUPTED_SPLITS)
     protocol = text_field(header["protocol"], "header.protocol", path, PROTOCOLS)
     folds = 1 if protocol == "fixed" else CV_FOLDS
-    geometry = check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
-    resize = int_field(geometry["resize"], "header.geometry.resize", path, low=1)
-    crop = int_field(geometry["crop"], "header.geometry.crop", path, low=1, high=resize)
+    geometry = parse_geometry(header, path)
     if canonical(header["background_crop"]) != canonical(BACKGROUND_CROP):
         raise bad_field("header.background_crop", f"the current sampling rules {canonical(BACKGROUND_CROP)}",
                    header["background_crop"], path)
@@ -321,12 +364,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     if not isinstance(images, list):
         raise bad_field("images", "a list", images, path)
     entries = tuple(_entry(raw, f"images[{index}]", path) for index, raw in enumerate(images))
-    if int_field(header["count"], "header.count", path, low=1) != len(entries):
-        raise AssetError(f"the manifest has {len(entries)} image entries but its header counts "
-                         f"{header['count']}", path=path, fix=DAMAGED)
-    if sha256_field(header["ids_sha256"], "header.ids_sha256", path) != ids_digest(e.id for e in entries):
-        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
-                         fix=DAMAGED)
+    check_image_list(header, [e.id for e in entries], path)
     _check_entries(entries, pool, path)
     return CorruptedManifest(
         path=path,
@@ -337,7 +375,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
         fold=fold,
         seed=seed,
         repeat=repeat,
-        geometry=EvalGeometry(resize, crop),
+        geometry=geometry,
         pool_dir=split_pool_dir(split, backgrounds),
         pool=pool,
         entries=entries,

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from bgbias.augment.manifests import remake_command
 from bgbias.augment.render import load_pair
-from bgbias.augment.variant_manifests import VariantManifest, remake_command
+from bgbias.augment.variant_manifests import VariantManifest
 from bgbias.augment.variants import render_variant
 from bgbias.data.images import chw_tensor
 from bgbias.data.items import Item, mask_path

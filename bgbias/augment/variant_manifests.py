@@ -28,24 +28,26 @@ from bgbias.augment.manifest_fields import (
     int_field,
     is_int,
     read_json,
-    sha256_field,
     text_field,
 )
 from bgbias.augment.manifests import (
     CORRUPTED_SPLITS,
     SHARED_TEMP_AGE_S,
     check_corrupted_split,
+    check_describes_split,
+    check_image_list,
     default_manifest_dir,
-    ids_digest,
     ids_sha256,
     make_corrupted_manifests,
     manifest_name,
+    parse_geometry,
+    remake_command,
 )
 from bgbias.augment.variants import VARIANTS, Variant, variant
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
-from bgbias.errors import AssetError, DatasetError, OptionError
+from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import sweep_stale_temps, write_text_atomic
 
 VARIANT_FORMAT = "bgbias-variant-manifest"
@@ -254,39 +256,11 @@ def load_variant_manifest(
 ) -> VariantManifest:
     """Read a variant manifest, check every field, and check it still describes ``dataset``'s split at the
     evaluation ``geometry`` (default the dataset's): its images, and donors of the classes its rule says."""
-    path = Path(path)
-    manifest = _parse(path)
+    manifest = _parse(Path(path))
     remake = f"make it again: {remake_command(manifest, dataset.name)}"
-    if manifest.dataset != dataset.name:
-        raise DatasetError(
-            f"the manifest is for the {manifest.dataset} dataset, not {dataset.name}", path=path,
-            fix=f"pass the manifests of {dataset.name}, or open the {manifest.dataset} dataset",
-        )
-    expected = geometry if geometry is not None else eval_geometry(dataset.name)
-    if manifest.geometry != expected:
-        raise AssetError(
-            f"the manifest was made for the evaluation geometry resize={manifest.geometry.resize}, crop="
-            f"{manifest.geometry.crop}; this evaluation uses resize={expected.resize}, crop={expected.crop}",
-            path=path, fix=remake,
-        )
-    items = split_items(dataset, manifest.split, manifest.protocol, manifest.fold)
-    if [entry.id for entry in manifest.entries] != [item.id for item in items]:
-        raise DatasetError(
-            f"the {manifest.split} split of {dataset.name} at {dataset.root} has changed since the manifest "
-            f"was made ({len(items)} images now, {len(manifest.entries)} then)",
-            path=path, fix=f"restore the dataset the manifest was made from, or {remake}",
-        )
+    items = check_describes_split(manifest, dataset, geometry, remake)
     _check_donors(manifest, {item.id: item.label for item in items}, remake)
     return manifest
-
-
-def remake_command(manifest: VariantManifest, dataset_name: str) -> str:
-    """The ``bgbias corrupt`` call that makes ``manifest``'s variant sets again."""
-    split = f"--split {manifest.split}"
-    if manifest.protocol != "fixed":
-        split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
-    return (f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed} "
-            f"--variant {manifest.variant.name}")
 
 
 def _check_donors(manifest: VariantManifest, label_of: dict[str, int], remake: str) -> None:
@@ -326,9 +300,7 @@ def _parse(path: Path) -> VariantManifest:
         raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", header["rule"], path)
     split = text_field(header["split"], "header.split", path, CORRUPTED_SPLITS)
     protocol = text_field(header["protocol"], "header.protocol", path, PROTOCOLS)
-    geometry = check_keys(header["geometry"], ("resize", "crop"), "header.geometry", path)
-    resize = int_field(geometry["resize"], "header.geometry.resize", path, low=1)
-    crop = int_field(geometry["crop"], "header.geometry.crop", path, low=1, high=resize)
+    geometry = parse_geometry(header, path)
     if not isinstance(images, list):
         raise bad_field("images", "a list", images, path)
     keys = ("id",) if kind.donor is None else ("id", "donor")
@@ -337,12 +309,7 @@ def _parse(path: Path) -> VariantManifest:
         check_keys(raw, keys, f"images[{index}]", path)
         donor = text_field(raw["donor"], f"images[{index}].donor", path) if kind.donor else None
         entries.append(VariantEntry(text_field(raw["id"], f"images[{index}].id", path), donor))
-    if int_field(header["count"], "header.count", path, low=1) != len(entries):
-        raise AssetError(f"the manifest has {len(entries)} image entries but its header counts "
-                         f"{header['count']}", path=path, fix=DAMAGED)
-    if sha256_field(header["ids_sha256"], "header.ids_sha256", path) != ids_digest(e.id for e in entries):
-        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
-                         fix=DAMAGED)
+    check_image_list(header, [e.id for e in entries], path)
     folds = 1 if protocol == "fixed" else CV_FOLDS
     return VariantManifest(
         path=path,
@@ -354,6 +321,6 @@ def _parse(path: Path) -> VariantManifest:
         fold=int_field(header["fold"], "header.fold", path, high=folds - 1),
         seed=int_field(header["seed"], "header.seed", path),
         repeat=int_field(header["repeat"], "header.repeat", path),
-        geometry=EvalGeometry(resize, crop),
+        geometry=geometry,
         entries=tuple(entries),
     )
