@@ -6,6 +6,7 @@
         config.json            resolved configuration (``--resume`` reads it back)
         run.json               status, best epoch and metric, versions, command line
         metrics.jsonl / .csv   one row per epoch (epoch 0 = the untrained model)
+        curves.png             training terms and validation MAP@R per epoch, the selected epoch marked
         train.log              what the run printed, with times
         checkpoints/last.pt    everything needed to resume
         checkpoints/best.pt    the selected model
@@ -70,6 +71,10 @@ class RunDir:
     @property
     def metrics_csv(self) -> Path:
         return self.root / "metrics.csv"
+
+    @property
+    def curves(self) -> Path:
+        return self.root / "curves.png"
 
     @property
     def log(self) -> Path:

@@ -283,8 +283,19 @@ class _Session:
             save_checkpoint(self.run.last, _checkpoint(state, self.method, self.optimizer, self.scaler,
                                                        self.device))
             write_metrics(self.run, state.history)
+            self.plot_curves()
             write_record(self.run, self.record())
         distributed.barrier(dist)
+
+    def plot_curves(self) -> None:
+        """``curves.png`` from the rows so far: a killed run keeps the picture of what it did."""
+        from bgbias.engine.curves import plot_training_curves
+
+        config = self.config
+        title = (f"{config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {config.dataset}, "
+                 f"seed {config.seed}: {self.run.root.name}")
+        plot_training_curves(self.state.history, self.run.curves, title=title,
+                             best_epoch=self.state.best_epoch or None, monitor=config.monitor)
 
     def train_steps(self) -> tuple[dict[str, float], int]:
         """One pass over the loader; the mean of every loss term over the optimiser steps and the number of

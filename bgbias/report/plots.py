@@ -1,13 +1,9 @@
-"""Plots of evaluation reports: clean vs corrupted scores, the per-class drop, several runs side by side.
-
-Matplotlib is imported inside the functions (``bgbias --help`` stays fast) and used without pyplot: a bare
-``Figure`` rendered by Agg, so no global backend is switched and nothing opens a window. Sizes and dpi are
-fixed and the PNG carries no software or date stamp, so the same reports give the same bytes.
+"""Plots of evaluation reports: clean vs corrupted scores, the per-class drop, the profile, several runs side
+by side; drawn as :mod:`bgbias.figures` draws every figure (the same reports give the same bytes).
 """
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bgbias.errors import OptionError
-from bgbias.fileio import write_bytes_atomic
+from bgbias.figures import new_figure, save_png
 from bgbias.report.evaluation import METRIC_TITLES, index_reports, run_label
 from bgbias.retrieval.metrics import METRICS
 
@@ -24,14 +20,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-DPI = 100
 CLEAN_COLOUR = "#4c72b0"
 CORRUPTED_COLOUR = "#dd8452"
 
 
 def plot_clean_vs_corrupted(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Grouped bars per metric (in %): clean, and the corrupted mean with its std as an error bar."""
-    figure = _figure(6.4, 4.0)
+    figure = new_figure(6.4, 4.0)
     axes = figure.add_subplot()
     corrupted = report.get("corrupted")
     series = [("clean", CLEAN_COLOUR, [report["clean"][name] for name in METRICS], None)]
@@ -50,7 +45,7 @@ def plot_clean_vs_corrupted(report: Mapping[str, Any], path: str | os.PathLike[s
     axes.set_title(_report_title(report), fontsize=10)
     axes.margins(y=0.15)
     _legend_below(figure, axes)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -61,7 +56,7 @@ def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str])
                           fix="evaluate with corrupted repeats (`bgbias eval --corrupted`) on classes of "
                               "two or more images")
     mean = float(np.mean(drops))
-    figure = _figure(6.4, 4.0)
+    figure = new_figure(6.4, 4.0)
     axes = figure.add_subplot()
     axes.hist(drops, bins=max(5, min(30, len(drops) // 2)), color=CORRUPTED_COLOUR, edgecolor="white")
     axes.axvline(0.0, color="0.5", linestyle=":", linewidth=1)
@@ -70,7 +65,7 @@ def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str])
     axes.set_ylabel("classes")
     axes.set_title(_report_title(report), fontsize=10)
     axes.legend(loc="upper right", fontsize=8)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -78,7 +73,7 @@ def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     bar, the BG-gap in its own colour and a random ranking's MAP@R as a dotted line."""
     sets = {row["set"]: row for row in report["profile"]["sets"]}
     chance = sets.pop("chance")["mean"]["map_at_r"]
-    figure = _figure(7.2, 4.4)
+    figure = new_figure(7.2, 4.4)
     axes = figure.add_subplot()
     x = np.arange(len(sets))
     names = list(sets)
@@ -96,7 +91,7 @@ def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     axes.set_title(f"Background-reliance profile: {_report_title(report)}", fontsize=10)
     axes.margins(y=0.15)
     _legend_below(figure, axes)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
@@ -110,7 +105,7 @@ def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]
     for key in sorted(by_key, key=lambda k: (methods.index(k[0]), k[1])):
         panels[key[2:]].append(by_key[key])
     widest = max(len(runs) for runs in panels.values())
-    figure = _figure(1.5 + len(panels) * (0.9 + 0.75 * widest), 4.4)
+    figure = new_figure(1.5 + len(panels) * (0.9 + 0.75 * widest), 4.4)
     first = None
     for column, (panel, runs) in enumerate(panels.items(), start=1):
         axes = figure.add_subplot(1, len(panels), column, sharey=first)
@@ -128,7 +123,7 @@ def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]
         axes.margins(y=0.15)
     first.set_ylabel("MAP@R (%)")
     _legend_below(figure, first)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def _bars(
@@ -156,17 +151,3 @@ def _legend_below(figure: Figure, axes: Axes) -> None:
 def _report_title(report: Mapping[str, Any]) -> str:
     return (f"{run_label(report.get('method', '?'), bool(report.get('bgaugment')))} on "
             f"{report.get('dataset', '?')} ({report.get('split', '?')} split)")
-
-
-def _figure(width: float, height: float) -> Figure:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-
-
-def _save(figure: Figure, path: str | os.PathLike[str]) -> Path:
-    """Render to PNG without a software or date stamp (same figure, same bytes) and write atomically."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    write_bytes_atomic(path, buffer.getvalue())
-    return Path(path)

@@ -34,6 +34,7 @@ def test_a_run_writes_its_folder(tiny_bench, tmp_path):
     assert latest_run(tmp_path / "runs").root == run.root
     assert len(run.metrics_jsonl.read_text().splitlines()) == 3
     assert run.metrics_csv.read_text().startswith("epoch,")
+    assert run.curves.read_bytes().startswith(b"\x89PNG")
     best = load_checkpoint(run.best)
     assert best["epoch"] == result.best_epoch and best["value"] == result.best_value
     assert result.best_value == max(row["val_map_at_r"] for row in result.history[1:])

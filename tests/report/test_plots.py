@@ -6,7 +6,8 @@ import pytest
 from PIL import Image
 
 from bgbias.errors import OptionError
-from bgbias.report.plots import DPI, plot_clean_vs_corrupted, plot_per_class_drop, plot_runs
+from bgbias.figures import DPI
+from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_runs
 from tests.report.synthetic import make_report
 
 

@@ -1,0 +1,68 @@
+"""A run's training curves (``curves.png`` in the run folder), redrawn after every epoch from the rows of
+``metrics.jsonl``: every term the method logs, and clean and corrupted validation MAP@R with the selected
+epoch marked, which is where DML users look first when a run goes wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bgbias.figures import new_figure, save_png
+
+TIMING_TERMS = ("train_seconds", "train_images_per_second")
+"""Columns of the rows that are not training terms."""
+VALIDATION_CURVES = {"val_map_at_r": "clean", "val_corrupted_map_at_r": "corrupted (train-pool backgrounds)"}
+"""The validation MAP@R columns, with their labels."""
+
+
+def training_terms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ``train_*`` columns of ``rows`` that hold numbers (the loss and the method's own terms), sorted,
+    the total ``train_loss`` first."""
+    names = {name for row in rows for name, value in row.items()
+             if name.startswith("train_") and name not in TIMING_TERMS and _finite(value)}
+    return sorted(names, key=lambda name: (name != "train_loss", name))
+
+
+def plot_training_curves(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    best_epoch: int | None,
+    monitor: str,
+) -> Path:
+    """Two panels over epochs: the training terms (log scale where all are positive) and validation MAP@R in
+    % with ``best_epoch`` (chosen on the ``monitor`` curve) marked."""
+    figure = new_figure(11.0, 4.2)
+    terms_axes, validation_axes = figure.subplots(1, 2)
+    terms = training_terms(rows)
+    for name in terms:
+        points = [(row["epoch"], row[name]) for row in rows if _finite(row.get(name))]
+        width = 2.0 if name == "train_loss" else 1.0
+        terms_axes.plot(*zip(*points, strict=True), marker=".", linewidth=width,
+                        label=name.removeprefix("train_"))
+    values = [row[name] for row in rows for name in terms if _finite(row.get(name))]
+    if values and min(values) > 0:
+        terms_axes.set_yscale("log")
+    terms_axes.set(title="training terms (mean over the epoch's steps)", xlabel="epoch")
+    if terms:
+        terms_axes.legend(fontsize=7, ncols=2 if len(terms) > 6 else 1)
+    for name, label in VALIDATION_CURVES.items():
+        points = [(row["epoch"], 100 * row[name]) for row in rows if _finite(row.get(name))]
+        if points:
+            validation_axes.plot(*zip(*points, strict=True), marker="o", label=label)
+    if best_epoch is not None:
+        validation_axes.axvline(best_epoch, color="grey", linestyle="--", linewidth=1.0,
+                                label=f"selected: epoch {best_epoch} (by {monitor} MAP@R)")
+    validation_axes.set(title="validation MAP@R (%)", xlabel="epoch")
+    validation_axes.legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    return save_png(figure, path)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
