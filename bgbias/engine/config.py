@@ -111,6 +111,14 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """Where a run reports besides its own files: ``tensorboard`` also writes every epoch's row as scalars
+    into ``<run>/tensorboard/`` (needs the ``tensorboard`` extra)."""
+
+    tensorboard: bool = False
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a training run."""
 
@@ -127,6 +135,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     bgaugment: BGAugmentConfig = field(default_factory=BGAugmentConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     loss: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -142,7 +151,9 @@ class TrainConfig:
 
 # Settings added after runs were first written, with the value that reproduces how a run without them trained:
 # a run folder's configuration that lacks one gets it, and means what it meant (nothing else is filled in).
-INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0}
+INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0, "log.tensorboard": False}
+SECTIONS_INTRODUCED_LATER = frozenset({"log"})
+"""Whole sections added later: a run's configuration without one gets it, with the settings above."""
 
 # Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
 # folders from any working folder.
@@ -369,8 +380,11 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
 
 
 def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with every :data:`INTRODUCED_LATER` setting it lacks (where its section is present)."""
+    """``data`` with every :data:`INTRODUCED_LATER` setting it lacks, where its section is present or is one
+    of :data:`SECTIONS_INTRODUCED_LATER`."""
     out = dict(data)
+    for section in SECTIONS_INTRODUCED_LATER - out.keys():
+        out[section] = {}
     for key, value in INTRODUCED_LATER.items():
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name not in out[section]:

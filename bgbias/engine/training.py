@@ -43,6 +43,7 @@ from bgbias.engine.run_dir import (
     write_metrics,
     write_record,
 )
+from bgbias.engine.tensorboard_log import EpochScalars, check_tensorboard
 from bgbias.engine.training_data import TrainingPasses, device_batch, train_images
 from bgbias.errors import BgbiasError, DatasetError, OptionError
 
@@ -172,6 +173,8 @@ def _prepare(config: TrainConfig, device: torch.device, dist: distributed.Distri
     train_items = split_items(dataset, "train", config.protocol, config.fold)
     val_items = split_items(dataset, "val", config.protocol, config.fold)
     masks_dir = _masks_dir(config, dataset)
+    if config.log.tensorboard:
+        check_tensorboard()
     train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
     bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
     torch.manual_seed(config.seed)
@@ -204,6 +207,7 @@ class _Session:
     training_data: TrainingPasses
     validation: _Validation | None
     state: _State
+    scalars: EpochScalars | None = None
 
     @classmethod
     def start(cls, config: TrainConfig, run: RunDir, inputs: _Inputs, checkpoint: dict[str, Any] | None,
@@ -229,8 +233,9 @@ class _Session:
                                      progress=progress and dist.is_main)
         validation = _validation_sets(config, inputs.dataset, inputs.val_items, inputs.masks_dir, run, dist,
                                       fresh=checkpoint is None)
+        scalars = EpochScalars(run.root) if config.log.tensorboard and dist.is_main else None
         session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
-                      training_data, validation, state)
+                      training_data, validation, state, scalars)
         if dist.is_main and checkpoint is None:
             write_record(run, session.record())
             mark_latest(run)
@@ -254,8 +259,12 @@ class _Session:
             state.history.append(row)
             if self.dist.is_main:
                 self.log(_describe(row))
+                if self.scalars is not None:
+                    self.scalars.add(row)
         while state.status == RunStatus.RUNNING and state.epoch < config.schedule.epochs:
             self.epoch()
+        if self.scalars is not None:
+            self.scalars.close()
         if state.status == RunStatus.STOPPED_EARLY and self.dist.is_main:
             self.log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
         return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
@@ -284,6 +293,8 @@ class _Session:
                                                        self.device))
             write_metrics(self.run, state.history)
             self.plot_curves()
+            if self.scalars is not None:
+                self.scalars.add(row)
             write_record(self.run, self.record())
         distributed.barrier(dist)
 

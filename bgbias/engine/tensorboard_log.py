@@ -1,0 +1,57 @@
+"""Optional TensorBoard logging (``--set log.tensorboard=true``): every epoch's row of ``metrics.jsonl`` as
+scalars in ``<run>/tensorboard/``, since TensorBoard is where many DML users watch training. The package is
+an optional extra (``pip install 'bgbias[tensorboard]'``); a run that asks for it without it stops before its
+folder exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import OptionError
+
+FOLDER = "tensorboard"
+
+
+def check_tensorboard() -> None:
+    """An ``OptionError`` with the fix where the ``tensorboard`` package cannot be imported."""
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        raise OptionError(
+            "log.tensorboard=true needs the tensorboard package, which is not installed",
+            fix="pip install 'bgbias[tensorboard]', or drop --set log.tensorboard=true",
+        ) from None
+
+
+def scalar_tag(column: str) -> str:
+    """A metrics column as a TensorBoard tag, grouped by its prefix: ``train_loss`` → ``train/loss``,
+    ``val_corrupted_map_at_r`` → ``val/corrupted_map_at_r``, others under ``run/``."""
+    prefix, _, rest = column.partition("_")
+    return f"{prefix}/{rest}" if prefix in ("train", "val") and rest else f"run/{column}"
+
+
+class EpochScalars:
+    """Writes epoch rows to the event files of ``run_root/tensorboard`` (a resumed run appends a new one)."""
+
+    def __init__(self, run_root: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(Path(run_root) / FOLDER))
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Every finite number of ``row`` at step ``row["epoch"]``, flushed: a killed run keeps its epochs."""
+        for column, value in row.items():
+            if column != "epoch" and _finite(value):
+                self.writer.add_scalar(scalar_tag(column), value, row["epoch"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
