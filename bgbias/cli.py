@@ -151,10 +151,13 @@ def assets_backgrounds(out: Path | None, seed: int) -> None:
     click.echo(format_pools_summary(prepare_pools(out, seed=seed), str(out or backgrounds_root())))
 
 
-def _bench_options(command):
-    """--preset, --rho and --seed of the bench, shared by `assets bench` and `study`."""
+def _bench_options(command, prefix: str = ""):
+    """The bench's size preset, ρ and seed: ``--preset``, ``--rho``, ``--seed`` for `assets bench`;
+    ``--bench-preset``, ``--rho``, ``--bench-seed`` for `study`, whose ``--preset`` and ``--seeds`` are the
+    study's own."""
     command = click.option(
-        "--seed",
+        f"--{prefix}seed",
+        "bench_seed",
         type=click.IntRange(min=0),
         default=0,
         show_default=True,
@@ -168,7 +171,8 @@ def _bench_options(command):
         help="Share of a class's views that show the class's home background.",
     )(command)
     return click.option(
-        "--preset",
+        f"--{prefix}preset",
+        "bench_preset",
         type=click.Choice(["small", "large"]),
         default="small",
         show_default=True,
@@ -176,15 +180,19 @@ def _bench_options(command):
     )(command)
 
 
+def _study_bench_options(command):
+    return _bench_options(command, prefix="bench-")
+
+
 @assets.command("bench")
 @click.option("--out", type=_PATH_DIR, default=None, help="Output folder (default <data-root>/bench).")
 @_bench_options
-def assets_bench(out: Path | None, preset: str, rho: float, seed: int) -> None:
+def assets_bench(out: Path | None, bench_preset: str, rho: float, bench_seed: int) -> None:
     """Build the bench: Tux Paint photo stamps on real background photos, with exact masks."""
     from bgbias.report.console import format_bench_summary
     from bgbias.study import prepare_bench
 
-    click.echo(format_bench_summary(prepare_bench(out, preset=preset, rho=rho, seed=seed)))
+    click.echo(format_bench_summary(prepare_bench(out, preset=bench_preset, rho=rho, seed=bench_seed)))
 
 
 # --------------------------------------------------------------------------------------------------- datasets
@@ -666,22 +674,35 @@ def methods() -> None:
 
 # --------------------------------------------------------------------------------------------------- study
 @main.command("study")
-@_bench_options
+@click.option("--preset", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="quick: multi-similarity, one training seed (within 15 minutes on 2 CPU cores); full: "
+                   "the paper's six baselines and DCML, SAM, MetricFormer and AVSL, three seeds (hours; "
+                   "resumable).")
+@click.option("--methods", default=None,
+              help="Comma-separated methods instead of the preset's (see `bgbias methods`).")
+@click.option("--seeds", type=click.IntRange(min=1), default=None,
+              help="Training seeds 0 … N−1 instead of the preset's.")
+@_study_bench_options
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
-def study(preset: str, rho: float, seed: int, device: str) -> None:
+def study(preset: str, methods: str | None, seeds: int | None, bench_preset: str, rho: float, bench_seed: int,
+          device: str) -> None:
     """The main job on the embedded default: the paper's measurement on the bench, from nothing to Table 1
-    (assets, pools, bench, masks, training with and without BGAugment, clean vs corrupted MAP@R, foreground
-    scores, report)."""
+    (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs corrupted
+    MAP@R, foreground scores, the report with the spread over training seeds). Resumable at every step."""
     from bgbias.paths import backgrounds_root
     from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
-    from bgbias.study import run_study
+    from bgbias.study import run_study, study_plan
 
-    result = run_study(preset=preset, rho=rho, seed=seed, device=device, log=click.echo)
+    chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
+    plan = study_plan(preset, chosen, seeds)
+    result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, device=device,
+                       log=click.echo)
     for text in (
         format_asset_status(result.assets),
         format_pools_summary(result.pools, str(backgrounds_root())),
         format_bench_summary(result.bench),
         result.report["table_md"].read_text(encoding="utf-8"),
+        result.report["seeds_md"].read_text(encoding="utf-8"),
     ):
         click.echo("\n" + text)
     click.echo(f"report: {result.report['table_md']} (per-run reports, plots and galleries in each run's "

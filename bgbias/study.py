@@ -1,33 +1,95 @@
 """The main job on the embedded default: the paper's whole measurement on the bench, from nothing to Table 1.
 
 Steps: provision the assets, complete the background pools, build the bench, make its U²-Net masks, train the
-study's method without and with BGAugment, score both on the clean test split and its fixed corrupted repeats,
-compute their foreground scores, and put everything in one report. Each step is also a command of its own
+plan's methods without and with BGAugment for each of its training seeds (:data:`PRESETS`: ``quick``, one loss
+and one seed; ``full``, the paper's baselines and the four bundled methods, three seeds), score every run on
+the clean test split and its fixed corrupted repeats, compute their foreground scores (SmoothGrad, and a
+method's own attribution where it has one), and put everything in one report: Table 1 of training seed 0 and
+the seeds' aggregate with BGAugment's paired effect. Each step is also a command of its own
 (``bgbias assets``, ``masks``, ``train``, ``eval``, ``explain``, ``report``), and each is resumable: a second
 run reuses the bench, the masks, finished trainings and cached embeddings, and resumes a killed training.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.errors import AssetError
+from bgbias.errors import AssetError, OptionError
 
 POOL_SEED = 0
 """Seed of the committed pools: their generated images are in the repository, so the study never reseeds
 them."""
 
 
-STUDY_METHOD = "multi_similarity"
-"""The study's loss: Multi-Similarity, the loss of the paper's Table 1 that the bench prototype used."""
+QUICK_METHODS = ("multi_similarity",)
+"""The quick study's loss: Multi-Similarity, the loss of the paper's Table 1 that the bench prototype used."""
+FULL_METHODS = ("contrastive", "triplet", "multi_similarity", "proxy_anchor", "normalized_softmax", "arcface",
+                "dcml", "sam", "metricformer", "avsl")
+"""The full study: the baselines of the paper's Table 1, then DCML, SAM, MetricFormer and AVSL."""
 REPEATS = 5
 EXPLAIN_IMAGES = 200
 """Test images whose attribution maps are scored (25 backward passes each); spread evenly over the split."""
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One training run of a study: a method, with or without BGAugment, one training seed."""
+
+    method: str
+    bgaugment: bool
+    seed: int
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.method}{'-bgaugment' if self.bgaugment else ''}-seed{self.seed}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.method}{' + BGAugment' if self.bgaugment else ''}, seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1."""
+
+    methods: tuple[str, ...]
+    seeds: int
+
+    def runs(self) -> list[StudyRun]:
+        """Seed by seed (a stopped study has whole seeds done first), each method vanilla then BGAugment."""
+        return [StudyRun(method, bgaugment, seed) for seed in range(self.seeds) for method in self.methods
+                for bgaugment in (False, True)]
+
+
+PRESETS = {"quick": StudyPlan(QUICK_METHODS, 1), "full": StudyPlan(FULL_METHODS, 3)}
+"""``quick``: the README's first command, within 15 minutes on 2 CPU cores; ``full``: the whole comparison."""
+
+
+def study_plan(
+    preset: str = "quick", methods: Sequence[str] | None = None, seeds: int | None = None
+) -> StudyPlan:
+    """The preset's plan, with ``methods`` and ``seeds`` in place of its own where given; unknown names and
+    fewer than one seed are an ``OptionError`` before any work."""
+    from bgbias.methods.registry import method_names
+
+    if preset not in PRESETS:
+        raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+    plan = PRESETS[preset]
+    chosen = tuple(dict.fromkeys(methods)) if methods else plan.methods
+    unknown = [name for name in chosen if name not in method_names()]
+    if unknown:
+        raise OptionError(f"unknown method(s) {', '.join(unknown)}",
+                          fix=f"use some of: {', '.join(method_names())}")
+    if seeds is not None and seeds < 1:
+        raise OptionError(f"a study needs at least one training seed, not {seeds}",
+                          fix="pass --seeds 1 or more")
+    return StudyPlan(chosen, plan.seeds if seeds is None else seeds)
 
 
 @dataclass(frozen=True)
@@ -36,8 +98,8 @@ class StudyResult:
     pools: dict[str, Any]  # the pools' manifest
     bench: dict[str, Any]  # the bench's summary
     masks: Any  # MaskRun
-    runs: list[Path]  # vanilla, then BGAugment
-    report: dict[str, Path]  # the runs report's files
+    runs: list[Path]  # in the plan's order
+    report: dict[str, Path]  # the runs report's files and the seeds report's
 
 
 def prepare_pools(
@@ -99,16 +161,18 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
 
 def run_study(
     *,
-    preset: str = "small",
+    plan: StudyPlan = PRESETS["quick"],
+    bench_preset: str = "small",
     rho: float = 0.9,
-    seed: int = 0,
+    bench_seed: int = 0,
     home: str | os.PathLike[str] | None = None,
     runs: str | os.PathLike[str] | None = None,
     device: str = "auto",
     log: Callable[[str], None] = print,
 ) -> StudyResult:
-    """Run every step of the study (module docstring); ``runs`` defaults to ``./runs``, the study's runs go
-    to ``<runs>/study/bench-<preset>-rho<rho>-seed<seed>/``."""
+    """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
+    study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>/<method>[-bgaugment]-
+    seed<S>``."""
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
     from bgbias.data.items import default_masks_dir
@@ -116,18 +180,20 @@ def run_study(
     from bgbias.paths import runs_root
     from bgbias.report.compare import compare_runs
     from bgbias.report.runs_table import collect_runs, write_runs_report
+    from bgbias.report.seeds import write_seeds_report
     from bgbias.saliency.pipeline import make_masks
 
     log("1/7 fetching assets (verified against pinned checksums)")
     assets = fetch(DEFAULT_ASSETS, home=home)
     log("2/7 completing the background pools")
     pools = prepare_pools(home=home)
-    bench = built_bench(default_root("bench"), preset=preset, rho=rho, seed=seed)
+    bench = built_bench(default_root("bench"), preset=bench_preset, rho=rho, seed=bench_seed)
     if bench is None:
-        log(f"3/7 building the bench (preset {preset}, rho {rho}, seed {seed})")
-        bench = prepare_bench(preset=preset, rho=rho, seed=seed, home=home)
+        log(f"3/7 building the bench (preset {bench_preset}, rho {rho}, seed {bench_seed})")
+        bench = prepare_bench(preset=bench_preset, rho=rho, seed=bench_seed, home=home)
     else:
-        log(f"3/7 the bench at {bench['root']} is up to date (preset {preset}, rho {rho}, seed {seed})")
+        log(f"3/7 the bench at {bench['root']} is up to date (preset {bench_preset}, rho {rho}, seed "
+            f"{bench_seed})")
     dataset = open_dataset("bench")
     log("4/7 U²-Net masks of the bench (u2netp; kept when already made)")
     masks = make_masks(dataset.items(), default_masks_dir(dataset), model="u2netp")
@@ -135,56 +201,65 @@ def run_study(
         raise AssetError(f"{masks.failed} bench image(s) got no mask", path=masks.manifest,
                          fix="see the failures in the manifest, then run `bgbias study` again")
     runs = Path(runs) if runs is not None else runs_root()
-    folder = runs / "study" / f"bench-{preset}-rho{rho}-seed{seed}"
-    run_dirs = [train_study_run(folder, bgaugment, device, log, "5/7") for bgaugment in (False, True)]
-    log(f"6/7 evaluating both runs on the clean test split and {REPEATS} corrupted repeats, then their "
-        f"foreground scores on {EXPLAIN_IMAGES} test images")
-    for run_dir in run_dirs:
-        measure_run(run_dir, device, log)
+    folder = runs / "study" / f"bench-{bench_preset}-rho{rho}-seed{bench_seed}"
+    planned = plan.runs()
+    log(f"5/7 training {len(planned)} runs: {', '.join(plan.methods)}, without and with BGAugment, "
+        f"{plan.seeds} training seed{'s' * (plan.seeds > 1)}")
+    run_dirs = []
+    for number, run in enumerate(planned, 1):
+        run_dirs.append(train_study_run(folder, run, device, log, f"5/7 [{number}/{len(planned)}]"))
+        log(f"6/7 [{number}/{len(planned)}] {run.label}: clean and {REPEATS} corrupted repeats, foreground "
+            f"scores on {EXPLAIN_IMAGES} test images")
+        measure_run(run_dirs[-1], device, log)
     log("7/7 the report")
-    reports, foreground = collect_runs(run_dirs)
+    first_seed = [path for path, run in zip(run_dirs, planned, strict=True) if run.seed == 0]
+    reports, foreground = collect_runs(first_seed)
     report = write_runs_report(reports, foreground, folder / "report")
-    for number, gallery in enumerate(compare_runs(run_dirs, "test", folder / "report")):
+    report.update(write_seeds_report(collect_runs(run_dirs)[0], folder / "report"))
+    for number, gallery in enumerate(compare_runs(first_seed, "test", folder / "report")):
         report[f"foreground_gallery_{number}"] = gallery
     return StudyResult(assets, pools, bench, masks, run_dirs, report)
 
 
-def train_study_run(
-    folder: Path, bgaugment: bool, device: str, log: Callable[[str], None], step: str
-) -> Path:
-    """Train (or resume, or keep) the study's run with or without BGAugment; return its folder."""
+def train_study_run(folder: Path, run: StudyRun, device: str, log: Callable[[str], None], step: str) -> Path:
+    """Train (or resume, or keep) one run of the study; return its folder."""
     from bgbias.engine.config import resolve_config
     from bgbias.engine.run_dir import DONE, open_run_dir, read_record
     from bgbias.engine.training import resume_training, train
 
-    run_dir = folder / f"{STUDY_METHOD}{'-bgaugment' if bgaugment else ''}"
-    name = f"{STUDY_METHOD}{' + BGAugment' if bgaugment else ''}"
+    run_dir = folder / run.folder_name
     if (run_dir / "config.json").is_file():
         # A missing or damaged run.json reads as unfinished: resuming from the checkpoints writes it again.
         status = (read_record(open_run_dir(run_dir)) or {}).get("status")
         if status in DONE:
-            log(f"{step} {name}: trained already ({run_dir})")
+            log(f"{step} {run.label}: trained already ({run_dir})")
             return run_dir
-        log(f"{step} resuming {name} ({run_dir})")
+        log(f"{step} resuming {run.label} ({run_dir})")
         resume_training(run_dir)
         return run_dir
-    log(f"{step} training {name} on the bench")
-    config = resolve_config(STUDY_METHOD, "bench", options={"bgaugment.enabled": bgaugment, "device": device})
+    log(f"{step} training {run.label} on the bench")
+    options = {"bgaugment.enabled": run.bgaugment, "device": device, "seed": run.seed}
+    config = resolve_config(run.method, "bench", options=options)
     train(config, run_dir=run_dir)
     return run_dir
 
 
 def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
-    """``bgbias eval --corrupted --repeats 5`` and ``bgbias explain`` of one study run."""
+    """``bgbias eval --corrupted --repeats 5`` and ``bgbias explain`` of one study run (SmoothGrad, and the
+    method's own attribution where it has one); what was measured before comes from the caches."""
     from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
     from bgbias.explain.run import explain
+    from bgbias.methods.registry import method_class
     from bgbias.report.evaluate import evaluate
 
     trained = load_trained(run_dir, device=device)
     request = MeasureRequest(corrupted=True, repeats=REPEATS, limit=EXPLAIN_IMAGES)
     evaluate(trained, request, log=log)
     explain(trained, request, log=log)
+    own = method_class(trained.config.method).own_attribution
+    if own is not None:
+        explain(trained, dataclasses.replace(request, attribution=own), log=log)
 
 
 def _installed_sources(home: str | os.PathLike[str] | None) -> list[Any]:

@@ -127,13 +127,14 @@ def test_bench_built_below_a_file(tmp_path):
 def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypatch):
     from bgbias import study
 
-    run = tmp_path / "study" / "multi_similarity"
+    run = tmp_path / "study" / "multi_similarity-seed0"
     run.mkdir(parents=True)
     (run / "config.json").write_text("{}")
     (run / "run.json").write_text('{"status": "finish')  # torn by a kill
     resumed = []
     monkeypatch.setattr("bgbias.engine.training.resume_training", resumed.append)
-    assert study.train_study_run(tmp_path / "study", False, "cpu", lambda _: None, "5/7") == run
+    planned = study.StudyRun("multi_similarity", False, 0)
+    assert study.train_study_run(tmp_path / "study", planned, "cpu", lambda _: None, "5/7") == run
     assert resumed == [run]
 
 

@@ -1,12 +1,16 @@
-"""The study keeps what is done: a matching bench, finished runs."""
+"""The study keeps what is done (a matching bench, finished runs) and plans what its preset, methods and seeds
+ask for."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from bgbias.bench.build import BENCH_FORMAT
 from bgbias.engine.config import resolve_config
-from bgbias.study import STUDY_METHOD, built_bench, train_study_run
+from bgbias.errors import OptionError
+from bgbias.study import FULL_METHODS, StudyRun, built_bench, study_plan, train_study_run
 
 
 def _bench_json(root, **parameters):
@@ -36,11 +40,34 @@ def test_other_settings_or_a_damaged_description_rebuild_the_bench(tmp_path):
 
 
 def test_a_finished_run_is_not_trained_again(tmp_path):
-    run = tmp_path / f"{STUDY_METHOD}-bgaugment"
+    planned = StudyRun("multi_similarity", True, 1)
+    run = tmp_path / "multi_similarity-bgaugment-seed1"
     run.mkdir()
-    config = resolve_config(STUDY_METHOD, "bench", options={"bgaugment.enabled": True})
+    config = resolve_config("multi_similarity", "bench", options={"bgaugment.enabled": True, "seed": 1})
     (run / "config.json").write_text(json.dumps(config.as_dict()))
     (run / "run.json").write_text(json.dumps({"status": "finished"}))
     lines = []
-    assert train_study_run(tmp_path, True, "cpu", lines.append, "5/7") == run
-    assert lines == [f"5/7 {STUDY_METHOD} + BGAugment: trained already ({run})"]
+    assert train_study_run(tmp_path, planned, "cpu", lines.append, "5/7") == run
+    assert lines == [f"5/7 multi_similarity + BGAugment, seed 1: trained already ({run})"]
+
+
+def test_presets_plan_every_method_both_ways_seed_by_seed():
+    quick = study_plan("quick")
+    assert [(r.method, r.bgaugment, r.seed) for r in quick.runs()] == [
+        ("multi_similarity", False, 0), ("multi_similarity", True, 0)]
+    full = study_plan("full")
+    assert full.methods == FULL_METHODS and full.seeds == 3 and len(full.runs()) == 60
+    assert {r.seed for r in full.runs()[:20]} == {0}  # a stopped full study has whole seeds done first
+    assert {"dcml", "sam", "metricformer", "avsl", "arcface", "contrastive"} <= set(full.methods)
+
+
+def test_methods_and_seeds_replace_the_presets_and_are_checked():
+    plan = study_plan("full", ["dcml", "triplet", "dcml"], 2)
+    assert plan.methods == ("dcml", "triplet") and plan.seeds == 2
+    assert StudyRun("dcml", True, 1).folder_name == "dcml-bgaugment-seed1"
+    with pytest.raises(OptionError, match="unknown method"):
+        study_plan("quick", ["dcmlx"])
+    with pytest.raises(OptionError, match="at least one training seed"):
+        study_plan("quick", None, 0)
+    with pytest.raises(OptionError, match="unknown study preset"):
+        study_plan("huge")

@@ -59,11 +59,13 @@ class TrainedModel(MethodBacked):
                          recorded.get("identity"), recorded.get("images"), self.run.record)
 
     def describe(self) -> dict[str, Any]:
-        """What a report records about the model: run, method, BGAugment and the checkpoint's identity."""
+        """What a report records about the model: run, method, BGAugment, training seed and the checkpoint's
+        identity."""
         return {
             "run": str(self.run.root),
             "method": self.config.method,
             "bgaugment": self.config.bgaugment.enabled,
+            "seed": self.config.seed,
             "trained_on": self.config.dataset,
             "checkpoint": {
                 "path": str(self.checkpoint), "sha256": self.checkpoint_sha256, "epoch": self.epoch,

@@ -112,6 +112,9 @@ class Method(nn.Module, ABC):
     own_options: ClassVar[dict[str, Any]] = {}
     # What option values must satisfy beyond their types: name → (test, what the value must be).
     option_rules: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
+    # The attribution that is the method's own explanation (SAM's similarity attention, AVSL's node
+    # decomposition), which a study scores beside SmoothGrad; None for the others.
+    own_attribution: ClassVar[str | None] = None
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__()

@@ -9,6 +9,7 @@ import torch
 from bgbias.data.registry import dataset_names
 from bgbias.engine.config import resolve_config
 from bgbias.errors import OptionError
+from bgbias.methods.attribution import attribution_names
 from bgbias.methods.base import Batch, Method, MethodSpec
 from bgbias.methods.registry import method_class, method_names, register_method
 from bgbias.models.registry import build_backbone
@@ -164,3 +165,9 @@ def test_registering_a_name_twice_is_refused():
 
     with pytest.raises(ValueError, match="registered twice"):
         register_method("triplet")(One)
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_a_methods_own_attribution_is_registered(name):
+    own = method_class(name).own_attribution
+    assert own is None or own in attribution_names()

@@ -122,6 +122,7 @@ class AVSL(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/avsl.json``)."""
 
     loss_modules = ("collector",)
+    own_attribution = "avsl"
     unit_norm = False  # the state is named arrays; ``embedding`` holds three unit vectors side by side
     option_rules = _OPTION_RULES
     own_options: ClassVar[dict[str, Any]] = {

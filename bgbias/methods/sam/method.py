@@ -76,6 +76,7 @@ class SAM(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/sam.json``)."""
 
     option_rules = _OPTION_RULES
+    own_attribution = "sam"
     own_options: ClassVar[dict[str, Any]] = {
         "variant": "triplet",  # triplet | siamese | quadruplet
         "score": "magnitude",  # s = wᵀ|f| | projection: the paper's literal s = wᵀf

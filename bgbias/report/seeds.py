@@ -1,0 +1,167 @@
+"""Runs of several training seeds, aggregated: how much of a difference between methods, or BGAugment's
+effect, is larger than what another training seed changes.
+
+Two spreads are kept apart everywhere. Inside one run, the corrupted score is a mean over its corrupted
+repeats (the background draws), with their std; across runs of one (method, BGAugment) setting, each score is
+a mean over training seeds with the sample std over seeds (ddof 1). BGAugment's effect is paired: per seed,
+the BGAugment run's score minus the vanilla run's, then the mean and std of those differences over seeds; it
+is *larger than the seed spread* when its mean is more than twice that std (and there are at least two
+pairs).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import OptionError
+from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.report.evaluation import markdown_table, percent, percent_spread, run_label
+
+SEED_COLUMNS = [
+    "method", "seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R", "repeats std (mean over seeds)",
+    "relative drop (%)", "clean P@1", "corrupted P@1",
+]
+EFFECT_COLUMNS = [
+    "method", "paired seeds", "Δ corrupted MAP@R (BGAugment − vanilla)", "Δ clean MAP@R",
+    "larger than the seed spread",
+]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A score over training seeds: its values, mean and sample std (None with fewer than two)."""
+
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+    def cell(self) -> str:
+        return percent_spread(self.mean, self.std)
+
+
+def seeds_by_setting(
+    reports: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, bool], dict[int, Mapping[str, Any]]]:
+    """Evaluation reports of one dataset and split by (method, BGAugment) and training seed, in the order the
+    settings first appear; two reports of one setting and seed are an error naming both runs."""
+    groups: dict[tuple[str, bool], dict[int, Mapping[str, Any]]] = {}
+    places = {(str(r.get("dataset")), str(r.get("split"))) for r in reports}
+    if len(places) > 1:
+        raise OptionError(f"reports of several datasets or splits: {sorted(places)}",
+                          fix="aggregate the runs of one dataset and split at a time")
+    for report in reports:
+        key = (str(report["method"]), bool(report.get("bgaugment")))
+        seed = report.get("seed")
+        if not isinstance(seed, int):
+            raise OptionError(f"the report of {report.get('run', '?')} does not record its training seed",
+                              fix="evaluate the run again with this version of bgbias (bgbias eval)")
+        seeds = groups.setdefault(key, {})
+        if seed in seeds:
+            raise OptionError(
+                f"two runs of {run_label(*key)} with seed {seed}: {seeds[seed].get('run', '?')} and "
+                f"{report.get('run', '?')}",
+                fix="pass one run per method, setting and seed",
+            )
+        seeds[seed] = report
+    return groups
+
+
+def seeds_table(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One row per (method, BGAugment): the scores as mean ± std over training seeds (in %), the selected
+    epoch of each seed, and the mean over seeds of each run's std over its corrupted repeats."""
+    rows = []
+    for (method, bgaugment), by_seed in seeds_by_setting(reports).items():
+        runs = [by_seed[seed] for seed in sorted(by_seed)]
+        corrupted = [run for run in runs if run.get("corrupted")]
+        inner = Spread(tuple(run["corrupted"]["std"]["map_at_r"] for run in corrupted
+                             if run["corrupted"]["std"]["map_at_r"] is not None))
+        relative = Spread(tuple(run["drop"]["map_at_r"]["relative"] for run in corrupted))
+        rows.append([
+            run_label(method, bgaugment),
+            ", ".join(str(seed) for seed in sorted(by_seed)),
+            ", ".join(str((run.get("checkpoint") or {}).get("epoch", "?")) for run in runs),
+            _over(runs, lambda run: run["clean"]["map_at_r"]).cell(),
+            _over(corrupted, lambda run: run["corrupted"]["mean"]["map_at_r"]).cell(),
+            percent(inner.mean),
+            "" if relative.mean is None else f"{100 * relative.mean:.1f}",
+            _over(runs, lambda run: run["clean"]["precision_at_1"]).cell(),
+            _over(corrupted, lambda run: run["corrupted"]["mean"]["precision_at_1"]).cell(),
+        ])
+    return SEED_COLUMNS, rows
+
+
+def bgaugment_effects(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One row per method with runs of both settings: BGAugment's paired effect over the seeds both have."""
+    groups = seeds_by_setting(reports)
+    rows = []
+    for method in dict.fromkeys(method for method, _ in groups):
+        vanilla, augmented = groups.get((method, False), {}), groups.get((method, True), {})
+        paired = sorted(set(vanilla) & set(augmented))
+        if not paired:
+            continue
+        corrupted = _paired(augmented, vanilla, paired, _corrupted)
+        clean = _paired(augmented, vanilla, paired, lambda run: run["clean"]["map_at_r"])
+        rows.append([method, ", ".join(map(str, paired)), corrupted.cell(), clean.cell(),
+                     exceeds_spread(corrupted)])
+    return EFFECT_COLUMNS, rows
+
+
+def exceeds_spread(difference: Spread) -> str:
+    """``yes`` / ``no`` where the paired differences' mean is / is not more than twice their std; ``n/a``
+    with fewer than two pairs (one seed says nothing about the spread)."""
+    if difference.std is None or difference.mean is None:
+        return "n/a (one seed)"
+    return "yes" if abs(difference.mean) > 2 * difference.std else "no"
+
+
+def _paired(augmented: Mapping[int, Mapping[str, Any]], vanilla: Mapping[int, Mapping[str, Any]],
+            seeds: Sequence[int], value: Any) -> Spread:
+    """Per seed, ``value`` of the BGAugment run minus that of the vanilla run (seeds where both have one)."""
+    pairs = [(value(augmented[seed]), value(vanilla[seed])) for seed in seeds]
+    return Spread(tuple(a - b for a, b in pairs if a is not None and b is not None))
+
+
+def _over(runs: Sequence[Mapping[str, Any]], value: Any) -> Spread:
+    return Spread(tuple(value(run) for run in runs if value(run) is not None))
+
+
+def _corrupted(report: Mapping[str, Any]) -> float | None:
+    corrupted = report.get("corrupted")
+    return None if not corrupted else corrupted["mean"]["map_at_r"]
+
+
+SEEDS_NOTE = (
+    "Each score is the mean ± sample std over training seeds; the corrupted score of one run is itself the "
+    "mean over its corrupted repeats, whose std is the 'repeats std' column (mean over seeds). BGAugment's "
+    "effect is paired per seed (BGAugment run − vanilla run of the same seed), mean ± std over seeds; it is "
+    "larger than the seed spread when the mean exceeds twice that std."
+)
+
+
+def write_seeds_report(
+    reports: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str]
+) -> dict[str, Path]:
+    """``seeds.md`` (the seeds table, BGAugment's paired effects and how to read them) and ``seeds.json`` (the
+    same cells) in ``out_dir``."""
+    out = Path(out_dir)
+    headers, rows = seeds_table(reports)
+    effect_headers, effects = bgaugment_effects(reports)
+    text = "\n\n".join([
+        "## Over training seeds (MAP@R and P@1 in %)", markdown_table(headers, rows),
+        "## BGAugment's effect, paired by seed (points)", markdown_table(effect_headers, effects), SEEDS_NOTE,
+    ]) + "\n"
+    write_text_atomic(out / "seeds.md", text)
+    write_json_atomic(out / "seeds.json", {"seeds": {"columns": headers, "rows": rows},
+                                           "bgaugment_effect": {"columns": effect_headers, "rows": effects}})
+    return {"seeds_md": out / "seeds.md", "seeds_json": out / "seeds.json"}
