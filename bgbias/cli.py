@@ -228,7 +228,9 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "--model",
     default="u2net",
     show_default=True,
-    help="rembg model: u2net (the paper's), u2netp (fast), isnet-general-use, birefnet-general, ...",
+    help="rembg model: u2net (the paper's), u2netp (fast), isnet-general-use, birefnet-general, ...; or "
+         "ground-truth: the masks the dataset ships (the bench's exact ones), into <out> (default "
+         "masks/<dataset>-ground-truth).",
 )
 @click.option(
     "--device",
@@ -269,12 +271,21 @@ def masks(
     threads: int | None,
     empty_below: float,
 ) -> None:
-    """U²-Net salient-object masks for every image; resumable, with failures and mask quality recorded."""
+    """U²-Net salient-object masks for every image; resumable, with failures and mask quality recorded.
+    --model ground-truth lays out the masks the dataset ships instead (the bench's exact ones)."""
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
+    from bgbias.saliency.ground_truth import GROUND_TRUTH, copy_ground_truth_masks
     from bgbias.saliency.pipeline import make_masks
 
     dataset = open_dataset(dataset_name, root)
+    if model == GROUND_TRUTH:
+        default = default_masks_dir(dataset)
+        target = out or default.with_name(f"{default.name}-{GROUND_TRUTH}")
+        copied = copy_ground_truth_masks(dataset.items(), target)
+        click.echo(copied.describe())
+        click.echo(f"use them with --masks {copied.out_dir}")
+        return
     out_dir = out if out is not None else default_masks_dir(dataset)
     run = make_masks(
         dataset.items(),

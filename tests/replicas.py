@@ -156,13 +156,7 @@ def make_bench(
 
 
 def copy_ground_truth_masks(items: Sequence, masks_dir: Path) -> Path:
-    """Copy each item's exact mask to where ``bgbias masks`` writes its saliency mask (stand-in masks)."""
-    import shutil
+    """Each item's exact mask where ``bgbias masks`` writes its saliency mask (stand-in masks)."""
+    from bgbias.saliency.ground_truth import copy_ground_truth_masks as copy_masks
 
-    from bgbias.data.items import mask_path
-
-    for item in items:
-        target = mask_path(item, masks_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item.ground_truth_mask, target)
-    return masks_dir
+    return copy_masks(items, masks_dir).out_dir

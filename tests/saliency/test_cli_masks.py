@@ -3,12 +3,17 @@ report, what the terminal says, exit status."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
-from bgbias.errors import EXIT_PARTIAL
+from bgbias.data.items import mask_path
+from bgbias.data.registry import open_dataset
+from bgbias.errors import EXIT_PARTIAL, DatasetError
 from bgbias.saliency import pipeline
+from bgbias.saliency.ground_truth import copy_ground_truth_masks
 from tests.replicas import make_bench, write_picture
 from tests.saliency.fakes import FakeSession
 
@@ -80,3 +85,26 @@ def test_the_summary_says_which_masks_were_re_made(tmp_path, monkeypatch):
 def test_help_documents_the_exit_status():
     result = CliRunner().invoke(main, ["masks", "--help"])
     assert f"{EXIT_PARTIAL} when the run finished but some images failed" in " ".join(result.output.split())
+
+
+def test_ground_truth_masks_are_laid_out_for_every_command(tmp_path, monkeypatch):
+    root = make_bench(tmp_path / "bench")
+    monkeypatch.chdir(tmp_path)
+    args = ["masks", "--dataset", "bench", "--root", str(root), "--model", "ground-truth"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    dataset = open_dataset("bench", root)
+    items, out = dataset.items(), f"masks/{dataset.key}-ground-truth"
+    assert f"ground-truth masks in {out}: {len(items)} written, 0 already there" in first.output
+    assert f"use them with --masks {out}" in first.output
+    for item in items:
+        assert mask_path(item, tmp_path / out).read_bytes() == item.ground_truth_mask.read_bytes()
+    again = CliRunner().invoke(main, args)
+    assert f"0 written, {len(items)} already there" in again.output
+
+
+def test_ground_truth_masks_of_a_dataset_without_them_are_refused(tmp_path):
+    items = open_dataset("bench", make_bench(tmp_path / "bench")).items()
+    without = [dataclasses.replace(item, ground_truth_mask=None) for item in items[:2]] + items[2:]
+    with pytest.raises(DatasetError, match=r"2 of \d+ images have no ground-truth mask"):
+        copy_ground_truth_masks(without, tmp_path / "out")
