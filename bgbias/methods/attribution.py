@@ -141,6 +141,18 @@ def needs_references(attribution: Attribution) -> bool:
     return bool(getattr(attribution, "needs_references", False))
 
 
+def check_references(name: str, images01: torch.Tensor, references01: torch.Tensor | None) -> torch.Tensor:
+    """``references01`` of an attribution that ``needs_references``, once known to be one reference image per
+    image of ``images01``; an ``OptionError`` naming attribution ``name`` where none was given."""
+    if references01 is None:
+        raise OptionError(f"{name} explains each image against a reference image, and none was given",
+                          fix="pass references01, one reference image per image")
+    if references01.shape != images01.shape:
+        raise ValueError(f"references of shape {tuple(references01.shape)} for images of shape "
+                         f"{tuple(images01.shape)}")
+    return references01
+
+
 def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
     """An ``OptionError`` naming the attribution and the models it serves unless it ``supports`` ``model``;
     every attribution differentiates the model, so one that is not ``differentiable`` (an ONNX model) is

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from bgbias.errors import OptionError
-from bgbias.methods.attribution import register_attribution
+from bgbias.methods.attribution import check_references, register_attribution
 from bgbias.methods.avsl.graph import certainty, node_weights
 from bgbias.methods.avsl.method import AVSL, LEVELS
 from bgbias.methods.sam.attention import normalise_maps
@@ -73,12 +73,7 @@ class NodeAttribution:
     ) -> Tensor:
         """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; no randomness, so
         ``generator`` is unused. The model is left in eval mode."""
-        if references01 is None:
-            raise OptionError("avsl explains each image against a reference image, and none was given",
-                              fix="pass references01, one reference image per image")
-        if references01.shape != images01.shape:
-            raise ValueError(f"references of shape {tuple(references01.shape)} for images of shape "
-                             f"{tuple(images01.shape)}")
+        references01 = check_references("avsl", images01, references01)
         model.eval()
         method: AVSL = model.method  # type: ignore[attr-defined]
         count = len(images01)

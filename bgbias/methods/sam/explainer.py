@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from bgbias.errors import BgbiasError, OptionError
-from bgbias.methods.attribution import register_attribution
+from bgbias.methods.attribution import check_references, register_attribution
 from bgbias.methods.embedding_model import FeatureMaps
 from bgbias.methods.sam.attention import attention_maps, normalise_maps, similarity_scores, similarity_weights
 from bgbias.retrieval.state import EMBEDDING, named_arrays
@@ -76,12 +76,7 @@ class SimilarityAttention:
     ) -> Tensor:
         """(B, H, W) maps in [0, 1] of ``images01`` (B, 3, H, W in [0, 1]), image i explained against
         ``references01[i]``; no randomness, so ``generator`` is unused. The model is left in eval mode."""
-        if references01 is None:
-            raise OptionError("sam explains each image against a reference image, and none was given",
-                              fix="pass references01, one reference image per image")
-        if references01.shape != images01.shape:
-            raise ValueError(f"references of shape {tuple(references01.shape)} for images of shape "
-                             f"{tuple(images01.shape)}")
+        references01 = check_references("sam", images01, references01)
         model.eval()
         return pair_maps(model, model.feature_module(self.stage), images01, references01)[0]
 
