@@ -5,12 +5,12 @@ epoch marked, which is where DML users look first when a run goes wrong.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bgbias.engine.run_dir import is_metric_number
 from bgbias.figures import new_figure, save_png
 
 TIMING_TERMS = ("train_seconds", "train_images_per_second")
@@ -23,7 +23,7 @@ def training_terms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The ``train_*`` columns of ``rows`` that hold numbers (the loss and the method's own terms), sorted,
     the total ``train_loss`` first."""
     names = {name for row in rows for name, value in row.items()
-             if name.startswith("train_") and name not in TIMING_TERMS and _finite(value)}
+             if name.startswith("train_") and name not in TIMING_TERMS and is_metric_number(value)}
     return sorted(names, key=lambda name: (name != "train_loss", name))
 
 
@@ -41,18 +41,18 @@ def plot_training_curves(
     terms_axes, validation_axes = figure.subplots(1, 2)
     terms = training_terms(rows)
     for name in terms:
-        points = [(row["epoch"], row[name]) for row in rows if _finite(row.get(name))]
+        points = [(row["epoch"], row[name]) for row in rows if is_metric_number(row.get(name))]
         width = 2.0 if name == "train_loss" else 1.0
         terms_axes.plot(*zip(*points, strict=True), marker=".", linewidth=width,
                         label=name.removeprefix("train_"))
-    values = [row[name] for row in rows for name in terms if _finite(row.get(name))]
+    values = [row[name] for row in rows for name in terms if is_metric_number(row.get(name))]
     if values and min(values) > 0:
         terms_axes.set_yscale("log")
     terms_axes.set(title="training terms (mean over the epoch's steps)", xlabel="epoch")
     if terms:
         terms_axes.legend(fontsize=7, ncols=2 if len(terms) > 6 else 1)
     for name, label in VALIDATION_CURVES.items():
-        points = [(row["epoch"], 100 * row[name]) for row in rows if _finite(row.get(name))]
+        points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
         if points:
             validation_axes.plot(*zip(*points, strict=True), marker="o", label=label)
     if best_epoch is not None:
@@ -63,6 +63,3 @@ def plot_training_curves(
     figure.suptitle(title, fontsize=10)
     return save_png(figure, path)
 
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

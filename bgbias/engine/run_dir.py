@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -132,6 +133,12 @@ def latest_run(runs: Path | None = None) -> RunDir:
         raise OptionError("there is no training run yet", path=pointer,
                           fix="train one with `bgbias train`, or name a run folder")
     return open_run_dir(runs / pointer.read_text(encoding="utf-8").strip())
+
+
+def is_metric_number(value: Any) -> bool:
+    """Whether a cell of a metrics row holds a finite number (not a bool, None, NaN or text): what the
+    training curves and TensorBoard plot."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:

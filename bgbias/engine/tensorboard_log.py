@@ -6,11 +6,11 @@ folder exists.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bgbias.engine.run_dir import is_metric_number
 from bgbias.errors import OptionError
 
 FOLDER = "tensorboard"
@@ -45,13 +45,10 @@ class EpochScalars:
     def add(self, row: Mapping[str, Any]) -> None:
         """Every finite number of ``row`` at step ``row["epoch"]``, flushed: a killed run keeps its epochs."""
         for column, value in row.items():
-            if column != "epoch" and _finite(value):
+            if column != "epoch" and is_metric_number(value):
                 self.writer.add_scalar(scalar_tag(column), value, row["epoch"])
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
 
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
