@@ -70,11 +70,11 @@ def summarize_evaluation(
         "images": len(labels),
         "classes": len(np.unique(labels)),
         "scored": clean.scored,
-        "clean": _means(clean),
+        "clean": metric_means(clean),
     }
     if not corrupted:
         return report
-    repeats = [{"repeat": index, **_means(scores)} for index, scores in enumerate(corrupted)]
+    repeats = [{"repeat": index, **metric_means(scores)} for index, scores in enumerate(corrupted)]
     mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
     std = {name: _sample_std([row[name] for row in repeats]) for name in METRICS}
     report["corrupted"] = {"repeats": repeats, "mean": mean, "std": std}
@@ -274,11 +274,13 @@ def _check_inputs(
             )
 
 
-def _means(scores: RetrievalScores) -> dict[str, float | None]:
-    return {name: _finite(getattr(scores, name)) for name in METRICS}
+def metric_means(scores: RetrievalScores) -> dict[str, float | None]:
+    """Each metric's mean over the scored queries, None where no query was scored (the report's cells)."""
+    return {name: finite_or_none(getattr(scores, name)) for name in METRICS}
 
 
-def _finite(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """A score as a report keeps it: a float, or None where it is missing or NaN."""
     return None if value is None or math.isnan(value) else float(value)
 
 
@@ -350,7 +352,7 @@ def _per_query_csv(
     headers = ["id", "label", "r", *(f"{prefix}_{name}" for prefix, _ in sets for name in METRICS)]
     columns = [scores.per_query[name] for _, scores in sets for name in METRICS]
     r = clean.per_query["r"]
-    rows = ([ids[i], labels[i].item(), int(r[i]), *(_finite(float(c[i])) for c in columns)]
+    rows = ([ids[i], labels[i].item(), int(r[i]), *(finite_or_none(float(c[i])) for c in columns)]
             for i in range(len(labels)))
     return csv_text(headers, rows)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.report.evaluation import finite_or_none, metric_means
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores, score_embeddings
 
 if TYPE_CHECKING:
@@ -137,14 +138,14 @@ def summarize_profile(
     was made."""
     from bgbias.augment.variants import ONLY_FG_FILL
 
-    rows: dict[str, dict[str, Any]] = {"clean": _row([_means(clean)]),
-                                       "random-bg": _row([_means(s) for s in corrupted]),
-                                       "query-side": _row([_means(s) for s in query_side.scores]),
+    rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
+                                       "random-bg": _row([metric_means(s) for s in corrupted]),
+                                       "query-side": _row([metric_means(s) for s in query_side.scores]),
                                        "worst-case": _row([{name: _nanmean(query_side.worst[name])
                                                             for name in METRICS}])}
     rows["worst-case"]["repeats"] = query_side.worst_k
     for name, scores in variants.items():
-        rows[name] = _row([_means(s) for s in scores])
+        rows[name] = _row([metric_means(s) for s in scores])
     same, other = variants["mixed-same"], variants["mixed-rand"]
     rows["bg-gap"] = _row([{name: _difference(a, b, name) for name in METRICS}
                            for a, b in zip(same, other, strict=True)])
@@ -162,10 +163,6 @@ def summarize_profile(
     }
 
 
-def _means(scores: RetrievalScores) -> dict[str, float | None]:
-    return {name: _finite(getattr(scores, name)) for name in METRICS}
-
-
 def _row(values: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
     """Mean and sample std over sets of each metric (None where a set has no value, std None for one set)."""
     def spread(name: str) -> tuple[float | None, float | None]:
@@ -180,7 +177,7 @@ def _row(values: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
 
 
 def _difference(a: RetrievalScores, b: RetrievalScores, name: str) -> float | None:
-    first, second = _finite(getattr(a, name)), _finite(getattr(b, name))
+    first, second = finite_or_none(getattr(a, name)), finite_or_none(getattr(b, name))
     return None if first is None or second is None else first - second
 
 
@@ -188,6 +185,3 @@ def _nanmean(values: np.ndarray) -> float | None:
     scored = values[~np.isnan(values)]
     return float(scored.mean()) if len(scored) else None
 
-
-def _finite(value: float) -> float | None:
-    return None if np.isnan(value) else float(value)
