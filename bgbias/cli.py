@@ -275,14 +275,12 @@ def masks(
     --model ground-truth lays out the masks the dataset ships instead (the bench's exact ones)."""
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
-    from bgbias.saliency.ground_truth import GROUND_TRUTH, copy_ground_truth_masks
+    from bgbias.saliency.ground_truth import GROUND_TRUTH, copy_ground_truth_masks, default_ground_truth_dir
     from bgbias.saliency.pipeline import make_masks
 
     dataset = open_dataset(dataset_name, root)
     if model == GROUND_TRUTH:
-        default = default_masks_dir(dataset)
-        target = out or default.with_name(f"{default.name}-{GROUND_TRUTH}")
-        copied = copy_ground_truth_masks(dataset.items(), target)
+        copied = copy_ground_truth_masks(dataset.items(), out or default_ground_truth_dir(dataset))
         click.echo(copied.describe())
         click.echo(f"use them with --masks {copied.out_dir}")
         return
@@ -686,17 +684,20 @@ def methods() -> None:
 # --------------------------------------------------------------------------------------------------- study
 @main.command("study")
 @click.option("--preset", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
-              help="quick: multi-similarity, one training seed (within 15 minutes on 2 CPU cores); full: "
-                   "the paper's six baselines and DCML, SAM, MetricFormer and AVSL, three seeds (hours; "
-                   "resumable).")
+              help="quick: multi-similarity, one training seed, exact masks (within 15 minutes on 2 CPU "
+                   "cores); full: the paper's six baselines and DCML, SAM, MetricFormer and AVSL, three "
+                   "seeds, U²-Net masks (hours; resumable).")
 @click.option("--methods", default=None,
               help="Comma-separated methods instead of the preset's (see `bgbias methods`).")
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Training seeds 0 … N−1 instead of the preset's.")
+@click.option("--masks", "masks", type=click.Choice(["u2netp", "ground-truth"]), default=None,
+              help="Masks for BGAugment and the corrupted sets instead of the preset's (quick: the bench's "
+                   "exact ones; full: U²-Net's, as on a real dataset).")
 @_study_bench_options
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
-def study(preset: str, methods: str | None, seeds: int | None, bench_preset: str, rho: float, bench_seed: int,
-          device: str) -> None:
+def study(preset: str, methods: str | None, seeds: int | None, masks: str | None, bench_preset: str,
+          rho: float, bench_seed: int, device: str) -> None:
     """The main job on the embedded default: the paper's measurement on the bench, from nothing to Table 1
     (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs corrupted
     MAP@R, foreground scores, the report with the spread over training seeds). Resumable at every step."""
@@ -705,7 +706,7 @@ def study(preset: str, methods: str | None, seeds: int | None, bench_preset: str
     from bgbias.study import run_study, study_plan
 
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
-    plan = study_plan(preset, chosen, seeds)
+    plan = study_plan(preset, chosen, seeds, masks)
     result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, device=device,
                        log=click.echo)
     for text in (

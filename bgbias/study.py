@@ -1,6 +1,7 @@
 """The main job on the embedded default: the paper's whole measurement on the bench, from nothing to Table 1.
 
-Steps: provision the assets, complete the background pools, build the bench, make its U²-Net masks, train the
+Steps: provision the assets, complete the background pools, build the bench, make its masks (U²-Net's, or lay
+out its exact ones), train the
 plan's methods without and with BGAugment for each of its training seeds (:data:`PRESETS`: ``quick``, one loss
 and one seed; ``full``, the paper's baselines and the four bundled methods, three seeds), score every run on
 the clean test split and its fixed corrupted repeats, compute their foreground scores (SmoothGrad, and a
@@ -37,13 +38,20 @@ EXPLAIN_IMAGES = 200
 """Test images whose attribution maps are scored (25 backward passes each); spread evenly over the split."""
 
 
+MASK_SOURCES = ("u2netp", "ground-truth")
+"""Where a study's masks come from: U²-Net (the paper's protocol; what a real dataset has) or the bench's
+exact alpha masks (no mask errors, and no 6 minutes of U²-Net on 2 cores)."""
+
+
 @dataclass(frozen=True)
 class StudyRun:
-    """One training run of a study: a method, with or without BGAugment, one training seed."""
+    """One training run of a study: a method, with or without BGAugment, one training seed; ``watch_test``
+    also scores the test split after every epoch (``schedule.watch_test``), to measure selection noise."""
 
     method: str
     bgaugment: bool
     seed: int
+    watch_test: bool = False
 
     @property
     def folder_name(self) -> str:
@@ -56,30 +64,44 @@ class StudyRun:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1."""
+    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1,
+    with masks from ``masks`` (:data:`MASK_SOURCES`); the runs of the ``watched`` methods also score the
+    test split after every epoch."""
 
     methods: tuple[str, ...]
     seeds: int
+    masks: str = "u2netp"
+    watched: tuple[str, ...] = ()
 
     def runs(self) -> list[StudyRun]:
         """Seed by seed (a stopped study has whole seeds done first), each method vanilla then BGAugment."""
-        return [StudyRun(method, bgaugment, seed) for seed in range(self.seeds) for method in self.methods
-                for bgaugment in (False, True)]
+        return [StudyRun(method, bgaugment, seed, method in self.watched) for seed in range(self.seeds)
+                for method in self.methods for bgaugment in (False, True)]
 
 
-PRESETS = {"quick": StudyPlan(QUICK_METHODS, 1), "full": StudyPlan(FULL_METHODS, 3)}
-"""``quick``: the README's first command, within 15 minutes on 2 CPU cores; ``full``: the whole comparison."""
+PRESETS = {
+    "quick": StudyPlan(QUICK_METHODS, 1, masks="ground-truth"),
+    "full": StudyPlan(FULL_METHODS, 3, masks="u2netp", watched=QUICK_METHODS),
+}
+"""``quick``: the README's first command, within 15 minutes on 2 CPU cores, on the bench's exact masks;
+``full``: the whole comparison on U²-Net masks, with the quick preset's method watching the test split
+(selection noise, docs/results.md)."""
 
 
 def study_plan(
-    preset: str = "quick", methods: Sequence[str] | None = None, seeds: int | None = None
+    preset: str = "quick",
+    methods: Sequence[str] | None = None,
+    seeds: int | None = None,
+    masks: str | None = None,
 ) -> StudyPlan:
-    """The preset's plan, with ``methods`` and ``seeds`` in place of its own where given; unknown names and
-    fewer than one seed are an ``OptionError`` before any work."""
+    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given; unknown
+    names and fewer than one seed are an ``OptionError`` before any work."""
     from bgbias.methods.registry import method_names
 
     if preset not in PRESETS:
         raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+    if masks is not None and masks not in MASK_SOURCES:
+        raise OptionError(f"unknown mask source {masks!r}", fix=f"use one of {', '.join(MASK_SOURCES)}")
     plan = PRESETS[preset]
     chosen = tuple(dict.fromkeys(methods)) if methods else plan.methods
     unknown = [name for name in chosen if name not in method_names()]
@@ -89,7 +111,8 @@ def study_plan(
     if seeds is not None and seeds < 1:
         raise OptionError(f"a study needs at least one training seed, not {seeds}",
                           fix="pass --seeds 1 or more")
-    return StudyPlan(chosen, plan.seeds if seeds is None else seeds)
+    return dataclasses.replace(plan, methods=chosen, seeds=plan.seeds if seeds is None else seeds,
+                               masks=plan.masks if masks is None else masks)
 
 
 @dataclass(frozen=True)
@@ -97,7 +120,7 @@ class StudyResult:
     assets: list[Any]  # AssetStatus rows
     pools: dict[str, Any]  # the pools' manifest
     bench: dict[str, Any]  # the bench's summary
-    masks: Any  # MaskRun
+    masks: Any  # MaskRun, or GroundTruthCopy for the exact masks
     runs: list[Path]  # in the plan's order
     report: dict[str, Path]  # the runs report's files and the seeds report's
 
@@ -171,17 +194,15 @@ def run_study(
     log: Callable[[str], None] = print,
 ) -> StudyResult:
     """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
-    study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>/<method>[-bgaugment]-
-    seed<S>``."""
+    study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
+    [-bgaugment]-seed<S>``."""
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
-    from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import default_root, open_dataset
     from bgbias.paths import runs_root
     from bgbias.report.compare import compare_runs
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.report.seeds import write_seeds_report
-    from bgbias.saliency.pipeline import make_masks
 
     log("1/7 fetching assets (verified against pinned checksums)")
     assets = fetch(DEFAULT_ASSETS, home=home)
@@ -195,22 +216,19 @@ def run_study(
         log(f"3/7 the bench at {bench['root']} is up to date (preset {bench_preset}, rho {rho}, seed "
             f"{bench_seed})")
     dataset = open_dataset("bench")
-    log("4/7 U²-Net masks of the bench (u2netp; kept when already made)")
-    masks = make_masks(dataset.items(), default_masks_dir(dataset), model="u2netp")
-    if masks.failed:
-        raise AssetError(f"{masks.failed} bench image(s) got no mask", path=masks.manifest,
-                         fix="see the failures in the manifest, then run `bgbias study` again")
+    masks, masks_dir = bench_masks(dataset, plan.masks, log)
     runs = Path(runs) if runs is not None else runs_root()
-    folder = runs / "study" / f"bench-{bench_preset}-rho{rho}-seed{bench_seed}"
+    folder = runs / "study" / f"bench-{bench_preset}-rho{rho}-seed{bench_seed}-{plan.masks}"
     planned = plan.runs()
     log(f"5/7 training {len(planned)} runs: {', '.join(plan.methods)}, without and with BGAugment, "
         f"{plan.seeds} training seed{'s' * (plan.seeds > 1)}")
     run_dirs = []
     for number, run in enumerate(planned, 1):
-        run_dirs.append(train_study_run(folder, run, device, log, f"5/7 [{number}/{len(planned)}]"))
-        log(f"6/7 [{number}/{len(planned)}] {run.label}: clean and {REPEATS} corrupted repeats, foreground "
+        step = f"[{number}/{len(planned)}]"
+        run_dirs.append(train_study_run(folder, run, masks_dir, device, log, f"5/7 {step}"))
+        log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats, foreground "
             f"scores on {EXPLAIN_IMAGES} test images")
-        measure_run(run_dirs[-1], device, log)
+        measure_run(run_dirs[-1], masks_dir, device, log)
     log("7/7 the report")
     first_seed = [path for path, run in zip(run_dirs, planned, strict=True) if run.seed == 0]
     reports, foreground = collect_runs(first_seed)
@@ -221,8 +239,29 @@ def run_study(
     return StudyResult(assets, pools, bench, masks, run_dirs, report)
 
 
-def train_study_run(folder: Path, run: StudyRun, device: str, log: Callable[[str], None], step: str) -> Path:
-    """Train (or resume, or keep) one run of the study; return its folder."""
+def bench_masks(dataset: Any, source: str, log: Callable[[str], None]) -> tuple[Any, Path]:
+    """The bench's masks from ``source`` (:data:`MASK_SOURCES`), made or laid out where missing: the
+    ``MaskRun`` or ``GroundTruthCopy`` and the folder."""
+    from bgbias.data.items import default_masks_dir
+    from bgbias.saliency.ground_truth import copy_ground_truth_masks, default_ground_truth_dir
+    from bgbias.saliency.pipeline import make_masks
+
+    if source == "ground-truth":
+        log("4/7 the bench's exact masks, laid out for BGAugment and the corrupted sets")
+        copied = copy_ground_truth_masks(dataset.items(), default_ground_truth_dir(dataset))
+        return copied, copied.out_dir
+    log("4/7 U²-Net masks of the bench (u2netp; kept when already made)")
+    masks = make_masks(dataset.items(), default_masks_dir(dataset), model="u2netp")
+    if masks.failed:
+        raise AssetError(f"{masks.failed} bench image(s) got no mask", path=masks.manifest,
+                         fix="see the failures in the manifest, then run `bgbias study` again")
+    return masks, default_masks_dir(dataset)
+
+
+def train_study_run(
+    folder: Path, run: StudyRun, masks: Path, device: str, log: Callable[[str], None], step: str
+) -> Path:
+    """Train (or resume, or keep) one run of the study with the masks in ``masks``; return its folder."""
     from bgbias.engine.config import resolve_config
     from bgbias.engine.run_dir import DONE, open_run_dir, read_record
     from bgbias.engine.training import resume_training, train
@@ -238,15 +277,17 @@ def train_study_run(folder: Path, run: StudyRun, device: str, log: Callable[[str
         resume_training(run_dir)
         return run_dir
     log(f"{step} training {run.label} on the bench")
-    options = {"bgaugment.enabled": run.bgaugment, "device": device, "seed": run.seed}
+    options = {"bgaugment.enabled": run.bgaugment, "bgaugment.masks": str(masks), "device": device,
+               "seed": run.seed, "schedule.watch_test": run.watch_test}
     config = resolve_config(run.method, "bench", options=options)
     train(config, run_dir=run_dir)
     return run_dir
 
 
-def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
-    """``bgbias eval --corrupted --repeats 5`` and ``bgbias explain`` of one study run (SmoothGrad, and the
-    method's own attribution where it has one); what was measured before comes from the caches."""
+def measure_run(run_dir: Path, masks: Path, device: str, log: Callable[[str], None]) -> None:
+    """``bgbias eval --corrupted --repeats 5 --masks MASKS`` and ``bgbias explain`` of one study run
+    (SmoothGrad, and the method's own attribution where it has one); what was measured before comes from the
+    caches."""
     from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
     from bgbias.explain.run import explain
@@ -254,7 +295,7 @@ def measure_run(run_dir: Path, device: str, log: Callable[[str], None]) -> None:
     from bgbias.report.evaluate import evaluate
 
     trained = load_trained(run_dir, device=device)
-    request = MeasureRequest(corrupted=True, repeats=REPEATS, limit=EXPLAIN_IMAGES)
+    request = MeasureRequest(corrupted=True, repeats=REPEATS, limit=EXPLAIN_IMAGES, masks=masks)
     evaluate(trained, request, log=log)
     explain(trained, request, log=log)
     own = method_class(trained.config.method).own_attribution

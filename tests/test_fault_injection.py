@@ -134,7 +134,8 @@ def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypat
     resumed = []
     monkeypatch.setattr("bgbias.engine.training.resume_training", resumed.append)
     planned = study.StudyRun("multi_similarity", False, 0)
-    assert study.train_study_run(tmp_path / "study", planned, "cpu", lambda _: None, "5/7") == run
+    assert study.train_study_run(tmp_path / "study", planned, tmp_path / "masks", "cpu", lambda _: None,
+                                 "5/7") == run
     assert resumed == [run]
 
 

@@ -47,27 +47,31 @@ def test_a_finished_run_is_not_trained_again(tmp_path):
     (run / "config.json").write_text(json.dumps(config.as_dict()))
     (run / "run.json").write_text(json.dumps({"status": "finished"}))
     lines = []
-    assert train_study_run(tmp_path, planned, "cpu", lines.append, "5/7") == run
+    assert train_study_run(tmp_path, planned, tmp_path / "masks", "cpu", lines.append, "5/7") == run
     assert lines == [f"5/7 multi_similarity + BGAugment, seed 1: trained already ({run})"]
 
 
 def test_presets_plan_every_method_both_ways_seed_by_seed():
     quick = study_plan("quick")
-    assert [(r.method, r.bgaugment, r.seed) for r in quick.runs()] == [
-        ("multi_similarity", False, 0), ("multi_similarity", True, 0)]
+    assert [(r.method, r.bgaugment, r.seed, r.watch_test) for r in quick.runs()] == [
+        ("multi_similarity", False, 0, False), ("multi_similarity", True, 0, False)]
+    assert quick.masks == "ground-truth"
     full = study_plan("full")
     assert full.methods == FULL_METHODS and full.seeds == 3 and len(full.runs()) == 60
+    assert full.masks == "u2netp" and {r.method for r in full.runs() if r.watch_test} == {"multi_similarity"}
     assert {r.seed for r in full.runs()[:20]} == {0}  # a stopped full study has whole seeds done first
     assert {"dcml", "sam", "metricformer", "avsl", "arcface", "contrastive"} <= set(full.methods)
 
 
 def test_methods_and_seeds_replace_the_presets_and_are_checked():
-    plan = study_plan("full", ["dcml", "triplet", "dcml"], 2)
-    assert plan.methods == ("dcml", "triplet") and plan.seeds == 2
+    plan = study_plan("full", ["dcml", "triplet", "dcml"], 2, "ground-truth")
+    assert plan.methods == ("dcml", "triplet") and plan.seeds == 2 and plan.masks == "ground-truth"
     assert StudyRun("dcml", True, 1).folder_name == "dcml-bgaugment-seed1"
     with pytest.raises(OptionError, match="unknown method"):
         study_plan("quick", ["dcmlx"])
     with pytest.raises(OptionError, match="at least one training seed"):
         study_plan("quick", None, 0)
+    with pytest.raises(OptionError, match="unknown mask source"):
+        study_plan("quick", masks="u2net-ish")
     with pytest.raises(OptionError, match="unknown study preset"):
         study_plan("huge")

@@ -101,13 +101,16 @@ class ScheduleConfig:
 
     ``monitor`` is the validation MAP@R that picks the best checkpoint: ``auto`` means corrupted validation
     (backgrounds from the train pool) for BGAugment runs and clean validation otherwise, as in the paper's
-    code.
+    code. ``watch_test`` also scores the test split, clean and its first corrupted repeat (the one
+    ``bgbias eval`` scores first), after every epoch; those columns never select anything: they are there to
+    measure how much the selected epoch costs against the best one in hindsight (selection noise).
     """
 
     epochs: int = 8
     patience: int = 15
     monitor: str = "auto"
     validate_untrained: bool = True
+    watch_test: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,8 @@ class TrainConfig:
 
 # Settings added after runs were first written, with the value that reproduces how a run without them trained:
 # a run folder's configuration that lacks one gets it, and means what it meant (nothing else is filled in).
-INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0, "log.tensorboard": False}
+INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0, "log.tensorboard": False,
+                                    "schedule.watch_test": False}
 SECTIONS_INTRODUCED_LATER = frozenset({"log"})
 """Whole sections added later: a run's configuration without one gets it, with the settings above."""
 

@@ -17,6 +17,9 @@ TIMING_TERMS = ("train_seconds", "train_images_per_second")
 """Columns of the rows that are not training terms."""
 VALIDATION_CURVES = {"val_map_at_r": "clean", "val_corrupted_map_at_r": "corrupted (train-pool backgrounds)"}
 """The validation MAP@R columns, with their labels."""
+WATCHED_CURVES = {"test_map_at_r": "test, clean (watched)",
+                  "test_corrupted_map_at_r": "test, corrupted (watched)"}
+"""The test MAP@R columns of ``schedule.watch_test``: drawn dotted, since nothing is selected on them."""
 
 
 def training_terms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -36,7 +39,7 @@ def plot_training_curves(
     monitor: str,
 ) -> Path:
     """Two panels over epochs: the training terms (log scale where all are positive) and validation MAP@R in
-    % with ``best_epoch`` (chosen on the ``monitor`` curve) marked."""
+    % with ``best_epoch`` (chosen on the ``monitor`` curve) marked, plus the watched test MAP@R if any."""
     figure = new_figure(11.0, 4.2)
     terms_axes, validation_axes = figure.subplots(1, 2)
     terms = training_terms(rows)
@@ -55,6 +58,10 @@ def plot_training_curves(
         points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
         if points:
             validation_axes.plot(*zip(*points, strict=True), marker="o", label=label)
+    for name, label in WATCHED_CURVES.items():
+        points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
+        if points:
+            validation_axes.plot(*zip(*points, strict=True), marker="x", linestyle=":", label=label)
     if best_epoch is not None:
         validation_axes.axvline(best_epoch, color="grey", linestyle="--", linewidth=1.0,
                                 label=f"selected: epoch {best_epoch} (by {monitor} MAP@R)")

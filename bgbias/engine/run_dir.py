@@ -94,6 +94,12 @@ class RunDir:
         """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
         return self.root / "corrupted-val"
 
+    @property
+    def corrupted_test(self) -> Path:
+        """Where the watched test split's corrupted set (``schedule.watch_test``) is described: repeat 0 of
+        seed 0 from the test pool, the same set ``bgbias eval`` scores first."""
+        return self.root / "corrupted-test"
+
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))

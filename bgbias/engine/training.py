@@ -122,6 +122,7 @@ class _Inputs:
     dataset: Dataset
     train_items: list[Item]
     val_items: list[Item]
+    test_items: list[Item]  # watched (schedule.watch_test), else empty
     masks_dir: Path
     bgaugment: Any
     images: TrainImages
@@ -172,17 +173,19 @@ def _prepare(config: TrainConfig, device: torch.device, dist: distributed.Distri
     dataset = open_dataset(config.dataset, config.root)
     train_items = split_items(dataset, "train", config.protocol, config.fold)
     val_items = split_items(dataset, "val", config.protocol, config.fold)
+    watched = config.schedule.watch_test
+    test_items = split_items(dataset, "test", config.protocol, config.fold) if watched else []
     masks_dir = _masks_dir(config, dataset)
     if config.log.tensorboard:
         check_tensorboard()
-    train_masks = _check_masks(config, dataset, train_items, val_items, masks_dir)
+    train_masks = _check_masks(config, dataset, train_items, val_items, test_items, masks_dir)
     bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
     torch.manual_seed(config.seed)
     images = train_images(config, dataset, train_items, train_masks)
     method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
     loader, sampler = make_train_loader(config, images, device, dist)
-    return _Inputs(dataset, train_items, val_items, masks_dir, bgaugment, images, method, loader, sampler,
-                   _trained_on(dataset))
+    return _Inputs(dataset, train_items, val_items, test_items, masks_dir, bgaugment, images, method, loader,
+                   sampler, _trained_on(dataset))
 
 
 @dataclass
@@ -231,8 +234,7 @@ class _Session:
         model = _wrap_distributed(method, dist, device)
         training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
                                      progress=progress and dist.is_main)
-        validation = _validation_sets(config, inputs.dataset, inputs.val_items, inputs.masks_dir, run, dist,
-                                      fresh=checkpoint is None)
+        validation = _validation_sets(config, inputs, run, dist, fresh=checkpoint is None)
         scalars = EpochScalars(run.root) if config.log.tensorboard and dist.is_main else None
         session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
                       training_data, validation, state, scalars)
@@ -452,19 +454,23 @@ def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
 
 
 def _check_masks(
-    config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item], masks_dir: Path
+    config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item],
+    test_items: list[Item], masks_dir: Path,
 ) -> list[Path] | None:
-    """Before any training: every image that will be composited has its mask, and the corrupted validation set
-    its pool (else a clear error)."""
+    """Before any training: every image that will be composited has its mask, and each corrupted set (the
+    validation one when selecting on it, the watched test one) its pool (else a clear error)."""
     from bgbias.augment.manifests import split_pool_dir
     from bgbias.augment.mask_check import saliency_masks
     from bgbias.backgrounds.pool import list_pool
 
     train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
+    backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
     if config.monitor == "corrupted":
         saliency_masks(val_items, masks_dir, dataset.name)
-        backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
         list_pool(split_pool_dir("val", backgrounds))
+    if test_items:
+        saliency_masks(test_items, masks_dir, dataset.name)
+        list_pool(split_pool_dir("test", backgrounds))
     return train_masks
 
 
@@ -525,12 +531,16 @@ def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
 # --------------------------------------------------------------------------------------------- validation
 @dataclass(frozen=True)
 class _Validation:
-    clean: Any
-    corrupted: Any | None
+    """The image sets scored after every epoch, by metrics-column prefix: ``val`` (and ``val_corrupted``
+    when selecting on it), plus ``test`` and ``test_corrupted`` when ``schedule.watch_test`` (never selected
+    on)."""
+
+    sets: dict[str, Any]
 
 
-def _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh) -> _Validation | None:
-    """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects."""
+def _validation_sets(config, inputs: _Inputs, run, dist, fresh) -> _Validation | None:
+    """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects; and the
+    watched test split, clean and the first corrupted repeat ``bgbias eval`` scores (test pool, seed 0)."""
     if not dist.is_main:
         return None
     from bgbias.augment.corrupted_images import CorruptedImages
@@ -538,31 +548,34 @@ def _validation_sets(config, dataset, val_items, masks_dir, run, dist, fresh) ->
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.transforms import eval_geometry
 
-    clean = EvalImages(val_items, eval_geometry(dataset.name))
-    if config.monitor != "corrupted":
-        return _Validation(clean, None)
+    dataset, geometry = inputs.dataset, eval_geometry(inputs.dataset.name)
     backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
-    path = run.corrupted_val / manifest_name(0)
-    if fresh or not path.is_file():
-        make_corrupted_manifests(
-            dataset, "val", repeats=1, seed=config.seed, backgrounds=backgrounds, out_dir=run.corrupted_val,
-            protocol=config.protocol, fold=config.fold,
-        )
-    manifest = load_manifest(path, dataset, backgrounds)
-    return _Validation(clean, CorruptedImages(val_items, manifest, masks_dir, dataset.name))
+
+    def corrupted(split: str, items: list[Item], seed: int, folder: Path) -> Any:
+        path = folder / manifest_name(0)
+        if fresh or not path.is_file():
+            make_corrupted_manifests(dataset, split, repeats=1, seed=seed, backgrounds=backgrounds,
+                                     out_dir=folder, protocol=config.protocol, fold=config.fold)
+        manifest = load_manifest(path, dataset, backgrounds)
+        return CorruptedImages(items, manifest, inputs.masks_dir, dataset.name)
+
+    sets: dict[str, Any] = {"val": EvalImages(inputs.val_items, geometry)}
+    if config.monitor == "corrupted":
+        sets["val_corrupted"] = corrupted("val", inputs.val_items, config.seed, run.corrupted_val)
+    if inputs.test_items:
+        sets["test"] = EvalImages(inputs.test_items, geometry)
+        sets["test_corrupted"] = corrupted("test", inputs.test_items, 0, run.corrupted_test)
+    return _Validation(sets)
 
 
 def _validate(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
-    """Validation MAP@R, R-precision and P@1 (clean, and corrupted when configured), ranked by the method's
-    own retrieval as evaluation ranks; rank 0 only."""
+    """MAP@R, R-precision and P@1 of every set of ``validation`` (:class:`_Validation`), ranked by the
+    method's own retrieval as evaluation ranks; rank 0 only."""
     from bgbias.retrieval.metrics import score_embeddings
 
     row: dict[str, float] = {}
     if dist.is_main:
-        sets = {"val": validation.clean, "val_corrupted": validation.corrupted}
-        for prefix, images in sets.items():
-            if images is None:
-                continue
+        for prefix, images in validation.sets.items():
             state, labels = embed_images(
                 method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
                 amp=amp, progress=progress, desc=prefix,
@@ -677,6 +690,9 @@ def _describe(row: dict[str, Any]) -> str:
     parts.append(f"val MAP@R {row['val_map_at_r']:.4f}")
     if "val_corrupted_map_at_r" in row:
         parts.append(f"corrupted {row['val_corrupted_map_at_r']:.4f}")
+    if "test_map_at_r" in row:
+        parts.append(f"watched test {row['test_map_at_r']:.4f}, "
+                     f"corrupted {row['test_corrupted_map_at_r']:.4f}")
     if "train_images_per_second" in row:
         parts.append(f"{row['train_images_per_second']:.0f} img/s")
     return ", ".join(parts)

@@ -11,13 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bgbias.data.items import Item, mask_path
+from bgbias.data.items import Dataset, Item, default_masks_dir, mask_path
 from bgbias.data.layout import describe_paths
 from bgbias.errors import DatasetError
 from bgbias.fileio import write_bytes_atomic
 
 GROUND_TRUTH = "ground-truth"
 """The ``--model`` name of the shipped masks, and the suffix of their default folder."""
+
+
+def default_ground_truth_dir(dataset: Dataset) -> Path:
+    """Where ``bgbias masks --model ground-truth`` lays out the dataset's shipped masks by default: beside its
+    U²-Net masks, so the two never mix."""
+    default = default_masks_dir(dataset)
+    return default.with_name(f"{default.name}-{GROUND_TRUTH}")
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def test_same_inputs_give_the_same_bytes_with_any_number_of_workers(
 def test_splits_are_seeded_and_cover_every_class() -> None:
     splits = split_classes(248, seed=0)
     assert splits == split_classes(248, seed=0) and splits != split_classes(248, seed=1)
-    assert {name: splits.count(name) for name in SPLIT_SHARES} == {"train": 124, "val": 25, "test": 99}
+    assert {name: splits.count(name) for name in SPLIT_SHARES} == {"train": 99, "val": 50, "test": 99}
     assert sorted(set(split_classes(3, seed=5))) == sorted(SPLIT_SHARES)
 
 

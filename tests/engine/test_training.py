@@ -90,6 +90,29 @@ def test_bgaugment_selects_on_corrupted_validation(tiny_bench, tmp_path):
     assert load_checkpoint(result.run.best)["monitor"] == "val_corrupted_map_at_r"
 
 
+def test_a_watched_test_split_is_scored_but_never_selects(tiny_bench, tmp_path):
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.engine.trained import load_trained
+    from bgbias.report.evaluate import evaluate
+
+    settings = ("bgaugment.enabled=true", "schedule.validate_untrained=false")
+    plain = train(tiny_config(tiny_bench, "triplet", *settings, epochs=1), run_dir=tmp_path / "plain",
+                  progress=False, echo=False)
+    config = tiny_config(tiny_bench, "triplet", *settings, "schedule.watch_test=true", epochs=1)
+    watched = train(config, run_dir=tmp_path / "watched", progress=False, echo=False)
+    (row,) = watched.history
+    assert {key: value for key, value in row.items() if not key.startswith(("test_", "train_"))} == {
+        key: value for key, value in plain.history[0].items() if not key.startswith("train_")}
+    # The watched columns are what ``bgbias eval`` reports for the selected (here: the last) epoch.
+    request = MeasureRequest(corrupted=True, repeats=1, backgrounds=tiny_bench / "backgrounds",
+                             masks=tiny_bench / "masks", workers=0,
+                             progress=False, manifests=tmp_path / "manifests")
+    result = evaluate(load_trained(watched.run.root), request, log=lambda _: None)
+    assert row["test_map_at_r"] == pytest.approx(result.clean.map_at_r, abs=1e-6)
+    assert row["test_corrupted_map_at_r"] == pytest.approx(result.corrupted[0].map_at_r, abs=1e-6)
+    assert "watched test" in watched.run.log.read_text()
+
+
 def test_a_missing_mask_stops_before_training(tiny_bench, tmp_path):
     masks = tmp_path / "masks"
     import shutil
@@ -183,7 +206,7 @@ def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
     config = tiny_config(tiny_bench, "dcml", "bgaugment.enabled=true")
     dataset = open_dataset("bench", tiny_bench / "bench")
     items = split_items(dataset, "train")
-    masks = training._check_masks(config, dataset, items, [], tiny_bench / "masks")
+    masks = training._check_masks(config, dataset, items, [], [], tiny_bench / "masks")
     data = TrainingPasses(config, train_images(config, dataset, items, masks),
                         training._bgaugment(config, torch.device("cpu")), torch.device("cpu"))
 
