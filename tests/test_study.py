@@ -58,7 +58,8 @@ def test_presets_plan_every_method_both_ways_seed_by_seed():
     assert quick.masks == "ground-truth"
     full = study_plan("full")
     assert full.methods == FULL_METHODS and full.seeds == 3 and len(full.runs()) == 60
-    assert full.masks == "u2netp" and {r.method for r in full.runs() if r.watch_test} == {"multi_similarity"}
+    assert full.masks == "u2netp" and full.profile and not quick.profile
+    assert {r.method for r in full.runs() if r.watch_test} == {"multi_similarity"}
     assert {r.seed for r in full.runs()[:20]} == {0}  # a stopped full study has whole seeds done first
     assert {"dcml", "sam", "metricformer", "avsl", "arcface", "contrastive"} <= set(full.methods)
 
