@@ -694,25 +694,42 @@ def methods() -> None:
 @click.option("--masks", "masks", type=click.Choice(["u2netp", "ground-truth"]), default=None,
               help="Masks for BGAugment and the corrupted sets instead of the preset's (quick: the bench's "
                    "exact ones; full: U²-Net's, as on a real dataset).")
+@click.option("--dial", is_flag=True,
+              help="The bias dial instead: one method (--methods, default multi_similarity) without and with "
+                   "BGAugment on the bench rebuilt at rho 0, 0.5, 0.9 and 1, with exact and U²-Net masks "
+                   "(--masks: one of them), and the drop plotted against rho.")
 @_study_bench_options
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
-def study(preset: str, methods: str | None, seeds: int | None, masks: str | None, bench_preset: str,
-          rho: float, bench_seed: int, device: str) -> None:
+@click.pass_context
+def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | None, masks: str | None,
+          dial: bool, bench_preset: str, rho: float, bench_seed: int, device: str) -> None:
     """The main job on the embedded default: the paper's measurement on the bench, from nothing to Table 1
     (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs corrupted
     MAP@R, foreground scores, the report with the spread over training seeds). Resumable at every step."""
     from bgbias.paths import backgrounds_root
     from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
-    from bgbias.study import run_study, study_plan
+    from bgbias.study import run_dial, run_study, study_plan
 
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
     plan = study_plan(preset, chosen, seeds, masks)
+    if dial:
+        if ctx.get_parameter_source("rho") != click.core.ParameterSource.DEFAULT:
+            raise OptionError("--rho and --dial together", fix="leave --rho out: the dial sets rho itself")
+        if len(plan.methods) != 1:
+            raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
+                              fix="pass --methods NAME with one name (default multi_similarity)")
+        dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else
+                           ("ground-truth", "u2netp"), bench_preset=bench_preset, bench_seed=bench_seed,
+                           device=device, log=click.echo)
+        click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
+        click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
+        return
     result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, device=device,
                        log=click.echo)
     for text in (
-        format_asset_status(result.assets),
-        format_pools_summary(result.pools, str(backgrounds_root())),
-        format_bench_summary(result.bench),
+        format_asset_status(result.bench.assets),
+        format_pools_summary(result.bench.pools, str(backgrounds_root())),
+        format_bench_summary(result.bench.bench),
         result.report["table_md"].read_text(encoding="utf-8"),
         result.report["seeds_md"].read_text(encoding="utf-8"),
     ):

@@ -117,11 +117,20 @@ def study_plan(
 
 
 @dataclass(frozen=True)
-class StudyResult:
+class StudyBench:
+    """Steps 1–4 of a study, done: the assets, the pools, the bench (its summary and folder) and its masks."""
+
     assets: list[Any]  # AssetStatus rows
     pools: dict[str, Any]  # the pools' manifest
     bench: dict[str, Any]  # the bench's summary
+    root: Path
     masks: Any  # MaskRun, or GroundTruthCopy for the exact masks
+    masks_dir: Path
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    bench: StudyBench
     runs: list[Path]  # in the plan's order
     report: dict[str, Path]  # the runs report's files and the seeds report's
 
@@ -163,6 +172,18 @@ def prepare_bench(
     return {"root": str(target), "preset": preset, "seed": seed, **summary}
 
 
+def study_bench_root(preset: str, rho: float, seed: int) -> Path:
+    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
+    ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
+    (and their masks and runs) live side by side instead of replacing one another."""
+    from bgbias.data.registry import default_root
+
+    default = default_root("bench")
+    if (preset, rho, seed) == ("small", 0.9, 0):
+        return default
+    return default.with_name(f"bench-{preset}-rho{rho:g}-seed{seed}")
+
+
 def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, Any] | None:
     """The summary of the bench at ``root`` when it was built by this format with these settings, else None.
 
@@ -197,47 +218,123 @@ def run_study(
     """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
     study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
     [-bgaugment]-seed<S>``."""
-    from bgbias.assets.catalog import DEFAULT_ASSETS
-    from bgbias.assets.fetch import fetch
-    from bgbias.data.registry import default_root, open_dataset
     from bgbias.paths import runs_root
     from bgbias.report.compare import compare_runs
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.report.seeds import write_seeds_report
 
+    bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
+    folder = study_folder(Path(runs) if runs is not None else runs_root(), bench_preset, rho, bench_seed,
+                          plan.masks)
+    run_dirs = train_and_measure(plan, bench, folder, device, log)
+    log("7/7 the report")
+    first_seed = [path for path, run in zip(run_dirs, plan.runs(), strict=True) if run.seed == 0]
+    reports, foreground = collect_runs(first_seed)
+    report = write_runs_report(reports, foreground, folder / "report")
+    report.update(write_seeds_report(collect_runs(run_dirs)[0], folder / "report"))
+    for number, gallery in enumerate(compare_runs(first_seed, "test", folder / "report")):
+        report[f"foreground_gallery_{number}"] = gallery
+    return StudyResult(bench, run_dirs, report)
+
+
+def study_folder(runs: Path, bench_preset: str, rho: float, bench_seed: int, masks: str) -> Path:
+    """The folder of a study's runs: one per bench and mask source."""
+    return runs / "study" / f"bench-{bench_preset}-rho{rho:g}-seed{bench_seed}-{masks}"
+
+
+def prepare_study_bench(
+    masks: str,
+    preset: str,
+    rho: float,
+    seed: int,
+    home: str | os.PathLike[str] | None,
+    log: Callable[[str], None],
+) -> StudyBench:
+    """Steps 1–4: the assets (verified), the pools, the bench of these settings (kept when it matches) and
+    its masks from ``masks`` (:data:`MASK_SOURCES`)."""
+    from bgbias.assets.catalog import DEFAULT_ASSETS
+    from bgbias.assets.fetch import fetch
+    from bgbias.data.registry import open_dataset
+
     log("1/7 fetching assets (verified against pinned checksums)")
     assets = fetch(DEFAULT_ASSETS, home=home)
     log("2/7 completing the background pools")
     pools = prepare_pools(home=home)
-    bench = built_bench(default_root("bench"), preset=bench_preset, rho=rho, seed=bench_seed)
+    root = study_bench_root(preset, rho, seed)
+    bench = built_bench(root, preset=preset, rho=rho, seed=seed)
     if bench is None:
-        log(f"3/7 building the bench (preset {bench_preset}, rho {rho}, seed {bench_seed})")
-        bench = prepare_bench(preset=bench_preset, rho=rho, seed=bench_seed, home=home)
+        log(f"3/7 building the bench (preset {preset}, rho {rho:g}, seed {seed}) in {root}")
+        bench = prepare_bench(root, preset=preset, rho=rho, seed=seed, home=home)
     else:
-        log(f"3/7 the bench at {bench['root']} is up to date (preset {bench_preset}, rho {rho}, seed "
-            f"{bench_seed})")
-    dataset = open_dataset("bench")
-    masks, masks_dir = bench_masks(dataset, plan.masks, log)
-    runs = Path(runs) if runs is not None else runs_root()
-    folder = runs / "study" / f"bench-{bench_preset}-rho{rho}-seed{bench_seed}-{plan.masks}"
+        log(f"3/7 the bench at {root} is up to date (preset {preset}, rho {rho:g}, seed {seed})")
+    made, masks_dir = bench_masks(open_dataset("bench", root), masks, log)
+    return StudyBench(assets, pools, bench, root, made, masks_dir)
+
+
+def train_and_measure(
+    plan: StudyPlan, bench: StudyBench, folder: Path, device: str, log: Callable[[str], None]
+) -> list[Path]:
+    """Steps 5–6: train (or keep, or resume) every run of ``plan`` into ``folder``, then evaluate and explain
+    it; the run folders in the plan's order."""
     planned = plan.runs()
     log(f"5/7 training {len(planned)} runs: {', '.join(plan.methods)}, without and with BGAugment, "
         f"{plan.seeds} training seed{'s' * (plan.seeds > 1)}")
     run_dirs = []
     for number, run in enumerate(planned, 1):
         step = f"[{number}/{len(planned)}]"
-        run_dirs.append(train_study_run(folder, run, masks_dir, device, log, f"5/7 {step}"))
-        log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats, foreground "
-            f"scores on {EXPLAIN_IMAGES} test images")
-        measure_run(run_dirs[-1], masks_dir, plan.profile, device, log)
-    log("7/7 the report")
-    first_seed = [path for path, run in zip(run_dirs, planned, strict=True) if run.seed == 0]
-    reports, foreground = collect_runs(first_seed)
-    report = write_runs_report(reports, foreground, folder / "report")
-    report.update(write_seeds_report(collect_runs(run_dirs)[0], folder / "report"))
-    for number, gallery in enumerate(compare_runs(first_seed, "test", folder / "report")):
-        report[f"foreground_gallery_{number}"] = gallery
-    return StudyResult(assets, pools, bench, masks, run_dirs, report)
+        run_dirs.append(train_study_run(folder, run, bench, device, log, f"5/7 {step}"))
+        log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats"
+            f"{', the profile' if plan.profile else ''}, foreground scores on {EXPLAIN_IMAGES} test images")
+        measure_run(run_dirs[-1], bench.masks_dir, plan.profile, device, log)
+    return run_dirs
+
+
+DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)
+"""The background–class correlations of the bias dial: none, half, the bench's default, always."""
+
+
+@dataclass(frozen=True)
+class DialResult:
+    folder: Path
+    points: list[Any]  # DialPoint
+    report: dict[str, Path]
+
+
+def run_dial(
+    *,
+    method: str = QUICK_METHODS[0],
+    seeds: int = 1,
+    rhos: Sequence[float] = DIAL_RHOS,
+    masks: Sequence[str] = ("ground-truth", "u2netp"),
+    bench_preset: str = "small",
+    bench_seed: int = 0,
+    home: str | os.PathLike[str] | None = None,
+    runs: str | os.PathLike[str] | None = None,
+    device: str = "auto",
+    log: Callable[[str], None] = print,
+) -> DialResult:
+    """The bias dial (:mod:`bgbias.report.dial`): for each mask source and ρ, the study of ``method`` on the
+    bench built at ρ (its own folder, :func:`study_bench_root`), then ``dial.md`` / ``dial.png`` /
+    ``dial.json`` in ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a study of its own,
+    so a point the full study or an earlier dial made is reused, and a killed dial resumes."""
+    from bgbias.paths import runs_root
+    from bgbias.report.dial import DialPoint, write_dial_report
+    from bgbias.report.runs_table import collect_runs
+
+    runs = Path(runs) if runs is not None else runs_root()
+    points = []
+    settings = [(source, rho) for source in masks for rho in rhos]
+    for number, (source, rho) in enumerate(settings, 1):
+        log(f"dial [{number}/{len(settings)}]: rho {rho:g}, {source} masks")
+        plan = StudyPlan((method,), seeds, masks=source)
+        result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, home=home,
+                           runs=runs, device=device, log=log)
+        for bgaugment in (False, True):
+            chosen = [path for path, run in zip(result.runs, plan.runs(), strict=True)
+                      if run.bgaugment == bgaugment]
+            points.append(DialPoint(rho, source, bgaugment, tuple(collect_runs(chosen)[0])))
+    folder = runs / "study" / f"dial-{method}-bench-{bench_preset}-seed{bench_seed}"
+    return DialResult(folder, points, write_dial_report(points, folder, method))
 
 
 def bench_masks(dataset: Any, source: str, log: Callable[[str], None]) -> tuple[Any, Path]:
@@ -260,9 +357,9 @@ def bench_masks(dataset: Any, source: str, log: Callable[[str], None]) -> tuple[
 
 
 def train_study_run(
-    folder: Path, run: StudyRun, masks: Path, device: str, log: Callable[[str], None], step: str
+    folder: Path, run: StudyRun, bench: StudyBench, device: str, log: Callable[[str], None], step: str
 ) -> Path:
-    """Train (or resume, or keep) one run of the study with the masks in ``masks``; return its folder."""
+    """Train (or resume, or keep) one run of the study on ``bench`` with its masks; return its folder."""
     from bgbias.engine.config import resolve_config
     from bgbias.engine.run_dir import DONE, open_run_dir, read_record
     from bgbias.engine.training import resume_training, train
@@ -278,8 +375,9 @@ def train_study_run(
         resume_training(run_dir)
         return run_dir
     log(f"{step} training {run.label} on the bench")
-    options = {"bgaugment.enabled": run.bgaugment, "bgaugment.masks": str(masks), "device": device,
-               "seed": run.seed, "schedule.watch_test": run.watch_test}
+    options = {"root": str(bench.root), "bgaugment.enabled": run.bgaugment,
+               "bgaugment.masks": str(bench.masks_dir), "device": device, "seed": run.seed,
+               "schedule.watch_test": run.watch_test}
     config = resolve_config(run.method, "bench", options=options)
     train(config, run_dir=run_dir)
     return run_dir

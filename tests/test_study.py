@@ -76,3 +76,42 @@ def test_methods_and_seeds_replace_the_presets_and_are_checked():
         study_plan("quick", masks="u2net-ish")
     with pytest.raises(OptionError, match="unknown study preset"):
         study_plan("huge")
+
+
+def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkeypatch):
+    from bgbias.study import study_bench_root, study_folder
+
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    assert study_bench_root("small", 0.9, 0) == tmp_path / "data" / "bench"
+    assert study_bench_root("small", 0.0, 0) == tmp_path / "data" / "bench-small-rho0-seed0"
+    assert study_bench_root("large", 0.9, 1) == tmp_path / "data" / "bench-large-rho0.9-seed1"
+    folder = study_folder(tmp_path, "small", 0.5, 0, "u2netp")
+    assert folder == tmp_path / "study" / "bench-small-rho0.5-seed0-u2netp"
+
+
+def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_path, monkeypatch):
+    from bgbias import study
+    from bgbias.report import runs_table
+
+    calls = []
+
+    def fake_study(*, plan, rho, runs, **_):
+        calls.append((plan.masks, rho, plan.methods, plan.seeds))
+        folder = study.study_folder(runs, "small", rho, 0, plan.masks)
+        return study.StudyResult(None, [folder / run.folder_name for run in plan.runs()], {})
+
+    def fake_collect(run_dirs):
+        (path,) = run_dirs
+        corrupted = 0.3 if "bgaugment" in path.name else 0.2
+        return [{"run": str(path), "clean": {"map_at_r": 0.6}, "corrupted": {"mean": {"map_at_r": corrupted}},
+                 "drop": {"map_at_r": {"relative": (0.6 - corrupted) / 0.6}}}], {}
+
+    monkeypatch.setattr(study, "run_study", fake_study)
+    monkeypatch.setattr(runs_table, "collect_runs", fake_collect)
+    result = study.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, log=lambda _: None)
+    assert calls == [("ground-truth", 0.0, ("ms",), 1), ("ground-truth", 1.0, ("ms",), 1),
+                     ("u2netp", 0.0, ("ms",), 1), ("u2netp", 1.0, ("ms",), 1)]
+    assert [(p.masks, p.rho, p.bgaugment) for p in result.points][:2] == [
+        ("ground-truth", 0.0, False), ("ground-truth", 0.0, True)]
+    assert result.folder == tmp_path / "study" / "dial-ms-bench-small-seed0"
+    assert result.report["dial_png"].is_file() and "ms + BGAugment" in result.report["dial_md"].read_text()
