@@ -65,3 +65,13 @@ def test_data_root_option_points_dataset_commands_at_another_folder(tmp_path, mo
     result = CliRunner().invoke(main, ["--data-root", str(tmp_path), "datasets", "--dataset", "bench"])
     assert result.exit_code == 0, result.output
     assert str((tmp_path / "bench").resolve()) in result.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--dial", "--rho", "0.5"], "--rho and --dial"),
+    (["--dial", "--methods", "triplet,dcml"], "one method, not 2"),
+])
+def test_the_dial_refuses_what_it_sets_itself_before_any_work(args, words):
+    result = CliRunner().invoke(main, ["study", *args])
+    assert result.exit_code != 0 and words in result.output
+    assert "Traceback" not in result.output
