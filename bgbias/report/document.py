@@ -1,0 +1,259 @@
+"""A report as a list of blocks, written as Markdown and as one self-contained HTML page.
+
+A study's results are read in two places: Markdown beside the runs (GitHub renders it, figures linked by
+relative path), and an HTML page a reader opens in a browser or gets as an email attachment, where nothing
+beside the file can be reached. So the page carries everything itself: its style inline, its figures as
+``data:`` URIs, and no link to any other resource. Both renderings come from the same blocks, so they cannot
+disagree, and the same blocks give the same bytes.
+
+Text is plain except for two inline markups, ``**bold**`` and `` `code` ``, which both renderings show: the
+HTML page escapes the text first and only then turns the markup into tags, so a ``<script>`` in a class name
+stays text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bgbias.errors import AssetError, OptionError
+from bgbias.fileio import write_text_atomic
+from bgbias.report.evaluation import markdown_table
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+HEADING_LEVELS = range(1, 5)
+_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*")
+_STYLE = """\
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+  line-height: 1.5; color: #1f2328; max-width: 1100px; margin: 0 auto; padding: 1rem 1.5rem; }
+h1, h2, h3, h4 { line-height: 1.25; }
+h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .3em; margin-top: 2em; }
+code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 90%; background: #eff1f3;
+  padding: .1em .3em; border-radius: 4px; }
+nav.toc { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: .5em 1em; }
+nav.toc p { margin: 0; font-weight: bold; }
+.table-wrap { overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+caption { caption-side: top; text-align: left; font-style: italic; padding: .3em 0; }
+th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; vertical-align: top; }
+th:not(:first-child), td:not(:first-child) { text-align: right; white-space: nowrap; }
+thead th { background: #eaeef2; }
+tbody tr:nth-child(even) { background: #f6f8fa; }
+figure { margin: 1.5em 0; }
+img { max-width: 100%; height: auto; }
+figcaption { font-style: italic; color: #57606a; }
+"""
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A section title; level 1 is the page's own rank, level-2 headings make the HTML table of contents."""
+
+    text: str
+    level: int = 2
+
+    def __post_init__(self) -> None:
+        if self.level not in HEADING_LEVELS:
+            raise OptionError(f"the heading {self.text!r} has level {self.level}; levels go from 1 to 4",
+                              fix="give the heading a level from 1 to 4")
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """Running text; ``**bold**`` and `` `code` `` are its only markup."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """An unordered list; each item takes the same inline markup as a paragraph."""
+
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows under headers; every column but the first holds numbers and is right-aligned, as in
+    :func:`~bgbias.report.evaluation.markdown_table`."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    caption: str = ""
+
+    def __post_init__(self) -> None:
+        for index, row in enumerate(self.rows):
+            if len(row) != len(self.headers):
+                raise OptionError(
+                    f"row {index + 1} of the table {self.caption or self.headers!r} has {len(row)} cells for "
+                    f"{len(self.headers)} headers: {row!r}",
+                    fix="give every row one cell per header",
+                )
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG file drawn by an earlier step; read only when the report is rendered."""
+
+    path: Path
+    caption: str
+
+
+Block = Heading | Paragraph | Bullets | Table | Figure
+
+
+def to_markdown(blocks: Sequence[Block], folder: Path) -> str:
+    """GitHub Markdown of ``blocks``, to be written into ``folder``: figures are linked by their path relative
+    to it, so the Markdown and its figures can move together."""
+    return "\n\n".join(_markdown_block(block, folder) for block in blocks) + "\n"
+
+
+def to_html(blocks: Sequence[Block], title: str) -> str:
+    """One HTML5 page of ``blocks`` that needs no other file: inline style, figures embedded, and a table of
+    contents of the level-2 headings under the title."""
+    anchors = _heading_ids(blocks)
+    body = [_html_block(block, anchors.get(index, "")) for index, block in enumerate(blocks)]
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>\n{_STYLE}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{_inline_html(title)}</h1>",
+        *_table_of_contents(blocks, anchors),
+        *body,
+        "</body>",
+        "</html>",
+    ]) + "\n"
+
+
+def write_document(blocks: Sequence[Block], out_dir: Path, name: str, title: str) -> dict[str, Path]:
+    """Write ``<name>.md`` (under ``# title``) and ``<name>.html`` into ``out_dir``, each atomically; both are
+    rendered first, so a missing figure leaves no half of the pair behind."""
+    markdown = to_markdown([Heading(title, 1), *blocks], out_dir)
+    page = to_html(blocks, title)
+    paths = {f"{name}_md": out_dir / f"{name}.md", f"{name}_html": out_dir / f"{name}.html"}
+    write_text_atomic(paths[f"{name}_md"], markdown)
+    write_text_atomic(paths[f"{name}_html"], page)
+    return paths
+
+
+def _markdown_block(block: Block, folder: Path) -> str:
+    match block:
+        case Heading(text, level):
+            return f"{'#' * level} {text}"
+        case Paragraph(text):
+            return text
+        case Bullets(items):
+            return "\n".join(f"- {item}" for item in items)
+        case Table(headers, rows, caption):
+            table = markdown_table(headers, rows)
+            return f"*{caption}*\n\n{table}" if caption else table
+        case Figure(path, caption):
+            _png_bytes(block)
+            link = urllib.parse.quote(Path(os.path.relpath(path, folder)).as_posix())
+            alt = caption.replace("[", "\\[").replace("]", "\\]")
+            return f"![{alt}]({link})\n\n*{caption}*"
+    raise TypeError(f"not a report block: {block!r}")
+
+
+def _html_block(block: Block, anchor: str) -> str:
+    match block:
+        case Heading(text, level):
+            return f'<h{level} id="{anchor}">{_inline_html(text)}</h{level}>'
+        case Paragraph(text):
+            return f"<p>{_inline_html(text)}</p>"
+        case Bullets(items):
+            return "\n".join(["<ul>", *(f"<li>{_inline_html(item)}</li>" for item in items), "</ul>"])
+        case Table(headers, rows, caption):
+            return _html_table(headers, rows, caption)
+        case Figure(_path, caption):
+            data = base64.b64encode(_png_bytes(block)).decode("ascii")
+            return (f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
+                    f"<figcaption>{_inline_html(caption)}</figcaption></figure>")
+    raise TypeError(f"not a report block: {block!r}")
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> str:
+    """A table inside a box that scrolls sideways, so a wide table never widens the page."""
+    def cells(tag: str, row: Sequence[str]) -> str:
+        return "<tr>" + "".join(f"<{tag}>{_inline_html(cell)}</{tag}>" for cell in row) + "</tr>"
+
+    return "\n".join([
+        '<div class="table-wrap"><table>',
+        *([f"<caption>{_inline_html(caption)}</caption>"] if caption else []),
+        f"<thead>{cells('th', headers)}</thead>",
+        "<tbody>",
+        *(cells("td", row) for row in rows),
+        "</tbody>",
+        "</table></div>",
+    ])
+
+
+def _table_of_contents(blocks: Sequence[Block], anchors: dict[int, str]) -> list[str]:
+    """Links to the level-2 headings; none without them, so a short page has no empty box."""
+    links = [f'<li><a href="#{anchors[index]}">{_inline_html(block.text)}</a></li>'
+             for index, block in enumerate(blocks) if isinstance(block, Heading) and block.level == 2]
+    if not links:
+        return []
+    return ['<nav class="toc">', "<p>Contents</p>", "<ul>", *links, "</ul>", "</nav>"]
+
+
+def _heading_ids(blocks: Sequence[Block]) -> dict[int, str]:
+    """Each heading's id by its index among the blocks: its slug, with ``-2``, ``-3``, ... when taken, so
+    two sections of the same title still get links of their own."""
+    ids: dict[int, str] = {}
+    taken: set[str] = set()
+    for index, block in enumerate(blocks):
+        if isinstance(block, Heading):
+            base = _slug(block.text)
+            anchor, count = base, 1
+            while anchor in taken:
+                count += 1
+                anchor = f"{base}-{count}"
+            ids[index] = anchor
+            taken.add(anchor)
+    return ids
+
+
+def _slug(text: str) -> str:
+    """``text`` as an HTML id: lower case, runs of anything but letters and digits as one ``-``."""
+    return re.sub(r"[\W_]+", "-", text.lower()).strip("-") or "section"
+
+
+def _inline_html(text: str) -> str:
+    """``text`` escaped, then ``**bold**`` as ``<strong>`` and `` `code` `` as ``<code>``; escaping first
+    means nothing the user wrote can become a tag, and neither markup uses a character escaping changes."""
+    return _markup(html.escape(text))
+
+
+def _markup(escaped: str) -> str:
+    def tag(match: re.Match[str]) -> str:
+        code, bold = match.groups()
+        return f"<code>{code}</code>" if code is not None else f"<strong>{_markup(bold)}</strong>"
+
+    return _INLINE.sub(tag, escaped)
+
+
+def _png_bytes(figure: Figure) -> bytes:
+    """The figure's file, checked to be a PNG: a missing or wrong figure stops the report before any of it is
+    written, naming the file, rather than leaving a broken image in it."""
+    fix = "run the step that draws it again, or leave the figure out"
+    try:
+        data = figure.path.read_bytes()
+    except OSError as error:
+        raise AssetError(f"the figure {figure.caption!r} cannot be read: {error.strerror or error}",
+                         path=figure.path, fix=fix) from None
+    if not data.startswith(PNG_SIGNATURE):
+        raise AssetError(f"the figure {figure.caption!r} is not a PNG file", path=figure.path, fix=fix)
+    return data
