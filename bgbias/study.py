@@ -30,8 +30,10 @@ them."""
 
 QUICK_METHODS = ("multi_similarity",)
 """The quick study's loss: Multi-Similarity, the loss of the paper's Table 1 that the bench prototype used."""
-FULL_METHODS = ("contrastive", "triplet", "multi_similarity", "proxy_anchor", "normalized_softmax", "arcface",
-                "dcml", "sam", "metricformer", "avsl")
+PAPER_BASELINES = ("contrastive", "triplet", "multi_similarity", "proxy_anchor", "normalized_softmax",
+                   "arcface")
+"""The losses of the paper's Table 1: the reference a bundled method's own mechanism is compared against."""
+FULL_METHODS = (*PAPER_BASELINES, "dcml", "sam", "metricformer", "avsl")
 """The full study: the baselines of the paper's Table 1, then DCML, SAM, MetricFormer and AVSL."""
 REPEATS = 5
 EXPLAIN_IMAGES = 200
@@ -222,19 +224,54 @@ def run_study(
     from bgbias.report.compare import compare_runs
     from bgbias.report.runs_table import collect_runs, write_runs_report
     from bgbias.report.seeds import write_seeds_report
+    from bgbias.report.study_report import write_study_report
 
     bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
-    folder = study_folder(Path(runs) if runs is not None else runs_root(), bench_preset, rho, bench_seed,
-                          plan.masks)
+    runs_dir = Path(runs) if runs is not None else runs_root()
+    folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
     run_dirs = train_and_measure(plan, bench, folder, device, log)
     log("7/7 the report")
     first_seed = [path for path, run in zip(run_dirs, plan.runs(), strict=True) if run.seed == 0]
     reports, foreground = collect_runs(first_seed)
     report = write_runs_report(reports, foreground, folder / "report")
     report.update(write_seeds_report(collect_runs(run_dirs)[0], folder / "report"))
-    for number, gallery in enumerate(compare_runs(first_seed, "test", folder / "report")):
+    galleries = compare_runs(first_seed, "test", folder / "report")
+    for number, gallery in enumerate(galleries):
         report[f"foreground_gallery_{number}"] = gallery
+    title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
+             f"{len(run_dirs)} runs")
+    figures = study_figures(report["runs_png"], galleries, first_seed[:2], runs_dir, bench_preset, bench_seed)
+    report.update(write_study_report([study_run_result(path) for path in run_dirs], folder / "report",
+                                     title=title, reference=PAPER_BASELINES, figures=figures))
     return StudyResult(bench, run_dirs, report)
+
+
+def study_run_result(run_dir: Path) -> Any:
+    """One run's evaluation report on the test split and its foreground scores by attribution label."""
+    from bgbias.report.runs_table import collect_runs
+    from bgbias.report.study_report import StudyRunResult
+
+    (report,), foreground = collect_runs([run_dir])
+    return StudyRunResult(run_dir, report, {key[3]: summary for key, summary in foreground.items()})
+
+
+def study_figures(runs_png: Path, galleries: Sequence[Path], pair: Sequence[Path], runs: Path,
+                  bench_preset: str, bench_seed: int) -> list[Any]:
+    """The report's figures besides the per-class drops: clean vs corrupted of seed 0's runs, the foreground
+    galleries, the first method's training curves and retrieval galleries without and with BGAugment, and
+    the bias dial of this bench where one was made."""
+    from bgbias.report.document import Figure
+
+    figures = [Figure(runs_png, "clean vs corrupted MAP@R of training seed 0's runs (± over repeats)")]
+    figures += [Figure(path, "where each run looks: SmoothGrad maps on shared test images, seed 0")
+                for path in galleries]
+    for run_dir in pair:
+        figures.append(Figure(run_dir / "curves.png", f"training curves of {run_dir.name}"))
+        figures += [Figure(path, f"retrieval gallery of {run_dir.name}: clean and corrupted queries")
+                    for path in sorted(run_dir.glob("eval/*-test/retrieval-gallery.png"))]
+    dials = sorted((runs / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
+    figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]
+    return figures
 
 
 def study_folder(runs: Path, bench_preset: str, rho: float, bench_seed: int, masks: str) -> Path:

@@ -160,6 +160,17 @@ def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
     write_text_atomic(run.metrics_csv, buffer.getvalue())
 
 
+def read_metrics(run: RunDir) -> list[dict[str, Any]]:
+    """Every epoch's metrics row as :func:`write_metrics` wrote them (``metrics.jsonl``); an ``OptionError``
+    naming the file when it is missing or damaged."""
+    try:
+        lines = run.metrics_jsonl.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line]
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise OptionError(f"the run's metrics cannot be read ({error})", path=run.metrics_jsonl,
+                          fix="resume the run (bgbias train --resume RUN) to write them again") from error
+
+
 def write_record(run: RunDir, record: dict[str, Any]) -> None:
     write_json_atomic(run.record, record)
 

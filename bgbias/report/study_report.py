@@ -1,0 +1,330 @@
+"""The study's report: every run of a study (methods × BGAugment × training seeds) in one page, Markdown and
+self-contained HTML (``study.md``, ``study.html``), answering the study's three questions with the seed
+spread: do models lose MAP@R when backgrounds are replaced, does BGAugment shrink the loss, and does a
+method's own mechanism shrink it without BGAugment.
+
+Spreads: a cell ``m ± s`` is the mean and sample std over training seeds; the corrupted score of one run is
+itself a mean over its corrupted repeats, whose std is reported apart (``seeds.md``). Comparisons are made
+against the seed spread: BGAugment's effect paired by seed (:mod:`bgbias.report.seeds`), a method against the
+reference losses unpaired (difference of means against twice its standard error).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bgbias.engine.run_dir import RunDir, read_metrics, read_record
+from bgbias.figures import new_figure, save_png
+from bgbias.report.document import Block, Bullets, Figure, Heading, Paragraph, Table, write_document
+from bgbias.report.evaluation import percent, run_label
+from bgbias.report.runs_table import PROFILE_NOTE, profile_table
+from bgbias.report.seeds import SEEDS_NOTE, Spread, bgaugment_effects, seeds_by_setting
+
+TableCells = tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]
+"""A table's headers and rows, as :class:`~bgbias.report.document.Table` takes them."""
+
+SETTINGS = (False, True)
+"""Vanilla, then BGAugment: the column order of every side-by-side table."""
+
+
+@dataclass(frozen=True)
+class StudyRunResult:
+    """One run of the study as the report reads it: its folder, evaluation report and foreground-score
+    summaries by attribution label."""
+
+    folder: Path
+    report: Mapping[str, Any]
+    foreground: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        return str(self.report["method"]), bool(self.report.get("bgaugment"))
+
+
+def corrupted_map(report: Mapping[str, Any]) -> float | None:
+    return (report.get("corrupted") or {}).get("mean", {}).get("map_at_r")
+
+
+def relative_drop(report: Mapping[str, Any]) -> float | None:
+    return (report.get("drop") or {}).get("map_at_r", {}).get("relative")
+
+
+def _p1(report: Mapping[str, Any]) -> float | None:
+    return (report.get("corrupted") or {}).get("mean", {}).get("precision_at_1")
+
+
+def _clean(report: Mapping[str, Any]) -> float:
+    return report["clean"]["map_at_r"]
+
+
+def _spread(runs: Sequence[Mapping[str, Any]], value: Any) -> Spread:
+    return Spread(tuple(v for v in map(value, runs) if v is not None))
+
+
+def _drop_cell(spread: Spread) -> str:
+    """A relative drop in % with one decimal, ± its std over seeds where there is one."""
+    if spread.mean is None:
+        return ""
+    text = f"{100 * spread.mean:.1f}"
+    return text if spread.std is None else f"{text} ± {100 * spread.std:.1f}"
+
+
+# ------------------------------------------------------------------------------------------------- tables
+def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
+    """Table 1 over seeds, one row per method: clean MAP@R, corrupted MAP@R, relative drop and corrupted
+    P@1, vanilla then BGAugment."""
+    groups = seeds_by_setting(reports)
+    headers = ["method", "seeds"]
+    for bgaugment in SETTINGS:
+        name = "BGAugment" if bgaugment else "vanilla"
+        headers += [f"{name} clean", f"{name} corrupted", f"{name} drop (%)", f"{name} corrupted P@1"]
+    rows = []
+    for method in dict.fromkeys(method for method, _ in groups):
+        seeds = sorted({seed for bgaugment in SETTINGS for seed in groups.get((method, bgaugment), {})})
+        row = [method, ", ".join(map(str, seeds))]
+        for bgaugment in SETTINGS:
+            runs = list(groups.get((method, bgaugment), {}).values())
+            row += [_spread(runs, _clean).cell(), _spread(runs, corrupted_map).cell(),
+                    _drop_cell(_spread(runs, relative_drop)), _spread(runs, _p1).cell()]
+        rows.append(tuple(row))
+    return tuple(headers), tuple(rows)
+
+
+def rankings(reports: Sequence[Mapping[str, Any]]) -> dict[str, TableCells]:
+    """Every (method, BGAugment) setting ranked by mean corrupted MAP@R (best first) and by mean relative drop
+    (smallest first); ties keep the settings' order."""
+    groups = seeds_by_setting(reports)
+    tables = {}
+    for title, value, best_first, cell in (
+        ("corrupted MAP@R", corrupted_map, True, lambda s: s.cell()),
+        ("relative drop (%)", relative_drop, False, _drop_cell),
+    ):
+        scored = [(key, _spread(list(runs.values()), value)) for key, runs in groups.items()]
+        scored = [(key, spread) for key, spread in scored if spread.mean is not None]
+        scored.sort(key=lambda item: -item[1].mean if best_first else item[1].mean)
+        rows = tuple((str(rank), run_label(*key), cell(spread), str(len(spread.values)))
+                     for rank, (key, spread) in enumerate(scored, 1))
+        tables[title] = (("rank", "run", title, "seeds"), rows)
+    return tables
+
+
+def mechanisms(
+    reports: Sequence[Mapping[str, Any]], reference: Sequence[str]
+) -> TableCells:
+    """Each method outside ``reference`` without BGAugment against the reference losses without BGAugment:
+    the relative drop of each, the difference and whether it is beyond twice its standard error (unpaired:
+    the runs of two methods share seeds but not a model, so there is nothing to pair)."""
+    groups = seeds_by_setting(reports)
+    pooled = Spread(tuple(v for method in reference for v in _spread(
+        list(groups.get((method, False), {}).values()), relative_drop).values))
+    rows = []
+    for method in dict.fromkeys(method for method, _ in groups):
+        if method in reference or (method, False) not in groups:
+            continue
+        own = _spread(list(groups[(method, False)].values()), relative_drop)
+        if own.mean is None or pooled.mean is None:
+            continue
+        difference = own.mean - pooled.mean
+        verdict = "n/a (one seed)"
+        if own.std is not None and pooled.std is not None:
+            error = math.sqrt(own.std ** 2 / len(own.values) + pooled.std ** 2 / len(pooled.values))
+            verdict = ("smaller drop" if difference < -2 * error else
+                       "larger drop" if difference > 2 * error else "within the spread")
+        rows.append((method, _drop_cell(own), _drop_cell(pooled), f"{100 * difference:+.1f}", verdict))
+    headers = ("method (vanilla)", "relative drop (%)", "reference losses' drop (%)", "difference (points)",
+               "beyond twice the standard error")
+    return headers, tuple(rows)
+
+
+def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
+    """Table 2 over seeds: per method and attribution, the foreground score vanilla and with BGAugment (mean
+    over seeds of each run's mean over images, ± the std over seeds)."""
+    by_setting: dict[tuple[str, str, bool], list[float]] = {}
+    for result in results:
+        method, bgaugment = result.key
+        for label, summary in result.foreground.items():
+            by_setting.setdefault((method, label, bgaugment), []).append(float(summary["mean"]))
+    rows = []
+    for method, label in dict.fromkeys((method, label) for method, label, _ in by_setting):
+        cells = [_fg_cell(Spread(tuple(by_setting.get((method, label, b), ())))) for b in SETTINGS]
+        rows.append((method, label, *cells))
+    return ("method", "attribution", "vanilla fg score", "BGAugment fg score"), tuple(rows)
+
+
+def profiles(reports: Sequence[Mapping[str, Any]]) -> TableCells:
+    """The background-reliance profile of every run that has one (:func:`profile_table`), with its seed."""
+    headers, rows = profile_table(reports)
+    seeds = [str(report.get("seed")) for report in reports if report.get("profile")]
+    rows_with_seeds = tuple((row[0], seed, *row[2:]) for row, seed in zip(rows, seeds, strict=True))
+    return (headers[0], "seed", *headers[2:]), rows_with_seeds
+
+
+def _fg_cell(spread: Spread) -> str:
+    if spread.mean is None:
+        return ""
+    return f"{spread.mean:.3f}" if spread.std is None else f"{spread.mean:.3f} ± {spread.std:.3f}"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What model selection picked in a run that watched its test split, against the test scores of every
+    epoch: the selected epoch's, the last one's, and the best one in hindsight."""
+
+    run: str
+    monitor: str
+    selected: int
+    scores: dict[str, dict[str, float]]  # "test_map_at_r" / "test_corrupted_map_at_r" → which → value
+    best_epoch: dict[str, int]
+
+    def cost(self, column: str) -> float:
+        """How much the selected epoch's test score is below the best in hindsight."""
+        return self.scores[column]["best"] - self.scores[column]["selected"]
+
+
+WATCHED = {"test_map_at_r": "clean", "test_corrupted_map_at_r": "corrupted"}
+
+
+def selections(folders: Sequence[Path]) -> list[Selection]:
+    """The :class:`Selection` of every run in ``folders`` whose metrics have the watched test columns."""
+    found = []
+    for folder in folders:
+        run = RunDir(folder)
+        if not run.metrics_jsonl.is_file():  # a model bgbias did not train
+            continue
+        rows = [row for row in read_metrics(run) if all(column in row for column in WATCHED)]
+        record = read_record(run) or {}
+        selected = record.get("best_epoch")
+        by_epoch = {row["epoch"]: row for row in rows}
+        if not rows or selected not in by_epoch:
+            continue
+        last = max(by_epoch)
+        scores, best = {}, {}
+        for column in WATCHED:
+            best[column] = max(by_epoch, key=lambda epoch: (by_epoch[epoch][column], -epoch))
+            scores[column] = {"selected": by_epoch[selected][column], "last": by_epoch[last][column],
+                              "best": by_epoch[best[column]][column]}
+        found.append(Selection(folder.name, str(record.get("monitor", "?")), selected, scores, best))
+    return found
+
+
+def selection_table(found: Sequence[Selection]) -> TableCells:
+    headers = ["run", "selected by", "selected epoch"]
+    for label in WATCHED.values():
+        headers += [f"test {label}: selected", f"{label}: last", f"{label}: best (epoch)", f"{label}: cost"]
+    rows = []
+    for selection in found:
+        row = [selection.run, selection.monitor, str(selection.selected)]
+        for column in WATCHED:
+            scores = selection.scores[column]
+            row += [percent(scores["selected"]), percent(scores["last"]),
+                    f"{percent(scores['best'])} ({selection.best_epoch[column]})",
+                    f"{100 * selection.cost(column):.2f}"]
+        rows.append(tuple(row))
+    return tuple(headers), tuple(rows)
+
+
+def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str, Any]]) -> str:
+    """The selection cost of the score each run selects on (clean for vanilla runs, corrupted for
+    BGAugment's), mean and max over the watched runs, against the seed std of the same score."""
+    if not found:
+        return "No run of this study watched its test split, so selection noise was not measured."
+    costs = [selection.cost("test_corrupted_map_at_r" if "corrupted" in selection.monitor
+                            else "test_map_at_r") for selection in found]
+    seed_stds = [spread.std for runs in seeds_by_setting(reports).values()
+                 for spread in (_spread(list(runs.values()), _clean),
+                                _spread(list(runs.values()), corrupted_map))
+                 if spread.std is not None]
+    text = (f"Over the {len(found)} watched runs, the epoch chosen on validation scores on average "
+            f"{100 * statistics.fmean(costs):.2f} points (at most {100 * max(costs):.2f}) below the best "
+            "epoch in hindsight on the test score it selects for (clean for vanilla runs, corrupted for "
+            "BGAugment runs).")
+    if seed_stds:
+        text += (f" The std over training seeds of the study's clean and corrupted MAP@R is "
+                 f"{100 * statistics.median(seed_stds):.2f} points in the median setting "
+                 f"({100 * min(seed_stds):.2f}–{100 * max(seed_stds):.2f}).")
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathLike[str]) -> Path:
+    """Per method, the histogram of per-class relative drops of MAP@R (%), vanilla and BGAugment overlaid."""
+    import numpy as np
+
+    methods = list(dict.fromkeys(result.key[0] for result in results))
+    columns = min(5, len(methods))
+    rows = math.ceil(len(methods) / columns)
+    figure = new_figure(2.6 * columns + 0.6, 2.3 * rows + 0.6)
+    bins = np.linspace(-50, 100, 31)
+    colours = {False: "#4c72b0", True: "#55a868"}
+    for index, method in enumerate(methods, 1):
+        axes = figure.add_subplot(rows, columns, index)
+        for result in results:
+            if result.key[0] != method:
+                continue
+            drops = [100 * row["relative_drop"] for row in result.report.get("per_class", [])
+                     if row.get("relative_drop") is not None]
+            axes.hist(np.clip(drops, bins[0], bins[-1]), bins=bins, alpha=0.55, color=colours[result.key[1]],
+                      label="BGAugment" if result.key[1] else "vanilla")
+        axes.set_title(method, fontsize=9)
+        axes.tick_params(labelsize=7)
+        if index == 1:
+            axes.legend(fontsize=7)
+    figure.supxlabel("relative drop of a class's MAP@R, clean → corrupted (%)", fontsize=9)
+    figure.supylabel("classes", fontsize=9)
+    return save_png(figure, path)
+
+
+# ------------------------------------------------------------------------------------------------- report
+def write_study_report(
+    results: Sequence[StudyRunResult],
+    out_dir: str | os.PathLike[str],
+    *,
+    title: str,
+    reference: Sequence[str],
+    figures: Sequence[Figure] = (),
+) -> dict[str, Path]:
+    """``study.md`` and ``study.html`` in ``out_dir`` (with ``per-class-drop.png``): the tables above,
+    ``figures`` (the runs' plot, galleries, the dial where made) and the selection analysis."""
+    out = Path(out_dir)
+    reports = [result.report for result in results]
+    first_seed = [result for result in results if result.report.get("seed") == 0]
+    histogram = plot_per_class_drops(first_seed, out / "per-class-drop.png")
+    headers, rows = side_by_side(reports)
+    effect_headers, effect_rows = bgaugment_effects(reports)
+    ranked = rankings(reports)
+    mechanism_headers, mechanism_rows = mechanisms(reports, reference)
+    found = selections([result.folder for result in results])
+    blocks: list[Block] = [
+        Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
+        Heading("Clean vs corrupted MAP@R, without and with BGAugment"),
+        Table(headers, rows, caption="mean ± std over training seeds"),
+        Heading("BGAugment's effect, paired by seed"),
+        Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
+        Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
+        Paragraph(f"Reference: the pooled seeds of {', '.join(reference)} without BGAugment."),
+        Table(mechanism_headers, mechanism_rows),
+        Heading("Rankings"),
+        *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
+        Heading("Background-reliance profile of every run"),
+        Paragraph(PROFILE_NOTE + " Profiled runs' worst case is over their corrupted repeats."),
+        Table(*profiles(reports), caption="MAP@R (%)"),
+        Heading("Foreground scores (the paper's Table 2)"),
+        Table(*foreground_scores(results),
+              caption="share of attribution on the object; mean ± std over seeds"),
+        Heading("Model selection"),
+        Paragraph(selection_summary(found, reports)),
+        Table(*selection_table(found), caption="test MAP@R (%) of the watched runs; cost = best − selected"),
+        Heading("Figures"),
+        Figure(histogram, "per-class relative drop of MAP@R, training seed 0"),
+        *figures,
+        Heading("Runs"),
+        Bullets(tuple(f"{run_label(*result.key)}, seed {result.report.get('seed')}: `{result.folder}`"
+                      for result in results)),
+    ]
+    return write_document(blocks, out, "study", title)

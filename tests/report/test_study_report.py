@@ -1,0 +1,108 @@
+"""The study report: Table 1 over seeds side by side, rankings, the mechanism check against the reference
+losses, Table 2 over seeds, model selection against the watched test scores, and the page itself."""
+
+from __future__ import annotations
+
+import json
+
+from bgbias.report.study_report import (
+    StudyRunResult,
+    foreground_scores,
+    mechanisms,
+    rankings,
+    selection_summary,
+    selection_table,
+    selections,
+    side_by_side,
+    write_study_report,
+)
+
+
+def _report(method, bgaugment, seed, clean, corrupted):
+    return {
+        "method": method, "bgaugment": bgaugment, "seed": seed, "dataset": "bench", "split": "test",
+        "run": f"runs/{method}-{bgaugment}-{seed}", "checkpoint": {"epoch": 2},
+        "clean": {"map_at_r": clean, "precision_at_1": clean + 0.2},
+        "corrupted": {"mean": {"map_at_r": corrupted, "precision_at_1": corrupted + 0.1},
+                      "std": {"map_at_r": 0.01}},
+        "drop": {"map_at_r": {"relative": (clean - corrupted) / clean}},
+        "per_class": [{"label": c, "relative_drop": d} for c, d in enumerate((0.2, 0.5, 0.9))],
+    }
+
+
+REPORTS = [
+    _report("ms", False, 0, 0.60, 0.20), _report("ms", False, 1, 0.62, 0.22),
+    _report("ms", True, 0, 0.58, 0.40), _report("ms", True, 1, 0.56, 0.40),
+    _report("dcml", False, 0, 0.70, 0.60), _report("dcml", False, 1, 0.70, 0.62),
+    _report("dcml", True, 0, 0.66, 0.50),
+]
+
+
+def test_table_one_puts_vanilla_and_bgaugment_side_by_side_over_seeds():
+    headers, rows = side_by_side(REPORTS)
+    row = dict(zip(headers, rows[0], strict=True))
+    assert row["method"] == "ms" and row["seeds"] == "0, 1"
+    assert row["vanilla clean"] == "61.00 ± 1.41" and row["BGAugment corrupted"] == "40.00 ± 0.00"
+    assert row["vanilla drop (%)"] == "65.6 ± 1.5"  # 66.67 and 64.52
+    assert dict(zip(headers, rows[1], strict=True))["BGAugment clean"] == "66.00"  # one seed: no std
+
+
+def test_rankings_order_by_corrupted_best_first_and_by_drop_smallest_first():
+    ranked = rankings(REPORTS)
+    assert [row[1] for row in ranked["corrupted MAP@R"][1]] == [
+        "dcml", "dcml + BGAugment", "ms + BGAugment", "ms"]
+    assert next(row[1] for row in ranked["relative drop (%)"][1]) == "dcml"
+    assert ranked["corrupted MAP@R"][1][0][0] == "1"
+
+
+def test_a_method_is_compared_with_the_reference_losses_against_the_seed_spread():
+    _headers, rows = mechanisms(REPORTS, reference=["ms"])
+    (row,) = rows
+    assert row[0] == "dcml" and row[-1] == "smaller drop" and float(row[3]) < -50
+    assert mechanisms(REPORTS[:1] + REPORTS[4:5], reference=["ms"])[1][0][-1] == "n/a (one seed)"
+
+
+def test_foreground_scores_are_means_over_seeds_per_attribution(tmp_path):
+    results = [StudyRunResult(tmp_path, report, {"smoothgrad": {"mean": 0.1 + 0.1 * report["seed"]}})
+               for report in REPORTS]
+    results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {"avsl": {"mean": 0.3}})
+    _headers, rows = foreground_scores(results)
+    assert rows[0] == ("ms", "smoothgrad", "0.150 ± 0.071", "0.150 ± 0.071")
+    assert ("dcml", "avsl", "", "0.300") in rows
+
+
+def _watched_run(folder, monitor, best_epoch, test, corrupted):
+    folder.mkdir(parents=True)
+    rows = [{"epoch": e, "val_map_at_r": 0.5, "test_map_at_r": t, "test_corrupted_map_at_r": c}
+            for e, (t, c) in enumerate(zip(test, corrupted, strict=True))]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / "run.json").write_text(json.dumps({"best_epoch": best_epoch, "monitor": monitor}))
+    return folder
+
+
+def test_selection_is_scored_against_the_best_epoch_in_hindsight(tmp_path):
+    vanilla = _watched_run(tmp_path / "ms-seed0", "val_map_at_r", 1, [0.5, 0.6, 0.7], [0.2, 0.3, 0.2])
+    augmented = _watched_run(tmp_path / "ms-bgaugment-seed0", "val_corrupted_map_at_r", 2, [0.5, 0.6, 0.5],
+                             [0.2, 0.3, 0.3])
+    unwatched = tmp_path / "plain"
+    unwatched.mkdir()
+    (unwatched / "metrics.jsonl").write_text(json.dumps({"epoch": 0, "val_map_at_r": 0.5}) + "\n")
+    found = selections([vanilla, augmented, unwatched])
+    assert [s.run for s in found] == ["ms-seed0", "ms-bgaugment-seed0"]
+    assert round(found[0].cost("test_map_at_r"), 6) == 0.1 and found[0].best_epoch["test_map_at_r"] == 2
+    assert found[1].cost("test_corrupted_map_at_r") == 0  # epochs 1 and 2 tie: the earlier is "best"
+    headers, rows = selection_table(found)
+    assert dict(zip(headers, rows[0], strict=True))["clean: best (epoch)"] == "70.00 (2)"
+    text = selection_summary(found, REPORTS)
+    assert "5.00 points (at most 10.00)" in text and "std over training seeds" in text
+    assert "not measured" in selection_summary([], REPORTS)
+
+
+def test_the_page_is_written_as_markdown_and_html(tmp_path):
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    paths = write_study_report(results, tmp_path / "report", title="a study", reference=["ms"])
+    markdown = paths["study_md"].read_text()
+    assert markdown.startswith("# a study") and "![per-class relative drop" in markdown
+    assert "| dcml | within the spread" not in markdown and "smaller drop" in markdown
+    page = paths["study_html"].read_text()
+    assert "data:image/png;base64," in page and "https://" not in page
