@@ -734,5 +734,6 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
         result.report["seeds_md"].read_text(encoding="utf-8"),
     ):
         click.echo("\n" + text)
-    click.echo(f"report: {result.report['table_md']} (per-run reports, plots and galleries in each run's "
-               "eval/ and explain/ folders)")
+    click.echo(f"report: {result.report['study_html']} (one page, pictures included) and "
+               f"{result.report['study_md']}; per-run reports, plots and galleries in each run's eval/ and "
+               "explain/ folders")
