@@ -636,8 +636,12 @@ def explain(load_model, dataset_name: str | None, root: Path | None, split: str,
 @click.option("--attribution", "attribution_label", default="smoothgrad", show_default=True,
               help="Whose maps the galleries compare across runs: an attribution label, the end of the "
                    "explain folders' names (e.g. smoothgrad-copies50).")
+@click.option("--study", "study_page", is_flag=True,
+              help="Runs of several training seeds (e.g. a study on CUB made with bgbias train / eval / "
+                   "explain): Table 1 of seed 0, seeds.md, and the study page study.md / study.html.")
+@click.option("--title", default=None, help="The study page's title (with --study).")
 def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path | None,
-           attribution_label: str) -> None:
+           attribution_label: str, study_page: bool, title: str | None) -> None:
     """Several evaluated runs in one Table-1-style table: method × clean / corrupted, with and without
     BGAugment, plus foreground scores (one column per attribution) where `bgbias explain` ran. A RUN may also
     be the folder of a model scored with `bgbias eval --model` (one row of its own)."""
@@ -653,8 +657,16 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
         if not run_dirs:
             raise OptionError(f"no run in {runs} has an evaluation report for the {split} split",
                               fix="evaluate runs with `bgbias eval --corrupted`, or name run folders")
-    reports, foreground = collect_runs(run_dirs, split)
     out = out if out is not None else runs / "report"
+    if study_page:
+        from bgbias.study import report_study
+
+        title = title or f"bgbias study of {len(run_dirs)} runs"
+        files = report_study(run_dirs, out, title=title, split=split)
+        click.echo(files["study_md"].read_text(encoding="utf-8"))
+        click.echo(f"report: {files['study_html']} (one page, pictures included) and {files['study_md']}")
+        return
+    reports, foreground = collect_runs(run_dirs, split)
     files = write_runs_report(reports, foreground, out)
     galleries = compare_runs(run_dirs, split, out, attribution_label)
     click.echo(markdown_table(*table_one(reports, foreground)))

@@ -221,57 +221,53 @@ def run_study(
     study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
     [-bgaugment]-seed<S>``."""
     from bgbias.paths import runs_root
-    from bgbias.report.compare import compare_runs
-    from bgbias.report.runs_table import collect_runs, write_runs_report
-    from bgbias.report.seeds import write_seeds_report
-    from bgbias.report.study_report import write_study_report
 
     bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
     runs_dir = Path(runs) if runs is not None else runs_root()
     folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
     run_dirs = train_and_measure(plan, bench, folder, device, log)
     log("7/7 the report")
-    first_seed = [path for path, run in zip(run_dirs, plan.runs(), strict=True) if run.seed == 0]
-    reports, foreground = collect_runs(first_seed)
-    report = write_runs_report(reports, foreground, folder / "report")
-    report.update(write_seeds_report(collect_runs(run_dirs)[0], folder / "report"))
-    galleries = compare_runs(first_seed, "test", folder / "report")
-    for number, gallery in enumerate(galleries):
-        report[f"foreground_gallery_{number}"] = gallery
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs")
-    figures = study_figures(report["runs_png"], galleries, first_seed[:2], runs_dir, bench_preset, bench_seed)
-    report.update(write_study_report([study_run_result(path) for path in run_dirs], folder / "report",
-                                     title=title, reference=PAPER_BASELINES, figures=figures))
-    return StudyResult(bench, run_dirs, report)
+    dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
+    return StudyResult(bench, run_dirs, report_study(run_dirs, folder / "report", title=title, dials=dials))
 
 
-def study_run_result(run_dir: Path) -> Any:
-    """One run's evaluation report on the test split and its foreground scores by attribution label."""
-    from bgbias.report.runs_table import collect_runs
-    from bgbias.report.study_report import StudyRunResult
-
-    (report,), foreground = collect_runs([run_dir])
-    return StudyRunResult(run_dir, report, {key[3]: summary for key, summary in foreground.items()})
-
-
-def study_figures(runs_png: Path, galleries: Sequence[Path], pair: Sequence[Path], runs: Path,
-                  bench_preset: str, bench_seed: int) -> list[Any]:
-    """The report's figures besides the per-class drops: clean vs corrupted of seed 0's runs, the foreground
-    galleries, the first method's training curves and retrieval galleries without and with BGAugment, and
-    the bias dial of this bench where one was made."""
+def report_study(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    title: str,
+    split: str = "test",
+    dials: Sequence[Path] = (),
+) -> dict[str, Path]:
+    """Step 7, also ``bgbias report --study``: Table 1 of training seed 0's runs (``table.md``, ``runs.png``,
+    the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page (``study.md``,
+    ``study.html``) with the figures of the first run pair and the ``dials`` given; the files by name."""
+    from bgbias.report.compare import compare_runs
     from bgbias.report.document import Figure
+    from bgbias.report.runs_table import collect_runs, write_runs_report
+    from bgbias.report.seeds import write_seeds_report
+    from bgbias.report.study_report import collect_study_runs, write_study_report
 
-    figures = [Figure(runs_png, "clean vs corrupted MAP@R of training seed 0's runs (± over repeats)")]
+    out = Path(out_dir)
+    results = collect_study_runs(run_dirs, split)
+    first_seed = [result.folder for result in results if result.report.get("seed") == 0]
+    reports, foreground = collect_runs(first_seed, split)
+    files = write_runs_report(reports, foreground, out)
+    files.update(write_seeds_report([result.report for result in results], out))
+    galleries = compare_runs(first_seed, split, out)
+    figures = [Figure(files["runs_png"], "clean vs corrupted MAP@R of training seed 0's runs (± over "
+                                         "repeats)")]
     figures += [Figure(path, "where each run looks: SmoothGrad maps on shared test images, seed 0")
                 for path in galleries]
-    for run_dir in pair:
+    for run_dir in first_seed[:2]:
         figures.append(Figure(run_dir / "curves.png", f"training curves of {run_dir.name}"))
         figures += [Figure(path, f"retrieval gallery of {run_dir.name}: clean and corrupted queries")
-                    for path in sorted(run_dir.glob("eval/*-test/retrieval-gallery.png"))]
-    dials = sorted((runs / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
+                    for path in sorted(run_dir.glob(f"eval/*-{split}/retrieval-gallery.png"))]
     figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]
-    return figures
+    files.update(write_study_report(results, out, title=title, reference=PAPER_BASELINES, figures=figures))
+    return {**files, **{f"foreground_gallery_{number}": path for number, path in enumerate(galleries)}}
 
 
 def study_folder(runs: Path, bench_preset: str, rho: float, bench_seed: int, masks: str) -> Path:

@@ -182,16 +182,20 @@ def evaluate(
 
 def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
     """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and
-    for corrupted sets the masks folder, background pool and seed wherever they are not the defaults, and an
+    for corrupted sets the masks folder (``exact-masks`` for the shipped masks in their default folder),
+    background pool and seed wherever they are not the defaults, and an
     approximate retrieval's shortlist, so two datasets, pools, mask models, seeds or searches never write
     over each other's report."""
     from bgbias.data.items import default_masks_dir
     from bgbias.paths import backgrounds_root, located_key
+    from bgbias.saliency.ground_truth import default_ground_truth_dir
 
     parts = [dataset.key]
     if request.corrupted or request.profile:
         masks, backgrounds = request.masks, request.backgrounds
-        if masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
+        if masks is not None and Path(masks).resolve() == default_ground_truth_dir(dataset).resolve():
+            parts.append("exact-masks")
+        elif masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
             parts.append(located_key("masks", masks))
         if backgrounds is not None and Path(backgrounds).resolve() != backgrounds_root().resolve():
             parts.append(located_key("bg", backgrounds))

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.engine.run_dir import RunDir, read_metrics, read_record
+from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.report.document import Block, Bullets, Figure, Heading, Paragraph, Table, write_document
 from bgbias.report.evaluation import percent, run_label
-from bgbias.report.runs_table import PROFILE_NOTE, profile_table
+from bgbias.report.runs_table import PROFILE_NOTE, collect_runs, profile_table
 from bgbias.report.seeds import SEEDS_NOTE, Spread, bgaugment_effects, seeds_by_setting
 
 TableCells = tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]
@@ -45,6 +46,23 @@ class StudyRunResult:
     @property
     def key(self) -> tuple[str, bool]:
         return str(self.report["method"]), bool(self.report.get("bgaugment"))
+
+
+def collect_study_runs(
+    run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
+) -> list[StudyRunResult]:
+    """Each folder's evaluation report on ``split`` and foreground scores by attribution label; a folder
+    evaluated on several datasets (or with several mask folders) is an error naming it."""
+    results = []
+    for folder in map(Path, run_dirs):
+        reports, foreground = collect_runs([folder], split)
+        if len(reports) != 1:
+            raise OptionError(f"the folder has {len(reports)} evaluation reports for the {split} split; a "
+                              "study takes one per run", path=folder,
+                              fix="remove the evaluations of other datasets or masks from its eval/ folder")
+        labels = {key[3]: summary for key, summary in foreground.items()}
+        results.append(StudyRunResult(folder, reports[0], labels))
+    return results
 
 
 def corrupted_map(report: Mapping[str, Any]) -> float | None:
@@ -259,7 +277,7 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
     methods = list(dict.fromkeys(result.key[0] for result in results))
     columns = min(5, len(methods))
     rows = math.ceil(len(methods) / columns)
-    figure = new_figure(2.6 * columns + 0.6, 2.3 * rows + 0.6)
+    figure = new_figure(max(6.0, 2.6 * columns + 0.6), 2.3 * rows + 0.9)
     bins = np.linspace(-50, 100, 31)
     colours = {False: "#4c72b0", True: "#55a868"}
     for index, method in enumerate(methods, 1):
@@ -281,6 +299,11 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
 
 
 # ------------------------------------------------------------------------------------------------- report
+def _table_or(table: TableCells, note: str, instead: str) -> list[Block]:
+    """The note and the table, or the sentence ``instead`` where the table has no rows."""
+    return [Paragraph(note), Table(*table)] if table[1] else [Paragraph(instead)]
+
+
 def write_study_report(
     results: Sequence[StudyRunResult],
     out_dir: str | os.PathLike[str],
@@ -298,7 +321,8 @@ def write_study_report(
     headers, rows = side_by_side(reports)
     effect_headers, effect_rows = bgaugment_effects(reports)
     ranked = rankings(reports)
-    mechanism_headers, mechanism_rows = mechanisms(reports, reference)
+    mechanism = mechanisms(reports, reference)
+    profile = profiles(reports)
     found = selections([result.folder for result in results])
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
@@ -307,19 +331,22 @@ def write_study_report(
         Heading("BGAugment's effect, paired by seed"),
         Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
-        Paragraph(f"Reference: the pooled seeds of {', '.join(reference)} without BGAugment."),
-        Table(mechanism_headers, mechanism_rows),
+        *(_table_or(mechanism, f"Each method outside the reference losses ({', '.join(reference)}) without "
+                    "BGAugment, against the pooled seeds of the reference losses without BGAugment.",
+                    "No method outside the reference losses was run without BGAugment here.")),
         Heading("Rankings"),
         *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
         Heading("Background-reliance profile of every run"),
-        Paragraph(PROFILE_NOTE + " Profiled runs' worst case is over their corrupted repeats."),
-        Table(*profiles(reports), caption="MAP@R (%)"),
+        *(_table_or(profile, PROFILE_NOTE + " MAP@R in %.",
+                    "No run was profiled (the quick preset leaves the profile out; `bgbias eval --profile` "
+                    "adds it to a run, `bgbias study --preset full` to every run).")),
         Heading("Foreground scores (the paper's Table 2)"),
         Table(*foreground_scores(results),
               caption="share of attribution on the object; mean ± std over seeds"),
         Heading("Model selection"),
         Paragraph(selection_summary(found, reports)),
-        Table(*selection_table(found), caption="test MAP@R (%) of the watched runs; cost = best − selected"),
+        *([Table(*selection_table(found),
+                 caption="test MAP@R (%) of the watched runs; cost = best − selected")] if found else []),
         Heading("Figures"),
         Figure(histogram, "per-class relative drop of MAP@R, training seed 0"),
         *figures,

@@ -85,3 +85,26 @@ def test_eval_profile_prints_it_and_report_gives_it_a_row(tiny_run, tiny_bench, 
     assert table.exit_code == 0, table.output
     assert "background-reliance profile (MAP@R, %)" in table.output
     assert "| method | measured on | clean | random-bg | query-side | worst-case |" in table.output
+
+
+@pytest.mark.slow
+def test_report_study_aggregates_training_seeds_into_one_page(tiny_run, tiny_bench, tmp_path):
+    runs = tmp_path / "runs"
+    names = []
+    for seed in (0, 1):
+        for bgaugment in (False, True):
+            name = f"triplet{'-bgaugment' if bgaugment else ''}-seed{seed}"
+            shutil.copytree(tiny_run, runs / name)
+            config = json.loads((runs / name / "config.json").read_text())
+            config["bgaugment"]["enabled"], config["seed"] = bgaugment, seed
+            (runs / name / "config.json").write_text(json.dumps(config))
+            evaluated = CliRunner().invoke(main, _eval_args(runs / name, tiny_bench, tmp_path))
+            assert evaluated.exit_code == 0, evaluated.output
+            names.append(str(runs / name))
+    result = CliRunner().invoke(main, ["report", "--study", "--title", "tiny study", "--out",
+                                       str(tmp_path / "out"), *names])
+    assert result.exit_code == 0, result.output
+    assert "| triplet | 0, 1 |" in result.output  # Table 1 over seeds, vanilla and BGAugment side by side
+    page = (tmp_path / "out" / "study.html").read_text()
+    assert "<title>tiny study</title>" in page and "data:image/png;base64," in page
+    assert {"seeds.md", "table.md", "per-class-drop.png"} <= {p.name for p in (tmp_path / "out").iterdir()}

@@ -272,3 +272,16 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
     assert "APPROXIMATE" in (approximate.out_dir / "report.md").read_text().splitlines()[0]
     assert "APPROXIMATE" not in (exact.out_dir / "report.md").read_text()
     assert "APPROXIMATE" in format_evaluation_summary(approximate.report, approximate.files).splitlines()[0]
+
+
+def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_bench, tmp_path):
+    from bgbias.data.registry import open_dataset
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.report.evaluate import measured_label
+    from bgbias.saliency.ground_truth import default_ground_truth_dir
+
+    dataset = open_dataset("bench", tiny_bench / "bench")
+    exact = MeasureRequest(corrupted=True, masks=default_ground_truth_dir(dataset))
+    assert measured_label(dataset, exact) == f"{dataset.key}-exact-masks"
+    elsewhere = measured_label(dataset, MeasureRequest(corrupted=True, masks=tmp_path / "exact"))
+    assert elsewhere.startswith(f"{dataset.key}-masks-exact-")
