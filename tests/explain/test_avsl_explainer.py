@@ -65,14 +65,19 @@ def test_the_shares_of_a_pair_sum_to_its_distance(model):
 
 
 def test_each_share_lands_where_its_node_s_map_puts_it():
-    # one image, two nodes per level, 2 × 2 maps: node 0 peaks at the top left, node 1 at the bottom right
-    cam = torch.zeros(1, 2, 2, 2)
+    # one image, two nodes per level, 2 × 2 maps: node 0 fires at the top left, node 1 at the bottom right;
+    # negative activation draws nothing
+    cam = torch.full((1, 2, 2, 2), -1.0)
     cam[0, 0, 0, 0], cam[0, 1, 1, 1] = 5.0, 3.0
     shares = [torch.tensor([[2.0, 1.0]]), torch.tensor([[0.5, 0.0]]), torch.tensor([[0.0, 4.0]])]
     spread = spread_over_maps(shares, [cam, cam, cam], torch.Size((2, 2)), None)
     assert torch.allclose(spread, torch.tensor([[[2.5, 0.0], [0.0, 5.0]]]))
     assert torch.allclose(spread_over_maps(shares, [cam] * 3, torch.Size((2, 2)), 3),
                           torch.tensor([[[0.0, 0.0], [0.0, 4.0]]]))
+    # a node proportionally: 3 and 1 split its share 3 : 1; a node nowhere positive draws nothing
+    graded = torch.tensor([[[[3.0, 1.0], [0.0, -2.0]], [[-1.0, -1.0], [-1.0, -1.0]]]])
+    spread = spread_over_maps([torch.tensor([[4.0, 7.0]])], [graded], torch.Size((2, 2)), 1)
+    assert torch.allclose(spread, torch.tensor([[[3.0, 1.0], [0.0, 0.0]]]))
 
 
 def test_maps_are_in_the_unit_range_and_an_image_against_itself_has_nothing_to_show(model):
