@@ -19,7 +19,7 @@ from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.report.evaluation import markdown_table, run_label
-from bgbias.report.seeds import Spread
+from bgbias.report.seeds import Spread, clean_map, corrupted_map, drop_cell, over_seeds, relative_drop
 
 MASK_LABELS = {"ground-truth": "exact masks", "u2netp": "U²-Net masks"}
 """How the dial names its mask sources (the study's ``--masks`` values)."""
@@ -37,19 +37,7 @@ class DialPoint:
 
     def spread(self, value: Any) -> Spread:
         """``value(report)`` over the training seeds, where the report has it."""
-        return Spread(tuple(v for v in map(value, self.reports) if v is not None))
-
-
-def clean_map(report: Mapping[str, Any]) -> float:
-    return report["clean"]["map_at_r"]
-
-
-def corrupted_map(report: Mapping[str, Any]) -> float | None:
-    return (report.get("corrupted") or {}).get("mean", {}).get("map_at_r")
-
-
-def relative_drop(report: Mapping[str, Any]) -> float | None:
-    return (report.get("drop") or {}).get("map_at_r", {}).get("relative")
+        return over_seeds(self.reports, value)
 
 
 DIAL_COLUMNS = ["ρ", "masks", "run", "seeds", "clean MAP@R", "corrupted MAP@R", "relative drop (%)"]
@@ -59,11 +47,10 @@ def dial_table(points: Sequence[DialPoint], method: str) -> tuple[list[str], lis
     """One row per point, by masks, ρ, then vanilla before BGAugment; MAP@R in %, mean ± std over seeds."""
     rows = []
     for point in sorted(points, key=lambda p: (list(MASK_LABELS).index(p.masks), p.rho, p.bgaugment)):
-        drop = point.spread(relative_drop)
         rows.append([
             f"{point.rho:g}", MASK_LABELS[point.masks], run_label(method, point.bgaugment),
             str(len(point.reports)), point.spread(clean_map).cell(), point.spread(corrupted_map).cell(),
-            "" if drop.mean is None else _points(drop),
+            drop_cell(point.spread(relative_drop)),
         ])
     return DIAL_COLUMNS, rows
 
@@ -126,10 +113,3 @@ def _lines(points: Sequence[DialPoint]) -> dict[tuple[str, bool], list[DialPoint
     for point in sorted(points, key=lambda p: p.rho):
         lines.setdefault((point.masks, point.bgaugment), []).append(point)
     return dict(sorted(lines.items(), key=lambda item: (list(MASK_LABELS).index(item[0][0]), item[0][1])))
-
-
-def _points(spread: Spread) -> str:
-    """A relative drop (a fraction) in % with one decimal, ± its std over seeds where there is one."""
-    assert spread.mean is not None
-    text = f"{100 * spread.mean:.1f}"
-    return text if spread.std is None else f"{text} ± {100 * spread.std:.1f}"

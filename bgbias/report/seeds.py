@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,17 +86,17 @@ def seeds_table(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[l
         corrupted = [run for run in runs if run.get("corrupted")]
         inner = Spread(tuple(run["corrupted"]["std"]["map_at_r"] for run in corrupted
                              if run["corrupted"]["std"]["map_at_r"] is not None))
-        relative = Spread(tuple(run["drop"]["map_at_r"]["relative"] for run in corrupted))
+        relative = over_seeds(corrupted, relative_drop)
         rows.append([
             run_label(method, bgaugment),
             ", ".join(str(seed) for seed in sorted(by_seed)),
             ", ".join(str((run.get("checkpoint") or {}).get("epoch", "?")) for run in runs),
-            _over(runs, lambda run: run["clean"]["map_at_r"]).cell(),
-            _over(corrupted, lambda run: run["corrupted"]["mean"]["map_at_r"]).cell(),
+            over_seeds(runs, clean_map).cell(),
+            over_seeds(corrupted, corrupted_map).cell(),
             percent(inner.mean),
-            "" if relative.mean is None else f"{100 * relative.mean:.1f}",
-            _over(runs, lambda run: run["clean"]["precision_at_1"]).cell(),
-            _over(corrupted, lambda run: run["corrupted"]["mean"]["precision_at_1"]).cell(),
+            drop_cell(relative),
+            over_seeds(runs, lambda run: run["clean"]["precision_at_1"]).cell(),
+            over_seeds(corrupted, corrupted_p1).cell(),
         ])
     return SEED_COLUMNS, rows
 
@@ -110,8 +110,8 @@ def bgaugment_effects(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
         paired = sorted(set(vanilla) & set(augmented))
         if not paired:
             continue
-        corrupted = _paired(augmented, vanilla, paired, _corrupted)
-        clean = _paired(augmented, vanilla, paired, lambda run: run["clean"]["map_at_r"])
+        corrupted = _paired(augmented, vanilla, paired, corrupted_map)
+        clean = _paired(augmented, vanilla, paired, clean_map)
         rows.append([method, ", ".join(map(str, paired)), corrupted.cell(), clean.cell(),
                      exceeds_spread(corrupted)])
     return EFFECT_COLUMNS, rows
@@ -132,13 +132,37 @@ def _paired(augmented: Mapping[int, Mapping[str, Any]], vanilla: Mapping[int, Ma
     return Spread(tuple(a - b for a, b in pairs if a is not None and b is not None))
 
 
-def _over(runs: Sequence[Mapping[str, Any]], value: Any) -> Spread:
-    return Spread(tuple(value(run) for run in runs if value(run) is not None))
+def over_seeds(
+    runs: Sequence[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], float | None]
+) -> Spread:
+    """``value(report)`` over the runs (one per training seed) where the report has it."""
+    return Spread(tuple(v for v in map(value, runs) if v is not None))
 
 
-def _corrupted(report: Mapping[str, Any]) -> float | None:
-    corrupted = report.get("corrupted")
-    return None if not corrupted else corrupted["mean"]["map_at_r"]
+def clean_map(report: Mapping[str, Any]) -> float:
+    return report["clean"]["map_at_r"]
+
+
+def corrupted_map(report: Mapping[str, Any]) -> float | None:
+    """The mean over the corrupted repeats; None for a run evaluated clean only."""
+    return (report.get("corrupted") or {}).get("mean", {}).get("map_at_r")
+
+
+def corrupted_p1(report: Mapping[str, Any]) -> float | None:
+    return (report.get("corrupted") or {}).get("mean", {}).get("precision_at_1")
+
+
+def relative_drop(report: Mapping[str, Any]) -> float | None:
+    """(clean − corrupted) / clean of MAP@R, a fraction; None for a run evaluated clean only."""
+    return (report.get("drop") or {}).get("map_at_r", {}).get("relative")
+
+
+def drop_cell(spread: Spread) -> str:
+    """A relative drop (a fraction) in % with one decimal, ± its std over seeds where there is one."""
+    if spread.mean is None:
+        return ""
+    text = f"{100 * spread.mean:.1f}"
+    return text if spread.std is None else f"{text} ± {100 * spread.std:.1f}"
 
 
 SEEDS_NOTE = (

@@ -25,7 +25,18 @@ from bgbias.figures import new_figure, save_png
 from bgbias.report.document import Block, Bullets, Figure, Heading, Paragraph, Table, write_document
 from bgbias.report.evaluation import percent, run_label
 from bgbias.report.runs_table import PROFILE_NOTE, collect_runs, profile_table
-from bgbias.report.seeds import SEEDS_NOTE, Spread, bgaugment_effects, seeds_by_setting
+from bgbias.report.seeds import (
+    SEEDS_NOTE,
+    Spread,
+    bgaugment_effects,
+    clean_map,
+    corrupted_map,
+    corrupted_p1,
+    drop_cell,
+    over_seeds,
+    relative_drop,
+    seeds_by_setting,
+)
 
 TableCells = tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]
 """A table's headers and rows, as :class:`~bgbias.report.document.Table` takes them."""
@@ -65,34 +76,6 @@ def collect_study_runs(
     return results
 
 
-def corrupted_map(report: Mapping[str, Any]) -> float | None:
-    return (report.get("corrupted") or {}).get("mean", {}).get("map_at_r")
-
-
-def relative_drop(report: Mapping[str, Any]) -> float | None:
-    return (report.get("drop") or {}).get("map_at_r", {}).get("relative")
-
-
-def _p1(report: Mapping[str, Any]) -> float | None:
-    return (report.get("corrupted") or {}).get("mean", {}).get("precision_at_1")
-
-
-def _clean(report: Mapping[str, Any]) -> float:
-    return report["clean"]["map_at_r"]
-
-
-def _spread(runs: Sequence[Mapping[str, Any]], value: Any) -> Spread:
-    return Spread(tuple(v for v in map(value, runs) if v is not None))
-
-
-def _drop_cell(spread: Spread) -> str:
-    """A relative drop in % with one decimal, ± its std over seeds where there is one."""
-    if spread.mean is None:
-        return ""
-    text = f"{100 * spread.mean:.1f}"
-    return text if spread.std is None else f"{text} ± {100 * spread.std:.1f}"
-
-
 # ------------------------------------------------------------------------------------------------- tables
 def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
     """Table 1 over seeds, one row per method: clean MAP@R, corrupted MAP@R, relative drop and corrupted
@@ -108,8 +91,8 @@ def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
         row = [method, ", ".join(map(str, seeds))]
         for bgaugment in SETTINGS:
             runs = list(groups.get((method, bgaugment), {}).values())
-            row += [_spread(runs, _clean).cell(), _spread(runs, corrupted_map).cell(),
-                    _drop_cell(_spread(runs, relative_drop)), _spread(runs, _p1).cell()]
+            row += [over_seeds(runs, clean_map).cell(), over_seeds(runs, corrupted_map).cell(),
+                    drop_cell(over_seeds(runs, relative_drop)), over_seeds(runs, corrupted_p1).cell()]
         rows.append(tuple(row))
     return tuple(headers), tuple(rows)
 
@@ -121,9 +104,9 @@ def rankings(reports: Sequence[Mapping[str, Any]]) -> dict[str, TableCells]:
     tables = {}
     for title, value, best_first, cell in (
         ("corrupted MAP@R", corrupted_map, True, lambda s: s.cell()),
-        ("relative drop (%)", relative_drop, False, _drop_cell),
+        ("relative drop (%)", relative_drop, False, drop_cell),
     ):
-        scored = [(key, _spread(list(runs.values()), value)) for key, runs in groups.items()]
+        scored = [(key, over_seeds(list(runs.values()), value)) for key, runs in groups.items()]
         scored = [(key, spread) for key, spread in scored if spread.mean is not None]
         scored.sort(key=lambda item: -item[1].mean if best_first else item[1].mean)
         rows = tuple((str(rank), run_label(*key), cell(spread), str(len(spread.values)))
@@ -139,13 +122,13 @@ def mechanisms(
     the relative drop of each, the difference and whether it is beyond twice its standard error (unpaired:
     the runs of two methods share seeds but not a model, so there is nothing to pair)."""
     groups = seeds_by_setting(reports)
-    pooled = Spread(tuple(v for method in reference for v in _spread(
+    pooled = Spread(tuple(v for method in reference for v in over_seeds(
         list(groups.get((method, False), {}).values()), relative_drop).values))
     rows = []
     for method in dict.fromkeys(method for method, _ in groups):
         if method in reference or (method, False) not in groups:
             continue
-        own = _spread(list(groups[(method, False)].values()), relative_drop)
+        own = over_seeds(list(groups[(method, False)].values()), relative_drop)
         if own.mean is None or pooled.mean is None:
             continue
         difference = own.mean - pooled.mean
@@ -154,7 +137,7 @@ def mechanisms(
             error = math.sqrt(own.std ** 2 / len(own.values) + pooled.std ** 2 / len(pooled.values))
             verdict = ("smaller drop" if difference < -2 * error else
                        "larger drop" if difference > 2 * error else "within the spread")
-        rows.append((method, _drop_cell(own), _drop_cell(pooled), f"{100 * difference:+.1f}", verdict))
+        rows.append((method, drop_cell(own), drop_cell(pooled), f"{100 * difference:+.1f}", verdict))
     headers = ("method (vanilla)", "relative drop (%)", "reference losses' drop (%)", "difference (points)",
                "beyond twice the standard error")
     return headers, tuple(rows)
@@ -255,8 +238,8 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str,
     costs = [selection.cost("test_corrupted_map_at_r" if "corrupted" in selection.monitor
                             else "test_map_at_r") for selection in found]
     seed_stds = [spread.std for runs in seeds_by_setting(reports).values()
-                 for spread in (_spread(list(runs.values()), _clean),
-                                _spread(list(runs.values()), corrupted_map))
+                 for spread in (over_seeds(list(runs.values()), clean_map),
+                                over_seeds(list(runs.values()), corrupted_map))
                  if spread.std is not None]
     text = (f"Over the {len(found)} watched runs, the epoch chosen on validation scores on average "
             f"{100 * statistics.fmean(costs):.2f} points (at most {100 * max(costs):.2f}) below the best "
