@@ -106,3 +106,19 @@ def test_the_page_is_written_as_markdown_and_html(tmp_path):
     assert "| dcml | within the spread" not in markdown and "smaller drop" in markdown
     page = paths["study_html"].read_text()
     assert "data:image/png;base64," in page and "https://" not in page
+
+
+def test_the_profile_is_aggregated_over_seeds_set_by_set():
+    from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
+
+    def profiled(report, only_bg):
+        sets = [{"set": name, "mean": {"map_at_r": 0.1}, "std": {"map_at_r": None}}
+                for name in PROFILE_SUMMARY]
+        sets[PROFILE_SUMMARY.index("only-bg-tiled")]["mean"]["map_at_r"] = only_bg
+        return {**report, "profile": {"sets": sets}}
+
+    reports = [profiled(REPORTS[0], 0.30), profiled(REPORTS[1], 0.40), REPORTS[2]]
+    headers, rows = profile_over_seeds(reports)
+    (row,) = rows  # the BGAugment run has no profile
+    cells = dict(zip(headers, row, strict=True))
+    assert cells["run"] == "ms" and cells["seeds"] == "2" and cells["only-bg-tiled"] == "35.00 ± 7.07"
