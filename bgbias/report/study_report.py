@@ -321,6 +321,9 @@ def write_study_report(
     """``study.md`` and ``study.html`` in ``out_dir`` (with ``per-class-drop.png``): the tables above,
     ``figures`` (the runs' plot, galleries, the dial where made) and the selection analysis."""
     out = Path(out_dir)
+    methods = list(dict.fromkeys(result.key[0] for result in results))
+    # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
+    results = sorted(results, key=lambda r: (methods.index(r.key[0]), r.key[1], r.report.get("seed") or 0))
     reports = [result.report for result in results]
     first_seed = [result for result in results if result.report.get("seed") == 0]
     histogram = plot_per_class_drops(first_seed, out / "per-class-drop.png")
