@@ -428,6 +428,8 @@ def measure_run(run_dir: Path, masks: Path, profile: bool, device: str, log: Cal
     from bgbias.report.evaluate import evaluate
 
     trained = load_trained(run_dir, device=device)
+    # A run profiled before (the full study's, reused by the dial) keeps its profile: it comes from the cache.
+    profile = profile or any((run_dir / "eval").glob("*-test/profile.csv"))
     request = MeasureRequest(corrupted=True, repeats=REPEATS, profile=profile, worst_k=REPEATS,
                              limit=EXPLAIN_IMAGES, masks=masks)
     evaluate(trained, request, log=log)
