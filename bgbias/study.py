@@ -262,7 +262,9 @@ def report_study(
     figures += [Figure(path, "where each run looks: SmoothGrad maps on shared test images, seed 0")
                 for path in galleries]
     for run_dir in first_seed[:2]:
-        figures.append(Figure(run_dir / "curves.png", f"training curves of {run_dir.name}"))
+        # A run trained before bgbias drew curves has none; its galleries still go in.
+        figures += [Figure(path, f"training curves of {run_dir.name}") for path in [run_dir / "curves.png"]
+                    if path.is_file()]
         figures += [Figure(path, f"retrieval gallery of {run_dir.name}: clean and corrupted queries")
                     for path in sorted(run_dir.glob(f"eval/*-{split}/retrieval-gallery.png"))]
     figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]
