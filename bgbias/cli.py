@@ -715,9 +715,10 @@ def methods() -> None:
 @click.pass_context
 def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | None, masks: str | None,
           dial: bool, bench_preset: str, rho: float, bench_seed: int, device: str) -> None:
-    """The main job on the embedded default: the paper's measurement on the bench, from nothing to Table 1
-    (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs corrupted
-    MAP@R, foreground scores, the report with the spread over training seeds). Resumable at every step."""
+    """The main job on the embedded default: the paper's measurement on the bench, from nothing to one report
+    page (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs
+    corrupted MAP@R, foreground scores; study.md and a self-contained study.html with the spread over
+    training seeds). Resumable at every step."""
     from bgbias.paths import backgrounds_root
     from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
     from bgbias.study import run_dial, run_study, study_plan
