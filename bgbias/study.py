@@ -256,11 +256,13 @@ def report_study(
     reports, foreground = collect_runs(first_seed, split)
     files = write_runs_report(reports, foreground, out)
     files.update(write_seeds_report([result.report for result in results], out))
-    galleries = compare_runs(first_seed, split, out)
+    # The first method's pair only: a gallery of every run would be megabytes wide (each run's own is in its
+    # explain/ folder).
+    galleries = compare_runs(first_seed[:2], split, out)
     figures = [Figure(files["runs_png"], "clean vs corrupted MAP@R of training seed 0's runs (± over "
                                          "repeats)")]
-    figures += [Figure(path, "where each run looks: SmoothGrad maps on shared test images, seed 0")
-                for path in galleries]
+    figures += [Figure(path, "where the first method looks without and with BGAugment: SmoothGrad maps on "
+                       "shared test images, seed 0") for path in galleries]
     for run_dir in first_seed[:2]:
         # A run trained before bgbias drew curves has none; its galleries still go in.
         figures += [Figure(path, f"training curves of {run_dir.name}") for path in [run_dir / "curves.png"]
