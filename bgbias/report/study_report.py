@@ -264,7 +264,8 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str,
                  for spread in (over_seeds(list(runs.values()), clean_map),
                                 over_seeds(list(runs.values()), corrupted_map))
                  if spread.std is not None]
-    text = (f"Over the {len(found)} watched runs, the epoch chosen on validation scores on average "
+    runs = "the watched run" if len(found) == 1 else f"the {len(found)} watched runs"
+    text = (f"Over {runs}, the epoch chosen on validation scores on average "
             f"{100 * statistics.fmean(costs):.2f} points (at most {100 * max(costs):.2f}) below the best "
             "epoch in hindsight on the test score it selects for (clean for vanilla runs, corrupted for "
             "BGAugment runs).")
