@@ -246,15 +246,16 @@ def report_study(
     ``study.html``) with the figures of the first run pair and the ``dials`` given; the files by name."""
     from bgbias.report.compare import compare_runs
     from bgbias.report.document import Figure
-    from bgbias.report.runs_table import collect_runs, write_runs_report
+    from bgbias.report.runs_table import write_runs_report
     from bgbias.report.seeds import write_seeds_report
     from bgbias.report.study_report import collect_study_runs, write_study_report
 
     out = Path(out_dir)
     results = collect_study_runs(run_dirs, split)
-    first_seed = [result.folder for result in results if result.report.get("seed") == 0]
-    reports, foreground = collect_runs(first_seed, split)
-    files = write_runs_report(reports, foreground, out)
+    first = [result for result in results if result.report.get("seed") == 0]
+    first_seed = [result.folder for result in first]
+    foreground = {key: summary for result in first for key, summary in result.foreground.items()}
+    files = write_runs_report([result.report for result in first], foreground, out)
     files.update(write_seeds_report([result.report for result in results], out))
     # The first method's pair only: a gallery of every run would be megabytes wide (each run's own is in its
     # explain/ folder).

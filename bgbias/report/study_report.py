@@ -24,7 +24,7 @@ from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.report.document import Block, Bullets, Figure, Heading, Paragraph, Table, write_document
 from bgbias.report.evaluation import percent, run_label
-from bgbias.report.runs_table import PROFILE_NOTE, collect_runs, profile_table
+from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
     Spread,
@@ -48,11 +48,11 @@ SETTINGS = (False, True)
 @dataclass(frozen=True)
 class StudyRunResult:
     """One run of the study as the report reads it: its folder, evaluation report and foreground-score
-    summaries by attribution label."""
+    summaries as :func:`~bgbias.report.runs_table.collect_runs` keys them (the attribution label last)."""
 
     folder: Path
     report: Mapping[str, Any]
-    foreground: Mapping[str, Mapping[str, Any]]
+    foreground: Mapping[ForegroundKey, Mapping[str, Any]]
 
     @property
     def key(self) -> tuple[str, bool]:
@@ -71,8 +71,7 @@ def collect_study_runs(
             raise OptionError(f"the folder has {len(reports)} evaluation reports for the {split} split; a "
                               "study takes one per run", path=folder,
                               fix="remove the evaluations of other datasets or masks from its eval/ folder")
-        labels = {key[3]: summary for key, summary in foreground.items()}
-        results.append(StudyRunResult(folder, reports[0], labels))
+        results.append(StudyRunResult(folder, reports[0], foreground))
     return results
 
 
@@ -149,8 +148,8 @@ def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
     by_setting: dict[tuple[str, str, bool], list[float]] = {}
     for result in results:
         method, bgaugment = result.key
-        for label, summary in result.foreground.items():
-            by_setting.setdefault((method, label, bgaugment), []).append(float(summary["mean"]))
+        for key, summary in result.foreground.items():
+            by_setting.setdefault((method, key[3], bgaugment), []).append(float(summary["mean"]))
     rows = []
     for method, label in dict.fromkeys((method, label) for method, label, _ in by_setting):
         cells = [_fg_cell(Spread(tuple(by_setting.get((method, label, b), ())))) for b in SETTINGS]
@@ -210,6 +209,11 @@ class Selection:
         """How much the selected epoch's test score is below the best in hindsight."""
         return self.scores[column]["best"] - self.scores[column]["selected"]
 
+    @property
+    def selected_for(self) -> str:
+        """The watched column that the monitored validation column stands for (``val_…`` → ``test_…``)."""
+        return "test_" + self.monitor.removeprefix("val_")
+
 
 WATCHED = {"test_map_at_r": "clean", "test_corrupted_map_at_r": "corrupted"}
 
@@ -258,8 +262,7 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str,
     BGAugment's), mean and max over the watched runs, against the seed std of the same score."""
     if not found:
         return "No run of this study watched its test split, so selection noise was not measured."
-    costs = [selection.cost("test_corrupted_map_at_r" if "corrupted" in selection.monitor
-                            else "test_map_at_r") for selection in found]
+    costs = [selection.cost(selection.selected_for) for selection in found]
     seed_stds = [spread.std for runs in seeds_by_setting(reports).values()
                  for spread in (over_seeds(list(runs.values()), clean_map),
                                 over_seeds(list(runs.values()), corrupted_map))

@@ -63,9 +63,13 @@ def test_a_method_is_compared_with_the_reference_losses_against_the_seed_spread(
 
 
 def test_foreground_scores_are_means_over_seeds_per_attribution(tmp_path):
-    results = [StudyRunResult(tmp_path, report, {"smoothgrad": {"mean": 0.1 + 0.1 * report["seed"]}})
+    def key(report, label):
+        return report["method"], report["bgaugment"], "bench", label
+
+    results = [StudyRunResult(tmp_path, report,
+                              {key(report, "smoothgrad"): {"mean": 0.1 + 0.1 * report["seed"]}})
                for report in REPORTS]
-    results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {"avsl": {"mean": 0.3}})
+    results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {key(REPORTS[-1], "avsl"): {"mean": 0.3}})
     _headers, rows = foreground_scores(results)
     assert rows[0] == ("ms", "smoothgrad", "0.150 ± 0.071", "0.150 ± 0.071")
     assert ("dcml", "avsl", "", "0.300") in rows
