@@ -721,7 +721,7 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
     training seeds). Resumable at every step."""
     from bgbias.paths import backgrounds_root
     from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
-    from bgbias.study import run_dial, run_study, study_plan
+    from bgbias.study import DIAL_MASKS, run_dial, run_study, study_plan
 
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
     plan = study_plan(preset, chosen, seeds, masks)
@@ -731,9 +731,8 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
         if len(plan.methods) != 1:
             raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
                               fix="pass --methods NAME with one name (default multi_similarity)")
-        dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else
-                           ("ground-truth", "u2netp"), bench_preset=bench_preset, bench_seed=bench_seed,
-                           device=device, log=click.echo)
+        dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
+                           bench_preset=bench_preset, bench_seed=bench_seed, device=device, log=click.echo)
         click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
         click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
         return

@@ -329,6 +329,8 @@ def train_and_measure(
 
 DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)
 """The background–class correlations of the bias dial: none, half, the bench's default, always."""
+DIAL_MASKS = ("ground-truth", "u2netp")
+"""The dial's mask sources, the exact masks first: they need no U²-Net pass, so their curve comes first."""
 
 
 @dataclass(frozen=True)
@@ -343,7 +345,7 @@ def run_dial(
     method: str = QUICK_METHODS[0],
     seeds: int = 1,
     rhos: Sequence[float] = DIAL_RHOS,
-    masks: Sequence[str] = ("ground-truth", "u2netp"),
+    masks: Sequence[str] = DIAL_MASKS,
     bench_preset: str = "small",
     bench_seed: int = 0,
     home: str | os.PathLike[str] | None = None,
