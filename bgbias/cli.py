@@ -694,7 +694,13 @@ def methods() -> None:
 
 
 # --------------------------------------------------------------------------------------------------- study
-@main.command("study")
+@main.command(
+    "study",
+    epilog=f"Exit status: 0 when every run was trained and measured; 2 on an error, shown with its fix; "
+    f"{EXIT_PARTIAL} when some runs failed: the study went on with the others, the report leaves the failed "
+    "ones out and names them, and the study folder's failures.json has each error and traceback (the next "
+    "`bgbias study` tries them again).",
+)
 @click.option("--preset", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
               help="quick: multi-similarity, one training seed, exact masks (within 15 minutes on 2 CPU "
                    "cores); full: the paper's six baselines and DCML, SAM, MetricFormer and AVSL, three "
@@ -733,11 +739,16 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
                               fix="pass --methods NAME with one name (default multi_similarity)")
         dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
                            bench_preset=bench_preset, bench_seed=bench_seed, device=device, log=click.echo)
+        if not dialled.points:
+            raise _nothing_measured(dialled.failures)
         click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
         click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
+        _exit_partial_on(dialled.failures)
         return
     result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, device=device,
                        log=click.echo)
+    if not result.runs:
+        raise _nothing_measured(result.failures)
     for text in (
         format_asset_status(result.bench.assets),
         format_pools_summary(result.bench.pools, str(backgrounds_root())),
@@ -749,3 +760,18 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
     click.echo(f"report: {result.report['study_html']} (one page, pictures included) and "
                f"{result.report['study_md']}; per-run reports, plots and galleries in each run's eval/ and "
                "explain/ folders")
+    _exit_partial_on(result.failures)
+
+
+def _nothing_measured(failures: dict[str, str]) -> BgbiasError:
+    return BgbiasError(f"every run failed ({len(failures)}): {', '.join(failures)}",
+                       fix="see failures.json in the study folder for each error, then run the command again")
+
+
+def _exit_partial_on(failures: dict[str, str]) -> None:
+    """List the failed runs and exit with EXIT_PARTIAL, if any failed."""
+    if failures:
+        click.secho(f"error: {len(failures)} run(s) failed, left out of the report:", err=True, fg="red")
+        for name, error in failures.items():
+            click.secho(f"  {name}: {error.splitlines()[0]}", err=True, fg="red")
+        click.get_current_context().exit(EXIT_PARTIAL)

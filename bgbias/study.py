@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.errors import AssetError, OptionError
+from bgbias.errors import AssetError, BgbiasError, OptionError
 
 POOL_SEED = 0
 """Seed of the committed pools: their generated images are in the repository, so the study never reseeds
@@ -133,8 +134,9 @@ class StudyBench:
 @dataclass(frozen=True)
 class StudyResult:
     bench: StudyBench
-    runs: list[Path]  # in the plan's order
+    runs: list[Path]  # the runs measured, in the plan's order
     report: dict[str, Path]  # the runs report's files and the seeds report's
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # failed run folder name → error
 
 
 def prepare_pools(
@@ -219,18 +221,23 @@ def run_study(
 ) -> StudyResult:
     """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
     study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
-    [-bgaugment]-seed<S>``."""
+    [-bgaugment]-seed<S>``. A run that fails is left out of the report and named in the result's
+    ``failures`` (and :data:`FAILURES`); when every run fails there is no report."""
     from bgbias.paths import runs_root
 
     bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
     runs_dir = Path(runs) if runs is not None else runs_root()
     folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
-    run_dirs = train_and_measure(plan, bench, folder, device, log)
+    run_dirs, failures = train_and_measure(plan, bench, folder, device, log)
+    if not run_dirs:
+        log(f"7/7 no report: every run failed (see {folder / FAILURES})")
+        return StudyResult(bench, [], {}, failures)
     log("7/7 the report")
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
-    return StudyResult(bench, run_dirs, report_study(run_dirs, folder / "report", title=title, dials=dials))
+    report = report_study(run_dirs, folder / "report", title=title, dials=dials, failures=failures)
+    return StudyResult(bench, run_dirs, report, failures)
 
 
 def report_study(
@@ -240,10 +247,12 @@ def report_study(
     title: str,
     split: str = "test",
     dials: Sequence[Path] = (),
+    failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Step 7, also ``bgbias report --study``: Table 1 of training seed 0's runs (``table.md``, ``runs.png``,
     the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page (``study.md``,
-    ``study.html``) with the figures of the first run pair and the ``dials`` given; the files by name."""
+    ``study.html``) with the figures of the first run pair, the ``dials`` given and the runs that
+    ``failures`` names; the files by name."""
     from bgbias.report.compare import compare_runs
     from bgbias.report.document import Figure
     from bgbias.report.runs_table import write_runs_report
@@ -271,7 +280,8 @@ def report_study(
         figures += [Figure(path, f"retrieval gallery of {run_dir.name}: clean and corrupted queries")
                     for path in sorted(run_dir.glob(f"eval/*-{split}/retrieval-gallery.png"))]
     figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]
-    files.update(write_study_report(results, out, title=title, reference=PAPER_BASELINES, figures=figures))
+    files.update(write_study_report(results, out, title=title, reference=PAPER_BASELINES, figures=figures,
+                                    failures=failures or {}))
     return {**files, **{f"foreground_gallery_{number}": path for number, path in enumerate(galleries)}}
 
 
@@ -309,22 +319,50 @@ def prepare_study_bench(
     return StudyBench(assets, pools, bench, root, made, masks_dir)
 
 
+FAILURES = "failures.json"
+"""In a study folder, the runs that failed in the study's last pass: each run's folder name → its error, the
+fix where bgbias knows one, and the traceback. A later pass tries each again (a failed training resumes from
+its last checkpoint) and rewrites the file; without failures there is no file."""
+
+
 def train_and_measure(
     plan: StudyPlan, bench: StudyBench, folder: Path, device: str, log: Callable[[str], None]
-) -> list[Path]:
+) -> tuple[list[Path], dict[str, str]]:
     """Steps 5–6: train (or keep, or resume) every run of ``plan`` into ``folder``, then evaluate and explain
-    it; the run folders in the plan's order."""
+    it. A run that fails is recorded in :data:`FAILURES` and the study goes on with the others. Returns the
+    folders of the runs measured, in the plan's order, and the failed runs' errors by folder name."""
     planned = plan.runs()
     log(f"5/7 training {len(planned)} runs: {', '.join(plan.methods)}, without and with BGAugment, "
         f"{plan.seeds} training seed{'s' * (plan.seeds > 1)}")
-    run_dirs = []
+    run_dirs, failures, tracebacks = [], {}, {}
     for number, run in enumerate(planned, 1):
         step = f"[{number}/{len(planned)}]"
-        run_dirs.append(train_study_run(folder, run, bench, device, log, f"5/7 {step}"))
-        log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats"
-            f"{', the profile' if plan.profile else ''}, foreground scores on {EXPLAIN_IMAGES} test images")
-        measure_run(run_dirs[-1], bench.masks_dir, plan.profile, device, log)
-    return run_dirs
+        try:
+            run_dir = train_study_run(folder, run, bench, device, log, f"5/7 {step}")
+            log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats"
+                f"{', the profile' if plan.profile else ''}, foreground scores on {EXPLAIN_IMAGES} test "
+                "images")
+            measure_run(run_dir, bench.masks_dir, plan.profile, device, log)
+        except Exception as error:  # one run's failure (a diverged loss, a full disk) must not stop the rest
+            known = isinstance(error, BgbiasError)
+            failures[run.folder_name] = str(error) if known else f"{type(error).__name__}: {error}"
+            tracebacks[run.folder_name] = traceback.format_exc()
+            log(f"{step} {run.label} FAILED, going on with the others:\n{failures[run.folder_name]}")
+            continue
+        run_dirs.append(run_dir)
+    record_failures(folder / FAILURES, failures, tracebacks)
+    return run_dirs, failures
+
+
+def record_failures(path: Path, failures: Mapping[str, str], tracebacks: Mapping[str, str]) -> None:
+    """Write :data:`FAILURES` (atomically), or remove it when no run failed."""
+    from bgbias.fileio import write_json_atomic
+
+    if not failures:
+        path.unlink(missing_ok=True)
+        return
+    write_json_atomic(path, {name: {"error": error, "traceback": tracebacks.get(name, "")}
+                             for name, error in failures.items()})
 
 
 DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)
@@ -338,6 +376,7 @@ class DialResult:
     folder: Path
     points: list[Any]  # DialPoint
     report: dict[str, Path]
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # "<masks>, rho <ρ>: <run>" → error
 
 
 def run_dial(
@@ -362,19 +401,23 @@ def run_dial(
     from bgbias.report.runs_table import collect_runs
 
     runs = Path(runs) if runs is not None else runs_root()
-    points = []
+    points, failures = [], {}
     settings = [(source, rho) for source in masks for rho in rhos]
     for number, (source, rho) in enumerate(settings, 1):
         log(f"dial [{number}/{len(settings)}]: rho {rho:g}, {source} masks")
         plan = StudyPlan((method,), seeds, masks=source)
         result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, home=home,
                            runs=runs, device=device, log=log)
+        failures.update({f"{source} masks, rho {rho:g}: {name}": error
+                         for name, error in result.failures.items()})
+        planned = {run.folder_name: run for run in plan.runs()}
         for bgaugment in (False, True):
-            chosen = [path for path, run in zip(result.runs, plan.runs(), strict=True)
-                      if run.bgaugment == bgaugment]
-            points.append(DialPoint(rho, source, bgaugment, tuple(collect_runs(chosen)[0])))
+            chosen = [path for path in result.runs if planned[path.name].bgaugment == bgaugment]
+            if chosen:  # a point whose every run failed is left out of the plot; `failures` names them
+                points.append(DialPoint(rho, source, bgaugment, tuple(collect_runs(chosen)[0])))
     folder = runs / "study" / f"dial-{method}-bench-{bench_preset}-seed{bench_seed}"
-    return DialResult(folder, points, write_dial_report(points, folder, method))
+    report = write_dial_report(points, folder, method) if points else {}
+    return DialResult(folder, points, report, failures)
 
 
 def bench_masks(dataset: Any, source: str, log: Callable[[str], None]) -> tuple[Any, Path]:

@@ -115,3 +115,67 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
         ("ground-truth", 0.0, False), ("ground-truth", 0.0, True)]
     assert result.folder == tmp_path / "study" / "dial-ms-bench-small-seed0"
     assert result.report["dial_png"].is_file() and "ms + BGAugment" in result.report["dial_md"].read_text()
+
+
+def _failing_pass(tmp_path, monkeypatch, failing):
+    """One pass of steps 5–6 of a two-run plan where the runs named in ``failing`` raise while training."""
+    from types import SimpleNamespace
+
+    from bgbias import study
+
+    def fake_train(folder, run, bench, device, log, step):
+        if run.folder_name in failing:
+            raise failing[run.folder_name]
+        return folder / run.folder_name
+
+    monkeypatch.setattr(study, "train_study_run", fake_train)
+    monkeypatch.setattr(study, "measure_run", lambda *args: None)
+    lines = []
+    plan = study.StudyPlan(("multi_similarity",), 1)
+    bench = SimpleNamespace(masks_dir=tmp_path / "masks")
+    run_dirs, failures = study.train_and_measure(plan, bench, tmp_path, "cpu", lines.append)
+    return run_dirs, failures, lines
+
+
+def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path, monkeypatch):
+    from bgbias.engine.training import TrainingDiverged
+    from bgbias.study import FAILURES
+
+    diverged = TrainingDiverged("the loss became nan at epoch 3, step 7", fix="lower the learning rates")
+    run_dirs, failures, lines = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": diverged})
+    assert run_dirs == [tmp_path / "multi_similarity-bgaugment-seed0"]
+    assert failures == {"multi_similarity-seed0": str(diverged)}
+    assert any("multi_similarity, seed 0 FAILED, going on with the others" in line for line in lines)
+    recorded = json.loads((tmp_path / FAILURES).read_text())
+    assert recorded["multi_similarity-seed0"]["error"].startswith("the loss became nan")
+    assert "TrainingDiverged" in recorded["multi_similarity-seed0"]["traceback"]
+
+    # A bug of any kind is recorded too, by its type; a pass without failures removes the record.
+    run_dirs, failures, _ = _failing_pass(tmp_path, monkeypatch,
+                                             {"multi_similarity-bgaugment-seed0": MemoryError("out")})
+    assert failures == {"multi_similarity-bgaugment-seed0": "MemoryError: out"}
+    _failing_pass(tmp_path, monkeypatch, {})
+    assert not (tmp_path / FAILURES).exists()
+
+
+def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bgbias import study
+    from bgbias.cli import main
+    from bgbias.errors import EXIT_PARTIAL
+
+    (tmp_path / "dial.md").write_text("the dial")
+    failures = {"u2netp masks, rho 1: multi_similarity-seed0": "the loss became nan\n  fix: lower"}
+    report = {"dial_md": tmp_path / "dial.md", "dial_png": tmp_path / "dial.png"}
+    dialled = study.DialResult(tmp_path, ["a point"], report, failures)
+    monkeypatch.setattr(study, "run_dial", lambda **_: dialled)
+    result = CliRunner().invoke(main, ["study", "--dial"])
+    assert result.exit_code == EXIT_PARTIAL, result.output
+    assert "the dial" in result.output
+    assert "rho 1: multi_similarity-seed0: the loss became nan" in result.output
+
+    monkeypatch.setattr(study, "run_study", lambda **_: study.StudyResult(None, [], {}, {"a-seed0": "boom"}))
+    result = CliRunner().invoke(main, ["study"])
+    assert result.exit_code == 2 and "every run failed (1): a-seed0" in result.output
+    assert "Traceback" not in result.output

@@ -321,9 +321,11 @@ def write_study_report(
     title: str,
     reference: Sequence[str],
     figures: Sequence[Figure] = (),
+    failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """``study.md`` and ``study.html`` in ``out_dir`` (with ``per-class-drop.png``): the tables above,
-    ``figures`` (the runs' plot, galleries, the dial where made) and the selection analysis."""
+    ``figures`` (the runs' plot, galleries, the dial where made), the selection analysis and the runs that
+    failed (``failures``: run folder name → error), which the tables leave out."""
     out = Path(out_dir)
     methods = list(dict.fromkeys(result.key[0] for result in results))
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
@@ -369,5 +371,11 @@ def write_study_report(
         Heading("Runs"),
         Bullets(tuple(f"{run_label(*result.key)}, seed {result.report.get('seed')}: `{result.folder}`"
                       for result in results)),
+        *([Heading("Failed runs"),
+           Paragraph("Left out of every table above; the next `bgbias study` tries each again (a failed "
+                     "training resumes from its last checkpoint). Their tracebacks are in the study folder's "
+                     "failures.json."),
+           Bullets(tuple(f"`{name}`: {error.splitlines()[0]}" for name, error in failures.items()))]
+          if failures else []),
     ]
     return write_document(blocks, out, "study", title)

@@ -110,6 +110,17 @@ def test_the_page_is_written_as_markdown_and_html(tmp_path):
     assert "| dcml | within the spread" not in markdown and "smaller drop" in markdown
     page = paths["study_html"].read_text()
     assert "data:image/png;base64," in page and "https://" not in page
+    assert "Failed runs" not in markdown
+
+
+def test_the_page_names_the_runs_that_failed(tmp_path):
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    failures = {"dcml-bgaugment-seed1": "the loss became nan at epoch 3, step 7\n  fix:  lower the rates"}
+    paths = write_study_report(results, tmp_path / "report", title="a study", reference=["ms"],
+                               failures=failures)
+    markdown = paths["study_md"].read_text()
+    assert "## Failed runs" in markdown
+    assert "- `dcml-bgaugment-seed1`: the loss became nan at epoch 3, step 7" in markdown
 
 
 def test_the_profile_is_aggregated_over_seeds_set_by_set():
