@@ -218,20 +218,24 @@ def run_study(
     runs: str | os.PathLike[str] | None = None,
     device: str = "auto",
     log: Callable[[str], None] = print,
+    report: bool = True,
 ) -> StudyResult:
     """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
     study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
     [-bgaugment]-seed<S>``. A run that fails is left out of the report and named in the result's
-    ``failures`` (and :data:`FAILURES`); when every run fails there is no report."""
+    ``failures`` (and :data:`FAILURES`); when every run fails there is no report. Without ``report`` the
+    page is not written: the dial's points share their folders with other studies (the full preset's runs at
+    ρ 0.9), whose page it must not replace."""
     from bgbias.paths import runs_root
 
     bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
     runs_dir = Path(runs) if runs is not None else runs_root()
     folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
     run_dirs, failures = train_and_measure(plan, bench, folder, device, log)
-    if not run_dirs:
-        log(f"7/7 no report: every run failed (see {folder / FAILURES})")
-        return StudyResult(bench, [], {}, failures)
+    if not run_dirs or not report:
+        if not run_dirs:
+            log(f"7/7 no report: every run failed (see {folder / FAILURES})")
+        return StudyResult(bench, run_dirs, {}, failures)
     log("7/7 the report")
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs")
@@ -407,7 +411,7 @@ def run_dial(
         log(f"dial [{number}/{len(settings)}]: rho {rho:g}, {source} masks")
         plan = StudyPlan((method,), seeds, masks=source)
         result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, home=home,
-                           runs=runs, device=device, log=log)
+                           runs=runs, device=device, log=log, report=False)
         failures.update({f"{source} masks, rho {rho:g}: {name}": error
                          for name, error in result.failures.items()})
         planned = {run.folder_name: run for run in plan.runs()}
