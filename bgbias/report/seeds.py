@@ -110,8 +110,8 @@ def bgaugment_effects(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
         paired = sorted(set(vanilla) & set(augmented))
         if not paired:
             continue
-        corrupted = _paired(augmented, vanilla, paired, corrupted_map)
-        clean = _paired(augmented, vanilla, paired, clean_map)
+        corrupted = paired_effect(vanilla, augmented, corrupted_map)
+        clean = paired_effect(vanilla, augmented, clean_map)
         rows.append([method, ", ".join(map(str, paired)), corrupted.cell(), clean.cell(),
                      exceeds_spread(corrupted)])
     return EFFECT_COLUMNS, rows
@@ -125,10 +125,11 @@ def exceeds_spread(difference: Spread) -> str:
     return "yes" if abs(difference.mean) > 2 * difference.std else "no"
 
 
-def _paired(augmented: Mapping[int, Mapping[str, Any]], vanilla: Mapping[int, Mapping[str, Any]],
-            seeds: Sequence[int], value: Any) -> Spread:
-    """Per seed, ``value`` of the BGAugment run minus that of the vanilla run (seeds where both have one)."""
-    pairs = [(value(augmented[seed]), value(vanilla[seed])) for seed in seeds]
+def paired_effect(vanilla: Mapping[int, Mapping[str, Any]], augmented: Mapping[int, Mapping[str, Any]],
+                  value: Callable[[Mapping[str, Any]], float | None]) -> Spread:
+    """Per training seed that both settings have, ``value`` of the BGAugment run minus that of the vanilla
+    run (runs by seed, as :func:`seeds_by_setting` groups them)."""
+    pairs = [(value(augmented[seed]), value(vanilla[seed])) for seed in sorted(set(vanilla) & set(augmented))]
     return Spread(tuple(a - b for a, b in pairs if a is not None and b is not None))
 
 

@@ -34,6 +34,7 @@ from bgbias.report.seeds import (
     corrupted_p1,
     drop_cell,
     over_seeds,
+    paired_effect,
     relative_drop,
     seeds_by_setting,
 )
@@ -114,32 +115,146 @@ def rankings(reports: Sequence[Mapping[str, Any]]) -> dict[str, TableCells]:
     return tables
 
 
-def mechanisms(
-    reports: Sequence[Mapping[str, Any]], reference: Sequence[str]
-) -> TableCells:
-    """Each method outside ``reference`` without BGAugment against the reference losses without BGAugment:
-    the relative drop of each, the difference and whether it is beyond twice its standard error (unpaired:
-    the runs of two methods share seeds but not a model, so there is nothing to pair)."""
+@dataclass(frozen=True)
+class Mechanism:
+    """A method without BGAugment against the reference losses without BGAugment: both relative drops over
+    seeds, the difference of their means and whether it is beyond twice its standard error."""
+
+    method: str
+    own: Spread
+    reference: Spread
+    verdict: str  # "smaller drop", "larger drop", "within the spread" or "n/a (one seed)"
+
+    @property
+    def difference(self) -> float:
+        return self.own.mean - self.reference.mean
+
+
+def mechanism_comparisons(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> list[Mechanism]:
+    """Each method outside ``reference`` without BGAugment against the pooled seeds of the reference losses
+    without BGAugment (unpaired: the runs of two methods share seeds but not a model, so there is nothing to
+    pair)."""
     groups = seeds_by_setting(reports)
     pooled = Spread(tuple(v for method in reference for v in over_seeds(
         list(groups.get((method, False), {}).values()), relative_drop).values))
-    rows = []
+    found = []
     for method in dict.fromkeys(method for method, _ in groups):
         if method in reference or (method, False) not in groups:
             continue
         own = over_seeds(list(groups[(method, False)].values()), relative_drop)
         if own.mean is None or pooled.mean is None:
             continue
-        difference = own.mean - pooled.mean
         verdict = "n/a (one seed)"
         if own.std is not None and pooled.std is not None:
             error = math.sqrt(own.std ** 2 / len(own.values) + pooled.std ** 2 / len(pooled.values))
+            difference = own.mean - pooled.mean
             verdict = ("smaller drop" if difference < -2 * error else
                        "larger drop" if difference > 2 * error else "within the spread")
-        rows.append((method, drop_cell(own), drop_cell(pooled), f"{100 * difference:+.1f}", verdict))
+        found.append(Mechanism(method, own, pooled, verdict))
+    return found
+
+
+def mechanisms(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> TableCells:
+    """:func:`mechanism_comparisons` as a table."""
+    rows = tuple((m.method, drop_cell(m.own), drop_cell(m.reference), f"{100 * m.difference:+.1f}", m.verdict)
+                 for m in mechanism_comparisons(reports, reference))
     headers = ("method (vanilla)", "relative drop (%)", "reference losses' drop (%)", "difference (points)",
                "beyond twice the standard error")
-    return headers, tuple(rows)
+    return headers, rows
+
+
+Groups = Mapping[tuple[str, bool], Mapping[int, Mapping[str, Any]]]
+"""Reports by (method, BGAugment) and training seed, as :func:`seeds_by_setting` returns them."""
+
+
+def answers(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> tuple[str, ...]:
+    """The study's three questions answered in a sentence each from the runs, with the seed spread: is MAP@R
+    lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism."""
+    groups = seeds_by_setting(reports)
+    methods = list(dict.fromkeys(method for method, _ in groups))
+    return (
+        "**Do models trained without BGAugment lose MAP@R when backgrounds are replaced?** "
+        + _loss_answer(groups, methods),
+        "**Does BGAugment shrink the loss?** " + _bgaugment_answer(groups, methods),
+        "**Does a method's own mechanism shrink the drop without BGAugment?** "
+        + _mechanism_answer(mechanism_comparisons(reports, reference), reference),
+    )
+
+
+def _lost(report: Mapping[str, Any]) -> float | None:
+    corrupted = corrupted_map(report)
+    return None if corrupted is None else clean_map(report) - corrupted
+
+
+def _loss_answer(groups: Groups, methods: list[str]) -> str:
+    losses, drops = {}, {}
+    for method in methods:
+        runs = list(groups.get((method, False), {}).values())
+        loss = over_seeds(runs, _lost)
+        if loss.mean is not None:
+            losses[method], drops[method] = loss, over_seeds(runs, relative_drop).mean
+    if not losses:
+        return "Not measured: no method was run without BGAugment and scored on corrupted sets."
+    least, most = min(drops, key=drops.__getitem__), max(drops, key=drops.__getitem__)
+    return (f"The vanilla runs of {_count(losses, methods)} lose {_span(s.mean for s in losses.values())} "
+            f"points of MAP@R, {100 * drops[least]:.1f} % ({least}) to {100 * drops[most]:.1f} % ({most}) of "
+            f"their clean score. {_against_seeds(losses, 'The loss')}")
+
+
+def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
+    gains, cleans, drops = {}, [], []
+    for method in methods:
+        vanilla, augmented = groups.get((method, False), {}), groups.get((method, True), {})
+        gain = paired_effect(vanilla, augmented, corrupted_map)
+        if gain.mean is not None:
+            gains[method] = gain
+            cleans.append(paired_effect(vanilla, augmented, clean_map).mean)
+            drops.append(paired_effect(vanilla, augmented, relative_drop).mean)
+    if not gains:
+        return "Not measured: no method was run both without and with BGAugment."
+    gained = _span([gain.mean for gain in gains.values()], "+")
+    return (f"Paired by seed, BGAugment changes corrupted MAP@R by {gained} points over "
+            f"{_count(gains, methods)}, the relative drop by {_span(drops, '+')} percentage points and clean "
+            f"MAP@R by {_span(cleans, '+')} points. {_against_seeds(gains, 'The gain')}")
+
+
+def _mechanism_answer(found: Sequence[Mechanism], reference: Sequence[str]) -> str:
+    if not found:
+        return "Not measured: no method outside the reference losses was run without BGAugment."
+    verdicts: dict[str, list[str]] = {}
+    for m in found:
+        verdicts.setdefault(m.verdict, []).append(f"{m.method} ({100 * m.difference:+.1f} points)")
+    listed = "; ".join(f"{verdict}: {', '.join(names)}" for verdict, names in verdicts.items())
+    return (f"Against the relative drop of the reference losses ({', '.join(reference)}; "
+            f"{drop_cell(found[0].reference)} % over their seeds), beyond twice the standard error of the "
+            f"difference: {listed}.")
+
+
+def _against_seeds(spreads: Mapping[str, Spread], what: str) -> str:
+    """Whether each method's value is more than twice its std over seeds, in a sentence; methods of one seed
+    are named apart (their spread is not known)."""
+    several = {method: spread for method, spread in spreads.items() if spread.std is not None}
+    single = [method for method in spreads if method not in several]
+    if not several:
+        return "With one training seed the seed spread is not known."
+    short = [method for method, spread in several.items() if not spread.mean > 2 * spread.std]
+    if not short and not single:
+        return f"{what} is more than twice its std over seeds for every method."
+    text = (f"{what} is more than twice its std over seeds for {len(several) - len(short)} of the "
+            f"{len(several)} methods with several seeds")
+    text += f" (not for {', '.join(short)})" if short else ""
+    return text + (f"; {', '.join(single)} had one seed." if single else ".")
+
+
+def _count(found: Mapping[str, Any], methods: Sequence[str]) -> str:
+    return f"all {len(methods)} methods" if len(found) == len(methods) else f"{len(found)} of {len(methods)}"
+
+
+def _span(fractions: Any, sign: str = "") -> str:
+    """The range of some fractions in points (percent), ``+`` signed with ``sign='+'``."""
+    values = [100 * value for value in fractions if value is not None]
+    low, high = f"{min(values):{sign}.1f}", f"{max(values):{sign}.1f}"
+    return low if low == high else f"{low} to {high}"
 
 
 def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
@@ -341,6 +456,8 @@ def write_study_report(
     found = selections([result.folder for result in results])
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
+        Heading("Answers"),
+        Bullets(answers(reports, reference)),
         Heading("Clean vs corrupted MAP@R, without and with BGAugment"),
         Table(headers, rows, caption="mean ± std over training seeds"),
         Heading("BGAugment's effect, paired by seed"),

@@ -7,6 +7,7 @@ import json
 
 from bgbias.report.study_report import (
     StudyRunResult,
+    answers,
     foreground_scores,
     mechanisms,
     rankings,
@@ -137,3 +138,18 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
     (row,) = rows  # the BGAugment run has no profile
     cells = dict(zip(headers, row, strict=True))
     assert cells["run"] == "ms" and cells["seeds"] == "2" and cells["only-bg-tiled"] == "35.00 ± 7.07"
+
+
+def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
+    lost, bgaugment, mechanism = answers(REPORTS, reference=["ms"])
+    assert lost.endswith(
+        "The vanilla runs of all 2 methods lose 9.0 to 40.0 points of MAP@R, 12.9 % (dcml) to 65.6 % (ms) of "
+        "their clean score. The loss is more than twice its std over seeds for every method.")
+    # dcml has one BGAugment run: its paired effect has no spread, and the answer says so.
+    assert "changes corrupted MAP@R by -10.0 to +19.0 points over all 2 methods" in bgaugment
+    assert bgaugment.endswith("for 1 of the 1 methods with several seeds; dcml had one seed.")
+    assert mechanism.endswith("(ms; 65.6 ± 1.5 % over their seeds), beyond twice the standard error of the "
+                              "difference: smaller drop: dcml (-52.7 points).")
+    one_seed = answers([r for r in REPORTS if r["seed"] == 0], reference=["ms"])
+    assert all("seed spread is not known" in text or "n/a (one seed)" in text for text in one_seed)
+    assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0]
