@@ -253,31 +253,33 @@ def report_study(
     dials: Sequence[Path] = (),
     failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """Step 7, also ``bgbias report --study``: Table 1 of training seed 0's runs (``table.md``, ``runs.png``,
-    the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page (``study.md``,
-    ``study.html``) with the figures of the first run pair, the ``dials`` given and the runs that
-    ``failures`` names; the files by name."""
+    """Step 7, also ``bgbias report --study``: Table 1 of the first training seed's runs (``table.md``,
+    ``runs.png``, the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page
+    (``study.md``, ``study.html``) with the figures of the first method's pair, the ``dials`` given and the
+    runs that ``failures`` names; the files by name."""
     from bgbias.report.compare import compare_runs
     from bgbias.report.document import Figure
     from bgbias.report.runs_table import write_runs_report
     from bgbias.report.seeds import write_seeds_report
-    from bgbias.report.study_report import collect_study_runs, write_study_report
+    from bgbias.report.study_report import collect_study_runs, first_seed, write_study_report
 
     out = Path(out_dir)
     results = collect_study_runs(run_dirs, split)
-    first = [result for result in results if result.report.get("seed") == 0]
-    first_seed = [result.folder for result in first]
+    seed, first = first_seed(results)
     foreground = {key: summary for result in first for key, summary in result.foreground.items()}
     files = write_runs_report([result.report for result in first], foreground, out)
     files.update(write_seeds_report([result.report for result in results], out))
-    # The first method's pair only: a gallery of every run would be megabytes wide (each run's own is in its
-    # explain/ folder).
-    galleries = compare_runs(first_seed[:2], split, out)
-    figures = [Figure(files["runs_png"], "clean vs corrupted MAP@R of training seed 0's runs (± over "
+    # One method's pair only, vanilla then BGAugment: a gallery of every run would be megabytes wide (each
+    # run's own is in its explain/ folder).
+    by_key = {result.key: result.folder for result in first}
+    pair = next(([by_key[(method, False)], by_key[(method, True)]] for method, _ in by_key
+                 if (method, False) in by_key and (method, True) in by_key), [])
+    galleries = compare_runs(pair, split, out) if pair else []
+    figures = [Figure(files["runs_png"], f"clean vs corrupted MAP@R of training seed {seed}'s runs (± over "
                                          "repeats)")]
-    figures += [Figure(path, "where the first method looks without and with BGAugment: SmoothGrad maps on "
-                       "shared test images, seed 0") for path in galleries]
-    for run_dir in first_seed[:2]:
+    figures += [Figure(path, f"where {pair[0].name} and {pair[1].name} look: SmoothGrad maps on shared test "
+                       "images") for path in galleries]
+    for run_dir in pair:
         # A run trained before bgbias drew curves has none; its galleries still go in.
         figures += [Figure(path, f"training curves of {run_dir.name}") for path in [run_dir / "curves.png"]
                     if path.is_file()]
@@ -354,19 +356,29 @@ def train_and_measure(
             log(f"{step} {run.label} FAILED, going on with the others:\n{failures[run.folder_name]}")
             continue
         run_dirs.append(run_dir)
-    record_failures(folder / FAILURES, failures, tracebacks)
+    record_failures(folder / FAILURES, [run.folder_name for run in planned], failures, tracebacks)
     return run_dirs, failures
 
 
-def record_failures(path: Path, failures: Mapping[str, str], tracebacks: Mapping[str, str]) -> None:
-    """Write :data:`FAILURES` (atomically), or remove it when no run failed."""
+def record_failures(path: Path, planned: Sequence[str], failures: Mapping[str, str],
+                    tracebacks: Mapping[str, str]) -> None:
+    """Update :data:`FAILURES` (atomically) for the ``planned`` runs: their entries replaced by this pass's
+    ``failures``, other plans' entries kept (the dial's point at ρ 0.9 shares the full preset's folder); the
+    file is removed when nothing is left in it."""
     from bgbias.fileio import write_json_atomic
 
-    if not failures:
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: this pass's runs are what it can vouch for
+        recorded = {}
+    kept = {name: entry for name, entry in (recorded if isinstance(recorded, dict) else {}).items()
+            if name not in planned}
+    kept.update({name: {"error": error, "traceback": tracebacks.get(name, "")}
+                 for name, error in failures.items()})
+    if kept:
+        write_json_atomic(path, kept)
+    else:
         path.unlink(missing_ok=True)
-        return
-    write_json_atomic(path, {name: {"error": error, "traceback": tracebacks.get(name, "")}
-                             for name, error in failures.items()})
 
 
 DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)

@@ -159,6 +159,17 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path
     assert not (tmp_path / FAILURES).exists()
 
 
+def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatch):
+    from bgbias.study import FAILURES
+
+    # The dial's point at rho 0.9 runs one method in the full preset's folder: the full preset's record stays.
+    other = {"triplet-seed2": {"error": "the loss became nan", "traceback": "..."},
+             "multi_similarity-seed0": {"error": "old", "traceback": "..."}}
+    (tmp_path / FAILURES).write_text(json.dumps(other))
+    _failing_pass(tmp_path, monkeypatch, {})
+    assert json.loads((tmp_path / FAILURES).read_text()) == {"triplet-seed2": other["triplet-seed2"]}
+
+
 def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monkeypatch):
     from click.testing import CliRunner
 

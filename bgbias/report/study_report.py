@@ -76,6 +76,14 @@ def collect_study_runs(
     return results
 
 
+def first_seed(results: Sequence[StudyRunResult]) -> tuple[int, list[StudyRunResult]]:
+    """The smallest training seed among ``results`` and its runs: what the one-seed figures and Table 1 show
+    (seed 0 in a study; a set of runs made by hand may lack it)."""
+    seeds = [result.report.get("seed") for result in results]
+    seed = min((s for s in seeds if isinstance(s, int)), default=0)
+    return seed, [result for result in results if result.report.get("seed") == seed]
+
+
 # ------------------------------------------------------------------------------------------------- tables
 def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
     """Table 1 over seeds, one row per method: clean MAP@R, corrupted MAP@R, relative drop and corrupted
@@ -128,6 +136,11 @@ class Mechanism:
     @property
     def difference(self) -> float:
         return self.own.mean - self.reference.mean
+
+
+MECHANISM_NOT_MEASURED = (
+    "Not measured: this needs, without BGAugment and scored on corrupted sets, runs of a method outside the "
+    "reference losses and runs of at least one reference loss.")
 
 
 def mechanism_comparisons(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> list[Mechanism]:
@@ -211,7 +224,7 @@ def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
             cleans.append(paired_effect(vanilla, augmented, clean_map).mean)
             drops.append(paired_effect(vanilla, augmented, relative_drop).mean)
     if not gains:
-        return "Not measured: no method was run both without and with BGAugment."
+        return "Not measured: no method has runs without and with BGAugment scored on corrupted sets."
     gained = _span([gain.mean for gain in gains.values()], "+")
     return (f"Paired by seed, BGAugment changes corrupted MAP@R by {gained} points over "
             f"{_count(gains, methods)}, the relative drop by {_span(drops, '+')} percentage points and clean "
@@ -220,7 +233,7 @@ def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
 
 def _mechanism_answer(found: Sequence[Mechanism], reference: Sequence[str]) -> str:
     if not found:
-        return "Not measured: no method outside the reference losses was run without BGAugment."
+        return MECHANISM_NOT_MEASURED
     verdicts: dict[str, list[str]] = {}
     for m in found:
         verdicts.setdefault(m.verdict, []).append(f"{m.method} ({100 * m.difference:+.1f} points)")
@@ -231,17 +244,17 @@ def _mechanism_answer(found: Sequence[Mechanism], reference: Sequence[str]) -> s
 
 
 def _against_seeds(spreads: Mapping[str, Spread], what: str) -> str:
-    """Whether each method's value is more than twice its std over seeds, in a sentence; methods of one seed
-    are named apart (their spread is not known)."""
+    """Whether each method's value is further from zero than twice its std over seeds (as the effect table
+    judges it), in a sentence; methods of one seed are named apart (their spread is not known)."""
     several = {method: spread for method, spread in spreads.items() if spread.std is not None}
     single = [method for method in spreads if method not in several]
     if not several:
         return "With one training seed the seed spread is not known."
-    short = [method for method, spread in several.items() if not spread.mean > 2 * spread.std]
+    short = [method for method, spread in several.items() if not abs(spread.mean) > 2 * spread.std]
     if not short and not single:
-        return f"{what} is more than twice its std over seeds for every method."
-    text = (f"{what} is more than twice its std over seeds for {len(several) - len(short)} of the "
-            f"{len(several)} methods with several seeds")
+        return f"{what} differs from zero by more than twice its std over seeds for every method."
+    text = (f"{what} differs from zero by more than twice its std over seeds for {len(several) - len(short)} "
+            f"of the {len(several)} methods with several seeds")
     text += f" (not for {', '.join(short)})" if short else ""
     return text + (f"; {', '.join(single)} had one seed." if single else ".")
 
@@ -264,7 +277,8 @@ def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
     for result in results:
         method, bgaugment = result.key
         for key, summary in result.foreground.items():
-            by_setting.setdefault((method, key[3], bgaugment), []).append(float(summary["mean"]))
+            if summary.get("mean") is not None:  # None: no image had a score (every map empty)
+                by_setting.setdefault((method, key[3], bgaugment), []).append(float(summary["mean"]))
     rows = []
     for method, label in dict.fromkeys((method, label) for method, label, _ in by_setting):
         cells = [_fg_cell(Spread(tuple(by_setting.get((method, label, b), ())))) for b in SETTINGS]
@@ -446,8 +460,8 @@ def write_study_report(
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
     results = sorted(results, key=lambda r: (methods.index(r.key[0]), r.key[1], r.report.get("seed") or 0))
     reports = [result.report for result in results]
-    first_seed = [result for result in results if result.report.get("seed") == 0]
-    histogram = plot_per_class_drops(first_seed, out / "per-class-drop.png")
+    seed, first = first_seed(results)
+    histogram = plot_per_class_drops(first, out / "per-class-drop.png")
     headers, rows = side_by_side(reports)
     effect_headers, effect_rows = bgaugment_effects(reports)
     ranked = rankings(reports)
@@ -465,7 +479,7 @@ def write_study_report(
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
         *(_table_or(mechanism, f"Each method outside the reference losses ({', '.join(reference)}) without "
                     "BGAugment, against the pooled seeds of the reference losses without BGAugment.",
-                    "No method outside the reference losses was run without BGAugment here.")),
+                    MECHANISM_NOT_MEASURED)),
         Heading("Rankings"),
         *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
         Heading("Background-reliance profile"),
@@ -483,7 +497,7 @@ def write_study_report(
         *([Table(*selection_table(found),
                  caption="test MAP@R (%) of the watched runs; cost = best − selected")] if found else []),
         Heading("Figures"),
-        Figure(histogram, "per-class relative drop of MAP@R, training seed 0"),
+        Figure(histogram, f"per-class relative drop of MAP@R, training seed {seed}"),
         *figures,
         Heading("Runs"),
         Bullets(tuple(f"{run_label(*result.key)}, seed {result.report.get('seed')}: `{result.folder}`"

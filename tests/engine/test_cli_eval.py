@@ -101,10 +101,15 @@ def test_report_study_aggregates_training_seeds_into_one_page(tiny_run, tiny_ben
             evaluated = CliRunner().invoke(main, _eval_args(runs / name, tiny_bench, tmp_path))
             assert evaluated.exit_code == 0, evaluated.output
             names.append(str(runs / name))
+    # In any order (a shell glob puts -bgaugment first), the page's pair is vanilla then BGAugment of seed 0.
     result = CliRunner().invoke(main, ["report", "--study", "--title", "tiny study", "--out",
-                                       str(tmp_path / "out"), *names])
+                                       str(tmp_path / "out"), *names[::-1]])
     assert result.exit_code == 0, result.output
     assert "| triplet | 0, 1 |" in result.output  # Table 1 over seeds, vanilla and BGAugment side by side
+    markdown = (tmp_path / "out" / "study.md").read_text()
+    galleries = [markdown.index(f"*retrieval gallery of {name}:") for name in ("triplet-seed0",
+                                                                               "triplet-bgaugment-seed0")]
+    assert galleries == sorted(galleries) and "gallery of triplet-seed1" not in markdown
     page = (tmp_path / "out" / "study.html").read_text()
     assert "<title>tiny study</title>" in page and "data:image/png;base64," in page
     assert {"seeds.md", "table.md", "per-class-drop.png"} <= {p.name for p in (tmp_path / "out").iterdir()}

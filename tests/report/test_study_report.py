@@ -144,7 +144,8 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
     lost, bgaugment, mechanism = answers(REPORTS, reference=["ms"])
     assert lost.endswith(
         "The vanilla runs of all 2 methods lose 9.0 to 40.0 points of MAP@R, 12.9 % (dcml) to 65.6 % (ms) of "
-        "their clean score. The loss is more than twice its std over seeds for every method.")
+        "their clean score. The loss differs from zero by more than twice its std over seeds for every "
+        "method.")
     # dcml has one BGAugment run: its paired effect has no spread, and the answer says so.
     assert "changes corrupted MAP@R by -10.0 to +19.0 points over all 2 methods" in bgaugment
     assert bgaugment.endswith("for 1 of the 1 methods with several seeds; dcml had one seed.")
@@ -153,3 +154,30 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
     one_seed = answers([r for r in REPORTS if r["seed"] == 0], reference=["ms"])
     assert all("seed spread is not known" in text or "n/a (one seed)" in text for text in one_seed)
     assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0]
+    # Without a reference loss's runs the mechanism is not measured, and the answer says what is missing.
+    assert "runs of at least one reference loss" in answers(REPORTS, reference=["triplet"])[2]
+
+
+def test_a_consistent_loss_of_corrupted_map_from_bgaugment_is_beyond_the_spread_as_the_table_says():
+    reports = [_report("ms", False, 0, 0.60, 0.40), _report("ms", False, 1, 0.60, 0.41),
+               _report("ms", True, 0, 0.60, 0.35), _report("ms", True, 1, 0.60, 0.355)]
+    assert answers(reports, reference=["ms"])[1].endswith(
+        "The gain differs from zero by more than twice its std over seeds for every method.")
+
+
+def test_the_one_seed_figures_take_the_smallest_seed_present(tmp_path):
+    from bgbias.report.study_report import first_seed
+
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)
+               if report["seed"] == 1]
+    seed, first = first_seed(results)
+    assert seed == 1 and len(first) == 3
+    markdown = write_study_report(results, tmp_path / "report", title="t", reference=["ms"])["study_md"]
+    assert "per-class relative drop of MAP@R, training seed 1" in markdown.read_text()
+
+
+def test_a_run_without_any_foreground_score_leaves_its_cell_empty(tmp_path):
+    key = ("bench", "test", "bench", "smoothgrad")
+    results = [StudyRunResult(tmp_path / "a", REPORTS[0], {key: {"mean": None}}),
+               StudyRunResult(tmp_path / "b", REPORTS[2], {key: {"mean": 0.25}})]
+    assert foreground_scores(results)[1] == (("ms", "smoothgrad", "", "0.250"),)
