@@ -77,6 +77,15 @@ class StudyPlan:
     watched: tuple[str, ...] = ()
     profile: bool = False
 
+    @property
+    def report_folder(self) -> str:
+        """Where in the study folder the plan's page goes: ``report`` for a preset as it is, else a name of
+        its own (``report-dcml-avsl-3seeds``), so that a study of a few methods on the full preset's bench
+        does not replace the full preset's page."""
+        if self in PRESETS.values():
+            return "report"
+        return f"report-{'-'.join(self.methods)}-{self.seeds}seed{'s' * (self.seeds > 1)}"
+
     def runs(self) -> list[StudyRun]:
         """Seed by seed (a stopped study has whole seeds done first), each method vanilla then BGAugment."""
         return [StudyRun(method, bgaugment, seed, method in self.watched) for seed in range(self.seeds)
@@ -240,7 +249,7 @@ def run_study(
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
-    report = report_study(run_dirs, folder / "report", title=title, dials=dials, failures=failures)
+    report = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
     return StudyResult(bench, run_dirs, report, failures)
 
 

@@ -68,6 +68,10 @@ def test_methods_and_seeds_replace_the_presets_and_are_checked():
     plan = study_plan("full", ["dcml", "triplet", "dcml"], 2, "ground-truth")
     assert plan.methods == ("dcml", "triplet") and plan.seeds == 2 and plan.masks == "ground-truth"
     assert StudyRun("dcml", True, 1).folder_name == "dcml-bgaugment-seed1"
+    # A plan of its own writes a page of its own beside the presets' (same study folder, same runs reused).
+    assert study_plan("full").report_folder == study_plan("quick").report_folder == "report"
+    assert plan.report_folder == "report-dcml-triplet-2seeds"
+    assert study_plan("quick", masks="u2netp").report_folder == "report-multi_similarity-1seed"
     with pytest.raises(OptionError, match="unknown method"):
         study_plan("quick", ["dcmlx"])
     with pytest.raises(OptionError, match="at least one training seed"):
