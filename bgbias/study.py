@@ -241,16 +241,16 @@ def run_study(
     runs_dir = Path(runs) if runs is not None else runs_root()
     folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
     run_dirs, failures = train_and_measure(plan, bench, folder, device, log)
+    if not run_dirs:
+        log(f"7/7 no report: every run failed (see {folder / FAILURES})")
     if not run_dirs or not report:
-        if not run_dirs:
-            log(f"7/7 no report: every run failed (see {folder / FAILURES})")
         return StudyResult(bench, run_dirs, {}, failures)
     log("7/7 the report")
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
-    report = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
-    return StudyResult(bench, run_dirs, report, failures)
+    page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
+    return StudyResult(bench, run_dirs, page, failures)
 
 
 def report_study(

@@ -153,6 +153,11 @@ def corrupted_p1(report: Mapping[str, Any]) -> float | None:
     return (report.get("corrupted") or {}).get("mean", {}).get("precision_at_1")
 
 
+def absolute_drop(report: Mapping[str, Any]) -> float | None:
+    """Clean − corrupted MAP@R, a fraction; None for a run evaluated clean only."""
+    return (report.get("drop") or {}).get("map_at_r", {}).get("absolute")
+
+
 def relative_drop(report: Mapping[str, Any]) -> float | None:
     """(clean − corrupted) / clean of MAP@R, a fraction; None for a run evaluated clean only."""
     return (report.get("drop") or {}).get("map_at_r", {}).get("relative")

@@ -28,11 +28,13 @@ from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, 
 from bgbias.report.seeds import (
     SEEDS_NOTE,
     Spread,
+    absolute_drop,
     bgaugment_effects,
     clean_map,
     corrupted_map,
     corrupted_p1,
     drop_cell,
+    exceeds_spread,
     over_seeds,
     paired_effect,
     relative_drop,
@@ -194,16 +196,11 @@ def answers(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> t
     )
 
 
-def _lost(report: Mapping[str, Any]) -> float | None:
-    corrupted = corrupted_map(report)
-    return None if corrupted is None else clean_map(report) - corrupted
-
-
 def _loss_answer(groups: Groups, methods: list[str]) -> str:
     losses, drops = {}, {}
     for method in methods:
         runs = list(groups.get((method, False), {}).values())
-        loss = over_seeds(runs, _lost)
+        loss = over_seeds(runs, absolute_drop)
         if loss.mean is not None:
             losses[method], drops[method] = loss, over_seeds(runs, relative_drop).mean
     if not losses:
@@ -246,15 +243,16 @@ def _mechanism_answer(found: Sequence[Mechanism], reference: Sequence[str]) -> s
 def _against_seeds(spreads: Mapping[str, Spread], what: str) -> str:
     """Whether each method's value is further from zero than twice its std over seeds (as the effect table
     judges it), in a sentence; methods of one seed are named apart (their spread is not known)."""
-    several = {method: spread for method, spread in spreads.items() if spread.std is not None}
-    single = [method for method in spreads if method not in several]
+    verdicts = {method: exceeds_spread(spread) for method, spread in spreads.items()}
+    single = [method for method, verdict in verdicts.items() if verdict not in ("yes", "no")]
+    short = [method for method, verdict in verdicts.items() if verdict == "no"]
+    several = len(spreads) - len(single)
     if not several:
         return "With one training seed the seed spread is not known."
-    short = [method for method, spread in several.items() if not abs(spread.mean) > 2 * spread.std]
     if not short and not single:
         return f"{what} differs from zero by more than twice its std over seeds for every method."
-    text = (f"{what} differs from zero by more than twice its std over seeds for {len(several) - len(short)} "
-            f"of the {len(several)} methods with several seeds")
+    text = (f"{what} differs from zero by more than twice its std over seeds for {several - len(short)} "
+            f"of the {several} methods with several seeds")
     text += f" (not for {', '.join(short)})" if short else ""
     return text + (f"; {', '.join(single)} had one seed." if single else ".")
 
