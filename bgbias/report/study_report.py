@@ -47,6 +47,9 @@ TableCells = tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]
 SETTINGS = (False, True)
 """Vanilla, then BGAugment: the column order of every side-by-side table."""
 
+SETTING_COLOURS = {False: "#4c72b0", True: "#55a868"}
+"""Vanilla blue, BGAugment green, in every figure of the page."""
+
 
 @dataclass(frozen=True)
 class StudyRunResult:
@@ -407,6 +410,39 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str,
 
 
 # ------------------------------------------------------------------------------------------------ figures
+def plot_over_seeds(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """The side-by-side table as a picture: per method, clean and corrupted MAP@R (%) without and with
+    BGAugment, a bar at the mean over training seeds and a dot for each seed, so that BGAugment's effect is
+    seen beside the seed spread."""
+    import numpy as np
+
+    groups = seeds_by_setting(reports)
+    methods = list(dict.fromkeys(method for method, _ in groups))
+    series = [(bgaugment, value, label) for bgaugment in SETTINGS
+              for value, label in ((clean_map, "clean"), (corrupted_map, "corrupted"))]
+    width = 0.8 / len(series)
+    figure = new_figure(1.4 + 1.15 * len(methods), 4.4)
+    axes = figure.add_subplot()
+    x = np.arange(len(methods))
+    for index, (bgaugment, value, label) in enumerate(series):
+        offset = x + (index - (len(series) - 1) / 2) * width
+        spreads = [over_seeds(list(groups.get((method, bgaugment), {}).values()), value)
+                   for method in methods]
+        heights = [np.nan if spread.mean is None else 100 * spread.mean for spread in spreads]
+        axes.bar(offset, heights, width, color=SETTING_COLOURS[bgaugment],
+                 alpha=1.0 if label == "corrupted" else 0.4,
+                 label=f"{'BGAugment' if bgaugment else 'vanilla'}, {label}")
+        for position, spread in zip(offset, spreads, strict=True):
+            axes.plot([position] * len(spread.values), [100 * v for v in spread.values], "o", color="black",
+                      markersize=2.5)
+    axes.set_xticks(x, methods, rotation=20, ha="right", fontsize=8)
+    axes.set_ylabel("MAP@R (%)")
+    axes.set_title("bars: mean over training seeds; dots: one per seed", fontsize=9)
+    figure.legend(*axes.get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=8,
+                  frameon=False)
+    return save_png(figure, path)
+
+
 def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathLike[str]) -> Path:
     """Per method, the histogram of per-class relative drops of MAP@R (%), vanilla and BGAugment overlaid."""
     import numpy as np
@@ -416,7 +452,6 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
     rows = math.ceil(len(methods) / columns)
     figure = new_figure(max(6.0, 2.6 * columns + 0.6), 2.3 * rows + 0.9)
     bins = np.linspace(-50, 100, 31)
-    colours = {False: "#4c72b0", True: "#55a868"}
     for index, method in enumerate(methods, 1):
         axes = figure.add_subplot(rows, columns, index)
         for result in results:
@@ -424,8 +459,8 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
                 continue
             drops = [100 * row["relative_drop"] for row in result.report.get("per_class", [])
                      if row.get("relative_drop") is not None]
-            axes.hist(np.clip(drops, bins[0], bins[-1]), bins=bins, alpha=0.55, color=colours[result.key[1]],
-                      label="BGAugment" if result.key[1] else "vanilla")
+            axes.hist(np.clip(drops, bins[0], bins[-1]), bins=bins, alpha=0.55,
+                      color=SETTING_COLOURS[result.key[1]], label="BGAugment" if result.key[1] else "vanilla")
         axes.set_title(method, fontsize=9)
         axes.tick_params(labelsize=7)
         if index == 1:
@@ -450,9 +485,9 @@ def write_study_report(
     figures: Sequence[Figure] = (),
     failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """``study.md`` and ``study.html`` in ``out_dir`` (with ``per-class-drop.png``): the tables above,
-    ``figures`` (the runs' plot, galleries, the dial where made), the selection analysis and the runs that
-    failed (``failures``: run folder name → error), which the tables leave out."""
+    """``study.md`` and ``study.html`` in ``out_dir`` (with ``over-seeds.png`` and ``per-class-drop.png``):
+    the tables above, ``figures`` (the runs' plot, galleries, the dial where made), the selection analysis
+    and the runs that failed (``failures``: run folder name → error), which the tables leave out."""
     out = Path(out_dir)
     methods = list(dict.fromkeys(result.key[0] for result in results))
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
@@ -460,6 +495,7 @@ def write_study_report(
     reports = [result.report for result in results]
     seed, first = first_seed(results)
     histogram = plot_per_class_drops(first, out / "per-class-drop.png")
+    seed_bars = plot_over_seeds(reports, out / "over-seeds.png")
     headers, rows = side_by_side(reports)
     effect_headers, effect_rows = bgaugment_effects(reports)
     ranked = rankings(reports)
@@ -472,6 +508,8 @@ def write_study_report(
         Bullets(answers(reports, reference)),
         Heading("Clean vs corrupted MAP@R, without and with BGAugment"),
         Table(headers, rows, caption="mean ± std over training seeds"),
+        Figure(seed_bars, "clean and corrupted MAP@R without and with BGAugment: bars at the mean over "
+                          "training seeds, a dot per seed"),
         Heading("BGAugment's effect, paired by seed"),
         Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),

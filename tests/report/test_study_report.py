@@ -10,6 +10,7 @@ from bgbias.report.study_report import (
     answers,
     foreground_scores,
     mechanisms,
+    plot_over_seeds,
     rankings,
     selection_summary,
     selection_table,
@@ -108,6 +109,7 @@ def test_the_page_is_written_as_markdown_and_html(tmp_path):
     paths = write_study_report(results, tmp_path / "report", title="a study", reference=["ms"])
     markdown = paths["study_md"].read_text()
     assert markdown.startswith("# a study") and "![per-class relative drop" in markdown
+    assert "![clean and corrupted MAP@R without and with BGAugment" in markdown
     assert "| dcml | within the spread" not in markdown and "smaller drop" in markdown
     page = paths["study_html"].read_text()
     assert "data:image/png;base64," in page and "https://" not in page
@@ -181,3 +183,12 @@ def test_a_run_without_any_foreground_score_leaves_its_cell_empty(tmp_path):
     results = [StudyRunResult(tmp_path / "a", REPORTS[0], {key: {"mean": None}}),
                StudyRunResult(tmp_path / "b", REPORTS[2], {key: {"mean": 0.25}})]
     assert foreground_scores(results)[1] == (("ms", "smoothgrad", "", "0.250"),)
+
+
+def test_the_seed_plot_is_stable_and_draws_each_seed(tmp_path):
+    # dcml has no BGAugment run of seed 1 and one report has no corrupted repeats: both still draw.
+    reports = [*REPORTS, {**_report("ms", False, 2, 0.61, 0.2), "corrupted": None}]
+    first = plot_over_seeds(reports, tmp_path / "a.png").read_bytes()
+    assert first.startswith(b"\x89PNG") and plot_over_seeds(reports, tmp_path / "b.png").read_bytes() == first
+    moved = [_report("dcml", False, 1, 0.70, 0.30) if r is REPORTS[5] else r for r in reports]
+    assert plot_over_seeds(moved, tmp_path / "c.png").read_bytes() != first
