@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Set up a development environment in .venv on a fresh machine (Python >= 3.11 and the package registries).
 # Idempotent: a second run only checks that everything is installed.
+#
+# On the platform the reference figures are made on (Linux x86-64, CPython 3.11) it installs exactly the
+# versions and files of requirements/linux-x86_64-py311.lock (hashes checked, nothing resolved), so two
+# set-ups a year apart give the same numbers; scripts/lock.sh regenerates the lock. Elsewhere it resolves
+# pyproject.toml's ranges under constraints-dev.txt, and says that the figures may then differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # 3.11, as pyproject.toml requires: rembg >= 2.0.86, the version bgbias's masks are proven identical to,
@@ -9,6 +14,23 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
     echo "scripts/setup.sh: bgbias needs Python >= 3.11, python3 is $(python3 -V 2>&1)" >&2
     exit 1
 }
+LOCK=requirements/linux-x86_64-py311.lock
+pip=(.venv/bin/python -m pip --disable-pip-version-check)
 python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[dev]"
+if python3 -c 'import platform, sys; sys.exit(not (sys.platform == "linux" and platform.machine() == "x86_64"
+                and sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)))'; then
+    # torch's CPU build is on PyTorch's index, not PyPI; machines that cannot reach it (the development and CI
+    # machines) provide the wheel through pip's own configuration (find-links). Asking an unreachable index
+    # would cost pip's retries for every package, so it is added only where its name resolves.
+    index=()
+    if python3 -c 'import socket; socket.setdefaulttimeout(5); socket.getaddrinfo("download.pytorch.org", 443)' \
+        2>/dev/null; then index=(--extra-index-url https://download.pytorch.org/whl/cpu); fi
+    "${pip[@]}" install --quiet --require-hashes --no-deps "${index[@]}" -r "$LOCK"
+    # Without build isolation, so the locked setuptools builds it (an isolated build would fetch the newest).
+    "${pip[@]}" install --quiet --no-deps --no-build-isolation -e .
+else
+    echo "scripts/setup.sh: $LOCK is for Linux x86-64 and CPython 3.11; resolving pyproject.toml's ranges" \
+         "instead, so package versions (and the last digits of the figures) may differ from the docs'" >&2
+    "${pip[@]}" install --quiet --upgrade pip
+    "${pip[@]}" install --quiet -c constraints-dev.txt -e ".[dev]"
+fi

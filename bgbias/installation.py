@@ -1,0 +1,107 @@
+"""What a result was made with: the Python, the platform and the installed version of every package bgbias's
+requirements reach. Every run and report records it, so that ``bgbias report`` can say when it compares
+results made under different installations (a new numpy or opencv can move the last digits of a figure;
+docs/design.md, *Reproducible installs*)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import platform
+import re
+import sys
+from importlib import metadata
+from typing import Any
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+TOOLING_EXTRAS = frozenset({"dev"})
+"""bgbias's extras that only build and test it (pytest, ruff, …): they cannot change a figure."""
+
+
+@functools.cache
+def installation() -> dict[str, Any]:
+    """``{"python", "platform", "packages": {name: version}, "digest"}``; the digest (16 hex) pins the rest,
+    so equal digests mean the same installation. Computed once per process."""
+    record: dict[str, Any] = {
+        "python": f"{sys.implementation.name} {platform.python_version()}",
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "packages": installed_requirements(),
+    }
+    return {**record, "digest": installation_digest(record)}
+
+
+def installation_digest(record: dict[str, Any]) -> str:
+    """The 16-hex digest of an installation record's python, platform and packages."""
+    identity = {key: record.get(key) for key in ("python", "platform", "packages")}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def installed_requirements(root: str = "bgbias") -> dict[str, str]:
+    """Installed version of ``root`` and of every distribution its requirements reach, by canonical name.
+
+    ``root``'s extras count (a backend such as onnxruntime or faiss changes numbers), except
+    :data:`TOOLING_EXTRAS`; other distributions' extras do not (nobody asked for them). Where ``root`` is not
+    installed as a distribution (run from a source tree), every installed distribution is recorded instead:
+    more than needed, never less."""
+    try:
+        metadata.distribution(root)
+    except metadata.PackageNotFoundError:
+        return dict(sorted((_canonical(d.metadata["Name"]), d.version) for d in metadata.distributions()
+                           if d.metadata["Name"]))
+    found: dict[str, str] = {}
+    pending = [root]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # an optional requirement that is not installed
+            continue
+        found[name] = dist.version
+        for requirement in dist.requires or []:
+            extra = _EXTRA.search(requirement)
+            wanted = extra is None or (name == root and extra.group(1) not in TOOLING_EXTRAS)
+            match = _NAME.match(requirement)
+            if wanted and match:
+                pending.append(_canonical(match.group(0)))
+    return dict(sorted(found.items()))
+
+
+def _canonical(name: str) -> str:
+    """A distribution name as PyPI compares them (PEP 503): lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installation_differences(records: dict[str, dict[str, Any] | None]) -> list[str]:
+    """Lines saying how the installations of several results differ, by result label; empty when they are
+    all the same. A result recorded before bgbias recorded installations (``None``) is named as such."""
+    known = {label: record for label, record in records.items() if record}
+    unknown = sorted(label for label, record in records.items() if not record)
+    digests = {installation_digest(record) for record in known.values()}
+    lines: list[str] = []
+    if len(digests) > 1:
+        for key in ("python", "platform"):
+            values = {label: str(record.get(key)) for label, record in known.items()}
+            if len(set(values.values())) > 1:
+                lines.append(f"{key}: " + _by_value(values))
+        names = sorted({name for record in known.values() for name in record.get("packages", {})})
+        for name in names:
+            values = {label: record.get("packages", {}).get(name, "not installed")
+                      for label, record in known.items()}
+            if len(set(values.values())) > 1:
+                lines.append(f"{name}: " + _by_value(values))
+    if unknown and known:
+        lines.append(f"not recorded (made before bgbias recorded installations): {', '.join(unknown)}")
+    return lines
+
+
+def _by_value(values: dict[str, str]) -> str:
+    """``2.4.6 (run a, run b); 2.5.0 (run c)``: the labels grouped by their value."""
+    groups: dict[str, list[str]] = {}
+    for label, value in sorted(values.items()):
+        groups.setdefault(value, []).append(label)
+    return "; ".join(f"{value} ({', '.join(labels)})" for value, labels in sorted(groups.items()))

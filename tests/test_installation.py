@@ -1,0 +1,103 @@
+"""The installation record (bgbias/installation.py) and the lock scripts/setup.sh installs from."""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from bgbias.installation import (
+    installation,
+    installation_differences,
+    installation_digest,
+    installed_requirements,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = REPO / "requirements" / "linux-x86_64-py311.lock"
+LOCKED_PLATFORM = (sys.platform == "linux" and platform.machine() == "x86_64"
+                   and sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11))
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _lock_pins() -> dict[str, tuple[str, int]]:
+    """name -> (version, number of hashes) of every entry of the lock."""
+    pins: dict[str, tuple[str, int]] = {}
+    text = LOCK.read_text(encoding="utf-8")
+    for entry in re.split(r"\n(?=[A-Za-z0-9])", text):
+        head = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", entry)
+        if head:
+            pins[_canonical(head.group(1))] = (head.group(2), entry.count("--hash=sha256:"))
+    return pins
+
+
+def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
+    packages = installed_requirements()
+    for name in ("torch", "torchvision", "numpy", "pillow", "opencv-python-headless", "albumentations",
+                 "pytorch-metric-learning", "rembg"):
+        assert packages[name] == metadata.version(name)
+    for extra_backend in ("onnxruntime", "faiss-cpu"):  # bgbias[cpu]: a backend changes numbers
+        assert extra_backend in packages
+    assert "pytest" not in packages and "ruff" not in packages  # bgbias[dev] only builds and tests
+
+
+def test_the_digest_pins_python_platform_and_every_version():
+    record = installation()
+    assert record["digest"] == installation_digest(record)
+    bumped = {**record, "packages": {**record["packages"], "numpy": "0.0.1"}}
+    assert installation_digest(bumped) != record["digest"]
+    assert installation_digest({**record, "python": "cpython 3.99.0"}) != record["digest"]
+
+
+def test_differences_name_each_package_that_differs_and_the_results_of_each_version():
+    base = {"python": "cpython 3.11.7", "platform": "linux-x86_64",
+            "packages": {"numpy": "2.4.6", "torch": "2.13.0"}}
+    newer = {**base, "packages": {"numpy": "2.5.0", "torch": "2.13.0", "pillow": "13.0.0"}}
+    assert installation_differences({"a": base, "b": dict(base)}) == []
+    lines = installation_differences({"a": base, "b": base, "c": newer, "old": None})
+    assert lines == [
+        "numpy: 2.4.6 (a, b); 2.5.0 (c)",
+        "pillow: 13.0.0 (c); not installed (a, b)",
+        "not recorded (made before bgbias recorded installations): old",
+    ]
+
+
+def test_the_lock_pins_every_requirement_within_its_range_with_hashes():
+    pins = _lock_pins()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = list(project["dependencies"])
+    for extra in ("cpu", "tensorboard", "dev"):
+        wanted += [r for r in project["optional-dependencies"][extra] if not r.startswith("bgbias")]
+    wanted += [line for line in (REPO / "requirements" / "build.in").read_text().splitlines()
+               if line and not line.startswith("#")]
+    wanted += [line for line in (REPO / "constraints-dev.txt").read_text().splitlines()
+               if line and not line.startswith("#")]
+    for text in wanted:
+        requirement = Requirement(text)
+        name = _canonical(requirement.name)
+        assert name in pins, f"{name} is not in {LOCK.name}: run scripts/lock.sh"
+        version, hashes = pins[name]
+        assert requirement.specifier.contains(version, prereleases=True), (
+            f"{LOCK.name} pins {name}=={version}, outside {requirement}: run scripts/lock.sh")
+        assert hashes >= 1, f"{name} has no hash in {LOCK.name}"
+
+
+@pytest.mark.skipif(not LOCKED_PLATFORM, reason="the lock is for Linux x86-64 and CPython 3.11")
+def test_this_environment_is_the_lock():
+    """The set-up installed exactly the lock (a stale .venv from before the lock: run scripts/setup.sh)."""
+    pins = _lock_pins()
+    installed = {_canonical(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    for name, version in installed_requirements().items():
+        if name != "bgbias":
+            assert pins[name][0] == version, f"{name} {version} is installed, the lock says {pins[name][0]}"
+    for name in ("pytest", "ruff", "pip", "setuptools"):
+        assert installed[name] == pins[name][0]
