@@ -1,7 +1,7 @@
-"""What a result was made with: the Python, the platform and the installed version of every package bgbias's
-requirements reach. Every run and report records it, so that ``bgbias report`` can say when it compares
-results made under different installations (a new numpy or opencv can move the last digits of a figure;
-docs/design.md, *Reproducible installs*)."""
+"""What a result was made with: the Python, the platform, the processor and the installed version of every
+package bgbias's requirements reach. Every run and report records it, so that ``bgbias report`` can say when
+it compares results made under different installations (a new numpy or opencv, or another processor's math
+kernels, can move the last digits of a figure; docs/design.md, *Reproducible installs*)."""
 
 from __future__ import annotations
 
@@ -23,20 +23,40 @@ TOOLING_EXTRAS = frozenset({"dev"})
 
 @functools.cache
 def installation() -> dict[str, Any]:
-    """``{"python", "platform", "packages": {name: version}, "digest"}``; the digest (16 hex) pins the rest,
-    so equal digests mean the same installation. Computed once per process."""
+    """``{"python", "platform", "processor", "packages": {name: version}, "digest"}``; the digest (16 hex)
+    pins the rest, so equal digests mean the same installation. Computed once per process."""
     record: dict[str, Any] = {
         "python": f"{sys.implementation.name} {platform.python_version()}",
         "platform": f"{sys.platform}-{platform.machine()}",
+        "processor": processor(),
         "packages": installed_requirements(),
     }
     return {**record, "digest": installation_digest(record)}
 
 
+RECORDED = ("python", "platform", "processor", "packages")
+"""The parts of an installation record its digest pins and a comparison reads."""
+
+
 def installation_digest(record: dict[str, Any]) -> str:
-    """The 16-hex digest of an installation record's python, platform and packages."""
-    identity = {key: record.get(key) for key in ("python", "platform", "packages")}
+    """The 16-hex digest of an installation record's :data:`RECORDED` parts."""
+    identity = {key: record.get(key) for key in RECORDED}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def processor() -> str:
+    """The CPU's model and the instruction set torch's kernels run with (``AMD EPYC, AVX512``): MKL and
+    oneDNN take other paths on other vendors and vector widths, so the same seed trains to other digits."""
+    import torch
+
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            model = next((line.partition(":")[2].strip() for line in cpuinfo
+                          if line.startswith("model name")), model)
+    except OSError:  # not Linux: platform.processor() is the best there is
+        pass
+    return f"{model or 'unknown'}, {torch.backends.cpu.get_cpu_capability()}"
 
 
 def installed_requirements(root: str = "bgbias") -> dict[str, str]:
@@ -84,7 +104,7 @@ def installation_differences(records: dict[str, dict[str, Any] | None]) -> list[
     digests = {installation_digest(record) for record in known.values()}
     lines: list[str] = []
     if len(digests) > 1:
-        for key in ("python", "platform"):
+        for key in ("python", "platform", "processor"):
             values = {label: str(record.get(key)) for label, record in known.items()}
             if len(set(values.values())) > 1:
                 lines.append(f"{key}: " + _by_value(values))

@@ -56,13 +56,16 @@ def test_the_digest_pins_python_platform_and_every_version():
     bumped = {**record, "packages": {**record["packages"], "numpy": "0.0.1"}}
     assert installation_digest(bumped) != record["digest"]
     assert installation_digest({**record, "python": "cpython 3.99.0"}) != record["digest"]
+    assert installation_digest({**record, "processor": "Intel Xeon, AVX2"}) != record["digest"]
 
 
 def test_differences_name_each_package_that_differs_and_the_results_of_each_version():
-    base = {"python": "cpython 3.11.7", "platform": "linux-x86_64",
+    base = {"python": "cpython 3.11.7", "platform": "linux-x86_64", "processor": "AMD EPYC, AVX512",
             "packages": {"numpy": "2.4.6", "torch": "2.13.0"}}
     newer = {**base, "packages": {"numpy": "2.5.0", "torch": "2.13.0", "pillow": "13.0.0"}}
     assert installation_differences({"a": base, "b": dict(base)}) == []
+    assert installation_differences({"a": base, "x": {**base, "processor": "Intel Xeon, AVX2"}}) == [
+        "processor: AMD EPYC, AVX512 (a); Intel Xeon, AVX2 (x)"]
     lines = installation_differences({"a": base, "b": base, "c": newer, "old": None})
     assert lines == [
         "numpy: 2.4.6 (a, b); 2.5.0 (c)",
