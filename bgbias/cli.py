@@ -682,10 +682,12 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 def methods() -> None:
     """List the registered methods, backbones and attribution methods (with their options)."""
     from bgbias.methods.attribution import describe_attributions
-    from bgbias.methods.registry import method_names
+    from bgbias.methods.registry import describe_methods
     from bgbias.models.registry import backbone_names
 
-    click.echo("methods:   " + ", ".join(method_names()))
+    click.echo("methods (options: --set loss.KEY=VALUE; per-dataset values in bgbias/configs/methods/):")
+    for name, options in describe_methods():
+        click.echo(f"  {name}: {options}")
     click.echo("backbones: " + ", ".join(backbone_names()))
     click.echo("attributions:")
     for name, options, description in describe_attributions():

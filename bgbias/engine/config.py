@@ -392,7 +392,10 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
 
 def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with every :data:`INTRODUCED_LATER` setting it lacks, where its section is present or is one
-    of :data:`SECTIONS_INTRODUCED_LATER`."""
+    of :data:`SECTIONS_INTRODUCED_LATER`, and every method option added later that its ``loss`` section lacks
+    (:meth:`Method.saved_options`)."""
+    from bgbias.methods.registry import method_class, method_names
+
     out = dict(data)
     for section in SECTIONS_INTRODUCED_LATER - out.keys():
         out[section] = {}
@@ -400,6 +403,9 @@ def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name not in out[section]:
             out[section] = {**out[section], name: value}
+    method = out.get("method")
+    if isinstance(out.get("loss"), dict) and isinstance(method, str) and method in method_names():
+        out["loss"] = method_class(method).saved_options(out["loss"])
     return out
 
 
