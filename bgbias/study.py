@@ -280,8 +280,9 @@ def run_study(
     if not run_dirs or not report:
         return StudyResult(bench, run_dirs, {}, failures)
     log("7/7 the report")
+    variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
-             f"{len(run_dirs)} runs")
+             f"{len(run_dirs)} runs{variant}")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
     page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
     return StudyResult(bench, run_dirs, page, failures)

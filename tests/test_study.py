@@ -245,3 +245,18 @@ def test_the_dial_takes_no_settings():
 
     result = CliRunner().invoke(main, ["study", "--dial", "--set", "loss.alpha=3"])
     assert result.exit_code == 2 and "--set and --dial together" in result.output
+
+
+def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch):
+    from bgbias import study
+
+    titles = []
+    monkeypatch.setattr(study, "prepare_study_bench", lambda *args: None)
+    monkeypatch.setattr(study, "train_and_measure", lambda *args: ([tmp_path / "run"], {}))
+    monkeypatch.setattr(study, "report_study",
+                        lambda runs, out, title, **_: titles.append((out, title)) or {})
+    plan = study_plan("full", ["avsl"], 1, settings=["loss.certainty_min=global"])
+    study.run_study(plan=plan, runs=tmp_path, log=lambda line: None)
+    out, title = titles[0]
+    assert out.name == "report-avsl-certainty_min-global-1seed"
+    assert title.endswith("1 runs, every run with loss.certainty_min=global")
