@@ -530,11 +530,15 @@ def train_study_run(
 def check_trained_as_planned(run_dir: Path, run: StudyRun) -> None:
     """Refuse to keep or resume a run folder whose method options or optimiser settings are not the ones
     the plan trains now (a default changed since, as AVSL's certainty did): its numbers would appear under
-    the plan's name. The fix names the folder where ``--set`` with the run's own settings finds it."""
+    the plan's name. The fix names the folder where ``--set`` with the run's own settings finds it. A
+    configuration that cannot be read is left to resuming, which reports it."""
     from bgbias.engine.config import load_run_config, parse_override, resolve_config
 
+    try:
+        saved = load_run_config(run_dir / "config.json").as_dict()
+    except OptionError:
+        return
     planned = resolve_config(run.method, "bench", overrides=run.settings).as_dict()
-    saved = load_run_config(run_dir / "config.json").as_dict()
     differ = {
         f"{section}.{key}": (saved[section].get(key), planned[section].get(key))
         for section in SETTING_SECTIONS for key in sorted(saved[section].keys() | planned[section].keys())
