@@ -682,10 +682,12 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 def methods() -> None:
     """List the registered methods, backbones and attribution methods (with their options)."""
     from bgbias.methods.attribution import describe_attributions
-    from bgbias.methods.registry import method_names
+    from bgbias.methods.registry import describe_methods
     from bgbias.models.registry import backbone_names
 
-    click.echo("methods:   " + ", ".join(method_names()))
+    click.echo("methods (options: --set loss.KEY=VALUE; per-dataset values in bgbias/configs/methods/):")
+    for name, options in describe_methods():
+        click.echo(f"  {name}: {options}")
     click.echo("backbones: " + ", ".join(backbone_names()))
     click.echo("attributions:")
     for name, options, description in describe_attributions():
@@ -716,11 +718,16 @@ def methods() -> None:
               help="The bias dial instead: one method (--methods, default multi_similarity) without and with "
                    "BGAugment on the bench rebuilt at rho 0, 0.5, 0.9 and 1, with exact and U²-Net masks "
                    "(--masks: one of them), and the drop plotted against rho.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Train every run as a variant of its method: a method option or optimiser setting, e.g. "
+                   "--set loss.certainty_min=global (repeatable). The variant's runs and page get folders of "
+                   "their own.")
 @_study_bench_options
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
 @click.pass_context
 def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | None, masks: str | None,
-          dial: bool, bench_preset: str, rho: float, bench_seed: int, device: str) -> None:
+          dial: bool, settings: tuple[str, ...], bench_preset: str, rho: float, bench_seed: int,
+          device: str) -> None:
     """The main job on the embedded default: the paper's measurement on the bench, from nothing to one report
     page (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs
     corrupted MAP@R, foreground scores; study.md and a self-contained study.html with the spread over
@@ -730,8 +737,11 @@ def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | Non
     from bgbias.study import DIAL_MASKS, run_dial, run_study, study_plan
 
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
-    plan = study_plan(preset, chosen, seeds, masks)
+    plan = study_plan(preset, chosen, seeds, masks, settings)
     if dial:
+        if settings:
+            raise OptionError("--set and --dial together",
+                              fix="leave --set out: the dial studies a method as configured")
         if ctx.get_parameter_source("rho") != click.core.ParameterSource.DEFAULT:
             raise OptionError("--rho and --dial together", fix="leave --rho out: the dial sets rho itself")
         if len(plan.methods) != 1:

@@ -46,36 +46,58 @@ MASK_SOURCES = ("u2netp", "ground-truth")
 exact alpha masks (no mask errors, and no 6 minutes of U²-Net on 2 cores)."""
 
 
+SETTING_SECTIONS = ("loss", "optim")
+"""What a study's ``--set`` may change: the method's options and the optimiser, i.e. which variant of a method
+it trains (a variant's runs and page get folders of their own, :func:`settings_slug`)."""
+
+
 @dataclass(frozen=True)
 class StudyRun:
     """One training run of a study: a method, with or without BGAugment, one training seed; ``watch_test``
-    also scores the test split after every epoch (``schedule.watch_test``), to measure selection noise."""
+    also scores the test split after every epoch (``schedule.watch_test``), to measure selection noise;
+    ``settings``, ``key=value`` settings (``--set``) that make it a variant of the method."""
 
     method: str
     bgaugment: bool
     seed: int
     watch_test: bool = False
+    settings: tuple[str, ...] = ()
 
     @property
     def folder_name(self) -> str:
-        return f"{self.method}{'-bgaugment' if self.bgaugment else ''}-seed{self.seed}"
+        variant = f"-{settings_slug(self.settings)}" if self.settings else ""
+        return f"{self.method}{variant}{'-bgaugment' if self.bgaugment else ''}-seed{self.seed}"
 
     @property
     def label(self) -> str:
-        return f"{self.method}{' + BGAugment' if self.bgaugment else ''}, seed {self.seed}"
+        variant = f" ({', '.join(self.settings)})" if self.settings else ""
+        return f"{self.method}{variant}{' + BGAugment' if self.bgaugment else ''}, seed {self.seed}"
+
+
+def settings_slug(settings: Sequence[str]) -> str:
+    """``("loss.certainty_min=global",)`` → ``certainty_min-global``: ``--set`` settings as part of a folder
+    name (a method option without its ``loss.``; characters other than letters, digits, ``.``, ``_`` and
+    ``-`` become ``_``)."""
+    parts = []
+    for text in settings:
+        key, _, value = text.partition("=")
+        parts.append(f"{key.strip().removeprefix('loss.')}-{value.strip()}")
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in "-".join(parts))
 
 
 @dataclass(frozen=True)
 class StudyPlan:
     """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1,
     with masks from ``masks`` (:data:`MASK_SOURCES`); the runs of the ``watched`` methods also score the
-    test split after every epoch; ``profile`` adds every run's background-reliance profile."""
+    test split after every epoch; ``profile`` adds every run's background-reliance profile; ``settings``
+    (``--set``) train every run as a variant of its method."""
 
     methods: tuple[str, ...]
     seeds: int
     masks: str = "u2netp"
     watched: tuple[str, ...] = ()
     profile: bool = False
+    settings: tuple[str, ...] = ()
 
     @property
     def report_folder(self) -> str:
@@ -84,12 +106,13 @@ class StudyPlan:
         does not replace the full preset's page."""
         if self in PRESETS.values():
             return "report"
-        return f"report-{'-'.join(self.methods)}-{self.seeds}seed{'s' * (self.seeds > 1)}"
+        variant = f"-{settings_slug(self.settings)}" if self.settings else ""
+        return f"report-{'-'.join(self.methods)}{variant}-{self.seeds}seed{'s' * (self.seeds > 1)}"
 
     def runs(self) -> list[StudyRun]:
         """Seed by seed (a stopped study has whole seeds done first), each method vanilla then BGAugment."""
-        return [StudyRun(method, bgaugment, seed, method in self.watched) for seed in range(self.seeds)
-                for method in self.methods for bgaugment in (False, True)]
+        return [StudyRun(method, bgaugment, seed, method in self.watched, self.settings)
+                for seed in range(self.seeds) for method in self.methods for bgaugment in (False, True)]
 
 
 PRESETS = {
@@ -106,9 +129,12 @@ def study_plan(
     methods: Sequence[str] | None = None,
     seeds: int | None = None,
     masks: str | None = None,
+    settings: Sequence[str] = (),
 ) -> StudyPlan:
-    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given; unknown
-    names and fewer than one seed are an ``OptionError`` before any work."""
+    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given, and
+    ``settings`` (``key=value``, :data:`SETTING_SECTIONS` only) for every run; unknown names, fewer than one
+    seed and settings a method refuses are an ``OptionError`` before any work."""
+    from bgbias.engine.config import parse_override, resolve_config
     from bgbias.methods.registry import method_names
 
     if preset not in PRESETS:
@@ -124,8 +150,16 @@ def study_plan(
     if seeds is not None and seeds < 1:
         raise OptionError(f"a study needs at least one training seed, not {seeds}",
                           fix="pass --seeds 1 or more")
+    for text in settings:
+        key, _ = parse_override(text)
+        if key.split(".")[0] not in SETTING_SECTIONS:
+            raise OptionError(f"a study's --set changes method options and the optimiser, not {key}",
+                              fix="set loss.KEY=VALUE or optim.KEY=VALUE; for other settings train the runs "
+                                  "with `bgbias train`")
+    for method in chosen:
+        resolve_config(method, "bench", overrides=tuple(settings))
     return dataclasses.replace(plan, methods=chosen, seeds=plan.seeds if seeds is None else seeds,
-                               masks=plan.masks if masks is None else masks)
+                               masks=plan.masks if masks is None else masks, settings=tuple(settings))
 
 
 @dataclass(frozen=True)
@@ -231,7 +265,7 @@ def run_study(
 ) -> StudyResult:
     """Run every step of the study (module docstring) for ``plan``; ``runs`` defaults to ``./runs``, the
     study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
-    [-bgaugment]-seed<S>``. A run that fails is left out of the report and named in the result's
+    [-<settings>][-bgaugment]-seed<S>``. A run that fails is left out of the report and named in the result's
     ``failures`` (and :data:`FAILURES`); when every run fails there is no report. Without ``report`` the
     page is not written: the dial's points share their folders with other studies (the full preset's runs at
     ρ 0.9), whose page it must not replace."""
@@ -246,8 +280,9 @@ def run_study(
     if not run_dirs or not report:
         return StudyResult(bench, run_dirs, {}, failures)
     log("7/7 the report")
+    variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
-             f"{len(run_dirs)} runs")
+             f"{len(run_dirs)} runs{variant}")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
     page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
     return StudyResult(bench, run_dirs, page, failures)
@@ -474,6 +509,7 @@ def train_study_run(
 
     run_dir = folder / run.folder_name
     if (run_dir / "config.json").is_file():
+        check_trained_as_planned(run_dir, run)
         # A missing or damaged run.json reads as unfinished: resuming from the checkpoints writes it again.
         status = (read_record(open_run_dir(run_dir)) or {}).get("status")
         if status in DONE:
@@ -486,9 +522,53 @@ def train_study_run(
     options = {"root": str(bench.root), "bgaugment.enabled": run.bgaugment,
                "bgaugment.masks": str(bench.masks_dir), "device": device, "seed": run.seed,
                "schedule.watch_test": run.watch_test}
-    config = resolve_config(run.method, "bench", options=options)
+    config = resolve_config(run.method, "bench", options=options, overrides=run.settings)
     train(config, run_dir=run_dir)
     return run_dir
+
+
+def check_trained_as_planned(run_dir: Path, run: StudyRun) -> None:
+    """Refuse to keep or resume a run folder whose method options or optimiser settings are not the ones
+    the plan trains now (a default changed since, as AVSL's certainty did): its numbers would appear under
+    the plan's name. The fix names the folder where ``--set`` with the run's own settings finds it. A
+    configuration that cannot be read is left to resuming, which reports it."""
+    from bgbias.engine.config import load_run_config, parse_override, resolve_config
+
+    try:
+        saved = load_run_config(run_dir / "config.json").as_dict()
+    except OptionError:
+        return
+    planned = resolve_config(run.method, "bench", overrides=run.settings).as_dict()
+    differ = {
+        f"{section}.{key}": (saved[section].get(key), planned[section].get(key))
+        for section in SETTING_SECTIONS for key in sorted(saved[section].keys() | planned[section].keys())
+        if saved[section].get(key) != planned[section].get(key)
+    }
+    if not differ:
+        return
+    own = dict(parse_override(text) for text in run.settings)
+    own.update({key: ran for key, (ran, _) in differ.items()})
+    settings = tuple(f"{key}={_setting_text(value)}" for key, value in own.items())
+    variant = dataclasses.replace(run, settings=settings)
+    found = "; ".join(f"{key} = {_setting_text(ran)} (the plan: {_setting_text(now)})"
+                      for key, (ran, now) in differ.items())
+    raise OptionError(
+        f"the run folder holds a run trained with other settings than the study trains now: {found}",
+        path=run_dir,
+        fix=f"move the folder aside to train the run again as planned, or rename it to {variant.folder_name} "
+            f"to keep it as the variant that `bgbias study ... --set {' --set '.join(variant.settings)}` "
+            "studies",
+    )
+
+
+def _setting_text(value: Any) -> str:
+    """A value as ``--set`` reads it back: JSON, a string bare unless it would read as something else."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value)
 
 
 def measure_run(run_dir: Path, masks: Path, profile: bool, device: str, log: Callable[[str], None]) -> None:

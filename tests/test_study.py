@@ -195,3 +195,68 @@ def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monk
     result = CliRunner().invoke(main, ["study"])
     assert result.exit_code == 2 and "every run failed (1): a-seed0" in result.output
     assert "Traceback" not in result.output
+
+
+def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
+    plan = study_plan("full", ["avsl"], 3, settings=["loss.certainty_min=global"])
+    assert plan.settings == ("loss.certainty_min=global",)
+    assert [run.folder_name for run in plan.runs()[:2]] == [
+        "avsl-certainty_min-global-seed0", "avsl-certainty_min-global-bgaugment-seed0"]
+    assert plan.runs()[1].label == "avsl (loss.certainty_min=global) + BGAugment, seed 0"
+    assert plan.report_folder == "report-avsl-certainty_min-global-3seeds"
+    with pytest.raises(OptionError, match="not seed"):
+        study_plan("quick", settings=["seed=3"])
+    with pytest.raises(OptionError, match="does not know"):  # the setting is checked for every method
+        study_plan("full", ["avsl", "dcml"], settings=["loss.certainty_min=global"])
+
+
+def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_variant_folder(tmp_path):
+    """A run made before AVSL's certainty followed the authors' code reads as the global minimum and without
+    the first-step clipping: a study planning today's AVSL must not report it as such."""
+    old = resolve_config("avsl", "bench").as_dict()
+    del old["loss"]["certainty_min"], old["optim"]["grad_clip_per_group"]
+    del old["optim"]["grad_clip_first_step_only"]
+    old["optim"]["grad_clip"] = None
+    run = tmp_path / "avsl-seed0"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(old))
+    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    with pytest.raises(OptionError) as err:
+        train_study_run(tmp_path, StudyRun("avsl", False, 0), tmp_path / "masks", "cpu", print, "5/7")
+    assert err.value.path == str(run)
+    assert 'loss.certainty_min = global (the plan: row)' in err.value.problem
+    assert "optim.grad_clip = null (the plan: 10.0)" in err.value.problem
+    settings = ("loss.certainty_min=global", "optim.grad_clip=null", "optim.grad_clip_first_step_only=false",
+                "optim.grad_clip_per_group=false")
+    variant = StudyRun("avsl", False, 0, settings=settings)
+    assert f"rename it to {variant.folder_name}" in err.value.fix
+    assert f"--set {' --set '.join(settings)}" in err.value.fix
+    run.rename(tmp_path / variant.folder_name)  # kept as that variant, the study reuses it
+    lines = []
+    assert train_study_run(tmp_path, variant, tmp_path / "masks", "cpu", lines.append, "5/7") == \
+        tmp_path / variant.folder_name
+    assert lines[0].endswith("trained already (" + str(tmp_path / variant.folder_name) + ")")
+
+
+def test_the_dial_takes_no_settings():
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    result = CliRunner().invoke(main, ["study", "--dial", "--set", "loss.alpha=3"])
+    assert result.exit_code == 2 and "--set and --dial together" in result.output
+
+
+def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch):
+    from bgbias import study
+
+    titles = []
+    monkeypatch.setattr(study, "prepare_study_bench", lambda *args: None)
+    monkeypatch.setattr(study, "train_and_measure", lambda *args: ([tmp_path / "run"], {}))
+    monkeypatch.setattr(study, "report_study",
+                        lambda runs, out, title, **_: titles.append((out, title)) or {})
+    plan = study_plan("full", ["avsl"], 1, settings=["loss.certainty_min=global"])
+    study.run_study(plan=plan, runs=tmp_path, log=lambda line: None)
+    out, title = titles[0]
+    assert out.name == "report-avsl-certainty_min-global-1seed"
+    assert title.endswith("1 runs, every run with loss.certainty_min=global")

@@ -60,6 +60,10 @@ class OptimConfig:
     ``warmup_epochs``: for the first N epochs the backbone group does not step (its parameters still get
     gradients, as in AVSL's code, but the optimiser skips them and keeps no state for them), so a new head
     and loss parameters settle before they move a pretrained backbone.
+
+    ``grad_clip``: the largest gradient norm, over all parameters together, or over each group on its own
+    with ``grad_clip_per_group``; ``grad_clip_first_step_only`` clips the run's first optimiser step alone
+    (what AVSL's code does: its clipper is used up by its first call).
     """
 
     name: str = "adam"
@@ -69,6 +73,8 @@ class OptimConfig:
     weight_decay: float = 0.0
     momentum: float = 0.9
     grad_clip: float | None = None
+    grad_clip_per_group: bool = False
+    grad_clip_first_step_only: bool = False
     warmup_epochs: int = 0
 
 
@@ -155,7 +161,8 @@ class TrainConfig:
 # Settings added after runs were first written, with the value that reproduces how a run without them trained:
 # a run folder's configuration that lacks one gets it, and means what it meant (nothing else is filled in).
 INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0, "log.tensorboard": False,
-                                    "schedule.watch_test": False}
+                                    "schedule.watch_test": False, "optim.grad_clip_per_group": False,
+                                    "optim.grad_clip_first_step_only": False}
 SECTIONS_INTRODUCED_LATER = frozenset({"log"})
 """Whole sections added later: a run's configuration without one gets it, with the settings above."""
 
@@ -385,7 +392,10 @@ def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) 
 
 def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with every :data:`INTRODUCED_LATER` setting it lacks, where its section is present or is one
-    of :data:`SECTIONS_INTRODUCED_LATER`."""
+    of :data:`SECTIONS_INTRODUCED_LATER`, and every method option added later that its ``loss`` section lacks
+    (:meth:`Method.saved_options`)."""
+    from bgbias.methods.registry import method_class, method_names
+
     out = dict(data)
     for section in SECTIONS_INTRODUCED_LATER - out.keys():
         out[section] = {}
@@ -393,6 +403,9 @@ def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
         section, name = key.split(".")
         if isinstance(out.get(section), dict) and name not in out[section]:
             out[section] = {**out[section], name: value}
+    method = out.get("method")
+    if isinstance(out.get("loss"), dict) and isinstance(method, str) and method in method_names():
+        out["loss"] = method_class(method).saved_options(out["loss"])
     return out
 
 

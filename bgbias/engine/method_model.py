@@ -4,6 +4,7 @@ and what a method trained in someone else's loop can be wrapped into to be score
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +44,14 @@ class MethodBacked:
         return self.method.retrieval()
 
     def fingerprint(self) -> str:
-        """The digest of the method's weights and buffers (:func:`weights_sha256`)."""
-        return weights_sha256(self.method)
+        """The digest of the method's weights and buffers (:func:`weights_sha256`), and of the options that
+        change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`)."""
+        weights = weights_sha256(self.method)
+        options = self.method.embedding_options()
+        if not options:
+            return weights
+        return hashlib.sha256(json.dumps({"weights": weights, "options": options}, sort_keys=True).encode()
+                              ).hexdigest()
 
     def feature_stages(self) -> tuple[str, ...]:
         """The backbone's named stages, input side first (the

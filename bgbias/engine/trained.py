@@ -126,7 +126,9 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> M
                               fix="evaluate a checkpoint written by this version of bgbias train")
     backbone = build_backbone(config.model.backbone, pretrained=False,
                               freeze_batchnorm=config.model.freeze_batchnorm)
-    method = method_class(config.method)(backbone, MethodSpec(**state["spec"]))
+    cls = method_class(config.method)
+    spec = {**state["spec"], "options": cls.saved_options(state["spec"].get("options", {}))}
+    method = cls(backbone, MethodSpec(**spec))
     try:
         method.load_state_dict(state["model"])
     except RuntimeError as err:

@@ -353,14 +353,26 @@ class _Session:
         self.scaler.scale(loss).backward()
         if self.state.epoch <= self.config.optim.warmup_epochs:
             hold_group(self.optimizer, "backbone")
-        if self.config.optim.grad_clip is not None:
+        if self.clips(batch, step):
             self.scaler.unscale_(self.optimizer)
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.config.optim.grad_clip)
+            groups = [group["params"] for group in self.optimizer.param_groups]
+            if not self.config.optim.grad_clip_per_group:
+                groups = [[p for params in groups for p in params]]
+            for params in groups:
+                torch.nn.utils.clip_grad_norm_(params, self.config.optim.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.method.on_step_end(batch)
         return terms
+
+    def clips(self, batch: Batch, step: int) -> bool:
+        """Whether this optimiser step clips its gradients: every step with ``optim.grad_clip``, or the run's
+        first alone with ``grad_clip_first_step_only`` (epoch 1, its first batch's first part; the epoch
+        and step decide, so a resumed run clips exactly what an uninterrupted one did)."""
+        o = self.config.optim
+        if o.grad_clip is None:
+            return False
+        return not o.grad_clip_first_step_only or (self.state.epoch == 1 and step == 0 and batch.part == 0)
 
     def validate(self) -> dict[str, float]:
         return _validate(self.method, self.validation, self.config, self.device, self.amp, self.progress,

@@ -112,6 +112,9 @@ class Method(nn.Module, ABC):
     own_options: ClassVar[dict[str, Any]] = {}
     # What option values must satisfy beyond their types: name → (test, what the value must be).
     option_rules: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
+    # Options added after runs were first written, with the value that reproduces how a run without them
+    # trained (often not today's default): a run's saved options that lack one read as that (saved_options).
+    options_introduced_later: ClassVar[dict[str, Any]] = {}
     # The attribution that is the method's own explanation (SAM's similarity attention, AVSL's node
     # decomposition), which a study scores beside SmoothGrad; None for the others.
     own_attribution: ClassVar[str | None] = None
@@ -144,6 +147,29 @@ class Method(nn.Module, ABC):
             if options.get(name) is not None and not ok(options[name]):
                 raise OptionError(f"{cls.name} option {name} = {options[name]!r} is invalid",
                                   fix=f"set loss.{name} to {expected}")
+
+    @classmethod
+    def describe_options(cls) -> str:
+        """Its own options with their defaults (and their choices, where a rule names them), for
+        ``bgbias methods``."""
+        described = []
+        for name, default in cls.own_options.items():
+            expected = cls.option_rules.get(name, (None, ""))[1]
+            choices = f" ({expected})" if expected.startswith("one of") else ""
+            described.append(f"{name}={default!r}{choices}")
+        return ", ".join(described) or "none"
+
+    @classmethod
+    def saved_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A run's saved options (its ``config.json``'s ``loss`` section, its checkpoints' spec) as the run
+        trained: each of :attr:`options_introduced_later` it lacks gets the value it had then."""
+        return {**cls.options_introduced_later, **options}
+
+    def embedding_options(self) -> dict[str, Any]:
+        """The options that change what ``embed`` returns for the same weights (a model's fingerprint covers
+        them), leaving out any that holds its :attr:`options_introduced_later` value, so a fingerprint
+        taken before the option existed still names the same embeddings. None by default."""
+        return {}
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:

@@ -48,6 +48,11 @@ class MetricLossMethod(Method):
         }
         return {**library, **super().option_types()}
 
+    @classmethod
+    def describe_options(cls) -> str:
+        own = "" if not cls.own_options else super().describe_options() + "; "
+        return f"{own}the keyword arguments of pytorch-metric-learning's {cls.loss_class}"
+
     def sizes(self, spec: MethodSpec) -> dict[str, Any]:
         """What the loss is built with from the data rather than the configuration."""
         if self.needs_classes:

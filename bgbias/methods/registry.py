@@ -34,6 +34,11 @@ def method_names() -> list[str]:
     return sorted(METHODS)
 
 
+def describe_methods() -> list[tuple[str, str]]:
+    """``(name, its options with their defaults)`` of every registered method, sorted by name."""
+    return [(name, METHODS[name].describe_options()) for name in method_names()]
+
+
 def method_class(name: str) -> type[Method]:
     """The class registered as ``name``; an unknown name is an OptionError listing the known ones."""
     return METHODS[name]

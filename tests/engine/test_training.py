@@ -184,6 +184,32 @@ def test_warm_up_epochs_hold_the_backbone_and_train_the_rest(tiny_bench, tmp_pat
     assert not any(i in held["optimizer"]["state"] for i in held_ids)  # no moments gathered while held
 
 
+def test_gradients_are_clipped_per_group_and_on_the_first_step_alone_where_configured(tiny_bench, tmp_path,
+                                                                                      monkeypatch):
+    """``optim.grad_clip_per_group`` clips each parameter group's norm on its own, and
+    ``grad_clip_first_step_only`` the run's first optimiser step alone (AVSL's code); by default every step
+    clips all parameters together."""
+    calls: list[tuple[int, float]] = []
+    real = torch.nn.utils.clip_grad_norm_
+
+    def recording(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        calls.append((len(parameters), max_norm))
+        return real(parameters, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    authors = ["optim.grad_clip=0.5", "optim.grad_clip_per_group=true",
+               "optim.grad_clip_first_step_only=true"]
+    result = train(tiny_config(tiny_bench, "triplet", *authors, epochs=2), run_dir=tmp_path / "first",
+                   progress=False, echo=False)
+    groups = load_checkpoint(result.run.last)["optimizer"]["param_groups"]
+    assert len(groups) == 2 and calls == [(len(group["params"]), 0.5) for group in groups]
+    calls.clear()
+    train(tiny_config(tiny_bench, "triplet", "optim.grad_clip=0.5", epochs=1), run_dir=tmp_path / "every",
+          progress=False, echo=False)
+    assert len(calls) > 1 and set(calls) == {(sum(len(group["params"]) for group in groups), 0.5)}
+
+
 def test_a_dcml_run_records_its_environment_learning(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "dcml", "loss.env_update_every=2", "loss.env_passes=1",
                          "loss.env_batch_size=8", epochs=2)

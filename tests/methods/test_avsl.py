@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
+import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from click.testing import CliRunner
 
-from bgbias.engine.checkpoint import load_checkpoint
-from bgbias.engine.config import resolve_config
+from bgbias.cli import main
+from bgbias.engine.checkpoint import load_checkpoint, save_checkpoint
+from bgbias.engine.config import load_run_config, resolve_config
+from bgbias.engine.method_model import MethodModel, weights_sha256
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
@@ -172,17 +178,79 @@ def test_the_spatial_mean_of_a_node_s_activation_map_is_its_embedding():
             assert not torch.allclose(conv(z).mean(dim=(2, 3)), embedding, atol=1e-3)  # the spike matters
 
 
-def test_certainty_measures_how_peaked_a_map_is_after_a_global_shift():
+@pytest.mark.parametrize("minimum", ["row", "global"])
+def test_certainty_measures_how_peaked_a_map_is(minimum):
     flat = torch.ones(1, 1, 3, 3)
     peaked = torch.zeros(1, 1, 3, 3)
     peaked[..., 1, 1] = 5.0
     spread = torch.rand(1, 1, 3, 3, generator=torch.Generator().manual_seed(0))
-    assert certainty(flat).item() == 0.0
-    assert certainty(peaked) > certainty(spread) > 0
-    # rows with different minima: a global shift keeps the difference between them (a per-row one would not)
+    assert certainty(flat, minimum).item() == 0.0
+    assert certainty(peaked, minimum) > certainty(spread, minimum) > 0
+    assert certainty(torch.ones(2, 4, 1, 1), minimum).eq(0).all()  # one position: no spread
+
+
+def test_certainty_shifts_each_row_by_its_own_minimum_or_the_map_by_its_global_one():
+    """A hand-computed 2 × 2 map [[1, 3], [2, 6]]. Per row (the authors' code): [[0, 2], [0, 4]] → L1 →
+    (0, 1/3, 0, 2/3), whose unbiased variance is (5/9 − 4 · 1/16) / 3 = 11/108. Globally: [[0, 2], [1, 5]]
+    → (0, 1/4, 1/8, 5/8), variance (15/32 − 1/4) / 3 = 7/96."""
+    maps = torch.tensor([[[[1.0, 3.0], [2.0, 6.0]]]], dtype=torch.float64)
+    assert certainty(maps).item() == pytest.approx(math.sqrt(11 / 108), abs=1e-15)  # row: the default
+    assert certainty(maps, "row").item() == pytest.approx(math.sqrt(11 / 108), abs=1e-15)
+    assert certainty(maps, "global").item() == pytest.approx(math.sqrt(7 / 96), abs=1e-15)
+    # rows that differ only by a constant: per row they are the same map, globally the higher row weighs more
     rows = torch.tensor([[[[0.0, 0.0], [5.0, 5.0]]]])
-    assert certainty(rows).item() == pytest.approx(torch.tensor([0, 0, 0.5, 0.5]).std().item())
-    assert certainty(torch.ones(2, 4, 1, 1)).eq(0).all()  # one position: no spread
+    assert certainty(rows, "row").item() == 0.0
+    assert certainty(rows, "global").item() == pytest.approx(torch.tensor([0, 0, 0.5, 0.5]).std().item())
+    with pytest.raises(ValueError, match="row, global"):
+        certainty(maps, "column")
+
+
+def authors_certainty(maps: np.ndarray) -> np.ndarray:
+    """The authors' arithmetic, re-derived from its equations in float64, one map at a time: subtract each
+    row's minimum (the minimum along the width), divide by the sum of the entries (all ≥ 0), and take the
+    standard deviation over all positions with n − 1 in the denominator."""
+    images, nodes, height, width = maps.shape
+    out = np.zeros((images, nodes))
+    for b, i in itertools.product(range(images), range(nodes)):
+        shifted = np.array([[maps[b, i, y, x] - min(maps[b, i, y]) for x in range(width)]
+                            for y in range(height)]).ravel()
+        share = shifted / max(shifted.sum(), 1e-12)
+        mean = share.sum() / share.size
+        out[b, i] = math.sqrt(((share - mean) ** 2).sum() / (share.size - 1))
+    return out
+
+
+def test_the_row_certainty_matches_the_authors_arithmetic_in_float64():
+    generator = torch.Generator().manual_seed(7)
+    for shape in [(3, 5, 4, 6), (2, 3, 7, 7), (2, 2, 1, 5), (2, 2, 5, 1)]:
+        maps = torch.randn(*shape, generator=generator, dtype=torch.float64) * 3 - 1
+        ours = certainty(maps, "row")
+        assert ours.dtype == torch.float64
+        assert np.abs(ours.numpy() - authors_certainty(maps.numpy())).max() < 1e-12
+    # the method's certainties are read with its option, the authors' by default
+    method = toy_avsl().eval()
+    _, maps = method.forward_levels(toy_batch().images)
+    reference = [torch.from_numpy(authors_certainty(m.double().numpy())) for m in maps[1:]]
+    for ours, theirs in zip(method.certainties(maps), reference, strict=True):
+        assert torch.allclose(ours.double(), theirs, atol=1e-6)
+    method.options["certainty_min"] = "global"
+    assert not torch.allclose(method.certainties(maps)[0].double(), reference[0], atol=1e-3)
+
+
+def test_the_certainty_formula_is_an_option_that_runs_record_and_fingerprints_cover():
+    assert resolve_config("avsl", "bench").loss["certainty_min"] == "row"
+    assert resolve_config("avsl", "bench", overrides=["loss.certainty_min=global"]).loss["certainty_min"] == \
+        "global"
+    with pytest.raises(OptionError) as err:
+        resolve_config("avsl", "bench", overrides=["loss.certainty_min=column"])
+    assert "one of: row, global" in err.value.render()
+    row, old = toy_avsl(), toy_avsl(certainty_min="global")
+    device = torch.device("cpu")
+    assert MethodModel(row, device).fingerprint() != MethodModel(old, device).fingerprint()
+    # a model read with the formula of runs made before the option keeps the fingerprint it had then
+    assert MethodModel(old, device).fingerprint() == weights_sha256(old)
+    listed = CliRunner().invoke(main, ["methods"])
+    assert listed.exit_code == 0 and "certainty_min='row' (one of: row, global)" in listed.output
 
 
 def test_batch_edges_pool_the_low_maps_to_the_high_level_s_size():
@@ -335,7 +403,7 @@ def test_proxy_anchor_in_dissimilarity_form_equals_the_cosine_proxy_anchor():
     assert ours.item() == pytest.approx(reference(embeddings, labels).item(), rel=1e-5)
 
 
-def test_hard_triplets_pick_a_random_other_positive_and_the_nearest_negative_beyond_the_cutoff():
+def test_hard_triplets_pick_a_random_other_positive_and_the_first_nearest_negative_beyond_the_cutoff():
     labels = torch.tensor([0, 0, 0, 1, 1, 2])
     d = torch.tensor([
         [0.0, 0.2, 0.3, 0.9, 0.7, 0.8],
@@ -350,9 +418,10 @@ def test_hard_triplets_pick_a_random_other_positive_and_the_nearest_negative_bey
     assert all(labels[a] == labels[p] and a != p for a, p in zip(anchors, positives, strict=True))
     # the clamp is min(0.4, 0.5) = 0.4: anchor 0's nearest negative is 4 (0.7); anchor 1's is 5 (0.4)
     assert negatives[0] == 4 and negatives[1] == 5
-    # anchor 2's negatives 3 and 4 are both nearer than the clamp, so tied: either may be drawn
+    # anchor 2's negatives 4 and 3 are both nearer than the clamp, so tied: the first in batch order is
+    # taken (the authors' selector's argmin), whatever the generator
     drawn = {hard_triplets(d, labels, 0.5, torch.Generator().manual_seed(s))[2][2].item() for s in range(20)}
-    assert drawn == {3, 4}
+    assert drawn == {3}
 
 
 def test_the_margin_loss_is_zero_not_nan_when_no_term_is_active():
@@ -427,6 +496,31 @@ def test_an_avsl_run_records_every_loss_term_and_keeps_its_edges(tiny_bench, tmp
     assert model["collector.edge_updates"].item() >= 1 and model["collector.edges_1"].abs().sum() > 0
     trained = load_trained(result.run.root, checkpoint="last", device="cpu")
     assert torch.equal(trained.method.collector.edges_0, model["collector.edges_0"])
+
+
+@pytest.mark.parametrize("dataset", ["cub", "cars", "sop", "folder", "bench"])
+def test_every_configuration_clips_each_group_on_the_first_step_alone_as_the_authors_clipper_does(dataset):
+    optim = resolve_config("avsl", dataset).optim
+    assert (optim.grad_clip, optim.grad_clip_per_group, optim.grad_clip_first_step_only) == (10.0, True, True)
+
+
+def test_a_run_written_before_the_certainty_option_is_read_with_the_global_minimum(tiny_bench, tmp_path):
+    result = train(tiny_config(tiny_bench, "avsl", epochs=1), run_dir=tmp_path / "avsl", progress=False,
+                   echo=False)
+    assert load_run_config(result.run.config).loss["certainty_min"] == "row"
+    assert load_trained(result.run.root, device="cpu").method.options["certainty_min"] == "row"
+    # what a run trained before the option looks like: neither config.json nor the checkpoints name it
+    data = json.loads(result.run.config.read_text(encoding="utf-8"))
+    del data["loss"]["certainty_min"]
+    result.run.config.write_text(json.dumps(data), encoding="utf-8")
+    for path in (result.run.best, result.run.last):
+        state = load_checkpoint(path)
+        del state["spec"]["options"]["certainty_min"]
+        save_checkpoint(path, state)
+    assert load_run_config(result.run.config).loss["certainty_min"] == "global"
+    trained = load_trained(result.run.root, device="cpu")
+    assert trained.method.options["certainty_min"] == "global"
+    assert trained.fingerprint() == weights_sha256(trained.method)  # its caches still match
 
 
 def test_pair_blocks_fit_a_cpus_caches_and_fill_a_gpu():

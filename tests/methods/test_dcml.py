@@ -10,9 +10,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from click.testing import CliRunner
 from torch import nn
 
-from bgbias.engine.config import resolve_config
+from bgbias.cli import main
+from bgbias.engine.config import config_from_dict, resolve_config
+from bgbias.engine.training import build_optimizer
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, MethodSpec
 from bgbias.methods.dcml.attention import AttentionCopies, attend
@@ -369,6 +372,36 @@ def test_per_dataset_configurations_follow_the_specification():
     assert (bench.loss["scale"], bench.loss["margin"]) == (cosface["scale"], cosface["margin"])
 
 
+@pytest.mark.parametrize("dataset", ["cub", "cars", "sop"])
+def test_the_head_s_batchnorm_trains_at_the_backbone_s_learning_rate_as_in_the_authors_code(dataset):
+    """The authors' ``learner.py`` puts the head's BatchNorm in a group at ``lr_bone`` (1e-6), not with the
+    attention nets at ``lr_at`` (2e-6), on all three datasets; the head's linear layer stays in the head group
+    (a declared difference, docs/methods/dcml.md)."""
+    config = resolve_config("dcml", dataset)
+    assert config.loss["head_norm_group"] == "backbone"
+    method = toy_dcml(head_norm_group=config.loss["head_norm_group"])
+    groups = build_optimizer(config, method).param_groups
+    rates = {id(p): group["lr"] for group in groups for p in group["params"]}
+    for parameter in method.head.norm.parameters():
+        assert rates[id(parameter)] == config.optim.lr_backbone == 1e-6
+    for module in (method.head.linear, method.attention, method.erm_attention):
+        assert {rates[id(p)] for p in module.parameters()} == {config.optim.lr_head}
+    trainable = [p for p in method.parameters() if p.requires_grad]
+    assert sorted(rates) == sorted(id(p) for p in trainable)  # each trainable parameter in one group
+
+
+def test_runs_trained_before_the_option_keep_the_head_s_batchnorm_in_the_head_group():
+    method = toy_dcml(head_norm_group="head")
+    groups = method.parameter_groups()
+    norm = {id(p) for p in method.head.norm.parameters()}
+    assert norm <= {id(p) for p in groups["head"]} and not norm & {id(p) for p in groups["backbone"]}
+    data = resolve_config("dcml", "sop").as_dict()
+    del data["loss"]["head_norm_group"]  # a config.json written before the option
+    assert config_from_dict(data).loss["head_norm_group"] == "head"
+    listed = CliRunner().invoke(main, ["methods"])
+    assert listed.exit_code == 0 and "head_norm_group='backbone' (one of: backbone, head)" in listed.output
+
+
 def test_only_the_sop_configuration_trains_in_paired_halves():
     # The authors' SOP code trains each batch in two steps (γ to the pair partner); CUB/Cars code does not.
     paired = {d: resolve_config("dcml", d).loss["paired_halves"] for d in ("cub", "cars", "sop", "bench")}
@@ -380,7 +413,8 @@ def test_only_the_sop_configuration_trains_in_paired_halves():
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"enviroments": 2}, "does not know"), ({"environments": 0}, "environments"),
-     ({"env_passes": 1.5}, "env_passes"), ({"paired_halves": "yes"}, "paired_halves")],
+     ({"env_passes": 1.5}, "env_passes"), ({"paired_halves": "yes"}, "paired_halves"),
+     ({"head_norm_group": "loss"}, "one of: backbone, head")],
 )
 def test_bad_options_are_named(options, message):
     with pytest.raises(OptionError, match=message):

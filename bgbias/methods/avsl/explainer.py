@@ -6,9 +6,9 @@ exactly into one share per node (Property 1, :func:`~bgbias.methods.avsl.graph.n
 image that dimension's value comes from: the value is the map's spatial mean. Spreading every node's share
 over where its map is positive (in proportion to the activation, summing to 1) and adding the levels up,
 each upsampled to the image, draws where the dissimilarity between an image and its reference lies.
-(Shifting each map by its minimum instead, as the certainty reads a map, spread every share over the whole
-image: on the bench the maps came out flat, a foreground score of 0.01 against 0.09 for the positive parts;
-docs/results.md.)
+(Shifting each map by its global minimum instead, as the certainty once read a map, spread every share over
+the whole image: on the bench the maps came out flat, a foreground score of 0.01 against 0.09 for the
+positive parts; docs/results.md.)
 
 The reference is the runner's (docs/methods/avsl.md): the image's nearest classmate by d̂. ``weigh=weight``
 draws the node weights w^l_i instead of the shares w^l_i δ^l_i: how much each node counts for this pair,
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from bgbias.errors import OptionError
 from bgbias.methods.attribution import check_references, register_attribution
-from bgbias.methods.avsl.graph import certainty, node_weights
+from bgbias.methods.avsl.graph import node_weights
 from bgbias.methods.avsl.method import AVSL, LEVELS
 from bgbias.methods.sam.attention import normalise_maps
 
@@ -95,7 +95,7 @@ def pair_shares(
     ``maps`` (images first, their references after): λ = w ⊙ δ, or w alone for ``weigh="weight"``."""
     graph = method.graph().to(torch.float32)
     nodes = [(u[:count] - u[count:]).square() for u in units]
-    certainties = [certainty(m.float()) for m in maps[1:]]
+    certainties = method.certainties([m.float() for m in maps])
     reliable = [torch.sigmoid(graph.gain * (graph.slope[i] * c[:count] * c[count:] + graph.bias[i]))
                 for i, c in enumerate(certainties)]
     weights = node_weights(reliable, graph.edges)

@@ -52,16 +52,25 @@ def activation_maps(features: Tensor, conv: nn.Conv2d) -> Tensor:
         return conv(z + linearised_max(z))
 
 
-def certainty(maps: Tensor) -> Tensor:
-    """η^l (B, r): how peaked each node's map is. The map is shifted by its minimum over all positions,
-    L1-normalised over positions, and η is its unbiased standard deviation over positions (0 for a map of
-    one position, where no spread exists)."""
-    flat = maps.flatten(2)
-    if flat.shape[2] < 2:
-        return flat.new_zeros(flat.shape[:2])
-    flat = flat - flat.amin(dim=2, keepdim=True)
-    flat = F.normalize(flat, p=1, dim=2)
-    return flat.std(dim=2)
+CERTAINTY_MINIMA = ("row", "global")
+"""What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*): ``row``, each row's
+own minimum along the width (the authors' code, which produced the published numbers); ``global``, the
+minimum over all positions (bgbias's formula before it followed the code; runs trained then read with it)."""
+
+
+def certainty(maps: Tensor, minimum: str = "row") -> Tensor:
+    """η^l (B, r): how peaked each node's (B, r, h, w) map is. The map is shifted to be non-negative by its
+    ``minimum`` (:data:`CERTAINTY_MINIMA`), L1-normalised over positions, and η is its unbiased standard
+    deviation over positions (0 for a map of one position, where no spread exists)."""
+    if maps.shape[2] * maps.shape[3] < 2:
+        return maps.new_zeros(maps.shape[:2])
+    if minimum == "row":
+        shifted = maps - maps.amin(dim=3, keepdim=True)
+    elif minimum == "global":
+        shifted = maps - maps.amin(dim=(2, 3), keepdim=True)
+    else:
+        raise ValueError(f"unknown certainty minimum {minimum!r}: use one of {', '.join(CERTAINTY_MINIMA)}")
+    return F.normalize(shifted.flatten(2), p=1, dim=2).std(dim=2)
 
 
 # ---------------------------------------------------------------------------------------------- edges

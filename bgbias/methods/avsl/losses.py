@@ -39,7 +39,8 @@ def hard_triplets(distances: Tensor, labels: Tensor, cutoff: float,
     """(anchors, positives, negatives) from a (B, B) batch dissimilarity matrix: every image with another
     image of its class and one of another class is an anchor, with one random positive (never itself) and a
     hard negative, the nearest once dissimilarities are clamped from below at min(largest positive
-    dissimilarity, ``cutoff``); negatives tied there (all those nearer than the clamp) are drawn at random.
+    dissimilarity, ``cutoff``); of negatives tied there (all those nearer than the clamp) the first in batch
+    order, as the authors' selector takes it (docs/methods/avsl.md, *Margin variant*).
     """
     d = distances.detach()
     same = labels[:, None] == labels[None, :]
@@ -52,7 +53,8 @@ def hard_triplets(distances: Tensor, labels: Tensor, cutoff: float,
     positives = torch.multinomial(positive[anchors].float(), 1, generator=generator).flatten()
     clamped = d[anchors].clamp_min(clamp).masked_fill(~negative[anchors], float("inf"))
     nearest = clamped == clamped.min(dim=1, keepdim=True).values
-    negatives = torch.multinomial(nearest.float(), 1, generator=generator).flatten()
+    order = torch.arange(len(labels), device=labels.device).expand_as(nearest)
+    negatives = order.masked_fill(~nearest, len(labels)).amin(dim=1)
     return anchors, positives, negatives
 
 

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.methods.avsl.graph import (
+    CERTAINTY_MINIMA,
     Graph,
     Levels,
     activation_maps,
@@ -79,6 +80,7 @@ def block_shape(device: torch.device) -> tuple[int, int]:
 
 _OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
+    "certainty_min": ((lambda v: v in CERTAINTY_MINIMA), "one of: " + ", ".join(CERTAINTY_MINIMA)),
     "level_weights": ((lambda v: all(w >= 0 for w in v)), "three weights of 0 or more"),
     "final_weight": ((lambda v: v >= 0), "0 or more"),
     "top_k": ((lambda v: v >= 1), "a whole number of at least 1 (or null: a quarter of the embedding size)"),
@@ -141,7 +143,10 @@ class AVSL(Method):
         "margin": 0.2,  # margin loss: α, the fixed margin
         "beta": 1.2,  # margin loss: β, the initial per-class boundary
         "hard_negative_cutoff": 0.5,  # margin loss: hard negatives nearer than this count as equal
+        "certainty_min": "row",  # row | global: what a map is shifted by before its spread is read
     }
+    # Runs trained before the option existed shifted every map by its global minimum.
+    options_introduced_later: ClassVar[dict[str, Any]] = {"certainty_min": "global"}
 
     @classmethod
     def option_types(cls) -> dict[str, Any]:
@@ -189,8 +194,16 @@ class AVSL(Method):
         """``embedding`` (B, 3r): the unit level embeddings side by side; ``certainty`` (B, 2r): η of levels
         2 and 3. Each row depends on its image only (in eval mode)."""
         units, maps = self.forward_levels(images)
-        certainties = [certainty(m) for m in maps[1:]]
-        return {EMBEDDING: torch.cat(units, dim=1), CERTAINTY: torch.cat(certainties, dim=1)}
+        return {EMBEDDING: torch.cat(units, dim=1), CERTAINTY: torch.cat(self.certainties(maps), dim=1)}
+
+    def certainties(self, maps: list[Tensor]) -> list[Tensor]:
+        """η of levels 2 … L (B, r) from every level's maps, shifted as ``certainty_min`` says."""
+        return [certainty(m, self.options["certainty_min"]) for m in maps[1:]]
+
+    def embedding_options(self) -> dict[str, Any]:
+        """``certainty_min`` where it is not the formula of runs trained before the option existed."""
+        minimum = self.options["certainty_min"]
+        return {} if minimum == self.options_introduced_later["certainty_min"] else {"certainty_min": minimum}
 
     def graph(self) -> Graph:
         """W̃ (recomputed from the edge buffers), α, β and γ_p."""
@@ -282,7 +295,7 @@ class AVSL(Method):
         ``loss``, plus the mean reliability of links 2 and 3 (``reliability2``, ``reliability3``)."""
         o, labels = self.options, batch.labels
         units, maps = self.forward_levels(batch.images)
-        certainties = [certainty(m) for m in maps[1:]]
+        certainties = self.certainties(maps)
         if self.training:
             self.update_edges(maps)
         rows = Levels(tuple(_full(u) for u in units), tuple(certainties))

@@ -55,8 +55,13 @@ class BatchNormHead(nn.Module):
         return self.linear(self.norm(global_pool(feature_map, self.pooling)))
 
 
+HEAD_NORM_GROUPS = ("backbone", "head")
+"""The parameter group of the head's BatchNorm: the backbone's (the authors' code) or the head's (runs trained
+before the option existed)."""
+
 # What the values of DCML's options must satisfy beyond their types.
 _OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "head_norm_group": ((lambda v: v in HEAD_NORM_GROUPS), "one of: " + ", ".join(HEAD_NORM_GROUPS)),
     **dict.fromkeys(("environments", "channel_reduction", "env_update_every", "env_passes", "env_batch_size"),
                     ((lambda v: v >= 1), "a whole number of at least 1")),
     **dict.fromkeys(("scale", "env_lr"), ((lambda v: v > 0), "a positive number")),
@@ -83,7 +88,10 @@ class DCML(Method):
         "env_lr": 0.5,
         "env_batch_size": 64,
         "paired_halves": False,  # the authors' SOP scheme: two steps per batch, γ to the pair partner
+        "head_norm_group": "backbone",  # the group (learning rate) of the head's BatchNorm, as the authors'
     }
+    # Runs trained before the option existed trained the head's BatchNorm in the head group.
+    options_introduced_later: ClassVar[dict[str, Any]] = {"head_norm_group": "head"}
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
@@ -102,6 +110,17 @@ class DCML(Method):
         self.erm_proxies = CosFaceProxies(*cosface)
         # ω: environment logits per training image (uniform until first learned); saved with the model.
         self.register_buffer("env_logits", torch.zeros(spec.num_samples, k))
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The base groups, with the head's BatchNorm moved to the backbone's group where
+        ``head_norm_group`` says so (the authors' ``learner.py`` trains it at the backbone's learning
+        rate)."""
+        groups = super().parameter_groups()
+        if self.options["head_norm_group"] == "backbone":
+            norm = {id(p) for p in self.head.norm.parameters()}
+            groups["backbone"] += [p for p in groups["head"] if id(p) in norm]
+            groups["head"] = [p for p in groups["head"] if id(p) not in norm]
+        return groups
 
     def embed(self, images: Tensor) -> Tensor:
         feature_map = self.backbone(images)[self.backbone.final]
