@@ -11,7 +11,8 @@ block. Every Markdown file bgbias writes is made by these functions (through
   line breaks as spaces; with ``starts_block`` also what would open a block at a line's start (a heading
   ``#``, a list ``-``/``+``/``1.``).
 - :func:`code`: a code span; one holding characters a code span cannot carry safely (a backtick, ``|``,
-  ``<``, ``>``, ``&``, a line break) is written as ``<code>`` around escaped text instead.
+  a line break), or that would be markup to a renderer that does not keep code spans literal (``<``, ``>``,
+  ``&``, ``[``, ``]``), is written as ``<code>`` around escaped text instead.
 - :func:`image`: an image whose target is a relative path, percent-encoded, so no scheme (``javascript:``)
   can ever be its target.
 - :func:`table`: a table whose every cell is :func:`text`, so a name never adds a column or ends the table.
@@ -28,7 +29,7 @@ _INLINE_MARKUP = frozenset("\\`*[]|~")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BULLET_OR_HEADING = re.compile(r"^( {0,3})([#+-])(?=[ \t]|$)")
 _ORDERED_MARKER = re.compile(r"^( {0,3}\d{1,9})([.)])(?=[ \t]|$)")
-_UNSAFE_IN_CODE = re.compile(r"[`|<>&\r\n]")
+_UNSAFE_IN_CODE = re.compile(r"[`|<>&\[\]\r\n]")
 
 
 def text(value: object, *, starts_block: bool = False) -> str:
@@ -56,7 +57,8 @@ def text(value: object, *, starts_block: bool = False) -> str:
 
 def code(value: str) -> str:
     """``value`` as inline code: a plain code span where that is safe, else ``<code>`` around :func:`text`
-    (a code span shows ``<`` as it is, but a table cell still splits at its ``|``, and a backtick ends it)."""
+    (a table cell still splits at a code span's ``|``, a backtick ends it, and a renderer that is not
+    CommonMark may read ``<`` or ``](`` in it as markup)."""
     if _UNSAFE_IN_CODE.search(value) or not value.strip():
         return f"<code>{text(value)}</code>"
     return f"`{value}`"
