@@ -176,11 +176,12 @@ class TrainedOnRecord(TypedDict):
 
 
 class RunRecord(TypedDict):
-    """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`)."""
+    """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`); training writes every field, a reader
+    that needs one it lacks says so."""
 
     status: str
-    best_epoch: int
-    monitor: str
+    best_epoch: NotRequired[int]
+    monitor: NotRequired[str]
     trained_on: NotRequired[TrainedOnRecord | None]
 
 

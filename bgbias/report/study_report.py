@@ -375,7 +375,7 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
             raise RecordError(f"the run's metrics of epoch {wrong[0]} have no number for {wrong[1]}",
                               path=run.metrics_jsonl, fix=RESUME_TO_REWRITE)
         record = read_record(run)
-        if record is None:
+        if record is None or "best_epoch" not in record or "monitor" not in record:
             raise RecordError("the run's record is missing or damaged, so the epoch it selected is unknown",
                               path=run.record, fix=RESUME_TO_REWRITE)
         selected = record["best_epoch"]

@@ -88,6 +88,7 @@ WATCHED_ROWS = [{"epoch": e, "test_map_at_r": 0.5, "test_corrupted_map_at_r": 0.
 
 @pytest.mark.parametrize(("record", "rows", "message"), [
     ({"status": "finished", "best_epoch": "1", "monitor": "val_map_at_r"}, WATCHED_ROWS, "run's record"),
+    ({"status": "finished", "monitor": "val_map_at_r"}, WATCHED_ROWS, "run's record"),
     ({"status": "finished", "best_epoch": 1, "monitor": "val_map_at_r"},
      [*WATCHED_ROWS[:2], {**WATCHED_ROWS[2], "epoch": "2"}], "line 3 of the run's metrics: field epoch"),
     ({"status": "finished", "best_epoch": 1, "monitor": "val_map_at_r"},
