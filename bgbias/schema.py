@@ -49,7 +49,7 @@ def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str
 def parse_record(text: str, path: str | os.PathLike[str], shape: Any, *, what: str, fix: str) -> Any:
     """The JSON ``text`` (of the file ``path``) checked against ``shape``, as :func:`read_record` does."""
     try:
-        value = json.loads(text, object_pairs_hook=_unique_keys)
+        value = json.loads(text, object_pairs_hook=unique_keys)
     except ValueError as error:
         raise RecordError(f"{what} is not valid JSON ({error})", path=path, fix=fix) from None
     return check_record(value, shape, path=path, what=what, fix=fix)
@@ -185,7 +185,9 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` that refuses a key given twice in one object (JSON keeps the
+    last silently; a file bgbias wrote never has one)."""
     found = dict(pairs)
     if len(found) != len(pairs):
         twice = sorted({key for key, _ in pairs if sum(k == key for k, _ in pairs) > 1})
