@@ -30,8 +30,9 @@ EVAL_REPORT_FILES = ("report.json", "report.csv", "report.md", "per_query.csv", 
                      "profile.csv", "*.png")
 """What an evaluation writes into its report folder."""
 DIAL_FILES = ("dial.md", "dial.json", "dial.png")
-_TEMPORARY = ".*.tmp"
-"""What a killed atomic write leaves behind (:func:`bgbias.fileio.atomic_path`)."""
+_LITTER = (".*.tmp", ".DS_Store", "Thumbs.db", "desktop.ini")
+"""What a killed atomic write leaves behind (:func:`bgbias.fileio.atomic_path`), and what file browsers
+drop into a folder they show."""
 
 
 def write_report_folder(
@@ -67,7 +68,7 @@ def _check_replaceable(out: Path, owns: Sequence[str]) -> None:
         return
     foreign = sorted(entry.name for entry in os.scandir(out)
                      if entry.is_dir(follow_symlinks=False) or not any(
-                         fnmatch.fnmatchcase(entry.name, pattern) for pattern in (*owns, _TEMPORARY)))
+                         fnmatch.fnmatchcase(entry.name, pattern) for pattern in (*owns, *_LITTER)))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise OptionError(

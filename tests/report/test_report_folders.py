@@ -5,7 +5,9 @@ recorded; a report folder is replaced all at once or not at all."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,34 @@ def test_a_report_never_replaces_a_folder_holding_other_files(hostile, tmp_path)
     result = CliRunner().invoke(main, ["report", "--out", str(mine), str(hostile["vanilla"])])
     assert result.exit_code == 2 and "notes.txt" in result.output
     assert [path.name for path in mine.iterdir()] == ["notes.txt"]
+
+
+def test_a_report_folder_is_swapped_in_whole_with_the_users_umask(tmp_path):
+    from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
+
+    def write(names):
+        def files(stage):
+            for name in names:
+                (stage / name).write_text(name)
+            return {name: stage / name for name in names}
+        return files
+
+    out = tmp_path / "report"
+    write_report_folder(out, write(["table.md", "profile.csv"]), RUNS_REPORT_FILES)
+    (out / ".DS_Store").write_text("a file browser's")
+    previous = os.umask(0o022)
+    try:
+        files = write_report_folder(out, write(["table.md"]), RUNS_REPORT_FILES)
+    finally:
+        os.umask(previous)
+    assert files == {"table.md": out / "table.md"} and sorted(p.name for p in out.iterdir()) == ["table.md"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+    def fail(stage):
+        (stage / "table.md").write_text("half")
+        raise RuntimeError("a figure cannot be drawn")
+
+    with pytest.raises(RuntimeError):
+        write_report_folder(out, fail, RUNS_REPORT_FILES)
+    assert (out / "table.md").read_text() == "table.md"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
