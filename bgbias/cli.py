@@ -629,7 +629,8 @@ def explain(load_model, dataset_name: str | None, root: Path | None, split: str,
 @click.argument("run_dirs", nargs=-1, type=_PATH_DIR, metavar="RUN...")
 @click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
 @click.option("--out", type=_PATH_DIR, default=None,
-              help="Folder for table.md/.csv/.json and runs.png (default <runs>/report).")
+              help="Folder for table.md/.csv/.json and runs.png (default <runs>/report), replaced whole once "
+                   "the report is written: a folder of its own.")
 @click.option("--runs", type=_PATH_DIR, default=None,
               help="Without RUN arguments, every evaluated run in this folder and every external model in "
                    "its external/ (default ./runs).")
