@@ -132,6 +132,7 @@ def evaluate_embeddings(
     Numpy arrays or torch tensors alike."""
     from bgbias.report.evaluate import EvaluationResult
     from bgbias.report.evaluation import summarize_evaluation, write_evaluation_report
+    from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.retrieval.metrics import score_embeddings
 
     labels = _array(labels)
@@ -140,8 +141,9 @@ def evaluate_embeddings(
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
     meta = {"method": "embeddings", "bgaugment": None, "dataset": "?", "split": "?", **(about or {})}
     report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
-    files = {} if out is None else write_evaluation_report(
-        report, out, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids)
+    files = {} if out is None else write_report_folder(out, lambda stage: write_evaluation_report(
+        report, stage, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids),
+        EVAL_REPORT_FILES)
     return EvaluationResult(_path(out), report, files, clean_scores, corrupted_scores, 0)
 
 

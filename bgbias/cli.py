@@ -629,7 +629,8 @@ def explain(load_model, dataset_name: str | None, root: Path | None, split: str,
 @click.argument("run_dirs", nargs=-1, type=_PATH_DIR, metavar="RUN...")
 @click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
 @click.option("--out", type=_PATH_DIR, default=None,
-              help="Folder for table.md/.csv/.json and runs.png (default <runs>/report).")
+              help="Folder for table.md/.csv/.json and runs.png (default <runs>/report), replaced whole once "
+                   "the report is written: a folder of its own.")
 @click.option("--runs", type=_PATH_DIR, default=None,
               help="Without RUN arguments, every evaluated run in this folder and every external model in "
                    "its external/ (default ./runs).")
@@ -647,9 +648,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
     be the folder of a model scored with `bgbias eval --model` (one row of its own)."""
     from bgbias.engine.model_folders import evaluated_folders
     from bgbias.paths import runs_root
-    from bgbias.report.compare import compare_runs
-    from bgbias.report.evaluation import markdown_table
-    from bgbias.report.runs_table import collect_runs, profile_table, table_one, write_runs_report
+    from bgbias.report.markdown import table as markdown_table
+    from bgbias.report.runs_table import profile_table, report_runs, table_one
 
     runs = runs if runs is not None else runs_root()
     if not run_dirs:
@@ -666,15 +666,13 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
         click.echo(files["study_md"].read_text(encoding="utf-8"))
         click.echo(f"report: {files['study_html']} (one page, pictures included) and {files['study_md']}")
         return
-    reports, foreground = collect_runs(run_dirs, split)
-    files = write_runs_report(reports, foreground, out)
-    galleries = compare_runs(run_dirs, split, out, attribution_label)
-    click.echo(markdown_table(*table_one(reports, foreground)))
-    profile = profile_table(reports)
+    written = report_runs(run_dirs, out, split, attribution_label)
+    click.echo(markdown_table(*table_one(written.reports, written.foreground)))
+    profile = profile_table(written.reports)
     if profile[1]:
         click.echo(f"\nbackground-reliance profile (MAP@R, %):\n{markdown_table(*profile)}")
-    click.echo(f"\ntable: {files['table_md']}; plot: {files['runs_png']}")
-    for gallery in galleries:
+    click.echo(f"\ntable: {written.files['table_md']}; plot: {written.files['runs_png']}")
+    for gallery in written.galleries:
         click.echo(f"attribution maps side by side: {gallery}")
 
 

@@ -75,6 +75,11 @@ class ModelError(BgbiasError):
     cannot be imported or returns no module, an output that is not one embedding per image."""
 
 
+class RecordError(BgbiasError):
+    """A file bgbias wrote and reads back (a report, a run's record, an explanation's summary) is missing,
+    damaged, or holds a field of another type than bgbias writes (:mod:`bgbias.schema`)."""
+
+
 class OutputError(BgbiasError):
     """A file or folder cannot be written: a read-only or full disk, no permission, a file where a folder is
     needed."""

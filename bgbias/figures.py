@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 DPI = 100
 
 
+def one_line(text: str) -> str:
+    """``text`` as a caption drawn on a picture: a line break or other control character (in an image's or a
+    class folder's name) is shown as its escape (``\\n``), so a caption never spills over the picture below it
+    nor stops PIL from measuring it."""
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+                   for char in text)
+
+
 def new_figure(width: float, height: float) -> Figure:
     """An empty figure of ``width`` × ``height`` inches with a constrained layout."""
     from matplotlib.figure import Figure

@@ -108,11 +108,13 @@ def exclusive_lock(
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` as a whole."""
+    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` as a whole. The folder
+    gets the mode a new folder gets under the user's umask (``mkdtemp`` makes it private)."""
     path = Path(path)
     make_dirs(path.parent)
     with reporting_write_errors(path):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
         if path.exists():
@@ -125,6 +127,13 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def sweep_stale_temps(paths: Iterable[Path], older_than: float = 0.0) -> int:

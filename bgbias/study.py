@@ -300,15 +300,25 @@ def report_study(
     """Step 7, also ``bgbias report --study``: Table 1 of the first training seed's runs (``table.md``,
     ``runs.png``, the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page
     (``study.md``, ``study.html``) with the figures of the first method's pair, the ``dials`` given and the
-    runs that ``failures`` names; the files by name."""
+    runs that ``failures`` names; the files by name. They replace ``out_dir`` all at once or not at all
+    (:mod:`bgbias.report.folder`): a failure leaves an older report as it was."""
+    from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
+    from bgbias.report.study_report import collect_study_runs
+
+    results = collect_study_runs(run_dirs, split)
+    return write_report_folder(
+        out_dir, lambda stage: _write_study(results, stage, title, split, dials, failures or {}),
+        RUNS_REPORT_FILES)
+
+
+def _write_study(results: Sequence[Any], out: Path, title: str, split: str, dials: Sequence[Path],
+                 failures: Mapping[str, str]) -> dict[str, Path]:
     from bgbias.report.compare import compare_runs
     from bgbias.report.document import Figure
     from bgbias.report.runs_table import write_runs_report
     from bgbias.report.seeds import write_seeds_report
-    from bgbias.report.study_report import collect_study_runs, first_seed, write_study_report
+    from bgbias.report.study_report import first_seed, write_study_report
 
-    out = Path(out_dir)
-    results = collect_study_runs(run_dirs, split)
     seed, first = first_seed(results)
     foreground = {key: summary for result in first for key, summary in result.foreground.items()}
     files = write_runs_report([result.report for result in first], foreground, out)
@@ -331,7 +341,7 @@ def report_study(
                     for path in sorted(run_dir.glob(f"eval/*-{split}/retrieval-gallery.png"))]
     figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]
     files.update(write_study_report(results, out, title=title, reference=PAPER_BASELINES, figures=figures,
-                                    failures=failures or {}))
+                                    failures=failures))
     return {**files, **{f"foreground_gallery_{number}": path for number, path in enumerate(galleries)}}
 
 
@@ -409,14 +419,16 @@ def record_failures(path: Path, planned: Sequence[str], failures: Mapping[str, s
     """Update :data:`FAILURES` (atomically) for the ``planned`` runs: their entries replaced by this pass's
     ``failures``, other plans' entries kept (the dial's point at ρ 0.9 shares the full preset's folder); the
     file is removed when nothing is left in it."""
+    from bgbias.errors import RecordError
     from bgbias.fileio import write_json_atomic
+    from bgbias.schema import read_record
 
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none yet, or damaged: this pass's runs are what it can vouch for
+        recorded = read_record(path, dict[str, dict[str, str]], what="the study's failures",
+                               fix="the next bgbias study writes it again")
+    except RecordError:  # none yet, or damaged: this pass's runs are what it can vouch for
         recorded = {}
-    kept = {name: entry for name, entry in (recorded if isinstance(recorded, dict) else {}).items()
-            if name not in planned}
+    kept = {name: entry for name, entry in recorded.items() if name not in planned}
     kept.update({name: {"error": error, "traceback": tracebacks.get(name, "")}
                  for name, error in failures.items()})
     if kept:

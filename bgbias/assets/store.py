@@ -13,19 +13,20 @@ Layout::
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from bgbias import __version__
 from bgbias.assets.catalog import CATALOG, AssetSpec, FileMember, TreeMember
 from bgbias.assets.digest import select_tree_files, sha256_file, tree_digest
-from bgbias.errors import AssetError, OptionError
+from bgbias.errors import AssetError, OptionError, RecordError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import bgbias_home
+from bgbias.schema import read_record as read_json_record
 
 Catalog = Mapping[str, AssetSpec]
 
@@ -105,10 +106,19 @@ def write_record(spec: AssetSpec, home: Path, obtained_from: str) -> None:
     )
 
 
-def read_record(name: str, home: Path) -> dict | None:
+class InstallRecord(TypedDict):
+    """An asset's install record as ``bgbias assets`` shows it (:mod:`bgbias.schema`)."""
+
+    installed_at: NotRequired[str]
+
+
+def read_record(name: str, home: Path) -> InstallRecord | None:
+    """The asset's install record, or None where it is missing or damaged (the asset's files are checked on
+    their own; the record only says when they came)."""
     try:
-        return json.loads(record_path(name, home).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json_record(record_path(name, home), InstallRecord, what="the asset's install record",
+                                fix=f"run `bgbias assets fetch {name} --force`")
+    except RecordError:
         return None
 
 

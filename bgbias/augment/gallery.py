@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from bgbias.figures import one_line
 from bgbias.fileio import write_bytes_atomic
 
 COLUMNS = ("image", "mask", "corrupted")
@@ -93,6 +94,7 @@ def evenly_spread(count: int, wanted: int) -> list[int]:
 
 def _fit(text: str, width: int, char_px: int = 6) -> str:
     """Shorten a caption from the left so it fits ``width`` pixels of the default font (ASCII only: the
-    default font has no arrows or ellipses)."""
+    default font has no arrows or ellipses), line breaks shown as their escapes."""
+    text = one_line(text)
     room = max(4, width // char_px)
     return text if len(text) <= room else "..." + text[-(room - 3):]

@@ -16,6 +16,7 @@ from typing import Any
 
 from bgbias.assets.digest import is_sha256
 from bgbias.errors import AssetError
+from bgbias.schema import unique_keys
 
 DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
 
@@ -30,17 +31,10 @@ def read_json(path: Path) -> tuple[Any, str]:
     except OSError as exc:
         raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=DAMAGED) from exc
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=DAMAGED) from exc
     return data, hashlib.sha256(raw).hexdigest()
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        raise ValueError(f"a key is given twice in one object: {sorted(k for k, _ in pairs)}")
-    return found
 
 
 def check_keys(raw: Any, keys: Sequence[str], where: str, path: Path) -> dict[str, Any]:

@@ -18,13 +18,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import ModelError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
+from bgbias.schema import read_record
 
 if TYPE_CHECKING:
     import torch
@@ -209,10 +210,23 @@ def claim_home(model: ExternalModel) -> None:
     write_json_atomic(path, record)
 
 
+class ModelRecord(TypedDict):
+    """``model.json`` as bgbias reads it back (:mod:`bgbias.schema`): the description of :meth:`describe`
+    rides along."""
+
+    format: Literal["bgbias-external-model"]
+    version: int
+    label: str
+    fingerprint: str
+    kind: str
+    spec: str
+
+
 def read_model_record(path: Path) -> dict[str, Any]:
-    """An external model's ``model.json``, or an empty dict where it is unreadable or not one."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    """An external model's ``model.json``, or an empty dict where there is none; one that is damaged or not
+    a model's record is a ``RecordError`` naming it."""
+    if not path.is_file():
         return {}
-    return record if isinstance(record, dict) and record.get("format") == RECORD_FORMAT else {}
+    return read_record(path, ModelRecord, what="the external model's record",
+                       fix="score the model again into a new folder (`bgbias eval --model SPEC --out DIR`); "
+                           "model.json is never edited by hand")

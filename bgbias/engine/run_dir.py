@@ -28,11 +28,13 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from bgbias.errors import OptionError
+from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import make_dirs, reporting_write_errors, write_json_atomic, write_text_atomic
 from bgbias.paths import runs_root
+from bgbias.schema import parse_record
+from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
 
@@ -160,39 +162,63 @@ def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
     write_text_atomic(run.metrics_csv, buffer.getvalue())
 
 
+class MetricsRow(TypedDict):
+    """A line of ``metrics.jsonl``: its epoch, then the epoch's numbers (NaN where a loss diverged)."""
+
+    epoch: int
+
+
+class TrainedOnRecord(TypedDict):
+    name: str
+    root: str
+    identity: str
+    images: int
+
+
+class RunRecord(TypedDict):
+    """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`); training writes every field, a reader
+    that needs one it lacks says so."""
+
+    status: str
+    best_epoch: NotRequired[int]
+    monitor: NotRequired[str]
+    trained_on: NotRequired[TrainedOnRecord | None]
+
+
+RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it again"
+
+
 def read_metrics(run: RunDir) -> list[dict[str, Any]]:
-    """Every epoch's metrics row as :func:`write_metrics` wrote them (``metrics.jsonl``); an ``OptionError``
+    """Every epoch's metrics row as :func:`write_metrics` wrote them (``metrics.jsonl``); a ``RecordError``
     naming the file when it is missing or damaged."""
     try:
         lines = run.metrics_jsonl.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line]
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise OptionError(f"the run's metrics cannot be read ({error})", path=run.metrics_jsonl,
-                          fix="resume the run (bgbias train --resume RUN) to write them again") from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordError(f"the run's metrics cannot be read ({error})", path=run.metrics_jsonl,
+                          fix=RESUME_TO_REWRITE) from error
+    return [parse_record(line, run.metrics_jsonl, MetricsRow, what=f"line {number} of the run's metrics",
+                         fix=RESUME_TO_REWRITE)
+            for number, line in enumerate(lines, 1) if line]
 
 
 def write_record(run: RunDir, record: dict[str, Any]) -> None:
     write_json_atomic(run.record, record)
 
 
-def read_record(run: RunDir) -> dict[str, Any] | None:
+def read_record(run: RunDir) -> RunRecord | None:
     """``run.json`` as written by training, or None when it is missing or damaged (a run killed while it was
-    first written, or a file edited by hand): callers then treat the run as unfinished, and resuming it
-    writes the record again."""
+    first written, or a file edited by hand, a field of another type included: :class:`RunRecord`): callers
+    then treat the run as unfinished, and resuming it writes the record again."""
     try:
-        record = json.loads(run.record.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return read_json_record(run.record, RunRecord, what="the run's record", fix=RESUME_TO_REWRITE)
+    except RecordError:
         return None
-    return record if isinstance(record, dict) else None
 
 
-def read_trained_on(run: RunDir) -> dict[str, Any] | None:
+def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
     """The dataset a run trained on as its record names it (``name``, ``root``, ``identity``, ``images``), or
     None for a run whose record has none (made before runs recorded it, or damaged)."""
-    trained_on = (read_record(run) or {}).get("trained_on")
-    if not isinstance(trained_on, dict) or not isinstance(trained_on.get("identity"), str):
-        return None
-    return trained_on
+    return (read_record(run) or {}).get("trained_on")
 
 class RunLog:
     """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from bgbias.figures import one_line
 from bgbias.fileio import write_bytes_atomic
 
 _RAMP_STOPS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
@@ -118,7 +119,8 @@ def attribution_gallery(
 def _shorten(text: str, width: int) -> str:
     """Cut the middle out of ``text`` so it fits ``width`` pixels of PIL's default font, keeping both ends
     (an id's folder and file name, a caption's first and last scores). ASCII "..." only: the default font
-    has no ellipsis."""
+    has no ellipsis. Line breaks are shown as their escapes (:func:`~bgbias.figures.one_line`)."""
+    text = one_line(text)
     room = max(5, width // _CHAR_PX)
     if len(text) <= room:
         return text

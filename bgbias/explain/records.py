@@ -16,14 +16,44 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
+from bgbias.errors import RecordError
 from bgbias.ledger import Ledger, differing_keys
+from bgbias.schema import check_record, field_problem
 
 RECORDS_NAME = "records.jsonl"
+EXPLAIN_AGAIN = "explain the model again (`bgbias explain ... --force` starts its explanation over)"
+"""The fix of an explanation's file that cannot be read back."""
 GROUND_TRUTH, SALIENCY = "ground_truth", "saliency"
 MASK_SOURCES = (GROUND_TRUTH, SALIENCY)
 """Where an image's mask comes from: the dataset's own mask, or the U²-Net saliency mask."""
+
+
+class ScoreLine(TypedDict):
+    """A ledger line as :meth:`ImageScore.to_json` writes it (``None``: undefined)."""
+
+    id: str
+    label: int
+    mask_source: Literal["ground_truth", "saliency"]
+    foreground_fraction: float | None
+    attribution_on_foreground: float | None
+    score: float | None
+    reference: NotRequired[str]
+    reference_label: NotRequired[int]
+
+
+class ExplainSettings(TypedDict):
+    """The ledger header's settings as a reader of finished results needs them: where the saliency masks
+    the scores were made against lie (``None``: every image had its ground-truth mask)."""
+
+    dataset: str
+    attribution: str
+    masks_dir: str | None
+
+
+class SettingsHeader(TypedDict):
+    settings: ExplainSettings
 
 
 @dataclass(frozen=True)
@@ -54,17 +84,20 @@ class ImageScore:
         return line
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ImageScore:
-        reference = data.get("reference")
+    def from_json(cls, data: Any) -> ImageScore | None:
+        """The score a ledger line holds, or ``None`` for a line that is not one (:class:`ScoreLine`): such a
+        line is skipped like a torn one, and its image scored again."""
+        if field_problem(data, ScoreLine) is not None or ("reference" in data) != ("reference_label" in data):
+            return None
         return cls(
-            id=str(data["id"]),
-            label=int(data["label"]),
-            mask_source=str(data["mask_source"]),
+            id=data["id"],
+            label=data["label"],
+            mask_source=data["mask_source"],
             foreground_fraction=_float(data["foreground_fraction"]),
             attribution_on_foreground=_float(data["attribution_on_foreground"]),
             score=_float(data["score"]),
-            reference=None if reference is None else str(reference),
-            reference_label=None if reference is None else int(data["reference_label"]),
+            reference=data.get("reference"),
+            reference_label=data.get("reference_label"),
         )
 
 
@@ -95,6 +128,19 @@ def claim_out_dir(out_dir: Path, settings: Mapping[str, Any], force: bool) -> di
         fix="pass another output folder, or --force (force=True) to discard them and start over",
         foreign_fix="pass a new or empty output folder, or --force (force=True) to write into this one",
     )
+
+
+def read_results(out_dir: Path) -> tuple[ExplainSettings, dict[str, ImageScore]]:
+    """The settings and scores (by image id) of a finished explanation in ``out_dir``; a ledger that is
+    missing or whose header is not one is a ``RecordError``."""
+    path = Path(out_dir) / RECORDS_NAME
+    read = SCORE_LEDGER.read(path)
+    if read is None:
+        raise RecordError("the explanation's ledger is missing or its header is damaged", path=path,
+                          fix=EXPLAIN_AGAIN)
+    header, scores = read
+    check_record(header, SettingsHeader, path=path, what="the explanation's ledger header", fix=EXPLAIN_AGAIN)
+    return header["settings"], scores
 
 
 def write_ledger(path: Path, settings: Mapping[str, Any], scores: Sequence[ImageScore]) -> None:

@@ -6,7 +6,7 @@ The output folder holds::
 
     records.jsonl   the ledger: settings, then one line per image (resume reads it)
     scores.csv      id, label, mask_source, foreground_fraction, attribution_on_foreground, score
-    summary.json    settings, counts, mean / std / median of the defined scores
+    summary.json    settings (the dataset's folder too), counts, mean / std / median of the defined scores
     gallery.png     image | mask | overlay rows for images spread evenly over the items
     maps/           the gallery images' maps as 8-bit PNGs, mirroring the image paths
 
@@ -26,14 +26,13 @@ import csv
 import hashlib
 import io
 import itertools
-import json
 import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 from PIL import Image
@@ -50,6 +49,7 @@ from bgbias.errors import DatasetError, ImageError, OptionError
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 from bgbias.explain.heatmap import attribution_gallery, overlay
 from bgbias.explain.records import (
+    EXPLAIN_AGAIN,
     GROUND_TRUTH,
     MASK_SOURCES,
     RECORDS_NAME,
@@ -70,6 +70,7 @@ from bgbias.methods.attribution import (
     check_supported,
     needs_references,
 )
+from bgbias.schema import read_record
 
 if TYPE_CHECKING:
     import torch
@@ -86,6 +87,19 @@ CSV_COLUMNS = ("id", "label", "mask_source", "foreground_fraction", "attribution
 REFERENCE_COLUMNS = ("reference", "reference_label")
 """The columns ``scores.csv`` adds for an attribution with reference images."""
 SETTINGS_FORMAT = 1
+
+
+class ExplainSummary(TypedDict):
+    """``summary.json`` as tables and galleries read it back (:mod:`bgbias.schema`)."""
+
+    dataset: str
+    dataset_root: NotRequired[str]
+    attribution: str
+    geometry: dict[str, int]
+    images: int
+    scored: int
+    mean: float | None
+    std: float | None
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,7 @@ def explain_items(
     progress: bool = False,
     force: bool = False,
     reference_items: Sequence[Item] | None = None,
+    dataset_root: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> ExplainResult:
     """Attribution maps and foreground scores of ``items`` with ``model`` (already on ``device``).
@@ -132,7 +147,8 @@ def explain_items(
     support ``model``, and missing masks, fail before any work. ``gallery_count = 0`` writes no gallery.
     For an attribution that ``needs_references``, ``reference_items`` (default: ``items``; it must hold them)
     are the images each item's reference is picked from; their state comes from the model's evaluation
-    cache where it fits (``log`` says whether it did).
+    cache where it fits (``log`` says whether it did). ``dataset_root``, the dataset's folder, goes into
+    ``summary.json``, so that a gallery made later (``bgbias report``) opens the images that were explained.
     """
     import torch
     from tqdm import tqdm
@@ -195,6 +211,8 @@ def explain_items(
     write_ledger(out_dir / RECORDS_NAME, settings, scores)
     write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
     summary = run_summary(settings, scores)
+    if dataset_root is not None:
+        summary["dataset_root"] = os.fspath(Path(dataset_root).resolve())
     write_json_atomic(out_dir / SUMMARY_JSON, summary)
     gallery = _write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
     return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
@@ -505,7 +523,7 @@ def explain(
         dataset_name=dataset.name, out_dir=explain_dir(model.home, dataset.key, request.split, label),
         attribution=attribution, options=options, device=model.device, seed=request.attribution_seed,
         batch_size=batch_size, gallery_count=request.gallery_count, progress=request.progress,
-        force=request.force, reference_items=split, log=log,
+        force=request.force, reference_items=split, dataset_root=dataset.root, log=log,
     )
     summary = result.summary
     if summary["mean"] is not None:
@@ -530,16 +548,22 @@ class ExplainedSet:
     summary: dict[str, Any]
 
 
+def read_summary(out_dir: str | os.PathLike[str]) -> ExplainSummary:
+    """The ``summary.json`` of the explanation in ``out_dir``; a missing or damaged one is a
+    ``RecordError``."""
+    return read_record(Path(out_dir) / SUMMARY_JSON, ExplainSummary, what="the explanation's summary",
+                       fix=EXPLAIN_AGAIN)
+
+
 def explained_sets(run_root: str | os.PathLike[str], split: str) -> list[ExplainedSet]:
     """The finished explanations (those with a ``summary.json``) of ``split`` in a run folder, sorted by
     folder name. A folder's name is cut where its summary's attribution name follows ``-<split>-``, so
-    reading it needs no registered attribution; other folders are ignored."""
+    reading it needs no registered attribution; other folders are ignored, a damaged summary is a
+    ``RecordError`` naming it."""
     found = []
     for summary_path in sorted(Path(run_root).glob(f"{EXPLAIN_FOLDER}/*/{SUMMARY_JSON}")):
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        name = summary.get("attribution") if isinstance(summary, dict) else None
-        if not isinstance(name, str):
-            continue
+        summary = read_summary(summary_path.parent)
+        name = summary["attribution"]
         key, found_at, options = summary_path.parent.name.rpartition(f"-{split}-{name}")
         if found_at and key and (not options or options.startswith("-")):
             found.append(ExplainedSet(key, name + options, summary_path.parent, summary))

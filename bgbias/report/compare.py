@@ -8,12 +8,11 @@ the end of the explain folder's name) across runs: by default SmoothGrad at its 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from bgbias.errors import OptionError
+from bgbias.errors import DatasetError, ImageError, OptionError, RecordError
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 
 
@@ -28,8 +27,10 @@ def compare_attributions(
     """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
 
     ``dataset_key``/``split``/``label`` name the explained set
-    (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options); the
-    dataset is opened as the first run was trained on it (its ``config.json``), else at its default folder.
+    (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options). The
+    images and masks are the ones the first run's explanation recorded: the dataset's folder its summary
+    names (an explanation made before summaries named it: the folder the first run was trained on, else the
+    dataset's default folder) and the saliency masks its ledger names (``bgbias explain --masks DIR``).
     """
     from bgbias.augment.gallery import evenly_spread
     from bgbias.data.items import default_masks_dir
@@ -38,36 +39,43 @@ def compare_attributions(
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.model_folders import open_model_folder
     from bgbias.explain.heatmap import attribution_gallery
-    from bgbias.explain.records import RECORDS_NAME, SCORE_LEDGER
+    from bgbias.explain.records import EXPLAIN_AGAIN, read_results
     from bgbias.explain.run import (
         SCORES_CSV,
-        SUMMARY_JSON,
         explain_dir,
         load_example,
         load_map,
         map_path,
         mask_files,
+        read_summary,
         score_text,
     )
     from bgbias.report.evaluation import run_label
 
     runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
-    missing = [folder for folder in folders if not (folder / SCORES_CSV).is_file()]
+    missing = [(run, folder) for run, folder in zip(runs, folders, strict=True)
+               if not (folder / SCORES_CSV).is_file()]
     if missing:
         with_what = "" if label == DEFAULT_ATTRIBUTION else f" by {label}"
-        how = "" if label == DEFAULT_ATTRIBUTION else f" with the attribution and options labelled {label}"
+        how = "" if label == DEFAULT_ATTRIBUTION else f" (with the attribution and options labelled {label})"
+        run, folder = missing[0]
         raise OptionError(f"the run has no explanation of the {dataset_key} {split} split{with_what}",
-                          path=missing[0],
-                          fix=f"run: bgbias explain --checkpoint {missing[0].parents[1]}{how}")
-    dataset_name = json.loads((folders[0] / SUMMARY_JSON).read_text(encoding="utf-8"))["dataset"]
-    # External models record no training dataset: the first run's, else the dataset's default folder.
+                          path=folder, fix=f"run: {run.explain_command()}{how}")
+    summary = read_summary(folders[0])
+    results = [read_results(folder) for folder in folders]
+    settings, scores = results[0][0], [by_id for _, by_id in results]
+    # Explanations made before summaries named the dataset's folder: the first run's, else the default one.
     first = next((run.trained_on for run in runs if run.trained_on is not None), None)
-    if first is None:
-        dataset, protocol, fold = open_dataset(dataset_name), "fixed", 0
-    else:
-        dataset = open_dataset(dataset_name, first.root if first.dataset == dataset_name else None)
-        protocol, fold = first.protocol, first.fold
+    protocol, fold = (first.protocol, first.fold) if first is not None else ("fixed", 0)
+    root = summary.get("dataset_root") or (
+        first.root if first is not None and first.dataset == summary["dataset"] else None)
+    try:
+        dataset = open_dataset(summary["dataset"], root)
+    except DatasetError as error:
+        raise DatasetError(error.problem, path=error.path,
+                           fix=f"the explanation in {folders[0]} was made of this dataset: put it back "
+                               f"there, or {EXPLAIN_AGAIN}") from None
     items = split_items(dataset, split, protocol, fold)
     shared = [item for item in items if all(map_path(item, folder).is_file() for folder in folders)]
     if not shared:
@@ -75,11 +83,24 @@ def compare_attributions(
                           fix="explain every run with the same --limit and --gallery settings")
     picked = [shared[i] for i in evenly_spread(len(shared), count)]
     labels = [run_label(run.method, bool(run.bgaugment)) for run in runs]
-    scores = [SCORE_LEDGER.read(folder / RECORDS_NAME)[1] for folder in folders]
+    lacking = [(folder, item) for folder, by_id in zip(folders, scores, strict=True) for item in picked
+               if item.id not in by_id]
+    if lacking:
+        folder, item = lacking[0]
+        raise RecordError(f"the explanation's ledger has no score of the gallery image {item.id}",
+                          path=folder, fix=EXPLAIN_AGAIN)
+    masks_dir = Path(settings["masks_dir"]) if settings["masks_dir"] else default_masks_dir(dataset)
+    try:
+        mask_list = mask_files(picked, masks_dir, dataset.name)
+    except (ImageError, DatasetError) as error:
+        again = runs[0].explain_command(" --masks DIR --force")
+        fix = (f"the explanation was scored against the masks in {masks_dir}: put them back there, or "
+               f"explain the model again with the masks it should use: {again}")
+        raise type(error)(error.problem, path=error.path, fix=fix) from None
     geometry = eval_geometry(dataset.name)
     images, masks, maps = [], [], {label: [] for label in labels}
     captions = []
-    for item, mask in zip(picked, mask_files(picked, default_masks_dir(dataset), dataset.name), strict=True):
+    for item, mask in zip(picked, mask_list, strict=True):
         image, soft_mask = load_example(item, mask, geometry, dataset.name)
         images.append(image)
         masks.append(soft_mask)

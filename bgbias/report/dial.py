@@ -18,7 +18,9 @@ from typing import Any
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.fileio import write_json_atomic, write_text_atomic
-from bgbias.report.evaluation import markdown_table, run_label
+from bgbias.report.document import Heading, Paragraph, Table, to_markdown
+from bgbias.report.evaluation import run_label
+from bgbias.report.folder import DIAL_FILES, write_report_folder
 from bgbias.report.seeds import Spread, clean_map, corrupted_map, drop_cell, over_seeds, relative_drop
 
 MASK_LABELS = {"ground-truth": "exact masks", "u2netp": "U²-Net masks"}
@@ -87,18 +89,23 @@ def write_dial_report(
     points: Sequence[DialPoint], out_dir: str | os.PathLike[str], method: str
 ) -> dict[str, Path]:
     """``dial.md`` (the table and how to read it), ``dial.json`` (the same cells and every run) and
-    ``dial.png`` in ``out_dir``."""
-    out = Path(out_dir)
+    ``dial.png`` in ``out_dir``, which they replace all at once or not at all
+    (:mod:`bgbias.report.folder`)."""
+    return write_report_folder(out_dir, lambda stage: _write_dial(points, stage, method), DIAL_FILES)
+
+
+def _write_dial(points: Sequence[DialPoint], out: Path, method: str) -> dict[str, Path]:
     headers, rows = dial_table(points, method)
     paths = {"dial_md": out / "dial.md", "dial_json": out / "dial.json", "dial_png": out / "dial.png"}
     plot_dial(points, paths["dial_png"], method)
-    text = "\n\n".join([
-        f"## The bias dial: {method}, clean vs corrupted MAP@R against ρ", markdown_table(headers, rows),
-        "ρ is the share of a class's views that show the class's home background. Scores are mean ± std "
-        "over training seeds (one seed: the value alone); a run's corrupted score is itself the mean over "
-        "its corrupted repeats. Exact masks: the bench's alpha masks for BGAugment and the corrupted sets; "
-        "U²-Net masks: u2netp's, as on a real dataset.",
-    ]) + "\n"
+    text = to_markdown([
+        Heading(f"The bias dial: {method}, clean vs corrupted MAP@R against ρ"),
+        Table(tuple(headers), tuple(map(tuple, rows))),
+        Paragraph("ρ is the share of a class's views that show the class's home background. Scores are "
+                  "mean ± std over training seeds (one seed: the value alone); a run's corrupted score is "
+                  "itself the mean over its corrupted repeats. Exact masks: the bench's alpha masks for "
+                  "BGAugment and the corrupted sets; U²-Net masks: u2netp's, as on a real dataset."),
+    ], out)
     write_text_atomic(paths["dial_md"], text)
     write_json_atomic(paths["dial_json"], {
         "method": method, "columns": headers, "rows": rows,

@@ -6,9 +6,11 @@ beside the file can be reached. So the page carries everything itself: its style
 ``data:`` URIs, and no link to any other resource. Both renderings come from the same blocks, so they cannot
 disagree, and the same blocks give the same bytes.
 
-Text is plain except for two inline markups, ``**bold**`` and `` `code` ``, which both renderings show: the
-HTML page escapes the text first and only then turns the markup into tags, so a ``<script>`` in a class name
-stays text.
+Text is always text: a ``str`` is shown as its characters in both renderings, whatever it holds (a
+``<script>`` in a class folder's name, ``**`` or ``|`` in a run folder's), and the only markup is typed, a
+:class:`Code` or :class:`Strong` span that the report's own code puts around a string. So a writer cannot
+forget to escape what it shows, and a name cannot become markup in one rendering and not in the other
+(:mod:`bgbias.report.markdown` writes the Markdown, :func:`html.escape` the HTML).
 """
 
 from __future__ import annotations
@@ -17,18 +19,16 @@ import base64
 import html
 import os
 import re
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import write_text_atomic
-from bgbias.report.evaluation import markdown_table
+from bgbias.report import markdown
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEADING_LEVELS = range(1, 5)
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*")
 _STYLE = """\
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
   line-height: 1.5; color: #1f2328; max-width: 1100px; margin: 0 auto; padding: 1rem 1.5rem; }
@@ -52,6 +52,25 @@ figcaption { font-style: italic; color: #57606a; }
 
 
 @dataclass(frozen=True)
+class Code:
+    """A string shown as code (a command, a folder, a run's name): as it is, in a fixed-width font."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Strong:
+    """A string shown in bold (a question the next words answer)."""
+
+    text: str
+
+
+Span = str | Code | Strong
+Text = str | tuple[Span, ...]
+"""Running text: a plain string, or spans in a row (``("the run ", Code(folder), " failed")``)."""
+
+
+@dataclass(frozen=True)
 class Heading:
     """A section title; level 1 is the page's own rank, level-2 headings make the HTML table of contents."""
 
@@ -66,22 +85,27 @@ class Heading:
 
 @dataclass(frozen=True)
 class Paragraph:
-    """Running text; ``**bold**`` and `` `code` `` are its only markup."""
+    """Running text."""
 
-    text: str
+    text: Text
 
 
 @dataclass(frozen=True)
 class Bullets:
-    """An unordered list; each item takes the same inline markup as a paragraph."""
+    """An unordered list; an item that is itself ``Bullets`` is a list nested under the item before it."""
 
-    items: tuple[str, ...]
+    items: tuple[Text | Bullets, ...]
+
+    def __post_init__(self) -> None:
+        if self.items and isinstance(self.items[0], Bullets):
+            raise OptionError("a nested list comes first in its list, under no item",
+                              fix="put the nested list after the item it belongs to")
 
 
 @dataclass(frozen=True)
 class Table:
     """Rows under headers; every column but the first holds numbers and is right-aligned, as in
-    :func:`~bgbias.report.evaluation.markdown_table`."""
+    :func:`~bgbias.report.markdown.table`."""
 
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -151,20 +175,41 @@ def write_document(blocks: Sequence[Block], out_dir: Path, name: str, title: str
 def _markdown_block(block: Block, folder: Path) -> str:
     match block:
         case Heading(text, level):
-            return f"{'#' * level} {text}"
+            return markdown.heading(text, level)
         case Paragraph(text):
-            return text
-        case Bullets(items):
-            return "\n".join(f"- {item}" for item in items)
+            return _inline_markdown(text, starts_block=True)
+        case Bullets():
+            return _markdown_bullets(block, "")
         case Table(headers, rows, caption):
-            table = markdown_table(headers, rows)
-            return f"*{caption}*\n\n{table}" if caption else table
+            table = markdown.table(headers, rows)
+            return f"*{markdown.text(caption)}*\n\n{table}" if caption else table
         case Figure(path, caption):
             _png_bytes(block)
-            link = urllib.parse.quote(Path(os.path.relpath(path, folder)).as_posix())
-            alt = caption.replace("[", "\\[").replace("]", "\\]")
-            return f"![{alt}]({link})\n\n*{caption}*"
+            target = Path(os.path.relpath(path, folder)).as_posix()
+            return f"{markdown.image(caption, target)}\n\n*{markdown.text(caption)}*"
     raise TypeError(f"not a report block: {block!r}")
+
+
+def _markdown_bullets(bullets: Bullets, indent: str) -> str:
+    """``- item`` lines, a nested list two spaces further in (where its items' text starts)."""
+    return "\n".join(_markdown_bullets(item, indent + "  ") if isinstance(item, Bullets)
+                     else f"{indent}- {_inline_markdown(item, starts_block=True)}" for item in bullets.items)
+
+
+def _inline_markdown(text: Text, *, starts_block: bool = False) -> str:
+    spans = (text,) if isinstance(text, str) else text
+    return "".join(_markdown_span(span, starts_block and index == 0) for index, span in enumerate(spans))
+
+
+def _markdown_span(span: Span, starts_block: bool) -> str:
+    match span:
+        case str():
+            return markdown.text(span, starts_block=starts_block)
+        case Code(text):
+            return markdown.code(text)
+        case Strong(text):
+            return markdown.strong(text)
+    raise TypeError(f"not a text span: {span!r}")
 
 
 def _html_block(block: Block, anchor: str) -> str:
@@ -173,8 +218,8 @@ def _html_block(block: Block, anchor: str) -> str:
             return f'<h{level} id="{anchor}">{_inline_html(text)}</h{level}>'
         case Paragraph(text):
             return f"<p>{_inline_html(text)}</p>"
-        case Bullets(items):
-            return "\n".join(["<ul>", *(f"<li>{_inline_html(item)}</li>" for item in items), "</ul>"])
+        case Bullets():
+            return _html_bullets(block)
         case Table(headers, rows, caption):
             return _html_table(headers, rows, caption)
         case Figure(_path, caption):
@@ -182,6 +227,17 @@ def _html_block(block: Block, anchor: str) -> str:
             return (f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
                     f"<figcaption>{_inline_html(caption)}</figcaption></figure>")
     raise TypeError(f"not a report block: {block!r}")
+
+
+def _html_bullets(bullets: Bullets) -> str:
+    """``<ul>`` with a nested list inside the ``<li>`` of the item before it."""
+    items: list[str] = []
+    for item in bullets.items:
+        if isinstance(item, Bullets):
+            items[-1] = items[-1].removesuffix("</li>") + "\n" + _html_bullets(item) + "</li>"
+        else:
+            items.append(f"<li>{_inline_html(item)}</li>")
+    return "\n".join(["<ul>", *items, "</ul>"])
 
 
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> str:
@@ -231,18 +287,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[\W_]+", "-", text.lower()).strip("-") or "section"
 
 
-def _inline_html(text: str) -> str:
-    """``text`` escaped, then ``**bold**`` as ``<strong>`` and `` `code` `` as ``<code>``; escaping first
-    means nothing the user wrote can become a tag, and neither markup uses a character escaping changes."""
-    return _markup(html.escape(text))
+def _inline_html(text: Text) -> str:
+    """``text`` escaped, its :class:`Code` and :class:`Strong` spans as ``<code>`` and ``<strong>``."""
+    spans = (text,) if isinstance(text, str) else text
+    return "".join(_html_span(span) for span in spans)
 
 
-def _markup(escaped: str) -> str:
-    def tag(match: re.Match[str]) -> str:
-        code, bold = match.groups()
-        return f"<code>{code}</code>" if code is not None else f"<strong>{_markup(bold)}</strong>"
-
-    return _INLINE.sub(tag, escaped)
+def _html_span(span: Span) -> str:
+    match span:
+        case str():
+            return html.escape(span)
+        case Code(text):
+            return f"<code>{html.escape(text)}</code>"
+        case Strong(text):
+            return f"<strong>{html.escape(text)}</strong>"
+    raise TypeError(f"not a text span: {span!r}")
 
 
 def _png_bytes(figure: Figure) -> bytes:

@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from bgbias.retrieval.metrics import RetrievalScores
     from bgbias.retrieval.retrievers import Retrieval
 
-CORRUPTED_ONLY_FILES = (
-    "per_class.csv", "clean-vs-corrupted.png", "per-class-drop.png", "retrieval-gallery.png", "profile.csv",
-    "profile.png",
-)
 GALLERY_QUERIES = 4
 GALLERY_NEIGHBOURS = 5
 
@@ -274,22 +270,26 @@ def _write_outputs(
     clean_images: Any,
     corrupted_images: list[Any],
 ) -> dict[str, Path]:
+    """The report folder, replacing the one of an earlier evaluation whole (:mod:`bgbias.report.folder`): a
+    clean-only evaluation after a corrupted one keeps none of its files, and a failed one leaves it as it
+    was."""
     from bgbias.report.evaluation import write_evaluation_report
+    from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_profile
 
-    files = write_evaluation_report(report, out_dir, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
-    if "profile" in report:
-        files["profile"] = plot_profile(report, out_dir / "profile.png")
-    if corrupted:
-        files["bars"] = plot_clean_vs_corrupted(report, out_dir / "clean-vs-corrupted.png")
-        files["per_class_drop"] = plot_per_class_drop(report, out_dir / "per-class-drop.png")
-        files["gallery"] = _retrieval_gallery(out_dir / "retrieval-gallery.png", clean, corrupted[0], labels,
-                                              clean_images, corrupted_images[0])
-    # A clean-only evaluation after a corrupted one must not leave the earlier run's corrupted files behind.
-    for name in CORRUPTED_ONLY_FILES:
-        if out_dir / name not in files.values():
-            (out_dir / name).unlink(missing_ok=True)
-    return files
+    def write(stage: Path) -> dict[str, Path]:
+        files = write_evaluation_report(report, stage, clean=clean, corrupted=corrupted, labels=labels,
+                                        ids=ids)
+        if "profile" in report:
+            files["profile"] = plot_profile(report, stage / "profile.png")
+        if corrupted:
+            files["bars"] = plot_clean_vs_corrupted(report, stage / "clean-vs-corrupted.png")
+            files["per_class_drop"] = plot_per_class_drop(report, stage / "per-class-drop.png")
+            files["gallery"] = _retrieval_gallery(stage / "retrieval-gallery.png", clean, corrupted[0],
+                                                  labels, clean_images, corrupted_images[0])
+        return files
+
+    return write_report_folder(out_dir, write, EVAL_REPORT_FILES)
 
 
 def _retrieval_gallery(

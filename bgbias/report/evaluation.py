@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from bgbias.errors import OptionError
+from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
+from bgbias.schema import check_record, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
 REPORT_VERSION = 1
@@ -45,6 +46,91 @@ _KEY_FIELDS = ("method", "bgaugment", "dataset", "split")
 
 ReportKey = tuple[str, bool, str, str]
 """What identifies a run's evaluation in a comparison: (method, bgaugment, dataset, split)."""
+
+
+class Scores(TypedDict):
+    """Each metric's mean over the scored queries (``None``: no query was scored)."""
+
+    map_at_r: float | None
+    r_precision: float | None
+    precision_at_1: float | None
+
+
+class RepeatScores(Scores):
+    repeat: int
+
+
+class CorruptedScores(TypedDict):
+    repeats: list[RepeatScores]
+    mean: Scores
+    std: Scores
+
+
+class Drop(TypedDict):
+    absolute: float | None
+    relative: float | None
+
+
+class ClassDrop(TypedDict):
+    label: int | str
+    images: int
+    clean_map_at_r: float | None
+    corrupted_map_at_r: float | None
+    drop: float | None
+    relative_drop: float | None
+
+
+class ImageDrop(TypedDict):
+    id: str
+    label: int | str
+    clean_map_at_r: float
+    corrupted_map_at_r: float
+    drop: float
+
+
+class ProfileSet(TypedDict):
+    set: str
+    title: str
+    repeats: int
+    mean: dict[str, float | None]
+    std: Scores
+
+
+class Profile(TypedDict):
+    sets: list[ProfileSet]
+    worst_k: int
+    only_fg_fill: list[float]
+
+
+class Checkpoint(TypedDict):
+    path: str
+    epoch: NotRequired[int | None]
+
+
+class EvaluationReport(TypedDict):
+    """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
+    and the setup ride along unchecked, since only ``report.md`` shows them, as text."""
+
+    format: Literal["bgbias-eval-report"]
+    version: int
+    method: str
+    bgaugment: bool | None
+    dataset: str
+    measured: NotRequired[str]
+    split: str
+    run: NotRequired[str]
+    seed: NotRequired[int | None]
+    checkpoint: NotRequired[Checkpoint | str | None]
+    images: int
+    classes: int
+    scored: int
+    clean: Scores
+    corrupted: NotRequired[CorruptedScores | None]
+    drop: NotRequired[dict[str, Drop]]
+    per_class: NotRequired[list[ClassDrop]]
+    images_hurt_most: NotRequired[list[ImageDrop]]
+    profile: NotRequired[Profile]
+    approximate: NotRequired[bool]
 
 
 def summarize_evaluation(
@@ -131,24 +217,22 @@ def write_evaluation_report(
 
 
 def load_evaluation_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A ``report.json`` written by :func:`write_evaluation_report`, checked to be one."""
+    """A ``report.json`` written by :func:`write_evaluation_report`, checked to be one, of this version, with
+    every field the tables read of the type it is written with (:class:`EvaluationReport`)."""
     path = Path(path)
     if not path.is_file():
         raise OptionError("there is no evaluation report here", path=path,
                           fix="evaluate the run first with `bgbias eval`")
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise OptionError(f"the evaluation report is not valid JSON ({error})", path=path,
-                          fix="evaluate the run again with `bgbias eval`") from None
-    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
-        raise OptionError(f"this file is not a {REPORT_FORMAT} file", path=path,
+    again = "evaluate the run again with `bgbias eval` (a report is never edited by hand)"
+    report = read_record(path, dict[str, Any], what="the evaluation report", fix=again)
+    if report.get("format") != REPORT_FORMAT:
+        raise RecordError(f"this file is not a {REPORT_FORMAT} file", path=path,
                           fix="pass the report.json that `bgbias eval` wrote")
     if report.get("version") != REPORT_VERSION:
-        raise OptionError(f"evaluation report version {report.get('version')} is not supported "
+        raise RecordError(f"evaluation report version {report.get('version')} is not supported "
                           f"(this bgbias reads version {REPORT_VERSION})", path=path,
                           fix="evaluate the run again with this version of bgbias")
-    return report
+    return check_record(report, EvaluationReport, path=path, what="the evaluation report", fix=again)
 
 
 def report_key(report: Mapping[str, Any]) -> ReportKey:
@@ -184,77 +268,70 @@ def index_reports(reports: Iterable[Mapping[str, Any]]) -> dict[ReportKey, Mappi
 
 def format_evaluation_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: a titled table of clean vs corrupted scores in %, the setup, the hurt most."""
-    lines = [f"# {_title(report)}", ""]
+    return to_markdown(evaluation_blocks(report), Path())
+
+
+def evaluation_blocks(report: Mapping[str, Any]) -> list[Block]:
+    """The blocks of ``report.md``; every name in them (a class, an image, a folder, the model) is text."""
     corrupted = report.get("corrupted")
     if corrupted:
         repeats = len(corrupted["repeats"])
         spread = "mean ± std" if repeats > 1 else "mean"
         over = f"{repeats} repeat{'s' * (repeats > 1)}"
-        headers = ["metric", "clean (%)", f"corrupted (%, {spread} over {over})", "drop (points)",
-                   "relative drop (%)"]
-        rows = [
-            [METRIC_TITLES[name], percent(report["clean"][name]),
+        headers = ("metric", "clean (%)", f"corrupted (%, {spread} over {over})", "drop (points)",
+                   "relative drop (%)")
+        rows = tuple(
+            (METRIC_TITLES[name], percent(report["clean"][name]),
              percent_spread(corrupted["mean"][name], corrupted["std"][name]),
-             percent(report["drop"][name]["absolute"]), percent(report["drop"][name]["relative"])]
+             percent(report["drop"][name]["absolute"]), percent(report["drop"][name]["relative"]))
             for name in METRICS
-        ]
+        )
     else:
-        headers = ["metric", "clean (%)"]
-        rows = [[METRIC_TITLES[name], percent(report["clean"][name])] for name in METRICS]
-    lines += [markdown_table(headers, rows), ""]
-    lines.append(f"{report['images']} images in {report['classes']} classes; {report['scored']} scored "
-                 "(queries alone in their class have nothing to retrieve and are left out).")
+        headers = ("metric", "clean (%)")
+        rows = tuple((METRIC_TITLES[name], percent(report["clean"][name])) for name in METRICS)
+    blocks: list[Block] = [
+        Heading(_title(report), 1),
+        Table(headers, rows),
+        Paragraph(f"{report['images']} images in {report['classes']} classes; {report['scored']} scored "
+                  "(queries alone in their class have nothing to retrieve and are left out)."),
+    ]
     if report.get("profile"):
-        lines += ["", *_profile_lines(report["profile"])]
-    lines += ["", "## Setup", ""]
-    for key in sorted(report):
-        if key not in _COMPUTED_KEYS and key not in ("method", "dataset", "split"):
-            lines += _setup_lines(key, report[key])
+        blocks += _profile_blocks(report["profile"])
+    setup = [item for key in sorted(report) if key not in _COMPUTED_KEYS | {"method", "dataset", "split"}
+             for item in _setup_items(key, report[key])]
+    blocks += [Heading("Setup"), Bullets(tuple(setup))]
     if report.get("per_class"):
         hurt = [row for row in report["per_class"] if row["drop"] is not None][:HURT_MOST]
-        lines += ["", f"## The {len(hurt)} classes hurt most (MAP@R, %)", ""]
-        lines.append(markdown_table(
-            ["class", "images", "clean", "corrupted", "drop (points)", "relative drop (%)"],
-            [[row["label"], row["images"], percent(row["clean_map_at_r"]), percent(row["corrupted_map_at_r"]),
-              percent(row["drop"]), percent(row["relative_drop"])] for row in hurt],
-        ))
+        blocks += [Heading(f"The {len(hurt)} classes hurt most (MAP@R, %)"), Table(
+            ("class", "images", "clean", "corrupted", "drop (points)", "relative drop (%)"),
+            tuple((str(row["label"]), str(row["images"]), percent(row["clean_map_at_r"]),
+                   percent(row["corrupted_map_at_r"]), percent(row["drop"]), percent(row["relative_drop"]))
+                  for row in hurt))]
     if report.get("images_hurt_most"):
         hurt = report["images_hurt_most"]
-        lines += ["", f"## The {len(hurt)} images hurt most (MAP@R, %)", ""]
-        lines.append(markdown_table(
-            ["image", "class", "clean", "corrupted", "drop (points)"],
-            [[row["id"], row["label"], percent(row["clean_map_at_r"]), percent(row["corrupted_map_at_r"]),
-              percent(row["drop"])] for row in hurt],
-        ))
-    return "\n".join(lines) + "\n"
+        blocks += [Heading(f"The {len(hurt)} images hurt most (MAP@R, %)"), Table(
+            ("image", "class", "clean", "corrupted", "drop (points)"),
+            tuple((str(row["id"]), str(row["label"]), percent(row["clean_map_at_r"]),
+                   percent(row["corrupted_map_at_r"]), percent(row["drop"])) for row in hurt))]
+    return blocks
 
 
-def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
-    """The background-reliance profile as a titled Markdown table (%, mean ± std over its sets) and notes."""
-    rows = [[row["title"], row["repeats"], *(percent_spread(row["mean"][name], row["std"][name])
-                                             for name in METRICS)]
-            for row in profile["sets"]]
+def _profile_blocks(profile: Mapping[str, Any]) -> list[Block]:
+    """The background-reliance profile as a titled table (%, mean ± std over its sets) and notes."""
+    rows = tuple((str(row["title"]), str(row["repeats"]),
+                  *(percent_spread(row["mean"][name], row["std"][name]) for name in METRICS))
+                 for row in profile["sets"])
     fill = ", ".join(str(value) for value in profile["only_fg_fill"])
     return [
-        "## Background-reliance profile (%)",
-        "",
-        markdown_table(["set", "sets", *(METRIC_TITLES[name] for name in METRICS)], rows),
-        "",
-        f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling the "
-        "image's own background (or black). mixed-same / mixed-rand: the object on the tiled background of "
-        "another image of its class / of another class. Worst case: per query the lowest score over "
-        f"{profile['worst_k']} random backgrounds, queries against the clean gallery; it costs "
-        f"{profile['worst_k']} embeddings of every image. Chance: a random ranking.",
+        Heading("Background-reliance profile (%)"),
+        Table(("set", "sets", *(METRIC_TITLES[name] for name in METRICS)), rows),
+        Paragraph(
+            f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling "
+            "the image's own background (or black). mixed-same / mixed-rand: the object on the tiled "
+            "background of another image of its class / of another class. Worst case: per query the lowest "
+            f"score over {profile['worst_k']} random backgrounds, queries against the clean gallery; it "
+            f"costs {profile['worst_k']} embeddings of every image. Chance: a random ranking."),
     ]
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub Markdown table; every column but the first is right-aligned (they hold numbers)."""
-    def line(cells: Sequence[object]) -> str:
-        return "| " + " | ".join("" if c is None else str(c).replace("|", "\\|") for c in cells) + " |"
-
-    rule = "|" + "|".join(["---", *("---:" for _ in headers[1:])]) + "|"
-    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
 
 
 def _check_inputs(
@@ -391,16 +468,14 @@ def approximate_note(report: Mapping[str, Any]) -> str:
     return f" (APPROXIMATE: {report.get('retrieval', 'shortlist')}{measured})"
 
 
-def _setup_lines(key: str, value: Any, depth: int = 0) -> list[str]:
-    """A metadata entry as Markdown bullets: a mapping nests its entries one level deeper, a list of mappings
-    gets one bullet per item, anything else stays on the key's line."""
-    indent = "  " * depth
+def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:
+    """A metadata entry as list items: a mapping nests its entries in a list under the key, a list of
+    mappings gets one nested item per mapping, anything else stays on the key's line."""
     if isinstance(value, Mapping) and value:
-        nested = [line for k in sorted(value) for line in _setup_lines(k, value[k], depth + 1)]
-        return [f"{indent}- {key}:", *nested]
+        return f"{key}:", Bullets(tuple(item for k in sorted(value) for item in _setup_items(k, value[k])))
     if isinstance(value, list | tuple) and value and all(isinstance(item, Mapping) for item in value):
-        return [f"{indent}- {key}:"] + [f"{indent}  - {_describe(item)}" for item in value]
-    return [f"{indent}- {key}: {_describe(value)}"]
+        return f"{key}:", Bullets(tuple(_describe(item) for item in value))
+    return (f"{key}: {_describe(value)}",)
 
 
 def _describe(value: Any) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from bgbias.errors import OptionError
+from bgbias.figures import one_line
 from bgbias.fileio import write_bytes_atomic
 
 ROW_NAMES = ("clean", "corrupted")
@@ -110,7 +111,8 @@ def _tile(array: np.ndarray, cell: int) -> Image.Image:
 
 
 def _fit(draw: ImageDraw.ImageDraw, text: str, width: int, font: ImageFont.ImageFont) -> str:
-    """``text`` cut at the right end (marked by ``...``) so that it fits ``width`` pixels."""
+    """``text`` on one line, cut at the right end (marked by ``...``) so that it fits ``width`` pixels."""
+    text = one_line(text)
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "...", font=font) > width:

@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
+from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.report.evaluation import (
     csv_text,
     index_reports,
     load_evaluation_report,
-    markdown_table,
     percent,
     percent_spread,
     report_key,
     run_label,
 )
+from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
 from bgbias.report.plots import plot_runs
 
 TABLE_FORMAT = "bgbias-runs-table"
@@ -109,27 +111,29 @@ def write_runs_report(
     """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
     ``runs.png`` into ``out_dir``, each atomically, and ``profile.csv`` where a run has a profile (its table
     in ``table.md`` too); return their paths keyed by file name, ``_`` for ``.`` (``table_md``,
-    ``table_csv``, ``table_json``, ``runs_png``, ``profile_csv``)."""
+    ``table_csv``, ``table_json``, ``runs_png``, ``profile_csv``). ``out_dir`` is a new report folder
+    (:func:`report_runs` and the study write one, :mod:`bgbias.report.folder`)."""
     headers, rows = table_one(reports, foreground)
     profile_headers, profile_rows = profile_table(reports)
     out = Path(out_dir)
     paths = {"table_md": out / "table.md", "table_csv": out / "table.csv", "table_json": out / "table.json",
              "runs_png": out / "runs.png"}
-    lines = ["# MAP@R (%) on clean and corrupted sets", "",
-             "clean: one value; corrupted: mean ± std over the background draws"
-             + ("; fg score: foreground attribution score, mean ± std over images" if foreground else ""), "",
-             markdown_table(headers, rows), "", "## Runs", ""]
-    lines += [f"- {run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} split): "
-              f"{r.get('run', '?')}" for r in reports]
+    fg_note = "; fg score: foreground attribution score, mean ± std over images" if foreground else ""
+    blocks: list[Block] = [
+        Heading("MAP@R (%) on clean and corrupted sets", 1),
+        Paragraph(f"clean: one value; corrupted: mean ± std over the background draws{fg_note}"),
+        Table(tuple(headers), tuple(map(tuple, rows))),
+        Heading("Runs"),
+        Bullets(tuple(f"{run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} "
+                      f"split): {r.get('run', '?')}" for r in reports)),
+    ]
     if profile_rows:
-        lines += ["", "## Background-reliance profile (MAP@R, %)", "", PROFILE_NOTE, "",
-                  markdown_table(profile_headers, profile_rows)]
-    write_text_atomic(paths["table_md"], "\n".join(lines) + "\n")
+        blocks += [Heading("Background-reliance profile (MAP@R, %)"), Paragraph(PROFILE_NOTE),
+                   Table(tuple(profile_headers), tuple(map(tuple, profile_rows)))]
+    write_text_atomic(paths["table_md"], to_markdown(blocks, out))
     if profile_rows:
         paths["profile_csv"] = out / "profile.csv"
         write_text_atomic(paths["profile_csv"], csv_text(profile_headers, profile_rows))
-    else:  # an earlier report's profile table must not outlive it
-        (out / "profile.csv").unlink(missing_ok=True)
     write_text_atomic(paths["table_csv"], csv_text(headers, rows))
     write_json_atomic(paths["table_json"], {
         "format": TABLE_FORMAT,
@@ -143,6 +147,39 @@ def write_runs_report(
     })
     plot_runs(reports, paths["runs_png"])
     return paths
+
+
+@dataclass(frozen=True)
+class RunsReport:
+    """What ``bgbias report`` read and wrote: the evaluation reports, foreground scores, and the files."""
+
+    reports: list[dict[str, Any]]
+    foreground: dict[ForegroundKey, dict[str, Any]]
+    files: dict[str, Path]
+    galleries: list[Path]
+
+
+def report_runs(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    split: str = "test",
+    label: str = DEFAULT_ATTRIBUTION,
+) -> RunsReport:
+    """``bgbias report``: the table of the runs' evaluations on ``split`` (:func:`write_runs_report`) and the
+    galleries of their attribution maps (``label``) side by side (:func:`~bgbias.report.compare.compare_runs`)
+    in ``out_dir``, which they replace all at once or not at all (:mod:`bgbias.report.folder`)."""
+    from bgbias.report.compare import compare_runs
+
+    reports, foreground = collect_runs(run_dirs, split)
+
+    def write(stage: Path) -> dict[str, Path]:
+        files = write_runs_report(reports, foreground, stage)
+        galleries = compare_runs(run_dirs, split, stage, label)
+        return {**files, **{f"gallery_{number}": path for number, path in enumerate(galleries)}}
+
+    files = write_report_folder(out_dir, write, RUNS_REPORT_FILES)
+    galleries = [path for name, path in files.items() if name.startswith("gallery_")]
+    return RunsReport(reports, foreground, files, galleries)
 
 
 def collect_runs(

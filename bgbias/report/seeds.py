@@ -20,7 +20,8 @@ from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
-from bgbias.report.evaluation import markdown_table, percent, percent_spread, run_label
+from bgbias.report.document import Heading, Paragraph, Table, to_markdown
+from bgbias.report.evaluation import percent, percent_spread, run_label
 
 SEED_COLUMNS = [
     "method", "seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R", "repeats std (mean over seeds)",
@@ -187,10 +188,11 @@ def write_seeds_report(
     out = Path(out_dir)
     headers, rows = seeds_table(reports)
     effect_headers, effects = bgaugment_effects(reports)
-    text = "\n\n".join([
-        "## Over training seeds (MAP@R and P@1 in %)", markdown_table(headers, rows),
-        "## BGAugment's effect, paired by seed (points)", markdown_table(effect_headers, effects), SEEDS_NOTE,
-    ]) + "\n"
+    text = to_markdown([
+        Heading("Over training seeds (MAP@R and P@1 in %)"), Table(tuple(headers), tuple(map(tuple, rows))),
+        Heading("BGAugment's effect, paired by seed (points)"),
+        Table(tuple(effect_headers), tuple(map(tuple, effects))), Paragraph(SEEDS_NOTE),
+    ], out)
     write_text_atomic(out / "seeds.md", text)
     write_json_atomic(out / "seeds.json", {"seeds": {"columns": headers, "rows": rows},
                                            "bgaugment_effect": {"columns": effect_headers, "rows": effects}})

@@ -19,10 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.engine.run_dir import RunDir, read_metrics, read_record
-from bgbias.errors import OptionError
+from bgbias.engine.run_dir import RESUME_TO_REWRITE, RunDir, is_metric_number, read_metrics, read_record
+from bgbias.errors import OptionError, RecordError
 from bgbias.figures import new_figure, save_png
-from bgbias.report.document import Block, Bullets, Figure, Heading, Paragraph, Table, write_document
+from bgbias.report.document import (
+    Block,
+    Bullets,
+    Code,
+    Figure,
+    Heading,
+    Paragraph,
+    Strong,
+    Table,
+    write_document,
+)
 from bgbias.report.evaluation import percent, run_label
 from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, profile_table
 from bgbias.report.seeds import (
@@ -185,17 +195,18 @@ Groups = Mapping[tuple[str, bool], Mapping[int, Mapping[str, Any]]]
 """Reports by (method, BGAugment) and training seed, as :func:`seeds_by_setting` returns them."""
 
 
-def answers(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> tuple[str, ...]:
+def answers(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> tuple[tuple[Strong, str], ...]:
     """The study's three questions answered in a sentence each from the runs, with the seed spread: is MAP@R
-    lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism."""
+    lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism. Each is
+    (the question, `` `` + its answer)."""
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     return (
-        "**Do models trained without BGAugment lose MAP@R when backgrounds are replaced?** "
-        + _loss_answer(groups, methods),
-        "**Does BGAugment shrink the loss?** " + _bgaugment_answer(groups, methods),
-        "**Does a method's own mechanism shrink the drop without BGAugment?** "
-        + _mechanism_answer(mechanism_comparisons(reports, reference), reference),
+        (Strong("Do models trained without BGAugment lose MAP@R when backgrounds are replaced?"),
+         " " + _loss_answer(groups, methods)),
+        (Strong("Does BGAugment shrink the loss?"), " " + _bgaugment_answer(groups, methods)),
+        (Strong("Does a method's own mechanism shrink the drop without BGAugment?"),
+         " " + _mechanism_answer(mechanism_comparisons(reports, reference), reference)),
     )
 
 
@@ -356,10 +367,20 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
         if not run.metrics_jsonl.is_file():  # a model bgbias did not train
             continue
         rows = [row for row in read_metrics(run) if all(column in row for column in WATCHED)]
-        record = read_record(run) or {}
-        selected = record.get("best_epoch")
+        if not rows:
+            continue
+        wrong = next(((row["epoch"], column) for row in rows for column in WATCHED
+                      if not is_metric_number(row[column])), None)
+        if wrong is not None:
+            raise RecordError(f"the run's metrics of epoch {wrong[0]} have no number for {wrong[1]}",
+                              path=run.metrics_jsonl, fix=RESUME_TO_REWRITE)
+        record = read_record(run)
+        if record is None or "best_epoch" not in record or "monitor" not in record:
+            raise RecordError("the run's record is missing or damaged, so the epoch it selected is unknown",
+                              path=run.record, fix=RESUME_TO_REWRITE)
+        selected = record["best_epoch"]
         by_epoch = {row["epoch"]: row for row in rows}
-        if not rows or selected not in by_epoch:
+        if selected not in by_epoch:
             continue
         last = max(by_epoch)
         scores, best = {}, {}
@@ -367,7 +388,7 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
             best[column] = max(by_epoch, key=lambda epoch: (by_epoch[epoch][column], -epoch))
             scores[column] = {"selected": by_epoch[selected][column], "last": by_epoch[last][column],
                               "best": by_epoch[best[column]][column]}
-        found.append(Selection(folder.name, str(record.get("monitor", "?")), selected, scores, best))
+        found.append(Selection(folder.name, record["monitor"], selected, scores, best))
     return found
 
 
@@ -523,8 +544,9 @@ def write_study_report(
                      "comes from the background, then every set of every run."),
            Table(*profile_over_seeds(reports), caption="mean ± std over training seeds"),
            Table(*profile, caption="every run")] if profile[1] else
-          [Paragraph("No run was profiled (the quick preset leaves the profile out; `bgbias eval --profile` "
-                     "adds it to a run, `bgbias study --preset full` to every run).")]),
+          [Paragraph(("No run was profiled (the quick preset leaves the profile out; ",
+                      Code("bgbias eval --profile"), " adds it to a run, ",
+                      Code("bgbias study --preset full"), " to every run)."))]),
         Heading("Foreground scores (the paper's Table 2)"),
         Table(*foreground_scores(results),
               caption="share of attribution on the object; mean ± std over seeds"),
@@ -536,13 +558,14 @@ def write_study_report(
         Figure(histogram, f"per-class relative drop of MAP@R, training seed {seed}"),
         *figures,
         Heading("Runs"),
-        Bullets(tuple(f"{run_label(*result.key)}, seed {result.report.get('seed')}: `{result.folder}`"
-                      for result in results)),
+        Bullets(tuple((f"{run_label(*result.key)}, seed {result.report.get('seed')}: ",
+                       Code(str(result.folder))) for result in results)),
         *([Heading("Failed runs"),
-           Paragraph("Left out of every table above; the next `bgbias study` tries each again (a failed "
-                     "training resumes from its last checkpoint). Their tracebacks are in the study folder's "
-                     "failures.json."),
-           Bullets(tuple(f"`{name}`: {error.splitlines()[0]}" for name, error in failures.items()))]
+           Paragraph(("Left out of every table above; the next ", Code("bgbias study"),
+                      " tries each again (a failed training resumes from its last checkpoint). Their "
+                      "tracebacks are in the study folder's failures.json.")),
+           Bullets(tuple((Code(name), f": {(error.splitlines() or [''])[0]}")
+                         for name, error in failures.items()))]
           if failures else []),
     ]
     return write_document(blocks, out, "study", title)

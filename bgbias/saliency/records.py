@@ -18,13 +18,12 @@ shards run at once, and a manifest must never be written from records another sh
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from bgbias import __version__
 from bgbias.data.items import Item
@@ -33,12 +32,46 @@ from bgbias.fileio import exclusive_lock, write_json_atomic
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
+from bgbias.schema import field_problem, read_record
 
 RECORDS_DIR = "records"
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 MANIFEST_LOCK = "manifest.lock"
 """In ``records/``: held while the manifest and quality report are derived from the record files."""
+
+
+class AgreementLine(TypedDict):
+    iou: NotRequired[float | None]
+    overlap: NotRequired[float | None]
+    error: NotRequired[str]
+
+
+class MaskLine(TypedDict):
+    """A made mask's ledger line as :meth:`MaskRecord.to_json` writes it."""
+
+    id: str
+    status: Literal["ok"]
+    size: list[int]
+    image_sha256: NotRequired[str | None]
+    raw_min: NotRequired[float | None]
+    raw_max: NotRequired[float | None]
+    empty: NotRequired[bool | None]
+    quality: NotRequired[AgreementLine]
+    truth_sha256: NotRequired[str | None]
+
+
+class FailureLine(TypedDict):
+    id: str
+    status: Literal["failed"]
+    error: str | None
+    fix: str | None
+
+
+class MaskManifest(TypedDict):
+    """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with."""
+
+    settings: NotRequired[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -81,7 +114,11 @@ class MaskRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MaskRecord:
+    def from_json(cls, data: Any) -> MaskRecord | None:
+        """The record a ledger line holds, or ``None`` for a line that is not one (its mask is made again)."""
+        if field_problem(data, MaskLine | FailureLine) is not None or (
+                data["status"] == "ok" and len(data["size"]) != 2):
+            return None
         if data["status"] != "ok":
             return cls(str(data["id"]), ok=False, error=data.get("error"), fix=data.get("fix"))
         width, height = data["size"]
@@ -222,18 +259,14 @@ def build_manifest(
     }
 
 
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def read_manifest(out_dir: Path) -> MaskManifest | None:
+    """The folder's mask manifest, None where there is none; a damaged one is a ``RecordError``."""
     path = Path(out_dir) / MANIFEST_NAME
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.is_file():
         return None
-    except ValueError as exc:
-        raise OptionError(
-            f"the mask manifest is not valid JSON ({exc})",
-            path=path,
-            fix="delete it (the next run rebuilds it from records/), or choose another output folder",
-        ) from exc
+    return read_record(path, MaskManifest, what="the mask manifest",
+                       fix="delete it (the next run rebuilds it from records/), or choose another output "
+                           "folder")
 
 
 def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """Report documents: exact Markdown per block, one HTML page that needs no other file, user text that never
-becomes markup beyond **bold** and `code`, errors before anything is written, same bytes."""
+becomes markup (only typed Strong and Code spans do), errors before anything is written, same bytes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from PIL import Image
 from bgbias.errors import AssetError, OptionError
 from bgbias.report.document import (
     Bullets,
+    Code,
     Figure,
     Heading,
     Paragraph,
+    Strong,
     Table,
     to_html,
     to_markdown,
@@ -31,8 +33,8 @@ def _png(path, color=(200, 30, 30)):
 def _blocks(tmp_path):
     return [
         Heading("Results"),
-        Paragraph("The **drop** is `12.5` points."),
-        Bullets(("clean", "corrupted `x3`")),
+        Paragraph(("The ", Strong("drop"), " is ", Code("12.5"), " points.")),
+        Bullets(("clean", ("corrupted ", Code("x3")))),
         Table(("method", "MAP@R"), (("ms", "40.00"), ("a|b", "1.50")), caption="Scores"),
         Heading("Figures", 3),
         Figure(_png(tmp_path / "figures" / "drop.png"), "Drop per class"),
@@ -86,16 +88,17 @@ def test_html_needs_no_other_file(tmp_path):
     assert "<caption>Scores</caption>" in page and "<li>corrupted <code>x3</code></li>" in page
 
 
-def test_user_text_is_escaped_before_bold_and_code_render():
+def test_user_text_is_escaped_and_only_typed_spans_become_markup():
     page = to_html([
-        Paragraph("<script>alert(1)</script> is **bold** and `a<b`"),
+        Paragraph(("<script>alert(1)</script> is ", Strong("bold"), " and ", Code("a<b"),
+                   ", **not** `this`")),
         Table(("class", "drop"), (("<script>x</script>", "**3.0**"),)),
         Heading('say "hi" & <b>'),
     ], "<b>title</b>")
     assert "<script" not in page
-    assert ("<p>&lt;script&gt;alert(1)&lt;/script&gt; is <strong>bold</strong> and <code>a&lt;b</code></p>"
-            in page)
-    assert "<td>&lt;script&gt;x&lt;/script&gt;</td><td><strong>3.0</strong></td>" in page
+    assert ("<p>&lt;script&gt;alert(1)&lt;/script&gt; is <strong>bold</strong> and <code>a&lt;b</code>, "
+            "**not** `this`</p>" in page)
+    assert "<td>&lt;script&gt;x&lt;/script&gt;</td><td>**3.0**</td>" in page
     assert "<title>&lt;b&gt;title&lt;/b&gt;</title>" in page
     assert "say &quot;hi&quot; &amp; &lt;b&gt;</h2>" in page
 

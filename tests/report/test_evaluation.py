@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 
-from bgbias.errors import OptionError
+from bgbias.errors import OptionError, RecordError
 from bgbias.report.evaluation import (
     index_reports,
     load_evaluation_report,
@@ -230,13 +230,13 @@ def test_loading_a_bad_report_names_the_file_and_the_fix(tmp_path):
     assert "bgbias eval" in str(missing.value) and "report.json" in str(missing.value)
     path = tmp_path / "bad.json"
     path.write_text("{not json")
-    with pytest.raises(OptionError, match="not valid JSON"):
+    with pytest.raises(RecordError, match="not valid JSON"):
         load_evaluation_report(path)
     path.write_text(json.dumps({"format": "something else"}))
-    with pytest.raises(OptionError, match="not a bgbias-eval-report"):
+    with pytest.raises(RecordError, match="not a bgbias-eval-report"):
         load_evaluation_report(path)
     path.write_text(json.dumps({"format": "bgbias-eval-report", "version": 99}))
-    with pytest.raises(OptionError, match="version 99"):
+    with pytest.raises(RecordError, match="version 99"):
         load_evaluation_report(path)
 
 

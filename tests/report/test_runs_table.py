@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bgbias.errors import OptionError
-from bgbias.report.evaluation import markdown_table
+from bgbias.report.markdown import table as markdown_table
 from bgbias.report.runs_table import table_one, write_runs_report
 from tests.report.synthetic import make_report
 

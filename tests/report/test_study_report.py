@@ -82,7 +82,8 @@ def _watched_run(folder, monitor, best_epoch, test, corrupted):
     rows = [{"epoch": e, "val_map_at_r": 0.5, "test_map_at_r": t, "test_corrupted_map_at_r": c}
             for e, (t, c) in enumerate(zip(test, corrupted, strict=True))]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (folder / "run.json").write_text(json.dumps({"best_epoch": best_epoch, "monitor": monitor}))
+    record = {"status": "finished", "best_epoch": best_epoch, "monitor": monitor}
+    (folder / "run.json").write_text(json.dumps(record))
     return folder
 
 
@@ -143,7 +144,7 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
 
 
 def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
-    lost, bgaugment, mechanism = answers(REPORTS, reference=["ms"])
+    (_, lost), (_, bgaugment), (_, mechanism) = answers(REPORTS, reference=["ms"])
     assert lost.endswith(
         "The vanilla runs of all 2 methods lose 9.0 to 40.0 points of MAP@R, 12.9 % (dcml) to 65.6 % (ms) of "
         "their clean score. The loss differs from zero by more than twice its std over seeds for every "
@@ -154,16 +155,16 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
     assert mechanism.endswith("(ms; 65.6 ± 1.5 % over their seeds), beyond twice the standard error of the "
                               "difference: smaller drop: dcml (-52.7 points).")
     one_seed = answers([r for r in REPORTS if r["seed"] == 0], reference=["ms"])
-    assert all("seed spread is not known" in text or "n/a (one seed)" in text for text in one_seed)
-    assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0]
+    assert all("seed spread is not known" in text or "n/a (one seed)" in text for _, text in one_seed)
+    assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0][1]
     # Without a reference loss's runs the mechanism is not measured, and the answer says what is missing.
-    assert "runs of at least one reference loss" in answers(REPORTS, reference=["triplet"])[2]
+    assert "runs of at least one reference loss" in answers(REPORTS, reference=["triplet"])[2][1]
 
 
 def test_a_consistent_loss_of_corrupted_map_from_bgaugment_is_beyond_the_spread_as_the_table_says():
     reports = [_report("ms", False, 0, 0.60, 0.40), _report("ms", False, 1, 0.60, 0.41),
                _report("ms", True, 0, 0.60, 0.35), _report("ms", True, 1, 0.60, 0.355)]
-    assert answers(reports, reference=["ms"])[1].endswith(
+    assert answers(reports, reference=["ms"])[1][1].endswith(
         "The gain differs from zero by more than twice its std over seeds for every method.")
 
 
