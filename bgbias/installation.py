@@ -12,10 +12,20 @@ import platform
 import re
 import sys
 from importlib import metadata
-from typing import Any
+from typing import Any, TypedDict
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+class InstallationRecord(TypedDict):
+    """An installation as runs and reports record it (:func:`installation`), for reading back."""
+
+    python: str
+    platform: str
+    processor: str
+    packages: dict[str, str]
+    digest: str
+
 
 TOOLING_EXTRAS = frozenset({"dev"})
 """bgbias's extras that only build and test it (pytest, ruff, …): they cannot change a figure."""

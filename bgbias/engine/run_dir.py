@@ -4,7 +4,7 @@
 
     runs/<dataset>-<method>[-bgaugment]-seed<S>-<YYYYmmdd-HHMMSS>/
         config.json            resolved configuration (``--resume`` reads it back)
-        run.json               status, best epoch and metric, versions, command line
+        run.json               status, best epoch and metric, installation, command line
         metrics.jsonl / .csv   one row per epoch (epoch 0 = the untrained model)
         curves.png             training terms and validation MAP@R per epoch, the selected epoch marked
         train.log              what the run printed, with times
@@ -32,6 +32,7 @@ from typing import Any, NotRequired, TypedDict
 
 from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import make_dirs, reporting_write_errors, write_json_atomic, write_text_atomic
+from bgbias.installation import InstallationRecord
 from bgbias.paths import runs_root
 from bgbias.schema import parse_record
 from bgbias.schema import read_record as read_json_record
@@ -183,6 +184,7 @@ class RunRecord(TypedDict):
     best_epoch: NotRequired[int]
     monitor: NotRequired[str]
     trained_on: NotRequired[TrainedOnRecord | None]
+    installation: NotRequired[InstallationRecord]  # runs from before bgbias recorded it lack it
 
 
 RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it again"

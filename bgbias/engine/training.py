@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from bgbias.engine.run_dir import (
 from bgbias.engine.tensorboard_log import EpochScalars, check_tensorboard
 from bgbias.engine.training_data import TrainingPasses, device_batch, train_images
 from bgbias.errors import BgbiasError, DatasetError, OptionError
+from bgbias.installation import installation
 
 if TYPE_CHECKING:
     import torch
@@ -650,10 +650,6 @@ def _restore(checkpoint: dict[str, Any], method, optimizer, scaler, device) -> _
 
 
 def _record(config: TrainConfig, state: _State, device, trained_on: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from bgbias import __version__
-
     return {
         "status": state.status.value,
         "epochs_done": state.epoch,
@@ -665,7 +661,7 @@ def _record(config: TrainConfig, state: _State, device, trained_on: dict[str, An
         "trained_on": trained_on,
         "bgaugment": config.bgaugment.enabled,
         "device": str(device),
-        "versions": {"bgbias": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "installation": installation(),
         "command": " ".join(sys.argv),
     }
 

@@ -62,6 +62,7 @@ from bgbias.explain.records import (
 )
 from bgbias.explain.references import check_reference_pool, pick_references, reference_rule
 from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.installation import InstallationRecord, installation
 from bgbias.methods.attribution import (
     DEFAULT_ATTRIBUTION,
     Attribution,
@@ -100,6 +101,7 @@ class ExplainSummary(TypedDict):
     scored: int
     mean: float | None
     std: float | None
+    installation: NotRequired[InstallationRecord]  # summaries from before bgbias recorded it lack it
 
 
 @dataclass(frozen=True)
@@ -293,6 +295,7 @@ def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore]) -> dict[
     summary = {
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
+        "installation": installation(),
         "images": len(scores),
         "mask_sources": {source: sources[source] for source in MASK_SOURCES},
         **score_statistics([score.score for score in scores]),

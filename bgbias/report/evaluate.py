@@ -22,6 +22,7 @@ from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
 from bgbias.errors import AssetError, OptionError
+from bgbias.installation import installation
 
 if TYPE_CHECKING:
     from bgbias.augment.manifests import CorruptedManifest
@@ -143,6 +144,7 @@ def evaluate(
         "fold": fold,
         "geometry": geometry.as_dict(),
         "retrieval": retrieval.describe(),
+        "installation": installation(),
     }
     if retrieval.approximate:
         meta["approximate"] = True

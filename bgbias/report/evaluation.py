@@ -25,6 +25,7 @@ import numpy as np
 
 from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
 from bgbias.schema import check_record, read_record
@@ -131,6 +132,7 @@ class EvaluationReport(TypedDict):
     images_hurt_most: NotRequired[list[ImageDrop]]
     profile: NotRequired[Profile]
     approximate: NotRequired[bool]
+    installation: NotRequired[InstallationRecord]  # reports from before bgbias recorded it lack it
 
 
 def summarize_evaluation(

@@ -33,6 +33,7 @@ from bgbias.report.evaluation import (
     run_label,
 )
 from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
+from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs
 
 TABLE_FORMAT = "bgbias-runs-table"
@@ -123,6 +124,7 @@ def write_runs_report(
         Heading("MAP@R (%) on clean and corrupted sets", 1),
         Paragraph(f"clean: one value; corrupted: mean ± std over the background draws{fg_note}"),
         Table(tuple(headers), tuple(map(tuple, rows))),
+        *installation_blocks(reports),
         Heading("Runs"),
         Bullets(tuple(f"{run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} "
                       f"split): {r.get('run', '?')}" for r in reports)),
@@ -178,6 +180,7 @@ def report_runs(
         return {**files, **{f"gallery_{number}": path for number, path in enumerate(galleries)}}
 
     files = write_report_folder(out_dir, write, RUNS_REPORT_FILES)
+    warn_if_mixed(reports, str(files["table_md"]))
     galleries = [path for name, path in files.items() if name.startswith("gallery_")]
     return RunsReport(reports, foreground, files, galleries)
 
@@ -200,7 +203,8 @@ def collect_runs(
         if not found:
             raise OptionError(f"the folder has no evaluation report for the {split} split", path=folder.root,
                               fix=f"evaluate it first: {folder.evaluate_command}")
-        reports += [load_evaluation_report(report) for report in found]
+        # The folder where it is now, not where it was evaluated: its run.json is read from there.
+        reports += [{**load_evaluation_report(report), "run": str(folder.root)} for report in found]
         for explained in explained_sets(folder.root, split):
             # The folder names the dataset by its key, as evaluation reports name their columns.
             key = (folder.method, bool(folder.bgaugment), explained.dataset_key, explained.label)

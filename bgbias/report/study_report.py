@@ -34,6 +34,7 @@ from bgbias.report.document import (
     write_document,
 )
 from bgbias.report.evaluation import percent, run_label
+from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
@@ -525,6 +526,7 @@ def write_study_report(
     found = selections([result.folder for result in results])
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
+        *installation_blocks(reports),
         Heading("Answers"),
         Bullets(answers(reports, reference)),
         Heading("Clean vs corrupted MAP@R, without and with BGAugment"),
@@ -568,4 +570,5 @@ def write_study_report(
                          for name, error in failures.items()))]
           if failures else []),
     ]
+    warn_if_mixed(reports, "the study page")
     return write_document(blocks, out, "study", title)
