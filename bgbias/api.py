@@ -44,6 +44,7 @@ def evaluate(
     out: PathLike | None = None,
     device: str = "auto",
     fingerprint: str | None = None,
+    trust_model: bool = False,
     batch_size: int = 64,
     workers: int = 2,
     progress: bool = False,
@@ -60,7 +61,9 @@ def evaluate(
     hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
     ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
     ImageNet normalisation, L2-normalised output) and report into ``out`` (default
-    ``runs/external/<name>-<digests>``). The other arguments are the command's options.
+    ``runs/external/<name>-<digests>``). A TorchScript file is checked before it runs (tensor operators
+    only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it runs as any
+    Python does. The other arguments are the command's options.
     """
     from bgbias.engine.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
@@ -70,7 +73,8 @@ def evaluate(
         repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
         profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, progress=progress,
     )
-    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint)
+    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
+                                         trust_model=trust_model)
     return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
 
 
@@ -81,6 +85,7 @@ def as_embedding_model(
     out: PathLike | None = None,
     device: str = "auto",
     fingerprint: str | None = None,
+    trust_model: bool = False,
 ) -> EmbeddingModel:
     """``model`` (see :func:`evaluate`) as an embedding model."""
     from torch import nn
@@ -99,7 +104,7 @@ def as_embedding_model(
         if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
                                                 and (path.parent.parent / "config.json").is_file()):
             return load_trained(path, device=device)
-        return load_external_model(os.fspath(model), model_input, device=device, out=out)
+        return load_external_model(os.fspath(model), model_input, device=device, out=out, trust=trust_model)
     if isinstance(model, nn.Module):
         where = next((p.device for p in model.parameters()), None)
         network = network_from_module(model, type(model).__name__)

@@ -461,7 +461,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 _EXTERNAL_PARAMS = {
     "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
     "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
-    "out": "--out",
+    "out": "--out", "trust_model": "--trust-model",
 }
 """The options that describe a --model, by parameter name."""
 
@@ -483,9 +483,14 @@ def _model_options(command):
         click.option("--device", default="auto", show_default=True,
                      help="auto (CUDA when present), cpu, cuda or cuda:N."),
         click.option("--model", default=None, metavar="SPEC",
-                     help="A model bgbias did not train, instead of a run: a TorchScript file, an ONNX file, "
-                          "or a factory package.module:callable returning a torch.nn.Module (e.g. "
-                          "torchvision.models:resnet50)."),
+                     help="A model bgbias did not train, instead of a run: a TorchScript file (checked "
+                          "first: tensor operators only), an ONNX file (run by onnxruntime), or a factory "
+                          "package.module:callable returning a torch.nn.Module (e.g. "
+                          "torchvision.models:resnet50), which is imported and called: it runs as any Python "
+                          "code does, so name only packages you trust."),
+        click.option("--trust-model", is_flag=True,
+                     help="--model: run a TorchScript file unchecked (one you made or trust as you would its "
+                          "author's Python code): its code may then read and write files."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
         click.option("--input-size", type=click.IntRange(min=1), default=None,
@@ -531,7 +536,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
     model_input = ModelInput(external["input_size"], external["resize"], external["normalize"],
                              external["output_key"], external["l2_normalize"])
     loaded = load_external_model(model, model_input, args=parse_model_args(external["model_args"]),
-                                 device=device, out=external["out"])
+                                 device=device, out=external["out"], trust=external["trust_model"])
     click.echo(f"model: {loaded.network.kind} {loaded.network.spec}; reports in {loaded.home}", err=True)
     click.echo(model_input.describe(), err=True)
     return loaded

@@ -168,13 +168,14 @@ def load_external_model(
     args: Mapping[str, Any] | None = None,
     device: str = "auto",
     out: str | os.PathLike[str] | None = None,
+    trust: bool = False,
 ) -> ExternalModel:
-    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`) on ``device``, with its
-    home claimed (:func:`external_model`)."""
+    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
+    unless ``trust``) on ``device``, with its home claimed (:func:`external_model`)."""
     from bgbias.engine.device import resolve_device
 
     resolved = resolve_device(device)
-    return external_model(load_network(spec, args or {}, resolved), model_input, resolved, out)
+    return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out)
 
 
 def external_model(
