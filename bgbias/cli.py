@@ -13,21 +13,9 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
+from bgbias import options as rules
 from bgbias.data.registry import dataset_names
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
-from bgbias.options import (
-    BATCH_SIZE,
-    FOLD,
-    MASK_DEVICE,
-    PIXELS,
-    PROTOCOL,
-    REPEATS,
-    SEED,
-    SPLIT,
-    WORKERS,
-    WORST_K,
-    Rule,
-)
 
 
 class _Group(click.Group):
@@ -62,7 +50,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _PATH_DIR = click.Path(file_okay=False, path_type=Path)
 
 
-def _typed(rule: Rule) -> click.ParamType:
+def _typed(rule: rules.Rule) -> click.ParamType:
     """The click type of an option declared as a :class:`~bgbias.options.Rule`, which the Python API checks
     its argument of the same name against: one declaration for both."""
     if rule.choices:
@@ -90,9 +78,10 @@ def _dataset_options(command):
 
 def _split_options(command):
     """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
-    command = click.option("--fold", type=_typed(FOLD), default=0, show_default=True,
+    command = click.option("--fold", type=_typed(rules.FOLD), default=0, show_default=True,
                            help="cv4 fold.")(command)
-    return click.option("--protocol", type=_typed(PROTOCOL), default="fixed", show_default=True)(command)
+    return click.option("--protocol", type=_typed(rules.PROTOCOL), default="fixed",
+                        show_default=True)(command)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -255,7 +244,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--device",
-    type=_typed(MASK_DEVICE),
+    type=_typed(rules.MASK_DEVICE),
     default="auto",
     show_default=True,
     help="auto uses CUDA when onnxruntime offers it.",
@@ -330,14 +319,14 @@ def masks(
 @_dataset_options
 @click.option(
     "--split",
-    type=_typed(SPLIT),
+    type=_typed(rules.SPLIT),
     default="test",
     show_default=True,
     help="test draws from the test pool, val from the train pool (as in the paper's code).",
 )
 @_split_options
-@click.option("--repeats", type=_typed(REPEATS), default=5, show_default=True)
-@click.option("--seed", type=_typed(SEED), default=0, show_default=True)
+@click.option("--repeats", type=_typed(rules.REPEATS), default=5, show_default=True)
+@click.option("--seed", type=_typed(rules.SEED), default=0, show_default=True)
 @click.option(
     "--backgrounds",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -514,9 +503,9 @@ def _model_options(command):
                           "author's Python code): its code may then read and write files."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
-        click.option("--input-size", type=_typed(PIXELS), default=None,
+        click.option("--input-size", type=_typed(rules.PIXELS), default=None,
                      help="--model: side of its square input (default: the dataset's evaluation crop)."),
-        click.option("--resize", type=_typed(PIXELS), default=None,
+        click.option("--resize", type=_typed(rules.PIXELS), default=None,
                      help="--model: shorter side before the centre crop (default: the dataset's, scaled "
                           "with --input-size)."),
         click.option("--normalize", default="imagenet", show_default=True,
@@ -569,11 +558,11 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
               help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=_typed(SPLIT), default="test", show_default=True)
+@click.option("--split", type=_typed(rules.SPLIT), default="test", show_default=True)
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
-@click.option("--repeats", type=_typed(REPEATS), default=5, show_default=True,
+@click.option("--repeats", type=_typed(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest).")
-@click.option("--seed", type=_typed(SEED), default=0, show_default=True,
+@click.option("--seed", type=_typed(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets (the same for every model).")
 @click.option("--masks", type=_PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=_PATH_DIR, default=None,
@@ -585,10 +574,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--profile", is_flag=True,
               help="Also the background-reliance profile (implies --corrupted): query-side, worst case, "
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
-@click.option("--worst-k", type=_typed(WORST_K), default=10, show_default=True,
+@click.option("--worst-k", type=_typed(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=_typed(BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=_typed(WORKERS), default=2, show_default=True,
+@click.option("--batch-size", type=_typed(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=_typed(rules.WORKERS), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,
