@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from bgbias.engine.model_spec import Network, load_network
-from bgbias.errors import BgbiasError, ModelError
+from bgbias.errors import BgbiasError, ModelError, RecordError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
@@ -309,11 +309,18 @@ def check_home(model: ExternalModel) -> None:
 
 
 def folder_owner(path: Path) -> Owner | None:
-    """The bgbias run folder or external model's home that ``path`` is or lies inside, or None."""
+    """The bgbias run folder or external model's home that ``path`` is or lies inside, or None. A damaged
+    ``model.json`` in ``path`` itself is a ``RecordError``; above it, a ``model.json`` that is not a bgbias
+    record (another tool's, in a project folder) does not make a home."""
     for folder in [path, *path.resolve().parents]:
         if is_run_folder(folder):
             return Owner(folder, folder.name, None)
-        record = read_model_record(folder / MODEL_RECORD)
+        try:
+            record = read_model_record(folder / MODEL_RECORD)
+        except RecordError:
+            if folder == path:
+                raise
+            continue
         if record:
             return Owner(folder, str(record.get("label")), str(record.get("fingerprint")))
     return None

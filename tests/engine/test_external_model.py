@@ -271,3 +271,13 @@ def test_in_memory_models_and_onnx_sessions_that_fail_at_run_time_are_model_erro
         onnx.embed(images)
     assert err.value.path == str(path.resolve())
     assert not any((tmp_path / name).exists() for name in "abc")  # nothing was claimed
+
+
+def test_another_tools_model_json_above_the_home_does_not_make_a_home(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / MODEL_RECORD).write_text('{"name": "some other tool"}')
+    model = load_external_model("tests.engine.external:tiny_embedder", ModelInput(), device="cpu",
+                                out=project / "home")
+    model.claim_home()
+    assert json.loads((project / "home" / MODEL_RECORD).read_text())["fingerprint"] == model.fingerprint()
