@@ -27,7 +27,7 @@ _PUBLIC = {
     "evaluate_embeddings": "bgbias.api",
     "make_corrupted_sets": "bgbias.api",
     "make_masks": "bgbias.api",
-    "score_embeddings": "bgbias.retrieval.metrics",
+    "score_embeddings": "bgbias.api",
 }
 """Each public name and the module that defines it."""
 

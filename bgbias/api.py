@@ -3,7 +3,9 @@ embeddings, make masks and corrupted sets as the command line does. BGAugment an
 anyone's training loop are :class:`bgbias.BGAugment` and :class:`bgbias.MaskedImages`.
 
 Each function here opens a dataset by name and fills the request the command line fills, then calls the
-library function the command calls, so a result from Python is the result of the command.
+library function the command calls, so a result from Python is the result of the command. Its arguments are
+checked first against the rules the command's options are typed from (:data:`RULES`, ``bgbias.options``):
+a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), before any work.
 """
 
 from __future__ import annotations
@@ -15,7 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.errors import ModelError
+from bgbias.errors import ModelError, OptionError
+from bgbias.options import (
+    BATCH_SIZE,
+    DEVICE,
+    FLAG,
+    MASK_DEVICE,
+    OPTIONAL_TEXT,
+    PATH,
+    REPEATS,
+    SEED,
+    SPLIT,
+    WORKERS,
+    WORST_K,
+    Rule,
+    check_arguments,
+)
 
 if TYPE_CHECKING:
     from bgbias.methods.embedding_model import EmbeddingModel
@@ -24,6 +41,25 @@ if TYPE_CHECKING:
     from bgbias.saliency.pipeline import MaskRun
 
 PathLike = str | os.PathLike[str]
+
+DATASET = Rule(str, example="bench")
+RULES: dict[str, dict[str, Rule]] = {
+    "evaluate": {
+        "dataset": Rule(str, optional=True, example="bench"), "root": PATH, "split": SPLIT,
+        "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "masks": PATH, "backgrounds": PATH,
+        "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
+        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "batch_size": BATCH_SIZE, "workers": WORKERS,
+        "progress": FLAG,
+    },
+    "evaluate_embeddings": {"out": PATH},
+    "score_embeddings": {},
+    "make_masks": {"dataset": DATASET, "root": PATH, "out": PATH, "model": Rule(str, example="u2netp"),
+                   "device": MASK_DEVICE, "progress": FLAG},
+    "make_corrupted_sets": {"dataset": DATASET, "root": PATH, "split": SPLIT, "repeats": REPEATS,
+                            "seed": SEED, "backgrounds": PATH, "out": PATH, "render": PATH, "masks": PATH},
+}
+"""Each function's arguments with a declared rule (the others are checked where they are read: the model,
+the convention, arrays, the callback)."""
 
 
 def evaluate(
@@ -44,6 +80,7 @@ def evaluate(
     out: PathLike | None = None,
     device: str = "auto",
     fingerprint: str | None = None,
+    trust_model: bool = False,
     batch_size: int = 64,
     workers: int = 2,
     progress: bool = False,
@@ -60,17 +97,27 @@ def evaluate(
     hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
     ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
     ImageNet normalisation, L2-normalised output) and report into ``out`` (default
-    ``runs/external/<name>-<digests>``). The other arguments are the command's options.
+    ``runs/external/<name>-<digests>``). A TorchScript file is checked before it runs (tensor operators
+    only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it runs as any
+    Python does. The other arguments are the command's options.
     """
     from bgbias.engine.request import MeasureRequest
+    from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import evaluate as evaluate_model
 
+    check_arguments(locals(), RULES["evaluate"])
+    if model_input is not None and not isinstance(model_input, ModelInput):
+        raise OptionError(f"model_input={model_input!r} is not a bgbias.ModelInput",
+                          fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
+    if log is not None and not callable(log):
+        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
     request = MeasureRequest(
         dataset=dataset, root=_path(root), split=split, masks=_path(masks), corrupted=corrupted,
         repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
         profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, progress=progress,
     )
-    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint)
+    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
+                                         trust_model=trust_model)
     return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
 
 
@@ -81,6 +128,7 @@ def as_embedding_model(
     out: PathLike | None = None,
     device: str = "auto",
     fingerprint: str | None = None,
+    trust_model: bool = False,
 ) -> EmbeddingModel:
     """``model`` (see :func:`evaluate`) as an embedding model."""
     from torch import nn
@@ -99,7 +147,7 @@ def as_embedding_model(
         if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
                                                 and (path.parent.parent / "config.json").is_file()):
             return load_trained(path, device=device)
-        return load_external_model(os.fspath(model), model_input, device=device, out=out)
+        return load_external_model(os.fspath(model), model_input, device=device, out=out, trust=trust_model)
     if isinstance(model, nn.Module):
         where = next((p.device for p in model.parameters()), None)
         network = network_from_module(model, type(model).__name__)
@@ -133,11 +181,26 @@ def evaluate_embeddings(
     from bgbias.report.evaluate import EvaluationResult
     from bgbias.report.evaluation import summarize_evaluation, write_evaluation_report
     from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
-    from bgbias.retrieval.metrics import score_embeddings
+    from bgbias.retrieval.metrics import score_embeddings as score
 
-    labels = _array(labels)
-    clean_scores = score_embeddings(_array(clean), labels)
-    corrupted_scores = [score_embeddings(_array(state), labels) for state in corrupted]
+    check_arguments(locals(), RULES["evaluate_embeddings"])
+    clean = _embeddings(clean, "clean")
+    labels = _labels(labels, len(clean))
+    if isinstance(corrupted, str) or not isinstance(corrupted, Sequence):
+        raise OptionError(f"corrupted= must be a list of arrays (one per repeat), not "
+                          f"{type(corrupted).__name__}",
+                          fix="pass corrupted=[repeat_0, repeat_1, ...], each of the shape of clean")
+    corrupted = [_embeddings(state, f"corrupted[{i}]", clean.shape) for i, state in enumerate(corrupted)]
+    if ids is not None and (isinstance(ids, str) or not isinstance(ids, Sequence) or len(ids) != len(clean)
+                            or not all(isinstance(i, str) for i in ids)):
+        raise OptionError(f"ids= must be a list of {len(clean)} strings, one per embedding",
+                          fix="pass ids=[...] naming each image, or leave it out for their positions")
+    if about is not None and not isinstance(about, dict):
+        raise OptionError(f"about={about!r} is not a dict", fix='pass about={"method": ..., "dataset": ...}')
+    if out is not None:
+        _not_a_models_folder(Path(out))
+    clean_scores = score(clean, labels)
+    corrupted_scores = [score(state, labels) for state in corrupted]
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
     meta = {"method": "embeddings", "bgaugment": None, "dataset": "?", "split": "?", **(about or {})}
     report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
@@ -162,6 +225,7 @@ def make_masks(
     from bgbias.data.registry import open_dataset
     from bgbias.saliency.pipeline import make_masks as write_masks
 
+    check_arguments(locals(), RULES["make_masks"])
     opened = open_dataset(dataset, root)
     folder = Path(out) if out is not None else default_masks_dir(opened)
     return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
@@ -190,12 +254,66 @@ def make_corrupted_sets(
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
 
+    check_arguments(locals(), RULES["make_corrupted_sets"])
+    if isinstance(variants, str) or not isinstance(variants, Sequence) or not all(
+            isinstance(name, str) for name in variants):
+        raise OptionError(f"variants={variants!r} is not a list of set names",
+                          fix="pass variants=['random-bg'] (the paper's), a list of the profile's "
+                              "variants, or ['all']")
     opened = open_dataset(dataset, root)
     made = make_sets(opened, list(variants), split, repeats, seed, _path(backgrounds), _path(out))
     if render is not None:
         masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)
         render_sets(opened, made, masks_dir, Path(render), _path(backgrounds))
     return made
+
+
+def score_embeddings(embeddings: Any, labels: Any) -> Any:
+    """The metrics alone (MAP@R, R-precision, P@1, per query and as means) of ``embeddings`` (N, D), each
+    image ranked against all the others, exactly as pytorch-metric-learning's ``AccuracyCalculator`` defines
+    them; numpy arrays or torch tensors alike."""
+    from bgbias.retrieval.metrics import score_embeddings as score
+
+    embeddings = _embeddings(embeddings, "embeddings")
+    return score(embeddings, _labels(labels, len(embeddings)))
+
+
+def _embeddings(values: Any, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``values`` as an (N, D) array of finite real numbers (of ``shape`` where given), else an
+    ``OptionError`` naming the argument."""
+    try:
+        array = _array(values)
+    except Exception:  # whatever numpy makes of a ragged list or an object
+        array = np.asarray([])
+    fix = f"pass {name}= one embedding per row, an (images, dimensions) array of finite floats"
+    if array.dtype.kind not in "fiu" or array.ndim != 2 or 0 in array.shape:
+        raise OptionError(f"{name}= must be a 2-D array of real numbers with a row per image; got "
+                          f"{type(values).__name__} of shape {array.shape} and dtype {array.dtype}", fix=fix)
+    if shape is not None and array.shape != shape:
+        raise OptionError(f"{name}= has shape {array.shape}, clean= {shape}: every repeat holds the same "
+                          "images in the same order", fix=fix)
+    if not np.isfinite(array).all():
+        raise OptionError(f"{name}= holds NaN or infinite values", fix=fix)
+    return array.astype(np.float32, copy=False)
+
+
+def _labels(values: Any, count: int) -> np.ndarray:
+    labels = _array(values)
+    if labels.shape != (count,):
+        raise OptionError(f"labels= must give one label per embedding: got shape {labels.shape} for {count} "
+                          "embeddings", fix="pass labels= a 1-D array as long as the embeddings")
+    return labels
+
+
+def _not_a_models_folder(out: Path) -> None:
+    """Refuse to write a report into, or inside, a run folder or a model's home: it would read as theirs."""
+    from bgbias.engine.external_model import folder_owner
+
+    owner = folder_owner(out)
+    if owner is not None:
+        raise OptionError(f"out={os.fspath(out)!r} is or lies inside {owner.describe()}: a report there "
+                          "would read as that model's",
+                          fix="pass out= a folder outside runs and model folders")
 
 
 def _path(value: PathLike | None) -> Path | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
+from bgbias import options as rules
 from bgbias.data.registry import dataset_names
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
 
@@ -47,6 +48,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 _PATH_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+def _typed(rule: rules.Rule) -> click.ParamType:
+    """The click type of an option declared as a :class:`~bgbias.options.Rule`, which the Python API checks
+    its argument of the same name against: one declaration for both."""
+    if rule.choices:
+        return click.Choice(rule.choices)
+    if rule.kind in (int, float):
+        kind = click.IntRange if rule.kind is int else click.FloatRange
+        return kind(min=rule.minimum, max=rule.maximum)
+    return {bool: click.BOOL, str: click.STRING, Path: click.Path(path_type=Path)}[rule.kind]
 _DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
 
 
@@ -66,12 +78,10 @@ def _dataset_options(command):
 
 def _split_options(command):
     """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
-    command = click.option(
-        "--fold", type=click.IntRange(0, 3), default=0, show_default=True, help="cv4 fold."
-    )(command)
-    return click.option(
-        "--protocol", type=click.Choice(["fixed", "cv4"]), default="fixed", show_default=True
-    )(command)
+    command = click.option("--fold", type=_typed(rules.FOLD), default=0, show_default=True,
+                           help="cv4 fold.")(command)
+    return click.option("--protocol", type=_typed(rules.PROTOCOL), default="fixed",
+                        show_default=True)(command)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -234,7 +244,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
+    type=_typed(rules.MASK_DEVICE),
     default="auto",
     show_default=True,
     help="auto uses CUDA when onnxruntime offers it.",
@@ -309,14 +319,14 @@ def masks(
 @_dataset_options
 @click.option(
     "--split",
-    type=click.Choice(["test", "val"]),
+    type=_typed(rules.SPLIT),
     default="test",
     show_default=True,
     help="test draws from the test pool, val from the train pool (as in the paper's code).",
 )
 @_split_options
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--repeats", type=_typed(rules.REPEATS), default=5, show_default=True)
+@click.option("--seed", type=_typed(rules.SEED), default=0, show_default=True)
 @click.option(
     "--backgrounds",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -461,7 +471,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 _EXTERNAL_PARAMS = {
     "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
     "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
-    "out": "--out",
+    "out": "--out", "trust_model": "--trust-model",
 }
 """The options that describe a --model, by parameter name."""
 
@@ -483,14 +493,19 @@ def _model_options(command):
         click.option("--device", default="auto", show_default=True,
                      help="auto (CUDA when present), cpu, cuda or cuda:N."),
         click.option("--model", default=None, metavar="SPEC",
-                     help="A model bgbias did not train, instead of a run: a TorchScript file, an ONNX file, "
-                          "or a factory package.module:callable returning a torch.nn.Module (e.g. "
-                          "torchvision.models:resnet50)."),
+                     help="A model bgbias did not train, instead of a run: a TorchScript file (checked "
+                          "first: tensor operators only), an ONNX file (run by onnxruntime), or a factory "
+                          "package.module:callable returning a torch.nn.Module (e.g. "
+                          "torchvision.models:resnet50), which is imported and called: it runs as any Python "
+                          "code does, so name only packages you trust."),
+        click.option("--trust-model", is_flag=True,
+                     help="--model: run a TorchScript file unchecked (one you made or trust as you would its "
+                          "author's Python code): its code may then read and write files."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
-        click.option("--input-size", type=click.IntRange(min=1), default=None,
+        click.option("--input-size", type=_typed(rules.PIXELS), default=None,
                      help="--model: side of its square input (default: the dataset's evaluation crop)."),
-        click.option("--resize", type=click.IntRange(min=1), default=None,
+        click.option("--resize", type=_typed(rules.PIXELS), default=None,
                      help="--model: shorter side before the centre crop (default: the dataset's, scaled "
                           "with --input-size)."),
         click.option("--normalize", default="imagenet", show_default=True,
@@ -526,12 +541,13 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
                           fix="pass either --model or --checkpoint/--runs")
     from bgbias.engine.external_model import load_external_model
     from bgbias.engine.model_spec import parse_model_args
-    from bgbias.models.model_input import ModelInput
+    from bgbias.models.model_input import RULES, ModelInput, check_model_input
 
-    model_input = ModelInput(external["input_size"], external["resize"], external["normalize"],
-                             external["output_key"], external["l2_normalize"])
+    convention = {name: external[name] for name in RULES}
+    check_model_input(convention, _EXTERNAL_PARAMS)  # the API's checks, naming the options
+    model_input = ModelInput(**convention)
     loaded = load_external_model(model, model_input, args=parse_model_args(external["model_args"]),
-                                 device=device, out=external["out"])
+                                 device=device, out=external["out"], trust=external["trust_model"])
     click.echo(f"model: {loaded.network.kind} {loaded.network.spec}; reports in {loaded.home}", err=True)
     click.echo(model_input.describe(), err=True)
     return loaded
@@ -542,11 +558,11 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--dataset", "dataset_name", type=click.Choice(_DATASETS), default=None,
               help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--split", type=_typed(rules.SPLIT), default="test", show_default=True)
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--repeats", type=_typed(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=_typed(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets (the same for every model).")
 @click.option("--masks", type=_PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=_PATH_DIR, default=None,
@@ -558,10 +574,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--profile", is_flag=True,
               help="Also the background-reliance profile (implies --corrupted): query-side, worst case, "
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
-@click.option("--worst-k", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--worst-k", type=_typed(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--batch-size", type=_typed(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=_typed(rules.WORKERS), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,

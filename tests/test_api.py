@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import pytest
 import torch
 
 import bgbias
-from bgbias.errors import ModelError
+from bgbias.api import RULES
+from bgbias.errors import ModelError, OptionError
+from bgbias.options import BATCH_SIZE, FOLD, PIXELS, PROTOCOL, REPEATS, SEED, SPLIT, WORKERS, WORST_K
 from bgbias.retrieval.metrics import score_embeddings
 from tests.engine.external import tiny_embedder
 
@@ -81,3 +84,108 @@ def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypa
     key = paths[0].parts[1]
     assert [p.as_posix() for p in paths] == [f"corrupted/{key}/test/seed-0/repeat-{r}.json" for r in (0, 1)]
     assert [p.parent.as_posix() for p in made["only-fg"]] == [f"corrupted/{key}/test/seed-0/only-fg"]
+
+
+CHECKED_WHERE_READ = {
+    "evaluate": {"model", "model_input", "log"},
+    "evaluate_embeddings": {"clean", "labels", "corrupted", "ids", "about"},
+    "score_embeddings": {"embeddings", "labels"},
+    "make_masks": set(),
+    "make_corrupted_sets": {"variants"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_every_argument_of_every_api_function_has_a_rule_or_a_check_of_its_own(name):
+    parameters = set(inspect.signature(getattr(bgbias, name)).parameters)
+    assert parameters == set(RULES[name]) | CHECKED_WHERE_READ[name]
+
+
+class _Wrong:
+    def __repr__(self) -> str:
+        return "<wrong>"
+
+
+@pytest.mark.parametrize(("name", "argument"), [(name, argument) for name in sorted(RULES)
+                                                for argument in sorted(RULES[name])])
+def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argument):
+    required = {"evaluate": {"model": None}, "evaluate_embeddings": {"clean": None, "labels": None},
+                "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"}}[name]
+    with pytest.raises(OptionError) as err:
+        getattr(bgbias, name)(**{**required, argument: _Wrong()})
+    assert err.value.problem.startswith(f"{argument}=<wrong> is invalid: it must be ")
+    assert err.value.fix.startswith(f"pass {argument}=") and "--" not in err.value.fix
+
+
+def test_the_issues_repeats_are_refused_before_any_work(tiny_bench, tmp_path):
+    module = tiny_embedder().eval()
+    for repeats, message in [(0, "repeats=0 is invalid: it must be an integer of at least 1"),
+                             (-1, "repeats=-1 is invalid"), ("2", "repeats='2' is invalid")]:
+        with pytest.raises(OptionError, match=message) as err:
+            bgbias.evaluate(module, "bench", **{**_options(tiny_bench), "repeats": repeats},
+                            out=tmp_path / "home")
+        assert err.value.fix == "pass repeats=5"
+    result = bgbias.evaluate(module, "bench", **{**_options(tiny_bench), "repeats": np.int64(1)},
+                             manifests=tmp_path / "manifests", out=tmp_path / "home")
+    assert len(result.report["corrupted"]["repeats"]) == 1  # numpy integers are integers
+
+
+def test_arguments_checked_where_they_are_read_are_refused_with_their_python_names(tmp_path):
+    clean, labels = np.eye(4, dtype=np.float32), np.array([0, 0, 1, 1])
+    report = bgbias.evaluate_embeddings
+    refusals = [
+        (lambda: bgbias.evaluate(None, "bench", model_input=3), "model_input=3 is not a bgbias.ModelInput"),
+        (lambda: bgbias.evaluate(None, "bench", log=3), "log=3 is not callable"),
+        (lambda: bgbias.make_corrupted_sets("bench", variants="random-bg"), "variants='random-bg' is not a"),
+        (lambda: report(clean, labels, clean), "corrupted= must be a list of arrays"),
+        (lambda: report(clean, labels, [clean[:3]]), r"corrupted\[0\]= has shape \(3, 4\)"),
+        (lambda: report(clean, labels, ids="abcd"), "ids= must be a list of 4 strings"),
+        (lambda: report(clean, labels, about=["x"]), r"about=\['x'\] is not a dict"),
+        (lambda: report(clean * np.nan, labels), "clean= holds NaN"),
+        (lambda: report(clean * 1j, labels), "clean= must be a 2-D array of real numbers"),
+        (lambda: report([[1, 2], [3]], labels), "clean= must be a 2-D array"),
+        (lambda: report(clean, labels[:3]), r"labels= must give one label per embedding"),
+        (lambda: bgbias.score_embeddings([[1.0, 2.0]], [0, 1]), r"labels= must give one label per embedding"),
+        (lambda: bgbias.score_embeddings("x", [0]), "embeddings= must be a 2-D array"),
+        (lambda: bgbias.BGAugment("backgrounds", seed=-1), "seed=-1 is invalid"),
+        (lambda: bgbias.BGAugment("backgrounds", p="0.5"), "p='0.5' is invalid: it must be a number"),
+        (lambda: bgbias.MaskedImages("bench", crop=0), "crop=0 is invalid"),
+        (lambda: bgbias.MaskedImages("bench", fold=4), "fold=4 is invalid: it must be an integer from 0"),
+    ]
+    for call, message in refusals:
+        with pytest.raises(OptionError, match=message):
+            call()
+    near = [[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]]
+    assert bgbias.score_embeddings(near, [0, 0, 1, 1]).map_at_r == 1
+
+
+def test_a_report_of_embeddings_never_goes_into_a_run_folder(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    clean, labels = np.eye(4, dtype=np.float32), np.array([0, 0, 1, 1])
+    with pytest.raises(OptionError, match="lies inside the bgbias run folder"):
+        bgbias.evaluate_embeddings(clean, labels, out=run / "eval" / "bench-test")
+    assert not (run / "eval").exists()
+
+
+def test_the_command_line_types_its_options_from_the_same_rules():
+    from click import Choice, IntRange
+
+    from bgbias.cli import main
+
+    declared = {"--split": SPLIT, "--repeats": REPEATS, "--seed": SEED, "--worst-k": WORST_K,
+                "--batch-size": BATCH_SIZE, "--workers": WORKERS, "--input-size": PIXELS, "--resize": PIXELS,
+                "--protocol": PROTOCOL, "--fold": FOLD}
+    checked = 0
+    for command in ("eval", "corrupt"):
+        for param in main.commands[command].params:
+            rule = declared.get(param.opts[0])
+            if rule is None:
+                continue
+            checked += 1
+            if rule.choices:
+                assert isinstance(param.type, Choice) and tuple(param.type.choices) == rule.choices
+            else:
+                assert isinstance(param.type, IntRange)
+                assert (param.type.min, param.type.max) == (rule.minimum, rule.maximum), param.opts
+    assert checked == 13  # eval: 8, corrupt: 5

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +21,7 @@ from bgbias.augment.background_bank import BackgroundBank
 from bgbias.augment.background_crops import BackgroundCrop, sample_background_crop
 from bgbias.augment.composite import composite
 from bgbias.errors import OptionError
+from bgbias.options import SEED, Rule, check_arguments
 
 if TYPE_CHECKING:
     import torch
@@ -69,6 +71,12 @@ def apply_bgaugment(
     return torch.where(apply[:, None, None, None], composite(images, masks, backgrounds), images)
 
 
+ARGUMENTS = {"backgrounds": Rule(Path, example="backgrounds"),
+             "p": Rule(float, example=1.0), "seed": SEED}
+"""What :class:`BGAugment` takes (a background folder unless it is given a :class:`BackgroundBank`; the
+range of ``p`` is :func:`check_probability`'s, shared with the configuration)."""
+
+
 class BGAugment:
     """BGAugment as one call: a batch of images and their masks in, the composited float batch in [0, 1]
     out, on the images' device.
@@ -84,6 +92,8 @@ class BGAugment:
     def __init__(self, backgrounds: BackgroundBank | str | os.PathLike[str], p: float = 1.0, seed: int = 0):
         from bgbias.augment.background_bank import train_bank
 
+        folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
+        check_arguments({**folder, "p": p, "seed": seed}, ARGUMENTS)
         check_probability(p)
         self.bank = backgrounds if isinstance(backgrounds, BackgroundBank) else train_bank(backgrounds, "cpu")
         self.p = p

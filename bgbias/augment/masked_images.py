@@ -19,9 +19,17 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items, with_contiguous_labels
 from bgbias.data.train_geometry import train_geometry
 from bgbias.data.train_images import TrainImages
+from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, Rule, check_arguments
 
 if TYPE_CHECKING:
     import torch
+
+
+ARGUMENTS = {
+    "dataset": Rule(str, example="bench"), "root": PATH, "split": Rule(str, choices=("train", "val", "test")),
+    "masks": PATH, "crop": PIXELS, "protocol": PROTOCOL, "fold": FOLD,
+}
+"""What :class:`MaskedImages` takes."""
 
 
 class MaskedImages:
@@ -45,6 +53,7 @@ class MaskedImages:
         protocol: str = "fixed",
         fold: int = 0,
     ):
+        check_arguments(locals(), ARGUMENTS)
         opened = open_dataset(dataset, root)
         items = split_items(opened, split, protocol, fold)
         masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)

@@ -6,7 +6,13 @@ Everything after the embedding is the path every trained run takes: the same cle
 (at the model's geometry), the evaluation cache (keyed by the model's digest and its convention), the report
 files, ``bgbias report`` tables and ``bgbias explain``. Its reports go to its *home*: ``--out``, or by default
 ``runs/external/<name>-<model digest>-<convention digest>``, so two models, or one model under two
-conventions, never share one. The home's ``model.json`` says whose reports it holds.
+conventions, never share one. The home's ``model.json`` says whose reports it holds; it is written with the
+first result (:meth:`ExternalModel.claim_home`), so a model that fails leaves no folder of its own behind.
+A home must be a new or empty folder or this very model's, and never lie inside a run folder or another
+model's home (:func:`check_home`): a model's numbers never land under a run's name.
+
+The model is someone else's code: whatever it raises, and every output that is not one finite real vector of
+one width per image, is a ``ModelError`` naming the model, what was wrong and the input it was given.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from bgbias.engine.model_spec import Network, load_network
-from bgbias.errors import ModelError
+from bgbias.errors import BgbiasError, ModelError, RecordError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
@@ -51,6 +57,10 @@ class ExternalModel:
     device: torch.device
     home: Path
     amp: torch.dtype | None = None
+    width: int | None = field(default=None, init=False)
+    """The width of its embeddings, from the first batch: every later batch must have it."""
+    claimed: bool = field(default=False, init=False)
+    """Whether ``model.json`` is in its home (written with the first result)."""
 
     @property
     def convention(self) -> InputConvention:
@@ -77,28 +87,81 @@ class ExternalModel:
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, D) embeddings of float RGB images in [0, 1]: the convention applied, the network run, its
-        output read, checked (one finite row per image) and L2-normalised where the convention says so."""
+        output read, checked (one finite real row of the model's one width per image) and L2-normalised
+        where the convention says so. Whatever the network raises is a ``ModelError`` naming the input."""
         import torch
 
-        output = self.network.call(self.convention.apply(images))
+        inputs = self.convention.apply(images)
+        shape = tuple(inputs.shape)
+        try:
+            output = self.network.call(inputs)
+        except BgbiasError:
+            raise
+        except Exception as err:  # the model is someone else's code: it may fail in any way
+            first_line = (str(err).strip().splitlines() or [""])[0]
+            raise self._error(
+                f"{self.network.name} failed on a batch of shape {shape} ({type(err).__name__}: "
+                f"{first_line})",
+                "check the input the model was built for: its size (--input-size, --resize) and its "
+                "normalisation (--normalize); where it ran out of memory, a smaller --batch-size",
+            ) from err
         embeddings = read_output(output, self.model_input.output_key, self.network.name)
+        if embeddings.is_complex() or not embeddings.is_floating_point():
+            dtype = str(embeddings.dtype).removeprefix("torch.")
+            raise self._error(
+                f"{self.network.name} gave embeddings of dtype {dtype} for a batch of shape {shape}; an "
+                "embedding is a vector of real floating-point numbers",
+                "pass --output-key for the output that holds the embeddings, or make the model return them "
+                "as a float tensor")
         if embeddings.ndim != 2 or embeddings.shape[0] != images.shape[0]:
-            raise ModelError(
+            raise self._error(
                 f"{self.network.name} gave an output of shape {tuple(embeddings.shape)} for "
-                f"{images.shape[0]} images; an embedding is one vector per image, (images, dimensions)",
-                fix="pass --output-key for the output that holds the embeddings, or export a model that "
-                    "pools its features into one vector per image",
-            )
+                f"{images.shape[0]} images; an embedding is one vector per image, (images, dimensions) (the "
+                f"input was a batch of shape {shape})",
+                "pass --output-key for the output that holds the embeddings, or export a model that "
+                "pools its features into one vector per image")
+        width = embeddings.shape[1]
+        if width == 0:
+            raise self._error(
+                f"{self.network.name} gave embeddings of width 0 for a batch of shape {shape}",
+                "pass --output-key for the output that holds the embeddings")
+        if self.width is not None and width != self.width:
+            raise self._error(
+                f"{self.network.name} gave {width}-dimensional embeddings for a batch of shape {shape}, "
+                f"after {self.width}-dimensional ones for the first batch; every image needs an embedding of "
+                "one width", "make the model's output width independent of the batch (pool its features to a "
+                         "fixed size)")
+        if inputs.requires_grad and torch.is_grad_enabled() and not embeddings.requires_grad:
+            raise self._error(
+                f"{self.network.name} gave embeddings that carry no gradient back to its input (a batch of "
+                f"shape {shape}): it detaches them or runs under torch.no_grad, so no attribution can "
+                "differentiate it", "export the model without .detach() or torch.no_grad() in its forward")
         if not bool(torch.isfinite(embeddings).all()):
-            raise ModelError(
-                f"{self.network.name} gave NaN or infinite embeddings",
-                fix="check the input convention (--normalize, --input-size) the model was trained with, and "
-                    "that its weights are intact",
-            )
+            raise self._error(
+                f"{self.network.name} gave NaN or infinite embeddings for a batch of shape {shape}",
+                "check the input convention (--normalize, --input-size) the model was trained with, and "
+                "that its weights are intact")
+        self.width = width
         embeddings = embeddings.float()
         if self.model_input.l2_normalize:
             return torch.nn.functional.normalize(embeddings, dim=1)
         return embeddings
+
+    def _error(self, problem: str, fix: str) -> ModelError:
+        """A ``ModelError`` about the network, naming its file where it has one."""
+        in_file = self.network.kind in ("torchscript", "onnx")
+        return ModelError(problem, path=self.network.spec if in_file else None, fix=fix)
+
+    def claim_home(self) -> None:
+        """Write ``model.json`` into the home (once), checking it again first: called before the first
+        result goes there, so a model that fails before leaves no folder of its own behind."""
+        if self.claimed:
+            return
+        check_home(self)
+        write_json_atomic(self.home / MODEL_RECORD, {
+            "format": RECORD_FORMAT, "version": 1, "label": self.label, "fingerprint": self.fingerprint(),
+            **self.describe()["model"]})
+        self.claimed = True
 
     def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
         import torch
@@ -168,25 +231,26 @@ def load_external_model(
     args: Mapping[str, Any] | None = None,
     device: str = "auto",
     out: str | os.PathLike[str] | None = None,
+    trust: bool = False,
 ) -> ExternalModel:
-    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`) on ``device``, with its
-    home claimed (:func:`external_model`)."""
+    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
+    unless ``trust``) on ``device``, with its home claimed (:func:`external_model`)."""
     from bgbias.engine.device import resolve_device
 
     resolved = resolve_device(device)
-    return external_model(load_network(spec, args or {}, resolved), model_input, resolved, out)
+    return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out)
 
 
 def external_model(
     network: Network, model_input: ModelInput, device: torch.device, out: str | os.PathLike[str] | None = None
 ) -> ExternalModel:
     """``network`` as an embedding model whose home is ``out`` (default
-    ``runs/external/<name>-<model digest>-<convention digest>``). The home's ``model.json`` records the
-    model; a home that holds another model's reports is a ``ModelError``."""
+    ``runs/external/<name>-<model digest>-<convention digest>``), checked (:func:`check_home`) but not yet
+    written to: its ``model.json`` comes with its first result (:meth:`ExternalModel.claim_home`)."""
     home = Path(out) if out is not None else runs_root() / EXTERNAL_FOLDER / default_home_name(
         network, model_input)
     model = ExternalModel(network, model_input, device, home)
-    claim_home(model)
+    check_home(model)
     return model
 
 
@@ -197,17 +261,75 @@ def default_home_name(network: Network, model_input: ModelInput) -> str:
     return f"{name}-{network.sha256[:8]}-{convention[:8]}"
 
 
-def claim_home(model: ExternalModel) -> None:
-    """Write ``model.json`` into the model's home, unless the home records another model (an error)."""
-    path = model.home / MODEL_RECORD
-    record = {"format": RECORD_FORMAT, "version": 1, "label": model.label, "fingerprint": model.fingerprint(),
-              **model.describe()["model"]}
-    if path.is_file() and read_model_record(path).get("fingerprint") != record["fingerprint"]:
-        raise ModelError("this folder holds the reports of another model, or of this one under another "
-                         "input convention", path=path,
-                         fix="pass another --out, or leave --out out (each model and convention then gets a "
-                             "folder of its own under runs/external/)")
-    write_json_atomic(path, record)
+HOME_FIX = ("pass another --out (out= in Python): a new or empty folder; or leave it out, and each model and "
+            "convention gets a folder of its own under runs/external/")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A folder whose reports are one model's: a bgbias run's (``fingerprint`` None) or an external
+    model's home."""
+
+    folder: Path
+    label: str
+    fingerprint: str | None
+
+    def describe(self) -> str:
+        return ("the bgbias run folder" if self.fingerprint is None
+                else f"the folder of the model {self.label}") + f" {self.folder}"
+
+
+def check_home(model: ExternalModel) -> None:
+    """Refuse a home that is not the model's to write: one that is, or lies inside, a bgbias run folder or
+    another model's home, or that holds anything but this very model's reports (a ``ModelError`` saying
+    what it holds)."""
+    home = model.home
+    owner = folder_owner(home)
+    if owner is not None and owner.folder == home and owner.fingerprint == model.fingerprint():
+        return
+    if owner is not None:
+        if owner.folder != home:
+            problem = f"this folder lies inside {owner.describe()}"
+        elif owner.fingerprint is None:
+            problem = "this folder is a bgbias run's: another model's reports would go under the run's name"
+        else:
+            problem = (f"this folder holds the reports of another model, or of this one under another input "
+                       f"convention ({owner.label})")
+        raise ModelError(problem, path=home if owner.fingerprint is None else owner.folder / MODEL_RECORD,
+                         fix=HOME_FIX)
+    if home.exists() and not home.is_dir():
+        raise ModelError("this is a file, not a folder for the model's reports", path=home, fix=HOME_FIX)
+    entries = sorted(entry.name for entry in home.iterdir()) if home.exists() else []
+    if entries:
+        runs = [name for name in entries if is_run_folder(home / name)]
+        shown = (f"bgbias runs ({', '.join(runs[:3])}): it is a runs or study folder" if runs else
+                 ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else ""))
+        raise ModelError(f"this folder is neither new, nor empty, nor this model's: it holds {shown}",
+                         path=home, fix=HOME_FIX)
+
+
+def folder_owner(path: Path) -> Owner | None:
+    """The bgbias run folder or external model's home that ``path`` is or lies inside, or None. A damaged
+    ``model.json`` in ``path`` itself is a ``RecordError``; above it, a ``model.json`` that is not a bgbias
+    record (another tool's, in a project folder) does not make a home."""
+    for folder in [path, *path.resolve().parents]:
+        if is_run_folder(folder):
+            return Owner(folder, folder.name, None)
+        try:
+            record = read_model_record(folder / MODEL_RECORD)
+        except RecordError:
+            if folder == path:
+                raise
+            continue
+        if record:
+            return Owner(folder, str(record.get("label")), str(record.get("fingerprint")))
+    return None
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder: its ``config.json`` beside ``run.json`` or ``checkpoints/``."""
+    return (folder / "config.json").is_file() and ((folder / "run.json").is_file()
+                                                   or (folder / "checkpoints").is_dir())
 
 
 class ModelRecord(TypedDict):

@@ -2,9 +2,11 @@
 Python factory ``package.module:callable`` (with keyword arguments) that returns a ``torch.nn.Module``.
 
 A file's kind is read from its bytes, not its name. TorchScript archives are zip files with a ``code/``
-folder, and ``torch.jit.load`` reads them without running Python code. A ``torch.save`` file (a zip with
-``data.pkl`` but no ``code/``, or a bare pickle) is refused: unpickling it can run any code it holds.
-Anything else is handed to onnxruntime. Each loaded network comes with a digest that pins it (the file's
+folder; their code is a program, so an archive is checked before it is loaded and again before it runs
+(:mod:`bgbias.engine.torchscript_guard`: tensor operators only), unless its user vouches for it (``trust``).
+A ``torch.save`` file (a zip with ``data.pkl`` but no ``code/``, or a bare pickle) is refused: unpickling it
+can run any code it holds. Anything else is handed to onnxruntime. A factory is imported and called: it is
+Python, and runs as any Python does. Each loaded network comes with a digest that pins it (the file's
 sha256; for a factory, its name, arguments and the weights it returned), which the evaluation cache is keyed
 by.
 """
@@ -64,9 +66,9 @@ def is_factory(spec: str) -> bool:
     return _FACTORY.fullmatch(spec) is not None and not Path(spec).exists()
 
 
-def load_network(spec: str, args: Mapping[str, Any], device: torch.device) -> Network:
+def load_network(spec: str, args: Mapping[str, Any], device: torch.device, *, trust: bool = False) -> Network:
     """The network ``spec`` names, on ``device``: a factory called with ``args``, else a file (which takes
-    no arguments)."""
+    no arguments); a TorchScript file is checked first unless ``trust``."""
     if is_factory(spec):
         return load_factory(spec, args, device)
     path = Path(spec)
@@ -78,7 +80,7 @@ def load_network(spec: str, args: Mapping[str, Any], device: torch.device) -> Ne
         raise ModelError(f"--model-arg {', '.join(sorted(args))} given for a model file, which takes none",
                          path=path, fix="drop --model-arg, or pass a factory package.module:callable")
     kind = file_kind(path)
-    return load_torchscript(path, device) if kind == "torchscript" else load_onnx(path, device)
+    return load_torchscript(path, device, trust=trust) if kind == "torchscript" else load_onnx(path, device)
 
 
 def file_kind(path: Path) -> str:
@@ -112,12 +114,17 @@ def _pickle_error(path: Path) -> ModelError:
                       "bgbias does not load it", path=path, fix=fix)
 
 
-def load_torchscript(path: Path, device: torch.device) -> Network:
-    """A TorchScript archive in eval mode on ``device``."""
+def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -> Network:
+    """A TorchScript archive in eval mode on ``device``; unless ``trust``, one whose loading would run code of
+    its own is refused unopened, and one that uses an operator other than tensor computations is refused
+    before any call (:mod:`bgbias.engine.torchscript_guard`)."""
     import torch
 
     from bgbias.assets.digest import sha256_file
+    from bgbias.engine.torchscript_guard import check_archive, check_operators
 
+    if not trust:
+        check_archive(path)
     try:
         with warnings.catch_warnings():
             # torch 2.9+ calls TorchScript deprecated; it still loads, and the file is what the user has.
@@ -127,6 +134,8 @@ def load_torchscript(path: Path, device: torch.device) -> Network:
         raise ModelError(f"torch cannot load this TorchScript archive: {str(err).splitlines()[0]}", path=path,
                          fix="save it again with torch.jit.save, with a torch no newer than this one "
                              f"({torch.__version__})") from None
+    if not trust:
+        check_operators(module, path)
     return Network("torchscript", path.name, str(path.resolve()), sha256_file(path), module.eval())
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
+from bgbias.methods.embedding_model import claim_home
 
 if TYPE_CHECKING:
     from bgbias.data.items import Item
@@ -85,6 +86,7 @@ class SplitStates:
                                          amp=self.model.amp, progress=self.progress, desc=desc)
         if not np.array_equal(made_labels, self.labels):
             raise AssertionError("the embedded images came back out of their dataset's order")
+        claim_home(self.model)  # the first result goes into the home: an external model's model.json with it
         self.cache.save(key, made)
         self.embedded += 1
         self.log(f"{desc}: embedded {len(self.labels)} images")

@@ -40,6 +40,7 @@ from PIL import Image
 from bgbias.augment.gallery import evenly_spread
 from bgbias.augment.manifests import ids_sha256
 from bgbias.augment.mask_check import saliency_masks
+from bgbias.data.eval_images import EvalImages
 from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
@@ -71,6 +72,7 @@ from bgbias.methods.attribution import (
     check_supported,
     needs_references,
 )
+from bgbias.methods.embedding_model import claim_home
 from bgbias.schema import read_record
 
 if TYPE_CHECKING:
@@ -180,6 +182,13 @@ def explain_items(
     if referenced:
         settings.update(references=reference_rule(model), reference_items_sha256=ids_sha256(pool))
     settings = normalised_settings(settings)
+    # One image through the model as attributions run it, with gradients, before anything is written: a model
+    # that cannot run leaves no folder, and an external model's home becomes its own (model.json) only now.
+    probe = EvalImages(items[:1], geometry)[0]["image"][None].to(device).float().div_(255)
+    model.eval()
+    with torch.enable_grad():
+        model.embed(probe.requires_grad_(True))
+    claim_home(model)
     if force:
         shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
         shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)

@@ -9,7 +9,10 @@ a model from elsewhere needs only these members.
 feature maps can be explained by attributions that take Grad-CAM at a feature map (SAM's similarity
 attention), whoever trained it. Every model a method backs has it (its backbone's named stages).
 :class:`OwnGeometry` is another: a model that wants its images at another size than the dataset's evaluation
-geometry says so (an external model's ``--input-size`` and ``--resize``). A model whose ``differentiable``
+geometry says so (an external model's ``--input-size`` and ``--resize``). :class:`ClaimsHome` is a third: a
+model whose home becomes its own only with its first result (an external model's ``model.json``), so a model
+that fails leaves no folder behind; whoever writes a result under a model's home calls :func:`claim_home`
+first. A model whose ``differentiable``
 attribute is False (an ONNX model run by onnxruntime) is refused by the attributions, which all differentiate
 the model; without the attribute a model is differentiable.
 """
@@ -121,3 +124,19 @@ class OwnGeometry(Protocol):
         """The evaluation geometry of its images on dataset ``dataset_name`` (corrupted sets and attribution
         maps follow it)."""
         ...
+
+
+@runtime_checkable
+class ClaimsHome(Protocol):
+    """An optional capability of an :class:`EmbeddingModel`: its home is marked as its own only when the first
+    result is written there (a run's folder is its own from the start)."""
+
+    def claim_home(self) -> None:
+        """Mark the home as this model's (once); a home that is not its to write is an error."""
+        ...
+
+
+def claim_home(model: EmbeddingModel) -> None:
+    """Before a result goes under ``model.home``: the model claims its home, where it has the capability."""
+    if isinstance(model, ClaimsHome):
+        model.claim_home()

@@ -100,7 +100,8 @@ class InceptionBlock(nn.ModuleDict):
         branches.append(self["double_3x3_2"](self["double_3x3_1"](self["double_3x3_reduce"](x))))
         pooled = self["pool"](x)
         branches.append(self["pool_proj"](pooled) if "pool_proj" in self else pooled)
-        sizes = {tuple(branch.shape[2:]) for branch in branches}
+        # Under torch.jit.trace sizes are tensors, which a set cannot compare; torch.cat still checks them.
+        sizes = set() if torch.jit.is_tracing() else {tuple(branch.shape[2:]) for branch in branches}
         if len(sizes) > 1:
             raise OptionError(
                 f"BN-Inception cannot take this input size: a {tuple(x.shape[2:])} map splits into "

@@ -10,16 +10,23 @@ output tensor, L2-normalised (ranked by cosine similarity, as metric learning do
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from bgbias.data.geometry import EvalGeometry
 from bgbias.data.transforms import eval_geometry
 from bgbias.errors import OptionError
 from bgbias.models.input_convention import CLIP, IMAGENET, UNIT, InputConvention
+from bgbias.options import FLAG, OPTIONAL_TEXT, PIXELS, Rule, check_arguments, shown
 
 NORMALIZATIONS = {"imagenet": IMAGENET, "clip": CLIP, "none": UNIT}
 """The named normalisations of ``--normalize``; ``MEAN,STD`` (two or six numbers) states any other."""
+
+RULES = {"input_size": PIXELS, "resize": PIXELS, "normalize": Rule(str, example="imagenet"),
+         "output_key": OPTIONAL_TEXT, "l2_normalize": FLAG}
+"""What each field must be (the command line's options are typed from the same rules)."""
 
 
 @dataclass(frozen=True)
@@ -40,16 +47,9 @@ class ModelInput:
     l2_normalize: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("input_size", "resize"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise OptionError(f"--{name.replace('_', '-')} {value!r} is not a positive number of pixels",
-                                  fix=f"pass --{name.replace('_', '-')} as a whole number of pixels >= 1")
-        if self.input_size is not None and self.resize is not None and self.resize < self.input_size:
-            raise OptionError(f"--resize {self.resize} is smaller than --input-size {self.input_size}",
-                              fix="the centre crop is cut from the resized image: pass --resize >= "
-                                  "--input-size")
-        parse_normalization(self.normalize)  # a bad --normalize is refused here, before any work
+        if isinstance(self.output_key, numbers.Integral) and not isinstance(self.output_key, bool):
+            object.__setattr__(self, "output_key", str(self.output_key))  # a tuple's position, as the CLI's
+        check_model_input({field.name: getattr(self, field.name) for field in fields(self)})
 
     @property
     def convention(self) -> InputConvention:
@@ -93,22 +93,41 @@ class ModelInput:
                 f"{numbers}); embedding: {output}, {scaled}")
 
 
-def parse_normalization(text: str) -> InputConvention:
+def check_model_input(values: Mapping[str, Any], names: Mapping[str, str] | None = None) -> None:
+    """Refuse a convention that cannot be (each field's :data:`RULES`, a resize smaller than the crop, an
+    unknown normalisation) before any work, naming each field as ``names`` says: the command line passes its
+    options (``--input-size``), Python callers get the field names (``input_size=``)."""
+    check_arguments(values, RULES, names)
+
+    def name(key: str) -> str:
+        return (names or {}).get(key, key)
+
+    input_size, resize = values.get("input_size"), values.get("resize")
+    if input_size is not None and resize is not None and resize < input_size:
+        crop = shown(name("input_size"), input_size)
+        raise OptionError(f"{shown(name('resize'), resize)} is smaller than {crop}",
+                          fix=f"the centre crop is cut from the resized image: pass {name('resize')} >= "
+                              f"{name('input_size')}")
+    parse_normalization(values.get("normalize", "imagenet"), name("normalize"))
+
+
+def parse_normalization(text: str, name: str = "normalize") -> InputConvention:
     """``imagenet``, ``clip``, ``none``, or ``MEAN,STD`` as two numbers (every channel) or six (three means,
-    then three stds), as an :class:`InputConvention`; anything else is an ``OptionError``."""
+    then three stds), as an :class:`InputConvention`; anything else is an ``OptionError`` naming the
+    argument ``name``."""
     named = NORMALIZATIONS.get(text.strip().lower())
     if named is not None:
         return named
-    fix = ("pass --normalize imagenet, clip or none, or MEAN,STD as two numbers (all channels) or six (three "
-           "means, then three stds), e.g. 0.5,0.5")
+    fix = (f"pass {name} as imagenet, clip or none, or MEAN,STD as two numbers (all channels) or six (three "
+           f"means, then three stds), e.g. {shown(name, '0.5,0.5')}")
     try:
-        numbers = [float(part) for part in text.split(",")]
+        values = [float(part) for part in text.split(",")]
     except ValueError:
-        raise OptionError(f"--normalize {text!r} is neither a known normalisation nor numbers",
+        raise OptionError(f"{shown(name, text)} is neither a known normalisation nor numbers",
                           fix=fix) from None
-    if len(numbers) not in (2, 6) or not all(math.isfinite(n) for n in numbers):
-        raise OptionError(f"--normalize {text!r} must give two or six finite numbers", fix=fix)
-    mean, std = (numbers[:1] * 3, numbers[1:] * 3) if len(numbers) == 2 else (numbers[:3], numbers[3:])
+    if len(values) not in (2, 6) or not all(math.isfinite(n) for n in values):
+        raise OptionError(f"{shown(name, text)} must give two or six finite numbers", fix=fix)
+    mean, std = (values[:1] * 3, values[1:] * 3) if len(values) == 2 else (values[:3], values[3:])
     if min(std) <= 0:
-        raise OptionError(f"--normalize {text!r} has a std that is not positive", fix=fix)
+        raise OptionError(f"{shown(name, text)} has a std that is not positive", fix=fix)
     return InputConvention(mean=tuple(mean), std=tuple(std))

@@ -82,3 +82,42 @@ def diverged() -> nn.Module:
 
 def not_a_module() -> int:
     return 3
+
+
+class _Misbehaving(nn.Module):
+    """``tiny_embedder`` whose output ``mistake`` spoils (see the factories below)."""
+
+    def __init__(self, mistake: str):
+        super().__init__()
+        self.body = tiny_embedder()
+        self.mistake = mistake
+        self.calls = 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.mistake == "raises":
+            raise ValueError("this model is broken")
+        embedding = self.body(images)
+        if self.mistake == "complex":
+            return torch.complex(embedding, embedding)
+        if self.mistake == "integer":
+            return embedding.round().long()
+        if self.mistake == "zero width":
+            return embedding[:, :0]
+        if self.mistake == "one axis":
+            return embedding.sum(dim=1)
+        if self.mistake == "detached":
+            return embedding.detach()
+        if self.mistake == "width changes":
+            return embedding if self.calls == 1 else embedding[:, :5]
+        return embedding
+
+
+def wrong_input_size() -> nn.Module:
+    """Built for 8 × 8 px input: any other size fails in its linear layer."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
+
+
+def misbehaving(mistake: str) -> nn.Module:
+    return _Misbehaving(mistake)

@@ -4,8 +4,10 @@ mix trained runs with external models."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
@@ -108,3 +110,76 @@ def test_an_exported_model_has_its_runs_profile(tiny_run, tiny_bench, tmp_path):
     for name, means in ours.items():
         for metric, value in means.items():
             assert abs(value - theirs[name][metric]) < 1e-6, (name, metric)
+
+
+@pytest.mark.parametrize(("mistake", "message"), [
+    (None, r"wrong_input_size failed on a batch of shape \(4, 3, 16, 16\) \(RuntimeError: mat1 and mat2 "
+           r"shapes cannot be multiplied"),
+    ("raises", r"misbehaving failed on a batch of shape \(4, 3, 16, 16\) \(ValueError: this model is "
+               r"broken\)"),
+    ("width changes", r"gave 5-dimensional embeddings for a batch of shape \(4, 3, 16, 16\), after "
+                      r"8-dimensional ones"),
+    ("complex", r"embeddings of dtype complex64 for a batch of shape \(4, 3, 16, 16\)"),
+    ("integer", r"embeddings of dtype int64"),
+    ("zero width", r"embeddings of width 0 for a batch of shape \(4, 3, 16, 16\)"),
+    ("one axis", r"output of shape \(4,\) for 4 images"),
+])
+def test_a_misbehaving_model_is_a_clear_error_and_leaves_no_folder(mistake, message, tiny_bench, tmp_path):
+    """Exit 2 naming the model, what was wrong and its input; no report, and no home holding only model.json
+    (claimed with the first result)."""
+    home = tmp_path / "runs" / "external" / "broken"
+    spec = ["--model", "tests.engine.external:wrong_input_size"] if mistake is None else [
+        "--model", "tests.engine.external:misbehaving", "--model-arg", f"mistake={mistake}"]
+    result = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), *spec, "--input-size", "16",
+                                       "--batch-size", "4", "--out", str(home)])
+    assert result.exit_code == 2, result.output
+    assert re.search(message, result.output) and "Traceback" not in result.output
+    assert not home.exists()
+
+
+def test_explain_refuses_a_model_that_raises_or_blocks_gradients_and_leaves_no_folder(tiny_bench, tmp_path):
+    for mistake, message in [("raises", "this model is broken"), ("detached", "carry no gradient")]:
+        home = tmp_path / mistake
+        result = CliRunner().invoke(main, ["explain", "--model", "tests.engine.external:misbehaving",
+                                           "--model-arg", f"mistake={mistake}", "--input-size", "16",
+                                           "--out", str(home), "--limit", "2", *_data_args(tiny_bench)])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not home.exists()
+
+
+def test_a_working_model_claims_its_home_with_its_first_result(tiny_bench, tmp_path):
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), "--model",
+                                       "tests.engine.external:tiny_embedder", "--input-size", "16",
+                                       "--out", str(home)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((home / "model.json").read_text())["spec"] == "tests.engine.external:tiny_embedder"
+
+
+def _run_report(run):
+    (report,) = run.glob("eval/*-test/report.json")
+    return report
+
+
+def test_out_is_never_a_run_folder_inside_one_or_a_folder_of_runs(tiny_run, tiny_bench, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(tiny_run, runs / "run")
+    scored = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), "--checkpoint", str(runs / "run")])
+    assert scored.exit_code == 0, scored.output
+    before = _run_report(runs / "run").read_bytes()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    for out, message in [(runs / "run", "a bgbias run's: another model's reports would go under the run's"),
+                         (runs / "run" / "eval", f"lies inside the bgbias run folder {runs / 'run'}"),
+                         (runs / "run" / "new", "lies inside the bgbias run folder"),
+                         (runs, "holds bgbias runs (run): it is a runs or study folder"),
+                         (tmp_path / "mine", "neither new, nor empty, nor this model's: it holds notes.txt")]:
+        for command in ("eval", "explain"):
+            args = (_eval_args(tiny_bench, tmp_path) if command == "eval"
+                    else ["explain", *_data_args(tiny_bench), "--limit", "2"])
+            result = CliRunner().invoke(main, [*args, "--model", "tests.engine.external:tiny_embedder",
+                                               "--input-size", "16", "--out", str(out)])
+            assert result.exit_code == 2 and message in result.output, (command, out, result.output)
+            assert "--out" in result.output
+    assert _run_report(runs / "run").read_bytes() == before
+    assert not (runs / "run" / "model.json").exists() and not (runs / "run" / "new").exists()

@@ -19,7 +19,7 @@ from bgbias.errors import ModelError, OptionError
 from bgbias.explain.run import explain
 from bgbias.models.model_input import ModelInput
 from bgbias.report.evaluate import evaluate
-from tests.engine.external import export_onnx, export_torchscript, exported_run, tiny_embedder
+from tests.engine.external import export_onnx, export_torchscript, exported_run, misbehaving, tiny_embedder
 
 AS_THE_RUN = ModelInput(normalize="none", l2_normalize=False)
 """How the exports of the tiny run want their input: RGB in [0, 1] (the method normalises inside)."""
@@ -97,13 +97,15 @@ def test_the_default_home_is_named_by_the_model_and_its_convention(tiny_run, tmp
     assert first.home.parent == other.home.parent == Path("runs", "external")
     assert first.home.name.startswith("run.pt-") and first.home != other.home
     assert first.home.name.split("-")[1] == other.home.name.split("-")[1]  # the same model digest
+    assert not first.home.exists()  # model.json comes with the first result
+    first.claim_home()
     record = json.loads((first.home / MODEL_RECORD).read_text())
     assert record["fingerprint"] == first.fingerprint() and record["label"] == first.label
 
 
 def test_a_home_holding_another_models_reports_is_refused(tiny_run, tmp_path):
     path = export_torchscript(tiny_run, tmp_path / "run.pt")
-    load_external_model(str(path), AS_THE_RUN, device="cpu", out=tmp_path / "home")
+    load_external_model(str(path), AS_THE_RUN, device="cpu", out=tmp_path / "home").claim_home()
     with pytest.raises(ModelError, match="another model") as err:
         load_external_model("tests.engine.external:tiny_embedder", ModelInput(), device="cpu",
                             out=tmp_path / "home")
@@ -244,3 +246,38 @@ def test_a_model_without_a_training_dataset_needs_one_named(tmp_path):
                                 out=tmp_path / "home")
     with pytest.raises(OptionError, match="records no training dataset"):
         evaluate(model, MeasureRequest(), log=_quiet)
+
+
+class _FixedReshape(torch.nn.Module):
+    """Exported with a dynamic batch, but reshapes to two rows: onnxruntime fails on any other batch."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.mean(dim=(2, 3)).reshape(2, -1)
+
+
+def test_in_memory_models_and_onnx_sessions_that_fail_at_run_time_are_model_errors(tmp_path):
+    cpu, images = torch.device("cpu"), torch.rand(3, 3, 16, 16)
+    raising = external_model(network_from_module(misbehaving("raises"), "mine"), ModelInput(), cpu,
+                             tmp_path / "a")
+    with pytest.raises(ModelError, match=r"mine failed on a batch of shape \(3, 3, 16, 16\) \(ValueError"):
+        raising.embed(images)
+    complex_valued = network_from_callable(lambda inputs: inputs.mean(dim=(2, 3)) * 1j, "spin", "v1")
+    with pytest.raises(ModelError, match="spin gave embeddings of dtype complex64"):
+        external_model(complex_valued, ModelInput(), cpu, tmp_path / "b").embed(images)
+    path = export_onnx(_FixedReshape(), tmp_path / "reshape.onnx", side=16)
+    onnx = load_external_model(str(path), ModelInput(), device="cpu", out=tmp_path / "c")
+    assert onnx.embed(images[:2]).shape == (2, 3)
+    with pytest.raises(ModelError, match=r"reshape\.onnx failed on a batch of shape \(3, 3, 16, 16\)") as err:
+        onnx.embed(images)
+    assert err.value.path == str(path.resolve())
+    assert not any((tmp_path / name).exists() for name in "abc")  # nothing was claimed
+
+
+def test_another_tools_model_json_above_the_home_does_not_make_a_home(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / MODEL_RECORD).write_text('{"name": "some other tool"}')
+    model = load_external_model("tests.engine.external:tiny_embedder", ModelInput(), device="cpu",
+                                out=project / "home")
+    model.claim_home()
+    assert json.loads((project / "home" / MODEL_RECORD).read_text())["fingerprint"] == model.fingerprint()
