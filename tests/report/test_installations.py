@@ -26,8 +26,8 @@ def evaluated(tiny_run, tmp_path_factory) -> list[Path]:
         shutil.copytree(tiny_run, run)
         if name == "b":
             _edit(run / "config.json", lambda config: config["bgaugment"].update(enabled=True))
-        result = CliRunner().invoke(main, ["eval", "--checkpoint", str(run), "--device", "cpu", "--no-progress",
-                                           "--workers", "0"])
+        result = CliRunner().invoke(main, ["eval", "--checkpoint", str(run), "--device", "cpu",
+                                           "--no-progress", "--workers", "0"])
         assert result.exit_code == 0, result.output
         runs.append(run)
     return runs
