@@ -60,11 +60,30 @@ def folder_mode() -> int:
 
 @contextlib.contextmanager
 def reporting_write_errors(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn an ``OSError`` met while writing ``path`` into an ``OutputError`` that names it and the fix."""
+    """Turn an ``OSError`` met while writing ``path`` into an ``OutputError`` that names it and the fix;
+    also one that a writer's clean-up replaced by an error of its own (``torch.save`` on a full disk ends in
+    "RuntimeError: ... unexpected pos" raised while the ``OSError`` was being handled)."""
     try:
         yield
     except OSError as error:
         raise output_error(error, path) from error
+    except Exception as error:
+        cause = _os_error_behind(error)
+        if cause is None:
+            raise
+        raise output_error(cause, path) from error
+
+
+def _os_error_behind(error: BaseException) -> OSError | None:
+    """The ``OSError`` that ``error`` was raised while handling (directly or further back), if any."""
+    seen = {id(error)}
+    context = error.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, OSError):
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None
 
 
 def make_dirs(path: str | os.PathLike[str]) -> Path:

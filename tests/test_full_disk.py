@@ -189,3 +189,40 @@ def test_an_asset_copied_onto_a_full_disk(tmp_path, disk_full):
     disk_full("weights.onnx")
     with pytest.raises(OutputError, match=NO_SPACE):
         copy_with_sha256(io.BytesIO(b"x" * 100), tmp_path / "weights.onnx")
+
+
+def test_an_error_a_writer_raises_while_handling_the_full_disk_is_reported_as_the_full_disk(tmp_path,
+                                                                                            monkeypatch):
+    import torch
+
+    from bgbias.engine.checkpoint import save_checkpoint
+
+    def save(obj, handle):
+        # What torch.save does on a real full disk: its zip writer's clean-up replaces the OSError.
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 119552 vs 119440")
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(OutputError, match=NO_SPACE) as caught:
+        save_checkpoint(tmp_path / "last.pt", {})
+    assert caught.value.path == str(tmp_path / "last.pt")
+
+
+@pytest.mark.parametrize("size", ["100k", "330k"])
+def test_training_on_a_really_full_disk(tiny_bench, tmp_path, size):
+    """A small tmpfs fills up for real (root only, where mounting is allowed)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+    try:
+        result = CliRunner().invoke(main, _train_args(tiny_bench, disk / "run", "--epochs", "2"))
+        _assert_no_space(result, str(disk / "run"))
+        assert json.loads((disk / "run" / "run.json").read_text())["status"] == "failed"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
