@@ -16,19 +16,27 @@ from bgbias import __version__
 from bgbias import options as rules
 from bgbias.data.registry import dataset_names
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
+from bgbias.signals import Terminated, interruption_status, sigterm_as_interrupt
 
 
 class _Group(click.Group):
     """A click group that prints a :class:`BgbiasError` as a short message (file + fix), exit status 2, and
-    warnings of the library (skipped files, say) as one ``warning:`` line each instead of Python's format."""
+    warnings of the library (skipped files, say) as one ``warning:`` line each instead of Python's format.
+    SIGTERM is taken like Ctrl-C (:mod:`bgbias.signals`): either ends the command with one line, status 143
+    or 130, after the run or job said in its records that it was interrupted."""
 
     def invoke(self, ctx: click.Context):
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), sigterm_as_interrupt():
                 warnings.showwarning = _show_warning
                 return super().invoke(ctx)
         except BgbiasError as err:
             _fail(ctx, err)
+        except KeyboardInterrupt as stop:
+            cause = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+            click.secho(f"\ninterrupted by {cause}: what was finished is kept, and running the command again "
+                        "resumes (a training: bgbias train --resume RUN)", err=True, fg="yellow")
+            ctx.exit(interruption_status(stop))
         except OSError as err:
             # The library reports what it writes itself; anything else the system refused names its file here.
             if err.filename is None:

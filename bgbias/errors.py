@@ -94,6 +94,9 @@ def output_error(error: OSError, path: str | os.PathLike[str]) -> OutputError:
     if error.errno == errno.ENOSPC:
         return OutputError("no space left on the device", path=where,
                            fix="free disk space, or write elsewhere")
+    if error.errno == errno.EDQUOT:
+        return OutputError("the disk quota is used up", path=where,
+                           fix="free space within your quota, or write elsewhere")
     reason = "it is on a read-only file system" if error.errno == errno.EROFS else (
         "permission denied" if isinstance(error, PermissionError) else error.strerror or str(error))
     return OutputError(f"cannot write here: {reason}", path=where,

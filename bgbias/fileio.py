@@ -1,31 +1,89 @@
 """Atomic file and folder writes: a reader never sees a half-written file, and a killed writer leaves only a
-temporary sibling that the next run replaces."""
+temporary sibling that the next run replaces. Outputs get the modes the user's umask gives any new file, and
+every error met while writing one (a full disk, no permission) is an ``OutputError`` naming it."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bgbias.errors import BusyError, output_error
 
 
+def _umask_at_import() -> int:
+    """The umask, read by setting it and setting it back: only safe while no other thread creates files,
+    which holds when bgbias is imported (it starts no thread on import)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it: from ``/proc/self/status`` where the system has it
+    (Linux 4.7 and later), so the umask of the moment is followed without the set-and-restore of
+    ``os.umask``, which would give a file that another thread creates in between the wrong mode (masks are
+    written from worker threads); elsewhere the umask as it was when this module was imported."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _UMASK_AT_IMPORT
+
+
+def file_mode() -> int:
+    """The mode of a new file under the current umask (``0o666 & ~umask``: 0644 under 022), which
+    ``mkstemp``'s private 0600 would otherwise keep through the rename."""
+    return 0o666 & ~current_umask()
+
+
+def folder_mode() -> int:
+    """The mode of a new folder under the current umask (``0o777 & ~umask``), in place of ``mkdtemp``'s
+    0700."""
+    return 0o777 & ~current_umask()
+
+
 @contextlib.contextmanager
 def reporting_write_errors(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn an ``OSError`` met while writing ``path`` into an ``OutputError`` that names it and the fix."""
+    """Turn an ``OSError`` met while writing ``path`` into an ``OutputError`` that names it and the fix;
+    also one that a writer's clean-up replaced by an error of its own (``torch.save`` on a full disk ends in
+    "RuntimeError: ... unexpected pos" raised while the ``OSError`` was being handled)."""
     try:
         yield
     except OSError as error:
         raise output_error(error, path) from error
+    except Exception as error:
+        cause = _os_error_behind(error)
+        if cause is None:
+            raise
+        raise output_error(cause, path) from error
+
+
+def _os_error_behind(error: BaseException) -> OSError | None:
+    """The ``OSError`` that ``error`` was raised while handling (directly or further back), if any."""
+    seen = {id(error)}
+    context = error.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, OSError):
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None
 
 
 def make_dirs(path: str | os.PathLike[str]) -> Path:
@@ -45,9 +103,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     make_dirs(path.parent)
     with reporting_write_errors(path):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
+        with reporting_write_errors(path):
+            tmp_path.chmod(file_mode())
         yield tmp_path
         with reporting_write_errors(path):
             os.replace(tmp_path, path)
@@ -55,9 +115,18 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s content into, which replaces ``path`` when the block ends without an
+    error; an ``OSError`` while writing or closing it (a full disk) is an ``OutputError`` naming ``path``.
+    For writers that need a file object (``torch.save``); the block should only write."""
+    with atomic_path(path) as tmp, reporting_write_errors(path), open(tmp, "wb") as handle:
+        yield handle
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_path(path) as tmp, reporting_write_errors(path):
-        tmp.write_bytes(data)
+    with atomic_file(path) as handle:
+        handle.write(data)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -79,31 +148,94 @@ def json_bytes(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
+_HELD: dict[tuple[str, int], int] = {}
+"""The locks this process holds, by (path, thread): a nested hold of the same lock on the same thread counts
+up instead of locking again, which on a second file handle would wait for (or be refused by) itself."""
+_HELD_GUARD = threading.Lock()
+
+
 @contextlib.contextmanager
 def exclusive_lock(
     path: str | os.PathLike[str], *, wait: bool, busy: BusyError | None = None
 ) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the file ``path`` for the block, between processes.
+    """Hold an exclusive lock on the file ``path`` for the block, between processes (``filelock``'s native
+    lock: ``flock`` on POSIX, ``msvcrt.locking`` on Windows).
 
-    The file is created if missing and never removed (removing it would let a later process lock a new file
-    while another still holds the old one). The kernel drops the lock when its holder dies, so a killed run
-    leaves nothing to clean up. ``wait=False``: if another process holds it, raise ``busy`` (a ``BusyError``
-    that says who and what to do), or ``BlockingIOError`` without one.
+    The file is created if missing and not removed (removing it would let a later process lock a new file
+    while another still holds the old one). The system drops the lock when its holder dies, so a killed run
+    leaves nothing to clean up; a soft lock (a marker file) would not, so it is never used. Holding it again
+    on the same thread inside the block is allowed. ``wait=False``: if another process (or thread) holds it,
+    raise ``busy`` (a ``BusyError`` that says who and what to do), or ``BlockingIOError`` without one.
     """
     path = Path(path)
-    make_dirs(path.parent)
-    with reporting_write_errors(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    key = (os.path.abspath(path), threading.get_ident())
+    with _HELD_GUARD:
+        nested = key in _HELD
+        if nested:
+            _HELD[key] += 1
+    if nested:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if busy is None:
-                raise
-            raise busy from None
+            yield
+        finally:
+            with _HELD_GUARD:
+                _HELD[key] -= 1
+        return
+    make_dirs(path.parent)
+    lock = _native_lock(path)
+    with reporting_write_errors(path):
+        taken = _acquire(lock, wait)
+    if not taken:
+        if busy is None:
+            raise BlockingIOError(f"another process holds the lock {path}")
+        raise busy
+    with _HELD_GUARD:
+        _HELD[key] = 1
+    try:
         yield
     finally:
-        os.close(fd)  # releases the lock
+        with _HELD_GUARD:
+            del _HELD[key]
+        lock.release()
+
+
+def folder_lock_path(folder: str | os.PathLike[str]) -> Path:
+    """The lock of a folder that processes build or write as a whole: ``.<name>.lock`` beside it (not in it,
+    since some such folders are replaced whole)."""
+    folder = Path(folder)
+    return folder.parent / f".{folder.name}.lock"
+
+
+def folder_lock(folder: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
+    """Hold ``folder``'s lock (:func:`folder_lock_path`), waiting for another process that holds it: for
+    shared folders that a second process should find built (the assets, the pools, the bench), not build at
+    the same time."""
+    return exclusive_lock(folder_lock_path(folder), wait=True)
+
+
+def _acquire(lock: Any, wait: bool) -> bool:
+    """Take ``lock`` (waiting for it when ``wait``); False when another holder has it and not ``wait``.
+    (filelock's ``Timeout`` is an ``OSError``, which must not be reported as a write error.)"""
+    import filelock
+
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except filelock.Timeout:
+        return False
+    return True
+
+
+def _native_lock(path: Path) -> Any:
+    """``filelock``'s lock of this system on ``path``, with the mode the umask gives a new file, and without
+    the fallback to a soft lock that filelock 4 offers where a file system lacks ``flock``."""
+    import inspect
+
+    import filelock
+
+    native = filelock.WindowsFileLock if os.name == "nt" else filelock.UnixFileLock
+    options: dict[str, Any] = {"mode": file_mode()}
+    if "fallback_to_soft" in inspect.signature(native).parameters:
+        options["fallback_to_soft"] = False
+    return native(str(path), **options)
 
 
 @contextlib.contextmanager
@@ -116,15 +248,18 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         tmp.chmod(0o777 & ~_umask())
     try:
+        with reporting_write_errors(path):
+            tmp.chmod(folder_mode())
         yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        with reporting_write_errors(path):
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -13,6 +13,7 @@ the bench, the masks, finished trainings and cached embeddings, and resumes a ki
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.errors import AssetError, BgbiasError, OptionError
+from bgbias.errors import AssetError, BgbiasError, BusyError, OptionError
+from bgbias.fileio import exclusive_lock, folder_lock
 
 POOL_SEED = 0
 """Seed of the committed pools: their generated images are in the repository, so the study never reseeds
@@ -284,7 +286,9 @@ def run_study(
     title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
              f"{len(run_dirs)} runs{variant}")
     dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
-    page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials, failures=failures)
+    with exclusive_lock(folder / STUDY_LOCK, wait=True):
+        page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials,
+                            failures=failures)
     return StudyResult(bench, run_dirs, page, failures)
 
 
@@ -369,13 +373,15 @@ def prepare_study_bench(
     log("2/7 completing the background pools")
     pools = prepare_pools(home=home)
     root = study_bench_root(preset, rho, seed)
-    bench = built_bench(root, preset=preset, rho=rho, seed=seed)
-    if bench is None:
-        log(f"3/7 building the bench (preset {preset}, rho {rho:g}, seed {seed}) in {root}")
-        bench = prepare_bench(root, preset=preset, rho=rho, seed=seed, home=home)
-    else:
-        log(f"3/7 the bench at {root} is up to date (preset {preset}, rho {rho:g}, seed {seed})")
-    made, masks_dir = bench_masks(open_dataset("bench", root), masks, log)
+    # Another study building this bench or its masks is waited for, and what it made is then kept.
+    with folder_lock(root):
+        bench = built_bench(root, preset=preset, rho=rho, seed=seed)
+        if bench is None:
+            log(f"3/7 building the bench (preset {preset}, rho {rho:g}, seed {seed}) in {root}")
+            bench = prepare_bench(root, preset=preset, rho=rho, seed=seed, home=home)
+        else:
+            log(f"3/7 the bench at {root} is up to date (preset {preset}, rho {rho:g}, seed {seed})")
+        made, masks_dir = bench_masks(open_dataset("bench", root), masks, log)
     return StudyBench(assets, pools, bench, root, made, masks_dir)
 
 
@@ -389,29 +395,72 @@ def train_and_measure(
     plan: StudyPlan, bench: StudyBench, folder: Path, device: str, log: Callable[[str], None]
 ) -> tuple[list[Path], dict[str, str]]:
     """Steps 5–6: train (or keep, or resume) every run of ``plan`` into ``folder``, then evaluate and explain
-    it. A run that fails is recorded in :data:`FAILURES` and the study goes on with the others. Returns the
-    folders of the runs measured, in the plan's order, and the failed runs' errors by folder name."""
+    it. A run that fails is recorded in :data:`FAILURES` and the study goes on with the others. A run that
+    another process is training or measuring (a second pass on the same folder) is left to it until the
+    other runs are done; then this pass waits for it and measures it from the caches, so two passes share
+    the work. Returns the folders of the runs measured, in the plan's order, and the failed runs' errors by
+    folder name."""
     planned = plan.runs()
     log(f"5/7 training {len(planned)} runs: {', '.join(plan.methods)}, without and with BGAugment, "
         f"{plan.seeds} training seed{'s' * (plan.seeds > 1)}")
-    run_dirs, failures, tracebacks = [], {}, {}
+    outcome = _PassOutcome()
+    elsewhere = []
     for number, run in enumerate(planned, 1):
         step = f"[{number}/{len(planned)}]"
-        try:
+        if not _train_and_measure_run(folder, run, plan, bench, device, log, step, outcome, wait=False):
+            log(f"5/7 {step} {run.label}: another process is training it; measured at the end")
+            elsewhere.append((step, run))
+    for step, run in elsewhere:
+        log(f"5/7 {step} {run.label}: waiting for the other process to finish it")
+        _train_and_measure_run(folder, run, plan, bench, device, log, step, outcome, wait=True)
+    with exclusive_lock(folder / STUDY_LOCK, wait=True):  # another pass may update the file meanwhile
+        record_failures(folder / FAILURES, [run.folder_name for run in planned], outcome.failures,
+                        outcome.tracebacks)
+    run_dirs = [outcome.measured[run.folder_name] for run in planned if run.folder_name in outcome.measured]
+    return run_dirs, outcome.failures
+
+
+STUDY_LOCK = ".study.lock"
+"""In a study folder: held while a pass updates :data:`FAILURES` or writes the page, which two passes on the
+same folder would otherwise write at once."""
+
+
+@dataclass
+class _PassOutcome:
+    """What one pass of steps 5–6 measured, and what failed (the error and its traceback), by run folder."""
+
+    measured: dict[str, Path] = dataclasses.field(default_factory=dict)
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    tracebacks: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _train_and_measure_run(
+    folder: Path, run: StudyRun, plan: StudyPlan, bench: StudyBench, device: str, log: Callable[[str], None],
+    step: str, outcome: _PassOutcome, *, wait: bool,
+) -> bool:
+    """Train and measure one run while holding its folder (:func:`~bgbias.engine.run_dir.claim_run`), into
+    ``outcome``; False, without doing anything, when another process holds it and not ``wait``."""
+    from bgbias.engine.run_dir import claim_run
+
+    try:
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(claim_run(folder / run.folder_name, wait=wait))
+            except BusyError:
+                return False
             run_dir = train_study_run(folder, run, bench, device, log, f"5/7 {step}")
             log(f"6/7 {step} {run.label}: clean and {REPEATS} corrupted repeats"
                 f"{', the profile' if plan.profile else ''}, foreground scores on {EXPLAIN_IMAGES} test "
                 "images")
             measure_run(run_dir, bench.masks_dir, plan.profile, device, log)
-        except Exception as error:  # one run's failure (a diverged loss, a full disk) must not stop the rest
-            known = isinstance(error, BgbiasError)
-            failures[run.folder_name] = str(error) if known else f"{type(error).__name__}: {error}"
-            tracebacks[run.folder_name] = traceback.format_exc()
-            log(f"{step} {run.label} FAILED, going on with the others:\n{failures[run.folder_name]}")
-            continue
-        run_dirs.append(run_dir)
-    record_failures(folder / FAILURES, [run.folder_name for run in planned], failures, tracebacks)
-    return run_dirs, failures
+    except Exception as error:  # one run's failure (a diverged loss, a full disk) must not stop the rest
+        known = isinstance(error, BgbiasError)
+        outcome.failures[run.folder_name] = str(error) if known else f"{type(error).__name__}: {error}"
+        outcome.tracebacks[run.folder_name] = traceback.format_exc()
+        log(f"{step} {run.label} FAILED, going on with the others:\n{outcome.failures[run.folder_name]}")
+        return True
+    outcome.measured[run.folder_name] = run_dir
+    return True
 
 
 def record_failures(path: Path, planned: Sequence[str], failures: Mapping[str, str],

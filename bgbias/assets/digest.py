@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from bgbias.fileio import reporting_write_errors
+
 _CHUNK = 1 << 20
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -31,7 +33,7 @@ def copy_with_sha256(source: BinaryIO, target: str | os.PathLike[str]) -> tuple[
     """Copy a stream into a new file and return its (hex SHA-256, size): one pass for both jobs."""
     digest = hashlib.sha256()
     size = 0
-    with open(target, "wb") as out:
+    with reporting_write_errors(target), open(target, "wb") as out:
         for chunk in iter(lambda: source.read(_CHUNK), b""):
             digest.update(chunk)
             out.write(chunk)

@@ -40,7 +40,7 @@ from bgbias.assets.store import (
     write_record,
 )
 from bgbias.errors import AssetError
-from bgbias.fileio import atomic_dir
+from bgbias.fileio import atomic_dir, folder_lock
 
 
 def fetch(
@@ -63,13 +63,15 @@ def fetch(
     local = LocalFiles(Path(from_dir).expanduser()) if from_dir is not None else None
     done: list[AssetStatus] = []
     errors: list[AssetError] = []
-    for spec in specs:
-        try:
-            done.append(
-                fetch_one(spec, resolved, local=local, force=force, progress=progress, download=download)
-            )
-        except AssetError as err:
-            errors.append(err)
+    # Another process fetching into this home is waited for; what it installed is then found in place.
+    with folder_lock(resolved):
+        for spec in specs:
+            try:
+                done.append(
+                    fetch_one(spec, resolved, local=local, force=force, progress=progress, download=download)
+                )
+            except AssetError as err:
+                errors.append(err)
     if len(errors) == 1:
         raise errors[0]
     if errors:

@@ -35,7 +35,8 @@ from bgbias.data.items import Dataset, Item, mask_path
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import BusyError, DatasetError, ImageError
-from bgbias.fileio import exclusive_lock, sweep_stale_temps, write_bytes_atomic
+from bgbias.fileio import exclusive_lock, folder_lock_path, sweep_stale_temps, write_bytes_atomic
+from bgbias.signals import sigterm_as_interrupt
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def render_set(
     locked for the whole render, so no process sweeps or appends to what another is writing."""
     busy = BusyError(f"another process is rendering into {out_dir}", path=out_dir,
                      fix="wait for it to finish, or pass another --render folder")
-    with exclusive_lock(out_dir.parent / f".{out_dir.name}.lock", wait=False, busy=busy):
+    with sigterm_as_interrupt(), exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy):
         return _render_into(out_dir, manifest_sha256, jobs, pixels, order, force, progress)
 
 

@@ -30,7 +30,7 @@ from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
-from bgbias.fileio import write_bytes_atomic, write_json_atomic
+from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
 
 GROUPS = ("bench", "train", "test")
 """The three disjoint uses of source families."""
@@ -100,6 +100,13 @@ def build_pools(
     them differently); files of ours that the new plan no longer lists are removed.
     """
     out_dir = Path(out_dir)
+    with folder_lock(out_dir):  # another process completing the pools is waited for, then its files kept
+        return _build_pools(out_dir, sources, seed, images_per_pool, long_side)
+
+
+def _build_pools(
+    out_dir: Path, sources: Sequence[PhotoSource], seed: int, images_per_pool: int, long_side: int
+) -> dict[str, Any]:
     groups = assign_families(sources)
     previous = _read_manifest(out_dir / MANIFEST_NAME)
     counts = kind_counts(images_per_pool)

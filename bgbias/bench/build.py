@@ -31,7 +31,7 @@ from bgbias.bench.stamps import load_stamp, select_stamps
 from bgbias.bench.views import VIEW_PRESETS, ViewPreset, render_view, sample_view_params
 from bgbias.data.images import load_image
 from bgbias.errors import AssetError, OptionError
-from bgbias.fileio import atomic_dir, write_json_atomic
+from bgbias.fileio import atomic_dir, folder_lock, make_dirs, reporting_write_errors, write_json_atomic
 
 BENCH_FORMAT = "bgbias-bench/2"
 """Version 2 moved 25 classes from train to val (a 400-image validation split, so model selection is not
@@ -109,7 +109,8 @@ def build_bench(
     canvas_short = CANVAS_FACTOR * settings.image_size
     jobs = [_ClassJob(i, stamp.path, stamp.class_name, splits[i]) for i, stamp in enumerate(stamps)]
     workers = min(2, os.cpu_count() or 1) if workers is None else max(1, workers)
-    with atomic_dir(out_dir) as tmp:
+    # A second build of the same folder waits: both would swap it in, the second under the first's readers.
+    with folder_lock(out_dir), atomic_dir(out_dir) as tmp:
         canvases = _map(_scene_canvas_task, [(s.path, canvas_short) for s in sources], workers)
         view_ranges = VIEW_PRESETS[settings.view_preset]
         context = _RenderContext(
@@ -330,8 +331,9 @@ def _save(image: Image.Image, path: Path, **options: Any) -> None:
     """Encode in memory, then write; ``build_bench`` swaps the whole bench folder in atomically."""
     buffer = io.BytesIO()
     image.save(buffer, **options)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue())
+    make_dirs(path.parent)
+    with reporting_write_errors(path):
+        path.write_bytes(buffer.getvalue())
 
 
 def _map(
@@ -356,7 +358,7 @@ def _map(
 
 
 def _write_index(path: Path, records: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with reporting_write_errors(path), open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(INDEX_HEADER)
         for r in records:
@@ -365,7 +367,7 @@ def _write_index(path: Path, records: list[dict[str, Any]]) -> None:
 
 def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Every view's sampled parameters, one JSON object a line: enough to redraw or audit any view."""
-    with open(path, "w", encoding="utf-8") as handle:
+    with reporting_write_errors(path), open(path, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from bgbias.errors import BgbiasError
+from bgbias.signals import sigterm_as_interrupt_in_worker
 
 FIND_UNREADABLE = (
     "`bgbias masks --dataset NAME` reads every image of a dataset and lists each one it cannot read in its "
@@ -60,9 +61,12 @@ def _collate(samples: Sequence[Any]) -> Any:
 
 class ImageLoader(DataLoader):
     """``torch.utils.data.DataLoader`` over a dataset of image samples (same arguments, no ``collate_fn``);
-    a sample that cannot be read raises its ``BgbiasError`` in the iterating process, naming the file."""
+    a sample that cannot be read raises its ``BgbiasError`` in the iterating process, naming the file. Its
+    worker processes take SIGTERM as they take Ctrl-C (:func:`bgbias.signals.sigterm_as_interrupt_in_worker`)
+    unless ``worker_init_fn`` is given."""
 
     def __init__(self, dataset: Any, **options: Any):
+        options.setdefault("worker_init_fn", sigterm_as_interrupt_in_worker)
         super().__init__(_Reporting(dataset), collate_fn=_collate, **options)
 
     def __iter__(self) -> Iterator[Any]:

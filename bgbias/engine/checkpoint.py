@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.errors import BgbiasError
-from bgbias.fileio import atomic_path
+from bgbias.fileio import atomic_file
 
 FORMAT = 1
 
@@ -22,12 +22,13 @@ class CheckpointError(BgbiasError):
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write ``state`` (plus the format number) to ``path`` atomically."""
+    """Write ``state`` (plus the format number) to ``path`` atomically; a full disk is an ``OutputError``
+    naming ``path``."""
     import torch
 
     # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
     # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+    with atomic_file(path) as handle:
         torch.save({"format": FORMAT, **state}, handle)
 
 

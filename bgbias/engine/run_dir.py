@@ -10,6 +10,7 @@
         train.log              what the run printed, with times
         checkpoints/last.pt    everything needed to resume
         checkpoints/best.pt    the selected model
+        .training.lock         held by the process training the run (:func:`claim_run`)
         eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
         eval/cache/                 embeddings of every evaluated set
         explain/<dataset>-<split>-<attribution label>/  bgbias explain: foreground scores, summary, gallery
@@ -18,26 +19,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from bgbias.errors import OptionError, RecordError
-from bgbias.fileio import make_dirs, reporting_write_errors, write_json_atomic, write_text_atomic
+from bgbias.errors import BusyError, OptionError, RecordError, output_error
+from bgbias.fileio import (
+    exclusive_lock,
+    make_dirs,
+    reporting_write_errors,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bgbias.installation import InstallationRecord
 from bgbias.paths import runs_root
 from bgbias.schema import parse_record
 from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
+TRAINING_LOCK = ".training.lock"
+"""In a run folder: the lock its trainer holds (:func:`claim_run`)."""
 
 
 class RunStatus(StrEnum):
@@ -110,14 +122,70 @@ def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float 
 
 
 def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
-    """A new, empty run folder under ``runs`` (``-2``, ``-3`` … appended when the name is taken)."""
+    """A new, empty run folder under ``runs`` (``-2``, ``-3`` … appended when the name is taken, also by a
+    process that creates the same name at the same moment: the folder itself is created, not looked for)."""
     runs = runs if runs is not None else runs_root()
-    candidate, n = runs / name, 1
-    while candidate.exists():
-        n += 1
-        candidate = runs / f"{name}-{n}"
-    make_dirs(candidate / "checkpoints")
-    return RunDir(candidate)
+    make_dirs(runs)
+    n = 1
+    while True:
+        candidate = runs / (name if n == 1 else f"{name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError as error:
+            raise output_error(error, candidate) from error
+        make_dirs(candidate / "checkpoints")
+        return RunDir(candidate)
+
+
+@contextlib.contextmanager
+def claim_run(root: str | os.PathLike[str], *, wait: bool = False) -> Iterator[RunDir]:
+    """Hold the run folder ``root`` (created if missing) for training, between processes: ``train``,
+    ``train --resume`` and each run of ``bgbias study`` train a run only while they hold it. Another
+    process's claim is a ``BusyError`` at once naming the run and, where its ``run.json`` says so, that
+    process; ``wait=True`` waits for it instead. The same thread may claim a run it holds again (the study
+    claims a run for its training and measurement, training claims it again). The lock is the kernel's, so
+    a killed trainer leaves nothing to clean up."""
+    run = RunDir(Path(root))
+    busy = BusyError(
+        f"another process is training this run{_holder(run)}",
+        path=run.root,
+        fix="wait for it to finish (bgbias study measures it then), or stop that process (its run.json then "
+            "says interrupted) and resume the run with bgbias train --resume",
+    )
+    with exclusive_lock(run.root / TRAINING_LOCK, wait=wait, busy=busy):
+        yield run
+
+
+def _holder(run: RunDir) -> str:
+    """`` (pid N on HOST)`` of the process its record says is training ``run``, else nothing."""
+    record = read_record(run) or {}
+    process = record.get("process")
+    if record.get("status") != RunStatus.RUNNING or not isinstance(process, dict):
+        return ""
+    return f" (pid {process.get('pid')} on {process.get('host')})"
+
+
+def this_process() -> dict[str, Any]:
+    """What ``run.json`` records of the process training a run, for the message a second trainer gets."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def holds_results(root: Path) -> bool:
+    """Whether the folder ``root`` holds anything but what :func:`create_run_dir` and :func:`claim_run` put
+    there (an empty ``checkpoints`` folder, the lock): a run folder whose training never wrote a file is
+    still empty, so a run killed that early starts again instead of being refused for good."""
+    if not root.is_dir():
+        return False
+    for entry in root.iterdir():
+        if entry.name == TRAINING_LOCK:
+            continue
+        if entry.name == "checkpoints" and entry.is_dir() and not any(entry.iterdir()):
+            continue
+        return True
+    return False
 
 
 def open_run_dir(path: str | os.PathLike[str]) -> RunDir:

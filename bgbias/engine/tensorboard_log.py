@@ -2,16 +2,23 @@
 scalars in ``<run>/tensorboard/``, since TensorBoard is where many DML users watch training. The package is
 an optional extra (``pip install 'bgbias[tensorboard]'``); a run that asks for it without it stops before its
 folder exists.
+
+The event files are written by a thread of TensorBoard's writer; an error there (a full disk) surfaces at the
+next flush, which follows every row, as an ``OutputError`` naming the folder: the run stops as on any other
+write it cannot make (``run.json``: failed, with the reason), instead of training on with a log that silently
+ends. The thread's own report of that error is not printed: it would put a traceback before the clear error.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bgbias.engine.run_dir import is_metric_number
 from bgbias.errors import OptionError
+from bgbias.fileio import reporting_write_errors
 
 FOLDER = "tensorboard"
 
@@ -34,21 +41,40 @@ def scalar_tag(column: str) -> str:
     return f"{prefix}/{rest}" if prefix in ("train", "val") and rest else f"run/{column}"
 
 
+def _quieting_writer_errors(printing: Any) -> Any:
+    """``threading.excepthook`` ``printing`` with the ``OSError`` of TensorBoard's writer thread left out
+    (:meth:`EpochScalars.add` raises it again, as an ``OutputError``)."""
+
+    def hook(report: Any) -> None:
+        writer_thread = type(report.thread).__name__ == "_AsyncWriterThread"
+        if not (writer_thread and issubclass(report.exc_type, OSError)):
+            printing(report)
+
+    hook.quiets_tensorboard = True  # type: ignore[attr-defined]
+    return hook
+
+
 class EpochScalars:
     """Writes epoch rows to the event files of ``run_root/tensorboard`` (a resumed run appends a new one)."""
 
     def __init__(self, run_root: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(Path(run_root) / FOLDER))
+        self.folder = Path(run_root) / FOLDER
+        if not getattr(threading.excepthook, "quiets_tensorboard", False):  # before the writer's first event
+            threading.excepthook = _quieting_writer_errors(threading.excepthook)
+        with reporting_write_errors(self.folder):
+            self.writer = SummaryWriter(str(self.folder))
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Every finite number of ``row`` at step ``row["epoch"]``, flushed: a killed run keeps its epochs."""
-        for column, value in row.items():
-            if column != "epoch" and is_metric_number(value):
-                self.writer.add_scalar(scalar_tag(column), value, row["epoch"])
-        self.writer.flush()
+        with reporting_write_errors(self.folder):
+            for column, value in row.items():
+                if column != "epoch" and is_metric_number(value):
+                    self.writer.add_scalar(scalar_tag(column), value, row["epoch"])
+            self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        with reporting_write_errors(self.folder):
+            self.writer.close()
 

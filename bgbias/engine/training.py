@@ -13,6 +13,7 @@ sees exactly the batches, crops and backgrounds of an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -34,11 +35,14 @@ from bgbias.engine.run_dir import (
     RunDir,
     RunLog,
     RunStatus,
+    claim_run,
     create_run_dir,
+    holds_results,
     mark_latest,
     open_run_dir,
     read_trained_on,
     run_name,
+    this_process,
     write_metrics,
     write_record,
 )
@@ -46,6 +50,7 @@ from bgbias.engine.tensorboard_log import EpochScalars, check_tensorboard
 from bgbias.engine.training_data import TrainingPasses, device_batch, train_images
 from bgbias.errors import BgbiasError, DatasetError, OptionError
 from bgbias.installation import installation
+from bgbias.signals import sigterm_as_interrupt
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +100,8 @@ def train(
 ) -> TrainResult:
     """Train a new run of ``config``; its folder is ``run_dir`` or a new one under ``runs`` (./runs)."""
     dist = distributed.from_environment()
-    return _run(config, lambda: _make_run_dir(config, run_dir, runs, dist), None, dist, progress, echo)
+    return _run(config, lambda held: (_make_run_dir(config, run_dir, runs, dist, held), None), dist, progress,
+                echo)
 
 
 def resume_training(
@@ -106,12 +112,19 @@ def resume_training(
 ) -> TrainResult:
     """Continue a run from its ``last.pt`` with the configuration saved in its folder.
 
-    A run killed before its first checkpoint starts again from the beginning.
+    A run killed before its first checkpoint starts again from the beginning. A run that another process is
+    training is a ``BusyError`` (:func:`~bgbias.engine.run_dir.claim_run`).
     """
     run = open_run_dir(run_dir)
-    config = load_run_config(run.config)
-    state = load_checkpoint(run.last) if run.last.is_file() else None
-    return _run(config, lambda: run, state, distributed.from_environment(), progress, echo)
+    dist = distributed.from_environment()
+
+    def claimed(held: contextlib.ExitStack) -> tuple[RunDir, dict[str, Any] | None]:
+        if dist.is_main:
+            held.enter_context(claim_run(run.root))
+        # Read once the run is held: another trainer may have written it until then.
+        return run, load_checkpoint(run.last) if run.last.is_file() else None
+
+    return _run(load_run_config(run.config), claimed, dist, progress, echo)
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -134,33 +147,45 @@ class _Inputs:
 
 def _run(
     config: TrainConfig,
-    make_run: Callable[[], RunDir],
-    checkpoint: dict[str, Any] | None,
+    make_run: Callable[[contextlib.ExitStack], tuple[RunDir, dict[str, Any] | None]],
     dist: distributed.Distributed,
     progress: bool,
     echo: bool,
 ) -> TrainResult:
+    """Train in the folder ``make_run`` gives, claimed in the stack it is handed, from the checkpoint it
+    gives (None: from the start). SIGTERM is taken like Ctrl-C meanwhile (:mod:`bgbias.signals`), so a
+    preempted run records "interrupted" and resumes exactly."""
     device = resolve_device(config.device, dist.local_rank)
     distributed.init_process_group(dist, device.type)
     try:
-        inputs = _prepare(config, device, dist)
-        run = make_run()
-        _check_same_dataset(run, inputs.trained_on)
-        session: _Session | None = None
-        try:
-            session = _Session.start(config, run, inputs, checkpoint, device, dist, progress, echo)
-            return session.train()
-        except BaseException as error:
-            # A run that stops on an error says so in its record (else it would read "running" for good).
-            if dist.is_main:
-                state = session.state if session is not None else _State()
-                interrupted = isinstance(error, KeyboardInterrupt)
-                state.status = RunStatus.INTERRUPTED if interrupted else RunStatus.FAILED
-                write_record(run, {**_record(config, state, device, inputs.trained_on),
-                                   "error": _error_text(error)})
-            raise
+        with sigterm_as_interrupt(), contextlib.ExitStack() as held:
+            inputs = _prepare(config, device, dist)
+            run, checkpoint = make_run(held)
+            _check_same_dataset(run, inputs.trained_on)
+            session: _Session | None = None
+            try:
+                session = _Session.start(config, run, inputs, checkpoint, device, dist, progress, echo)
+                return session.train()
+            except BaseException as error:
+                if dist.is_main:
+                    _record_stop(run, config, session.state if session is not None else _State(), device,
+                                 inputs.trained_on, error)
+                if session is not None:
+                    with contextlib.suppress(BgbiasError):  # the disk that stopped the run may refuse this
+                        session.close_logs()
+                raise
     finally:
         distributed.destroy_process_group(dist)
+
+
+def _record_stop(run: RunDir, config: TrainConfig, state: _State, device, trained_on: dict[str, Any],
+                 error: BaseException) -> None:
+    """Say in ``run.json`` that the run stopped on ``error`` (else it would read "running" for good):
+    "interrupted" after Ctrl-C or SIGTERM, else "failed" with the error. On a disk too full for even that
+    the record keeps its last state and ``error``, which says why, is what the caller sees."""
+    state.status = RunStatus.INTERRUPTED if isinstance(error, KeyboardInterrupt) else RunStatus.FAILED
+    with contextlib.suppress(BgbiasError):
+        write_record(run, {**_record(config, state, device, trained_on), "error": _error_text(error)})
 
 
 def _prepare(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> _Inputs:
@@ -238,8 +263,10 @@ class _Session:
         scalars = EpochScalars(run.root) if config.log.tensorboard and dist.is_main else None
         session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
                       training_data, validation, state, scalars)
-        if dist.is_main and checkpoint is None:
+        if dist.is_main:
+            # A resumed run is running again (its record said "interrupted" or "failed"), in this process.
             write_record(run, session.record())
+        if dist.is_main and checkpoint is None:
             mark_latest(run)
             log(f"run {run.root}: {config.method} on {inputs.dataset.name} ({len(inputs.train_items)} train "
                 f"/ {len(inputs.val_items)} val images), {'with' if inputs.bgaugment else 'without'} "
@@ -265,11 +292,16 @@ class _Session:
                     self.scalars.add(row)
         while state.status == RunStatus.RUNNING and state.epoch < config.schedule.epochs:
             self.epoch()
-        if self.scalars is not None:
-            self.scalars.close()
+        self.close_logs()
         if state.status == RunStatus.STOPPED_EARLY and self.dist.is_main:
             self.log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
         return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
+
+    def close_logs(self) -> None:
+        """Close the TensorBoard writer and its thread, if any (also when the run stops on an error)."""
+        scalars, self.scalars = self.scalars, None
+        if scalars is not None:
+            scalars.close()
 
     def epoch(self) -> None:
         """One epoch: the method's epoch-start hook, the steps, validation, selection, checkpoint, records."""
@@ -438,14 +470,17 @@ def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
 
 def _make_run_dir(
     config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
-    dist: distributed.Distributed,
+    dist: distributed.Distributed, held: contextlib.ExitStack,
 ) -> RunDir:
+    """The new run's folder, claimed in ``held`` (rank 0) before it is checked, so that of two processes
+    starting the same run one trains it and the other is refused."""
     from bgbias.fileio import make_dirs
 
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
-            if path.is_dir() and any(path.iterdir()):
+            held.enter_context(claim_run(path))
+            if holds_results(path):
                 raise OptionError("the run folder exists and is not empty", path=path,
                                   fix="choose a new folder, or continue it with --resume")
             make_dirs(path / "checkpoints")
@@ -453,6 +488,7 @@ def _make_run_dir(
         else:
             name = run_name(config.dataset, config.method, config.bgaugment.enabled, config.seed)
             run = create_run_dir(name, Path(runs) if runs is not None else None)
+            held.enter_context(claim_run(run.root))
         root = str(run.root)
     else:
         root = None
@@ -663,6 +699,7 @@ def _record(config: TrainConfig, state: _State, device, trained_on: dict[str, An
         "device": str(device),
         "installation": installation(),
         "command": " ".join(sys.argv),
+        "process": this_process(),
     }
 
 

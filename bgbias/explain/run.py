@@ -23,6 +23,7 @@ maps under the explained image's name.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import itertools
@@ -46,7 +47,7 @@ from bgbias.data.items import Item, mask_path
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform, eval_transform_pair
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
-from bgbias.errors import DatasetError, ImageError, OptionError
+from bgbias.errors import BusyError, DatasetError, ImageError, OptionError
 from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 from bgbias.explain.heatmap import attribution_gallery, overlay
 from bgbias.explain.records import (
@@ -62,7 +63,13 @@ from bgbias.explain.records import (
     write_ledger,
 )
 from bgbias.explain.references import check_reference_pool, pick_references, reference_rule
-from bgbias.fileio import atomic_path, write_json_atomic, write_text_atomic
+from bgbias.fileio import (
+    exclusive_lock,
+    folder_lock_path,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bgbias.installation import InstallationRecord, installation
 from bgbias.methods.attribution import (
     DEFAULT_ATTRIBUTION,
@@ -74,6 +81,7 @@ from bgbias.methods.attribution import (
 )
 from bgbias.methods.embedding_model import claim_home
 from bgbias.schema import read_record
+from bgbias.signals import sigterm_as_interrupt
 
 if TYPE_CHECKING:
     import torch
@@ -124,6 +132,21 @@ class MaskFile:
     source: str
 
 
+def _one_process_per_folder(explain_into: Callable[..., ExplainResult]) -> Callable[..., ExplainResult]:
+    """Hold ``out_dir``'s lock while ``explain_into`` writes it (a ``BusyError`` at once when another process
+    holds it: it would sweep, append to and rewrite what that one writes), with SIGTERM taken like Ctrl-C."""
+
+    @functools.wraps(explain_into)
+    def locked(*args: Any, out_dir: Path, **options: Any) -> ExplainResult:
+        busy = BusyError(f"another process is explaining into {out_dir}", path=out_dir,
+                         fix="wait for it to finish, or explain with other settings (another folder)")
+        with sigterm_as_interrupt(), exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy):
+            return explain_into(*args, out_dir=out_dir, **options)
+
+    return locked
+
+
+@_one_process_per_folder
 def explain_items(
     model: EmbeddingModel,
     items: Sequence[Item],
@@ -358,8 +381,9 @@ def reference_map_path(item: Item, out_dir: Path) -> Path:
 def save_map(path: Path, attribution_map: np.ndarray) -> None:
     """A map in [0, 1] as an 8-bit greyscale PNG, atomically."""
     pixels = np.rint(np.clip(attribution_map, 0.0, 1.0) * 255).astype(np.uint8)
-    with atomic_path(path) as tmp:
-        Image.fromarray(pixels).save(tmp, format="PNG")
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 def load_map(path: Path) -> np.ndarray:

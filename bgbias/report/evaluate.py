@@ -22,6 +22,7 @@ from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
 from bgbias.errors import AssetError, OptionError
+from bgbias.fileio import folder_lock
 from bgbias.installation import installation
 
 if TYPE_CHECKING:
@@ -173,8 +174,11 @@ def evaluate(
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
                                               variants, worst)
     out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
-    files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
-                           [images for _, images in corrupted_sets])
+    # Another evaluation of this model into this folder (other repeats, clean only) writes its whole report
+    # after this one's instead of among its files.
+    with folder_lock(out_dir):
+        files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
+                               [images for _, images in corrupted_sets])
     return EvaluationResult(out_dir, report, files, clean, corrupted_scores, states.embedded)
 
 

@@ -53,6 +53,7 @@ from bgbias.saliency.records import (
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
 from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session, usable_cores
+from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
 """A u2net-family mask is flagged empty when the network's raw output never reaches this value.
@@ -198,7 +199,7 @@ def write_masks(
     mine = shard_items(items, shard)
     settings = mask_settings(session.info, empty_below)
     log_path = records_path(out_dir, shard)
-    with shard_lock(out_dir, shard):
+    with sigterm_as_interrupt(), shard_lock(out_dir, shard):
         with manifest_lock(out_dir):
             check_settings(out_dir, settings)
             # The canonical form; drops a torn last line.

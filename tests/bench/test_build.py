@@ -204,4 +204,5 @@ def test_a_failure_midway_leaves_the_previous_bench_untouched(
         build_bench(out, stamps, scenes, workers=1, seed=1)
     assert caught.value.path == str(broken)
     assert _tree(out) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench", "sources"]
+    # Nothing half-built is left, only the lock a second build waits on.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".bench.lock", "bench", "sources"]

@@ -1,0 +1,61 @@
+"""Child processes held at a chosen point, for tests of signals and of two processes on one output.
+
+The child runs a piece of code in which ``pause()`` marks the point: it writes the marker file, then waits for
+the test's go file (or for a signal).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+marker, go = Path(sys.argv[1]), Path(sys.argv[2])
+
+def pause():
+    marker.write_text("paused")
+    while not go.exists():
+        time.sleep(0.02)
+
+exec(sys.argv[3])
+"""
+
+
+def pause_in_epoch(epoch: int) -> str:
+    """Code that makes a training pause when ``epoch`` starts."""
+    return f"""
+from bgbias.engine import training
+real_steps = training._Session.train_steps
+def train_steps(session):
+    if session.state.epoch == {epoch}:
+        pause()
+    return real_steps(session)
+training._Session.train_steps = train_steps
+"""
+
+
+def cli(args: list[str]) -> str:
+    """Code that runs the command line with ``args`` (exiting with its status)."""
+    return f"\nfrom bgbias.cli import main\nmain({args!r}, prog_name='bgbias')\n"
+
+
+def start_paused(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
+    """A child running ``code``, once it paused, and its go file. It has a session of its own, so a signal to
+    its process group reaches its data-loader workers and not pytest, and one torch thread, as the tests have
+    (tests/conftest.py): sums over threads round differently."""
+    marker, go = tmp_path / "paused", tmp_path / "go"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(marker), str(go), code], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not marker.is_file():
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            raise AssertionError(f"the child never paused: {child.stderr.read().decode()}")
+        time.sleep(0.02)
+    return child, go
