@@ -205,6 +205,28 @@ def folder_lock_path(folder: str | os.PathLike[str]) -> Path:
     return folder.parent / f".{folder.name}.lock"
 
 
+def is_lock_file(name: str) -> bool:
+    """Whether ``name`` is one of bgbias's lock files (``.<name>.lock``, ``.training.lock``): kept for good,
+    they hold nothing a reader could lose."""
+    return name.startswith(".") and name.endswith(".lock")
+
+
+def holds_files(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` (or a folder inside it) holds a file other than a lock (:func:`is_lock_file`): a
+    folder where a process only took its locks, or made empty folders, before it failed holds nothing, and a
+    command that wants a new or empty folder takes it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return False
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            if holds_files(entry):
+                return True
+        elif not is_lock_file(entry.name):
+            return True
+    return False
+
+
 def folder_lock(folder: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
     """Hold ``folder``'s lock (:func:`folder_lock_path`), waiting for another process that holds it: for
     shared folders that a second process should find built (the assets, the pools, the bench), not build at

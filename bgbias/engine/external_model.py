@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import BgbiasError, ModelError, RecordError
-from bgbias.fileio import write_json_atomic
+from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
 from bgbias.schema import read_record
@@ -299,8 +299,8 @@ def check_home(model: ExternalModel) -> None:
                          fix=HOME_FIX)
     if home.exists() and not home.is_dir():
         raise ModelError("this is a file, not a folder for the model's reports", path=home, fix=HOME_FIX)
-    entries = sorted(entry.name for entry in home.iterdir()) if home.exists() else []
-    if entries:
+    if holds_files(home):  # a home where only locks were taken (a failed first try) is still empty
+        entries = sorted(entry.name for entry in home.iterdir())
         runs = [name for name in entries if is_run_folder(home / name)]
         shown = (f"bgbias runs ({', '.join(runs[:3])}): it is a runs or study folder" if runs else
                  ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else ""))

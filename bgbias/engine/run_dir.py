@@ -37,6 +37,7 @@ from typing import Any, NotRequired, TypedDict
 from bgbias.errors import BusyError, OptionError, RecordError, output_error
 from bgbias.fileio import (
     exclusive_lock,
+    holds_files,
     make_dirs,
     reporting_write_errors,
     write_json_atomic,
@@ -175,17 +176,10 @@ def this_process() -> dict[str, Any]:
 
 def holds_results(root: Path) -> bool:
     """Whether the folder ``root`` holds anything but what :func:`create_run_dir` and :func:`claim_run` put
-    there (an empty ``checkpoints`` folder, the lock): a run folder whose training never wrote a file is
-    still empty, so a run killed that early starts again instead of being refused for good."""
-    if not root.is_dir():
-        return False
-    for entry in root.iterdir():
-        if entry.name == TRAINING_LOCK:
-            continue
-        if entry.name == "checkpoints" and entry.is_dir() and not any(entry.iterdir()):
-            continue
-        return True
-    return False
+    there (an empty ``checkpoints`` folder, the lock; :func:`~bgbias.fileio.holds_files`): a run folder whose
+    training never wrote a file is still empty, so a run killed that early starts again instead of being
+    refused for good."""
+    return holds_files(root)
 
 
 def open_run_dir(path: str | os.PathLike[str]) -> RunDir:

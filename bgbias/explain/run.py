@@ -22,6 +22,7 @@ maps under the explained image's name.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import hashlib
@@ -132,21 +133,26 @@ class MaskFile:
     source: str
 
 
-def _one_process_per_folder(explain_into: Callable[..., ExplainResult]) -> Callable[..., ExplainResult]:
-    """Hold ``out_dir``'s lock while ``explain_into`` writes it (a ``BusyError`` at once when another process
-    holds it: it would sweep, append to and rewrite what that one writes), with SIGTERM taken like Ctrl-C."""
+def _holding_out_dir(out_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold ``out_dir``'s lock while it is written (a ``BusyError`` at once when another process holds it: it
+    would sweep, append to and rewrite what that one writes)."""
+    busy = BusyError(f"another process is explaining into {out_dir}", path=out_dir,
+                     fix="wait for it to finish, or explain with other settings (another folder)")
+    return exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy)
+
+
+def _sigterm_as_interrupt(explain_into: Callable[..., ExplainResult]) -> Callable[..., ExplainResult]:
+    """``explain_into`` with SIGTERM taken like Ctrl-C (bgbias.signals)."""
 
     @functools.wraps(explain_into)
-    def locked(*args: Any, out_dir: Path, **options: Any) -> ExplainResult:
-        busy = BusyError(f"another process is explaining into {out_dir}", path=out_dir,
-                         fix="wait for it to finish, or explain with other settings (another folder)")
-        with sigterm_as_interrupt(), exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy):
-            return explain_into(*args, out_dir=out_dir, **options)
+    def taking_sigterm(*args: Any, **options: Any) -> ExplainResult:
+        with sigterm_as_interrupt():
+            return explain_into(*args, **options)
 
-    return locked
+    return taking_sigterm
 
 
-@_one_process_per_folder
+@_sigterm_as_interrupt
 def explain_items(
     model: EmbeddingModel,
     items: Sequence[Item],
@@ -212,44 +218,46 @@ def explain_items(
     with torch.enable_grad():
         model.embed(probe.requires_grad_(True))
     claim_home(model)
-    if force:
-        shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
-        shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
-    done = claim_out_dir(out_dir, settings, force)
-    picks = evenly_spread(len(items), gallery_count)
-    picked = set(picks)
-    todo = [index for index, item in enumerate(items) if item.id not in done]
-    # Batches keep their place in the item list, so a resumed run sees the batches an uninterrupted one did.
-    batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
-    references: dict[str, Item] | None = None
-    if referenced:
-        by_id = {item.id: item for item in pool}
-        references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
-        references.update(pick_references(model, pool, [items[i] for i in todo], geometry, dataset_name,
-                                          progress=progress, log=log))
-    step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-    with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as ledger, tqdm(
-        total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
-    ) as bar:
-        for batch in batches:
-            for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
-                if index in picked:
-                    save_map(map_path(items[index], out_dir), attribution_map)
-                    if referenced:
-                        save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
-                ledger.append(score)
-                done[score.id] = score
-            bar.update(len(batch))
+    # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
+    with _holding_out_dir(out_dir):
+        if force:
+            shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
+            shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
+        done = claim_out_dir(out_dir, settings, force)
+        picks = evenly_spread(len(items), gallery_count)
+        picked = set(picks)
+        todo = [index for index, item in enumerate(items) if item.id not in done]
+        # Batches keep their place in the item list: a resumed run sees the batches an uninterrupted one did.
+        batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
+        references: dict[str, Item] | None = None
+        if referenced:
+            by_id = {item.id: item for item in pool}
+            references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
+            references.update(pick_references(model, pool, [items[i] for i in todo], geometry, dataset_name,
+                                              progress=progress, log=log))
+        step = _Step(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
+        with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as ledger, tqdm(
+            total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
+        ) as bar:
+            for batch in batches:
+                for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
+                    if index in picked:
+                        save_map(map_path(items[index], out_dir), attribution_map)
+                        if referenced:
+                            save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
+                    ledger.append(score)
+                    done[score.id] = score
+                bar.update(len(batch))
 
-    scores = [done[item.id] for item in items]
-    write_ledger(out_dir / RECORDS_NAME, settings, scores)
-    write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
-    summary = run_summary(settings, scores)
-    if dataset_root is not None:
-        summary["dataset_root"] = os.fspath(Path(dataset_root).resolve())
-    write_json_atomic(out_dir / SUMMARY_JSON, summary)
-    gallery = _write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
-    return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
+        scores = [done[item.id] for item in items]
+        write_ledger(out_dir / RECORDS_NAME, settings, scores)
+        write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
+        summary = run_summary(settings, scores)
+        if dataset_root is not None:
+            summary["dataset_root"] = os.fspath(Path(dataset_root).resolve())
+        write_json_atomic(out_dir / SUMMARY_JSON, summary)
+        gallery = _write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
+        return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
 
 
 def mask_files(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[MaskFile]:

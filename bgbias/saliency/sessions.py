@@ -152,7 +152,9 @@ def open_session(
 
     path = u2net_model_path(model)
     import onnxruntime as ort
-    import rembg
+
+    with keeping_torch_threads():
+        import rembg
 
     providers = choose_providers(device, ort.get_available_providers())
     streams = streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
@@ -193,6 +195,23 @@ def open_session(
     if model in U2NET_FAMILY:
         return U2netFamilySession(rembg_session, info)
     return PredictSession(rembg_session, info)
+
+
+@contextlib.contextmanager
+def keeping_torch_threads() -> Iterator[None]:
+    """Restore torch's intra-op thread count after the block. Importing rembg loads pymatting's cached numba
+    functions, which start numba's OpenMP layer, and that resets OpenMP's thread count (torch's) to the
+    machine's cores: a process that set fewer, or a study that trains after making masks in the same process,
+    would then compute with another count than it asked for, and sums split over another number of threads
+    round differently (the same seed, other digits)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def check_model(model: str) -> None:

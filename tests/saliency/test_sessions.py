@@ -105,3 +105,18 @@ def test_other_models_run_whole_through_rembg_predict():
     image = Image.new("RGB", (40, 30))
     soft = session.finish(session.infer(session.prepare(image)), image.size)
     assert (soft.image.mode, soft.image.size, soft.raw_min, soft.raw_max) == ("L", (40, 30), None, None)
+
+
+def test_importing_rembg_keeps_the_torch_thread_count_a_process_set():
+    """pymatting's numba functions, loaded with rembg, reset OpenMP's (torch's) thread count; a study that
+    made masks and then trained in one process computed with another count than it set (other digits)."""
+    import subprocess
+    import sys
+
+    # Once torch has run anything (here: asked its thread count), OpenMP is started and the reset shows.
+    code = ("import torch; torch.set_num_threads(1); assert torch.get_num_threads() == 1\n"
+            "from bgbias.saliency.sessions import keeping_torch_threads\n"
+            "with keeping_torch_threads():\n    import rembg\n"
+            "print(torch.get_num_threads())\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "1"
