@@ -50,11 +50,11 @@ def test_a_run_folder_is_scored_as_bgbias_eval_scores_it(tiny_run, tiny_bench, t
 
 
 def test_a_function_is_scored_only_under_a_fingerprint(tiny_bench, tmp_path):
-    module = tiny_embedder().eval()
+    module = tiny_embedder().eval()  # on the CPU: a function runs where its weights are, so device="cpu"
     with pytest.raises(ModelError, match="fingerprint="):
         bgbias.evaluate(lambda x: module(x), "bench", out=tmp_path / "a", **_options(tiny_bench))
     result = bgbias.evaluate(lambda x: module(x), "bench", fingerprint="tiny-v1", corrupted=False,
-                             out=tmp_path / "a", **_options(tiny_bench))
+                             out=tmp_path / "a", device="cpu", **_options(tiny_bench))
     as_module = bgbias.evaluate(module, "bench", corrupted=False, out=tmp_path / "b", **_options(tiny_bench))
     assert result.clean.map_at_r == pytest.approx(as_module.clean.map_at_r, abs=1e-6)
     with pytest.raises(ModelError, match="cannot score a int"):

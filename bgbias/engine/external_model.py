@@ -99,11 +99,14 @@ class ExternalModel:
             raise
         except Exception as err:  # the model is someone else's code: it may fail in any way
             first_line = (str(err).strip().splitlines() or [""])[0]
+            # A function carries no weights bgbias could move: it gets its batch on the device asked for.
+            where = (f"; a function gets its batch on {inputs.device}, so keep its weights there, or pass "
+                     "device='cpu'" if self.network.kind == "callable" else "")
             raise self._error(
                 f"{self.network.name} failed on a batch of shape {shape} ({type(err).__name__}: "
                 f"{first_line})",
                 "check the input the model was built for: its size (--input-size, --resize) and its "
-                "normalisation (--normalize); where it ran out of memory, a smaller --batch-size",
+                f"normalisation (--normalize); where it ran out of memory, a smaller --batch-size{where}",
             ) from err
         embeddings = read_output(output, self.model_input.output_key, self.network.name)
         if embeddings.is_complex() or not embeddings.is_floating_point():
