@@ -55,7 +55,7 @@ def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
 
 
 def test_without_bgbias_installed_every_distribution_is_recorded():
-    """Run from a source tree (PYTHONPATH), bgbias's requirements are unknown: more is recorded, never less."""
+    """Run from a source tree (PYTHONPATH), its requirements are unknown: more is recorded, never less."""
     packages = installed_requirements("no-such-distribution-of-bgbias")
     assert packages["pytest"] == metadata.version("pytest") and packages["numpy"] == metadata.version("numpy")
 
