@@ -26,8 +26,8 @@ def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) ->
             f"{len(missing)} of {len(paths)} saliency masks are missing in {masks_dir}: "
             f"{describe_paths(missing)}",
             path=masks_dir,
-            fix=f"make them with `bgbias masks --dataset {dataset_name}`, or pass --masks DIR if they are in "
-            "another folder",
+            fix=f"make them with `bgbias masks --dataset {dataset_name}`, or name the folder that holds them "
+            "(--masks DIR; masks= in Python)",
         )
     stale = stale_masks(items, masks_dir)
     if stale:
