@@ -143,8 +143,11 @@ def write_runs_report(
         "headers": headers,
         "rows": rows,
         "runs": [_run_numbers(report) for report in reports],
-        # Each summary names its attribution and options, so entries of several attributions stay apart.
-        "foreground": [{"method": m, "bgaugment": b, "dataset": d, **dict(summary)}
+        # Each summary names its attribution and options, so entries of several attributions stay apart;
+        # the dataset's folder on the machine that explained is left out, so the report is the same bytes
+        # wherever the study's folder lies.
+        "foreground": [{"method": m, "bgaugment": b, "dataset": d,
+                        **{key: value for key, value in summary.items() if key != "dataset_root"}}
                        for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])

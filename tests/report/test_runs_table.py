@@ -99,3 +99,15 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
     assert markdown_table(headers, rows) in markdown
     assert f"arcface + BGAugment on cub (test split): {reports[3]['run']}" in markdown
     assert paths["runs_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_holds_no_folder_of_the_machine_that_explained(tmp_path):
+    """An explanation's summary names where its dataset lay (for the gallery); two clones in different
+    folders must still write the same report bytes."""
+    tables = []
+    for clone in ("a", "b"):
+        foreground = {key: {**summary, "dataset_root": f"/home/{clone}/data/bench"}
+                      for key, summary in FOREGROUND.items()}
+        tables.append(write_runs_report(_reports(), foreground, tmp_path / clone)["table_json"].read_bytes())
+    assert tables[0] == tables[1]
+    assert b"/home/" not in tables[0]
