@@ -221,9 +221,10 @@ def _loss_answer(groups: Groups, methods: list[str]) -> str:
     if not losses:
         return "Not measured: no method was run without BGAugment and scored on corrupted sets."
     least, most = min(drops, key=drops.__getitem__), max(drops, key=drops.__getitem__)
+    share = (f"{100 * drops[least]:.1f} %" if least == most else
+             f"{100 * drops[least]:.1f} % ({least}) to {100 * drops[most]:.1f} % ({most})")
     return (f"The vanilla runs of {_count(losses, methods)} lose {_span(s.mean for s in losses.values())} "
-            f"points of MAP@R, {100 * drops[least]:.1f} % ({least}) to {100 * drops[most]:.1f} % ({most}) of "
-            f"their clean score. {_against_seeds(losses, 'The loss')}")
+            f"points of MAP@R, {share} of their clean score. {_against_seeds(losses, 'The loss')}")
 
 
 def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
@@ -238,7 +239,7 @@ def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
     if not gains:
         return "Not measured: no method has runs without and with BGAugment scored on corrupted sets."
     gained = _span([gain.mean for gain in gains.values()], "+")
-    return (f"Paired by seed, BGAugment changes corrupted MAP@R by {gained} points over "
+    return (f"Paired by seed, BGAugment changes corrupted MAP@R by {gained} points for "
             f"{_count(gains, methods)}, the relative drop by {_span(drops, '+')} percentage points and clean "
             f"MAP@R by {_span(cleans, '+')} points. {_against_seeds(gains, 'The gain')}")
 
@@ -273,6 +274,9 @@ def _against_seeds(spreads: Mapping[str, Spread], what: str) -> str:
 
 
 def _count(found: Mapping[str, Any], methods: Sequence[str]) -> str:
+    """Which methods a sentence speaks of: one by its name (the quick preset's page), else how many."""
+    if len(methods) == 1:
+        return methods[0]
     return f"all {len(methods)} methods" if len(found) == len(methods) else f"{len(found)} of {len(methods)}"
 
 

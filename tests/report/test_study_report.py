@@ -150,10 +150,13 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
         "their clean score. The loss differs from zero by more than twice its std over seeds for every "
         "method.")
     # dcml has one BGAugment run: its paired effect has no spread, and the answer says so.
-    assert "changes corrupted MAP@R by -10.0 to +19.0 points over all 2 methods" in bgaugment
+    assert "changes corrupted MAP@R by -10.0 to +19.0 points for all 2 methods" in bgaugment
     assert bgaugment.endswith("for 1 of the 1 methods with several seeds; dcml had one seed.")
     assert mechanism.endswith("(ms; 65.6 ± 1.5 % over their seeds), beyond twice the standard error of the "
                               "difference: smaller drop: dcml (-52.7 points).")
+    (_, lost_by_one), (_, gained_by_one), _ = answers([r for r in REPORTS if r["method"] == "ms"], ["ms"])
+    assert lost_by_one.startswith(" The vanilla runs of ms lose 40.0 points of MAP@R, 65.6 % of their clean ")
+    assert "changes corrupted MAP@R by +19.0 points for ms," in gained_by_one
     one_seed = answers([r for r in REPORTS if r["seed"] == 0], reference=["ms"])
     assert all("seed spread is not known" in text or "n/a (one seed)" in text for _, text in one_seed)
     assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0][1]
