@@ -209,8 +209,12 @@ def _torchvision(name: str) -> nn.Module:
     return getattr(models, name)(weights=None, **options).eval()
 
 
+SLOW_TO_COMPILE = [pytest.param(name, marks=pytest.mark.slow) for name in ("efficientnet_b0", "vit_b_16")]
+
+
+# The larger models take seconds each to compile: the full suite checks them, the quick loop the small ones.
 @pytest.mark.parametrize("how", ["scripted", "traced"])
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "efficientnet_b0", "vit_b_16"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", *SLOW_TO_COMPILE])
 def test_torchvision_models_pass(name, how, tmp_path):
     model = _torchvision(name)
     with torch.no_grad(), warnings.catch_warnings():
@@ -237,7 +241,8 @@ def test_every_method_exported_as_users_export_it_passes(method, tmp_path):
     load_network(str(_exported(method, "tiny_cnn", 32, tmp_path / "model.pt")), {}, CPU)
 
 
-@pytest.mark.parametrize("backbone", backbone_names())
+@pytest.mark.parametrize("backbone", [pytest.param(name, marks=() if name == "tiny_cnn" else pytest.mark.slow)
+                                      for name in backbone_names()])
 def test_every_backbone_exported_passes(backbone, tmp_path):
     load_network(str(_exported("multi_similarity", backbone, 64, tmp_path / "model.pt")), {}, CPU)
 
