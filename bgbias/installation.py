@@ -12,7 +12,9 @@ import platform
 import re
 import sys
 from importlib import metadata
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")

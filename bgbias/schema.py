@@ -4,27 +4,31 @@ Every stage reads the files of an earlier one (docs/design.md, *Pipeline and lay
 ``report.json``, a run's ``run.json``, an explanation's ``summary.json`` and ledger header, a model's
 ``model.json``, a study's ``failures.json``. A file edited by hand, damaged, or written by another tool
 holds ``"map_at_r": "0.99"`` as easily as ``0.99``; read on trust, it ends in a traceback far from the file,
-or, worse, in a table that prints it. So a record's shape is declared once, as a ``TypedDict`` (nested
-records, ``list``, ``dict[str, …]``, ``X | None``, ``Literal``, ``NotRequired`` for a field older files
-lack), and checked as it is read: a wrong field is a :class:`~bgbias.errors.RecordError` naming the file,
-the field (``corrupted.mean.map_at_r``), what it must be, what it holds, and the fix (making the file again).
-Fields a record has beyond its declaration are kept as they are (a report carries its model's description),
-and nothing is coerced: ``"3"`` is not a number, ``1`` is not ``true``.
+or, worse, in a table that prints it. So a record's shape is declared once, as a :class:`Record` (a pydantic
+model: nested records, ``list``, ``dict[str, …]``, ``X | None``, ``Literal``, a default for a field older
+files lack), and checked as it is read into a typed object (``report.corrupted.mean.map_at_r``): a wrong
+field is a :class:`~bgbias.errors.RecordError` naming the file, the field (``corrupted.mean.map_at_r``), what
+it must be, what it holds, and the fix (making the file again). Fields a record has beyond its declaration
+are kept as they are (a report carries its model's description), and nothing is coerced: ``"3"`` is not a
+number, ``1`` is not ``true``, and NaN is no number at all.
 
-The corrupted-set manifests are read more strictly still (unknown keys refused, ranges checked), by
-:mod:`bgbias.augment.manifest_fields`.
+The same reader takes any type pydantic validates (``dict[str, int]``, a union of records), so one set of
+words describes every problem; :class:`ClosedRecord` refuses unknown keys, for files whose every key bgbias
+defines (the corrupted-set manifests).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
+
+import typing_extensions
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bgbias.errors import RecordError
 
@@ -32,10 +36,23 @@ _SHOWN = 60
 """How many characters of a wrong value an error shows."""
 
 
+class Record(BaseModel):
+    """A JSON record bgbias writes and reads back: strict JSON types, finite numbers, read-only, and any field
+    beyond the declaration kept (``model_extra``)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True, allow_inf_nan=False)
+
+
+class ClosedRecord(Record):
+    """A record whose every key bgbias defines: a key it does not declare is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str) -> Any:
-    """The JSON file at ``path``, checked against ``shape``; ``what`` names the file in errors ("the
-    evaluation report"), ``fix`` says how to make it again. A missing, unreadable or malformed file, or a key
-    given twice in one object, is a ``RecordError`` too."""
+    """The JSON file at ``path``, checked against ``shape`` (a :class:`Record` becomes its typed object);
+    ``what`` names the file in errors ("the evaluation report"), ``fix`` says how to make it again. A
+    missing, unreadable or malformed file, or a key given twice in one object, is a ``RecordError`` too."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -56,91 +73,129 @@ def parse_record(text: str, path: str | os.PathLike[str], shape: Any, *, what: s
 
 
 def check_record(value: Any, shape: Any, *, path: str | os.PathLike[str] | None, what: str, fix: str) -> Any:
-    """``value`` itself when it has ``shape``, else a ``RecordError`` naming the first wrong field."""
-    problem = field_problem(value, shape)
-    if problem is not None:
-        where, wanted, found = problem
-        field = f"field {where}" if where else "the file"
-        raise RecordError(f"{what}: {field} must be {wanted}, got {found}", path=path, fix=fix)
-    return value
+    """``value`` as ``shape`` (a :class:`Record`'s typed object, else the checked value) when it has that
+    shape, else a ``RecordError`` naming the first wrong field."""
+    try:
+        checked = _adapter(shape).validate_python(value, strict=True)
+    except ValidationError as error:
+        where, wanted, found = explain_problem(error, shape)
+    else:
+        return checked if isinstance(checked, BaseModel) else value
+    field = f"field {where}" if where else "the file"
+    raise RecordError(f"{what}: {field} must be {wanted}, got {found}", path=path, fix=fix)
 
 
-def field_problem(value: Any, shape: Any, where: str = "") -> tuple[str, str, str] | None:
+def field_problem(value: Any, shape: Any) -> tuple[str, str, str] | None:
     """``(field, what it must be, what it holds)`` of the first field of ``value`` that does not have
     ``shape``, or ``None`` when every field does."""
-    if shape is Any or shape is object:
-        return None
-    origin = typing.get_origin(shape)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(shape)
-        if any(field_problem(value, option, where) is None for option in options):
-            return None
-        nested = [problem for option in options if _is_container(option, value)
-                  for problem in [field_problem(value, option, where)] if problem is not None]
-        # A container of the right kind with a wrong field inside: that field is the news, not the union.
-        return nested[0] if nested else (where, " or ".join(_describe(o) for o in options), _shown(value))
-    if origin is Literal:
-        if any(_same(value, allowed) for allowed in typing.get_args(shape)):
-            return None
-        return where, _describe(shape), _shown(value)
-    if origin is list:
-        if not isinstance(value, list):
-            return where, _describe(shape), _shown(value)
-        (item,) = typing.get_args(shape)
-        return next((problem for index, entry in enumerate(value)
-                     for problem in [field_problem(entry, item, f"{where}[{index}]")] if problem), None)
-    if origin is dict:
-        if not isinstance(value, dict):
-            return where, _describe(shape), _shown(value)
-        _key, item = typing.get_args(shape)
-        return next((problem for key, entry in value.items()
-                     for problem in [field_problem(entry, item, _join(where, key))] if problem), None)
-    if typing.is_typeddict(shape):
-        if not isinstance(value, dict):
-            return where, _describe(shape), _shown(value)
-        for key, (kind, required) in _fields(shape).items():
-            if key not in value:
-                if required:
-                    return _join(where, key), _describe(kind), "nothing (the field is missing)"
-                continue
-            problem = field_problem(value[key], kind, _join(where, key))
-            if problem is not None:
-                return problem
-        return None
-    if _fits(value, shape):
-        return None
-    return where, _describe(shape), _shown(value)
+    try:
+        _adapter(shape).validate_python(value, strict=True)
+    except ValidationError as error:
+        return explain_problem(error, shape)
+    return None
+
+
+def explain_problem(error: ValidationError, shape: Any) -> tuple[str, str, str]:
+    """A pydantic error in bgbias's words: ``(field, what it must be, what it holds)`` of its first problem.
+
+    Where the field is a union (``int | str``), its members each report a problem; when the value is a
+    container one member declares (an object for a record), the problem inside it is the news, else the
+    union is."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    declared, where, depth = _declared(shape, first["loc"])
+    if depth < len(first["loc"]):  # the walk stopped at a union: look for a problem inside one of its members
+        union, at = first["loc"][:depth], depth + 1
+        inside = [p for p in problems if p["loc"][:depth] == union and len(p["loc"]) > at]
+        if inside:
+            first = max(inside, key=lambda p: len(p["loc"]))
+            declared, inner, _ = _declared(_member(declared, first["loc"][depth]), first["loc"][at:])
+            where = _join(where, inner)
+        else:
+            first = {**first, "type": "union", "input": _value_at(problems, depth)}
+    found = "nothing (the field is missing)" if first["type"] == "missing" else _shown(first["input"])
+    limit = _LIMITS.get(first["type"])
+    wanted = limit.format(**first.get("ctx", {})) if limit else _describe(declared)
+    return where, wanted, found
+
+
+_LIMITS = {"greater_than": "greater than {gt}", "greater_than_equal": "at least {ge}",
+           "less_than": "less than {lt}", "less_than_equal": "at most {le}",
+           "too_short": "at least {min_length} long", "too_long": "at most {max_length} long",
+           "extra_forbidden": "absent (the key is unknown)"}
+"""Words for the errors of a field's limits (its type is right, its value out of range)."""
+
+
+def _declared(shape: Any, loc: tuple[int | str, ...]) -> tuple[Any, str, int]:
+    """The type declared at ``loc`` inside ``shape``, that field's dotted name, and how many parts of ``loc``
+    the walk used: it stops at a union, whose members pydantic names in ``loc``."""
+    where = ""
+    for depth, part in enumerate(loc):
+        shape = _strip(shape)
+        if _is_union(shape):
+            return shape, where, depth
+        origin = typing.get_origin(shape)
+        if _is_record(shape):
+            field = shape.model_fields.get(str(part))
+            shape = field.annotation if field is not None else Any
+            where = _join(where, part)
+        elif typing_extensions.is_typeddict(shape):
+            shape = typing.get_type_hints(shape).get(str(part), Any)
+            where = _join(where, part)
+        elif origin is list:
+            (shape,) = typing.get_args(shape)
+            where = f"{where}[{part}]"
+        elif origin is dict:
+            shape = typing.get_args(shape)[1]
+            where = _join(where, part)
+        else:  # a key pydantic names beyond the declaration (an extra key of a closed record)
+            shape, where = Any, _join(where, part)
+    return shape, where, len(loc)
+
+
+def _is_record(shape: Any) -> bool:
+    return isinstance(shape, type) and issubclass(shape, BaseModel)
+
+
+def _strip(shape: Any) -> Any:
+    """``X | None`` and ``Annotated[X, …]`` as ``X`` for walking into it (pydantic reports no union there)."""
+    if typing.get_origin(shape) in (typing.Annotated, typing.NotRequired, typing.Required):
+        return _strip(typing.get_args(shape)[0])
+    if typing.get_origin(shape) in (typing.Union, types.UnionType):
+        options = [arg for arg in typing.get_args(shape) if arg is not type(None)]
+        if len(options) == 1:
+            return _strip(options[0])
+    return shape
+
+
+def _is_union(shape: Any) -> bool:
+    return typing.get_origin(shape) in (typing.Union, types.UnionType)
+
+
+def _member(union: Any, tag: int | str) -> Any:
+    """The member of ``union`` that pydantic's ``tag`` in an error's location names (a record by its class
+    name, a list or dict by its type)."""
+    for option in typing.get_args(union):
+        name = getattr(option, "__name__", "")
+        origin = typing.get_origin(option)
+        if tag == name or (origin is not None and str(tag).startswith(origin.__name__)):
+            return option
+    return Any
+
+
+def _value_at(problems: list[Any], depth: int) -> Any:
+    """The value at the union a walk stopped at: the input of the member problem that sits right at it."""
+    return next((p["input"] for p in problems if len(p["loc"]) == depth + 1), problems[0]["input"])
 
 
 @functools.cache
-def _fields(record: Any) -> dict[str, tuple[Any, bool]]:
-    """A ``TypedDict``'s fields: each one's type and whether a record must have it. Read from the annotations
-    rather than ``__required_keys__``, which misses ``NotRequired`` in a module with postponed annotations."""
-    fields = {}
-    for key, kind in typing.get_type_hints(record, include_extras=True).items():
-        required = record.__total__
-        while typing.get_origin(kind) in (typing.NotRequired, typing.Required):
-            required = typing.get_origin(kind) is typing.Required
-            (kind,) = typing.get_args(kind)
-        fields[key] = (kind, required)
-    return fields
-
-
-def _fits(value: Any, kind: Any) -> bool:
-    if kind is None or kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if kind is str:
-        return isinstance(value, str)
-    raise TypeError(f"a record field cannot be declared as {kind!r}")
+def _adapter(shape: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(shape)
 
 
 def _describe(kind: Any) -> str:
+    if typing.get_origin(kind) in (typing.Annotated, typing.NotRequired, typing.Required):
+        return _describe(typing.get_args(kind)[0])
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(option) for option in typing.get_args(kind))
@@ -149,7 +204,7 @@ def _describe(kind: Any) -> str:
         return values[0] if len(values) == 1 else "one of " + ", ".join(values)
     if origin is list:
         return f"a list of {_plural(_describe(typing.get_args(kind)[0]))}"
-    if origin is dict or typing.is_typeddict(kind):
+    if origin is dict or typing_extensions.is_typeddict(kind) or _is_record(kind):
         return "an object"
     names = {None: "null", type(None): "null", bool: "true or false", int: "an integer",
              float: "a finite number", str: "a string", Any: "anything", object: "anything"}
@@ -163,21 +218,10 @@ def _plural(description: str) -> str:
     return description
 
 
-def _is_container(kind: Any, value: Any) -> bool:
-    """Whether ``value`` is the list or object ``kind`` declares (so a problem inside it is about a field)."""
-    origin = typing.get_origin(kind)
-    if origin is list:
-        return isinstance(value, list)
-    return (origin is dict or typing.is_typeddict(kind)) and isinstance(value, dict)
-
-
-def _same(value: Any, allowed: Any) -> bool:
-    """Equal and of the same JSON type: ``1`` is not ``true``, nor ``1.0`` the version ``1``."""
-    return type(value) is type(allowed) and value == allowed
-
-
 def _join(where: str, key: Any) -> str:
-    return f"{where}.{key}" if where else str(key)
+    """A field's dotted name: ``rows[1].count``."""
+    key = str(key)
+    return f"{where}.{key}" if where and key and not key.startswith("[") else where + key
 
 
 def _shown(value: Any) -> str:

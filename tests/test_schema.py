@@ -4,28 +4,34 @@ what it holds and the fix; nothing is coerced; fields beyond the declaration rid
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal
 
 import pytest
 
 from bgbias.errors import RecordError
-from bgbias.schema import check_record, field_problem, read_record
+from bgbias.schema import ClosedRecord, Record, check_record, field_problem, read_record
 
 
-class Inner(TypedDict):
+class Inner(Record):
     value: float | None
     count: int
 
 
-class Outer(TypedDict):
+class Outer(Record):
     format: Literal["demo"]
     name: str
     flag: bool
     inner: Inner
     rows: list[Inner]
     by_key: dict[str, int]
-    later: NotRequired[str]
-    anything: NotRequired[Any]
+    later: str | None = None
+    anything: Any = None
+    label: int | str = 0
+    checkpoint: Inner | str | None = None
+
+
+class Closed(ClosedRecord):
+    count: int
 
 
 GOOD = {"format": "demo", "name": "x", "flag": True, "inner": {"value": None, "count": 2},
@@ -35,7 +41,10 @@ GOOD = {"format": "demo", "name": "x", "flag": True, "inner": {"value": None, "c
 def test_a_record_of_its_shape_is_returned_as_it_is(tmp_path):
     path = tmp_path / "good.json"
     path.write_text(json.dumps(GOOD))
-    assert read_record(path, Outer, what="the demo", fix="make it again") == GOOD
+    record = read_record(path, Outer, what="the demo", fix="make it again")
+    assert record.inner.count == 2 and record.rows[0].value == 0.5 and record.by_key == {"a": 1}
+    assert record.model_extra == {"extra": [1, 2]}
+    assert record.model_dump(exclude_unset=True) == GOOD
 
 
 @pytest.mark.parametrize(("change", "field", "wanted", "found"), [
@@ -47,8 +56,12 @@ def test_a_record_of_its_shape_is_returned_as_it_is(tmp_path):
     ({"format": "other"}, "format", '"demo"', '"other"'),
     ({"by_key": {"a": "1"}}, "by_key.a", "an integer", '"1"'),
     ({"rows": "oops"}, "rows", "a list of objects", '"oops"'),
-    ({"later": 3}, "later", "a string", "3"),
+    ({"later": 3}, "later", "a string or null", "3"),
     ({"inner": {"value": float("nan"), "count": 1}}, "inner.value", "a finite number or null", "NaN"),
+    ({"label": 1.5}, "label", "an integer or a string", "1.5"),
+    ({"checkpoint": {"value": 1, "count": "2"}}, "checkpoint.count", "an integer", '"2"'),
+    ({"checkpoint": 3}, "checkpoint", "an object or a string or null", "3"),
+    ({"inner": [1]}, "inner", "an object", "[1]"),
 ])
 def test_a_wrong_field_is_named_with_what_it_must_be(change, field, wanted, found):
     with pytest.raises(RecordError) as raised:
@@ -62,6 +75,7 @@ def test_a_missing_field_and_a_wrong_file_are_named():
         "name", "a string", "nothing (the field is missing)")
     assert field_problem([GOOD], Outer) == ("", "an object", json.dumps([GOOD])[:57] + "...")
     assert field_problem({k: v for k, v in GOOD.items() if k != "later"}, Outer) is None
+    assert field_problem({"count": 1, "other": 2}, Closed) == ("other", "absent (the key is unknown)", "2")
 
 
 def test_unreadable_files_are_record_errors(tmp_path):

@@ -18,7 +18,9 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired
+
+from typing_extensions import TypedDict
 
 from bgbias import __version__
 from bgbias.assets.catalog import CATALOG, AssetSpec, FileMember, TreeMember

@@ -24,7 +24,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal
+
+from typing_extensions import TypedDict
 
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import BgbiasError, ModelError, RecordError

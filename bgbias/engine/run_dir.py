@@ -32,7 +32,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 from bgbias.errors import BusyError, OptionError, RecordError, output_error
 from bgbias.fileio import (

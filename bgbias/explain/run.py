@@ -34,10 +34,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired
 
 import numpy as np
 from PIL import Image
+from typing_extensions import TypedDict
 
 from bgbias.augment.gallery import evenly_spread
 from bgbias.augment.manifests import ids_sha256
