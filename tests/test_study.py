@@ -149,7 +149,7 @@ def _failing_pass(tmp_path, monkeypatch, failing):
 
 
 def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path, monkeypatch):
-    from bgbias.engine.training import TrainingDiverged
+    from bgbias.engine.training_loop import TrainingDiverged
     from bgbias.study.runs import FAILURES
 
     diverged = TrainingDiverged("the loss became nan at epoch 3, step 7", fix="lower the learning rates")
@@ -197,7 +197,8 @@ def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monk
     assert "the dial" in result.output
     assert "rho 1: multi_similarity-seed0: the loss became nan" in result.output
 
-    monkeypatch.setattr(pipeline, "run_study", lambda **_: pipeline.StudyResult(None, [], {}, {"a-seed0": "boom"}))
+    failed = pipeline.StudyResult(None, [], {}, {"a-seed0": "boom"})
+    monkeypatch.setattr(pipeline, "run_study", lambda **_: failed)
     result = CliRunner().invoke(main, ["study"])
     assert result.exit_code == 2 and "every run failed (1): a-seed0" in result.output
     assert "Traceback" not in result.output
