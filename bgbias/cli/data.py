@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, dataset_options, split_options, typed
+from bgbias.cli.options import PATH_DIR, click_type, dataset_options, split_options
 from bgbias.errors import EXIT_PARTIAL, OptionError
 
 
@@ -49,7 +49,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--device",
-    type=typed(rules.MASK_DEVICE),
+    type=click_type(rules.MASK_DEVICE),
     default="auto",
     show_default=True,
     help="auto uses CUDA when onnxruntime offers it.",
@@ -123,14 +123,14 @@ def masks(
 @dataset_options
 @click.option(
     "--split",
-    type=typed(rules.SPLIT),
+    type=click_type(rules.SPLIT),
     default="test",
     show_default=True,
     help="test draws from the test pool, val from the train pool (as in the paper's code).",
 )
 @split_options
-@click.option("--repeats", type=typed(rules.REPEATS), default=5, show_default=True)
-@click.option("--seed", type=typed(rules.SEED), default=0, show_default=True)
+@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True)
+@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True)
 @click.option(
     "--backgrounds",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, split_options, typed
+from bgbias.cli.options import DATASETS, PATH_DIR, click_type, split_options
 from bgbias.errors import OptionError
 
 
@@ -112,9 +112,9 @@ def _model_options(command):
                           "author's Python code): its code may then read and write files."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
-        click.option("--input-size", type=typed(rules.PIXELS), default=None,
+        click.option("--input-size", type=click_type(rules.PIXELS), default=None,
                      help="--model: side of its square input (default: the dataset's evaluation crop)."),
-        click.option("--resize", type=typed(rules.PIXELS), default=None,
+        click.option("--resize", type=click_type(rules.PIXELS), default=None,
                      help="--model: shorter side before the centre crop (default: the dataset's, scaled "
                           "with --input-size)."),
         click.option("--normalize", default="imagenet", show_default=True,
@@ -167,11 +167,11 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=typed(rules.SPLIT), default="test", show_default=True)
+@click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
-@click.option("--repeats", type=typed(rules.REPEATS), default=5, show_default=True,
+@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest).")
-@click.option("--seed", type=typed(rules.SEED), default=0, show_default=True,
+@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets (the same for every model).")
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
@@ -183,10 +183,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--profile", is_flag=True,
               help="Also the background-reliance profile (implies --corrupted): query-side, worst case, "
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
-@click.option("--worst-k", type=typed(rules.WORST_K), default=10, show_default=True,
+@click.option("--worst-k", type=click_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=typed(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=typed(rules.WORKERS), default=2, show_default=True,
+@click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=click_type(rules.WORKERS), default=2, show_default=True,
               help="Data loader worker processes.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,

@@ -12,7 +12,7 @@ from bgbias.data.registry import dataset_names
 PATH_DIR = click.Path(file_okay=False, path_type=Path)
 
 
-def typed(rule: rules.Rule) -> click.ParamType:
+def click_type(rule: rules.Rule) -> click.ParamType:
     """The click type of an option declared as a :class:`~bgbias.options.Rule`, which the Python API checks
     its argument of the same name against: one declaration for both."""
     if rule.choices:
@@ -42,9 +42,9 @@ def dataset_options(command):
 
 def split_options(command):
     """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
-    command = click.option("--fold", type=typed(rules.FOLD), default=0, show_default=True,
+    command = click.option("--fold", type=click_type(rules.FOLD), default=0, show_default=True,
                            help="cv4 fold.")(command)
-    return click.option("--protocol", type=typed(rules.PROTOCOL), default="fixed",
+    return click.option("--protocol", type=click_type(rules.PROTOCOL), default="fixed",
                         show_default=True)(command)
 
 
