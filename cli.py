@@ -1,4 +1,4 @@
-"""Lets ``python cli.py ...`` work from a checkout; the real command line lives in ``bgbias/cli.py``."""
+"""``python cli.py ...`` from a checkout is the ``bgbias`` command (the design card's entry point)."""
 
 from bgbias.cli import main
 

@@ -21,7 +21,7 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
-from bgbias.engine.training import build_method
+from bgbias.engine.training_build import build_method
 
 
 def throughput_arguments(description: str) -> argparse.Namespace:

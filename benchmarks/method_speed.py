@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import timed
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
-from bgbias.engine.training import build_optimizer
+from bgbias.engine.training_build import build_optimizer
 from bgbias.methods.base import Batch, MethodSpec
 from bgbias.methods.registry import method_class
 from bgbias.models.registry import build_backbone

@@ -39,7 +39,7 @@ from bgbias.engine.device import resolve_device
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
-from bgbias.engine.training import build_method
+from bgbias.engine.training_build import build_method
 from bgbias.report.evaluate import corrupted_manifests, evaluate
 from bgbias.report.profile import variant_sets
 

@@ -39,7 +39,7 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
-from bgbias.engine.training import build_method, build_optimizer, make_train_loader
+from bgbias.engine.training_build import build_method, build_optimizer, make_train_loader
 from bgbias.engine.training_data import train_images
 
 

@@ -1,4 +1,4 @@
-"""``python -m bgbias`` is the same as the ``bgbias`` command."""
+"""``python -m bgbias`` is the ``bgbias`` command; ``torchrun -m bgbias train ...`` needs a module to run."""
 
 from bgbias.cli import main
 

@@ -29,13 +29,13 @@ exec(sys.argv[3])
 def pause_in_epoch(epoch: int) -> str:
     """Code that makes a training pause when ``epoch`` starts."""
     return f"""
-from bgbias.engine import training
-real_steps = training._Session.train_steps
+from bgbias.engine.training_loop import TrainingSession
+real_steps = TrainingSession.train_steps
 def train_steps(session):
     if session.state.epoch == {epoch}:
         pause()
     return real_steps(session)
-training._Session.train_steps = train_steps
+TrainingSession.train_steps = train_steps
 """
 
 

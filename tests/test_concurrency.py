@@ -61,7 +61,8 @@ _STUDY_PASS = """
 import json, os
 from pathlib import Path
 from types import SimpleNamespace
-from bgbias import study
+from bgbias.study import runs
+from bgbias.study.plan import StudyPlan
 
 folder = Path({folder!r})
 
@@ -77,10 +78,10 @@ def measure_run(run_dir, *args):
     with open(run_dir.parent / "calls.log", "a") as calls:
         calls.write(f"measure {{run_dir.name}} {{os.getpid()}}\\n")
 
-study.train_study_run, study.measure_run = train_study_run, measure_run
-plan = study.StudyPlan(("multi_similarity",), 1)
-run_dirs, failures = study.train_and_measure(plan, SimpleNamespace(masks_dir=folder / "masks"), folder, "cpu",
-                                             lambda line: None)
+runs.train_study_run, runs.measure_run = train_study_run, measure_run
+plan = StudyPlan(("multi_similarity",), 1)
+run_dirs, failures = runs.train_and_measure(plan, SimpleNamespace(masks_dir=folder / "masks"), folder, "cpu",
+                                            lambda line: None)
 assert not failures and len(run_dirs) == 2, (run_dirs, failures)
 """
 
@@ -88,7 +89,8 @@ assert not failures and len(run_dirs) == 2, (run_dirs, failures)
 def test_two_study_passes_on_one_folder_share_the_runs(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from bgbias import study
+    from bgbias.study import runs
+    from bgbias.study.plan import StudyPlan
 
     folder = tmp_path / "study"
     folder.mkdir()
@@ -102,8 +104,8 @@ def test_two_study_passes_on_one_folder_share_the_runs(tmp_path, monkeypatch):
         with open(run_dir.parent / "calls.log", "a") as calls:
             calls.write(f"measure {run_dir.name} {os.getpid()}\n")
 
-    monkeypatch.setattr(study, "train_study_run", train_study_run)
-    monkeypatch.setattr(study, "measure_run", measure_run)
+    monkeypatch.setattr(runs, "train_study_run", train_study_run)
+    monkeypatch.setattr(runs, "measure_run", measure_run)
     with paused_child(tmp_path, _STUDY_PASS.format(folder=str(folder))) as (child, go):
         lines = []
 
@@ -112,10 +114,10 @@ def test_two_study_passes_on_one_folder_share_the_runs(tmp_path, monkeypatch):
             if "waiting for the other process" in line:
                 go.touch()  # the first pass may finish the run it holds now
 
-        plan = study.StudyPlan(("multi_similarity",), 1)
+        plan = StudyPlan(("multi_similarity",), 1)
         bench = SimpleNamespace(masks_dir=folder / "masks")
-        run_dirs, failures = study.train_and_measure(plan, bench, folder, "cpu", log)
-    assert failures == {} and not (folder / study.FAILURES).exists()
+        run_dirs, failures = runs.train_and_measure(plan, bench, folder, "cpu", log)
+    assert failures == {} and not (folder / runs.FAILURES).exists()
     assert run_dirs == [folder / "multi_similarity-seed0", folder / "multi_similarity-bgaugment-seed0"]
     assert any("multi_similarity, seed 0: another process is training it; measured at the end" in line
                for line in lines)
@@ -132,7 +134,7 @@ def test_two_study_passes_on_one_folder_share_the_runs(tmp_path, monkeypatch):
 _BUILD_BENCH = """
 import json
 from pathlib import Path
-from bgbias import study
+from bgbias.study import bench
 from bgbias.bench.build import BENCH_FORMAT
 import bgbias.assets.fetch, bgbias.data.registry
 
@@ -146,29 +148,29 @@ def prepare_bench(root, *, preset, rho, seed, home):
 
 bgbias.assets.fetch.fetch = lambda *args, **options: []
 bgbias.data.registry.open_dataset = lambda *args: None
-study.prepare_pools = lambda **options: {{}}
-study.bench_masks = lambda dataset, source, log: (None, Path({masks!r}))
-study.prepare_bench = prepare_bench
-study.prepare_study_bench("ground-truth", "small", 0.9, 0, None, print)
+bench.prepare_pools = lambda **options: {{}}
+bench.bench_masks = lambda dataset, source, log: (None, Path({masks!r}))
+bench.prepare_bench = prepare_bench
+bench.prepare_study_bench("ground-truth", "small", 0.9, 0, None, print)
 """
 
 
 def test_a_second_process_waits_for_the_bench_and_keeps_it(tmp_path, monkeypatch):
     import bgbias.assets.fetch
     import bgbias.data.registry
-    from bgbias import study
+    from bgbias.study import bench as study_bench
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     built = []
     monkeypatch.setattr(bgbias.assets.fetch, "fetch", lambda *args, **options: [])
     monkeypatch.setattr(bgbias.data.registry, "open_dataset", lambda *args: None)
-    monkeypatch.setattr(study, "prepare_pools", lambda **options: {})
-    monkeypatch.setattr(study, "bench_masks", lambda dataset, source, log: (None, tmp_path / "masks"))
-    monkeypatch.setattr(study, "prepare_bench", lambda *args, **options: built.append(args))
+    monkeypatch.setattr(study_bench, "prepare_pools", lambda **options: {})
+    monkeypatch.setattr(study_bench, "bench_masks", lambda dataset, source, log: (None, tmp_path / "masks"))
+    monkeypatch.setattr(study_bench, "prepare_bench", lambda *args, **options: built.append(args))
     with paused_child(tmp_path, _BUILD_BENCH.format(masks=str(tmp_path / "masks"))) as (_child, go):
         threading.Timer(0.5, go.touch).start()  # the first process finishes while this one waits
         lines = []
-        bench = study.prepare_study_bench("ground-truth", "small", 0.9, 0, None, lines.append)
+        bench = study_bench.prepare_study_bench("ground-truth", "small", 0.9, 0, None, lines.append)
     assert built == []
     assert bench.bench["built by"] == "the first process"
     assert any("is up to date" in line for line in lines)

@@ -125,7 +125,8 @@ def test_bench_built_below_a_file(tmp_path):
 
 # ------------------------------------------------------------------------------------- damaged records
 def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypatch):
-    from bgbias import study
+    from bgbias.study.plan import StudyRun
+    from bgbias.study.runs import train_study_run
 
     run = tmp_path / "study" / "multi_similarity-seed0"
     run.mkdir(parents=True)
@@ -133,9 +134,9 @@ def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypat
     (run / "run.json").write_text('{"status": "finish')  # torn by a kill
     resumed = []
     monkeypatch.setattr("bgbias.engine.training.resume_training", resumed.append)
-    planned = study.StudyRun("multi_similarity", False, 0)
-    assert study.train_study_run(tmp_path / "study", planned, tmp_path / "masks", "cpu", lambda _: None,
-                                 "5/7") == run
+    planned = StudyRun("multi_similarity", False, 0)
+    assert train_study_run(tmp_path / "study", planned, tmp_path / "masks", "cpu", lambda _: None,
+                           "5/7") == run
     assert resumed == [run]
 
 

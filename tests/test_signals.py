@@ -25,14 +25,14 @@ TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
 # for the batch, as it mostly does when a SIGTERM to the whole process group (SLURM) arrives.
 _PAUSE_IN_A_WORKER_IN_EPOCH_2 = """
 from bgbias.data.train_images import TrainImages
-from bgbias.engine import training
+from bgbias.engine.training_loop import TrainingSession
 flag = marker.with_name("epoch-2")
-real_steps = training._Session.train_steps
+real_steps = TrainingSession.train_steps
 def train_steps(session):
     if session.state.epoch == 2:
         flag.write_text("epoch 2")
     return real_steps(session)
-training._Session.train_steps = train_steps
+TrainingSession.train_steps = train_steps
 real_item = TrainImages.__getitem__
 def item(images, draw):
     if flag.exists():

@@ -10,7 +10,9 @@ import pytest
 from bgbias.bench.build import BENCH_FORMAT
 from bgbias.engine.config import resolve_config
 from bgbias.errors import OptionError
-from bgbias.study import FULL_METHODS, StudyRun, built_bench, study_plan, train_study_run
+from bgbias.study.bench import built_bench
+from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
+from bgbias.study.runs import train_study_run
 
 
 def _bench_json(root, **parameters):
@@ -83,7 +85,8 @@ def test_methods_and_seeds_replace_the_presets_and_are_checked():
 
 
 def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkeypatch):
-    from bgbias.study import study_bench_root, study_folder
+    from bgbias.study.bench import study_bench_root
+    from bgbias.study.runs import study_folder
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     assert study_bench_root("small", 0.9, 0) == tmp_path / "data" / "bench"
@@ -94,16 +97,18 @@ def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkey
 
 
 def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_path, monkeypatch):
-    from bgbias import study
     from bgbias.report import runs_table
+    from bgbias.study import dial
+    from bgbias.study.pipeline import StudyResult
+    from bgbias.study.runs import study_folder
 
     calls = []
 
     def fake_study(*, plan, rho, runs, report=True, **_):
         assert not report  # a point's folder may hold another study's page (the full preset's at rho 0.9)
         calls.append((plan.masks, rho, plan.methods, plan.seeds))
-        folder = study.study_folder(runs, "small", rho, 0, plan.masks)
-        return study.StudyResult(None, [folder / run.folder_name for run in plan.runs()], {})
+        folder = study_folder(runs, "small", rho, 0, plan.masks)
+        return StudyResult(None, [folder / run.folder_name for run in plan.runs()], {})
 
     def fake_collect(run_dirs):
         (path,) = run_dirs
@@ -111,9 +116,9 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
         return [{"run": str(path), "clean": {"map_at_r": 0.6}, "corrupted": {"mean": {"map_at_r": corrupted}},
                  "drop": {"map_at_r": {"relative": (0.6 - corrupted) / 0.6}}}], {}
 
-    monkeypatch.setattr(study, "run_study", fake_study)
+    monkeypatch.setattr(dial, "run_study", fake_study)
     monkeypatch.setattr(runs_table, "collect_runs", fake_collect)
-    result = study.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, log=lambda _: None)
+    result = dial.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, log=lambda _: None)
     assert calls == [("ground-truth", 0.0, ("ms",), 1), ("ground-truth", 1.0, ("ms",), 1),
                      ("u2netp", 0.0, ("ms",), 1), ("u2netp", 1.0, ("ms",), 1)]
     assert [(p.masks, p.rho, p.bgaugment) for p in result.points][:2] == [
@@ -126,25 +131,26 @@ def _failing_pass(tmp_path, monkeypatch, failing):
     """One pass of steps 5–6 of a two-run plan where the runs named in ``failing`` raise while training."""
     from types import SimpleNamespace
 
-    from bgbias import study
+    from bgbias.study import runs
+    from bgbias.study.plan import StudyPlan
 
     def fake_train(folder, run, bench, device, log, step):
         if run.folder_name in failing:
             raise failing[run.folder_name]
         return folder / run.folder_name
 
-    monkeypatch.setattr(study, "train_study_run", fake_train)
-    monkeypatch.setattr(study, "measure_run", lambda *args: None)
+    monkeypatch.setattr(runs, "train_study_run", fake_train)
+    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
     lines = []
-    plan = study.StudyPlan(("multi_similarity",), 1)
+    plan = StudyPlan(("multi_similarity",), 1)
     bench = SimpleNamespace(masks_dir=tmp_path / "masks")
-    run_dirs, failures = study.train_and_measure(plan, bench, tmp_path, "cpu", lines.append)
+    run_dirs, failures = runs.train_and_measure(plan, bench, tmp_path, "cpu", lines.append)
     return run_dirs, failures, lines
 
 
 def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path, monkeypatch):
-    from bgbias.engine.training import TrainingDiverged
-    from bgbias.study import FAILURES
+    from bgbias.engine.training_loop import TrainingDiverged
+    from bgbias.study.runs import FAILURES
 
     diverged = TrainingDiverged("the loss became nan at epoch 3, step 7", fix="lower the learning rates")
     run_dirs, failures, lines = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": diverged})
@@ -164,7 +170,7 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path
 
 
 def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatch):
-    from bgbias.study import FAILURES
+    from bgbias.study.runs import FAILURES
 
     # The dial's point at rho 0.9 runs one method in the full preset's folder: the full preset's record stays.
     other = {"triplet-seed2": {"error": "the loss became nan", "traceback": "..."},
@@ -177,21 +183,22 @@ def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatc
 def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from bgbias import study
     from bgbias.cli import main
     from bgbias.errors import EXIT_PARTIAL
+    from bgbias.study import dial, pipeline
 
     (tmp_path / "dial.md").write_text("the dial")
     failures = {"u2netp masks, rho 1: multi_similarity-seed0": "the loss became nan\n  fix: lower"}
     report = {"dial_md": tmp_path / "dial.md", "dial_png": tmp_path / "dial.png"}
-    dialled = study.DialResult(tmp_path, ["a point"], report, failures)
-    monkeypatch.setattr(study, "run_dial", lambda **_: dialled)
+    dialled = dial.DialResult(tmp_path, ["a point"], report, failures)
+    monkeypatch.setattr(dial, "run_dial", lambda **_: dialled)
     result = CliRunner().invoke(main, ["study", "--dial"])
     assert result.exit_code == EXIT_PARTIAL, result.output
     assert "the dial" in result.output
     assert "rho 1: multi_similarity-seed0: the loss became nan" in result.output
 
-    monkeypatch.setattr(study, "run_study", lambda **_: study.StudyResult(None, [], {}, {"a-seed0": "boom"}))
+    failed = pipeline.StudyResult(None, [], {}, {"a-seed0": "boom"})
+    monkeypatch.setattr(pipeline, "run_study", lambda **_: failed)
     result = CliRunner().invoke(main, ["study"])
     assert result.exit_code == 2 and "every run failed (1): a-seed0" in result.output
     assert "Traceback" not in result.output
@@ -248,15 +255,15 @@ def test_the_dial_takes_no_settings():
 
 
 def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch):
-    from bgbias import study
+    from bgbias.study import pipeline
 
     titles = []
-    monkeypatch.setattr(study, "prepare_study_bench", lambda *args: None)
-    monkeypatch.setattr(study, "train_and_measure", lambda *args: ([tmp_path / "run"], {}))
-    monkeypatch.setattr(study, "report_study",
+    monkeypatch.setattr(pipeline, "prepare_study_bench", lambda *args: None)
+    monkeypatch.setattr(pipeline, "train_and_measure", lambda *args: ([tmp_path / "run"], {}))
+    monkeypatch.setattr(pipeline, "report_study",
                         lambda runs, out, title, **_: titles.append((out, title)) or {})
     plan = study_plan("full", ["avsl"], 1, settings=["loss.certainty_min=global"])
-    study.run_study(plan=plan, runs=tmp_path, log=lambda line: None)
+    pipeline.run_study(plan=plan, runs=tmp_path, log=lambda line: None)
     out, title = titles[0]
     assert out.name == "report-avsl-certainty_min-global-1seed"
     assert title.endswith("1 runs, every run with loss.certainty_min=global")

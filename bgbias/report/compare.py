@@ -39,17 +39,9 @@ def compare_attributions(
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.model_folders import open_model_folder
     from bgbias.explain.heatmap import attribution_gallery
+    from bgbias.explain.outputs import SCORES_CSV, explain_dir, load_map, map_path, read_summary, score_text
     from bgbias.explain.records import EXPLAIN_AGAIN, read_results
-    from bgbias.explain.run import (
-        SCORES_CSV,
-        explain_dir,
-        load_example,
-        load_map,
-        map_path,
-        mask_files,
-        read_summary,
-        score_text,
-    )
+    from bgbias.explain.scoring import load_example, mask_files
     from bgbias.report.evaluation import run_label
 
     runs = [open_model_folder(path) for path in run_dirs]
@@ -123,7 +115,7 @@ def compare_runs(
     ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
     written."""
     from bgbias.data.transforms import eval_geometry
-    from bgbias.explain.run import SCORES_CSV, explained_sets
+    from bgbias.explain.outputs import SCORES_CSV, explained_sets
 
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):

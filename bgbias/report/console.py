@@ -10,7 +10,7 @@ from bgbias.report.table import format_table
 
 if TYPE_CHECKING:
     from bgbias.assets.store import AssetStatus
-    from bgbias.engine.training import TrainResult
+    from bgbias.engine.training_loop import TrainResult
 
 
 def format_dataset_summary(summary: Mapping[str, Any]) -> str:

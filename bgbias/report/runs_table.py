@@ -196,7 +196,7 @@ def collect_runs(
     per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
     any evaluation report is an error that says how to make one."""
     from bgbias.engine.model_folders import open_model_folder
-    from bgbias.explain.run import explained_sets
+    from bgbias.explain.outputs import explained_sets
 
     reports: list[dict[str, Any]] = []
     foreground: dict[ForegroundKey, dict[str, Any]] = {}

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from bgbias.engine import training
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.training import train
+from bgbias.engine.training_loop import TrainingSession
 from bgbias.methods.dcml.method import DCML
 from tests.conftest import tiny_config
 
@@ -18,7 +18,7 @@ FAST = ("loss.env_passes=1", "loss.env_batch_size=8", "bgaugment.enabled=true")
 @pytest.mark.parametrize(("paired", "parts"), [(False, [0]), (True, [0, 1])])
 def test_each_batch_gets_the_methods_optimiser_steps(tiny_bench, tmp_path, monkeypatch, paired, parts):
     seen, epochs = [], []
-    real_loss, real_steps = DCML.loss, training._Session.train_steps
+    real_loss, real_steps = DCML.loss, TrainingSession.train_steps
 
     def recording_loss(self, batch):
         seen.append((batch.part, batch.indices.tolist(), batch.images.sum().item()))
@@ -29,7 +29,7 @@ def test_each_batch_gets_the_methods_optimiser_steps(tiny_bench, tmp_path, monke
         return epochs[-1]
 
     monkeypatch.setattr(DCML, "loss", recording_loss)
-    monkeypatch.setattr(training._Session, "train_steps", recording_epoch)
+    monkeypatch.setattr(TrainingSession, "train_steps", recording_epoch)
     config = tiny_config(tiny_bench, "dcml", *FAST, f"loss.paired_halves={str(paired).lower()}", epochs=1)
     result = train(config, run_dir=tmp_path / "run", progress=False, echo=False)
 

@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
-from bgbias.engine import training
+from bgbias.engine import training_build
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import load_run_config
 from bgbias.engine.run_dir import latest_run
 from bgbias.engine.training import resume_training, train
+from bgbias.engine.training_loop import TrainingSession
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from tests.conftest import tiny_config
 
@@ -60,19 +61,19 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bench, tmp_path, m
     config = tiny_config(tiny_bench, method, *RESUMED[method], epochs=3)
     whole = train(config, run_dir=tmp_path / "whole", progress=False, echo=False)
 
-    real_steps = training._Session.train_steps
+    real_steps = TrainingSession.train_steps
 
     def killed_in_epoch_3(session):
         if session.state.epoch == 3:
             raise KeyboardInterrupt
         return real_steps(session)
 
-    monkeypatch.setattr(training._Session, "train_steps", killed_in_epoch_3)
+    monkeypatch.setattr(TrainingSession, "train_steps", killed_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         train(config, run_dir=tmp_path / "killed", progress=False, echo=False)
     assert load_checkpoint(tmp_path / "killed" / "checkpoints" / "last.pt")["epoch"] == 2
     assert json.loads((tmp_path / "killed" / "run.json").read_text())["status"] == "interrupted"
-    monkeypatch.setattr(training._Session, "train_steps", real_steps)
+    monkeypatch.setattr(TrainingSession, "train_steps", real_steps)
     resumed = resume_training(tmp_path / "killed", progress=False, echo=False)
 
     assert without_timing(resumed.history) == without_timing(whole.history)
@@ -155,7 +156,7 @@ def test_warm_up_epochs_hold_the_backbone_and_train_the_rest(tiny_bench, tmp_pat
     """During ``optim.warmup_epochs`` the backbone group neither moves nor gathers optimiser state; the head
     trains; after it the backbone trains too."""
     after: list[dict[str, torch.Tensor]] = []
-    real_epoch = training._Session.epoch
+    real_epoch = TrainingSession.epoch
 
     def recording(session):
         if not after:
@@ -163,7 +164,7 @@ def test_warm_up_epochs_hold_the_backbone_and_train_the_rest(tiny_bench, tmp_pat
         real_epoch(session)
         after.append({k: v.clone() for k, v in session.method.state_dict().items()})
 
-    monkeypatch.setattr(training._Session, "epoch", recording)
+    monkeypatch.setattr(TrainingSession, "epoch", recording)
     config = tiny_config(tiny_bench, "triplet", "optim.warmup_epochs=1", epochs=2)
     result = train(config, run_dir=tmp_path / "warm", progress=False, echo=False)
     start, first, second = after
@@ -232,9 +233,9 @@ def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
     config = tiny_config(tiny_bench, "dcml", "bgaugment.enabled=true")
     dataset = open_dataset("bench", tiny_bench / "bench")
     items = split_items(dataset, "train")
-    masks = training._check_masks(config, dataset, items, [], [], tiny_bench / "masks")
+    masks = training_build._check_masks(config, dataset, items, [], [], tiny_bench / "masks")
     data = TrainingPasses(config, train_images(config, dataset, items, masks),
-                        training._bgaugment(config, torch.device("cpu")), torch.device("cpu"))
+                        training_build._bgaugment(config, torch.device("cpu")), torch.device("cpu"))
 
     def one_pass(**key):
         return list(data.batches(batch_size=8, **key))

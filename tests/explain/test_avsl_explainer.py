@@ -11,8 +11,9 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
+from bgbias.engine.request import MeasureRequest
 from bgbias.errors import OptionError
-from bgbias.explain.run import explain_items
+from bgbias.explain.run import ExplainInputs, explain_items
 from bgbias.methods.attribution import build_attribution, check_supported, needs_references
 from bgbias.methods.avsl.explainer import NodeAttribution, pair_shares, spread_over_maps
 from tests.explain.tiny import baseline
@@ -95,8 +96,9 @@ def test_maps_are_in_the_unit_range_and_an_image_against_itself_has_nothing_to_s
 def test_the_explain_runner_scores_an_avsl_model_against_its_references(model, tmp_path):
     root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=3, per_class=4)
     items = split_items(open_dataset("bench", root), "test")
-    result = explain_items(model, items, EvalGeometry(resize=SIDE, crop=SIDE), masks_dir=tmp_path / "none",
-                           dataset_name="bench", out_dir=tmp_path / "out", attribution="avsl", device="cpu",
-                           batch_size=4, gallery_count=2, log=lambda line: None)
+    inputs = ExplainInputs(items, EvalGeometry(resize=SIDE, crop=SIDE), "bench", tmp_path / "none",
+                           tmp_path / "out")
+    request = MeasureRequest(attribution="avsl", batch_size=4, gallery_count=2, progress=False)
+    result = explain_items(model, inputs, request, log=lambda line: None)
     assert result.summary["scored"] == len(items)
     assert 0 <= result.summary["mean"] <= 1

@@ -19,8 +19,9 @@ from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
+from bgbias.explain.outputs import explained_sets
+from bgbias.explain.run import ExplainInputs, explain_items
 from bgbias.explain.run import explain as explain_model
-from bgbias.explain.run import explain_items, explained_sets
 from bgbias.methods.attribution import ATTRIBUTIONS, register_attribution
 from bgbias.report.compare import compare_runs
 from bgbias.report.runs_table import collect_runs, table_one
@@ -154,9 +155,9 @@ def test_a_model_the_attribution_does_not_support_is_refused_before_any_work(tin
     method.backbone.convention = None
     items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")[:2]
     with pytest.raises(OptionError, match="attribution 'smoothgrad' cannot explain 'contrastive'") as raised:
-        explain_items(MethodModel(method, torch.device("cpu")), items, EvalGeometry(resize=32, crop=32),
-                      masks_dir=tmp_path / "none",
-                      dataset_name="bench", out_dir=tmp_path / "out", device="cpu")
+        inputs = ExplainInputs(items, EvalGeometry(resize=32, crop=32), "bench", tmp_path / "none",
+                               tmp_path / "out")
+        explain_items(MethodModel(method, torch.device("cpu")), inputs)
     assert "serves every model with an input convention" in raised.value.fix
     assert not (tmp_path / "out").exists()
 

@@ -18,8 +18,10 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
+from bgbias.engine.request import MeasureRequest
 from bgbias.errors import ImageError, OptionError
-from bgbias.explain.run import CSV_COLUMNS, explain_items
+from bgbias.explain.outputs import CSV_COLUMNS
+from bgbias.explain.run import ExplainInputs, explain_items
 from bgbias.explain.smoothgrad import SmoothGrad
 from tests.explain.tiny import baseline
 from tests.replicas import copy_ground_truth_masks, make_bench
@@ -39,13 +41,11 @@ def items(tmp_path_factory):
     return split_items(open_dataset("bench", root), "test")
 
 
-def explain(method, items, out_dir, masks_dir=None, **overrides):
-    settings = dict(
-        masks_dir=masks_dir or out_dir.parent / "no-masks", dataset_name="bench", out_dir=out_dir,
-        options=OPTIONS, device="cpu", batch_size=2, gallery_count=3,
-    )
-    settings.update(overrides)
-    return explain_items(MethodModel(method, torch.device("cpu")), items, GEOMETRY, **settings)
+def explain(method, items, out_dir, masks_dir=None, options=OPTIONS, seed=0, **overrides):
+    inputs = ExplainInputs(items, GEOMETRY, "bench", masks_dir or out_dir.parent / "no-masks", out_dir)
+    request = MeasureRequest(**{"attribution_options": options, "attribution_seed": seed, "batch_size": 2,
+                                "gallery_count": 3, "progress": False, **overrides})
+    return explain_items(MethodModel(method, torch.device("cpu")), inputs, request)
 
 
 def read_csv(path):

@@ -28,8 +28,9 @@ from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
 from bgbias.explain.heatmap import attribution_gallery_image
+from bgbias.explain.outputs import CSV_COLUMNS, REFERENCE_COLUMNS
 from bgbias.explain.references import nearest_references, pick_references
-from bgbias.explain.run import CSV_COLUMNS, REFERENCE_COLUMNS, explain, explain_items
+from bgbias.explain.run import ExplainInputs, explain, explain_items
 from bgbias.methods.attribution import (
     build_attribution,
     check_supported,
@@ -64,10 +65,12 @@ def split(tmp_path_factory):
     return split_items(open_dataset("bench", root), "test")
 
 
-def run(model, items, out_dir, **settings):
-    settings = {"masks_dir": out_dir.parent / "no-masks", "dataset_name": "bench", "attribution": "sam",
-                "device": "cpu", "batch_size": 2, "gallery_count": 2, **settings}
-    return explain_items(model, items, GEOMETRY, out_dir=out_dir, **settings)
+def run(model, items, out_dir, reference_items=None, options=None, **settings):
+    inputs = ExplainInputs(items, GEOMETRY, "bench", out_dir.parent / "no-masks", out_dir,
+                           reference_items=reference_items)
+    request = MeasureRequest(**{"attribution": "sam", "attribution_options": options or {}, "batch_size": 2,
+                                "gallery_count": 2, "progress": False, **settings})
+    return explain_items(model, inputs, request)
 
 
 def read_csv(path):

@@ -15,7 +15,7 @@ from torch import nn
 
 from bgbias.cli import main
 from bgbias.engine.config import config_from_dict, resolve_config
-from bgbias.engine.training import build_optimizer
+from bgbias.engine.training_build import build_optimizer
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, MethodSpec
 from bgbias.methods.dcml.attention import AttentionCopies, attend

@@ -135,7 +135,7 @@ def test_a_mask_manifest_of_another_shape_names_the_file(tmp_path):
 
 
 def test_study_failures_of_another_shape_are_left_out(tmp_path):
-    from bgbias.study import record_failures
+    from bgbias.study.runs import record_failures
 
     path = tmp_path / "failures.json"
     path.write_text(json.dumps({"other-plan": "not an entry"}))

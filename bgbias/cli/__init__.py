@@ -1,0 +1,39 @@
+"""The ``bgbias`` command line: parses options and calls library functions, nothing more.
+
+Heavy libraries are imported inside the commands, so ``bgbias --help`` answers at once. The commands live by
+group: :mod:`~bgbias.cli.assets`, :mod:`~bgbias.cli.data` (``datasets``, ``masks``, ``corrupt``),
+:mod:`~bgbias.cli.models` (``train``, ``eval``, ``explain``), :mod:`~bgbias.cli.reports` (``report``,
+``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main` is the ``bgbias`` command itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from bgbias import __version__
+from bgbias.cli import assets, data, info, models, reports
+from bgbias.cli.group import CommandGroup
+
+
+@click.group(cls=CommandGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="bgbias")
+@click.option(
+    "--data-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder holding the datasets (default $BGBIAS_DATA, else ./data).",
+)
+def main(data_root: Path | None) -> None:
+    """Measure how much a deep metric learning model relies on backgrounds, and train it to rely less."""
+    if data_root is not None:
+        # Through the environment, so worker processes resolve dataset paths the same way.
+        os.environ["BGBIAS_DATA"] = str(data_root)
+
+
+for _command in (assets.assets, data.datasets, data.masks, data.corrupt, models.train, models.evaluate,
+                 models.explain, reports.report, reports.study, info.methods):
+    main.add_command(_command)

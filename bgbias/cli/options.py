@@ -1,0 +1,81 @@
+"""The option types and option groups that several commands share (datasets, splits, the bench's settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bgbias import options as rules
+from bgbias.data.registry import dataset_names
+
+PATH_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+def click_type(rule: rules.Rule) -> click.ParamType:
+    """The click type of an option declared as a :class:`~bgbias.options.Rule`, which the Python API checks
+    its argument of the same name against: one declaration for both."""
+    if rule.choices:
+        return click.Choice(rule.choices)
+    if rule.kind in (int, float):
+        kind = click.IntRange if rule.kind is int else click.FloatRange
+        return kind(min=rule.minimum, max=rule.maximum)
+    return {bool: click.BOOL, str: click.STRING, Path: click.Path(path_type=Path)}[rule.kind]
+
+
+DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
+
+
+def dataset_options(command):
+    """--dataset and --root, shared by every command that reads a dataset."""
+    command = click.option(
+        "--root",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).",
+    )(command)
+    choice = click.Choice(DATASETS)
+    return click.option("--dataset", "dataset_name", required=True, type=choice, help="Dataset layout.")(
+        command
+    )
+
+
+def split_options(command):
+    """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
+    command = click.option("--fold", type=click_type(rules.FOLD), default=0, show_default=True,
+                           help="cv4 fold.")(command)
+    return click.option("--protocol", type=click_type(rules.PROTOCOL), default="fixed",
+                        show_default=True)(command)
+
+
+def bench_options(command, prefix: str = ""):
+    """The bench's size preset, ρ and seed: ``--preset``, ``--rho``, ``--seed`` for `assets bench`;
+    ``--bench-preset``, ``--rho``, ``--bench-seed`` for `study`, whose ``--preset`` and ``--seeds`` are the
+    study's own."""
+    command = click.option(
+        f"--{prefix}seed",
+        "bench_seed",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="Seed of the bench's class split and views.",
+    )(command)
+    command = click.option(
+        "--rho",
+        type=click.FloatRange(0.0, 1.0),
+        default=0.9,
+        show_default=True,
+        help="Share of a class's views that show the class's home background.",
+    )(command)
+    return click.option(
+        f"--{prefix}preset",
+        "bench_preset",
+        type=click.Choice(["small", "large"]),
+        default="small",
+        show_default=True,
+        help="small: 8 views of 128 px per class; large: 16 views of 224 px.",
+    )(command)
+
+
+def study_bench_options(command):
+    return bench_options(command, prefix="bench-")

@@ -1,0 +1,185 @@
+"""What a training run is made of, checked and built before its folder exists: the dataset's splits and
+masks, BGAugment, the method on its backbone, the optimiser and the training loader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bgbias.engine import distributed
+from bgbias.engine.config import TrainConfig
+from bgbias.engine.tensorboard_log import check_tensorboard
+from bgbias.engine.training_data import train_images
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.data.items import Dataset, Item
+    from bgbias.data.train_images import TrainImages
+    from bgbias.methods.base import Method
+
+
+@dataclass
+class RunInputs:
+    """What a run is made of that can be checked, and built, before its folder exists."""
+
+    dataset: Dataset
+    train_items: list[Item]
+    val_items: list[Item]
+    test_items: list[Item]  # watched (schedule.watch_test), else empty
+    masks_dir: Path
+    bgaugment: Any
+    images: TrainImages
+    method: Method
+    loader: Any
+    sampler: Any
+    trained_on: dict[str, Any]
+
+
+def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> RunInputs:
+    """Everything that can fail on the user's input, checked and built before the run folder exists."""
+    import torch
+
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+
+    dataset = open_dataset(config.dataset, config.root)
+    train_items = split_items(dataset, "train", config.protocol, config.fold)
+    val_items = split_items(dataset, "val", config.protocol, config.fold)
+    watched = config.schedule.watch_test
+    test_items = split_items(dataset, "test", config.protocol, config.fold) if watched else []
+    masks_dir = _masks_dir(config, dataset)
+    if config.log.tensorboard:
+        check_tensorboard()
+    train_masks = _check_masks(config, dataset, train_items, val_items, test_items, masks_dir)
+    bgaugment = _bgaugment(config, device) if config.bgaugment.enabled else None
+    torch.manual_seed(config.seed)
+    images = train_images(config, dataset, train_items, train_masks)
+    method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
+    loader, sampler = make_train_loader(config, images, device, dist)
+    return RunInputs(dataset, train_items, val_items, test_items, masks_dir, bgaugment, images, method,
+                     loader, sampler, _trained_on(dataset))
+
+
+def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
+    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
+    square images of side ``input_size`` (the training crop)."""
+    from bgbias.methods.base import MethodSpec
+    from bgbias.methods.registry import method_class
+    from bgbias.models.registry import build_backbone
+
+    cls = method_class(config.method)
+    backbone = build_backbone(
+        config.model.backbone, pretrained=config.model.pretrained,
+        weights=Path(config.model.weights) if config.model.weights else None,
+        freeze_batchnorm=config.model.freeze_batchnorm,
+    )
+    spec = MethodSpec(
+        embedding_dim=config.model.embedding_dim,
+        num_classes=len({item.label for item in train_items}),
+        num_samples=len(train_items),
+        pooling=config.model.pooling,
+        options=dict(config.loss),
+        input_size=input_size,
+    )
+    return cls(backbone, spec)
+
+
+def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:
+    """The configured optimizer over the method's parameter groups, each with its learning rate."""
+    import torch
+
+    rates = {"backbone": config.optim.lr_backbone, "head": config.optim.lr_head, "loss": config.optim.lr_loss}
+    groups = [
+        {"params": params, "lr": rates[name], "name": name}
+        for name, params in method.parameter_groups().items() if params
+    ]
+    o = config.optim
+    if o.name == "adam":
+        return torch.optim.Adam(groups, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(groups, weight_decay=o.weight_decay)
+    if o.name == "rmsprop":
+        return torch.optim.RMSprop(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+    return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+
+
+def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
+    """Drop the gradients of parameter group ``name``, so the coming ``optimizer.step()`` leaves its
+    parameters and their optimiser state (moments, step counts) untouched, weight decay included: a warm-up
+    epoch.
+
+    The epoch number alone decides it, so a resumed run holds the same steps an uninterrupted one did.
+    """
+    for group in optimizer.param_groups:
+        if group.get("name") == name:
+            for parameter in group["params"]:
+                parameter.grad = None
+
+
+def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
+    from bgbias.data.items import default_masks_dir
+
+    return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
+
+
+def _check_masks(
+    config: TrainConfig, dataset: Dataset, train_items: list[Item], val_items: list[Item],
+    test_items: list[Item], masks_dir: Path,
+) -> list[Path] | None:
+    """Before any training: every image that will be composited has its mask, and each corrupted set (the
+    validation one when selecting on it, the watched test one) its pool (else a clear error)."""
+    from bgbias.augment.manifests import split_pool_dir
+    from bgbias.augment.mask_check import saliency_masks
+    from bgbias.backgrounds.pool import list_pool
+
+    train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
+    backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
+    if config.monitor == "corrupted":
+        saliency_masks(val_items, masks_dir, dataset.name)
+        list_pool(split_pool_dir("val", backgrounds))
+    if test_items:
+        saliency_masks(test_items, masks_dir, dataset.name)
+        list_pool(split_pool_dir("test", backgrounds))
+    return train_masks
+
+
+def make_train_loader(
+    config: TrainConfig, images: TrainImages, device: torch.device,
+    dist: distributed.Distributed | None = None,
+):
+    """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
+    before each epoch)."""
+    import torch
+
+    from bgbias.data.loader import ImageLoader
+    from bgbias.data.samplers import MPerClassBatchSampler
+
+    d = config.data
+    sampler = MPerClassBatchSampler(
+        [item.label for item in images.items], d.m_per_class, d.batch_size, config.seed,
+        rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
+        batches_per_epoch=d.batches_per_epoch,
+    )
+    loader = ImageLoader(
+        images, batch_sampler=sampler,
+        num_workers=d.workers, pin_memory=device.type == "cuda", persistent_workers=d.workers > 0,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    return loader, sampler
+
+
+def _bgaugment(config: TrainConfig, device: torch.device):
+    from bgbias.augment.background_bank import train_bank
+    from bgbias.augment.bgaugment import BGAugment
+    from bgbias.paths import backgrounds_root
+
+    root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else backgrounds_root()
+    return BGAugment(train_bank(root, device), config.bgaugment.p)
+
+
+def _trained_on(dataset: Dataset) -> dict[str, Any]:
+    """What ``run.json`` records of the training dataset, so evaluation can tell if it meets the same one."""
+    return {"name": dataset.name, "root": str(dataset.root), "identity": dataset.identity(),
+            "images": len(dataset.items())}

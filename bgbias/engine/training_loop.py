@@ -1,0 +1,283 @@
+"""The training loop: a run in progress, epoch by epoch and step by step, and what it ends with."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.engine import distributed
+from bgbias.engine.checkpoint import save_checkpoint
+from bgbias.engine.config import TrainConfig
+from bgbias.engine.device import autocast, resolve_amp
+from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
+from bgbias.engine.tensorboard_log import EpochScalars
+from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
+from bgbias.engine.training_data import TrainingPasses, device_batch
+from bgbias.engine.training_records import TrainingState, checkpoint_state, restore_state, run_record
+from bgbias.engine.training_validation import (
+    ValidationSets,
+    select_checkpoint,
+    validate_sets,
+    validation_sets,
+)
+from bgbias.errors import BgbiasError
+
+if TYPE_CHECKING:
+    import torch
+
+    from bgbias.methods.base import Batch, Method
+
+
+_BGAUGMENT_STREAM = 0xB6A0
+
+
+class TrainingDiverged(BgbiasError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or early-stopped) run produced."""
+
+    run: RunDir
+    history: list[dict[str, Any]]
+    best_epoch: int
+    best_value: float
+    status: RunStatus
+
+
+@dataclass
+class TrainingSession:
+    """A run in progress: its inputs, model, optimizer and validation sets, where it writes, and its state.
+
+    The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at their one place each:
+    ``on_epoch_start`` before an epoch's steps, ``loss`` inside a step, ``on_step_end`` after its update.
+    """
+
+    config: TrainConfig
+    run: RunDir
+    inputs: RunInputs
+    device: torch.device
+    amp: Any
+    dist: distributed.Distributed
+    progress: bool
+    log: RunLog
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    training_data: TrainingPasses
+    validation: ValidationSets | None
+    state: TrainingState
+    scalars: EpochScalars | None = None
+
+    @classmethod
+    def start(cls, config: TrainConfig, run: RunDir, inputs: RunInputs, checkpoint: dict[str, Any] | None,
+              device: torch.device, dist: distributed.Distributed, progress: bool,
+              echo: bool) -> TrainingSession:
+        """Set up the run in its folder: a new one, or one continued from ``checkpoint``."""
+        import torch
+
+        from bgbias.fileio import write_json_atomic
+
+        amp = resolve_amp(config.amp, device)
+        log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
+        if dist.is_main and checkpoint is None:
+            write_json_atomic(run.config, config.as_dict())
+        method = inputs.method
+        optimizer = build_optimizer(config, method)
+        scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+        state = TrainingState()
+        if checkpoint is not None:
+            state = restore_state(checkpoint, method, optimizer, scaler, device)
+            log(f"resuming {run.root} after epoch {state.epoch}")
+        model = _wrap_distributed(method, dist, device)
+        training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
+                                     progress=progress and dist.is_main)
+        validation = validation_sets(config, inputs, run, dist, fresh=checkpoint is None)
+        scalars = EpochScalars(run.root) if config.log.tensorboard and dist.is_main else None
+        session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
+                      training_data, validation, state, scalars)
+        if dist.is_main:
+            # A resumed run is running again (its record said "interrupted" or "failed"), in this process.
+            write_record(run, session.record())
+        if dist.is_main and checkpoint is None:
+            mark_latest(run)
+            log(f"run {run.root}: {config.method} on {inputs.dataset.name} ({len(inputs.train_items)} train "
+                f"/ {len(inputs.val_items)} val images), {'with' if inputs.bgaugment else 'without'} "
+                f"BGAugment, on {device}")
+        return session
+
+    @property
+    def method(self) -> Method:
+        return self.inputs.method
+
+    def record(self) -> dict[str, Any]:
+        return run_record(self.config, self.state, self.device, self.inputs.trained_on)
+
+    def train(self) -> TrainResult:
+        """Epoch 0's validation (once), then epochs until the schedule ends or early stopping."""
+        state, config = self.state, self.config
+        if state.epoch == 0 and not state.history and config.schedule.validate_untrained:
+            row = {"epoch": 0, **self.validate()}
+            state.history.append(row)
+            if self.dist.is_main:
+                self.log(_describe(row))
+                if self.scalars is not None:
+                    self.scalars.add(row)
+        while state.status == RunStatus.RUNNING and state.epoch < config.schedule.epochs:
+            self.epoch()
+        self.close_logs()
+        if state.status == RunStatus.STOPPED_EARLY and self.dist.is_main:
+            self.log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
+        return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
+
+    def close_logs(self) -> None:
+        """Close the TensorBoard writer and its thread, if any (also when the run stops on an error)."""
+        scalars, self.scalars = self.scalars, None
+        if scalars is not None:
+            scalars.close()
+
+    def epoch(self) -> None:
+        """One epoch: the method's epoch-start hook, the steps, validation, selection, checkpoint, records."""
+        state, dist = self.state, self.dist
+        state.epoch += 1
+        started = time.perf_counter()
+        updates = self.method.on_epoch_start(state.epoch, self.training_data)
+        if updates:
+            updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
+            started = time.perf_counter()
+        terms, images = self.train_steps()
+        seconds = time.perf_counter() - started
+        row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
+               "train_images_per_second": round(images / seconds, 2)}
+        row.update(self.validate())
+        state.history.append(row)
+        select_checkpoint(state, row, self.config, self.method, self.run, dist)
+        if state.epoch >= self.config.schedule.epochs:
+            state.status = RunStatus.FINISHED
+        if dist.is_main:
+            self.log(_describe(row))
+            save_checkpoint(self.run.last, checkpoint_state(state, self.method, self.optimizer, self.scaler,
+                                                       self.device))
+            write_metrics(self.run, state.history)
+            self.plot_curves()
+            if self.scalars is not None:
+                self.scalars.add(row)
+            write_record(self.run, self.record())
+        distributed.barrier(dist)
+
+    def plot_curves(self) -> None:
+        """``curves.png`` from the rows so far: a killed run keeps the picture of what it did."""
+        from bgbias.engine.curves import plot_training_curves
+
+        config = self.config
+        title = (f"{config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {config.dataset}, "
+                 f"seed {config.seed}: {self.run.root.name}")
+        plot_training_curves(self.state.history, self.run.curves, title=title,
+                             best_epoch=self.state.best_epoch or None, monitor=config.monitor)
+
+    def train_steps(self) -> tuple[dict[str, float], int]:
+        """One pass over the loader; the mean of every loss term over the optimiser steps and the number of
+        images this process saw."""
+        from tqdm import tqdm
+
+        epoch, method = self.state.epoch, self.method
+        self.inputs.sampler.set_epoch(epoch)
+        method.train()
+        sums: dict[str, torch.Tensor] = {}
+        steps = images_seen = 0
+        show = self.progress and self.dist.is_main
+        bar = tqdm(self.inputs.loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
+        for step, batch in _optimizer_steps(bar, method, self.config, self.inputs.bgaugment, epoch, self.dist,
+                                            self.device):
+            terms = self.step(batch, step)
+            for name, value in terms.items():
+                sums[name] = sums.get(name, 0) + value.detach().float()
+            steps += 1
+            images_seen += batch.images.shape[0] if batch.part == 0 else 0
+            if show and step % 10 == 0:
+                bar.set_postfix(loss=f"{terms['loss'].item():.4f}")
+        means = {f"train_{name}": round(float(total) / max(steps, 1), 6) for name, total in sums.items()}
+        return means, images_seen
+
+    def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """One optimiser step on ``batch``: forward (the method's ``loss``), a finite-loss check, backward,
+        clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
+        ``on_step_end``; returns the loss terms."""
+        import torch
+
+        with autocast(self.device, self.amp):
+            terms = self.model(batch)
+        loss = terms["loss"]
+        if not torch.isfinite(loss.detach()):
+            raise TrainingDiverged(
+                f"the loss became {loss.item()} at epoch {self.state.epoch}, step {step}",
+                fix="lower the learning rates (--set optim.lr_head=...), or clip gradients "
+                    "(--set optim.grad_clip=1.0)",
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.state.epoch <= self.config.optim.warmup_epochs:
+            hold_group(self.optimizer, "backbone")
+        if self.clips(batch, step):
+            self.scaler.unscale_(self.optimizer)
+            groups = [group["params"] for group in self.optimizer.param_groups]
+            if not self.config.optim.grad_clip_per_group:
+                groups = [[p for params in groups for p in params]]
+            for params in groups:
+                torch.nn.utils.clip_grad_norm_(params, self.config.optim.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.method.on_step_end(batch)
+        return terms
+
+    def clips(self, batch: Batch, step: int) -> bool:
+        """Whether this optimiser step clips its gradients: every step with ``optim.grad_clip``, or the run's
+        first alone with ``grad_clip_first_step_only`` (epoch 1, its first batch's first part; the epoch
+        and step decide, so a resumed run clips exactly what an uninterrupted one did)."""
+        o = self.config.optim
+        if o.grad_clip is None:
+            return False
+        return not o.grad_clip_first_step_only or (self.state.epoch == 1 and step == 0 and batch.part == 0)
+
+    def validate(self) -> dict[str, float]:
+        return validate_sets(self.method, self.validation, self.config, self.device, self.amp, self.progress,
+                         self.dist)
+
+
+def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):
+    if not dist.enabled:
+        return method
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(method, device_ids=ids)
+
+
+def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
+    """(loader step, batch) for every optimiser step: each loader batch composited once on the device, then
+    handed out ``method.steps_per_batch`` times, with ``part`` 0, 1, …"""
+    for step, batch in enumerate(loader):
+        rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
+        on_device = device_batch(batch, bgaugment, rng, device)
+        for part in range(method.steps_per_batch):
+            yield step, dataclasses.replace(on_device, part=part)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    parts = [f"epoch {row['epoch']}"]
+    if "train_loss" in row:
+        parts.append(f"loss {row['train_loss']:.4f}")
+    parts.append(f"val MAP@R {row['val_map_at_r']:.4f}")
+    if "val_corrupted_map_at_r" in row:
+        parts.append(f"corrupted {row['val_corrupted_map_at_r']:.4f}")
+    if "test_map_at_r" in row:
+        parts.append(f"watched test {row['test_map_at_r']:.4f}, "
+                     f"corrupted {row['test_corrupted_map_at_r']:.4f}")
+    if "train_images_per_second" in row:
+        parts.append(f"{row['train_images_per_second']:.0f} img/s")
+    return ", ".join(parts)

@@ -1,0 +1,93 @@
+"""Validation after every epoch and the choice of the best checkpoint: the image sets scored, their
+MAP@R, and early stopping."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bgbias.engine import distributed
+from bgbias.engine.checkpoint import save_checkpoint
+from bgbias.engine.config import TrainConfig
+from bgbias.engine.embedding import embed_images
+from bgbias.engine.run_dir import RunDir, RunStatus
+from bgbias.engine.training_build import RunInputs
+from bgbias.engine.training_records import TrainingState
+
+if TYPE_CHECKING:
+    from bgbias.data.items import Item
+
+
+@dataclass(frozen=True)
+class ValidationSets:
+    """The image sets scored after every epoch, by metrics-column prefix: ``val`` (and ``val_corrupted``
+    when selecting on it), plus ``test`` and ``test_corrupted`` when ``schedule.watch_test`` (never selected
+    on)."""
+
+    sets: dict[str, Any]
+
+
+def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSets | None:
+    """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects; and the
+    watched test split, clean and the first corrupted repeat ``bgbias eval`` scores (test pool, seed 0)."""
+    if not dist.is_main:
+        return None
+    from bgbias.augment.corrupted_images import CorruptedImages
+    from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, manifest_name
+    from bgbias.data.eval_images import EvalImages
+    from bgbias.data.transforms import eval_geometry
+
+    dataset, geometry = inputs.dataset, eval_geometry(inputs.dataset.name)
+    backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
+
+    def corrupted(split: str, items: list[Item], seed: int, folder: Path) -> Any:
+        path = folder / manifest_name(0)
+        if fresh or not path.is_file():
+            make_corrupted_manifests(dataset, split, repeats=1, seed=seed, backgrounds=backgrounds,
+                                     out_dir=folder, protocol=config.protocol, fold=config.fold)
+        manifest = load_manifest(path, dataset, backgrounds)
+        return CorruptedImages(items, manifest, inputs.masks_dir, dataset.name)
+
+    sets: dict[str, Any] = {"val": EvalImages(inputs.val_items, geometry)}
+    if config.monitor == "corrupted":
+        sets["val_corrupted"] = corrupted("val", inputs.val_items, config.seed, run.corrupted_val)
+    if inputs.test_items:
+        sets["test"] = EvalImages(inputs.test_items, geometry)
+        sets["test_corrupted"] = corrupted("test", inputs.test_items, 0, run.corrupted_test)
+    return ValidationSets(sets)
+
+
+def validate_sets(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
+    """MAP@R, R-precision and P@1 of every set of ``validation`` (:class:`ValidationSets`), ranked by the
+    method's own retrieval as evaluation ranks; rank 0 only."""
+    from bgbias.retrieval.metrics import score_embeddings
+
+    row: dict[str, float] = {}
+    if dist.is_main:
+        for prefix, images in validation.sets.items():
+            state, labels = embed_images(
+                method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
+                amp=amp, progress=progress, desc=prefix,
+            )
+            scores = score_embeddings(state, labels, retrieval=method.retrieval())
+            for name, value in scores.as_dict().items():
+                row[f"{prefix}_{name}"] = value
+    return distributed.broadcast(dist, row)
+
+
+def select_checkpoint(state: TrainingState, row: dict[str, Any], config: TrainConfig, method, run: RunDir,
+                      dist) -> None:
+    """Keep the best checkpoint by the monitored MAP@R; stop early after ``patience`` epochs without gain."""
+    key = "val_corrupted_map_at_r" if config.monitor == "corrupted" else "val_map_at_r"
+    value = row[key]
+    if value > state.best_value:
+        state.best_value, state.best_epoch, state.bad_epochs = value, state.epoch, 0
+        if dist.is_main:
+            save_checkpoint(run.best, {"epoch": state.epoch, "monitor": key, "value": value,
+                                       "spec": dataclasses.asdict(method.spec), "model": method.state_dict()})
+    else:
+        state.bad_epochs += 1
+        if state.bad_epochs >= config.schedule.patience:
+            state.status = RunStatus.STOPPED_EARLY
