@@ -35,11 +35,11 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import timed
-from bgbias.augment.background_bank import BackgroundBank
-from bgbias.augment.background_crops import apply_crop, random_resized_box
-from bgbias.augment.bgaugment import apply_bgaugment, sample_bgaugment
-from bgbias.augment.composite import composite
 from bgbias.backgrounds.pool import list_pool
+from bgbias.bgaugment.background_bank import BackgroundBank
+from bgbias.bgaugment.background_crops import apply_crop, random_resized_box
+from bgbias.bgaugment.bgaugment import apply_bgaugment, sample_bgaugment
+from bgbias.bgaugment.composite import composite
 from bgbias.data.images import load_image
 from bgbias.data.transforms import resized_size
 

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bgbias.engine.split_states as split_states
-from bgbias.augment.corrupted_images import CorruptedImages
+from bgbias.corrupted.corrupted_images import CorruptedImages
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items

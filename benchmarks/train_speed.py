@@ -32,9 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import synchronize
-from bgbias.augment.background_bank import train_bank
-from bgbias.augment.bgaugment import BGAugment
-from bgbias.augment.mask_check import saliency_masks
+from bgbias.bgaugment.background_bank import train_bank
+from bgbias.bgaugment.bgaugment import BGAugment
+from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.engine.config import resolve_config

@@ -3,7 +3,8 @@ less.
 
 The package is grouped by pipeline stage: ``assets`` (offline provisioning), ``data`` (datasets and images),
 ``backgrounds`` and ``bench`` (background pools and the embedded bench dataset), ``saliency`` (U²-Net masks),
-``augment`` (compositing), ``models``, ``methods``, ``engine``, ``explain`` and ``report``.
+``bgaugment`` (compositing), ``corrupted`` (the corrupted test sets), ``variants`` (the profile's
+variants), ``models``, ``methods``, ``engine``, ``explain`` and ``report``.
 
 The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
 anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
@@ -20,8 +21,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "BGAugment": "bgbias.augment.bgaugment",
-    "MaskedImages": "bgbias.augment.masked_images",
+    "BGAugment": "bgbias.bgaugment.bgaugment",
+    "MaskedImages": "bgbias.bgaugment.masked_images",
     "ModelInput": "bgbias.models.model_input",
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",

@@ -249,10 +249,10 @@ def make_corrupted_sets(
     (default ``corrupted/<dataset key>/<split>/seed-<seed>``, the folder evaluation uses), each variant's to
     ``out/<variant>``. With ``render``, also their images (from the masks in ``masks``, default
     ``masks/<dataset key>``) and galleries in that folder."""
-    from bgbias.augment.render_variants import render_sets
-    from bgbias.augment.variant_manifests import make_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
+    from bgbias.variants.render_variants import render_sets
+    from bgbias.variants.variant_manifests import make_sets
 
     check_arguments(locals(), RULES["make_corrupted_sets"])
     if isinstance(variants, str) or not isinstance(variants, Sequence) or not all(

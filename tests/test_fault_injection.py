@@ -154,8 +154,8 @@ def test_a_damaged_run_record_does_not_stop_evaluation(tiny_run, tmp_path):
 _SLOW_RENDER = """
 import sys, time
 from pathlib import Path
-import bgbias.augment.render as render
-from bgbias.augment.manifests import load_manifest
+import bgbias.corrupted.render as render
+from bgbias.corrupted.manifests import load_manifest
 from bgbias.data.registry import open_dataset
 png_bytes = render._png_bytes
 render._png_bytes = lambda pixels: (time.sleep(0.15), png_bytes(pixels))[1]  # room to be interrupted
@@ -168,8 +168,8 @@ render.render_corrupted(dataset, manifest, Path(sys.argv[4]), Path(sys.argv[5]))
 @pytest.fixture
 def render_inputs(tiny_bench, tmp_path):
     """The tiny bench, one corrupted-set manifest of its test split, and an undisturbed render of it."""
-    from bgbias.augment.manifests import load_manifest, make_corrupted_manifests
-    from bgbias.augment.render import render_corrupted
+    from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests
+    from bgbias.corrupted.render import render_corrupted
     from bgbias.data.registry import open_dataset
 
     dataset = open_dataset("bench", tiny_bench / "bench")
@@ -211,7 +211,7 @@ def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(rend
     import random
     import signal
 
-    from bgbias.augment.render import render_corrupted
+    from bgbias.corrupted.render import render_corrupted
 
     dataset, manifest, manifest_path = render_inputs
     stop_after = random.Random(draw).randint(1, len(manifest.entries) - 2)
@@ -228,7 +228,7 @@ def test_a_render_killed_at_a_random_point_resumes_to_the_undisturbed_bytes(rend
 @pytest.mark.slow
 def test_a_second_render_into_a_busy_folder_is_refused_and_the_first_completes(render_inputs, tiny_bench,
                                                                                tmp_path):
-    from bgbias.augment.render import render_corrupted
+    from bgbias.corrupted.render import render_corrupted
     from bgbias.errors import BusyError
 
     dataset, manifest, manifest_path = render_inputs

@@ -186,10 +186,10 @@ def corrupt(
 ) -> None:
     """Fix corrupted (background-replaced) versions of a split: one seeded manifest per repeat; --variant
     makes the profile's variants of it too."""
-    from bgbias.augment.render_variants import render_sets
-    from bgbias.augment.variant_manifests import PAPER_SET, make_sets
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
+    from bgbias.variants.render_variants import render_sets
+    from bgbias.variants.variant_manifests import PAPER_SET, make_sets
 
     if force and render is None:
         raise OptionError("--force renders images again; without --render nothing is rendered",

@@ -4,7 +4,7 @@ A map-style dataset for a ``torch.utils.data.DataLoader`` (``__len__`` and ``__g
 decoding in CPU workers and handing over ``uint8`` tensors; the model's own input convention (scaling,
 normalisation) is applied on the device. It does not subclass torch's ``Dataset`` so that importing this
 module stays free of torch (``bgbias --help`` must stay fast). The corrupted counterpart, which composites, is
-:class:`bgbias.augment.corrupted_images.CorruptedImages`.
+:class:`bgbias.corrupted.corrupted_images.CorruptedImages`.
 """
 
 from __future__ import annotations

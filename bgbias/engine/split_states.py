@@ -49,7 +49,7 @@ class SplitStates:
     """Sets embedded now (the others came from the cache)."""
 
     def __post_init__(self) -> None:
-        from bgbias.augment.manifests import ids_sha256
+        from bgbias.corrupted.manifests import ids_sha256
 
         self.labels = np.array([item.label for item in self.items], dtype=np.int64)
         self.cache = EmbeddingCache(Path(self.model.home) / EVAL_FOLDER / "cache")

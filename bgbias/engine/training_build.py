@@ -130,9 +130,9 @@ def _check_masks(
 ) -> list[Path] | None:
     """Before any training: every image that will be composited has its mask, and each corrupted set (the
     validation one when selecting on it, the watched test one) its pool (else a clear error)."""
-    from bgbias.augment.manifests import split_pool_dir
-    from bgbias.augment.mask_check import saliency_masks
     from bgbias.backgrounds.pool import list_pool
+    from bgbias.bgaugment.mask_check import saliency_masks
+    from bgbias.corrupted.manifests import split_pool_dir
 
     train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
     backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
@@ -171,8 +171,8 @@ def make_train_loader(
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):
-    from bgbias.augment.background_bank import train_bank
-    from bgbias.augment.bgaugment import BGAugment
+    from bgbias.bgaugment.background_bank import train_bank
+    from bgbias.bgaugment.bgaugment import BGAugment
     from bgbias.paths import backgrounds_root
 
     root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else backgrounds_root()

@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from bgbias.augment.bgaugment import BGAugment
+    from bgbias.bgaugment.bgaugment import BGAugment
     from bgbias.data.items import Dataset, Item
     from bgbias.data.train_geometry import TrainGeometry
     from bgbias.data.train_images import TrainImages

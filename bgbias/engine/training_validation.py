@@ -34,8 +34,8 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSe
     watched test split, clean and the first corrupted repeat ``bgbias eval`` scores (test pool, seed 0)."""
     if not dist.is_main:
         return None
-    from bgbias.augment.corrupted_images import CorruptedImages
-    from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, manifest_name
+    from bgbias.corrupted.corrupted_images import CorruptedImages
+    from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests, manifest_name
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.transforms import eval_geometry
 

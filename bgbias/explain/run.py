@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.augment.gallery import evenly_spread
-from bgbias.augment.manifests import ids_sha256
+from bgbias.corrupted.gallery import evenly_spread
+from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry

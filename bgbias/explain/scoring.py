@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bgbias.augment.mask_check import saliency_masks
+from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item
 from bgbias.data.layout import describe_paths, missing_files

@@ -32,7 +32,7 @@ def compare_attributions(
     names (an explanation made before summaries named it: the folder the first run was trained on, else the
     dataset's default folder) and the saliency masks its ledger names (``bgbias explain --masks DIR``).
     """
-    from bgbias.augment.gallery import evenly_spread
+    from bgbias.corrupted.gallery import evenly_spread
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items

@@ -26,7 +26,7 @@ from bgbias.fileio import folder_lock
 from bgbias.installation import installation
 
 if TYPE_CHECKING:
-    from bgbias.augment.manifests import CorruptedManifest
+    from bgbias.corrupted.manifests import CorruptedManifest
     from bgbias.data.items import Dataset
     from bgbias.data.transforms import EvalGeometry
     from bgbias.methods.embedding_model import EmbeddingModel
@@ -69,8 +69,8 @@ def evaluate(
     ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
     ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
     """
-    from bgbias.augment.corrupted_images import CorruptedImages
-    from bgbias.augment.mask_check import saliency_masks
+    from bgbias.bgaugment.mask_check import saliency_masks
+    from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
     from bgbias.report.evaluation import summarize_evaluation
@@ -225,7 +225,7 @@ def corrupted_manifests(
     written, so a manifest made with another pool is reported, never silently replaced; each must be the
     split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
-    from bgbias.augment.manifests import (
+    from bgbias.corrupted.manifests import (
         default_manifest_dir,
         load_manifest,
         make_corrupted_manifests,

@@ -9,7 +9,7 @@ Beside the paper's clean and random-background (both sides) scores, it scores:
 - **worst case**: per query, the lowest score over the first ``worst_k`` random-background repeats
   (``worst_k`` backgrounds of the test pool), query-side, averaged over queries; it costs ``worst_k``
   embeddings of every image, of which the paper's repeats are the first (cached);
-- **the variants** of :mod:`bgbias.augment.variants` (only-fg, only-bg tiled and black, mixed-same,
+- **the variants** of :mod:`bgbias.variants.variants` (only-fg, only-bg tiled and black, mixed-same,
   mixed-rand), each a set scored against itself like the paper's corrupted sets, and the **BG-gap**,
   mixed-same − mixed-rand per repeat;
 - **chance**: the expected scores of a random ranking, the floor to read only-bg and mixed-rand against.
@@ -31,11 +31,11 @@ from bgbias.report.evaluation import finite_or_none, metric_means
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores, score_embeddings
 
 if TYPE_CHECKING:
-    from bgbias.augment.variant_images import VariantImages
     from bgbias.data.items import Dataset, Item
     from bgbias.data.transforms import EvalGeometry
     from bgbias.engine.split_states import SplitStates
     from bgbias.retrieval.retrievers import Retrieval
+    from bgbias.variants.variant_images import VariantImages
 
 PROFILE_SETS: dict[str, str] = {
     "clean": "clean",
@@ -91,9 +91,9 @@ def variant_sets(
 ) -> list[VariantImages]:
     """Every variant's sets of the split, their manifests in ``folder/<variant>`` (the paper's repeats'
     folder), made there where missing; loaded and checked before anything is embedded."""
-    from bgbias.augment.variant_images import VariantImages
-    from bgbias.augment.variant_manifests import ensure_variant_manifests, variant_dir
-    from bgbias.augment.variants import VARIANTS
+    from bgbias.variants.variant_images import VariantImages
+    from bgbias.variants.variant_manifests import ensure_variant_manifests, variant_dir
+    from bgbias.variants.variants import VARIANTS
 
     return [
         VariantImages(items, manifest, masks_dir, dataset.name)
@@ -136,7 +136,7 @@ def summarize_profile(
     """The profile as the report keeps it: for each of :data:`PROFILE_SETS` in order, its name, title, how
     many sets it averages, and the mean and sample std (ddof 1; None for one set) of each metric; then how it
     was made."""
-    from bgbias.augment.variants import ONLY_FG_FILL
+    from bgbias.variants.variants import ONLY_FG_FILL
 
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bgbias.augment import corrupted_images
-from bgbias.augment.corrupted_images import CorruptedImages
-from bgbias.augment.manifests import load_manifest, make_corrupted_manifests, remake_command
-from bgbias.augment.render import render_entry
+from bgbias.corrupted import corrupted_images
+from bgbias.corrupted.corrupted_images import CorruptedImages
+from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests, remake_command
+from bgbias.corrupted.render import render_entry
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
@@ -21,7 +21,7 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry, eval_transform
 from bgbias.errors import DatasetError, ImageError
-from tests.augment.conftest import write_pool
+from tests.bgaugment.conftest import write_pool
 from tests.replicas import copy_ground_truth_masks, make_bench
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bgbias.augment.gallery import evenly_spread
+from bgbias.corrupted.gallery import evenly_spread
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bgbias.augment.manifests import make_corrupted_manifests
+from bgbias.corrupted.manifests import make_corrupted_manifests
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset

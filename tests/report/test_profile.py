@@ -14,7 +14,6 @@ import pytest
 import torch
 from PIL import Image
 
-from bgbias.augment.variant_manifests import load_variant_manifest
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.engine.request import MeasureRequest
@@ -26,6 +25,7 @@ from bgbias.report.runs_table import profile_table, write_runs_report
 from bgbias.retrieval.metrics import chance_scores, score_embeddings
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance
 from bgbias.retrieval.search import squared_l2
+from bgbias.variants.variant_manifests import load_variant_manifest
 from tests.replicas import copy_ground_truth_masks
 
 CLASSES, PER_CLASS, SIDE = 4, 4, 32

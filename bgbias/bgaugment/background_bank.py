@@ -4,7 +4,7 @@ The paper's code resized, cropped and flipped every background in PIL, one sampl
 process (docs/design.md, *Compositing and BGAugment*). Here the pool is decoded once into one padded ``uint8``
 tensor on the device; each step cuts the sampled boxes straight out of it and resizes them with torch's
 antialiased bilinear ``interpolate``, which is what PIL's bilinear resize in
-:func:`~bgbias.augment.background_crops.apply_crop` does, so training backgrounds look like the fixed
+:func:`~bgbias.bgaugment.background_crops.apply_crop` does, so training backgrounds look like the fixed
 corrupted sets' backgrounds at any shrink factor.
 
 The loop runs over the crops of a batch, never over pixels. Measured on one CPU thread for 32 crops at
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
-from bgbias.augment.background_crops import BackgroundCrop
 from bgbias.backgrounds.pool import list_pool, pool_folder
+from bgbias.bgaugment.background_crops import BackgroundCrop
 from bgbias.data.images import load_image
 from bgbias.data.transforms import resized_size
 from bgbias.errors import OptionError

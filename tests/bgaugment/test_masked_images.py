@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bgbias.augment.bgaugment import BGAugment
-from bgbias.augment.masked_images import MaskedImages
+from bgbias.bgaugment.bgaugment import BGAugment
+from bgbias.bgaugment.masked_images import MaskedImages
 from bgbias.data.splits import split_items
 from bgbias.errors import ImageError
 

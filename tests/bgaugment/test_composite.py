@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bgbias.augment.composite import composite
+from bgbias.bgaugment.composite import composite
 
 
 def _batch(value: float, shape=(2, 3, 4, 5), dtype=torch.float32) -> torch.Tensor:

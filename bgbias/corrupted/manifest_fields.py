@@ -1,7 +1,7 @@
 """Reading a manifest's JSON strictly: every field has the type and range its writer gives it, never coerced.
 
-The corrupted-set manifests (:mod:`bgbias.augment.manifests`) and the profile's variant manifests
-(:mod:`bgbias.augment.variant_manifests`) are read with these, so a manifest edited by hand or damaged names
+The corrupted-set manifests (:mod:`bgbias.corrupted.manifests`) and the profile's variant manifests
+(:mod:`bgbias.variants.variant_manifests`) are read with these, so a manifest edited by hand or damaged names
 its bad field instead of silently giving other images: ``"no"`` is not a flip, ``"3"`` not a seed, a key given
 twice is refused.
 """

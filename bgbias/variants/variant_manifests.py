@@ -1,6 +1,6 @@
 """Fixed variant sets of the background-reliance profile: one JSON manifest per (variant, seed, repeat).
 
-The same design as the corrupted sets' manifests (:mod:`bgbias.augment.manifests`): a header recording what
+The same design as the corrupted sets' manifests (:mod:`bgbias.corrupted.manifests`): a header recording what
 the set was made from (variant and its rule, dataset, split, ids checksum, seed, repeat, evaluation geometry)
 and one line per image, read back strictly and checked against the dataset, so every model meets the same
 images and a manifest that no longer fits is refused. The one random choice of a variant, a mixed variant's
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.augment.manifest_fields import (
+from bgbias.corrupted.manifest_fields import (
     DAMAGED,
     bad_field,
     check_keys,
@@ -30,7 +30,7 @@ from bgbias.augment.manifest_fields import (
     read_json,
     text_field,
 )
-from bgbias.augment.manifests import (
+from bgbias.corrupted.manifests import (
     CORRUPTED_SPLITS,
     SHARED_TEMP_AGE_S,
     check_corrupted_split,
@@ -43,12 +43,12 @@ from bgbias.augment.manifests import (
     parse_geometry,
     remake_command,
 )
-from bgbias.augment.variants import VARIANTS, Variant, variant
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import sweep_stale_temps, write_text_atomic
+from bgbias.variants.variants import VARIANTS, Variant, variant
 
 VARIANT_FORMAT = "bgbias-variant-manifest"
 VARIANT_VERSION = 1
@@ -101,7 +101,7 @@ def make_sets(
     fold: int = 0,
 ) -> dict[str, list[Path]]:
     """The manifests of each set named (:data:`SET_NAMES`, or ``all`` of them) of one split, by name: the
-    paper's repeats in ``out_dir`` (default :func:`~bgbias.augment.manifests.default_manifest_dir`), each
+    paper's repeats in ``out_dir`` (default :func:`~bgbias.corrupted.manifests.default_manifest_dir`), each
     variant's in ``out_dir/<variant>``."""
     names = [name for given in names for name in (SET_NAMES if given == "all" else (given,))]
     unknown = [name for name in names if name not in SET_NAMES]

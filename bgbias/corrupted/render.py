@@ -1,8 +1,8 @@
-"""Rendering corrupted sets: a manifest (:mod:`bgbias.augment.manifests`) replayed into images.
+"""Rendering corrupted sets: a manifest (:mod:`bgbias.corrupted.manifests`) replayed into images.
 
 Replaying an entry is the evaluation geometry on image and mask, the background crop, then the shared
 :func:`composite`. ``bgbias corrupt --render`` writes every image of a manifest as a PNG, with a ledger
-(:mod:`bgbias.augment.render_ledger`) that lets an interrupted render resume, and a gallery for a person to
+(:mod:`bgbias.corrupted.render_ledger`) that lets an interrupted render resume, and a gallery for a person to
 look over.
 """
 
@@ -18,12 +18,12 @@ import numpy as np
 from PIL import Image
 
 from bgbias.assets.digest import sha256_file
-from bgbias.augment.background_crops import BackgroundCrop, apply_crop
-from bgbias.augment.composite import composite_pixels
-from bgbias.augment.gallery import evenly_spread, write_gallery
-from bgbias.augment.manifests import CorruptedEntry, CorruptedManifest, load_manifest
-from bgbias.augment.mask_check import saliency_masks
-from bgbias.augment.render_ledger import (
+from bgbias.bgaugment.background_crops import BackgroundCrop, apply_crop
+from bgbias.bgaugment.composite import composite_pixels
+from bgbias.bgaugment.mask_check import saliency_masks
+from bgbias.corrupted.gallery import evenly_spread, write_gallery
+from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, load_manifest
+from bgbias.corrupted.render_ledger import (
     LEDGER_NAME,
     RENDER_LEDGER,
     RenderRecord,
@@ -80,9 +80,9 @@ def render_corrupted(
 
     ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
     run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
-    :mod:`bgbias.augment.render_ledger`) still matches the image, the mask and the PNG, so images whose photo
-    or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left are
-    removed first.
+    :mod:`bgbias.corrupted.render_ledger`) still matches the image, the mask and the PNG, so images whose
+    photo or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left
+    are removed first.
     """
     masks_dir = Path(masks_dir)
     out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")

@@ -1,8 +1,8 @@
 """Rendering the profile's variant sets for inspection (``bgbias corrupt --variant ... --render``).
 
-Each variant manifest is rendered like a corrupted set (:func:`bgbias.augment.render.render_set`: PNGs under
+Each variant manifest is rendered like a corrupted set (:func:`bgbias.corrupted.render.render_set`: PNGs under
 the image's own path, a resumable ledger, the folder locked while it is written), by the same
-:class:`~bgbias.augment.variant_images.VariantImages` the evaluation embeds, so the files are the images
+:class:`~bgbias.variants.variant_images.VariantImages` the evaluation embeds, so the files are the images
 scored. ``variants.png`` shows a few images in every variant side by side.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bgbias.augment.gallery import evenly_spread, write_gallery
-from bgbias.augment.manifests import CorruptedManifest, load_manifest
-from bgbias.augment.mask_check import saliency_masks
-from bgbias.augment.render import (
+from bgbias.bgaugment.mask_check import saliency_masks
+from bgbias.corrupted.gallery import evenly_spread, write_gallery
+from bgbias.corrupted.manifests import CorruptedManifest, load_manifest
+from bgbias.corrupted.render import (
     RenderJob,
     RenderResult,
     load_pair,
@@ -23,13 +23,13 @@ from bgbias.augment.render import (
     render_entry,
     render_set,
 )
-from bgbias.augment.variant_images import VariantImages
-from bgbias.augment.variant_manifests import PAPER_SET, VariantManifest, load_variant_manifest
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.fileio import sweep_stale_temps
+from bgbias.variants.variant_images import VariantImages
+from bgbias.variants.variant_manifests import PAPER_SET, VariantManifest, load_variant_manifest
 
 GALLERY_ROWS = 6
 
@@ -42,8 +42,8 @@ def render_sets(
     backgrounds: Path | None = None,
     force: bool = False,
 ) -> list[tuple[list[RenderResult], Path]]:
-    """Render the sets :func:`~bgbias.augment.variant_manifests.make_sets` made into ``out_dir``: the paper's
-    repeats with their ``gallery.png`` (:func:`~bgbias.augment.render.render_corrupted_sets`), the variants
+    """Render the sets :func:`~bgbias.variants.variant_manifests.make_sets` made into ``out_dir``: the paper's
+    repeats with their ``gallery.png`` (:func:`~bgbias.corrupted.render.render_corrupted_sets`), the variants
     with ``variants.png``; what each part wrote and kept, and its gallery."""
     paper = list(made.get(PAPER_SET, []))
     others = [path for name, paths in made.items() if name != PAPER_SET for path in paths]

@@ -2,7 +2,7 @@
 
 Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from the
 caller's generator; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
-with the one :func:`~bgbias.augment.composite.composite`, after the paired geometry the workers already gave
+with the one :func:`~bgbias.bgaugment.composite.composite`, after the paired geometry the workers already gave
 image and mask. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
 The training engine and anyone's own training loop call the same :class:`BGAugment`.
 """
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bgbias.augment.background_bank import BackgroundBank
-from bgbias.augment.background_crops import BackgroundCrop, sample_background_crop
-from bgbias.augment.composite import composite
+from bgbias.bgaugment.background_bank import BackgroundBank
+from bgbias.bgaugment.background_crops import BackgroundCrop, sample_background_crop
+from bgbias.bgaugment.composite import composite
 from bgbias.errors import OptionError
 from bgbias.options import SEED, Rule, check_arguments
 
@@ -82,15 +82,15 @@ class BGAugment:
     out, on the images' device.
 
     ``backgrounds`` is a :class:`BackgroundBank` or a background folder (its ``train/`` pool, or the folder
-    itself when it has none; :func:`~bgbias.augment.background_bank.train_bank`). Images are ``uint8`` (0–255)
-    or float in [0, 1], (B, 3, S, S); masks likewise, (B, 1, S, S). Each call draws from ``rng`` when given
-    (the training engine passes one keyed by seed, epoch and step, so a resumed run repeats its draws), else
-    from the instance's own generator seeded by ``seed``: in anyone's training loop, the same seed and the
-    same batches give the same composites.
+    itself when it has none; :func:`~bgbias.bgaugment.background_bank.train_bank`). Images are ``uint8``
+    (0–255) or float in [0, 1], (B, 3, S, S); masks likewise, (B, 1, S, S). Each call draws from ``rng`` when
+    given (the training engine passes one keyed by seed, epoch and step, so a resumed run repeats its draws),
+    else from the instance's own generator seeded by ``seed``: in anyone's training loop, the same seed and
+    the same batches give the same composites.
     """
 
     def __init__(self, backgrounds: BackgroundBank | str | os.PathLike[str], p: float = 1.0, seed: int = 0):
-        from bgbias.augment.background_bank import train_bank
+        from bgbias.bgaugment.background_bank import train_bank
 
         folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
         check_arguments({**folder, "p": p, "seed": seed}, ARGUMENTS)

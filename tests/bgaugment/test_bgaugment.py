@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bgbias.augment.background_bank import BackgroundBank
-from bgbias.augment.bgaugment import BGAugment, apply_bgaugment, sample_bgaugment
-from bgbias.augment.composite import composite
+from bgbias.bgaugment.background_bank import BackgroundBank
+from bgbias.bgaugment.bgaugment import BGAugment, apply_bgaugment, sample_bgaugment
+from bgbias.bgaugment.composite import composite
 from bgbias.errors import OptionError
 
 SIDE = 12

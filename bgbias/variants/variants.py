@@ -4,9 +4,9 @@ After Xiao et al.'s backgrounds challenge (ImageNet-9): **only-fg** keeps the ob
 removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**);
 **mixed-same** / **mixed-rand** paste the object on the background of a donor image of the same / another
 class, the donor's own object removed by tiling. Which donor is the one random choice; it is sampled apart
-(:mod:`bgbias.augment.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
+(:mod:`bgbias.variants.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
 background crops are sampled apart from being applied. Every blend is the one
-:func:`~bgbias.augment.composite.composite`, with the soft mask as it is, on pixels at the evaluation crop.
+:func:`~bgbias.bgaugment.composite.composite`, with the soft mask as it is, on pixels at the evaluation crop.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bgbias.augment.composite import composite_pixels
+from bgbias.bgaugment.composite import composite_pixels
 from bgbias.errors import OptionError
 
 ONLY_FG_FILL = (0, 0, 0)

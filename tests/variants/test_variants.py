@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bgbias.augment.variants import (
+from bgbias.errors import OptionError
+from bgbias.variants.variants import (
     VARIANTS,
     largest_strip,
     object_box,
@@ -13,7 +14,6 @@ from bgbias.augment.variants import (
     tiled_background,
     without_object,
 )
-from bgbias.errors import OptionError
 
 SIDE = 12
 

@@ -13,23 +13,23 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from bgbias.augment.background_crops import apply_crop
-from bgbias.augment.manifests import (
+from bgbias.bgaugment.background_crops import apply_crop
+from bgbias.corrupted.manifests import (
     SHARED_TEMP_AGE_S,
     load_manifest,
     make_corrupted_manifests,
     sample_entries,
     split_pool_dir,
 )
-from bgbias.augment.render import render_corrupted, render_corrupted_sets
-from bgbias.augment.render_ledger import LEDGER_NAME
+from bgbias.corrupted.render import render_corrupted, render_corrupted_sets
+from bgbias.corrupted.render_ledger import LEDGER_NAME
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
-from tests.augment.conftest import write_pool
+from tests.bgaugment.conftest import write_pool
 from tests.replicas import make_bench, make_cub
 
 
@@ -107,7 +107,7 @@ def test_entries_name_pool_files_and_boxes_that_fit(bench, backgrounds, tmp_path
 
 
 def test_sampling_does_not_depend_on_the_order_of_images(bench, backgrounds):
-    from bgbias.augment.manifests import describe_pool
+    from bgbias.corrupted.manifests import describe_pool
 
     items = split_items(bench, "test")
     pool = describe_pool(backgrounds / "test")

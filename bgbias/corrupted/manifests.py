@@ -6,7 +6,7 @@ image of a split, the pool file, the crop box and the flip; its header records w
 split, ids checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer
 matches its dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every
 field is read back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering a manifest
-into images is :mod:`bgbias.augment.render`.
+into images is :mod:`bgbias.corrupted.render`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bgbias.assets.digest import sha256_file
-from bgbias.augment.background_crops import (
+from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
+from bgbias.bgaugment.background_crops import (
     FLIP_P,
     RATIO,
     SCALE,
@@ -27,7 +28,7 @@ from bgbias.augment.background_crops import (
     image_rng,
     sample_background_crop,
 )
-from bgbias.augment.manifest_fields import (
+from bgbias.corrupted.manifest_fields import (
     DAMAGED,
     bad_field,
     canonical,
@@ -38,7 +39,6 @@ from bgbias.augment.manifest_fields import (
     sha256_field,
     text_field,
 )
-from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.augment.background_crops import (
+from bgbias.bgaugment.background_crops import (
     RATIO,
     SCALE,
     CropBox,

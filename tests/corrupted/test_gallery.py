@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.augment.gallery import gallery_image, write_gallery
-from bgbias.augment.manifests import load_manifest, make_corrupted_manifests
-from bgbias.augment.render import manifest_gallery
+from bgbias.corrupted.gallery import gallery_image, write_gallery
+from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests
+from bgbias.corrupted.render import manifest_gallery
 
 
 def _solid_rows(count: int, side: int = 20):

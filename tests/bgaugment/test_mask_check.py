@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bgbias.augment.mask_check import saliency_masks
+from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.items import mask_path
 from bgbias.errors import ImageError
 

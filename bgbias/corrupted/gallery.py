@@ -2,8 +2,8 @@
 
 Numbers cannot show a mask that cuts off a bird's head or a background crop that is all one colour; a sheet of
 a few dozen rows can. Rows are laid out in side-by-side groups so the sheet stays roughly square. The rows of
-a corrupted set are rendered by :func:`bgbias.augment.render.manifest_gallery`; other columns (one image in
-every variant of the profile) by :func:`bgbias.augment.render_variants.variants_gallery`.
+a corrupted set are rendered by :func:`bgbias.corrupted.render.manifest_gallery`; other columns (one image in
+every variant of the profile) by :func:`bgbias.variants.render_variants.variants_gallery`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the profile embeds of a variant set: a split's images as a variant manifest fixes them.
 
-A map-style dataset like :class:`~bgbias.augment.corrupted_images.CorruptedImages` (decoding in CPU workers,
+A map-style dataset like :class:`~bgbias.corrupted.corrupted_images.CorruptedImages` (decoding in CPU workers,
 ``uint8`` tensors out), rendering each image on the fly: pixel for pixel what ``bgbias corrupt --variant
 --render`` writes.
 """
@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.augment.manifests import remake_command
-from bgbias.augment.render import load_pair
-from bgbias.augment.variant_manifests import VariantManifest
-from bgbias.augment.variants import render_variant
+from bgbias.corrupted.manifests import remake_command
+from bgbias.corrupted.render import load_pair
 from bgbias.data.images import chw_tensor
 from bgbias.data.items import Item, mask_path
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.errors import DatasetError
+from bgbias.variants.variant_manifests import VariantManifest
+from bgbias.variants.variants import render_variant
 
 
 class VariantImages:

@@ -13,8 +13,8 @@ from typing import Any
 
 from PIL import Image
 
-from bgbias.augment.manifests import CorruptedEntry, CorruptedManifest, remake_command
-from bgbias.augment.render import load_pair, render_entry
+from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, remake_command
+from bgbias.corrupted.render import load_pair, render_entry
 from bgbias.data.images import chw_tensor, load_image
 from bgbias.data.items import Item
 from bgbias.errors import DatasetError

@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from bgbias.augment.background_bank import BackgroundBank, render_crops
-from bgbias.augment.background_crops import BackgroundCrop, CropBox, apply_crop, sample_background_crop
+from bgbias.bgaugment.background_bank import BackgroundBank, render_crops
+from bgbias.bgaugment.background_crops import BackgroundCrop, CropBox, apply_crop, sample_background_crop
 from bgbias.data.transforms import resized_size
 from bgbias.errors import DatasetError, OptionError
 

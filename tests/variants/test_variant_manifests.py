@@ -11,16 +11,6 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from bgbias.augment.render_variants import render_variant_set
-from bgbias.augment.variant_images import VariantImages
-from bgbias.augment.variant_manifests import (
-    ensure_variant_manifests,
-    load_variant_manifest,
-    make_sets,
-    make_variant_manifests,
-    sample_entries,
-)
-from bgbias.augment.variants import VARIANTS, render_variant
 from bgbias.cli import main
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
@@ -28,6 +18,16 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry, eval_transform_pair
 from bgbias.errors import AssetError, DatasetError, OptionError
+from bgbias.variants.render_variants import render_variant_set
+from bgbias.variants.variant_images import VariantImages
+from bgbias.variants.variant_manifests import (
+    ensure_variant_manifests,
+    load_variant_manifest,
+    make_sets,
+    make_variant_manifests,
+    sample_entries,
+)
+from bgbias.variants.variants import VARIANTS, render_variant
 from tests.replicas import copy_ground_truth_masks, make_bench
 
 
@@ -87,7 +87,7 @@ def test_manifests_are_byte_identical_for_a_seed_and_fixed_sets_have_one_repeat(
 
 
 def test_make_sets_puts_each_variant_beside_the_papers_repeats(bench4, tmp_path):
-    from tests.augment.conftest import write_pool
+    from tests.bgaugment.conftest import write_pool
 
     write_pool(tmp_path / "pools" / "test", seed=2)
     made = make_sets(bench4, ["all"], repeats=2, backgrounds=tmp_path / "pools", out_dir=tmp_path / "m")
@@ -185,7 +185,7 @@ def test_rendering_writes_the_images_scored_and_redoes_those_whose_donor_changed
 
 
 def test_corrupt_command_makes_renders_and_shows_every_variant(bench4, tmp_path):
-    from tests.augment.conftest import write_pool
+    from tests.bgaugment.conftest import write_pool
 
     write_pool(tmp_path / "pools" / "test", seed=2)
     args = ["corrupt", "--dataset", "bench", "--root", str(bench4.root), "--repeats", "2", "--backgrounds",

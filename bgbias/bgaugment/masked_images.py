@@ -3,7 +3,7 @@
 It is the training engine's own view of a split (:class:`~bgbias.data.train_images.TrainImages`: decode, one
 paired random geometry for image and mask, ``uint8`` tensors out) behind a plain integer index, so a
 ``torch.utils.data.DataLoader`` with its default collate batches it: ``images`` uint8 (B, 3, S, S), ``masks``
-uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.augment.bgaugment.BGAugment`.
+uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.bgaugment.bgaugment.BGAugment`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bgbias.augment.mask_check import saliency_masks
+from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.items import default_masks_dir
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items, with_contiguous_labels
