@@ -122,8 +122,9 @@ def explain_problem(error: ValidationError, shape: Any) -> tuple[str, str, str]:
 _LIMITS = {"greater_than": "greater than {gt}", "greater_than_equal": "at least {ge}",
            "less_than": "less than {lt}", "less_than_equal": "at most {le}",
            "too_short": "at least {min_length} long", "too_long": "at most {max_length} long",
-           "extra_forbidden": "absent (the key is unknown)"}
-"""Words for the errors of a field's limits (its type is right, its value out of range)."""
+           "extra_forbidden": "absent (the key is unknown)", "value_error": "{error}"}
+"""Words for the errors of a field's limits (its type is right, its value out of range); a validator's
+``ValueError`` says itself what the value must be."""
 
 
 def _declared(shape: Any, loc: tuple[int | str, ...]) -> tuple[Any, str, int]:
