@@ -1,28 +1,96 @@
-"""Reading a manifest's JSON strictly: every field has the type and range its writer gives it, never coerced.
+"""The shared skeleton of every manifest of a split, declared once: header, file, reader and writer.
 
-The corrupted-set manifests (:mod:`bgbias.corrupted.manifests`) and the profile's variant manifests
-(:mod:`bgbias.variants.variant_manifests`) are read with these, so a manifest edited by hand or damaged names
-its bad field instead of silently giving other images: ``"no"`` is not a flip, ``"3"`` not a seed, a key given
-twice is refused.
+The corrupted sets' manifests (:mod:`bgbias.corrupted.manifests`) and the profile's variant manifests
+(:mod:`bgbias.variants.variant_manifests`) are one JSON object: a header recording what the set was made from
+and one line per image. Each kind declares its header and its image line as a
+:class:`~bgbias.schema.ClosedRecord` (strict, unknown keys refused, ranges as field metadata), so a manifest
+edited by hand or damaged names its bad field in :func:`~bgbias.schema.explain_problem`'s words instead of
+silently giving other images: ``"no"`` is not a flip, ``"3"`` not a seed, a key given twice is refused.
+What a declaration cannot say (crop within resize, the fold within the protocol's, the image list against
+the header's count and checksum) is checked here once, for both kinds.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, Field, ValidationError
 
 from bgbias.assets.digest import is_sha256
+from bgbias.data.splits import CV_FOLDS, PROTOCOLS
+from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError
-from bgbias.schema import unique_keys
+from bgbias.schema import ClosedRecord, Record, explain_problem, unique_keys
 
 DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
+CORRUPTED_SPLITS = ("val", "test")
 
 
-def read_json(path: Path) -> tuple[Any, str]:
-    """The parsed file and the sha256 of the very bytes parsed; a key given twice in one object is refused."""
+def expected(words: str, test: Callable[[Any], bool]) -> AfterValidator:
+    """A check of a value whose type is right; ``words`` say what it must be (explain_problem shows them)."""
+
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise ValueError(words)
+        return value
+
+    return AfterValidator(check)
+
+
+Text = Annotated[str, expected("a non-empty string", bool)]
+Sha256 = Annotated[str, expected("a sha256 (64 lower-case hex digits)", is_sha256)]
+Count = Annotated[int, Field(ge=0)]
+Size = Annotated[int, Field(ge=1)]
+
+
+class ManifestGeometry(ClosedRecord):
+    """The evaluation geometry a set was made for."""
+
+    resize: Size
+    crop: Size
+
+    def eval_geometry(self) -> EvalGeometry:
+        return EvalGeometry(self.resize, self.crop)
+
+
+class ManifestHeader(ClosedRecord):
+    """What every manifest of a split records of it; a kind adds its own keys."""
+
+    format: str
+    version: int
+    dataset: Text
+    split: Literal[CORRUPTED_SPLITS]
+    protocol: Literal[PROTOCOLS]
+    fold: Count
+    count: Size
+    ids_sha256: Sha256
+    seed: Count
+    repeat: Count
+    geometry: ManifestGeometry
+
+
+HeaderT = TypeVar("HeaderT", bound=ManifestHeader)
+LineT = TypeVar("LineT")
+
+
+class ManifestFile(ClosedRecord, Generic[HeaderT, LineT]):
+    """A manifest as written: its header and one line per image."""
+
+    header: HeaderT
+    images: list[LineT]
+
+
+FileT = TypeVar("FileT", bound=ManifestFile[Any, Any])
+
+
+def read_manifest(path: Path, file_format: str, version: int, what: str) -> tuple[dict[str, Any], str]:
+    """The JSON of the manifest at ``path``, of ``file_format`` and ``version``, and the sha256 of the very
+    bytes read; ``AssetError`` naming the file otherwise (``what``: "a bgbias corrupted-set manifest"). A key
+    given twice in one object is refused."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -34,46 +102,63 @@ def read_json(path: Path) -> tuple[Any, str]:
         data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=DAMAGED) from exc
+    header = data.get("header") if isinstance(data, dict) else None
+    if not isinstance(header, dict) or header.get("format") != file_format:
+        raise AssetError(f"not {what}", path=path, fix=DAMAGED)
+    found = header.get("version")
+    if type(found) is not int or found != version:
+        raise AssetError(f"manifest version {found!r} is not {version}", path=path, fix=DAMAGED)
     return data, hashlib.sha256(raw).hexdigest()
 
 
-def check_keys(raw: Any, keys: Sequence[str], where: str, path: Path) -> dict[str, Any]:
-    """``raw`` must be a JSON object with exactly ``keys``."""
-    if not isinstance(raw, dict):
-        raise bad_field(where, "an object", raw, path)
-    missing = [key for key in keys if key not in raw]
-    unknown = sorted(set(raw) - set(keys))
-    if missing or unknown:
-        parts = [f"lacks {', '.join(missing)}" if missing else "", f"has unknown {', '.join(unknown)}"
-                 if unknown else ""]
-        raise AssetError(f"{where} {' and '.join(p for p in parts if p)}", path=path, fix=DAMAGED)
-    return raw
+def check_manifest(data: dict[str, Any], shape: type[FileT], path: Path) -> FileT:
+    """A manifest's JSON as ``shape``, its skeleton checked (:func:`check_skeleton`)."""
+    manifest = check_fields(data, shape, path)
+    check_skeleton(manifest, path)
+    return manifest
 
 
-def is_int(value: Any) -> bool:
-    """A JSON integer: Python's ``bool`` is an ``int`` too, but ``true`` is not a number."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def check_fields(data: dict[str, Any], shape: type[FileT], path: Path) -> FileT:
+    """A manifest's JSON as ``shape``; ``AssetError`` naming the field, what it must be and what it holds
+    otherwise."""
+    try:
+        return shape.model_validate(data, strict=True)
+    except ValidationError as error:
+        where, wanted, value = explain_problem(error, shape)
+        raise bad_field(where, wanted, value, path) from None
 
 
-def int_field(value: Any, where: str, path: Path, low: int = 0, high: int | None = None) -> int:
-    if not is_int(value) or value < low or (high is not None and value > high):
-        wanted = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
-        raise bad_field(where, wanted, value, path)
-    return value
+def check_skeleton(manifest: ManifestFile[Any, Any], path: Path) -> None:
+    """What the declaration cannot say: crop within resize, the fold one of the protocol's, and the image
+    list as the header counts and checksums it."""
+    header = manifest.header
+    if header.geometry.crop > header.geometry.resize:
+        raise bad_field("header.geometry.crop", f"at most {header.geometry.resize} (the resize)",
+                        shown(header.geometry.crop), path)
+    folds = 1 if header.protocol == "fixed" else CV_FOLDS
+    if header.fold >= folds:
+        raise bad_field("header.fold", f"at most {folds - 1} ({header.protocol})", shown(header.fold), path)
+    ids = [line.id for line in manifest.images]
+    if header.count != len(ids):
+        raise AssetError(f"the manifest has {len(ids)} image entries but its header counts {header.count}",
+                         path=path, fix=DAMAGED)
+    if header.ids_sha256 != ids_digest(ids):
+        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
+                         fix=DAMAGED)
 
 
-def text_field(value: Any, where: str, path: Path, allowed: Sequence[str] | None = None) -> str:
-    if allowed is not None and value not in allowed:
-        raise bad_field(where, f"one of {', '.join(allowed)}", value, path)
-    if not isinstance(value, str) or not value:
-        raise bad_field(where, "a non-empty string", value, path)
-    return value
+def manifest_text(header: Record, lines: Sequence[Record]) -> str:
+    """Stable JSON: the header indented with sorted keys, then one line per image in its declared key order
+    (keys without a value left out), so a manifest reads and diffs by eye."""
+    header_text = json.dumps(header.model_dump(), indent=2, sort_keys=True, ensure_ascii=False)
+    lines_text = [json.dumps(line.model_dump(exclude_none=True), ensure_ascii=False) for line in lines]
+    return ('{\n  "header": ' + header_text.replace("\n", "\n  ") + ',\n  "images": [\n    '
+            + ",\n    ".join(lines_text) + "\n  ]\n}\n")
 
 
-def sha256_field(value: Any, where: str, path: Path) -> str:
-    if not is_sha256(value):
-        raise bad_field(where, "a sha256 (64 lower-case hex digits)", value, path)
-    return value
+def ids_digest(ids: Iterable[str]) -> str:
+    """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
+    return hashlib.sha256("".join(f"{image_id}\n" for image_id in ids).encode("utf-8")).hexdigest()
 
 
 def canonical(value: Any) -> str:
@@ -81,7 +166,12 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def bad_field(where: str, wanted: str, value: Any, path: Path) -> AssetError:
-    shown = json.dumps(value, ensure_ascii=False)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return AssetError(f"manifest field {where} must be {wanted}, got {shown}", path=path, fix=DAMAGED)
+def shown(value: Any) -> str:
+    """A value as an error shows it."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def bad_field(where: str, wanted: str, value: str, path: Path) -> AssetError:
+    """The error of a manifest field: which, what it must be, what it holds (as :func:`shown`)."""
+    return AssetError(f"manifest field {where} must be {wanted}, got {value}", path=path, fix=DAMAGED)

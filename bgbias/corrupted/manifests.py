@@ -11,12 +11,10 @@ into images is :mod:`bgbias.corrupted.render`.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
@@ -28,28 +26,36 @@ from bgbias.bgaugment.background_crops import (
     image_rng,
     sample_background_crop,
 )
-from bgbias.corrupted.manifest_fields import (
+from bgbias.corrupted.manifest_schema import (
+    CORRUPTED_SPLITS,
     DAMAGED,
+    Count,
+    ManifestFile,
+    ManifestGeometry,
+    ManifestHeader,
+    Sha256,
+    Size,
+    Text,
     bad_field,
     canonical,
-    check_keys,
-    int_field,
-    is_int,
-    read_json,
-    sha256_field,
-    text_field,
+    check_manifest,
+    expected,
+    ids_digest,
+    manifest_text,
+    read_manifest,
+    shown,
 )
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
-from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
+from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, DatasetError, OptionError
 from bgbias.fileio import sweep_stale_temps, write_text_atomic
 from bgbias.paths import backgrounds_root, corrupted_root
+from bgbias.schema import ClosedRecord
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
 MANIFEST_VERSION = 1
-CORRUPTED_SPLITS = ("val", "test")
 POOL_OF_SPLIT = {"val": "train", "test": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the paper's code; the test pool stays
 unseen."""
@@ -60,30 +66,39 @@ BACKGROUND_CROP = {"scale": list(SCALE), "ratio": list(RATIO), "flip_p": FLIP_P}
 """The sampling rules a manifest's header records; a manifest drawn by other rules is another experiment."""
 
 
-@dataclass(frozen=True)
-class PoolFile:
+class PoolFile(ClosedRecord):
     """One background of a pool: file name inside the pool folder, content hash and upright size."""
 
-    name: str
-    sha256: str
-    width: int
-    height: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "sha256": self.sha256, "width": self.width, "height": self.height}
+    name: Text
+    sha256: Sha256
+    width: Size
+    height: Size
 
 
-@dataclass(frozen=True)
-class CorruptedEntry:
-    """One image of a corrupted set: which pool file replaces its background, cut where, mirrored or not."""
+class CorruptedEntry(ClosedRecord):
+    """One image of a corrupted set (a manifest's line): which pool file replaces its background, cut where
+    (``[left, top, width, height]``), mirrored or not."""
 
-    id: str
-    background: str
-    box: CropBox
+    id: Text
+    background: Text
+    box: Annotated[list[Count], expected("a list [left, top, width, height]", lambda box: len(box) == 4)]
     flip: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "background": self.background, "box": self.box.as_list(), "flip": self.flip}
+    @property
+    def crop_box(self) -> CropBox:
+        return CropBox(*self.box)
+
+
+class CorruptedHeader(ManifestHeader):
+    """A corrupted set's header: the skeleton, the sampling rules and the pool it was drawn from."""
+
+    format: Literal[MANIFEST_FORMAT]
+    version: Literal[MANIFEST_VERSION]
+    background_crop: dict[str, Any]
+    pool: Annotated[list[PoolFile], expected("a non-empty list", bool)]
+
+
+CorruptedFile = ManifestFile[CorruptedHeader, CorruptedEntry]
 
 
 class SplitManifest(Protocol):
@@ -163,7 +178,7 @@ def describe_pool(pool_dir: Path) -> list[PoolFile]:
     files = []
     for path in list_pool(pool_dir):
         width, height = load_image(path).size
-        files.append(PoolFile(path.name, sha256_file(path), width, height))
+        files.append(PoolFile(name=path.name, sha256=sha256_file(path), width=width, height=height))
     return files
 
 
@@ -175,7 +190,8 @@ def sample_entries(
     entries = []
     for item in items:
         crop = sample_background_crop(image_rng(seed, repeat, item.id), sizes, SCALE, RATIO, FLIP_P)
-        entries.append(CorruptedEntry(item.id, pool[crop.background].name, crop.box, crop.flip))
+        entries.append(CorruptedEntry(id=item.id, background=pool[crop.background].name,
+                                      box=crop.box.as_list(), flip=crop.flip))
     return entries
 
 
@@ -210,21 +226,12 @@ def make_corrupted_manifests(
     sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)
     paths = []
     for repeat in range(repeats):
-        header = {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "dataset": dataset.name,
-            "split": split,
-            "protocol": protocol,
-            "fold": fold,
-            "count": len(items),
-            "ids_sha256": ids_sha256(items),
-            "seed": seed,
-            "repeat": repeat,
-            "geometry": geometry.as_dict(),
-            "background_crop": BACKGROUND_CROP,
-            "pool": [f.as_dict() for f in pool],
-        }
+        header = CorruptedHeader(
+            format=MANIFEST_FORMAT, version=MANIFEST_VERSION, dataset=dataset.name, split=split,
+            protocol=protocol, fold=fold, count=len(items), ids_sha256=ids_sha256(items), seed=seed,
+            repeat=repeat, geometry=ManifestGeometry(resize=geometry.resize, crop=geometry.crop),
+            background_crop=BACKGROUND_CROP, pool=pool,
+        )
         entries = sample_entries(items, pool, seed, repeat)
         path = out_dir / manifest_name(repeat)
         write_text_atomic(path, manifest_text(header, entries))
@@ -232,20 +239,9 @@ def make_corrupted_manifests(
     return paths
 
 
-def manifest_text(header: dict[str, Any], entries: Sequence[CorruptedEntry]) -> str:
-    """Stable JSON: the header indented, then one line per image, so a manifest reads and diffs by eye."""
-    header_text = json.dumps(header, indent=2, sort_keys=True, ensure_ascii=False).replace("\n", "\n  ")
-    lines = [json.dumps(e.as_dict(), ensure_ascii=False) for e in entries]  # id first: fixed field order
-    return '{\n  "header": ' + header_text + ',\n  "images": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
-
-
 def ids_sha256(items: Sequence[Item]) -> str:
     """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
     return ids_digest(item.id for item in items)
-
-
-def ids_digest(ids: Iterable[str]) -> str:
-    return hashlib.sha256("".join(f"{image_id}\n" for image_id in ids).encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------- loading
@@ -309,127 +305,49 @@ def remake_command(manifest: SplitManifest, dataset_name: str) -> str:
             + ("" if variant is None else f" --variant {variant.name}"))
 
 
-def parse_geometry(header: dict[str, Any], path: Path) -> EvalGeometry:
-    """A manifest header's evaluation geometry, checked (crop within resize)."""
-    geometry = check_keys(header["geometry"], _GEOMETRY_KEYS, "header.geometry", path)
-    resize = int_field(geometry["resize"], "header.geometry.resize", path, low=1)
-    return EvalGeometry(resize, int_field(geometry["crop"], "header.geometry.crop", path, low=1, high=resize))
-
-
-def check_image_list(header: dict[str, Any], ids: Sequence[str], path: Path) -> None:
-    """A manifest's entries agree with its header: their count and the checksum of their ids."""
-    if int_field(header["count"], "header.count", path, low=1) != len(ids):
-        raise AssetError(f"the manifest has {len(ids)} image entries but its header counts "
-                         f"{header['count']}", path=path, fix=DAMAGED)
-    if sha256_field(header["ids_sha256"], "header.ids_sha256", path) != ids_digest(ids):
-        raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
-                         fix=DAMAGED)
-
-
-_TOP_KEYS = ("header", "images")
-_HEADER_KEYS = (
-    "format", "version", "dataset", "split", "protocol", "fold", "count", "ids_sha256", "seed", "repeat",
-    "geometry", "background_crop", "pool",
-)
-_GEOMETRY_KEYS = ("resize", "crop")
-_POOL_KEYS = ("name", "sha256", "width", "height")
-_ENTRY_KEYS = ("id", "background", "box", "flip")
-
-
 def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     """A manifest whose every field has the type and range ``bgbias corrupt`` writes, and whose parts agree
     with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
     field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
-    data, digest = read_json(path)
-    check_keys(data, _TOP_KEYS, "the manifest", path)
-    header, images = data["header"], data["images"]
-    if not isinstance(header, dict) or header.get("format") != MANIFEST_FORMAT:
-        raise AssetError("not a bgbias corrupted-set manifest", path=path, fix=DAMAGED)
-    if not is_int(header.get("version")) or header["version"] != MANIFEST_VERSION:
-        raise AssetError(f"manifest version {header.get('version')!r} is not {MANIFEST_VERSION}", path=path,
-                         fix=DAMAGED)
-    check_keys(header, _HEADER_KEYS, "header", path)
-    split = text_field(header["split"], "header.split", path, CORRUPTED_SPLITS)
-    protocol = text_field(header["protocol"], "header.protocol", path, PROTOCOLS)
-    folds = 1 if protocol == "fixed" else CV_FOLDS
-    geometry = parse_geometry(header, path)
-    if canonical(header["background_crop"]) != canonical(BACKGROUND_CROP):
+    data, digest = read_manifest(path, MANIFEST_FORMAT, MANIFEST_VERSION, "a bgbias corrupted-set manifest")
+    manifest = check_manifest(data, CorruptedFile, path)
+    header = manifest.header
+    if canonical(header.background_crop) != canonical(BACKGROUND_CROP):
         raise bad_field("header.background_crop", f"the current sampling rules {canonical(BACKGROUND_CROP)}",
-                   header["background_crop"], path)
-    dataset = text_field(header["dataset"], "header.dataset", path)
-    fold = int_field(header["fold"], "header.fold", path, high=folds - 1)
-    seed = int_field(header["seed"], "header.seed", path)
-    repeat = int_field(header["repeat"], "header.repeat", path)
-    pool = _pool(header["pool"], path)
-    if not isinstance(images, list):
-        raise bad_field("images", "a list", images, path)
-    entries = tuple(_entry(raw, f"images[{index}]", path) for index, raw in enumerate(images))
-    check_image_list(header, [e.id for e in entries], path)
-    _check_entries(entries, pool, path)
+                        shown(header.background_crop), path)
+    if len({f.name for f in header.pool}) != len(header.pool):
+        raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
+    _check_entries(manifest.images, header.pool, path)
     return CorruptedManifest(
         path=path,
         sha256=digest,
-        dataset=dataset,
-        split=split,
-        protocol=protocol,
-        fold=fold,
-        seed=seed,
-        repeat=repeat,
-        geometry=geometry,
-        pool_dir=split_pool_dir(split, backgrounds),
-        pool=pool,
-        entries=entries,
-    )
-
-
-def _pool(raw: Any, path: Path) -> tuple[PoolFile, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise bad_field("header.pool", "a non-empty list", raw, path)
-    pool = []
-    for index, item in enumerate(raw):
-        where = f"header.pool[{index}]"
-        check_keys(item, _POOL_KEYS, where, path)
-        pool.append(PoolFile(
-            text_field(item["name"], f"{where}.name", path),
-            sha256_field(item["sha256"], f"{where}.sha256", path),
-            int_field(item["width"], f"{where}.width", path, low=1),
-            int_field(item["height"], f"{where}.height", path, low=1),
-        ))
-    names = [f.name for f in pool]
-    if len(set(names)) != len(names):
-        raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
-    return tuple(pool)
-
-
-def _entry(raw: Any, where: str, path: Path) -> CorruptedEntry:
-    check_keys(raw, _ENTRY_KEYS, where, path)
-    box = raw["box"]
-    if not isinstance(box, list) or len(box) != 4:
-        raise bad_field(f"{where}.box", "a list [left, top, width, height]", box, path)
-    left, top, width, height = (
-        int_field(value, f"{where}.box[{i}]", path, low=int(i >= 2)) for i, value in enumerate(box)
-    )
-    flip = raw["flip"]
-    if not isinstance(flip, bool):
-        raise bad_field(f"{where}.flip", "true or false", flip, path)
-    return CorruptedEntry(
-        text_field(raw["id"], f"{where}.id", path),
-        text_field(raw["background"], f"{where}.background", path),
-        CropBox(left, top, width, height), flip,
+        dataset=header.dataset,
+        split=header.split,
+        protocol=header.protocol,
+        fold=header.fold,
+        seed=header.seed,
+        repeat=header.repeat,
+        geometry=header.geometry.eval_geometry(),
+        pool_dir=split_pool_dir(header.split, backgrounds),
+        pool=tuple(header.pool),
+        entries=tuple(manifest.images),
     )
 
 
 def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], path: Path) -> None:
-    """Every entry names a pool file and a box inside it."""
+    """Every entry names a pool file and a box of at least a pixel inside it."""
     sizes = {f.name: (f.width, f.height) for f in pool}
     for index, entry in enumerate(entries):
+        for side in (2, 3):
+            if entry.box[side] < 1:
+                raise bad_field(f"images[{index}].box[{side}]", "at least 1", shown(entry.box[side]), path)
         if entry.background not in sizes:
-            raise bad_field(f"images[{index}].background", "a file of the manifest's pool", entry.background,
-                            path)
-        if not entry.box.fits(sizes[entry.background]):
+            raise bad_field(f"images[{index}].background", "a file of the manifest's pool",
+                            shown(entry.background), path)
+        if not entry.crop_box.fits(sizes[entry.background]):
             width, height = sizes[entry.background]
             raise bad_field(f"images[{index}].box", f"a box inside {entry.background} ({width}×{height})",
-                       entry.box.as_list(), path)
+                            shown(entry.box), path)
 
 
 def _check_pool(pool: Sequence[PoolFile], pool_dir: Path, path: Path, remake: str) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from bgbias.assets.digest import sha256_file
-from bgbias.bgaugment.background_crops import BackgroundCrop, apply_crop
+from bgbias.bgaugment.background_crops import apply_crop
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.corrupted.gallery import evenly_spread, write_gallery
@@ -49,12 +49,12 @@ class RenderResult:
 
 
 def render_entry(
-    image: Image.Image, mask: Image.Image, background: Image.Image, crop: BackgroundCrop | CorruptedEntry,
+    image: Image.Image, mask: Image.Image, background: Image.Image, entry: CorruptedEntry,
     geometry: EvalGeometry,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Image, mask and corrupted image of one entry, each ``uint8`` at the evaluation geometry's crop size."""
     image_arr, mask_arr = eval_transform_pair(image, mask, geometry)
-    background_arr = apply_crop(background, crop.box, crop.flip, geometry.crop)
+    background_arr = apply_crop(background, entry.crop_box, entry.flip, geometry.crop)
     return image_arr, mask_arr, composite_pixels(image_arr, mask_arr, background_arr)
 
 

@@ -12,42 +12,42 @@ the paper's repeats, in ``<manifest folder>/<variant>/repeat-<r>.json``.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from bgbias.corrupted.manifest_fields import (
-    DAMAGED,
+from bgbias.corrupted.manifest_schema import (
+    ManifestFile,
+    ManifestGeometry,
+    ManifestHeader,
+    Text,
     bad_field,
-    check_keys,
-    int_field,
-    is_int,
-    read_json,
-    text_field,
+    check_fields,
+    check_manifest,
+    manifest_text,
+    read_manifest,
+    shown,
 )
 from bgbias.corrupted.manifests import (
-    CORRUPTED_SPLITS,
     SHARED_TEMP_AGE_S,
     check_corrupted_split,
     check_describes_split,
-    check_image_list,
     default_manifest_dir,
     ids_sha256,
     make_corrupted_manifests,
     manifest_name,
-    parse_geometry,
     remake_command,
 )
 from bgbias.data.items import Dataset, Item
-from bgbias.data.splits import CV_FOLDS, PROTOCOLS, split_items
+from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import sweep_stale_temps, write_text_atomic
+from bgbias.schema import ClosedRecord
 from bgbias.variants.variants import VARIANTS, Variant, variant
 
 VARIANT_FORMAT = "bgbias-variant-manifest"
@@ -55,21 +55,29 @@ VARIANT_VERSION = 1
 PAPER_SET = "random-bg"
 """The paper's corrupted sets (random photographs of the pool), beside the variants."""
 SET_NAMES = (PAPER_SET, *VARIANTS)
-_HEADER_KEYS = (
-    "format", "version", "variant", "rule", "dataset", "split", "protocol", "fold", "count", "ids_sha256",
-    "seed", "repeat", "geometry",
-)
 
 
-@dataclass(frozen=True)
-class VariantEntry:
-    """One image of a variant set; ``donor`` is the id of the image whose background a mixed variant uses."""
+class VariantEntry(ClosedRecord):
+    """One image of a variant set without a donor (a manifest's line)."""
 
-    id: str
-    donor: str | None = None
+    id: Text
+    donor: ClassVar[None] = None
 
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.id} if self.donor is None else {"id": self.id, "donor": self.donor}
+
+class DonorEntry(ClosedRecord):
+    """One image of a mixed variant's set: ``donor`` is the id of the image whose background it uses."""
+
+    id: Text
+    donor: Text
+
+
+class VariantHeader(ManifestHeader):
+    """A variant set's header: the skeleton, the variant and the text of the rule it was made by."""
+
+    format: Literal[VARIANT_FORMAT]
+    version: Literal[VARIANT_VERSION]
+    variant: Literal[tuple(VARIANTS)]
+    rule: str
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,7 @@ class VariantManifest:
     seed: int
     repeat: int
     geometry: EvalGeometry
-    entries: tuple[VariantEntry, ...]
+    entries: tuple[VariantEntry | DonorEntry, ...]
 
 
 def make_sets(
@@ -140,12 +148,14 @@ def variant_rng(seed: int, repeat: int, name: str, image_id: str) -> np.random.G
     return np.random.default_rng(np.random.SeedSequence([seed, repeat, *keys]))
 
 
-def sample_entries(items: Sequence[Item], name: str, seed: int, repeat: int) -> list[VariantEntry]:
+def sample_entries(
+    items: Sequence[Item], name: str, seed: int, repeat: int
+) -> list[VariantEntry | DonorEntry]:
     """Every item's entry; a mixed variant's donor drawn from the item's own generator: mixed-same another
     image of its class (itself where there is none), mixed-rand a class other than its own, then an image."""
     kind = variant(name)
     if kind.donor is None:
-        return [VariantEntry(item.id) for item in items]
+        return [VariantEntry(id=item.id) for item in items]
     members: dict[int, list[str]] = {}
     for item in items:
         members.setdefault(item.label, []).append(item.id)
@@ -155,7 +165,7 @@ def sample_entries(items: Sequence[Item], name: str, seed: int, repeat: int) -> 
                           fix="leave out the mixed-rand variant for this split")
     position = {image_id: index for ids in members.values() for index, image_id in enumerate(ids)}
     label_index = {label: index for index, label in enumerate(labels)}
-    entries = []
+    entries: list[VariantEntry | DonorEntry] = []
     for item in items:
         rng = variant_rng(seed, repeat, name, item.id)
         if kind.donor == "same":
@@ -169,7 +179,7 @@ def sample_entries(items: Sequence[Item], name: str, seed: int, repeat: int) -> 
             index = int(rng.integers(len(labels) - 1))  # uniform over the other classes, likewise
             others = members[labels[index + (index >= label_index[item.label])]]
             donor = others[int(rng.integers(len(others)))]
-        entries.append(VariantEntry(item.id, donor))
+        entries.append(DonorEntry(id=item.id, donor=donor))
     return entries
 
 
@@ -199,20 +209,14 @@ def make_variant_manifests(
     paths = [Path(out_dir) / manifest_name(r) for r in range(count)]
     sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
     for repeat, path in enumerate(paths):
-        header = {
-            "format": VARIANT_FORMAT, "version": VARIANT_VERSION, "variant": kind.name, "rule": kind.rule,
-            "dataset": dataset.name, "split": split, "protocol": protocol, "fold": fold, "count": len(items),
-            "ids_sha256": ids_sha256(items), "seed": seed, "repeat": repeat, "geometry": geometry.as_dict(),
-        }
-        write_text_atomic(path, _manifest_text(header, sample_entries(items, name, seed, repeat)))
+        header = VariantHeader(
+            format=VARIANT_FORMAT, version=VARIANT_VERSION, variant=kind.name, rule=kind.rule,
+            dataset=dataset.name, split=split, protocol=protocol, fold=fold, count=len(items),
+            ids_sha256=ids_sha256(items), seed=seed, repeat=repeat,
+            geometry=ManifestGeometry(resize=geometry.resize, crop=geometry.crop),
+        )
+        write_text_atomic(path, manifest_text(header, sample_entries(items, name, seed, repeat)))
     return paths
-
-
-def _manifest_text(header: dict[str, Any], entries: Sequence[VariantEntry]) -> str:
-    """Stable JSON, as the corrupted sets' manifests: the header indented, then one line per image."""
-    header_text = json.dumps(header, indent=2, sort_keys=True, ensure_ascii=False).replace("\n", "\n  ")
-    lines = [json.dumps(e.as_dict(), ensure_ascii=False) for e in entries]
-    return '{\n  "header": ' + header_text + ',\n  "images": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
 
 
 def ensure_variant_manifests(
@@ -285,42 +289,26 @@ def _check_donors(manifest: VariantManifest, label_of: dict[str, int], remake: s
 
 def _parse(path: Path) -> VariantManifest:
     """A manifest whose every field has the type and range ``make_variant_manifests`` writes, made by the
-    current rule of its variant; ``AssetError`` naming the field otherwise."""
-    data, digest = read_json(path)
-    check_keys(data, ("header", "images"), "the manifest", path)
-    header, images = data["header"], data["images"]
-    if not isinstance(header, dict) or header.get("format") != VARIANT_FORMAT:
-        raise AssetError("not a bgbias variant-set manifest", path=path, fix=DAMAGED)
-    if not is_int(header.get("version")) or header["version"] != VARIANT_VERSION:
-        raise AssetError(f"manifest version {header.get('version')!r} is not {VARIANT_VERSION}", path=path,
-                         fix=DAMAGED)
-    check_keys(header, _HEADER_KEYS, "header", path)
-    kind = VARIANTS[text_field(header["variant"], "header.variant", path, tuple(VARIANTS))]
-    if header["rule"] != kind.rule:
-        raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", header["rule"], path)
-    split = text_field(header["split"], "header.split", path, CORRUPTED_SPLITS)
-    protocol = text_field(header["protocol"], "header.protocol", path, PROTOCOLS)
-    geometry = parse_geometry(header, path)
-    if not isinstance(images, list):
-        raise bad_field("images", "a list", images, path)
-    keys = ("id",) if kind.donor is None else ("id", "donor")
-    entries = []
-    for index, raw in enumerate(images):
-        check_keys(raw, keys, f"images[{index}]", path)
-        donor = text_field(raw["donor"], f"images[{index}].donor", path) if kind.donor else None
-        entries.append(VariantEntry(text_field(raw["id"], f"images[{index}].id", path), donor))
-    check_image_list(header, [e.id for e in entries], path)
-    folds = 1 if protocol == "fixed" else CV_FOLDS
+    current rule of its variant; ``AssetError`` naming the field otherwise. Its lines are read as its
+    variant's: with a donor for a mixed variant, without one otherwise."""
+    data, digest = read_manifest(path, VARIANT_FORMAT, VARIANT_VERSION, "a bgbias variant-set manifest")
+    kind = VARIANTS[check_fields(data, ManifestFile[VariantHeader, Any], path).header.variant]
+    line = VariantEntry if kind.donor is None else DonorEntry
+    manifest = check_manifest(data, ManifestFile[VariantHeader, line], path)
+    header = manifest.header
+    if header.rule != kind.rule:
+        raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", shown(header.rule),
+                        path)
     return VariantManifest(
         path=path,
         sha256=digest,
         variant=kind,
-        dataset=text_field(header["dataset"], "header.dataset", path),
-        split=split,
-        protocol=protocol,
-        fold=int_field(header["fold"], "header.fold", path, high=folds - 1),
-        seed=int_field(header["seed"], "header.seed", path),
-        repeat=int_field(header["repeat"], "header.repeat", path),
-        geometry=geometry,
-        entries=tuple(entries),
+        dataset=header.dataset,
+        split=header.split,
+        protocol=header.protocol,
+        fold=header.fold,
+        seed=header.seed,
+        repeat=header.repeat,
+        geometry=header.geometry.eval_geometry(),
+        entries=tuple(manifest.images),
     )

@@ -106,7 +106,7 @@ def test_load_round_trips_and_refuses_changed_fields(bench4, tmp_path):
     cases = [
         (lambda d: d["header"].update(rule="something else"), "header.rule"),
         (lambda d: d["header"].update(seed="0"), "header.seed"),
-        (lambda d: d["images"][0].pop("donor"), "lacks donor"),
+        (lambda d: d["images"][0].pop("donor"), r"images\[0\]\.donor must be a string, got nothing"),
         (lambda d: d["images"][0].update(donor=d["images"][0]["id"]), "does not allow"),
         (lambda d: d["images"][0].update(donor="nowhere.jpg"), "not in the split"),
         (lambda d: d["header"].update(count=3), "counts 3"),
