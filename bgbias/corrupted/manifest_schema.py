@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -145,6 +146,30 @@ def check_skeleton(manifest: ManifestFile[Any, Any], path: Path) -> None:
     if header.ids_sha256 != ids_digest(ids):
         raise AssetError("the manifest's image list does not match its header's ids_sha256", path=path,
                          fix=DAMAGED)
+
+
+@dataclass(frozen=True)
+class SplitManifest:
+    """A manifest of a split as loaded and checked, of either kind: its file, the digest of the bytes it was
+    read from, what its header's skeleton says, and its images' lines."""
+
+    path: Path
+    sha256: str
+    dataset: str
+    split: str
+    protocol: str
+    fold: int
+    seed: int
+    repeat: int
+    geometry: EvalGeometry
+    entries: tuple[Any, ...]
+
+
+def header_fields(header: ManifestHeader) -> dict[str, Any]:
+    """What a :class:`SplitManifest` keeps of a header's skeleton, by field name."""
+    return {"dataset": header.dataset, "split": header.split, "protocol": header.protocol,
+            "fold": header.fold, "seed": header.seed, "repeat": header.repeat,
+            "geometry": header.geometry.eval_geometry()}
 
 
 def manifest_text(header: Record, lines: Sequence[Record]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
@@ -35,11 +35,13 @@ from bgbias.corrupted.manifest_schema import (
     ManifestHeader,
     Sha256,
     Size,
+    SplitManifest,
     Text,
     bad_field,
     canonical,
     check_manifest,
     expected,
+    header_fields,
     ids_digest,
     manifest_text,
     read_manifest,
@@ -101,38 +103,14 @@ class CorruptedHeader(ManifestHeader):
 CorruptedFile = ManifestFile[CorruptedHeader, CorruptedEntry]
 
 
-class SplitManifest(Protocol):
-    """What every manifest of a split says of it: the corrupted sets' and the profile's variants'."""
-
-    path: Path
-    dataset: str
-    split: str
-    protocol: str
-    fold: int
-    seed: int
-    geometry: EvalGeometry
-
-    @property
-    def entries(self) -> Sequence[Any]: ...
-
-
 @dataclass(frozen=True)
-class CorruptedManifest:
-    """A loaded and validated manifest; ``pool_dir`` is the folder its backgrounds were checked in, ``sha256``
-    the digest of the bytes it was read from."""
+class CorruptedManifest(SplitManifest):
+    """A loaded and validated corrupted-set manifest; ``pool_dir`` is the folder its backgrounds were checked
+    in."""
 
-    path: Path
-    sha256: str
-    dataset: str
-    split: str
-    protocol: str
-    fold: int
-    seed: int
-    repeat: int
-    geometry: EvalGeometry
+    entries: tuple[CorruptedEntry, ...]
     pool_dir: Path
     pool: tuple[PoolFile, ...]
-    entries: tuple[CorruptedEntry, ...]
 
 
 # ------------------------------------------------------------------------------------------------- locations
@@ -318,20 +296,9 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     if len({f.name for f in header.pool}) != len(header.pool):
         raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
     _check_entries(manifest.images, header.pool, path)
-    return CorruptedManifest(
-        path=path,
-        sha256=digest,
-        dataset=header.dataset,
-        split=header.split,
-        protocol=header.protocol,
-        fold=header.fold,
-        seed=header.seed,
-        repeat=header.repeat,
-        geometry=header.geometry.eval_geometry(),
-        pool_dir=split_pool_dir(header.split, backgrounds),
-        pool=tuple(header.pool),
-        entries=tuple(manifest.images),
-    )
+    return CorruptedManifest(path=path, sha256=digest, **header_fields(header),
+                             pool_dir=split_pool_dir(header.split, backgrounds), pool=tuple(header.pool),
+                             entries=tuple(manifest.images))
 
 
 def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], path: Path) -> None:

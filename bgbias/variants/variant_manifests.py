@@ -24,10 +24,12 @@ from bgbias.corrupted.manifest_schema import (
     ManifestFile,
     ManifestGeometry,
     ManifestHeader,
+    SplitManifest,
     Text,
     bad_field,
     check_fields,
     check_manifest,
+    header_fields,
     manifest_text,
     read_manifest,
     shown,
@@ -81,20 +83,11 @@ class VariantHeader(ManifestHeader):
 
 
 @dataclass(frozen=True)
-class VariantManifest:
-    """A loaded and validated variant manifest; ``sha256`` is the digest of the bytes it was read from."""
+class VariantManifest(SplitManifest):
+    """A loaded and validated variant manifest, made by the current rule of ``variant``."""
 
-    path: Path
-    sha256: str
-    variant: Variant
-    dataset: str
-    split: str
-    protocol: str
-    fold: int
-    seed: int
-    repeat: int
-    geometry: EvalGeometry
     entries: tuple[VariantEntry | DonorEntry, ...]
+    variant: Variant
 
 
 def make_sets(
@@ -299,16 +292,5 @@ def _parse(path: Path) -> VariantManifest:
     if header.rule != kind.rule:
         raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", shown(header.rule),
                         path)
-    return VariantManifest(
-        path=path,
-        sha256=digest,
-        variant=kind,
-        dataset=header.dataset,
-        split=header.split,
-        protocol=header.protocol,
-        fold=header.fold,
-        seed=header.seed,
-        repeat=header.repeat,
-        geometry=header.geometry.eval_geometry(),
-        entries=tuple(manifest.images),
-    )
+    return VariantManifest(path=path, sha256=digest, variant=kind, **header_fields(header),
+                           entries=tuple(manifest.images))
