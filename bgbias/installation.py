@@ -98,9 +98,8 @@ def installed_requirements(root: str = "bgbias") -> dict[str, str]:
 
     ``root``'s extras count, except :data:`TOOLING_EXTRAS`, and so do :data:`GPU_BUILDS` where installed (a
     backend such as onnxruntime or faiss changes numbers); other distributions' extras do not (nobody asked
-    for them). Where ``root`` is not
-    installed as a distribution (run from a source tree), every installed distribution is recorded instead:
-    more than needed, never less."""
+    for them). Where ``root`` is not installed as a distribution (run from a source tree), every installed
+    distribution is recorded instead: more than needed, never less."""
     try:
         metadata.distribution(root)
     except metadata.PackageNotFoundError:
