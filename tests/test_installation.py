@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import platform
 import re
 import sys
@@ -14,6 +15,7 @@ from packaging.requirements import Requirement
 
 from bgbias.errors import AssetError
 from bgbias.installation import (
+    GPU_BUILDS,
     import_onnxruntime,
     installation,
     installation_differences,
@@ -54,6 +56,37 @@ def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
     for backend in ("onnxruntime", "faiss-cpu"):  # a backend changes numbers
         assert backend in packages
     assert "pytest" not in packages and "ruff" not in packages  # bgbias[dev] only builds and tests
+
+
+OPTIONAL_IMPORTS = {"compression", "zstandard"}
+"""Imported only where present, with an error naming the fix otherwise: zstd for Debian archives
+(bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package."""
+
+
+def test_every_package_bgbias_imports_is_a_requirement():
+    """A package bgbias imports but does not declare comes only while another requirement happens to pull it
+    in (pydantic came through albumentations): a user's install would break when that one changes."""
+    imported: dict[str, set[str]] = {}
+    for path in (REPO / "bgbias").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                imported.setdefault(name.partition(".")[0], set()).add(str(path.relative_to(REPO)))
+    third_party = set(imported) - set(sys.stdlib_module_names) - {"bgbias"} - OPTIONAL_IMPORTS
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {_canonical(Requirement(text).name) for text in project["dependencies"]} | set(GPU_BUILDS)
+    providers = metadata.packages_distributions()
+    for module in sorted(third_party):
+        distributions = {_canonical(name) for name in providers.get(module, [])}
+        importers = ", ".join(sorted(imported[module]))
+        assert distributions & declared, (
+            f"{importers} import {module} (from {', '.join(distributions) or '?'}), which pyproject.toml's "
+            "dependencies do not name")
 
 
 class _Distribution:
