@@ -44,7 +44,7 @@ from bgbias.assets.store import u2net_model_path
 from bgbias.data.images import load_image
 from bgbias.data.items import Item, make_item, mask_path
 from bgbias.saliency.pipeline import write_masks
-from bgbias.saliency.sessions import open_session
+from bgbias.saliency.sessions import open_session, rembg_onnx_session
 from bgbias.saliency.u2net import u2net_input
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -194,11 +194,12 @@ def main() -> None:
         ours = open_session(args.model, device="cpu", streams=args.streams, threads=args.threads)
         theirs = rembg_session(args.model, model_file)
         inputs = [u2net_input(load_image(item.image)) for item in items]
-        feed = theirs.inner_session.get_inputs()[0].name
-        first_output = theirs.inner_session.get_outputs()[0].name
+        theirs_network = rembg_onnx_session(theirs)
+        feed = theirs_network.get_inputs()[0].name
+        first_output = theirs_network.get_outputs()[0].name
 
         def raw_theirs(x: np.ndarray) -> object:
-            return theirs.inner_session.run([first_output], {feed: x})
+            return theirs_network.run([first_output], {feed: x})
 
         raw_ours = ours.infer  # the same call the pipeline makes
 

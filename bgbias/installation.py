@@ -1,7 +1,8 @@
 """What a result was made with: the Python, the platform, the processor and the installed version of every
 package bgbias's requirements reach. Every run and report records it, so that ``bgbias report`` can say when
 it compares results made under different installations (a new numpy or opencv, or another processor's math
-kernels, can move the last digits of a figure; docs/design.md, *Reproducible installs*)."""
+kernels, can move the last digits of a figure; docs/design.md, *Reproducible installs*). And the backends an
+installation may have swapped (onnxruntime, faiss): their GPU builds replace the CPU ones bgbias requires."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import platform
 import re
 import sys
 from importlib import metadata
+from types import ModuleType
 from typing import Any
 
 from typing_extensions import TypedDict
+
+from bgbias.errors import AssetError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
@@ -31,6 +35,24 @@ class InstallationRecord(TypedDict):
 
 TOOLING_EXTRAS = frozenset({"dev"})
 """bgbias's extras that only build and test it (pytest, ruff, …): they cannot change a figure."""
+
+GPU_BUILDS = ("onnxruntime-gpu", "faiss-gpu-cu12")
+"""The GPU builds of two of bgbias's requirements (onnxruntime, faiss-cpu), which a CUDA machine installs in
+their place (README, *Installing as a user*): no requirement names them, so they are looked for by name."""
+
+INSTALL_ONNXRUNTIME = ("pip install onnxruntime (on a CUDA machine its GPU build instead: "
+                       "pip install onnxruntime-gpu; README, Installing as a user)")
+"""How to get onnxruntime back, for the errors that need it."""
+
+
+def import_onnxruntime() -> ModuleType:
+    """onnxruntime (U²-Net masks, ``--model x.onnx``), or an error naming the fix where it was removed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise AssetError("onnxruntime is not installed: U²-Net masks and ONNX models need it",
+                         fix=INSTALL_ONNXRUNTIME) from None
+    return onnxruntime
 
 
 @functools.cache
@@ -74,17 +96,17 @@ def processor() -> str:
 def installed_requirements(root: str = "bgbias") -> dict[str, str]:
     """Installed version of ``root`` and of every distribution its requirements reach, by canonical name.
 
-    ``root``'s extras count (a backend such as onnxruntime or faiss changes numbers), except
-    :data:`TOOLING_EXTRAS`; other distributions' extras do not (nobody asked for them). Where ``root`` is not
-    installed as a distribution (run from a source tree), every installed distribution is recorded instead:
-    more than needed, never less."""
+    ``root``'s extras count, except :data:`TOOLING_EXTRAS`, and so do :data:`GPU_BUILDS` where installed (a
+    backend such as onnxruntime or faiss changes numbers); other distributions' extras do not (nobody asked
+    for them). Where ``root`` is not installed as a distribution (run from a source tree), every installed
+    distribution is recorded instead: more than needed, never less."""
     try:
         metadata.distribution(root)
     except metadata.PackageNotFoundError:
         return dict(sorted((_canonical(d.metadata["Name"]), d.version) for d in metadata.distributions()
                            if d.metadata["Name"]))
     found: dict[str, str] = {}
-    pending = [root]
+    pending = [root, *GPU_BUILDS]
     while pending:
         name = pending.pop()
         if name in found:

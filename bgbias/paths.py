@@ -1,4 +1,8 @@
-"""Where bgbias reads and writes by default; an option or environment variable overrides each default."""
+"""Where bgbias reads and writes by default; an option or environment variable overrides each default.
+
+Assets go to the user's cache folder; everything a command makes (datasets, pools, masks, corrupted sets,
+runs) goes into the working folder, so one project folder holds one study wherever bgbias is installed
+(README, *Where files go*)."""
 
 from __future__ import annotations
 
@@ -6,11 +10,15 @@ import hashlib
 import os
 from pathlib import Path
 
+import platformdirs
+
 
 def bgbias_home() -> Path:
-    """The cache for fetched assets and built data: ``$BGBIAS_HOME``, default ``~/.cache/bgbias``."""
+    """The cache for fetched assets and built data: ``$BGBIAS_HOME``, default the platform's user cache folder
+    (``platformdirs.user_cache_path``: ``$XDG_CACHE_HOME/bgbias``, by default ``~/.cache/bgbias``, on Linux,
+    ``~/Library/Caches/bgbias`` on macOS, ``%LOCALAPPDATA%\\bgbias\\Cache`` on Windows)."""
     env = os.environ.get("BGBIAS_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "bgbias"
+    return Path(env).expanduser() if env else platformdirs.user_cache_path("bgbias", appauthor=False)
 
 
 def data_root() -> Path:

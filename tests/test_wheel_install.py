@@ -1,0 +1,138 @@
+"""A user's install (issue 30 item 6): the wheel built from this checkout, installed with nothing but its
+declared requirements into a clean virtual environment, runs the README's commands from a folder outside any
+checkout, and writes where the README's *Where files go* says: what commands make into the working folder,
+assets into ``$BGBIAS_HOME``.
+
+The requirements are held to the lock's versions (as constraints, so pip still resolves what the wheel
+declares, and a requirement the wheel forgets is missing here). About 2 min 20 s on 2 CPU cores with pip's
+cache filled, 1 min 50 s of it building and installing."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.replicas import make_bench
+from tests.u2netp import provide_u2netp
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs torch and the rest into a fresh environment
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = REPO / "requirements" / "linux-x86_64-py311.lock"
+LOCKED_PLATFORM = (sys.platform == "linux" and platform.machine() == "x86_64"
+                   and sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11))
+TINY_TRAINING = ("--backbone", "tiny_cnn", "--epochs", "1", "--set", "model.pretrained=false",
+                 "--set", "model.embedding_dim=16", "--set", "data.batch_size=8",
+                 "--set", "data.m_per_class=2", "--set", "data.workers=0", "--set", "data.crop=32")
+CHECKOUT_VARIABLES = frozenset({"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "BGBIAS_HOME", "BGBIAS_DATA",
+                                "U2NET_HOME"})
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _run(args: list[str | os.PathLike[str]], **options) -> subprocess.CompletedProcess[str]:
+    """Run a command; a failure shows its whole output."""
+    command = [os.fspath(arg) for arg in args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, **options)
+    assert done.returncode == 0, f"{' '.join(command)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _install_wheel(base: Path) -> Path:
+    """A clean virtual environment (no system site packages) in ``base``, holding the wheel and its
+    requirements."""
+    if not LOCKED_PLATFORM:
+        pytest.skip(f"{LOCK.name} pins the requirements for Linux x86-64 and CPython 3.11 only; unpinned, "
+                    "pip would resolve torch's CUDA build (gigabytes)")
+    if not _resolves("pypi.org"):
+        pytest.skip("the package index (pypi.org) is not reachable: the wheel's requirements cannot be "
+                    "installed")
+    source = base / "source"  # a copy, so that building leaves no build/ or egg-info in the checkout
+    source.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "bgbias", source / "bgbias", ignore=shutil.ignore_patterns("__pycache__"))
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+          "--disable-pip-version-check", "-w", base / "dist", source])
+    (wheel,) = (base / "dist").glob("bgbias-*.whl")
+
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*==\S+)", LOCK.read_text(encoding="utf-8"), re.MULTILINE)
+    constraints = base / "constraints.txt"
+    constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
+    _run([sys.executable, "-m", "venv", base / "venv"])
+    python = base / "venv" / "bin" / "python"
+    # torch's CPU build is on PyTorch's index, as in scripts/setup.sh: asked only where its name resolves.
+    index = (["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+             if _resolves("download.pytorch.org") else [])
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints, *index,
+          wheel], env=_clean_env())
+    _run([python, "-m", "pip", "check", "--disable-pip-version-check"])
+    return base / "venv"
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without what points Python or bgbias at the checkout's folders."""
+    return {**{name: value for name, value in os.environ.items() if name not in CHECKOUT_VARIABLES}, **extra}
+
+
+def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
+    """One test, so that one process pays for the installation (pytest-xdist shares no fixture)."""
+    venv = _install_wheel(tmp_path / "install")
+    listed = json.loads(_run([venv / "bin" / "python", "-m", "pip", "list", "--format", "json",
+                              "--disable-pip-version-check"]).stdout)
+    names = {package["name"].lower() for package in listed}
+    assert {"bgbias", "onnxruntime", "faiss-cpu", "rembg", "platformdirs", "torch"} <= names
+    assert not names & {"pytest", "ruff", "tensorboard", "onnx"}  # extras stay extras
+
+    project, home = tmp_path / "project", tmp_path / "bgbias-home"
+    project.mkdir()
+    (home / "u2net").mkdir(parents=True)
+    shutil.copy2(provide_u2netp(tmp_path / "fetched"), home / "u2net" / "u2netp.onnx")
+    make_bench(project / "data" / "bench", train_classes=4, val_classes=2, test_classes=3, per_class=2)
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    env = _clean_env(PATH=path, BGBIAS_HOME=str(home))
+
+    def bgbias(*args: str) -> str:
+        return _run(["bgbias", *args], cwd=project, env=env).stdout
+
+    assert "Usage: bgbias" in bgbias("--help")
+    assert "triplet" in bgbias("methods")
+    assert str(home / "u2net" / "u2netp.onnx") in bgbias("assets", "status")
+    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu")  # onnxruntime
+    manifest = json.loads((project / "masks" / "bench" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["counts"]["masks"] == 18 and manifest["producer"]["onnxruntime"] != "unknown"
+    bgbias("train", "--method", "triplet", "--dataset", "bench", *TINY_TRAINING)  # faiss, for validation
+    bgbias("eval")
+    (report,) = (project / "runs").glob("bench-triplet-seed0-*/eval/bench-test/report.json")
+    packages = json.loads(report.read_text(encoding="utf-8"))["installation"]["packages"]
+    assert {"onnxruntime", "faiss-cpu"} <= set(packages)
+
+    # bgbias itself is the installed wheel's, and its faiss backend answers.
+    code = ("import bgbias, numpy\n"
+            "from bgbias.retrieval.search import faiss_nearest_neighbours\n"
+            "print(bgbias.__file__)\n"
+            "print(faiss_nearest_neighbours(numpy.array([[0, 0], [0, 1], [5, 5]], 'float32'), 1).tolist())\n")
+    where, neighbours = _run([venv / "bin" / "python", "-c", code], cwd=project, env=env).stdout.splitlines()
+    assert Path(where).is_relative_to(venv) and neighbours == "[[1], [0], [1]]"
+    assert sorted(p.name for p in project.iterdir()) == ["data", "masks", "runs"]
+
+    # Without $BGBIAS_HOME, assets go to the user cache folder: on Linux (the locked platform), XDG's.
+    cache = tmp_path / "xdg-cache"
+    status = _run(["bgbias", "assets", "status"], cwd=project,
+                  env=_clean_env(PATH=path, XDG_CACHE_HOME=str(cache))).stdout
+    assert str(cache / "bgbias" / "u2net" / "u2netp.onnx") in status
