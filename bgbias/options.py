@@ -44,7 +44,8 @@ class Must:
 
     words: str
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(self, core_schema: Any,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return {**handler(core_schema), "description": f"must be {self.words}"}
 
 
@@ -110,7 +111,7 @@ def setting_problem(error: ValidationError, settings: type[BaseModel],
             continue
         key = ".".join(parts)
         if isinstance(value, Mapping) and not _is_mapping(kind):
-            return SettingProblem("single", key, value, "")
+            return SettingProblem("single", key, value, _type_words(kind), annotation=kind)
         words = must(model, name)
         if first["type"] in _LIMIT_ERRORS and words is not None:
             return SettingProblem("limit", key, value, words, annotation=kind)

@@ -203,6 +203,7 @@ def test_method_and_dataset_come_from_the_command_line(tmp_path):
     [
         ("cosface", "loss.margin=abc", "loss.margin = 'abc'"),
         ("cosface", "loss.scale=NaN", "finite"),
+        ("cosface", "loss.scale.x=1", "loss.scale must be a finite number"),
         ("cosface", "loss.margn=0.3", "use some of: margin, scale"),
         ("triplet", "loss.swap=1", "true or false"),
         ("multi_similarity", "loss.miner_epsilon=big", "loss.miner_epsilon"),
