@@ -1,6 +1,11 @@
 """Typed settings: a value from JSON, the command line or a Python call checked against what it must be.
 
-Configuration files and a method's loss options (and an attribution's options) share :func:`coerce_value`.
+Configuration sections, a method's loss options and an attribution's options are declared as
+:class:`Settings` (pydantic models): each field carries its default, its type, its limits and, as metadata,
+:class:`Must` (what its value must be, in the words an error uses) and :class:`IntroducedLater` (the value
+of runs written before the setting existed); :func:`setting_problem` reads a validation error back in those
+words.
+
 The arguments the commands and the Python API share (a split, a number of repeats, a seed, a path) are each
 declared once as a :class:`Rule`: the command line builds its option types from it (``bgbias.cli``), and the
 API checks what it is given with :func:`check_arguments`, which names each argument as its caller writes it
@@ -10,57 +15,122 @@ settings.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, ValidationError
+from pydantic.json_schema import JsonSchemaValue
+
 from bgbias.errors import OptionError
+from bgbias.schema import describe_type
 
 
-def coerce_value(value: Any, kind: Any, key: str) -> Any:
-    """``value`` checked against a type annotation (int, float, bool, str, optional, tuple, dict) and in the
-    form it takes (ints given for floats become floats, lists tuples); an OptionError names ``key``."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        options = [arg for arg in typing.get_args(kind) if arg is not type(None)]
-        if value is None:
-            return None
-        for option in options[:-1]:  # the first type that takes the value; the last one's error otherwise
-            with contextlib.suppress(OptionError):
-                return coerce_value(value, option, key)
-        return coerce_value(value, options[-1], key)
-    if origin is tuple:
-        if not isinstance(value, list | tuple) or len(value) != len(typing.get_args(kind)):
-            raise bad_value(key, value, f"a list of {len(typing.get_args(kind))} numbers")
-        return tuple(coerce_value(v, t, key) for v, t in zip(value, typing.get_args(kind), strict=True))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise bad_value(key, value, "a section of key=value settings")
-        return dict(value)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise bad_value(key, value, "true or false")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad_value(key, value, "an integer")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise bad_value(key, value, "a finite number")
-        return float(value)
-    if kind is str:
-        if not isinstance(value, str):
-            raise bad_value(key, value, "a string")
-        return value
-    raise TypeError(f"unsupported configuration type {kind!r} for {key}")
+class Settings(BaseModel):
+    """A section of settings: strict JSON types (an int is taken for a float, nothing else is converted),
+    finite numbers, read-only, and a key it does not declare refused."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+@dataclass(frozen=True)
+class Must:
+    """Field metadata: what a setting's value must be beyond its type, in the words its error uses (and its
+    JSON Schema's description, which editors show)."""
+
+    words: str
+
+    def __get_pydantic_json_schema__(self, core_schema: Any,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(core_schema), "description": f"must be {self.words}"}
+
+
+@dataclass(frozen=True)
+class IntroducedLater:
+    """Field metadata of a setting added after runs were first written: the value that reproduces how a run
+    without it trained (often not today's default)."""
+
+    value: Any
+
+
+def must(settings: type[BaseModel], name: str) -> str | None:
+    """The :class:`Must` words of field ``name``, if it has them."""
+    return next((m.words for m in settings.model_fields[name].metadata if isinstance(m, Must)), None)
+
+
+def introduced_later(settings: type[BaseModel]) -> dict[str, Any]:
+    """Each field of ``settings`` added later → its :class:`IntroducedLater` value."""
+    return {name: note.value for name, field in settings.model_fields.items()
+            for note in field.metadata if isinstance(note, IntroducedLater)}
+
+
+_LIMIT_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                           "literal_error", "string_pattern_mismatch", "string_too_short", "value_error"})
+"""pydantic's errors of a value of the right type outside its field's limits (its :class:`Must` words)."""
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """The first problem of a validation error, in words: ``kind`` is ``unknown`` (a key the settings do
+    not declare; ``known`` lists those they do), ``section`` (a section given as a single value), ``single``
+    (a single setting given as a section), ``limit`` (the right type, outside the field's limits) or
+    ``type``; ``key`` is dotted from the validated settings, ``value`` the one given, ``expected`` what it
+    must be, ``annotation`` the field's type."""
+
+    kind: str
+    key: str
+    value: Any
+    expected: str
+    known: tuple[str, ...] = ()
+    annotation: Any = None
+
+
+def setting_problem(error: ValidationError, settings: type[BaseModel],
+                    data: Mapping[str, Any]) -> SettingProblem:
+    """The first problem of ``error``, raised validating ``data`` as ``settings`` (nested settings are
+    sections): the field it is in, walked down the sections, with the value ``data`` holds there."""
+    first = error.errors(include_url=False)[0]
+    model, value, parts = settings, data, []
+    for part in first["loc"]:
+        name = str(part)
+        parts.append(name)
+        value = value.get(name) if isinstance(value, Mapping) else None
+        field = model.model_fields.get(name)
+        if field is None:
+            return SettingProblem("unknown", ".".join(parts), value, "", tuple(model.model_fields))
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            if not isinstance(value, Mapping):
+                return SettingProblem("section", ".".join(parts), value,
+                                      f'a section, e.g. {{"{next(iter(kind.model_fields))}": ...}}')
+            model = kind
+            continue
+        key = ".".join(parts)
+        if isinstance(value, Mapping) and not _is_mapping(kind):
+            return SettingProblem("single", key, value, _type_words(kind), annotation=kind)
+        words = must(model, name)
+        if first["type"] in _LIMIT_ERRORS and words is not None:
+            return SettingProblem("limit", key, value, words, annotation=kind)
+        return SettingProblem("type", key, value, _type_words(kind), annotation=kind)
+    raise AssertionError(f"no field in {first['loc']}")  # pragma: no cover (pydantic names a field)
+
+
+def _is_mapping(kind: Any) -> bool:
+    return getattr(kind, "__origin__", kind) is dict
+
+
+def _type_words(kind: Any) -> str:
+    """What a value of annotation ``kind`` is: a section for a dict, a list of numbers for a tuple of them,
+    else the words of records (bgbias.schema)."""
+    if _is_mapping(kind):
+        return "a section of key=value settings"
+    if getattr(kind, "__origin__", None) is tuple:
+        return f"a list of {len(kind.__args__)} finite numbers"
+    return describe_type(kind)
 
 
 def bad_value(key: str, value: Any, expected: str) -> OptionError:

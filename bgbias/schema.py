@@ -238,3 +238,9 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         twice = sorted({key for key, _ in pairs if sum(k == key for k, _ in pairs) > 1})
         raise ValueError(f"a key is given twice in one object: {', '.join(twice)}")
     return found
+
+
+def describe_type(kind: Any) -> str:
+    """What a value of type ``kind`` is, in the words of bgbias's errors ("a finite number", "an integer or
+    null"): settings (bgbias.options) word their type errors as records do."""
+    return _describe(kind)

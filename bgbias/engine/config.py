@@ -2,7 +2,8 @@
 
 A run's configuration is resolved once, in this order, each layer overriding the one before:
 
-1. the defaults of the dataclasses below;
+1. the defaults of the sections below, and the options a method records with their defaults
+   (:meth:`Method.recorded_options`);
 2. the protocol of the dataset, named by its layout (``configs/protocols/paper.json`` for CUB, Cars196, SOP
    and folders: the paper's BN-Inception / RMSprop 1e-6 setting; ``bench.json`` for the bench: MobileNetV2 /
    Adam);
@@ -13,7 +14,8 @@ A run's configuration is resolved once, in this order, each layer overriding the
 
 Each layer is checked as it is applied, so an error names the file (or ``--set``) a bad value comes from:
 every key known, every section a section, every value of its field's type (finite where a number) and within
-its rule, and the method's options its own (:meth:`Method.check_options`). Paths become absolute.
+its limits (each section is a pydantic model whose fields declare them), and the method's options its own
+(:meth:`Method.check_options`). Paths become absolute.
 
 The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
 read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key, but
@@ -24,37 +26,46 @@ resumed run cannot drift from the one it continues.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import functools
 import json
 import os
-import re
-import typing
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from bgbias.errors import OptionError
-from bgbias.options import bad_value, coerce_value
+from bgbias.options import IntroducedLater, Must, Settings, bad_value, introduced_later, setting_problem
+
+# What values must be beyond their types, with the words an error uses (None passes where allowed). Names of
+# methods, datasets and backbones are checked against their registries (_check_config).
+PathSetting = Annotated[str | None, Field(min_length=1), Must("a path (or null)")]
+Positive = Annotated[float, Field(gt=0), Must("positive")]
+AtLeastOne = Annotated[int, Field(ge=1), Must("at least 1")]
+ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
+Fraction = Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")]
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+def one_of(*choices: str) -> Any:
+    """A setting that takes one of ``choices``."""
+    return Annotated[Literal[choices], Must("one of " + ", ".join(choices))]
+
+
+class ModelConfig(Settings):
     """The network: backbone, its weights and the embedding head."""
 
     backbone: str = "mobilenet_v2"
     pretrained: bool = True
-    weights: str | None = None
-    embedding_dim: int = 128
-    pooling: str = "avg"
+    weights: PathSetting = None
+    embedding_dim: AtLeastOne = 128
+    pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
 
 
-@dataclass(frozen=True)
-class OptimConfig:
+class OptimConfig(Settings):
     """Optimizer and learning rates of the three parameter groups (backbone, head, loss parameters).
 
     ``warmup_epochs``: for the first N epochs the backbone group does not step (its parameters still get
@@ -66,43 +77,49 @@ class OptimConfig:
     (what AVSL's code does: its clipper is used up by its first call).
     """
 
-    name: str = "adam"
-    lr_backbone: float = 1e-4
-    lr_head: float = 1e-3
-    lr_loss: float = 1e-3
-    weight_decay: float = 0.0
-    momentum: float = 0.9
-    grad_clip: float | None = None
-    grad_clip_per_group: bool = False
-    grad_clip_first_step_only: bool = False
-    warmup_epochs: int = 0
+    name: one_of("adam", "adamw", "rmsprop", "sgd") = "adam"
+    lr_backbone: Positive = 1e-4
+    lr_head: Positive = 1e-3
+    lr_loss: Positive = 1e-3
+    weight_decay: ZeroOrMore = 0.0
+    momentum: Fraction = 0.9
+    grad_clip: Annotated[float | None, Field(gt=0), Must("positive (or null: no clipping)")] = None
+    grad_clip_per_group: Annotated[bool, IntroducedLater(False)] = False
+    grad_clip_first_step_only: Annotated[bool, IntroducedLater(False)] = False
+    warmup_epochs: Annotated[int, Field(ge=0), Must("0 or more (0: the backbone steps from the first epoch)"),
+                             IntroducedLater(0)] = 0
 
 
-@dataclass(frozen=True)
-class DataConfig:
+def _scale_range(scale: tuple[float, float]) -> tuple[float, float]:
+    if not 0 < scale[0] <= scale[1] <= 1:
+        raise ValueError("crop_scale")
+    return scale
+
+
+class DataConfig(Settings):
     """Batches and the training geometry; ``None`` geometry fields take the dataset's defaults."""
 
-    batch_size: int = 32
-    m_per_class: int = 4
-    batches_per_epoch: int | None = None
-    workers: int = 2
-    resize: int | None = None
-    crop: int | None = None
-    crop_scale: tuple[float, float] = (0.16, 1.0)
+    batch_size: AtLeastOne = 32
+    m_per_class: AtLeastOne = 4
+    batches_per_epoch: Annotated[int | None, Field(ge=1),
+                                 Must("at least 1 (or null: one pass over the data)")] = None
+    workers: Annotated[int, Field(ge=0), Must("0 or more")] = 2
+    resize: Annotated[int | None, Field(ge=1), Must("at least 1 (or null: the dataset's)")] = None
+    crop: Annotated[int | None, Field(ge=1), Must("at least 1 (or null: the dataset's)")] = None
+    crop_scale: Annotated[tuple[float, float], Field(strict=False), AfterValidator(_scale_range),
+                          Must("[low, high] with 0 < low <= high <= 1")] = (0.16, 1.0)
 
 
-@dataclass(frozen=True)
-class BGAugmentConfig:
+class BGAugmentConfig(Settings):
     """BGAugment: composite every training image (with probability ``p``) onto a train-pool background."""
 
     enabled: bool = False
-    p: float = 1.0
-    backgrounds: str | None = None
-    masks: str | None = None
+    p: Annotated[float, Field(ge=0, le=1), Must("a probability in [0, 1]")] = 1.0
+    backgrounds: PathSetting = None
+    masks: PathSetting = None
 
 
-@dataclass(frozen=True)
-class ScheduleConfig:
+class ScheduleConfig(Settings):
     """Epochs, model selection and early stopping.
 
     ``monitor`` is the validation MAP@R that picks the best checkpoint: ``auto`` means corrupted validation
@@ -112,43 +129,42 @@ class ScheduleConfig:
     measure how much the selected epoch costs against the best one in hindsight (selection noise).
     """
 
-    epochs: int = 8
-    patience: int = 15
-    monitor: str = "auto"
+    epochs: AtLeastOne = 8
+    patience: AtLeastOne = 15
+    monitor: one_of("auto", "clean", "corrupted") = "auto"
     validate_untrained: bool = True
-    watch_test: bool = False
+    watch_test: Annotated[bool, IntroducedLater(False)] = False
 
 
-@dataclass(frozen=True)
-class LogConfig:
+class LogConfig(Settings):
     """Where a run reports besides its own files: ``tensorboard`` also writes every epoch's row as scalars
     into ``<run>/tensorboard/`` (needs the ``tensorboard`` extra)."""
 
-    tensorboard: bool = False
+    tensorboard: Annotated[bool, IntroducedLater(False)] = False
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a training run."""
+class TrainConfig(Settings):
+    """Everything that defines a training run; ``loss`` holds the method's options (its ``Options``)."""
 
     method: str = "multi_similarity"
     dataset: str = "bench"
-    root: str | None = None
-    protocol: str = "fixed"
-    fold: int = 0
-    seed: int = 0
-    device: str = "auto"
-    amp: str = "auto"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    bgaugment: BGAugmentConfig = field(default_factory=BGAugmentConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    loss: dict[str, Any] = field(default_factory=dict)
+    root: PathSetting = None
+    protocol: one_of("fixed", "cv4") = "fixed"
+    fold: Annotated[int, Field(ge=0, le=3), Must("0, 1, 2 or 3")] = 0
+    seed: Annotated[int, Field(ge=0, lt=2**64), Must("a whole number in [0, 2**64)")] = 0
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$"),
+                      Must("auto, cpu, cuda or cuda:N")] = "auto"
+    amp: one_of("auto", "off", "bf16", "fp16") = "auto"
+    model: ModelConfig = ModelConfig()
+    optim: OptimConfig = OptimConfig()
+    data: DataConfig = DataConfig()
+    bgaugment: BGAugmentConfig = BGAugmentConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    log: LogConfig = LogConfig()
+    loss: dict[str, Any] = Field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return _jsonable(self.model_dump())
 
     @property
     def monitor(self) -> str:
@@ -158,64 +174,22 @@ class TrainConfig:
         return self.schedule.monitor
 
 
-# Settings added after runs were first written, with the value that reproduces how a run without them trained:
-# a run folder's configuration that lacks one gets it, and means what it meant (nothing else is filled in).
-INTRODUCED_LATER: dict[str, Any] = {"optim.warmup_epochs": 0, "log.tensorboard": False,
-                                    "schedule.watch_test": False, "optim.grad_clip_per_group": False,
-                                    "optim.grad_clip_first_step_only": False}
+def _sections() -> dict[str, type[BaseModel]]:
+    return {name: field.annotation for name, field in TrainConfig.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)}
+
+
+# Settings added after runs were first written (their IntroducedLater), with the value that reproduces how a
+# run without them trained: a run folder's configuration that lacks one gets it, and means what it meant
+# (nothing else is filled in).
+INTRODUCED_LATER: dict[str, Any] = {f"{section}.{name}": value for section, kind in _sections().items()
+                                    for name, value in introduced_later(kind).items()}
 SECTIONS_INTRODUCED_LATER = frozenset({"log"})
 """Whole sections added later: a run's configuration without one gets it, with the settings above."""
 
 # Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
 # folders from any working folder.
 PATH_KEYS = ("root", "model.weights", "bgaugment.masks", "bgaugment.backgrounds")
-
-
-def _one_of(*choices: str) -> tuple[Callable[[Any], bool], str]:
-    return (lambda value: value in choices), "one of " + ", ".join(choices)
-
-
-def _at_least(low: int) -> tuple[Callable[[Any], bool], str]:
-    return (lambda value: value >= low), f"at least {low}"
-
-
-_POSITIVE: tuple[Callable[[Any], bool], str] = ((lambda v: v > 0), "positive")
-_PATH: tuple[Callable[[Any], bool], str] = ((lambda v: v != ""), "a path (or null)")
-
-# What each value must satisfy beyond its type, with the words the error uses (None passes where allowed).
-# Names of methods, datasets and backbones are checked against their registries (_check_config).
-_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "root": _PATH,
-    "protocol": _one_of("fixed", "cv4"),
-    "fold": ((lambda v: 0 <= v <= 3), "0, 1, 2 or 3"),
-    "seed": ((lambda v: 0 <= v < 2**64), "a whole number in [0, 2**64)"),
-    "device": ((lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None), "auto, cpu, cuda or cuda:N"),
-    "amp": _one_of("auto", "off", "bf16", "fp16"),
-    "model.weights": _PATH,
-    "model.embedding_dim": _at_least(1),
-    "model.pooling": _one_of("avg", "max", "avg+max"),
-    "optim.name": _one_of("adam", "adamw", "rmsprop", "sgd"),
-    "optim.lr_backbone": _POSITIVE,
-    "optim.lr_head": _POSITIVE,
-    "optim.lr_loss": _POSITIVE,
-    "optim.weight_decay": ((lambda v: v >= 0), "0 or more"),
-    "optim.momentum": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
-    "optim.grad_clip": ((lambda v: v > 0), "positive (or null: no clipping)"),
-    "optim.warmup_epochs": ((lambda v: v >= 0), "0 or more (0: the backbone steps from the first epoch)"),
-    "data.batch_size": _at_least(1),
-    "data.m_per_class": _at_least(1),
-    "data.batches_per_epoch": ((lambda v: v >= 1), "at least 1 (or null: one pass over the data)"),
-    "data.workers": ((lambda v: v >= 0), "0 or more"),
-    "data.resize": ((lambda v: v >= 1), "at least 1 (or null: the dataset's)"),
-    "data.crop": ((lambda v: v >= 1), "at least 1 (or null: the dataset's)"),
-    "data.crop_scale": ((lambda v: 0 < v[0] <= v[1] <= 1), "[low, high] with 0 < low <= high <= 1"),
-    "bgaugment.p": ((lambda v: 0 <= v <= 1), "a probability in [0, 1]"),
-    "bgaugment.backgrounds": _PATH,
-    "bgaugment.masks": _PATH,
-    "schedule.epochs": _at_least(1),
-    "schedule.patience": _at_least(1),
-    "schedule.monitor": _one_of("auto", "clean", "corrupted"),
-}
 
 
 # --------------------------------------------------------------------------------------------- resolving
@@ -243,11 +217,12 @@ def resolve_config(
     command_line = {"method": method, "dataset": dataset, **(options or {})}
     layers.append(("command line", None, unflatten(command_line)))
     layers.append(("--set", None, unflatten(dict(parse_override(text) for text in overrides))))
-    merged = dataclasses.asdict(TrainConfig())
+    merged = {**TrainConfig().model_dump(), "loss": method_cls.recorded_options()}
     for source, path, layer in layers:
         with _naming(source, path):
-            merged = _apply(TrainConfig, merged, layer, "")
-            method_cls.check_options(layer.get("loss", {}))
+            merged = _merged(merged, layer)
+            _checked(merged)
+            merged["loss"] = {**merged["loss"], **method_cls.check_options(layer.get("loss", {}))}
             if layer.get("method", method) != method or layer.get("dataset", dataset) != dataset:
                 raise OptionError(
                     f"the method and dataset are chosen by --method and --dataset (here {method} on "
@@ -327,19 +302,17 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from a complete nested dict (a run's ``config.json``): every key present, every value
-    of its field's type and within its rule, the names registered and the method's options its own.
+    of its field's type and within its limits, the names registered and the method's options its own.
     Settings bgbias gained after a run was written (:data:`INTRODUCED_LATER`) take the value the run trained
     with."""
-    data = _with_introduced_later(data)
-    checked = _apply(TrainConfig, {}, data, "")
-    missing = _missing(TrainConfig, checked, "")
+    config = _checked(_with_introduced_later(data))
+    missing = _missing(config)
     if missing:
         raise OptionError(
             f"missing settings: {', '.join(missing)}",
             fix="a run's config.json holds every setting: this one was not written by bgbias train, or was "
                 "edited; restore the missing settings",
         )
-    config = _build(TrainConfig, checked)
     _check_config(config)
     return config
 
@@ -362,32 +335,31 @@ def _naming(source: str, path: str | os.PathLike[str] | None) -> Iterator[None]:
                           fix=err.fix) from None
 
 
-def _apply(cls: type, base: dict[str, Any], layer: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """``base`` (the nested dict of dataclass ``cls``) updated by ``layer``, whose every key must be a field,
-    every section a section and every value of its field's type and within its rule."""
-    hints = typing.get_type_hints(cls)
+def _merged(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``layer``, section by section."""
     out = dict(base)
     for name, value in layer.items():
-        key = f"{prefix}{name}"
-        if name not in hints:
-            raise _unknown_key(key, list(hints))
-        kind = hints[name]
-        if dataclasses.is_dataclass(kind):
-            if not isinstance(value, dict):
-                example = dataclasses.fields(kind)[0].name
-                raise bad_value(key, value, f"a section, e.g. {{\"{example}\": ...}}")
-            out[name] = _apply(kind, out.get(name, {}), value, f"{key}.")
-        elif typing.get_origin(kind) is dict:  # the method's options: the method checks them
-            out[name] = {**out.get(name, {}), **coerce_value(value, kind, key)}
-        elif isinstance(value, dict):
-            raise OptionError(f"{key} is a single setting, not a section: {value!r}",
-                              fix=f"set {key} itself, e.g. {key}=<value>")
-        else:
-            out[name] = coerce_value(value, kind, key)
-            rule = _RULES.get(key)
-            if rule is not None and out[name] is not None and not rule[0](out[name]):
-                raise bad_value(key, out[name], rule[1])
+        both = isinstance(value, Mapping) and isinstance(base.get(name), Mapping)
+        out[name] = _merged(base[name], value) if both else value
     return out
+
+
+def _checked(data: Mapping[str, Any]) -> TrainConfig:
+    """``data`` as a TrainConfig: every key known, every section a section and every value of its field's
+    type and within its limits (an OptionError naming the first that is not)."""
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        problem = setting_problem(error, TrainConfig, data)
+    if problem.kind == "unknown":
+        raise _unknown_key(problem.key, list(problem.known))
+    if problem.kind == "single":
+        raise OptionError(f"{problem.key} is a single setting, not a section: {problem.value!r}",
+                          fix=f"set {problem.key} itself, e.g. {problem.key}=<value>")
+    value = problem.value
+    if problem.kind == "limit" and problem.annotation is float and type(value) is int:
+        value = float(value)  # as the setting holds it
+    raise bad_value(problem.key, value, problem.expected)
 
 
 def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
@@ -409,27 +381,16 @@ def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _missing(cls: type, data: dict[str, Any], prefix: str) -> list[str]:
-    """The dotted keys of ``cls`` that ``data`` lacks."""
-    hints = typing.get_type_hints(cls)
+def _missing(settings: BaseModel, prefix: str = "") -> list[str]:
+    """The dotted keys of ``settings`` that were not given (taken from their defaults)."""
     missing = []
-    for spec in dataclasses.fields(cls):
-        key = f"{prefix}{spec.name}"
-        if spec.name not in data:
-            missing.append(key)
-        elif dataclasses.is_dataclass(hints[spec.name]):
-            missing += _missing(hints[spec.name], data[spec.name], f"{key}.")
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if name not in settings.model_fields_set:
+            missing.append(f"{prefix}{name}")
+        elif isinstance(value, BaseModel):
+            missing += _missing(value, f"{prefix}{name}.")
     return missing
-
-
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    """Dataclass ``cls`` from its complete, checked nested dict."""
-    hints = typing.get_type_hints(cls)
-    return cls(**{
-        spec.name: _build(hints[spec.name], data[spec.name]) if dataclasses.is_dataclass(hints[spec.name])
-        else data[spec.name]
-        for spec in dataclasses.fields(cls)
-    })
 
 
 def _check_config(config: TrainConfig) -> None:
@@ -454,6 +415,24 @@ def _check_config(config: TrainConfig) -> None:
     if config.model.weights is not None and not config.model.pretrained:
         raise OptionError("model.weights is set, but model.pretrained = false asks for random "
                           "initialisation", fix="drop the weight file, or set model.pretrained=true")
+
+
+def config_json_schema(method: str | None = None) -> dict[str, Any]:
+    """The JSON Schema of a run's configuration (its ``config.json``, or a ``--config`` file, which may leave
+    settings out), for editors: the sections with their types, limits and defaults, and as ``loss`` the
+    options of ``method``, or of every registered method as alternatives where none is named."""
+    from bgbias.methods.registry import method_class, method_names
+
+    schema = TrainConfig.model_json_schema()
+    options = []
+    for name in [method] if method is not None else method_names():
+        model = method_class(name).options_model().model_json_schema()
+        schema.setdefault("$defs", {}).update(model.pop("$defs", {}))
+        options.append({**model, "title": f"{name} options"})
+    schema["properties"]["loss"] = options[0] if len(options) == 1 else {"anyOf": options}
+    if method is not None:
+        schema["properties"]["method"] = {"const": method, "title": "Method"}
+    return schema
 
 
 def _package_json(kind: str, name: str) -> dict[str, Any]:

@@ -16,13 +16,14 @@ convention again), so the same holds for every backbone's convention. The distan
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import Field, ValidationError, model_validator
 
 from bgbias.errors import OptionError
 from bgbias.methods.attribution import per_image_generators, register_attribution
+from bgbias.options import Must, Settings, must, setting_problem
 from bgbias.retrieval.state import model_form, named_arrays, take_rows
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ if TYPE_CHECKING:
 
 
 @register_attribution("smoothgrad")
-@dataclass(frozen=True)
-class SmoothGrad:
+class SmoothGrad(Settings):
     """The paper's attribution: input gradients of the distance to a black image's embedding, summed over
     noisy copies of the image.
 
@@ -45,26 +45,29 @@ class SmoothGrad:
     one image), which bounds memory without changing the maps.
     """
 
-    copies: int = 25
-    noise: float = 0.15
-    clip_percentile: float = 99.0
-    batch: int = 50
+    copies: Annotated[int, Field(ge=1), Must("a whole number >= 1")] = 25
+    noise: Annotated[float, Field(ge=0), Must("a number >= 0")] = 0.15
+    clip_percentile: Annotated[float, Field(gt=0, le=100), Must("a number in (0, 100]")] = 99.0
+    batch: Annotated[int, Field(ge=1), Must("a whole number >= 1")] = 50
 
-    serves = "every model with an input convention (all built-in methods)"
+    serves: ClassVar[str] = "every model with an input convention (all built-in methods)"
 
-    def __post_init__(self) -> None:
-        _require(_is_int(self.copies) and self.copies >= 1, "copies", self.copies, "a whole number >= 1")
-        _require(_is_real(self.noise) and self.noise >= 0, "noise", self.noise, "a number >= 0")
-        _require(
-            _is_real(self.clip_percentile) and 0 < self.clip_percentile <= 100,
-            "clip_percentile",
-            self.clip_percentile,
-            "a number in (0, 100]",
-        )
-        _require(_is_int(self.batch) and self.batch >= 1, "batch", self.batch, "a whole number >= 1")
+    @model_validator(mode="wrap")
+    @classmethod
+    def _in_words(cls, data: Any, handler: Callable[[Any], SmoothGrad]) -> SmoothGrad:
+        """A value that is not what its option must be is an OptionError naming it, in the option's words."""
+        try:
+            return handler(data)
+        except ValidationError as error:
+            problem = setting_problem(error, cls, data)
+        if problem.kind == "unknown":
+            raise OptionError(f"smoothgrad has no option {problem.key!r}",
+                              fix=f"its options are: {', '.join(cls.model_fields)}")
+        raise OptionError(f"smoothgrad option {problem.key}={problem.value!r} is invalid",
+                          fix=f"give {problem.key} as {must(cls, problem.key)}")
 
     def options(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
     def supports(self, model: EmbeddingModel) -> bool:
         """Any model with an input convention: the noise is added in the network's input space and mapped
@@ -151,16 +154,3 @@ def normalise_maps(maps: torch.Tensor, clip_percentile: float) -> torch.Tensor:
     span = high - low
     scaled = ((maps - low) / torch.where(span > 0, span, torch.ones_like(span))).clamp(0.0, 1.0)
     return torch.where(span > 0, scaled, (maps > low).to(scaled.dtype))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _require(ok: bool, name: str, value: Any, wanted: str) -> None:
-    if not ok:
-        raise OptionError(f"smoothgrad option {name}={value!r} is invalid", fix=f"give {name} as {wanted}")

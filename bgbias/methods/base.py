@@ -21,24 +21,27 @@ Methods that need more reach into the backbone through its named stages (``backb
 themselves between epochs from fresh training batches in :meth:`Method.on_epoch_start`. A method that trains
 each batch in several optimiser steps says how many in :attr:`Method.steps_per_batch`.
 
-A method's options (the configuration's ``loss`` section) are declared with their defaults (``own_options``,
-or ``option_types`` where they come from elsewhere, as a library loss's signature). ``check_options`` refuses
-an unknown option or a value of the wrong type while the configuration is resolved, so a bad option stops a
-run before its folder exists, and again when the method is built.
+A method's options (the configuration's ``loss`` section) are declared once, as its :class:`MethodOptions`
+model ``Options``: each field carries its default, type, limits (``Must`` words) and, for an option added
+after runs were written, the value those runs trained with (``IntroducedLater``); a library loss's options
+are read from its signature (``options_model``). ``check_options`` refuses an unknown option or a value that
+is not what it must be while the configuration is resolved, so a bad option stops a run before its folder
+exists, and again when the method is built.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
+from pydantic import ValidationError
 from torch import nn
 
 from bgbias.errors import OptionError
-from bgbias.options import coerce_value
+from bgbias.options import Settings, bad_value, introduced_later, must, setting_problem
 from bgbias.retrieval.retrievers import ExactL2, Retrieval
 
 if TYPE_CHECKING:
@@ -99,6 +102,10 @@ class MethodSpec:
     input_size: int | None = None
 
 
+class MethodOptions(Settings):
+    """A method's options: one field each, with its default, type and limits (see the module docstring)."""
+
+
 class Method(nn.Module, ABC):
     """Base class of every registered method (see the module docstring for the contract)."""
 
@@ -107,14 +114,8 @@ class Method(nn.Module, ABC):
     loss_modules: ClassVar[tuple[str, ...]] = ()
     # True when ``embed`` returns unit-length (B, D) vectors (faiss's L2 then ranks as cosine similarity).
     unit_norm: ClassVar[bool] = True
-    # The method's options (the configuration's ``loss`` section) with their defaults. A default's type is the
-    # type the option takes (a float option takes ints too); a None default stands for a number or null.
-    own_options: ClassVar[dict[str, Any]] = {}
-    # What option values must satisfy beyond their types: name → (test, what the value must be).
-    option_rules: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
-    # Options added after runs were first written, with the value that reproduces how a run without them
-    # trained (often not today's default): a run's saved options that lack one read as that (saved_options).
-    options_introduced_later: ClassVar[dict[str, Any]] = {}
+    # The method's options (the configuration's ``loss`` section).
+    Options: ClassVar[type[MethodOptions]] = MethodOptions
     # The attribution that is the method's own explanation (SAM's similarity attention, AVSL's node
     # decomposition), which a study scores beside SmoothGrad; None for the others.
     own_attribution: ClassVar[str | None] = None
@@ -126,48 +127,63 @@ class Method(nn.Module, ABC):
         self.spec = spec
 
     @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        """Every option the method takes → the type its value must have (read from ``own_options``)."""
-        return {name: float | None if default is None else type(default)
-                for name, default in cls.own_options.items()}
+    def options_model(cls) -> type[MethodOptions]:
+        """Every option the method takes: its ``Options``."""
+        return cls.Options
 
     @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """Refuse an option the method does not take, a value of the wrong type (an OptionError that lists
-        the options it takes) or one that breaks its rule in ``option_rules``; a method with rules that
-        involve several options extends this."""
-        types = cls.option_types()
-        unknown = sorted(set(options) - set(types))
-        if unknown:
-            raise OptionError(f"{cls.name} does not know the options {unknown}",
-                              fix=f"use some of: {', '.join(sorted(types)) or '(none)'}")
-        for name, value in options.items():
-            coerce_value(value, types[name], f"loss.{name}")
-        for name, (ok, expected) in cls.option_rules.items():
-            if options.get(name) is not None and not ok(options[name]):
-                raise OptionError(f"{cls.name} option {name} = {options[name]!r} is invalid",
-                                  fix=f"set loss.{name} to {expected}")
+    def recorded_options(cls) -> dict[str, Any]:
+        """The options a run's configuration records before any layer sets one: every option, with its
+        default."""
+        return cls.Options().model_dump()
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` in the form their fields take (ints given for floats as floats, lists as tuples);
+        an option the method does not take is an OptionError that lists those it takes, a value of the wrong
+        type or outside its limits one that says what it must be."""
+        model = cls.options_model()
+        try:
+            checked = model.model_validate(options)
+        except ValidationError as error:
+            unknown = sorted(str(p["loc"][0]) for p in error.errors() if p["type"] == "extra_forbidden")
+            if unknown:
+                known = ", ".join(sorted(model.model_fields)) or "(none)"
+                raise OptionError(f"{cls.name} does not know the options {unknown}",
+                                  fix=f"use some of: {known}") from None
+            problem = setting_problem(error, model, options)
+            if problem.kind == "limit":
+                raise OptionError(f"{cls.name} option {problem.key} = {problem.value!r} is invalid",
+                                  fix=f"set loss.{problem.key} to {problem.expected}") from None
+            raise bad_value(f"loss.{problem.key}", problem.value, problem.expected) from None
+        return {name: getattr(checked, name) for name in options}
+
+    @classmethod
+    def options_with_defaults(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option of ``Options``: those ``options`` sets, checked, and the defaults of the others."""
+        return {**cls.Options().model_dump(), **cls.check_options(
+            {name: value for name, value in options.items() if name in cls.Options.model_fields})}
 
     @classmethod
     def describe_options(cls) -> str:
-        """Its own options with their defaults (and their choices, where a rule names them), for
+        """Its own options with their defaults (and their choices, where its limits name them), for
         ``bgbias methods``."""
         described = []
-        for name, default in cls.own_options.items():
-            expected = cls.option_rules.get(name, (None, ""))[1]
+        for name, spec in cls.Options.model_fields.items():
+            expected = must(cls.Options, name) or ""
             choices = f" ({expected})" if expected.startswith("one of") else ""
-            described.append(f"{name}={default!r}{choices}")
+            described.append(f"{name}={spec.default!r}{choices}")
         return ", ".join(described) or "none"
 
     @classmethod
     def saved_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """A run's saved options (its ``config.json``'s ``loss`` section, its checkpoints' spec) as the run
-        trained: each of :attr:`options_introduced_later` it lacks gets the value it had then."""
-        return {**cls.options_introduced_later, **options}
+        trained: each option added later (``IntroducedLater``) it lacks gets the value it had then."""
+        return {**introduced_later(cls.Options), **options}
 
     def embedding_options(self) -> dict[str, Any]:
         """The options that change what ``embed`` returns for the same weights (a model's fingerprint covers
-        them), leaving out any that holds its :attr:`options_introduced_later` value, so a fingerprint
+        them), leaving out any that holds its ``IntroducedLater`` value, so a fingerprint
         taken before the option existed still names the same embeddings. None by default."""
         return {}
 
@@ -235,10 +251,3 @@ class Method(nn.Module, ABC):
             else:
                 groups["head"].append(parameter)
         return groups
-
-
-def split_options(options: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate a method's own options (with their defaults ``own``) from those it passes on to a library."""
-    mine = {key: options.get(key, default) for key, default in own.items()}
-    rest = {key: value for key, value in options.items() if key not in own}
-    return mine, rest

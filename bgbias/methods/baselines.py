@@ -1,21 +1,24 @@
 """The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning.
 
 Each is one backbone + embedding head trained with one PML loss; the loss object is injected with the
-hyperparameters of the configuration's ``loss`` section (per-dataset values in ``configs/methods/``). Proxy
+hyperparameters of the configuration's ``loss`` section (per-dataset values in ``configs/methods/``), whose
+options are the loss's keyword arguments as the library's signature declares them, with its defaults. Proxy
 and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own parameters, which get the
 ``lr_loss`` learning rate.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from typing import Any, ClassVar
 
+import pydantic
 import torch
 
 from bgbias.errors import OptionError
-from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import EmbeddingHead
@@ -28,29 +31,32 @@ class MetricLossMethod(Method):
     # Proxy/classifier losses are built with the number of classes and the embedding size.
     needs_classes: ClassVar[bool] = False
     loss_modules = ("loss_fn",)
+    # The loss's keyword arguments that take more than their default's type.
+    library_types: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
         self.head = EmbeddingHead(backbone.channels[backbone.final], spec.embedding_dim, spec.pooling)
-        own, loss_options = split_options(spec.options, self.own_options)
-        self.options = own
+        self.options = self.options_with_defaults(spec.options)
+        loss_options = {key: value for key, value in spec.options.items() if key not in self.options}
         self.loss_fn = _pml_object("losses", self.loss_class, {**self.sizes(spec), **loss_options}, self.name)
         self.miner = self.build_miner()
 
     @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        """The loss's keyword arguments whose defaults are plain values (a number default takes any number:
-        the library writes ``scale=64`` for a float), and our own options."""
-        parameters = inspect.signature(_pml_class("losses", cls.loss_class)).parameters.values()
-        library = {
-            p.name: float if type(p.default) is int else type(p.default)
-            for p in parameters if p.default is not p.empty and p.default is not None
-        }
-        return {**library, **super().option_types()}
+    def options_model(cls) -> type[MethodOptions]:
+        """Our own options (``Options``) and the loss's keyword arguments whose defaults are plain values,
+        read from the library's signature (its defaults stay the library's)."""
+        return _loss_options(cls)
+
+    @classmethod
+    def recorded_options(cls) -> dict[str, Any]:
+        """None: a run records the loss options its protocol or its user set, and the library keeps the
+        defaults of the others."""
+        return {}
 
     @classmethod
     def describe_options(cls) -> str:
-        own = "" if not cls.own_options else super().describe_options() + "; "
+        own = "" if not cls.Options.model_fields else super().describe_options() + "; "
         return f"{own}the keyword arguments of pytorch-metric-learning's {cls.loss_class}"
 
     def sizes(self, spec: MethodSpec) -> dict[str, Any]:
@@ -89,11 +95,12 @@ class Contrastive(MetricLossMethod):
 @register_method("triplet")
 class Triplet(MetricLossMethod):
     loss_class = "TripletMarginLoss"
+    # "all" (the library's default) or a count.
+    library_types: ClassVar[dict[str, Any]] = {"triplets_per_anchor": int | str}
 
-    @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        """``triplets_per_anchor`` is "all" (the library's default) or a count."""
-        return {**super().option_types(), "triplets_per_anchor": int | str}
+
+class MultiSimilarityOptions(MethodOptions):
+    miner_epsilon: float | None = None  # the MS miner's ε; null: no miner
 
 
 @register_method("multi_similarity")
@@ -101,7 +108,7 @@ class MultiSimilarity(MetricLossMethod):
     """MS loss; ``loss.miner_epsilon`` (null: no miner) adds the MS miner of the original paper."""
 
     loss_class = "MultiSimilarityLoss"
-    own_options: ClassVar[dict[str, Any]] = {"miner_epsilon": None}
+    Options = MultiSimilarityOptions
 
     def build_miner(self) -> torch.nn.Module | None:
         epsilon = self.options["miner_epsilon"]
@@ -134,6 +141,10 @@ class ProxyAnchor(MetricLossMethod):
     needs_classes = True
 
 
+class MarginOptions(MethodOptions):
+    distance_weighted: bool = False  # distance-weighted sampling of the triplets instead of all of them
+
+
 @register_method("margin")
 class Margin(MetricLossMethod):
     """Margin loss (Wu et al.); with ``loss.learn_beta`` its per-class boundaries are loss parameters, with
@@ -141,7 +152,7 @@ class Margin(MetricLossMethod):
     MetricFormer's base loss) instead of every triplet of the batch."""
 
     loss_class = "MarginLoss"
-    own_options: ClassVar[dict[str, Any]] = {"distance_weighted": False}
+    Options = MarginOptions
 
     def sizes(self, spec: MethodSpec) -> dict[str, Any]:
         return {"num_classes": spec.num_classes} if spec.options.get("learn_beta") else {}
@@ -150,6 +161,19 @@ class Margin(MetricLossMethod):
         if not self.options["distance_weighted"]:
             return None
         return _pml_object("miners", "DistanceWeightedMiner", {}, self.name)
+
+
+@functools.cache
+def _loss_options(method: type[MetricLossMethod]) -> type[MethodOptions]:
+    """The options model of ``method``: its ``Options`` and its loss's keyword arguments with plain-value
+    defaults (a number default takes any number: the library writes ``scale=64`` for a float)."""
+    parameters = inspect.signature(_pml_class("losses", method.loss_class)).parameters.values()
+    fields: dict[str, Any] = {
+        p.name: (method.library_types.get(p.name, float if type(p.default) is int else type(p.default)),
+                 p.default)
+        for p in parameters if p.default is not p.empty and p.default is not None
+    }
+    return pydantic.create_model(f"{method.loss_class}Options", __base__=method.Options, **fields)
 
 
 def _pml_class(kind: str, class_name: str) -> type:

@@ -10,11 +10,13 @@ from bgbias.engine.config import (
     PATH_KEYS,
     TrainConfig,
     config_from_dict,
+    config_json_schema,
     load_run_config,
     parse_override,
     resolve_config,
 )
 from bgbias.errors import OptionError
+from bgbias.methods.registry import method_names
 
 
 def test_bench_protocol_is_the_cpu_setting():
@@ -201,6 +203,7 @@ def test_method_and_dataset_come_from_the_command_line(tmp_path):
     [
         ("cosface", "loss.margin=abc", "loss.margin = 'abc'"),
         ("cosface", "loss.scale=NaN", "finite"),
+        ("cosface", "loss.scale.x=1", "loss.scale must be a finite number"),
         ("cosface", "loss.margn=0.3", "use some of: margin, scale"),
         ("triplet", "loss.swap=1", "true or false"),
         ("multi_similarity", "loss.miner_epsilon=big", "loss.miner_epsilon"),
@@ -277,3 +280,24 @@ def test_an_option_of_several_types_takes_each_of_them():
                               ).loss["triplets_per_anchor"] == value
     with pytest.raises(OptionError, match="triplets_per_anchor"):
         resolve_config("triplet", "bench", overrides=["loss.triplets_per_anchor=1.5"])
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_a_run_config_validates_against_the_json_schema(name):
+    """Editors read the schema (``bgbias methods --schema``): a run's config.json is valid under its method's
+    schema and under the one of every method, and a value the configuration refuses is refused there too."""
+    jsonschema = pytest.importorskip("jsonschema")
+    data = resolve_config(name, "cub", overrides=["data.crop_scale=[0.5, 1.0]"]).as_dict()
+    for schema in (config_json_schema(name), config_json_schema()):
+        jsonschema.validate(data, schema)
+        for bad in ({**data, "seed": -1}, {**data, "optim": {**data["optim"], "lr_haed": 0.1}},
+                    {**data, "loss": {**data["loss"], "not_an_option": 1}}):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, schema)
+
+
+def test_the_json_schema_says_what_each_setting_must_be():
+    schema = config_json_schema("dcml")
+    assert schema["$defs"]["OptimConfig"]["properties"]["lr_head"]["description"] == "must be positive"
+    assert schema["properties"]["loss"]["properties"]["head_norm_group"]["enum"] == ["backbone", "head"]
+    assert schema["properties"]["method"]["const"] == "dcml"

@@ -142,7 +142,7 @@ def test_a_bad_loss_option_is_named_with_the_allowed_ones():
 def test_every_method_declares_the_options_of_its_configuration(name, dataset):
     loss = resolve_config(name, dataset).loss
     method_class(name).check_options(loss)
-    assert set(loss) <= set(method_class(name).option_types())
+    assert set(loss) <= set(method_class(name).options_model().model_fields)
 
 
 def test_options_set_from_the_data_are_not_options():

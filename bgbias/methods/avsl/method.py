@@ -21,11 +21,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import AfterValidator, Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -45,9 +46,10 @@ from bgbias.methods.avsl.graph import (
     reliability,
 )
 from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
-from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
+from bgbias.options import IntroducedLater, Must, introduced_later
 from bgbias.retrieval.retrievers import LearnedDistance, Retrieval
 
 BASES = ("proxy_anchor", "margin")
@@ -78,17 +80,44 @@ def block_shape(device: torch.device) -> tuple[int, int]:
         return min(NODE_ELEMENTS, CPU_NODE_ELEMENTS), min(REFERENCE_ROWS, CPU_REFERENCE_ROWS)
     return NODE_ELEMENTS, REFERENCE_ROWS
 
-_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
-    "certainty_min": ((lambda v: v in CERTAINTY_MINIMA), "one of: " + ", ".join(CERTAINTY_MINIMA)),
-    "level_weights": ((lambda v: all(w >= 0 for w in v)), "three weights of 0 or more"),
-    "final_weight": ((lambda v: v >= 0), "0 or more"),
-    "top_k": ((lambda v: v >= 1), "a whole number of at least 1 (or null: a quarter of the embedding size)"),
-    "edge_momentum": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
-    **dict.fromkeys(("reliability_gain", "pa_alpha", "final_pa_alpha"),
-                    ((lambda v: v > 0), "a positive number")),
-    **dict.fromkeys(("margin", "hard_negative_cutoff"), ((lambda v: v >= 0), "0 or more")),
-}
+Positive = Annotated[float, Field(gt=0), Must("a positive number")]
+
+
+def _non_negative(weights: tuple[float, ...]) -> tuple[float, ...]:
+    if any(w < 0 for w in weights):
+        raise ValueError("a weight is negative")
+    return weights
+
+
+ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
+
+
+class AVSLOptions(MethodOptions):
+    """AVSL's options (the ``loss`` section)."""
+
+    # proxy_anchor | margin: the loss on every level and on d̂
+    base: Annotated[Literal[BASES], Must("one of: " + ", ".join(BASES))] = "proxy_anchor"
+    level_weights: Annotated[tuple[float, float, float], Field(strict=False), AfterValidator(_non_negative),
+                             Must("three weights of 0 or more")] = (1.0, 1.0, 1.0)  # λ_1, λ_2, λ_3
+    final_weight: ZeroOrMore = 1.0  # the weight of the loss on d̂
+    # lower nodes each high node keeps; null: a quarter of the embedding size
+    top_k: Annotated[int | None, Field(ge=1),
+                     Must("a whole number of at least 1 (or null: a quarter of the embedding size)")] = None
+    edge_momentum: Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")] = 0.5  # γ of the edges' EMA
+    reliability_gain: Positive = 10.0  # γ_p in sigmoid(γ_p (α η + β))
+    pa_alpha: Positive = 16.0  # ProxyAnchor on the levels: α, γ_pos, γ_neg (dissimilarity form)
+    pa_pos_margin: float = 1.8
+    pa_neg_margin: float = 2.2
+    final_pa_alpha: Positive = 16.0  # ProxyAnchor on d̂
+    final_pa_pos_margin: float = 1.8
+    final_pa_neg_margin: float = 2.2
+    margin: ZeroOrMore = 0.2  # margin loss: α, the fixed margin
+    beta: float = 1.2  # margin loss: β, the initial per-class boundary
+    hard_negative_cutoff: ZeroOrMore = 0.5  # margin loss: hard negatives nearer than this count as equal
+    # row | global: what a map is shifted by before its spread is read; runs trained before the option
+    # existed shifted every map by its global minimum
+    certainty_min: Annotated[Literal[CERTAINTY_MINIMA], Must("one of: " + ", ".join(CERTAINTY_MINIMA)),
+                             IntroducedLater("global")] = "row"
 
 
 class Collector(nn.Module):
@@ -126,37 +155,13 @@ class AVSL(Method):
     loss_modules = ("collector",)
     own_attribution = "avsl"
     unit_norm = False  # the state is named arrays; ``embedding`` holds three unit vectors side by side
-    option_rules = _OPTION_RULES
-    own_options: ClassVar[dict[str, Any]] = {
-        "base": "proxy_anchor",  # proxy_anchor | margin: the loss on every level and on d̂
-        "level_weights": (1.0, 1.0, 1.0),  # λ_1, λ_2, λ_3 of the level losses
-        "final_weight": 1.0,  # the weight of the loss on d̂
-        "top_k": None,  # lower nodes each high node keeps; null: a quarter of the embedding size
-        "edge_momentum": 0.5,  # γ of the edges' EMA (0: each batch's own)
-        "reliability_gain": 10.0,  # γ_p in sigmoid(γ_p (α η + β))
-        "pa_alpha": 16.0,  # ProxyAnchor on the levels: α, γ_pos, γ_neg (dissimilarity form)
-        "pa_pos_margin": 1.8,
-        "pa_neg_margin": 2.2,
-        "final_pa_alpha": 16.0,  # ProxyAnchor on d̂
-        "final_pa_pos_margin": 1.8,
-        "final_pa_neg_margin": 2.2,
-        "margin": 0.2,  # margin loss: α, the fixed margin
-        "beta": 1.2,  # margin loss: β, the initial per-class boundary
-        "hard_negative_cutoff": 0.5,  # margin loss: hard negatives nearer than this count as equal
-        "certainty_min": "row",  # row | global: what a map is shifted by before its spread is read
-    }
-    # Runs trained before the option existed shifted every map by its global minimum.
-    options_introduced_later: ClassVar[dict[str, Any]] = {"certainty_min": "global"}
-
-    @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        return {**super().option_types(), "level_weights": tuple[float, float, float], "top_k": int | None}
+    Options = AVSLOptions
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
         """Refuse, while the configuration is resolved, a top-k larger than the per-level embedding size r
         (each high node keeps k of the r lower nodes)."""
-        top_k = {**cls.own_options, **options}["top_k"]
+        top_k = options.get("top_k", cls.Options.model_fields["top_k"].default)
         if top_k is not None and top_k > embedding_dim:
             raise OptionError(
                 f"avsl: loss.top_k = {top_k} is larger than model.embedding_dim = {embedding_dim} (each "
@@ -168,7 +173,7 @@ class AVSL(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options, _ = split_options(spec.options, self.own_options)
+        options = self.options_with_defaults(spec.options)
         self.check_training(options, batch_size=1, embedding_dim=spec.embedding_dim)
         self.options = options
         self.dim = spec.embedding_dim
@@ -203,7 +208,8 @@ class AVSL(Method):
     def embedding_options(self) -> dict[str, Any]:
         """``certainty_min`` where it is not the formula of runs trained before the option existed."""
         minimum = self.options["certainty_min"]
-        return {} if minimum == self.options_introduced_later["certainty_min"] else {"certainty_min": minimum}
+        trained_before = introduced_later(self.Options)["certainty_min"]
+        return {} if minimum == trained_before else {"certainty_min": minimum}
 
     def graph(self) -> Graph:
         """W̃ (recomputed from the edge buffers), α, β and γ_p."""

@@ -17,15 +17,15 @@ half only, and γ pulls each image towards its fixed pair partner in the other h
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
-from bgbias.methods.base import Batch, Method, MethodSpec, TrainingData, split_options
+from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec, TrainingData
 from bgbias.methods.dcml.attention import AttentionCopies
 from bgbias.methods.dcml.environments import learn_environments
 from bgbias.methods.dcml.penalties import (
@@ -39,6 +39,7 @@ from bgbias.methods.dcml.proxies import CosFaceProxies
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import global_pool
+from bgbias.options import IntroducedLater, Must
 
 
 class BatchNormHead(nn.Module):
@@ -59,14 +60,30 @@ HEAD_NORM_GROUPS = ("backbone", "head")
 """The parameter group of the head's BatchNorm: the backbone's (the authors' code) or the head's (runs trained
 before the option existed)."""
 
-# What the values of DCML's options must satisfy beyond their types.
-_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "head_norm_group": ((lambda v: v in HEAD_NORM_GROUPS), "one of: " + ", ".join(HEAD_NORM_GROUPS)),
-    **dict.fromkeys(("environments", "channel_reduction", "env_update_every", "env_passes", "env_batch_size"),
-                    ((lambda v: v >= 1), "a whole number of at least 1")),
-    **dict.fromkeys(("scale", "env_lr"), ((lambda v: v > 0), "a positive number")),
-    **dict.fromkeys(("alpha", "beta", "gamma"), ((lambda v: v >= 0), "0 or more")),
-}
+AtLeastOne = Annotated[int, Field(ge=1), Must("a whole number of at least 1")]
+Positive = Annotated[float, Field(gt=0), Must("a positive number")]
+ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
+
+
+class DCMLOptions(MethodOptions):
+    """DCML's options (the ``loss`` section); the authors' names in brackets."""
+
+    scale: Positive = 100.0  # CosFace a
+    margin: float = 0.6182  # CosFace m
+    alpha: ZeroOrMore = 1e-4  # IRM penalty (the authors' w_cof)
+    beta: ZeroOrMore = 1e-2  # attention copies near their mean (at_cof)
+    gamma: ZeroOrMore = 1e-1  # same-class compactness (reg_cof)
+    environments: AtLeastOne = 2  # k (at_num)
+    channel_reduction: AtLeastOne = 2
+    env_update_every: AtLeastOne = 5  # e (updata_env)
+    env_passes: AtLeastOne = 5  # the paper's intent; 1 reproduces the authors' code
+    env_lr: Positive = 0.5
+    env_batch_size: AtLeastOne = 64
+    paired_halves: bool = False  # the authors' SOP scheme: two steps per batch, γ to the pair partner
+    # The group (learning rate) of the head's BatchNorm, as the authors'; runs trained before the option
+    # existed trained it in the head group.
+    head_norm_group: Annotated[Literal[HEAD_NORM_GROUPS], Must("one of: " + ", ".join(HEAD_NORM_GROUPS)),
+                               IntroducedLater("head")] = "backbone"
 
 
 @register_method("dcml")
@@ -74,29 +91,11 @@ class DCML(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/dcml.json``)."""
 
     loss_modules = ("proxies", "erm_proxies")
-    option_rules = _OPTION_RULES
-    own_options: ClassVar[dict[str, Any]] = {
-        "scale": 100.0,  # CosFace a
-        "margin": 0.6182,  # CosFace m
-        "alpha": 1e-4,  # IRM penalty (the authors' w_cof)
-        "beta": 1e-2,  # attention copies near their mean (at_cof)
-        "gamma": 1e-1,  # same-class compactness (reg_cof)
-        "environments": 2,  # k (at_num)
-        "channel_reduction": 2,
-        "env_update_every": 5,  # e (updata_env)
-        "env_passes": 5,  # the paper's intent; 1 reproduces the authors' code
-        "env_lr": 0.5,
-        "env_batch_size": 64,
-        "paired_halves": False,  # the authors' SOP scheme: two steps per batch, γ to the pair partner
-        "head_norm_group": "backbone",  # the group (learning rate) of the head's BatchNorm, as the authors'
-    }
-    # Runs trained before the option existed trained the head's BatchNorm in the head group.
-    options_introduced_later: ClassVar[dict[str, Any]] = {"head_norm_group": "head"}
+    Options = DCMLOptions
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options, _ = split_options(spec.options, self.own_options)
-        self.options = options
+        self.options = options = self.options_with_defaults(spec.options)
         if spec.input_size is None:
             raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
                               fix="build it with MethodSpec(input_size=<training crop side>)")

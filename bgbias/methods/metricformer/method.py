@@ -18,32 +18,53 @@ path only, so an image's embedding does not depend on the rest of its batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
-from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
 from bgbias.methods.metricformer.blocks import CorrelationBlock, FeatureDecoupling, attention_entropy
 from bgbias.methods.metricformer.losses import consistency_loss, diversity_loss
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
+from bgbias.options import Must
 
 BASES = ("margin", "proxy_anchor")
 CONSISTENCY = ("symmetric", "teacher")
 
-_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(("k", "key_dim", "ffn_mult", "neighbours"),
-                    ((lambda v: v >= 1), "a whole number of at least 1")),
-    "blocks": ((lambda v: v >= 0), "a whole number of at least 0"),
-    **dict.fromkeys(("lambda_div", "lambda_cons", "margin", "pa_margin"), ((lambda v: v >= 0), "0 or more")),
-    **dict.fromkeys(("div_alpha", "pa_alpha"), ((lambda v: v > 0), "a positive number")),
-    "base": ((lambda v: v in BASES), "one of: " + ", ".join(BASES)),
-    "consistency": ((lambda v: v in CONSISTENCY), "one of: " + ", ".join(CONSISTENCY)),
-}
+AtLeastOne = Annotated[int, Field(ge=1), Must("a whole number of at least 1")]
+ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
+Positive = Annotated[float, Field(gt=0), Must("a positive number")]
+
+
+class MetricFormerOptions(MethodOptions):
+    """MetricFormer's options (the ``loss`` section)."""
+
+    # the base metric loss L_M
+    base: Annotated[Literal[BASES], Must("one of: " + ", ".join(BASES))] = "margin"
+    k: AtLeastOne = 4  # sub-feature slots; d = embedding_dim / k
+    key_dim: AtLeastOne = 256  # C_K, the FDB's query/key width
+    blocks: Annotated[int, Field(ge=0), Must("a whole number of at least 0")] = 3  # T, batch-wise blocks
+    ffn_mult: AtLeastOne = 4  # a correlation block's FFN width, in multiples of d
+    neighbours: AtLeastOne = 4  # n: top-n most similar samples (self included) a sample attends to in a BCB
+    epsilon: float = 0.0  # ε: neighbours less similar than this are masked too
+    renormalise: bool = False  # renormalise the masked batch attention's rows to sum to 1
+    div_alpha: Positive = 10.0  # the diversity loss's slope
+    div_margin: float = 0.5  # the diversity loss's cosine margin (0 locks the slots onto fixed positions)
+    lambda_div: ZeroOrMore = 1.0
+    lambda_cons: ZeroOrMore = 1.0
+    # symmetric | teacher (stop-gradient on the batch-aware path)
+    consistency: Annotated[Literal[CONSISTENCY], Must("one of: " + ", ".join(CONSISTENCY))] = "symmetric"
+    margin: ZeroOrMore = 0.2  # margin loss: α, the margin
+    beta: float = 1.2  # margin loss: β, the (initial) boundary
+    learn_beta: bool = True  # margin loss: one boundary β per class, a loss parameter
+    distance_weighted: bool = True  # margin loss: distance-weighted sampling of the triplets
+    pa_margin: ZeroOrMore = 0.1  # ProxyAnchor: δ
+    pa_alpha: Positive = 32.0  # ProxyAnchor: α
 
 
 @register_method("metricformer")
@@ -51,34 +72,13 @@ class MetricFormer(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/metricformer.json``)."""
 
     loss_modules = ("slot_losses", "final_loss")
-    option_rules = _OPTION_RULES
-    own_options: ClassVar[dict[str, Any]] = {
-        "base": "margin",  # margin | proxy_anchor: the base metric loss L_M
-        "k": 4,  # sub-feature slots; d = embedding_dim / k
-        "key_dim": 256,  # C_K, the FDB's query/key width
-        "blocks": 3,  # T, batch-wise correlation blocks (training only)
-        "ffn_mult": 4,  # a correlation block's FFN width, in multiples of d
-        "neighbours": 4,  # n: top-n most similar samples (self included) a sample attends to in a BCB
-        "epsilon": 0.0,  # ε: neighbours less similar than this are masked too
-        "renormalise": False,  # renormalise the masked batch attention's rows to sum to 1
-        "div_alpha": 10.0,  # the diversity loss's slope
-        "div_margin": 0.5,  # the diversity loss's cosine margin (0 locks the slots onto fixed positions)
-        "lambda_div": 1.0,
-        "lambda_cons": 1.0,
-        "consistency": "symmetric",  # symmetric | teacher (stop-gradient on the batch-aware path)
-        "margin": 0.2,  # margin loss: α, the margin
-        "beta": 1.2,  # margin loss: β, the (initial) boundary
-        "learn_beta": True,  # margin loss: one boundary β per class, a loss parameter
-        "distance_weighted": True,  # margin loss: distance-weighted sampling of the triplets
-        "pa_margin": 0.1,  # ProxyAnchor: δ
-        "pa_alpha": 32.0,  # ProxyAnchor: α
-    }
+    Options = MetricFormerOptions
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
         """Refuse, while the configuration is resolved, a batch smaller than the neighbour count n (a BCB's
         top-n graph needs n samples) and an embedding size that k slots do not divide."""
-        o = {**cls.own_options, **options}
+        o = {**cls.Options().model_dump(), **options}
         if batch_size < o["neighbours"]:
             raise OptionError(
                 f"metricformer: data.batch_size = {batch_size} is smaller than loss.neighbours = "
@@ -96,7 +96,7 @@ class MetricFormer(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options, _ = split_options(spec.options, self.own_options)
+        options = self.options_with_defaults(spec.options)
         self.options = o = options
         self.check_training(options, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
         self.slots, self.dim = o["k"], spec.embedding_dim // o["k"]

@@ -24,9 +24,11 @@ VARIANTS = ("triplet", "siamese", "quadruplet")
 ROLES = {"triplet": 3, "siamese": 2, "quadruplet": 4}
 
 
-def check_variant(variant: str) -> None:
+def check_variant(variant: str) -> str:
+    """``variant`` where it is one of :data:`VARIANTS`."""
     if variant not in VARIANTS:
         raise OptionError(f"unknown SAM variant {variant!r}", fix=f"use one of {', '.join(VARIANTS)}")
+    return variant
 
 
 def similarity_weights(
@@ -55,9 +57,11 @@ SCORES = ("magnitude", "projection")
 literal ``wᵀf``; the two agree for non-negative embeddings (docs/methods/sam.md)."""
 
 
-def check_score(score: str) -> None:
+def check_score(score: str) -> str:
+    """``score`` where it is one of :data:`SCORES`."""
     if score not in SCORES:
         raise OptionError(f"unknown SAM score {score!r}", fix=f"use one of {', '.join(SCORES)}")
+    return score
 
 
 def similarity_scores(

@@ -19,15 +19,16 @@ anyway), so the erased images cannot shift what evaluation normalises with.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated
 
 import torch
+from pydantic import AfterValidator, Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
-from bgbias.methods.base import Batch, Method, MethodSpec, split_options
+from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
 from bgbias.methods.registry import register_method
 from bgbias.methods.sam.attention import (
     attention_maps,
@@ -43,15 +44,30 @@ from bgbias.methods.sam.attention import (
 from bgbias.methods.sam.mining import Tuples, mine_tuples
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import EmbeddingHead
+from bgbias.options import Must
 
 _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
-# What the values of SAM's options must satisfy beyond their types.
-_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(("margin", "negative_margin", "gamma"), ((lambda v: v >= 0), "0 or more")),
-    "sharpness": ((lambda v: v > 0), "a positive number"),
-    "max_tuples": ((lambda v: v >= 1), "a whole number of at least 1"),
-}
+ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
+
+
+class SAMOptions(MethodOptions):
+    """SAM's options (the ``loss`` section); whether ``stage`` exists depends on the backbone, checked when
+    the method is built."""
+
+    variant: Annotated[str, AfterValidator(check_variant)] = "triplet"  # triplet | siamese | quadruplet
+    # s = wᵀ|f| | projection: the paper's literal s = wᵀf
+    score: Annotated[str, AfterValidator(check_score)] = "magnitude"
+    margin: ZeroOrMore = 0.2  # the triplet (and quadruplet) base loss's margin
+    # Siamese only: different-class pairs are pushed at least this far apart
+    negative_margin: ZeroOrMore = 1.0
+    gamma: ZeroOrMore = 0.25  # weight of the similarity mining loss
+    # the erasing sigmoid's slope (the paper's α)
+    sharpness: Annotated[float, Field(gt=0), Must("a positive number")] = 10.0
+    threshold: float = 0.5  # the erasing sigmoid's centre on maps normalised to [0, 1] (the paper's β)
+    # tuples drawn per batch
+    max_tuples: Annotated[int, Field(ge=1), Must("a whole number of at least 1")] = 64
+    stage: str | None = None  # the backbone stage of A; null: its final stage (the last conv block)
 
 
 @dataclass(frozen=True)
@@ -75,38 +91,12 @@ class SamStep:
 class SAM(Method):
     """See the module docstring; options are the ``loss`` section (``configs/methods/sam.json``)."""
 
-    option_rules = _OPTION_RULES
     own_attribution = "sam"
-    own_options: ClassVar[dict[str, Any]] = {
-        "variant": "triplet",  # triplet | siamese | quadruplet
-        "score": "magnitude",  # s = wᵀ|f| | projection: the paper's literal s = wᵀf
-        "margin": 0.2,  # the triplet (and quadruplet) base loss's margin
-        "negative_margin": 1.0,  # Siamese only: different-class pairs are pushed at least this far apart
-        "gamma": 0.25,  # weight of the similarity mining loss
-        "sharpness": 10.0,  # the erasing sigmoid's slope (the paper's α)
-        "threshold": 0.5,  # the erasing sigmoid's centre on maps normalised to [0, 1] (the paper's β)
-        "max_tuples": 64,  # tuples drawn per batch
-        "stage": None,  # the backbone stage of A; null: its final stage (the last conv block)
-    }
-
-    @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        return {**super().option_types(), "stage": str | None}
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """The types of the defaults above and the rules of _OPTION_RULES, then a known variant and score
-        (whether the stage exists depends on the backbone: checked when the method is built)."""
-        super().check_options(options)
-        if "variant" in options:
-            check_variant(options["variant"])
-        if "score" in options:
-            check_score(options["score"])
+    Options = SAMOptions
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options, _ = split_options(spec.options, self.own_options)
-        self.options = options
+        self.options = options = self.options_with_defaults(spec.options)
         stage = options["stage"] if options["stage"] is not None else backbone.final
         if stage not in backbone.stages:
             raise OptionError(
