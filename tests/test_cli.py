@@ -75,3 +75,17 @@ def test_the_dial_refuses_what_it_sets_itself_before_any_work(args, words):
     result = CliRunner().invoke(main, ["study", *args])
     assert result.exit_code != 0 and words in result.output
     assert "Traceback" not in result.output
+
+
+def test_methods_schema_prints_the_json_schema_of_a_run_configuration():
+    import json
+
+    from bgbias.engine.config import config_json_schema
+
+    every = CliRunner().invoke(main, ["methods", "--schema"])
+    assert every.exit_code == 0, every.output
+    assert json.loads(every.output) == config_json_schema()
+    dcml = json.loads(CliRunner().invoke(main, ["methods", "--schema", "--method", "dcml"]).output)
+    assert "head_norm_group" in dcml["properties"]["loss"]["properties"]
+    alone = CliRunner().invoke(main, ["methods", "--method", "dcml"])
+    assert alone.exit_code == 2 and "pass --schema too" in alone.output
