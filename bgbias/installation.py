@@ -16,14 +16,13 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
-from typing_extensions import TypedDict
-
 from bgbias.errors import AssetError
+from bgbias.schema import Record
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
-class InstallationRecord(TypedDict):
+class InstallationRecord(Record):
     """An installation as runs and reports record it (:func:`installation`), for reading back."""
 
     python: str

@@ -27,7 +27,6 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bgbias.errors import RecordError
@@ -73,14 +72,12 @@ def parse_record(text: str, path: str | os.PathLike[str], shape: Any, *, what: s
 
 
 def check_record(value: Any, shape: Any, *, path: str | os.PathLike[str] | None, what: str, fix: str) -> Any:
-    """``value`` as ``shape`` (a :class:`Record`'s typed object, else the checked value) when it has that
-    shape, else a ``RecordError`` naming the first wrong field."""
+    """``value`` as ``shape`` (records as their typed objects) when it has that shape, else a
+    ``RecordError`` naming the first wrong field."""
     try:
-        checked = _adapter(shape).validate_python(value, strict=True)
+        return _adapter(shape).validate_python(value, strict=True)
     except ValidationError as error:
         where, wanted, found = explain_problem(error, shape)
-    else:
-        return checked if isinstance(checked, BaseModel) else value
     field = f"field {where}" if where else "the file"
     raise RecordError(f"{what}: {field} must be {wanted}, got {found}", path=path, fix=fix)
 
@@ -140,9 +137,6 @@ def _declared(shape: Any, loc: tuple[int | str, ...]) -> tuple[Any, str, int]:
             field = shape.model_fields.get(str(part))
             shape = field.annotation if field is not None else Any
             where = _join(where, part)
-        elif typing_extensions.is_typeddict(shape):
-            shape = typing.get_type_hints(shape).get(str(part), Any)
-            where = _join(where, part)
         elif origin is list:
             (shape,) = typing.get_args(shape)
             where = f"{where}[{part}]"
@@ -160,7 +154,7 @@ def _is_record(shape: Any) -> bool:
 
 def _strip(shape: Any) -> Any:
     """``X | None`` and ``Annotated[X, …]`` as ``X`` for walking into it (pydantic reports no union there)."""
-    if typing.get_origin(shape) in (typing.Annotated, typing.NotRequired, typing.Required):
+    if typing.get_origin(shape) is typing.Annotated:
         return _strip(typing.get_args(shape)[0])
     if typing.get_origin(shape) in (typing.Union, types.UnionType):
         options = [arg for arg in typing.get_args(shape) if arg is not type(None)]
@@ -195,7 +189,7 @@ def _adapter(shape: Any) -> TypeAdapter[Any]:
 
 
 def _describe(kind: Any) -> str:
-    if typing.get_origin(kind) in (typing.Annotated, typing.NotRequired, typing.Required):
+    if typing.get_origin(kind) is typing.Annotated:
         return _describe(typing.get_args(kind)[0])
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
@@ -205,7 +199,7 @@ def _describe(kind: Any) -> str:
         return values[0] if len(values) == 1 else "one of " + ", ".join(values)
     if origin is list:
         return f"a list of {_plural(_describe(typing.get_args(kind)[0]))}"
-    if origin is dict or typing_extensions.is_typeddict(kind) or _is_record(kind):
+    if origin is dict or _is_record(kind):
         return "an object"
     names = {None: "null", type(None): "null", bool: "true or false", int: "an integer",
              float: "a finite number", str: "a string", Any: "anything", object: "anything"}

@@ -25,5 +25,6 @@ def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path,
     assert "epoch 1: loss" in printed and "corrupted (2 repeats)" in printed
     (report_json,) = out.glob("eval/*-test/report.json")
     report = load_evaluation_report(report_json)
-    assert report["model"]["kind"] == "module" and report["model"]["name"] == "MobileNetV2"
-    assert len(report["corrupted"]["repeats"]) == 2 and report["images"] == 12
+    model = report.model_extra["model"]
+    assert model["kind"] == "module" and model["name"] == "MobileNetV2"
+    assert len(report.corrupted.repeats) == 2 and report.images == 12

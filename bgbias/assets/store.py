@@ -18,9 +18,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired
-
-from typing_extensions import TypedDict
 
 from bgbias import __version__
 from bgbias.assets.catalog import CATALOG, AssetSpec, FileMember, TreeMember
@@ -28,6 +25,7 @@ from bgbias.assets.digest import select_tree_files, sha256_file, tree_digest
 from bgbias.errors import AssetError, OptionError, RecordError
 from bgbias.fileio import write_json_atomic
 from bgbias.paths import bgbias_home
+from bgbias.schema import Record
 from bgbias.schema import read_record as read_json_record
 
 Catalog = Mapping[str, AssetSpec]
@@ -108,10 +106,11 @@ def write_record(spec: AssetSpec, home: Path, obtained_from: str) -> None:
     )
 
 
-class InstallRecord(TypedDict):
-    """An asset's install record as ``bgbias assets`` shows it (:mod:`bgbias.schema`)."""
+class InstallRecord(Record):
+    """An asset's install record as ``bgbias assets`` shows it (:mod:`bgbias.schema`); the rest of what
+    :func:`write_record` wrote rides along."""
 
-    installed_at: NotRequired[str]
+    installed_at: str | None = None
 
 
 def read_record(name: str, home: Path) -> InstallRecord | None:
@@ -145,7 +144,7 @@ def check_asset(spec: AssetSpec, home: Path, *, verify: bool) -> AssetStatus:
         licence=spec.licence,
         source=spec.source.describe(),
         sha256=spec.members[0].sha256 if len(spec.members) == 1 else spec.archive_sha256,
-        installed_at=None if record is None else record.get("installed_at"),
+        installed_at=None if record is None else record.installed_at,
         problem=problem,
     )
 

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from typing_extensions import TypedDict
-
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import BgbiasError, ModelError, RecordError
 from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
-from bgbias.schema import read_record
+from bgbias.schema import Record, read_record
 
 if TYPE_CHECKING:
     import torch
@@ -326,8 +324,8 @@ def folder_owner(path: Path) -> Owner | None:
             if folder == path:
                 raise
             continue
-        if record:
-            return Owner(folder, str(record.get("label")), str(record.get("fingerprint")))
+        if record is not None:
+            return Owner(folder, record.label, record.fingerprint)
     return None
 
 
@@ -337,7 +335,7 @@ def is_run_folder(folder: Path) -> bool:
                                                    or (folder / "checkpoints").is_dir())
 
 
-class ModelRecord(TypedDict):
+class ModelRecord(Record):
     """``model.json`` as bgbias reads it back (:mod:`bgbias.schema`): the description of :meth:`describe`
     rides along."""
 
@@ -349,11 +347,11 @@ class ModelRecord(TypedDict):
     spec: str
 
 
-def read_model_record(path: Path) -> dict[str, Any]:
-    """An external model's ``model.json``, or an empty dict where there is none; one that is damaged or not
-    a model's record is a ``RecordError`` naming it."""
+def read_model_record(path: Path) -> ModelRecord | None:
+    """An external model's ``model.json``, or None where there is none; one that is damaged or not a model's
+    record is a ``RecordError`` naming it."""
     if not path.is_file():
-        return {}
+        return None
     return read_record(path, ModelRecord, what="the external model's record",
                        fix="score the model again into a new folder (`bgbias eval --model SPEC --out DIR`); "
                            "model.json is never edited by hand")

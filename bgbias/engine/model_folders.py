@@ -48,8 +48,8 @@ def open_model_folder(path: str | os.PathLike[str]) -> ModelFolder:
                             config.protocol, config.fold)
         return ModelFolder(root, config.method, config.bgaugment.enabled, trained, f"--checkpoint {root}")
     record = read_model_record(root / MODEL_RECORD)
-    if record:
-        return ModelFolder(root, record["label"], None, None, f"--model {record['spec']} --out {root}")
+    if record is not None:
+        return ModelFolder(root, record.label, None, None, f"--model {record.spec} --out {root}")
     raise OptionError("this is neither a run folder (config.json) nor an external model's folder "
                       "(model.json)", path=root, fix="pass a folder made by bgbias train, or by bgbias eval "
                                                      "--model")

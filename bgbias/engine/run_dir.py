@@ -32,9 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NotRequired
-
-from typing_extensions import TypedDict
+from typing import Any
 
 from bgbias.errors import BusyError, OptionError, RecordError, output_error
 from bgbias.fileio import (
@@ -47,7 +45,7 @@ from bgbias.fileio import (
 )
 from bgbias.installation import InstallationRecord
 from bgbias.paths import runs_root
-from bgbias.schema import parse_record
+from bgbias.schema import Record, parse_record
 from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
@@ -164,9 +162,9 @@ def claim_run(root: str | os.PathLike[str], *, wait: bool = False) -> Iterator[R
 
 def _holder(run: RunDir) -> str:
     """`` (pid N on HOST)`` of the process its record says is training ``run``, else nothing."""
-    record = read_record(run) or {}
-    process = record.get("process")
-    if record.get("status") != RunStatus.RUNNING or not isinstance(process, dict):
+    record = read_record(run)
+    process = None if record is None else record.process
+    if record is None or record.status != RunStatus.RUNNING or not isinstance(process, dict):
         return ""
     return f" (pid {process.get('pid')} on {process.get('host')})"
 
@@ -227,34 +225,41 @@ def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
     write_text_atomic(run.metrics_csv, buffer.getvalue())
 
 
-class MetricsRow(TypedDict):
+class MetricsRow(Record):
     """A line of ``metrics.jsonl``: its epoch, then the epoch's numbers (NaN where a loss diverged)."""
 
     epoch: int
 
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The epoch's numbers by column (``loss``, ``test_map_at_r``, …): whatever training measured."""
+        return self.model_extra or {}
 
-class TrainedOnRecord(TypedDict):
+
+class TrainedOnRecord(Record):
     name: str
     root: str
     identity: str
     images: int
 
 
-class RunRecord(TypedDict):
+class RunRecord(Record):
     """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`); training writes every field, a reader
-    that needs one it lacks says so."""
+    that needs one it lacks (``None``) says so."""
 
     status: str
-    best_epoch: NotRequired[int]
-    monitor: NotRequired[str]
-    trained_on: NotRequired[TrainedOnRecord | None]
-    installation: NotRequired[InstallationRecord]  # runs from before bgbias recorded it lack it
+    best_epoch: int | None = None
+    monitor: str | None = None
+    trained_on: TrainedOnRecord | None = None
+    installation: InstallationRecord | None = None  # runs from before bgbias recorded it lack it
+    process: Any = None
+    """While a run trains, the process that trains it (:func:`this_process`)."""
 
 
 RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it again"
 
 
-def read_metrics(run: RunDir) -> list[dict[str, Any]]:
+def read_metrics(run: RunDir) -> list[MetricsRow]:
     """Every epoch's metrics row as :func:`write_metrics` wrote them (``metrics.jsonl``); a ``RecordError``
     naming the file when it is missing or damaged."""
     try:
@@ -284,7 +289,8 @@ def read_record(run: RunDir) -> RunRecord | None:
 def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
     """The dataset a run trained on as its record names it (``name``, ``root``, ``identity``, ``images``), or
     None for a run whose record has none (made before runs recorded it, or damaged)."""
-    return (read_record(run) or {}).get("trained_on")
+    record = read_record(run)
+    return None if record is None else record.trained_on
 
 class RunLog:
     """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""

@@ -53,10 +53,11 @@ class TrainedModel(MethodBacked):
     def trained_on(self) -> TrainedOn:
         """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
         for a run made before runs recorded it)."""
-        recorded = read_trained_on(self.run) or {}
+        recorded = read_trained_on(self.run)
         root = Path(self.config.root) if self.config.root is not None else None
         return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,
-                         recorded.get("identity"), recorded.get("images"), self.run.record)
+                         None if recorded is None else recorded.identity,
+                         None if recorded is None else recorded.images, self.run.record)
 
     def describe(self) -> dict[str, Any]:
         """What a report records about the model: run, method, BGAugment, training seed and the checkpoint's

@@ -135,10 +135,10 @@ def run_record(config: TrainConfig, state: TrainingState, device,
 def check_same_dataset(run: RunDir, trained_on: dict[str, Any]) -> None:
     """A resumed run must go on with the images and labels it started with."""
     recorded = read_trained_on(run)
-    if recorded is not None and recorded["identity"] != trained_on["identity"]:
+    if recorded is not None and recorded.identity != trained_on["identity"]:
         raise DatasetError(
             f"the {trained_on['name']} dataset at {trained_on['root']} changed since this run started "
-            f"({trained_on['images']} images now, {recorded.get('images')} then)",
+            f"({trained_on['images']} images now, {recorded.images} then)",
             path=run.record,
             fix="restore the dataset the run started on, or start a new run",
         )

@@ -10,11 +10,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Any
 
 import numpy as np
 from PIL import Image
-from typing_extensions import TypedDict
 
 from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
@@ -23,7 +22,7 @@ from bgbias.explain.records import EXPLAIN_AGAIN, MASK_SOURCES, ImageScore
 from bgbias.explain.scoring import ImageScorer
 from bgbias.fileio import write_bytes_atomic
 from bgbias.installation import InstallationRecord, installation
-from bgbias.schema import read_record
+from bgbias.schema import Record, read_record
 
 EXPLAIN_FOLDER = "explain"
 
@@ -50,18 +49,19 @@ REFERENCE_COLUMNS = ("reference", "reference_label")
 """The columns ``scores.csv`` adds for an attribution with reference images."""
 
 
-class ExplainSummary(TypedDict):
-    """``summary.json`` as tables and galleries read it back (:mod:`bgbias.schema`)."""
+class ExplainSummary(Record):
+    """``summary.json`` as tables and galleries read it back (:mod:`bgbias.schema`); the rest of what
+    :func:`run_summary` wrote rides along (``model_extra``)."""
 
     dataset: str
-    dataset_root: NotRequired[str]
+    dataset_root: str | None = None
     attribution: str
     geometry: dict[str, int]
     images: int
     scored: int
     mean: float | None
     std: float | None
-    installation: NotRequired[InstallationRecord]  # summaries from before bgbias recorded it lack it
+    installation: InstallationRecord | None = None  # summaries from before bgbias recorded it lack it
 
 
 def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore]) -> dict[str, Any]:
@@ -190,7 +190,7 @@ class ExplainedSet:
     dataset_key: str
     label: str
     folder: Path
-    summary: dict[str, Any]
+    summary: ExplainSummary
 
 
 def read_summary(out_dir: str | os.PathLike[str]) -> ExplainSummary:
@@ -208,7 +208,7 @@ def explained_sets(run_root: str | os.PathLike[str], split: str) -> list[Explain
     found = []
     for summary_path in sorted(Path(run_root).glob(f"{EXPLAIN_FOLDER}/*/{SUMMARY_JSON}")):
         summary = read_summary(summary_path.parent)
-        name = summary["attribution"]
+        name = summary.attribution
         key, found_at, options = summary_path.parent.name.rpartition(f"-{split}-{name}")
         if found_at and key and (not options or options.startswith("-")):
             found.append(ExplainedSet(key, name + options, summary_path.parent, summary))

@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal
 
-from typing_extensions import TypedDict
+from pydantic import ValidationError
 
 from bgbias.errors import RecordError
 from bgbias.ledger import Ledger, differing_keys
-from bgbias.schema import check_record, field_problem
+from bgbias.schema import Record, check_record
 
 RECORDS_NAME = "records.jsonl"
 EXPLAIN_AGAIN = "explain the model again (`bgbias explain ... --force` starts its explanation over)"
@@ -32,8 +32,9 @@ MASK_SOURCES = (GROUND_TRUTH, SALIENCY)
 """Where an image's mask comes from: the dataset's own mask, or the U²-Net saliency mask."""
 
 
-class ScoreLine(TypedDict):
-    """A ledger line as :meth:`ImageScore.to_json` writes it (``None``: undefined)."""
+class ScoreLine(Record):
+    """A ledger line as :meth:`ImageScore.to_json` writes it (``None``: undefined); ``reference`` and
+    ``reference_label`` come together or not at all."""
 
     id: str
     label: int
@@ -41,11 +42,11 @@ class ScoreLine(TypedDict):
     foreground_fraction: float | None
     attribution_on_foreground: float | None
     score: float | None
-    reference: NotRequired[str]
-    reference_label: NotRequired[int]
+    reference: str | None = None
+    reference_label: int | None = None
 
 
-class ExplainSettings(TypedDict):
+class ExplainSettings(Record):
     """The ledger header's settings as a reader of finished results needs them: where the saliency masks
     the scores were made against lie (``None``: every image had its ground-truth mask)."""
 
@@ -54,7 +55,7 @@ class ExplainSettings(TypedDict):
     masks_dir: str | None
 
 
-class SettingsHeader(TypedDict):
+class SettingsHeader(Record):
     settings: ExplainSettings
 
 
@@ -89,17 +90,21 @@ class ImageScore:
     def from_json(cls, data: Any) -> ImageScore | None:
         """The score a ledger line holds, or ``None`` for a line that is not one (:class:`ScoreLine`): such a
         line is skipped like a torn one, and its image scored again."""
-        if field_problem(data, ScoreLine) is not None or ("reference" in data) != ("reference_label" in data):
+        try:
+            line = ScoreLine.model_validate(data)
+        except ValidationError:
+            return None
+        if (line.reference is None) != (line.reference_label is None):
             return None
         return cls(
-            id=data["id"],
-            label=data["label"],
-            mask_source=data["mask_source"],
-            foreground_fraction=_float(data["foreground_fraction"]),
-            attribution_on_foreground=_float(data["attribution_on_foreground"]),
-            score=_float(data["score"]),
-            reference=data.get("reference"),
-            reference_label=data.get("reference_label"),
+            id=line.id,
+            label=line.label,
+            mask_source=line.mask_source,
+            foreground_fraction=_float(line.foreground_fraction),
+            attribution_on_foreground=_float(line.attribution_on_foreground),
+            score=_float(line.score),
+            reference=line.reference,
+            reference_label=line.reference_label,
         )
 
 
@@ -141,8 +146,9 @@ def read_results(out_dir: Path) -> tuple[ExplainSettings, dict[str, ImageScore]]
         raise RecordError("the explanation's ledger is missing or its header is damaged", path=path,
                           fix=EXPLAIN_AGAIN)
     header, scores = read
-    check_record(header, SettingsHeader, path=path, what="the explanation's ledger header", fix=EXPLAIN_AGAIN)
-    return header["settings"], scores
+    checked = check_record(header, SettingsHeader, path=path, what="the explanation's ledger header",
+                           fix=EXPLAIN_AGAIN)
+    return checked.settings, scores
 
 
 def write_ledger(path: Path, settings: Mapping[str, Any], scores: Sequence[ImageScore]) -> None:

@@ -60,10 +60,10 @@ def compare_attributions(
     # Explanations made before summaries named the dataset's folder: the first run's, else the default one.
     first = next((run.trained_on for run in runs if run.trained_on is not None), None)
     protocol, fold = (first.protocol, first.fold) if first is not None else ("fixed", 0)
-    root = summary.get("dataset_root") or (
-        first.root if first is not None and first.dataset == summary["dataset"] else None)
+    root = summary.dataset_root or (
+        first.root if first is not None and first.dataset == summary.dataset else None)
     try:
-        dataset = open_dataset(summary["dataset"], root)
+        dataset = open_dataset(summary.dataset, root)
     except DatasetError as error:
         raise DatasetError(error.problem, path=error.path,
                            fix=f"the explanation in {folders[0]} was made of this dataset: put it back "
@@ -81,7 +81,7 @@ def compare_attributions(
         folder, item = lacking[0]
         raise RecordError(f"the explanation's ledger has no score of the gallery image {item.id}",
                           path=folder, fix=EXPLAIN_AGAIN)
-    masks_dir = Path(settings["masks_dir"]) if settings["masks_dir"] else default_masks_dir(dataset)
+    masks_dir = Path(settings.masks_dir) if settings.masks_dir else default_masks_dir(dataset)
     try:
         mask_list = mask_files(picked, masks_dir, dataset.name)
     except (ImageError, DatasetError) as error:
@@ -122,8 +122,7 @@ def compare_runs(
         for explained in explained_sets(run, split):
             # A model explained at a size of its own (an external model's --input-size) has maps of another
             # size than the others' images: it is left out of the side-by-side galleries.
-            own_size = explained.summary.get("geometry") != eval_geometry(
-                explained.summary["dataset"]).as_dict()
+            own_size = explained.summary.geometry != eval_geometry(explained.summary.dataset).as_dict()
             if explained.label == label and (explained.folder / SCORES_CSV).is_file() and not own_size:
                 by_dataset.setdefault(explained.dataset_key, []).append(run)
     suffix = "" if label == DEFAULT_ATTRIBUTION else f"-{label}"

@@ -10,7 +10,7 @@ for the masks' errors, and the distance between the two curves is what mask qual
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.report.document import Heading, Paragraph, Table, to_markdown
-from bgbias.report.evaluation import run_label
+from bgbias.report.evaluation import EvaluationReport, run_label
 from bgbias.report.folder import DIAL_FILES, write_report_folder
 from bgbias.report.seeds import Spread, clean_map, corrupted_map, drop_cell, over_seeds, relative_drop
 
@@ -35,7 +35,7 @@ class DialPoint:
     rho: float
     masks: str
     bgaugment: bool
-    reports: tuple[Mapping[str, Any], ...]
+    reports: tuple[EvaluationReport, ...]
 
     def spread(self, value: Any) -> Spread:
         """``value(report)`` over the training seeds, where the report has it."""
@@ -110,7 +110,7 @@ def _write_dial(points: Sequence[DialPoint], out: Path, method: str) -> dict[str
     write_json_atomic(paths["dial_json"], {
         "method": method, "columns": headers, "rows": rows,
         "runs": [{"rho": p.rho, "masks": p.masks, "bgaugment": p.bgaugment,
-                  "runs": [r.get("run") for r in p.reports]} for p in points],
+                  "runs": [r.run for r in p.reports]} for p in points],
     })
     return paths
 

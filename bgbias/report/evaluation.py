@@ -19,17 +19,17 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal
 
 import numpy as np
-from typing_extensions import TypedDict
+from pydantic import Field
 
 from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
-from bgbias.schema import check_record, read_record
+from bgbias.schema import Record, check_record, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
 REPORT_VERSION = 1
@@ -44,13 +44,12 @@ _COMPUTED_KEYS = frozenset(
 )
 PROFILE_COLUMNS = ("set", "title", "repeats",
                    *(f"{which}_{name}" for name in METRICS for which in ("mean", "std")))
-_KEY_FIELDS = ("method", "bgaugment", "dataset", "split")
 
 ReportKey = tuple[str, bool, str, str]
 """What identifies a run's evaluation in a comparison: (method, bgaugment, dataset, split)."""
 
 
-class Scores(TypedDict):
+class Scores(Record):
     """Each metric's mean over the scored queries (``None``: no query was scored)."""
 
     map_at_r: float | None
@@ -62,18 +61,18 @@ class RepeatScores(Scores):
     repeat: int
 
 
-class CorruptedScores(TypedDict):
+class CorruptedScores(Record):
     repeats: list[RepeatScores]
     mean: Scores
     std: Scores
 
 
-class Drop(TypedDict):
+class Drop(Record):
     absolute: float | None
     relative: float | None
 
 
-class ClassDrop(TypedDict):
+class ClassDrop(Record):
     label: int | str
     images: int
     clean_map_at_r: float | None
@@ -82,7 +81,7 @@ class ClassDrop(TypedDict):
     relative_drop: float | None
 
 
-class ImageDrop(TypedDict):
+class ImageDrop(Record):
     id: str
     label: int | str
     clean_map_at_r: float
@@ -90,7 +89,7 @@ class ImageDrop(TypedDict):
     drop: float
 
 
-class ProfileSet(TypedDict):
+class ProfileSet(Record):
     set: str
     title: str
     repeats: int
@@ -98,42 +97,54 @@ class ProfileSet(TypedDict):
     std: Scores
 
 
-class Profile(TypedDict):
+class Profile(Record):
     sets: list[ProfileSet]
     worst_k: int
     only_fg_fill: list[float]
 
 
-class Checkpoint(TypedDict):
+class Checkpoint(Record):
     path: str
-    epoch: NotRequired[int | None]
+    epoch: int | None = None
 
 
-class EvaluationReport(TypedDict):
+class EvaluationReport(Record):
     """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
-    and the setup ride along unchecked, since only ``report.md`` shows them, as text."""
+    and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
+    Fields that reports of earlier versions lack are ``None`` (or empty)."""
 
     format: Literal["bgbias-eval-report"]
     version: int
     method: str
     bgaugment: bool | None
     dataset: str
-    measured: NotRequired[str]
+    measured: str | None = None  # reports made before "measured" existed lack it
     split: str
-    run: NotRequired[str]
-    seed: NotRequired[int | None]
-    checkpoint: NotRequired[Checkpoint | str | None]
+    run: str | None = None
+    seed: int | None = None
+    checkpoint: Checkpoint | str | None = None
     images: int
     classes: int
     scored: int
     clean: Scores
-    corrupted: NotRequired[CorruptedScores | None]
-    drop: NotRequired[dict[str, Drop]]
-    per_class: NotRequired[list[ClassDrop]]
-    images_hurt_most: NotRequired[list[ImageDrop]]
-    profile: NotRequired[Profile]
-    approximate: NotRequired[bool]
-    installation: NotRequired[InstallationRecord]  # reports from before bgbias recorded it lack it
+    corrupted: CorruptedScores | None = None
+    drop: dict[str, Drop] | None = None
+    per_class: list[ClassDrop] = Field(default_factory=list)
+    images_hurt_most: list[ImageDrop] = Field(default_factory=list)
+    profile: Profile | None = None
+    approximate: bool = False
+    installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
+
+    @property
+    def key(self) -> ReportKey:
+        """What identifies the evaluation in a comparison: (method, bgaugment, measured dataset, split)."""
+        measured = self.dataset if self.measured is None else self.measured
+        return self.method, bool(self.bgaugment), measured, self.split
+
+    @property
+    def label(self) -> str:
+        """How tables and plots name the run: ``"method"`` or ``"method + BGAugment"``."""
+        return run_label(self.method, bool(self.bgaugment))
 
 
 def summarize_evaluation(
@@ -219,7 +230,7 @@ def write_evaluation_report(
     return paths
 
 
-def load_evaluation_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_evaluation_report(path: str | os.PathLike[str]) -> EvaluationReport:
     """A ``report.json`` written by :func:`write_evaluation_report`, checked to be one, of this version, with
     every field the tables read of the type it is written with (:class:`EvaluationReport`)."""
     path = Path(path)
@@ -238,31 +249,22 @@ def load_evaluation_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     return check_record(report, EvaluationReport, path=path, what="the evaluation report", fix=again)
 
 
-def report_key(report: Mapping[str, Any]) -> ReportKey:
-    """(method, bgaugment, dataset, split) of a report; a report lacking one of them is refused."""
-    missing = [key for key in _KEY_FIELDS if key not in report]
-    if missing:
-        raise OptionError(f"the evaluation report of run {report.get('run', '?')} lacks {', '.join(missing)}",
-                          fix="evaluate the run again with `bgbias eval`")
-    dataset = report.get("measured", report["dataset"])  # reports made before "measured" existed lack it
-    return str(report["method"]), bool(report["bgaugment"]), str(dataset), str(report["split"])
-
-
 def run_label(method: str, bgaugment: bool) -> str:
     """How tables and plots name a run: ``"method"`` or ``"method + BGAugment"``."""
     return f"{method} + BGAugment" if bgaugment else method
 
 
-def index_reports(reports: Iterable[Mapping[str, Any]]) -> dict[ReportKey, Mapping[str, Any]]:
-    """Reports by :func:`report_key`, in input order; two reports of the same key are an error naming both."""
-    index: dict[ReportKey, Mapping[str, Any]] = {}
+def index_reports(reports: Iterable[EvaluationReport]) -> dict[ReportKey, EvaluationReport]:
+    """Reports by :attr:`EvaluationReport.key`, in input order; two reports of the same key are an error
+    naming both."""
+    index: dict[ReportKey, EvaluationReport] = {}
     for report in reports:
-        key = report_key(report)
+        key = report.key
         if key in index:
             method, bgaugment, dataset, split = key
             raise OptionError(
                 f"two evaluations of {run_label(method, bgaugment)} on {dataset} ({split} split): "
-                f"runs {index[key].get('run', '?')} and {report.get('run', '?')}",
+                f"runs {index[key].run or '?'} and {report.run or '?'}",
                 fix="pass one run per method, BGAugment setting, dataset and split",
             )
         index[key] = report

@@ -7,12 +7,13 @@ can differ in their last digits with everything else equal, so a comparison says
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bgbias.installation import installation_differences, installation_digest
+from bgbias.installation import InstallationRecord, installation_differences, installation_digest
 from bgbias.report.document import Block, Bullets, Heading, Paragraph
+from bgbias.report.evaluation import EvaluationReport
 
 INSTALLATIONS_NOTE = (
     "These results may not all have been made under the same installation, so some of their differences may "
@@ -20,7 +21,7 @@ INSTALLATIONS_NOTE = (
     "processor: other digits). scripts/setup.sh installs the locked versions; what differs:")
 
 
-def result_installations(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any] | None]:
+def result_installations(reports: Sequence[EvaluationReport]) -> dict[str, dict[str, Any] | None]:
     """Each result's installation by label: a run folder's training (its ``run.json``) and each of its
     evaluations (``report.json``), one entry per folder where they all agree, else ``<folder> (training)``
     and ``<folder> (evaluation of <set>)``; ``None`` where a file does not say (written before bgbias
@@ -29,14 +30,13 @@ def result_installations(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict
 
     by_folder: dict[str, dict[str, dict[str, Any] | None]] = {}
     for report in reports:
-        folder = str(report.get("run", "?"))
+        folder = report.run or "?"
         entries = by_folder.setdefault(folder, {})
         if "training" not in entries and (Path(folder) / "config.json").is_file():
             record = read_record(RunDir(Path(folder)))
-            recorded = record.get("installation") if record else None
-            entries["training"] = dict(recorded) if recorded else None
-        entries[f"evaluation of {report.get('measured', report.get('dataset'))}-{report.get('split')}"] = (
-            report.get("installation"))
+            entries["training"] = _as_dict(record.installation if record else None)
+        _method, _bgaugment, measured, split = report.key
+        entries[f"evaluation of {measured}-{split}"] = _as_dict(report.installation)
     out: dict[str, dict[str, Any] | None] = {}
     for folder, entries in sorted(by_folder.items()):
         name = Path(folder).name or folder
@@ -48,7 +48,13 @@ def result_installations(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict
     return out
 
 
-def installation_lines(reports: Sequence[Mapping[str, Any]]) -> list[str]:
+def _as_dict(record: InstallationRecord | None) -> dict[str, Any] | None:
+    """An installation record as :mod:`bgbias.installation` compares them (as :func:`installation` gives
+    one)."""
+    return None if record is None else record.model_dump()
+
+
+def installation_lines(reports: Sequence[EvaluationReport]) -> list[str]:
     """How the installations of ``reports``' results differ (:func:`installation_differences`); empty when
     they were all made under one, or none says."""
     records = result_installations(reports)
@@ -62,14 +68,14 @@ class MixedInstallationsWarning(UserWarning):
     ``warning:`` line; the page says it too)."""
 
 
-def installation_blocks(reports: Sequence[Mapping[str, Any]]) -> list[Block]:
+def installation_blocks(reports: Sequence[EvaluationReport]) -> list[Block]:
     """The *Installations* section of a table or page of ``reports``; none when one installation made them
     all."""
     lines = installation_lines(reports)
     return [Heading("Installations"), Paragraph(INSTALLATIONS_NOTE), Bullets(tuple(lines))] if lines else []
 
 
-def warn_if_mixed(reports: Sequence[Mapping[str, Any]], where: str) -> None:
+def warn_if_mixed(reports: Sequence[EvaluationReport], where: str) -> None:
     """A :class:`MixedInstallationsWarning` naming ``where`` (the page) when ``reports``' results were made
     under different installations, so a person reading the terminal, not the page, hears it too."""
     lines = installation_lines(reports)

@@ -13,7 +13,7 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
-from bgbias.report.evaluation import METRIC_TITLES, index_reports, run_label
+from bgbias.report.evaluation import METRIC_TITLES, EvaluationReport, index_reports, run_label
 from bgbias.retrieval.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -94,14 +94,14 @@ def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     return save_png(figure, path)
 
 
-def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+def plot_runs(reports: Sequence[EvaluationReport], path: str | os.PathLike[str]) -> Path:
     """Clean vs corrupted MAP@R (in %) of several runs, one panel per dataset (first-seen order), each run
     labelled ``method`` or ``method + BGAugment``, a method's base run before its BGAugment run."""
     by_key = index_reports(reports)
     if not by_key:
         raise OptionError("there are no evaluations to plot", fix="name at least one evaluated run")
     methods = list(dict.fromkeys(method for method, _, _, _ in by_key))
-    panels: dict[tuple[str, str], list[Mapping[str, Any]]] = {key[2:]: [] for key in by_key}
+    panels: dict[tuple[str, str], list[EvaluationReport]] = {key[2:]: [] for key in by_key}
     for key in sorted(by_key, key=lambda k: (methods.index(k[0]), k[1])):
         panels[key[2:]].append(by_key[key])
     widest = max(len(runs) for runs in panels.values())
@@ -111,12 +111,12 @@ def plot_runs(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]
         axes = figure.add_subplot(1, len(panels), column, sharey=first)
         first = axes if first is None else first
         x = np.arange(len(runs))
-        clean = [run["clean"]["map_at_r"] for run in runs]
-        means = [run.get("corrupted", {}).get("mean", {}).get("map_at_r") for run in runs]
-        stds = [run.get("corrupted", {}).get("std", {}).get("map_at_r") for run in runs]
+        clean = [run.clean.map_at_r for run in runs]
+        means = [run.corrupted.mean.map_at_r if run.corrupted else None for run in runs]
+        stds = [run.corrupted.std.map_at_r if run.corrupted else None for run in runs]
         _bars(axes, x - 0.2, clean, None, 0.4, "clean", CLEAN_COLOUR)
         _bars(axes, x + 0.2, means, stds, 0.4, "corrupted (mean ± std)", CORRUPTED_COLOUR)
-        axes.set_xticks(x, [run_label(run["method"], bool(run["bgaugment"])) for run in runs],
+        axes.set_xticks(x, [run.label for run in runs],
                         rotation=30, ha="right", fontsize=8)
         dataset, split = panel
         axes.set_title(dataset if split == "test" else f"{dataset} ({split})", fontsize=10)

@@ -24,12 +24,12 @@ from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.report.evaluation import (
+    EvaluationReport,
     csv_text,
     index_reports,
     load_evaluation_report,
     percent,
     percent_spread,
-    report_key,
     run_label,
 )
 from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
@@ -53,7 +53,7 @@ SmoothGrad at its default options, or (method, bgaugment, dataset, attribution l
 
 
 def table_one(
-    reports: Sequence[Mapping[str, Any]], foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None = None
+    reports: Sequence[EvaluationReport], foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
     an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to
@@ -76,7 +76,7 @@ def table_one(
     headers += [f"{dataset} fg score" + ("" if label == DEFAULT_ATTRIBUTION else f" ({label})")
                 for dataset, label in fg_columns]
     # A model bgbias did not train (its report's bgaugment is None) has no "+ BGAugment" counterpart.
-    external = {str(report["method"]) for report in reports if report.get("bgaugment", False) is None}
+    external = {report.method for report in reports if report.bgaugment is None}
     rows = []
     for method in methods:
         for bgaugment in (False,) if method in external else (False, True):
@@ -89,23 +89,23 @@ def table_one(
     return headers, rows
 
 
-def profile_table(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def profile_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the profile table: per report with a profile, the run, what it was measured on,
     and MAP@R (%, mean ± std over its sets) of each profile set; no rows where no report has one."""
-    profiled = [report for report in reports if report.get("profile")]
-    names = list(dict.fromkeys(row["set"] for report in profiled for row in report["profile"]["sets"]))
+    profiled = [report for report in reports if report.profile]
+    names = list(dict.fromkeys(row.set for report in profiled for row in report.profile.sets))
     rows = []
     for report in profiled:
-        method, bgaugment, dataset, split = report_key(report)
-        sets = {row["set"]: row for row in report["profile"]["sets"]}
-        rows.append([run_label(method, bgaugment), dataset if split == "test" else f"{dataset} ({split})",
-                     *(percent_spread(sets[name]["mean"]["map_at_r"], sets[name]["std"]["map_at_r"])
+        _method, _bgaugment, dataset, split = report.key
+        sets = {row.set: row for row in report.profile.sets}
+        rows.append([report.label, dataset if split == "test" else f"{dataset} ({split})",
+                     *(percent_spread(sets[name].mean["map_at_r"], sets[name].std.map_at_r)
                        if name in sets else "" for name in names)])
     return ["method", "measured on", *names], rows
 
 
 def write_runs_report(
-    reports: Sequence[Mapping[str, Any]],
+    reports: Sequence[EvaluationReport],
     foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None,
     out_dir: str | os.PathLike[str],
 ) -> dict[str, Path]:
@@ -126,8 +126,7 @@ def write_runs_report(
         Table(tuple(headers), tuple(map(tuple, rows))),
         *installation_blocks(reports),
         Heading("Runs"),
-        Bullets(tuple(f"{run_label(r['method'], bool(r['bgaugment']))} on {r['dataset']} ({r['split']} "
-                      f"split): {r.get('run', '?')}" for r in reports)),
+        Bullets(tuple(f"{r.label} on {r.dataset} ({r.split} split): {r.run or '?'}" for r in reports)),
     ]
     if profile_rows:
         blocks += [Heading("Background-reliance profile (MAP@R, %)"), Paragraph(PROFILE_NOTE),
@@ -158,7 +157,7 @@ def write_runs_report(
 class RunsReport:
     """What ``bgbias report`` read and wrote: the evaluation reports, foreground scores, and the files."""
 
-    reports: list[dict[str, Any]]
+    reports: list[EvaluationReport]
     foreground: dict[ForegroundKey, dict[str, Any]]
     files: dict[str, Path]
     galleries: list[Path]
@@ -190,7 +189,7 @@ def report_runs(
 
 def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
-) -> tuple[list[dict[str, Any]], dict[ForegroundKey, dict[str, Any]]]:
+) -> tuple[list[EvaluationReport], dict[ForegroundKey, dict[str, Any]]]:
     """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
     run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
     per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
@@ -198,7 +197,7 @@ def collect_runs(
     from bgbias.engine.model_folders import open_model_folder
     from bgbias.explain.outputs import explained_sets
 
-    reports: list[dict[str, Any]] = []
+    reports: list[EvaluationReport] = []
     foreground: dict[ForegroundKey, dict[str, Any]] = {}
     for path in run_dirs:
         folder = open_model_folder(path)
@@ -207,21 +206,22 @@ def collect_runs(
             raise OptionError(f"the folder has no evaluation report for the {split} split", path=folder.root,
                               fix=f"evaluate it first: {folder.evaluate_command}")
         # The folder where it is now, not where it was evaluated: its run.json is read from there.
-        reports += [{**load_evaluation_report(report), "run": str(folder.root)} for report in found]
+        reports += [load_evaluation_report(report).model_copy(update={"run": str(folder.root)})
+                    for report in found]
         for explained in explained_sets(folder.root, split):
             # The folder names the dataset by its key, as evaluation reports name their columns.
             key = (folder.method, bool(folder.bgaugment), explained.dataset_key, explained.label)
-            foreground[key] = explained.summary
+            foreground[key] = explained.summary.model_dump(exclude_unset=True)
     return reports, foreground
 
 
-def _map_cells(report: Mapping[str, Any] | None) -> list[str]:
+def _map_cells(report: EvaluationReport | None) -> list[str]:
     """The clean and corrupted MAP@R cells of a run; empty where the run or its corrupted sets are absent."""
     if report is None:
         return ["", ""]
-    corrupted = report.get("corrupted")
-    spread = percent_spread(corrupted["mean"]["map_at_r"], corrupted["std"]["map_at_r"]) if corrupted else ""
-    return [percent(report["clean"]["map_at_r"]), spread]
+    corrupted = report.corrupted
+    spread = percent_spread(corrupted.mean.map_at_r, corrupted.std.map_at_r) if corrupted else ""
+    return [percent(report.clean.map_at_r), spread]
 
 
 def _foreground_cell(summary: Mapping[str, Any] | None) -> str:
@@ -252,21 +252,21 @@ def _checked_foreground(
     return checked
 
 
-def _run_numbers(report: Mapping[str, Any]) -> dict[str, Any]:
+def _run_numbers(report: EvaluationReport) -> dict[str, Any]:
     """One run's identity and raw MAP@R numbers (fractions, not %), for table.json."""
-    corrupted = report.get("corrupted")
+    corrupted = report.corrupted
     return {
-        "run": report.get("run"),
-        "method": report["method"],
-        "bgaugment": bool(report["bgaugment"]),
-        "dataset": report["dataset"],
-        "split": report["split"],
-        "clean_map_at_r": report["clean"]["map_at_r"],
-        "corrupted_map_at_r_mean": corrupted["mean"]["map_at_r"] if corrupted else None,
-        "corrupted_map_at_r_std": corrupted["std"]["map_at_r"] if corrupted else None,
-        "repeats": len(corrupted["repeats"]) if corrupted else 0,
+        "run": report.run,
+        "method": report.method,
+        "bgaugment": bool(report.bgaugment),
+        "dataset": report.dataset,
+        "split": report.split,
+        "clean_map_at_r": report.clean.map_at_r,
+        "corrupted_map_at_r_mean": corrupted.mean.map_at_r if corrupted else None,
+        "corrupted_map_at_r_std": corrupted.std.map_at_r if corrupted else None,
+        "repeats": len(corrupted.repeats) if corrupted else 0,
         "profile_map_at_r": [
-            {"set": row["set"], "mean": row["mean"]["map_at_r"], "std": row["std"]["map_at_r"]}
-            for row in report.get("profile", {}).get("sets", [])
+            {"set": row.set, "mean": row.mean["map_at_r"], "std": row.std.map_at_r}
+            for row in (report.profile.sets if report.profile else [])
         ] or None,
     }

@@ -16,12 +16,11 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.report.document import Heading, Paragraph, Table, to_markdown
-from bgbias.report.evaluation import percent, percent_spread, run_label
+from bgbias.report.evaluation import Checkpoint, EvaluationReport, percent, percent_spread, run_label
 
 SEED_COLUMNS = [
     "method", "seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R", "repeats std (mean over seeds)",
@@ -52,57 +51,65 @@ class Spread:
 
 
 def seeds_by_setting(
-    reports: Sequence[Mapping[str, Any]],
-) -> dict[tuple[str, bool], dict[int, Mapping[str, Any]]]:
+    reports: Sequence[EvaluationReport],
+) -> dict[tuple[str, bool], dict[int, EvaluationReport]]:
     """Evaluation reports of one dataset and split by (method, BGAugment) and training seed, in the order the
     settings first appear; two reports of one setting and seed are an error naming both runs."""
-    groups: dict[tuple[str, bool], dict[int, Mapping[str, Any]]] = {}
-    places = {(str(r.get("dataset")), str(r.get("split"))) for r in reports}
+    groups: dict[tuple[str, bool], dict[int, EvaluationReport]] = {}
+    places = {(r.dataset, r.split) for r in reports}
     if len(places) > 1:
         raise OptionError(f"reports of several datasets or splits: {sorted(places)}",
                           fix="aggregate the runs of one dataset and split at a time")
     for report in reports:
-        key = (str(report["method"]), bool(report.get("bgaugment")))
-        seed = report.get("seed")
-        if not isinstance(seed, int):
-            raise OptionError(f"the report of {report.get('run', '?')} does not record its training seed",
+        key = (report.method, bool(report.bgaugment))
+        seed = report.seed
+        if seed is None:
+            raise OptionError(f"the report of {report.run or '?'} does not record its training seed",
                               fix="evaluate the run again with this version of bgbias (bgbias eval)")
         seeds = groups.setdefault(key, {})
         if seed in seeds:
             raise OptionError(
-                f"two runs of {run_label(*key)} with seed {seed}: {seeds[seed].get('run', '?')} and "
-                f"{report.get('run', '?')}",
+                f"two runs of {run_label(*key)} with seed {seed}: {seeds[seed].run or '?'} and "
+                f"{report.run or '?'}",
                 fix="pass one run per method, setting and seed",
             )
         seeds[seed] = report
     return groups
 
 
-def seeds_table(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def seeds_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[list[str]]]:
     """One row per (method, BGAugment): the scores as mean ± std over training seeds (in %), the selected
     epoch of each seed, and the mean over seeds of each run's std over its corrupted repeats."""
     rows = []
     for (method, bgaugment), by_seed in seeds_by_setting(reports).items():
         runs = [by_seed[seed] for seed in sorted(by_seed)]
-        corrupted = [run for run in runs if run.get("corrupted")]
-        inner = Spread(tuple(run["corrupted"]["std"]["map_at_r"] for run in corrupted
-                             if run["corrupted"]["std"]["map_at_r"] is not None))
+        corrupted = [run for run in runs if run.corrupted]
+        inner = Spread(tuple(run.corrupted.std.map_at_r for run in corrupted
+                             if run.corrupted.std.map_at_r is not None))
         relative = over_seeds(corrupted, relative_drop)
         rows.append([
             run_label(method, bgaugment),
             ", ".join(str(seed) for seed in sorted(by_seed)),
-            ", ".join(str((run.get("checkpoint") or {}).get("epoch", "?")) for run in runs),
+            ", ".join(map(_selected_epoch, runs)),
             over_seeds(runs, clean_map).cell(),
             over_seeds(corrupted, corrupted_map).cell(),
             percent(inner.mean),
             drop_cell(relative),
-            over_seeds(runs, lambda run: run["clean"]["precision_at_1"]).cell(),
+            over_seeds(runs, lambda run: run.clean.precision_at_1).cell(),
             over_seeds(corrupted, corrupted_p1).cell(),
         ])
     return SEED_COLUMNS, rows
 
 
-def bgaugment_effects(reports: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def _selected_epoch(report: EvaluationReport) -> str:
+    """The epoch of the checkpoint a report evaluated, ``?`` where its report does not say."""
+    checkpoint = report.checkpoint
+    if not isinstance(checkpoint, Checkpoint) or "epoch" not in checkpoint.model_fields_set:
+        return "?"
+    return str(checkpoint.epoch)
+
+
+def bgaugment_effects(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[list[str]]]:
     """One row per method with runs of both settings: BGAugment's paired effect over the seeds both have."""
     groups = seeds_by_setting(reports)
     rows = []
@@ -126,8 +133,8 @@ def exceeds_spread(difference: Spread) -> str:
     return "yes" if abs(difference.mean) > 2 * difference.std else "no"
 
 
-def paired_effect(vanilla: Mapping[int, Mapping[str, Any]], augmented: Mapping[int, Mapping[str, Any]],
-                  value: Callable[[Mapping[str, Any]], float | None]) -> Spread:
+def paired_effect(vanilla: Mapping[int, EvaluationReport], augmented: Mapping[int, EvaluationReport],
+                  value: Callable[[EvaluationReport], float | None]) -> Spread:
     """Per training seed that both settings have, ``value`` of the BGAugment run minus that of the vanilla
     run (runs by seed, as :func:`seeds_by_setting` groups them)."""
     pairs = [(value(augmented[seed]), value(vanilla[seed])) for seed in sorted(set(vanilla) & set(augmented))]
@@ -135,33 +142,35 @@ def paired_effect(vanilla: Mapping[int, Mapping[str, Any]], augmented: Mapping[i
 
 
 def over_seeds(
-    runs: Sequence[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], float | None]
+    runs: Sequence[EvaluationReport], value: Callable[[EvaluationReport], float | None]
 ) -> Spread:
     """``value(report)`` over the runs (one per training seed) where the report has it."""
     return Spread(tuple(v for v in map(value, runs) if v is not None))
 
 
-def clean_map(report: Mapping[str, Any]) -> float:
-    return report["clean"]["map_at_r"]
+def clean_map(report: EvaluationReport) -> float | None:
+    return report.clean.map_at_r
 
 
-def corrupted_map(report: Mapping[str, Any]) -> float | None:
+def corrupted_map(report: EvaluationReport) -> float | None:
     """The mean over the corrupted repeats; None for a run evaluated clean only."""
-    return (report.get("corrupted") or {}).get("mean", {}).get("map_at_r")
+    return report.corrupted.mean.map_at_r if report.corrupted else None
 
 
-def corrupted_p1(report: Mapping[str, Any]) -> float | None:
-    return (report.get("corrupted") or {}).get("mean", {}).get("precision_at_1")
+def corrupted_p1(report: EvaluationReport) -> float | None:
+    return report.corrupted.mean.precision_at_1 if report.corrupted else None
 
 
-def absolute_drop(report: Mapping[str, Any]) -> float | None:
+def absolute_drop(report: EvaluationReport) -> float | None:
     """Clean − corrupted MAP@R, a fraction; None for a run evaluated clean only."""
-    return (report.get("drop") or {}).get("map_at_r", {}).get("absolute")
+    drop = (report.drop or {}).get("map_at_r")
+    return None if drop is None else drop.absolute
 
 
-def relative_drop(report: Mapping[str, Any]) -> float | None:
+def relative_drop(report: EvaluationReport) -> float | None:
     """(clean − corrupted) / clean of MAP@R, a fraction; None for a run evaluated clean only."""
-    return (report.get("drop") or {}).get("map_at_r", {}).get("relative")
+    drop = (report.drop or {}).get("map_at_r")
+    return None if drop is None else drop.relative
 
 
 def drop_cell(spread: Spread) -> str:
@@ -181,7 +190,7 @@ SEEDS_NOTE = (
 
 
 def write_seeds_report(
-    reports: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str]
+    reports: Sequence[EvaluationReport], out_dir: str | os.PathLike[str]
 ) -> dict[str, Path]:
     """``seeds.md`` (the seeds table, BGAugment's paired effects and how to read them) and ``seeds.json`` (the
     same cells) in ``out_dir``."""

@@ -33,7 +33,7 @@ from bgbias.report.document import (
     Table,
     write_document,
 )
-from bgbias.report.evaluation import percent, run_label
+from bgbias.report.evaluation import EvaluationReport, percent, run_label
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, profile_table
 from bgbias.report.seeds import (
@@ -68,12 +68,12 @@ class StudyRunResult:
     summaries as :func:`~bgbias.report.runs_table.collect_runs` keys them (the attribution label last)."""
 
     folder: Path
-    report: Mapping[str, Any]
+    report: EvaluationReport
     foreground: Mapping[ForegroundKey, Mapping[str, Any]]
 
     @property
     def key(self) -> tuple[str, bool]:
-        return str(self.report["method"]), bool(self.report.get("bgaugment"))
+        return self.report.method, bool(self.report.bgaugment)
 
 
 def collect_study_runs(
@@ -95,13 +95,13 @@ def collect_study_runs(
 def first_seed(results: Sequence[StudyRunResult]) -> tuple[int, list[StudyRunResult]]:
     """The smallest training seed among ``results`` and its runs: what the one-seed figures and Table 1 show
     (seed 0 in a study; a set of runs made by hand may lack it)."""
-    seeds = [result.report.get("seed") for result in results]
-    seed = min((s for s in seeds if isinstance(s, int)), default=0)
-    return seed, [result for result in results if result.report.get("seed") == seed]
+    seeds = [result.report.seed for result in results]
+    seed = min((s for s in seeds if s is not None), default=0)
+    return seed, [result for result in results if result.report.seed == seed]
 
 
 # ------------------------------------------------------------------------------------------------- tables
-def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
+def side_by_side(reports: Sequence[EvaluationReport]) -> TableCells:
     """Table 1 over seeds, one row per method: clean MAP@R, corrupted MAP@R, relative drop and corrupted
     P@1, vanilla then BGAugment."""
     groups = seeds_by_setting(reports)
@@ -121,7 +121,7 @@ def side_by_side(reports: Sequence[Mapping[str, Any]]) -> TableCells:
     return tuple(headers), tuple(rows)
 
 
-def rankings(reports: Sequence[Mapping[str, Any]]) -> dict[str, TableCells]:
+def rankings(reports: Sequence[EvaluationReport]) -> dict[str, TableCells]:
     """Every (method, BGAugment) setting ranked by mean corrupted MAP@R (best first) and by mean relative drop
     (smallest first); ties keep the settings' order."""
     groups = seeds_by_setting(reports)
@@ -159,7 +159,7 @@ MECHANISM_NOT_MEASURED = (
     "reference losses and runs of at least one reference loss.")
 
 
-def mechanism_comparisons(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> list[Mechanism]:
+def mechanism_comparisons(reports: Sequence[EvaluationReport], reference: Sequence[str]) -> list[Mechanism]:
     """Each method outside ``reference`` without BGAugment against the pooled seeds of the reference losses
     without BGAugment (unpaired: the runs of two methods share seeds but not a model, so there is nothing to
     pair)."""
@@ -183,7 +183,7 @@ def mechanism_comparisons(reports: Sequence[Mapping[str, Any]], reference: Seque
     return found
 
 
-def mechanisms(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> TableCells:
+def mechanisms(reports: Sequence[EvaluationReport], reference: Sequence[str]) -> TableCells:
     """:func:`mechanism_comparisons` as a table."""
     rows = tuple((m.method, drop_cell(m.own), drop_cell(m.reference), f"{100 * m.difference:+.1f}", m.verdict)
                  for m in mechanism_comparisons(reports, reference))
@@ -192,11 +192,11 @@ def mechanisms(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -
     return headers, rows
 
 
-Groups = Mapping[tuple[str, bool], Mapping[int, Mapping[str, Any]]]
+Groups = Mapping[tuple[str, bool], Mapping[int, EvaluationReport]]
 """Reports by (method, BGAugment) and training seed, as :func:`seeds_by_setting` returns them."""
 
 
-def answers(reports: Sequence[Mapping[str, Any]], reference: Sequence[str]) -> tuple[tuple[Strong, str], ...]:
+def answers(reports: Sequence[EvaluationReport], reference: Sequence[str]) -> tuple[tuple[Strong, str], ...]:
     """The study's three questions answered in a sentence each from the runs, with the seed spread: is MAP@R
     lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism. Each is
     (the question, `` `` + its answer)."""
@@ -307,12 +307,12 @@ PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "mixed
 """The profile's sets that answer "how much comes from the background", aggregated over seeds."""
 
 
-def profile_over_seeds(reports: Sequence[Mapping[str, Any]]) -> TableCells:
+def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
     """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` as mean ± std over the seeds'
     profiles (each run's value being the mean over that set's repeats)."""
     rows = []
     for key, runs in seeds_by_setting(reports).items():
-        profiled = [run for run in runs.values() if run.get("profile")]
+        profiled = [run for run in runs.values() if run.profile]
         if profiled:
             rows.append((run_label(*key), str(len(profiled)),
                          *(over_seeds(profiled, _profile_map(name)).cell() for name in PROFILE_SUMMARY)))
@@ -320,16 +320,16 @@ def profile_over_seeds(reports: Sequence[Mapping[str, Any]]) -> TableCells:
 
 
 def _profile_map(name: str) -> Any:
-    def value(report: Mapping[str, Any]) -> float | None:
-        sets = {row["set"]: row for row in report["profile"]["sets"]}
-        return sets[name]["mean"]["map_at_r"] if name in sets else None
+    def value(report: EvaluationReport) -> float | None:
+        sets = {row.set: row for row in report.profile.sets} if report.profile else {}
+        return sets[name].mean["map_at_r"] if name in sets else None
     return value
 
 
-def profiles(reports: Sequence[Mapping[str, Any]]) -> TableCells:
+def profiles(reports: Sequence[EvaluationReport]) -> TableCells:
     """The background-reliance profile of every run that has one (:func:`profile_table`), with its seed."""
     headers, rows = profile_table(reports)
-    seeds = [str(report.get("seed")) for report in reports if report.get("profile")]
+    seeds = [str(report.seed) for report in reports if report.profile]
     rows_with_seeds = tuple((row[0], seed, *row[2:]) for row, seed in zip(rows, seeds, strict=True))
     return (headers[0], "seed", *headers[2:]), rows_with_seeds
 
@@ -371,20 +371,20 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
         run = RunDir(folder)
         if not run.metrics_jsonl.is_file():  # a model bgbias did not train
             continue
-        rows = [row for row in read_metrics(run) if all(column in row for column in WATCHED)]
+        rows = [row for row in read_metrics(run) if all(column in row.columns for column in WATCHED)]
         if not rows:
             continue
-        wrong = next(((row["epoch"], column) for row in rows for column in WATCHED
-                      if not is_metric_number(row[column])), None)
+        wrong = next(((row.epoch, column) for row in rows for column in WATCHED
+                      if not is_metric_number(row.columns[column])), None)
         if wrong is not None:
             raise RecordError(f"the run's metrics of epoch {wrong[0]} have no number for {wrong[1]}",
                               path=run.metrics_jsonl, fix=RESUME_TO_REWRITE)
         record = read_record(run)
-        if record is None or "best_epoch" not in record or "monitor" not in record:
+        if record is None or record.best_epoch is None or record.monitor is None:
             raise RecordError("the run's record is missing or damaged, so the epoch it selected is unknown",
                               path=run.record, fix=RESUME_TO_REWRITE)
-        selected = record["best_epoch"]
-        by_epoch = {row["epoch"]: row for row in rows}
+        selected = record.best_epoch
+        by_epoch = {row.epoch: row.columns for row in rows}
         if selected not in by_epoch:
             continue
         last = max(by_epoch)
@@ -393,7 +393,7 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
             best[column] = max(by_epoch, key=lambda epoch: (by_epoch[epoch][column], -epoch))
             scores[column] = {"selected": by_epoch[selected][column], "last": by_epoch[last][column],
                               "best": by_epoch[best[column]][column]}
-        found.append(Selection(folder.name, record["monitor"], selected, scores, best))
+        found.append(Selection(folder.name, record.monitor, selected, scores, best))
     return found
 
 
@@ -413,7 +413,7 @@ def selection_table(found: Sequence[Selection]) -> TableCells:
     return tuple(headers), tuple(rows)
 
 
-def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str, Any]]) -> str:
+def selection_summary(found: Sequence[Selection], reports: Sequence[EvaluationReport]) -> str:
     """The selection cost of the score each run selects on (clean for vanilla runs, corrupted for
     BGAugment's), mean and max over the watched runs, against the seed std of the same score."""
     if not found:
@@ -436,7 +436,7 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[Mapping[str,
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def plot_over_seeds(reports: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+def plot_over_seeds(reports: Sequence[EvaluationReport], path: str | os.PathLike[str]) -> Path:
     """The side-by-side table as a picture: per method, clean and corrupted MAP@R (%) without and with
     BGAugment, a bar at the mean over training seeds and a dot for each seed, so that BGAugment's effect is
     seen beside the seed spread."""
@@ -483,8 +483,8 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
         for result in results:
             if result.key[0] != method:
                 continue
-            drops = [100 * row["relative_drop"] for row in result.report.get("per_class", [])
-                     if row.get("relative_drop") is not None]
+            drops = [100 * row.relative_drop for row in result.report.per_class
+                     if row.relative_drop is not None]
             axes.hist(np.clip(drops, bins[0], bins[-1]), bins=bins, alpha=0.55,
                       color=SETTING_COLOURS[result.key[1]], label="BGAugment" if result.key[1] else "vanilla")
         axes.set_title(method, fontsize=9)
@@ -517,7 +517,7 @@ def write_study_report(
     out = Path(out_dir)
     methods = list(dict.fromkeys(result.key[0] for result in results))
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
-    results = sorted(results, key=lambda r: (methods.index(r.key[0]), r.key[1], r.report.get("seed") or 0))
+    results = sorted(results, key=lambda r: (methods.index(r.key[0]), r.key[1], r.report.seed or 0))
     reports = [result.report for result in results]
     seed, first = first_seed(results)
     histogram = plot_per_class_drops(first, out / "per-class-drop.png")
@@ -564,7 +564,7 @@ def write_study_report(
         Figure(histogram, f"per-class relative drop of MAP@R, training seed {seed}"),
         *figures,
         Heading("Runs"),
-        Bullets(tuple((f"{run_label(*result.key)}, seed {result.report.get('seed')}: ",
+        Bullets(tuple((f"{run_label(*result.key)}, seed {result.report.seed}: ",
                        Code(str(result.folder))) for result in results)),
         *([Heading("Failed runs"),
            Paragraph(("Left out of every table above; the next ", Code("bgbias study"),

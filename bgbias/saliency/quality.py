@@ -41,10 +41,6 @@ class Agreement:
             return {"error": self.error}
         return {"iou": self.iou, "overlap": self.overlap}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Agreement:
-        return cls(data.get("iou"), data.get("overlap"), data.get("error"))
-
 
 def foreground(mask: np.ndarray) -> np.ndarray:
     """Boolean foreground of an 8-bit mask."""

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal
 
-from typing_extensions import TypedDict
+from pydantic import Field, TypeAdapter, ValidationError
 
 from bgbias import __version__
 from bgbias.data.items import Item
@@ -34,7 +34,7 @@ from bgbias.fileio import exclusive_lock, write_json_atomic
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import ModelInfo
-from bgbias.schema import field_problem, read_record
+from bgbias.schema import Record, read_record
 
 RECORDS_DIR = "records"
 MANIFEST_NAME = "manifest.json"
@@ -43,37 +43,42 @@ MANIFEST_LOCK = "manifest.lock"
 """In ``records/``: held while the manifest and quality report are derived from the record files."""
 
 
-class AgreementLine(TypedDict):
-    iou: NotRequired[float | None]
-    overlap: NotRequired[float | None]
-    error: NotRequired[str]
+class AgreementLine(Record):
+    iou: float | None = None
+    overlap: float | None = None
+    error: str | None = None
 
 
-class MaskLine(TypedDict):
+class MaskLine(Record):
     """A made mask's ledger line as :meth:`MaskRecord.to_json` writes it."""
 
     id: str
     status: Literal["ok"]
     size: list[int]
-    image_sha256: NotRequired[str | None]
-    raw_min: NotRequired[float | None]
-    raw_max: NotRequired[float | None]
-    empty: NotRequired[bool | None]
-    quality: NotRequired[AgreementLine]
-    truth_sha256: NotRequired[str | None]
+    image_sha256: str | None = None
+    raw_min: float | None = None
+    raw_max: float | None = None
+    empty: bool | None = None
+    quality: AgreementLine | None = None
+    truth_sha256: str | None = None
 
 
-class FailureLine(TypedDict):
+class FailureLine(Record):
     id: str
     status: Literal["failed"]
     error: str | None
     fix: str | None
 
 
-class MaskManifest(TypedDict):
-    """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with."""
+_LEDGER_LINE: TypeAdapter[MaskLine | FailureLine] = TypeAdapter(MaskLine | FailureLine)
+"""A shard's ledger line: a made mask or a failure."""
 
-    settings: NotRequired[dict[str, Any]]
+
+class MaskManifest(Record):
+    """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with
+    (the rest rides along)."""
+
+    settings: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,23 +123,26 @@ class MaskRecord:
     @classmethod
     def from_json(cls, data: Any) -> MaskRecord | None:
         """The record a ledger line holds, or ``None`` for a line that is not one (its mask is made again)."""
-        if field_problem(data, MaskLine | FailureLine) is not None or (
-                data["status"] == "ok" and len(data["size"]) != 2):
+        try:
+            line = _LEDGER_LINE.validate_python(data)
+        except ValidationError:
             return None
-        if data["status"] != "ok":
-            return cls(str(data["id"]), ok=False, error=data.get("error"), fix=data.get("fix"))
-        width, height = data["size"]
-        quality = data.get("quality")
+        if isinstance(line, FailureLine):
+            return cls(line.id, ok=False, error=line.error, fix=line.fix)
+        if len(line.size) != 2:
+            return None
+        width, height = line.size
+        quality = line.quality
         return cls(
-            str(data["id"]),
+            line.id,
             ok=True,
-            size=(int(width), int(height)),
-            raw_min=data.get("raw_min"),
-            raw_max=data.get("raw_max"),
-            empty=data.get("empty"),
-            quality=None if quality is None else Agreement.from_json(quality),
-            image_sha256=data.get("image_sha256"),
-            truth_sha256=data.get("truth_sha256"),
+            size=(width, height),
+            raw_min=line.raw_min,
+            raw_max=line.raw_max,
+            empty=line.empty,
+            quality=None if quality is None else Agreement(quality.iou, quality.overlap, quality.error),
+            image_sha256=line.image_sha256,
+            truth_sha256=line.truth_sha256,
         )
 
 
@@ -276,7 +284,7 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
     manifest = read_manifest(out_dir)
     if manifest is None:
         return
-    previous = manifest.get("settings", {})
+    previous = manifest.settings
     if previous != dict(settings):
         differ = differing_keys(previous, settings)
         raise OptionError(

@@ -14,6 +14,7 @@ from typing import Any
 
 from bgbias.errors import BgbiasError, BusyError, OptionError
 from bgbias.fileio import exclusive_lock
+from bgbias.schema import Record
 from bgbias.study.bench import StudyBench
 from bgbias.study.plan import SETTING_SECTIONS, StudyPlan, StudyRun
 
@@ -33,6 +34,13 @@ FAILURES = "failures.json"
 """In a study folder, the runs that failed in the study's last pass: each run's folder name → its error, the
 fix where bgbias knows one, and the traceback. A later pass tries each again (a failed training resumes from
 its last checkpoint) and rewrites the file; without failures there is no file."""
+
+
+class FailedRun(Record):
+    """A run's entry in :data:`FAILURES`."""
+
+    error: str
+    traceback: str
 
 
 def train_and_measure(
@@ -117,11 +125,11 @@ def record_failures(path: Path, planned: Sequence[str], failures: Mapping[str, s
     from bgbias.schema import read_record
 
     try:
-        recorded = read_record(path, dict[str, dict[str, str]], what="the study's failures",
+        recorded = read_record(path, dict[str, FailedRun], what="the study's failures",
                                fix="the next bgbias study writes it again")
     except RecordError:  # none yet, or damaged: this pass's runs are what it can vouch for
         recorded = {}
-    kept = {name: entry for name, entry in recorded.items() if name not in planned}
+    kept = {name: entry.model_dump() for name, entry in recorded.items() if name not in planned}
     kept.update({name: {"error": error, "traceback": tracebacks.get(name, "")}
                  for name, error in failures.items()})
     if kept:
@@ -142,7 +150,8 @@ def train_study_run(
     if (run_dir / "config.json").is_file():
         check_trained_as_planned(run_dir, run)
         # A missing or damaged run.json reads as unfinished: resuming from the checkpoints writes it again.
-        status = (read_record(open_run_dir(run_dir)) or {}).get("status")
+        record = read_record(open_run_dir(run_dir))
+        status = None if record is None else record.status
         if status in DONE:
             log(f"{step} {run.label}: trained already ({run_dir})")
             return run_dir

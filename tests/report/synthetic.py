@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.report.evaluation import summarize_evaluation
-from bgbias.retrieval.metrics import RetrievalScores, retrieval_scores
+from bgbias.report.evaluation import EvaluationReport, summarize_evaluation
+from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 
 CLASS_SIZES = (4, 3, 5, 2, 1, 3, 2, 4, 2, 3, 5, 2, 3, 2)
 """14 classes, one of them a lone image (no score), so the Markdown's top 10 leaves some out."""
@@ -54,3 +54,33 @@ def make_report(method: str, bgaugment: bool, dataset: str, *, repeats: int = 3,
     fields: Mapping[str, Any] = {"run": run, "method": method, "bgaugment": bgaugment, "dataset": dataset,
                                  "split": split, **meta}
     return summarize_evaluation(clean, corrupted, labels, ids, fields)
+
+
+_SCORES = dict.fromkeys(METRICS)
+_CLASS_DROP = {"label": 0, "images": 0, "clean_map_at_r": None, "corrupted_map_at_r": None, "drop": None,
+               "relative_drop": None}
+
+
+def complete(partial: Mapping[str, Any]) -> EvaluationReport:
+    """A report as ``bgbias report`` reads it back, of the numbers a test sets: what it leaves out is what an
+    evaluation that measured nothing else writes (no score, no images)."""
+    report = {"format": "bgbias-eval-report", "version": 1, "method": "m", "bgaugment": False,
+              "dataset": "bench", "split": "test", "images": 0, "classes": 0, "scored": 0, **partial}
+    report["clean"] = {**_SCORES, **partial.get("clean", {})}
+    corrupted = partial.get("corrupted")
+    if corrupted:
+        report["corrupted"] = {"repeats": corrupted.get("repeats", []),
+                               "mean": {**_SCORES, **corrupted.get("mean", {})},
+                               "std": {**_SCORES, **corrupted.get("std", {})}}
+    if partial.get("drop"):
+        report["drop"] = {name: {"absolute": None, "relative": None, **drop}
+                          for name, drop in partial["drop"].items()}
+    report["per_class"] = [{**_CLASS_DROP, **row} for row in partial.get("per_class", [])]
+    if isinstance(partial.get("checkpoint"), Mapping):
+        report["checkpoint"] = {"path": "best.pt", **partial["checkpoint"]}
+    return EvaluationReport.model_validate(report)
+
+
+def changed(report: EvaluationReport, **fields: Any) -> EvaluationReport:
+    """``report`` with ``fields`` replaced, read back as :func:`complete` reads a report."""
+    return complete({**report.model_dump(exclude_unset=True), **fields})

@@ -8,12 +8,13 @@ import pytest
 
 from bgbias.errors import OptionError
 from bgbias.report.dial import DialPoint, dial_table, plot_dial, write_dial_report
+from tests.report.synthetic import complete
 
 
 def _report(clean, corrupted, seed=0):
-    return {"run": f"runs/x-{seed}", "seed": seed, "clean": {"map_at_r": clean},
-            "corrupted": {"mean": {"map_at_r": corrupted}},
-            "drop": {"map_at_r": {"relative": (clean - corrupted) / clean}}}
+    return complete({"run": f"runs/x-{seed}", "seed": seed, "clean": {"map_at_r": clean},
+                     "corrupted": {"mean": {"map_at_r": corrupted}},
+                     "drop": {"map_at_r": {"relative": (clean - corrupted) / clean}}})
 
 
 POINTS = [

@@ -15,7 +15,7 @@ from bgbias.report.runs_table import write_runs_report
 from bgbias.report.seeds import write_seeds_report
 from bgbias.report.study_report import StudyRunResult, write_study_report
 from tests.report.hostile import HOSTILE_CLASSES, HOSTILE_IMAGES, HOSTILE_RUNS, HOSTILE_TITLE, assert_inert
-from tests.report.synthetic import make_report, make_run
+from tests.report.synthetic import complete, make_report, make_run
 
 HOSTILE_METHOD = "<b>ms</b>|x\n# y"
 
@@ -52,8 +52,8 @@ def test_report_md_shows_image_names_run_folders_and_setup_as_text():
 
 
 def test_tables_seeds_dial_and_study_page_show_names_as_text(tmp_path):
-    reports = [{**make_report(HOSTILE_METHOD, bgaugment, "folder", seed=seed,
-                              run=f"runs/{HOSTILE_RUNS[seed]}"), "seed": seed}
+    reports = [complete({**make_report(HOSTILE_METHOD, bgaugment, "folder", seed=seed,
+                                       run=f"runs/{HOSTILE_RUNS[seed]}"), "seed": seed})
                for seed in (0, 1) for bgaugment in (False, True)]
     written = {
         "table.md": write_runs_report(reports[:2], None, tmp_path / "table")["table_md"],
@@ -80,7 +80,7 @@ def test_tables_seeds_dial_and_study_page_show_names_as_text(tmp_path):
 
 
 def test_a_markdown_file_has_no_line_a_name_could_start(tmp_path):
-    reports = [make_report("- item", False, "folder", run="# heading\n1. list")]
+    reports = [complete(make_report("- item", False, "folder", run="# heading\n1. list"))]
     markdown = write_runs_report(reports, None, Path(tmp_path))["table_md"].read_text(encoding="utf-8")
     runs = markdown.split("## Runs")[1]
     assert "\n# heading" not in runs and "\n1. list" not in runs

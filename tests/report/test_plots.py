@@ -8,7 +8,7 @@ from PIL import Image
 from bgbias.errors import OptionError
 from bgbias.figures import DPI
 from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_runs
-from tests.report.synthetic import make_report
+from tests.report.synthetic import complete, make_report
 
 
 def _png(path):
@@ -36,11 +36,12 @@ def test_clean_only_report_plots_and_has_no_per_class_drop(tmp_path):
         plot_per_class_drop(report, tmp_path / "drop.png")
     assert "--corrupted" in str(error.value)
     assert not (tmp_path / "drop.png").exists()
-    _png(plot_runs([report, make_report("triplet", True, "cub", repeats=1)], tmp_path / "runs.png"))
+    _png(plot_runs([complete(report), complete(make_report("triplet", True, "cub", repeats=1))],
+                   tmp_path / "runs.png"))
 
 
 def test_runs_plot_groups_datasets_and_refuses_duplicates(tmp_path):
-    reports = [make_report(method, bgaugment, dataset, seed=seed)
+    reports = [complete(make_report(method, bgaugment, dataset, seed=seed))
                for seed, (dataset, method, bgaugment) in enumerate(
                    [("cub", "triplet", False), ("cub", "triplet", True), ("cars", "triplet", True),
                     ("cub", "arcface", False), ("cars", "arcface", False)])]

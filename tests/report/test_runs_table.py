@@ -10,7 +10,7 @@ import pytest
 from bgbias.errors import OptionError
 from bgbias.report.markdown import table as markdown_table
 from bgbias.report.runs_table import table_one, write_runs_report
-from tests.report.synthetic import make_report
+from tests.report.synthetic import changed, complete, make_report
 
 RUNS = [  # 2 methods × {base, + BGAugment} × 2 datasets, less arcface + BGAugment on cars
     ("cub", "contrastive", False), ("cub", "contrastive", True), ("cub", "arcface", False),
@@ -24,13 +24,13 @@ FOREGROUND = {
 
 
 def _reports():
-    return [make_report(method, bgaugment, dataset, seed=seed)
+    return [complete(make_report(method, bgaugment, dataset, seed=seed))
             for seed, (dataset, method, bgaugment) in enumerate(RUNS)]
 
 
 def _map_cells(report):
-    mean, std = report["corrupted"]["mean"]["map_at_r"], report["corrupted"]["std"]["map_at_r"]
-    return [f"{100 * report['clean']['map_at_r']:.2f}", f"{100 * mean:.2f} ± {100 * std:.2f}"]
+    mean, std = report.corrupted.mean.map_at_r, report.corrupted.std.map_at_r
+    return [f"{100 * report.clean.map_at_r:.2f}", f"{100 * mean:.2f} ± {100 * std:.2f}"]
 
 
 def test_layout_rows_per_method_then_bgaugment_and_empty_missing_cells():
@@ -58,8 +58,8 @@ def test_foreground_scores_add_one_column_per_dataset():
 
 
 def test_clean_only_runs_and_other_splits():
-    reports = [make_report("triplet", False, "cub", repeats=0),
-               make_report("triplet", True, "cub", split="val")]
+    reports = [complete(make_report("triplet", False, "cub", repeats=0)),
+               complete(make_report("triplet", True, "cub", split="val"))]
     headers, rows = table_one(reports)
     assert headers == ["method", "cub clean", "cub corrupted", "cub (val) clean", "cub (val) corrupted"]
     assert rows[0][1] != "" and rows[0][2:] == ["", "", ""]
@@ -68,10 +68,10 @@ def test_clean_only_runs_and_other_splits():
 
 def test_duplicate_runs_name_both():
     reports = _reports()
-    twin = {**reports[2], "run": "runs/cub-arcface-again"}
+    twin = changed(reports[2], run="runs/cub-arcface-again")
     with pytest.raises(OptionError, match="arcface on cub") as error:
         table_one([*reports, twin])
-    assert reports[2]["run"] in str(error.value) and "runs/cub-arcface-again" in str(error.value)
+    assert reports[2].run in str(error.value) and "runs/cub-arcface-again" in str(error.value)
 
 
 def test_markdown_table():
@@ -91,13 +91,13 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
         assert list(csv.reader(handle)) == [headers, *rows]
     table = json.loads(paths["table_json"].read_text())
     assert (table["headers"], table["rows"]) == (headers, rows)
-    assert [run["run"] for run in table["runs"]] == [r["run"] for r in reports]
-    assert table["runs"][0]["corrupted_map_at_r_mean"] == reports[0]["corrupted"]["mean"]["map_at_r"]
+    assert [run["run"] for run in table["runs"]] == [r.run for r in reports]
+    assert table["runs"][0]["corrupted_map_at_r_mean"] == reports[0].corrupted.mean.map_at_r
     assert table["foreground"][1] == {"method": "arcface", "bgaugment": True, "dataset": "cars",
                                       "mean": 0.561, "std": None, "images": 41}
     markdown = paths["table_md"].read_text()
     assert markdown_table(headers, rows) in markdown
-    assert f"arcface + BGAugment on cub (test split): {reports[3]['run']}" in markdown
+    assert f"arcface + BGAugment on cub (test split): {reports[3].run}" in markdown
     assert paths["runs_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -7,17 +7,18 @@ import pytest
 
 from bgbias.errors import OptionError
 from bgbias.report.seeds import Spread, bgaugment_effects, exceeds_spread, seeds_table
+from tests.report.synthetic import changed, complete
 
 
 def _report(method, bgaugment, seed, clean, corrupted, *, repeats_std=0.01, epoch=8):
-    return {
+    return complete({
         "method": method, "bgaugment": bgaugment, "seed": seed, "dataset": "bench", "split": "test",
         "run": f"runs/{method}-{bgaugment}-{seed}", "checkpoint": {"epoch": epoch},
         "clean": {"map_at_r": clean, "precision_at_1": clean + 0.2},
         "corrupted": {"mean": {"map_at_r": corrupted, "precision_at_1": corrupted + 0.2},
                       "std": {"map_at_r": repeats_std}},
         "drop": {"map_at_r": {"relative": (clean - corrupted) / clean}},
-    }
+    })
 
 
 REPORTS = [
@@ -56,9 +57,8 @@ def test_the_seed_spread_rule():
 def test_a_duplicate_seed_or_an_unrecorded_one_is_refused():
     with pytest.raises(OptionError, match="two runs of ms with seed 0"):
         seeds_table([REPORTS[0], REPORTS[0]])
-    unseeded = {**REPORTS[0]}
-    del unseeded["seed"]
+    unseeded = changed(REPORTS[0], seed=None)
     with pytest.raises(OptionError, match="does not record its training seed"):
         seeds_table([unseeded])
     with pytest.raises(OptionError, match="several datasets"):
-        seeds_table([REPORTS[0], {**REPORTS[1], "dataset": "cub"}])
+        seeds_table([REPORTS[0], changed(REPORTS[1], dataset="cub")])

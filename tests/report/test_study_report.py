@@ -18,10 +18,11 @@ from bgbias.report.study_report import (
     side_by_side,
     write_study_report,
 )
+from tests.report.synthetic import changed, complete
 
 
 def _report(method, bgaugment, seed, clean, corrupted):
-    return {
+    return complete({
         "method": method, "bgaugment": bgaugment, "seed": seed, "dataset": "bench", "split": "test",
         "run": f"runs/{method}-{bgaugment}-{seed}", "checkpoint": {"epoch": 2},
         "clean": {"map_at_r": clean, "precision_at_1": clean + 0.2},
@@ -29,7 +30,7 @@ def _report(method, bgaugment, seed, clean, corrupted):
                       "std": {"map_at_r": 0.01}},
         "drop": {"map_at_r": {"absolute": clean - corrupted, "relative": (clean - corrupted) / clean}},
         "per_class": [{"label": c, "relative_drop": d} for c, d in enumerate((0.2, 0.5, 0.9))],
-    }
+    })
 
 
 REPORTS = [
@@ -66,10 +67,10 @@ def test_a_method_is_compared_with_the_reference_losses_against_the_seed_spread(
 
 def test_foreground_scores_are_means_over_seeds_per_attribution(tmp_path):
     def key(report, label):
-        return report["method"], report["bgaugment"], "bench", label
+        return report.method, report.bgaugment, "bench", label
 
     results = [StudyRunResult(tmp_path, report,
-                              {key(report, "smoothgrad"): {"mean": 0.1 + 0.1 * report["seed"]}})
+                              {key(report, "smoothgrad"): {"mean": 0.1 + 0.1 * report.seed}})
                for report in REPORTS]
     results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {key(REPORTS[-1], "avsl"): {"mean": 0.3}})
     _headers, rows = foreground_scores(results)
@@ -131,10 +132,11 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
     from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
 
     def profiled(report, only_bg):
-        sets = [{"set": name, "mean": {"map_at_r": 0.1}, "std": {"map_at_r": None}}
+        sets = [{"set": name, "title": name, "repeats": 1, "mean": {"map_at_r": 0.1},
+                 "std": {"map_at_r": None, "r_precision": None, "precision_at_1": None}}
                 for name in PROFILE_SUMMARY]
         sets[PROFILE_SUMMARY.index("only-bg-tiled")]["mean"]["map_at_r"] = only_bg
-        return {**report, "profile": {"sets": sets}}
+        return changed(report, profile={"sets": sets, "worst_k": 1, "only_fg_fill": []})
 
     reports = [profiled(REPORTS[0], 0.30), profiled(REPORTS[1], 0.40), REPORTS[2]]
     headers, rows = profile_over_seeds(reports)
@@ -154,12 +156,12 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
     assert bgaugment.endswith("for 1 of the 1 methods with several seeds; dcml had one seed.")
     assert mechanism.endswith("(ms; 65.6 ± 1.5 % over their seeds), beyond twice the standard error of the "
                               "difference: smaller drop: dcml (-52.7 points).")
-    (_, lost_by_one), (_, gained_by_one), _ = answers([r for r in REPORTS if r["method"] == "ms"], ["ms"])
+    (_, lost_by_one), (_, gained_by_one), _ = answers([r for r in REPORTS if r.method == "ms"], ["ms"])
     assert lost_by_one.startswith(" The vanilla runs of ms lose 40.0 points of MAP@R, 65.6 % of their clean ")
     assert "changes corrupted MAP@R by +19.0 points for ms," in gained_by_one
-    one_seed = answers([r for r in REPORTS if r["seed"] == 0], reference=["ms"])
+    one_seed = answers([r for r in REPORTS if r.seed == 0], reference=["ms"])
     assert all("seed spread is not known" in text or "n/a (one seed)" in text for _, text in one_seed)
-    assert "Not measured" in answers([r for r in REPORTS if r["bgaugment"]], reference=["ms"])[0][1]
+    assert "Not measured" in answers([r for r in REPORTS if r.bgaugment], reference=["ms"])[0][1]
     # Without a reference loss's runs the mechanism is not measured, and the answer says what is missing.
     assert "runs of at least one reference loss" in answers(REPORTS, reference=["triplet"])[2][1]
 
@@ -175,7 +177,7 @@ def test_the_one_seed_figures_take_the_smallest_seed_present(tmp_path):
     from bgbias.report.study_report import first_seed
 
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)
-               if report["seed"] == 1]
+               if report.seed == 1]
     seed, first = first_seed(results)
     assert seed == 1 and len(first) == 3
     markdown = write_study_report(results, tmp_path / "report", title="t", reference=["ms"])["study_md"]
@@ -191,7 +193,7 @@ def test_a_run_without_any_foreground_score_leaves_its_cell_empty(tmp_path):
 
 def test_the_seed_plot_is_stable_and_draws_each_seed(tmp_path):
     # dcml has no BGAugment run of seed 1 and one report has no corrupted repeats: both still draw.
-    reports = [*REPORTS, {**_report("ms", False, 2, 0.61, 0.2), "corrupted": None}]
+    reports = [*REPORTS, changed(_report("ms", False, 2, 0.61, 0.2), corrupted=None)]
     first = plot_over_seeds(reports, tmp_path / "a.png").read_bytes()
     assert first.startswith(b"\x89PNG") and plot_over_seeds(reports, tmp_path / "b.png").read_bytes() == first
     moved = [_report("dcml", False, 1, 0.70, 0.30) if r is REPORTS[5] else r for r in reports]
