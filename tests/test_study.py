@@ -13,6 +13,7 @@ from bgbias.errors import OptionError
 from bgbias.study.bench import built_bench
 from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
 from bgbias.study.runs import train_study_run
+from tests.report.synthetic import complete
 
 
 def _bench_json(root, **parameters):
@@ -113,8 +114,9 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
     def fake_collect(run_dirs):
         (path,) = run_dirs
         corrupted = 0.3 if "bgaugment" in path.name else 0.2
-        return [{"run": str(path), "clean": {"map_at_r": 0.6}, "corrupted": {"mean": {"map_at_r": corrupted}},
-                 "drop": {"map_at_r": {"relative": (0.6 - corrupted) / 0.6}}}], {}
+        return [complete({"run": str(path), "clean": {"map_at_r": 0.6},
+                          "corrupted": {"mean": {"map_at_r": corrupted}},
+                          "drop": {"map_at_r": {"relative": (0.6 - corrupted) / 0.6}}})], {}
 
     monkeypatch.setattr(dial, "run_study", fake_study)
     monkeypatch.setattr(runs_table, "collect_runs", fake_collect)
