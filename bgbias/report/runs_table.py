@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
@@ -36,6 +36,9 @@ from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs
 
+if TYPE_CHECKING:
+    from bgbias.explain.outputs import ExplainSummary
+
 TABLE_FORMAT = "bgbias-runs-table"
 TABLE_VERSION = 1
 
@@ -51,13 +54,16 @@ ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
 """Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
 SmoothGrad at its default options, or (method, bgaugment, dataset, attribution label)."""
 
+Foreground = Mapping[ForegroundKey, "ExplainSummary"]
+"""Foreground-score summaries (``summary.json`` of ``bgbias explain``) by run and attribution."""
+
 
 def table_one(
-    reports: Sequence[EvaluationReport], foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None = None
+    reports: Sequence[EvaluationReport], foreground: Foreground | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
-    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to
-    ``{"mean", "std", "images"}``; one column per dataset and label."""
+    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to the
+    explanation's summary; one column per dataset and label."""
     by_key = index_reports(reports)
     foreground = _checked_foreground(foreground or {})
     methods = list(dict.fromkeys([key[0] for key in by_key] + [key[0] for key in foreground]))
@@ -106,7 +112,7 @@ def profile_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[
 
 def write_runs_report(
     reports: Sequence[EvaluationReport],
-    foreground: Mapping[ForegroundKey, Mapping[str, Any]] | None,
+    foreground: Foreground | None,
     out_dir: str | os.PathLike[str],
 ) -> dict[str, Path]:
     """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
@@ -146,7 +152,7 @@ def write_runs_report(
         # the dataset's folder on the machine that explained is left out, so the report is the same bytes
         # wherever the study's folder lies.
         "foreground": [{"method": m, "bgaugment": b, "dataset": d,
-                        **{key: value for key, value in summary.items() if key != "dataset_root"}}
+                        **summary.model_dump(exclude_unset=True, exclude={"dataset_root"})}
                        for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])
@@ -158,7 +164,7 @@ class RunsReport:
     """What ``bgbias report`` read and wrote: the evaluation reports, foreground scores, and the files."""
 
     reports: list[EvaluationReport]
-    foreground: dict[ForegroundKey, dict[str, Any]]
+    foreground: dict[ForegroundKey, ExplainSummary]
     files: dict[str, Path]
     galleries: list[Path]
 
@@ -189,7 +195,7 @@ def report_runs(
 
 def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
-) -> tuple[list[EvaluationReport], dict[ForegroundKey, dict[str, Any]]]:
+) -> tuple[list[EvaluationReport], dict[ForegroundKey, ExplainSummary]]:
     """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
     run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
     per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
@@ -198,7 +204,7 @@ def collect_runs(
     from bgbias.explain.outputs import explained_sets
 
     reports: list[EvaluationReport] = []
-    foreground: dict[ForegroundKey, dict[str, Any]] = {}
+    foreground: dict[ForegroundKey, ExplainSummary] = {}
     for path in run_dirs:
         folder = open_model_folder(path)
         found = sorted(folder.root.glob(f"eval/*-{split}/report.json"))
@@ -211,7 +217,7 @@ def collect_runs(
         for explained in explained_sets(folder.root, split):
             # The folder names the dataset by its key, as evaluation reports name their columns.
             key = (folder.method, bool(folder.bgaugment), explained.dataset_key, explained.label)
-            foreground[key] = explained.summary.model_dump(exclude_unset=True)
+            foreground[key] = explained.summary
     return reports, foreground
 
 
@@ -224,26 +230,26 @@ def _map_cells(report: EvaluationReport | None) -> list[str]:
     return [percent(report.clean.map_at_r), spread]
 
 
-def _foreground_cell(summary: Mapping[str, Any] | None) -> str:
+def _foreground_cell(summary: ExplainSummary | None) -> str:
     """A foreground score as the paper prints it: ``0.50 ± 0.09`` (no std: the mean alone)."""
-    if summary is None or summary["mean"] is None:
+    if summary is None or summary.mean is None:
         return ""
-    std = summary.get("std")
-    return f"{summary['mean']:.2f}" if std is None else f"{summary['mean']:.2f} ± {std:.2f}"
+    std = summary.std
+    return f"{summary.mean:.2f}" if std is None else f"{summary.mean:.2f} ± {std:.2f}"
 
 
-def _checked_foreground(
-    foreground: Mapping[ForegroundKey, Mapping[str, Any]],
-) -> dict[tuple[str, bool, str, str], Mapping[str, Any]]:
+def _checked_foreground(foreground: Foreground) -> dict[tuple[str, bool, str, str], ExplainSummary]:
     """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
     given; a malformed entry is an ``OptionError``."""
+    from bgbias.explain.outputs import ExplainSummary
+
     checked = {}
     for key, summary in foreground.items():
         well_formed = isinstance(key, tuple) and len(key) in (3, 4)
-        if not (well_formed and isinstance(summary, Mapping) and "mean" in summary):
+        if not (well_formed and isinstance(summary, ExplainSummary)):
             raise OptionError(
                 f"foreground score entry {key!r} is not (method, bgaugment, dataset[, attribution label]) -> "
-                "{'mean', 'std', 'images'}",
+                "the explanation's summary",
                 fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset) "
                     "or (method, bgaugment, dataset, attribution label)",
             )

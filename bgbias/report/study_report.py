@@ -35,7 +35,7 @@ from bgbias.report.document import (
 )
 from bgbias.report.evaluation import EvaluationReport, percent, run_label
 from bgbias.report.installations import installation_blocks, warn_if_mixed
-from bgbias.report.runs_table import PROFILE_NOTE, ForegroundKey, collect_runs, profile_table
+from bgbias.report.runs_table import PROFILE_NOTE, Foreground, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
     Spread,
@@ -69,7 +69,7 @@ class StudyRunResult:
 
     folder: Path
     report: EvaluationReport
-    foreground: Mapping[ForegroundKey, Mapping[str, Any]]
+    foreground: Foreground
 
     @property
     def key(self) -> tuple[str, bool]:
@@ -294,8 +294,8 @@ def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
     for result in results:
         method, bgaugment = result.key
         for key, summary in result.foreground.items():
-            if summary.get("mean") is not None:  # None: no image had a score (every map empty)
-                by_setting.setdefault((method, key[3], bgaugment), []).append(float(summary["mean"]))
+            if summary.mean is not None:  # None: no image had a score (every map empty)
+                by_setting.setdefault((method, key[3], bgaugment), []).append(summary.mean)
     rows = []
     for method, label in dict.fromkeys((method, label) for method, label, _ in by_setting):
         cells = [_fg_cell(Spread(tuple(by_setting.get((method, label, b), ())))) for b in SETTINGS]

@@ -135,7 +135,7 @@ def test_the_runs_table_has_one_entry_per_run_and_attribution(explained_runs, ke
     reports, foreground = collect_runs(_evaluated(explained_runs, tmp_path, key))
     assert sorted(foreground) == [("triplet", b, key, label) for b in (False, True)
                                   for label in ("smoothgrad-copies2", UNIFORM)]
-    assert foreground["triplet", False, key, UNIFORM]["attribution"] == UNIFORM
+    assert foreground["triplet", False, key, UNIFORM].attribution == UNIFORM
     headers, rows = table_one(reports, foreground)
     assert headers[-2:] == [f"{key} fg score (smoothgrad-copies2)", f"{key} fg score ({UNIFORM})"]
     assert [row[-1] for row in rows] == ["0.00 ± 0.00"] * 2  # a uniform map is spread as the object's area

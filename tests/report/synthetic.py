@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from bgbias.explain.outputs import ExplainSummary
 from bgbias.report.evaluation import EvaluationReport, summarize_evaluation
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 
@@ -84,3 +85,12 @@ def complete(partial: Mapping[str, Any]) -> EvaluationReport:
 def changed(report: EvaluationReport, **fields: Any) -> EvaluationReport:
     """``report`` with ``fields`` replaced, read back as :func:`complete` reads a report."""
     return complete({**report.model_dump(exclude_unset=True), **fields})
+
+
+def explain_summary(dataset: str, mean: float | None, std: float | None, images: int = 41,
+                    **fields: Any) -> ExplainSummary:
+    """A ``summary.json`` of ``bgbias explain`` as the tables read it back: SmoothGrad's foreground score of
+    ``images`` images of ``dataset``."""
+    return ExplainSummary.model_validate({"dataset": dataset, "attribution": "smoothgrad",
+                                          "geometry": {"crop": 32}, "images": images, "scored": images,
+                                          "mean": mean, "std": std, **fields})

@@ -10,7 +10,7 @@ import pytest
 from bgbias.errors import OptionError
 from bgbias.report.markdown import table as markdown_table
 from bgbias.report.runs_table import table_one, write_runs_report
-from tests.report.synthetic import changed, complete, make_report
+from tests.report.synthetic import changed, complete, explain_summary, make_report
 
 RUNS = [  # 2 methods × {base, + BGAugment} × 2 datasets, less arcface + BGAugment on cars
     ("cub", "contrastive", False), ("cub", "contrastive", True), ("cub", "arcface", False),
@@ -18,8 +18,8 @@ RUNS = [  # 2 methods × {base, + BGAugment} × 2 datasets, less arcface + BGAug
     ("cars", "arcface", False),
 ]
 FOREGROUND = {
-    ("contrastive", False, "cub"): {"mean": 0.25, "std": 0.08, "images": 41},
-    ("arcface", True, "cars"): {"mean": 0.561, "std": None, "images": 41},
+    ("contrastive", False, "cub"): explain_summary("cub", 0.25, 0.08),
+    ("arcface", True, "cars"): explain_summary("cars", 0.561, None),
 }
 
 
@@ -54,7 +54,9 @@ def test_foreground_scores_add_one_column_per_dataset():
     assert headers[-2:] == ["cub fg score", "cars fg score"]
     assert [row[-2:] for row in rows] == [["0.25 ± 0.08", ""], ["", ""], ["", ""], ["", "0.56"]]
     with pytest.raises(OptionError, match="foreground score entry"):
-        table_one(_reports(), {("arcface", "cars"): {"mean": 0.5}})
+        table_one(_reports(), {("arcface", "cars"): explain_summary("cars", 0.5, None)})
+    with pytest.raises(OptionError, match="foreground score entry"):
+        table_one(_reports(), {("arcface", True, "cars"): {"mean": 0.5}})
 
 
 def test_clean_only_runs_and_other_splits():
@@ -94,6 +96,7 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
     assert [run["run"] for run in table["runs"]] == [r.run for r in reports]
     assert table["runs"][0]["corrupted_map_at_r_mean"] == reports[0].corrupted.mean.map_at_r
     assert table["foreground"][1] == {"method": "arcface", "bgaugment": True, "dataset": "cars",
+                                      "attribution": "smoothgrad", "geometry": {"crop": 32}, "scored": 41,
                                       "mean": 0.561, "std": None, "images": 41}
     markdown = paths["table_md"].read_text()
     assert markdown_table(headers, rows) in markdown
@@ -106,7 +109,7 @@ def test_the_table_holds_no_folder_of_the_machine_that_explained(tmp_path):
     folders must still write the same report bytes."""
     tables = []
     for clone in ("a", "b"):
-        foreground = {key: {**summary, "dataset_root": f"/home/{clone}/data/bench"}
+        foreground = {key: summary.model_copy(update={"dataset_root": f"/home/{clone}/data/bench"})
                       for key, summary in FOREGROUND.items()}
         tables.append(write_runs_report(_reports(), foreground, tmp_path / clone)["table_json"].read_bytes())
     assert tables[0] == tables[1]

@@ -18,7 +18,7 @@ from bgbias.report.study_report import (
     side_by_side,
     write_study_report,
 )
-from tests.report.synthetic import changed, complete
+from tests.report.synthetic import changed, complete, explain_summary
 
 
 def _report(method, bgaugment, seed, clean, corrupted):
@@ -69,10 +69,12 @@ def test_foreground_scores_are_means_over_seeds_per_attribution(tmp_path):
     def key(report, label):
         return report.method, report.bgaugment, "bench", label
 
-    results = [StudyRunResult(tmp_path, report,
-                              {key(report, "smoothgrad"): {"mean": 0.1 + 0.1 * report.seed}})
+    def score(mean):
+        return explain_summary("bench", mean, None)
+
+    results = [StudyRunResult(tmp_path, report, {key(report, "smoothgrad"): score(0.1 + 0.1 * report.seed)})
                for report in REPORTS]
-    results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {key(REPORTS[-1], "avsl"): {"mean": 0.3}})
+    results[-1] = StudyRunResult(tmp_path, REPORTS[-1], {key(REPORTS[-1], "avsl"): score(0.3)})
     _headers, rows = foreground_scores(results)
     assert rows[0] == ("ms", "smoothgrad", "0.150 ± 0.071", "0.150 ± 0.071")
     assert ("dcml", "avsl", "", "0.300") in rows
@@ -186,8 +188,8 @@ def test_the_one_seed_figures_take_the_smallest_seed_present(tmp_path):
 
 def test_a_run_without_any_foreground_score_leaves_its_cell_empty(tmp_path):
     key = ("bench", "test", "bench", "smoothgrad")
-    results = [StudyRunResult(tmp_path / "a", REPORTS[0], {key: {"mean": None}}),
-               StudyRunResult(tmp_path / "b", REPORTS[2], {key: {"mean": 0.25}})]
+    results = [StudyRunResult(tmp_path / "a", REPORTS[0], {key: explain_summary("bench", None, None)}),
+               StudyRunResult(tmp_path / "b", REPORTS[2], {key: explain_summary("bench", 0.25, None)})]
     assert foreground_scores(results)[1] == (("ms", "smoothgrad", "", "0.250"),)
 
 
