@@ -95,11 +95,11 @@ def format_training_summary(result: TrainResult) -> str:
 def _model_origin(report: EvaluationReport) -> str:
     """Where the scored model came from, as the summary's title says it: a run's checkpoint epoch, an external
     model's kind and file or factory, nothing for a model in memory."""
-    checkpoint, model = report.checkpoint, report.model
+    checkpoint, model = report.checkpoint, getattr(report, "model", None)  # the description is free-form
     if isinstance(checkpoint, Checkpoint) and checkpoint.epoch is not None:
         return f", checkpoint epoch {checkpoint.epoch}"
-    if model is not None:
-        return f", {model.kind} {model.spec}"
+    if isinstance(model, Mapping):
+        return f", {model['kind']} {model['spec']}"
     return ""
 
 

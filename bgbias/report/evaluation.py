@@ -110,14 +110,6 @@ class Checkpoint(Record):
     epoch: int | None = None
 
 
-class ModelDescription(Record):
-    """What a report records of a model bgbias did not train: its kind (``torchscript``, ``module``, …) and
-    file, factory or name; its digest and input convention ride along."""
-
-    kind: str
-    spec: str
-
-
 class ShortlistRecall(Record):
     """How much of the exact top-R an approximate search's shortlist held, clean and per corrupted set."""
 
@@ -134,7 +126,7 @@ class EvaluationReport(Record):
     format: Literal["bgbias-eval-report"]
     version: int
     method: str
-    bgaugment: bool | None
+    bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
     dataset: str
     measured: str | None = None  # reports made before "measured" existed lack it
     split: str
@@ -153,7 +145,6 @@ class EvaluationReport(Record):
     approximate: bool = False
     retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
     shortlist_recall: ShortlistRecall | None = None
-    model: ModelDescription | None = None  # only for models bgbias did not train
     installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
 
     @property
