@@ -207,8 +207,8 @@ def evaluate_embeddings(
     problem = metadata_problem(about or {})
     if problem is not None:
         field, wanted, found = problem
-        raise OptionError(f"about= field {field} must be {wanted}, got {found}: the report declares its type",
-                          fix=f"pass about= a {field} of that type, or name your entry otherwise")
+        raise OptionError(f"about= gives the report's field {field} {found}; it must be {wanted}",
+                          fix=f"give {field} a value that is {wanted} in about=, or leave it out")
     if out is not None:
         _not_a_models_folder(Path(out))
     clean_scores = score(clean, labels)
