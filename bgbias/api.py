@@ -87,9 +87,10 @@ def evaluate(
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
     """``bgbias eval``: clean and (with ``corrupted``) corrupted MAP@R, R-precision and P@1 of ``model`` on
-    ``split`` of ``dataset``, with the report files; the result's ``report`` is the dict the command prints
-    (``result.summary()``). With ``profile``, also the background-reliance profile (``report["profile"]``;
-    its worst case over ``worst_k`` backgrounds per query), as ``bgbias eval --profile``.
+    ``split`` of ``dataset``, with the report files; the result's ``report`` is the typed report the command
+    prints (``result.summary()``; ``result.report.corrupted.mean.map_at_r``). With ``profile``, also the
+    background-reliance profile (``result.report.profile``; its worst case over ``worst_k`` backgrounds per
+    query), as ``bgbias eval --profile``.
 
     ``model`` is any of: a run folder (or its checkpoint file); a ``--model`` spec (TorchScript or ONNX
     file, ``package.module:callable``); a ``torch.nn.Module`` (scored where its parameters are); a function
@@ -176,10 +177,16 @@ def evaluate_embeddings(
     """The clean vs corrupted report of precomputed embeddings: ``clean`` (N, D) and one (N, D) array per
     corrupted repeat, of the same N images in the same order, with their ``labels`` (and ``ids`` for the
     report's image lists, default their positions). ``about`` goes into the report (name the method,
-    dataset and split there); ``out`` is where its JSON, CSV and Markdown files go (none without it).
+    dataset and split there; a key the report declares, such as ``seed``, must hold a value of its type);
+    ``out`` is where its JSON, CSV and Markdown files go (none without it).
     Numpy arrays or torch tensors alike."""
     from bgbias.report.evaluate import EvaluationResult
-    from bgbias.report.evaluation import summarize_evaluation, write_evaluation_report
+    from bgbias.report.evaluation import (
+        evaluation_record,
+        metadata_problem,
+        summarize_evaluation,
+        write_evaluation_report,
+    )
     from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.retrieval.metrics import score_embeddings as score
 
@@ -197,6 +204,11 @@ def evaluate_embeddings(
                           fix="pass ids=[...] naming each image, or leave it out for their positions")
     if about is not None and not isinstance(about, dict):
         raise OptionError(f"about={about!r} is not a dict", fix='pass about={"method": ..., "dataset": ...}')
+    problem = metadata_problem(about or {})
+    if problem is not None:
+        field, wanted, found = problem
+        raise OptionError(f"about= gives the report's field {field} {found}; it must be {wanted}",
+                          fix=f"give {field} a value that is {wanted} in about=, or leave it out")
     if out is not None:
         _not_a_models_folder(Path(out))
     clean_scores = score(clean, labels)
@@ -204,10 +216,11 @@ def evaluate_embeddings(
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
     meta = {"method": "embeddings", "bgaugment": None, "dataset": "?", "split": "?", **(about or {})}
     report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
+    record = evaluation_record(report)
     files = {} if out is None else write_report_folder(out, lambda stage: write_evaluation_report(
         report, stage, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids),
         EVAL_REPORT_FILES)
-    return EvaluationResult(_path(out), report, files, clean_scores, corrupted_scores, 0)
+    return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0)
 
 
 def make_masks(

@@ -43,10 +43,10 @@ def test_a_run_folder_is_scored_as_bgbias_eval_scores_it(tiny_run, tiny_bench, t
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     result = bgbias.evaluate(run, "bench", manifests=tmp_path / "manifests", **_options(tiny_bench))
-    assert result.out_dir.parent == run / "eval" and result.report["method"] == "triplet"
+    assert result.out_dir.parent == run / "eval" and result.report.method == "triplet"
     again = bgbias.evaluate(run / "checkpoints" / "best.pt", "bench", manifests=tmp_path / "manifests",
                             **_options(tiny_bench))
-    assert again.embedded == 0 and again.report["clean"] == result.report["clean"]
+    assert again.embedded == 0 and again.report.clean == result.report.clean
 
 
 def test_a_function_is_scored_only_under_a_fingerprint(tiny_bench, tmp_path):
@@ -68,11 +68,28 @@ def test_precomputed_embeddings_make_the_report_of_their_scores(tmp_path):
     corrupted = [clean + rng.normal(size=clean.shape).astype(np.float32) for _ in range(2)]
     result = bgbias.evaluate_embeddings(torch.from_numpy(clean), torch.from_numpy(labels), corrupted,
                                         out=tmp_path / "report", about={"method": "mine"})
-    assert result.report["clean"]["map_at_r"] == pytest.approx(score_embeddings(clean, labels).map_at_r)
-    assert result.report["corrupted"]["repeats"][1]["map_at_r"] == pytest.approx(
+    assert result.report.clean.map_at_r == pytest.approx(score_embeddings(clean, labels).map_at_r)
+    assert result.report.corrupted.repeats[1].map_at_r == pytest.approx(
         score_embeddings(corrupted[1], labels).map_at_r)
-    assert result.report["method"] == "mine" and (tmp_path / "report" / "report.md").is_file()
+    assert result.report.method == "mine" and (tmp_path / "report" / "report.md").is_file()
     assert bgbias.evaluate_embeddings(clean, labels).files == {}
+
+
+@pytest.mark.parametrize(("about", "field", "wanted"), [
+    ({"seed": "x"}, 'seed "x"', "an integer or null"),
+    ({"bgaugment": "yes"}, 'bgaugment "yes"', "true or false or null"),
+    ({"checkpoint": {"path": 3}}, "checkpoint.path 3", "a string"),
+])
+def test_about_entries_of_another_type_than_the_report_declares_are_refused_before_anything_is_written(
+        tmp_path, about, field, wanted):
+    clean, labels = np.eye(4, dtype=np.float32), np.array([0, 0, 1, 1])
+    with pytest.raises(OptionError) as err:
+        bgbias.evaluate_embeddings(clean, labels, [clean], out=tmp_path / "report", about=about)
+    assert err.value.problem == f"about= gives the report's field {field}; it must be {wanted}"
+    assert "about=" in err.value.fix and "Traceback" not in str(err.value)
+    assert not (tmp_path / "report").exists()
+    free = bgbias.evaluate_embeddings(clean, labels, about={"seed": 3, "note": {"any": ["shape"]}})
+    assert free.report.seed == 3 and free.report.note == {"any": ["shape"]}
 
 
 def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypatch):
@@ -127,7 +144,7 @@ def test_the_issues_repeats_are_refused_before_any_work(tiny_bench, tmp_path):
         assert err.value.fix == "pass repeats=5"
     result = bgbias.evaluate(module, "bench", **{**_options(tiny_bench), "repeats": np.int64(1)},
                              manifests=tmp_path / "manifests", out=tmp_path / "home")
-    assert len(result.report["corrupted"]["repeats"]) == 1  # numpy integers are integers
+    assert len(result.report.corrupted.repeats) == 1  # numpy integers are integers
 
 
 def test_arguments_checked_where_they_are_read_are_refused_with_their_python_names(tmp_path):

@@ -47,9 +47,9 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
     assert (study_folder / "runs" / "external" / "mobilenet" / "model.json").is_file()
-    assert done["gap"]["repeats"] == 2 and -1 <= done["gap"]["mean"]["map_at_r"] <= 1
+    assert done["gap"].repeats == 2 and -1 <= done["gap"].mean.map_at_r <= 1
     report = done["result"].report
-    assert report["dataset"] == "toy" and len(report["corrupted"]["repeats"]) == 3
+    assert report.dataset == "toy" and len(report.corrupted.repeats) == 3
     assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
     assert 0 < done["scores"].map_at_r <= 1
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bgbias.report.evaluation import approximate_note
+from bgbias.report.evaluation import (
+    METRIC_TITLES,
+    Checkpoint,
+    EvaluationReport,
+    Profile,
+    ProfileSet,
+    approximate_note,
+)
 from bgbias.report.table import format_table
 
 if TYPE_CHECKING:
@@ -85,53 +92,50 @@ def format_training_summary(result: TrainResult) -> str:
     return "\n".join(lines)
 
 
-def _model_origin(report: Mapping[str, Any]) -> str:
+def _model_origin(report: EvaluationReport) -> str:
     """Where the scored model came from, as the summary's title says it: a run's checkpoint epoch, an external
     model's kind and file or factory, nothing for a model in memory."""
-    checkpoint, model = report.get("checkpoint"), report.get("model")
-    if isinstance(checkpoint, Mapping) and "epoch" in checkpoint:
-        return f", checkpoint epoch {checkpoint['epoch']}"
+    checkpoint, model = report.checkpoint, getattr(report, "model", None)  # the description is free-form
+    if isinstance(checkpoint, Checkpoint) and checkpoint.epoch is not None:
+        return f", checkpoint epoch {checkpoint.epoch}"
     if isinstance(model, Mapping):
         return f", {model['kind']} {model['spec']}"
     return ""
 
 
-def format_evaluation_summary(report: Mapping[str, Any], files: Mapping[str, Any]) -> str:
+def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]) -> str:
     """Clean vs corrupted (mean ± std over repeats) per metric, the drop, and where the report files are."""
-    names = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
-    corrupted = report.get("corrupted")
+    corrupted, drop = report.corrupted, report.drop
     headers = ["metric", "clean"]
     if corrupted:
-        headers += [f"corrupted ({len(corrupted['repeats'])} repeats)", "drop", "relative drop"]
+        headers += [f"corrupted ({len(corrupted.repeats)} repeats)", "drop", "relative drop"]
     rows = []
-    for key, name in names.items():
-        row: list[object] = [name, report["clean"][key]]
-        if corrupted:
-            std = corrupted["std"][key]
+    for key, name in METRIC_TITLES.items():
+        row: list[object] = [name, getattr(report.clean, key)]
+        if corrupted and drop is not None:
+            std = getattr(corrupted.std, key)
             spread = "" if std is None else f" ± {std:.3f}"
-            drop = report["drop"][key]
-            relative = drop["relative"]
-            row += [f"{corrupted['mean'][key]:.3f}{spread}", drop["absolute"],
+            relative = drop[key].relative
+            row += [f"{getattr(corrupted.mean, key):.3f}{spread}", drop[key].absolute,
                     "" if relative is None else f"{100 * relative:.1f} %"]
         rows.append(row)
-    variant = " + BGAugment" if report["bgaugment"] else ""
-    title = (f"{report['method']}{variant} on {report['dataset']} {report['split']} "
-             f"({report['images']} images{_model_origin(report)})")
+    variant = " + BGAugment" if report.bgaugment else ""
+    title = (f"{report.method}{variant} on {report.dataset} {report.split} "
+             f"({report.images} images{_model_origin(report)})")
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")
-    if report.get("profile"):
-        lines += ["", format_profile_summary(report["profile"])]
+    if report.profile is not None:
+        lines += ["", format_profile_summary(report.profile)]
     return "\n".join(lines)
 
 
-def format_profile_summary(profile: Mapping[str, Any]) -> str:
+def format_profile_summary(profile: Profile) -> str:
     """The background-reliance profile: per set MAP@R, R-precision and P@1 (mean ± std over its sets)."""
-    def cell(row: Mapping[str, Any], key: str) -> str:
-        mean, std = row["mean"][key], row["std"][key]
+    def cell(row: ProfileSet, key: str) -> str:
+        mean, std = getattr(row.mean, key), getattr(row.std, key)
         return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
 
-    metrics = ("map_at_r", "r_precision", "precision_at_1")
-    rows = [[row["set"], row["repeats"], *(cell(row, key) for key in metrics)] for row in profile["sets"]]
-    table = format_table(["profile set", "sets", "MAP@R", "R-precision", "P@1"], rows)
-    return f"{table}\n(worst case: the lowest of {profile['worst_k']} backgrounds per query; see report.md)"
+    rows = [[row.set, row.repeats, *(cell(row, key) for key in METRIC_TITLES)] for row in profile.sets]
+    table = format_table(["profile set", "sets", *METRIC_TITLES.values()], rows)
+    return f"{table}\n(worst case: the lowest of {profile.worst_k} backgrounds per query; see report.md)"

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.data.transforms import EvalGeometry
     from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.report.evaluation import EvaluationReport
     from bgbias.retrieval.metrics import RetrievalScores
     from bgbias.retrieval.retrievers import Retrieval
 
@@ -39,11 +40,12 @@ GALLERY_NEIGHBOURS = 5
 
 @dataclass
 class EvaluationResult:
-    """Scores of the clean set and of each corrupted repeat, the report and where its files are (None: the
-    report was not written, e.g. precomputed embeddings without an output folder)."""
+    """Scores of the clean set and of each corrupted repeat, the report (typed: ``report.clean.map_at_r``, as
+    ``report.json`` reads back) and where its files are (None: the report was not written, e.g. precomputed
+    embeddings without an output folder)."""
 
     out_dir: Path | None
-    report: dict[str, Any]
+    report: EvaluationReport
     files: dict[str, Path]
     clean: RetrievalScores
     corrupted: list[RetrievalScores]
@@ -73,7 +75,7 @@ def evaluate(
     from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
-    from bgbias.report.evaluation import summarize_evaluation
+    from bgbias.report.evaluation import evaluation_record, summarize_evaluation
     from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
@@ -173,13 +175,14 @@ def evaluate(
                  for record in manifest_records[request.repeats:request.worst_k]]
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
                                               variants, worst)
+    record = evaluation_record(report)
     out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
     # Another evaluation of this model into this folder (other repeats, clean only) writes its whole report
     # after this one's instead of among its files.
     with folder_lock(out_dir):
-        files = _write_outputs(report, out_dir, clean, corrupted_scores, labels, ids, clean_images,
+        files = _write_outputs(report, record, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                                [images for _, images in corrupted_sets])
-    return EvaluationResult(out_dir, report, files, clean, corrupted_scores, states.embedded)
+    return EvaluationResult(out_dir, record, files, clean, corrupted_scores, states.embedded)
 
 
 def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
@@ -268,6 +271,7 @@ def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarra
 
 def _write_outputs(
     report: dict[str, Any],
+    record: EvaluationReport,
     out_dir: Path,
     clean: RetrievalScores,
     corrupted: list[RetrievalScores],
@@ -276,9 +280,9 @@ def _write_outputs(
     clean_images: Any,
     corrupted_images: list[Any],
 ) -> dict[str, Path]:
-    """The report folder, replacing the one of an earlier evaluation whole (:mod:`bgbias.report.folder`): a
-    clean-only evaluation after a corrupted one keeps none of its files, and a failed one leaves it as it
-    was."""
+    """The report folder (``report.json`` from ``report``, the rest from its typed ``record``), replacing the
+    one of an earlier evaluation whole (:mod:`bgbias.report.folder`): a clean-only evaluation after a
+    corrupted one keeps none of its files, and a failed one leaves it as it was."""
     from bgbias.report.evaluation import write_evaluation_report
     from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_profile
@@ -286,11 +290,11 @@ def _write_outputs(
     def write(stage: Path) -> dict[str, Path]:
         files = write_evaluation_report(report, stage, clean=clean, corrupted=corrupted, labels=labels,
                                         ids=ids)
-        if "profile" in report:
-            files["profile"] = plot_profile(report, stage / "profile.png")
+        if record.profile is not None:
+            files["profile"] = plot_profile(record, stage / "profile.png")
         if corrupted:
-            files["bars"] = plot_clean_vs_corrupted(report, stage / "clean-vs-corrupted.png")
-            files["per_class_drop"] = plot_per_class_drop(report, stage / "per-class-drop.png")
+            files["bars"] = plot_clean_vs_corrupted(record, stage / "clean-vs-corrupted.png")
+            files["per_class_drop"] = plot_per_class_drop(record, stage / "per-class-drop.png")
             files["gallery"] = _retrieval_gallery(stage / "retrieval-gallery.png", clean, corrupted[0],
                                                   labels, clean_images, corrupted_images[0])
         return files

@@ -3,8 +3,10 @@
 The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
 images lose most when the background changes (docs/design.md, *Reports*). Here :func:`summarize_evaluation`
 turns the :class:`~bgbias.retrieval.metrics.RetrievalScores` of the clean split and of each corrupted repeat
-into one JSON-ready dict (``None`` where a value does not exist: JSON has no NaN), and
-:func:`write_evaluation_report` writes it as JSON, CSV and Markdown next to a per-query table.
+into one JSON-ready dict (``None`` where a value does not exist: JSON has no NaN), what ``report.json`` holds;
+:func:`evaluation_record` reads that dict into the typed :class:`EvaluationReport` every renderer and caller
+reads (``report.corrupted.mean.map_at_r``), and :func:`write_evaluation_report` writes the dict as JSON and
+the record as CSV and Markdown, next to a per-query table.
 
 Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
 standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
@@ -29,7 +31,7 @@ from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
-from bgbias.schema import Record, check_record, read_record
+from bgbias.schema import Record, check_record, field_problem, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
 REPORT_VERSION = 1
@@ -93,19 +95,27 @@ class ProfileSet(Record):
     set: str
     title: str
     repeats: int
-    mean: dict[str, float | None]
+    mean: Scores
     std: Scores
 
 
 class Profile(Record):
     sets: list[ProfileSet]
     worst_k: int
-    only_fg_fill: list[float]
+    only_fg_fill: list[int]
 
 
 class Checkpoint(Record):
     path: str
     epoch: int | None = None
+
+
+class ShortlistRecall(Record):
+    """How much of the exact top-R an approximate search's shortlist held, clean and per corrupted set."""
+
+    recall_of_exact_top_r: float | None
+    queries: int
+    corrupted_recall_of_exact_top_r: float | None = None
 
 
 class EvaluationReport(Record):
@@ -116,7 +126,7 @@ class EvaluationReport(Record):
     format: Literal["bgbias-eval-report"]
     version: int
     method: str
-    bgaugment: bool | None
+    bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
     dataset: str
     measured: str | None = None  # reports made before "measured" existed lack it
     split: str
@@ -133,6 +143,8 @@ class EvaluationReport(Record):
     images_hurt_most: list[ImageDrop] = Field(default_factory=list)
     profile: Profile | None = None
     approximate: bool = False
+    retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
+    shortlist_recall: ShortlistRecall | None = None
     installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
 
     @property
@@ -145,6 +157,14 @@ class EvaluationReport(Record):
     def label(self) -> str:
         """How tables and plots name the run: ``"method"`` or ``"method + BGAugment"``."""
         return run_label(self.method, bool(self.bgaugment))
+
+    @property
+    def setup(self) -> dict[str, Any]:
+        """The evaluation's metadata as written (the model, the checkpoint, the sets, the installation):
+        every field but the scores the report computes and the method, dataset and split its title names."""
+        written = self.model_dump(exclude_unset=True)
+        return {key: value for key, value in written.items()
+                if key not in _COMPUTED_KEYS | {"method", "dataset", "split"}}
 
 
 def summarize_evaluation(
@@ -184,6 +204,29 @@ def summarize_evaluation(
     return report
 
 
+def evaluation_record(report: Mapping[str, Any]) -> EvaluationReport:
+    """The report dict of :func:`summarize_evaluation` (and the profile) as the typed record its renderers
+    and callers read; a field of another type than the report declares is a ``RecordError`` naming it."""
+    return check_record(report, EvaluationReport, path=None, what="the evaluation report",
+                        fix="pass the metadata each field of the report declares")
+
+
+def metadata_problem(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(field, what it must be, what it holds)`` of the first metadata entry whose value is not of the type
+    the report declares for its key (``seed``: an integer), or ``None``; keys the report does not declare are
+    anything, keys it computes are refused by :func:`summarize_evaluation`."""
+    for key, value in meta.items():
+        field = EvaluationReport.model_fields.get(key)
+        if field is None or key in _COMPUTED_KEYS:
+            continue
+        problem = field_problem(value, field.annotation)
+        if problem is not None:
+            where, wanted, found = problem
+            inside = "" if not where else where if where.startswith("[") else f".{where}"
+            return f"{key}{inside}", wanted, found
+    return None
+
+
 def write_evaluation_report(
     report: Mapping[str, Any],
     out_dir: str | os.PathLike[str],
@@ -193,17 +236,19 @@ def write_evaluation_report(
     labels: np.ndarray,
     ids: Sequence[str],
 ) -> dict[str, Path]:
-    """Write ``report.json``, ``report.csv``, ``per_query.csv``, ``report.md`` and, when the report has
-    corrupted repeats, ``per_class.csv``, and a background-reliance profile, ``profile.csv``, into
-    ``out_dir``, each atomically; return their paths keyed by file name with ``_`` for ``.`` (``report_json``,
-    ``report_csv``, ``per_query_csv``, ``report_md``, ``per_class_csv``, ``profile_csv``)."""
+    """Write ``report.json`` (the dict ``report``, as it is), ``report.csv``, ``per_query.csv``, ``report.md``
+    and, when the report has corrupted repeats, ``per_class.csv``, and a background-reliance profile,
+    ``profile.csv`` (those from its typed record), into ``out_dir``, each atomically; return their paths keyed
+    by file name with ``_`` for ``.`` (``report_json``, ``report_csv``, ``per_query_csv``, ``report_md``,
+    ``per_class_csv``, ``profile_csv``)."""
     labels = np.asarray(labels)
     _check_inputs(clean, corrupted, labels, ids)
-    repeats = len(report.get("corrupted", {}).get("repeats", []))
-    if len(labels) != report.get("images") or len(corrupted) != repeats:
+    record = evaluation_record(report)
+    repeats = len(record.corrupted.repeats) if record.corrupted else 0
+    if len(labels) != record.images or len(corrupted) != repeats:
         raise OptionError(
             f"the scores ({len(labels)} images, {len(corrupted)} repeats) are not the ones the report was "
-            f"made from ({report.get('images')} images, {repeats} repeats)",
+            f"made from ({record.images} images, {repeats} repeats)",
             fix="pass the same scores to summarize_evaluation and write_evaluation_report",
         )
     out = Path(out_dir)
@@ -214,18 +259,18 @@ def write_evaluation_report(
         "report_md": out / "report.md",
     }
     write_json_atomic(paths["report_json"], report)
-    write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(report)))
+    write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
     write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids))
-    write_text_atomic(paths["report_md"], format_evaluation_markdown(report))
-    if "per_class" in report:
+    write_text_atomic(paths["report_md"], format_evaluation_markdown(record))
+    if record.corrupted:
         paths["per_class_csv"] = out / "per_class.csv"
-        rows = ([row[key] for key in PER_CLASS_COLUMNS] for row in report["per_class"])
+        rows = ([getattr(row, key) for key in PER_CLASS_COLUMNS] for row in record.per_class)
         write_text_atomic(paths["per_class_csv"], csv_text(PER_CLASS_COLUMNS, rows))
-    if "profile" in report:
+    if record.profile is not None:
         paths["profile_csv"] = out / "profile.csv"
-        rows = ([row["set"], row["title"], row["repeats"],
-                 *(row[which][metric] for metric in METRICS for which in ("mean", "std"))]
-                for row in report["profile"]["sets"])
+        rows = ([row.set, row.title, row.repeats,
+                 *(getattr(getattr(row, which), metric) for metric in METRICS for which in ("mean", "std"))]
+                for row in record.profile.sets)
         write_text_atomic(paths["profile_csv"], csv_text(PROFILE_COLUMNS, rows))
     return paths
 
@@ -271,62 +316,62 @@ def index_reports(reports: Iterable[EvaluationReport]) -> dict[ReportKey, Evalua
     return index
 
 
-def format_evaluation_markdown(report: Mapping[str, Any]) -> str:
+def format_evaluation_markdown(report: EvaluationReport) -> str:
     """The report as Markdown: a titled table of clean vs corrupted scores in %, the setup, the hurt most."""
     return to_markdown(evaluation_blocks(report), Path())
 
 
-def evaluation_blocks(report: Mapping[str, Any]) -> list[Block]:
+def evaluation_blocks(report: EvaluationReport) -> list[Block]:
     """The blocks of ``report.md``; every name in them (a class, an image, a folder, the model) is text."""
-    corrupted = report.get("corrupted")
-    if corrupted:
-        repeats = len(corrupted["repeats"])
+    corrupted, drop = report.corrupted, report.drop
+    if corrupted and drop is not None:
+        repeats = len(corrupted.repeats)
         spread = "mean ± std" if repeats > 1 else "mean"
         over = f"{repeats} repeat{'s' * (repeats > 1)}"
         headers = ("metric", "clean (%)", f"corrupted (%, {spread} over {over})", "drop (points)",
                    "relative drop (%)")
         rows = tuple(
-            (METRIC_TITLES[name], percent(report["clean"][name]),
-             percent_spread(corrupted["mean"][name], corrupted["std"][name]),
-             percent(report["drop"][name]["absolute"]), percent(report["drop"][name]["relative"]))
+            (METRIC_TITLES[name], percent(getattr(report.clean, name)),
+             percent_spread(getattr(corrupted.mean, name), getattr(corrupted.std, name)),
+             percent(drop[name].absolute), percent(drop[name].relative))
             for name in METRICS
         )
     else:
         headers = ("metric", "clean (%)")
-        rows = tuple((METRIC_TITLES[name], percent(report["clean"][name])) for name in METRICS)
+        rows = tuple((METRIC_TITLES[name], percent(getattr(report.clean, name))) for name in METRICS)
     blocks: list[Block] = [
         Heading(_title(report), 1),
         Table(headers, rows),
-        Paragraph(f"{report['images']} images in {report['classes']} classes; {report['scored']} scored "
+        Paragraph(f"{report.images} images in {report.classes} classes; {report.scored} scored "
                   "(queries alone in their class have nothing to retrieve and are left out)."),
     ]
-    if report.get("profile"):
-        blocks += _profile_blocks(report["profile"])
-    setup = [item for key in sorted(report) if key not in _COMPUTED_KEYS | {"method", "dataset", "split"}
-             for item in _setup_items(key, report[key])]
-    blocks += [Heading("Setup"), Bullets(tuple(setup))]
-    if report.get("per_class"):
-        hurt = [row for row in report["per_class"] if row["drop"] is not None][:HURT_MOST]
-        blocks += [Heading(f"The {len(hurt)} classes hurt most (MAP@R, %)"), Table(
+    if report.profile is not None:
+        blocks += _profile_blocks(report.profile)
+    setup = report.setup
+    blocks += [Heading("Setup"),
+               Bullets(tuple(item for key in sorted(setup) for item in _setup_items(key, setup[key])))]
+    if report.per_class:
+        hurt_classes = [row for row in report.per_class if row.drop is not None][:HURT_MOST]
+        blocks += [Heading(f"The {len(hurt_classes)} classes hurt most (MAP@R, %)"), Table(
             ("class", "images", "clean", "corrupted", "drop (points)", "relative drop (%)"),
-            tuple((str(row["label"]), str(row["images"]), percent(row["clean_map_at_r"]),
-                   percent(row["corrupted_map_at_r"]), percent(row["drop"]), percent(row["relative_drop"]))
-                  for row in hurt))]
-    if report.get("images_hurt_most"):
-        hurt = report["images_hurt_most"]
-        blocks += [Heading(f"The {len(hurt)} images hurt most (MAP@R, %)"), Table(
+            tuple((str(row.label), str(row.images), percent(row.clean_map_at_r),
+                   percent(row.corrupted_map_at_r), percent(row.drop), percent(row.relative_drop))
+                  for row in hurt_classes))]
+    if report.images_hurt_most:
+        hurt_images = report.images_hurt_most
+        blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(
             ("image", "class", "clean", "corrupted", "drop (points)"),
-            tuple((str(row["id"]), str(row["label"]), percent(row["clean_map_at_r"]),
-                   percent(row["corrupted_map_at_r"]), percent(row["drop"])) for row in hurt))]
+            tuple((row.id, str(row.label), percent(row.clean_map_at_r), percent(row.corrupted_map_at_r),
+                   percent(row.drop)) for row in hurt_images))]
     return blocks
 
 
-def _profile_blocks(profile: Mapping[str, Any]) -> list[Block]:
+def _profile_blocks(profile: Profile) -> list[Block]:
     """The background-reliance profile as a titled table (%, mean ± std over its sets) and notes."""
-    rows = tuple((str(row["title"]), str(row["repeats"]),
-                  *(percent_spread(row["mean"][name], row["std"][name]) for name in METRICS))
-                 for row in profile["sets"])
-    fill = ", ".join(str(value) for value in profile["only_fg_fill"])
+    rows = tuple((row.title, str(row.repeats),
+                  *(percent_spread(getattr(row.mean, name), getattr(row.std, name)) for name in METRICS))
+                 for row in profile.sets)
+    fill = ", ".join(str(value) for value in profile.only_fg_fill)
     return [
         Heading("Background-reliance profile (%)"),
         Table(("set", "sets", *(METRIC_TITLES[name] for name in METRICS)), rows),
@@ -334,8 +379,8 @@ def _profile_blocks(profile: Mapping[str, Any]) -> list[Block]:
             f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling "
             "the image's own background (or black). mixed-same / mixed-rand: the object on the tiled "
             "background of another image of its class / of another class. Worst case: per query the lowest "
-            f"score over {profile['worst_k']} random backgrounds, queries against the clean gallery; it "
-            f"costs {profile['worst_k']} embeddings of every image. Chance: a random ranking."),
+            f"score over {profile.worst_k} random backgrounds, queries against the clean gallery; it "
+            f"costs {profile.worst_k} embeddings of every image. Chance: a random ranking."),
     ]
 
 
@@ -415,15 +460,18 @@ def _images_hurt_most(
              "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
 
 
-def _set_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+def _set_rows(report: EvaluationReport) -> list[list[Any]]:
     """report.csv: the clean set, every repeat, then the repeats' mean and std."""
-    rows = [["clean", *(report["clean"][name] for name in METRICS)]]
-    corrupted = report.get("corrupted")
+    rows = [["clean", *_metric_values(report.clean)]]
+    corrupted = report.corrupted
     if corrupted:
-        rows += [[f"repeat-{row['repeat']}", *(row[name] for name in METRICS)]
-                 for row in corrupted["repeats"]]
-        rows += [[which, *(corrupted[which][name] for name in METRICS)] for which in ("mean", "std")]
+        rows += [[f"repeat-{row.repeat}", *_metric_values(row)] for row in corrupted.repeats]
+        rows += [["mean", *_metric_values(corrupted.mean)], ["std", *_metric_values(corrupted.std)]]
     return rows
+
+
+def _metric_values(scores: Scores) -> list[float | None]:
+    return [getattr(scores, name) for name in METRICS]
 
 
 def _per_query_csv(
@@ -448,29 +496,30 @@ def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return buffer.getvalue()
 
 
-def _title(report: Mapping[str, Any]) -> str:
-    title = (f"{run_label(report.get('method', '?'), bool(report.get('bgaugment')))} on "
-             f"{report.get('dataset', '?')}, {report.get('split', '?')} split")
-    checkpoint = report.get("checkpoint")
-    if isinstance(checkpoint, Mapping) and "path" in checkpoint:
-        epoch = f" (epoch {checkpoint['epoch']})" if "epoch" in checkpoint else ""
-        title = f"{title}, checkpoint {Path(str(checkpoint['path'])).name}{epoch}"
+def _title(report: EvaluationReport) -> str:
+    title = f"{report.label} on {report.dataset}, {report.split} split"
+    checkpoint = report.checkpoint
+    if isinstance(checkpoint, Checkpoint):
+        epoch = "" if checkpoint.epoch is None else f" (epoch {checkpoint.epoch})"
+        title = f"{title}, checkpoint {Path(checkpoint.path).name}{epoch}"
     elif checkpoint is not None:
         title = f"{title}, checkpoint {checkpoint}"
     return title + approximate_note(report)
 
 
-def approximate_note(report: Mapping[str, Any]) -> str:
+def approximate_note(report: EvaluationReport) -> str:
     """`` (APPROXIMATE: …)`` for a report of an approximate search, with the measured recall of the exact
     ranking where there is one; empty for an exact search."""
-    if not report.get("approximate"):
+    if not report.approximate:
         return ""
-    recall = report.get("shortlist_recall") or {}
-    value, corrupted = recall.get("recall_of_exact_top_r"), recall.get("corrupted_recall_of_exact_top_r")
-    measured = ("" if value is None else
-                f", recall of the exact top-R {value:.3f} over {recall['queries']} clean queries"
-                + ("" if corrupted is None else f", {corrupted:.3f} over as many per corrupted set"))
-    return f" (APPROXIMATE: {report.get('retrieval', 'shortlist')}{measured})"
+    recall = report.shortlist_recall
+    value = None if recall is None else recall.recall_of_exact_top_r
+    measured = ("" if recall is None or value is None else
+                f", recall of the exact top-R {value:.3f} over {recall.queries} clean queries"
+                + ("" if recall.corrupted_recall_of_exact_top_r is None else
+                   f", {recall.corrupted_recall_of_exact_top_r:.3f} over as many per corrupted set"))
+    retrieval = "shortlist" if report.retrieval is None else report.retrieval
+    return f" (APPROXIMATE: {retrieval}{measured})"
 
 
 def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:

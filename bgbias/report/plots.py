@@ -5,15 +5,15 @@ by side; drawn as :mod:`bgbias.figures` draws every figure (the same reports giv
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
-from bgbias.report.evaluation import METRIC_TITLES, EvaluationReport, index_reports, run_label
+from bgbias.report.evaluation import METRIC_TITLES, EvaluationReport, index_reports
 from bgbias.retrieval.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -24,17 +24,18 @@ CLEAN_COLOUR = "#4c72b0"
 CORRUPTED_COLOUR = "#dd8452"
 
 
-def plot_clean_vs_corrupted(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_clean_vs_corrupted(report: EvaluationReport, path: str | os.PathLike[str]) -> Path:
     """Grouped bars per metric (in %): clean, and the corrupted mean with its std as an error bar."""
     figure = new_figure(6.4, 4.0)
     axes = figure.add_subplot()
-    corrupted = report.get("corrupted")
-    series = [("clean", CLEAN_COLOUR, [report["clean"][name] for name in METRICS], None)]
+    corrupted = report.corrupted
+    series: list[tuple[str, str, list[float | None], list[float | None] | None]] = [
+        ("clean", CLEAN_COLOUR, [getattr(report.clean, name) for name in METRICS], None)]
     if corrupted:
-        repeats = len(corrupted["repeats"])
+        repeats = len(corrupted.repeats)
         series.append((f"corrupted (mean ± std, {repeats} repeat{'s' * (repeats > 1)})", CORRUPTED_COLOUR,
-                       [corrupted["mean"][name] for name in METRICS],
-                       [corrupted["std"][name] for name in METRICS]))
+                       [getattr(corrupted.mean, name) for name in METRICS],
+                       [getattr(corrupted.std, name) for name in METRICS]))
     width = 0.8 / len(series)
     x = np.arange(len(METRICS))
     for index, (label, colour, means, stds) in enumerate(series):
@@ -48,11 +49,11 @@ def plot_clean_vs_corrupted(report: Mapping[str, Any], path: str | os.PathLike[s
     return save_png(figure, path)
 
 
-def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_per_class_drop(report: EvaluationReport, path: str | os.PathLike[str]) -> Path:
     """Histogram of the per-class MAP@R drop (points, clean − corrupted), its mean marked."""
-    drops = [100 * row["drop"] for row in report.get("per_class", []) if row["drop"] is not None]
+    drops = [100 * row.drop for row in report.per_class if row.drop is not None]
     if not drops:
-        raise OptionError(f"the evaluation of run {report.get('run', '?')} has no per-class drop to plot",
+        raise OptionError(f"the evaluation of run {report.run or '?'} has no per-class drop to plot",
                           fix="evaluate with corrupted repeats (`bgbias eval --corrupted`) on classes of "
                               "two or more images")
     mean = float(np.mean(drops))
@@ -68,11 +69,14 @@ def plot_per_class_drop(report: Mapping[str, Any], path: str | os.PathLike[str])
     return save_png(figure, path)
 
 
-def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_profile(report: EvaluationReport, path: str | os.PathLike[str]) -> Path:
     """The background-reliance profile's MAP@R (in %) as one bar per set, the std over its sets as an error
     bar, the BG-gap in its own colour and a random ranking's MAP@R as a dotted line."""
-    sets = {row["set"]: row for row in report["profile"]["sets"]}
-    chance = sets.pop("chance")["mean"]["map_at_r"]
+    if report.profile is None:
+        raise OptionError(f"the evaluation of run {report.run or '?'} has no background-reliance profile to "
+                          "plot", fix="evaluate with the profile (`bgbias eval --profile`)")
+    sets = {row.set: row for row in report.profile.sets}
+    chance = sets.pop("chance").mean.map_at_r
     figure = new_figure(7.2, 4.4)
     axes = figure.add_subplot()
     x = np.arange(len(sets))
@@ -80,8 +84,8 @@ def plot_profile(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     gap = names.index("bg-gap")
     for chosen, label, colour in (([i for i in x if i != gap], "MAP@R", CLEAN_COLOUR),
                                   ([gap], "BG-gap (points)", CORRUPTED_COLOUR)):
-        _bars(axes, x[chosen], [sets[names[i]]["mean"]["map_at_r"] for i in chosen],
-              [sets[names[i]]["std"]["map_at_r"] for i in chosen], 0.7, label, colour)
+        _bars(axes, x[chosen], [sets[names[i]].mean.map_at_r for i in chosen],
+              [sets[names[i]].std.map_at_r for i in chosen], 0.7, label, colour)
     if chance is not None:
         axes.axhline(100 * chance, color="0.3", linestyle=":", linewidth=1.2,
                      label=f"chance {100 * chance:.2f}")
@@ -148,6 +152,5 @@ def _legend_below(figure: Figure, axes: Axes) -> None:
                   frameon=False)
 
 
-def _report_title(report: Mapping[str, Any]) -> str:
-    return (f"{run_label(report.get('method', '?'), bool(report.get('bgaugment')))} on "
-            f"{report.get('dataset', '?')} ({report.get('split', '?')} split)")
+def _report_title(report: EvaluationReport) -> str:
+    return f"{report.label} on {report.dataset} ({report.split} split)"

@@ -105,7 +105,7 @@ def profile_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[
         _method, _bgaugment, dataset, split = report.key
         sets = {row.set: row for row in report.profile.sets}
         rows.append([report.label, dataset if split == "test" else f"{dataset} ({split})",
-                     *(percent_spread(sets[name].mean["map_at_r"], sets[name].std.map_at_r)
+                     *(percent_spread(sets[name].mean.map_at_r, sets[name].std.map_at_r)
                        if name in sets else "" for name in names)])
     return ["method", "measured on", *names], rows
 
@@ -272,7 +272,7 @@ def _run_numbers(report: EvaluationReport) -> dict[str, Any]:
         "corrupted_map_at_r_std": corrupted.std.map_at_r if corrupted else None,
         "repeats": len(corrupted.repeats) if corrupted else 0,
         "profile_map_at_r": [
-            {"set": row.set, "mean": row.mean["map_at_r"], "std": row.std.map_at_r}
+            {"set": row.set, "mean": row.mean.map_at_r, "std": row.std.map_at_r}
             for row in (report.profile.sets if report.profile else [])
         ] or None,
     }

@@ -322,7 +322,7 @@ def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
 def _profile_map(name: str) -> Any:
     def value(report: EvaluationReport) -> float | None:
         sets = {row.set: row for row in report.profile.sets} if report.profile else {}
-        return sets[name].mean["map_at_r"] if name in sets else None
+        return sets[name].mean.map_at_r if name in sets else None
     return value
 
 

@@ -59,9 +59,9 @@ def test_a_torchscript_export_scores_as_its_run_and_is_cached(tiny_run, tiny_ben
     result = evaluate(model, _request(tiny_bench, shared), log=_quiet)
     _same_scores(result, expected, 1e-6)
     assert result.embedded == 3 and result.out_dir.parent == tmp_path / "home" / "eval"
-    assert result.report["model"]["kind"] == "torchscript" and result.report["bgaugment"] is None
-    assert result.report["model"]["input"]["normalize"] == "none"
-    assert result.report["corrupted_sets"]["manifests"] == expected.report["corrupted_sets"]["manifests"]
+    assert result.report.model["kind"] == "torchscript" and result.report.bgaugment is None
+    assert result.report.model["input"]["normalize"] == "none"
+    assert result.report.corrupted_sets["manifests"] == expected.report.corrupted_sets["manifests"]
     assert "torchscript" in result.summary() and "corrupted (2 repeats)" in result.summary()
     again = evaluate(load_external_model(str(path), AS_THE_RUN, device="cpu", out=tmp_path / "home"),
                      _request(tiny_bench, shared), log=_quiet)
@@ -213,8 +213,8 @@ def test_another_input_size_brings_its_own_images_and_manifests(tiny_bench, run_
     model = load_external_model("tests.engine.external:tiny_embedder", ModelInput(input_size=64),
                                 device="cpu", out=tmp_path / "home")
     result = evaluate(model, _request(tiny_bench, shared, manifests=None), log=_quiet)
-    assert result.report["geometry"] == {"resize": 64, "crop": 64}
-    manifest = result.report["corrupted_sets"]["manifests"][0]["path"]
+    assert result.report.geometry == {"resize": 64, "crop": 64}
+    manifest = result.report.corrupted_sets["manifests"][0]["path"]
     assert "seed-0-resize64-crop64" in manifest
 
 
@@ -223,7 +223,7 @@ def test_a_plain_callable_is_scored_under_the_fingerprint_its_caller_gives(tiny_
     network = network_from_callable(lambda inputs: module(inputs), "lambda", fingerprint="v1")
     model = external_model(network, ModelInput(), torch.device("cpu"), tmp_path / "home")
     result = evaluate(model, _request(tiny_bench, tmp_path, corrupted=False), log=_quiet)
-    assert result.report["model"]["kind"] == "callable" and 0 <= result.clean.map_at_r <= 1
+    assert result.report.model["kind"] == "callable" and 0 <= result.clean.map_at_r <= 1
 
 
 def test_smoothgrad_explains_a_torchscript_model_and_refuses_an_onnx_one(tiny_run, tiny_bench, tmp_path):

@@ -61,13 +61,13 @@ def test_evaluation_refuses_a_changed_dataset_unless_asked_for_it(run, tiny_benc
     assert info.value.path == str(run / "run.json") and "--root" in info.value.fix
     assert not (run / "eval").exists()
     on_purpose = _evaluate(trained, tiny_bench, tmp_path, root=changed)
-    assert on_purpose.report["same_dataset_as_training"] is False
+    assert on_purpose.report.same_dataset_as_training is False
 
 
 def test_an_identical_copy_of_the_dataset_is_the_same_dataset(run, tiny_bench, tmp_path):
     _point_run_at(run, _bench_copy(tiny_bench, tmp_path, drop_test_image=False))
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
-    assert result.report["same_dataset_as_training"] is True
+    assert result.report.same_dataset_as_training is True
 
 
 def test_resuming_on_a_changed_dataset_is_refused_before_anything_is_written(run, tiny_bench, tmp_path):

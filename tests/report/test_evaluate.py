@@ -54,15 +54,15 @@ def test_clean_scores_equal_scoring_a_fresh_embedding(run, tiny_bench, tmp_path)
     embeddings, labels = embed_images(trained.method, images, trained.device)
     expected = score_embeddings(embeddings, labels)
     assert result.clean.map_at_r == pytest.approx(expected.map_at_r, abs=1e-12)
-    assert result.report["clean"]["map_at_r"] == pytest.approx(expected.map_at_r, abs=1e-12)
+    assert result.report.clean.map_at_r == pytest.approx(expected.map_at_r, abs=1e-12)
     assert len(result.corrupted) == 2 and result.embedded == 3
-    assert result.report["images"] == len(items) == 12
-    assert result.report["checkpoint"]["sha256"] == trained.checkpoint_sha256
-    assert [m["repeat"] for m in result.report["corrupted_sets"]["manifests"]] == [0, 1]
+    assert result.report.images == len(items) == 12
+    assert result.report.checkpoint.sha256 == trained.checkpoint_sha256
+    assert [m["repeat"] for m in result.report.corrupted_sets["manifests"]] == [0, 1]
     assert sorted(p.name for p in (tmp_path / "manifests").iterdir()) == ["repeat-0.json", "repeat-1.json"]
     for name in ("report_json", "report_md", "per_query_csv", "bars", "per_class_drop", "gallery"):
         assert result.files[name].is_file(), name
-    assert load_evaluation_report(result.files["report_json"]).model_dump(exclude_unset=True) == result.report
+    assert load_evaluation_report(result.files["report_json"]) == result.report
 
 
 def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, tmp_path):
@@ -71,7 +71,7 @@ def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, 
     stored = [np.load(path)["state.embedding"] for path in cache]
     assert len(stored) == 3
     assert not any(np.allclose(stored[i], stored[j]) for i in range(3) for j in range(i + 1, 3))
-    assert result.report["corrupted"]["std"]["map_at_r"] is not None
+    assert result.report.corrupted.std.map_at_r is not None
 
 
 def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny_bench, tmp_path):
@@ -96,7 +96,7 @@ def test_a_changed_mask_embeds_the_corrupted_sets_again_but_not_the_clean_one(ru
 
 def test_without_corrupted_only_the_clean_set_is_scored(run, tiny_bench, tmp_path):
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, corrupted=False)
-    assert result.corrupted == [] and "corrupted" not in result.report
+    assert result.corrupted == [] and result.report.corrupted is None
     assert not (tmp_path / "manifests").exists()
 
 
@@ -137,8 +137,8 @@ def test_other_pools_masks_and_seeds_get_report_folders_of_their_own(run, tiny_b
     assert folders[2] == f"{dataset.key}-seed3-test"
     for result in (default, pooled, seeded):  # nothing written over
         read = load_evaluation_report(result.files["report_json"])
-        assert read.model_dump(exclude_unset=True) == result.report
-    assert pooled.report["measured"] == folders[1].removesuffix("-test")
+        assert read == result.report
+    assert pooled.report.measured == folders[1].removesuffix("-test")
 
 
 def test_the_cache_takes_labels_from_the_dataset_and_refuses_another_shape(run, tiny_bench, tmp_path):
@@ -206,7 +206,7 @@ def test_reported_manifest_digests_are_of_the_files_left_on_disk(run, tiny_bench
     make_corrupted_manifests(dataset, "test", repeats=1, backgrounds=tiny_bench / "backgrounds",
                              out_dir=folder, protocol="cv4", fold=1)
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
-    for manifest in result.report["corrupted_sets"]["manifests"]:
+    for manifest in result.report.corrupted_sets["manifests"]:
         assert manifest["sha256"] == hashlib.sha256(Path(manifest["path"]).read_bytes()).hexdigest()
 
 
@@ -223,7 +223,7 @@ def test_a_learned_distance_ranks_the_evaluation(run, tiny_bench, tmp_path):
     labels = np.array([item.label for item in items])
     nearest = np.argsort(full, axis=1, kind="stable")[:, 0]
     assert result.clean.precision_at_1 == pytest.approx(np.mean(labels[nearest] == labels))
-    assert result.report["retrieval"] == "learned pairwise distance"
+    assert result.report.retrieval == "learned pairwise distance"
 
 
 def test_missing_masks_stop_a_corrupted_evaluation_before_any_embedding(run, tiny_bench, tmp_path):
@@ -254,7 +254,7 @@ def test_a_model_bgbias_did_not_train_is_scored_by_the_same_evaluation(run, tiny
     assert result.out_dir.parent == tmp_path / "outside" / "eval"
     assert result.clean.map_at_r == reference.clean.map_at_r
     assert [s.map_at_r for s in result.corrupted] == [s.map_at_r for s in reference.corrupted]
-    assert result.report["source"] == "mine" and result.report["same_dataset_as_training"] is None
+    assert result.report.source == "mine" and result.report.same_dataset_as_training is None
 
 
 def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_path):
@@ -264,12 +264,12 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
     trained.method.retrieval = lambda: LearnedDistance(trained.method.pairwise_distance)
     exact = _evaluate(trained, tiny_bench, tmp_path, corrupted=False)
     approximate = _evaluate(trained, tiny_bench, tmp_path, shortlist=4)
-    assert approximate.report["approximate"] is True and "shortlist of 4" in approximate.report["retrieval"]
-    assert "approximate" not in exact.report
+    assert approximate.report.approximate is True and "shortlist of 4" in approximate.report.retrieval
+    assert "approximate" not in exact.report.model_fields_set
     assert approximate.out_dir != exact.out_dir and approximate.out_dir.name.endswith("shortlist4-test")
-    recall = approximate.report["shortlist_recall"]
-    assert 0 < recall["recall_of_exact_top_r"] <= 1 and recall["queries"] > 0
-    assert 0 < recall["corrupted_recall_of_exact_top_r"] <= 1
+    recall = approximate.report.shortlist_recall
+    assert 0 < recall.recall_of_exact_top_r <= 1 and recall.queries > 0
+    assert 0 < recall.corrupted_recall_of_exact_top_r <= 1
     assert "APPROXIMATE" in (approximate.out_dir / "report.md").read_text().splitlines()[0]
     assert "APPROXIMATE" not in (exact.out_dir / "report.md").read_text()
     assert "APPROXIMATE" in format_evaluation_summary(approximate.report, approximate.files).splitlines()[0]

@@ -223,6 +223,14 @@ def test_writing_other_scores_than_the_report_was_made_from_is_refused(tmp_path)
         _write(report, tmp_path, clean, corrupted[:2], labels, ids)
 
 
+def test_metadata_of_another_type_than_the_report_declares_writes_nothing(tmp_path):
+    clean, corrupted, labels, ids = make_run(2)
+    report = summarize_evaluation(clean, corrupted, labels, ids, {**META, "seed": "0"})
+    with pytest.raises(RecordError, match='field seed must be an integer or null, got "0"'):
+        _write(report, tmp_path / "eval", clean, corrupted, labels, ids)
+    assert not (tmp_path / "eval").exists()
+
+
 def test_loading_a_bad_report_names_the_file_and_the_fix(tmp_path):
     with pytest.raises(OptionError, match="no evaluation report") as missing:
         load_evaluation_report(tmp_path / "report.json")

@@ -10,7 +10,7 @@ from PIL import Image
 
 from bgbias.report.dial import DialPoint, write_dial_report
 from bgbias.report.document import Figure
-from bgbias.report.evaluation import format_evaluation_markdown, summarize_evaluation
+from bgbias.report.evaluation import evaluation_record, format_evaluation_markdown, summarize_evaluation
 from bgbias.report.runs_table import write_runs_report
 from bgbias.report.seeds import write_seeds_report
 from bgbias.report.study_report import StudyRunResult, write_study_report
@@ -40,7 +40,7 @@ def _unescaped(cell: str) -> str:
 
 def test_report_md_shows_image_names_run_folders_and_setup_as_text():
     report = _hostile_report()
-    markdown = format_evaluation_markdown(report)
+    markdown = format_evaluation_markdown(evaluation_record(report))
     assert_inert(markdown, "report.md")
     assert markdown.splitlines()[0].endswith("checkpoint best.pt (epoch 2)")
     assert "- run: runs/&lt;img src=x onerror=alert(3)&gt; run\\|a" in markdown

@@ -19,24 +19,25 @@ def _png(path):
 
 
 def test_clean_vs_corrupted_and_per_class_drop_are_stable_pngs(tmp_path):
-    report = make_report("arcface", True, "cars")
+    report = complete(make_report("arcface", True, "cars"))
     for plot in (plot_clean_vs_corrupted, plot_per_class_drop):
         first = plot(report, tmp_path / f"{plot.__name__}-1.png")
-        second = plot(make_report("arcface", True, "cars"), tmp_path / f"{plot.__name__}-2.png")
+        second = plot(complete(make_report("arcface", True, "cars")), tmp_path / f"{plot.__name__}-2.png")
         assert _png(first).size == (int(6.4 * DPI), int(4.0 * DPI))
         assert first.read_bytes() == second.read_bytes()
-    other = plot_clean_vs_corrupted(make_report("arcface", True, "cars", seed=4), tmp_path / "other.png")
+    other = plot_clean_vs_corrupted(complete(make_report("arcface", True, "cars", seed=4)),
+                                    tmp_path / "other.png")
     assert other.read_bytes() != (tmp_path / "plot_clean_vs_corrupted-1.png").read_bytes()
 
 
 def test_clean_only_report_plots_and_has_no_per_class_drop(tmp_path):
-    report = make_report("triplet", False, "cub", repeats=0)
+    report = complete(make_report("triplet", False, "cub", repeats=0))
     _png(plot_clean_vs_corrupted(report, tmp_path / "clean.png"))
     with pytest.raises(OptionError, match="no per-class drop") as error:
         plot_per_class_drop(report, tmp_path / "drop.png")
     assert "--corrupted" in str(error.value)
     assert not (tmp_path / "drop.png").exists()
-    _png(plot_runs([complete(report), complete(make_report("triplet", True, "cub", repeats=1))],
+    _png(plot_runs([report, complete(make_report("triplet", True, "cub", repeats=1))],
                    tmp_path / "runs.png"))
 
 

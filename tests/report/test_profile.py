@@ -122,7 +122,7 @@ def _profile(model, base, tmp_path, **options):
 
 
 def _maps(report) -> dict[str, float]:
-    return {row["set"]: row["mean"]["map_at_r"] for row in report["profile"]["sets"]}
+    return {row.set: row.mean.map_at_r for row in report.profile.sets}
 
 
 def _labels(base) -> np.ndarray:
@@ -171,15 +171,15 @@ def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_backgroun
 def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_bench, tmp_path):
     model = RegionModel("background-only", 2, BORDER, tmp_path / "bg")
     first = _profile(model, profile_bench, tmp_path)
-    sets = {row["set"]: row for row in first.report["profile"]["sets"]}
+    sets = {row.set: row for row in first.report.profile.sets}
     assert list(sets) == ["clean", "random-bg", "query-side", "worst-case", "only-fg", "only-bg-tiled",
                           "only-bg-black", "mixed-same", "mixed-rand", "bg-gap", "chance"]
     counted = ("random-bg", "query-side", "worst-case", "only-fg", "mixed-rand")
-    assert [sets[name]["repeats"] for name in counted] == [2, 2, 3, 1, 2]
+    assert [sets[name].repeats for name in counted] == [2, 2, 3, 1, 2]
     # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 3 fixed variants and
     # 2 repeats of each mixed variant
     assert first.embedded == 1 + 3 + 3 + 4
-    assert len(first.report["corrupted"]["repeats"]) == 2
+    assert len(first.report.corrupted.repeats) == 2
     assert "## Background-reliance profile (%)" in first.files["report_md"].read_text()
     for name in ("profile", "profile_csv"):
         assert first.files[name].is_file()
@@ -187,13 +187,13 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     assert again.embedded == 0
     assert {n: p.read_bytes() for n, p in again.files.items()} == {
         n: p.read_bytes() for n, p in first.files.items()}
-    assert load_evaluation_report(first.files["report_json"]).model_dump(exclude_unset=True) == again.report
+    assert load_evaluation_report(first.files["report_json"]) == again.report
     plain = evaluate(model, MeasureRequest(dataset="bench", root=profile_bench / "bench",
                                            masks=profile_bench / "saliency", corrupted=True, repeats=2,
                                            backgrounds=profile_bench / "backgrounds",
                                            manifests=tmp_path / "manifests", workers=0, progress=False),
                      log=lambda _: None)
-    assert plain.embedded == 0 and "profile" not in plain.report
+    assert plain.embedded == 0 and plain.report.profile is None
     assert not (plain.out_dir / "profile.png").exists() and not (plain.out_dir / "profile.csv").exists()
 
 

@@ -134,7 +134,8 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
     from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
 
     def profiled(report, only_bg):
-        sets = [{"set": name, "title": name, "repeats": 1, "mean": {"map_at_r": 0.1},
+        sets = [{"set": name, "title": name, "repeats": 1,
+                 "mean": {"map_at_r": 0.1, "r_precision": None, "precision_at_1": None},
                  "std": {"map_at_r": None, "r_precision": None, "precision_at_1": None}}
                 for name in PROFILE_SUMMARY]
         sets[PROFILE_SUMMARY.index("only-bg-tiled")]["mean"]["map_at_r"] = only_bg
