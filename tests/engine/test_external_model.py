@@ -208,8 +208,10 @@ def test_a_factory_spec_is_told_from_a_file(tmp_path):
     assert not is_factory("model.pt") and not is_factory("models/model.onnx")
 
 
-def test_another_input_size_brings_its_own_images_and_manifests(tiny_bench, run_scores, tmp_path):
+def test_another_input_size_brings_its_own_images_and_manifests(tiny_bench, run_scores, tmp_path,
+                                                                monkeypatch):
     _, shared = run_scores
+    monkeypatch.chdir(tmp_path)  # manifests=None: the default corrupted/ of the working folder
     model = load_external_model("tests.engine.external:tiny_embedder", ModelInput(input_size=64),
                                 device="cpu", out=tmp_path / "home")
     result = evaluate(model, _request(tiny_bench, shared, manifests=None), log=_quiet)
