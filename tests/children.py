@@ -44,14 +44,18 @@ def cli(args: list[str]) -> str:
     return f"\nfrom bgbias.cli import main\nmain({args!r}, prog_name='bgbias')\n"
 
 
+def _child_environment() -> dict[str, str]:
+    """One torch thread, as the tests have (tests/conftest.py): sums over threads round differently."""
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
 def start_paused(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
     """A child running ``code``, once it paused, and its go file. It has a session of its own, so a signal to
-    its process group reaches its data-loader workers and not pytest, and one torch thread, as the tests have
-    (tests/conftest.py): sums over threads round differently."""
+    its process group reaches its data-loader workers and not pytest."""
     marker, go = tmp_path / "paused", tmp_path / "go"
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(marker), str(go), code], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(marker), str(go), code],
+                             env=_child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
     deadline = time.monotonic() + 120
     while not marker.is_file():
         if child.poll() is not None or time.monotonic() > deadline:
@@ -59,3 +63,13 @@ def start_paused(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
             raise AssertionError(f"the child never paused: {child.stderr.read().decode()}")
         time.sleep(0.02)
     return child, go
+
+
+def run_cli(args: list[str]) -> subprocess.CompletedProcess:
+    """The command line with ``args`` in a fresh child process, as a killed run's was. Trainings whose
+    weights a test compares bit for bit run each in a fresh process: run inside a pytest-xdist worker that had
+    run other tests first, a resumed and an uninterrupted training once ended with weights that differed in
+    the last bits (all three signal cases, in one worker, in a full run of the suite), which fresh processes
+    do not show."""
+    return subprocess.run([sys.executable, "-c", cli(args)], env=_child_environment(), capture_output=True,
+                          text=True, timeout=600)

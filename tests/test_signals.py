@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from bgbias.cli import main
 from bgbias.engine.checkpoint import load_checkpoint
-from tests.children import cli, pause_in_epoch, start_paused
+from tests.children import cli, pause_in_epoch, run_cli, start_paused
 
 TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
 
@@ -96,10 +96,10 @@ def test_a_signalled_training_says_interrupted_and_resumes_exactly(tiny_bench, t
     assert record["error"] == stopped_by
     assert load_checkpoint(killed / "checkpoints" / "last.pt")["epoch"] == 1
 
-    resumed = CliRunner().invoke(main, ["train", "--resume", str(killed), "--no-progress"])
-    assert resumed.exit_code == 0, resumed.output
-    whole = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "whole")])
-    assert whole.exit_code == 0, whole.output
+    resumed = run_cli(["train", "--resume", str(killed), "--no-progress"])
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run_cli([*args, "--run-dir", str(tmp_path / "whole")])
+    assert whole.returncode == 0, whole.stderr
     assert _without_timing(killed) == _without_timing(tmp_path / "whole")
     a = load_checkpoint(killed / "checkpoints" / "last.pt")["model"]
     b = load_checkpoint(tmp_path / "whole" / "checkpoints" / "last.pt")["model"]
