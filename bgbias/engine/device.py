@@ -33,16 +33,31 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype: ``auto`` is bfloat16 on CUDA that supports it (else float16) and off on the CPU."""
+    """The autocast dtype. ``auto`` is bfloat16 on CUDA that supports it (else float16) and off on the CPU;
+    ``bf16`` runs on a CPU only where it has native bfloat16 arithmetic (:func:`cpu_has_native_bf16`):
+    elsewhere torch emulates it, slower than float32. ``fp16`` needs CUDA."""
     import torch
 
     if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
     if device.type != "cuda":
-        raise OptionError(f"amp={amp!r} needs a CUDA device", fix="use --set amp=off (or auto) on the CPU")
+        if amp == "bf16" and cpu_has_native_bf16():
+            return torch.bfloat16
+        needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
+                 if amp == "bf16" else "a CUDA device")
+        raise OptionError(f"amp={amp!r} needs {needs}", fix="use --set amp=off (or auto) on this CPU")
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16
     return torch.bfloat16
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (AVX-512 BF16 or AMX tiles), as torch's own CPU
+    dispatch detects it: only there does bfloat16 autocast pay."""
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
