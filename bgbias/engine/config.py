@@ -55,7 +55,9 @@ def one_of(*choices: str) -> Any:
 
 
 class ModelConfig(Settings):
-    """The network: backbone, its weights and the embedding head."""
+    """The network: backbone, its weights and the embedding head. ``memory_format``: the layout of its
+    4-D weights and of the images it is given; ``channels_last`` is what CPU and GPU convolution kernels run
+    fastest on, and may round differently from ``contiguous``."""
 
     backbone: str = "mobilenet_v2"
     pretrained: bool = True
@@ -63,6 +65,8 @@ class ModelConfig(Settings):
     embedding_dim: AtLeastOne = 128
     pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
+    memory_format: Annotated[one_of("contiguous", "channels_last"),
+                             IntroducedLater("contiguous")] = "contiguous"
 
 
 class OptimConfig(Settings):

@@ -67,3 +67,10 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContext
     if dtype is None:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def memory_format(name: str) -> torch.memory_format:
+    """The torch memory format a configuration's ``model.memory_format`` names."""
+    import torch
+
+    return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]

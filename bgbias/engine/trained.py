@@ -118,6 +118,7 @@ def load_trained(
 
 def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> Method:
     """The method of ``config`` sized by the checkpoint's spec, with the checkpoint's weights."""
+    from bgbias.engine.device import memory_format
     from bgbias.methods.base import MethodSpec
     from bgbias.methods.registry import method_class
     from bgbias.models.registry import build_backbone
@@ -136,4 +137,5 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> M
         raise CheckpointError(f"the checkpoint's weights do not fit {config.method} on "
                               f"{config.model.backbone}: {err}", path=path,
                               fix="keep the run's config.json as training wrote it") from None
+    method.set_memory_format(memory_format(config.model.memory_format))
     return method

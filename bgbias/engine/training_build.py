@@ -65,6 +65,7 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
     """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
     square images of side ``input_size`` (the training crop)."""
+    from bgbias.engine.device import memory_format
     from bgbias.methods.base import MethodSpec
     from bgbias.methods.registry import method_class
     from bgbias.models.registry import build_backbone
@@ -83,7 +84,9 @@ def build_method(config: TrainConfig, train_items: list[Item], *, input_size: in
         options=dict(config.loss),
         input_size=input_size,
     )
-    return cls(backbone, spec)
+    method = cls(backbone, spec)
+    method.set_memory_format(memory_format(config.model.memory_format))
+    return method
 
 
 def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:

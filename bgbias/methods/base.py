@@ -209,6 +209,12 @@ class Method(nn.Module, ABC):
         """How validation and evaluation rank this method's images: exact squared L2 of the embeddings."""
         return ExactL2()
 
+    def set_memory_format(self, memory_format: torch.memory_format) -> None:
+        """Keep every 4-D weight, and the images the backbone is given, in ``memory_format``
+        (``torch.channels_last``: the layout convolution kernels run fastest on)."""
+        self.to(memory_format=memory_format)
+        self.backbone.memory_format = memory_format
+
     @property
     def convention(self) -> InputConvention:
         """How its backbone wants float RGB in [0, 1] (an embedding model's input convention)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import torch
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -49,6 +50,8 @@ class Backbone(nn.Module):
         self.channels: dict[str, int] = {stage: int(channels[stage]) for stage in self.stages}
         self.levels = levels
         self.convention = convention
+        self.memory_format = torch.contiguous_format
+        """The layout the images are put in after normalising (see :meth:`Method.set_memory_format`)."""
         self._freeze_batchnorm = freeze_batchnorm
         self.train(self.training)
 
@@ -84,7 +87,8 @@ class Backbone(nn.Module):
         up to the last requested tap (default: the final stage) and return ``{stage: output}`` in stage order.
         """
         wanted = self._select(taps, first=0)
-        return self._run(self.convention.apply(images), 0, wanted)
+        normalised = self.convention.apply(images).contiguous(memory_format=self.memory_format)
+        return self._run(normalised, 0, wanted)
 
     def forward_from(
         self, stage: str, features: Tensor, taps: Sequence[str] | None = None

@@ -1,4 +1,5 @@
-"""Mixed precision: bfloat16 on a CPU only where the CPU computes it natively, float16 only on CUDA."""
+"""Mixed precision (bfloat16 on a CPU only where the CPU computes it natively, float16 only on CUDA) and the
+memory layout of a model's weights and inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import torch
 
 from bgbias.engine import device as device_module
 from bgbias.engine.checkpoint import load_checkpoint
+from bgbias.engine.config import config_from_dict
 from bgbias.engine.device import cpu_has_native_bf16, resolve_amp
+from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
 from tests.conftest import tiny_config
@@ -46,3 +49,26 @@ def test_a_bf16_training_on_the_cpu_trains_and_scores_in_float32(tiny_bench, tmp
     assert 0.0 <= result.history[1]["val_map_at_r"] <= 1.0
     weights = load_checkpoint(result.run.best)["model"]
     assert all(tensor.dtype != torch.bfloat16 for tensor in weights.values())
+
+
+def test_a_channels_last_run_trains_and_is_rebuilt_channels_last(tiny_bench, tmp_path):
+    config = tiny_config(tiny_bench, "triplet", "model.memory_format=channels_last", epochs=1)
+    result = train(config, runs=tmp_path, progress=False, echo=False)
+    assert result.status == "finished" and math.isfinite(result.history[1]["train_loss"])
+    trained = load_trained(result.run.root, device="cpu")
+    convolutions = [p for p in trained.method.parameters() if p.dim() == 4]
+    assert convolutions and all(p.is_contiguous(memory_format=torch.channels_last) for p in convolutions)
+    assert trained.method.backbone.memory_format == torch.channels_last
+    images = torch.rand(2, 3, 32, 32)
+    with torch.inference_mode():
+        embedded = trained.method.embed(images)
+        trained.method.set_memory_format(torch.contiguous_format)
+        assert torch.allclose(trained.method.embed(images), embedded, atol=1e-5)
+
+
+def test_the_default_layout_is_contiguous_and_old_runs_read_as_it(tiny_bench):
+    config = tiny_config(tiny_bench)
+    assert config.model.memory_format == "contiguous"
+    saved = config.as_dict()
+    del saved["model"]["memory_format"]
+    assert config_from_dict(saved).model.memory_format == "contiguous"
