@@ -14,6 +14,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_with_bgaugme
 
 def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
+    monkeypatch.chdir(tmp_path)  # the example's corrupted sets go to the working folder's corrupted/
     monkeypatch.setattr(sys, "argv", [
         str(EXAMPLE), "--root", str(tiny_bench / "bench"), "--masks", str(tiny_bench / "masks"),
         "--backgrounds", str(tiny_bench / "backgrounds"), "--epochs", "1", "--batch", "8", "--workers", "0",
