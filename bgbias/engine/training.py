@@ -92,11 +92,7 @@ def _run(
             session: TrainingSession | None = None
             try:
                 session = TrainingSession.start(config, run, inputs, checkpoint, device, dist, progress, echo)
-                result = session.train()
-                # The ranks leave the group together: a rank that tore gloo down while rank 0 still wrote the
-                # run's last files was seen to abort ("terminate called without an active exception").
-                distributed.barrier(dist)
-                return result
+                return session.train()
             except BaseException as error:
                 if dist.is_main:
                     state = session.state if session is not None else TrainingState()
