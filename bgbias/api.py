@@ -82,7 +82,7 @@ def evaluate(
     fingerprint: str | None = None,
     trust_model: bool = False,
     batch_size: int = 64,
-    workers: int = 2,
+    workers: int | None = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:

@@ -179,7 +179,8 @@ REPEATS = Rule(int, minimum=1, example=5)
 SEED = Rule(int, minimum=0, example=0)
 WORST_K = Rule(int, minimum=1, example=10)
 BATCH_SIZE = Rule(int, minimum=1, example=64)
-WORKERS = Rule(int, minimum=0, example=2)
+WORKERS = Rule(int, minimum=0, optional=True, example=2)
+"""Data-loader processes; None sizes them to the machine (bgbias.hardware)."""
 DEVICE = Rule(str, example="cpu")
 """A torch device: auto, cpu, cuda or cuda:N (checked when it is resolved)."""
 MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")

@@ -28,7 +28,8 @@ from bgbias.errors import OptionError
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs (default: the protocol's).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the run (default 0).")
 @click.option("--device", default=None, help="auto (CUDA when present), cpu, cuda or cuda:N.")
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="Data loader worker processes.")
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Data loader worker processes (default: data.workers, auto: sized to the machine).")
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
               help="Background pools: a folder with train/ (default ./backgrounds).")
@@ -186,12 +187,13 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
 @click.option("--worst-k", type=click_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
 @click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=click_type(rules.WORKERS), default=2, show_default=True,
-              help="Data loader worker processes.")
+@click.option("--workers", type=click_type(rules.WORKERS), default=None,
+              help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
+                   "cores, every core but one on a GPU, up to 8).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,
              repeats: int, seed: int, masks: Path | None, backgrounds: Path | None, manifests: Path | None,
-             shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int,
+             shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int | None,
              no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained run or any other model (--model); with
     --profile the background-reliance profile too; report files in <run>/eval/ (a --model's in --out)."""

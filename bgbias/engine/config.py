@@ -66,7 +66,7 @@ class ModelConfig(Settings):
     pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
     memory_format: Annotated[one_of("contiguous", "channels_last"),
-                             IntroducedLater("contiguous")] = "contiguous"
+                             IntroducedLater("contiguous")] = "channels_last"
 
 
 class OptimConfig(Settings):
@@ -107,7 +107,8 @@ class DataConfig(Settings):
     m_per_class: AtLeastOne = 4
     batches_per_epoch: Annotated[int | None, Field(ge=1),
                                  Must("at least 1 (or null: one pass over the data)")] = None
-    workers: Annotated[int, Field(ge=0), Must("0 or more")] = 2
+    workers: Annotated[Annotated[int, Field(ge=0)] | Literal["auto"],
+                       Must("0 or more, or auto (sized to the machine: bgbias.hardware)")] = "auto"
     resize: Annotated[int | None, Field(ge=1), Must("at least 1 (or null: the dataset's)")] = None
     crop: Annotated[int | None, Field(ge=1), Must("at least 1 (or null: the dataset's)")] = None
     crop_scale: Annotated[tuple[float, float], Field(strict=False), AfterValidator(_scale_range),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
 
@@ -33,14 +33,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype. ``auto`` is bfloat16 on CUDA that supports it (else float16) and off on the CPU;
-    ``bf16`` runs on a CPU only where it has native bfloat16 arithmetic (:func:`cpu_has_native_bf16`):
-    elsewhere torch emulates it, slower than float32. ``fp16`` needs CUDA."""
+    """The autocast dtype. ``auto`` is bfloat16 on CUDA that supports it (else float16) and on a CPU with
+    native bfloat16 arithmetic (:func:`cpu_has_native_bf16`), float32 on any other CPU, where torch would
+    emulate bfloat16 slower than float32; ``bf16`` there is refused. ``fp16`` needs CUDA."""
     import torch
 
-    if amp == "off" or (amp == "auto" and device.type != "cuda"):
+    if amp == "off":
         return None
     if device.type != "cuda":
+        if amp == "auto":
+            return torch.bfloat16 if cpu_has_native_bf16() else None
         if amp == "bf16" and cpu_has_native_bf16():
             return torch.bfloat16
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
@@ -49,6 +51,21 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16
     return torch.bfloat16
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    """How records name the precision a model computed in: ``float32``, ``bfloat16`` or ``float16``."""
+    return "float32" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def compute_record(config_amp: str, memory_format_name: str, workers: int | str | None,
+                   device: torch.device) -> dict[str, Any]:
+    """What a run or report records of how it used the machine: the precision ``amp`` resolved to here,
+    the memory format, the loader workers and the CPU threads (docs/hardware.md says which change bits)."""
+    import torch
+
+    return {"precision": precision_name(resolve_amp(config_amp, device)), "memory_format": memory_format_name,
+            "loader_workers": loader_workers(workers, device), "cpu_threads": torch.get_num_threads()}
 
 
 def cpu_has_native_bf16() -> bool:
@@ -67,6 +84,14 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContext
     if dtype is None:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def loader_workers(setting: int | str | None, device: torch.device) -> int:
+    """Data-loader worker processes: a number as given; ``auto`` (or None) sized to the machine and the
+    device (:func:`bgbias.hardware.default_loader_workers`)."""
+    from bgbias.hardware import default_loader_workers
+
+    return default_loader_workers(device.type) if setting in ("auto", None) else int(setting)
 
 
 def memory_format(name: str) -> torch.memory_format:

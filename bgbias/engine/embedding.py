@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bgbias.engine.device import autocast
+from bgbias.engine.device import autocast, loader_workers
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def embed_images(
     device: torch.device,
     *,
     batch_size: int = 64,
-    workers: int = 0,
+    workers: int | None = None,
     amp: torch.dtype | None = None,
     progress: bool = False,
     desc: str = "embed",
@@ -30,7 +30,8 @@ def embed_images(
     arrays' names to float32 ``(N, …)`` (``{"embedding": (N, D)}`` for a model that returns one tensor).
 
     ``images`` yields dicts with a uint8 ``image`` (3, H, W) and a ``label`` (EvalImages, CorruptedImages).
-    ``model`` is a method or an embedding model; it is put in eval mode and left there.
+    ``model`` is a method or an embedding model; it is put in eval mode and left there. ``workers``: loader
+    processes (None: sized to the machine, :func:`~bgbias.engine.device.loader_workers`).
     """
     import torch
     from tqdm import tqdm
@@ -40,7 +41,7 @@ def embed_images(
     # Its own generator: a DataLoader otherwise draws its worker seed from torch's global RNG, which would
     # make validation shift the random state that training and an exact resume depend on.
     loader = ImageLoader(
-        images, batch_size=batch_size, shuffle=False, num_workers=workers,
+        images, batch_size=batch_size, shuffle=False, num_workers=loader_workers(workers, device),
         pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0),
     )
     model.eval()

@@ -44,13 +44,17 @@ class MethodBacked:
         return self.method.retrieval()
 
     def fingerprint(self) -> str:
-        """The digest of the method's weights and buffers (:func:`weights_sha256`), and of the options that
-        change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`)."""
+        """The digest of the method's weights and buffers (:func:`weights_sha256`), of the options that
+        change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`), and
+        of its memory format where it is not the contiguous one (convolutions round differently in it)."""
         weights = weights_sha256(self.method)
-        options = self.method.embedding_options()
-        if not options:
+        layout = str(self.method.backbone.memory_format)
+        identity = {"options": self.method.embedding_options(),
+                    "memory_format": None if layout == "torch.contiguous_format" else layout}
+        identity = {key: value for key, value in identity.items() if value}
+        if not identity:
             return weights
-        return hashlib.sha256(json.dumps({"weights": weights, "options": options}, sort_keys=True).encode()
+        return hashlib.sha256(json.dumps({"weights": weights, **identity}, sort_keys=True).encode()
                               ).hexdigest()
 
     def feature_stages(self) -> tuple[str, ...]:

@@ -58,7 +58,8 @@ class MeasureRequest:
     # Running.
     batch_size: int | None = None
     """Images per forward pass (default: 64 for evaluation; 1 on the CPU, 8 on CUDA for attribution)."""
-    workers: int = 2
+    workers: int | None = None
+    """Data-loader processes (None: sized to the machine, bgbias.hardware)."""
     progress: bool = True
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.engine.device import precision_name
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
 from bgbias.methods.embedding_model import claim_home
@@ -42,7 +43,7 @@ class SplitStates:
     items: Sequence[Item]
     geometry: EvalGeometry
     batch_size: int | None = None
-    workers: int = 0
+    workers: int | None = None
     progress: bool = False
     log: Callable[[str], None] = print
     embedded: int = field(default=0, init=False)
@@ -59,6 +60,7 @@ class SplitStates:
             "ids": ids_sha256(self.items),
             "images": files_fingerprint(item.image for item in self.items),
             "geometry": self.geometry.as_dict(),
+            "precision": precision_name(self.model.amp),
         }
         self._shapes: dict[str, tuple[int, ...]] | None = None
 

@@ -158,8 +158,10 @@ def make_train_loader(
 
     from bgbias.data.loader import ImageLoader
     from bgbias.data.samplers import MPerClassBatchSampler
+    from bgbias.engine.device import loader_workers
 
     d = config.data
+    workers = loader_workers(d.workers, device)
     sampler = MPerClassBatchSampler(
         [item.label for item in images.items], d.m_per_class, d.batch_size, config.seed,
         rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
@@ -167,7 +169,7 @@ def make_train_loader(
     )
     loader = ImageLoader(
         images, batch_sampler=sampler,
-        num_workers=d.workers, pin_memory=device.type == "cuda", persistent_workers=d.workers > 0,
+        num_workers=workers, pin_memory=device.type == "cuda", persistent_workers=workers > 0,
         generator=torch.Generator().manual_seed(config.seed),
     )
     return loader, sampler

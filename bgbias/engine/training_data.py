@@ -103,6 +103,7 @@ class TrainingPasses:
 
         from bgbias.data.loader import ImageLoader
         from bgbias.data.samplers import MPerClassBatchSampler
+        from bgbias.engine.device import loader_workers
 
         key = [self.config.seed, stream, epoch, pass_index]
         sampler = MPerClassBatchSampler(
@@ -110,7 +111,8 @@ class TrainingPasses:
             int(np.random.SeedSequence(key).generate_state(1)[0]),
         )
         loader = ImageLoader(
-            self.images, batch_sampler=sampler, num_workers=self.config.data.workers,
+            self.images, batch_sampler=sampler,
+            num_workers=loader_workers(self.config.data.workers, self.device),
             pin_memory=self.device.type == "cuda",
         )
         for step, batch in enumerate(tqdm(loader, desc=desc, unit="batch", leave=False,

@@ -14,6 +14,7 @@ from typing import Any
 
 from bgbias.engine import distributed
 from bgbias.engine.config import TrainConfig
+from bgbias.engine.device import compute_record
 from bgbias.engine.run_dir import (
     RunDir,
     RunStatus,
@@ -126,6 +127,7 @@ def run_record(config: TrainConfig, state: TrainingState, device,
         "trained_on": trained_on,
         "bgaugment": config.bgaugment.enabled,
         "device": str(device),
+        "compute": compute_record(config.amp, config.model.memory_format, config.data.workers, device),
         "installation": installation(),
         "command": " ".join(sys.argv),
         "process": this_process(),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.engine.device import loader_workers, precision_name
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
@@ -147,6 +148,8 @@ def evaluate(
         "fold": fold,
         "geometry": geometry.as_dict(),
         "retrieval": retrieval.describe(),
+        "compute": {"device": str(model.device), "precision": precision_name(model.amp),
+                    "loader_workers": loader_workers(request.workers, model.device)},
         "installation": installation(),
     }
     if retrieval.approximate:

@@ -28,6 +28,7 @@ from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
+from bgbias.hardware import usable_cores
 from bgbias.saliency.quality import (
     QUALITY_NAME,
     QualityReport,
@@ -52,7 +53,7 @@ from bgbias.saliency.records import (
     write_records,
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
-from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session, usable_cores
+from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5

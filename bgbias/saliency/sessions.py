@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from PIL import Image
 
 from bgbias.errors import AssetError, OptionError
+from bgbias.hardware import usable_cores
 from bgbias.installation import import_onnxruntime
 from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
 
@@ -285,13 +286,6 @@ def default_streams(provider: str) -> int:
 def default_threads(streams: int) -> int:
     """onnxruntime intra-op threads per stream: the cores shared out among the streams."""
     return max(1, usable_cores() // streams)
-
-
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def file_digests(path: Path) -> tuple[str, str]:

@@ -91,7 +91,7 @@ def test_an_exported_model_has_its_runs_profile(tiny_run, tiny_bench, tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(tiny_run, runs / "run")
     args = [arg for arg in _eval_args(tiny_bench, tmp_path) if arg != "--corrupted"]
-    args += ["--profile", "--worst-k", "3"]
+    args += ["--profile", "--worst-k", "3", "--amp", "off"]
     scored = CliRunner().invoke(main, [*args, "--checkpoint", str(runs / "run")])
     assert scored.exit_code == 0, scored.output
     home = runs / "external" / "mine"

@@ -3,15 +3,17 @@ memory layout of a model's weights and inputs."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
+from bgbias import hardware
 from bgbias.engine import device as device_module
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import config_from_dict
-from bgbias.engine.device import cpu_has_native_bf16, resolve_amp
+from bgbias.engine.device import cpu_has_native_bf16, loader_workers, resolve_amp
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
@@ -20,8 +22,34 @@ from tests.conftest import tiny_config
 CPU = torch.device("cpu")
 
 
-def test_auto_and_off_leave_a_cpu_in_float32():
-    assert resolve_amp("auto", CPU) is None and resolve_amp("off", CPU) is None
+def test_off_leaves_a_cpu_in_float32():
+    assert resolve_amp("off", CPU) is None
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_is_bf16_exactly_where_the_cpu_computes_it_natively(monkeypatch, native):
+    monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native)
+    assert resolve_amp("auto", CPU) == (torch.bfloat16 if native else None)
+
+
+@pytest.mark.parametrize(("cores", "processes", "device", "workers"), [
+    (2, "1", "cpu", 0), (4, "1", "cpu", 0), (8, "1", "cpu", 1), (64, "1", "cpu", 8), (16, "2", "cpu", 1),
+    (2, "1", "cuda", 1), (16, "1", "cuda", 8), (16, "4", "cuda", 3), (1, "1", "cuda", 1),
+])
+def test_auto_loader_workers_follow_the_cores_each_process_has(monkeypatch, cores, processes, device, workers):
+    monkeypatch.setattr(hardware, "usable_cores", lambda: cores)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", processes)
+    assert loader_workers("auto", torch.device(device)) == workers
+    assert loader_workers(None, torch.device(device)) == workers
+    assert loader_workers(3, torch.device(device)) == 3
+
+
+def test_a_run_records_how_it_used_the_machine(tiny_bench, tmp_path):
+    result = train(tiny_config(tiny_bench, "triplet", "amp=off", "model.memory_format=contiguous", epochs=1),
+                   runs=tmp_path, progress=False, echo=False)
+    compute = json.loads(result.run.record.read_text())["compute"]
+    assert compute == {"precision": "float32", "memory_format": "contiguous", "loader_workers": 0,
+                       "cpu_threads": torch.get_num_threads()}
 
 
 def test_bf16_runs_on_a_cpu_with_native_bfloat16(monkeypatch):
@@ -66,9 +94,9 @@ def test_a_channels_last_run_trains_and_is_rebuilt_channels_last(tiny_bench, tmp
         assert torch.allclose(trained.method.embed(images), embedded, atol=1e-5)
 
 
-def test_the_default_layout_is_contiguous_and_old_runs_read_as_it(tiny_bench):
+def test_the_default_layout_is_channels_last_and_old_runs_read_as_contiguous(tiny_bench):
     config = tiny_config(tiny_bench)
-    assert config.model.memory_format == "contiguous"
+    assert config.model.memory_format == "channels_last"
     saved = config.as_dict()
     del saved["model"]["memory_format"]
     assert config_from_dict(saved).model.memory_format == "contiguous"

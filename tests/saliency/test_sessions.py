@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bgbias.errors import AssetError, OptionError
+from bgbias.hardware import usable_cores
 from bgbias.saliency.pipeline import make_masks
 from bgbias.saliency.sessions import (
     CPU,
@@ -18,7 +19,6 @@ from bgbias.saliency.sessions import (
     default_streams,
     default_threads,
     open_session,
-    usable_cores,
 )
 
 
