@@ -1,20 +1,25 @@
-"""One method's training step and eval-mode embedding under each hardware lever, against today's default
-(float32, contiguous) as the anchor, in one run.
+"""Every method's training step, its memory and its eval-mode embedding under each hardware lever, against
+float32/contiguous (the defaults before issue 31) as the anchor, in one run; and SmoothGrad's images/s.
 
-    python benchmarks/levers_speed.py [--method multi_similarity] [--backbone mobilenet_v2] [--size 128]
-                                      [--batch 32] [-n 20] [--device cpu|cuda]
+    python benchmarks/levers_speed.py [--methods all|NAME,NAME] [--backbone mobilenet_v2] [--size 128]
+                                      [--batch 32] [-n 10] [--device cpu|cuda] [--smoothgrad 4]
 
 The levers are the memory layout (``model.memory_format``: contiguous or channels_last) and autocast to
 bfloat16 (``amp``: off or bf16; bf16 only where :func:`bgbias.engine.device.cpu_has_native_bf16` or CUDA
-allows it), each combination a copy of the same randomly initialised method built as
-``benchmarks/method_speed.py`` builds it. Steps alternate in ABBA order over the same four batches of random
-images, two warm-up rounds excluded; the table gives medians and each lever's speed-up over the anchor
-(anchor time / lever time).
+allows it). For each method, each combination is a copy of the same randomly initialised method built as
+``benchmarks/method_speed.py`` builds it; the copies' steps alternate in ABBA order over the same four
+batches of random images, two warm-up rounds excluded, and the table gives the anchor's median and each
+lever's speed-up (anchor time / lever time). Memory is what one step needs beyond the model
+(``method_speed.step_memory``: the CUDA peak, or on a CPU the tensors held for backward).
+
+SmoothGrad (the paper's attribution, float32: gradients are not taken under autocast) runs on the first
+method's model in both layouts, alternated, over ``--smoothgrad`` images with its default 25 noisy copies.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import shlex
 import statistics
@@ -23,23 +28,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.method_speed import alternate, build, random_batch, step
+from benchmarks.method_speed import alternate, build, random_batch, step, step_memory
 from bgbias.engine.device import autocast, cpu_has_native_bf16, memory_format, resolve_device
+from bgbias.methods.registry import method_names
 
-LEVERS = (("float32, contiguous (anchor)", "off", "contiguous"),
-          ("float32, channels-last", "off", "channels_last"),
-          ("bf16, contiguous", "bf16", "contiguous"),
-          ("bf16, channels-last", "bf16", "channels_last"))
+ANCHOR = "fp32"
+LEVERS = ((ANCHOR, "off", "contiguous"),
+          ("CL", "off", "channels_last"),
+          ("bf16", "bf16", "contiguous"),
+          ("bf16+CL", "bf16", "channels_last"))
+"""(label, amp, memory format): fp32 is float32 and contiguous; CL is channels-last."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--method", default="multi_similarity")
+    parser.add_argument("--methods", default="all", help="comma-separated method names, or all")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--backbone", default="mobilenet_v2")
     parser.add_argument("--size", type=int, default=128, help="crop side of the images")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("-n", type=int, default=20, help="timed steps per lever")
+    parser.add_argument("-n", type=int, default=10, help="timed steps per lever")
+    parser.add_argument("--smoothgrad", type=int, default=0, metavar="IMAGES",
+                        help="also time SmoothGrad on this many images (0: not)")
     args = parser.parse_args()
 
     import torch
@@ -47,34 +57,94 @@ def main() -> None:
     device = resolve_device(args.device)
     bf16 = device.type == "cuda" or cpu_has_native_bf16()
     levers = [lever for lever in LEVERS if bf16 or lever[1] == "off"]
-    models = {}
-    for label, amp, layout in levers:
-        method, optimizer = build(args.method, args, device, [])
-        method.set_memory_format(memory_format(layout))
-        models[label] = (method, optimizer, torch.bfloat16 if amp == "bf16" else None)
+    names = method_names() if args.methods == "all" else args.methods.split(",")
     batches = [random_batch(args, device, seed) for seed in range(4)]
 
-    def under_autocast(call):
-        return lambda entry, optimizer, batch: _with_amp(entry, optimizer, batch, call, device)
-
-    steps = alternate(_pairs(models), batches, args.n, device, under_autocast(step))
-    for method, _, _ in models.values():
-        method.eval()  # the embeddings of retrieval, without gradients
-    with torch.inference_mode():
-        embeds = alternate(_pairs(models), batches, args.n, device,
-                           under_autocast(lambda method, _, batch: method.embed(batch.images)))
-
     print(f"command: python {shlex.join(sys.argv)}")
-    print(f"machine: {platform.machine()}, {_processor()}, {torch.get_num_threads()} torch "
-          f"threads, device {device}, native bf16 {bf16}, torch {torch.__version__}, {args.method} on "
-          f"{args.backbone}, batch {args.batch} at {args.size} px, n = {args.n}\n")
-    print("| lever | step ms (median) | step speed-up | embed ms (median) | embed speed-up |")
-    print("|---|---:|---:|---:|---:|")
-    anchor_step, anchor_embed = (statistics.median(times[LEVERS[0][0]]) for times in (steps, embeds))
-    for label, _, _ in levers:
-        step_ms, embed_ms = statistics.median(steps[label]), statistics.median(embeds[label])
-        print(f"| {label} | {1000 * step_ms:.1f} | {anchor_step / step_ms:.2f}× | {1000 * embed_ms:.1f} | "
-              f"{anchor_embed / embed_ms:.2f}× |")
+    print(f"machine: {platform.machine()}, {_processor()}, {torch.get_num_threads()} torch threads, device "
+          f"{device}, native bf16 {bf16}, torch {torch.__version__}, {args.backbone}, batch {args.batch} at "
+          f"{args.size} px, n = {args.n}\n")
+    memory_kind = "peak MiB" if device.type == "cuda" else "MiB held for backward"
+    others = [label for label, _, _ in levers[1:]]
+    print(f"Step and embed: {ANCHOR}'s median ms, then each lever's speed-up (× {ANCHOR}); memory: "
+          f"{ANCHOR}'s {memory_kind} of one step, then each lever's as a ratio of it. CL: channels-last.\n")
+    print("| method | step ms | " + " | ".join(f"step {label}" for label in others)
+          + " | MiB | " + " | ".join(f"MiB {label}" for label in others)
+          + " | embed ms | " + " | ".join(f"embed {label}" for label in others) + " |")
+    print("|---|" + "---:|" * (3 * len(levers)))
+    for name in names:
+        models = _lever_models(name, levers, args, device)
+        steps = alternate(_pairs(models), batches, args.n, device, _under_autocast(step, device))
+        memory = {label: _memory(models[label], batches[0], device) for label in models}
+        for method, _, _ in models.values():
+            method.eval()  # the embeddings of retrieval, without gradients
+        with torch.inference_mode():
+            embeds = alternate(_pairs(models), batches, args.n, device,
+                               _under_autocast(lambda method, _, batch: method.embed(batch.images), device))
+        step_ms = {label: statistics.median(times) for label, times in steps.items()}
+        embed_ms = {label: statistics.median(times) for label, times in embeds.items()}
+        print(f"| {name} | {1000 * step_ms[ANCHOR]:.1f} | "
+              + " | ".join(f"{step_ms[ANCHOR] / step_ms[label]:.2f}" for label in others)
+              + f" | {memory[ANCHOR] / 2**20:.1f} | "
+              + " | ".join(f"{memory[label] / memory[ANCHOR]:.2f}" for label in others)
+              + f" | {1000 * embed_ms[ANCHOR]:.1f} | "
+              + " | ".join(f"{embed_ms[ANCHOR] / embed_ms[label]:.2f}" for label in others) + " |",
+              flush=True)
+        del models
+        gc.collect()
+    if args.smoothgrad:
+        _time_smoothgrad(names[0], args, device)
+
+
+def _lever_models(name: str, levers, args, device) -> dict:
+    """One copy of method ``name`` per lever: (method, optimizer, autocast dtype)."""
+    import torch
+
+    models = {}
+    for label, amp, layout in levers:
+        method, optimizer = build(name, args, device, [])
+        method.set_memory_format(memory_format(layout))
+        models[label] = (method, optimizer, torch.bfloat16 if amp == "bf16" else None)
+    return models
+
+
+def _memory(model, batch, device) -> int:
+    method, optimizer, dtype = model
+    with autocast(device, dtype):
+        return step_memory(method, optimizer, batch, device)
+
+
+def _time_smoothgrad(name: str, args, device) -> None:
+    """SmoothGrad images/s of method ``name`` contiguous vs channels-last (float32), alternated ABBA."""
+    import torch
+
+    from benchmarks.timing import timed
+    from bgbias.engine.method_model import MethodModel
+    from bgbias.explain.smoothgrad import SmoothGrad
+
+    smoothgrad = SmoothGrad()
+    images = torch.rand(args.smoothgrad, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
+    models = {}
+    for layout in ("contiguous", "channels_last"):
+        method, _ = build(name, args, device, [])
+        method.set_memory_format(memory_format(layout))
+        models[layout] = MethodModel(method, device=device).eval()
+    times: dict[str, list[float]] = {layout: [] for layout in models}
+    for round_index in range(4):
+        order = list(models) if round_index % 2 == 0 else list(models)[::-1]
+        for layout in order:
+            seconds = timed(lambda m=models[layout]: smoothgrad(m, images.to(device),
+                                                               torch.Generator().manual_seed(0)), device)
+            if round_index >= 1:
+                times[layout].append(seconds)
+    anchor = statistics.median(times["contiguous"])
+    print(f"\nSmoothGrad ({smoothgrad.copies} noisy copies, float32) on {name}, {args.smoothgrad} images "
+          f"at {args.size} px, 3 timed rounds after one warm-up:\n")
+    print("| layout | s per round (median) | images/s | speed-up |")
+    print("|---|---:|---:|---:|")
+    for layout, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"| {layout} | {median:.2f} | {args.smoothgrad / median:.2f} | {anchor / median:.2f} |")
 
 
 def _processor() -> str:
@@ -92,10 +162,12 @@ def _pairs(models):
     return {label: ((method, dtype), optimizer) for label, (method, optimizer, dtype) in models.items()}
 
 
-def _with_amp(entry, optimizer, batch, call, device):
-    method, dtype = entry
-    with autocast(device, dtype):
-        return call(method, optimizer, batch)
+def _under_autocast(call, device):
+    def with_amp(entry, optimizer, batch):
+        method, dtype = entry
+        with autocast(device, dtype):
+            return call(method, optimizer, batch)
+    return with_amp
 
 
 if __name__ == "__main__":
