@@ -19,10 +19,12 @@ import numpy as np
 
 from bgbias.errors import ModelError, OptionError
 from bgbias.options import (
+    AMP,
     BATCH_SIZE,
     DEVICE,
     FLAG,
     MASK_DEVICE,
+    MEMORY_FORMAT,
     OPTIONAL_TEXT,
     PATH,
     REPEATS,
@@ -48,8 +50,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "dataset": Rule(str, optional=True, example="bench"), "root": PATH, "split": SPLIT,
         "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "masks": PATH, "backgrounds": PATH,
         "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
-        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "batch_size": BATCH_SIZE, "workers": WORKERS,
-        "progress": FLAG,
+        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
+        "batch_size": BATCH_SIZE, "workers": WORKERS, "progress": FLAG,
     },
     "evaluate_embeddings": {"out": PATH},
     "score_embeddings": {},
@@ -81,6 +83,8 @@ def evaluate(
     device: str = "auto",
     fingerprint: str | None = None,
     trust_model: bool = False,
+    amp: str | None = None,
+    memory_format: str | None = None,
     batch_size: int = 64,
     workers: int | None = None,
     progress: bool = False,
@@ -100,7 +104,11 @@ def evaluate(
     ImageNet normalisation, L2-normalised output) and report into ``out`` (default
     ``runs/external/<name>-<digests>``). A TorchScript file is checked before it runs (tensor operators
     only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it runs as any
-    Python does. The other arguments are the command's options.
+    Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format`` (``contiguous``,
+    ``channels_last``) choose the precision and layout it embeds in: by default a run's own, and for any other
+    torch model autocast ``auto`` and channels-last (a module's weights, converted in place, and its input; a
+    function's input is left contiguous); an ONNX file runs in float32. The other arguments are the command's
+    options.
     """
     from bgbias.engine.request import MeasureRequest
     from bgbias.models.model_input import ModelInput
@@ -118,7 +126,7 @@ def evaluate(
         profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, progress=progress,
     )
     embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
-                                         trust_model=trust_model)
+                                         trust_model=trust_model, amp=amp, memory_format=memory_format)
     return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
 
 
@@ -130,8 +138,11 @@ def as_embedding_model(
     device: str = "auto",
     fingerprint: str | None = None,
     trust_model: bool = False,
+    amp: str | None = None,
+    memory_format: str | None = None,
 ) -> EmbeddingModel:
-    """``model`` (see :func:`evaluate`) as an embedding model."""
+    """``model`` (see :func:`evaluate`) as an embedding model, in the precision and layout ``amp`` and
+    ``memory_format`` choose (an embedding model given as one computes as it was built)."""
     from torch import nn
 
     from bgbias.engine.external_model import external_model, load_external_model
@@ -141,18 +152,26 @@ def as_embedding_model(
     from bgbias.models.model_input import ModelInput
 
     model_input = model_input or ModelInput()
+    compute = {"amp": amp, "memory_format": memory_format}
     if isinstance(model, EmbeddingModel):
+        given = [f"{name}={value!r}" for name, value in compute.items() if value is not None]
+        if given:
+            raise OptionError(f"{', '.join(given)} given with an embedding model ({type(model).__name__}), "
+                              "which computes as it was built",
+                              fix="leave them out, or pass the run folder or the model itself (or build it "
+                                  "with bgbias.engine.trained.load_trained(run, amp=..., memory_format=...))")
         return model
     if isinstance(model, str | os.PathLike):
         path = Path(model)
         if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
                                                 and (path.parent.parent / "config.json").is_file()):
-            return load_trained(path, device=device)
-        return load_external_model(os.fspath(model), model_input, device=device, out=out, trust=trust_model)
+            return load_trained(path, device=device, **compute)
+        return load_external_model(os.fspath(model), model_input, device=device, out=out, trust=trust_model,
+                                   **compute)
     if isinstance(model, nn.Module):
         where = next((p.device for p in model.parameters()), None)
         network = network_from_module(model, type(model).__name__)
-        return external_model(network, model_input, where or _device(device), out)
+        return external_model(network, model_input, where or _device(device), out, **compute)
     if callable(model):
         if fingerprint is None:
             raise ModelError("a plain function has no weights bgbias could pin its embeddings by",
@@ -160,7 +179,7 @@ def as_embedding_model(
                                  "embeddings would, or pass the torch.nn.Module itself")
         name = getattr(model, "__qualname__", type(model).__name__)
         return external_model(network_from_callable(model, name, fingerprint), model_input, _device(device),
-                              out)
+                              out, **compute)
     raise ModelError(f"cannot score a {type(model).__name__}",
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 

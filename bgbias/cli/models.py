@@ -87,12 +87,13 @@ _EXTERNAL_PARAMS = {
 
 
 def _model_options(command):
-    """Which model to score, on which device: a trained run (--checkpoint, --runs) or any other model
-    (--model and its input convention). The command receives ``load_model``, which loads it."""
+    """Which model to score, on which device, in which precision and layout: a trained run (--checkpoint,
+    --runs) or any other model (--model and its input convention). The command receives ``load_model``, which
+    loads it."""
     @functools.wraps(command)
     def with_model(**params):
-        chosen = {name: params.pop(name) for name in ("checkpoint", "runs", "device", "model",
-                                                      *_EXTERNAL_PARAMS)}
+        chosen = {name: params.pop(name) for name in ("checkpoint", "runs", "device", "amp", "memory_format",
+                                                      "model", *_EXTERNAL_PARAMS)}
         return command(load_model=functools.partial(_load_model, **chosen), **params)
 
     options = [
@@ -102,6 +103,13 @@ def _model_options(command):
                      help="Runs folder whose latest run is the default (default ./runs)."),
         click.option("--device", default="auto", show_default=True,
                      help="auto (CUDA when present), cpu, cuda or cuda:N."),
+        click.option("--amp", type=click_type(rules.AMP), default=None,
+                     help="Autocast while embedding: auto (bfloat16 on CUDA and on a CPU that computes it "
+                          "natively), off (float32), bf16, fp16 (CUDA). Default: a run's own amp; auto for a "
+                          "--model (an ONNX one runs in float32). Attribution maps are always float32."),
+        click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
+                     help="Layout of the weights and inputs. Default: a run's own model.memory_format; "
+                          "channels_last for a --model (an ONNX one runs in onnxruntime's own)."),
         click.option("--model", default=None, metavar="SPEC",
                      help="A model bgbias did not train, instead of a run: a TorchScript file (checked "
                           "first: tensor operators only), an ONNX file (run by onnxruntime), or a factory "
@@ -133,9 +141,11 @@ def _model_options(command):
     return with_model
 
 
-def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: str | None, **external):
+def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: str | None,
+                memory_format: str | None, model: str | None, **external):
     """The run ``checkpoint`` (default: the latest of ``runs``), or the external ``model`` read as the
-    ``external`` options state (printed, defaults included)."""
+    ``external`` options state (printed, defaults included), in precision ``amp`` and layout
+    ``memory_format`` (None: the model's default)."""
     from bgbias.engine.trained import load_trained
 
     ctx = click.get_current_context()
@@ -145,10 +155,11 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
         if given:
             raise OptionError(f"{', '.join(given)} describe a model given with --model",
                               fix="add --model SPEC, or drop them to score a run")
-        return load_trained(checkpoint, device=device, runs=runs)
+        return load_trained(checkpoint, device=device, runs=runs, amp=amp, memory_format=memory_format)
     if checkpoint is not None or runs is not None:
         raise OptionError("--model names a model of its own; --checkpoint and --runs name a run",
                           fix="pass either --model or --checkpoint/--runs")
+    from bgbias.engine.device import memory_format_name, precision_name
     from bgbias.engine.external_model import load_external_model
     from bgbias.engine.model_spec import parse_model_args
     from bgbias.models.model_input import RULES, ModelInput, check_model_input
@@ -157,9 +168,12 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, model: 
     check_model_input(convention, _EXTERNAL_PARAMS)  # the API's checks, naming the options
     model_input = ModelInput(**convention)
     loaded = load_external_model(model, model_input, args=parse_model_args(external["model_args"]),
-                                 device=device, out=external["out"], trust=external["trust_model"])
+                                 device=device, out=external["out"], trust=external["trust_model"], amp=amp,
+                                 memory_format=memory_format)
     click.echo(f"model: {loaded.network.kind} {loaded.network.spec}; reports in {loaded.home}", err=True)
     click.echo(model_input.describe(), err=True)
+    click.echo(f"computed in {precision_name(loaded.amp)}, {memory_format_name(loaded.memory_format)} "
+               "(--amp, --memory-format)", err=True)
     return loaded
 
 

@@ -38,7 +38,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from bgbias.errors import OptionError
-from bgbias.options import IntroducedLater, Must, Settings, bad_value, introduced_later, setting_problem
+from bgbias.options import (
+    AMP,
+    MEMORY_FORMAT,
+    IntroducedLater,
+    Must,
+    Settings,
+    bad_value,
+    introduced_later,
+    setting_problem,
+)
 
 # What values must be beyond their types, with the words an error uses (None passes where allowed). Names of
 # methods, datasets and backbones are checked against their registries (_check_config).
@@ -65,7 +74,7 @@ class ModelConfig(Settings):
     embedding_dim: AtLeastOne = 128
     pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
-    memory_format: Annotated[one_of("contiguous", "channels_last"),
+    memory_format: Annotated[one_of(*MEMORY_FORMAT.choices),
                              IntroducedLater("contiguous")] = "channels_last"
 
 
@@ -159,7 +168,7 @@ class TrainConfig(Settings):
     seed: Annotated[int, Field(ge=0, lt=2**64), Must("a whole number in [0, 2**64)")] = 0
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$"),
                       Must("auto, cpu, cuda or cuda:N")] = "auto"
-    amp: one_of("auto", "off", "bf16", "fp16") = "auto"
+    amp: one_of(*AMP.choices) = "auto"
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
     data: DataConfig = DataConfig()

@@ -6,6 +6,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
+from bgbias.options import MEMORY_FORMAT
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +48,9 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
             return torch.bfloat16
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
                  if amp == "bf16" else "a CUDA device")
-        raise OptionError(f"amp={amp!r} needs {needs}", fix="use --set amp=off (or auto) on this CPU")
+        raise OptionError(f"amp={amp!r} needs {needs}",
+                          fix="use amp=off (or auto) on this CPU: --set amp=off for bgbias train, --amp off "
+                              "for bgbias eval and explain")
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16
     return torch.bfloat16
@@ -99,3 +102,15 @@ def memory_format(name: str) -> torch.memory_format:
     import torch
 
     return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
+
+
+def memory_format_name(layout: torch.memory_format) -> str:
+    """How configurations and records name a torch memory format (the inverse of :func:`memory_format`)."""
+    return next(name for name in MEMORY_FORMAT.choices if memory_format(name) == layout)
+
+
+def model_memory_format(model: Any) -> str | None:
+    """The layout a model computes in, as records name it: its ``memory_format`` attribute (runs, methods in
+    memory and outside models have one), or None for a model that does not say."""
+    layout = getattr(model, "memory_format", None)
+    return None if layout is None else memory_format_name(layout)

@@ -4,12 +4,16 @@ or ONNX file, a factory's module, or any function of a batch, with the input con
 
 Everything after the embedding is the path every trained run takes: the same clean and corrupted images
 (at the model's geometry), the evaluation cache (keyed by the model's digest and its convention), the report
-files, ``bgbias report`` tables and ``bgbias explain``. Its reports go to its *home*: ``--out``, or by default
-``runs/external/<name>-<model digest>-<convention digest>``, so two models, or one model under two
-conventions, never share one. The home's ``model.json`` says whose reports it holds; it is written with the
-first result (:meth:`ExternalModel.claim_home`), so a model that fails leaves no folder of its own behind.
-A home must be a new or empty folder or this very model's, and never lie inside a run folder or another
-model's home (:func:`check_home`): a model's numbers never land under a run's name.
+files, ``bgbias report`` tables and ``bgbias explain``. By default it embeds under autocast ``auto``
+(bfloat16 on CUDA and on a CPU that computes it natively), its module and input channels-last; ``--amp`` and
+``--memory-format`` choose otherwise (:func:`network_compute`; an ONNX model runs in float32). Its reports
+go to its *home*: ``--out``, or by default ``runs/external/<name>-<model digest>-<convention digest>``, with
+its precision and layout appended where they are not float32 and contiguous, so two models, or one model
+under two conventions, precisions or layouts, never share one. The home's ``model.json`` says whose reports
+it holds; it is written with the first result (:meth:`ExternalModel.claim_home`), so a model that fails
+leaves no folder of its own behind. A home must be a new or empty folder or this very model's, and never
+lie inside a run folder or another model's home (:func:`check_home`): a model's numbers never land under a
+run's name.
 
 The model is someone else's code: whatever it raises, and every output that is not one finite real vector of
 one width per image, is a ``ModelError`` naming the model, what was wrong and the input it was given.
@@ -26,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from bgbias.engine.device import memory_format_name, precision_name
 from bgbias.engine.model_spec import Network, load_network
-from bgbias.errors import BgbiasError, ModelError, RecordError
+from bgbias.errors import BgbiasError, ModelError, OptionError, RecordError
 from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
@@ -56,7 +61,10 @@ class ExternalModel:
     model_input: ModelInput
     device: torch.device
     home: Path
-    amp: torch.dtype | None = None
+    amp: torch.dtype | None
+    """The autocast dtype it embeds under (None: float32); attribution never autocasts."""
+    memory_format: torch.memory_format
+    """The layout its input is put in (and its weights were converted to, where it has them)."""
     width: int | None = field(default=None, init=False)
     """The width of its embeddings, from the first batch: every later batch must have it."""
     claimed: bool = field(default=False, init=False)
@@ -91,7 +99,7 @@ class ExternalModel:
         where the convention says so. Whatever the network raises is a ``ModelError`` naming the input."""
         import torch
 
-        inputs = self.convention.apply(images)
+        inputs = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         shape = tuple(inputs.shape)
         try:
             output = self.network.call(inputs)
@@ -163,6 +171,7 @@ class ExternalModel:
         check_home(self)
         write_json_atomic(self.home / MODEL_RECORD, {
             "format": RECORD_FORMAT, "version": 1, "label": self.label, "fingerprint": self.fingerprint(),
+            "precision": precision_name(self.amp), "memory_format": memory_format_name(self.memory_format),
             **self.describe()["model"]})
         self.claimed = True
 
@@ -175,8 +184,10 @@ class ExternalModel:
         return ExactL2()
 
     def fingerprint(self) -> str:
-        """The network's digest and the convention: equal fingerprints embed alike."""
-        identity = {"network": self.network.sha256, "input": self.model_input.as_dict()}
+        """The network's digest, the convention, and its precision and memory format where they are not
+        float32 and contiguous (:func:`compute_identity`): equal fingerprints embed alike."""
+        identity = {"network": self.network.sha256, "input": self.model_input.as_dict(),
+                    **compute_identity(self.amp, self.memory_format)}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
@@ -235,33 +246,88 @@ def load_external_model(
     device: str = "auto",
     out: str | os.PathLike[str] | None = None,
     trust: bool = False,
+    amp: str | None = None,
+    memory_format: str | None = None,
 ) -> ExternalModel:
     """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
-    unless ``trust``) on ``device``, with its home claimed (:func:`external_model`)."""
+    unless ``trust``) on ``device``, in the precision and layout ``amp`` and ``memory_format`` choose, with
+    its home claimed (:func:`external_model`)."""
     from bgbias.engine.device import resolve_device
 
     resolved = resolve_device(device)
-    return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out)
+    return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out,
+                          amp=amp, memory_format=memory_format)
 
 
 def external_model(
-    network: Network, model_input: ModelInput, device: torch.device, out: str | os.PathLike[str] | None = None
+    network: Network,
+    model_input: ModelInput,
+    device: torch.device,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    amp: str | None = None,
+    memory_format: str | None = None,
 ) -> ExternalModel:
-    """``network`` as an embedding model whose home is ``out`` (default
-    ``runs/external/<name>-<model digest>-<convention digest>``), checked (:func:`check_home`) but not yet
-    written to: its ``model.json`` comes with its first result (:meth:`ExternalModel.claim_home`)."""
+    """``network`` as an embedding model in the precision and layout ``amp`` and ``memory_format`` choose
+    (:func:`network_compute`), whose home is ``out`` (default :func:`default_home_name` under
+    ``runs/external``), checked (:func:`check_home`) but not yet written to: its ``model.json`` comes with
+    its first result (:meth:`ExternalModel.claim_home`)."""
+    dtype, layout = network_compute(network, device, amp, memory_format)
     home = Path(out) if out is not None else runs_root() / EXTERNAL_FOLDER / default_home_name(
-        network, model_input)
-    model = ExternalModel(network, model_input, device, home)
+        network, model_input, compute_identity(dtype, layout))
+    model = ExternalModel(network, model_input, device, home, dtype, layout)
     check_home(model)
     return model
 
 
-def default_home_name(network: Network, model_input: ModelInput) -> str:
-    """``<name>-<8 hex of the network>-<8 hex of the convention>``, the name made safe for a folder."""
+def network_compute(network: Network, device: torch.device, amp: str | None,
+                    memory_format: str | None) -> tuple[torch.dtype | None, torch.memory_format]:
+    """The autocast dtype and memory format ``network`` runs in, its module converted to that format.
+
+    By default (None) a torch network gets ``amp`` ``auto`` (bfloat16 where the device computes it natively,
+    :func:`~bgbias.engine.device.resolve_amp`) and, where it is a module (TorchScript, a factory's, one in
+    memory), ``channels_last``: its weights are converted once, here, in place, and its input in every
+    :meth:`ExternalModel.embed`. A plain function has no weights bgbias could convert, so it gets its input
+    contiguous, unless ``channels_last`` is asked for: then its input alone is converted. An ONNX model runs
+    in onnxruntime, in float32 and its own layout: any other ``amp`` than ``off``, or ``memory_format`` than
+    ``contiguous``, is refused."""
+    import torch
+
+    from bgbias.engine.device import memory_format as torch_layout
+    from bgbias.engine.device import resolve_amp
+
+    if network.kind == "onnx":
+        for option, value, only in (("amp", amp, "off"), ("memory-format", memory_format, "contiguous")):
+            if value not in (None, only):
+                python = option.replace("-", "_")
+                raise OptionError(
+                    f"--{option} {value} ({python}={value!r} in Python) does not apply to an ONNX model: "
+                    f"onnxruntime runs it in float32, in a layout of its own",
+                    fix=f"leave out --{option} ({python}=) for an ONNX model, or pass {only}; to score it in "
+                        "another precision or layout, pass a TorchScript export or a factory of it")
+        return None, torch.contiguous_format
+    dtype = resolve_amp(amp or "auto", device)
+    layout = torch_layout(memory_format or ("contiguous" if network.kind == "callable" else "channels_last"))
+    if network.kind != "callable":
+        network.call.to(memory_format=layout)
+    return dtype, layout
+
+
+def compute_identity(amp: torch.dtype | None, layout: torch.memory_format) -> dict[str, str]:
+    """What of an outside model's precision and layout changes its embeddings, as its fingerprint and home
+    name record it: the precision where it is not float32, the memory format where it is not contiguous (so a
+    model scored in float32 and contiguous keeps the fingerprint and home it had before either was chosen)."""
+    identity = {"precision": precision_name(amp), "memory_format": memory_format_name(layout)}
+    return {key: value for key, value in identity.items() if value not in ("float32", "contiguous")}
+
+
+def default_home_name(network: Network, model_input: ModelInput, compute: Mapping[str, str]) -> str:
+    """``<name>-<8 hex of the network>-<8 hex of the convention>``, the name made safe for a folder, then
+    the precision and the memory format where ``compute`` (:func:`compute_identity`) names them, as in
+    ``model.pt-1a2b3c4d-5e6f7a8b-bfloat16-channels_last``."""
     name = re.sub(r"[^A-Za-z0-9_.+-]", "_", network.name).strip(".")[:60] or "model"
     convention = hashlib.sha256(json.dumps(model_input.as_dict(), sort_keys=True).encode()).hexdigest()
-    return f"{name}-{network.sha256[:8]}-{convention[:8]}"
+    return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
 
 
 HOME_FIX = ("pass another --out (out= in Python): a new or empty folder; or leave it out, and each model and "
@@ -297,7 +363,7 @@ def check_home(model: ExternalModel) -> None:
             problem = "this folder is a bgbias run's: another model's reports would go under the run's name"
         else:
             problem = (f"this folder holds the reports of another model, or of this one under another input "
-                       f"convention ({owner.label})")
+                       f"convention, precision or memory format ({owner.label})")
         raise ModelError(problem, path=home if owner.fingerprint is None else owner.folder / MODEL_RECORD,
                          fix=HOME_FIX)
     if home.exists() and not home.is_dir():

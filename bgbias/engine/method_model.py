@@ -40,6 +40,11 @@ class MethodBacked:
     def pairwise_distance(self, queries: ImageState, references: ImageState) -> torch.Tensor:
         return self.method.pairwise_distance(queries, references)
 
+    @property
+    def memory_format(self) -> torch.memory_format:
+        """The layout its weights and its backbone's inputs are kept in (:meth:`Method.set_memory_format`)."""
+        return self.method.backbone.memory_format
+
     def retrieval(self) -> Retrieval:
         return self.method.retrieval()
 
@@ -48,7 +53,7 @@ class MethodBacked:
         change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`), and
         of its memory format where it is not the contiguous one (convolutions round differently in it)."""
         weights = weights_sha256(self.method)
-        layout = str(self.method.backbone.memory_format)
+        layout = str(self.memory_format)
         identity = {"options": self.method.embedding_options(),
                     "memory_format": None if layout == "torch.contiguous_format" else layout}
         identity = {key: value for key, value in identity.items() if value}

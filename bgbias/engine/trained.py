@@ -39,6 +39,9 @@ class TrainedModel(MethodBacked):
     checkpoint_sha256: str
     epoch: int
     device: torch.device
+    amp_setting: str | None = None
+    """The autocast setting it embeds under (``auto``, ``off``, ``bf16``, ``fp16``); None: its run's
+    ``amp``."""
 
     @property
     def home(self) -> Path:
@@ -46,9 +49,10 @@ class TrainedModel(MethodBacked):
 
     @property
     def amp(self) -> torch.dtype | None:
+        """The autocast dtype of :attr:`amp_setting` (default: the run's own ``amp``) on its device."""
         from bgbias.engine.device import resolve_amp
 
-        return resolve_amp(self.config.amp, self.device)
+        return resolve_amp(self.amp_setting or self.config.amp, self.device)
 
     def trained_on(self) -> TrainedOn:
         """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
@@ -87,12 +91,16 @@ def load_trained(
     checkpoint: str = "best",
     device: str = "auto",
     runs: str | os.PathLike[str] | None = None,
+    amp: str | None = None,
+    memory_format: str | None = None,
 ) -> TrainedModel:
     """Rebuild the method of ``run`` (default: the latest run) with the weights of its ``best`` or ``last``
     checkpoint, on ``device``, in eval mode. ``run`` may also name the checkpoint file itself
-    (``<run>/checkpoints/last.pt``)."""
+    (``<run>/checkpoints/last.pt``). It embeds under autocast ``amp`` with its weights and inputs in
+    ``memory_format`` (``bgbias.options.AMP``, ``MEMORY_FORMAT``), by default its run's ``amp`` and
+    ``model.memory_format``; an ``amp`` this device cannot run is refused here."""
     from bgbias.assets.digest import sha256_file
-    from bgbias.engine.device import resolve_device
+    from bgbias.engine.device import resolve_amp, resolve_device
 
     if run is not None and Path(run).suffix == ".pt":
         run, checkpoint = Path(run).parent.parent, Path(run).stem
@@ -112,12 +120,16 @@ def load_trained(
         )
     state = load_checkpoint(path)
     resolved = resolve_device(device)
-    method = build_from_spec(config, state, path).to(resolved).eval()
-    return TrainedModel(run_dir, config, method, path, sha256_file(path), int(state["epoch"]), resolved)
+    if amp is not None:
+        resolve_amp(amp, resolved)  # the run's own amp is resolved where it embeds, as it always was
+    method = build_from_spec(config, state, path, memory_format).to(resolved).eval()
+    return TrainedModel(run_dir, config, method, path, sha256_file(path), int(state["epoch"]), resolved, amp)
 
 
-def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> Method:
-    """The method of ``config`` sized by the checkpoint's spec, with the checkpoint's weights."""
+def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
+                    layout: str | None = None) -> Method:
+    """The method of ``config`` sized by the checkpoint's spec, with the checkpoint's weights, in the memory
+    format ``layout`` (default: the configuration's ``model.memory_format``)."""
     from bgbias.engine.device import memory_format
     from bgbias.methods.base import MethodSpec
     from bgbias.methods.registry import method_class
@@ -137,5 +149,5 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path) -> M
         raise CheckpointError(f"the checkpoint's weights do not fit {config.method} on "
                               f"{config.model.backbone}: {err}", path=path,
                               fix="keep the run's config.json as training wrote it") from None
-    method.set_memory_format(memory_format(config.model.memory_format))
+    method.set_memory_format(memory_format(layout or config.model.memory_format))
     return method

@@ -64,13 +64,15 @@ class ExplainSummary(Record):
     installation: InstallationRecord | None = None  # summaries from before bgbias recorded it lack it
 
 
-def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore]) -> dict[str, Any]:
-    """``summary.json``: what was run (the settings a reader needs), image and mask-source counts, and the
-    statistics of the scores."""
+def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore],
+                compute: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json``: what was run (the settings a reader needs), how it used the machine (``compute``:
+    device, precision, memory format), image and mask-source counts, and the statistics of the scores."""
     sources = Counter(score.mask_source for score in scores)
     summary = {
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
+        "compute": compute,
         "installation": installation(),
         "images": len(scores),
         "mask_sources": {source: sources[source] for source in MASK_SOURCES},

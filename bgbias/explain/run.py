@@ -41,6 +41,7 @@ from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry
+from bgbias.engine.device import model_memory_format, precision_name
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
 from bgbias.errors import BusyError, OptionError
 from bgbias.explain.outputs import (
@@ -143,7 +144,11 @@ def explain_items(
     does not support ``model``, and missing masks, fail before any work. ``request.gallery_count = 0`` writes
     no gallery. For an attribution that ``needs_references``, each item's reference is picked from
     ``inputs.reference_items``; their state comes from the model's evaluation cache where it fits (``log``
-    says whether it did).
+    says whether it did), embedded in the model's own precision (``amp``) as evaluation embeds them.
+
+    The maps themselves are made in float32, without autocast, whatever the model's ``amp``
+    (:class:`~bgbias.explain.scoring.ImageScorer`); ``summary.json`` records that precision, the device and
+    the model's memory format.
     """
     import torch
     from tqdm import tqdm
@@ -217,7 +222,10 @@ def explain_items(
         scores = [done[item.id] for item in items]
         write_ledger(out_dir / RECORDS_NAME, settings, scores)
         write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
-        summary = run_summary(settings, scores)
+        # The maps' precision: attribution never autocasts (ImageScorer).
+        compute = {"device": str(device), "precision": precision_name(None),
+                   "memory_format": model_memory_format(model)}
+        summary = run_summary(settings, scores, compute)
         if inputs.dataset_root is not None:
             summary["dataset_root"] = os.fspath(Path(inputs.dataset_root).resolve())
         write_json_atomic(out_dir / SUMMARY_JSON, summary)

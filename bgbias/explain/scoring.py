@@ -104,7 +104,13 @@ def score_image(
 
 
 class ImageScorer:
-    """Loads, attributes and scores a list of item positions; shared by the main loop and the gallery."""
+    """Loads, attributes and scores a list of item positions; shared by the main loop and the gallery.
+
+    The attribution runs without autocast, in float32, whatever precision the model embeds in for
+    evaluation (its ``amp``): every attribution is a gradient (SmoothGrad's, SAM's Grad-CAM, AVSL's), and in
+    bfloat16 or float16 small gradients round to zero or lose the few bits that separate one pixel's
+    attribution from its neighbour's. The model's memory format applies as it is (a layout changes only the
+    order of the additions)."""
 
     def __init__(
         self,

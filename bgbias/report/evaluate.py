@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.device import loader_workers, precision_name
+from bgbias.engine.device import loader_workers, model_memory_format, precision_name
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
@@ -149,6 +149,7 @@ def evaluate(
         "geometry": geometry.as_dict(),
         "retrieval": retrieval.describe(),
         "compute": {"device": str(model.device), "precision": precision_name(model.amp),
+                    "memory_format": model_memory_format(model),
                     "loader_workers": loader_workers(request.workers, model.device)},
         "installation": installation(),
     }

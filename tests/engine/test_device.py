@@ -36,7 +36,8 @@ def test_auto_is_bf16_exactly_where_the_cpu_computes_it_natively(monkeypatch, na
     (2, "1", "cpu", 0), (4, "1", "cpu", 0), (8, "1", "cpu", 1), (64, "1", "cpu", 8), (16, "2", "cpu", 1),
     (2, "1", "cuda", 1), (16, "1", "cuda", 8), (16, "4", "cuda", 3), (1, "1", "cuda", 1),
 ])
-def test_auto_loader_workers_follow_the_cores_each_process_has(monkeypatch, cores, processes, device, workers):
+def test_auto_loader_workers_follow_the_cores_each_process_has(monkeypatch, cores, processes, device,
+                                                               workers):
     monkeypatch.setattr(hardware, "usable_cores", lambda: cores)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", processes)
     assert loader_workers("auto", torch.device(device)) == workers
