@@ -66,7 +66,9 @@ def one_of(*choices: str) -> Any:
 class ModelConfig(Settings):
     """The network: backbone, its weights and the embedding head. ``memory_format``: the layout of its
     4-D weights and of the images it is given; ``channels_last`` is what CPU and GPU convolution kernels run
-    fastest on, and may round differently from ``contiguous``."""
+    fastest on, and may round differently from ``contiguous``. ``compile``: each backbone stage through
+    ``torch.compile`` (off by default: on the bench its minutes of compiling cost more than it saves,
+    docs/hardware.md; where the compiler fails the stage runs eagerly)."""
 
     backbone: str = "mobilenet_v2"
     pretrained: bool = True
@@ -76,6 +78,7 @@ class ModelConfig(Settings):
     freeze_batchnorm: bool = True
     memory_format: Annotated[one_of(*MEMORY_FORMAT.choices),
                              IntroducedLater("contiguous")] = "channels_last"
+    compile: Annotated[bool, IntroducedLater(False)] = False
 
 
 class OptimConfig(Settings):

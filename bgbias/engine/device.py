@@ -11,6 +11,8 @@ from bgbias.options import MEMORY_FORMAT
 if TYPE_CHECKING:
     import torch
 
+    from bgbias.engine.config import TrainConfig
+
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` → ``cuda:<local_rank>`` when CUDA is available, else ``cpu``; ``cuda[:N]``/``cpu`` as is."""
@@ -61,14 +63,16 @@ def precision_name(dtype: torch.dtype | None) -> str:
     return "float32" if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def compute_record(config_amp: str, memory_format_name: str, workers: int | str | None,
-                   device: torch.device) -> dict[str, Any]:
-    """What a run or report records of how it used the machine: the precision ``amp`` resolved to here,
-    the memory format, the loader workers and the CPU threads (docs/hardware.md says which change bits)."""
+def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
+    """What a run records of how it used the machine: the precision its ``amp`` resolved to here, the
+    memory format, whether it compiled, the loader workers and the CPU threads (docs/hardware.md says which
+    of them change bits)."""
     import torch
 
-    return {"precision": precision_name(resolve_amp(config_amp, device)), "memory_format": memory_format_name,
-            "loader_workers": loader_workers(workers, device), "cpu_threads": torch.get_num_threads()}
+    return {"precision": precision_name(resolve_amp(config.amp, device)),
+            "memory_format": config.model.memory_format, "compile": config.model.compile,
+            "loader_workers": loader_workers(config.data.workers, device),
+            "cpu_threads": torch.get_num_threads()}
 
 
 def cpu_has_native_bf16() -> bool:

@@ -150,4 +150,5 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
                               f"{config.model.backbone}: {err}", path=path,
                               fix="keep the run's config.json as training wrote it") from None
     method.set_memory_format(memory_format(layout or config.model.memory_format))
+    method.backbone.compile_stages(config.model.compile)
     return method

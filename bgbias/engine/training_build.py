@@ -86,6 +86,7 @@ def build_method(config: TrainConfig, train_items: list[Item], *, input_size: in
     )
     method = cls(backbone, spec)
     method.set_memory_format(memory_format(config.model.memory_format))
+    method.backbone.compile_stages(config.model.compile)
     return method
 
 

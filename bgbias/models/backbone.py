@@ -10,6 +10,7 @@ This module defines an ``nn.Module`` and so imports torch at load time; only mod
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
 import torch
@@ -52,6 +53,9 @@ class Backbone(nn.Module):
         self.convention = convention
         self.memory_format = torch.contiguous_format
         """The layout the images are put in after normalising (see :meth:`Method.set_memory_format`)."""
+        self.compiled: dict[str, nn.Module] = {}
+        """Each stage's ``torch.compile`` form while compiling is on (:meth:`compile_stages`); a plain dict,
+        so state dicts, checkpoints and weight digests stay those of the blocks themselves."""
         self._freeze_batchnorm = freeze_batchnorm
         self.train(self.training)
 
@@ -121,6 +125,13 @@ class Backbone(nn.Module):
             self.train(was_training)
         return int(shape[1]), int(shape[2]), int(shape[3])
 
+    def compile_stages(self, enabled: bool) -> None:
+        """Run every stage through ``torch.compile`` (each stage a graph of its own, so taps and
+        :meth:`forward_from` work as before), or eagerly again. Compiling happens at a stage's first call;
+        where the compiler fails there, the backbone warns once and runs eagerly from then on, so a run never
+        fails for having asked to compile."""
+        self.compiled = {name: torch.compile(block) for name, block in self.blocks.items()} if enabled else {}
+
     def _run(self, x: Tensor, start: int, wanted: set[int]) -> dict[str, Tensor]:
         outputs: dict[str, Tensor] = {}
         if not wanted:
@@ -128,10 +139,23 @@ class Backbone(nn.Module):
         last = max(wanted)
         for index in range(start, last + 1):
             name = self.stages[index]
-            x = self.blocks[name](x)
+            x = self._stage(name, x)
             if index in wanted:
                 outputs[name] = x
         return outputs
+
+    def _stage(self, name: str, x: Tensor) -> Tensor:
+        compiled = self.compiled.get(name)
+        if compiled is None:
+            return self.blocks[name](x)
+        try:
+            return compiled(x)
+        except torch._dynamo.exc.TorchDynamoException as error:  # the compiler's failure, not the model's
+            warnings.warn(f"torch.compile failed on backbone stage {name!r} ({type(error).__name__}: "
+                          f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); running "
+                          "eagerly instead (model.compile=false avoids the attempt)", stacklevel=2)
+            self.compiled = {}
+            return self.blocks[name](x)
 
     def _select(self, taps: Sequence[str] | str | None, *, first: int) -> set[int]:
         if taps is None:

@@ -49,8 +49,8 @@ def test_a_run_records_how_it_used_the_machine(tiny_bench, tmp_path):
     result = train(tiny_config(tiny_bench, "triplet", "amp=off", "model.memory_format=contiguous", epochs=1),
                    runs=tmp_path, progress=False, echo=False)
     compute = json.loads(result.run.record.read_text())["compute"]
-    assert compute == {"precision": "float32", "memory_format": "contiguous", "loader_workers": 0,
-                       "cpu_threads": torch.get_num_threads()}
+    assert compute == {"precision": "float32", "memory_format": "contiguous", "compile": False,
+                       "loader_workers": 0, "cpu_threads": torch.get_num_threads()}
 
 
 def test_bf16_runs_on_a_cpu_with_native_bfloat16(monkeypatch):
