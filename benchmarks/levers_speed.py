@@ -2,7 +2,7 @@
 float32/contiguous (the defaults before issue 31) as the anchor, in one run; and SmoothGrad's images/s.
 
     python benchmarks/levers_speed.py [--methods all|NAME,NAME] [--backbone mobilenet_v2] [--size 128]
-                                      [--batch 32] [-n 10] [--device cpu|cuda] [--smoothgrad 4]
+                                      [--batch 32] [-n 10] [--device cpu|cuda] [--smoothgrad 4] [--compile]
 
 The levers are the memory layout (``model.memory_format``: contiguous or channels_last) and autocast to
 bfloat16 (``amp``: off or bf16; bf16 only where :func:`bgbias.engine.device.cpu_has_native_bf16` or CUDA
@@ -14,6 +14,9 @@ lever's speed-up (anchor time / lever time). Memory is what one step needs beyon
 
 SmoothGrad (the paper's attribution, float32: gradients are not taken under autocast) runs on the first
 method's model in both layouts, alternated, over ``--smoothgrad`` images with its default 25 noisy copies.
+
+``--compile`` adds the last lever with ``model.compile`` (every backbone stage through ``torch.compile``): its
+steady speed in the table, and the first training step and first embedding, which compile, apart.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.method_speed import alternate, build, random_batch, step, step_memory
+from benchmarks.timing import timed
 from bgbias.engine.device import autocast, cpu_has_native_bf16, memory_format, resolve_device
 from bgbias.methods.registry import method_names
 
@@ -50,6 +54,9 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10, help="timed steps per lever")
     parser.add_argument("--smoothgrad", type=int, default=0, metavar="IMAGES",
                         help="also time SmoothGrad on this many images (0: not)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also the fastest lever with model.compile (its first step and first embedding, "
+                             "which compile, timed apart)")
     args = parser.parse_args()
 
     import torch
@@ -57,6 +64,8 @@ def main() -> None:
     device = resolve_device(args.device)
     bf16 = device.type == "cuda" or cpu_has_native_bf16()
     levers = [lever for lever in LEVERS if bf16 or lever[1] == "off"]
+    if args.compile:
+        levers.append((f"{levers[-1][0]}+compile", *levers[-1][1:]))
     names = method_names() if args.methods == "all" else args.methods.split(",")
     batches = [random_batch(args, device, seed) for seed in range(4)]
 
@@ -72,8 +81,11 @@ def main() -> None:
           + " | MiB | " + " | ".join(f"MiB {label}" for label in others)
           + " | embed ms | " + " | ".join(f"embed {label}" for label in others) + " |")
     print("|---|" + "---:|" * (3 * len(levers)))
+    compiled: list[str] = []
     for name in names:
         models = _lever_models(name, levers, args, device)
+        first = {label: _first_calls(model, batches[0], device) for label, model in models.items()
+                 if label.endswith("+compile")}
         steps = alternate(_pairs(models), batches, args.n, device, _under_autocast(step, device))
         memory = {label: _memory(models[label], batches[0], device) for label in models}
         for method, _, _ in models.values():
@@ -90,8 +102,12 @@ def main() -> None:
               + f" | {1000 * embed_ms[ANCHOR]:.1f} | "
               + " | ".join(f"{embed_ms[ANCHOR] / embed_ms[label]:.2f}" for label in others) + " |",
               flush=True)
+        compiled.extend(f"{name}, {label}: first step (compiling) {step_s:.1f} s, first embedding "
+                        f"(compiling) {embed_s:.1f} s" for label, (step_s, embed_s) in first.items())
         del models
         gc.collect()
+    for line in compiled:
+        print(f"\n{line}")
     if args.smoothgrad:
         _time_smoothgrad(names[0], args, device)
 
@@ -104,8 +120,23 @@ def _lever_models(name: str, levers, args, device) -> dict:
     for label, amp, layout in levers:
         method, optimizer = build(name, args, device, [])
         method.set_memory_format(memory_format(layout))
+        method.backbone.compile_stages(label.endswith("+compile"))
         models[label] = (method, optimizer, torch.bfloat16 if amp == "bf16" else None)
     return models
+
+
+def _first_calls(model, batch, device) -> tuple[float, float]:
+    """Seconds of a compiled model's first training step and first eval-mode embedding (they compile)."""
+    import torch
+
+    method, optimizer, dtype = model
+    with autocast(device, dtype):
+        step_seconds = timed(lambda: step(method, optimizer, batch), device)
+        method.eval()
+        with torch.inference_mode():
+            embed_seconds = timed(lambda: method.embed(batch.images), device)
+    method.train()
+    return step_seconds, embed_seconds
 
 
 def _memory(model, batch, device) -> int:
@@ -118,7 +149,6 @@ def _time_smoothgrad(name: str, args, device) -> None:
     """SmoothGrad images/s of method ``name`` contiguous vs channels-last (float32), alternated ABBA."""
     import torch
 
-    from benchmarks.timing import timed
     from bgbias.engine.method_model import MethodModel
     from bgbias.explain.smoothgrad import SmoothGrad
 
