@@ -4,9 +4,10 @@ float32/contiguous (the defaults before issue 31) as the anchor, in one run; and
     python benchmarks/levers_speed.py [--methods all|NAME,NAME] [--backbone mobilenet_v2] [--size 128]
                                       [--batch 32] [-n 10] [--device cpu|cuda] [--smoothgrad 4] [--compile]
 
-The levers are the memory layout (``model.memory_format``: contiguous or channels_last) and autocast to
-bfloat16 (``amp``: off or bf16; bf16 only where :func:`bgbias.engine.device.cpu_has_native_bf16` or CUDA
-allows it). For each method, each combination is a copy of the same randomly initialised method built as
+The levers are the memory layout (``model.memory_format``: contiguous or channels_last) and the backbone's
+autocast to bfloat16 (``amp``: off or bf16, :mod:`bgbias.models.precision`; bf16 only where
+:func:`bgbias.engine.device.cpu_has_native_bf16` or CUDA allows it). For each method, each combination
+is a copy of the same randomly initialised method built as
 ``benchmarks/method_speed.py`` builds it; the copies' steps alternate in ABBA order over the same four
 batches of random images, two warm-up rounds excluded, and the table gives the anchor's median and each
 lever's speed-up (anchor time / lever time). Memory is what one step needs beyond the model
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.method_speed import alternate, build, random_batch, step, step_memory
 from benchmarks.timing import timed
-from bgbias.engine.device import autocast, cpu_has_native_bf16, memory_format, resolve_device
+from bgbias.engine.device import cpu_has_native_bf16, memory_format, mixed_precision, resolve_device
 from bgbias.methods.registry import method_names
 
 ANCHOR = "fp32"
@@ -86,13 +87,13 @@ def main() -> None:
         models = _lever_models(name, levers, args, device)
         first = {label: _first_calls(model, batches[0], device) for label, model in models.items()
                  if label.endswith("+compile")}
-        steps = alternate(_pairs(models), batches, args.n, device, _under_autocast(step, device))
+        steps = alternate(_pairs(models), batches, args.n, device, _in_precision(step))
         memory = {label: _memory(models[label], batches[0], device) for label in models}
         for method, _, _ in models.values():
             method.eval()  # the embeddings of retrieval, without gradients
         with torch.inference_mode():
             embeds = alternate(_pairs(models), batches, args.n, device,
-                               _under_autocast(lambda method, _, batch: method.embed(batch.images), device))
+                               _in_precision(lambda method, _, batch: method.embed(batch.images)))
         step_ms = {label: statistics.median(times) for label, times in steps.items()}
         embed_ms = {label: statistics.median(times) for label, times in embeds.items()}
         print(f"| {name} | {1000 * step_ms[ANCHOR]:.1f} | "
@@ -130,7 +131,7 @@ def _first_calls(model, batch, device) -> tuple[float, float]:
     import torch
 
     method, optimizer, dtype = model
-    with autocast(device, dtype):
+    with mixed_precision(dtype):
         step_seconds = timed(lambda: step(method, optimizer, batch), device)
         method.eval()
         with torch.inference_mode():
@@ -141,7 +142,7 @@ def _first_calls(model, batch, device) -> tuple[float, float]:
 
 def _memory(model, batch, device) -> int:
     method, optimizer, dtype = model
-    with autocast(device, dtype):
+    with mixed_precision(dtype):
         return step_memory(method, optimizer, batch, device)
 
 
@@ -192,10 +193,10 @@ def _pairs(models):
     return {label: ((method, dtype), optimizer) for label, (method, optimizer, dtype) in models.items()}
 
 
-def _under_autocast(call, device):
+def _in_precision(call):
     def with_amp(entry, optimizer, batch):
         method, dtype = entry
-        with autocast(device, dtype):
+        with mixed_precision(dtype):
             return call(method, optimizer, batch)
     return with_amp
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
@@ -84,13 +84,13 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
-    """Mixed precision for the forward pass, or nothing when ``dtype`` is None."""
-    import torch
+def mixed_precision(dtype: torch.dtype | None) -> AbstractContextManager:
+    """Run the networks called inside (backbones, outside models) under ``dtype`` autocast, and what methods
+    compute from their outputs (heads, distances, losses) in float32 (:mod:`bgbias.models.precision`);
+    nothing changes when ``dtype`` is None."""
+    from bgbias.models.precision import network_precision
 
-    if dtype is None:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return network_precision(dtype)
 
 
 def loader_workers(setting: int | str | None, device: torch.device) -> int:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bgbias.engine.device import autocast, loader_workers
+from bgbias.engine.device import loader_workers, mixed_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def embed_images(
     with torch.inference_mode():
         for batch in tqdm(loader, desc=desc, unit="batch", leave=False, disable=not progress):
             pixels = batch["image"].to(device, non_blocking=True).float().div_(255)
-            with autocast(device, amp):
+            with mixed_precision(amp):
                 out = named_arrays(model.embed(pixels))
             for name, array in out.items():
                 parts.setdefault(name, []).append(array.float().cpu())

@@ -99,10 +99,13 @@ class ExternalModel:
         where the convention says so. Whatever the network raises is a ``ModelError`` naming the input."""
         import torch
 
+        from bgbias.models.precision import network_autocast
+
         inputs = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         shape = tuple(inputs.shape)
         try:
-            output = self.network.call(inputs)
+            with network_autocast(inputs.device.type):
+                output = self.network.call(inputs)
         except BgbiasError:
             raise
         except Exception as err:  # the model is someone else's code: it may fail in any way

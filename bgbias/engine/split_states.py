@@ -100,11 +100,11 @@ def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...
     image of ``images``."""
     import torch
 
-    from bgbias.engine.device import autocast
+    from bgbias.engine.device import mixed_precision
     from bgbias.retrieval.state import named_arrays
 
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
-    with torch.inference_mode(), autocast(model.device, model.amp):
+    with torch.inference_mode(), mixed_precision(model.amp):
         return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
 
 

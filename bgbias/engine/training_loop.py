@@ -12,7 +12,7 @@ import numpy as np
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
-from bgbias.engine.device import autocast, resolve_amp
+from bgbias.engine.device import mixed_precision, resolve_amp
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
 from bgbias.engine.tensorboard_log import EpochScalars
 from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
@@ -210,7 +210,7 @@ class TrainingSession:
         ``on_step_end``; returns the loss terms."""
         import torch
 
-        with autocast(self.device, self.amp):
+        with mixed_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
         if not torch.isfinite(loss.detach()):

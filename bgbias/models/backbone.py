@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.models.input_convention import InputConvention
+from bgbias.models.precision import network_autocast
 
 _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
@@ -136,13 +137,14 @@ class Backbone(nn.Module):
         outputs: dict[str, Tensor] = {}
         if not wanted:
             return outputs
-        last = max(wanted)
-        for index in range(start, last + 1):
-            name = self.stages[index]
-            x = self._stage(name, x)
-            if index in wanted:
-                outputs[name] = x
-        return outputs
+        last, given = max(wanted), x.dtype
+        with network_autocast(x.device.type):  # the stages in the run's precision, outputs in the input's
+            for index in range(start, last + 1):
+                name = self.stages[index]
+                x = self._stage(name, x)
+                if index in wanted:
+                    outputs[name] = x
+        return {name: output.to(given) for name, output in outputs.items()}
 
     def _stage(self, name: str, x: Tensor) -> Tensor:
         compiled = self.compiled.get(name)
