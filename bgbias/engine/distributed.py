@@ -6,7 +6,9 @@ run is a single process and nothing here costs anything. The backend is NCCL on 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,23 +38,41 @@ def from_environment() -> Distributed:
     return Distributed(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def init_process_group(dist: Distributed, device_type: str) -> None:
-    """Join the process group (no-op for a single process)."""
+@contextlib.contextmanager
+def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
+    """The process group for the block (nothing for a single process): joined on entry, destroyed on exit,
+    also when the block raises.
+
+    Destroying the group releases it only if nothing else still holds it; then its gloo threads and sockets
+    end here, while the interpreter is alive. A group still held (by a DistributedDataParallel wrapper, or
+    by a torch module that bound it at import) outlives ``destroy_process_group`` and is torn down during
+    interpreter shutdown, racing gloo's own threads: a rank aborted there ("terminate called without an
+    active exception"). So the block must let go of its wrappers before it ends, and the modules that
+    DistributedDataParallel imports are imported before the group exists (:func:`_import_before_group`).
+    A group that was already initialised (by the caller) is used and left as it is.
+    """
     if not dist.enabled:
-        return
-    import torch.distributed as td
-
-    if not td.is_initialized():
-        td.init_process_group("nccl" if device_type == "cuda" else "gloo")
-
-
-def destroy_process_group(dist: Distributed) -> None:
-    if not dist.enabled:
+        yield
         return
     import torch.distributed as td
 
     if td.is_initialized():
+        yield
+        return
+    _import_before_group()
+    td.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    try:
+        yield
+    finally:
         td.destroy_process_group()
+
+
+def _import_before_group() -> None:
+    """Import what DistributedDataParallel imports (``torch._dynamo``, and through it
+    ``torch.distributed.nn.functional`` and FSDP's grad scaler) while no group exists: those modules bind
+    ``group.WORLD`` as a default argument when they are imported, and would keep the group alive for good
+    if they were imported after it was made."""
+    import torch._dynamo  # noqa: F401
 
 
 def broadcast(dist: Distributed, value: Any) -> Any:

@@ -83,23 +83,21 @@ def _run(
     gives (None: from the start). SIGTERM is taken like Ctrl-C meanwhile (:mod:`bgbias.signals`), so a
     preempted run records "interrupted" and resumes exactly."""
     device = resolve_device(config.device, dist.local_rank)
-    distributed.init_process_group(dist, device.type)
-    try:
-        with sigterm_as_interrupt(), contextlib.ExitStack() as held:
-            inputs = prepare_inputs(config, device, dist)
-            run, checkpoint = make_run(held)
-            check_same_dataset(run, inputs.trained_on)
-            session: TrainingSession | None = None
-            try:
-                session = TrainingSession.start(config, run, inputs, checkpoint, device, dist, progress, echo)
-                return session.train()
-            except BaseException as error:
-                if dist.is_main:
-                    state = session.state if session is not None else TrainingState()
-                    record_stop(run, config, state, device, inputs.trained_on, error)
-                if session is not None:
-                    with contextlib.suppress(BgbiasError):  # the disk that stopped the run may refuse this
-                        session.close_logs()
-                raise
-    finally:
-        distributed.destroy_process_group(dist)
+    with distributed.process_group(dist, device.type), sigterm_as_interrupt(), contextlib.ExitStack() as held:
+        inputs = prepare_inputs(config, device, dist)
+        run, checkpoint = make_run(held)
+        check_same_dataset(run, inputs.trained_on)
+        session: TrainingSession | None = None
+        try:
+            session = TrainingSession.start(config, run, inputs, checkpoint, device, dist, progress, echo)
+            return session.train()
+        except BaseException as error:
+            if dist.is_main:
+                state = session.state if session is not None else TrainingState()
+                record_stop(run, config, state, device, inputs.trained_on, error)
+            raise
+        finally:
+            if session is not None:
+                # Before the process group is left: the session's DistributedDataParallel wrapper holds it.
+                with contextlib.suppress(BgbiasError):  # the disk that stopped the run may refuse this
+                    session.close()

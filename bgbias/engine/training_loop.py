@@ -130,13 +130,17 @@ class TrainingSession:
                     self.scalars.add(row)
         while state.status == RunStatus.RUNNING and state.epoch < config.schedule.epochs:
             self.epoch()
-        self.close_logs()
+        self.close()
         if state.status == RunStatus.STOPPED_EARLY and self.dist.is_main:
             self.log(f"stopped early: no better validation MAP@R for {config.schedule.patience} epochs")
         return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
 
-    def close_logs(self) -> None:
-        """Close the TensorBoard writer and its thread, if any (also when the run stops on an error)."""
+    def close(self) -> None:
+        """Let go of the DistributedDataParallel wrapper, whose reducer holds the process group, so that
+        leaving the group releases it (:func:`~bgbias.engine.distributed.process_group`), and close the
+        TensorBoard writer and its thread, if any; also when the run stops on an error. The session cannot
+        train after it."""
+        self.model = None
         scalars, self.scalars = self.scalars, None
         if scalars is not None:
             scalars.close()
