@@ -183,7 +183,8 @@ WORKERS = Rule(int, minimum=0, optional=True, example=2)
 """Data-loader processes; None sizes them to the machine (bgbias.hardware)."""
 AMP = Rule(str, choices=("auto", "off", "bf16", "fp16"), optional=True, example="off")
 """Autocast while a model embeds (a run's ``amp``, ``bgbias.engine.device.resolve_amp``): auto (bfloat16 on
-CUDA and on a CPU that computes it natively), off (float32), bf16, fp16 (CUDA); None: the model's default."""
+CUDA, float32 on a CPU), off (float32), bf16 (CUDA, or a CPU that computes it natively), fp16 (CUDA); None:
+the model's default."""
 MEMORY_FORMAT = Rule(str, choices=("contiguous", "channels_last"), optional=True, example="contiguous")
 """The layout of a model's weights and inputs (a run's ``model.memory_format``); None: the model's default."""
 DEVICE = Rule(str, example="cpu")

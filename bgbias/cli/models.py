@@ -104,9 +104,10 @@ def _model_options(command):
         click.option("--device", default="auto", show_default=True,
                      help="auto (CUDA when present), cpu, cuda or cuda:N."),
         click.option("--amp", type=click_type(rules.AMP), default=None,
-                     help="Autocast while embedding: auto (bfloat16 on CUDA and on a CPU that computes it "
-                          "natively), off (float32), bf16, fp16 (CUDA). Default: a run's own amp; auto for a "
-                          "--model (an ONNX one runs in float32). Attribution maps are always float32."),
+                     help="Autocast of the network while embedding: auto (bfloat16 on CUDA, float32 on a "
+                          "CPU), off (float32), bf16 (CUDA, or a CPU that computes it natively), fp16 "
+                          "(CUDA). Default: a run's own amp; auto for a --model (an ONNX one runs in "
+                          "float32). Attribution maps are always float32."),
         click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
                      help="Layout of the weights and inputs. Default: a run's own model.memory_format; "
                           "channels_last for a --model (an ONNX one runs in onnxruntime's own)."),

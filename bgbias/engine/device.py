@@ -36,16 +36,17 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype. ``auto`` is bfloat16 on CUDA that supports it (else float16) and on a CPU with
-    native bfloat16 arithmetic (:func:`cpu_has_native_bf16`), float32 on any other CPU, where torch would
-    emulate bfloat16 slower than float32; ``bf16`` there is refused. ``fp16`` needs CUDA."""
+    """The autocast dtype of the networks (:mod:`bgbias.models.precision`). ``auto`` is bfloat16 on CUDA
+    that supports it (else float16) and float32 on a CPU: on the bench, runs with a bfloat16 backbone lost
+    2.2 points of corrupted MAP@R on average over six paired vanilla runs (docs/results.md, *The hardware
+    defaults*), so a CPU computes in bfloat16 only when asked. ``bf16`` runs on a CPU only where it has
+    native bfloat16 arithmetic (:func:`cpu_has_native_bf16`): elsewhere torch emulates it, slower than
+    float32. ``fp16`` needs CUDA."""
     import torch
 
-    if amp == "off":
+    if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
     if device.type != "cuda":
-        if amp == "auto":
-            return torch.bfloat16 if cpu_has_native_bf16() else None
         if amp == "bf16" and cpu_has_native_bf16():
             return torch.bfloat16
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"

@@ -287,7 +287,7 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
                     memory_format: str | None) -> tuple[torch.dtype | None, torch.memory_format]:
     """The autocast dtype and memory format ``network`` runs in, its module converted to that format.
 
-    By default (None) a torch network gets ``amp`` ``auto`` (bfloat16 where the device computes it natively,
+    By default (None) a torch network gets ``amp`` ``auto`` (bfloat16 on CUDA, float32 on a CPU,
     :func:`~bgbias.engine.device.resolve_amp`) and, where it is a module (TorchScript, a factory's, one in
     memory), ``channels_last``: its weights are converted once, here, in place, and its input in every
     :meth:`ExternalModel.embed`. A plain function has no weights bgbias could convert, so it gets its input

@@ -31,7 +31,7 @@ FACTORY = "tests.engine.external:tiny_embedder"
 
 @pytest.fixture
 def native_bf16(monkeypatch):
-    """A CPU that computes bfloat16 natively, whatever this machine's: ``amp: auto`` means bf16 there."""
+    """A CPU that computes bfloat16 natively, whatever this machine's: ``amp: bf16`` runs there."""
     monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: True)
 
 
@@ -52,10 +52,10 @@ def _request(bench, **options):
 
 def test_a_run_keeps_its_own_precision_and_layout_unless_told_otherwise(tiny_run, native_bf16):
     own = load_trained(tiny_run, device="cpu")
-    assert own.amp == torch.bfloat16 and own.memory_format == CHANNELS_LAST  # its config: auto, channels_last
+    assert own.amp is None and own.memory_format == CHANNELS_LAST  # its config: auto (a CPU: float32), CL
     assert _conv_weights_are(own.method, CHANNELS_LAST)
-    told = load_trained(tiny_run, device="cpu", amp="off", memory_format="contiguous")
-    assert told.amp is None and told.memory_format == torch.contiguous_format
+    told = load_trained(tiny_run, device="cpu", amp="bf16", memory_format="contiguous")
+    assert told.amp == torch.bfloat16 and told.memory_format == torch.contiguous_format
     assert _conv_weights_are(told.method, torch.contiguous_format)
     assert told.fingerprint() != own.fingerprint()  # the layout changes the last bits: another cache key
 
@@ -81,23 +81,24 @@ def test_eval_of_a_run_embeds_and_records_the_precision_and_layout_asked_for(tin
 
     output, compute = evaluate()
     assert "clean: embedded" in output
-    assert compute == {"device": "cpu", "precision": "bfloat16", "memory_format": "channels_last",
+    assert compute == {"device": "cpu", "precision": "float32", "memory_format": "channels_last",
                        "loader_workers": 0}
-    output, compute = evaluate("--amp", "off")
-    assert "clean: embedded" in output  # a bf16 state never stands for a float32 one
-    assert (compute["precision"], compute["memory_format"]) == ("float32", "channels_last")
-    output, compute = evaluate("--amp", "off", "--memory-format", "contiguous")
+    output, compute = evaluate("--amp", "bf16")
+    assert "clean: embedded" in output  # a float32 state never stands for a bf16 one
+    assert (compute["precision"], compute["memory_format"]) == ("bfloat16", "channels_last")
+    output, compute = evaluate("--amp", "bf16", "--memory-format", "contiguous")
     assert "clean: embedded" in output
-    assert (compute["precision"], compute["memory_format"]) == ("float32", "contiguous")
-    output, _ = evaluate("--amp", "off")
+    assert (compute["precision"], compute["memory_format"]) == ("bfloat16", "contiguous")
+    output, _ = evaluate("--amp", "bf16")
     assert "clean: cached embeddings" in output
 
 
 @pytest.mark.parametrize("kind", ["torchscript", "factory"])
-def test_an_outside_torch_model_runs_in_bf16_and_channels_last_by_default(kind, tiny_run, tmp_path,
-                                                                          native_bf16):
+def test_an_outside_torch_model_runs_channels_last_by_default_and_in_bf16_when_asked(kind, tiny_run, tmp_path,
+                                                                                      native_bf16):
     spec = str(export_torchscript(tiny_run, tmp_path / "run.pt")) if kind == "torchscript" else FACTORY
-    model = load_external_model(spec, ModelInput(), device="cpu", out=tmp_path / "default")
+    assert load_external_model(spec, ModelInput(), device="cpu", out=tmp_path / "auto").amp is None
+    model = load_external_model(spec, ModelInput(), device="cpu", amp="bf16", out=tmp_path / "bf16")
     assert model.amp == torch.bfloat16 and model.memory_format == CHANNELS_LAST
     assert _conv_weights_are(model.network.call, CHANNELS_LAST)  # converted once, when loaded
     seen = []
@@ -127,7 +128,7 @@ def test_a_plain_function_gets_its_input_as_it_is_unless_channels_last_is_asked_
     module, seen = tiny_embedder().eval(), []
     network = network_from_callable(_recording(module, seen), "function", fingerprint="v1")
     plain = external_model(network, ModelInput(), CPU, tmp_path / "a")
-    assert plain.amp == torch.bfloat16 and plain.memory_format == torch.contiguous_format
+    assert plain.amp is None and plain.memory_format == torch.contiguous_format
     plain.embed(torch.rand(2, 3, 32, 32))
     asked = external_model(network, ModelInput(), CPU, tmp_path / "b", memory_format="channels_last")
     asked.embed(torch.rand(2, 3, 32, 32))
@@ -158,20 +159,20 @@ def test_precision_and_layout_change_the_fingerprint_and_the_default_home(tmp_pa
     def load(**compute):
         return load_external_model(FACTORY, ModelInput(), device="cpu", **compute)
 
-    default, float32 = load(), load(amp="off")
+    bf16, default = load(amp="bf16"), load()
     plain = load(amp="off", memory_format="contiguous")
-    assert len({default.fingerprint(), float32.fingerprint(), plain.fingerprint()}) == 3
-    assert default.home.name.endswith("-bfloat16-channels_last")
-    assert float32.home.name.endswith("-channels_last") and "bfloat16" not in float32.home.name
+    assert len({bf16.fingerprint(), default.fingerprint(), plain.fingerprint()}) == 3
+    assert bf16.home.name.endswith("-bfloat16-channels_last")
+    assert default.home.name.endswith("-channels_last") and "bfloat16" not in default.home.name
     # float32 and contiguous: the name and fingerprint a model had before either was chosen
     assert plain.home.name.count("-") == 2
-    default.claim_home()
-    record = json.loads((default.home / MODEL_RECORD).read_text())
-    assert record["fingerprint"] == default.fingerprint()
+    bf16.claim_home()
+    record = json.loads((bf16.home / MODEL_RECORD).read_text())
+    assert record["fingerprint"] == bf16.fingerprint()
     assert (record["precision"], record["memory_format"]) == ("bfloat16", "channels_last")
     # A home holds one model's reports: the float32 model is refused in the bf16 one's.
     with pytest.raises(ModelError, match="another input convention, precision or memory format"):
-        load_external_model(FACTORY, ModelInput(), device="cpu", amp="off", out=default.home)
+        load_external_model(FACTORY, ModelInput(), device="cpu", amp="off", out=bf16.home)
 
 
 def test_the_cache_of_an_outside_model_is_keyed_by_its_precision(tiny_bench, tmp_path, monkeypatch,
@@ -181,11 +182,12 @@ def test_the_cache_of_an_outside_model_is_keyed_by_its_precision(tiny_bench, tmp
     assert first.embedded == 1 and first.report.model["kind"] == "factory"
     again = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0)
     assert again.embedded == 0 and again.out_dir == first.out_dir
-    off = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0, amp="off")
-    assert off.embedded == 1 and off.out_dir != first.out_dir
-    meta = [json.loads((result.out_dir / "report.json").read_text())["compute"] for result in (first, off)]
-    assert [(m["precision"], m["memory_format"]) for m in meta] == [("bfloat16", "channels_last"),
-                                                                    ("float32", "channels_last")]
+    bf16 = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0,
+                           amp="bf16")
+    assert bf16.embedded == 1 and bf16.out_dir != first.out_dir
+    meta = [json.loads((result.out_dir / "report.json").read_text())["compute"] for result in (first, bf16)]
+    assert [(m["precision"], m["memory_format"]) for m in meta] == [("float32", "channels_last"),
+                                                                    ("bfloat16", "channels_last")]
 
 
 def test_the_api_checks_the_two_arguments(tiny_run, tmp_path):
@@ -200,7 +202,8 @@ def test_the_api_checks_the_two_arguments(tiny_run, tmp_path):
 
 def test_explanations_record_float32_maps_in_the_models_layout(tiny_run, tiny_bench, tmp_path, native_bf16):
     request = _request(tiny_bench, limit=1, gallery_count=0, attribution_options={"copies": 2})
-    outside = load_external_model(FACTORY, ModelInput(input_size=32), device="cpu", out=tmp_path / "home")
+    outside = load_external_model(FACTORY, ModelInput(input_size=32), device="cpu", amp="bf16",
+                                  out=tmp_path / "home")
     assert outside.amp == torch.bfloat16
     summary = explain(outside, request, log=lambda _line: None).summary
     assert summary["compute"] == {"device": "cpu", "precision": "float32", "memory_format": "channels_last"}
