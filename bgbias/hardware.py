@@ -2,9 +2,9 @@
 
 A loader worker decodes and crops images while the model computes. On a GPU that is free time, so every
 process gets workers. On a CPU the model's own threads already use every core, and a worker takes cores from
-them: on 2 cores, 2 workers made a whole training run slower (docs/benchmarks.md, loader workers), so small
-CPU machines decode in the main process. Workers never change a result: batches and augmentations are keyed
-by seed, epoch and step, not by the worker that made them.
+them: on 2 cores a training epoch took 1.18× as long with 2 workers as with none (docs/benchmarks.md,
+*Loader workers on 2 cores*), so small CPU machines decode in the main process. Workers never change a
+result: batches and augmentations are keyed by seed, epoch and step, not by the worker that made them.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ class ModelConfig(Settings):
     """The network: backbone, its weights and the embedding head. ``memory_format``: the layout of its
     4-D weights and of the images it is given; ``channels_last`` is what CPU and GPU convolution kernels run
     fastest on, and may round differently from ``contiguous``. ``compile``: each backbone stage through
-    ``torch.compile`` (off by default: on the bench its minutes of compiling cost more than it saves,
-    docs/hardware.md; where the compiler fails the stage runs eagerly)."""
+    ``torch.compile`` (off by default: on a CPU its first step took a minute and the compiled step was no
+    faster, docs/benchmarks.md; where the compiler fails the stage runs eagerly)."""
 
     backbone: str = "mobilenet_v2"
     pretrained: bool = True
