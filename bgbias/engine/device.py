@@ -37,9 +37,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of the networks (:mod:`bgbias.models.precision`). ``auto`` is bfloat16 on CUDA
-    that supports it (else float16) and float32 on a CPU: on the bench, runs with a bfloat16 backbone lost
-    2.2 points of corrupted MAP@R on average over six paired vanilla runs (docs/results.md, *The hardware
-    defaults*), so a CPU computes in bfloat16 only when asked. ``bf16`` runs on a CPU only where it has
+    that supports it (else float16) and float32 on a CPU: there bfloat16 moves a trained model's embeddings
+    beyond rounding and does not speed up the bench's training step (docs/hardware.md), so a CPU computes in
+    bfloat16 only when asked. ``bf16`` runs on a CPU only where it has
     native bfloat16 arithmetic (:func:`cpu_has_native_bf16`): elsewhere torch emulates it, slower than
     float32. ``fp16`` needs CUDA."""
     import torch
