@@ -12,9 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+# The child takes Ctrl-C as a terminal's process would, whatever started the tests: a shell that runs a job in
+# the background (`nohup .ci/run &`) starts it with SIGINT ignored, every child inherits that, and Python
+# then never raises KeyboardInterrupt.
 _CHILD = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
 marker, go = Path(sys.argv[1]), Path(sys.argv[2])
 
 def pause():
