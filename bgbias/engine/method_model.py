@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.engine.device import memory_format_name
 from bgbias.errors import OptionError
 
 if TYPE_CHECKING:
@@ -53,9 +54,9 @@ class MethodBacked:
         change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`), and
         of its memory format where it is not the contiguous one (convolutions round differently in it)."""
         weights = weights_sha256(self.method)
-        layout = str(self.memory_format)
+        layout = memory_format_name(self.memory_format)
         identity = {"options": self.method.embedding_options(),
-                    "memory_format": None if layout == "torch.contiguous_format" else layout}
+                    "memory_format": None if layout == "contiguous" else layout}
         identity = {key: value for key, value in identity.items() if value}
         if not identity:
             return weights
