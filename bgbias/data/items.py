@@ -114,8 +114,7 @@ class Dataset(ABC):
         ``<run>/eval/<key>-<split>``): the dataset's name for a published benchmark or a dataset in its usual
         folder, else the name, the root's folder name and a digest of the root's path, so two user datasets
         never share (and overwrite) each other's masks, corrupted sets or reports."""
-        at_default = self.default_folder is not None and self.root == default_location(self)
-        return self.name if self.published or at_default else located_key(self.name, self.root)
+        return folder_key(type(self), self.root)
 
     def identity(self) -> str:
         """sha256 of the image ids and labels: equal for two copies of the same images in the same classes,
@@ -154,10 +153,13 @@ class Dataset(ABC):
         return self._catalog
 
 
-def default_location(dataset: Dataset) -> Path | None:
-    """Where ``dataset``'s layout is looked for without a root (resolved); ``None``: it has no usual place."""
-    folder = type(dataset).default_folder
-    return None if folder is None else (data_root() / folder).expanduser().resolve()
+def folder_key(kind: type[Dataset], root: Path) -> str:
+    """:attr:`Dataset.key` of a dataset of class ``kind`` at ``root`` (resolved), before it exists: a study
+    plans the masks folder of a bench it has yet to build."""
+    folder = kind.default_folder
+    usual = None if folder is None else (data_root() / folder).expanduser().resolve()
+    at_default = root == usual
+    return kind.name if kind.published or at_default else located_key(kind.name, root)
 
 
 def default_masks_dir(dataset: Dataset) -> Path:

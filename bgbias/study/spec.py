@@ -1,0 +1,151 @@
+"""What a study is about: its dataset (the bench of given settings, CUB, Cars196, SOP or a folder), where that
+dataset, its masks and its background pools are, and the configuration each of its runs trains with.
+
+A :class:`StudySpec` is part of the study folder's plan (:mod:`bgbias.study.ledger`): a later command on the
+same folder must describe the same study, or it would mix the runs of two datasets on one page.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bgbias.errors import OptionError
+from bgbias.schema import ClosedRecord
+from bgbias.study.plan import StudyRun
+
+MASK_MODELS = ("u2net", "u2netp")
+"""The U²-Net models a study can make masks with: ``u2net``, the paper's (176 MB), and ``u2netp`` (4.6 MB)."""
+
+
+BENCH_MASKS = "ground-truth"
+"""The bench's exact alpha masks: no U²-Net pass, no mask errors (the quick preset's)."""
+
+
+COMPUTE_KEYS = ("device", "amp", "model.memory_format", "model.compile", "data.workers")
+"""Settings that say how a run is computed, not what it trains: a study's runs take them from the machine
+each one runs on, and a finished run trained under others is kept (docs/hardware.md: the scores agree within
+the spread over training seeds)."""
+
+
+STUDY_KEYS = ("root", "seed", "bgaugment.enabled", "bgaugment.masks", "bgaugment.backgrounds",
+              "schedule.watch_test")
+"""Settings the study sets for each run itself: ``--set`` may not change them."""
+
+
+class BenchSettings(ClosedRecord):
+    """The bench a study builds (``bgbias bench``'s settings)."""
+
+    preset: str
+    rho: float
+    seed: int
+
+
+class StudySpec(ClosedRecord):
+    """A study's dataset and inputs, all as absolute paths: ``masks`` is a U²-Net model
+    (:data:`MASK_MODELS`), ``ground-truth`` (the bench) or ``folder`` (the user's masks, already in
+    ``masks_dir``); ``backgrounds`` holds the ``train/`` and ``test/`` pools."""
+
+    dataset: str
+    root: str
+    bench: BenchSettings | None = None
+    masks: str
+    masks_dir: str
+    backgrounds: str
+
+    @property
+    def made_masks(self) -> bool:
+        """Whether the study makes the masks with U²-Net (a sharded step) rather than finding them."""
+        return self.masks in MASK_MODELS
+
+    @property
+    def title(self) -> str:
+        """How the page names the study (no path: the page of a copied folder reads the same)."""
+        if self.bench is not None:
+            return (f"bench {self.bench.preset}, rho {self.bench.rho:g}, bench seed {self.bench.seed}, "
+                    f"{self.masks} masks")
+        source = "own" if self.masks == "folder" else self.masks
+        return f"{self.dataset}, {source} masks"
+
+
+def dataset_spec(
+    dataset: str,
+    root: str | os.PathLike[str] | None,
+    masks: str | None,
+    backgrounds: str | os.PathLike[str] | None,
+) -> StudySpec:
+    """The spec of a study on a real dataset (``cub``, ``cars``, ``sop``, ``folder``): ``root`` (default the
+    dataset's default folder), masks from ``masks`` (a model of :data:`MASK_MODELS`, default ``u2net`` as in
+    the paper, or a folder of masks), the pools in ``backgrounds`` (default ``./backgrounds``)."""
+    from bgbias.data.registry import dataset_class, default_root
+    from bgbias.paths import backgrounds_root, masks_root
+
+    dataset_class(dataset)  # an unknown name is an OptionError listing the known ones
+    if dataset == "bench":
+        raise OptionError("the bench is built by the study itself, from its --bench-* settings",
+                          fix="leave --dataset out (or pass --dataset bench) without --root")
+    folder = Path(root) if root is not None else default_root(dataset)
+    if not folder.is_dir():
+        raise OptionError(f"the {dataset} dataset is not at {folder}", path=folder,
+                          fix=f"pass --root DIR (`bgbias datasets --dataset {dataset} --root DIR` checks it)")
+    chosen = masks or "u2net"
+    if chosen in MASK_MODELS:
+        from bgbias.paths import located_key
+
+        masks_dir = masks_root() / located_key(f"{dataset}-{chosen}", folder)
+        source = chosen
+    elif chosen == BENCH_MASKS:
+        raise OptionError("exact masks exist for the bench only",
+                          fix=f"pass --masks {' or '.join(MASK_MODELS)}, or a folder of masks")
+    else:
+        masks_dir = Path(chosen)
+        if not masks_dir.is_dir():
+            raise OptionError(f"--masks is neither a U²-Net model ({', '.join(MASK_MODELS)}) nor a folder",
+                              path=masks_dir, fix="pass a model name or the folder `bgbias masks` wrote")
+        source = "folder"
+    pools = Path(backgrounds) if backgrounds is not None else backgrounds_root()
+    return StudySpec(dataset=dataset, root=_absolute(folder), masks=source, masks_dir=_absolute(masks_dir),
+                     backgrounds=_absolute(pools))
+
+
+def bench_spec(preset: str, rho: float, seed: int, masks: str,
+               backgrounds: str | os.PathLike[str] | None = None) -> StudySpec:
+    """The spec of a study on the bench built with these settings
+    (:func:`~bgbias.study.bench.study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
+    model, or a folder)."""
+    from bgbias.data.items import folder_key
+    from bgbias.data.registry import dataset_class
+    from bgbias.paths import backgrounds_root, masks_root
+    from bgbias.saliency.ground_truth import GROUND_TRUTH
+    from bgbias.study.bench import study_bench_root
+
+    root = study_bench_root(preset, rho, seed).expanduser().resolve()
+    default = masks_root() / folder_key(dataset_class("bench"), root)
+    if masks == BENCH_MASKS:
+        masks_dir, source = default.with_name(f"{default.name}-{GROUND_TRUTH}"), masks
+    elif masks in MASK_MODELS:  # u2netp's where `bgbias masks` puts them; u2net's beside them
+        masks_dir = default if masks == "u2netp" else default.with_name(f"{default.name}-{masks}")
+        source = masks
+    else:
+        masks_dir, source = Path(masks), "folder"
+    pools = Path(backgrounds) if backgrounds is not None else backgrounds_root()
+    bench = BenchSettings(preset=preset, rho=rho, seed=seed)
+    return StudySpec(dataset="bench", root=_absolute(root), bench=bench, masks=source,
+                     masks_dir=_absolute(masks_dir), backgrounds=_absolute(pools))
+
+
+def run_config(spec: StudySpec, run: StudyRun, *, device: str = "auto") -> Any:
+    """The configuration ``run`` trains with in the study ``spec``: the dataset's protocol and the method's
+    own configuration (:func:`~bgbias.engine.config.resolve_config`), the study's inputs, then the run's
+    ``--set`` settings."""
+    from bgbias.engine.config import resolve_config
+
+    options = {"root": spec.root, "bgaugment.enabled": run.bgaugment, "bgaugment.masks": spec.masks_dir,
+               "bgaugment.backgrounds": spec.backgrounds, "device": device, "seed": run.seed,
+               "schedule.watch_test": run.watch_test}
+    return resolve_config(run.method, spec.dataset, options=options, overrides=run.settings)
+
+
+def _absolute(path: Path) -> str:
+    return os.path.abspath(os.path.expanduser(path))
