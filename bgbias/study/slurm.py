@@ -1,0 +1,461 @@
+"""``bgbias study --executor slurm``: the study's pending steps as SLURM job arrays, through submitit.
+
+One array per stage (the masks shards, then the runs), each task one step of the study folder's plan
+(:class:`StudyTask`, which calls the worker with ``only=<step>``); a later stage starts after the one before
+it (``--dependency=afterany``), and a task also waits for its own step's dependencies in the worker, so
+executors that ignore dependencies (submitit's local and debug ones) run the same arrays. State lives in the
+study folder, never in a task: a task that SLURM or submitit requeues runs its step again, and the step's
+training resumes from its last checkpoint.
+
+Preemption and time limits: submitit asks SLURM for its signal (USR2) 90 s before the time limit, and on
+preemption where the cluster sends it (``SlurmctldParameters=preempt_send_user_signal``). A task takes it as
+the worker takes SIGTERM (:class:`~bgbias.signals.Terminated`: the step's claim is released, its training
+records "interrupted"), then hands it to submitit, which requeues the task (:meth:`StudyTask.checkpoint`).
+SIGTERM itself is left to submitit, which ignores it, since some clusters send it before their preemption
+signal.
+
+submitit is an optional dependency (``pip install 'bgbias[slurm]'``), imported by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import math
+import re
+import shlex
+import signal
+import threading
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from bgbias.errors import OptionError
+from bgbias.schema import ClosedRecord
+from bgbias.signals import Terminated
+
+if TYPE_CHECKING:
+    import submitit
+
+JOB_NAME = "bgbias-study"
+"""The name of every job the study submits (``squeue --name bgbias-study``)."""
+
+DEFAULT_TIME = 24 * 60
+"""``--slurm-time`` when not given, in minutes: a step that needs longer is requeued at its limit, and
+resumes."""
+
+SLURM_FOLDER = "slurm"
+"""In a study folder: submitit's folder (one subfolder per job, ``%j``: its pickles and logs) and
+:data:`SUBMITTED`."""
+
+SUBMITTED = "submitted.json"
+"""In :data:`SLURM_FOLDER`: every submission made for the study folder: when, and each array's job id, the job
+it waited for and the step of each of its tasks."""
+
+INSTALL = "pip install 'bgbias[slurm]'"
+
+OWN_OPTIONS = {"partition": "--slurm-partition", "time": "--slurm-time",
+               "gpus_per_task": "--slurm-gpus-per-task", "cpus_per_task": "--slurm-cpus-per-task",
+               "array_parallelism": "--slurm-array-parallelism", "job_name": None}
+"""submitit's parameters that ``--slurm-opt`` may not set: the option of each (None: the study sets it)."""
+
+SET_BY_THE_STUDY = {
+    "nodes": "a task is one process on one node",
+    "ntasks_per_node": "a task is one process on one node",
+    "num_gpus": "a task's GPUs are --slurm-gpus-per-task",
+    "gpus_per_node": "a task's GPUs are --slurm-gpus-per-task",
+    "dependency": "the study makes each stage wait for the one before it",
+    "setup": "it is a list of commands, not one value",
+    "teardown": "it is a list of commands, not one value",
+    "srun_args": "it is a list of arguments, not one value",
+    "additional_parameters": "it is a mapping, not one value",
+}
+"""submitit's parameters that ``--slurm-opt`` may not set either, and why."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where and how the study's tasks run on SLURM: the partition (None: the cluster's default), the time
+    limit of one task in minutes, GPUs and CPUs of a task (None: the cluster's default), how many tasks of an
+    array run at once (None: submitit's default, 256), and further submitit parameters (``--slurm-opt``)."""
+
+    partition: str | None = None
+    time: int = DEFAULT_TIME
+    gpus_per_task: int = 1
+    cpus_per_task: int | None = None
+    array_parallelism: int | None = None
+    extra: Mapping[str, str | int | bool] = dataclasses.field(default_factory=dict)
+
+
+def slurm_options(
+    partition: str | None = None,
+    time: str | None = None,
+    gpus_per_task: str | None = None,
+    cpus_per_task: str | None = None,
+    array_parallelism: str | None = None,
+    opts: Sequence[str] = (),
+) -> SlurmOptions:
+    """The options as the command line gives them (``--slurm-partition`` … ``--slurm-opt key=value``,
+    repeatable); a value that is not valid is an ``OptionError`` that names its option."""
+    return SlurmOptions(
+        partition=partition or None,
+        time=DEFAULT_TIME if time is None else parse_time(time),
+        gpus_per_task=1 if gpus_per_task is None else _count("--slurm-gpus-per-task", gpus_per_task, least=0),
+        cpus_per_task=None if cpus_per_task is None else _count("--slurm-cpus-per-task", cpus_per_task),
+        array_parallelism=None if array_parallelism is None else _count("--slurm-array-parallelism",
+                                                                         array_parallelism),
+        extra=parse_slurm_opts(opts),
+    )
+
+
+def parse_time(text: str) -> int:
+    """``--slurm-time``: minutes (``90``) or ``HH:MM:SS`` (``36:00:00``), as whole minutes (seconds round
+    up)."""
+    match = re.fullmatch(r"\s*(?:(\d+)|(\d+):([0-5]?\d):([0-5]?\d))\s*", text)
+    if match is None:
+        raise OptionError(f"--slurm-time takes minutes or HH:MM:SS, not {text!r}",
+                          fix="pass e.g. --slurm-time 720 or --slurm-time 12:00:00")
+    minutes = int(match[1]) if match[1] is not None else math.ceil(
+        (int(match[2]) * 3600 + int(match[3]) * 60 + int(match[4])) / 60)
+    if minutes < 1:
+        raise OptionError(f"--slurm-time must be at least one minute, not {text!r}",
+                          fix="pass e.g. --slurm-time 720 or --slurm-time 12:00:00")
+    return minutes
+
+
+def _count(option: str, text: str, *, least: int = 1) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise OptionError(f"{option} takes a whole number of at least {least}, not {text!r}",
+                          fix=f"pass e.g. {option} {max(least, 1)}")
+    return value
+
+
+def parse_slurm_opts(opts: Sequence[str]) -> dict[str, str | int | bool]:
+    """``--slurm-opt key=value`` (repeatable) as submitit's SLURM parameters: the key is one of submitit's
+    parameter names (``mail-type`` and ``mail_type`` alike), the value a number where submitit's default is
+    one, ``true``/``false`` where it is a flag, else the text (``true`` for a parameter without a default
+    gives sbatch's bare flag, e.g. ``exclusive=true``). Keys submitit does not know, keys that options of
+    their own set and keys the study sets itself are an ``OptionError`` with the keys it takes."""
+    known = _submitit_defaults()
+    settable = sorted(set(known) - set(OWN_OPTIONS) - set(SET_BY_THE_STUDY))
+    parsed: dict[str, str | int | bool] = {}
+    for text in opts:
+        key, equals, value = text.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or not key:
+            raise OptionError(f"--slurm-opt takes key=value, not {text!r}",
+                              fix="pass e.g. --slurm-opt qos=high --slurm-opt mem=64G")
+        if OWN_OPTIONS.get(key):
+            raise OptionError(f"--slurm-opt {key} is set with an option of its own",
+                              fix=f"pass {OWN_OPTIONS[key]} instead")
+        if key in SET_BY_THE_STUDY or key in OWN_OPTIONS:
+            reason = SET_BY_THE_STUDY.get(key, "the study names its jobs itself")
+            raise OptionError(f"--slurm-opt cannot set {key}: {reason}",
+                              fix=f"leave it out; --slurm-opt takes: {', '.join(settable)}")
+        if key not in known:
+            raise OptionError(f"--slurm-opt {key}: submitit knows no such SLURM parameter",
+                              fix=f"use one of: {', '.join(settable)}")
+        if key in parsed:
+            raise OptionError(f"--slurm-opt {key} is given twice", fix="give each key once")
+        parsed[key] = _typed_value(key, value.strip(), known[key])
+    return parsed
+
+
+def _typed_value(key: str, value: str, default: object) -> str | int | bool:
+    """``value`` as the type of submitit's default for ``key``."""
+    flags = {"true": True, "false": False}
+    if isinstance(default, bool):
+        if value.lower() not in flags:
+            raise OptionError(f"--slurm-opt {key} takes true or false, not {value!r}",
+                              fix=f"pass --slurm-opt {key}=true or {key}=false")
+        return flags[value.lower()]
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise OptionError(f"--slurm-opt {key} takes a whole number, not {value!r}",
+                              fix=f"pass e.g. --slurm-opt {key}={default}") from None
+    if not value:
+        raise OptionError(f"--slurm-opt {key} has no value", fix=f"pass --slurm-opt {key}=VALUE")
+    return True if default is None and value.lower() == "true" else value
+
+
+def _submitit_defaults() -> dict[str, Any]:
+    """Every parameter submitit's SlurmExecutor takes, with its default."""
+    submitit = import_submitit()
+    # submitit lists the names (SlurmExecutor._valid_parameters) but keeps their defaults, the only place that
+    # says which take numbers or flags, in this module-level function; version pinned in the lock.
+    from submitit.slurm.slurm import _get_default_parameters
+
+    names = submitit.SlurmExecutor._valid_parameters()
+    return {name: value for name, value in _get_default_parameters().items() if name in names}
+
+
+def import_submitit() -> types.ModuleType:
+    """submitit, or an ``OptionError`` that says how to install it."""
+    try:
+        import submitit
+    except ImportError:
+        raise OptionError("--executor slurm needs submitit, which is not installed",
+                          fix=f"install it with: {INSTALL}") from None
+    return submitit
+
+
+def slurm_parameters(options: SlurmOptions) -> dict[str, Any]:
+    """The parameters of submitit's SlurmExecutor for ``options`` (what :func:`submit_study` passes it, and
+    what :func:`submission_text` renders)."""
+    parameters: dict[str, Any] = {"job_name": JOB_NAME, "time": options.time,
+                                  "gpus_per_task": options.gpus_per_task}
+    named = {"partition": options.partition, "cpus_per_task": options.cpus_per_task,
+             "array_parallelism": options.array_parallelism}
+    parameters.update({key: value for key, value in named.items() if value is not None})
+    parameters.update(options.extra)
+    return parameters
+
+
+class Worker(Protocol):
+    """What a task calls: :func:`bgbias.study.worker.work`, or a stand-in of its signature in tests."""
+
+    def __call__(self, folder: Path, goals: Sequence[str], *, only: str | None = None,
+                 device: str = "auto") -> object: ...
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    """One array task: execute the step ``only`` of the study folder's plan (after its dependencies) toward
+    ``goals``; ``worker`` None is :func:`bgbias.study.worker.work`. Pickled by submitit into the job's folder,
+    so it holds no state but its arguments."""
+
+    folder: Path
+    goals: tuple[str, ...]
+    only: str
+    device: str = "auto"
+    worker: Worker | None = None
+
+    def __call__(self) -> object:
+        work = self.worker if self.worker is not None else _study_worker()
+        with _preemption_as_interruption() as preemption:
+            try:
+                return work(self.folder, self.goals, only=self.only, device=self.device)
+            except Terminated:
+                if preemption.signum is None:  # a SIGTERM or Ctrl-C the worker let through, no requeue
+                    raise
+        preemption.hand_over()
+
+    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+        """What submitit requeues after a preemption or a time limit: the same task; its step's state is in
+        the study folder (the worker resumes the training from its last checkpoint)."""
+        return import_submitit().helpers.DelayedSubmission(self)
+
+
+def _study_worker() -> Worker:
+    from bgbias.study.worker import work
+
+    return work
+
+
+@dataclass
+class _Preemption:
+    """submitit's handler of its preemption signal, and the signal once it came."""
+
+    handler: Callable[[int, types.FrameType | None], Any] | None = None
+    signum: int | None = None
+    frame: types.FrameType | None = None
+
+    def hand_over(self) -> NoReturn:
+        """Let submitit's handler do what the signal asked: checkpoint the task and requeue it, which ends the
+        process (or raises submitit's error when it has requeued too often). A task other than the job's
+        first returns from it: the interruption goes on."""
+        assert self.handler is not None and self.signum is not None
+        self.handler(self.signum, self.frame)
+        raise Terminated(f"stopped by {signal.Signals(self.signum).name}")
+
+
+def preemption_signal() -> signal.Signals:
+    """The signal submitit asks SLURM for before a time limit or a preemption (USR2 unless the environment
+    says otherwise, ``SUBMITIT_PREEMPT_SIGNAL``)."""
+    return signal.Signals[f"SIG{import_submitit().JobEnvironment.USR_SIG}"]
+
+
+@contextlib.contextmanager
+def _preemption_as_interruption() -> Iterator[_Preemption]:
+    """For the block, submitit's preemption signal raises :class:`~bgbias.signals.Terminated` (once) instead
+    of calling submitit's handler, which is kept to :meth:`~_Preemption.hand_over` after the block. Outside a
+    submitit job (no handler of that signal) and outside the main thread nothing changes."""
+    preemption = _Preemption()
+    signum = preemption_signal()
+    handler = signal.getsignal(signum) if threading.current_thread() is threading.main_thread() else None
+    if not callable(handler):
+        yield preemption
+        return
+    preemption.handler = handler
+
+    def interrupt(number: int, frame: types.FrameType | None) -> None:
+        if preemption.signum is None:  # a second signal must not break the first one's clean-up
+            preemption.signum, preemption.frame = number, frame
+            raise Terminated(f"stopped by {signal.Signals(number).name} (preempted, or at the time limit)")
+
+    signal.signal(signum, interrupt)
+    try:
+        yield preemption
+    finally:
+        signal.signal(signum, handler)
+
+
+class SubmittedTask(ClosedRecord):
+    """A task of an array: its job id (SLURM: ``<array>_<index>``) and the step it executes."""
+
+    job_id: str
+    step: str
+
+
+class SubmittedArray(ClosedRecord):
+    """One array of :data:`SUBMITTED`: its job id, the jobs it waits for (``afterany:…``, None for the first
+    stage), and its tasks in order."""
+
+    job_id: str
+    dependency: str | None
+    tasks: list[SubmittedTask]
+
+
+class Submission(ClosedRecord):
+    """One ``bgbias study --executor slurm`` of :data:`SUBMITTED`: when (UTC, ISO 8601), and its arrays."""
+
+    time: str
+    arrays: list[SubmittedArray]
+
+
+class Submissions(ClosedRecord):
+    submissions: list[Submission]
+
+
+def slurm_executor(folder: Path, options: SlurmOptions) -> submitit.SlurmExecutor:
+    """submitit's SlurmExecutor on the study folder's :data:`SLURM_FOLDER` (``%j``: a folder per job) with
+    ``options``; without SLURM's commands here an ``OptionError``."""
+    submitit = import_submitit()
+    try:
+        executor = submitit.SlurmExecutor(folder / SLURM_FOLDER / "%j")
+    except RuntimeError as error:  # submitit's check that srun is on the PATH
+        raise OptionError(f"--executor slurm needs SLURM's commands (srun, sbatch): {error}",
+                          fix="run the study on a login node of the cluster, or see the submission it would "
+                              "make with --dry-run") from None
+    executor.update_parameters(**slurm_parameters(options))
+    return executor
+
+
+def submit_study(
+    folder: Path,
+    goals: Sequence[str],
+    stages: Sequence[Sequence[str]],
+    options: SlurmOptions,
+    *,
+    executor: submitit.Executor | None = None,
+    worker: Worker | None = None,
+) -> list[submitit.Job[Any]]:
+    """Submit one job array per stage of ``stages`` (step ids; empty stages are skipped), each waiting for the
+    one before it (``afterany``), each task a :class:`StudyTask` toward ``goals``; through ``executor`` (None:
+    :func:`slurm_executor` with ``options``; another executor is used as it is configured) and ``worker``
+    (None: :func:`bgbias.study.worker.work`). Records the submission in :data:`SUBMITTED`; returns the jobs,
+    the stages' tasks in order."""
+    folder = Path(folder).absolute()
+    arrays = [list(steps) for steps in stages if steps]
+    if executor is None and arrays:
+        executor = slurm_executor(folder, options)
+    jobs: list[submitit.Job[Any]] = []
+    submitted: list[SubmittedArray] = []
+    try:
+        for steps in arrays:
+            assert executor is not None
+            dependency = f"afterany:{':'.join(array_ids(submitted))}" if submitted else None
+            if dependency is not None:
+                executor.update_parameters(dependency=dependency)
+            tasks = [StudyTask(folder, tuple(goals), step, worker=worker) for step in steps]
+            array = executor.submit_array(tasks)
+            jobs += array
+            recorded = [SubmittedTask(job_id=job.job_id, step=step)
+                          for job, step in zip(array, steps, strict=True)]
+            submitted.append(SubmittedArray(job_id=":".join(array_ids_of(array)), dependency=dependency,
+                                            tasks=recorded))
+    finally:
+        if submitted:
+            record_submission(folder / SLURM_FOLDER / SUBMITTED, submitted)
+    return jobs
+
+
+def array_ids_of(jobs: Sequence[submitit.Job[Any]]) -> list[str]:
+    """The job ids of an array's tasks without their task index (SLURM: ``1234_5`` → ``1234``), once each:
+    what a dependency names (a local executor's tasks are jobs of their own)."""
+    return list(dict.fromkeys(job.job_id.split("_")[0] for job in jobs))
+
+
+def array_ids(arrays: Sequence[SubmittedArray]) -> list[str]:
+    """The job ids the last of ``arrays`` submitted, for the next array's dependency."""
+    return arrays[-1].job_id.split(":")
+
+
+def record_submission(path: Path, arrays: Sequence[SubmittedArray]) -> None:
+    """Add a submission of ``arrays``, now, to :data:`SUBMITTED` (written atomically)."""
+    from bgbias.fileio import write_json_atomic
+    from bgbias.schema import read_record
+
+    earlier: list[Submission] = []
+    if path.exists():
+        earlier = read_record(path, Submissions, what="the study's SLURM submissions",
+                              fix="move the file aside; the next submission writes a new one").submissions
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record = Submissions(submissions=[*earlier, Submission(time=now, arrays=list(arrays))])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, record.model_dump())
+
+
+def submission_text(folder: Path, stages: Sequence[Sequence[str]], options: SlurmOptions) -> str:
+    """What ``--executor slurm --dry-run`` prints: for each array the steps of its tasks and the #SBATCH lines
+    of the script submitit would submit for it; nothing is submitted.
+
+    submitit has no public way to render its sbatch script without submitting it (its SlurmExecutor needs
+    srun on the PATH, and renders the script as it submits), so the lines are rendered here
+    (:func:`sbatch_lines`) from :func:`slurm_parameters`, the parameters :func:`submit_study` passes it."""
+    import_submitit()
+    arrays = [list(steps) for steps in stages if steps]
+    blocks = []
+    for number, steps in enumerate(arrays, 1):
+        parameters = slurm_parameters(options)
+        if number > 1:
+            parameters["dependency"] = f"afterany:ARRAY{number - 1}_JOB_ID"
+        header = f"# array {number} of {len(arrays)}: {len(steps)} task{'s' * (len(steps) > 1)}"
+        tasks = [f"#   task {index}: {step}" for index, step in enumerate(steps)]
+        logs = Path(folder).absolute() / SLURM_FOLDER
+        blocks.append("\n".join([header, *tasks, *sbatch_lines(parameters, len(steps), logs)]))
+    return "\n\n".join(blocks) + "\n" if blocks else "# nothing to submit: every step is done\n"
+
+
+def sbatch_lines(parameters: Mapping[str, Any], tasks: int, logs: Path) -> list[str]:
+    """The #SBATCH lines of the script submitit submits for ``tasks`` tasks (an array from two on) with
+    ``parameters`` (:func:`slurm_parameters`), its logs in ``logs``/``%j``: rendered the way submitit 1.5
+    renders them (sorted; ``--array`` from the count and the parallelism; ``--signal`` its preemption signal;
+    a flag for True), which tests/study/test_slurm.py checks against submitit's own rendering."""
+    own = {**_submitit_defaults(), **parameters}
+    not_sbatch = {"setup", "teardown", "srun_args", "use_srun", "additional_parameters", "signal_delay_s",
+                  "stderr_to_stdout", "array_parallelism"}
+    flags = {key: value for key, value in own.items() if value is not None and key not in not_sbatch}
+    job = "%j"
+    if tasks > 1:
+        flags["array"] = f"0-{tasks - 1}%{min(tasks, own['array_parallelism'])}"
+        job = "%A_%a"
+    flags["signal"] = f"{import_submitit().JobEnvironment.USR_SIG}@{own['signal_delay_s']}"
+    flags["output"] = str(logs / job / f"{job}_0_log.out")
+    if not own["stderr_to_stdout"]:
+        flags["error"] = str(logs / job / f"{job}_0_log.err")
+    flags["open-mode"] = "append"
+    lines = []
+    for key in sorted(flags):
+        flag, value = key.replace("_", "-"), flags[key]
+        lines.append(f"#SBATCH --{flag}" if value is True else f"#SBATCH --{flag}={shlex.quote(str(value))}")
+    return lines
