@@ -32,8 +32,9 @@ class InstallationRecord(Record):
     digest: str
 
 
-TOOLING_EXTRAS = frozenset({"dev"})
-"""bgbias's extras that only build and test it (pytest, ruff, …): they cannot change a figure."""
+TOOLING_EXTRAS = frozenset({"dev", "slurm"})
+"""bgbias's extras that only build and test it (dev: pytest, ruff, …) or submit its work to a cluster (slurm:
+submitit): they cannot change a figure."""
 
 GPU_BUILDS = ("onnxruntime-gpu", "faiss-gpu-cu12")
 """The GPU builds of two of bgbias's requirements (onnxruntime, faiss-cpu), which a CUDA machine installs in

@@ -56,11 +56,13 @@ def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
     for backend in ("onnxruntime", "faiss-cpu"):  # a backend changes numbers
         assert backend in packages
     assert "pytest" not in packages and "ruff" not in packages  # bgbias[dev] only builds and tests
+    assert "submitit" not in packages  # bgbias[slurm] only submits
 
 
-OPTIONAL_IMPORTS = {"compression", "zstandard"}
+OPTIONAL_IMPORTS = {"compression", "zstandard", "submitit"}
 """Imported only where present, with an error naming the fix otherwise: zstd for Debian archives
-(bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package."""
+(bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package; submitit for
+``bgbias study --executor slurm`` (bgbias/study/slurm.py), the slurm extra."""
 
 
 def test_every_package_bgbias_imports_is_a_requirement():
@@ -111,6 +113,24 @@ def test_a_gpu_build_that_replaced_a_cpu_backend_is_recorded(monkeypatch):
                                         "onnxruntime-gpu": "1.32.0"}
 
 
+def test_an_extra_that_cannot_change_a_figure_is_not_recorded(monkeypatch):
+    """submitit (bgbias[slurm]) only submits the work, as pytest (bgbias[dev]) only tests it; TensorBoard
+    (bgbias[tensorboard]) runs inside training, and counts."""
+    installed = {"bgbias": _Distribution("0.1.0", ["numpy", 'submitit<1.6,>=1.5; extra == "slurm"',
+                                                   'tensorboard>=2.14; extra == "tensorboard"',
+                                                   'pytest>=8; extra == "dev"']),
+                 "numpy": _Distribution("2.4.6", []), "submitit": _Distribution("1.5.4", []),
+                 "tensorboard": _Distribution("2.21.0", []), "pytest": _Distribution("9.0.0", [])}
+
+    def distribution(name):
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    assert installed_requirements() == {"bgbias": "0.1.0", "numpy": "2.4.6", "tensorboard": "2.21.0"}
+
+
 def test_without_onnxruntime_the_error_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
     with pytest.raises(AssetError) as caught:
@@ -152,8 +172,8 @@ def test_the_lock_pins_every_requirement_within_its_range_with_hashes():
     pins = _lock_pins()
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     wanted = list(project["dependencies"])
-    for extra in ("tensorboard", "dev"):
-        wanted += [r for r in project["optional-dependencies"][extra] if not r.startswith("bgbias")]
+    for requirements in project["optional-dependencies"].values():
+        wanted += [r for r in requirements if not r.startswith("bgbias")]
     wanted += [line for line in (REPO / "requirements" / "build.in").read_text().splitlines()
                if line and not line.startswith("#")]
     wanted += [line for line in (REPO / "constraints-dev.txt").read_text().splitlines()
