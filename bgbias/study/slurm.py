@@ -240,13 +240,18 @@ class StudyTask:
     worker: Worker | None = None
 
     def __call__(self) -> object:
+        """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
+        (whether it raised :class:`~bgbias.signals.Terminated` or returned), submitit requeues the task: a
+        requeued task whose step is done finds nothing to do."""
         work = self.worker if self.worker is not None else _study_worker()
         with _preemption_as_interruption() as preemption:
             try:
-                return work(self.folder, self.goals, only=self.only, device=self.device)
+                outcome = work(self.folder, self.goals, only=self.only, device=self.device)
             except Terminated:
-                if preemption.signum is None:  # a SIGTERM or Ctrl-C the worker let through, no requeue
+                if preemption.signum is None:  # a SIGTERM or Ctrl-C the worker let through: no requeue
                     raise
+        if preemption.signum is None:
+            return outcome
         preemption.hand_over()
 
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:

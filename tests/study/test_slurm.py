@@ -272,6 +272,43 @@ def test_the_preemption_signal_interrupts_the_worker_then_submitit_requeues(tmp_
         signal.signal(preemption_signal(), previous)
 
 
+def _swallowing_work(folder: Path, goals, *, only=None, device="auto") -> str:
+    try:
+        os.kill(os.getpid(), preemption_signal())
+        time.sleep(5)
+    except Terminated:
+        return "interrupted, and said so"
+    return "not preempted"
+
+
+def test_a_preempted_task_is_requeued_even_where_the_worker_returned(tmp_path):
+    handed = []
+
+    def submitits_handler(signum, frame):
+        handed.append(signum)
+        raise SystemExit(144)
+
+    previous = signal.signal(preemption_signal(), submitits_handler)
+    try:
+        with pytest.raises(SystemExit):
+            StudyTask(tmp_path, GOALS, "run/x", worker=_swallowing_work)()
+    finally:
+        signal.signal(preemption_signal(), previous)
+    assert handed == [preemption_signal()]
+
+
+def _handler_seen_work(folder: Path, goals, *, only=None, device="auto"):
+    return signal.getsignal(preemption_signal())
+
+
+def test_outside_a_submitit_job_the_preemption_signal_is_left_alone(tmp_path):
+    previous = signal.signal(preemption_signal(), signal.SIG_DFL)
+    try:
+        assert StudyTask(tmp_path, GOALS, "run/x", worker=_handler_seen_work)() is signal.SIG_DFL
+    finally:
+        signal.signal(preemption_signal(), previous)
+
+
 def _terminated_work(folder: Path, goals, *, only=None, device="auto") -> str:
     raise Terminated("stopped by SIGTERM")
 
