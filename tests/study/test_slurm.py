@@ -360,3 +360,18 @@ def test_a_preempted_local_task_requeues_and_completes(tmp_path, monkeypatch):
     assert sorted(path.name for path in (folder / "attempts").iterdir()) == ["1", "2"]
     log = job.stdout()
     assert "Calling checkpoint method" in log and "Requeued job" in log
+
+
+@pytest.mark.slow
+def test_a_local_task_at_its_time_limit_requeues_and_completes(tmp_path, monkeypatch):
+    """submitit's own time limit: its local controller sends the preemption signal ``signal_delay_s`` before
+    ``timeout_min``, as SLURM does (``--signal=USR2@90``)."""
+    folder = _study_folder(tmp_path)
+    executor = _local_executor(folder, monkeypatch)
+    executor.update_parameters(timeout_min=0.5, signal_delay_s=20)  # the signal 10 s in, the kill at 30 s
+    [job] = submit_study(folder, GOALS, [["run/x"]], SlurmOptions(), executor=executor,
+                         worker=standins.preemptible_work)
+    assert job.result() == "resumed run/x at attempt 2"
+    assert (folder / "interrupted").read_text().startswith("Terminated: stopped by SIGUSR2")
+    log = job.stdout()
+    assert "this job is timed-out" in log and "(2 remaining timeouts)" in log
