@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Any
+
 import click
 
 from bgbias import options as rules
@@ -79,3 +81,29 @@ def bench_options(command, prefix: str = ""):
 
 def study_bench_options(command):
     return bench_options(command, prefix="bench-")
+
+
+def slurm_options(command):
+    """``bgbias study --executor slurm``'s settings, gathered by :func:`slurm_settings`."""
+    for option in reversed([
+        click.option("--slurm-partition", default=None, help="SLURM partition of the job arrays."),
+        click.option("--slurm-time", default=None,
+                     help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches it "
+                          "is requeued and its run resumes)."),
+        click.option("--slurm-gpus-per-task", default=None, help="GPUs of each task (default 1)."),
+        click.option("--slurm-cpus-per-task", default=None, help="CPU cores of each task."),
+        click.option("--slurm-array-parallelism", default=None, help="Tasks of an array running at once."),
+        click.option("--slurm-opt", "slurm_opt", multiple=True, metavar="KEY=VALUE",
+                     help="Another submitit SLURM parameter, e.g. --slurm-opt mem_gb=64 (repeatable)."),
+    ]):
+        command = option(command)
+    return command
+
+
+def slurm_settings(values: dict[str, Any]) -> Any:
+    """The :func:`slurm_options` a command got, as :class:`~bgbias.study.slurm.SlurmOptions`."""
+    from bgbias.study.slurm import slurm_options as parsed
+
+    return parsed(partition=values["slurm_partition"], time=values["slurm_time"],
+                  gpus_per_task=values["slurm_gpus_per_task"], cpus_per_task=values["slurm_cpus_per_task"],
+                  array_parallelism=values["slurm_array_parallelism"], opts=values["slurm_opt"])

@@ -4,11 +4,18 @@ measurement on the bench, and the bias dial)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from bgbias.cli.options import PATH_DIR, study_bench_options
+from bgbias.cli.options import DATASETS, PATH_DIR, slurm_options, slurm_settings, study_bench_options
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
+from bgbias.study.plan import EXPLAIN_IMAGES
+
+if TYPE_CHECKING:
+    from bgbias.study.local import Slot
+    from bgbias.study.plan import StudyPlan
+    from bgbias.study.spec import StudySpec
 
 
 @click.command("report")
@@ -65,85 +72,149 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.command(
     "study",
     epilog=f"Exit status: 0 when every run was trained and measured; 2 on an error, shown with its fix; "
-    f"{EXIT_PARTIAL} when some runs failed: the study went on with the others, the report leaves the failed "
-    "ones out and names them, and the study folder's failures.json has each error and traceback (the next "
-    "`bgbias study` tries them again).",
+    f"{EXIT_PARTIAL} when some runs failed: the study went on with the others, the page leaves the failed "
+    "ones out and names them, and `bgbias study --status` shows each error (the study folder's plan.json "
+    "keeps its traceback; the next `bgbias study` tries them again).",
 )
+@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default="bench", show_default=True,
+              help="The bench (built by the study) or a real dataset at --root.")
+@click.option("--root", type=PATH_DIR, default=None, help="The dataset's folder (default: its usual place).")
 @click.option("--preset", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
-              help="quick: multi-similarity, one training seed, exact masks (within 15 minutes on 2 CPU "
-                   "cores); full: the paper's six baselines and DCML, SAM, MetricFormer and AVSL, three "
-                   "seeds, U²-Net masks (hours; resumable).")
+              help="quick: multi-similarity, one training seed (on the bench, exact masks: within 15 minutes "
+                   "on 2 CPU cores); full: the paper's six baselines and DCML, SAM, MetricFormer and AVSL, "
+                   "three seeds, U²-Net masks, every run's profile (hours; resumable).")
 @click.option("--methods", default=None,
               help="Comma-separated methods instead of the preset's (see `bgbias methods`).")
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Training seeds 0 … N−1 instead of the preset's.")
-@click.option("--masks", "masks", type=click.Choice(["u2netp", "ground-truth"]), default=None,
-              help="Masks for BGAugment and the corrupted sets instead of the preset's (quick: the bench's "
-                   "exact ones; full: U²-Net's, as on a real dataset).")
+@click.option("--masks", "masks", default=None,
+              help="u2net (the paper's; default on a real dataset), u2netp, ground-truth (the bench's exact "
+                   "masks) or a folder of masks made before (`bgbias masks`).")
+@click.option("--backgrounds", type=PATH_DIR, default=None,
+              help="Background pools (train/ and test/) instead of ./backgrounds.")
 @click.option("--dial", is_flag=True,
               help="The bias dial instead: one method (--methods, default multi_similarity) without and with "
                    "BGAugment on the bench rebuilt at rho 0, 0.5, 0.9 and 1, with exact and U²-Net masks "
                    "(--masks: one of them), and the drop plotted against rho.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="Train every run as a variant of its method: a method option or optimiser setting, e.g. "
-                   "--set loss.certainty_min=global (repeatable). The variant's runs and page get folders of "
-                   "their own.")
+              help="A setting for every run of the plan, as `bgbias train --set` (e.g. schedule.epochs=2, "
+                   "model.backbone=resnet50, loss.certainty_min=global; repeatable). The variant's runs and "
+                   "page get folders of their own.")
+@click.option("--explain-images", type=click.IntRange(min=1), default=EXPLAIN_IMAGES, show_default=True,
+              help="Test images of each run whose foreground scores are computed (SmoothGrad, 25 passes each).")
 @study_bench_options
-@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu or cuda.")
+@click.option("--out", type=PATH_DIR, default=None,
+              help="The study folder: its plan, runs and page (default runs/study/<dataset and masks>).")
+@click.option("--extend", is_flag=True,
+              help="Add the runs this command asks for (other methods, more seeds) to the folder's plan.")
+@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="local: workers on this machine; slurm: one job-array task per step, through submitit.")
+@click.option("--devices", default="auto", show_default=True,
+              help="auto (every GPU, else the CPU), cpu, or GPUs as cuda:0,cuda:1,…: one worker each.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="CPU workers (default 1), the cores split between them.")
+@click.option("--gpus-per-run", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Devices per run: each run trains under torchrun on this many.")
+@slurm_options
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
+                   "steps here); with --executor slurm, the submission. Trains nothing.")
+@click.option("--status", "show_status", is_flag=True,
+              help="Print every step of the study folder's plan: state, device, host, progress, time, "
+                   "errors (readable while workers run).")
 @click.pass_context
-def study(ctx: click.Context, preset: str, methods: str | None, seeds: int | None, masks: str | None,
-          dial: bool, settings: tuple[str, ...], bench_preset: str, rho: float, bench_seed: int,
-          device: str) -> None:
-    """The main job on the embedded default: the paper's measurement on the bench, from nothing to one report
-    page (assets, pools, bench, masks, every planned run trained without and with BGAugment, clean vs
-    corrupted MAP@R, foreground scores; study.md and a self-contained study.html with the spread over
-    training seeds). Resumable at every step."""
-    from bgbias.paths import backgrounds_root
-    from bgbias.report.console import format_asset_status, format_bench_summary, format_pools_summary
-    from bgbias.study.dial import DIAL_MASKS, run_dial
+def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str, methods: str | None,
+          seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
+          settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int, out: Path | None,
+          extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
+          dry_run: bool, show_status: bool, **slurm: object) -> None:
+    """The paper's measurement as one command, from nothing to one report page: the bench (or a dataset's
+    check), the masks, every planned run trained without and with BGAugment, clean vs corrupted MAP@R,
+    foreground scores, and study.md / a self-contained study.html with the spread over training seeds. The
+    study folder keeps the plan; the same command resumes it, and several processes (or machines sharing
+    the folder) work on one plan together."""
+    from bgbias.paths import runs_root
+    from bgbias.study.local import local_slots
     from bgbias.study.pipeline import run_study
-    from bgbias.study.plan import study_plan
+    from bgbias.study.plan import MASK_SOURCES, study_plan
+    from bgbias.study.runs import study_folder
+    from bgbias.study.spec import study_spec
+    from bgbias.study.status import read_status
 
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
-    plan = study_plan(preset, chosen, seeds, masks, settings)
+    plan = study_plan(preset, chosen, seeds, masks if masks in MASK_SOURCES else None, settings,
+                      dataset=dataset_name, explain_images=explain_images)
+    slots = local_slots(devices, workers, gpus_per_run) if executor == "local" else None
     if dial:
-        if settings:
-            raise OptionError("--set and --dial together",
-                              fix="leave --set out: the dial studies a method as configured")
-        if ctx.get_parameter_source("rho") != click.core.ParameterSource.DEFAULT:
-            raise OptionError("--rho and --dial together", fix="leave --rho out: the dial sets rho itself")
-        if len(plan.methods) != 1:
-            raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
-                              fix="pass --methods NAME with one name (default multi_similarity)")
-        dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
-                           bench_preset=bench_preset, bench_seed=bench_seed, device=device, log=click.echo)
-        if not dialled.points:
-            raise _nothing_measured(dialled.failures)
-        click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
-        click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
-        _exit_partial_on(dialled.failures)
+        _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return
-    result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, device=device,
-                       log=click.echo)
-    if not result.runs:
+    spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
+                      backgrounds, bench=(bench_preset, rho, bench_seed))
+    folder = out if out is not None else study_folder(runs_root(), spec)
+    if show_status:
+        click.echo(read_status(folder))
+        return
+    if dry_run:
+        click.echo(_dry_run(folder, spec, plan, extend, executor, slurm))
+        return
+    if executor == "slurm":
+        click.echo(_submit(folder, spec, plan, extend, slurm))
+        return
+    result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
+    if not result.report:
         raise _nothing_measured(result.failures)
-    for text in (
-        format_asset_status(result.bench.assets),
-        format_pools_summary(result.bench.pools, str(backgrounds_root())),
-        format_bench_summary(result.bench.bench),
-        result.report["table_md"].read_text(encoding="utf-8"),
-        result.report["seeds_md"].read_text(encoding="utf-8"),
-    ):
-        click.echo("\n" + text)
+    for name in ("table_md", "seeds_md"):
+        click.echo("\n" + result.report[name].read_text(encoding="utf-8"))
     click.echo(f"report: {result.report['study_html']} (one page, pictures included) and "
                f"{result.report['study_md']}; per-run reports, plots and galleries in each run's eval/ and "
-               "explain/ folders")
+               f"explain/ folders; `bgbias study --status` (same options) lists every step")
     _exit_partial_on(result.failures)
+
+
+def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | None,
+          settings: tuple[str, ...], bench_preset: str, bench_seed: int, slots: list[Slot] | None) -> None:
+    from bgbias.study.dial import DIAL_MASKS, run_dial
+
+    given = [name for name in ("dataset_name", "root", "rho", "out", "backgrounds", "dry_run", "show_status")
+             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if settings or given:
+        named = ["--set" if settings else "", *(f"--{name.removesuffix('_name').replace('_', '-')}"
+                                                 for name in given)]
+        raise OptionError(f"{', '.join(filter(None, named))} and --dial together",
+                          fix="leave them out: the dial studies a method as configured, on benches it builds "
+                              "at the rhos it sets")
+    if slots is None:
+        raise OptionError("the dial runs on the local executor", fix="leave --executor out")
+    if len(plan.methods) != 1:
+        raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
+                          fix="pass --methods NAME with one name (default multi_similarity)")
+    dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
+                       bench_preset=bench_preset, bench_seed=bench_seed, slots=slots, log=click.echo)
+    if not dialled.points:
+        raise _nothing_measured(dialled.failures)
+    click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
+    click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
+    _exit_partial_on(dialled.failures)
+
+
+def _dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, extend: bool, executor: str,
+             slurm: dict[str, object]) -> str:
+    from bgbias.study.dry_run import describe_dry_run
+
+    return describe_dry_run(folder, spec, plan, extend=extend,
+                            slurm=slurm_settings(slurm) if executor == "slurm" else None)
+
+
+def _submit(folder: Path, spec: StudySpec, plan: StudyPlan, extend: bool, slurm: dict[str, object]) -> str:
+    from bgbias.study.pipeline import submit_study_to_slurm
+
+    return submit_study_to_slurm(folder, spec, plan, slurm_settings(slurm), extend=extend)
 
 
 def _nothing_measured(failures: dict[str, str]) -> BgbiasError:
     return BgbiasError(f"every run failed ({len(failures)}): {', '.join(failures)}",
-                       fix="see failures.json in the study folder for each error, then run the command again")
+                       fix="see each error with `bgbias study --status` (same options), then run the command "
+                                "again")
 
 
 def _exit_partial_on(failures: dict[str, str]) -> None:

@@ -1,45 +1,29 @@
-"""Steps 1–4 of a study: the assets, the background pools, the bench of the study's settings and its masks."""
+"""A study's ``prepare`` step on the bench: the assets, the background pools, the bench of the study's
+settings and, where the study uses them, its exact masks."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bgbias.errors import AssetError
 from bgbias.fileio import folder_lock
+from bgbias.study.spec import BENCH_MASKS, StudySpec
 
 POOL_SEED = 0
 """Seed of the committed pools: their generated images are in the repository, so the study never reseeds
 them."""
 
 
-@dataclass(frozen=True)
-class StudyBench:
-    """Steps 1–4 of a study, done: the assets, the pools, the bench (its summary and folder) and its masks."""
-
-    assets: list[Any]  # AssetStatus rows
-    pools: dict[str, Any]  # the pools' manifest
-    bench: dict[str, Any]  # the bench's summary
-    root: Path
-    masks: Any  # MaskRun, or GroundTruthCopy for the exact masks
-    masks_dir: Path
-
-
-def prepare_pools(
-    out: str | os.PathLike[str] | None = None,
-    *,
-    seed: int = POOL_SEED,
-    home: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
+def prepare_pools(out: str | os.PathLike[str] | None = None, *, seed: int = POOL_SEED) -> dict[str, Any]:
     """Complete ``out/train`` and ``out/test`` (default ``./backgrounds``) from the installed photos."""
     from bgbias.backgrounds.pool import build_pools
     from bgbias.paths import backgrounds_root
 
-    return build_pools(backgrounds_root() if out is None else Path(out), _installed_sources(home), seed)
+    return build_pools(backgrounds_root() if out is None else Path(out), _installed_sources(), seed)
 
 
 def prepare_bench(
@@ -48,7 +32,6 @@ def prepare_bench(
     preset: str = "small",
     rho: float = 0.9,
     seed: int = 0,
-    home: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Build the bench into ``out`` (default ``<data-root>/bench``) from the installed stamps and scenes.
 
@@ -59,8 +42,8 @@ def prepare_bench(
     from bgbias.bench.build import build_bench
     from bgbias.data.registry import default_root
 
-    stamps = asset_dir("tuxpaint_stamps", home) / "stamps"
-    scenes = assign_families(_installed_sources(home))["bench"]
+    stamps = asset_dir("tuxpaint_stamps") / "stamps"
+    scenes = assign_families(_installed_sources())["bench"]
     target = default_root("bench") if out is None else Path(out)
     summary = build_bench(target, stamps, scenes, rho=rho, seed=seed, preset=preset)
     return {"root": str(target), "preset": preset, "seed": seed, **summary}
@@ -98,60 +81,37 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
         return None
 
 
-def prepare_study_bench(
-    masks: str,
-    preset: str,
-    rho: float,
-    seed: int,
-    home: str | os.PathLike[str] | None,
-    log: Callable[[str], None],
-) -> StudyBench:
-    """Steps 1–4: the assets (verified), the pools, the bench of these settings (kept when it matches) and
-    its masks from ``masks`` (:data:`~bgbias.study.plan.MASK_SOURCES`)."""
+def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:
+    """The assets (verified), the pools, the bench of the spec's settings (kept when it matches) and, for a
+    study on its exact masks, those masks laid out."""
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
     from bgbias.data.registry import open_dataset
+    from bgbias.saliency.ground_truth import copy_ground_truth_masks
 
-    log("1/7 fetching assets (verified against pinned checksums)")
-    assets = fetch(DEFAULT_ASSETS, home=home)
-    log("2/7 completing the background pools")
-    pools = prepare_pools(home=home)
-    root = study_bench_root(preset, rho, seed)
+    assert spec.bench is not None
+    preset, rho, seed = spec.bench.preset, spec.bench.rho, spec.bench.seed
+    log("fetching assets (verified against pinned checksums)")
+    fetch(DEFAULT_ASSETS)
+    log("completing the background pools")
+    prepare_pools()
+    root = Path(spec.root)
     # Another study building this bench or its masks is waited for, and what it made is then kept.
     with folder_lock(root):
-        bench = built_bench(root, preset=preset, rho=rho, seed=seed)
-        if bench is None:
-            log(f"3/7 building the bench (preset {preset}, rho {rho:g}, seed {seed}) in {root}")
-            bench = prepare_bench(root, preset=preset, rho=rho, seed=seed, home=home)
+        if built_bench(root, preset=preset, rho=rho, seed=seed) is None:
+            log(f"building the bench (preset {preset}, rho {rho:g}, seed {seed}) in {root}")
+            prepare_bench(root, preset=preset, rho=rho, seed=seed)
         else:
-            log(f"3/7 the bench at {root} is up to date (preset {preset}, rho {rho:g}, seed {seed})")
-        made, masks_dir = bench_masks(open_dataset("bench", root), masks, log)
-    return StudyBench(assets, pools, bench, root, made, masks_dir)
+            log(f"the bench at {root} is up to date (preset {preset}, rho {rho:g}, seed {seed})")
+        if spec.masks == BENCH_MASKS:
+            log("the bench's exact masks, laid out for BGAugment and the corrupted sets")
+            copy_ground_truth_masks(open_dataset("bench", root).items(), Path(spec.masks_dir))
 
 
-def bench_masks(dataset: Any, source: str, log: Callable[[str], None]) -> tuple[Any, Path]:
-    """The bench's masks from ``source`` (:data:`~bgbias.study.plan.MASK_SOURCES`), made or laid out where
-    missing: the ``MaskRun`` or ``GroundTruthCopy`` and the folder."""
-    from bgbias.data.items import default_masks_dir
-    from bgbias.saliency.ground_truth import copy_ground_truth_masks, default_ground_truth_dir
-    from bgbias.saliency.pipeline import make_masks
-
-    if source == "ground-truth":
-        log("4/7 the bench's exact masks, laid out for BGAugment and the corrupted sets")
-        copied = copy_ground_truth_masks(dataset.items(), default_ground_truth_dir(dataset))
-        return copied, copied.out_dir
-    log("4/7 U²-Net masks of the bench (u2netp; kept when already made)")
-    masks = make_masks(dataset.items(), default_masks_dir(dataset), model="u2netp")
-    if masks.failed:
-        raise AssetError(f"{masks.failed} bench image(s) got no mask", path=masks.manifest,
-                         fix="see the failures in the manifest, then run `bgbias study` again")
-    return masks, default_masks_dir(dataset)
-
-
-def _installed_sources(home: str | os.PathLike[str] | None) -> list[Any]:
+def _installed_sources() -> list[Any]:
     from bgbias.backgrounds.sources import background_sources
 
-    sources = background_sources(home)
+    sources = background_sources()
     if not sources:
         raise AssetError(
             "no background photographs are installed",

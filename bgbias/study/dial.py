@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bgbias.study.local import Slot
 from bgbias.study.pipeline import run_study
 from bgbias.study.plan import QUICK_METHODS, StudyPlan
 
@@ -37,19 +38,20 @@ def run_dial(
     masks: Sequence[str] = DIAL_MASKS,
     bench_preset: str = "small",
     bench_seed: int = 0,
-    home: str | os.PathLike[str] | None = None,
     runs: str | os.PathLike[str] | None = None,
-    device: str = "auto",
+    slots: Sequence[Slot] | None = None,
     log: Callable[[str], None] = print,
 ) -> DialResult:
     """The bias dial (:mod:`bgbias.report.dial`): for each mask source and ρ, the study of ``method`` on the
     bench built at ρ (its own folder, :func:`~bgbias.study.bench.study_bench_root`), then ``dial.md`` /
     ``dial.png`` / ``dial.json`` in ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a
-    study of its own, so a point the full study or an earlier dial made is reused, and a killed dial
-    resumes."""
+    study of its own (added to the plan of that bench's study folder), so a point the full study or an
+    earlier dial made is reused, and a killed dial resumes."""
     from bgbias.paths import runs_root
     from bgbias.report.dial import DialPoint, write_dial_report
     from bgbias.report.runs_table import collect_runs
+    from bgbias.study.runs import study_folder
+    from bgbias.study.spec import bench_spec
 
     runs = Path(runs) if runs is not None else runs_root()
     points, failures = [], {}
@@ -57,8 +59,8 @@ def run_dial(
     for number, (source, rho) in enumerate(settings, 1):
         log(f"dial [{number}/{len(settings)}]: rho {rho:g}, {source} masks")
         plan = StudyPlan((method,), seeds, masks=source)
-        result = run_study(plan=plan, bench_preset=bench_preset, rho=rho, bench_seed=bench_seed, home=home,
-                           runs=runs, device=device, log=log, report=False)
+        spec = bench_spec(bench_preset, rho, bench_seed, source)
+        result = run_study(study_folder(runs, spec), spec, plan, slots=slots, extend=True, log=log)
         failures.update({f"{source} masks, rho {rho:g}: {name}": error
                          for name, error in result.failures.items()})
         planned = {run.folder_name: run for run in plan.runs()}

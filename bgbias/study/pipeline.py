@@ -1,62 +1,157 @@
-"""The whole study, steps 1–7 (:mod:`bgbias.study`), for one plan on one bench."""
+"""A whole study (:mod:`bgbias.study`): its plan recorded in the study folder, then the work done where the
+executor puts it, then what it measured."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bgbias.fileio import exclusive_lock
-from bgbias.study.bench import StudyBench, prepare_study_bench
-from bgbias.study.page import report_study
-from bgbias.study.plan import PRESETS, StudyPlan
-from bgbias.study.runs import FAILURES, STUDY_LOCK, study_folder, train_and_measure
+from bgbias.errors import OptionError
+from bgbias.study.ledger import FINISHED, PLAN_FORMAT, Plan, RunArgs, Step, read_plan, update_plan, with_step
+from bgbias.study.local import Slot, local_slots, run_local
+from bgbias.study.plan import StudyPlan
+from bgbias.study.slurm import SlurmOptions
+from bgbias.study.spec import StudySpec
+from bgbias.study.steps import mask_shards, page_step_id, planned_steps, study_run
+from bgbias.study.worker import DEFAULT_TIMING, Timing, needed_steps
+
+PAGE_FILES = ("table_md", "seeds_md", "study_md", "study_html")
 
 
 @dataclass(frozen=True)
 class StudyResult:
-    bench: StudyBench
+    folder: Path
     runs: list[Path]  # the runs measured, in the plan's order
-    report: dict[str, Path]  # the runs report's files and the seeds report's
+    report: dict[str, Path]  # the page's files by name; empty when none was written
     failures: dict[str, str] = dataclasses.field(default_factory=dict)  # failed run folder name → error
 
 
-def run_study(
-    *,
-    plan: StudyPlan = PRESETS["quick"],
-    bench_preset: str = "small",
-    rho: float = 0.9,
-    bench_seed: int = 0,
-    home: str | os.PathLike[str] | None = None,
-    runs: str | os.PathLike[str] | None = None,
-    device: str = "auto",
-    log: Callable[[str], None] = print,
-    report: bool = True,
-) -> StudyResult:
-    """Run every step of the study (:mod:`bgbias.study`) for ``plan``; ``runs`` defaults to ``./runs``, the
-    study's runs go to ``<runs>/study/bench-<bench_preset>-rho<rho>-seed<bench_seed>-<masks>/<method>
-    [-<settings>][-bgaugment]-seed<S>``. A run that fails is left out of the report and named in the result's
-    ``failures`` (and :data:`~bgbias.study.runs.FAILURES`); when every run fails there is no report. Without
-    ``report`` the page is not written: the dial's points share their folders with other studies (the full
-    preset's runs at ρ 0.9), whose page it must not replace."""
-    from bgbias.paths import runs_root
+def plan_study(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: bool = False) -> list[str]:
+    """Record ``plan`` in the study folder's plan (:func:`merged_plan`) and return its goals (the page
+    step)."""
+    recorded = read_plan(folder)
+    shards = _recorded_shards(recorded) if recorded is not None else mask_shards(spec)
+    update_plan(folder, lambda current: merged_plan(current, folder, spec, plan, shards, extend=extend))
+    return [page_step_id(plan)]
 
-    bench = prepare_study_bench(plan.masks, bench_preset, rho, bench_seed, home, log)
-    runs_dir = Path(runs) if runs is not None else runs_root()
-    folder = study_folder(runs_dir, bench_preset, rho, bench_seed, plan.masks)
-    run_dirs, failures = train_and_measure(plan, bench, folder, device, log)
-    if not run_dirs:
-        log(f"7/7 no report: every run failed (see {folder / FAILURES})")
-    if not run_dirs or not report:
-        return StudyResult(bench, run_dirs, {}, failures)
-    log("7/7 the report")
-    variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
-    title = (f"bgbias study: bench {bench_preset}, rho {rho:g}, bench seed {bench_seed}, {plan.masks} masks, "
-             f"{len(run_dirs)} runs{variant}")
-    dials = sorted((runs_dir / "study").glob(f"dial-*-bench-{bench_preset}-seed{bench_seed}/dial.png"))
-    with exclusive_lock(folder / STUDY_LOCK, wait=True):
-        page = report_study(run_dirs, folder / plan.report_folder, title=title, dials=dials,
-                            failures=failures)
-    return StudyResult(bench, run_dirs, page, failures)
+
+def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: StudyPlan, shards: int, *,
+                extend: bool) -> Plan:
+    """The folder's plan ``current`` with ``plan``'s steps (``shards`` masks steps when it is new).
+
+    A folder holds one study: another dataset, root, masks or pools is refused. Steps the record lacks
+    (other methods, more seeds, a profile) are added only with ``extend``, so that a typo cannot start hours
+    of runs beside the planned ones. Steps of ``plan`` that failed before are tried again.
+    """
+    planned = planned_steps(spec, plan, shards)
+    if current is None:
+        return Plan(format=PLAN_FORMAT, spec=spec, steps=planned)
+    if current.spec != spec:
+        raise OptionError(
+            f"the study folder holds a study of {current.spec.title} ({current.spec.root}), not of "
+            f"{spec.title} ({spec.root})", path=folder,
+            fix="run this study in a folder of its own (--out DIR), or repeat that study's options")
+    steps = dict(current.steps)
+    added = [step_id for step_id in planned if step_id not in steps]
+    profiled = [step_id for step_id, step in planned.items() if step_id in steps and step.run is not None
+                and step.run.profile and not _run_args(steps[step_id]).profile]
+    if (added or profiled) and not extend:
+        named = [*added, *(f"the profile of {step_id}" for step_id in profiled)]
+        raise OptionError(
+            f"the study folder's plan lacks {len(named)} step(s) this command asks for (e.g. {named[0]})",
+            path=folder, fix="pass --extend to add them to the plan, or run the other study in a folder of "
+                             "its own (--out DIR)")
+    for step_id in added:
+        steps[step_id] = planned[step_id]
+    for step_id in profiled:
+        step = steps[step_id]
+        steps[step_id] = step.model_copy(update={
+            "run": _run_args(step).model_copy(update={"profile": True}),
+            "state": "pending" if step.state in FINISHED else step.state})
+    merged = current.model_copy(update={"steps": steps})
+    for step_id in needed_steps(merged, [page_step_id(plan)]):
+        if merged.steps[step_id].state == "failed":
+            merged = with_step(merged, step_id, state="pending", attempts=0, error=None, traceback=None)
+    return merged
+
+
+def _run_args(step: Step) -> RunArgs:
+    assert step.run is not None
+    return step.run
+
+
+def _recorded_shards(plan: Plan) -> int:
+    return sum(step.kind == "masks" for step in plan.steps.values())
+
+
+def run_study(
+    folder: Path,
+    spec: StudySpec,
+    plan: StudyPlan,
+    *,
+    slots: Sequence[Slot] | None = None,
+    extend: bool = False,
+    log: Callable[[str], None] = print,
+    timing: Timing = DEFAULT_TIMING,
+) -> StudyResult:
+    """Plan ``plan`` in ``folder`` and do its steps with a local worker per slot (default: one, on the
+    device ``auto`` picks); the runs measured, the page, the failed runs. A run that fails is left out of
+    the page and named in it; when every run fails there is no page."""
+    goals = plan_study(folder, spec, plan, extend=extend)
+    run_local(folder, goals, slots if slots is not None else local_slots(), log=log, timing=timing)
+    return study_result(folder, goals)
+
+
+def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:
+    """What the plan's ``goals`` (page steps) measured: their runs done, their page, their failed runs."""
+    plan = read_plan(folder)
+    assert plan is not None
+    runs, failures, report = [], {}, {}
+    for goal in goals:
+        page = plan.steps[goal]
+        for need in page.needs:
+            step = plan.steps[need]
+            assert step.run is not None
+            name = study_run(step.run).folder_name
+            if step.state == "done":
+                runs.append(folder / name)
+            elif step.state == "failed":
+                failures[name] = step.error or "failed"
+            else:
+                failures[name] = f"not done ({step.state}): another worker may still be running it"
+        if page.state == "done" and page.page is not None:
+            out = folder / page.page.folder
+            report = {name: out / name.replace("_", ".") for name in PAGE_FILES}
+    return StudyResult(folder, runs, report, failures)
+
+
+def slurm_stages(plan: Plan, goals: Sequence[str]) -> list[list[str]]:
+    """The job arrays a SLURM submission of ``goals`` makes: the unfinished prepare, masks and run steps by
+    kind (each array waits for the one before), and the page alone when it is all that is left (otherwise
+    the last run task to finish writes it)."""
+    left = [step_id for step_id in needed_steps(plan, goals) if plan.steps[step_id].state not in FINISHED]
+    stages = [[step_id for step_id in left if plan.steps[step_id].kind == kind]
+              for kind in ("prepare", "masks", "run")]
+    if not any(stages):
+        stages.append([step_id for step_id in left if plan.steps[step_id].kind == "page"])
+    return [stage for stage in stages if stage]
+
+
+def submit_study_to_slurm(folder: Path, spec: StudySpec, plan: StudyPlan, options: SlurmOptions, *,
+                          extend: bool = False) -> str:
+    """Plan ``plan`` in ``folder`` and submit what is not done as SLURM job arrays
+    (:func:`~bgbias.study.slurm.submit_study`); what was submitted, as text."""
+    from bgbias.study.slurm import submit_study
+
+    goals = plan_study(folder, spec, plan, extend=extend)
+    recorded = read_plan(folder)
+    assert recorded is not None
+    stages = slurm_stages(recorded, goals)
+    if not stages:
+        return f"nothing to submit: every step of {folder} is done"
+    jobs = submit_study(folder, goals, stages, options)
+    ids = sorted({job.job_id.split("_")[0] for job in jobs})
+    return (f"submitted {sum(map(len, stages))} task(s) in {len(stages)} job array(s) ({', '.join(ids)}); "
+            f"follow them with `bgbias study --status` (same options); logs in {folder / 'slurm'}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,14 +22,15 @@ FULL_METHODS = (*PAPER_BASELINES, "dcml", "sam", "metricformer", "avsl")
 """The full study: the baselines of the paper's Table 1, then DCML, SAM, MetricFormer and AVSL."""
 
 
-MASK_SOURCES = ("u2netp", "ground-truth")
-"""Where a study's masks come from: U²-Net (the paper's protocol; what a real dataset has) or the bench's
-exact alpha masks (no mask errors, and no 6 minutes of U²-Net on 2 cores)."""
+MASK_SOURCES = ("u2net", "u2netp", "ground-truth")
+"""Where a study's masks come from: U²-Net (the paper's protocol; what a real dataset has; ``u2netp``, its
+small model) or the bench's exact alpha masks (no mask errors, and no 6 minutes of U²-Net on 2 cores); a
+study on a real dataset may also name a folder of masks (:mod:`bgbias.study.spec`)."""
 
 
-SETTING_SECTIONS = ("loss", "optim")
-"""What a study's ``--set`` may change: the method's options and the optimiser, i.e. which variant of a method
-it trains (a variant's runs and page get folders of their own, :func:`settings_slug`)."""
+EXPLAIN_IMAGES = 200
+"""Test images of each run whose attribution maps are scored (25 backward passes each); spread evenly over
+the split."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,16 @@ def settings_slug(settings: Sequence[str]) -> str:
     for text in settings:
         key, _, value = text.partition("=")
         parts.append(f"{key.strip().removeprefix('loss.')}-{value.strip()}")
-    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in "-".join(parts))
+    slug = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in "-".join(parts))
+    if len(slug) <= SLUG_LENGTH:
+        return slug
+    digest = hashlib.sha256("\n".join(settings).encode()).hexdigest()[:8]
+    return f"{slug[:SLUG_LENGTH - 9].rstrip('-._')}-{digest}"
+
+
+SLUG_LENGTH = 48
+"""The longest :func:`settings_slug`: a longer one is cut and ends in a digest of all the settings, so that
+folder names stay readable and within file systems' limits."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,8 @@ class StudyPlan:
     """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1,
     with masks from ``masks`` (:data:`MASK_SOURCES`); the runs of the ``watched`` methods also score the
     test split after every epoch; ``profile`` adds every run's background-reliance profile; ``settings``
-    (``--set``) train every run as a variant of its method."""
+    (``--set``) train every run as a variant of its method; ``explain_images`` test images of each run get
+    foreground scores."""
 
     methods: tuple[str, ...]
     seeds: int
@@ -78,6 +90,7 @@ class StudyPlan:
     watched: tuple[str, ...] = ()
     profile: bool = False
     settings: tuple[str, ...] = ()
+    explain_images: int = EXPLAIN_IMAGES
 
     @property
     def report_folder(self) -> str:
@@ -110,12 +123,17 @@ def study_plan(
     seeds: int | None = None,
     masks: str | None = None,
     settings: Sequence[str] = (),
+    *,
+    dataset: str = "bench",
+    explain_images: int = EXPLAIN_IMAGES,
 ) -> StudyPlan:
     """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given, and
-    ``settings`` (``key=value``, :data:`SETTING_SECTIONS` only) for every run; unknown names, fewer than one
-    seed and settings a method refuses are an ``OptionError`` before any work."""
+    ``settings`` (``key=value``, as ``bgbias train --set``) for every run; unknown names, fewer than one seed,
+    a setting the study makes itself and settings a method refuses on ``dataset`` are an ``OptionError``
+    before any work; ``explain_images``: test images of each run whose foreground is scored."""
     from bgbias.engine.config import parse_override, resolve_config
     from bgbias.methods.registry import method_names
+    from bgbias.study.spec import STUDY_KEYS
 
     if preset not in PRESETS:
         raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
@@ -127,16 +145,20 @@ def study_plan(
     if unknown:
         raise OptionError(f"unknown method(s) {', '.join(unknown)}",
                           fix=f"use some of: {', '.join(method_names())}")
+    if explain_images < 1:
+        raise OptionError(f"a study scores the foreground of at least one image, not {explain_images}",
+                          fix="pass --explain-images 1 or more")
     if seeds is not None and seeds < 1:
         raise OptionError(f"a study needs at least one training seed, not {seeds}",
                           fix="pass --seeds 1 or more")
     for text in settings:
         key, _ = parse_override(text)
-        if key.split(".")[0] not in SETTING_SECTIONS:
-            raise OptionError(f"a study's --set changes method options and the optimiser, not {key}",
-                              fix="set loss.KEY=VALUE or optim.KEY=VALUE; for other settings train the runs "
-                                  "with `bgbias train`")
+        if key in (*STUDY_KEYS, "method", "dataset"):
+            raise OptionError(f"the study sets {key} for each run itself, not --set",
+                              fix="use --dataset, --root, --seeds, --masks or --backgrounds; leave the "
+                                  "rest to the study")
     for method in chosen:
-        resolve_config(method, "bench", overrides=tuple(settings))
+        resolve_config(method, dataset, overrides=tuple(settings))
     return dataclasses.replace(plan, methods=chosen, seeds=plan.seeds if seeds is None else seeds,
-                               masks=plan.masks if masks is None else masks, settings=tuple(settings))
+                               masks=plan.masks if masks is None else masks, settings=tuple(settings),
+                               explain_images=explain_images)

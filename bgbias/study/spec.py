@@ -69,6 +69,24 @@ class StudySpec(ClosedRecord):
         return f"{self.dataset}, {source} masks"
 
 
+def study_spec(
+    dataset: str,
+    root: str | os.PathLike[str] | None,
+    masks: str | None,
+    backgrounds: str | os.PathLike[str] | None,
+    *,
+    bench: tuple[str, float, int] = ("small", 0.9, 0),
+) -> StudySpec:
+    """The spec of ``bgbias study --dataset DATASET``: the bench of ``bench`` (preset, ρ, seed) settings, or
+    the real dataset at ``root`` (:func:`dataset_spec`)."""
+    if dataset != "bench":
+        return dataset_spec(dataset, root, masks, backgrounds)
+    if root is not None:
+        raise OptionError("the study builds the bench itself: --root is for a real dataset",
+                          fix="leave --root out, or pass --dataset cub|cars|sop|folder with it")
+    return bench_spec(*bench, masks or BENCH_MASKS, backgrounds)
+
+
 def dataset_spec(
     dataset: str,
     root: str | os.PathLike[str] | None,

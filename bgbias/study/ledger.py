@@ -1,0 +1,198 @@
+"""The study folder's plan (``plan.json``): every step, what it needs, its state, who holds it, where and when
+it ran, its inputs' digests and its error.
+
+Several processes (a pool of workers, a second ``bgbias study``, SLURM array tasks on other machines) work on
+one plan. Each change is read, modified and written while holding ``.plan.lock`` (the kernel's lock, which
+NFS forwards), and the file is replaced atomically, so a reader without the lock (``--status``) always sees a
+whole plan. A step is *claimed* before it runs: the claim names its process and is renewed while the step
+runs; a claim whose process is gone (same machine) or that was not renewed for :data:`STALE_AFTER` seconds
+(another machine) is dead, and its step is taken over, up to :data:`MAX_ATTEMPTS` times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from bgbias.errors import RecordError
+from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic
+from bgbias.schema import ClosedRecord, read_record
+from bgbias.study.plan import EXPLAIN_IMAGES
+from bgbias.study.spec import StudySpec
+
+PLAN = "plan.json"
+PLAN_LOCK = ".plan.lock"
+PLAN_FORMAT = 1
+
+RENEW_EVERY = 15.0
+"""Seconds between renewals of a running step's claim."""
+STALE_AFTER = 120.0
+"""Seconds without renewal after which a claim from another machine is dead (a node lost, a job killed)."""
+MAX_ATTEMPTS = 3
+"""Starts of a step whose worker died each time before it is recorded as failed (a run that kills its
+process, e.g. by running out of memory, must not be retried for ever)."""
+
+StepKind = Literal["prepare", "masks", "run", "page"]
+StepState = Literal["pending", "running", "done", "failed"]
+FINISHED: tuple[StepState, ...] = ("done", "failed")
+
+
+
+class Claim(ClosedRecord):
+    """The process running a step: ``machine`` is the kernel's boot id, which tells two hosts of one name
+    (containers) apart; ``started`` is the process's start time, which tells a reused pid apart."""
+
+    token: str
+    host: str
+    machine: str
+    pid: int
+    started: int
+    device: str
+    heartbeat: float
+
+
+class RunArgs(ClosedRecord):
+    """A run step's run (:class:`~bgbias.study.plan.StudyRun`) and whether it is profiled."""
+
+    method: str
+    bgaugment: bool
+    seed: int
+    watch_test: bool = False
+    settings: list[str] = Field(default_factory=list)
+    profile: bool = False
+    explain_images: int = EXPLAIN_IMAGES
+
+
+class PageArgs(ClosedRecord):
+    """A page step's folder (in the study folder) and title."""
+
+    folder: str
+    title: str
+
+
+class Step(ClosedRecord):
+    """One step of the plan. ``needs``: the steps that must be done first (a page needs its runs finished,
+    done or failed); ``inputs``: digests of what it was made from, written when it is done."""
+
+    kind: StepKind
+    needs: list[str] = Field(default_factory=list)
+    shard: list[int] | None = None
+    """``[index, count]`` of a masks step."""
+    run: RunArgs | None = None
+    page: PageArgs | None = None
+    state: StepState = "pending"
+    attempts: int = 0
+    claim: Claim | None = None
+    host: str | None = None
+    device: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    inputs: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+
+
+class Plan(ClosedRecord):
+    """``plan.json``: the study's dataset and inputs, and its steps in the order they are taken."""
+
+    format: int
+    spec: StudySpec
+    steps: dict[str, Step]
+
+
+def read_plan(folder: Path) -> Plan | None:
+    """The plan of the study folder, None when it has none; a damaged one is a ``RecordError``."""
+    path = folder / PLAN
+    if not path.is_file():
+        return None
+    return read_record(path, Plan, what="the study's plan",
+                       fix="remove it and run the same `bgbias study` command again: the plan is made anew, "
+                           "and finished runs and their measurements are kept")
+
+
+@contextlib.contextmanager
+def plan_lock(folder: Path) -> Iterator[None]:
+    with exclusive_lock(folder / PLAN_LOCK, wait=True):
+        yield
+
+
+def update_plan(folder: Path, change: Callable[[Plan | None], Plan]) -> Plan:
+    """Replace the plan by ``change(plan)`` while holding its lock; the new plan."""
+    with plan_lock(folder):
+        plan = change(read_plan(folder))
+        write_plan(folder, plan)
+    return plan
+
+
+def write_plan(folder: Path, plan: Plan) -> None:
+    """Write ``plan`` atomically, its steps in their order (the order they are taken in)."""
+    text = json.dumps(plan.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+    write_bytes_atomic(folder / PLAN, json_bytes(text))
+
+
+def with_step(plan: Plan, step_id: str, **changes: object) -> Plan:
+    """``plan`` with the step ``step_id`` changed."""
+    steps = dict(plan.steps)
+    steps[step_id] = steps[step_id].model_copy(update=changes)
+    return plan.model_copy(update={"steps": steps})
+
+
+# ------------------------------------------------------------------------------------------------- claims
+def new_claim(device: str) -> Claim:
+    """A claim by this process."""
+    return Claim(token=uuid.uuid4().hex, host=socket.gethostname(), machine=machine_id(), pid=os.getpid(),
+                 started=process_start(os.getpid()) or 0, device=device, heartbeat=time.time())
+
+
+def claim_is_dead(claim: Claim, now: float, stale_after: float = STALE_AFTER) -> bool:
+    """Whether ``claim``'s process is gone: on this machine, its pid no longer runs the process that claimed;
+    elsewhere, it was not renewed for ``stale_after`` seconds."""
+    if claim.machine == machine_id():
+        return process_start(claim.pid) != claim.started
+    return now - claim.heartbeat > stale_after
+
+
+@cache
+def machine_id() -> str:
+    """The kernel's boot id (a new one per machine and boot), else the host name."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``); None when it is gone.
+    Where /proc is missing, 0 for a live process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields and fields[0] == "Z":  # a zombie has exited: its parent has yet to collect it
+        return None
+    return int(fields[19]) if len(fields) > 19 else 0
+
+
+def plan_error(folder: Path) -> RecordError:
+    """The error for a study folder that has no plan where one is needed."""
+    return RecordError("this folder holds no study plan", path=folder / PLAN,
+                       fix="run `bgbias study` with the study's options first")

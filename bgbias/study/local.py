@@ -1,0 +1,165 @@
+"""``--executor local``: the study's workers on this machine, one per device (or ``--workers`` on a CPU, its
+cores split between them); ``--gpus-per-run k`` gives each worker k devices and trains each run under
+torchrun on them.
+
+One worker runs in this process. Several run as child processes (``python -m bgbias.study.worker``), each
+with its own log in ``<study>/logs/``; this process watches them and the plan: it prints each step as it
+starts and ends, starts a worker again that died (its step is taken over at once: the claim names a pid that
+is gone), and stops them when it is stopped. A worker whose parent dies stops too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bgbias.errors import OptionError
+from bgbias.study.ledger import Plan, read_plan
+from bgbias.study.worker import DEFAULT_TIMING, Timing, work
+
+RESTARTS = 3
+"""Times a worker that died is started again before its slot is left empty."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: its ``device`` setting, the GPUs it sees (``CUDA_VISIBLE_DEVICES``; None: as
+    this process), its CPU threads, and how many processes train each of its runs (torchrun)."""
+
+    device: str
+    gpus: str | None = None
+    threads: int | None = None
+    processes: int = 1
+
+
+def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run: int = 1) -> list[Slot]:
+    """The workers of ``--devices``/``--workers``/``--gpus-per-run``: ``auto`` is every GPU when CUDA is
+    present (``gpus_per_run`` to a worker), else the CPU; ``cpu`` is ``workers`` CPU workers (default 1)
+    splitting the cores; ``cuda:0,1,…`` names the GPUs."""
+    from bgbias.hardware import usable_cores
+
+    if workers is not None and workers < 1:
+        raise OptionError(f"--workers must be at least 1, not {workers}", fix="pass --workers 1 or more")
+    if gpus_per_run < 1:
+        raise OptionError(f"--gpus-per-run must be at least 1, not {gpus_per_run}",
+                          fix="pass --gpus-per-run 1 or more")
+    gpus = _gpus(devices)
+    if not gpus:
+        count = workers or 1
+        threads = max(1, usable_cores() // count) if count > 1 else None
+        device = "cpu" if devices == "cpu" else "auto"
+        return [Slot(device, None, threads, gpus_per_run) for _ in range(count)]
+    if workers is not None:
+        raise OptionError("--workers sets CPU workers; on GPUs a study runs one worker per device",
+                          fix="leave --workers out, or pass --devices cpu")
+    if len(gpus) % gpus_per_run:
+        raise OptionError(f"{len(gpus)} GPU(s) cannot be split into groups of {gpus_per_run}",
+                          fix="name a multiple of --gpus-per-run devices with --devices cuda:0,1,…")
+    groups = [gpus[start:start + gpus_per_run] for start in range(0, len(gpus), gpus_per_run)]
+    threads = max(1, usable_cores() // len(groups))
+    device = "auto" if devices == "auto" else "cuda"
+    return [Slot(device, ",".join(group), threads, gpus_per_run) for group in groups]
+
+
+def _gpus(devices: str) -> list[str]:
+    """The GPU indices ``--devices`` names (``auto``: every visible one), none for the CPU."""
+    if devices == "cpu":
+        return []
+    if devices == "auto":
+        import torch
+
+        return [str(index) for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    names = [name.strip() for name in devices.split(",") if name.strip()]
+    indices = [name.removeprefix("cuda:") for name in names]
+    valid = all(name.startswith("cuda:") and index.isdigit()
+                for name, index in zip(names, indices, strict=True))
+    if not names or not valid:
+        raise OptionError(f"--devices {devices!r} is not auto, cpu or a list like cuda:0,cuda:1",
+                          fix="pass --devices auto, cpu, or cuda:0,1,… (the GPUs to use)")
+    return indices
+
+
+def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
+              log: Callable[[str], None] = print, timing: Timing = DEFAULT_TIMING) -> None:
+    """Work on the plan's ``goals`` with a worker per slot until nothing is left that they may do."""
+    if len(slots) == 1 and slots[0].gpus is None:
+        slot = slots[0]
+        work(folder, goals, device=slot.device, threads=slot.threads, processes=slot.processes, log=log,
+             timing=timing)
+        return
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    children = {number: _start(folder, goals, slot, number, logs, timing)
+                for number, slot in enumerate(slots)}
+    restarts = dict.fromkeys(children, 0)
+    plan = read_plan(folder)
+    shown = {} if plan is None else {step_id: step.state for step_id, step in plan.steps.items()}
+    try:
+        while children:
+            time.sleep(min(1.0, timing.poll_every))
+            _show_changes(read_plan(folder), shown, log)
+            for number, child in list(children.items()):
+                status = child.poll()
+                if status is None:
+                    continue
+                del children[number]
+                if status == 0:
+                    continue
+                if restarts[number] >= RESTARTS:
+                    log(f"worker {number} ended with status {status} {RESTARTS + 1} times: its slot stays "
+                        f"empty (see {logs / f'worker-{number}.log'})")
+                    continue
+                restarts[number] += 1
+                log(f"worker {number} ended with status {status}: started again "
+                    f"({logs / f'worker-{number}.log'})")
+                children[number] = _start(folder, goals, slots[number], number, logs, timing)
+        _show_changes(read_plan(folder), shown, log)
+    finally:
+        _stop(children.values())
+
+
+def _start(folder: Path, goals: Sequence[str], slot: Slot, number: int, logs: Path,
+           timing: Timing) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "bgbias.study.worker", str(folder), *goals, "--device", slot.device,
+               "--processes", str(slot.processes), "--parent", str(os.getpid()),
+               "--renew-every", str(timing.renew_every), "--stale-after", str(timing.stale_after),
+               "--poll-every", str(timing.poll_every)]
+    env = dict(os.environ)
+    if slot.threads is not None:
+        command += ["--threads", str(slot.threads)]
+        env["OMP_NUM_THREADS"] = str(slot.threads)
+    if slot.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpus
+    with open(logs / f"worker-{number}.log", "ab") as output:
+        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+
+
+def _stop(children: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each worker still running (each gives its step back), then wait for them."""
+    running = [child for child in children if child.poll() is None]
+    for child in running:
+        child.send_signal(signal.SIGTERM)
+    for child in running:
+        try:
+            child.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _show_changes(plan: Plan | None, shown: dict[str, str], log: Callable[[str], None]) -> None:
+    """Log each step whose state changed since the last look."""
+    if plan is None:
+        return
+    for step_id, step in plan.steps.items():
+        if shown.get(step_id, "pending") != step.state:
+            where = f" on {step.device} ({step.host})" if step.state == "running" else ""
+            error = f": {step.error.splitlines()[0]}" if step.state == "failed" and step.error else ""
+            log(f"[{step_id}] {step.state}{where}{error}")
+        shown[step_id] = step.state

@@ -1,0 +1,109 @@
+"""``bgbias study --status``: every step of the plan with its state, device and host, a run's epoch and best
+validation MAP@R so far, the time it took or has taken and an estimate of what is left, and each failure's
+error. It only reads (the plan and the runs' metrics), so it can be run while workers are at work."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bgbias.study.ledger import Plan, Step
+from bgbias.study.steps import study_run
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    step: str
+    state: str
+    where: str
+    progress: str
+    elapsed: float | None
+    left: float | None
+    error: str
+
+
+def plan_status(folder: Path, plan: Plan, now: float | None = None) -> list[StepStatus]:
+    """A row per step of ``plan``, in its order."""
+    now = time.time() if now is None else now
+    return [_step_status(folder, step_id, step, now) for step_id, step in plan.steps.items()]
+
+
+def _step_status(folder: Path, step_id: str, step: Step, now: float) -> StepStatus:
+    where = f"{step.device} on {step.host}" if step.host else ""
+    if step.state == "running" and step.claim is not None:
+        where += f" (pid {step.claim.pid})"
+    elapsed = None
+    if step.started is not None and step.state in ("running", "done", "failed"):
+        ended = step.finished if step.finished is not None and step.state != "running" else now
+        elapsed = ended - step.started
+    progress, left = "", None
+    if step.run is not None:
+        progress, left = _run_progress(folder / study_run(step.run).folder_name, step, elapsed)
+    error = (step.error or "").splitlines()[0] if step.state == "failed" else ""
+    return StepStatus(step_id, step.state, where, progress, elapsed, left, error)
+
+
+def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str, float | None]:
+    """``epoch 3/8, best val MAP@R 61.2`` from the run's metrics, and the training time left at the pace of
+    this start's epochs (None before its first epoch)."""
+    from bgbias.engine.config import load_run_config
+    from bgbias.engine.run_dir import RunDir, read_metrics
+    from bgbias.errors import BgbiasError
+
+    if not (run_dir / "config.json").is_file():
+        return "", None
+    try:
+        rows = read_metrics(RunDir(run_dir))
+        epochs = load_run_config(run_dir / "config.json").schedule.epochs
+    except BgbiasError:
+        return "", None
+    trained = [row for row in rows if row.epoch > 0]
+    if not trained:
+        return f"epoch 0/{epochs}", None
+    scores = [row.columns[key] for row in rows for key in ("val_corrupted_map_at_r", "val_map_at_r")
+              if isinstance(row.columns.get(key), float)]
+    best = f", best val MAP@R {100 * max(scores):.1f}" if scores else ""
+    done = trained[-1].epoch
+    progress = f"epoch {done}/{epochs}{best}"
+    if step.state != "running" or elapsed is None:
+        return progress, None
+    seconds = [row.columns.get("train_seconds") for row in trained]
+    pace = sum(s for s in seconds if isinstance(s, float)) / len(trained)
+    return progress, pace * max(0, epochs - done) if pace > 0 else None
+
+
+def read_status(folder: Path) -> str:
+    """The status of the study in ``folder`` as text (:func:`format_status`)."""
+    from bgbias.study.ledger import plan_error, read_plan
+
+    plan = read_plan(folder)
+    if plan is None:
+        raise plan_error(folder)
+    return format_status(folder, plan)
+
+
+def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
+    """The status table as text, then each failure's error, then the counts of steps by state."""
+    from bgbias.report.markdown import table
+
+    rows = plan_status(folder, plan, now)
+    cells = [[row.step, row.state, row.where, row.progress, _duration(row.elapsed), _duration(row.left)]
+             for row in rows]
+    text = table(["step", "state", "where", "progress", "elapsed", "left (training)"], cells)
+    failures = [f"- {row.step}: {row.error}" for row in rows if row.state == "failed"]
+    counts = {state: sum(row.state == state for row in rows)
+              for state in ("done", "running", "pending", "failed")}
+    summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
+    parts = [f"study {folder} ({plan.spec.title}): {summary}", text]
+    if failures:
+        parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
+    return "\n\n".join(parts)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

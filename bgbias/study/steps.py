@@ -1,0 +1,184 @@
+"""The steps of a study's plan and what each does: ``prepare`` (the bench or the dataset's check, the pools),
+``masks-<i>of<n>`` (a shard of the U²-Net masks), ``run/<run>`` (train one run, then measure it) and
+``page/<folder>`` (the page of a set of runs, once each is done or failed)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from bgbias.errors import AssetError, BgbiasError
+from bgbias.study.ledger import PageArgs, Plan, RunArgs, Step
+from bgbias.study.plan import StudyPlan, StudyRun
+from bgbias.study.spec import StudySpec
+
+PREPARE = "prepare"
+
+IMAGES_PER_SHARD = 5000
+"""Images per masks step: SOP's 120,053 make 25 shards that workers and array tasks share; a bench, one."""
+
+
+def masks_step_ids(count: int) -> list[str]:
+    return [f"masks-{index + 1}of{count}" for index in range(count)]
+
+
+def run_step_id(run: StudyRun) -> str:
+    return f"run/{run.folder_name}"
+
+
+def page_step_id(plan: StudyPlan) -> str:
+    return f"page/{plan.report_folder}"
+
+
+def mask_shards(spec: StudySpec) -> int:
+    """How many masks steps the study's images are split into (none when the masks are found, not made)."""
+    if not spec.made_masks:
+        return 0
+    if spec.bench is not None:  # not built yet when the plan is made; a bench is a few thousand images
+        return 1
+    from bgbias.data.registry import open_dataset
+
+    return max(1, math.ceil(len(open_dataset(spec.dataset, spec.root).items()) / IMAGES_PER_SHARD))
+
+
+def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, Step]:
+    """The steps ``plan`` asks for, in the order they are taken: prepare, the masks shards, the runs seed by
+    seed, the page."""
+    masks = masks_step_ids(shards)
+    steps = {PREPARE: Step(kind="prepare")}
+    steps.update({step_id: Step(kind="masks", needs=[PREPARE], shard=[index, shards])
+                  for index, step_id in enumerate(masks)})
+    runs = {}
+    for run in plan.runs():
+        args = RunArgs(method=run.method, bgaugment=run.bgaugment, seed=run.seed, watch_test=run.watch_test,
+                       settings=list(run.settings), profile=plan.profile,
+                       explain_images=plan.explain_images)
+        runs[run_step_id(run)] = Step(kind="run", needs=[PREPARE, *masks], run=args)
+    steps.update(runs)
+    variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
+    steps[page_step_id(plan)] = Step(kind="page", needs=list(runs),
+                                     page=PageArgs(folder=plan.report_folder, title=variant))
+    return steps
+
+
+def study_run(args: RunArgs) -> StudyRun:
+    return StudyRun(args.method, args.bgaugment, args.seed, args.watch_test, tuple(args.settings))
+
+
+# ---------------------------------------------------------------------------------------------- executing
+def execute_step(folder: Path, plan: Plan, step_id: str, device: str, processes: int,
+                 log: Callable[[str], None]) -> dict[str, str]:
+    """Do the step ``step_id`` of ``plan`` (study folder ``folder``) on ``device`` (a run's training in
+    ``processes`` processes); the digests of its inputs."""
+    step, spec = plan.steps[step_id], plan.spec
+    if step.kind == "prepare":
+        return prepare(spec, log)
+    if step.kind == "masks":
+        assert step.shard is not None
+        return make_mask_shard(spec, (step.shard[0], step.shard[1]), device, log)
+    if step.kind == "run":
+        assert step.run is not None
+        return run_and_measure(folder, spec, step.run, device, processes, log)
+    assert step.page is not None
+    return write_page(folder, plan, step_id, log)
+
+
+def prepare(spec: StudySpec, log: Callable[[str], None]) -> dict[str, str]:
+    """The bench (assets, pools, the bench of the spec's settings, its exact masks where asked) or, for a
+    dataset, the pools and a check of its layout and masks."""
+    from bgbias.data.registry import open_dataset
+    from bgbias.paths import backgrounds_root
+
+    if spec.bench is not None:
+        from bgbias.study.bench import prepare_study_bench
+
+        prepare_study_bench(spec, log)
+    else:
+        if Path(spec.backgrounds) == backgrounds_root().resolve():
+            from bgbias.assets.catalog import DEFAULT_ASSETS
+            from bgbias.assets.fetch import fetch
+            from bgbias.study.bench import prepare_pools
+
+            log("fetching assets (verified against pinned checksums) and completing the background pools")
+            fetch(DEFAULT_ASSETS)
+            prepare_pools()
+        _check_pools(spec)
+        log(f"checking the {spec.dataset} dataset at {spec.root}")
+        open_dataset(spec.dataset, spec.root).items()
+    return {"spec": _digest(spec.model_dump_json().encode())}
+
+
+def _check_pools(spec: StudySpec) -> None:
+    from bgbias.backgrounds.pool import list_pool, pool_folder
+
+    for pool in ("train", "test"):
+        list_pool(pool_folder(spec.backgrounds, pool))
+
+
+def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,
+                    log: Callable[[str], None]) -> dict[str, str]:
+    """The U²-Net masks of one shard of the dataset's images (those already made are kept)."""
+    from bgbias.data.items import items_digest
+    from bgbias.data.registry import open_dataset
+    from bgbias.saliency.pipeline import make_masks
+
+    items = open_dataset(spec.dataset, spec.root).items()
+    log(f"{spec.masks} masks of shard {shard[0] + 1}/{shard[1]} of {len(items)} images into {spec.masks_dir}")
+    made = make_masks(items, spec.masks_dir, model=spec.masks, device=device, shard=shard, progress=False)
+    if made.failed:
+        raise AssetError(f"{made.failed} image(s) got no mask", path=made.manifest,
+                         fix="see the failures in the manifest (bgbias masks names each image and why), "
+                             "then run the study again")
+    return {"model": spec.masks, "items": items_digest(items)[:16]}
+
+
+def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, processes: int,
+                    log: Callable[[str], None]) -> dict[str, str]:
+    """Train (or resume, or keep) the run, then evaluate and explain it (:mod:`bgbias.study.runs`)."""
+    from bgbias.study.runs import REPEATS, measure_run, train_study_run
+
+    run = study_run(args)
+    run_dir = train_study_run(folder, run, spec, device, log, processes=processes)
+    log(f"{run.label}: clean and {REPEATS} corrupted repeats{', the profile' if args.profile else ''}, "
+        f"foreground scores of {args.explain_images} test images")
+    measure_run(run_dir, Path(spec.masks_dir), Path(spec.backgrounds), args.profile, args.explain_images,
+                device, log)
+    return {"config": _file_digest(run_dir / "config.json")}
+
+
+def write_page(folder: Path, plan: Plan, step_id: str, log: Callable[[str], None]) -> dict[str, str]:
+    """The page of the runs the page step needs that are done; the failed ones are named on it."""
+    from bgbias.study.page import report_study
+
+    step = plan.steps[step_id]
+    assert step.page is not None
+    done = [plan.steps[need] for need in step.needs if plan.steps[need].state == "done"]
+    failures = {need.removeprefix("run/"): plan.steps[need].error or "failed" for need in step.needs
+                if plan.steps[need].state == "failed"}
+    if not done:
+        raise BgbiasError(f"every run failed ({len(failures)}): {', '.join(failures)}",
+                          fix="see each error with `bgbias study --status`, then run the command again")
+    run_dirs = [folder / study_run(s.run).folder_name for s in done if s.run is not None]
+    log(f"the page of {len(run_dirs)} runs in {folder / step.page.folder}")
+    title = f"bgbias study: {plan.spec.title}, {len(run_dirs)} runs{step.page.title}"
+    dials: list[Path] = []
+    if plan.spec.bench is not None:
+        bench = plan.spec.bench
+        dials = sorted(folder.parent.glob(f"dial-*-bench-{bench.preset}-seed{bench.seed}/dial.png"))
+    report_study(run_dirs, folder / step.page.folder, title=title, dials=dials, failures=failures)
+    return {f"run/{run_dir.name}": _file_digest(next(iter(sorted(run_dir.glob("eval/*-test/report.json"))),
+                                                     run_dir / "run.json"))
+            for run_dir in run_dirs}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return _digest(path.read_bytes())
+    except OSError:
+        return "missing"

@@ -1,0 +1,287 @@
+"""A worker of a study: takes the next step of the plan that is ready, claims it, does it while renewing the
+claim, records it done or failed, and goes on until nothing it may do is left.
+
+Every executor runs this loop: the local pool (one worker per device), a second ``bgbias study`` on the
+same folder, and each SLURM array task (``only``: its own step). Workers never talk to each other: the plan
+(:mod:`bgbias.study.ledger`) is all they share, so they may run on several machines that share the folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bgbias.errors import BgbiasError
+from bgbias.signals import sigterm_as_interrupt
+from bgbias.study.ledger import (
+    FINISHED,
+    MAX_ATTEMPTS,
+    RENEW_EVERY,
+    STALE_AFTER,
+    Claim,
+    Plan,
+    claim_is_dead,
+    new_claim,
+    read_plan,
+    update_plan,
+    with_step,
+)
+from bgbias.study.steps import execute_step
+
+POLL_EVERY = 2.0
+"""Seconds between looks at the plan while every step left waits for another worker."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How often a worker renews its claim, when another's claim is dead, and how often it looks again."""
+
+    renew_every: float = RENEW_EVERY
+    stale_after: float = STALE_AFTER
+    poll_every: float = POLL_EVERY
+
+
+DEFAULT_TIMING = Timing()
+
+
+@dataclasses.dataclass
+class WorkOutcome:
+    """What one worker did: the steps it finished, and those that failed in its hands with their errors."""
+
+    done: list[str] = dataclasses.field(default_factory=list)
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def needed_steps(plan: Plan, goals: Sequence[str]) -> list[str]:
+    """The ``goals`` and every step they need, in the plan's order."""
+    wanted: set[str] = set()
+    stack = list(goals)
+    while stack:
+        step_id = stack.pop()
+        if step_id not in wanted:
+            wanted.add(step_id)
+            stack.extend(plan.steps[step_id].needs)
+    return [step_id for step_id in plan.steps if step_id in wanted]
+
+
+def work(
+    folder: Path,
+    goals: Sequence[str],
+    *,
+    only: str | None = None,
+    device: str = "auto",
+    threads: int | None = None,
+    processes: int = 1,
+    log: Callable[[str], None] = print,
+    timing: Timing = DEFAULT_TIMING,
+) -> WorkOutcome:
+    """Do the ready steps among ``goals`` and what they need, until none is left that this worker may do.
+
+    ``only``: do just that step (waiting until what it needs is done), then a page among ``goals`` if it has
+    become ready (the last run of a job array writes the page). ``threads``: torch's CPU threads;
+    ``processes``: how many processes train each run (torchrun, one per visible device). A SIGTERM
+    or Ctrl-C during a step gives its claim back (the step is taken again, a run resumes from its last
+    checkpoint) and is raised on.
+    """
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    outcome = WorkOutcome()
+    with sigterm_as_interrupt():
+        while True:
+            claim = new_claim(_device_label(device))
+            picked = _claim_next(folder, goals, only, claim, timing, log)
+            if picked is None:
+                return outcome
+            if picked == WAIT:
+                time.sleep(timing.poll_every)
+                continue
+            _do_step(folder, picked, claim, device, processes, log, timing, outcome)
+
+
+WAIT = ""
+"""What :func:`_claim_next` returns while every step left waits for other workers."""
+
+
+def _claim_next(folder: Path, goals: Sequence[str], only: str | None, claim: Claim, timing: Timing,
+                log: Callable[[str], None]) -> str | None:
+    """Claim the first ready step this worker may do: its id; :data:`WAIT` when steps are left that are not
+    ready yet; None when nothing is left for it."""
+    picked: list[str | None] = [None]
+
+    def change(plan: Plan | None) -> Plan:
+        if plan is None:
+            raise BgbiasError("the study's plan is gone", path=folder,
+                              fix="run `bgbias study` with the study's options again")
+        now = time.time()
+        wanted = needed_steps(plan, goals)
+        if only is not None:
+            pages = [goal for goal in goals if plan.steps[goal].kind == "page"]
+            wanted = [only] if plan.steps[only].state not in FINISHED else []
+            wanted += [page for page in pages if _needs_finished(plan, page)]
+        for step_id in wanted:
+            plan = _settle_dead_claim(plan, step_id, now, timing, log)
+            step = plan.steps[step_id]
+            if step.state in FINISHED:
+                continue
+            failed_need = next((need for need in step.needs if plan.steps[need].state == "failed"), None)
+            if step.state == "pending" and failed_need is not None and step.kind != "page":
+                plan = with_step(plan, step_id, state="failed", error=f"it needs {failed_need}, which failed",
+                                 finished=now)
+                continue
+            picked[0] = WAIT
+            if step.state == "running":
+                continue
+            if not _needs_finished(plan, step_id, done_only=step.kind != "page"):
+                continue
+            picked[0] = step_id
+            return with_step(plan, step_id, state="running", claim=claim, attempts=step.attempts + 1,
+                             host=claim.host, device=claim.device, started=now, finished=None, error=None,
+                             traceback=None)
+        return plan
+
+    update_plan(folder, change)
+    return picked[0]
+
+
+def _needs_finished(plan: Plan, step_id: str, *, done_only: bool = False) -> bool:
+    states = ("done",) if done_only else FINISHED
+    return all(plan.steps[need].state in states for need in plan.steps[step_id].needs)
+
+
+def _settle_dead_claim(plan: Plan, step_id: str, now: float, timing: Timing,
+                       log: Callable[[str], None]) -> Plan:
+    """``plan`` with the step given back (or failed, after :data:`MAX_ATTEMPTS` starts) when the process
+    holding it is gone."""
+    step = plan.steps[step_id]
+    if step.state != "running" or step.claim is None:
+        return plan
+    if not claim_is_dead(step.claim, now, timing.stale_after):
+        return plan
+    holder = f"pid {step.claim.pid} on {step.claim.host}"
+    if step.attempts >= MAX_ATTEMPTS:
+        log(f"[{step_id}] its worker ({holder}) died; {step.attempts} starts: recorded as failed")
+        return with_step(plan, step_id, state="failed", claim=None, finished=now,
+                         error=f"its worker died in each of {step.attempts} starts (last: {holder})")
+    log(f"[{step_id}] its worker ({holder}) died: taken over")
+    return with_step(plan, step_id, state="pending", claim=None)
+
+
+def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: int,
+             log: Callable[[str], None], timing: Timing, outcome: WorkOutcome) -> None:
+    """Do the claimed step, renewing the claim meanwhile, and record how it ended."""
+    plan = read_plan(folder)
+    assert plan is not None
+
+    def step_log(message: str) -> None:
+        log(f"[{step_id}] {message}")
+
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew, args=(folder, step_id, claim, stop, timing.renew_every),
+                               daemon=True, name="bgbias-claim")
+    renewer.start()
+    try:
+        inputs = execute_step(folder, plan, step_id, device, processes, step_log)
+    except KeyboardInterrupt:
+        # An interruption is no death: the start is not counted against the step.
+        _finish(folder, step_id, claim, state="pending", claim=None,
+                attempts=plan.steps[step_id].attempts - 1)
+        step_log("interrupted: given back to the plan")
+        raise
+    except Exception as error:  # one step's failure (a diverged loss, a full disk) must not stop the rest
+        message = str(error) if isinstance(error, BgbiasError) else f"{type(error).__name__}: {error}"
+        _finish(folder, step_id, claim, state="failed", claim=None, finished=time.time(), error=message,
+                traceback=traceback.format_exc())
+        outcome.failed[step_id] = message
+        step_log(f"FAILED, going on with the others:\n{message}")
+    else:
+        _finish(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
+        outcome.done.append(step_id)
+        step_log("done")
+    finally:
+        stop.set()
+        renewer.join()
+
+
+def _finish(folder: Path, step_id: str, mine: Claim, **changes: object) -> None:
+    """Record the end of a step, unless another worker has taken it over meanwhile (this one was thought
+    dead): then its record stands."""
+    def change(plan: Plan | None) -> Plan:
+        assert plan is not None
+        held = plan.steps[step_id].claim
+        if held is None or held.token != mine.token:
+            return plan
+        return with_step(plan, step_id, **changes)
+
+    update_plan(folder, change)
+
+
+def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, every: float) -> None:
+    while not stop.wait(every):
+        def change(plan: Plan | None) -> Plan:
+            assert plan is not None
+            held = plan.steps[step_id].claim
+            if held is None or held.token != claim.token:
+                return plan
+            return with_step(plan, step_id, claim=held.model_copy(update={"heartbeat": time.time()}))
+
+        update_plan(folder, change)
+
+
+def _device_label(device: str) -> str:
+    """The device as ``--status`` shows it: with the GPUs this process sees, when they are limited."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bgbias.study.worker FOLDER GOAL... [options]``: a worker of the local executor
+    (:mod:`bgbias.study.local`), which starts it; it stops when its parent does."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bgbias.study.worker")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("goals", nargs="+")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--parent", type=int, default=None)
+    parser.add_argument("--renew-every", type=float, default=RENEW_EVERY)
+    parser.add_argument("--stale-after", type=float, default=STALE_AFTER)
+    parser.add_argument("--poll-every", type=float, default=POLL_EVERY)
+    options = parser.parse_args(argv)
+    if options.parent is not None:
+        _stop_with_parent(options.parent)
+    timing = Timing(options.renew_every, options.stale_after, options.poll_every)
+    try:
+        work(options.folder, options.goals, device=options.device, threads=options.threads,
+             processes=options.processes, log=lambda line: print(line, flush=True), timing=timing)
+    except KeyboardInterrupt as interruption:
+        from bgbias.signals import interruption_status
+
+        return interruption_status(interruption)
+    return 0
+
+
+def _stop_with_parent(parent: int) -> None:
+    """SIGTERM to this process when ``parent`` ends (Linux's parent-death signal, and a check that the parent
+    had not already gone before it was set)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the worker outlives a killed parent and finishes its step
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""The study folder's plan and its workers: what is planned, refused and extended; every step done once, in
+order, by workers that share nothing but the plan; a dead worker's step taken over; failures recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bgbias.errors import OptionError, RecordError
+from bgbias.study import worker as worker_module
+from bgbias.study.ledger import Claim, machine_id, read_plan, update_plan, with_step
+from bgbias.study.local import local_slots
+from bgbias.study.pipeline import plan_study, slurm_stages, study_result
+from bgbias.study.plan import study_plan
+from bgbias.study.spec import bench_spec, dataset_spec
+from bgbias.study.status import format_status
+from bgbias.study.worker import Timing, needed_steps, work
+from tests.replicas import make_cub
+
+FAST = Timing(renew_every=0.05, stale_after=0.5, poll_every=0.02)
+
+
+def _spec(tmp_path: Path, masks: str = "ground-truth"):
+    return bench_spec("small", 0.9, 0, masks, backgrounds=tmp_path / "pools")
+
+
+def _recording(calls: list[str], fail: set[str] = frozenset(), pause: float = 0.0):
+    """A stand-in for executing a step: records it, fails the ones named."""
+    def execute(folder, plan, step_id, device, processes, log):
+        calls.append(step_id)
+        time.sleep(pause)
+        if step_id in fail:
+            raise RuntimeError(f"{step_id} broke")
+        return {"step": step_id}
+    return execute
+
+
+def test_a_new_plan_lists_prepare_masks_runs_and_page_in_order(tmp_path):
+    spec = _spec(tmp_path, masks="u2netp")
+    goals = plan_study(tmp_path, spec, study_plan("quick", seeds=2, masks="u2netp"))
+    plan = read_plan(tmp_path)
+    assert goals == ["page/report-multi_similarity-2seeds"]
+    assert list(plan.steps) == [
+        "prepare", "masks-1of1",
+        "run/multi_similarity-seed0", "run/multi_similarity-bgaugment-seed0",
+        "run/multi_similarity-seed1", "run/multi_similarity-bgaugment-seed1",
+        "page/report-multi_similarity-2seeds"]
+    assert plan.steps["run/multi_similarity-seed1"].needs == ["prepare", "masks-1of1"]
+    assert plan.steps[goals[0]].needs == [step for step in plan.steps if step.startswith("run/")]
+    assert needed_steps(plan, goals) == list(plan.steps)
+
+
+def test_the_same_command_again_keeps_the_plan_and_other_work_needs_extend(tmp_path):
+    spec = _spec(tmp_path)
+    plan_study(tmp_path, spec, study_plan("quick"))
+    before = (tmp_path / "plan.json").read_bytes()
+    plan_study(tmp_path, spec, study_plan("quick"))
+    assert (tmp_path / "plan.json").read_bytes() == before
+    with pytest.raises(OptionError, match="lacks 3 step") as refused:
+        plan_study(tmp_path, spec, study_plan("quick", seeds=2))
+    assert "--extend" in refused.value.fix
+    assert (tmp_path / "plan.json").read_bytes() == before
+    plan_study(tmp_path, spec, study_plan("quick", seeds=2), extend=True)
+    assert "run/multi_similarity-bgaugment-seed1" in read_plan(tmp_path).steps
+    # A subset of the plan (its own page) needs no extension.
+    plan_study(tmp_path, spec, study_plan("quick", seeds=1, methods=["multi_similarity"]))
+
+
+def test_a_folder_holds_one_study(tmp_path):
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    other = bench_spec("small", 0.5, 0, "ground-truth", backgrounds=tmp_path / "pools")
+    with pytest.raises(OptionError, match="holds a study of bench small, rho 0.9") as refused:
+        plan_study(tmp_path, other, study_plan("quick"), extend=True)
+    assert "--out" in refused.value.fix
+
+
+def test_a_damaged_plan_is_an_error_naming_the_file(tmp_path):
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["steps"]["prepare"]["state"] = "finished"
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="steps.prepare.state") as error:
+        read_plan(tmp_path)
+    assert error.value.path == str(tmp_path / "plan.json") and "remove it" in error.value.fix
+
+
+def test_a_worker_does_every_step_once_in_order_and_records_it(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path, "u2netp"), study_plan("quick", masks="u2netp"))
+    outcome = work(tmp_path, goals, device="cpu", log=lambda _: None, timing=FAST)
+    plan = read_plan(tmp_path)
+    assert calls == list(plan.steps) == outcome.done
+    assert all(step.state == "done" and step.claim is None and step.inputs == {"step": step_id}
+               and step.device == "cpu" and step.attempts == 1 for step_id, step in plan.steps.items())
+    assert work(tmp_path, goals, device="cpu", log=lambda _: None, timing=FAST).done == []
+
+
+def test_a_failed_run_is_recorded_and_the_page_names_it(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls, fail={"run/multi_similarity-seed0"}))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    outcome = work(tmp_path, goals, log=lambda _: None, timing=FAST)
+    plan = read_plan(tmp_path)
+    failed = plan.steps["run/multi_similarity-seed0"]
+    assert failed.state == "failed" and failed.error == "RuntimeError: run/multi_similarity-seed0 broke"
+    assert "Traceback" in failed.traceback
+    assert outcome.failed == {"run/multi_similarity-seed0": failed.error}
+    assert plan.steps[goals[0]].state == "done"  # the page of the other run
+    result = study_result(tmp_path, goals)
+    assert result.failures == {"multi_similarity-seed0": failed.error}
+    assert [path.name for path in result.runs] == ["multi_similarity-bgaugment-seed0"]
+    assert "failures (tracebacks in plan.json):\n- run/multi_similarity-seed0: RuntimeError" in format_status(
+        tmp_path, plan)
+    # The next command tries the failed run again, and only it and the page.
+    calls.clear()
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    assert read_plan(tmp_path).steps["run/multi_similarity-seed0"].state == "pending"
+    work(tmp_path, goals, log=lambda _: None, timing=FAST)
+    assert calls == ["run/multi_similarity-seed0"]  # the page was written; it stays as it is
+
+
+def test_a_step_whose_need_failed_fails_without_running(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls, fail={"masks-1of1"}))
+    goals = plan_study(tmp_path, _spec(tmp_path, "u2netp"), study_plan("quick", masks="u2netp"))
+    work(tmp_path, goals, log=lambda _: None, timing=FAST)
+    plan = read_plan(tmp_path)
+    assert calls == ["prepare", "masks-1of1", goals[0]]
+    assert plan.steps["run/multi_similarity-seed0"].error == "it needs masks-1of1, which failed"
+    assert plan.steps[goals[0]].state == "done"  # the stand-in's page (the real one fails: no run is done)
+
+
+def test_workers_on_threads_share_the_plan_and_do_each_step_once(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls, pause=0.05))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick", seeds=3))
+    threads = [threading.Thread(target=work, args=(tmp_path, goals),
+                                kwargs={"log": lambda _: None, "timing": FAST}) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(calls) == sorted(read_plan(tmp_path).steps)
+    assert calls[-1] == goals[0]  # the page comes once every run is finished
+
+
+def _claimed_by(tmp_path: Path, step_id: str, claim: Claim, attempts: int = 1) -> None:
+    update_plan(tmp_path, lambda plan: with_step(plan, step_id, state="running", claim=claim,
+                                                 attempts=attempts))
+
+
+def test_a_step_whose_worker_died_is_taken_over(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    dead = Claim(token="x", host="here", machine=machine_id(), pid=2**22 + 7, started=1, device="cpu",
+                 heartbeat=time.time())
+    _claimed_by(tmp_path, "prepare", dead)
+    lines: list[str] = []
+    work(tmp_path, goals, log=lines.append, timing=FAST)
+    assert calls[0] == "prepare" and read_plan(tmp_path).steps["prepare"].attempts == 2
+    assert f"[prepare] its worker (pid {2**22 + 7} on here) died: taken over" in lines
+
+
+def test_a_claim_from_another_machine_goes_stale_when_it_is_not_renewed(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    elsewhere = Claim(token="x", host="node7", machine="another-boot-id", pid=os.getpid(), started=1,
+                      device="cuda", heartbeat=time.time())
+    _claimed_by(tmp_path, "prepare", elsewhere)
+    started = time.monotonic()
+    work(tmp_path, goals, log=lambda _: None, timing=FAST)
+    assert time.monotonic() - started >= FAST.stale_after * 0.9
+    assert calls[0] == "prepare"
+
+
+def test_a_step_that_kills_its_worker_each_time_ends_failed(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    dead = Claim(token="x", host="here", machine=machine_id(), pid=2**22 + 7, started=1, device="cpu",
+                 heartbeat=time.time())
+    _claimed_by(tmp_path, "prepare", dead, attempts=3)
+    work(tmp_path, goals, log=lambda _: None, timing=FAST)
+    plan = read_plan(tmp_path)
+    assert plan.steps["prepare"].state == "failed"
+    assert "died in each of 3 starts" in plan.steps["prepare"].error
+    assert calls == [goals[0]]  # every run needs prepare; the page is left with failures only
+    assert plan.steps["run/multi_similarity-seed0"].error == "it needs prepare, which failed"
+
+
+def test_only_does_its_step_then_the_page_when_it_was_the_last(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    work(tmp_path, goals, only="prepare", log=lambda _: None, timing=FAST)
+    work(tmp_path, goals, only="run/multi_similarity-seed0", log=lambda _: None, timing=FAST)
+    assert calls == ["prepare", "run/multi_similarity-seed0"]
+    work(tmp_path, goals, only="run/multi_similarity-bgaugment-seed0", log=lambda _: None, timing=FAST)
+    assert calls[2:] == ["run/multi_similarity-bgaugment-seed0", goals[0]]
+
+
+def test_slurm_stages_group_what_is_left_by_kind(tmp_path, monkeypatch):
+    goals = plan_study(tmp_path, _spec(tmp_path, "u2netp"), study_plan("quick", masks="u2netp"))
+    plan = read_plan(tmp_path)
+    assert slurm_stages(plan, goals) == [["prepare"], ["masks-1of1"],
+                                         ["run/multi_similarity-seed0", "run/multi_similarity-bgaugment-seed0"]]
+    for step_id in list(plan.steps)[:-1]:
+        plan = with_step(plan, step_id, state="done")
+    assert slurm_stages(plan, goals) == [[goals[0]]]
+
+
+def test_devices_and_workers_make_the_slots(monkeypatch):
+    assert [(slot.device, slot.gpus) for slot in local_slots("cpu", 2)] == [("cpu", None)] * 2
+    assert local_slots("cpu")[0].threads is None  # one worker keeps torch's own threads
+    assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
+    assert [slot.gpus for slot in local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)] == ["0,1", "2,3"]
+    with pytest.raises(OptionError, match="cannot be split into groups of 2"):
+        local_slots("cuda:0,cuda:1,cuda:2", gpus_per_run=2)
+    with pytest.raises(OptionError, match="--devices 'gpu0'"):
+        local_slots("gpu0")
+    with pytest.raises(OptionError, match="--workers sets CPU workers"):
+        local_slots("cuda:0", workers=2)
+
+
+def test_a_real_dataset_s_spec_names_its_masks_and_refuses_a_missing_folder(tmp_path):
+    root = make_cub(tmp_path / "cub", n_classes=4, per_class=1)
+    spec = dataset_spec("cub", root, None, tmp_path / "pools")
+    assert (spec.masks, spec.root) == ("u2net", str(root))
+    assert Path(spec.masks_dir).name.startswith("cub-u2net-cub-")
+    assert dataset_spec("cub", root, str(tmp_path), None).masks == "folder"
+    with pytest.raises(OptionError, match="neither a U²-Net model"):
+        dataset_spec("cub", root, str(tmp_path / "nowhere"), None)
+    with pytest.raises(OptionError, match="not at"):
+        dataset_spec("cub", tmp_path / "none", None, None)
+    with pytest.raises(OptionError, match="exact masks exist for the bench only"):
+        dataset_spec("cub", root, "ground-truth", None)
