@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
 import click
@@ -88,8 +87,8 @@ def slurm_options(command):
     for option in reversed([
         click.option("--slurm-partition", default=None, help="SLURM partition of the job arrays."),
         click.option("--slurm-time", default=None,
-                     help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches it "
-                          "is requeued and its run resumes)."),
+                     help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches "
+                          "it is requeued and its run resumes)."),
         click.option("--slurm-gpus-per-task", default=None, help="GPUs of each task (default 1)."),
         click.option("--slurm-cpus-per-task", default=None, help="CPU cores of each task."),
         click.option("--slurm-array-parallelism", default=None, help="Tasks of an array running at once."),

@@ -101,7 +101,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
                    "model.backbone=resnet50, loss.certainty_min=global; repeatable). The variant's runs and "
                    "page get folders of their own.")
 @click.option("--explain-images", type=click.IntRange(min=1), default=EXPLAIN_IMAGES, show_default=True,
-              help="Test images of each run whose foreground scores are computed (SmoothGrad, 25 passes each).")
+              help="Test images of each run whose foreground scores are computed (SmoothGrad, 25 passes "
+                   "each).")
 @study_bench_options
 @click.option("--out", type=PATH_DIR, default=None,
               help="The study folder: its plan, runs and page (default runs/study/<dataset and masks>).")
@@ -125,8 +126,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.pass_context
 def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str, methods: str | None,
           seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
-          settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int, out: Path | None,
-          extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
+          settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int,
+          out: Path | None, extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
           dry_run: bool, show_status: bool, **slurm: object) -> None:
     """The paper's measurement as one command, from nothing to one report page: the bench (or a dataset's
     check), the masks, every planned run trained without and with BGAugment, clean vs corrupted MAP@R,
@@ -162,6 +163,11 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
         return
     result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
     if not result.report:
+        if result.runs:
+            why = result.page_error or "its step is not done"
+            raise BgbiasError(f"the study's page was not written: {why}",
+                              path=folder, fix="see `bgbias study --status` (same options), then run the "
+                                               "command again")
         raise _nothing_measured(result.failures)
     for name in ("table_md", "seeds_md"):
         click.echo("\n" + result.report[name].read_text(encoding="utf-8"))

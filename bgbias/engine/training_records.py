@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import sys
@@ -84,7 +83,7 @@ def checkpoint_state(state: TrainingState, method, optimizer, scaler, device) ->
 
     return {
         "epoch": state.epoch,
-        "spec": dataclasses.asdict(method.spec),
+        "spec": method.spec.saved(),
         "model": method.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(),

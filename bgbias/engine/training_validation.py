@@ -3,7 +3,6 @@ MAP@R, and early stopping."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,7 +85,7 @@ def select_checkpoint(state: TrainingState, row: dict[str, Any], config: TrainCo
         state.best_value, state.best_epoch, state.bad_epochs = value, state.epoch, 0
         if dist.is_main:
             save_checkpoint(run.best, {"epoch": state.epoch, "monitor": key, "value": value,
-                                       "spec": dataclasses.asdict(method.spec), "model": method.state_dict()})
+                                       "spec": method.spec.saved(), "model": method.state_dict()})
     else:
         state.bad_epochs += 1
         if state.bad_epochs >= config.schedule.patience:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -100,6 +100,11 @@ class MethodSpec:
     pooling: str = "avg"
     options: dict[str, Any] = field(default_factory=dict)
     input_size: int | None = None
+
+    def saved(self) -> dict[str, Any]:
+        """The spec as checkpoints hold it, its options in key order: a run resumed from its config.json
+        (whose keys are sorted) then writes the same checkpoint bytes as one trained without a stop."""
+        return {**asdict(self), "options": dict(sorted(self.options.items()))}
 
 
 class MethodOptions(Settings):

@@ -217,14 +217,20 @@ def _loss_answer(groups: Groups, methods: list[str]) -> str:
         runs = list(groups.get((method, False), {}).values())
         loss = over_seeds(runs, absolute_drop)
         if loss.mean is not None:
-            losses[method], drops[method] = loss, over_seeds(runs, relative_drop).mean
+            losses[method] = loss
+            relative = over_seeds(runs, relative_drop).mean
+            if relative is not None:  # none where the clean score is 0
+                drops[method] = relative
     if not losses:
         return "Not measured: no method was run without BGAugment and scored on corrupted sets."
-    least, most = min(drops, key=drops.__getitem__), max(drops, key=drops.__getitem__)
-    share = (f"{100 * drops[least]:.1f} %" if least == most else
-             f"{100 * drops[least]:.1f} % ({least}) to {100 * drops[most]:.1f} % ({most})")
+    share = ""
+    if drops:
+        least, most = min(drops, key=drops.__getitem__), max(drops, key=drops.__getitem__)
+        share = (f", {100 * drops[least]:.1f} %" if least == most else
+                 f", {100 * drops[least]:.1f} % ({least}) to {100 * drops[most]:.1f} % ({most})")
+        share += " of their clean score"
     return (f"The vanilla runs of {_count(losses, methods)} lose {_span(s.mean for s in losses.values())} "
-            f"points of MAP@R, {share} of their clean score. {_against_seeds(losses, 'The loss')}")
+            f"points of MAP@R{share}. {_against_seeds(losses, 'The loss')}")
 
 
 def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:

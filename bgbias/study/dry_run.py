@@ -39,7 +39,8 @@ def _steps_text(plan: Plan, goals: list[str]) -> str:
     needed = needed_steps(plan, goals)
     counts = {state: sum(plan.steps[step_id].state == state for step_id in needed)
               for state in ("done", "failed", "running", "pending")}
-    lines = [f"{len(needed)} steps: " + ", ".join(f"{count} {state}" for state, count in counts.items() if count)]
+    summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
+    lines = [f"{len(needed)} steps: {summary}"]
     lines += [f"  {step_id}: {plan.steps[step_id].state}" for step_id in needed]
     left = [step_id for step_id in needed if plan.steps[step_id].state not in FINISHED]
     if not left:

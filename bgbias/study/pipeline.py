@@ -26,6 +26,7 @@ class StudyResult:
     runs: list[Path]  # the runs measured, in the plan's order
     report: dict[str, Path]  # the page's files by name; empty when none was written
     failures: dict[str, str] = dataclasses.field(default_factory=dict)  # failed run folder name → error
+    page_error: str | None = None  # why the page was not written, when its step failed
 
 
 def plan_study(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: bool = False) -> list[str]:
@@ -108,7 +109,7 @@ def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:
     """What the plan's ``goals`` (page steps) measured: their runs done, their page, their failed runs."""
     plan = read_plan(folder)
     assert plan is not None
-    runs, failures, report = [], {}, {}
+    runs, failures, report, page_error = [], {}, {}, None
     for goal in goals:
         page = plan.steps[goal]
         for need in page.needs:
@@ -124,7 +125,9 @@ def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:
         if page.state == "done" and page.page is not None:
             out = folder / page.page.folder
             report = {name: out / name.replace("_", ".") for name in PAGE_FILES}
-    return StudyResult(folder, runs, report, failures)
+        elif page.state == "failed":
+            page_error = page.error
+    return StudyResult(folder, runs, report, failures, page_error)
 
 
 def slurm_stages(plan: Plan, goals: Sequence[str]) -> list[list[str]]:

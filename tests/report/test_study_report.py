@@ -28,7 +28,7 @@ def _report(method, bgaugment, seed, clean, corrupted):
         "clean": {"map_at_r": clean, "precision_at_1": clean + 0.2},
         "corrupted": {"mean": {"map_at_r": corrupted, "precision_at_1": corrupted + 0.1},
                       "std": {"map_at_r": 0.01}},
-        "drop": {"map_at_r": {"absolute": clean - corrupted, "relative": (clean - corrupted) / clean}},
+        "drop": {"map_at_r": {"absolute": clean - corrupted, "relative": (clean - corrupted) / clean if clean else None}},
         "per_class": [{"label": c, "relative_drop": d} for c, d in enumerate((0.2, 0.5, 0.9))],
     })
 
@@ -201,3 +201,11 @@ def test_the_seed_plot_is_stable_and_draws_each_seed(tmp_path):
     assert first.startswith(b"\x89PNG") and plot_over_seeds(reports, tmp_path / "b.png").read_bytes() == first
     moved = [_report("dcml", False, 1, 0.70, 0.30) if r is REPORTS[5] else r for r in reports]
     assert plot_over_seeds(moved, tmp_path / "c.png").read_bytes() != first
+
+
+def test_a_method_whose_clean_score_is_zero_loses_points_but_has_no_relative_drop():
+    # An untrained or diverged run scores 0 clean: its relative drop is undefined, and the answer is still
+    # written (a study's page must not fail on one degenerate run).
+    reports = [_report("ms", False, 0, 0.0, 0.0), _report("ms", False, 1, 0.0, 0.0)]
+    (_, lost), _, _ = answers(reports, reference=["ms"])
+    assert lost.startswith(" The vanilla runs of ms lose 0.0 points of MAP@R. ")
