@@ -265,6 +265,30 @@ def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monk
     assert "a-seed0: the loss became nan" in result.output and "fix: lower" not in result.output
 
 
+@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py study_result has no place for the page "
+                   "step's error, so bgbias/cli/reports.py says 'every run failed (0): ' when only the page "
+                   "failed")
+def test_the_study_command_names_the_page_s_error_when_only_the_page_failed(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+    from bgbias.study import page, runs, steps
+
+    def full_disk(*args, **options):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
+    monkeypatch.setattr(runs, "train_study_run",
+                        lambda folder, run, *args, **options: folder / run.folder_name)
+    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
+    monkeypatch.setattr(page, "report_study", full_disk)
+    result = CliRunner().invoke(main, ["study", "--devices", "cpu", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    error = result.output[result.output.index("error:"):]  # after the log, which names it as it happens
+    assert "No space left on device" in error and "every run failed" not in error
+
+
 def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
     plan = study_plan("full", ["avsl"], 3, settings=["loss.certainty_min=global"])
     assert plan.settings == ("loss.certainty_min=global",)
