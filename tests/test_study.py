@@ -362,3 +362,25 @@ def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch)
     assert out == tmp_path / "study" / "report-avsl-certainty_min-global-1seed"
     assert title == ("bgbias study: bench small, rho 0.9, bench seed 0, u2netp masks, 2 runs, every run "
                      "with loss.certainty_min=global")
+
+
+TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
+            "data.batch_size=8", "data.m_per_class=2", "data.crop=32", "data.workers=0", "schedule.epochs=1")
+"""A run's settings for the tiny bench (tests/conftest.py): a random-weight backbone on 32-px crops."""
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="bgbias/study/runs.py train_study_run holds the run's claim_run lock "
+                   "while torchrun's rank 0 (`bgbias train --run-dir`) claims the same run in another "
+                   "process, which is refused: 'another process is training this run'")
+def test_a_run_of_several_processes_trains_under_torchrun(tiny_bench, tmp_path):
+    """--gpus-per-run k: the run trains under torchrun in k processes (here on the CPU, gloo)."""
+    from bgbias.study.spec import StudySpec
+
+    spec = StudySpec(dataset="bench", root=str(tiny_bench / "bench"), masks="folder",
+                     masks_dir=str(tiny_bench / "masks"), backgrounds=str(tiny_bench / "backgrounds"))
+    run = StudyRun("triplet", False, 0, settings=TINY_RUN)
+    run_dir = train_study_run(tmp_path / "study", run, spec, "cpu", lambda _: None, processes=2)
+    assert run_dir == tmp_path / "study" / run.folder_name
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
