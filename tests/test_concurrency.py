@@ -1,6 +1,6 @@
-"""Two processes on one output: the second waits for what is shared (the bench), skips what the first is
-doing (a study's run) or is refused at once with the reason (a second trainer of a run, a second explanation
-into a folder), and never records a failure for it."""
+"""Two processes on one output: the second waits for what is shared (the bench), takes another step of a
+study's plan than the first is doing (a run) or is refused at once with the reason (a second trainer of a
+run, a second explanation into a folder), and never records a failure for it."""
 
 from __future__ import annotations
 
@@ -57,88 +57,83 @@ def test_a_second_trainer_of_a_run_is_refused_at_once_naming_the_run_and_its_pro
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
 
 
-_STUDY_PASS = """
-import json, os
+_STUDY = """
 from pathlib import Path
-from types import SimpleNamespace
-from bgbias.study import runs
+from bgbias.study.local import Slot
+from bgbias.study.pipeline import run_study
 from bgbias.study.plan import StudyPlan
+from bgbias.study.spec import StudySpec
+from bgbias.study.worker import Timing
+from tests.study.standins import recording_steps
 
 folder = Path({folder!r})
-
-def train_study_run(folder, run, bench, device, log, step):
-    if run.folder_name == "multi_similarity-seed0":
-        pause()
-    with open(folder / "calls.log", "a") as calls:
-        calls.write(f"train {{run.folder_name}} {{os.getpid()}}\\n")
-    (folder / run.folder_name / "run.json").write_text(json.dumps({{"status": "finished"}}))
-    return folder / run.folder_name
-
-def measure_run(run_dir, *args):
-    with open(run_dir.parent / "calls.log", "a") as calls:
-        calls.write(f"measure {{run_dir.name}} {{os.getpid()}}\\n")
-
-runs.train_study_run, runs.measure_run = train_study_run, measure_run
-plan = StudyPlan(("multi_similarity",), 1)
-run_dirs, failures = runs.train_and_measure(plan, SimpleNamespace(masks_dir=folder / "masks"), folder, "cpu",
-                                            lambda line: None)
-assert not failures and len(run_dirs) == 2, (run_dirs, failures)
+for (module, name), stand_in in recording_steps(folder, "multi_similarity-seed0", pause).items():
+    setattr(module, name, stand_in)
+result = run_study(folder, StudySpec.model_validate_json({spec!r}), StudyPlan(("multi_similarity",), 1),
+                   slots=[Slot("cpu")], log=lambda line: None, timing=Timing(poll_every={poll}))
+assert not result.failures and len(result.runs) == 2, result
 """
 
 
-def test_two_study_passes_on_one_folder_share_the_runs(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from bgbias.study import runs
+def test_two_studies_on_one_folder_share_the_steps_and_each_runs_once(tmp_path, monkeypatch):
+    """The same `bgbias study` twice on one folder (two terminals, or two machines sharing it): the second
+    takes the run the first is not on instead of waiting for it, each step runs once, and the page is
+    written once both runs are done, by either."""
+    from bgbias.study.ledger import read_plan
+    from bgbias.study.local import Slot
+    from bgbias.study.pipeline import run_study
     from bgbias.study.plan import StudyPlan
+    from bgbias.study.spec import bench_spec
+    from bgbias.study.worker import Timing
+    from tests.study.standins import recorded_calls, recording_steps
 
     folder = tmp_path / "study"
     folder.mkdir()
-
-    def train_study_run(folder, run, bench, device, log, step):
-        with open(folder / "calls.log", "a") as calls:
-            calls.write(f"train {run.folder_name} {os.getpid()}\n")
-        return folder / run.folder_name
-
-    def measure_run(run_dir, *args):
-        with open(run_dir.parent / "calls.log", "a") as calls:
-            calls.write(f"measure {run_dir.name} {os.getpid()}\n")
-
-    monkeypatch.setattr(runs, "train_study_run", train_study_run)
-    monkeypatch.setattr(runs, "measure_run", measure_run)
-    with paused_child(tmp_path, _STUDY_PASS.format(folder=str(folder))) as (child, go):
-        lines = []
+    spec = bench_spec("small", 0.9, 0, "ground-truth", tmp_path / "pools")
+    for (module, name), stand_in in recording_steps(folder).items():
+        monkeypatch.setattr(module, name, stand_in)
+    timing = Timing(poll_every=0.05)
+    code = _STUDY.format(folder=str(folder), spec=spec.model_dump_json(), poll=timing.poll_every)
+    with paused_child(tmp_path, code) as (child, go):  # the first study holds multi_similarity-seed0
+        # Should this study wait for the held run instead, the first goes on after a while (and the order
+        # of the calls below says so).
+        deadline = threading.Timer(60, go.touch)
+        deadline.start()
 
         def log(line: str) -> None:
-            lines.append(line)
-            if "waiting for the other process" in line:
-                go.touch()  # the first pass may finish the run it holds now
+            if line == "[run/multi_similarity-bgaugment-seed0] done":
+                go.touch()  # the first study may finish the run it holds now
 
-        plan = StudyPlan(("multi_similarity",), 1)
-        bench = SimpleNamespace(masks_dir=folder / "masks")
-        run_dirs, failures = runs.train_and_measure(plan, bench, folder, "cpu", log)
-    assert failures == {} and not (folder / runs.FAILURES).exists()
-    assert run_dirs == [folder / "multi_similarity-seed0", folder / "multi_similarity-bgaugment-seed0"]
-    assert any("multi_similarity, seed 0: another process is training it; measured at the end" in line
-               for line in lines)
-    calls = (folder / "calls.log").read_text().splitlines()
+        try:
+            result = run_study(folder, spec, StudyPlan(("multi_similarity",), 1), slots=[Slot("cpu")],
+                               log=log, timing=timing)
+        finally:
+            deadline.cancel()
+    assert result.failures == {}
+    assert result.runs == [folder / "multi_similarity-seed0", folder / "multi_similarity-bgaugment-seed0"]
     me, other = str(os.getpid()), str(child.pid)
-    # This pass took the run the first one was not on, then waited for the held one and measured it after the
-    # first pass had finished it (in a real study: kept, and measured from the caches).
-    assert calls.index(f"train multi_similarity-bgaugment-seed0 {me}") < calls.index(
+    calls = recorded_calls(folder)
+    assert sorted(line.rsplit(" ", 1)[0] for line in calls) == sorted([
+        "prepare", "train multi_similarity-seed0", "measure multi_similarity-seed0",
+        "train multi_similarity-bgaugment-seed0", "measure multi_similarity-bgaugment-seed0", "page 2 runs"])
+    assert calls[0] == f"prepare {other}"
+    assert calls.index(f"measure multi_similarity-bgaugment-seed0 {me}") < calls.index(
         f"train multi_similarity-seed0 {other}")
-    assert calls.index(f"measure multi_similarity-seed0 {other}") < calls.index(
-        f"train multi_similarity-seed0 {me}")
+    assert calls[-1].startswith("page 2 runs ")
+    plan = read_plan(folder)
+    assert all(step.state == "done" and step.attempts == 1 and step.error is None
+               for step in plan.steps.values())
 
 
 _BUILD_BENCH = """
 import json
 from pathlib import Path
 from bgbias.study import bench
+from bgbias.study.spec import StudySpec
 from bgbias.bench.build import BENCH_FORMAT
-import bgbias.assets.fetch, bgbias.data.registry
+import bgbias.assets.fetch
 
-def prepare_bench(root, *, preset, rho, seed, home):
+def prepare_bench(root, *, preset, rho, seed):
     pause()
     Path(root).mkdir(parents=True, exist_ok=True)
     description = {{"format": BENCH_FORMAT, "parameters": {{"preset": preset, "rho": rho, "seed": seed}},
@@ -147,32 +142,30 @@ def prepare_bench(root, *, preset, rho, seed, home):
     return {{"root": str(root)}}
 
 bgbias.assets.fetch.fetch = lambda *args, **options: []
-bgbias.data.registry.open_dataset = lambda *args: None
 bench.prepare_pools = lambda **options: {{}}
-bench.bench_masks = lambda dataset, source, log: (None, Path({masks!r}))
 bench.prepare_bench = prepare_bench
-bench.prepare_study_bench("ground-truth", "small", 0.9, 0, None, print)
+bench.prepare_study_bench(StudySpec.model_validate_json({spec!r}), print)
 """
 
 
 def test_a_second_process_waits_for_the_bench_and_keeps_it(tmp_path, monkeypatch):
     import bgbias.assets.fetch
-    import bgbias.data.registry
     from bgbias.study import bench as study_bench
+    from bgbias.study.spec import bench_spec
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    spec = bench_spec("small", 0.9, 0, "u2netp", tmp_path / "pools")
     built = []
     monkeypatch.setattr(bgbias.assets.fetch, "fetch", lambda *args, **options: [])
-    monkeypatch.setattr(bgbias.data.registry, "open_dataset", lambda *args: None)
     monkeypatch.setattr(study_bench, "prepare_pools", lambda **options: {})
-    monkeypatch.setattr(study_bench, "bench_masks", lambda dataset, source, log: (None, tmp_path / "masks"))
     monkeypatch.setattr(study_bench, "prepare_bench", lambda *args, **options: built.append(args))
-    with paused_child(tmp_path, _BUILD_BENCH.format(masks=str(tmp_path / "masks"))) as (_child, go):
+    with paused_child(tmp_path, _BUILD_BENCH.format(spec=spec.model_dump_json())) as (_child, go):
         threading.Timer(0.5, go.touch).start()  # the first process finishes while this one waits
         lines = []
-        bench = study_bench.prepare_study_bench("ground-truth", "small", 0.9, 0, None, lines.append)
+        study_bench.prepare_study_bench(spec, lines.append)
     assert built == []
-    assert bench.bench["built by"] == "the first process"
+    description = json.loads((tmp_path / "data" / "bench" / "bench.json").read_text())
+    assert description["summary"] == {"built by": "the first process"}
     assert any("is up to date" in line for line in lines)
 
 

@@ -127,6 +127,7 @@ def test_bench_built_below_a_file(tmp_path):
 def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypatch):
     from bgbias.study.plan import StudyRun
     from bgbias.study.runs import train_study_run
+    from bgbias.study.spec import bench_spec
 
     run = tmp_path / "study" / "multi_similarity-seed0"
     run.mkdir(parents=True)
@@ -135,8 +136,8 @@ def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypat
     resumed = []
     monkeypatch.setattr("bgbias.engine.training.resume_training", resumed.append)
     planned = StudyRun("multi_similarity", False, 0)
-    assert train_study_run(tmp_path / "study", planned, tmp_path / "masks", "cpu", lambda _: None,
-                           "5/7") == run
+    spec = bench_spec("small", 0.9, 0, "ground-truth", tmp_path / "pools")
+    assert train_study_run(tmp_path / "study", planned, spec, "cpu", lambda _: None) == run
     assert resumed == [run]
 
 

@@ -1,5 +1,5 @@
 """The study keeps what is done (a matching bench, finished runs) and plans what its preset, methods and seeds
-ask for."""
+ask for; a failed run is recorded in the plan and the study goes on with the others."""
 
 from __future__ import annotations
 
@@ -8,12 +8,20 @@ import json
 import pytest
 
 from bgbias.bench.build import BENCH_FORMAT
-from bgbias.engine.config import resolve_config
 from bgbias.errors import OptionError
 from bgbias.study.bench import built_bench
+from bgbias.study.local import Slot
 from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
 from bgbias.study.runs import train_study_run
+from bgbias.study.spec import bench_spec, run_config
 from tests.report.synthetic import complete
+
+CPU = [Slot("cpu")]
+"""One worker in this process: the stand-ins the tests put in place of training stay in effect."""
+
+
+def _spec(tmp_path, masks="ground-truth"):
+    return bench_spec("small", 0.9, 0, masks, backgrounds=tmp_path / "pools")
 
 
 def _bench_json(root, **parameters):
@@ -44,14 +52,20 @@ def test_other_settings_or_a_damaged_description_rebuild_the_bench(tmp_path):
 
 def test_a_finished_run_is_not_trained_again(tmp_path):
     planned = StudyRun("multi_similarity", True, 1)
+    spec = _spec(tmp_path)
     run = tmp_path / "multi_similarity-bgaugment-seed1"
     run.mkdir()
-    config = resolve_config("multi_similarity", "bench", options={"bgaugment.enabled": True, "seed": 1})
-    (run / "config.json").write_text(json.dumps(config.as_dict()))
+    config = run_config(spec, planned).as_dict()
+    # Trained on another machine, from inputs elsewhere: how a run is computed and where its inputs lay do
+    # not make it another run.
+    config.update(device="cuda", amp="bf16", root=str(tmp_path / "elsewhere" / "bench"))
+    config["data"]["workers"] = 4
+    config["bgaugment"]["masks"] = str(tmp_path / "elsewhere" / "masks")
+    (run / "config.json").write_text(json.dumps(config))
     (run / "run.json").write_text(json.dumps({"status": "finished"}))
     lines = []
-    assert train_study_run(tmp_path, planned, tmp_path / "masks", "cpu", lines.append, "5/7") == run
-    assert lines == [f"5/7 multi_similarity + BGAugment, seed 1: trained already ({run})"]
+    assert train_study_run(tmp_path, planned, spec, "cpu", lines.append) == run
+    assert lines == [f"multi_similarity + BGAugment, seed 1: trained already ({run})"]
 
 
 def test_presets_plan_every_method_both_ways_seed_by_seed():
@@ -93,8 +107,9 @@ def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkey
     assert study_bench_root("small", 0.9, 0) == tmp_path / "data" / "bench"
     assert study_bench_root("small", 0.0, 0) == tmp_path / "data" / "bench-small-rho0-seed0"
     assert study_bench_root("large", 0.9, 1) == tmp_path / "data" / "bench-large-rho0.9-seed1"
-    folder = study_folder(tmp_path, "small", 0.5, 0, "u2netp")
+    folder = study_folder(tmp_path, bench_spec("small", 0.5, 0, "u2netp"))
     assert folder == tmp_path / "study" / "bench-small-rho0.5-seed0-u2netp"
+    assert study_folder(tmp_path, bench_spec("small", 0.5, 0, "ground-truth")) != folder
 
 
 def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_path, monkeypatch):
@@ -105,11 +120,15 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
 
     calls = []
 
-    def fake_study(*, plan, rho, runs, report=True, **_):
-        assert not report  # a point's folder may hold another study's page (the full preset's at rho 0.9)
-        calls.append((plan.masks, rho, plan.methods, plan.seeds))
-        folder = study_folder(runs, "small", rho, 0, plan.masks)
-        return StudyResult(None, [folder / run.folder_name for run in plan.runs()], {})
+    def fake_study(folder, spec, plan, *, slots, extend, **_):
+        # A point is added to the plan of its bench's study folder, which may hold another study (the full
+        # preset's runs at rho 0.9): without --extend that plan would refuse the point's runs.
+        assert extend and slots == CPU
+        assert folder == study_folder(tmp_path, spec) and spec.masks == plan.masks
+        # Its page has a folder of its own: it never replaces the page of the study it shares a folder with.
+        assert plan.report_folder == "report-ms-1seed"
+        calls.append((plan.masks, spec.bench.rho, plan.methods, plan.seeds))
+        return StudyResult(folder, [folder / run.folder_name for run in plan.runs()], {})
 
     def fake_collect(run_dirs):
         (path,) = run_dirs
@@ -120,7 +139,7 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
 
     monkeypatch.setattr(dial, "run_study", fake_study)
     monkeypatch.setattr(runs_table, "collect_runs", fake_collect)
-    result = dial.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, log=lambda _: None)
+    result = dial.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, slots=CPU, log=lambda _: None)
     assert calls == [("ground-truth", 0.0, ("ms",), 1), ("ground-truth", 1.0, ("ms",), 1),
                      ("u2netp", 0.0, ("ms",), 1), ("u2netp", 1.0, ("ms",), 1)]
     assert [(p.masks, p.rho, p.bgaugment) for p in result.points][:2] == [
@@ -129,57 +148,86 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
     assert result.report["dial_png"].is_file() and "ms + BGAugment" in result.report["dial_md"].read_text()
 
 
-def _failing_pass(tmp_path, monkeypatch, failing):
-    """One pass of steps 5–6 of a two-run plan where the runs named in ``failing`` raise while training."""
-    from types import SimpleNamespace
-
-    from bgbias.study import runs
+def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",), extend=False):
+    """One ``run_study`` of ``methods`` (one seed) in ``tmp_path/study``, the bench's preparation and every
+    run's training, measurement and page replaced by stand-ins; the runs named in ``failing`` raise while
+    training. Returns the result, the log and the pages written (their failures)."""
+    from bgbias.study import page, runs, steps
+    from bgbias.study.pipeline import run_study
     from bgbias.study.plan import StudyPlan
 
-    def fake_train(folder, run, bench, device, log, step):
+    def fake_train(folder, run, spec, device, log, *, processes=1):
         if run.folder_name in failing:
             raise failing[run.folder_name]
         return folder / run.folder_name
 
+    pages = []
+    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
     monkeypatch.setattr(runs, "train_study_run", fake_train)
     monkeypatch.setattr(runs, "measure_run", lambda *args: None)
+    monkeypatch.setattr(page, "report_study", lambda runs, out, failures, **_: pages.append(failures) or {})
     lines = []
-    plan = StudyPlan(("multi_similarity",), 1)
-    bench = SimpleNamespace(masks_dir=tmp_path / "masks")
-    run_dirs, failures = runs.train_and_measure(plan, bench, tmp_path, "cpu", lines.append)
-    return run_dirs, failures, lines
+    result = run_study(tmp_path / "study", _spec(tmp_path), StudyPlan(tuple(methods), 1), slots=CPU,
+                       extend=extend, log=lines.append)
+    return result, lines, pages
 
 
 def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path, monkeypatch):
     from bgbias.engine.training_loop import TrainingDiverged
-    from bgbias.study.runs import FAILURES
+    from bgbias.study.ledger import read_plan
 
+    folder = tmp_path / "study"
     diverged = TrainingDiverged("the loss became nan at epoch 3, step 7", fix="lower the learning rates")
-    run_dirs, failures, lines = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": diverged})
-    assert run_dirs == [tmp_path / "multi_similarity-bgaugment-seed0"]
-    assert failures == {"multi_similarity-seed0": str(diverged)}
-    assert any("multi_similarity, seed 0 FAILED, going on with the others" in line for line in lines)
-    recorded = json.loads((tmp_path / FAILURES).read_text())
-    assert recorded["multi_similarity-seed0"]["error"].startswith("the loss became nan")
-    assert "TrainingDiverged" in recorded["multi_similarity-seed0"]["traceback"]
+    result, lines, pages = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": diverged})
+    assert result.runs == [folder / "multi_similarity-bgaugment-seed0"]
+    assert result.failures == {"multi_similarity-seed0": str(diverged)}
+    assert pages == [result.failures]  # the page leaves the failed run out and names it
+    assert any(line.startswith("[run/multi_similarity-seed0] FAILED, going on with the others")
+               for line in lines)
+    recorded = read_plan(folder).steps["run/multi_similarity-seed0"]
+    assert recorded.state == "failed" and recorded.error.startswith("the loss became nan")
+    assert "TrainingDiverged" in recorded.traceback
 
-    # A bug of any kind is recorded too, by its type; a pass without failures removes the record.
-    run_dirs, failures, _ = _failing_pass(tmp_path, monkeypatch,
-                                             {"multi_similarity-bgaugment-seed0": MemoryError("out")})
-    assert failures == {"multi_similarity-bgaugment-seed0": "MemoryError: out"}
-    _failing_pass(tmp_path, monkeypatch, {})
-    assert not (tmp_path / FAILURES).exists()
+    # The next pass tries it again; a bug of any kind is recorded too, by its type.
+    result, _, _ = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": MemoryError("out")})
+    assert result.failures == {"multi_similarity-seed0": "MemoryError: out"}
+    assert "MemoryError" in read_plan(folder).steps["run/multi_similarity-seed0"].traceback
+    # A pass without failures leaves no error in the plan.
+    result, _, _ = _failing_pass(tmp_path, monkeypatch, {})
+    assert result.failures == {} and len(result.runs) == 2
+    assert all(step.state == "done" and step.error is None and step.traceback is None
+               for step in read_plan(folder).steps.values())
+
+
+@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py merged_plan retries a failed run but leaves "
+                   "its page step done: the page written without the run is never written again")
+def test_a_run_that_failed_then_succeeds_is_on_the_page_written_again(tmp_path, monkeypatch):
+    _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": RuntimeError("the loss became nan")})
+    result, _, pages = _failing_pass(tmp_path, monkeypatch, {})
+    assert result.failures == {} and len(result.runs) == 2
+    assert pages == [{}]  # the page again, with both runs and no failure
 
 
 def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatch):
-    from bgbias.study.runs import FAILURES
+    from bgbias.study.ledger import read_plan
 
-    # The dial's point at rho 0.9 runs one method in the full preset's folder: the full preset's record stays.
-    other = {"triplet-seed2": {"error": "the loss became nan", "traceback": "..."},
-             "multi_similarity-seed0": {"error": "old", "traceback": "..."}}
-    (tmp_path / FAILURES).write_text(json.dumps(other))
-    _failing_pass(tmp_path, monkeypatch, {})
-    assert json.loads((tmp_path / FAILURES).read_text()) == {"triplet-seed2": other["triplet-seed2"]}
+    # A study of two methods, one of which failed; then a study of the other alone in the same folder (as the
+    # dial's point at rho 0.9 runs one method in the full preset's folder): the first study's record stays.
+    failed = {"triplet-seed0": RuntimeError("the loss became nan")}
+    _failing_pass(tmp_path, monkeypatch, failed, methods=("multi_similarity", "triplet"))
+    result, _, _ = _failing_pass(tmp_path, monkeypatch, {}, methods=("multi_similarity",), extend=True)
+    assert result.failures == {} and len(result.runs) == 2
+    kept = read_plan(tmp_path / "study").steps["run/triplet-seed0"]
+    assert kept.state == "failed" and kept.error == "RuntimeError: the loss became nan"
+
+
+@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py merged_plan counts the page step of a "
+                   "subset of the planned runs as a step the plan lacks, so its page needs --extend")
+def test_the_page_of_a_subset_of_the_planned_runs_needs_no_extension(tmp_path, monkeypatch):
+    _failing_pass(tmp_path, monkeypatch, {}, methods=("multi_similarity", "triplet"))
+    result, _, pages = _failing_pass(tmp_path, monkeypatch, {}, methods=("triplet",))
+    assert [path.name for path in result.runs] == ["triplet-seed0", "triplet-bgaugment-seed0"]
+    assert pages == [{}]
 
 
 def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monkeypatch):
@@ -199,11 +247,46 @@ def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monk
     assert "the dial" in result.output
     assert "rho 1: multi_similarity-seed0: the loss became nan" in result.output
 
-    failed = pipeline.StudyResult(None, [], {}, {"a-seed0": "boom"})
-    monkeypatch.setattr(pipeline, "run_study", lambda **_: failed)
-    result = CliRunner().invoke(main, ["study"])
+    failed = pipeline.StudyResult(tmp_path, [], {}, {"a-seed0": "boom"})
+    monkeypatch.setattr(pipeline, "run_study", lambda *_, **__: failed)
+    result = CliRunner().invoke(main, ["study", "--devices", "cpu"])
     assert result.exit_code == 2 and "every run failed (1): a-seed0" in result.output
     assert "Traceback" not in result.output
+
+    page = {name: tmp_path / f"{name}.txt" for name in pipeline.PAGE_FILES}
+    for name, path in page.items():
+        path.write_text(f"the {name}")
+    partial = pipeline.StudyResult(tmp_path, [tmp_path / "a-bgaugment-seed0"], page,
+                                   {"a-seed0": "the loss became nan\n  fix: lower"})
+    monkeypatch.setattr(pipeline, "run_study", lambda *_, **__: partial)
+    result = CliRunner().invoke(main, ["study", "--devices", "cpu"])
+    assert result.exit_code == EXIT_PARTIAL, result.output
+    assert "the table_md" in result.output and "the seeds_md" in result.output
+    assert "a-seed0: the loss became nan" in result.output and "fix: lower" not in result.output
+
+
+@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py study_result has no place for the page "
+                   "step's error, so bgbias/cli/reports.py says 'every run failed (0): ' when only the page "
+                   "failed")
+def test_the_study_command_names_the_page_s_error_when_only_the_page_failed(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+    from bgbias.study import page, runs, steps
+
+    def full_disk(*args, **options):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
+    monkeypatch.setattr(runs, "train_study_run",
+                        lambda folder, run, *args, **options: folder / run.folder_name)
+    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
+    monkeypatch.setattr(page, "report_study", full_disk)
+    result = CliRunner().invoke(main, ["study", "--devices", "cpu", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    error = result.output[result.output.index("error:"):]  # after the log, which names it as it happens
+    assert "No space left on device" in error and "every run failed" not in error
 
 
 def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
@@ -213,8 +296,13 @@ def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
         "avsl-certainty_min-global-seed0", "avsl-certainty_min-global-bgaugment-seed0"]
     assert plan.runs()[1].label == "avsl (loss.certainty_min=global) + BGAugment, seed 0"
     assert plan.report_folder == "report-avsl-certainty_min-global-3seeds"
-    with pytest.raises(OptionError, match="not seed"):
-        study_plan("quick", settings=["seed=3"])
+    for key in ("seed", "root", "bgaugment.enabled", "bgaugment.masks", "schedule.watch_test", "method"):
+        with pytest.raises(OptionError, match=f"the study sets {key} for each run itself"):
+            study_plan("quick", settings=[f"{key}=1"])
+    # Any other setting makes a variant, as `bgbias train --set` does (a trial with fewer epochs, another
+    # backbone).
+    trial = study_plan("quick", settings=["schedule.epochs=2", "model.backbone=resnet50"])
+    assert trial.runs()[0].folder_name == "multi_similarity-schedule.epochs-2-model.backbone-resnet50-seed0"
     with pytest.raises(OptionError, match="does not know"):  # the setting is checked for every method
         study_plan("full", ["avsl", "dcml"], settings=["loss.certainty_min=global"])
 
@@ -222,7 +310,8 @@ def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
 def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_variant_folder(tmp_path):
     """A run made before AVSL's certainty followed the authors' code reads as the global minimum and without
     the first-step clipping: a study planning today's AVSL must not report it as such."""
-    old = resolve_config("avsl", "bench").as_dict()
+    spec = _spec(tmp_path)
+    old = run_config(spec, StudyRun("avsl", False, 0)).as_dict()
     del old["loss"]["certainty_min"], old["optim"]["grad_clip_per_group"]
     del old["optim"]["grad_clip_first_step_only"]
     old["optim"]["grad_clip"] = None
@@ -231,7 +320,7 @@ def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_va
     (run / "config.json").write_text(json.dumps(old))
     (run / "run.json").write_text(json.dumps({"status": "finished"}))
     with pytest.raises(OptionError) as err:
-        train_study_run(tmp_path, StudyRun("avsl", False, 0), tmp_path / "masks", "cpu", print, "5/7")
+        train_study_run(tmp_path, StudyRun("avsl", False, 0), spec, "cpu", print)
     assert err.value.path == str(run)
     assert 'loss.certainty_min = global (the plan: row)' in err.value.problem
     assert "optim.grad_clip = null (the plan: 10.0)" in err.value.problem
@@ -242,8 +331,7 @@ def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_va
     assert f"--set {' --set '.join(settings)}" in err.value.fix
     run.rename(tmp_path / variant.folder_name)  # kept as that variant, the study reuses it
     lines = []
-    assert train_study_run(tmp_path, variant, tmp_path / "masks", "cpu", lines.append, "5/7") == \
-        tmp_path / variant.folder_name
+    assert train_study_run(tmp_path, variant, spec, "cpu", lines.append) == tmp_path / variant.folder_name
     assert lines[0].endswith("trained already (" + str(tmp_path / variant.folder_name) + ")")
 
 
@@ -257,15 +345,42 @@ def test_the_dial_takes_no_settings():
 
 
 def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch):
-    from bgbias.study import pipeline
+    from bgbias.study import page, runs, steps
+    from bgbias.study.pipeline import run_study
 
     titles = []
-    monkeypatch.setattr(pipeline, "prepare_study_bench", lambda *args: None)
-    monkeypatch.setattr(pipeline, "train_and_measure", lambda *args: ([tmp_path / "run"], {}))
-    monkeypatch.setattr(pipeline, "report_study",
+    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
+    monkeypatch.setattr(steps, "make_mask_shard", lambda *args: {})
+    monkeypatch.setattr(runs, "train_study_run",
+                        lambda folder, run, *args, **options: folder / run.folder_name)
+    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
+    monkeypatch.setattr(page, "report_study",
                         lambda runs, out, title, **_: titles.append((out, title)) or {})
     plan = study_plan("full", ["avsl"], 1, settings=["loss.certainty_min=global"])
-    pipeline.run_study(plan=plan, runs=tmp_path, log=lambda line: None)
-    out, title = titles[0]
-    assert out.name == "report-avsl-certainty_min-global-1seed"
-    assert title.endswith("1 runs, every run with loss.certainty_min=global")
+    run_study(tmp_path / "study", _spec(tmp_path, "u2netp"), plan, slots=CPU, log=lambda line: None)
+    ((out, title),) = titles
+    assert out == tmp_path / "study" / "report-avsl-certainty_min-global-1seed"
+    assert title == ("bgbias study: bench small, rho 0.9, bench seed 0, u2netp masks, 2 runs, every run "
+                     "with loss.certainty_min=global")
+
+
+TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
+            "data.batch_size=8", "data.m_per_class=2", "data.crop=32", "data.workers=0", "schedule.epochs=1")
+"""A run's settings for the tiny bench (tests/conftest.py): a random-weight backbone on 32-px crops."""
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="bgbias/study/runs.py train_study_run holds the run's claim_run lock "
+                   "while torchrun's rank 0 (`bgbias train --run-dir`) claims the same run in another "
+                   "process, which is refused: 'another process is training this run'")
+def test_a_run_of_several_processes_trains_under_torchrun(tiny_bench, tmp_path):
+    """--gpus-per-run k: the run trains under torchrun in k processes (here on the CPU, gloo)."""
+    from bgbias.study.spec import StudySpec
+
+    spec = StudySpec(dataset="bench", root=str(tiny_bench / "bench"), masks="folder",
+                     masks_dir=str(tiny_bench / "masks"), backgrounds=str(tiny_bench / "backgrounds"))
+    run = StudyRun("triplet", False, 0, settings=TINY_RUN)
+    run_dir = train_study_run(tmp_path / "study", run, spec, "cpu", lambda _: None, processes=2)
+    assert run_dir == tmp_path / "study" / run.folder_name
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt"]

@@ -134,13 +134,22 @@ def test_a_mask_manifest_of_another_shape_names_the_file(tmp_path):
         check_settings(tmp_path, {"model": "u2netp"})
 
 
-def test_study_failures_of_another_shape_are_left_out(tmp_path):
-    from bgbias.study.runs import record_failures
+def test_a_study_plan_of_another_shape_names_the_file_from_the_command_line(tmp_path):
+    from bgbias.study.pipeline import plan_study
+    from bgbias.study.plan import study_plan
+    from bgbias.study.spec import bench_spec
 
-    path = tmp_path / "failures.json"
-    path.write_text(json.dumps({"other-plan": "not an entry"}))
-    record_failures(path, ["mine"], {"mine": "boom"}, {"mine": "Traceback ..."})
-    assert json.loads(path.read_text()) == {"mine": {"error": "boom", "traceback": "Traceback ..."}}
+    folder = tmp_path / "study"
+    folder.mkdir()
+    plan_study(folder, bench_spec("small", 0.9, 0, "ground-truth", tmp_path / "pools"), study_plan("quick"))
+    data = json.loads((folder / "plan.json").read_text())
+    data["steps"]["prepare"]["attempts"] = "two"
+    (folder / "plan.json").write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["study", "--status", "--out", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert str(folder / "plan.json") in result.output and "steps.prepare.attempts" in result.output
+    assert "remove it and run the same `bgbias study` command again" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_an_asset_record_of_another_shape_is_left_out_of_the_status(tmp_path):

@@ -1,14 +1,16 @@
-"""Stand-ins of :func:`bgbias.study.worker.work` for the SLURM tests: module-level functions (pickled by
-reference, so that a submitit subprocess imports them) that record their calls in files of the study
-folder."""
+"""Stand-ins for the study's tests that run it in several processes: of :func:`bgbias.study.worker.work` for
+the SLURM tests (module-level functions, pickled by reference, so that a submitit subprocess imports them),
+and of the steps' work for the tests of two ``bgbias study`` processes on one folder
+(:func:`recording_steps`). Each records its calls in files of the study folder."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bgbias.signals import Terminated
 
@@ -70,3 +72,44 @@ def preemptible_work(folder: Path, goals: Sequence[str], *, only: str | None = N
         (folder / "interrupted").write_text(f"{type(interruption).__name__}: {interruption}")
         raise
     raise TimeoutError(f"{only}: not preempted in {WAIT_S} s")
+
+
+CALLS = "calls.log"
+"""In the study folder: a line per step's work done by :func:`recording_steps`, ``<what> <pid>``."""
+
+
+def recorded_calls(folder: Path) -> list[str]:
+    return (folder / CALLS).read_text().splitlines()
+
+
+def recording_steps(folder: Path, pause_before: str | None = None,
+                    pause: Callable[[], None] | None = None) -> dict[tuple[Any, str], Callable[..., Any]]:
+    """Stand-ins of the work of a study's steps, keyed by (module, name) for ``setattr``: the bench's
+    preparation, a run's training and measurement and the page each append a line to :data:`CALLS` and do
+    nothing else; the training of the run ``pause_before`` calls ``pause`` first."""
+    from bgbias.study import page, runs, steps
+
+    def record(what: str) -> None:
+        with open(folder / CALLS, "a", encoding="utf-8") as calls:
+            calls.write(f"{what} {os.getpid()}\n")
+
+    def prepare(spec: Any, log: Callable[[str], None]) -> dict[str, str]:
+        record("prepare")
+        return {}
+
+    def train_study_run(study: Path, run: Any, spec: Any, device: str, log: Callable[[str], None], *,
+                        processes: int = 1) -> Path:
+        if run.folder_name == pause_before and pause is not None:
+            pause()
+        record(f"train {run.folder_name}")
+        return study / run.folder_name
+
+    def measure_run(run_dir: Path, *args: Any) -> None:
+        record(f"measure {run_dir.name}")
+
+    def report_study(run_dirs: Sequence[Path], out: Path, **options: Any) -> dict[str, Path]:
+        record(f"page {len(run_dirs)} runs")
+        return {}
+
+    return {(steps, "prepare"): prepare, (runs, "train_study_run"): train_study_run,
+            (runs, "measure_run"): measure_run, (page, "report_study"): report_study}

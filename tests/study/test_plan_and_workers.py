@@ -74,7 +74,7 @@ def test_the_same_command_again_keeps_the_plan_and_other_work_needs_extend(tmp_p
 def test_a_folder_holds_one_study(tmp_path):
     plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
     other = bench_spec("small", 0.5, 0, "ground-truth", backgrounds=tmp_path / "pools")
-    with pytest.raises(OptionError, match="holds a study of bench small, rho 0.9") as refused:
+    with pytest.raises(OptionError, match=r"holds a study of bench small, rho 0\.9") as refused:
         plan_study(tmp_path, other, study_plan("quick"), extend=True)
     assert "--out" in refused.value.fix
 
@@ -84,7 +84,7 @@ def test_a_damaged_plan_is_an_error_naming_the_file(tmp_path):
     data = json.loads((tmp_path / "plan.json").read_text())
     data["steps"]["prepare"]["state"] = "finished"
     (tmp_path / "plan.json").write_text(json.dumps(data))
-    with pytest.raises(RecordError, match="steps.prepare.state") as error:
+    with pytest.raises(RecordError, match=r"steps\.prepare\.state") as error:
         read_plan(tmp_path)
     assert error.value.path == str(tmp_path / "plan.json") and "remove it" in error.value.fix
 
@@ -211,8 +211,8 @@ def test_only_does_its_step_then_the_page_when_it_was_the_last(tmp_path, monkeyp
 def test_slurm_stages_group_what_is_left_by_kind(tmp_path, monkeypatch):
     goals = plan_study(tmp_path, _spec(tmp_path, "u2netp"), study_plan("quick", masks="u2netp"))
     plan = read_plan(tmp_path)
-    assert slurm_stages(plan, goals) == [["prepare"], ["masks-1of1"],
-                                         ["run/multi_similarity-seed0", "run/multi_similarity-bgaugment-seed0"]]
+    runs = ["run/multi_similarity-seed0", "run/multi_similarity-bgaugment-seed0"]
+    assert slurm_stages(plan, goals) == [["prepare"], ["masks-1of1"], runs]
     for step_id in list(plan.steps)[:-1]:
         plan = with_step(plan, step_id, state="done")
     assert slurm_stages(plan, goals) == [[goals[0]]]
@@ -222,7 +222,8 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
     assert [(slot.device, slot.gpus) for slot in local_slots("cpu", 2)] == [("cpu", None)] * 2
     assert local_slots("cpu")[0].threads is None  # one worker keeps torch's own threads
     assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
-    assert [slot.gpus for slot in local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)] == ["0,1", "2,3"]
+    pairs = local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)
+    assert [slot.gpus for slot in pairs] == ["0,1", "2,3"]
     with pytest.raises(OptionError, match="cannot be split into groups of 2"):
         local_slots("cuda:0,cuda:1,cuda:2", gpus_per_run=2)
     with pytest.raises(OptionError, match="--devices 'gpu0'"):
