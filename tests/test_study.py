@@ -12,8 +12,8 @@ from bgbias.errors import OptionError
 from bgbias.study.bench import built_bench
 from bgbias.study.local import Slot
 from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
-from bgbias.study.runs import train_study_run
-from bgbias.study.spec import bench_spec, run_config
+from bgbias.study.runs import run_config, train_study_run
+from bgbias.study.spec import bench_spec
 from tests.report.synthetic import complete
 
 CPU = [Slot("cpu")]
@@ -100,8 +100,8 @@ def test_methods_and_seeds_replace_the_presets_and_are_checked():
 
 
 def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkeypatch):
-    from bgbias.study.bench import study_bench_root
     from bgbias.study.runs import study_folder
+    from bgbias.study.spec import study_bench_root
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     assert study_bench_root("small", 0.9, 0) == tmp_path / "data" / "bench"
@@ -199,8 +199,6 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path
                for step in read_plan(folder).steps.values())
 
 
-@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py merged_plan retries a failed run but leaves "
-                   "its page step done: the page written without the run is never written again")
 def test_a_run_that_failed_then_succeeds_is_on_the_page_written_again(tmp_path, monkeypatch):
     _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": RuntimeError("the loss became nan")})
     result, _, pages = _failing_pass(tmp_path, monkeypatch, {})
@@ -221,8 +219,6 @@ def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatc
     assert kept.state == "failed" and kept.error == "RuntimeError: the loss became nan"
 
 
-@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py merged_plan counts the page step of a "
-                   "subset of the planned runs as a step the plan lacks, so its page needs --extend")
 def test_the_page_of_a_subset_of_the_planned_runs_needs_no_extension(tmp_path, monkeypatch):
     _failing_pass(tmp_path, monkeypatch, {}, methods=("multi_similarity", "triplet"))
     result, _, pages = _failing_pass(tmp_path, monkeypatch, {}, methods=("triplet",))
@@ -265,9 +261,6 @@ def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monk
     assert "a-seed0: the loss became nan" in result.output and "fix: lower" not in result.output
 
 
-@pytest.mark.xfail(strict=True, reason="bgbias/study/pipeline.py study_result has no place for the page "
-                   "step's error, so bgbias/cli/reports.py says 'every run failed (0): ' when only the page "
-                   "failed")
 def test_the_study_command_names_the_page_s_error_when_only_the_page_failed(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -370,9 +363,6 @@ TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embeddin
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="bgbias/study/runs.py train_study_run holds the run's claim_run lock "
-                   "while torchrun's rank 0 (`bgbias train --run-dir`) claims the same run in another "
-                   "process, which is refused: 'another process is training this run'")
 def test_a_run_of_several_processes_trains_under_torchrun(tiny_bench, tmp_path):
     """--gpus-per-run k: the run trains under torchrun in k processes (here on the CPU, gloo)."""
     from bgbias.study.spec import StudySpec

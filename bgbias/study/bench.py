@@ -49,18 +49,6 @@ def prepare_bench(
     return {"root": str(target), "preset": preset, "seed": seed, **summary}
 
 
-def study_bench_root(preset: str, rho: float, seed: int) -> Path:
-    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
-    ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
-    (and their masks and runs) live side by side instead of replacing one another."""
-    from bgbias.data.registry import default_root
-
-    default = default_root("bench")
-    if (preset, rho, seed) == ("small", 0.9, 0):
-        return default
-    return default.with_name(f"bench-{preset}-rho{rho:g}-seed{seed}")
-
-
 def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, Any] | None:
     """The summary of the bench at ``root`` when it was built by this format with these settings, else None.
 

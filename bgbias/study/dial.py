@@ -43,7 +43,7 @@ def run_dial(
     log: Callable[[str], None] = print,
 ) -> DialResult:
     """The bias dial (:mod:`bgbias.report.dial`): for each mask source and ρ, the study of ``method`` on the
-    bench built at ρ (its own folder, :func:`~bgbias.study.bench.study_bench_root`), then ``dial.md`` /
+    bench built at ρ (its own folder, :func:`~bgbias.study.spec.study_bench_root`), then ``dial.md`` /
     ``dial.png`` / ``dial.json`` in ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a
     study of its own (added to the plan of that bench's study folder), so a point the full study or an
     earlier dial made is reused, and a killed dial resumes."""

@@ -55,7 +55,10 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
             f"{spec.title} ({spec.root})", path=folder,
             fix="run this study in a folder of its own (--out DIR), or repeat that study's options")
     steps = dict(current.steps)
-    added = [step_id for step_id in planned if step_id not in steps]
+    # A page of runs the plan has already (a subset of the study) is no extension.
+    added = [step_id for step_id, step in planned.items() if step_id not in steps
+             and not (step.kind == "page" and all(need in steps for need in step.needs))]
+    pages = [step_id for step_id in planned if step_id not in steps and step_id not in added]
     profiled = [step_id for step_id, step in planned.items() if step_id in steps and step.run is not None
                 and step.run.profile and not _run_args(steps[step_id]).profile]
     if (added or profiled) and not extend:
@@ -64,7 +67,7 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
             f"the study folder's plan lacks {len(named)} step(s) this command asks for (e.g. {named[0]})",
             path=folder, fix="pass --extend to add them to the plan, or run the other study in a folder of "
                              "its own (--out DIR)")
-    for step_id in added:
+    for step_id in [*added, *pages]:
         steps[step_id] = planned[step_id]
     for step_id in profiled:
         step = steps[step_id]
@@ -72,9 +75,14 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
             "run": _run_args(step).model_copy(update={"profile": True}),
             "state": "pending" if step.state in FINISHED else step.state})
     merged = current.model_copy(update={"steps": steps})
-    for step_id in needed_steps(merged, [page_step_id(plan)]):
+    goal = page_step_id(plan)
+    for step_id in needed_steps(merged, [goal]):
         if merged.steps[step_id].state == "failed":
             merged = with_step(merged, step_id, state="pending", attempts=0, error=None, traceback=None)
+    # A page written while some of its runs had failed is written again once they are tried again.
+    if merged.steps[goal].state == "done" and any(merged.steps[need].state != "done"
+                                                  for need in merged.steps[goal].needs):
+        merged = with_step(merged, goal, state="pending", attempts=0)
     return merged
 
 

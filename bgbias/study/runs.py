@@ -13,7 +13,7 @@ from bgbias.engine.config import PATH_KEYS
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic
 from bgbias.study.plan import StudyRun
-from bgbias.study.spec import COMPUTE_KEYS, StudySpec, run_config
+from bgbias.study.spec import COMPUTE_KEYS, StudySpec
 
 REPEATS = 5
 
@@ -28,6 +28,18 @@ def study_folder(runs: Path, spec: StudySpec) -> Path:
     # The user's own masks folder names the study: two folders of masks for one dataset are two studies.
     return runs / "study" / located_key(f"{spec.dataset}-{spec.masks}",
                                         spec.root if spec.made_masks else spec.masks_dir)
+
+
+def run_config(spec: StudySpec, run: StudyRun, *, device: str = "auto") -> Any:
+    """The configuration ``run`` trains with in the study ``spec``: the dataset's protocol and the method's
+    own configuration (:func:`~bgbias.engine.config.resolve_config`), the study's inputs, then the run's
+    ``--set`` settings."""
+    from bgbias.engine.config import resolve_config
+
+    options = {"root": spec.root, "bgaugment.enabled": run.bgaugment, "bgaugment.masks": spec.masks_dir,
+               "bgaugment.backgrounds": spec.backgrounds, "device": device, "seed": run.seed,
+               "schedule.watch_test": run.watch_test}
+    return resolve_config(run.method, spec.dataset, options=options, overrides=run.settings)
 
 
 def train_study_run(folder: Path, run: StudyRun, spec: StudySpec, device: str, log: Callable[[str], None],
@@ -48,20 +60,22 @@ def train_study_run(folder: Path, run: StudyRun, spec: StudySpec, device: str, l
                 log(f"{run.label}: trained already ({run_dir})")
                 return run_dir
             log(f"resuming {run.label} ({run_dir})")
-            if processes > 1:
-                _torchrun(processes, ["--resume", str(run_dir)])
-            else:
+            if processes == 1:
                 resume_training(run_dir)
-            return run_dir
-        log(f"training {run.label} on {spec.dataset}")
-        config = run_config(spec, run, device=device)
-        if processes > 1:
+                return run_dir
+            command = ["--resume", str(run_dir)]
+        else:
+            log(f"training {run.label} on {spec.dataset}")
+            config = run_config(spec, run, device=device)
+            if processes == 1:
+                train(config, run_dir=run_dir)
+                return run_dir
             planned = folder / "logs" / f"{run.folder_name}.config.json"
             write_json_atomic(planned, config.as_dict())
-            _torchrun(processes, ["--method", run.method, "--dataset", spec.dataset, "--config", str(planned),
-                                  "--run-dir", str(run_dir)])
-        else:
-            train(config, run_dir=run_dir)
+            command = ["--method", run.method, "--dataset", spec.dataset, "--config", str(planned),
+                       "--run-dir", str(run_dir)]
+    # torchrun's trainers hold the run themselves (the plan's claim keeps other workers away meanwhile).
+    _torchrun(processes, command)
     return run_dir
 
 

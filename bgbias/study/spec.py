@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from bgbias.errors import OptionError
 from bgbias.schema import ClosedRecord
-from bgbias.study.plan import StudyRun
 
 MASK_MODELS = ("u2net", "u2netp")
 """The U²-Net models a study can make masks with: ``u2net``, the paper's (176 MB), and ``u2netp`` (4.6 MB)."""
@@ -130,13 +128,12 @@ def dataset_spec(
 def bench_spec(preset: str, rho: float, seed: int, masks: str,
                backgrounds: str | os.PathLike[str] | None = None) -> StudySpec:
     """The spec of a study on the bench built with these settings
-    (:func:`~bgbias.study.bench.study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
+    (:func:`study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
     model, or a folder)."""
     from bgbias.data.items import folder_key
     from bgbias.data.registry import dataset_class
     from bgbias.paths import backgrounds_root, masks_root
     from bgbias.saliency.ground_truth import GROUND_TRUTH
-    from bgbias.study.bench import study_bench_root
 
     root = study_bench_root(preset, rho, seed).expanduser().resolve()
     default = masks_root() / folder_key(dataset_class("bench"), root)
@@ -153,16 +150,16 @@ def bench_spec(preset: str, rho: float, seed: int, masks: str,
                      masks_dir=_absolute(masks_dir), backgrounds=_absolute(pools))
 
 
-def run_config(spec: StudySpec, run: StudyRun, *, device: str = "auto") -> Any:
-    """The configuration ``run`` trains with in the study ``spec``: the dataset's protocol and the method's
-    own configuration (:func:`~bgbias.engine.config.resolve_config`), the study's inputs, then the run's
-    ``--set`` settings."""
-    from bgbias.engine.config import resolve_config
+def study_bench_root(preset: str, rho: float, seed: int) -> Path:
+    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
+    ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
+    (and their masks and runs) live side by side instead of replacing one another."""
+    from bgbias.data.registry import default_root
 
-    options = {"root": spec.root, "bgaugment.enabled": run.bgaugment, "bgaugment.masks": spec.masks_dir,
-               "bgaugment.backgrounds": spec.backgrounds, "device": device, "seed": run.seed,
-               "schedule.watch_test": run.watch_test}
-    return resolve_config(run.method, spec.dataset, options=options, overrides=run.settings)
+    default = default_root("bench")
+    if (preset, rho, seed) == ("small", 0.9, 0):
+        return default
+    return default.with_name(f"bench-{preset}-rho{rho:g}-seed{seed}")
 
 
 def _absolute(path: Path) -> str:

@@ -28,7 +28,8 @@ def _report(method, bgaugment, seed, clean, corrupted):
         "clean": {"map_at_r": clean, "precision_at_1": clean + 0.2},
         "corrupted": {"mean": {"map_at_r": corrupted, "precision_at_1": corrupted + 0.1},
                       "std": {"map_at_r": 0.01}},
-        "drop": {"map_at_r": {"absolute": clean - corrupted, "relative": (clean - corrupted) / clean if clean else None}},
+        "drop": {"map_at_r": {"absolute": clean - corrupted,
+                              "relative": (clean - corrupted) / clean if clean else None}},
         "per_class": [{"label": c, "relative_drop": d} for c, d in enumerate((0.2, 0.5, 0.9))],
     })
 

@@ -123,7 +123,7 @@ def test_a_failed_run_is_recorded_and_the_page_names_it(tmp_path, monkeypatch):
     plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
     assert read_plan(tmp_path).steps["run/multi_similarity-seed0"].state == "pending"
     work(tmp_path, goals, log=lambda _: None, timing=FAST)
-    assert calls == ["run/multi_similarity-seed0"]  # the page was written; it stays as it is
+    assert calls == ["run/multi_similarity-seed0", goals[0]]  # the page is written again, with the run
 
 
 def test_a_step_whose_need_failed_fails_without_running(tmp_path, monkeypatch):

@@ -62,7 +62,8 @@ def _env() -> dict[str, str]:
 
 def _study(cwd: Path, command: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     cwd.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(command, cwd=cwd, env={**_env(), **env}, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=cwd, env={**_env(), **env}, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -136,9 +137,10 @@ def _running_run(cwd: Path, other_than: int | None = None):
     except (OSError, ValueError, StopIteration):
         return None
     for step_id, step in plan["steps"].items():
-        if step["state"] == "running" and step_id.startswith("run/") and step["claim"]["pid"] != other_than:
-            if (_folder(cwd) / step_id.removeprefix("run/") / "checkpoints").is_dir():
-                return step["claim"]["pid"]
+        running = step["state"] == "running" and step_id.startswith("run/")
+        if running and step["claim"]["pid"] != other_than and (
+                _folder(cwd) / step_id.removeprefix("run/") / "checkpoints").is_dir():
+            return step["claim"]["pid"]
     return None
 
 
