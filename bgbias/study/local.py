@@ -2,7 +2,7 @@
 cores split between them); ``--gpus-per-run k`` gives each worker k devices and trains each run under
 torchrun on them.
 
-One worker runs in this process. Several run as child processes (``python -m bgbias.study.worker``), each
+One worker on one device runs in this process. Several run as child processes (``python -m bgbias.study.worker``), each
 with its own log in ``<study>/logs/``; this process watches them and the plan: it prints each step as it
 starts and ends, starts a worker again that died (its step is taken over at once: the claim names a pid that
 is gone), and stops them when it is stopped. A worker whose parent dies stops too.
@@ -88,9 +88,10 @@ def _gpus(devices: str) -> list[str]:
 def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
               log: Callable[[str], None] = print, timing: Timing = DEFAULT_TIMING) -> None:
     """Work on the plan's ``goals`` with a worker per slot until nothing is left that they may do."""
-    if len(slots) == 1 and slots[0].gpus is None:
+    if len(slots) == 1 and "," not in (slots[0].gpus or ""):  # one worker, one device: in this process
         slot = slots[0]
-        work(folder, goals, device=slot.device, threads=slot.threads, processes=slot.processes, log=log,
+        device = slot.device if slot.gpus is None or slot.device == "auto" else f"cuda:{slot.gpus}"
+        work(folder, goals, device=device, threads=slot.threads, processes=slot.processes, log=log,
              timing=timing)
         return
     logs = folder / "logs"
