@@ -2,10 +2,10 @@
 cores split between them); ``--gpus-per-run k`` gives each worker k devices and trains each run under
 torchrun on them.
 
-One worker on one device runs in this process. Several run as child processes (``python -m bgbias.study.worker``), each
-with its own log in ``<study>/logs/``; this process watches them and the plan: it prints each step as it
-starts and ends, starts a worker again that died (its step is taken over at once: the claim names a pid that
-is gone), and stops them when it is stopped. A worker whose parent dies stops too.
+One worker on one device runs in this process. Several run as child processes (``python -m
+bgbias.study.worker``), each with its own log in ``<study>/logs/``; this process watches them and the plan:
+it prints each step as it starts and ends, starts a worker again that died (its step is taken over at once:
+the claim names a pid that is gone), and stops them when it is stopped. A worker whose parent dies stops too.
 """
 
 from __future__ import annotations
