@@ -93,9 +93,10 @@ def work(
 
         torch.set_num_threads(threads)
     outcome = WorkOutcome()
+    label = _device_label(device)
     with sigterm_as_interrupt():
         while True:
-            claim = new_claim(_device_label(device))
+            claim = new_claim(label)
             picked = _claim_next(folder, goals, only, claim, timing, log)
             if picked is None:
                 return outcome
@@ -235,9 +236,13 @@ def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, ever
 
 
 def _device_label(device: str) -> str:
-    """The device as ``--status`` shows it: with the GPUs this process sees, when they are limited."""
+    """The device as ``--status`` shows it (``auto`` resolved), with the GPUs this process sees when they are
+    limited."""
+    from bgbias.engine.device import resolve_device
+
+    resolved = str(resolve_device(device))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
+    return resolved if visible is None or resolved == "cpu" else f"{resolved} (GPU {visible})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
