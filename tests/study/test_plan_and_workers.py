@@ -244,3 +244,21 @@ def test_a_real_dataset_s_spec_names_its_masks_and_refuses_a_missing_folder(tmp_
         dataset_spec("cub", tmp_path / "none", None, None)
     with pytest.raises(OptionError, match="exact masks exist for the bench only"):
         dataset_spec("cub", root, "ground-truth", None)
+
+
+def test_slurm_arrays_of_the_real_worker_do_each_step_once_and_the_last_run_writes_the_page(
+        tmp_path, monkeypatch):
+    submitit = pytest.importorskip("submitit")
+    from bgbias.study.slurm import SlurmOptions, submit_study
+
+    calls: list[str] = []
+    monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
+    goals = plan_study(tmp_path, _spec(tmp_path, "u2netp"), study_plan("quick", seeds=2, masks="u2netp"))
+    stages = slurm_stages(read_plan(tmp_path), goals)
+    jobs = submit_study(tmp_path, goals, stages, SlurmOptions(),
+                        executor=submitit.DebugExecutor(tmp_path / "slurm" / "%j"))
+    for job in jobs:
+        job.result()
+    plan = read_plan(tmp_path)
+    assert len(jobs) == 6 and sorted(calls) == sorted(plan.steps) and calls[-1] == goals[0]
+    assert {step.state for step in plan.steps.values()} == {"done"}
