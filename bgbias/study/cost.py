@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bgbias.study.cost_timing import ConfigTiming, time_config
+from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
 from bgbias.study.plan import StudyRun
 from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
 from bgbias.study.spec import StudySpec, run_config
@@ -109,18 +109,21 @@ def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
                   + work.validation_corrupted * timing.corrupted_image)
     train = (timing.setup + work.epochs * (work.batches * timing.train_batch + timing.epoch_overhead)
              + work.validations * validation)
+    measured = timing.measure
     measure = (work.evaluation_clean * timing.clean_image + work.evaluation_corrupted * timing.corrupted_image
-               + timing.evaluation_overhead
-               + sum(work.attributed * seconds for seconds in timing.attribution_images)
-               + timing.explain_overhead)
+               + measured.evaluation_overhead
+               + sum(work.attributed * seconds for seconds in measured.attribution_images)
+               + measured.explain_overhead)
     return train, measure
 
 
-def timing_key(config: TrainConfig) -> str:
+def timing_key(config: TrainConfig, *, measured: bool = False) -> str:
     """What makes two runs' steps cost the same: their configuration but the seed (which draws other batches
-    of the same size), the schedule (how much work, not what it costs) and the device (the one timed)."""
+    of the same size), the schedule (how much work, not what it costs) and the device (the one timed); with
+    ``measured``, what makes measuring them cost the same: BGAugment left out too (it is not in the trained
+    model)."""
     settings = config.as_dict()
-    for key in ("seed", "device", "schedule"):
+    for key in ("seed", "device", "schedule", *(("bgaugment",) if measured else ())):
         settings.pop(key, None)
     return json.dumps(settings, sort_keys=True)
 
@@ -139,8 +142,8 @@ def estimate_runs(
     measures profiles. A run in ``finished`` (folder name → run folder whose ``run.json`` says it finished)
     is costed from its records (:func:`recorded_cost`); the others, and a finished run not measured yet,
     from the timing of their configuration, each distinct configuration (:func:`timing_key`) timed once by
-    ``timer`` (:func:`~bgbias.study.cost_timing.time_config`). The estimate is for all epochs: early stopping
-    cannot be foreseen."""
+    ``timer`` (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration
+    and its twin without BGAugment. The estimate is for all epochs: early stopping cannot be foreseen."""
     from bgbias.methods.registry import method_class
 
     sizes = split_sizes(spec)
@@ -148,6 +151,7 @@ def estimate_runs(
     size = picture_size(spec)
     backgrounds = Path(spec.backgrounds)
     timings: dict[str, ConfigTiming] = {}
+    measures: dict[str, MeasureTiming] = {}
     costs = {}
     for run in runs:
         config = run_config(spec, run, device=device)
@@ -159,9 +163,11 @@ def estimate_runs(
         if key not in timings:
             own = method_class(config.method).own_attribution
             attributions = ("smoothgrad",) if own is None else ("smoothgrad", own)
+            measured = timing_key(config, measured=True)
             log(f"timing {run.label} on {device}")
             timings[key] = timer(config, device, images=images, image_size=size, backgrounds=backgrounds,
-                                 attributions=attributions, log=log)
+                                 attributions=attributions, measure=measures.get(measured), log=log)
+            measures[measured] = timings[key].measure
         train, measure = run_seconds(planned_work(config, sizes, profile=profile), timings[key])
         costs[run.folder_name] = (RunCost(recorded.train, measure, "finished run") if recorded is not None
                                   else RunCost(train, measure, "timed"))

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 TRAIN_STEPS = 3
 """Timed loader batches of training (after an epoch of as many to warm up: first allocations, workers)."""
 
-EMBED_IMAGES = 128
+EMBED_IMAGES = 64
 """Images of the stand-in's validation split: embedded clean and corrupted to time one image of each."""
 
 EXPLAINED_IMAGES = 3
@@ -48,26 +48,34 @@ STAND_IN_POOL = 6
 
 
 @dataclass(frozen=True)
+class MeasureTiming:
+    """What measuring a trained model adds to its embedding passes, in seconds: ``evaluation_overhead``,
+    one evaluation's manifests, ranking, report files and plots; ``attribution_images``, one image of each
+    attribution the study scores (SmoothGrad, then the method's own where it has one); ``explain_overhead``,
+    what their ``explain`` calls add to their images, all together (probe, ledger, gallery). BGAugment
+    does not change it: a configuration's twin without BGAugment shares it."""
+
+    evaluation_overhead: float
+    attribution_images: tuple[float, ...]
+    explain_overhead: float
+
+
+@dataclass(frozen=True)
 class ConfigTiming:
     """Seconds of the units a run's work is made of, measured for one configuration on one device.
 
     ``setup``: building the run (dataset, model, loader, session) once; ``train_batch``: one loader batch's
     optimiser steps; ``epoch_overhead``: what an epoch adds to its steps and validation (checkpoints, curves,
-    records); ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size (corrupted
-    and profile sets composite their backgrounds on the way); ``evaluation_overhead``: what one evaluation
-    adds to its embeddings (manifests, ranking, report files and plots); ``attribution_images``: seconds per
-    image of each attribution the study scores (SmoothGrad, then the method's own where it has one);
-    ``explain_overhead``: what their ``explain`` calls add to their images, all together (probe, ledger,
-    gallery)."""
+    records); ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size
+    (corrupted and profile sets composite their backgrounds on the way); ``measure``: the rest of measuring
+    the trained model."""
 
     setup: float
     train_batch: float
     epoch_overhead: float
     clean_image: float
     corrupted_image: float
-    evaluation_overhead: float
-    attribution_images: tuple[float, ...]
-    explain_overhead: float
+    measure: MeasureTiming
 
 
 @dataclass
@@ -100,11 +108,13 @@ def time_config(
     image_size: tuple[int, int] = (128, 128),
     backgrounds: Path | None = None,
     attributions: Sequence[str] = ("smoothgrad",),
+    measure: MeasureTiming | None = None,
     log: Callable[[str], None] = print,
 ) -> ConfigTiming:
     """Time ``config`` (a run's resolved configuration) on ``device``: its stand-in is made of copies of
     ``images`` (cycled; synthetic pictures of ``image_size`` (width, height) when none), the pools of
-    ``backgrounds`` (``train/`` and ``test/``; synthetic when None); ``attributions`` are timed in that order.
+    ``backgrounds`` (``train/`` and ``test/``; synthetic when None); ``attributions`` are timed in that order,
+    unless ``measure`` is given (the measurement of a configuration that differs only in BGAugment).
     Everything is written into a temporary folder, removed on return; no process or thread is left behind."""
     from bgbias.data.registry import dataset_class
     from bgbias.engine.training_data import train_geometry_of
@@ -124,11 +134,13 @@ def time_config(
             "log": config.log.model_copy(update={"tensorboard": False}),
         })
         with _released():
-            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, log)
+            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure,
+                                  log)
 
 
 def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
-                   attributions: Sequence[str], log: Callable[[str], None]) -> ConfigTiming:
+                   attributions: Sequence[str], measure: MeasureTiming | None,
+                   log: Callable[[str], None]) -> ConfigTiming:
     from bgbias.engine import distributed
     from bgbias.engine.device import resolve_device
     from bgbias.engine.run_dir import RunDir
@@ -154,14 +166,14 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
         epoch_overhead = max(0.0, epoch - TRAIN_STEPS * train_batch - validated)
         log(f"timed {config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {device}: "
             f"{train_batch:.3f} s per training batch, {clean * 1000:.1f} ms per embedded image")
-        model = _measured_model(session, config, device, eval_geometry)
-        evaluation = _evaluation_overhead(model, stand_in, eval_geometry, folder, clean, corrupted)
-        per_image, explain_overhead = _attribution_seconds(model, stand_in, eval_geometry, folder,
-                                                           attributions)
+        if measure is None:
+            model = _measured_model(session, config, device, eval_geometry)
+            evaluation = _evaluation_overhead(model, stand_in, folder, clean, corrupted)
+            per_image, explain_overhead = _attribution_seconds(model, stand_in, attributions)
+            measure = MeasureTiming(evaluation, tuple(per_image), explain_overhead)
     finally:
         session.close()
-    return ConfigTiming(setup, train_batch, epoch_overhead, clean, corrupted, evaluation,
-                        tuple(per_image), explain_overhead)
+    return ConfigTiming(setup, train_batch, epoch_overhead, clean, corrupted, measure)
 
 
 def _embedding_seconds(session: Any, inputs: Any, eval_geometry: EvalGeometry, stand_in: StandIn,
@@ -199,8 +211,8 @@ def _measured_model(session: Any, config: TrainConfig, device: torch.device,
                         trained=trained, geometry=eval_geometry)
 
 
-def _evaluation_overhead(model: Any, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
-                         clean: float, corrupted: float) -> float:
+def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: float,
+                         corrupted: float) -> float:
     """What ``bgbias eval --corrupted`` adds to its embeddings: one evaluation of the stand-in's test split
     (one corrupted repeat), less the time of its two embedding passes."""
     from bgbias.engine.request import MeasureRequest
@@ -214,7 +226,7 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, eval_geometry: EvalGeome
     return max(0.0, seconds - test * (clean + corrupted))
 
 
-def _attribution_seconds(model: Any, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
+def _attribution_seconds(model: Any, stand_in: StandIn,
                          attributions: Sequence[str]) -> tuple[list[float], float]:
     """Seconds per image of each attribution (one image to warm up, then :data:`EXPLAINED_IMAGES` more
     through ``bgbias explain`` itself), and what the explains add to their images, all together."""

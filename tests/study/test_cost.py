@@ -4,6 +4,7 @@ behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -26,7 +27,7 @@ from bgbias.study.cost import (
     run_seconds,
     split_sizes,
 )
-from bgbias.study.cost_timing import ConfigTiming, time_config
+from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
 from bgbias.study.plan import StudyRun
 from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
 from bgbias.study.spec import StudySpec, bench_spec
@@ -36,7 +37,8 @@ SMALL = ("data.batch_size=8", "data.m_per_class=2")
 """Settings that fit a batch into the tiny bench's 4 training classes."""
 
 FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, clean_image=0.01, corrupted_image=0.02,
-                    evaluation_overhead=3.0, attribution_images=(0.25,), explain_overhead=4.0)
+                    measure=MeasureTiming(evaluation_overhead=3.0, attribution_images=(0.25,),
+                                          explain_overhead=4.0))
 
 
 def _spec(tiny_bench: Path) -> StudySpec:
@@ -70,7 +72,7 @@ def test_a_run_costs_its_planned_work_at_the_timed_rates():
     train, measure = run_seconds(work, FAKE)
     assert train == pytest.approx(2.0 + 3 * (10 * 0.5 + 1.0) + 4 * (100 * 0.01 + 50 * 0.02))
     assert measure == pytest.approx(200 * 0.01 + 1000 * 0.02 + 3.0 + 20 * 0.25 + 4.0)
-    own = ConfigTiming(**{**FAKE.__dict__, "attribution_images": (0.25, 1.0)})
+    own = dataclasses.replace(FAKE, measure=dataclasses.replace(FAKE.measure, attribution_images=(0.25, 1.0)))
     assert run_seconds(work, own)[1] == pytest.approx(measure + 20 * 1.0)
 
 
@@ -78,7 +80,7 @@ def test_each_distinct_configuration_is_timed_once(tiny_bench):
     timed = []
 
     def fake_timer(config, device, **options):
-        timed.append((config.bgaugment.enabled, config.seed, options["attributions"]))
+        timed.append((config.bgaugment.enabled, config.seed, options["attributions"], options["measure"]))
         return FAKE
 
     runs = [StudyRun("triplet", bgaugment, seed, settings=SMALL)
@@ -88,7 +90,8 @@ def test_each_distinct_configuration_is_timed_once(tiny_bench):
                           log=lambda _: None)
     # Seeds and the schedule draw other batches of the same cost; BGAugment composites: a configuration of
     # its own.
-    assert timed == [(False, 0, ("smoothgrad",)), (True, 0, ("smoothgrad",))]
+    # Measuring does not depend on BGAugment: the twin reuses the first one's.
+    assert timed == [(False, 0, ("smoothgrad",), None), (True, 0, ("smoothgrad",), FAKE.measure)]
     assert set(costs) == {run.folder_name for run in runs}
     assert all(cost.source == "timed" for cost in costs.values())
     vanilla, bgaugment = costs["triplet-data.batch_size-8-data.m_per_class-2-seed0"], \
@@ -171,6 +174,18 @@ def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path
     assert estimate_masks(_spec(tiny_bench), 100, device="cpu") == 0.0  # masks given: nothing to make
 
 
+def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench):
+    from bgbias.assets.store import u2net_model_path
+
+    try:
+        u2net_model_path("u2netp")
+    except AssetError:
+        pytest.skip("the u2netp model is not installed (bgbias assets fetch u2netp)")
+    spec = StudySpec(**{**_spec(tiny_bench).model_dump(), "masks": "u2netp"})
+    seconds = estimate_masks(spec, 1000, device="cpu")
+    assert 1 < seconds < 1000 * 30  # U²-Net-p takes about 0.2 s an image on 2 CPU cores
+
+
 def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
     runs = [StudyRun("triplet", False, 0), StudyRun("triplet", True, 0), StudyRun("dcml", False, 0)]
     costs = {runs[0].folder_name: RunCost(600, 300, "timed"), runs[1].folder_name: RunCost(900, 300, "timed"),
@@ -192,10 +207,11 @@ def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_no_thr
     timing = time_config(tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true"), "cpu",
                          image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=messages.append)
     for value in (timing.setup, timing.train_batch, timing.clean_image, timing.corrupted_image,
-                  *timing.attribution_images):
+                  *timing.measure.attribution_images):
         assert 0 < value < 60 and math.isfinite(value)
-    assert timing.epoch_overhead >= 0 and timing.evaluation_overhead >= 0 and timing.explain_overhead >= 0
-    assert len(timing.attribution_images) == 1
+    measure = timing.measure
+    assert min(timing.epoch_overhead, measure.evaluation_overhead, measure.explain_overhead) >= 0
+    assert len(timing.measure.attribution_images) == 1
     assert messages and "per training batch" in messages[0]
     assert set(Path(tempfile.gettempdir()).glob("bgbias-cost-*")) == before
     assert threading.active_count() == threads
