@@ -16,10 +16,12 @@ import pytest
 
 from bgbias.errors import AssetError
 from bgbias.study.cost import (
+    PREPARE_SECONDS,
     PlannedWork,
     RunCost,
     SplitSizes,
     estimate_masks,
+    estimate_prepare,
     estimate_runs,
     format_cost,
     planned_work,
@@ -162,6 +164,19 @@ def test_a_bench_still_to_build_is_counted_from_its_settings(tmp_path, monkeypat
     sizes = split_sizes(bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path))
     # 248 stamps: 40 % train, 20 % val, the rest test, 8 views each.
     assert (sum(sizes.train_classes), len(sizes.train_classes), sizes.val, sizes.test) == (792, 99, 400, 792)
+
+
+def test_prepare_costs_what_is_still_to_make(tiny_bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    fresh = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "no-pools")
+    pooled = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tiny_bench / "backgrounds")
+    assert estimate_prepare(fresh, done=True, device="cpu") == 0.0
+    seconds = estimate_prepare(fresh, done=False, device="cpu")
+    # The pools and a bench of 1,984 images still to make, on top of the assets.
+    assert estimate_prepare(pooled, done=False, device="cpu") < seconds
+    assert estimate_prepare(pooled, done=False, device="cpu") > 1984 * PREPARE_SECONDS["bench per image"]
+    # A real dataset only has its layout checked.
+    assert estimate_prepare(_spec(tiny_bench), done=False, device="cpu") < 1
 
 
 def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path, monkeypatch):
