@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
 import os
 import tempfile
 import threading
@@ -215,19 +216,24 @@ def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
     assert f"{(2100 + 9000 + 30) / 3600:.2f} h" in table[-1]
 
 
-def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_no_thread(tiny_bench):
+def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_nothing_running(
+        tiny_bench, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a command would write ./runs, ./corrupted
     threads = threading.active_count()
     before = set(Path(tempfile.gettempdir()).glob("bgbias-cost-*"))
     messages = []
-    timing = time_config(tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true"), "cpu",
-                         image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=messages.append)
+    # One loader worker: the training loader keeps it between epochs (persistent workers), as on a GPU.
+    config = tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true", "data.workers=1")
+    timing = time_config(config, "cpu", image_size=(40, 40), backgrounds=tiny_bench / "backgrounds",
+                         log=messages.append)
     for value in (timing.setup, timing.train_batch, timing.clean_image, timing.corrupted_image,
                   *timing.measure.attribution_images):
         assert 0 < value < 60 and math.isfinite(value)
     measure = timing.measure
     assert min(timing.epoch_overhead, measure.evaluation_overhead, measure.explain_overhead) >= 0
-    assert len(timing.measure.attribution_images) == 1
+    assert len(measure.attribution_images) == 1
     assert messages and "per training batch" in messages[0]
     assert set(Path(tempfile.gettempdir()).glob("bgbias-cost-*")) == before
+    assert list(tmp_path.iterdir()) == []
     assert threading.active_count() == threads
-    assert not (tiny_bench / "runs").exists() and not Path("corrupted").exists()
+    assert multiprocessing.active_children() == []
