@@ -345,9 +345,10 @@ def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
     return images * sum(timed) / len(timed) / session.info.streams
 
 
-PAGE_SECONDS = (4.0, 1.0)
-"""The page (:func:`~bgbias.study.page.report_study`) on the reference machine: a fixed part and a part per
-run (its table rows, seeds, curves and galleries), seconds."""
+PAGE_SECONDS = (1.5, 0.1)
+"""The page (:func:`~bgbias.study.page.report_study`) on the reference machine, seconds: a fixed part (the
+figures, the galleries of the first method's pair: the quick preset's page took 1.5 s on 2 busy cores) and
+a part per run (reading its reports into the tables)."""
 
 
 def estimate_page(runs: int) -> float:
