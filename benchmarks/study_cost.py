@@ -32,7 +32,15 @@ def logged_seconds(log: Path) -> float:
 
 def main() -> None:
     from bgbias.engine.device import resolve_device
-    from bgbias.study.cost import estimate_masks, estimate_page, estimate_prepare, estimate_runs, format_cost
+    from bgbias.study.cost import (
+        estimate_masks,
+        estimate_page,
+        estimate_prepare,
+        estimate_runs,
+        format_cost,
+        split_sizes,
+    )
+    from bgbias.study.cost_timing import time_config
     from bgbias.study.plan import PRESETS
     from bgbias.study.spec import bench_spec
 
@@ -46,12 +54,21 @@ def main() -> None:
     device = str(resolve_device(args.device))
     started = time.perf_counter()
     runs = plan.runs()
-    costs = estimate_runs(spec, runs, profile=plan.profile, device=device)
+    timings = []
+
+    def timer(*args, **options):
+        timings.append(time_config(*args, **options))
+        return timings[-1]
+
+    costs = estimate_runs(spec, runs, profile=plan.profile, device=device, timer=timer)
     prepare = estimate_prepare(spec, done=False, device=device)
-    masks = estimate_masks(spec, 1984, device=device)
+    sizes = split_sizes(spec)
+    masks = estimate_masks(spec, sum(sizes.train_classes) + sizes.val + sizes.test, device=device)
     page = estimate_page(len(runs))
     took = time.perf_counter() - started
     print(format_cost(runs, costs, prepare=prepare, masks=masks, page=page, device=device))
+    for timing in timings:
+        print(f"  {timing}")
     for name, cost in costs.items():
         print(f"  {name}: train {cost.train:.0f} s, measure {cost.measure:.0f} s ({cost.source})")
     estimate = prepare + masks + page + sum(cost.total for cost in costs.values())

@@ -228,8 +228,10 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
 
 def _attribution_seconds(model: Any, stand_in: StandIn,
                          attributions: Sequence[str]) -> tuple[list[float], float]:
-    """Seconds per image of each attribution (one image to warm up, then :data:`EXPLAINED_IMAGES` more
-    through ``bgbias explain`` itself), and what the explains add to their images, all together."""
+    """Seconds per image of each attribution, through ``bgbias explain`` itself: one image to warm up,
+    then one and 1 + :data:`EXPLAINED_IMAGES` without a gallery (their difference is the images'), the
+    latter again with its gallery (whose rows are scaled to the study's gallery); and what the explains add
+    to their images, all together."""
     import dataclasses
 
     from bgbias.engine.request import MeasureRequest
@@ -238,15 +240,18 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     per_image, overheads = [], []
     for attribution in attributions:
         base = MeasureRequest(attribution=attribution, masks=stand_in.masks, progress=False)
-        def explained(images: int, base: MeasureRequest = base) -> float:
-            request = dataclasses.replace(base, limit=images, force=True)
+
+        def explained(images: int, gallery: int, base: MeasureRequest = base) -> float:
+            request = dataclasses.replace(base, limit=images, gallery_count=gallery, force=True)
             return _timed(lambda: explain(model, request, log=_quiet), model.device)
 
-        explained(1)  # warm-up: the attribution's first passes allocate
-        one, several = explained(1), explained(1 + EXPLAINED_IMAGES)
-        image = max(0.0, (several - one) / EXPLAINED_IMAGES)
+        several = 1 + EXPLAINED_IMAGES
+        explained(1, 0)  # warm-up: the attribution's first passes allocate
+        one, many, pictured = explained(1, 0), explained(several, 0), explained(several, several)
+        image = max(0.0, (many - one) / EXPLAINED_IMAGES)
+        row = max(0.0, (pictured - many) / several)
         per_image.append(image)
-        overheads.append(max(0.0, one - image))
+        overheads.append(max(0.0, one - image) + base.gallery_count * row)
     return per_image, sum(overheads)
 
 

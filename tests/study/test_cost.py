@@ -190,6 +190,7 @@ def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path
     assert estimate_masks(_spec(tiny_bench), 100, device="cpu") == 0.0  # masks given: nothing to make
 
 
+@pytest.mark.slow  # the real u2netp network
 def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench):
     from bgbias.assets.store import u2net_model_path
 
@@ -216,24 +217,31 @@ def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
     assert f"{(2100 + 9000 + 30) / 3600:.2f} h" in table[-1]
 
 
-def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_nothing_running(
+def _time_tiny(tiny_bench: Path, *settings: str) -> ConfigTiming:
+    return time_config(tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true", *settings), "cpu",
+                       image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=lambda _: None)
+
+
+def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_no_thread(
         tiny_bench, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where a command would write ./runs, ./corrupted
     threads = threading.active_count()
     before = set(Path(tempfile.gettempdir()).glob("bgbias-cost-*"))
-    messages = []
-    # One loader worker: the training loader keeps it between epochs (persistent workers), as on a GPU.
-    config = tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true", "data.workers=1")
-    timing = time_config(config, "cpu", image_size=(40, 40), backgrounds=tiny_bench / "backgrounds",
-                         log=messages.append)
+    timing = _time_tiny(tiny_bench)
     for value in (timing.setup, timing.train_batch, timing.clean_image, timing.corrupted_image,
                   *timing.measure.attribution_images):
         assert 0 < value < 60 and math.isfinite(value)
     measure = timing.measure
     assert min(timing.epoch_overhead, measure.evaluation_overhead, measure.explain_overhead) >= 0
     assert len(measure.attribution_images) == 1
-    assert messages and "per training batch" in messages[0]
     assert set(Path(tempfile.gettempdir()).glob("bgbias-cost-*")) == before
     assert list(tmp_path.iterdir()) == []
     assert threading.active_count() == threads
+
+
+@pytest.mark.slow
+def test_timing_leaves_no_loader_worker_behind(tiny_bench):
+    # One loader worker: the training loader keeps it between epochs (persistent workers), as on a GPU. Each
+    # loader's worker starts in about half a second on 2 cores, hence slow.
+    _time_tiny(tiny_bench, "data.workers=1")
     assert multiprocessing.active_children() == []
