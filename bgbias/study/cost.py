@@ -182,9 +182,9 @@ spent on the run."""
 
 def recorded_cost(run_dir: Path) -> RunCost | None:
     """A finished run's cost as its folder records it: training, the active spans of ``train.log`` (its
-    timestamped lines, the gaps before a start or resume left out); measurement, from the end of training
-    to the newest embedding in the evaluation cache, 0 when nothing was evaluated yet (attribution maps are
-    not in it: their files are rewritten by a later pass). None without a readable ``train.log``."""
+    timestamped lines, the gaps before a start or resume left out); measurement, its evaluation (from the
+    end of training to the newest embedding in the evaluation cache) and its attributions
+    (:func:`attribution_seconds`), 0 until both are recorded. None without a readable ``train.log``."""
     log = Path(run_dir) / "train.log"
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
@@ -202,8 +202,28 @@ def recorded_cost(run_dir: Path) -> RunCost | None:
     if previous is None:
         return None
     cached = [path.stat().st_mtime for path in (Path(run_dir) / "eval" / "cache").glob("*.npz")]
-    measure = max(0.0, max(cached) - previous.timestamp()) if cached else 0.0
-    return RunCost(total, measure, "finished run")
+    explained = [attribution_seconds(folder) for folder in sorted((Path(run_dir) / "explain").glob("*"))]
+    explained = [seconds for seconds in explained if seconds is not None]
+    if not cached or not explained:
+        return RunCost(total, 0.0, "finished run")
+    return RunCost(total, max(0.0, max(cached) - previous.timestamp()) + sum(explained), "finished run")
+
+
+def attribution_seconds(folder: Path) -> float | None:
+    """The seconds an ``explain`` folder's images took, from its gallery's maps: each is saved as the loop
+    scores its image, and the gallery's picks are spread evenly over the images, first and last included
+    (:func:`~bgbias.corrupted.gallery.evenly_spread`), so the first and last maps span all the images but
+    one. A later pass over the same folder keeps them; its other files it rewrites. None with fewer than
+    two maps."""
+    maps = sorted(path.stat().st_mtime for path in (folder / "maps").rglob("*.png"))
+    try:
+        with (folder / "records.jsonl").open(encoding="utf-8") as ledger:
+            images = sum(1 for line in ledger if line.strip()) - 1  # the settings line first
+    except OSError:
+        return None
+    if len(maps) < 2 or images < 2:
+        return None
+    return (maps[-1] - maps[0]) * images / (images - 1)
 
 
 # ------------------------------------------------------------------------------------------------ dataset

@@ -127,19 +127,30 @@ def _finished_run(folder: Path, *, evaluated_after: float | None) -> Path:
         "2026-01-01 11:00:30 epoch 2, loss 0.2, val MAP@R 0.7\n",
         encoding="utf-8")
     if evaluated_after is not None:
+        end = time.mktime(time.strptime("2026-01-01 11:00:30", "%Y-%m-%d %H:%M:%S"))
         cache = folder / "eval" / "cache"
         cache.mkdir(parents=True)
-        (cache / "clean.npz").write_bytes(b"")
-        end = time.mktime(time.strptime("2026-01-01 11:00:30", "%Y-%m-%d %H:%M:%S"))
-        os.utime(cache / "clean.npz", (end + evaluated_after, end + evaluated_after))
+        _touch(cache / "clean.npz", end + evaluated_after)
+        # 11 images explained; the gallery's first and last maps 20 s apart: 2 s an image.
+        explained = folder / "explain" / "bench-test-smoothgrad"
+        (explained / "maps").mkdir(parents=True)
+        (explained / "records.jsonl").write_text("{}\n" * 12, encoding="utf-8")
+        for number, seconds in enumerate((2, 12, 22)):
+            _touch(explained / "maps" / f"{number}.png", end + evaluated_after + seconds)
     return folder
+
+
+def _touch(path: Path, stamp: float) -> None:
+    path.write_bytes(b"")
+    os.utime(path, (stamp, stamp))
 
 
 def test_a_finished_run_is_costed_from_its_records_without_timing(tiny_bench, tmp_path):
     run = StudyRun("triplet", False, 0, settings=SMALL)
     # The hour between the kill and the resume is not the run's.
     recorded = recorded_cost(_finished_run(tmp_path / "a", evaluated_after=42))
-    assert recorded == RunCost(96.0, 42.0, "finished run")
+    assert recorded.train == 96.0 and recorded.source == "finished run"
+    assert recorded.measure == pytest.approx(42.0 + 22.0)  # evaluation, then 11 images at 2 s
     assert recorded_cost(tmp_path / "missing") is None
 
     def no_timer(config, device, **options):
@@ -147,7 +158,7 @@ def test_a_finished_run_is_costed_from_its_records_without_timing(tiny_bench, tm
 
     costs = estimate_runs(_spec(tiny_bench), [run], profile=False, device="cpu", timer=no_timer,
                           finished={run.folder_name: tmp_path / "a"}, log=lambda _: None)
-    assert costs == {run.folder_name: RunCost(96.0, 42.0, "finished run")}
+    assert costs == {run.folder_name: recorded}
 
 
 def test_a_finished_run_not_measured_yet_has_its_measurement_timed(tiny_bench, tmp_path):
