@@ -58,13 +58,15 @@ class SplitSizes:
 
 @dataclass(frozen=True)
 class PlannedWork:
-    """What one run step does, counted: ``epochs`` of ``batches`` loader batches; ``validations`` passes over
+    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``
+    (what a method's epoch-start hook goes over); ``validations`` passes over
     ``validation_clean`` clean and ``validation_corrupted`` corrupted images (epoch 0's included when the
     untrained model is validated); an evaluation of ``evaluation_clean`` clean and ``evaluation_corrupted``
     corrupted images (the repeats, and the profile's sets); ``attributed`` images for each attribution."""
 
     epochs: int
     batches: int
+    train_images: int
     validations: int
     validation_clean: int
     validation_corrupted: int
@@ -94,6 +96,7 @@ def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool) -> Pl
     return PlannedWork(
         epochs=schedule.epochs,
         batches=batches,
+        train_images=sum(sizes.train_classes),
         validations=schedule.epochs + int(schedule.validate_untrained),
         validation_clean=sizes.val + watched,
         validation_corrupted=corrupted_val + watched,
@@ -108,7 +111,7 @@ def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
     validation = (work.validation_clean * timing.clean_image
                   + work.validation_corrupted * timing.corrupted_image)
     train = (timing.setup + work.epochs * (work.batches * timing.train_batch + timing.epoch_overhead)
-             + work.validations * validation)
+             + work.train_images * sum(timing.epoch_starts[:work.epochs]) + work.validations * validation)
     measured = timing.measure
     measure = (work.evaluation_clean * timing.clean_image + work.evaluation_corrupted * timing.corrupted_image
                + measured.evaluation_overhead

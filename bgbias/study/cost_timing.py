@@ -43,6 +43,10 @@ EMBED_IMAGES = 64
 EXPLAINED_IMAGES = 3
 """Images the timed ``explain`` scores, after one attributed image that warms the attribution up."""
 
+STAND_IN_BATCHES = 4
+"""The stand-in's training split holds this many batches' images: enough for the largest batch a method
+draws besides the loader's (DCML's environment batches are twice the loader's on the bench)."""
+
 STAND_IN_POOL = 6
 """Pictures in each synthetic pool (train and test) when the study has none yet."""
 
@@ -66,13 +70,16 @@ class ConfigTiming:
 
     ``setup``: building the run (dataset, model, loader, session) once; ``train_batch``: one loader batch's
     optimiser steps; ``epoch_overhead``: what an epoch adds to its steps and validation (checkpoints, curves,
-    records); ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size
-    (corrupted and profile sets composite their backgrounds on the way); ``measure``: the rest of measuring
-    the trained model."""
+    records); ``epoch_starts``: the method's epoch-start hook of each epoch of the schedule timed (DCML
+    re-learns its environments over the training split every few epochs), per training image;
+    ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size (corrupted and
+    profile sets composite their backgrounds on the way); ``measure``: the rest of measuring the trained
+    model."""
 
     setup: float
     train_batch: float
     epoch_overhead: float
+    epoch_starts: tuple[float, ...]
     clean_image: float
     corrupted_image: float
     measure: MeasureTiming
@@ -159,7 +166,10 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
     try:
         session.epoch()  # warm-up: the first steps allocate, the loader starts its workers
         train_batch = _timed(lambda: session.train_steps(), device) / TRAIN_STEPS
-        epoch = _timed(session.epoch, device)
+        epoch = _timed(session.epoch, device) - session.state.history[-1].get("epoch_start_seconds", 0.0)
+        starts = [_timed(lambda number=number: session.method.on_epoch_start(number, session.training_data),
+                         device) / len(inputs.train_items)
+                  for number in range(1, config.schedule.epochs + 1)]
         clean, corrupted = _embedding_seconds(session, inputs, eval_geometry, stand_in, folder)
         validated = len(session.validation.sets.get("val", ())) * clean + len(
             session.validation.sets.get("val_corrupted", ())) * corrupted
@@ -173,7 +183,7 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
             measure = MeasureTiming(evaluation, tuple(per_image), explain_overhead)
     finally:
         session.close()
-    return ConfigTiming(setup, train_batch, epoch_overhead, clean, corrupted, measure)
+    return ConfigTiming(setup, train_batch, epoch_overhead, tuple(starts), clean, corrupted, measure)
 
 
 def _embedding_seconds(session: Any, inputs: Any, eval_geometry: EvalGeometry, stand_in: StandIn,
@@ -300,10 +310,10 @@ def _released() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------- stand-in
 def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], image_size: tuple[int, int],
                    backgrounds: Path | None) -> StandIn:
-    """The stand-in of ``config``'s dataset in ``folder``: train classes enough for one batch of ``config``
-    (``m_per_class`` images each), :data:`EMBED_IMAGES` validation images, a test split as large, exact
-    masks laid out where BGAugment reads them, and pools (``backgrounds`` when it holds both, else
-    synthetic)."""
+    """The stand-in of ``config``'s dataset in ``folder``: train classes enough for a batch of
+    :data:`STAND_IN_BATCHES` of ``config``'s (``m_per_class`` images each), :data:`EMBED_IMAGES` validation
+    images, a test split as large, exact masks laid out where BGAugment reads them, and pools
+    (``backgrounds`` when it holds both, else synthetic)."""
     import csv
 
     from bgbias.data.registry import open_dataset
@@ -311,7 +321,7 @@ def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], im
 
     root = folder / "bench"
     m = config.data.m_per_class
-    classes = max(2, config.data.batch_size // m) + 1
+    classes = max(2, STAND_IN_BATCHES * config.data.batch_size // m) + 1
     per_split = {"train": [m] * classes, "val": [EMBED_IMAGES // 8] * 8, "test": [EMBED_IMAGES // 8] * 8}
     rng = np.random.default_rng(0)
     rows, number = [], 0

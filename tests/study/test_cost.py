@@ -39,7 +39,8 @@ from tests.conftest import tiny_config
 SMALL = ("data.batch_size=8", "data.m_per_class=2")
 """Settings that fit a batch into the tiny bench's 4 training classes."""
 
-FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, clean_image=0.01, corrupted_image=0.02,
+FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, epoch_starts=(0.0,) * 20,
+                    clean_image=0.01, corrupted_image=0.02,
                     measure=MeasureTiming(evaluation_overhead=3.0, attribution_images=(0.25,),
                                           explain_overhead=4.0))
 
@@ -54,7 +55,7 @@ def test_the_planned_work_counts_epochs_batches_validation_evaluation_and_attrib
     sizes = SplitSizes(train_classes=(4, 4, 4, 4), val=10, test=300)
     work = planned_work(config, sizes, profile=False)
     # 16 images of 4 classes in chunks of m=2: 8 chunks, 4 classes a batch → 2 batches a pass.
-    assert work == PlannedWork(epochs=3, batches=2, validations=4, validation_clean=10,
+    assert work == PlannedWork(epochs=3, batches=2, train_images=16, validations=4, validation_clean=10,
                                validation_corrupted=0, evaluation_clean=300,
                                evaluation_corrupted=REPEATS * 300, attributed=EXPLAIN_IMAGES)
     bgaugment = tiny_config(Path("/nowhere"), "triplet", "bgaugment.enabled=true",
@@ -70,10 +71,14 @@ def test_the_planned_work_counts_epochs_batches_validation_evaluation_and_attrib
 
 
 def test_a_run_costs_its_planned_work_at_the_timed_rates():
-    work = PlannedWork(epochs=3, batches=10, validations=4, validation_clean=100, validation_corrupted=50,
-                       evaluation_clean=200, evaluation_corrupted=1000, attributed=20)
+    work = PlannedWork(epochs=3, batches=10, train_images=300, validations=4, validation_clean=100,
+                       validation_corrupted=50, evaluation_clean=200, evaluation_corrupted=1000,
+                       attributed=20)
     train, measure = run_seconds(work, FAKE)
     assert train == pytest.approx(2.0 + 3 * (10 * 0.5 + 1.0) + 4 * (100 * 0.01 + 50 * 0.02))
+    # A method that re-learns something over the training split before epochs 1 and 3 (DCML's environments).
+    hooked = dataclasses.replace(FAKE, epoch_starts=(0.001, 0.0, 0.001, 0.0))
+    assert run_seconds(work, hooked)[0] == pytest.approx(train + 300 * 0.002)
     assert measure == pytest.approx(200 * 0.01 + 1000 * 0.02 + 3.0 + 20 * 0.25 + 4.0)
     own = dataclasses.replace(FAKE, measure=dataclasses.replace(FAKE.measure, attribution_images=(0.25, 1.0)))
     assert run_seconds(work, own)[1] == pytest.approx(measure + 20 * 1.0)
