@@ -1,0 +1,421 @@
+"""What a study will cost on a device, for ``bgbias study --dry-run``: seconds per step, device-hours per
+method and in total.
+
+A run step's cost is its planned work (:class:`PlannedWork`: epochs × batches, validation passes, evaluation
+passes, attributed images, counted from its configuration and its dataset's splits) times what each unit of
+work takes on the target device, timed once per distinct configuration
+(:func:`~bgbias.study.cost_timing.time_config`: a few steps of each through the engine's own code). A run
+that finished its training is costed from its records instead: the active spans of its ``train.log`` and,
+once measured, the span its evaluation cache records. The steps around the runs (prepare, the U²-Net masks,
+the page) are costed from their own timings or from what they took on the reference machine.
+
+Early stopping cannot be foreseen: a run is costed for all its epochs, so a run that stops early costs less.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
+from bgbias.study.plan import StudyRun
+from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
+from bgbias.study.spec import StudySpec, run_config
+
+if TYPE_CHECKING:
+    from bgbias.engine.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Seconds of one run step on the target device: training it, then measuring it (evaluation and
+    attribution); ``source`` says where the numbers come from: ``timed`` (its configuration timed on the
+    device) or ``finished run`` (its training as recorded, its measurement as recorded or timed)."""
+
+    train: float
+    measure: float
+    source: str
+
+    @property
+    def total(self) -> float:
+        return self.train + self.measure
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """How many images a study's dataset has per split: each training class's count (batches per epoch
+    depend on them), the validation and the test images."""
+
+    train_classes: tuple[int, ...]
+    val: int
+    test: int
+
+
+@dataclass(frozen=True)
+class PlannedWork:
+    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``
+    (what a method's epoch-start hook goes over); ``validations`` passes over
+    ``validation_clean`` clean and ``validation_corrupted`` corrupted images (epoch 0's included when the
+    untrained model is validated); an evaluation of ``evaluation_clean`` clean and ``evaluation_corrupted``
+    corrupted images (the repeats, and the profile's sets); ``attributed`` images for each attribution."""
+
+    epochs: int
+    batches: int
+    train_images: int
+    validations: int
+    validation_clean: int
+    validation_corrupted: int
+    evaluation_clean: int
+    evaluation_corrupted: int
+    attributed: int
+
+
+def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool) -> PlannedWork:
+    """The work of a run of ``config`` on a dataset of ``sizes``, measured as the study measures it
+    (:func:`~bgbias.study.runs.measure_run`): the clean test split and :data:`~bgbias.study.runs.REPEATS`
+    corrupted repeats, with ``profile`` the profile's sets too, and :data:`~bgbias.study.runs.EXPLAIN_IMAGES`
+    test images per attribution."""
+    from bgbias.data.samplers import MPerClassBatchSampler
+    from bgbias.variants.variant_manifests import variant_repeats
+    from bgbias.variants.variants import VARIANTS
+
+    d, schedule = config.data, config.schedule
+    if d.batches_per_epoch is not None:
+        batches = d.batches_per_epoch
+    else:
+        labels = [label for label, count in enumerate(sizes.train_classes) for _ in range(count)]
+        batches = len(MPerClassBatchSampler(labels, d.m_per_class, d.batch_size, config.seed))
+    watched = sizes.test if schedule.watch_test else 0
+    corrupted_val = sizes.val if config.monitor == "corrupted" else 0
+    profile_sets = sum(variant_repeats(name, REPEATS) for name in VARIANTS) if profile else 0
+    return PlannedWork(
+        epochs=schedule.epochs,
+        batches=batches,
+        train_images=sum(sizes.train_classes),
+        validations=schedule.epochs + int(schedule.validate_untrained),
+        validation_clean=sizes.val + watched,
+        validation_corrupted=corrupted_val + watched,
+        evaluation_clean=sizes.test,
+        evaluation_corrupted=(REPEATS + profile_sets) * sizes.test,
+        attributed=min(EXPLAIN_IMAGES, sizes.test),
+    )
+
+
+def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
+    """(training, measurement) seconds of ``work`` at ``timing``'s rates."""
+    validation = (work.validation_clean * timing.clean_image
+                  + work.validation_corrupted * timing.corrupted_image)
+    train = (timing.setup + work.epochs * (work.batches * timing.train_batch + timing.epoch_overhead)
+             + work.train_images * sum(timing.epoch_starts[:work.epochs]) + work.validations * validation)
+    measured = timing.measure
+    measure = (work.evaluation_clean * timing.clean_image + work.evaluation_corrupted * timing.corrupted_image
+               + measured.evaluation_overhead
+               + sum(work.attributed * seconds for seconds in measured.attribution_images)
+               + measured.explain_overhead)
+    return train, measure
+
+
+def timing_key(config: TrainConfig, *, measured: bool = False) -> str:
+    """What makes two runs' steps cost the same: their configuration but the seed (which draws other batches
+    of the same size), the schedule (how much work, not what it costs) and the device (the one timed); with
+    ``measured``, what makes measuring them cost the same: BGAugment left out too (it is not in the trained
+    model)."""
+    settings = config.as_dict()
+    for key in ("seed", "device", "schedule", *(("bgaugment",) if measured else ())):
+        settings.pop(key, None)
+    return json.dumps(settings, sort_keys=True)
+
+
+def estimate_runs(
+    spec: StudySpec,
+    runs: Sequence[StudyRun],
+    *,
+    profile: bool,
+    device: str,
+    finished: Mapping[str, Path] = {},
+    log: Callable[[str], None] = print,
+    timer: Callable[..., ConfigTiming] = time_config,
+) -> dict[str, RunCost]:
+    """The cost of each of ``runs`` of the study ``spec`` on ``device``, by folder name; ``profile``: the plan
+    measures profiles. A run in ``finished`` (folder name → run folder whose ``run.json`` says it finished)
+    is costed from its records (:func:`recorded_cost`); the others, and a finished run not measured yet,
+    from the timing of their configuration, each distinct configuration (:func:`timing_key`) timed once by
+    ``timer`` (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration
+    and its twin without BGAugment. The estimate is for all epochs: early stopping cannot be foreseen."""
+    from bgbias.methods.registry import method_class
+
+    sizes = split_sizes(spec)
+    images = sample_images(spec)
+    size = picture_size(spec)
+    backgrounds = Path(spec.backgrounds)
+    timings: dict[str, ConfigTiming] = {}
+    measures: dict[str, MeasureTiming] = {}
+    costs = {}
+    for run in runs:
+        config = run_config(spec, run, device=device)
+        recorded = recorded_cost(finished[run.folder_name]) if run.folder_name in finished else None
+        if recorded is not None and recorded.measure > 0:
+            costs[run.folder_name] = recorded
+            continue
+        key = timing_key(config)
+        if key not in timings:
+            own = method_class(config.method).own_attribution
+            attributions = ("smoothgrad",) if own is None else ("smoothgrad", own)
+            measured = timing_key(config, measured=True)
+            log(f"timing {run.label} on {device}")
+            timings[key] = timer(config, device, images=images, image_size=size, backgrounds=backgrounds,
+                                 attributions=attributions, measure=measures.get(measured), log=log)
+            measures[measured] = timings[key].measure
+        train, measure = run_seconds(planned_work(config, sizes, profile=profile), timings[key])
+        costs[run.folder_name] = (RunCost(recorded.train, measure, "finished run") if recorded is not None
+                                  else RunCost(train, measure, "timed"))
+    return costs
+
+
+# ------------------------------------------------------------------------------------------ finished runs
+TRAIN_LOG_STARTS = (" run ", " resuming ")
+"""A ``train.log`` line that opens a training process's span: the time before it (a kill, a wait) is not
+spent on the run."""
+
+
+def recorded_cost(run_dir: Path) -> RunCost | None:
+    """A finished run's cost as its folder records it: training, the active spans of ``train.log`` (its
+    timestamped lines, the gaps before a start or resume left out); measurement, its evaluation (from the
+    end of training to the newest embedding in the evaluation cache) and its attributions
+    (:func:`attribution_seconds`), 0 until both are recorded. None without a readable ``train.log``."""
+    log = Path(run_dir) / "train.log"
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    total, previous = 0.0, None
+    for line in lines:
+        try:
+            stamp = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            continue
+        if previous is not None and not any(word in line[19:30] for word in TRAIN_LOG_STARTS):
+            total += (stamp - previous).total_seconds()
+        previous = stamp
+    if previous is None:
+        return None
+    cached = [path.stat().st_mtime for path in (Path(run_dir) / "eval" / "cache").glob("*.npz")]
+    explained = [attribution_seconds(folder) for folder in sorted((Path(run_dir) / "explain").glob("*"))]
+    explained = [seconds for seconds in explained if seconds is not None]
+    if not cached or not explained:
+        return RunCost(total, 0.0, "finished run")
+    return RunCost(total, max(0.0, max(cached) - previous.timestamp()) + sum(explained), "finished run")
+
+
+def attribution_seconds(folder: Path) -> float | None:
+    """The seconds an ``explain`` folder's images took, from its gallery's maps: each is saved as the loop
+    scores its image, and the gallery's picks are spread evenly over the images, first and last included
+    (:func:`~bgbias.corrupted.gallery.evenly_spread`), so the first and last maps span all the images but
+    one. A later pass over the same folder keeps them; its other files it rewrites. None with fewer than
+    two maps."""
+    maps = sorted(path.stat().st_mtime for path in (folder / "maps").rglob("*.png"))
+    try:
+        with (folder / "records.jsonl").open(encoding="utf-8") as ledger:
+            images = sum(1 for line in ledger if line.strip()) - 1  # the settings line first
+    except OSError:
+        return None
+    if len(maps) < 2 or images < 2:
+        return None
+    return (maps[-1] - maps[0]) * images / (images - 1)
+
+
+# ------------------------------------------------------------------------------------------------ dataset
+def split_sizes(spec: StudySpec) -> SplitSizes:
+    """The dataset's split sizes: counted where it is, else (a bench the study will build) from the bench's
+    settings and the stamps it will be built from."""
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.errors import DatasetError
+
+    try:
+        dataset = open_dataset(spec.dataset, spec.root)
+        dataset.items()
+    except DatasetError:
+        if spec.bench is None:
+            raise
+        return _planned_bench_sizes(spec)
+    counts = collections.Counter(item.label for item in split_items(dataset, "train", "fixed", 0))
+    return SplitSizes(tuple(counts.values()), len(split_items(dataset, "val", "fixed", 0)),
+                      len(split_items(dataset, "test", "fixed", 0)))
+
+
+PINNED_BENCH_CLASSES = 248
+"""Classes of the bench built from the pinned stamps package (``bgbias.bench.stamps``): what a study counts
+on before the stamps are fetched."""
+
+
+def _planned_bench_sizes(spec: StudySpec) -> SplitSizes:
+    from bgbias.assets.store import asset_dir
+    from bgbias.bench.build import BENCH_PRESETS, split_classes
+    from bgbias.bench.stamps import select_stamps
+    from bgbias.errors import AssetError
+
+    assert spec.bench is not None
+    try:
+        classes = len(select_stamps(asset_dir("tuxpaint_stamps") / "stamps"))
+    except AssetError:
+        classes = PINNED_BENCH_CLASSES
+    views = BENCH_PRESETS[spec.bench.preset].views_per_class
+    splits = collections.Counter(split_classes(classes, spec.bench.seed))
+    return SplitSizes((views,) * splits["train"], views * splits["val"], views * splits["test"])
+
+
+SAMPLE_IMAGES = 16
+"""Images of the dataset the timing's stand-in is made of (cycled), where the dataset is there."""
+
+
+def sample_images(spec: StudySpec) -> list[Path]:
+    """The first training images of the study's dataset (none where it is not there yet)."""
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+    from bgbias.errors import DatasetError
+
+    try:
+        dataset = open_dataset(spec.dataset, spec.root)
+        return [Path(item.image) for item in split_items(dataset, "train", "fixed", 0)[:SAMPLE_IMAGES]]
+    except DatasetError:
+        return []
+
+
+def picture_size(spec: StudySpec) -> tuple[int, int]:
+    """(width, height) of the synthetic pictures standing in for a dataset that is not there yet: the
+    bench preset's view size, else a typical photograph of the datasets (CUB's and Cars196's are about
+    500 × 375)."""
+    from bgbias.bench.build import BENCH_PRESETS
+
+    if spec.bench is not None:
+        side = BENCH_PRESETS[spec.bench.preset].image_size
+        return side, side
+    return 500, 375
+
+
+# -------------------------------------------------------------------------------------- steps around runs
+PREPARE_SECONDS = {"assets verified": 1.0, "assets fetched": 60.0, "pools": 12.0, "bench per image": 0.0026,
+                   "layout per image": 0.0002}
+"""What ``prepare``'s parts took on the reference machine (2 CPU cores, docs/benchmarks.md): verifying the
+installed assets, fetching them (mostly the network's time), completing the background pools, building the
+bench (per image of it, 1,984 for the small preset) and checking a real dataset's layout (per image)."""
+
+
+def estimate_prepare(spec: StudySpec, *, done: bool, device: str) -> float:
+    """Seconds of the study's ``prepare`` step (0 when ``done``): on the bench the assets (fetched or
+    verified), the pools where ``spec.backgrounds`` lacks them, the bench where it is not built; on a real
+    dataset, checking its layout. CPU work on the machine that runs it, whatever ``device``."""
+    del device  # prepare runs on the CPU
+    if done:
+        return 0.0
+    seconds = 0.0 if all((Path(spec.backgrounds) / pool).is_dir() for pool in ("train", "test")) \
+        else PREPARE_SECONDS["pools"]
+    sizes = split_sizes(spec)
+    images = sum(sizes.train_classes) + sizes.val + sizes.test
+    if spec.bench is None:
+        return seconds + images * PREPARE_SECONDS["layout per image"]
+    from bgbias.study.bench import built_bench
+
+    seconds += PREPARE_SECONDS["assets verified" if _assets_installed() else "assets fetched"]
+    bench = spec.bench
+    if built_bench(Path(spec.root), preset=bench.preset, rho=bench.rho, seed=bench.seed) is None:
+        seconds += images * PREPARE_SECONDS["bench per image"]
+    return seconds
+
+
+def _assets_installed() -> bool:
+    """Whether every default asset has its install record (then ``prepare`` only verifies them)."""
+    from bgbias.assets.catalog import DEFAULT_ASSETS
+    from bgbias.assets.store import record_path, resolve_home
+
+    home = resolve_home(None)
+    return all(record_path(name, home).is_file() for name in DEFAULT_ASSETS)
+
+
+MASK_TIMING_IMAGES = 2
+"""Images timed through U²-Net (after one that warms the session up)."""
+
+
+def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
+    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``, from timing its session on
+    :data:`MASK_TIMING_IMAGES` of the dataset's images (synthetic pictures of its size where it is not
+    there); the session runs ``streams`` images at once (:mod:`~bgbias.saliency.sessions`). A missing model
+    file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its masks."""
+    import time
+
+    from PIL import Image
+
+    from bgbias.saliency.sessions import open_session
+
+    if not spec.made_masks or images == 0:
+        return 0.0
+    session = open_session(spec.masks, device="cpu" if device == "cpu" else "auto")
+    pictures = [Image.open(path).convert("RGB") for path in sample_images(spec)[:MASK_TIMING_IMAGES + 1]]
+    if not pictures:
+        pictures = [Image.new("RGB", picture_size(spec), (90, 120, 150))] * (MASK_TIMING_IMAGES + 1)
+    seconds = []
+    for picture in pictures:
+        started = time.perf_counter()
+        session.finish(session.infer(session.prepare(picture)), picture.size)
+        seconds.append(time.perf_counter() - started)
+    timed = seconds[1:] or seconds
+    return images * sum(timed) / len(timed) / session.info.streams
+
+
+PAGE_SECONDS = (1.5, 0.1)
+"""The page (:func:`~bgbias.study.page.report_study`) on the reference machine, seconds: a fixed part (the
+figures, the galleries of the first method's pair: the quick preset's page took 1.5 s on 2 busy cores) and
+a part per run (reading its reports into the tables)."""
+
+
+def estimate_page(runs: int) -> float:
+    """Seconds of the study's page over ``runs`` runs."""
+    fixed, per_run = PAGE_SECONDS
+    return fixed + per_run * runs
+
+
+# --------------------------------------------------------------------------------------------------- table
+def format_cost(
+    runs: Sequence[StudyRun],
+    costs: Mapping[str, RunCost],
+    *,
+    prepare: float,
+    masks: float,
+    page: float,
+    device: str,
+) -> str:
+    """The dry run's cost table: per method the device-hours of its runs (training, measurement, total)
+    and where they come from, then prepare, masks, the page and the total; minutes beside hours under
+    an hour."""
+    by_method: dict[str, list[RunCost]] = {}
+    for run in runs:
+        by_method.setdefault(run.method, []).append(costs[run.folder_name])
+    rows = [("step", "runs", "train", "measure", "total", "from")]
+    for method, method_costs in by_method.items():
+        sources = sorted({cost.source for cost in method_costs})
+        rows.append((method, str(len(method_costs)), _hours(sum(c.train for c in method_costs)),
+                     _hours(sum(c.measure for c in method_costs)), _hours(sum(c.total for c in method_costs)),
+                     ", ".join(sources)))
+    for name, seconds in (("prepare", prepare), ("masks", masks), ("page", page)):
+        rows.append((name, "", "", "", _hours(seconds), ""))
+    total = prepare + masks + page + sum(costs[run.folder_name].total for run in runs)
+    rows.append(("total", str(len(runs)), "", "", _hours(total), ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"cost on {device} (device-hours; early stopping not foreseen: every epoch counted)"]
+    for row in rows:
+        numbers = [cell.rjust(width) for cell, width in zip(row[1:5], widths[1:5], strict=True)]
+        cells = [row[0].ljust(widths[0]), *numbers, row[5]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _hours(seconds: float) -> str:
+    """``1.25 h``, or ``0.07 h (4.2 min)`` under an hour."""
+    hours = seconds / 3600
+    return f"{hours:.2f} h" if hours >= 1 else f"{hours:.2f} h ({seconds / 60:.1f} min)"

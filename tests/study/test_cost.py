@@ -1,0 +1,263 @@
+"""The dry run's cost: planned work times timed rates, each distinct configuration timed once, finished
+runs from their records, the U²-Net masks timed or refused clearly, and a real timing that leaves nothing
+behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bgbias.errors import AssetError
+from bgbias.study.cost import (
+    PREPARE_SECONDS,
+    PlannedWork,
+    RunCost,
+    SplitSizes,
+    estimate_masks,
+    estimate_prepare,
+    estimate_runs,
+    format_cost,
+    planned_work,
+    recorded_cost,
+    run_seconds,
+    split_sizes,
+)
+from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
+from bgbias.study.plan import StudyRun
+from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
+from bgbias.study.spec import StudySpec, bench_spec
+from tests.conftest import tiny_config
+
+SMALL = ("data.batch_size=8", "data.m_per_class=2")
+"""Settings that fit a batch into the tiny bench's 4 training classes."""
+
+FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, epoch_starts=(0.0,) * 20,
+                    clean_image=0.01, corrupted_image=0.02,
+                    measure=MeasureTiming(evaluation_overhead=3.0, attribution_images=(0.25,),
+                                          explain_overhead=4.0))
+
+
+def _spec(tiny_bench: Path) -> StudySpec:
+    return StudySpec(dataset="bench", root=str(tiny_bench / "bench"), masks="folder",
+                     masks_dir=str(tiny_bench / "masks"), backgrounds=str(tiny_bench / "backgrounds"))
+
+
+def test_the_planned_work_counts_epochs_batches_validation_evaluation_and_attribution():
+    config = tiny_config(Path("/nowhere"), epochs=3)
+    sizes = SplitSizes(train_classes=(4, 4, 4, 4), val=10, test=300)
+    work = planned_work(config, sizes, profile=False)
+    # 16 images of 4 classes in chunks of m=2: 8 chunks, 4 classes a batch → 2 batches a pass.
+    assert work == PlannedWork(epochs=3, batches=2, train_images=16, validations=4, validation_clean=10,
+                               validation_corrupted=0, evaluation_clean=300,
+                               evaluation_corrupted=REPEATS * 300, attributed=EXPLAIN_IMAGES)
+    bgaugment = tiny_config(Path("/nowhere"), "triplet", "bgaugment.enabled=true",
+                            "schedule.watch_test=true", "schedule.validate_untrained=false",
+                            "data.batches_per_epoch=7", epochs=3)
+    work = planned_work(bgaugment, SplitSizes((4, 4, 4, 4), 10, 30), profile=True)
+    # Validation: val clean and corrupted (selecting on it), the watched test split clean and corrupted.
+    counted = (work.batches, work.validations, work.validation_clean, work.validation_corrupted)
+    assert counted == (7, 3, 40, 40)
+    # The profile adds 3 fixed variant sets and 2 drawn ones per repeat.
+    assert work.evaluation_corrupted == (REPEATS + 3 + 2 * REPEATS) * 30
+    assert work.attributed == 30
+
+
+def test_a_run_costs_its_planned_work_at_the_timed_rates():
+    work = PlannedWork(epochs=3, batches=10, train_images=300, validations=4, validation_clean=100,
+                       validation_corrupted=50, evaluation_clean=200, evaluation_corrupted=1000,
+                       attributed=20)
+    train, measure = run_seconds(work, FAKE)
+    assert train == pytest.approx(2.0 + 3 * (10 * 0.5 + 1.0) + 4 * (100 * 0.01 + 50 * 0.02))
+    # A method that re-learns something over the training split before epochs 1 and 3 (DCML's environments).
+    hooked = dataclasses.replace(FAKE, epoch_starts=(0.001, 0.0, 0.001, 0.0))
+    assert run_seconds(work, hooked)[0] == pytest.approx(train + 300 * 0.002)
+    assert measure == pytest.approx(200 * 0.01 + 1000 * 0.02 + 3.0 + 20 * 0.25 + 4.0)
+    own = dataclasses.replace(FAKE, measure=dataclasses.replace(FAKE.measure, attribution_images=(0.25, 1.0)))
+    assert run_seconds(work, own)[1] == pytest.approx(measure + 20 * 1.0)
+
+
+def test_each_distinct_configuration_is_timed_once(tiny_bench):
+    timed = []
+
+    def fake_timer(config, device, **options):
+        timed.append((config.bgaugment.enabled, config.seed, options["attributions"], options["measure"]))
+        return FAKE
+
+    runs = [StudyRun("triplet", bgaugment, seed, settings=SMALL)
+            for seed in (0, 1) for bgaugment in (False, True)]
+    runs.append(StudyRun("triplet", False, 2, watch_test=True, settings=SMALL))
+    costs = estimate_runs(_spec(tiny_bench), runs, profile=False, device="cpu", timer=fake_timer,
+                          log=lambda _: None)
+    # Seeds and the schedule draw other batches of the same cost; BGAugment composites: a configuration of
+    # its own.
+    # Measuring does not depend on BGAugment: the twin reuses the first one's.
+    assert timed == [(False, 0, ("smoothgrad",), None), (True, 0, ("smoothgrad",), FAKE.measure)]
+    assert set(costs) == {run.folder_name for run in runs}
+    assert all(cost.source == "timed" for cost in costs.values())
+    vanilla, bgaugment = costs["triplet-data.batch_size-8-data.m_per_class-2-seed0"], \
+        costs["triplet-data.batch_size-8-data.m_per_class-2-bgaugment-seed0"]
+    assert bgaugment.train > vanilla.train  # it also validates on the corrupted set
+    assert bgaugment.measure == vanilla.measure
+
+
+def test_a_method_with_its_own_attribution_is_timed_with_it(tiny_bench):
+    timed = []
+
+    def fake_timer(config, device, **options):
+        timed.append(options["attributions"])
+        return FAKE
+
+    estimate_runs(_spec(tiny_bench), [StudyRun("sam", False, 0, settings=SMALL)], profile=False, device="cpu",
+                  timer=fake_timer, log=lambda _: None)
+    assert timed == [("smoothgrad", "sam")]
+
+
+def _finished_run(folder: Path, *, evaluated_after: float | None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "train.log").write_text(
+        "2026-01-01 10:00:00 run runs/x: triplet on bench\n"
+        "2026-01-01 10:00:05 epoch 0, val MAP@R 0.5\n"
+        "2026-01-01 10:01:05 epoch 1, loss 0.3, val MAP@R 0.6\n"
+        "2026-01-01 10:01:06 stopped here, traceback follows\n"
+        "Traceback (most recent call last):\n"
+        "2026-01-01 11:00:00 resuming runs/x after epoch 1\n"
+        "2026-01-01 11:00:30 epoch 2, loss 0.2, val MAP@R 0.7\n",
+        encoding="utf-8")
+    if evaluated_after is not None:
+        end = time.mktime(time.strptime("2026-01-01 11:00:30", "%Y-%m-%d %H:%M:%S"))
+        cache = folder / "eval" / "cache"
+        cache.mkdir(parents=True)
+        _touch(cache / "clean.npz", end + evaluated_after)
+        # 11 images explained; the gallery's first and last maps 20 s apart: 2 s an image.
+        explained = folder / "explain" / "bench-test-smoothgrad"
+        (explained / "maps").mkdir(parents=True)
+        (explained / "records.jsonl").write_text("{}\n" * 12, encoding="utf-8")
+        for number, seconds in enumerate((2, 12, 22)):
+            _touch(explained / "maps" / f"{number}.png", end + evaluated_after + seconds)
+    return folder
+
+
+def _touch(path: Path, stamp: float) -> None:
+    path.write_bytes(b"")
+    os.utime(path, (stamp, stamp))
+
+
+def test_a_finished_run_is_costed_from_its_records_without_timing(tiny_bench, tmp_path):
+    run = StudyRun("triplet", False, 0, settings=SMALL)
+    # The hour between the kill and the resume is not the run's.
+    recorded = recorded_cost(_finished_run(tmp_path / "a", evaluated_after=42))
+    assert recorded.train == 96.0 and recorded.source == "finished run"
+    assert recorded.measure == pytest.approx(42.0 + 22.0)  # evaluation, then 11 images at 2 s
+    assert recorded_cost(tmp_path / "missing") is None
+
+    def no_timer(config, device, **options):
+        raise AssertionError("a recorded run is not timed")
+
+    costs = estimate_runs(_spec(tiny_bench), [run], profile=False, device="cpu", timer=no_timer,
+                          finished={run.folder_name: tmp_path / "a"}, log=lambda _: None)
+    assert costs == {run.folder_name: recorded}
+
+
+def test_a_finished_run_not_measured_yet_has_its_measurement_timed(tiny_bench, tmp_path):
+    run = StudyRun("triplet", False, 0, settings=SMALL)
+    costs = estimate_runs(_spec(tiny_bench), [run], profile=False, device="cpu", timer=lambda *_, **__: FAKE,
+                          finished={run.folder_name: _finished_run(tmp_path / "a", evaluated_after=None)},
+                          log=lambda _: None)
+    cost = costs[run.folder_name]
+    assert (cost.train, cost.source) == (96.0, "finished run")
+    assert cost.measure > 0
+
+
+def test_a_bench_still_to_build_is_counted_from_its_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    sizes = split_sizes(bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path))
+    # 248 stamps: 40 % train, 20 % val, the rest test, 8 views each.
+    assert (sum(sizes.train_classes), len(sizes.train_classes), sizes.val, sizes.test) == (792, 99, 400, 792)
+
+
+def test_prepare_costs_what_is_still_to_make(tiny_bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    fresh = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "no-pools")
+    pooled = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tiny_bench / "backgrounds")
+    assert estimate_prepare(fresh, done=True, device="cpu") == 0.0
+    seconds = estimate_prepare(fresh, done=False, device="cpu")
+    # The pools and a bench of 1,984 images still to make, on top of the assets.
+    assert estimate_prepare(pooled, done=False, device="cpu") < seconds
+    assert estimate_prepare(pooled, done=False, device="cpu") > 1984 * PREPARE_SECONDS["bench per image"]
+    # A real dataset only has its layout checked.
+    assert estimate_prepare(_spec(tiny_bench), done=False, device="cpu") < 1
+
+
+def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path, monkeypatch):
+    for name in ("U2NET_HOME", "BGBIAS_HOME", "HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name))
+    spec = StudySpec(**{**_spec(tiny_bench).model_dump(), "masks": "u2net"})
+    with pytest.raises(AssetError, match=r"u2net\.onnx was not found") as raised:
+        estimate_masks(spec, 100, device="cpu")
+    assert "bgbias assets fetch u2net" in raised.value.fix
+    assert estimate_masks(_spec(tiny_bench), 100, device="cpu") == 0.0  # masks given: nothing to make
+
+
+@pytest.mark.slow  # the real u2netp network
+def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench):
+    from bgbias.assets.store import u2net_model_path
+
+    try:
+        u2net_model_path("u2netp")
+    except AssetError:
+        pytest.skip("the u2netp model is not installed (bgbias assets fetch u2netp)")
+    spec = StudySpec(**{**_spec(tiny_bench).model_dump(), "masks": "u2netp"})
+    seconds = estimate_masks(spec, 1000, device="cpu")
+    assert 1 < seconds < 1000 * 30  # U²-Net-p takes about 0.2 s an image on 2 CPU cores
+
+
+def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
+    runs = [StudyRun("triplet", False, 0), StudyRun("triplet", True, 0), StudyRun("dcml", False, 0)]
+    costs = {runs[0].folder_name: RunCost(600, 300, "timed"), runs[1].folder_name: RunCost(900, 300, "timed"),
+             runs[2].folder_name: RunCost(7200, 1800, "finished run")}
+    table = format_cost(runs, costs, prepare=20, masks=0, page=10, device="cpu").splitlines()
+    assert table[0].startswith("cost on cpu (device-hours")
+    triplet = next(line for line in table if line.startswith("triplet"))
+    assert "0.58 h (35.0 min)" in triplet and triplet.endswith("timed")
+    dcml = next(line for line in table if line.startswith("dcml"))
+    assert "2.50 h" in dcml and "min" not in dcml.split("h", 3)[-1] and dcml.endswith("finished run")
+    assert table[-1].split()[:2] == ["total", "3"]
+    assert f"{(2100 + 9000 + 30) / 3600:.2f} h" in table[-1]
+
+
+def _time_tiny(tiny_bench: Path, *settings: str) -> ConfigTiming:
+    return time_config(tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true", *settings), "cpu",
+                       image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=lambda _: None)
+
+
+def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_no_thread(
+        tiny_bench, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a command would write ./runs, ./corrupted
+    threads = threading.active_count()
+    before = set(Path(tempfile.gettempdir()).glob("bgbias-cost-*"))
+    timing = _time_tiny(tiny_bench)
+    for value in (timing.setup, timing.train_batch, timing.clean_image, timing.corrupted_image,
+                  *timing.measure.attribution_images):
+        assert 0 < value < 60 and math.isfinite(value)
+    measure = timing.measure
+    assert min(timing.epoch_overhead, measure.evaluation_overhead, measure.explain_overhead) >= 0
+    assert len(measure.attribution_images) == 1
+    assert set(Path(tempfile.gettempdir()).glob("bgbias-cost-*")) == before
+    assert list(tmp_path.iterdir()) == []
+    assert threading.active_count() == threads
+
+
+@pytest.mark.slow
+def test_timing_leaves_no_loader_worker_behind(tiny_bench):
+    # One loader worker: the training loader keeps it between epochs (persistent workers), as on a GPU. Each
+    # loader's worker starts in about half a second on 2 cores, hence slow.
+    _time_tiny(tiny_bench, "data.workers=1")
+    assert multiprocessing.active_children() == []
