@@ -93,7 +93,7 @@ def slurm_options(command):
         click.option("--slurm-cpus-per-task", default=None, help="CPU cores of each task."),
         click.option("--slurm-array-parallelism", default=None, help="Tasks of an array running at once."),
         click.option("--slurm-opt", "slurm_opt", multiple=True, metavar="KEY=VALUE",
-                     help="Another submitit SLURM parameter, e.g. --slurm-opt mem_gb=64 (repeatable)."),
+                     help="Another submitit SLURM parameter, e.g. --slurm-opt mem=64G (repeatable)."),
     ]):
         command = option(command)
     return command

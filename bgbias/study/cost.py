@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
-from bgbias.study.plan import StudyRun
-from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
-from bgbias.study.spec import StudySpec, run_config
+from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
+from bgbias.study.runs import REPEATS, run_config
+from bgbias.study.spec import StudySpec
 
 if TYPE_CHECKING:
     from bgbias.engine.config import TrainConfig
@@ -75,11 +75,12 @@ class PlannedWork:
     attributed: int
 
 
-def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool) -> PlannedWork:
+def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
+                 explain_images: int = EXPLAIN_IMAGES) -> PlannedWork:
     """The work of a run of ``config`` on a dataset of ``sizes``, measured as the study measures it
     (:func:`~bgbias.study.runs.measure_run`): the clean test split and :data:`~bgbias.study.runs.REPEATS`
-    corrupted repeats, with ``profile`` the profile's sets too, and :data:`~bgbias.study.runs.EXPLAIN_IMAGES`
-    test images per attribution."""
+    corrupted repeats, with ``profile`` the profile's sets too, and ``explain_images`` test images per
+    attribution."""
     from bgbias.data.samplers import MPerClassBatchSampler
     from bgbias.variants.variant_manifests import variant_repeats
     from bgbias.variants.variants import VARIANTS
@@ -102,7 +103,7 @@ def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool) -> Pl
         validation_corrupted=corrupted_val + watched,
         evaluation_clean=sizes.test,
         evaluation_corrupted=(REPEATS + profile_sets) * sizes.test,
-        attributed=min(EXPLAIN_IMAGES, sizes.test),
+        attributed=min(explain_images, sizes.test),
     )
 
 
@@ -137,6 +138,7 @@ def estimate_runs(
     *,
     profile: bool,
     device: str,
+    explain_images: int = EXPLAIN_IMAGES,
     finished: Mapping[str, Path] = {},
     log: Callable[[str], None] = print,
     timer: Callable[..., ConfigTiming] = time_config,
@@ -171,7 +173,8 @@ def estimate_runs(
             timings[key] = timer(config, device, images=images, image_size=size, backgrounds=backgrounds,
                                  attributions=attributions, measure=measures.get(measured), log=log)
             measures[measured] = timings[key].measure
-        train, measure = run_seconds(planned_work(config, sizes, profile=profile), timings[key])
+        work = planned_work(config, sizes, profile=profile, explain_images=explain_images)
+        train, measure = run_seconds(work, timings[key])
         costs[run.folder_name] = (RunCost(recorded.train, measure, "finished run") if recorded is not None
                                   else RunCost(train, measure, "timed"))
     return costs

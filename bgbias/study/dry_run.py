@@ -10,7 +10,7 @@ from bgbias.study.pipeline import merged_plan, slurm_stages
 from bgbias.study.plan import StudyPlan
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
-from bgbias.study.steps import mask_shards, page_step_id
+from bgbias.study.steps import mask_shards, page_step_id, study_run
 from bgbias.study.worker import needed_steps
 
 
@@ -18,8 +18,6 @@ def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: 
                      slurm: SlurmOptions | None = None, device: str = "auto") -> str:
     """The dry run's text: the steps with their states, the cost of what is left (timed on ``device``), and
     with ``slurm`` the job arrays and their #SBATCH lines."""
-    from bgbias.study.cost import describe_cost
-
     current = read_plan(folder)
     shards = sum(step.kind == "masks" for step in current.steps.values()) if current else mask_shards(spec)
     merged = merged_plan(current, folder, spec, plan, shards, extend=extend)
@@ -46,3 +44,47 @@ def _steps_text(plan: Plan, goals: list[str]) -> str:
     if not left:
         lines.append("nothing is left to do")
     return "\n".join(lines)
+
+
+def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) -> str:
+    """What the steps of ``goals`` that are not done will cost on ``device`` (:mod:`bgbias.study.cost`):
+    the runs timed per distinct configuration (or from their records where training finished), the
+    prepare step, the masks shards left and the page."""
+    from bgbias.engine.run_dir import DONE, RunDir, read_record
+    from bgbias.study.cost import (
+        estimate_masks,
+        estimate_page,
+        estimate_prepare,
+        estimate_runs,
+        format_cost,
+        split_sizes,
+    )
+
+    from bgbias.engine.device import resolve_device
+
+    device = str(resolve_device(device))
+    needed = needed_steps(plan, goals)
+    left = [step_id for step_id in needed if plan.steps[step_id].state != "done"]
+    run_steps = [plan.steps[step_id] for step_id in left if plan.steps[step_id].run is not None]
+    runs = [study_run(step.run) for step in run_steps if step.run is not None]
+    finished = {}
+    for run in runs:
+        run_dir = folder / run.folder_name
+        record = read_record(RunDir(run_dir)) if run_dir.is_dir() else None
+        if record is not None and record.status in DONE:
+            finished[run.folder_name] = run_dir
+    args = [step.run for step in run_steps if step.run is not None]
+    costs = estimate_runs(plan.spec, runs, profile=any(arg.profile for arg in args), device=device,
+                          explain_images=max((arg.explain_images for arg in args), default=0),
+                          finished=finished, log=lambda _: None) if runs else {}
+    shards = [plan.steps[step_id] for step_id in needed if plan.steps[step_id].kind == "masks"]
+    masks_left = sum(step.state != "done" for step in shards)
+    masks = 0.0
+    if masks_left:
+        sizes = split_sizes(plan.spec)
+        images = sum(sizes.train_classes) + sizes.val + sizes.test
+        masks = estimate_masks(plan.spec, images * masks_left // len(shards), device=device)
+    pages = [plan.steps[step_id] for step_id in left if plan.steps[step_id].kind == "page"]
+    prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done", device=device)
+    page = sum(estimate_page(len(step.needs)) for step in pages)
+    return format_cost(runs, costs, prepare=prepare, masks=masks, page=page, device=device)

@@ -31,8 +31,8 @@ from bgbias.study.cost import (
     split_sizes,
 )
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
-from bgbias.study.plan import StudyRun
-from bgbias.study.runs import EXPLAIN_IMAGES, REPEATS
+from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
+from bgbias.study.runs import REPEATS
 from bgbias.study.spec import StudySpec, bench_spec
 from tests.conftest import tiny_config
 

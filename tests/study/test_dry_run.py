@@ -1,0 +1,74 @@
+"""``bgbias study --dry-run``: the plan, what is done, the cost and, for SLURM, the submission; nothing is
+recorded, trained or submitted. ``--status`` reads a plan while it is worked on."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from bgbias.cli import main
+from bgbias.study import cost
+from bgbias.study.cost import RunCost
+
+
+@pytest.fixture
+def fake_timing(monkeypatch):
+    """Every run costs 30 min of training and 6 of measurement (no configuration is timed)."""
+    asked = []
+
+    def estimate(spec, runs, **options):
+        asked.append([run.folder_name for run in runs])
+        return {run.folder_name: RunCost(1800.0, 360.0, "timed") for run in runs}
+
+    monkeypatch.setattr(cost, "estimate_runs", estimate)
+    return asked
+
+
+def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, monkeypatch, fake_timing):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["study", "--methods", "multi_similarity,dcml", "--seeds", "2",
+                                       "--dry-run", "--devices", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "a new plan" in result.output and "10 steps: 10 pending" in result.output
+    assert "  run/dcml-bgaugment-seed1: pending" in result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line[:1].isalpha()}
+    assert lines["dcml"].split() == ["dcml", "4", "2.00", "h", "0.40", "h", "(24.0", "min)", "2.40", "h", "timed"]
+    total = lines["total"].split()
+    assert total[1] == "8" and 4.80 <= float(total[2]) < 4.9  # 8 runs of 0.6 h; prepare and page add minutes
+    assert fake_timing == [[f"{m}{b}-seed{s}" for s in (0, 1) for m in ("multi_similarity", "dcml")
+                            for b in ("", "-bgaugment")]]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_slurm_dry_run_prints_each_array_s_sbatch_lines(tmp_path, monkeypatch, fake_timing):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["study", "--dry-run", "--executor", "slurm", "--slurm-partition", "gpu",
+                                       "--slurm-time", "90", "--slurm-array-parallelism", "4"])
+    assert result.exit_code == 0, result.output
+    submission = result.output.split("the submission (nothing was submitted):\n")[1]
+    assert "#   task 0: prepare" in submission and "#SBATCH --partition=gpu" in submission
+    assert "#SBATCH --array=0-1%2" in submission  # two run tasks, at most 4 at once
+    assert "#SBATCH --dependency=afterany:ARRAY1_JOB_ID" in submission and "#SBATCH --time=90" in submission
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_status_lists_every_step_and_a_missing_plan_is_an_error(tmp_path, monkeypatch):
+    from bgbias.study.ledger import update_plan, with_step
+    from bgbias.study.pipeline import plan_study
+    from bgbias.study.plan import study_plan
+    from bgbias.study.runs import study_folder
+    from bgbias.study.spec import bench_spec
+
+    monkeypatch.chdir(tmp_path)
+    missing = CliRunner().invoke(main, ["study", "--status"])
+    assert missing.exit_code == 2 and "holds no study plan" in missing.output
+    spec = bench_spec("small", 0.9, 0, "ground-truth")
+    folder = study_folder(tmp_path / "runs", spec)
+    plan_study(folder, spec, study_plan("quick"))
+    update_plan(folder, lambda plan: with_step(plan, "run/multi_similarity-seed0", state="failed",
+                                               error="OutputError: disk full\n  file: x"))
+    result = CliRunner().invoke(main, ["study", "--status"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith("3 pending, 1 failed")
+    assert "| run/multi_similarity-seed0 | failed |" in result.output
+    assert "- run/multi_similarity-seed0: OutputError: disk full" in result.output
