@@ -50,6 +50,7 @@ def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) ->
     """What the steps of ``goals`` that are not done will cost on ``device`` (:mod:`bgbias.study.cost`):
     the runs timed per distinct configuration (or from their records where training finished), the
     prepare step, the masks shards left and the page."""
+    from bgbias.engine.device import resolve_device
     from bgbias.engine.run_dir import DONE, RunDir, read_record
     from bgbias.study.cost import (
         estimate_masks,
@@ -59,8 +60,6 @@ def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) ->
         format_cost,
         split_sizes,
     )
-
-    from bgbias.engine.device import resolve_device
 
     device = str(resolve_device(device))
     needed = needed_steps(plan, goals)

@@ -32,7 +32,8 @@ def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, 
     assert "a new plan" in result.output and "10 steps: 10 pending" in result.output
     assert "  run/dcml-bgaugment-seed1: pending" in result.output
     lines = {line.split()[0]: line for line in result.output.splitlines() if line[:1].isalpha()}
-    assert lines["dcml"].split() == ["dcml", "4", "2.00", "h", "0.40", "h", "(24.0", "min)", "2.40", "h", "timed"]
+    assert lines["dcml"].split() == ["dcml", "4", "2.00", "h", "0.40", "h", "(24.0", "min)", "2.40", "h",
+                                     "timed"]
     total = lines["total"].split()
     assert total[1] == "8" and 4.80 <= float(total[2]) < 4.9  # 8 runs of 0.6 h; prepare and page add minutes
     assert fake_timing == [[f"{m}{b}-seed{s}" for s in (0, 1) for m in ("multi_similarity", "dcml")
@@ -42,8 +43,8 @@ def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, 
 
 def test_the_slurm_dry_run_prints_each_array_s_sbatch_lines(tmp_path, monkeypatch, fake_timing):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["study", "--dry-run", "--executor", "slurm", "--slurm-partition", "gpu",
-                                       "--slurm-time", "90", "--slurm-array-parallelism", "4"])
+    result = CliRunner().invoke(main, ["study", "--dry-run", "--executor", "slurm", "--slurm-partition",
+                                       "gpu", "--slurm-time", "90", "--slurm-array-parallelism", "4"])
     assert result.exit_code == 0, result.output
     submission = result.output.split("the submission (nothing was submitted):\n")[1]
     assert "#   task 0: prepare" in submission and "#SBATCH --partition=gpu" in submission
