@@ -7,7 +7,8 @@
 threads whose steps do nothing: the seconds per step are the plan's own cost (claim, renewal thread, record,
 each a read and an atomic write of plan.json under its lock). ``workers``: the quick preset (``bgbias study``,
 the README's first command) from an empty folder, once per worker count, each in a fresh folder (bench, pools
-and runs made anew; the assets come from the cache), its wall time and each step's time from its plan.json.
+and runs made anew; the assets come from the cache), its wall time and each step's time from its plan.json,
+after the dry run's estimate of it made in the same folder.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def quick_preset(workers: list[int], keep: Path | None) -> None:
     for count in workers:
         folder = Path(tempfile.mkdtemp(prefix=f"quick-{count}w-", dir=keep))
         command = [sys.executable, "-m", "bgbias", "study", "--workers", str(count)]
+        estimate = subprocess.run([*command, "--dry-run"], cwd=folder, capture_output=True, text=True,
+                                  check=False).stdout
+        total = next((line for line in estimate.splitlines() if line.startswith("total")), "total ?")
+        print(f"--workers {count}: the dry run's estimate (device time, made first): "
+              f"{total.split(None, 2)[2]}")
         started = time.perf_counter()
         done = subprocess.run(command, cwd=folder, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, check=False)

@@ -74,3 +74,13 @@ class ImageLoader(DataLoader):
             if isinstance(batch, LoadFailure):
                 batch.raise_error()
             yield batch
+
+    def close(self) -> None:
+        """End the worker processes now. Persistent ones (``persistent_workers``, the training loader's) live
+        as long as the loader otherwise, and one still alive when the interpreter exits can hang it there
+        (the study's dry run on CUDA did, after printing its estimate)."""
+        iterator = getattr(self, "_iterator", None)
+        self._iterator = None
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

@@ -138,9 +138,10 @@ class TrainingSession:
     def close(self) -> None:
         """Let go of the DistributedDataParallel wrapper, whose reducer holds the process group, so that
         leaving the group releases it (:func:`~bgbias.engine.distributed.process_group`), and close the
-        TensorBoard writer and its thread, if any; also when the run stops on an error. The session cannot
-        train after it."""
+        TensorBoard writer and its thread, if any, and end the training loader's worker processes; also when
+        the run stops on an error. The session cannot train after it."""
         self.model = None
+        self.inputs.loader.close()
         scalars, self.scalars = self.scalars, None
         if scalars is not None:
             scalars.close()

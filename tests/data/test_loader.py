@@ -41,3 +41,22 @@ def test_errors_pickle_whole(kind):
     error = kind("broken", path="/x/y.png", fix="mend it")
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is kind and (again.problem, again.path, again.fix) == ("broken", "/x/y.png", "mend it")
+
+
+class _Readable(_Samples):
+    def __getitem__(self, index: int) -> dict:
+        return {"image": torch.full((3, 2, 2), index, dtype=torch.uint8), "label": index}
+
+
+def test_close_ends_persistent_workers_while_the_loader_lives():
+    # A persistent worker outlives its epoch as long as the loader; one left at interpreter exit hung the
+    # study's dry run on CUDA. close() ends it with the loader still referenced.
+    import multiprocessing
+
+    loader = ImageLoader(_Readable(), batch_size=2, num_workers=1, persistent_workers=True)
+    assert [batch["label"].tolist() for batch in loader] == [[0, 1], [2, 3]]
+    assert multiprocessing.active_children()
+    loader.close()
+    assert multiprocessing.active_children() == []
+    assert [batch["label"].tolist() for batch in loader] == [[0, 1], [2, 3]]  # it starts workers anew
+    loader.close()
