@@ -116,6 +116,9 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
               help="CPU workers (default 1), the cores split between them.")
 @click.option("--gpus-per-run", type=click.IntRange(min=1), default=1, show_default=True,
               help="Devices per run: each run trains under torchrun on this many.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads of each run (default: the cores split between the workers). Runs give the "
+                   "same bits under any number of workers only with the same --threads.")
 @slurm_options
 @click.option("--dry-run", is_flag=True,
               help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
@@ -128,7 +131,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
           seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
           settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int,
           out: Path | None, extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
-          dry_run: bool, show_status: bool, **slurm: object) -> None:
+          threads: int | None, dry_run: bool, show_status: bool, **slurm: object) -> None:
     """The paper's measurement as one command, from nothing to one report page: the bench (or a dataset's
     check), the masks, every planned run trained without and with BGAugment, clean vs corrupted MAP@R,
     foreground scores, and study.md / a self-contained study.html with the spread over training seeds. The
@@ -145,7 +148,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
     plan = study_plan(preset, chosen, seeds, masks if masks in MASK_SOURCES else None, settings,
                       dataset=dataset_name, explain_images=explain_images)
-    slots = local_slots(devices, workers, gpus_per_run) if executor == "local" else None
+    slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
     if dial:
         _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return

@@ -38,21 +38,28 @@ class Slot:
     processes: int = 1
 
 
-def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run: int = 1) -> list[Slot]:
-    """The workers of ``--devices``/``--workers``/``--gpus-per-run``: ``auto`` is every GPU when CUDA is
-    present (``gpus_per_run`` to a worker), else the CPU; ``cpu`` is ``workers`` CPU workers (default 1)
-    splitting the cores; ``cuda:0,1,…`` names the GPUs."""
+def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run: int = 1,
+                threads: int | None = None) -> list[Slot]:
+    """The workers of ``--devices``/``--workers``/``--gpus-per-run``/``--threads``: ``auto`` is every GPU
+    when CUDA is present (``gpus_per_run`` to a worker), else the CPU; ``cpu`` is ``workers`` CPU workers
+    (default 1); ``cuda:0,1,…`` names the GPUs. Each worker's runs compute with ``threads`` CPU threads,
+    default the cores split between the workers (one worker: torch's own default, every core). CPU kernels
+    sum in an order that depends on their thread count, so runs give the same bits under any number of
+    workers only with the same ``threads``."""
     from bgbias.hardware import usable_cores
 
     if workers is not None and workers < 1:
         raise OptionError(f"--workers must be at least 1, not {workers}", fix="pass --workers 1 or more")
+    if threads is not None and threads < 1:
+        raise OptionError(f"--threads must be at least 1, not {threads}", fix="pass --threads 1 or more")
     if gpus_per_run < 1:
         raise OptionError(f"--gpus-per-run must be at least 1, not {gpus_per_run}",
                           fix="pass --gpus-per-run 1 or more")
     gpus = _gpus(devices)
     if not gpus:
         count = workers or 1
-        threads = max(1, usable_cores() // count) if count > 1 else None
+        if threads is None and count > 1:
+            threads = max(1, usable_cores() // count)
         device = "cpu" if devices == "cpu" else "auto"
         return [Slot(device, None, threads, gpus_per_run) for _ in range(count)]
     if workers is not None:
@@ -62,7 +69,7 @@ def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run:
         raise OptionError(f"{len(gpus)} GPU(s) cannot be split into groups of {gpus_per_run}",
                           fix="name a multiple of --gpus-per-run devices with --devices cuda:0,1,…")
     groups = [gpus[start:start + gpus_per_run] for start in range(0, len(gpus), gpus_per_run)]
-    threads = max(1, usable_cores() // len(groups))
+    threads = threads or max(1, usable_cores() // len(groups))
     device = "auto" if devices == "auto" else "cuda"
     return [Slot(device, ",".join(group), threads, gpus_per_run) for group in groups]
 

@@ -221,6 +221,10 @@ def test_slurm_stages_group_what_is_left_by_kind(tmp_path, monkeypatch):
 def test_devices_and_workers_make_the_slots(monkeypatch):
     assert [(slot.device, slot.gpus) for slot in local_slots("cpu", 2)] == [("cpu", None)] * 2
     assert local_slots("cpu")[0].threads is None  # one worker keeps torch's own threads
+    assert [slot.threads for slot in local_slots("cpu", 2, threads=1)] == [1, 1]  # as one worker with 1
+    assert local_slots("cpu", threads=3)[0].threads == 3
+    with pytest.raises(OptionError, match="--threads must be at least 1"):
+        local_slots("cpu", threads=0)
     assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
     pairs = local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)
     assert [slot.gpus for slot in pairs] == ["0,1", "2,3"]
