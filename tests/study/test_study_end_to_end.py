@@ -20,7 +20,8 @@ from bgbias.data.registry import open_dataset
 from tests.replicas import copy_ground_truth_masks, make_cars, make_cub, make_sop
 from tests.u2netp import provide_u2netp
 
-pytestmark = pytest.mark.slow
+# One xdist worker takes them all, so the reference study (a module fixture) is made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("study-end-to-end")]
 
 TINY = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
         "data.m_per_class=2", "data.workers=0", "data.crop=32", "schedule.epochs=2")
