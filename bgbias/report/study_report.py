@@ -245,9 +245,12 @@ def _bgaugment_answer(groups: Groups, methods: list[str]) -> str:
     if not gains:
         return "Not measured: no method has runs without and with BGAugment scored on corrupted sets."
     gained = _span([gain.mean for gain in gains.values()], "+")
+    # The relative drop is undefined where a clean score is 0.
+    dropped = (f", the relative drop by {_span(drops, '+')} percentage points" if any(
+        drop is not None for drop in drops) else "")
     return (f"Paired by seed, BGAugment changes corrupted MAP@R by {gained} points for "
-            f"{_count(gains, methods)}, the relative drop by {_span(drops, '+')} percentage points and clean "
-            f"MAP@R by {_span(cleans, '+')} points. {_against_seeds(gains, 'The gain')}")
+            f"{_count(gains, methods)}{dropped} and clean MAP@R by {_span(cleans, '+')} points. "
+            f"{_against_seeds(gains, 'The gain')}")
 
 
 def _mechanism_answer(found: Sequence[Mechanism], reference: Sequence[str]) -> str:

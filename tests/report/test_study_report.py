@@ -207,6 +207,8 @@ def test_the_seed_plot_is_stable_and_draws_each_seed(tmp_path):
 def test_a_method_whose_clean_score_is_zero_loses_points_but_has_no_relative_drop():
     # An untrained or diverged run scores 0 clean: its relative drop is undefined, and the answer is still
     # written (a study's page must not fail on one degenerate run).
-    reports = [_report("ms", False, 0, 0.0, 0.0), _report("ms", False, 1, 0.0, 0.0)]
-    (_, lost), _, _ = answers(reports, reference=["ms"])
+    reports = [_report("ms", bgaugment, seed, 0.0, 0.0) for seed in (0, 1) for bgaugment in (False, True)]
+    (_, lost), (_, gained), _ = answers(reports, reference=["ms"])
     assert lost.startswith(" The vanilla runs of ms lose 0.0 points of MAP@R. ")
+    assert gained.startswith(" Paired by seed, BGAugment changes corrupted MAP@R by +0.0 points for ms and "
+                             "clean MAP@R by +0.0 points.")
