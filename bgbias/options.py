@@ -178,6 +178,8 @@ REPEATS = Rule(int, minimum=1, example=5)
 ``--corrupted``)."""
 SEED = Rule(int, minimum=0, example=0)
 WORST_K = Rule(int, minimum=1, example=10)
+MAX_MEMORY = Rule(int, minimum=1, optional=True, example=2**30)
+"""Bytes that scoring's neighbour lists may take at once (bgbias.retrieval.metrics); None: 1 GiB."""
 BATCH_SIZE = Rule(int, minimum=1, example=64)
 WORKERS = Rule(int, minimum=0, optional=True, example=2)
 """Data-loader processes; None sizes them to the machine (bgbias.hardware)."""

@@ -127,6 +127,7 @@ class _Wrong:
                                                 for argument in sorted(RULES[name])])
 def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argument):
     required = {"evaluate": {"model": None}, "evaluate_embeddings": {"clean": None, "labels": None},
+                "score_embeddings": {"embeddings": None, "labels": None},
                 "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"}}[name]
     with pytest.raises(OptionError) as err:
         getattr(bgbias, name)(**{**required, argument: _Wrong()})

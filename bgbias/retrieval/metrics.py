@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 
 METRICS = ("map_at_r", "r_precision", "precision_at_1")
 
+MAX_MEMORY = 1 << 30
+"""Bytes that scoring's per-query neighbour lists may take at once (1 GiB): a larger set is scored in blocks
+of queries, so its memory stays bounded however many images and however large R (a class of 20,000 images
+needs 20,000 neighbours per query)."""
+
+BYTES_PER_NEIGHBOUR = 64
+"""What one retrieved neighbour costs while a block is scored: its index and distance from the search, the
+copy without the query's own row, its label, and the rank-wise arrays of :func:`retrieval_scores`."""
+
+MIN_BLOCK = 64
+"""The fewest queries of a block, whatever the ceiling: fewer would leave the search's matrix products short
+(faiss multiplies blocks of 20 queries or more with BLAS)."""
+
+KEPT_NEIGHBOURS = 8
+"""Neighbours of each query a result keeps (for galleries); the rest are dropped block by block."""
+
 
 @dataclass(frozen=True)
 class RetrievalScores:
@@ -37,7 +53,8 @@ class RetrievalScores:
     per_query: dict[str, np.ndarray] = field(compare=False, repr=False)
     scored: int
     neighbours: np.ndarray | None = field(default=None, compare=False, repr=False)
-    """(N, k) indices of each query's nearest other items, nearest first, where scores came from a search."""
+    """(N, at most :data:`KEPT_NEIGHBOURS`) indices of each query's nearest other items, nearest first,
+    where scores came from a search."""
 
     def as_dict(self) -> dict[str, Any]:
         """The three means (``None`` when no query was scored: JSON has no NaN) and the scored count."""
@@ -88,6 +105,7 @@ def score_embeddings(
     *,
     retrieval: Retrieval | None = None,
     references: Any = None,
+    max_memory: int = MAX_MEMORY,
 ) -> RetrievalScores:
     """Score a split against itself: every item a query, every other item a reference.
 
@@ -97,6 +115,8 @@ def score_embeddings(
     :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss). ``references``, a state of the
     same images in another form (a clean gallery), makes ``embeddings`` the queries and the references the
     items they retrieve, each query's own image left out: the same R, so the scores compare query by query.
+    Queries are searched and scored in blocks whose neighbour lists fit ``max_memory`` bytes (at least
+    :data:`MIN_BLOCK` queries each); every query's scores are exact whatever the blocks.
     """
     count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
@@ -108,10 +128,28 @@ def score_embeddings(
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
     search, k = retrieval or ExactL2(), int(class_sizes.max()) - 1
-    # Only a query-side search passes references, so a Retrieval written before they existed still scores.
-    knn = (search.neighbours(embeddings, k) if references is None
-           else search.neighbours(embeddings, k, references))
-    return dataclasses.replace(retrieval_scores(labels[knn], labels, r), neighbours=knn)
+    if max_memory < 1:
+        raise OptionError(f"max_memory must be a positive number of bytes, not {max_memory}",
+                          fix="pass max_memory=2**30 (1 GiB) or more for large sets")
+    block = max(MIN_BLOCK, max_memory // (BYTES_PER_NEIGHBOUR * (k + 1)))
+    if count <= block:
+        # Only a query-side search passes references, so a Retrieval written before they existed still scores.
+        knn = (search.neighbours(embeddings, k) if references is None
+               else search.neighbours(embeddings, k, references))
+        scores = retrieval_scores(labels[knn], labels, r)
+        return dataclasses.replace(scores, neighbours=knn[:, :KEPT_NEIGHBOURS].copy())
+    parts, kept = [], []
+    for start in range(0, count, block):
+        queries = np.arange(start, min(start + block, count))
+        knn = search.neighbours(embeddings, k, references, queries=queries)
+        parts.append(retrieval_scores(labels[knn], labels[queries], r[queries]).per_query)
+        kept.append(knn[:, :KEPT_NEIGHBOURS].copy())  # a copy: a view would keep the whole block alive
+    per_query = {name: np.concatenate([part[name] for part in parts]) for name in (*METRICS, "r")}
+    scored = r > 0
+    means = {name: float(per_query[name][scored].mean()) if scored.any() else float("nan")
+             for name in METRICS}
+    return RetrievalScores(**means, per_query=per_query, scored=int(scored.sum()),
+                           neighbours=np.concatenate(kept))
 
 
 def chance_scores(labels: np.ndarray) -> dict[str, float]:

@@ -39,11 +39,14 @@ class Retrieval(Protocol):
     approximate: bool
     """True where a search may miss a nearer item (reports then label their scores approximate)."""
 
-    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+    def neighbours(self, state: Any, k: int, references: Any = None,
+                   queries: np.ndarray | None = None) -> np.ndarray:
         """``(N, k)`` indices of each image's ``k`` nearest other images, nearest first; ``state`` is a
         ``(N, D)`` array or a mapping of names to ``(N, …)`` arrays (numpy or torch). With ``references``
         (a state of the same images in another form, row ``i`` image ``i``), the images of ``state`` are
-        queries searched among the references, each leaving out its own row."""
+        queries searched among the references, each leaving out its own row. ``queries`` (indices) searches
+        for those images only, one row each, against all of them: scoring goes through a large set in
+        such blocks of queries, so its memory stays bounded."""
         ...
 
     def describe(self) -> str:
@@ -65,9 +68,11 @@ class ExactL2:
             raise OptionError(f"unknown retrieval backend {self.backend!r}",
                               fix=f"use one of {', '.join(BACKENDS)}")
 
-    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+    def neighbours(self, state: Any, k: int, references: Any = None,
+                   queries: np.ndarray | None = None) -> np.ndarray:
         gallery = None if references is None else _array(references, self.key)
-        return nearest_neighbours(_array(state, self.key), k, backend=self.backend, references=gallery)
+        return nearest_neighbours(_array(state, self.key), k, backend=self.backend, references=gallery,
+                                  queries=queries)
 
     def describe(self) -> str:
         return "exact squared L2"
@@ -88,11 +93,13 @@ class LearnedDistance:
     shortlist_key: str = EMBEDDING
     approximate: bool = False
 
-    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
+    def neighbours(self, state: Any, k: int, references: Any = None,
+                   queries: np.ndarray | None = None) -> np.ndarray:
         gallery = None if references is None else model_form(named_arrays(references))
         return torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.distance,
                                         device=self.device, query_rows=self.query_rows,
-                                        reference_rows=self.reference_rows, references=gallery)
+                                        reference_rows=self.reference_rows, queries=queries,
+                                        references=gallery)
 
     def describe(self) -> str:
         return "learned pairwise distance"
@@ -125,8 +132,10 @@ class ShortlistRerank:
             raise OptionError(f"a shortlist of {self.shortlist} images is too short",
                               fix="use a shortlist of at least the largest class size")
 
-    def neighbours(self, state: Any, k: int, references: Any = None) -> np.ndarray:
-        return self._rerank(state, k, np.arange(state_length(named_arrays(state))), references)
+    def neighbours(self, state: Any, k: int, references: Any = None,
+                   queries: np.ndarray | None = None) -> np.ndarray:
+        chosen = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
+        return self._rerank(state, k, chosen, references)
 
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
@@ -155,7 +164,7 @@ class ShortlistRerank:
         gallery = state if references is None else references
         key = self.exact.shortlist_key
         size = min(max(self.shortlist, k), len(_array(state, key)) - 1)
-        candidates = nearest_neighbours(_array(state, key), size,
+        candidates = nearest_neighbours(_array(state, key), size, queries=queries,
                                         references=None if references is None else _array(references, key))
 
         def on_device(arrays: Any) -> dict[str, Any]:
@@ -167,7 +176,7 @@ class ShortlistRerank:
         with torch.inference_mode():
             for row, query in enumerate(queries):
                 # The query's own image leads its list, as in the exact searches, so its removal is the same.
-                pool = np.concatenate([[query], candidates[query]])
+                pool = np.concatenate([[query], candidates[row]])
                 distances = self.exact.distance(model_form(take_rows(on, slice(query, query + 1))),
                                                 model_form(take_rows(on_gallery, torch.from_numpy(pool))))
                 order = distances[0].float().argsort(stable=True)[: k + 1].cpu().numpy()

@@ -48,13 +48,15 @@ def nearest_neighbours(
     backend: str = "auto",
     distance: Distance | None = None,
     references: np.ndarray | Tensor | None = None,
+    queries: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(N, D)`` embeddings -> ``(N, k)`` indices of each row's ``k`` nearest other rows, nearest first.
 
     Ranked by squared L2 distance, or by ``distance`` when given (a learned similarity such as AVSL's, which
     only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when it
     can be imported and no ``distance`` is given, else torch). With ``references`` (as many rows), each row is
-    searched among them instead, its own row ``i`` left out.
+    searched among them instead, its own row ``i`` left out. ``queries`` (indices) searches for those rows
+    only: ``(len(queries), k)``.
     """
     if backend not in BACKENDS:
         raise OptionError(f"unknown retrieval backend {backend!r}", fix=f"use one of {', '.join(BACKENDS)}")
@@ -62,12 +64,13 @@ def nearest_neighbours(
         if backend == "faiss":
             raise OptionError("faiss ranks by L2 distance only, not by a learned distance",
                               fix="use the torch (or auto) backend for methods with a learned similarity")
-        return torch_nearest_neighbours(embeddings, k, distance=distance, references=references)
+        return torch_nearest_neighbours(embeddings, k, distance=distance, references=references,
+                                        queries=queries)
     if backend == "auto":
         backend = "faiss" if faiss_available() else "torch"
     if backend == "faiss":
-        return faiss_nearest_neighbours(embeddings, k, references=references)
-    return torch_nearest_neighbours(embeddings, k, references=references)
+        return faiss_nearest_neighbours(embeddings, k, references=references, queries=queries)
+    return torch_nearest_neighbours(embeddings, k, references=references, queries=queries)
 
 
 def checked_k(
@@ -123,12 +126,13 @@ def remove_self_matches(indices: np.ndarray, items: np.ndarray | None = None) ->
 
 
 def faiss_nearest_neighbours(
-    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None
+    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
+    queries: np.ndarray | None = None,
 ) -> np.ndarray:
     """The faiss backend: ``IndexFlatL2`` over float32 copies, on every GPU faiss sees (faiss-gpu built for a
     machine with CUDA devices), else on the CPU; the GPU index serves ``k + 1`` up to
     :data:`FAISS_GPU_MAX_K`, beyond which the CPU one does, as in PML. ``references`` are indexed instead of
-    the queries where given."""
+    the queries where given; ``queries`` (indices) are the rows searched for (default all)."""
     k = checked_k(embeddings, k, references)
     try:
         import faiss
@@ -142,8 +146,12 @@ def faiss_nearest_neighbours(
     if faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(vectors if references is None else as_float32_numpy(references))
-    _, indices = index.search(vectors, k + 1)
-    return remove_self_matches(np.asarray(indices, dtype=np.int64))
+    if queries is None:
+        _, indices = index.search(vectors, k + 1)
+        return remove_self_matches(np.asarray(indices, dtype=np.int64))
+    items = np.asarray(queries, dtype=np.int64)
+    _, indices = index.search(np.ascontiguousarray(vectors[items]), k + 1)
+    return remove_self_matches(np.asarray(indices, dtype=np.int64), items)
 
 
 def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bgbias.errors import OptionError
-from bgbias.retrieval.metrics import score_embeddings
+from bgbias.retrieval.metrics import KEPT_NEIGHBOURS, score_embeddings
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank, with_shortlist
 from bgbias.retrieval.search import nearest_neighbours, torch_nearest_neighbours
 
@@ -98,9 +98,10 @@ def test_scores_of_a_named_state_use_every_array():
     labels = np.arange(40) % 4
     learned = score_embeddings(state, labels, retrieval=LearnedDistance(_weighted))
     knn = _brute_force(state, 9)
-    assert np.array_equal(learned.neighbours, knn)
+    assert np.array_equal(LearnedDistance(_weighted).neighbours(state, 9), knn)
+    assert np.array_equal(learned.neighbours, knn[:, :KEPT_NEIGHBOURS])  # the scores keep the nearest few
     plain = score_embeddings(state, labels)  # ExactL2 over the "embedding" array only
-    assert np.array_equal(plain.neighbours, nearest_neighbours(state["embedding"], 9))
+    assert np.array_equal(plain.neighbours, nearest_neighbours(state["embedding"], 9)[:, :KEPT_NEIGHBOURS])
 
 
 def test_arrays_of_other_lengths_or_non_finite_values_are_refused():
