@@ -52,7 +52,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "masks": PATH, "backgrounds": PATH,
         "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
         "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
-        "batch_size": BATCH_SIZE, "workers": WORKERS, "progress": FLAG,
+        "batch_size": BATCH_SIZE, "workers": WORKERS, "max_memory": MAX_MEMORY, "progress": FLAG,
     },
     "evaluate_embeddings": {"out": PATH},
     "score_embeddings": {"max_memory": MAX_MEMORY},
@@ -88,6 +88,7 @@ def evaluate(
     memory_format: str | None = None,
     batch_size: int = 64,
     workers: int | None = None,
+    max_memory: int | None = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
@@ -108,8 +109,9 @@ def evaluate(
     Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format`` (``contiguous``,
     ``channels_last``) choose the precision and layout it embeds in: by default a run's own, and for any other
     torch model autocast ``auto`` and channels-last (a module's weights, converted in place, and its input; a
-    function's input is left contiguous); an ONNX file runs in float32. The other arguments are the command's
-    options.
+    function's input is left contiguous); an ONNX file runs in float32. ``max_memory``: bytes the scoring's
+    neighbour lists may take at once (default 1 GiB; a larger split is scored in blocks of queries, with the
+    same scores). The other arguments are the command's options.
     """
     from bgbias.engine.request import MeasureRequest
     from bgbias.models.model_input import ModelInput
@@ -124,7 +126,8 @@ def evaluate(
     request = MeasureRequest(
         dataset=dataset, root=_path(root), split=split, masks=_path(masks), corrupted=corrupted,
         repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
-        profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, progress=progress,
+        profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory,
+        progress=progress,
     )
     embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
                                          trust_model=trust_model, amp=amp, memory_format=memory_format)

@@ -207,3 +207,22 @@ def test_the_command_line_types_its_options_from_the_same_rules():
                 assert isinstance(param.type, IntRange)
                 assert (param.type.min, param.type.max) == (rule.minimum, rule.maximum), param.opts
     assert checked == 13  # eval: 8, corrupt: 5
+
+
+def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):
+    from bgbias.report import profile
+    from bgbias.retrieval import metrics
+
+    ceilings = []
+
+    def spy(score):
+        def scored(*args, max_memory, **options):
+            ceilings.append(max_memory)
+            return score(*args, max_memory=max_memory, **options)
+        return scored
+
+    monkeypatch.setattr(metrics, "score_embeddings", spy(metrics.score_embeddings))
+    monkeypatch.setattr(profile, "score_embeddings", spy(profile.score_embeddings))
+    bgbias.evaluate(tiny_embedder().eval(), "bench", **{**_options(tiny_bench), "repeats": 1}, profile=True,
+                    worst_k=1, max_memory=12345, manifests=tmp_path / "manifests", out=tmp_path / "home")
+    assert len(ceilings) > 3 and set(ceilings) == {12345}  # clean, corrupted, query-side, the variants

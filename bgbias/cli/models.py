@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, click_type, split_options
+from bgbias.cli.options import BYTES, DATASETS, PATH_DIR, click_type, split_options
 from bgbias.errors import OptionError
 
 
@@ -205,11 +205,14 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 @click.option("--workers", type=click_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
                    "cores, every core but one on a GPU, up to 8).")
+@click.option("--max-memory", type=BYTES, default=None,
+              help="Memory the scoring's neighbour lists may take at once, e.g. 512M or 4G (default 1G): a "
+                   "larger split is scored in blocks of queries, with the same scores.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,
              repeats: int, seed: int, masks: Path | None, backgrounds: Path | None, manifests: Path | None,
              shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int | None,
-             no_progress: bool) -> None:
+             max_memory: int | None, no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained run or any other model (--model); with
     --profile the background-reliance profile too; report files in <run>/eval/ (a --model's in --out)."""
     from bgbias.engine.request import MeasureRequest
@@ -219,7 +222,8 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
     request = MeasureRequest(
         dataset=dataset_name, root=root, split=split, masks=masks, corrupted=corrupted, repeats=repeats,
         seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, profile=profile,
-        worst_k=worst_k, batch_size=batch_size, workers=workers, progress=not no_progress,
+        worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory,
+        progress=not no_progress,
     )
     result = evaluate_model(model, request, log=lambda line: click.echo(line, err=True))
     click.echo(result.summary())

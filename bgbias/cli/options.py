@@ -24,6 +24,32 @@ def click_type(rule: rules.Rule) -> click.ParamType:
     return {bool: click.BOOL, str: click.STRING, Path: click.Path(path_type=Path)}[rule.kind]
 
 
+BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+class ByteSize(click.ParamType):
+    """A number of bytes, with K, M or G (powers of 1024) after it where wanted: ``512M``, ``4G``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+        number, unit = (text[:-1], text[-1]) if text[-1:] in "KMG" else (text, "")
+        try:
+            size = float(number) * BYTE_UNITS[unit]
+        except ValueError:
+            self.fail(f"{value!r} is not a size: write bytes, or a number with K, M or G (512M, 4G)", param,
+                      ctx)
+        if size < 1:
+            self.fail(f"{value!r} is not a positive size", param, ctx)
+        return int(size)
+
+
+BYTES = ByteSize()
+
+
 DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
 
 

@@ -60,6 +60,8 @@ class MeasureRequest:
     """Images per forward pass (default: 64 for evaluation; 1 on the CPU, 8 on CUDA for attribution)."""
     workers: int | None = None
     """Data-loader processes (None: sized to the machine, bgbias.hardware)."""
+    max_memory: int | None = None
+    """Bytes the scoring's neighbour lists may take at once (None: 1 GiB, bgbias.retrieval.metrics)."""
     progress: bool = True
 
 

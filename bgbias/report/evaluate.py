@@ -78,6 +78,7 @@ def evaluate(
     from bgbias.data.items import default_masks_dir
     from bgbias.report.evaluation import evaluation_record, summarize_evaluation
     from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
+    from bgbias.retrieval.metrics import MAX_MEMORY
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
     request = request or MeasureRequest()
@@ -112,7 +113,8 @@ def evaluate(
 
     clean_images = EvalImages(items, geometry)
     clean_state = states.clean()
-    clean = _score(retrieval, clean_state, labels)
+    ceiling = request.max_memory or MAX_MEMORY
+    clean = _score(retrieval, clean_state, labels, ceiling)
     log(f"clean MAP@R {clean.map_at_r:.4f}")
     shortlisted = isinstance(retrieval, ShortlistRerank)
     recall = retrieval.recall(clean_state, labels) if shortlisted else None
@@ -120,19 +122,19 @@ def evaluate(
         log(f"shortlist recall of the exact top-R: {recall.recall} over {recall.queries} clean queries")
     corrupted_recalls: list[float | None] = []
     corrupted_scores = []
-    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k)
+    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, ceiling)
     for index, (manifest, images) in enumerate(corrupted_sets):
         key = {"set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path], "masks": masks_print}
         state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
         if index < request.repeats:
-            corrupted_scores.append(_score(retrieval, state, labels))
+            corrupted_scores.append(_score(retrieval, state, labels, ceiling))
             log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
             if shortlisted:  # a background swap moves L2 neighbours too: the shortlist may miss more
                 corrupted_recalls.append(retrieval.recall(state, labels).recall)
         if request.profile:
             query_map = query_side.add(index, state).map_at_r
             log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
-    variant_scores = score_variants(states, variants, retrieval, masks_print, log)
+    variant_scores = score_variants(states, variants, retrieval, masks_print, log, ceiling)
 
     identity = dataset.identity()
     measured = measured_label(dataset, request, retrieval)
@@ -267,10 +269,11 @@ def corrupted_manifests(
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray) -> RetrievalScores:
+def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray,
+           max_memory: int) -> RetrievalScores:
     from bgbias.retrieval.metrics import score_embeddings
 
-    return score_embeddings(state, labels, retrieval=retrieval)
+    return score_embeddings(state, labels, retrieval=retrieval, max_memory=max_memory)
 
 
 def _write_outputs(

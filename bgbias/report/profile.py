@@ -56,19 +56,21 @@ PROFILE_SETS: dict[str, str] = {
 @dataclass
 class QuerySide:
     """Corrupted queries against the clean gallery: the scores of each of the first ``repeats`` corrupted
-    sets, and each query's lowest score over the first ``worst_k``."""
+    sets, and each query's lowest score over the first ``worst_k``, each scored within ``max_memory``."""
 
     retrieval: Retrieval
     clean_state: dict[str, np.ndarray]
     labels: np.ndarray
     repeats: int
     worst_k: int
+    max_memory: int
     scores: list[RetrievalScores] = field(default_factory=list)
     worst: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add(self, index: int, state: dict[str, np.ndarray]) -> RetrievalScores:
         """Score corrupted repeat ``index`` query-side, keeping what the profile needs of it."""
-        scores = score_embeddings(state, self.labels, retrieval=self.retrieval, references=self.clean_state)
+        scores = score_embeddings(state, self.labels, retrieval=self.retrieval, references=self.clean_state,
+                                  max_memory=self.max_memory)
         if index < self.repeats:
             self.scores.append(scores)
         if index < self.worst_k:  # fmin keeps NaN only where every repeat has it: the lone queries
@@ -109,6 +111,7 @@ def score_variants(
     retrieval: Retrieval,
     masks_print: str | None,
     log: Callable[[str], None],
+    max_memory: int,
 ) -> dict[str, list[RetrievalScores]]:
     """Each variant set embedded through the cache (keyed by its manifest's sha256 and the masks) and scored
     against itself, by variant in repeat order."""
@@ -119,7 +122,7 @@ def score_variants(
         desc = f"{manifest.variant.name} repeat {manifest.repeat}"
         state = states.state(images, key, desc)
         scores.setdefault(manifest.variant.name, []).append(
-            score_embeddings(state, states.labels, retrieval=retrieval))
+            score_embeddings(state, states.labels, retrieval=retrieval, max_memory=max_memory))
         log(f"{desc} MAP@R {scores[manifest.variant.name][-1].map_at_r:.4f}")
     return scores
 

@@ -73,3 +73,15 @@ def test_the_ceiling_must_be_positive_and_galleries_find_their_neighbours_kept()
     with pytest.raises(OptionError, match="max_memory must be a positive number of bytes"):
         score_embeddings(embeddings, labels, max_memory=0)
     assert GALLERY_NEIGHBOURS <= KEPT_NEIGHBOURS
+
+
+def test_eval_takes_its_memory_ceiling_as_a_size():
+    import click
+
+    from bgbias.cli.options import BYTES
+
+    assert [BYTES.convert(text, None, None) for text in ("512M", "4G", "1.5k", "2048", "1GiB")] == [
+        512 << 20, 4 << 30, 1536, 2048, 1 << 30]
+    for wrong in ("lots", "0", "-1G"):
+        with pytest.raises(click.BadParameter):
+            BYTES.convert(wrong, None, None)
