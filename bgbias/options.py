@@ -168,7 +168,7 @@ class Rule:
 PATH = Rule(Path, optional=True, example="folder")
 """A file or folder that has a default."""
 FLAG = Rule(bool, example=True)
-SPLIT = Rule(str, choices=("test", "val"), example="test")
+SPLIT = Rule(str, choices=("test", "val", "all"), example="test")
 """The evaluated split: the paper's test split, or the validation split."""
 PROTOCOL = Rule(str, choices=("fixed", "cv4"), example="fixed")
 """The paper's fixed split, or 4-fold class-disjoint cross-validation."""

@@ -226,3 +226,15 @@ def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, t
     bgbias.evaluate(tiny_embedder().eval(), "bench", **{**_options(tiny_bench), "repeats": 1}, profile=True,
                     worst_k=1, max_memory=12345, manifests=tmp_path / "manifests", out=tmp_path / "home")
     assert len(ceilings) > 3 and set(ceilings) == {12345}  # clean, corrupted, query-side, the variants
+
+
+def test_a_whole_folder_of_one_s_own_is_scored_with_split_all(tmp_path):
+    from tests.replicas import make_folder
+
+    root = make_folder(tmp_path / "products", per_class=2)
+    module = tiny_embedder().eval()
+    whole = bgbias.evaluate(module, "folder", root=root, split="all", corrupted=False, workers=0,
+                            out=tmp_path / "all")
+    half = bgbias.evaluate(module, "folder", root=root, corrupted=False, workers=0, out=tmp_path / "test")
+    assert whole.report.images == 16 and half.report.images == 8  # the DML test split: half the classes
+    assert whole.report.split == "all"

@@ -126,7 +126,8 @@ def masks(
     type=click_type(rules.SPLIT),
     default="test",
     show_default=True,
-    help="test draws from the test pool, val from the train pool (as in the paper's code).",
+    help="test draws from the test pool, val from the train pool (as in the paper's code); all (every "
+         "image of the dataset) from the test pool.",
 )
 @split_options
 @click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True)

@@ -234,7 +234,7 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to explain (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["test", "val", "all"]), default="test", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Score this many images spread evenly over the split (default: all).")
 @click.option("--attribution", default="smoothgrad", show_default=True,

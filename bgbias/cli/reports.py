@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @click.command("report")
 @click.argument("run_dirs", nargs=-1, type=PATH_DIR, metavar="RUN...")
-@click.option("--split", type=click.Choice(["test", "val"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["test", "val", "all"]), default="test", show_default=True)
 @click.option("--out", type=PATH_DIR, default=None,
               help="Folder for table.md/.csv/.json and runs.png (default <runs>/report), replaced whole once "
                    "the report is written: a folder of its own.")

@@ -28,7 +28,7 @@ from bgbias.errors import AssetError
 from bgbias.schema import ClosedRecord, Record, explain_problem, unique_keys
 
 DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
-CORRUPTED_SPLITS = ("val", "test")
+CORRUPTED_SPLITS = ("val", "test", "all")
 
 
 def expected(words: str, test: Callable[[Any], bool]) -> AfterValidator:

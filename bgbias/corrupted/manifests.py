@@ -58,9 +58,9 @@ from bgbias.schema import ClosedRecord
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
 MANIFEST_VERSION = 1
-POOL_OF_SPLIT = {"val": "train", "test": "test"}
+POOL_OF_SPLIT = {"val": "train", "test": "test", "all": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the paper's code; the test pool stays
-unseen."""
+unseen. ``all`` (a whole set of one's own, scored as queries and gallery) draws from the test pool."""
 SHARED_TEMP_AGE_S = 60.0
 """Manifests are shared (concurrent evaluations may write the same ones): a temporary beside one counts as
 left by a killed run only once it is this old."""

@@ -1,4 +1,6 @@
-"""Class-disjoint splits: the paper's fixed split, and 4-fold cross-validation over trainval classes.
+"""Class-disjoint splits: the paper's fixed split, and 4-fold cross-validation over trainval classes; and
+``all``, every class of the dataset, for scoring a model on a whole set of one's own (queries and gallery
+the same images), where no class needs to be held out.
 
 The fixed split is the one the paper's code uses (docs/design.md, *Datasets and splits*)."""
 
@@ -10,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from bgbias.data.items import Dataset, Item
 from bgbias.errors import DatasetError, OptionError
 
-SPLITS = ("train", "val", "trainval", "test")
+SPLITS = ("train", "val", "trainval", "test", "all")
 PROTOCOLS = ("fixed", "cv4")
 CV_FOLDS = 4
 
@@ -40,6 +42,8 @@ def split_classes(dataset: Dataset, split: str, protocol: str = "fixed", fold: i
     check_split_options(split, protocol, fold)
     if split == "test":
         return list(dataset.test_classes())
+    if split == "all":
+        return sorted({*dataset.trainval_classes(), *dataset.test_classes()})
     trainval = list(dataset.trainval_classes())
     if split == "trainval":
         return trainval

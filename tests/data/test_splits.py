@@ -105,3 +105,19 @@ def test_cv4_needs_four_trainval_classes(tmp_path):
     dataset = FolderDataset(make_folder(tmp_path / "f", class_names=("a", "b", "c", "d", "e")))
     with pytest.raises(DatasetError, match="cv4 needs at least 4 trainval classes"):
         split_items(dataset, "train", "cv4", 0)
+
+
+def test_all_is_every_image_of_the_dataset_whatever_the_protocol(tmp_path):
+    dataset = FolderDataset(make_folder(tmp_path / "f"))
+    every = [item.id for item in dataset.items()]
+    assert [item.id for item in split_items(dataset, "all")] == every and len(every) == 16
+    assert split_classes(dataset, "all", "cv4", 2) == list(range(8))
+
+
+def test_every_split_a_corrupted_set_may_have_draws_from_a_pool():
+    from bgbias.corrupted.manifest_schema import CORRUPTED_SPLITS
+    from bgbias.corrupted.manifests import POOL_OF_SPLIT
+    from bgbias.data.splits import SPLITS
+
+    assert set(POOL_OF_SPLIT) == set(CORRUPTED_SPLITS) <= set(SPLITS)
+    assert POOL_OF_SPLIT["all"] == "test"  # an audit never meets BGAugment's training backgrounds
