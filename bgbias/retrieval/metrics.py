@@ -94,9 +94,16 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
     per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
     for values in per_query.values():
         values[~scored] = np.nan
-    means = {name: float(values[scored].mean()) if scored.any() else float("nan")
-             for name, values in per_query.items()}
-    return RetrievalScores(**means, per_query={**per_query, "r": r}, scored=int(scored.sum()))
+    return _scores_of({**per_query, "r": r})
+
+
+def _scores_of(per_query: dict[str, np.ndarray]) -> RetrievalScores:
+    """The means over the scored queries (``R >= 1``) of every query's own scores (``per_query``, with
+    ``"r"``)."""
+    scored = per_query["r"] > 0
+    means = {name: float(per_query[name][scored].mean()) if scored.any() else float("nan")
+             for name in METRICS}
+    return RetrievalScores(**means, per_query=per_query, scored=int(scored.sum()))
 
 
 def score_embeddings(
@@ -132,24 +139,26 @@ def score_embeddings(
         raise OptionError(f"max_memory must be a positive number of bytes, not {max_memory}",
                           fix="pass max_memory=2**30 (1 GiB) or more for large sets")
     block = max(MIN_BLOCK, max_memory // (BYTES_PER_NEIGHBOUR * (k + 1)))
-    if count <= block:
-        # Only a query-side search passes references, so a Retrieval written before they existed still scores.
-        knn = (search.neighbours(embeddings, k) if references is None
-               else search.neighbours(embeddings, k, references))
-        scores = retrieval_scores(labels[knn], labels, r)
-        return dataclasses.replace(scores, neighbours=knn[:, :KEPT_NEIGHBOURS].copy())
+    blocks = [None] if count <= block else [np.arange(start, min(start + block, count))
+                                            for start in range(0, count, block)]
     parts, kept = [], []
-    for start in range(0, count, block):
-        queries = np.arange(start, min(start + block, count))
-        knn = search.neighbours(embeddings, k, references, queries=queries)
-        parts.append(retrieval_scores(labels[knn], labels[queries], r[queries]).per_query)
+    for queries in blocks:
+        rows = slice(None) if queries is None else queries
+        knn = _search(search, embeddings, k, references, queries)
+        parts.append(retrieval_scores(labels[knn], labels[rows], r[rows]).per_query)
         kept.append(knn[:, :KEPT_NEIGHBOURS].copy())  # a copy: a view would keep the whole block alive
     per_query = {name: np.concatenate([part[name] for part in parts]) for name in (*METRICS, "r")}
-    scored = r > 0
-    means = {name: float(per_query[name][scored].mean()) if scored.any() else float("nan")
-             for name in METRICS}
-    return RetrievalScores(**means, per_query=per_query, scored=int(scored.sum()),
-                           neighbours=np.concatenate(kept))
+    return dataclasses.replace(_scores_of(per_query), neighbours=np.concatenate(kept))
+
+
+def _search(search: Retrieval, embeddings: Any, k: int, references: Any, queries: np.ndarray | None) -> Any:
+    """``search.neighbours`` of ``queries`` (None: every item), passing only the arguments in use, so that a
+    Retrieval written before references or blocks of queries existed still scores a set that fits."""
+    if queries is not None:
+        return search.neighbours(embeddings, k, references, queries=queries)
+    if references is None:
+        return search.neighbours(embeddings, k)
+    return search.neighbours(embeddings, k, references)
 
 
 def chance_scores(labels: np.ndarray) -> dict[str, float]:
