@@ -191,18 +191,18 @@ def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: i
         inputs = execute_step(folder, plan, step_id, device, processes, step_log)
     except KeyboardInterrupt:
         # An interruption is no death: the start is not counted against the step.
-        _finish(folder, step_id, claim, state="pending", claim=None,
+        _update_held(folder, step_id, claim, state="pending", claim=None,
                 attempts=plan.steps[step_id].attempts - 1)
         step_log("interrupted: given back to the plan")
         raise
     except Exception as error:  # one step's failure (a diverged loss, a full disk) must not stop the rest
         message = str(error) if isinstance(error, BgbiasError) else f"{type(error).__name__}: {error}"
-        _finish(folder, step_id, claim, state="failed", claim=None, finished=time.time(), error=message,
+        _update_held(folder, step_id, claim, state="failed", claim=None, finished=time.time(), error=message,
                 traceback=traceback.format_exc())
         outcome.failed[step_id] = message
         step_log(f"FAILED, going on with the others:\n{message}")
     else:
-        _finish(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
+        _update_held(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
         outcome.done.append(step_id)
         step_log("done")
     finally:
@@ -210,9 +210,9 @@ def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: i
         renewer.join()
 
 
-def _finish(folder: Path, step_id: str, mine: Claim, **changes: object) -> None:
-    """Record the end of a step, unless another worker has taken it over meanwhile (this one was thought
-    dead): then its record stands."""
+def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> None:
+    """Change the step this worker holds (renew its claim, record its end), unless another worker has taken
+    it over meanwhile (this one was thought dead): then the other's record stands."""
     def change(plan: Plan | None) -> Plan:
         assert plan is not None
         held = plan.steps[step_id].claim
@@ -225,14 +225,7 @@ def _finish(folder: Path, step_id: str, mine: Claim, **changes: object) -> None:
 
 def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
-        def change(plan: Plan | None) -> Plan:
-            assert plan is not None
-            held = plan.steps[step_id].claim
-            if held is None or held.token != claim.token:
-                return plan
-            return with_step(plan, step_id, claim=held.model_copy(update={"heartbeat": time.time()}))
-
-        update_plan(folder, change)
+        _update_held(folder, step_id, claim, claim=claim.model_copy(update={"heartbeat": time.time()}))
 
 
 def _device_label(device: str) -> str:
