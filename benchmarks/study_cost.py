@@ -31,18 +31,13 @@ def logged_seconds(log: Path) -> float:
 
 
 def main() -> None:
-    from bgbias.engine.device import resolve_device
-    from bgbias.study.cost import (
-        estimate_masks,
-        estimate_page,
-        estimate_prepare,
-        estimate_runs,
-        format_cost,
-        split_sizes,
-    )
     from bgbias.study.cost_timing import time_config
+    from bgbias.study.dry_run import plan_cost
+    from bgbias.study.pipeline import merged_plan
     from bgbias.study.plan import PRESETS
+    from bgbias.study.runs import study_folder
     from bgbias.study.spec import bench_spec
+    from bgbias.study.steps import mask_shards, page_step_id
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="quick", choices=sorted(PRESETS))
@@ -51,31 +46,26 @@ def main() -> None:
     args = parser.parse_args()
     plan = PRESETS[args.preset]
     spec = bench_spec("small", 0.9, 0, plan.masks)
-    device = str(resolve_device(args.device))
+    folder = study_folder(Path("runs"), spec)
+    fresh = merged_plan(None, folder, spec, plan, mask_shards(spec), extend=False)
     started = time.perf_counter()
-    runs = plan.runs()
     timings = []
 
     def timer(*args, **options):
         timings.append(time_config(*args, **options))
         return timings[-1]
 
-    costs = estimate_runs(spec, runs, profile=plan.profile, device=device, timer=timer)
-    prepare = estimate_prepare(spec, done=False, device=device)
-    sizes = split_sizes(spec)
-    masks = estimate_masks(spec, sum(sizes.train_classes) + sizes.val + sizes.test, device=device)
-    page = estimate_page(len(runs))
+    cost = plan_cost(folder, fresh, [page_step_id(plan)], device=args.device, timer=timer)
     took = time.perf_counter() - started
-    print(format_cost(runs, costs, prepare=prepare, masks=masks, page=page, device=device))
+    print(cost.table())
     for timing in timings:
         print(f"  {timing}")
-    for name, cost in costs.items():
-        print(f"  {name}: train {cost.train:.0f} s, measure {cost.measure:.0f} s ({cost.source})")
-    estimate = prepare + masks + page + sum(cost.total for cost in costs.values())
-    print(f"estimate {estimate:.0f} s, made in {took:.1f} s")
+    for name, run_cost in cost.costs.items():
+        print(f"  {name}: train {run_cost.train:.0f} s, measure {run_cost.measure:.0f} s ({run_cost.source})")
+    print(f"estimate {cost.total:.0f} s, made in {took:.1f} s")
     if args.measured is not None:
         measured = logged_seconds(args.measured)
-        print(f"measured {measured:.0f} s: estimate / measured = {estimate / measured:.2f}")
+        print(f"measured {measured:.0f} s: estimate / measured = {cost.total / measured:.2f}")
 
 
 if __name__ == "__main__":

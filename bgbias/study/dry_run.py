@@ -3,15 +3,22 @@ the target device, and for SLURM the submission it would make. Nothing is record
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bgbias.study.ledger import FINISHED, Plan, read_plan
 from bgbias.study.pipeline import merged_plan, slurm_stages
-from bgbias.study.plan import StudyPlan
+from bgbias.study.plan import StudyPlan, StudyRun
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
 from bgbias.study.steps import mask_shards, page_step_id, study_run
 from bgbias.study.worker import needed_steps
+
+if TYPE_CHECKING:
+    from bgbias.study.cost import RunCost
+    from bgbias.study.cost_timing import ConfigTiming
 
 
 def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: bool = False,
@@ -46,36 +53,60 @@ def _steps_text(plan: Plan, goals: list[str]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class PlanCost:
+    """What the steps left of a plan will cost on ``device``: each run's (by folder name), the prepare step,
+    the masks shards left and the pages, in seconds."""
+
+    runs: list[StudyRun]
+    costs: dict[str, RunCost]
+    prepare: float
+    masks: float
+    page: float
+    device: str
+
+    @property
+    def total(self) -> float:
+        return self.prepare + self.masks + self.page + sum(cost.total for cost in self.costs.values())
+
+    def table(self) -> str:
+        """The cost table the dry run prints (:func:`~bgbias.study.cost.format_cost`)."""
+        from bgbias.study.cost import format_cost
+
+        return format_cost(self.runs, self.costs, prepare=self.prepare, masks=self.masks, page=self.page,
+                           device=self.device)
+
+
 def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) -> str:
+    """What the steps of ``goals`` that are not done will cost on ``device``, as the dry run's table."""
+    return plan_cost(folder, plan, goals, device=device).table()
+
+
+def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
+              timer: Callable[..., ConfigTiming] | None = None) -> PlanCost:
     """What the steps of ``goals`` that are not done will cost on ``device`` (:mod:`bgbias.study.cost`):
-    the runs timed per distinct configuration (or from their records where training finished), the
+    the runs timed per distinct configuration by ``timer`` (default
+    :func:`~bgbias.study.cost_timing.time_config`), or read from their records where training finished, the
     prepare step, the masks shards left and the page."""
     from bgbias.engine.device import resolve_device
     from bgbias.engine.run_dir import DONE, RunDir, read_record
-    from bgbias.study.cost import (
-        estimate_masks,
-        estimate_page,
-        estimate_prepare,
-        estimate_runs,
-        format_cost,
-        split_sizes,
-    )
+    from bgbias.study.cost import estimate_masks, estimate_page, estimate_prepare, estimate_runs, split_sizes
+    from bgbias.study.cost_timing import time_config
 
     device = str(resolve_device(device))
     needed = needed_steps(plan, goals)
     left = [step_id for step_id in needed if plan.steps[step_id].state != "done"]
-    run_steps = [plan.steps[step_id] for step_id in left if plan.steps[step_id].run is not None]
-    runs = [study_run(step.run) for step in run_steps if step.run is not None]
+    args = [step.run for step in (plan.steps[step_id] for step_id in left) if step.run is not None]
+    runs = [study_run(arg) for arg in args]
     finished = {}
     for run in runs:
         run_dir = folder / run.folder_name
         record = read_record(RunDir(run_dir)) if run_dir.is_dir() else None
         if record is not None and record.status in DONE:
             finished[run.folder_name] = run_dir
-    args = [step.run for step in run_steps if step.run is not None]
     costs = estimate_runs(plan.spec, runs, profile=any(arg.profile for arg in args), device=device,
                           explain_images=max((arg.explain_images for arg in args), default=0),
-                          finished=finished, log=lambda _: None) if runs else {}
+                          finished=finished, log=lambda _: None, timer=timer or time_config) if runs else {}
     shards = [plan.steps[step_id] for step_id in needed if plan.steps[step_id].kind == "masks"]
     masks_left = sum(step.state != "done" for step in shards)
     masks = 0.0
@@ -86,4 +117,4 @@ def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) ->
     pages = [plan.steps[step_id] for step_id in left if plan.steps[step_id].kind == "page"]
     prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done", device=device)
     page = sum(estimate_page(len(step.needs)) for step in pages)
-    return format_cost(runs, costs, prepare=prepare, masks=masks, page=page, device=device)
+    return PlanCost(runs, costs, prepare, masks, page, device)
