@@ -151,6 +151,16 @@ def test_workers_on_threads_share_the_plan_and_do_each_step_once(tmp_path, monke
     assert calls[-1] == goals[0]  # the page comes once every run is finished
 
 
+DEAD_PID = 2**22 + 7
+"""A pid no process of this machine has (above the kernel's pid_max)."""
+
+
+def _dead_claim() -> Claim:
+    """A claim of this machine whose process is gone."""
+    return Claim(token="x", host="here", machine=machine_id(), pid=DEAD_PID, started=1, device="cpu",
+                 heartbeat=time.time())
+
+
 def _claimed_by(tmp_path: Path, step_id: str, claim: Claim, attempts: int = 1) -> None:
     update_plan(tmp_path, lambda plan: with_step(plan, step_id, state="running", claim=claim,
                                                  attempts=attempts))
@@ -160,8 +170,7 @@ def test_a_step_whose_worker_died_is_taken_over(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
     goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
-    dead = Claim(token="x", host="here", machine=machine_id(), pid=2**22 + 7, started=1, device="cpu",
-                 heartbeat=time.time())
+    dead = _dead_claim()
     _claimed_by(tmp_path, "prepare", dead)
     lines: list[str] = []
     work(tmp_path, goals, log=lines.append, timing=FAST)
@@ -186,8 +195,7 @@ def test_a_step_that_kills_its_worker_each_time_ends_failed(tmp_path, monkeypatc
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
     goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
-    dead = Claim(token="x", host="here", machine=machine_id(), pid=2**22 + 7, started=1, device="cpu",
-                 heartbeat=time.time())
+    dead = _dead_claim()
     _claimed_by(tmp_path, "prepare", dead, attempts=3)
     work(tmp_path, goals, log=lambda _: None, timing=FAST)
     plan = read_plan(tmp_path)
