@@ -74,10 +74,11 @@ class RunArgs(ClosedRecord):
 
 
 class PageArgs(ClosedRecord):
-    """A page step's folder (in the study folder) and title."""
+    """A page step's folder (in the study folder), and the ``--set`` settings of its runs as its title
+    names them (``", every run with schedule.epochs=2"``; empty for a plain plan)."""
 
     folder: str
-    title: str
+    variant: str
 
 
 class Step(ClosedRecord):

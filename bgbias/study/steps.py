@@ -59,7 +59,7 @@ def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, St
     steps.update(runs)
     variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
     steps[page_step_id(plan)] = Step(kind="page", needs=list(runs),
-                                     page=PageArgs(folder=plan.report_folder, title=variant))
+                                     page=PageArgs(folder=plan.report_folder, variant=variant))
     return steps
 
 
@@ -162,7 +162,7 @@ def write_page(folder: Path, plan: Plan, step_id: str, log: Callable[[str], None
                           fix="see each error with `bgbias study --status`, then run the command again")
     run_dirs = [folder / study_run(s.run).folder_name for s in done if s.run is not None]
     log(f"the page of {len(run_dirs)} runs in {folder / step.page.folder}")
-    title = f"bgbias study: {plan.spec.title}, {len(run_dirs)} runs{step.page.title}"
+    title = f"bgbias study: {plan.spec.title}, {len(run_dirs)} runs{step.page.variant}"
     dials: list[Path] = []
     if plan.spec.bench is not None:
         bench = plan.spec.bench
