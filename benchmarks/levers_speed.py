@@ -150,8 +150,8 @@ def _time_smoothgrad(name: str, args, device) -> None:
     """SmoothGrad images/s of method ``name`` contiguous vs channels-last (float32), alternated ABBA."""
     import torch
 
+    from bgbias.attribution.smoothgrad import SmoothGrad
     from bgbias.engine.method_model import MethodModel
-    from bgbias.explain.smoothgrad import SmoothGrad
 
     smoothgrad = SmoothGrad()
     images = torch.rand(args.smoothgrad, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))

@@ -4,7 +4,7 @@ less.
 The package is grouped by pipeline stage: ``assets`` (offline provisioning), ``data`` (datasets and images),
 ``backgrounds`` and ``bench`` (background pools and the embedded bench dataset), ``saliency`` (U²-Net masks),
 ``bgaugment`` (compositing), ``corrupted`` (the corrupted test sets), ``variants`` (the profile's
-variants), ``models``, ``methods``, ``engine``, ``explain`` and ``report``.
+variants), ``models``, ``methods``, ``engine``, ``attribution`` and ``report``.
 
 The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
 anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and

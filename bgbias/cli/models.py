@@ -255,8 +255,8 @@ def explain(load_model, dataset_name: str | None, root: Path | None, split: str,
             batch_size: int | None, gallery_count: int, force: bool, no_progress: bool) -> None:
     """Attribution maps and the paper's foreground score (how much of them falls on the object), into
     <run>/explain/<dataset>-<split>-<attribution label>/ (--force starts over in that folder only)."""
+    from bgbias.attribution.run import explain as explain_model
     from bgbias.engine.request import MeasureRequest
-    from bgbias.explain.run import explain as explain_model
     from bgbias.methods.attribution import parse_attribution_options
 
     request = MeasureRequest(

@@ -83,7 +83,7 @@ class Attribution(Protocol):
 
 
 ATTRIBUTION_MODULES = (
-    "bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer",
+    "bgbias.attribution.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer",
 )
 """The modules of the built-in attributions that no method module imports; the registry imports these and
 every method module (``METHOD_MODULES``) on first use."""

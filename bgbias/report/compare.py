@@ -32,16 +32,23 @@ def compare_attributions(
     names (an explanation made before summaries named it: the folder the first run was trained on, else the
     dataset's default folder) and the saliency masks its ledger names (``bgbias explain --masks DIR``).
     """
+    from bgbias.attribution.heatmap import attribution_gallery
+    from bgbias.attribution.outputs import (
+        SCORES_CSV,
+        explain_dir,
+        load_map,
+        map_path,
+        read_summary,
+        score_text,
+    )
+    from bgbias.attribution.records import EXPLAIN_AGAIN, read_results
+    from bgbias.attribution.scoring import load_example, mask_files
     from bgbias.corrupted.gallery import evenly_spread
     from bgbias.data.items import default_masks_dir
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.model_folders import open_model_folder
-    from bgbias.explain.heatmap import attribution_gallery
-    from bgbias.explain.outputs import SCORES_CSV, explain_dir, load_map, map_path, read_summary, score_text
-    from bgbias.explain.records import EXPLAIN_AGAIN, read_results
-    from bgbias.explain.scoring import load_example, mask_files
     from bgbias.report.evaluation import run_label
 
     runs = [open_model_folder(path) for path in run_dirs]
@@ -114,8 +121,8 @@ def compare_runs(
     with the attribution ``label`` (with shared gallery images) at the dataset's evaluation geometry,
     ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
     written."""
+    from bgbias.attribution.outputs import SCORES_CSV, explained_sets
     from bgbias.data.transforms import eval_geometry
-    from bgbias.explain.outputs import SCORES_CSV, explained_sets
 
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):

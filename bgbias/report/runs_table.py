@@ -37,7 +37,7 @@ from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs
 
 if TYPE_CHECKING:
-    from bgbias.explain.outputs import ExplainSummary
+    from bgbias.attribution.outputs import ExplainSummary
 
 TABLE_FORMAT = "bgbias-runs-table"
 TABLE_VERSION = 1
@@ -200,8 +200,8 @@ def collect_runs(
     run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
     per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
     any evaluation report is an error that says how to make one."""
+    from bgbias.attribution.outputs import explained_sets
     from bgbias.engine.model_folders import open_model_folder
-    from bgbias.explain.outputs import explained_sets
 
     reports: list[EvaluationReport] = []
     foreground: dict[ForegroundKey, ExplainSummary] = {}
@@ -241,7 +241,7 @@ def _foreground_cell(summary: ExplainSummary | None) -> str:
 def _checked_foreground(foreground: Foreground) -> dict[tuple[str, bool, str, str], ExplainSummary]:
     """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
     given; a malformed entry is an ``OptionError``."""
-    from bgbias.explain.outputs import ExplainSummary
+    from bgbias.attribution.outputs import ExplainSummary
 
     checked = {}
     for key, summary in foreground.items():

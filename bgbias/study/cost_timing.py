@@ -244,8 +244,8 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     to their images, all together."""
     import dataclasses
 
+    from bgbias.attribution.run import explain
     from bgbias.engine.request import MeasureRequest
-    from bgbias.explain.run import explain
 
     per_image, overheads = [], []
     for attribution in attributions:

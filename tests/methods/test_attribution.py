@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
+from bgbias.attribution.smoothgrad import SmoothGrad
 from bgbias.engine.method_model import MethodModel
 from bgbias.errors import OptionError
-from bgbias.explain.smoothgrad import SmoothGrad
 from bgbias.methods import attribution as contract
 from bgbias.methods.attribution import (
     ATTRIBUTIONS,
@@ -146,7 +146,7 @@ def test_smoothgrad_needs_an_input_convention():
 def test_the_registry_imports_smoothgrad_the_method_explainers_and_every_built_in_method_module():
     assert METHODS.modules == METHOD_MODULES
     assert contract.ATTRIBUTION_MODULES == (
-        "bgbias.explain.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer")
+        "bgbias.attribution.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer")
     assert ATTRIBUTIONS.modules[:3] == contract.ATTRIBUTION_MODULES
     assert set(ATTRIBUTIONS.modules) == {*contract.ATTRIBUTION_MODULES, *METHOD_MODULES}
     assert len(set(ATTRIBUTIONS.modules)) == len(ATTRIBUTIONS.modules)

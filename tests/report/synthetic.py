@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.explain.outputs import ExplainSummary
+from bgbias.attribution.outputs import ExplainSummary
 from bgbias.report.evaluation import EvaluationReport, summarize_evaluation
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 

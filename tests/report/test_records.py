@@ -112,7 +112,7 @@ def test_a_run_json_of_another_shape_reads_as_damaged(tmp_path):
 
 
 def test_ledger_lines_of_another_type_are_redone_not_coerced():
-    from bgbias.explain.records import ImageScore
+    from bgbias.attribution.records import ImageScore
     from bgbias.saliency.records import MaskRecord
 
     line = {"id": "a/b.jpg", "label": 3, "mask_source": "saliency", "foreground_fraction": 0.25,

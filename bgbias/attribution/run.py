@@ -14,13 +14,13 @@ Every image's noise comes from a generator seeded by (seed, image id), so maps d
 size, on resuming, or on which other images are scored.
 
 An attribution that explains each image against a reference image (``needs_references``, SAM's similarity
-attention) gets each image's nearest classmate in the whole split (``bgbias.explain.references``); then
+attention) gets each image's nearest classmate in the whole split (``bgbias.attribution.references``); then
 ``scores.csv`` and the ledger lines also name the reference and its label, the settings the rule and the
 reference images, the gallery adds the reference and its map of the pair, and ``reference-maps/`` keeps those
 maps under the explained image's name.
 
-One image's mask, crop, noise, map and score are :mod:`~bgbias.explain.scoring`'s; the files of the folder
-(their names, writing them, reading them back) are :mod:`~bgbias.explain.outputs`'.
+One image's mask, crop, noise, map and score are :mod:`~bgbias.attribution.scoring`'s; the files of the folder
+(their names, writing them, reading them back) are :mod:`~bgbias.attribution.outputs`'.
 """
 
 from __future__ import annotations
@@ -36,15 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.corrupted.gallery import evenly_spread
-from bgbias.corrupted.manifests import ids_sha256
-from bgbias.data.eval_images import EvalImages
-from bgbias.data.items import Item
-from bgbias.data.transforms import EvalGeometry
-from bgbias.engine.device import model_memory_format, precision_name
-from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
-from bgbias.errors import BusyError, OptionError
-from bgbias.explain.outputs import (
+from bgbias.attribution.outputs import (
     MAPS_DIR,
     REFERENCE_MAPS_DIR,
     SCORES_CSV,
@@ -57,7 +49,7 @@ from bgbias.explain.outputs import (
     scores_csv_text,
     write_gallery,
 )
-from bgbias.explain.records import (
+from bgbias.attribution.records import (
     RECORDS_NAME,
     SALIENCY,
     SCORE_LEDGER,
@@ -65,8 +57,16 @@ from bgbias.explain.records import (
     normalised_settings,
     write_ledger,
 )
-from bgbias.explain.references import check_reference_pool, pick_references, reference_rule
-from bgbias.explain.scoring import ImageScorer, MaskFile, mask_files
+from bgbias.attribution.references import check_reference_pool, pick_references, reference_rule
+from bgbias.attribution.scoring import ImageScorer, MaskFile, mask_files
+from bgbias.corrupted.gallery import evenly_spread
+from bgbias.corrupted.manifests import ids_sha256
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.items import Item
+from bgbias.data.transforms import EvalGeometry
+from bgbias.engine.device import model_memory_format, precision_name
+from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
+from bgbias.errors import BusyError, OptionError
 from bgbias.fileio import exclusive_lock, folder_lock_path, write_json_atomic, write_text_atomic
 from bgbias.methods.attribution import attribution_label, build_attribution, check_supported, needs_references
 from bgbias.methods.embedding_model import claim_home
@@ -147,8 +147,8 @@ def explain_items(
     says whether it did), embedded in the model's own precision (``amp``) as evaluation embeds them.
 
     The maps themselves are made in float32, without autocast, whatever the model's ``amp``
-    (:class:`~bgbias.explain.scoring.ImageScorer`); ``summary.json`` records that precision, the device and
-    the model's memory format.
+    (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision, the device
+    and the model's memory format.
     """
     import torch
     from tqdm import tqdm
@@ -265,8 +265,8 @@ def explain(
     """``bgbias explain``: foreground scores of ``model`` on the split ``request`` names (default: the test
     split of the dataset it was trained on) with the request's attribution and options, into
     ``<model home>/explain/<dataset key>-<split>-<label>/``
-    (:func:`~bgbias.explain.outputs.explain_dir`), so each attribution and setting keeps its own folder and
-    ``request.force`` starts over in that one only.
+    (:func:`~bgbias.attribution.outputs.explain_dir`), so each attribution and setting keeps its own folder
+    and ``request.force`` starts over in that one only.
 
     ``request.limit`` scores that many images spread evenly over the split instead of all (an attribution
     with reference images still picks them from the whole split, so an image's reference does not depend on

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from bgbias.errors import OptionError
-from bgbias.explain.foreground_score import foreground_score
-from bgbias.explain.smoothgrad import (
+from bgbias.attribution.foreground_score import foreground_score
+from bgbias.attribution.smoothgrad import (
     SmoothGrad,
     distance_gradients,
     draw_noise,
@@ -17,10 +16,11 @@ from bgbias.explain.smoothgrad import (
     normalise_maps,
     smoothgrad_maps,
 )
+from bgbias.errors import OptionError
 from bgbias.methods import attribution as registry
 from bgbias.methods.attribution import attribution_names, build_attribution, register_attribution
 from bgbias.models.input_convention import CAFFE_BGR
-from tests.explain.tiny import REGION, RegionMethod, baseline
+from tests.attribution.tiny import REGION, RegionMethod, baseline
 
 SIDE = 32
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.explain.heatmap import _shorten, attribution_gallery, colour_ramp, overlay
+from bgbias.attribution.heatmap import _shorten, attribution_gallery, colour_ramp, overlay
 
 
 def luminance(rgb: np.ndarray) -> np.ndarray:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bgbias.attribution.foreground_score import (
+    attribution_on_foreground,
+    foreground_fraction,
+    foreground_score,
+)
 from bgbias.errors import OptionError
-from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
 
 
 def square_mask(size: int = 8, low: int = 2, high: int = 6) -> np.ndarray:

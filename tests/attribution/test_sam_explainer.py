@@ -16,6 +16,10 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from PIL import Image
 
+from bgbias.attribution.heatmap import attribution_gallery_image
+from bgbias.attribution.outputs import CSV_COLUMNS, REFERENCE_COLUMNS
+from bgbias.attribution.references import nearest_references, pick_references
+from bgbias.attribution.run import ExplainInputs, explain, explain_items
 from bgbias.cli import main
 from bgbias.data.eval_images import EvalImages
 from bgbias.data.registry import open_dataset
@@ -27,10 +31,6 @@ from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
-from bgbias.explain.heatmap import attribution_gallery_image
-from bgbias.explain.outputs import CSV_COLUMNS, REFERENCE_COLUMNS
-from bgbias.explain.references import nearest_references, pick_references
-from bgbias.explain.run import ExplainInputs, explain, explain_items
 from bgbias.methods.attribution import (
     build_attribution,
     check_supported,
@@ -40,7 +40,7 @@ from bgbias.methods.attribution import (
 from bgbias.methods.embedding_model import FeatureMaps
 from bgbias.methods.sam.explainer import SimilarityAttention, pair_maps
 from bgbias.retrieval.retrievers import ExactL2
-from tests.explain.tiny import baseline
+from tests.attribution.tiny import baseline
 from tests.methods.test_contract import build
 from tests.replicas import make_bench
 

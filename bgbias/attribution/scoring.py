@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bgbias.attribution.foreground_score import (
+    attribution_on_foreground,
+    foreground_fraction,
+    foreground_score,
+)
+from bgbias.attribution.records import GROUND_TRUTH, SALIENCY, ImageScore
 from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.images import load_image, load_mask, load_matching_mask
 from bgbias.data.items import Item
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.data.transforms import EvalGeometry, eval_transform, eval_transform_pair
 from bgbias.errors import DatasetError, ImageError
-from bgbias.explain.foreground_score import attribution_on_foreground, foreground_fraction, foreground_score
-from bgbias.explain.records import GROUND_TRUTH, SALIENCY, ImageScore
 from bgbias.methods.attribution import Attribution
 
 if TYPE_CHECKING:

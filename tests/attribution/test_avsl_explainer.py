@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bgbias.attribution.run import ExplainInputs, explain_items
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
 from bgbias.errors import OptionError
-from bgbias.explain.run import ExplainInputs, explain_items
 from bgbias.methods.attribution import build_attribution, check_supported, needs_references
 from bgbias.methods.avsl.explainer import NodeAttribution, pair_shares, spread_over_maps
-from tests.explain.tiny import baseline
+from tests.attribution.tiny import baseline
 from tests.methods.test_avsl import SIDE, toy_avsl, toy_batch
 from tests.replicas import make_bench
 

@@ -13,6 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
+from bgbias.attribution.outputs import CSV_COLUMNS
+from bgbias.attribution.run import ExplainInputs, explain_items
+from bgbias.attribution.smoothgrad import SmoothGrad
 from bgbias.corrupted.gallery import evenly_spread
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
@@ -20,10 +23,7 @@ from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
 from bgbias.errors import ImageError, OptionError
-from bgbias.explain.outputs import CSV_COLUMNS
-from bgbias.explain.run import ExplainInputs, explain_items
-from bgbias.explain.smoothgrad import SmoothGrad
-from tests.explain.tiny import baseline
+from tests.attribution.tiny import baseline
 from tests.replicas import copy_ground_truth_masks, make_bench
 
 GEOMETRY = EvalGeometry(resize=32, crop=32)

@@ -11,6 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bgbias.attribution.outputs import explained_sets
+from bgbias.attribution.run import ExplainInputs, explain_items
+from bgbias.attribution.run import explain as explain_model
 from bgbias.cli import main
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
@@ -19,13 +22,10 @@ from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
-from bgbias.explain.outputs import explained_sets
-from bgbias.explain.run import ExplainInputs, explain_items
-from bgbias.explain.run import explain as explain_model
 from bgbias.methods.attribution import ATTRIBUTIONS, register_attribution
 from bgbias.report.compare import compare_runs
 from bgbias.report.runs_table import collect_runs, table_one
-from tests.explain.tiny import baseline
+from tests.attribution.tiny import baseline
 from tests.report.synthetic import make_report
 
 UNIFORM = "test_uniform"

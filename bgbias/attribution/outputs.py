@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from bgbias.attribution.heatmap import attribution_gallery, overlay
+from bgbias.attribution.records import EXPLAIN_AGAIN, MASK_SOURCES, ImageScore
+from bgbias.attribution.scoring import ImageScorer
 from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
-from bgbias.explain.heatmap import attribution_gallery, overlay
-from bgbias.explain.records import EXPLAIN_AGAIN, MASK_SOURCES, ImageScore
-from bgbias.explain.scoring import ImageScorer
 from bgbias.fileio import write_bytes_atomic
 from bgbias.installation import InstallationRecord, installation
 from bgbias.schema import Record, read_record
