@@ -24,6 +24,7 @@ _PUBLIC = {
     "BGAugment": "bgbias.bgaugment.bgaugment",
     "MaskedImages": "bgbias.bgaugment.masked_images",
     "ModelInput": "bgbias.models.model_input",
+    "U2NetMasks": "bgbias.saliency.on_the_fly",
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",
     "make_corrupted_sets": "bgbias.api",

@@ -10,6 +10,7 @@ a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.corrupted.manifest_store import manifests_in_memory
 from bgbias.errors import ModelError, OptionError
 from bgbias.options import (
     AMP,
@@ -41,15 +43,18 @@ if TYPE_CHECKING:
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import EvaluationResult
+    from bgbias.saliency.on_the_fly import U2NetMasks
     from bgbias.saliency.pipeline import MaskRun
 
 PathLike = str | os.PathLike[str]
 
 DATASET = Rule(str, example="bench")
+MASKS = Rule(Path, optional=True, example="masks/bench")
+"""``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
 RULES: dict[str, dict[str, Rule]] = {
     "evaluate": {
-        "dataset": Rule(str, optional=True, example="bench"), "root": PATH, "split": SPLIT,
-        "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "masks": PATH, "backgrounds": PATH,
+        "root": PATH, "split": SPLIT,
+        "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "backgrounds": PATH,
         "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
         "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
         "batch_size": BATCH_SIZE, "workers": WORKERS, "max_memory": MAX_MEMORY, "progress": FLAG,
@@ -67,14 +72,14 @@ the convention, arrays, the callback)."""
 
 def evaluate(
     model: Any,
-    dataset: str | None = None,
+    dataset: Any = None,
     *,
     root: PathLike | None = None,
     split: str = "test",
     corrupted: bool = True,
     repeats: int = 5,
     seed: int = 0,
-    masks: PathLike | None = None,
+    masks: PathLike | U2NetMasks | None = None,
     backgrounds: PathLike | None = None,
     manifests: PathLike | None = None,
     profile: bool = False,
@@ -93,18 +98,30 @@ def evaluate(
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
     """``bgbias eval``: clean and (with ``corrupted``) corrupted MAP@R, R-precision and P@1 of ``model`` on
-    ``split`` of ``dataset``, with the report files; the result's ``report`` is the typed report the command
-    prints (``result.summary()``; ``result.report.corrupted.mean.map_at_r``). With ``profile``, also the
+    ``split`` of ``dataset``; the result's ``report`` is the typed report the command prints
+    (``result.summary()``; ``result.report.corrupted.mean.map_at_r``). With ``profile``, also the
     background-reliance profile (``result.report.profile``; its worst case over ``worst_k`` backgrounds per
     query), as ``bgbias eval --profile``.
+
+    ``dataset`` is a dataset's name (with ``root``), or one's own images: rows of ``(path, label[, mask])``,
+    a table of such columns (a dict or a pandas DataFrame; ``path`` or ``image``, ``label``, ``mask``), or a
+    torch ``Dataset`` of ``(image, label[, mask])`` samples (:mod:`bgbias.data.table`); relative paths are
+    relative to ``root``. ``split="all"`` scores every image as query and gallery. ``masks`` is the folder
+    of the saliency masks (default ``masks/<dataset>``; a row's own mask comes first), or for one's own
+    images :class:`bgbias.U2NetMasks` to make each missing one when first needed, kept in memory.
+
+    Nothing is written unless asked: without ``out`` the result is all there is (no report folder, no
+    embedding cache), and the corrupted sets are made in memory (kept for the next call in this process)
+    unless ``manifests`` names their folder. With ``out``, the report, the cache and ``model.json`` go
+    there (a run's own folder for a run: ``out`` must then be that folder).
 
     ``model`` is any of: a run folder (or its checkpoint file); a ``--model`` spec (TorchScript or ONNX
     file, ``package.module:callable``); a ``torch.nn.Module`` (scored where its parameters are); a function
     of a batch, with a ``fingerprint`` that changes whenever its embeddings would (it has no weights to
     hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
     ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
-    ImageNet normalisation, L2-normalised output) and report into ``out`` (default
-    ``runs/external/<name>-<digests>``). A TorchScript file is checked before it runs (tensor operators
+    ImageNet normalisation, L2-normalised output). A TorchScript file is checked before it runs (tensor
+    operators
     only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it runs as any
     Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format`` (``contiguous``,
     ``channels_last``) choose the precision and layout it embeds in: by default a run's own, and for any other
@@ -116,6 +133,7 @@ def evaluate(
     from bgbias.engine.request import MeasureRequest
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import evaluate as evaluate_model
+    from bgbias.saliency.on_the_fly import U2NetMasks
 
     check_arguments(locals(), RULES["evaluate"])
     if model_input is not None and not isinstance(model_input, ModelInput):
@@ -123,15 +141,65 @@ def evaluate(
                           fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
     if log is not None and not callable(log):
         raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
+    images = _images(dataset, root)
+    if isinstance(masks, U2NetMasks):
+        images = _with_u2net_masks(images, masks)
+    else:
+        check_arguments({"masks": masks}, {"masks": MASKS})
     request = MeasureRequest(
-        dataset=dataset, root=_path(root), split=split, masks=_path(masks), corrupted=corrupted,
-        repeats=repeats, seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests),
-        profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory,
-        progress=progress,
+        dataset=images, root=None if _is_data(dataset) else _path(root), split=split,
+        masks=None if isinstance(masks, U2NetMasks) else _path(masks), corrupted=corrupted, repeats=repeats,
+        seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
+        worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory, progress=progress,
     )
     embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
                                          trust_model=trust_model, amp=amp, memory_format=memory_format)
-    return evaluate_model(embedding_model, request, log=log or (lambda _line: None))
+    _check_run_out(embedding_model, out)
+    with contextlib.ExitStack() as stack:
+        if manifests is None:
+            stack.enter_context(manifests_in_memory())
+        return evaluate_model(embedding_model, request, log=log or (lambda _line: None),
+                              write=out is not None)
+
+
+def _images(dataset: Any, root: PathLike | None) -> Any:
+    """A dataset's name as it is; one's own images (rows, a table, a torch Dataset) as a table dataset."""
+    from bgbias.data.table import image_table
+
+    if isinstance(dataset, os.PathLike):
+        raise OptionError(f"dataset={os.fspath(dataset)!r} is a path, not a dataset name or a table",
+                          fix=f'pass dataset="folder", root={os.fspath(dataset)!r} for a folder of class '
+                              "folders, or rows of (path, label[, mask])")
+    return image_table(dataset, root) if _is_data(dataset) else dataset
+
+
+def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
+    from bgbias.data.table import ImageTable
+    from bgbias.saliency.on_the_fly import with_u2net_masks
+
+    if not isinstance(images, ImageTable):
+        raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
+                          f"torch Dataset), not for the {images or 'run'!s} dataset",
+                          fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= their "
+                              "folder")
+    return with_u2net_masks(images, spec)
+
+
+def _is_data(dataset: Any) -> bool:
+    from bgbias.data.items import Dataset
+
+    return dataset is not None and not isinstance(dataset, str | Dataset)
+
+
+def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
+    """A run's reports go into its own folder: ``out`` may only name it."""
+    from bgbias.engine.trained import TrainedModel
+
+    home = Path(model.home)
+    if out is not None and isinstance(model, TrainedModel) and Path(out).resolve() != home.resolve():
+        raise OptionError(f"out={os.fspath(out)!r} is not the run's folder {home}: a run's reports go into "
+                          "its own folder", fix=f"pass out={os.fspath(home)!r} to write them there, or leave "
+                                                "out= out to keep the results in memory")
 
 
 def as_embedding_model(
@@ -243,7 +311,7 @@ def evaluate_embeddings(
     files = {} if out is None else write_report_folder(out, lambda stage: write_evaluation_report(
         report, stage, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids),
         EVAL_REPORT_FILES)
-    return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0)
+    return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0, ids, labels)
 
 
 def make_masks(

@@ -42,10 +42,15 @@ def _options(bench):
 def test_a_run_folder_is_scored_as_bgbias_eval_scores_it(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    result = bgbias.evaluate(run, "bench", manifests=tmp_path / "manifests", **_options(tiny_bench))
+    result = bgbias.evaluate(run, "bench", manifests=tmp_path / "manifests", out=run, **_options(tiny_bench))
     assert result.out_dir.parent == run / "eval" and result.report.method == "triplet"
     again = bgbias.evaluate(run / "checkpoints" / "best.pt", "bench", manifests=tmp_path / "manifests",
-                            **_options(tiny_bench))
+                            out=run, **_options(tiny_bench))
+    in_memory = bgbias.evaluate(run, "bench", manifests=tmp_path / "manifests", **_options(tiny_bench))
+    assert in_memory.out_dir is None and in_memory.report.clean == result.report.clean
+    with pytest.raises(OptionError, match="is not the run's folder") as refused:
+        bgbias.evaluate(run, "bench", out=tmp_path / "elsewhere", **_options(tiny_bench))
+    assert refused.value.fix.startswith(f"pass out={str(run)!r}")
     assert again.embedded == 0 and again.report.clean == result.report.clean
 
 
@@ -104,7 +109,7 @@ def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypa
 
 
 CHECKED_WHERE_READ = {
-    "evaluate": {"model", "model_input", "log"},
+    "evaluate": {"model", "dataset", "masks", "model_input", "log"},
     "evaluate_embeddings": {"clean", "labels", "corrupted", "ids", "about"},
     "score_embeddings": {"embeddings", "labels"},
     "make_masks": set(),

@@ -8,19 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bgbias.data.items import Item, mask_path
+from bgbias.data.items import Item, mask_source
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.errors import ImageError
 from bgbias.saliency.records import stale_masks
 
+if TYPE_CHECKING:
+    from bgbias.data.memory import InMemoryImage
 
-def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) -> list[Path]:
-    """The mask path of every item, in order; ``ImageError`` naming the missing ones when any is absent, and
-    the stale ones when ``bgbias masks`` recorded that a mask was made from another version of its image."""
+
+def saliency_masks(
+    items: Sequence[Item], masks_dir: Path, dataset_name: str
+) -> list[Path | InMemoryImage]:
+    """The mask of every item, in order (:func:`~bgbias.data.items.mask_source`: its own, else its file in
+    ``masks_dir``); ``ImageError`` naming the missing files when any is absent, and the stale ones when
+    ``bgbias masks`` recorded that a mask was made from another version of its image."""
     masks_dir = Path(masks_dir)
-    paths = [mask_path(item, masks_dir) for item in items]
-    missing = missing_files(paths)
+    paths = [mask_source(item, masks_dir) for item in items]
+    missing = missing_files([path for path in paths if isinstance(path, Path)])
     if missing:
         raise ImageError(
             f"{len(missing)} of {len(paths)} saliency masks are missing in {masks_dir}: "
@@ -29,7 +36,8 @@ def saliency_masks(items: Sequence[Item], masks_dir: Path, dataset_name: str) ->
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or name the folder that holds them "
             "(--masks DIR; masks= in Python)",
         )
-    stale = stale_masks(items, masks_dir)
+    files = [item for item in items if item.saliency_mask is None and isinstance(item.image, Path)]
+    stale = stale_masks(files, masks_dir)
     if stale:
         raise ImageError(
             f"{len(stale)} saliency masks in {masks_dir} were made from other versions of their images: "

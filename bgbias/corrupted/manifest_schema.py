@@ -22,6 +22,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import AfterValidator, Field, ValidationError
 
 from bgbias.assets.digest import is_sha256
+from bgbias.corrupted.manifest_store import read_manifest_bytes
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS
 from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError
@@ -93,7 +94,7 @@ def read_manifest(path: Path, file_format: str, version: int, what: str) -> tupl
     bytes read; ``AssetError`` naming the file otherwise (``what``: "a bgbias corrupted-set manifest"). A key
     given twice in one object is refused."""
     try:
-        raw = path.read_bytes()
+        raw = read_manifest_bytes(path)
     except FileNotFoundError:
         raise AssetError("corrupted-set manifest not found", path=path,
                          fix="make it with: bgbias corrupt --dataset NAME") from None

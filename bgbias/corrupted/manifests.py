@@ -47,12 +47,13 @@ from bgbias.corrupted.manifest_schema import (
     read_manifest,
     shown,
 )
+from bgbias.corrupted.manifest_store import write_manifest
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, DatasetError, OptionError
-from bgbias.fileio import sweep_stale_temps, write_text_atomic
+from bgbias.fileio import sweep_stale_temps
 from bgbias.paths import backgrounds_root, corrupted_root
 from bgbias.schema import ClosedRecord
 
@@ -212,7 +213,7 @@ def make_corrupted_manifests(
         )
         entries = sample_entries(items, pool, seed, repeat)
         path = out_dir / manifest_name(repeat)
-        write_text_atomic(path, manifest_text(header, entries))
+        write_manifest(path, manifest_text(header, entries))
         paths.append(path)
     return paths
 

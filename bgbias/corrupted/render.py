@@ -31,7 +31,7 @@ from bgbias.corrupted.render_ledger import (
     write_ledger,
 )
 from bgbias.data.images import load_image, load_matching_mask
-from bgbias.data.items import Dataset, Item, mask_path
+from bgbias.data.items import Dataset, Item, mask_source
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import BusyError, DatasetError, ImageError
@@ -60,8 +60,8 @@ def render_entry(
 
 def load_pair(item: Item, masks_dir: Path, dataset_name: str) -> tuple[Image.Image, Image.Image]:
     """An item's image and saliency mask, which must exist and be of the same size."""
-    path = mask_path(item, masks_dir)
-    if not path.is_file():
+    path = mask_source(item, masks_dir)
+    if isinstance(path, Path) and not path.is_file():
         raise ImageError(f"no saliency mask for image {item.id}", path=path,
                          fix=f"make the masks with: bgbias masks --dataset {dataset_name}")
     image = load_image(item.image)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from bgbias.data.items import Item
+    from bgbias.data.memory import InMemoryImage
 
 PIL_DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own default for ``Image.MAX_IMAGE_PIXELS`` (1024³ / 4 / 3 pixels)."""
@@ -60,41 +61,44 @@ def read_image_bytes(path: str | os.PathLike[str]) -> bytes:
         raise _read_error(path, exc) from exc
 
 
-def load_image(path: str | os.PathLike[str], data: bytes | None = None) -> Image.Image:
+def load_image(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None = None) -> Image.Image:
     """An RGB image, fully loaded, upright according to its EXIF orientation; decoded from ``data``, the
-    file's bytes, where the caller has read them already (``path`` then only names it in errors).
+    file's bytes, where the caller has read them already (``path`` then only names it in errors). An
+    :class:`~bgbias.data.memory.InMemoryImage` is read from its dataset and converted alike.
 
     Palette, greyscale, CMYK and 16-bit files are converted to 8-bit RGB. An alpha channel (LA, RGBA, palette
     transparency) is dropped: the colour stored under transparent pixels is kept as it is, because the object
     masks come from the saliency model, not from the alpha channel.
     """
-    image = _decode(Path(path), data)
+    image = _opened(path, data)
     try:
         return to_rgb(image)
     except ValueError as exc:
-        raise _unsupported_mode(path, image.mode) from exc
+        raise _unsupported_mode(str(path) if not isinstance(path, os.PathLike) else path, image.mode) from exc
 
 
-def load_mask(path: str | os.PathLike[str], data: bytes | None = None) -> Image.Image:
+def load_mask(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None = None) -> Image.Image:
     """A greyscale ("L") mask, fully loaded, oriented like ``load_image`` orients its image (``data``: as
     there).
 
     16-bit masks are scaled to 8 bit; colour masks become their luminance; an alpha channel is dropped.
     """
-    image = _decode(Path(path), data)
+    image = _opened(path, data)
     try:
         return to_grey(image)
     except ValueError as exc:
-        raise _unsupported_mode(path, image.mode) from exc
+        raise _unsupported_mode(str(path) if not isinstance(path, os.PathLike) else path, image.mode) from exc
 
 
-def load_matching_mask(path: Path, image_size: tuple[int, int], item: Item, dataset_name: str) -> Image.Image:
+def load_matching_mask(
+    path: Path | InMemoryImage, image_size: tuple[int, int], item: Item, dataset_name: str
+) -> Image.Image:
     """The saliency mask at ``path``; it must have the size of ``item``'s image (else an ``ImageError``)."""
     mask = load_mask(path)
     if mask.size != image_size:
         raise ImageError(
             f"mask size {mask.size} differs from the size {image_size} of image {item.id}",
-            path=path,
+            path=str(path),
             fix=f"make the masks again with `bgbias masks --dataset {dataset_name}` (the image changed after "
             "its mask was made, or the masks folder belongs to another dataset)",
         )
@@ -133,6 +137,17 @@ def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
     values = np.asarray(image).astype(np.int64)
     scaled = (np.clip(values, 0, 65535) >> 8).astype(np.uint8)
     return Image.fromarray(scaled, mode="L")
+
+
+def _opened(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None) -> Image.Image:
+    """The image of a file (decoded) or of a dataset's sample (read from it)."""
+    from bgbias.data.memory import InMemoryImage
+
+    if isinstance(path, InMemoryImage):
+        image = path.open()
+        _check_pixels(path.name, image.size)
+        return image
+    return _decode(Path(path), data)
 
 
 def _decode(path: Path, data: bytes | None) -> Image.Image:
@@ -189,14 +204,14 @@ def _read_error(path: Path, exc: OSError) -> ImageError:
     )
 
 
-def _check_pixels(path: Path, size: tuple[int, int]) -> None:
+def _check_pixels(path: Path | str, size: tuple[int, int]) -> None:
     """Refuse oversized images from the header alone, before any pixel is decoded."""
     pixels = size[0] * size[1]
     if pixels > MAX_IMAGE_PIXELS:
         raise _bomb(path, f"{size[0]}×{size[1]} = {pixels} pixels, more than the limit of {MAX_IMAGE_PIXELS}")
 
 
-def _bomb(path: Path, detail: str) -> ImageError:
+def _bomb(path: Path | str, detail: str) -> ImageError:
     return ImageError(
         f"image is too large to decode safely (possible decompression bomb): {detail}",
         path=path,

@@ -10,12 +10,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from bgbias.data.geometry import EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
 from bgbias.paths import data_root, located_key, masks_root
+
+if TYPE_CHECKING:
+    from bgbias.data.memory import InMemoryImage
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,17 @@ class Item:
     ``id`` is the image path relative to the dataset root as a posix string, so it is stable across machines
     and usable as a key in manifests; ``relpath`` is the same path as a ``PurePosixPath``. ``label`` is the
     dataset's own class id. ``ground_truth_mask`` is an absolute path where the dataset ships object masks,
-    else ``None``.
+    else ``None``. ``saliency_mask`` is the image's own saliency mask where it came with it (a table's mask
+    column, a dataset's samples); else masks are looked up in a masks folder (:func:`mask_source`). ``image``
+    is a file, or for a dataset's samples an :class:`~bgbias.data.memory.InMemoryImage`.
     """
 
     id: str
-    image: Path
+    image: Path | InMemoryImage
     label: int
     relpath: PurePosixPath
     ground_truth_mask: Path | None = None
+    saliency_mask: Path | InMemoryImage | None = None
 
 
 def make_item(root: Path, relpath: str, label: int, ground_truth_mask: Path | None = None) -> Item:
@@ -50,6 +56,12 @@ def make_item(root: Path, relpath: str, label: int, ground_truth_mask: Path | No
 def mask_path(item: Item, masks_dir: Path) -> Path:
     """Where the saliency mask of ``item`` lives: its relative path mirrored under ``masks_dir``, as a PNG."""
     return Path(masks_dir, mask_relpath(item))
+
+
+def mask_source(item: Item, masks_dir: Path) -> Path | InMemoryImage:
+    """Where the saliency mask of ``item`` is read from: its own mask where it came with one, else its place
+    in ``masks_dir`` (:func:`mask_path`)."""
+    return item.saliency_mask if item.saliency_mask is not None else mask_path(item, masks_dir)
 
 
 def mask_relpath(item: Item) -> str:
@@ -144,7 +156,7 @@ class Dataset(ABC):
             items = sorted(catalog.items, key=lambda item: item.id)
             check_unique_mask_paths(items, self.root)
             require_files(
-                [item.image for item in items],
+                [item.image for item in items if isinstance(item.image, Path)],
                 "images listed in the index",
                 self.root / self.index_file,
                 fix="re-extract the dataset archive completely into the dataset folder, or fix the index",

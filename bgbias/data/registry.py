@@ -21,7 +21,8 @@ from bgbias.registry import Registry
 
 DATASETS: Registry[type[Dataset]] = Registry(
     "dataset",
-    ("bgbias.data.cub", "bgbias.data.cars", "bgbias.data.sop", "bgbias.data.folder", "bgbias.data.bench"),
+    ("bgbias.data.cub", "bgbias.data.cars", "bgbias.data.sop", "bgbias.data.folder", "bgbias.data.table",
+     "bgbias.data.bench"),
     name_attribute="name",
 )
 

@@ -16,11 +16,14 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bgbias.fileio import write_bytes_atomic
+
+if TYPE_CHECKING:
+    from bgbias.data.memory import InMemoryImage
 
 CACHE_VERSION = 3
 """Bumped when what is embedded for the same key changes (transform, embedding code) or the file's layout
@@ -30,10 +33,16 @@ _ARRAY = "state."
 """Prefix of the stored arrays' names in the file, beside its ``key``."""
 
 
-def files_fingerprint(paths: Iterable[str | os.PathLike[str]]) -> str:
-    """sha256 over each file's path, size and modification time (ns), in the given order."""
+def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -> str | None:
+    """sha256 over each file's path, size and modification time (ns), in the given order; None where any is
+    a dataset's sample in memory (nothing bgbias could tell another version of it by: such sets are not
+    cached on disk)."""
+    from bgbias.data.memory import InMemoryImage
+
     digest = hashlib.sha256()
     for path in paths:
+        if isinstance(path, InMemoryImage):
+            return None
         stat = os.stat(path)
         digest.update(f"{os.fspath(path)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()

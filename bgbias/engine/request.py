@@ -26,8 +26,9 @@ DEFAULT_PROTOCOL, DEFAULT_FOLD = "fixed", 0
 class MeasureRequest:
     """Which images, and how to measure a model on them (every field has the command line's default)."""
 
-    # The images: a split of a dataset (default: the one the model was trained on, at its folder).
-    dataset: str | None = None
+    # The images: a split of a dataset (default: the one the model was trained on, at its folder), by name
+    # or opened (a table of one's own, bgbias.data.table).
+    dataset: str | Dataset | None = None
     root: Path | None = None
     split: str = "test"
     masks: Path | None = None
@@ -78,10 +79,13 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
     on (the image ids and labels its run recorded): a changed or replaced folder is a ``DatasetError``, never
     a score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
     """
+    from bgbias.data.items import Dataset
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items
 
     trained = model.trained_on()
+    if isinstance(request.dataset, Dataset):  # opened by the caller: asked for on purpose
+        return request.dataset, split_items(request.dataset, request.split, *split_protocol(trained))
     if trained is None:
         if request.dataset is None:
             raise OptionError("this model records no training dataset, so there is no default to score it on",

@@ -46,6 +46,9 @@ class SplitStates:
     workers: int | None = None
     progress: bool = False
     log: Callable[[str], None] = print
+    on_disk: bool = True
+    """Keep the states in the model's cache folder (False: nothing is read from or written to disk; a set
+    of a dataset's samples in memory is never cached there, having no file to tell its versions by)."""
     embedded: int = field(default=0, init=False)
     """Sets embedded now (the others came from the cache)."""
 
@@ -53,7 +56,6 @@ class SplitStates:
         from bgbias.corrupted.manifests import ids_sha256
 
         self.labels = np.array([item.label for item in self.items], dtype=np.int64)
-        self.cache = EmbeddingCache(Path(self.model.home) / EVAL_FOLDER / "cache")
         self.base_key = {
             "model": self.model.fingerprint(),
             "dataset": self.dataset_name,
@@ -63,6 +65,8 @@ class SplitStates:
             "precision": precision_name(self.model.amp),
         }
         self._shapes: dict[str, tuple[int, ...]] | None = None
+        cached = self.on_disk and self.base_key["images"] is not None
+        self.cache = EmbeddingCache(Path(self.model.home) / EVAL_FOLDER / "cache") if cached else None
 
     def clean(self) -> dict[str, np.ndarray]:
         """The state of the clean images."""
@@ -74,7 +78,7 @@ class SplitStates:
         """The state of ``images`` (a dataset of ``items``' images, as ``key`` describes them), from the
         cache where it fits this model and these images, else embedded now and cached."""
         key = {**self.base_key, **key}
-        stored = self.cache.load(key)
+        stored = None if self.cache is None else self.cache.load(key)
         if stored is not None:
             if self._shapes is None:  # one image through the model: what a cached file must match
                 self._shapes = probe_shapes(self.model, images)
@@ -88,8 +92,9 @@ class SplitStates:
                                          amp=self.model.amp, progress=self.progress, desc=desc)
         if not np.array_equal(made_labels, self.labels):
             raise AssertionError("the embedded images came back out of their dataset's order")
-        claim_home(self.model)  # the first result goes into the home: an external model's model.json with it
-        self.cache.save(key, made)
+        if self.cache is not None:
+            claim_home(self.model)  # the first result goes into the home: an external model's model.json too
+            self.cache.save(key, made)
         self.embedded += 1
         self.log(f"{desc}: embedded {len(self.labels)} images")
         return made

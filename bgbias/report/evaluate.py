@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.corrupted.manifest_store import manifest_exists
 from bgbias.engine.device import loader_workers, model_memory_format, precision_name
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
@@ -52,6 +53,16 @@ class EvaluationResult:
     corrupted: list[RetrievalScores]
     embedded: int
     """Sets embedded now (the others came from the cache)."""
+    ids: list[str]
+    labels: np.ndarray
+
+    def per_query(self) -> dict[str, list[Any]]:
+        """The per-query table by column (``per_query.csv``): id, label, R, each metric clean and per
+        corrupted repeat; ``pandas.DataFrame(result.per_query())`` where pandas is at hand. The per-class
+        table is ``report.per_class``, the profile's rows ``report.profile.sets``."""
+        from bgbias.report.evaluation import per_query_table
+
+        return per_query_table(self.clean, self.corrupted, self.labels, self.ids)
 
     def summary(self) -> str:
         """What ``bgbias eval`` prints: clean vs corrupted per metric, the drop, and where the report is."""
@@ -61,7 +72,11 @@ class EvaluationResult:
 
 
 def evaluate(
-    model: EmbeddingModel, request: MeasureRequest | None = None, *, log: Callable[[str], None] = print
+    model: EmbeddingModel,
+    request: MeasureRequest | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    write: bool = True,
 ) -> EvaluationResult:
     """Score ``model`` on the split ``request`` names (default: the test split of the dataset it was trained
     on), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
@@ -70,12 +85,17 @@ def evaluate(
 
     The masks (default ``masks/<dataset>``) and backgrounds (default ``./backgrounds``; the test pool is its
     ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
-    ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing.
+    ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing (in memory instead inside
+    :func:`~bgbias.corrupted.manifest_store.manifests_in_memory`).
+
+    Without ``write`` nothing goes to disk: no embedding cache, no report folder; the result holds it all
+    (``out_dir`` None).
     """
     from bgbias.bgaugment.mask_check import saliency_masks
     from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.data.eval_images import EvalImages
     from bgbias.data.items import default_masks_dir
+    from bgbias.data.memory import InMemoryImage
     from bgbias.report.evaluation import evaluation_record, summarize_evaluation
     from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
     from bgbias.retrieval.metrics import MAX_MEMORY
@@ -91,8 +111,10 @@ def evaluate(
     split = request.split
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
     geometry = measured_geometry(model, dataset.name)
+    masks_in_memory = any(isinstance(item.saliency_mask, InMemoryImage) for item in items)
     states = SplitStates(model, dataset.name, items, geometry, batch_size=request.batch_size,
-                         workers=request.workers, progress=request.progress, log=log)
+                         workers=request.workers, progress=request.progress, log=log,
+                         on_disk=write and not masks_in_memory)  # such masks have no file to key a cache by
     labels = states.labels
 
     corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
@@ -182,13 +204,15 @@ def evaluate(
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
                                               variants, worst)
     record = evaluation_record(report)
+    if not write:
+        return EvaluationResult(None, record, {}, clean, corrupted_scores, states.embedded, ids, labels)
     out_dir = Path(model.home) / EVAL_FOLDER / f"{measured}-{split}"
     # Another evaluation of this model into this folder (other repeats, clean only) writes its whole report
     # after this one's instead of among its files.
     with folder_lock(out_dir):
         files = _write_outputs(report, record, out_dir, clean, corrupted_scores, labels, ids, clean_images,
                                [images for _, images in corrupted_sets])
-    return EvaluationResult(out_dir, record, files, clean, corrupted_scores, states.embedded)
+    return EvaluationResult(out_dir, record, files, clean, corrupted_scores, states.embedded, ids, labels)
 
 
 def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
@@ -246,7 +270,7 @@ def corrupted_manifests(
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
     folder = Path(folder)
     paths = [folder / manifest_name(r) for r in range(repeats)]
-    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if path.is_file()}
+    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if manifest_exists(path)}
     for repeat, path in enumerate(paths):
         manifest = loaded.get(path)
         if manifest is not None and manifest.seed != seed:

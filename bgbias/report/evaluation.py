@@ -474,17 +474,26 @@ def _metric_values(scores: Scores) -> list[float | None]:
     return [getattr(scores, name) for name in METRICS]
 
 
+def per_query_table(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+) -> dict[str, list[Any]]:
+    """The per-query table by column: id, label, R, then each metric for the clean set and each repeat
+    (``clean_map_at_r``, ``repeat0_map_at_r``, …); a lone query's scores are None. ``per_query.csv`` holds
+    it, and ``pandas.DataFrame(table)`` reads it."""
+    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
+    table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
+                                   "r": clean.per_query["r"].astype(int).tolist()}
+    for prefix, scores in sets:
+        for name in METRICS:
+            table[f"{prefix}_{name}"] = [finite_or_none(float(value)) for value in scores.per_query[name]]
+    return table
+
+
 def _per_query_csv(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
 ) -> str:
-    """id, label, R, then each metric for the clean set and each repeat; lone queries get empty cells."""
-    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
-    headers = ["id", "label", "r", *(f"{prefix}_{name}" for prefix, _ in sets for name in METRICS)]
-    columns = [scores.per_query[name] for _, scores in sets for name in METRICS]
-    r = clean.per_query["r"]
-    rows = ([ids[i], labels[i].item(), int(r[i]), *(finite_or_none(float(c[i])) for c in columns)]
-            for i in range(len(labels)))
-    return csv_text(headers, rows)
+    table = per_query_table(clean, corrupted, labels, ids)
+    return csv_text(list(table), zip(*table.values(), strict=True))
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from bgbias.corrupted.manifests import remake_command
 from bgbias.corrupted.render import load_pair
 from bgbias.data.images import chw_tensor
-from bgbias.data.items import Item, mask_path
+from bgbias.data.items import Item, mask_source
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.errors import DatasetError
 from bgbias.variants.variant_manifests import VariantManifest
@@ -79,7 +79,7 @@ class VariantImages:
         """The image files and mask files image ``i`` is made from (its own, then its donor's)."""
         entry = self.entries[i]
         used = [self.items[i]] + ([] if entry.donor is None else [self.by_id[entry.donor]])
-        return [item.image for item in used], [mask_path(item, self.masks_dir) for item in used]
+        return [item.image for item in used], [mask_source(item, self.masks_dir) for item in used]
 
     def _cropped(self, item: Item) -> tuple[np.ndarray, np.ndarray]:
         image, mask = load_pair(item, self.masks_dir, self.dataset_name)

@@ -34,6 +34,7 @@ from bgbias.corrupted.manifest_schema import (
     read_manifest,
     shown,
 )
+from bgbias.corrupted.manifest_store import manifest_exists, write_manifest
 from bgbias.corrupted.manifests import (
     SHARED_TEMP_AGE_S,
     check_corrupted_split,
@@ -48,7 +49,7 @@ from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, OptionError
-from bgbias.fileio import sweep_stale_temps, write_text_atomic
+from bgbias.fileio import sweep_stale_temps
 from bgbias.schema import ClosedRecord
 from bgbias.variants.variants import VARIANTS, Variant, variant
 
@@ -208,7 +209,7 @@ def make_variant_manifests(
             ids_sha256=ids_sha256(items), seed=seed, repeat=repeat,
             geometry=ManifestGeometry(resize=geometry.resize, crop=geometry.crop),
         )
-        write_text_atomic(path, manifest_text(header, sample_entries(items, name, seed, repeat)))
+        write_manifest(path, manifest_text(header, sample_entries(items, name, seed, repeat)))
     return paths
 
 
@@ -227,7 +228,7 @@ def ensure_variant_manifests(
     missing. Existing ones are loaded (and so checked) before any is written; each must be the seed, split
     and repeat its file name stands for."""
     paths = [Path(folder) / manifest_name(r) for r in range(variant_repeats(name, repeats))]
-    loaded = {path: load_variant_manifest(path, dataset, geometry) for path in paths if path.is_file()}
+    loaded = {path: load_variant_manifest(path, dataset, geometry) for path in paths if manifest_exists(path)}
     for repeat, path in enumerate(paths):
         manifest = loaded.get(path)
         if manifest is None:

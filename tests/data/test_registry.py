@@ -21,7 +21,7 @@ from tests.replicas import make_bench, make_cub, make_folder
 
 
 def test_every_name_has_a_layout():
-    assert dataset_names() == ("cub", "cars", "sop", "folder", "bench")
+    assert dataset_names() == ("cub", "cars", "sop", "folder", "table", "bench")
     assert tuple(DATASETS) == dataset_names()
     assert all(DATASETS[name].name == name for name in dataset_names())
 
@@ -44,7 +44,7 @@ def test_folder_has_no_default_root():
 def test_unknown_name():
     with pytest.raises(OptionError, match="unknown dataset 'cub200'") as info:
         open_dataset("cub200")
-    assert "cub, cars, sop, folder, bench" in info.value.fix
+    assert "cub, cars, sop, folder, table, bench" in info.value.fix
 
 
 def test_open_default_root(tmp_path, monkeypatch):

@@ -178,12 +178,14 @@ def test_precision_and_layout_change_the_fingerprint_and_the_default_home(tmp_pa
 def test_the_cache_of_an_outside_model_is_keyed_by_its_precision(tiny_bench, tmp_path, monkeypatch,
                                                                  native_bf16):
     monkeypatch.chdir(tmp_path)
-    first = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0)
+    first = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0,
+                            out="f32")
     assert first.embedded == 1 and first.report.model["kind"] == "factory"
-    again = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0)
+    again = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0,
+                            out="f32")
     assert again.embedded == 0 and again.out_dir == first.out_dir
     bf16 = bgbias.evaluate(FACTORY, "bench", root=tiny_bench / "bench", corrupted=False, workers=0,
-                           amp="bf16")
+                           amp="bf16", out="bf16")
     assert bf16.embedded == 1 and bf16.out_dir != first.out_dir
     meta = [json.loads((result.out_dir / "report.json").read_text())["compute"] for result in (first, bf16)]
     assert [(m["precision"], m["memory_format"]) for m in meta] == [("float32", "channels_last"),

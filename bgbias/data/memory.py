@@ -1,0 +1,69 @@
+"""Images that are no file: the samples of a torch ``Dataset`` (or any sequence) a user hands to bgbias.
+
+An :class:`InMemoryImage` stands where an image path stands (``Item.image``, ``Item.saliency_mask``): it
+reads its sample when the image is loaded, so a dataset of a million images is never held twice, and it
+pickles with its dataset into loader workers. :func:`~bgbias.data.images.load_image` and ``load_mask`` read
+it as they read a file, with the same conversions and the same errors, naming ``dataset[i]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from bgbias.errors import BgbiasError, ImageError
+
+
+@dataclass(frozen=True, eq=False)
+class InMemoryImage:
+    """Field ``field`` of sample ``index`` of ``samples`` (``samples[index][field]``; ``samples[index]``
+    itself for ``field`` None): a PIL image, a ``uint8`` array (H, W[, C]) or a tensor, (C, H, W)
+    (``uint8``, or float in [0, 1])."""
+
+    samples: Any
+    index: int
+    field: int | None
+    name: str
+    """How messages name it: ``dataset[12]`` or ``dataset[12] (mask)``."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def open(self) -> Image.Image:
+        """The sample as a PIL image (``ImageError`` naming it when it is none)."""
+        try:
+            sample = self.samples[self.index]
+            value = sample if self.field is None else sample[self.field]
+        except BgbiasError:  # bgbias's own (a mask made on the fly): it says what it is
+            raise
+        except Exception as exc:  # whatever the user's dataset raises
+            raise ImageError(f"reading it raised {type(exc).__name__}: {exc}", path=self.name,
+                             fix="check the dataset's __getitem__ for this index") from exc
+        return as_pil(value, self.name)
+
+
+def as_pil(value: Any, name: str) -> Image.Image:
+    """``value`` (PIL image, numpy array or torch tensor) as a PIL image; ``ImageError`` naming ``name``
+    for anything else."""
+    if isinstance(value, Image.Image):
+        return value
+    if hasattr(value, "detach"):  # a torch tensor: (C, H, W) or (H, W)
+        tensor = value.detach().cpu()
+        if tensor.is_floating_point():
+            tensor = (tensor.clamp(0, 1) * 255).round()
+        array = tensor.numpy().astype(np.uint8, copy=False)
+        if array.ndim == 3:
+            array = array.transpose(1, 2, 0)
+    else:
+        array = np.asarray(value)
+        if array.dtype.kind == "f":
+            array = np.round(np.clip(array, 0, 1) * 255)
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)) or 0 in array.shape:
+        raise ImageError(f"a sample of type {type(value).__name__} and shape {array.shape} is no image",
+                         path=name, fix="give a PIL image, an (H, W, 3) uint8 array or a (3, H, W) tensor")
+    return Image.fromarray(array.astype(np.uint8, copy=False))

@@ -1,0 +1,210 @@
+"""A dataset of one's own given as a table: rows of (image, label[, mask]), columns of such a table (a
+mapping or a pandas DataFrame), a CSV file, or a torch ``Dataset`` whose samples are (image, label[, mask]).
+
+It is what a retrieval team has at hand: a list of files and product ids, a DataFrame, the ``Dataset`` its
+training already uses. Labels may be any values (ints, strings, tensors); classes are their distinct values
+in sorted order. Split as a class-folder dataset splits (``bgbias.data.folder``): the first half of the
+classes trainval, the second half test; ``split="all"`` is every image, as queries and as gallery. A row's
+mask, where it gives one, is that image's saliency mask; without one, masks come from a masks folder.
+
+On the command line, ``--dataset table --root images.csv``: a CSV with a header naming the columns ``path``
+(or ``image``), ``label`` and optionally ``mask``; relative paths are relative to the CSV's folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from bgbias.data.folder import folder_split_sizes
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
+from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.memory import InMemoryImage
+from bgbias.data.registry import register_dataset
+from bgbias.errors import DatasetError, OptionError
+
+IMAGE_COLUMNS = ("path", "image")
+"""A table's image column, by either name."""
+
+
+@register_dataset("table")
+class ImageTable(Dataset):
+    """The rows of a table (:func:`image_table` builds one from any of the forms above)."""
+
+    index_file = ""
+    obtain = ("give a CSV file with the columns path,label[,mask] (--root images.csv), or rows of "
+              "(path, label[, mask]) in Python")
+    default_folder = None
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
+
+    def __init__(self, root: str | os.PathLike[str]):
+        path = Path(root).expanduser().resolve()
+        if not path.is_file():
+            raise DatasetError("the table dataset's root must be a CSV file", path=path, fix=self.obtain)
+        self.csv = path
+        self.rows: list[tuple[Any, Any, Any]] | None = None
+        self.root = path.parent
+        self._catalog: Catalog | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[Any, Any, Any]], root: Path) -> ImageTable:
+        """A table of ``rows`` of (image, label, mask or None); relative paths are relative to ``root``.
+        An image or mask may be a path or an :class:`InMemoryImage`."""
+        table = cls.__new__(cls)
+        table.csv, table.rows, table.root, table._catalog = None, list(rows), root.resolve(), None
+        return table
+
+    @property
+    def key(self) -> str:
+        """``table-`` and a digest of the root and the images' ids and labels: two tables never share a
+        masks or corrupted-sets folder."""
+        identity = self.identity()  # reads the rows first, which settles the root
+        digest = hashlib.sha256(f"{self.root}\n{identity}".encode("utf-8", "surrogateescape"))
+        return f"table-{digest.hexdigest()[:12]}"
+
+    def _read_catalog(self) -> Catalog:
+        rows = self.rows if self.rows is not None else _csv_rows(self.csv)
+        if not rows:
+            raise DatasetError("the table has no rows", path=self.csv, fix=self.obtain)
+        class_of = _class_ids([label for _, label, _ in rows], self.csv)
+        paths = [image for image, _, _ in rows]
+        files = [Path(self.root, path) for path in paths if not isinstance(path, InMemoryImage)]
+        common = Path(os.path.commonpath(files)) if files else self.root
+        if files and len(files) == 1:
+            common = files[0].parent
+        items = [_item(image, class_of[_label_key(label)], mask, common, self.root, index, len(rows))
+                 for index, (image, label, mask) in enumerate(rows)]
+        self.root = common
+        classes = sorted(set(class_of.values()))
+        trainval, train = folder_split_sizes(len(classes))
+        return Catalog(items, classes[:trainval], classes[trainval:], train)
+
+
+def image_table(data: Any, root: str | os.PathLike[str] | None = None) -> ImageTable:
+    """``data`` as a table dataset: rows of (path, label[, mask]), a mapping of columns (``path`` or
+    ``image``, ``label``, optionally ``mask``; a pandas DataFrame is one), or a torch ``Dataset`` (any
+    sequence with ``len``) of (image, label[, mask]) samples. Relative paths are relative to ``root``
+    (default the working folder)."""
+    base = Path(root) if root is not None else Path.cwd()
+    if isinstance(data, Mapping) or _is_data_frame(data):
+        return ImageTable.from_rows(_column_rows(data), base)
+    if _is_torch_dataset(data):
+        return ImageTable.from_rows(_sample_rows(data), base)
+    if isinstance(data, str | bytes | os.PathLike) or not isinstance(data, Sequence):
+        raise OptionError(f"cannot read images from a {type(data).__name__}",
+                          fix="pass a dataset name, rows of (path, label[, mask]), a table with path and "
+                              "label columns, or a torch Dataset of (image, label[, mask]) samples")
+    return ImageTable.from_rows([_row(row, index) for index, row in enumerate(data)], base)
+
+
+# ------------------------------------------------------------------------------------------------ the forms
+def _row(row: Any, index: int) -> tuple[Any, Any, Any]:
+    if isinstance(row, str | bytes) or not isinstance(row, Sequence) or len(row) not in (2, 3):
+        raise OptionError(f"row {index} is {row!r}, not (path, label) or (path, label, mask)",
+                          fix="give every row as (path, label) or (path, label, mask path)")
+    image, label, *mask = row
+    mask = [value for value in mask if value is not None and value != ""]
+    for what, value in (("image", image), *(("mask", m) for m in mask)):
+        if not isinstance(value, str | os.PathLike):
+            raise OptionError(f"row {index}'s {what} is a {type(value).__name__}, not a path",
+                              fix="give file paths in rows; images in memory come as a torch Dataset")
+    return Path(image), label, Path(mask[0]) if mask else None
+
+
+def _column_rows(table: Any) -> list[tuple[Any, Any, Any]]:
+    columns = list(table.keys()) if isinstance(table, Mapping) else list(table.columns)
+    image_column = next((name for name in IMAGE_COLUMNS if name in columns), None)
+    if image_column is None or "label" not in columns:
+        raise OptionError(f"the table's columns are {columns}; it needs {' or '.join(IMAGE_COLUMNS)} and "
+                          "label", fix="name the image column path (or image) and the class column label")
+    images, labels = list(table[image_column]), list(table["label"])
+    masks = list(table["mask"]) if "mask" in columns else [None] * len(images)
+    if not len(images) == len(labels) == len(masks):
+        raise OptionError(f"the table's columns differ in length ({len(images)} images, {len(labels)} "
+                          f"labels, {len(masks)} masks)", fix="give every column one entry per image")
+    return [_row((image, label, mask), index) for index, (image, label, mask)
+            in enumerate(zip(images, labels, masks, strict=True))]
+
+
+def _sample_rows(samples: Any) -> list[tuple[Any, Any, Any]]:
+    """Rows of a dataset's samples, read lazily: only the labels are read now (its ``targets`` where it has
+    them, as torchvision's datasets do; else each sample)."""
+    count = len(samples)
+    if count == 0:
+        raise OptionError("the dataset has no samples", fix="pass a dataset with images in it")
+    first = samples[0]
+    if not isinstance(first, Sequence) or len(first) not in (2, 3):
+        raise OptionError(f"the dataset's samples are {type(first).__name__}, not (image, label[, mask])",
+                          fix="make __getitem__ return (image, label) or (image, label, mask)")
+    targets = getattr(samples, "targets", None)
+    labels = list(targets) if targets is not None and len(targets) == count else [
+        samples[index][1] for index in range(count)]
+    return [(InMemoryImage(samples, index, 0, f"dataset[{index}]"), label,
+             InMemoryImage(samples, index, 2, f"dataset[{index}] (mask)") if len(first) == 3 else None)
+            for index, label in enumerate(labels)]
+
+
+def _csv_rows(path: Path) -> list[tuple[Any, Any, Any]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            records, names = list(reader), reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DatasetError(f"the table cannot be read ({exc})", path=path, fix=ImageTable.obtain) from exc
+    columns = {"label", "mask", *IMAGE_COLUMNS}
+    try:
+        return _column_rows({name: [record.get(name) for record in records]
+                             for name in names if name in columns})
+    except OptionError as err:
+        raise DatasetError(err.problem, path=path, fix=err.fix) from None
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _item(image: Any, label: int, mask: Any, common: Path, root: Path, index: int, count: int) -> Item:
+    if isinstance(image, InMemoryImage):
+        width = max(6, len(str(count - 1)))
+        return Item(id=f"{index:0{width}d}", image=image, label=label,
+                    relpath=PurePosixPath(f"{index:0{width}d}"), saliency_mask=mask)
+    path = Path(root, image)
+    item = make_item(common, path.relative_to(common).as_posix(), label)
+    if mask is not None and not isinstance(mask, InMemoryImage):
+        mask = Path(root, mask)
+    return Item(item.id, path, label, item.relpath, saliency_mask=mask)
+
+
+def _label_key(label: Any) -> Any:
+    """A label as a plain hashable value (a 0-d tensor or numpy scalar as its number)."""
+    return label.item() if hasattr(label, "item") and getattr(label, "ndim", 0) == 0 else label
+
+
+def _class_ids(labels: Sequence[Any], source: Path | None) -> dict[Any, int]:
+    """Each distinct label's class id: integer labels keep their value, any others are numbered in sorted
+    order."""
+    values = [_label_key(label) for label in labels]
+    try:
+        distinct = set(values)
+    except TypeError as exc:
+        raise OptionError(f"a label is not hashable ({exc})",
+                          fix="give labels as ints or strings, one per image") from None
+    if all(isinstance(value, int) and not isinstance(value, bool) for value in distinct):
+        return {value: value for value in distinct}
+    if all(isinstance(value, str) and value.strip().lstrip("-").isdigit() for value in distinct) and source:
+        return {value: int(value) for value in distinct}  # a CSV's labels are text
+    return {value: index for index, value in enumerate(sorted(distinct, key=str))}
+
+
+def _is_data_frame(data: Any) -> bool:
+    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
+
+
+def _is_torch_dataset(data: Any) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(data, torch.utils.data.Dataset)

@@ -1,0 +1,156 @@
+"""bgbias.evaluate on one's own images (rows, columns, a torch Dataset), with results in memory: nothing is
+written anywhere unless out= names a folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import bgbias
+from bgbias.data.images import load_image, load_mask
+from bgbias.data.registry import open_dataset
+from bgbias.errors import OptionError
+from tests.engine.external import tiny_embedder
+from tests.replicas import copy_ground_truth_masks, make_bench
+
+
+@pytest.fixture(scope="module")
+def forty(tmp_path_factory) -> tuple[Path, list[tuple[str, int, str]]]:
+    """40 images of 10 classes with their masks, as rows (path, label, mask), and background pools."""
+    base = tmp_path_factory.mktemp("forty")
+    root = make_bench(base / "bench", train_classes=4, val_classes=2, test_classes=4, per_class=4)
+    items = open_dataset("bench", root).items()
+    copy_ground_truth_masks(items, base / "masks")
+    rng = np.random.default_rng(0)
+    for pool_name in ("train", "test"):
+        (base / "backgrounds" / pool_name).mkdir(parents=True)
+        for i in range(6):
+            pixels = rng.integers(0, 256, (40 + 4 * i, 56, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(base / "backgrounds" / pool_name / f"bg{i}.png")
+    rows = [(str(item.image), item.label, str(base / "masks" / Path(item.id).with_suffix(".png")))
+            for item in items]
+    assert len(rows) == 40
+    return base, rows
+
+
+def _tree(folder: Path) -> dict[str, int]:
+    return {str(path): path.stat().st_mtime_ns for path in folder.rglob("*")}
+
+
+def _score(data, base: Path, **options):
+    return bgbias.evaluate(tiny_embedder().eval(), data, split="all", backgrounds=base / "backgrounds",
+                           repeats=2, workers=0, device="cpu", **options)
+
+
+def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_the_report(
+        forty, tmp_path, monkeypatch):
+    base, rows = forty
+    for name in ("cwd", "home", "temp"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("BGBIAS_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    before = {**_tree(tmp_path), **_tree(base)}
+
+    result = _score(rows, base, profile=True, worst_k=2)
+    assert {**_tree(tmp_path), **_tree(base)} == before  # nothing written, nothing touched
+    assert result.out_dir is None and result.files == {}
+    report = result.report
+    assert report.dataset == "table" and report.split == "all" and len(report.corrupted.repeats) == 2
+    assert len(result.clean.per_query["map_at_r"]) == 40  # every image a query
+    assert report.profile is not None and report.per_class
+    table = result.per_query()
+    assert table["id"][0] == "images/stamp_000/0.jpg" and len(table["repeat1_map_at_r"]) == 40
+    assert "report:" not in result.summary()
+
+    again = _score(rows, base)  # a second call in the loop: the same manifests, from memory
+    assert again.report.corrupted.mean == report.corrupted.mean and again.out_dir is None
+    assert {**_tree(tmp_path), **_tree(base)} == before
+
+    written = _score(rows, base, out=tmp_path / "out")
+    assert written.report.clean == report.clean
+    assert (written.out_dir / "report.json").is_file() and written.out_dir.is_relative_to(tmp_path / "out")
+    assert os.listdir(tmp_path / "cwd") == [] and os.listdir(tmp_path / "temp") == []
+
+
+def test_columns_and_a_torch_dataset_of_the_same_images_give_the_same_scores(forty):
+    base, rows = forty
+    by_rows = _score(rows, base).report
+    columns = {"path": [r[0] for r in rows], "label": [f"class-{r[1]:02d}" for r in rows],
+               "mask": [r[2] for r in rows]}
+    by_columns = _score(columns, base).report
+    assert (by_columns.clean, by_columns.corrupted.mean) == (by_rows.clean, by_rows.corrupted.mean)
+
+    class Samples(torch.utils.data.Dataset):
+        """Decoded pixels, tensors and PIL masks: as a user's own Dataset hands them over."""
+
+        def __len__(self) -> int:
+            return len(rows)
+
+        def __getitem__(self, i: int):
+            image = torch.from_numpy(np.array(load_image(rows[i][0]))).permute(2, 0, 1)
+            return image, torch.tensor(rows[i][1]), load_mask(rows[i][2])
+
+    by_samples = _score(Samples(), base).report
+    assert by_samples.clean == by_rows.clean
+    # Sample ids are their positions, and an image's backgrounds are drawn by its id: other draws.
+    assert by_samples.images_hurt_most[0].id.isdigit() and len(by_samples.corrupted.repeats) == 2
+
+
+def test_a_pandas_frame_is_a_table(forty):
+    pandas = pytest.importorskip("pandas")
+    base, rows = forty
+    frame = pandas.DataFrame(rows, columns=["path", "label", "mask"])
+    by_frame = _score(frame, base, corrupted=False).report
+    assert by_frame.clean == _score(rows, base, corrupted=False).report.clean
+
+
+def test_masks_from_a_folder_stand_in_for_masks_in_the_rows(forty):
+    base, rows = forty
+    with_masks = _score(rows, base).report
+    from_folder = _score([row[:2] for row in rows], base, masks=base / "masks" / "images", root="/").report
+    assert from_folder.corrupted.mean == with_masks.corrupted.mean
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ([("a.jpg",)], "row 0 is"),
+    ([(Path("a.jpg"), 1, 3)], "row 0's mask is a int"),
+    ({"file": ["a.jpg"], "label": [0]}, "it needs path or image and label"),
+    ({"path": ["a.jpg", "b.jpg"], "label": [0]}, "differ in length"),
+    (Path("images"), 'pass dataset="folder", root='),
+    (42, "cannot read images from a int"),
+])
+def test_data_that_is_no_table_is_refused_in_python_words(data, words, forty):
+    with pytest.raises(OptionError, match=words.replace("(", r"\(")):
+        _score(data, forty[0])
+
+
+def test_a_missing_image_of_a_row_is_named(forty, tmp_path):
+    base, rows = forty
+    with pytest.raises(Exception, match="missing") as raised:
+        _score([*rows, (str(tmp_path / "gone.jpg"), 0, rows[0][2])], base)
+    assert "gone.jpg" in str(raised.value)
+
+
+@pytest.mark.slow
+def test_u2net_masks_are_made_on_the_fly_once_and_kept_in_memory(forty, tmp_path, monkeypatch):
+    from bgbias.saliency import on_the_fly
+    from tests.u2netp import provide_u2netp
+
+    monkeypatch.setenv("U2NET_HOME", str(provide_u2netp(tmp_path / "home").parent))
+    base, rows = forty
+    before = _tree(base)
+    kept = len(on_the_fly._KEPT)
+    result = _score([row[:2] for row in rows[:12]], base, masks=bgbias.U2NetMasks("u2netp"), root="/")
+    assert len(on_the_fly._KEPT) == kept + 12 and len(result.corrupted) == 2
+    again = _score([row[:2] for row in rows[:12]], base, masks=bgbias.U2NetMasks("u2netp"), root="/")
+    assert len(on_the_fly._KEPT) == kept + 12 and again.report.corrupted.mean == result.report.corrupted.mean
+    assert _tree(base) == before
+    with pytest.raises(OptionError, match="not for the bench dataset"):
+        _score("bench", base, masks=bgbias.U2NetMasks("u2netp"), root=base / "bench")
