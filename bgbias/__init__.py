@@ -27,6 +27,7 @@ _PUBLIC = {
     "U2NetMasks": "bgbias.saliency.on_the_fly",
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",
+    "explain": "bgbias.api",
     "make_corrupted_sets": "bgbias.api",
     "make_masks": "bgbias.api",
     "score_embeddings": "bgbias.api",

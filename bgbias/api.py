@@ -40,6 +40,7 @@ from bgbias.options import (
 )
 
 if TYPE_CHECKING:
+    from bgbias.attribution.run import ExplainResult
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import EvaluationResult
@@ -58,6 +59,13 @@ RULES: dict[str, dict[str, Rule]] = {
         "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
         "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
         "batch_size": BATCH_SIZE, "workers": WORKERS, "max_memory": MAX_MEMORY, "progress": FLAG,
+    },
+    "explain": {
+        "root": PATH, "split": SPLIT, "attribution": Rule(str, example="smoothgrad"),
+        "limit": Rule(int, minimum=1, optional=True, example=32), "seed": SEED,
+        "batch_size": Rule(int, minimum=1, optional=True, example=8),
+        "gallery_count": Rule(int, minimum=0, example=16), "out": PATH, "device": DEVICE,
+        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "progress": FLAG,
     },
     "evaluate_embeddings": {"out": PATH},
     "score_embeddings": {"max_memory": MAX_MEMORY},
@@ -131,16 +139,11 @@ def evaluate(
     same scores). The other arguments are the command's options.
     """
     from bgbias.engine.request import MeasureRequest
-    from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import evaluate as evaluate_model
     from bgbias.saliency.on_the_fly import U2NetMasks
 
     check_arguments(locals(), RULES["evaluate"])
-    if model_input is not None and not isinstance(model_input, ModelInput):
-        raise OptionError(f"model_input={model_input!r} is not a bgbias.ModelInput",
-                          fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
-    if log is not None and not callable(log):
-        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
+    _check_model_input(model_input, log)
     images = _images(dataset, root)
     if isinstance(masks, U2NetMasks):
         images = _with_u2net_masks(images, masks)
@@ -200,6 +203,74 @@ def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
         raise OptionError(f"out={os.fspath(out)!r} is not the run's folder {home}: a run's reports go into "
                           "its own folder", fix=f"pass out={os.fspath(home)!r} to write them there, or leave "
                                                 "out= out to keep the results in memory")
+
+
+def explain(
+    model: Any,
+    dataset: Any = None,
+    *,
+    root: PathLike | None = None,
+    split: str = "test",
+    masks: PathLike | U2NetMasks | None = None,
+    attribution: str = "smoothgrad",
+    attribution_options: dict[str, Any] | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    gallery_count: int = 16,
+    model_input: ModelInput | None = None,
+    out: PathLike | None = None,
+    device: str = "auto",
+    fingerprint: str | None = None,
+    trust_model: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> ExplainResult:
+    """``bgbias explain``: ``attribution`` maps (``bgbias methods`` lists them and their options) and the
+    paper's foreground score of every image of ``split`` (``limit``: that many, spread evenly), against its
+    ground-truth mask where the dataset has one, else its saliency mask. ``model``, ``dataset``, ``root``,
+    ``masks``, ``model_input`` and ``out`` are as for :func:`evaluate`: without ``out`` nothing is written
+    and ``result.maps`` holds every map by image id (crop × crop float32: mind the memory on a large
+    split), ``result.scores`` every score; with ``out`` the maps of a gallery, the scores and the summary go
+    there, and an interrupted call resumes. ``attribution_options`` are the attribution's own
+    (``{"samples": 8}``)."""
+    from bgbias.attribution.run import explain as explain_model
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.methods.attribution import parse_attribution_options
+    from bgbias.saliency.on_the_fly import U2NetMasks
+
+    check_arguments(locals(), RULES["explain"])
+    _check_model_input(model_input, log)
+    if attribution_options is not None and not isinstance(attribution_options, dict):
+        raise OptionError(f"attribution_options={attribution_options!r} is not a dict",
+                          fix='pass attribution_options={"copies": 8}, or leave it out')
+    options = parse_attribution_options(attribution, [f"{key}={value}" for key, value
+                                                      in (attribution_options or {}).items()])
+    images = _images(dataset, root)
+    if isinstance(masks, U2NetMasks):
+        images = _with_u2net_masks(images, masks)
+    else:
+        check_arguments({"masks": masks}, {"masks": MASKS})
+    request = MeasureRequest(
+        dataset=images, root=None if _is_data(dataset) else _path(root), split=split,
+        masks=None if isinstance(masks, U2NetMasks) else _path(masks), limit=limit, attribution=attribution,
+        attribution_options=options, attribution_seed=seed, batch_size=batch_size,
+        gallery_count=gallery_count, progress=progress,
+    )
+    embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
+                                         trust_model=trust_model)
+    _check_run_out(embedding_model, out)
+    return explain_model(embedding_model, request, log=log or (lambda _line: None), write=out is not None)
+
+
+def _check_model_input(model_input: Any, log: Any) -> None:
+    from bgbias.models.model_input import ModelInput
+
+    if model_input is not None and not isinstance(model_input, ModelInput):
+        raise OptionError(f"model_input={model_input!r} is not a bgbias.ModelInput",
+                          fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
+    if log is not None and not callable(log):
+        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
 
 
 def as_embedding_model(

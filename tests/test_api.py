@@ -110,6 +110,7 @@ def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypa
 
 CHECKED_WHERE_READ = {
     "evaluate": {"model", "dataset", "masks", "model_input", "log"},
+    "explain": {"model", "dataset", "masks", "model_input", "attribution_options", "log"},
     "evaluate_embeddings": {"clean", "labels", "corrupted", "ids", "about"},
     "score_embeddings": {"embeddings", "labels"},
     "make_masks": set(),
@@ -131,7 +132,8 @@ class _Wrong:
 @pytest.mark.parametrize(("name", "argument"), [(name, argument) for name in sorted(RULES)
                                                 for argument in sorted(RULES[name])])
 def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argument):
-    required = {"evaluate": {"model": None}, "evaluate_embeddings": {"clean": None, "labels": None},
+    required = {"evaluate": {"model": None}, "explain": {"model": None},
+                "evaluate_embeddings": {"clean": None, "labels": None},
                 "score_embeddings": {"embeddings": None, "labels": None},
                 "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"}}[name]
     with pytest.raises(OptionError) as err:

@@ -66,7 +66,7 @@ def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_t
     assert len(result.clean.per_query["map_at_r"]) == 40  # every image a query
     assert report.profile is not None and report.per_class
     table = result.per_query()
-    assert table["id"][0] == "images/stamp_000/0.jpg" and len(table["repeat1_map_at_r"]) == 40
+    assert table["id"][0] == "stamp_000/0.jpg" and len(table["repeat1_map_at_r"]) == 40
     assert "report:" not in result.summary()
 
     again = _score(rows, base)  # a second call in the loop: the same manifests, from memory
@@ -154,3 +154,22 @@ def test_u2net_masks_are_made_on_the_fly_once_and_kept_in_memory(forty, tmp_path
     assert _tree(base) == before
     with pytest.raises(OptionError, match="not for the bench dataset"):
         _score("bench", base, masks=bgbias.U2NetMasks("u2netp"), root=base / "bench")
+
+
+def test_explain_keeps_maps_and_scores_in_memory_and_writes_only_into_out(forty, tmp_path, monkeypatch):
+    base, rows = forty
+    monkeypatch.chdir(tmp_path)
+    before = {**_tree(tmp_path), **_tree(base)}
+    explained = bgbias.explain(tiny_embedder().eval(), rows, split="all", limit=5, device="cpu",
+                               attribution_options={"copies": 2})
+    assert {**_tree(tmp_path), **_tree(base)} == before
+    assert explained.out_dir is None and len(explained.scores) == 5 and len(explained.maps) == 5
+    first = explained.scores[0]
+    assert first.mask_source == "saliency" and explained.maps[first.id].shape == (227, 227)  # the paper geometry
+    assert explained.summary["scored"] == 5
+    written = bgbias.explain(tiny_embedder().eval(), rows, split="all", limit=5, device="cpu",
+                             attribution_options={"copies": 2}, out=tmp_path / "out")
+    assert [s.score for s in written.scores] == [s.score for s in explained.scores]
+    assert (written.out_dir / "summary.json").is_file() and written.out_dir.is_relative_to(tmp_path / "out")
+    with pytest.raises(OptionError, match="attribution 'smoothgrad' has no option 'samples'"):
+        bgbias.explain(tiny_embedder().eval(), rows, attribution_options={"samples": 2})

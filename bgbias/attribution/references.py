@@ -58,15 +58,16 @@ def pick_references(
     *,
     progress: bool = False,
     log: Callable[[str], None] = print,
+    on_disk: bool = True,
 ) -> dict[str, Item]:
     """Each of ``wanted``'s reference among ``pool`` (which holds them), by id: ``pool``'s clean state at the
-    evaluation ``geometry`` (from the model's evaluation cache where ``bgbias eval`` left it) ranked by the
-    model's retrieval (see the module docstring)."""
+    evaluation ``geometry`` (from the model's evaluation cache where ``bgbias eval`` left it, unless not
+    ``on_disk``) ranked by the model's retrieval (see the module docstring)."""
     if not wanted:
         return {}
     positions = {item.id: index for index, item in enumerate(pool)}
     states = SplitStates(model, dataset_name, pool, geometry, batch_size=EMBED_BATCH, progress=progress,
-                         log=log)
+                         log=log, on_disk=on_disk)
     chosen = nearest_references(model.retrieval(), states.clean(), states.labels,
                                 [positions[item.id] for item in wanted])
     return {item.id: pool[reference] for item, reference in zip(wanted, chosen, strict=True)}

@@ -73,6 +73,9 @@ from bgbias.methods.embedding_model import claim_home
 from bgbias.signals import sigterm_as_interrupt
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from bgbias.attribution.records import ImageScore
     from bgbias.methods.embedding_model import EmbeddingModel
 
 
@@ -81,12 +84,16 @@ SETTINGS_FORMAT = 1
 
 @dataclass(frozen=True)
 class ExplainResult:
-    """Where the results went, and the summary that ``summary.json`` holds."""
+    """The summary that ``summary.json`` holds, every image's score (typed, in the split's order), and where
+    the files went (None each when nothing was written). ``maps`` holds every image's attribution map by
+    id (float32, crop × crop) when nothing was written; with files, the gallery's are in ``out_dir/maps``."""
 
-    out_dir: Path
+    out_dir: Path | None
     summary: dict[str, Any]
-    scores_csv: Path
+    scores_csv: Path | None
     gallery: Path | None
+    scores: list[ImageScore]
+    maps: dict[str, np.ndarray]
 
 
 def _holding_out_dir(out_dir: Path) -> contextlib.AbstractContextManager[None]:
@@ -118,7 +125,8 @@ class ExplainInputs:
     dataset_name: str
     masks_dir: Path
     """Saliency masks, for images without a ground-truth mask."""
-    out_dir: Path
+    out_dir: Path | None
+    """None: nothing is written (no resume); the result holds every map."""
     reference_items: Sequence[Item] | None = None
     """For an attribution that ``needs_references``, the images each item's reference is picked from
     (default: ``items``; it must hold them)."""
@@ -155,7 +163,7 @@ def explain_items(
 
     request = request or MeasureRequest()
     items, geometry, dataset_name = list(inputs.items), inputs.geometry, inputs.dataset_name
-    masks_dir, out_dir, reference_items = Path(inputs.masks_dir), Path(inputs.out_dir), inputs.reference_items
+    masks_dir, reference_items = Path(inputs.masks_dir), inputs.reference_items
     attribution, seed, force = request.attribution, request.attribution_seed, request.force
     gallery_count, progress, device = request.gallery_count, request.progress, model.device
     batch_size = request.batch_size or (8 if device.type == "cuda" else 1)
@@ -187,6 +195,22 @@ def explain_items(
     model.eval()
     with torch.enable_grad():
         model.embed(probe.requires_grad_(True))
+    # The maps' precision: attribution never autocasts (ImageScorer).
+    compute = {"device": str(device), "precision": precision_name(None),
+               "memory_format": model_memory_format(model)}
+    if inputs.out_dir is None:
+        references = pick_references(model, pool, items, geometry, dataset_name, progress=progress, log=log,
+                                     on_disk=False) if referenced else None
+        step = ImageScorer(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
+        scores, maps = [], {}
+        with tqdm(total=len(items), desc="explain", unit="img", disable=not progress) as bar:
+            for batch in _batches(range(len(items)), batch_size):
+                for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
+                    maps[items[index].id] = attribution_map
+                    scores.append(score)
+                bar.update(len(batch))
+        return ExplainResult(None, run_summary(settings, scores, compute), None, None, scores, maps)
+    out_dir = Path(inputs.out_dir)
     claim_home(model)
     # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
     with _holding_out_dir(out_dir):
@@ -197,8 +221,7 @@ def explain_items(
         picks = evenly_spread(len(items), gallery_count)
         picked = set(picks)
         todo = [index for index, item in enumerate(items) if item.id not in done]
-        # Batches keep their place in the item list: a resumed run sees the batches an uninterrupted one did.
-        batches = [list(group) for _, group in itertools.groupby(todo, key=lambda index: index // batch_size)]
+        batches = _batches(todo, batch_size)
         references: dict[str, Item] | None = None
         if referenced:
             by_id = {item.id: item for item in pool}
@@ -222,15 +245,18 @@ def explain_items(
         scores = [done[item.id] for item in items]
         write_ledger(out_dir / RECORDS_NAME, settings, scores)
         write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
-        # The maps' precision: attribution never autocasts (ImageScorer).
-        compute = {"device": str(device), "precision": precision_name(None),
-                   "memory_format": model_memory_format(model)}
         summary = run_summary(settings, scores, compute)
         if inputs.dataset_root is not None:
             summary["dataset_root"] = os.fspath(Path(inputs.dataset_root).resolve())
         write_json_atomic(out_dir / SUMMARY_JSON, summary)
         gallery = write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
-        return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery)
+        return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery, scores, {})
+
+
+def _batches(indices: Sequence[int], batch_size: int) -> list[list[int]]:
+    """``indices`` in batches that keep their place in the item list (``index // batch_size``): a resumed
+    run sees the batches an uninterrupted one did."""
+    return [list(group) for _, group in itertools.groupby(indices, key=lambda index: index // batch_size)]
 
 
 def _check_request(items: Sequence[Item], batch_size: int, gallery_count: int, seed: int) -> None:
@@ -260,7 +286,11 @@ def _model_name(model: EmbeddingModel) -> str:
 
 
 def explain(
-    model: EmbeddingModel, request: MeasureRequest | None = None, *, log: Callable[[str], None] = print
+    model: EmbeddingModel,
+    request: MeasureRequest | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    write: bool = True,
 ) -> ExplainResult:
     """``bgbias explain``: foreground scores of ``model`` on the split ``request`` names (default: the test
     split of the dataset it was trained on) with the request's attribution and options, into
@@ -273,7 +303,7 @@ def explain(
     the limit); saliency masks
     (``request.masks``, default ``masks/<dataset>``) stand in for images without a ground-truth mask;
     ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
-    fastest, 8 on CUDA).
+    fastest, 8 on CUDA). Without ``write`` nothing goes to disk and the result holds every map.
     """
     from bgbias.data.items import default_masks_dir
 
@@ -291,7 +321,8 @@ def explain(
     inputs = ExplainInputs(
         items, measured_geometry(model, dataset.name), dataset.name,
         masks_dir=Path(request.masks) if request.masks is not None else default_masks_dir(dataset),
-        out_dir=explain_dir(model.home, dataset.key, request.split, label), reference_items=split,
+        out_dir=explain_dir(model.home, dataset.key, request.split, label) if write else None,
+        reference_items=split,
         dataset_root=dataset.root,
     )
     result = explain_items(model, inputs, request, log=log)
