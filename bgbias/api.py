@@ -11,15 +11,18 @@ a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from bgbias.corrupted.manifest_store import manifests_in_memory
-from bgbias.errors import ModelError, OptionError
+from bgbias.errors import BgbiasError, ModelError, OptionError
 from bgbias.options import (
     AMP,
     BATCH_SIZE,
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     from bgbias.saliency.pipeline import MaskRun
 
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
 
 DATASET = Rule(str, example="bench")
 MASKS = Rule(Path, optional=True, example="masks/bench")
@@ -78,6 +82,47 @@ RULES: dict[str, dict[str, Rule]] = {
 the convention, arrays, the callback)."""
 
 
+_COMMAND = re.compile(r"`[^`]*`|\bbgbias [a-z]+[^,;()`]*")
+"""A command quoted in a message (``bgbias masks --dataset cub``): its flags stay flags."""
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+_IN_PYTHON = re.compile(r" \((?:in Python: [^()]*|[^()]* in Python)\)")
+"""A message's own aside for Python readers (``--out (out= in Python)``), which rewording makes redundant."""
+
+
+def in_python_words(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` whose errors name its arguments as Python does: ``--max-memory`` in a message from the
+    layers below, where it names an argument of ``function``, reads ``max_memory=`` (a switch
+    ``--trust-model``: ``trust_model=True``); a command quoted in the message keeps its flags, being what to
+    run in a shell."""
+    defaults = {name: parameter.default for name, parameter in inspect.signature(function).parameters.items()}
+
+    def argument(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        if name not in defaults:
+            return match.group(0)
+        return f"{name}=True" if defaults[name] is False else f"{name}="
+
+    def reword(text: str) -> str:
+        text = _IN_PYTHON.sub("", text)
+        pieces, start = [], 0
+        for command in _COMMAND.finditer(text):
+            pieces += [_FLAG.sub(argument, text[start:command.start()]), command.group(0)]
+            start = command.end()
+        return "".join([*pieces, _FLAG.sub(argument, text[start:])])
+
+    @functools.wraps(function)
+    def worded(*args: Any, **kwargs: Any) -> T:
+        try:
+            return function(*args, **kwargs)
+        except BgbiasError as err:
+            err.problem, err.fix = reword(err.problem), None if err.fix is None else reword(err.fix)
+            err.args = (err.render(),)
+            raise
+
+    return worded
+
+
+@in_python_words
 def evaluate(
     model: Any,
     dataset: Any = None,
@@ -205,6 +250,7 @@ def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
                                                 "out= out to keep the results in memory")
 
 
+@in_python_words
 def explain(
     model: Any,
     dataset: Any = None,
@@ -327,6 +373,7 @@ def as_embedding_model(
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 
 
+@in_python_words
 def evaluate_embeddings(
     clean: Any,
     labels: Any,
@@ -385,6 +432,7 @@ def evaluate_embeddings(
     return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0, ids, labels)
 
 
+@in_python_words
 def make_masks(
     dataset: str,
     root: PathLike | None = None,
@@ -406,6 +454,7 @@ def make_masks(
     return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
 
 
+@in_python_words
 def make_corrupted_sets(
     dataset: str,
     root: PathLike | None = None,
@@ -443,6 +492,7 @@ def make_corrupted_sets(
     return made
 
 
+@in_python_words
 def score_embeddings(embeddings: Any, labels: Any, *, max_memory: int | None = None) -> Any:
     """The metrics alone (MAP@R, R-precision, P@1, per query and as means) of ``embeddings`` (N, D), each
     image ranked against all the others, exactly as pytorch-metric-learning's ``AccuracyCalculator`` defines

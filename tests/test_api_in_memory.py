@@ -165,11 +165,31 @@ def test_explain_keeps_maps_and_scores_in_memory_and_writes_only_into_out(forty,
     assert {**_tree(tmp_path), **_tree(base)} == before
     assert explained.out_dir is None and len(explained.scores) == 5 and len(explained.maps) == 5
     first = explained.scores[0]
-    assert first.mask_source == "saliency" and explained.maps[first.id].shape == (227, 227)  # the paper geometry
+    assert first.mask_source == "saliency" and explained.maps[first.id].shape == (227, 227)  # paper's crop
     assert explained.summary["scored"] == 5
     written = bgbias.explain(tiny_embedder().eval(), rows, split="all", limit=5, device="cpu",
                              attribution_options={"copies": 2}, out=tmp_path / "out")
-    assert [s.score for s in written.scores] == [s.score for s in explained.scores]
+    assert [score.score for score in written.scores] == [score.score for score in explained.scores]
     assert (written.out_dir / "summary.json").is_file() and written.out_dir.is_relative_to(tmp_path / "out")
     with pytest.raises(OptionError, match="attribution 'smoothgrad' has no option 'samples'"):
         bgbias.explain(tiny_embedder().eval(), rows, attribution_options={"samples": 2})
+
+
+def test_errors_from_below_name_python_arguments_and_keep_quoted_commands(forty):
+    from bgbias.api import in_python_words
+    from bgbias.errors import DatasetError
+
+    @in_python_words
+    def call(dataset=None, root=None, trust_model=False, max_memory=None):
+        raise DatasetError("--max-memory 2G (max_memory= in Python) is too small", path="x",
+                           fix="pass --dataset/--root, or --trust-model; then run `bgbias masks --dataset "
+                               "cub` or bgbias corrupt --root R, and --max-memory 4G")
+
+    with pytest.raises(DatasetError) as raised:
+        call()
+    assert raised.value.problem == "max_memory= 2G is too small" and raised.value.path == "x"
+    assert raised.value.fix == ("pass dataset=/root=, or trust_model=True; then run `bgbias masks --dataset "
+                                "cub` or bgbias corrupt --root R, and max_memory= 4G")
+    assert "fix:  pass dataset=/root=" in str(raised.value)
+    with pytest.raises(OptionError, match=r"fix:  name the dataset \(dataset=, and root= for its folder\)"):
+        bgbias.evaluate(tiny_embedder().eval())

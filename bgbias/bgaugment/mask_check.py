@@ -34,7 +34,7 @@ def saliency_masks(
             f"{describe_paths(missing)}",
             path=masks_dir,
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or name the folder that holds them "
-            "(--masks DIR; masks= in Python)",
+            "(--masks DIR)",
         )
     files = [item for item in items if item.saliency_mask is None and isinstance(item.image, Path)]
     stale = stale_masks(files, masks_dir)

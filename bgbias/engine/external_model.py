@@ -333,8 +333,8 @@ def default_home_name(network: Network, model_input: ModelInput, compute: Mappin
     return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
 
 
-HOME_FIX = ("pass another --out (out= in Python): a new or empty folder; or leave it out, and each model and "
-            "convention gets a folder of its own under runs/external/")
+HOME_FIX = ("pass another --out: a new or empty folder; or leave it out (on the command line each model and "
+            "convention then gets a folder of its own under runs/external/; in Python nothing is written)")
 
 
 @dataclass(frozen=True)
