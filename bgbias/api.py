@@ -44,6 +44,7 @@ from bgbias.options import (
 
 if TYPE_CHECKING:
     from bgbias.attribution.run import ExplainResult
+    from bgbias.data.items import Dataset
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import EvaluationResult
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 
-DATASET = Rule(str, example="bench")
 MASKS = Rule(Path, optional=True, example="masks/bench")
 """``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
 RULES: dict[str, dict[str, Rule]] = {
@@ -73,9 +73,9 @@ RULES: dict[str, dict[str, Rule]] = {
     },
     "evaluate_embeddings": {"out": PATH},
     "score_embeddings": {"max_memory": MAX_MEMORY},
-    "make_masks": {"dataset": DATASET, "root": PATH, "out": PATH, "model": Rule(str, example="u2netp"),
+    "make_masks": {"root": PATH, "out": PATH, "model": Rule(str, example="u2netp"),
                    "device": MASK_DEVICE, "progress": FLAG},
-    "make_corrupted_sets": {"dataset": DATASET, "root": PATH, "split": SPLIT, "repeats": REPEATS,
+    "make_corrupted_sets": {"root": PATH, "split": SPLIT, "repeats": REPEATS,
                             "seed": SEED, "backgrounds": PATH, "out": PATH, "render": PATH, "masks": PATH},
 }
 """Each function's arguments with a declared rule (the others are checked where they are read: the model,
@@ -231,6 +231,16 @@ def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
                           fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= their "
                               "folder")
     return with_u2net_masks(images, spec)
+
+
+def _opened(dataset: Any, root: PathLike | None) -> Dataset:
+    """``dataset`` opened: by name (at ``root``), or one's own images as a table."""
+    from bgbias.data.registry import open_dataset
+
+    if dataset is None:
+        raise OptionError("dataset= is required", fix='pass dataset="bench", or rows of (path, label)')
+    images = _images(dataset, root)
+    return open_dataset(images, root) if isinstance(images, str) else images
 
 
 def _is_data(dataset: Any) -> bool:
@@ -434,7 +444,7 @@ def evaluate_embeddings(
 
 @in_python_words
 def make_masks(
-    dataset: str,
+    dataset: Any,
     root: PathLike | None = None,
     *,
     out: PathLike | None = None,
@@ -442,21 +452,26 @@ def make_masks(
     device: str = "auto",
     progress: bool = False,
 ) -> MaskRun:
-    """``bgbias masks``: the U²-Net saliency mask of every image of ``dataset`` into ``out`` (default
-    ``masks/<dataset key>``, where every command looks), resumable; the run lists failures and quality."""
+    """``bgbias masks``: the U²-Net saliency mask of every image of ``dataset`` (a name, or one's own image
+    files as :func:`evaluate` takes them) into ``out`` (default ``masks/<dataset key>``, where every command
+    looks), resumable; the run lists failures and quality."""
     from bgbias.data.items import default_masks_dir
-    from bgbias.data.registry import open_dataset
+    from bgbias.data.memory import InMemoryImage
     from bgbias.saliency.pipeline import make_masks as write_masks
 
     check_arguments(locals(), RULES["make_masks"])
-    opened = open_dataset(dataset, root)
+    opened = _opened(dataset, root)
+    if any(isinstance(item.image, InMemoryImage) for item in opened.items()):
+        raise OptionError("make_masks writes the masks of image files, and these images are a dataset's "
+                          "samples in memory", fix="pass masks=bgbias.U2NetMasks() to bgbias.evaluate or "
+                                                   "bgbias.explain: it makes them when they are used")
     folder = Path(out) if out is not None else default_masks_dir(opened)
     return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
 
 
 @in_python_words
 def make_corrupted_sets(
-    dataset: str,
+    dataset: Any,
     root: PathLike | None = None,
     *,
     split: str = "test",
@@ -472,9 +487,9 @@ def make_corrupted_sets(
     profile's variants, or ``all``), by name, each in repeat order; the paper's ``repeats`` go to ``out``
     (default ``corrupted/<dataset key>/<split>/seed-<seed>``, the folder evaluation uses), each variant's to
     ``out/<variant>``. With ``render``, also their images (from the masks in ``masks``, default
-    ``masks/<dataset key>``) and galleries in that folder."""
+    ``masks/<dataset key>``) and galleries in that folder. ``dataset`` is a name, or one's own images as
+    :func:`evaluate` takes them."""
     from bgbias.data.items import default_masks_dir
-    from bgbias.data.registry import open_dataset
     from bgbias.variants.render_variants import render_sets
     from bgbias.variants.variant_manifests import make_sets
 
@@ -484,7 +499,7 @@ def make_corrupted_sets(
         raise OptionError(f"variants={variants!r} is not a list of set names",
                           fix="pass variants=['random-bg'] (the paper's), a list of the profile's "
                               "variants, or ['all']")
-    opened = open_dataset(dataset, root)
+    opened = _opened(dataset, root)
     made = make_sets(opened, list(variants), split, repeats, seed, _path(backgrounds), _path(out))
     if render is not None:
         masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)

@@ -113,8 +113,8 @@ CHECKED_WHERE_READ = {
     "explain": {"model", "dataset", "masks", "model_input", "attribution_options", "log"},
     "evaluate_embeddings": {"clean", "labels", "corrupted", "ids", "about"},
     "score_embeddings": {"embeddings", "labels"},
-    "make_masks": set(),
-    "make_corrupted_sets": {"variants"},
+    "make_masks": {"dataset"},
+    "make_corrupted_sets": {"dataset", "variants"},
 }
 
 

@@ -193,3 +193,14 @@ def test_errors_from_below_name_python_arguments_and_keep_quoted_commands(forty)
     assert "fix:  pass dataset=/root=" in str(raised.value)
     with pytest.raises(OptionError, match=r"fix:  name the dataset \(dataset=, and root= for its folder\)"):
         bgbias.evaluate(tiny_embedder().eval())
+
+
+def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
+    base, rows = forty
+    made = bgbias.make_corrupted_sets(rows, split="all", repeats=2, backgrounds=base / "backgrounds",
+                                      out=tmp_path / "sets")
+    assert [path.name for path in made["random-bg"]] == ["repeat-0.json", "repeat-1.json"]
+    assert made["random-bg"][0].parent == tmp_path / "sets"
+    # The very manifests an in-memory evaluation of the rows makes, so their scores agree.
+    on_disk = _score(rows, base, manifests=tmp_path / "sets").report
+    assert on_disk.corrupted.mean == _score(rows, base).report.corrupted.mean
