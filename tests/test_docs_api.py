@@ -6,6 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -42,7 +43,7 @@ def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 5
+    assert len(examples(slow=False)) == 7
     done = run_examples(examples(slow=False))
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
@@ -50,7 +51,14 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     assert done["gap"].repeats == 2 and -1 <= done["gap"].mean.map_at_r <= 1
     report = done["result"].report
     assert report.dataset == "toy" and len(report.corrupted.repeats) == 3
-    assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
+    assert not (study_folder / "corrupted").exists()  # made in memory: no call named a manifests folder
+    mine, kept = done["mine"], done["kept"]
+    assert mine.out_dir is None and len(done["table"]["id"]) == len(done["rows"]) == 36  # the tiny bench's
+    assert kept.report.clean == mine.report.clean and (kept.out_dir / "report.json").is_file()
+    assert kept.out_dir.parent == Path("reports/mine/eval")
+    explained = done["explained"]
+    assert explained.out_dir is None and len(explained.scores) == len(explained.maps) == 4
+    assert done["heat"].dtype == np.float32 and 0 <= explained.summary["mean"] <= 1
     assert 0 < done["scores"].map_at_r <= 1
 
 
