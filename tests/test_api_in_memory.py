@@ -3,6 +3,7 @@ written anywhere unless out= names a folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -204,3 +205,23 @@ def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     # The very manifests an in-memory evaluation of the rows makes, so their scores agree.
     on_disk = _score(rows, base, manifests=tmp_path / "sets").report
     assert on_disk.corrupted.mean == _score(rows, base).report.corrupted.mean
+
+
+def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    base, rows = forty
+    table = tmp_path / "images.csv"
+    table.write_text("path,label,mask\n" + "".join(f"{image},{label},{mask}\n" for image, label, mask in rows))
+    result = CliRunner().invoke(main, [
+        "eval", "--model", "tests.engine.external:tiny_embedder", "--dataset", "table", "--root", str(table),
+        "--split", "all", "--corrupted", "--repeats", "2", "--backgrounds", str(base / "backgrounds"),
+        "--manifests", str(tmp_path / "sets"), "--out", str(tmp_path / "out"), "--device", "cpu",
+        "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    written = json.loads(next((tmp_path / "out" / "eval").glob("table-*-all/report.json")).read_text())
+    in_python = _score(rows, base, manifests=tmp_path / "sets").report
+    assert written["clean"]["map_at_r"] == in_python.clean.map_at_r
+    assert written["corrupted"]["mean"]["map_at_r"] == in_python.corrupted.mean.map_at_r
