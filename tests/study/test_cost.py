@@ -251,7 +251,7 @@ def test_timing_a_configuration_writes_only_a_temporary_folder_and_leaves_no_thr
     measure = timing.measure
     assert min(timing.epoch_overhead, measure.evaluation_overhead, measure.explain_overhead) >= 0
     assert len(measure.attribution_images) == 1
-    assert list(temp.iterdir()) == []
+    assert list(temp.glob("bgbias-*")) == []  # (torch may leave its compile cache there)
     assert list(tmp_path.iterdir()) == []
     assert threading.active_count() == threads
 
