@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +267,34 @@ def test_parquet_is_read_where_pyarrow_is_installed(scored_split, tiny_bench, tm
     pq.write_table(pa.table({"id": ids, "embedding": list(rows)}), folder / "clean.parquet")
     expected = _score(base / "good", tiny_bench, base).report.clean
     assert _score(folder, tiny_bench, base).report.clean == expected
+
+
+def test_a_parquet_file_without_pyarrow_is_refused_with_the_install(scored_split, tiny_bench, tmp_path,
+                                                                     monkeypatch):
+    base, _ = scored_split
+    folder = _copy(base, tmp_path)
+    (folder / "clean.npz").rename(folder / "clean.parquet")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # an import of it then fails, as where it is missing
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(OptionError, match="reading Parquet needs pyarrow") as err:
+        _score(folder, tiny_bench, base)
+    assert "pip install pyarrow" in err.value.fix and err.value.path == str(folder / "clean.parquet")
+
+
+# ---------------------------------------------------------------------------------------------- the docs
+DOC = Path(__file__).resolve().parents[2] / "docs" / "embeddings.md"
+
+
+def test_the_pages_python_example_runs_as_written(tiny_bench, tmp_path, monkeypatch):
+    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "bench").symlink_to(tiny_bench / "bench")
+    shutil.copytree(tiny_bench / "masks", tmp_path / "masks" / "bench")
+    shutil.copytree(tiny_bench / "backgrounds", tmp_path / "backgrounds")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    done: dict = {}
+    exec(compile(code, str(DOC), "exec"), done)
+    report = done["result"].report
+    assert report.method == "emb" and len(report.corrupted.repeats) == 2 and report.images == 12
+    assert done["drop"] is not None and not (tmp_path / "emb" / "report").exists()
