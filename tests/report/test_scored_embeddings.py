@@ -248,6 +248,24 @@ def test_each_layout_error_names_the_file_and_the_fix(scored_split, tiny_bench, 
     assert err.value.path == str(folder / file if file is not None else folder)
 
 
+def test_the_command_writes_into_the_folders_report_which_a_second_run_leaves_unread(scored_split,
+                                                                                     tiny_bench, tmp_path):
+    base, _ = scored_split
+    folder = _copy(base, tmp_path)
+    options = _options(tiny_bench, base)
+    args = ["score", "--embeddings", str(folder), "--dataset", "bench", "--repeats", "1",
+            *(arg for key in ("root", "masks", "backgrounds", "manifests")
+              for arg in (f"--{key}", str(options[key])))]
+    for _ in range(2):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    assert f"report: {folder / 'report' / 'report.md'}" in result.output
+    assert "embeddings on bench test (12 images" in result.output
+    (folder / "repeat-0.npz").unlink()
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "1 sets have no embeddings file: repeat-0" in refused.output
+
+
 def test_sets_need_the_manifests_they_were_rendered_from(scored_split, tiny_bench, tmp_path):
     base, _ = scored_split
     with pytest.raises(AssetError, match="1 manifests of the sets to score are missing") as err:
