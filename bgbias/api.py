@@ -414,7 +414,7 @@ def score(
     check_arguments(locals(), RULES["score"])
     if log is not None and not callable(log):
         raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
-    request = MeasureRequest(split=split, masks=_path(masks), corrupted=True, repeats=repeats, seed=seed,
+    request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
                              worst_k=worst_k, max_memory=max_memory)
     return score_embedding_folder(Path(embeddings), open_dataset(dataset, root), request, protocol=protocol,

@@ -54,7 +54,7 @@ def score(folder: Path, dataset_name: str, root: Path | None, split: str, protoc
     from bgbias.report.embedding_files import REPORT_FOLDER
     from bgbias.report.scored_embeddings import score_embedding_folder
 
-    request = MeasureRequest(split=split, masks=masks, corrupted=True, repeats=repeats, seed=seed,
+    request = MeasureRequest(split=split, masks=masks, repeats=repeats, seed=seed,
                              backgrounds=backgrounds, manifests=manifests, profile=profile, worst_k=worst_k,
                              max_memory=max_memory)
     result = score_embedding_folder(folder, open_dataset(dataset_name, root), request, protocol=protocol,

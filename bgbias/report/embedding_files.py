@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 
 from bgbias.assets.digest import sha256_file
 from bgbias.errors import DatasetError, OptionError
+from bgbias.variants.variants import VARIANTS
 
 NPZ, NPY, IDS, PARQUET = ".npz", ".npy", ".ids.txt", ".parquet"
 SUFFIXES = (IDS, NPZ, NPY, PARQUET)
@@ -37,8 +39,8 @@ NPZ_ARRAYS = ("embeddings", "ids")
 PARQUET_COLUMNS = ("embedding", "id")
 REPORT_FOLDER = "report"
 """Where ``bgbias score`` writes its report by default, inside the embeddings folder (never read as a set)."""
-SET_NAME = re.compile(r"(clean|repeat-\d+|[a-z-]+/repeat-\d+)")
-"""What a set of the layout is called (the sets a scoring uses are checked by name after)."""
+SET_NAME = re.compile(rf"(clean|(({'|'.join(map(re.escape, VARIANTS))})/)?repeat-\d+)")
+"""What a set of the layout is called (which of them a scoring reads is its options' choice)."""
 SHOWN = 3
 """How many ids an error lists."""
 
@@ -206,7 +208,7 @@ def _read_files(files: SetFiles) -> tuple[list[str], np.ndarray]:
         else:
             embeddings = np.load(files.data, allow_pickle=False)
             ids = _read_ids(files.ids)
-    except (OSError, ValueError, EOFError) as exc:  # numpy's words for a damaged or pickled file
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a damaged or pickled file
         raise OptionError(f"the file cannot be read as numpy data ({exc})", path=files.data,
                           fix="save it with numpy (np.save / np.savez) from numeric arrays") from exc
     return ids, embeddings

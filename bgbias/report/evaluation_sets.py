@@ -208,7 +208,7 @@ def layout_name(manifest: CorruptedManifest | VariantManifest) -> str:
     """A set's name as ``bgbias corrupt --render`` names its folder: ``repeat-<r>`` for the paper's repeats,
     ``<variant>/repeat-<r>`` for a variant's."""
     from bgbias.corrupted.manifests import manifest_name
+    from bgbias.variants.variant_manifests import VariantManifest
 
     stem = manifest_name(manifest.repeat).removesuffix(".json")
-    variant = getattr(manifest, "variant", None)
-    return stem if variant is None else f"{variant.name}/{stem}"
+    return f"{manifest.variant.name}/{stem}" if isinstance(manifest, VariantManifest) else stem
