@@ -27,6 +27,7 @@ from bgbias.retrieval.state import EMBEDDING
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.engine.request import MeasureRequest
+    from bgbias.retrieval.metrics import RetrievalScores
 
 
 class FileStates:
@@ -104,8 +105,8 @@ def score_embedding_folder(
     retrieval = ExactL2()
     ceiling = request.max_memory or MAX_MEMORY
 
-    def scored(state: dict[str, np.ndarray], **references: Any) -> Any:
-        return score_embeddings(state, labels, retrieval=retrieval, max_memory=ceiling, **references)
+    def scored(state: dict[str, np.ndarray]) -> RetrievalScores:
+        return score_embeddings(state, labels, retrieval=retrieval, max_memory=ceiling)
 
     clean_state = states.clean()
     clean = scored(clean_state)
