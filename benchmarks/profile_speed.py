@@ -40,8 +40,8 @@ from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
 from bgbias.engine.request import MeasureRequest
 from bgbias.engine.training_build import build_method
-from bgbias.report.evaluate import corrupted_manifests, evaluate
-from bgbias.report.profile import variant_sets
+from bgbias.report.evaluate import evaluate
+from bgbias.report.evaluation_sets import corrupted_manifests, variant_sets
 
 
 def main() -> None:

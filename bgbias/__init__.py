@@ -8,7 +8,8 @@ variants), ``models``, ``methods``, ``engine``, ``attribution`` and ``report``.
 
 The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
 anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
-:func:`score_embeddings` for precomputed embeddings, :func:`make_masks` and :func:`make_corrupted_sets`,
+:func:`score_embeddings` for precomputed embeddings, :func:`score` for one's own embeddings of the
+rendered corrupted sets (docs/embeddings.md), :func:`make_masks` and :func:`make_corrupted_sets`,
 and :class:`ModelInput`. Importing the package is cheap: each name is imported on first use, and heavy
 libraries (torch, rembg, faiss) by the functions that need them.
 """
@@ -30,6 +31,7 @@ _PUBLIC = {
     "explain": "bgbias.api",
     "make_corrupted_sets": "bgbias.api",
     "make_masks": "bgbias.api",
+    "score": "bgbias.api",
     "score_embeddings": "bgbias.api",
 }
 """Each public name and the module that defines it."""

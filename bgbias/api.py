@@ -28,11 +28,13 @@ from bgbias.options import (
     BATCH_SIZE,
     DEVICE,
     FLAG,
+    FOLD,
     MASK_DEVICE,
     MAX_MEMORY,
     MEMORY_FORMAT,
     OPTIONAL_TEXT,
     PATH,
+    PROTOCOL,
     REPEATS,
     SEED,
     SPLIT,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 
+DATASET = Rule(str, example="bench")
 MASKS = Rule(Path, optional=True, example="masks/bench")
 """``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
 RULES: dict[str, dict[str, Rule]] = {
@@ -77,6 +80,10 @@ RULES: dict[str, dict[str, Rule]] = {
                    "device": MASK_DEVICE, "progress": FLAG},
     "make_corrupted_sets": {"root": PATH, "split": SPLIT, "repeats": REPEATS,
                             "seed": SEED, "backgrounds": PATH, "out": PATH, "render": PATH, "masks": PATH},
+    "score": {"embeddings": Rule(Path, example="embeddings"), "dataset": DATASET, "root": PATH,
+              "split": SPLIT, "protocol": PROTOCOL, "fold": FOLD, "repeats": REPEATS, "seed": SEED,
+              "profile": FLAG, "worst_k": WORST_K, "masks": PATH, "backgrounds": PATH, "manifests": PATH,
+              "l2_normalize": FLAG, "name": OPTIONAL_TEXT, "max_memory": MAX_MEMORY, "out": PATH},
 }
 """Each function's arguments with a declared rule (the others are checked where they are read: the model,
 the convention, arrays, the callback)."""
@@ -574,3 +581,48 @@ def _device(device: str) -> Any:
     from bgbias.engine.device import resolve_device
 
     return resolve_device(device)
+
+
+@in_python_words
+def score(
+    embeddings: PathLike,
+    dataset: str,
+    root: PathLike | None = None,
+    *,
+    split: str = "test",
+    protocol: str = "fixed",
+    fold: int = 0,
+    repeats: int = 5,
+    seed: int = 0,
+    profile: bool = False,
+    worst_k: int = 10,
+    masks: PathLike | None = None,
+    backgrounds: PathLike | None = None,
+    manifests: PathLike | None = None,
+    l2_normalize: bool = False,
+    name: str | None = None,
+    max_memory: int | None = None,
+    out: PathLike | None = None,
+    log: Callable[[str], None] | None = None,
+) -> EvaluationResult:
+    """``bgbias score --embeddings``: the report of :func:`evaluate` (with ``profile``, its profile too) from
+    one's own embeddings of the sets :func:`make_corrupted_sets` renders, read from the folder ``embeddings``
+    as docs/embeddings.md lays it out (a file per set, rows keyed by image id, checked strictly). The sets,
+    their images and labels come from ``split`` of ``dataset`` and the manifests in ``manifests`` (default
+    the shared folder, as for :func:`evaluate`), which must exist; the masks and backgrounds draw the
+    report's retrieval gallery. ``l2_normalize`` scales each row to unit length first (bgbias's default for a
+    model's output); ``name`` is the report's method (default the folder's name). No file is written unless
+    ``out`` names the report's folder."""
+    from bgbias.data.registry import open_dataset
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.report.scored_embeddings import score_embedding_folder
+
+    check_arguments(locals(), RULES["score"])
+    if log is not None and not callable(log):
+        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
+    request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
+                             backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
+                             worst_k=worst_k, max_memory=max_memory)
+    return score_embedding_folder(Path(embeddings), open_dataset(dataset, root), request, protocol=protocol,
+                                  fold=fold, l2_normalize=l2_normalize, name=name, out=_path(out),
+                                  log=log or (lambda _line: None))

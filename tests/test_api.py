@@ -115,6 +115,7 @@ CHECKED_WHERE_READ = {
     "score_embeddings": {"embeddings", "labels"},
     "make_masks": {"dataset"},
     "make_corrupted_sets": {"dataset", "variants"},
+    "score": {"log"},
 }
 
 
@@ -135,7 +136,8 @@ def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argu
     required = {"evaluate": {"model": None}, "explain": {"model": None},
                 "evaluate_embeddings": {"clean": None, "labels": None},
                 "score_embeddings": {"embeddings": None, "labels": None},
-                "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"}}[name]
+                "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"},
+                "score": {"embeddings": "embeddings", "dataset": "bench"}}[name]
     with pytest.raises(OptionError) as err:
         getattr(bgbias, name)(**{**required, argument: _Wrong()})
     assert err.value.problem.startswith(f"{argument}=<wrong> is invalid: it must be ")
@@ -202,7 +204,7 @@ def test_the_command_line_types_its_options_from_the_same_rules():
                 "--batch-size": BATCH_SIZE, "--workers": WORKERS, "--input-size": PIXELS, "--resize": PIXELS,
                 "--protocol": PROTOCOL, "--fold": FOLD}
     checked = 0
-    for command in ("eval", "corrupt"):
+    for command in ("eval", "corrupt", "score"):
         for param in main.commands[command].params:
             rule = declared.get(param.opts[0])
             if rule is None:
@@ -213,7 +215,7 @@ def test_the_command_line_types_its_options_from_the_same_rules():
             else:
                 assert isinstance(param.type, IntRange)
                 assert (param.type.min, param.type.max) == (rule.minimum, rule.maximum), param.opts
-    assert checked == 13  # eval: 8, corrupt: 5
+    assert checked == 19  # eval: 8, corrupt: 5, score: 6
 
 
 def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):

@@ -214,7 +214,8 @@ def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
 
     base, rows = forty
     table = tmp_path / "images.csv"
-    table.write_text("path,label,mask\n" + "".join(f"{image},{label},{mask}\n" for image, label, mask in rows))
+    lines = "".join(f"{image},{label},{mask}\n" for image, label, mask in rows)
+    table.write_text(f"path,label,mask\n{lines}")
     result = CliRunner().invoke(main, [
         "eval", "--model", "tests.engine.external:tiny_embedder", "--dataset", "table", "--root", str(table),
         "--split", "all", "--corrupted", "--repeats", "2", "--backgrounds", str(base / "backgrounds"),

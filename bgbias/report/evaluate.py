@@ -10,7 +10,6 @@ goes to ``<model home>/eval/<measured>-<split>/`` (a run's folder for runs bgbia
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,19 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.corrupted.manifest_store import manifest_exists
 from bgbias.engine.device import loader_workers, model_memory_format, precision_name
-from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
-from bgbias.errors import AssetError, OptionError
+from bgbias.errors import OptionError
 from bgbias.fileio import folder_lock
 from bgbias.installation import installation
 
 if TYPE_CHECKING:
-    from bgbias.corrupted.manifests import CorruptedManifest
     from bgbias.data.items import Dataset
-    from bgbias.data.transforms import EvalGeometry
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.report.evaluation import EvaluationReport
     from bgbias.retrieval.metrics import RetrievalScores
@@ -91,13 +86,11 @@ def evaluate(
     Without ``write`` nothing goes to disk: no embedding cache, no report folder; the result holds it all
     (``out_dir`` None).
     """
-    from bgbias.bgaugment.mask_check import saliency_masks
-    from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.data.eval_images import EvalImages
-    from bgbias.data.items import default_masks_dir
     from bgbias.data.memory import InMemoryImage
     from bgbias.report.evaluation import evaluation_record, summarize_evaluation
-    from bgbias.report.profile import QuerySide, score_variants, summarize_profile, variant_sets
+    from bgbias.report.evaluation_sets import evaluation_sets
+    from bgbias.report.profile import QuerySide, score_variants, summarize_profile
     from bgbias.retrieval.metrics import MAX_MEMORY
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
@@ -116,22 +109,8 @@ def evaluate(
                          workers=request.workers, progress=request.progress, log=log,
                          on_disk=write and not masks_in_memory)  # such masks have no file to key a cache by
     labels = states.labels
-
-    corrupted_sets: list[tuple[CorruptedManifest, CorruptedImages]] = []
-    manifest_sha256: dict[Path, str] = {}
-    masks_print = None
-    masks_dir = Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
-    if request.corrupted or request.profile:
-        # The profile's worst case takes the first worst_k repeats, the paper's among them.
-        count = max(request.repeats, request.worst_k) if request.profile else request.repeats
-        manifests = corrupted_manifests(dataset, split, count, request.seed, request.backgrounds,
-                                        request.manifests, protocol, fold, geometry)
-        for manifest in manifests:
-            corrupted_sets.append((manifest, CorruptedImages(items, manifest, masks_dir, dataset.name)))
-            manifest_sha256[manifest.path] = manifest.sha256
-        masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
-    variants = (variant_sets(dataset, items, corrupted_sets[0][0].path.parent, split, request.repeats,
-                             request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
+    sets = evaluation_sets(dataset, items, request, protocol, fold, geometry)
+    corrupted_sets, variants, masks_print = sets.corrupted, sets.variants, sets.masks_print
 
     clean_images = EvalImages(items, geometry)
     clean_state = states.clean()
@@ -146,7 +125,7 @@ def evaluate(
     corrupted_scores = []
     query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, ceiling)
     for index, (manifest, images) in enumerate(corrupted_sets):
-        key = {"set": "corrupted", "manifest_sha256": manifest_sha256[manifest.path], "masks": masks_print}
+        key = {"set": "corrupted", "manifest_sha256": manifest.sha256, "masks": masks_print}
         state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
         if index < request.repeats:
             corrupted_scores.append(_score(retrieval, state, labels, ceiling))
@@ -185,24 +164,13 @@ def evaluate(
             **recall.as_dict(),
             "corrupted_recall_of_exact_top_r": float(np.mean(measured_recalls)) if measured_recalls else None,
         }
-    manifest_records = [{"repeat": m.repeat, "path": str(m.path), "sha256": manifest_sha256[m.path]}
-                        for m, _ in corrupted_sets]
     if corrupted_sets:
-        first = corrupted_sets[0][0]
-        meta["corrupted_sets"] = {
-            "seed": request.seed,
-            "pool": str(first.pool_dir),
-            "pool_images": len(first.pool),
-            "masks": str(masks_dir),
-            "manifests": manifest_records[:request.repeats],
-        }
+        meta["corrupted_sets"] = sets.corrupted_meta(request)
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
     if request.profile:
-        worst = [{"set": "random-bg", **record}
-                 for record in manifest_records[request.repeats:request.worst_k]]
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
-                                              variants, worst)
+                                              variants, sets.worst_case_manifests(request))
     record = evaluation_record(report)
     if not write:
         return EvaluationResult(None, record, {}, clean, corrupted_scores, states.embedded, ids, labels)
@@ -210,8 +178,8 @@ def evaluate(
     # Another evaluation of this model into this folder (other repeats, clean only) writes its whole report
     # after this one's instead of among its files.
     with folder_lock(out_dir):
-        files = _write_outputs(report, record, out_dir, clean, corrupted_scores, labels, ids, clean_images,
-                               [images for _, images in corrupted_sets])
+        files = write_evaluation_folder(report, record, out_dir, clean, corrupted_scores, labels, ids,
+                                        clean_images, [images for _, images in corrupted_sets])
     return EvaluationResult(out_dir, record, files, clean, corrupted_scores, states.embedded, ids, labels)
 
 
@@ -241,57 +209,6 @@ def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retriev
     return "-".join(parts)
 
 
-def corrupted_manifests(
-    dataset: Dataset,
-    split: str,
-    repeats: int,
-    seed: int,
-    backgrounds: str | os.PathLike[str] | None,
-    folder: str | os.PathLike[str] | None,
-    protocol: str,
-    fold: int,
-    geometry: EvalGeometry,
-) -> list[CorruptedManifest]:
-    """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
-
-    Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
-    written, so a manifest made with another pool is reported, never silently replaced; each must be the
-    split, seed and repeat its file name stands for, so no repeat is counted twice.
-    """
-    from bgbias.corrupted.manifests import (
-        default_manifest_dir,
-        load_manifest,
-        make_corrupted_manifests,
-        manifest_name,
-    )
-
-    pool = Path(backgrounds) if backgrounds is not None else None
-    if folder is None:
-        folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
-    folder = Path(folder)
-    paths = [folder / manifest_name(r) for r in range(repeats)]
-    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if manifest_exists(path)}
-    for repeat, path in enumerate(paths):
-        manifest = loaded.get(path)
-        if manifest is not None and manifest.seed != seed:
-            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                             fix="pass --seed to match it, or use another manifests folder")
-        if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
-            raise AssetError(
-                f"the file is named for repeat {repeat} of the {split} split but holds repeat "
-                f"{manifest.repeat} of the {manifest.split} split",
-                path=path,
-                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
-            )
-    if len(loaded) == repeats:
-        return [loaded[path] for path in paths]
-    # Writes every repeat (repeat r of a seed does not depend on ``repeats``, but the header records this
-    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
-    make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
-                             protocol=protocol, fold=fold, geometry=geometry)
-    return [load_manifest(path, dataset, pool, geometry) for path in paths]
-
-
 # ------------------------------------------------------------------------------------------------ helpers
 def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray,
            max_memory: int) -> RetrievalScores:
@@ -300,7 +217,7 @@ def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarra
     return score_embeddings(state, labels, retrieval=retrieval, max_memory=max_memory)
 
 
-def _write_outputs(
+def write_evaluation_folder(
     report: dict[str, Any],
     record: EvaluationReport,
     out_dir: Path,

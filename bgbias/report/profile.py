@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,9 +30,7 @@ from bgbias.report.evaluation import finite_or_none, metric_means
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores, score_embeddings
 
 if TYPE_CHECKING:
-    from bgbias.data.items import Dataset, Item
-    from bgbias.data.transforms import EvalGeometry
-    from bgbias.engine.split_states import SplitStates
+    from bgbias.report.evaluation_sets import SetStates
     from bgbias.retrieval.retrievers import Retrieval
     from bgbias.variants.variant_images import VariantImages
 
@@ -79,42 +76,16 @@ class QuerySide:
         return scores
 
 
-def variant_sets(
-    dataset: Dataset,
-    items: Sequence[Item],
-    folder: Path,
-    split: str,
-    repeats: int,
-    seed: int,
-    protocol: str,
-    fold: int,
-    geometry: EvalGeometry,
-    masks_dir: Path,
-) -> list[VariantImages]:
-    """Every variant's sets of the split, their manifests in ``folder/<variant>`` (the paper's repeats'
-    folder), made there where missing; loaded and checked before anything is embedded."""
-    from bgbias.variants.variant_images import VariantImages
-    from bgbias.variants.variant_manifests import ensure_variant_manifests, variant_dir
-    from bgbias.variants.variants import VARIANTS
-
-    return [
-        VariantImages(items, manifest, masks_dir, dataset.name)
-        for name in VARIANTS
-        for manifest in ensure_variant_manifests(dataset, name, variant_dir(folder, name), split, repeats,
-                                                 seed, protocol, fold, geometry)
-    ]
-
-
 def score_variants(
-    states: SplitStates,
+    states: SetStates,
     sets: Sequence[VariantImages],
     retrieval: Retrieval,
     masks_print: str | None,
     log: Callable[[str], None],
     max_memory: int,
 ) -> dict[str, list[RetrievalScores]]:
-    """Each variant set embedded through the cache (keyed by its manifest's sha256 and the masks) and scored
-    against itself, by variant in repeat order."""
+    """Each variant set's state (embedded through the cache, keyed by its manifest's sha256 and the masks; or
+    read from files) scored against itself, by variant in repeat order."""
     scores: dict[str, list[RetrievalScores]] = {}
     for images in sets:
         manifest = images.manifest

@@ -1,0 +1,215 @@
+"""The image sets an evaluation scores beside the clean split: the paper's corrupted repeats and the profile's
+variant sets, each fixed by a manifest, in the order the evaluation scores them.
+
+``bgbias eval`` embeds them with the model (:mod:`bgbias.report.evaluate`); ``bgbias score --embeddings``
+reads a user's embeddings of the same sets from files (:mod:`bgbias.report.scored_embeddings`), each set
+under the name ``bgbias corrupt --render`` gives its folder (:func:`layout_name`). Both take the sets from
+here, so they agree on which sets exist, their order and their images.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bgbias.corrupted.manifest_store import manifest_exists
+from bgbias.engine.embedding_cache import files_fingerprint
+from bgbias.errors import AssetError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from bgbias.corrupted.corrupted_images import CorruptedImages
+    from bgbias.corrupted.manifests import CorruptedManifest
+    from bgbias.data.items import Dataset, Item
+    from bgbias.data.transforms import EvalGeometry
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.variants.variant_images import VariantImages
+    from bgbias.variants.variant_manifests import VariantManifest
+
+CLEAN = "clean"
+"""The layout name of the clean split."""
+
+
+class SetStates(Protocol):
+    """Where an evaluation gets each set's per-image state: the model through its cache
+    (:class:`~bgbias.engine.split_states.SplitStates`), or files of precomputed embeddings."""
+
+    labels: np.ndarray
+
+    def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
+        """The state of ``images``, a set ``key`` describes (``set``, ``manifest_sha256``, ``masks``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EvaluationSets:
+    """The corrupted repeats (the paper's, then the extra ones of the profile's worst case) and the profile's
+    variant sets of a split, with the masks they are made from (``masks_print``: their files' fingerprint,
+    None without corrupted sets)."""
+
+    masks_dir: Path
+    corrupted: list[tuple[CorruptedManifest, CorruptedImages]]
+    variants: list[VariantImages]
+    masks_print: str | None
+
+    def corrupted_meta(self, request: MeasureRequest) -> dict[str, Any]:
+        """The corrupted sets as the report's ``corrupted_sets`` records them: seed, pool, masks and the
+        manifests of the paper's ``request.repeats``."""
+        first = self.corrupted[0][0]
+        return {"seed": request.seed, "pool": str(first.pool_dir), "pool_images": len(first.pool),
+                "masks": str(self.masks_dir), "manifests": self._manifest_records()[:request.repeats]}
+
+    def worst_case_manifests(self, request: MeasureRequest) -> list[dict[str, Any]]:
+        """The manifests of the repeats only the profile's worst case embeds, as its record lists them."""
+        return [{"set": "random-bg", **record}
+                for record in self._manifest_records()[request.repeats:request.worst_k]]
+
+    def _manifest_records(self) -> list[dict[str, Any]]:
+        return [{"repeat": m.repeat, "path": str(m.path), "sha256": m.sha256} for m, _ in self.corrupted]
+
+
+def evaluation_sets(
+    dataset: Dataset,
+    items: Sequence[Item],
+    request: MeasureRequest,
+    protocol: str,
+    fold: int,
+    geometry: EvalGeometry,
+) -> EvaluationSets:
+    """The sets ``request`` scores on ``items`` (``split``'s images) at ``geometry``: ``repeats`` corrupted
+    sets with ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets.
+    Their manifests are made where missing (see :func:`missing_manifests`)."""
+    from bgbias.bgaugment.mask_check import saliency_masks
+    from bgbias.corrupted.corrupted_images import CorruptedImages
+    from bgbias.data.items import default_masks_dir
+
+    masks_dir = Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
+    if not (request.corrupted or request.profile):
+        return EvaluationSets(masks_dir, [], [], None)
+    # The profile's worst case takes the first worst_k repeats, the paper's among them.
+    manifests = corrupted_manifests(dataset, request.split, corrupted_count(request), request.seed,
+                                    request.backgrounds, request.manifests, protocol, fold, geometry)
+    corrupted = [(manifest, CorruptedImages(items, manifest, masks_dir, dataset.name))
+                 for manifest in manifests]
+    masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
+    variants = (variant_sets(dataset, items, manifests[0].path.parent, request.split, request.repeats,
+                             request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
+    return EvaluationSets(masks_dir, corrupted, variants, masks_print)
+
+
+def corrupted_manifests(
+    dataset: Dataset,
+    split: str,
+    repeats: int,
+    seed: int,
+    backgrounds: str | os.PathLike[str] | None,
+    folder: str | os.PathLike[str] | None,
+    protocol: str,
+    fold: int,
+    geometry: EvalGeometry,
+) -> list[CorruptedManifest]:
+    """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
+
+    Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
+    written, so a manifest made with another pool is reported, never silently replaced; each must be the
+    split, seed and repeat its file name stands for, so no repeat is counted twice.
+    """
+    from bgbias.corrupted.manifests import (
+        default_manifest_dir,
+        load_manifest,
+        make_corrupted_manifests,
+        manifest_name,
+    )
+
+    pool = Path(backgrounds) if backgrounds is not None else None
+    if folder is None:
+        folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
+    folder = Path(folder)
+    paths = [folder / manifest_name(r) for r in range(repeats)]
+    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if manifest_exists(path)}
+    for repeat, path in enumerate(paths):
+        manifest = loaded.get(path)
+        if manifest is not None and manifest.seed != seed:
+            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                             fix="pass --seed to match it, or use another manifests folder")
+        if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
+            raise AssetError(
+                f"the file is named for repeat {repeat} of the {split} split but holds repeat "
+                f"{manifest.repeat} of the {manifest.split} split",
+                path=path,
+                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+            )
+    if len(loaded) == repeats:
+        return [loaded[path] for path in paths]
+    # Writes every repeat (repeat r of a seed does not depend on ``repeats``, but the header records this
+    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
+    make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
+                             protocol=protocol, fold=fold, geometry=geometry)
+    return [load_manifest(path, dataset, pool, geometry) for path in paths]
+
+
+def variant_sets(
+    dataset: Dataset,
+    items: Sequence[Item],
+    folder: Path,
+    split: str,
+    repeats: int,
+    seed: int,
+    protocol: str,
+    fold: int,
+    geometry: EvalGeometry,
+    masks_dir: Path,
+) -> list[VariantImages]:
+    """Every variant's sets of the split, their manifests in ``folder/<variant>`` (the paper's repeats'
+    folder), made there where missing; loaded and checked before anything is embedded."""
+    from bgbias.variants.variant_images import VariantImages
+    from bgbias.variants.variant_manifests import ensure_variant_manifests, variant_dir
+    from bgbias.variants.variants import VARIANTS
+
+    return [
+        VariantImages(items, manifest, masks_dir, dataset.name)
+        for name in VARIANTS
+        for manifest in ensure_variant_manifests(dataset, name, variant_dir(folder, name), split, repeats,
+                                                 seed, protocol, fold, geometry)
+    ]
+
+
+def corrupted_count(request: MeasureRequest) -> int:
+    """How many corrupted repeats ``request`` embeds: its ``repeats``, and with the profile at least
+    ``worst_k``."""
+    return max(request.repeats, request.worst_k) if request.profile else request.repeats
+
+
+def missing_manifests(
+    dataset: Dataset, request: MeasureRequest, protocol: str, fold: int, geometry: EvalGeometry
+) -> list[Path]:
+    """The manifests of the sets ``request`` scores that are not on disk (:func:`evaluation_sets` would make
+    them), in scoring order."""
+    from bgbias.corrupted.manifests import default_manifest_dir, manifest_name
+    from bgbias.variants.variant_manifests import variant_dir, variant_repeats
+    from bgbias.variants.variants import VARIANTS
+
+    if not (request.corrupted or request.profile):
+        return []
+    folder = Path(request.manifests) if request.manifests is not None else default_manifest_dir(
+        dataset, request.split, request.seed, protocol, fold, geometry)
+    paths = [folder / manifest_name(r) for r in range(corrupted_count(request))]
+    if request.profile:
+        paths += [variant_dir(folder, name) / manifest_name(r)
+                  for name in VARIANTS for r in range(variant_repeats(name, request.repeats))]
+    return [path for path in paths if not manifest_exists(path)]
+
+
+def layout_name(manifest: CorruptedManifest | VariantManifest) -> str:
+    """A set's name as ``bgbias corrupt --render`` names its folder: ``repeat-<r>`` for the paper's repeats,
+    ``<variant>/repeat-<r>`` for a variant's."""
+    from bgbias.corrupted.manifests import manifest_name
+    from bgbias.variants.variant_manifests import VariantManifest
+
+    stem = manifest_name(manifest.repeat).removesuffix(".json")
+    return f"{manifest.variant.name}/{stem}" if isinstance(manifest, VariantManifest) else stem
