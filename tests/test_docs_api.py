@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import bgbias
 from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 
@@ -42,7 +43,7 @@ def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 5
+    assert len(examples(slow=False)) == 6
     done = run_examples(examples(slow=False))
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
@@ -51,6 +52,11 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     report = done["result"].report
     assert report.dataset == "toy" and len(report.corrupted.repeats) == 3
     assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
+    assert done["timm_input"] == bgbias.ModelInput(input_size=224, resize=235, interpolation="bicubic")
+    assert done["audited"].report.geometry == {"resize": 235, "crop": 224, "interpolation": "bicubic"}
+    assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize235-crop224-bicubic").is_dir()
+    assert (done["tv_input"].input_size, done["tv_input"].resize) == (224, 256)
+    assert done["batch"].shape == (2, 3, 224, 224)
     assert 0 < done["scores"].map_at_r <= 1
 
 
