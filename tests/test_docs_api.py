@@ -54,7 +54,8 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize96-crop96").is_dir()
     assert done["timm_input"] == bgbias.ModelInput(input_size=224, resize=235, interpolation="bicubic")
     assert done["audited"].report.geometry == {"resize": 235, "crop": 224, "interpolation": "bicubic"}
-    assert (study_folder / "corrupted" / "bench" / "test" / "seed-0-resize235-crop224-bicubic").is_dir()
+    manifest = Path(done["audited"].report.corrupted_sets["manifests"][0]["path"])
+    assert manifest.parent.name == "seed-0-resize235-crop224-bicubic"
     assert (done["tv_input"].input_size, done["tv_input"].resize) == (224, 256)
     assert done["batch"].shape == (2, 3, 224, 224)
     assert 0 < done["scores"].map_at_r <= 1
