@@ -195,6 +195,8 @@ MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")
 """Where onnxruntime computes masks."""
 PIXELS = Rule(int, minimum=1, optional=True, example=224)
 """A side in pixels that has a default."""
+INTERPOLATION = Rule(str, choices=("bilinear", "bicubic"), example="bicubic")
+"""How an image is resized for evaluation (``bgbias.data.geometry``); bilinear, the first, is the default."""
 TEXT = Rule(str, example="name")
 OPTIONAL_TEXT = Rule(str, optional=True, example="name")
 

@@ -40,7 +40,7 @@ for epoch in range(args.epochs):
     model.train()
     for pixels, masks, labels in loader:
         composited = bgaugment(pixels.to(device), masks.to(device))  # float RGB in [0, 1]
-        loss = loss_fn(model(model_input.convention.apply(composited)), labels.to(device))
+        loss = loss_fn(model(model_input.normalize_batch(composited)), labels.to(device))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

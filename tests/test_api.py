@@ -14,8 +14,20 @@ import torch
 
 import bgbias
 from bgbias.api import RULES
+from bgbias.compat import import_torchvision
 from bgbias.errors import ModelError, OptionError
-from bgbias.options import BATCH_SIZE, FOLD, PIXELS, PROTOCOL, REPEATS, SEED, SPLIT, WORKERS, WORST_K
+from bgbias.options import (
+    BATCH_SIZE,
+    FOLD,
+    INTERPOLATION,
+    PIXELS,
+    PROTOCOL,
+    REPEATS,
+    SEED,
+    SPLIT,
+    WORKERS,
+    WORST_K,
+)
 from bgbias.retrieval.metrics import score_embeddings
 from tests.engine.external import tiny_embedder
 
@@ -202,7 +214,7 @@ def test_the_command_line_types_its_options_from_the_same_rules():
 
     declared = {"--split": SPLIT, "--repeats": REPEATS, "--seed": SEED, "--worst-k": WORST_K,
                 "--batch-size": BATCH_SIZE, "--workers": WORKERS, "--input-size": PIXELS, "--resize": PIXELS,
-                "--protocol": PROTOCOL, "--fold": FOLD}
+                "--protocol": PROTOCOL, "--fold": FOLD, "--interpolation": INTERPOLATION}
     checked = 0
     for command in ("eval", "corrupt", "score"):
         for param in main.commands[command].params:
@@ -215,7 +227,7 @@ def test_the_command_line_types_its_options_from_the_same_rules():
             else:
                 assert isinstance(param.type, IntRange)
                 assert (param.type.min, param.type.max) == (rule.minimum, rule.maximum), param.opts
-    assert checked == 19  # eval: 8, corrupt: 5, score: 6
+    assert checked == 20  # eval: 9, corrupt: 5, score: 6
 
 
 def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):
@@ -247,3 +259,49 @@ def test_a_whole_folder_of_one_s_own_is_scored_with_split_all(tmp_path):
     half = bgbias.evaluate(module, "folder", root=root, corrupted=False, workers=0, out=tmp_path / "test")
     assert whole.report.images == 16 and half.report.images == 8  # the DML test split: half the classes
     assert whole.report.split == "all"
+
+
+def _own_preprocessing_scores(model, transform, bench: Path):
+    """The clean test split's scores with the model fed by its own preprocessing, outside bgbias."""
+    from bgbias.data.images import load_image
+    from bgbias.data.registry import open_dataset
+    from bgbias.data.splits import split_items
+
+    items = split_items(open_dataset("bench", bench / "bench"), "test")
+    with torch.no_grad():
+        embeddings = model(torch.stack([transform(load_image(item.image)) for item in items]))
+    embeddings = torch.nn.functional.normalize(embeddings, dim=1).numpy()
+    return score_embeddings(embeddings, np.array([item.label for item in items]))
+
+
+def test_a_timm_model_is_scored_on_the_pixels_of_its_own_preprocessing(tiny_bench, tmp_path, monkeypatch):
+    import_torchvision()  # timm imports torchvision, which needs bgbias's shim in some installs
+    timm = pytest.importorskip("timm")
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = timm.create_model("test_convnext", pretrained=False, num_classes=0).eval()  # pooled features
+    transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))
+    expected = _own_preprocessing_scores(model, transform, tiny_bench)
+    model_input = bgbias.ModelInput.from_timm(model)
+    options = {**_options(tiny_bench), "backgrounds": tiny_bench / "backgrounds"}
+    result = bgbias.evaluate(model, "bench", model_input=model_input, out=tmp_path / "timm", **options)
+    assert result.report.clean.map_at_r == pytest.approx(expected.map_at_r, abs=1e-6)
+    assert result.report.clean.precision_at_1 == pytest.approx(expected.precision_at_1, abs=1e-6)
+    assert result.report.geometry == {"resize": 168, "crop": 160, "interpolation": "bicubic"}  # 160 / 0.95
+    assert result.report.model["input"]["interpolation"] == "bicubic"
+    manifest = Path(result.report.corrupted_sets["manifests"][0]["path"])
+    assert manifest.parent.name == "seed-0-resize168-crop160-bicubic"
+    again = bgbias.evaluate(model, "bench", model_input=model_input, out=tmp_path / "timm", **options)
+    assert again.embedded == 0
+
+
+def test_a_torchvision_model_is_scored_on_the_pixels_of_its_weights_preset(tiny_bench, tmp_path):
+    torchvision = import_torchvision()
+    member = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v2(num_classes=16).eval()  # random weights, as no download is made
+    expected = _own_preprocessing_scores(model, member.transforms(), tiny_bench)
+    result = bgbias.evaluate(model, "bench", model_input=bgbias.ModelInput.from_torchvision(member),
+                             corrupted=False, out=tmp_path / "tv", **_options(tiny_bench))
+    assert result.report.clean.map_at_r == pytest.approx(expected.map_at_r, abs=1e-6)
+    assert result.report.geometry == {"resize": 256, "crop": 224}

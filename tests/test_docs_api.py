@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import bgbias
 from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 
@@ -43,7 +44,7 @@ def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 7
+    assert len(examples(slow=False)) == 8
     done = run_examples(examples(slow=False))
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
@@ -59,6 +60,12 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     explained = done["explained"]
     assert explained.out_dir is None and len(explained.scores) == len(explained.maps) == 4
     assert done["heat"].dtype == np.float32 and 0 <= explained.summary["mean"] <= 1
+    assert done["timm_input"] == bgbias.ModelInput(input_size=224, resize=235, interpolation="bicubic")
+    assert done["audited"].report.geometry == {"resize": 235, "crop": 224, "interpolation": "bicubic"}
+    manifest = Path(done["audited"].report.corrupted_sets["manifests"][0]["path"])
+    assert manifest.parent.name == "seed-0-resize235-crop224-bicubic"
+    assert (done["tv_input"].input_size, done["tv_input"].resize) == (224, 256)
+    assert done["batch"].shape == (2, 3, 224, 224)
     assert 0 < done["scores"].map_at_r <= 1
 
 

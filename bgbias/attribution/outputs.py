@@ -56,7 +56,7 @@ class ExplainSummary(Record):
     dataset: str
     dataset_root: str | None = None
     attribution: str
-    geometry: dict[str, int]
+    geometry: dict[str, int | str]  # resize and crop, and the interpolation where not bilinear
     images: int
     scored: int
     mean: float | None

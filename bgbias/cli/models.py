@@ -81,7 +81,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 _EXTERNAL_PARAMS = {
     "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
     "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
-    "out": "--out", "trust_model": "--trust-model",
+    "interpolation": "--interpolation", "out": "--out", "trust_model": "--trust-model",
 }
 """The options that describe a --model, by parameter name."""
 
@@ -129,6 +129,10 @@ def _model_options(command):
                           "with --input-size)."),
         click.option("--normalize", default="imagenet", show_default=True,
                      help="--model: imagenet, clip, none (RGB in [0, 1]) or MEAN,STD (two or six numbers)."),
+        click.option("--interpolation", type=click_type(rules.INTERPOLATION), default="bilinear",
+                     show_default=True,
+                     help="--model: the filter that resizes its images (its own preprocessing's: timm and "
+                          "many torchvision weights use bicubic)."),
         click.option("--output-key", default=None,
                      help="--model: the entry (dict key, or tuple position) of its output that holds the "
                           "embeddings."),

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, Field, ValidationError
 
 from bgbias.assets.digest import is_sha256
 from bgbias.corrupted.manifest_store import read_manifest_bytes
+from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS
 from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError
@@ -50,13 +51,20 @@ Size = Annotated[int, Field(ge=1)]
 
 
 class ManifestGeometry(ClosedRecord):
-    """The evaluation geometry a set was made for."""
+    """The evaluation geometry a set was made for; the interpolation is written only where it is not the
+    default bilinear, so manifests of that geometry keep their bytes."""
 
     resize: Size
     crop: Size
+    interpolation: Literal[INTERPOLATIONS] = Field(INTERPOLATIONS[0],
+                                                   exclude_if=lambda value: value == INTERPOLATIONS[0])
+
+    @classmethod
+    def of(cls, geometry: EvalGeometry) -> ManifestGeometry:
+        return cls(resize=geometry.resize, crop=geometry.crop, interpolation=geometry.interpolation)
 
     def eval_geometry(self) -> EvalGeometry:
-        return EvalGeometry(self.resize, self.crop)
+        return EvalGeometry(self.resize, self.crop, self.interpolation)
 
 
 class ManifestHeader(ClosedRecord):

@@ -48,6 +48,7 @@ from bgbias.corrupted.manifest_schema import (
     shown,
 )
 from bgbias.corrupted.manifest_store import write_manifest
+from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
@@ -131,11 +132,14 @@ def default_manifest_dir(
 ) -> Path:
     """``corrupted/<dataset key>/<split>/seed-<S>`` (see :attr:`Dataset.key`); a cv4 validation split gets its
     fold in the folder name, and a geometry other than the dataset's evaluation geometry (a model that wants
-    other sizes) ``-resize<R>-crop<C>``: the same draws of backgrounds, composited at its size."""
+    other sizes) ``-resize<R>-crop<C>``, then ``-<interpolation>`` where it is not bilinear: the same draws of
+    backgrounds, composited at its size."""
     split_dir = split if protocol == "fixed" else f"{split}-{protocol}-fold{fold}"
     seed_dir = f"seed-{seed}"
     if geometry is not None and geometry != eval_geometry(dataset.name):
         seed_dir += f"-resize{geometry.resize}-crop{geometry.crop}"
+        if geometry.interpolation != INTERPOLATIONS[0]:
+            seed_dir += f"-{geometry.interpolation}"
     return corrupted_root() / dataset.key / split_dir / seed_dir
 
 
@@ -208,7 +212,7 @@ def make_corrupted_manifests(
         header = CorruptedHeader(
             format=MANIFEST_FORMAT, version=MANIFEST_VERSION, dataset=dataset.name, split=split,
             protocol=protocol, fold=fold, count=len(items), ids_sha256=ids_sha256(items), seed=seed,
-            repeat=repeat, geometry=ManifestGeometry(resize=geometry.resize, crop=geometry.crop),
+            repeat=repeat, geometry=ManifestGeometry.of(geometry),
             background_crop=BACKGROUND_CROP, pool=pool,
         )
         entries = sample_entries(items, pool, seed, repeat)
@@ -257,8 +261,8 @@ def check_describes_split(
     expected = geometry if geometry is not None else eval_geometry(dataset.name)
     if manifest.geometry != expected:
         raise AssetError(
-            f"the manifest was made for the evaluation geometry resize={manifest.geometry.resize}, crop="
-            f"{manifest.geometry.crop}; this evaluation uses resize={expected.resize}, crop={expected.crop}",
+            f"the manifest was made for the evaluation geometry {manifest.geometry.describe()}; this "
+            f"evaluation uses {expected.describe()}",
             path=manifest.path,
             fix=remake,
         )

@@ -10,16 +10,24 @@ which lists them) stay cheap to import.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bgbias.errors import OptionError
+from bgbias.options import INTERPOLATION
+
+INTERPOLATIONS = INTERPOLATION.choices
+"""How an image may be resized for evaluation (PIL's filters of those names, antialiased when shrinking, as
+torchvision's ``Resize`` and timm's eval transform apply them to PIL images); the first is the default."""
 
 
 @dataclass(frozen=True)
 class EvalGeometry:
-    """Shorter side after resizing, and side of the centred square crop taken from it."""
+    """Shorter side after resizing, side of the centred square crop taken from it, and the filter that resizes
+    the image (its mask is always resized bilinearly: ``bgbias.data.transforms``)."""
 
     resize: int
     crop: int
+    interpolation: str = INTERPOLATIONS[0]
 
     def __post_init__(self) -> None:
         if not (0 < self.crop <= self.resize):
@@ -27,9 +35,23 @@ class EvalGeometry:
                 f"evaluation geometry resize={self.resize}, crop={self.crop} is impossible",
                 fix="choose 0 < crop <= resize (the crop is cut from the resized image)",
             )
+        if self.interpolation not in INTERPOLATIONS:
+            raise OptionError(
+                f"evaluation geometry interpolation={self.interpolation!r} is unknown",
+                fix=f"choose one of {', '.join(INTERPOLATIONS)}",
+            )
 
-    def as_dict(self) -> dict[str, int]:
-        return {"resize": self.resize, "crop": self.crop}
+    def as_dict(self) -> dict[str, Any]:
+        """What records and cache keys hold: the interpolation only where it is not the default bilinear, so
+        every geometry of before keeps its records, keys and folders."""
+        recorded: dict[str, Any] = {"resize": self.resize, "crop": self.crop}
+        if self.interpolation != INTERPOLATIONS[0]:
+            recorded["interpolation"] = self.interpolation
+        return recorded
+
+    def describe(self) -> str:
+        """``resize=R, crop=C`` and the interpolation where it is not the default, for messages."""
+        return ", ".join(f"{key}={value}" for key, value in self.as_dict().items())
 
 
 @dataclass(frozen=True)

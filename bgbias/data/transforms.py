@@ -1,9 +1,11 @@
 """The evaluation geometry: shorter side resized to ``resize``, then a centred ``crop × crop`` square.
 
 It is applied identically to an image and its mask, so a mask pixel stays on its image pixel. Both are resized
-bilinearly (PIL, antialiased when shrinking, as torchvision's ``Resize`` does on PIL images): the mask stays
-soft, as in the paper's code. Sizes and offsets follow torchvision's ``Resize(int)`` and ``CenterCrop`` rules
-(long side truncated, offset rounded), so crops land on the pixels of the paper's code's
+bilinearly by default (PIL, antialiased when shrinking, as torchvision's ``Resize`` does on PIL images): the
+mask stays soft, as in the paper's code. A geometry may resize the image bicubically instead, as a model's own
+preprocessing does (``bgbias.ModelInput.from_timm``); its mask is still resized bilinearly, so the masks of
+every model at one size are the same. Sizes and offsets follow torchvision's ``Resize(int)`` and
+``CenterCrop`` rules (long side truncated, offset rounded), so crops land on the pixels of the paper's code's
 Resize(256)/CenterCrop(227).
 """
 
@@ -47,20 +49,27 @@ def center_crop_box(size: tuple[int, int], crop: int) -> tuple[int, int, int, in
     return left, top, left + crop, top + crop
 
 
-def eval_transform(image: Image.Image, geometry: EvalGeometry) -> np.ndarray:
-    """Resize then centre-crop one image or mask.
+RESAMPLING = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
+"""PIL's filter for each of :data:`~bgbias.data.geometry.INTERPOLATIONS`."""
 
-    Returns ``uint8`` of shape ``(crop, crop, 3)`` for an RGB image, ``(crop, crop)`` for an ``L`` mask.
-    """
-    resized = image.resize(resized_size(image.size, geometry.resize), Image.Resampling.BILINEAR)
-    cropped = resized.crop(center_crop_box(resized.size, geometry.crop))
-    return np.array(cropped, dtype=np.uint8)
+
+def eval_transform(image: Image.Image, geometry: EvalGeometry) -> np.ndarray:
+    """Resize (with the geometry's interpolation) then centre-crop one RGB image: ``uint8`` of shape
+    ``(crop, crop, 3)``."""
+    return _resize_crop(image, geometry, RESAMPLING[geometry.interpolation])
 
 
 def eval_transform_pair(
     image: Image.Image, mask: Image.Image, geometry: EvalGeometry
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The same geometry on an RGB image and its ``L`` mask, which must be of one size."""
+    """The same geometry on an RGB image and its ``L`` mask, which must be of one size; the mask is resized
+    bilinearly whatever the image's interpolation, so it stays soft, and a ``(crop, crop)`` array."""
     if image.size != mask.size:
         raise ValueError(f"image size {image.size} and mask size {mask.size} differ")
-    return eval_transform(image, geometry), eval_transform(mask, geometry)
+    return eval_transform(image, geometry), _resize_crop(mask, geometry, Image.Resampling.BILINEAR)
+
+
+def _resize_crop(image: Image.Image, geometry: EvalGeometry, resample: Image.Resampling) -> np.ndarray:
+    resized = image.resize(resized_size(image.size, geometry.resize), resample)
+    cropped = resized.crop(center_crop_box(resized.size, geometry.crop))
+    return np.array(cropped, dtype=np.uint8)

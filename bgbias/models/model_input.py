@@ -1,10 +1,12 @@
 """How a model that bgbias did not train wants its images and gives its embeddings, as its user states it.
 
 A TorchScript file, an ONNX file or a module from someone's factory carries no record of its input: its
-user says it (``bgbias eval --model … --input-size --resize --normalize --output-key --no-l2-normalize``),
-and reports record it. The defaults are the common ones: the dataset's own evaluation geometry (so the
-images, and the corrupted sets, are those every trained run is scored on), ImageNet normalisation, a single
-output tensor, L2-normalised (ranked by cosine similarity, as metric learning does).
+user says it (``bgbias eval --model … --input-size --resize --normalize --interpolation --output-key
+--no-l2-normalize``), and reports record it. The defaults are the common ones: the dataset's own evaluation
+geometry (so the images, and the corrupted sets, are those every trained run is scored on), ImageNet
+normalisation, a single output tensor, L2-normalised (ranked by cosine similarity, as metric learning does).
+A timm model and a torchvision weights enum declare their own preprocessing: :meth:`ModelInput.from_timm` and
+:meth:`ModelInput.from_torchvision` read it (``bgbias.models.pretrained_input``).
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bgbias.data.geometry import EvalGeometry
+from bgbias.data.geometry import INTERPOLATIONS, EvalGeometry
 from bgbias.data.transforms import eval_geometry
 from bgbias.errors import OptionError
 from bgbias.models.input_convention import CLIP, IMAGENET, UNIT, InputConvention
-from bgbias.options import FLAG, OPTIONAL_TEXT, PIXELS, Rule, check_arguments, shown
+from bgbias.models.pretrained_input import Preprocessing, timm_preprocessing, torchvision_preprocessing
+from bgbias.options import FLAG, INTERPOLATION, OPTIONAL_TEXT, PIXELS, Rule, check_arguments, shown
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 NORMALIZATIONS = {"imagenet": IMAGENET, "clip": CLIP, "none": UNIT}
 """The named normalisations of ``--normalize``; ``MEAN,STD`` (two or six numbers) states any other."""
 
 RULES = {"input_size": PIXELS, "resize": PIXELS, "normalize": Rule(str, example="imagenet"),
-         "output_key": OPTIONAL_TEXT, "l2_normalize": FLAG}
+         "output_key": OPTIONAL_TEXT, "l2_normalize": FLAG, "interpolation": INTERPOLATION}
 """What each field must be (the command line's options are typed from the same rules)."""
 
 
@@ -37,7 +43,8 @@ class ModelInput:
     ``resize``: the shorter side the image is resized to before the centre crop (default: the dataset's, or,
     with another ``input_size``, the dataset's resize-to-crop ratio at that size); ``normalize``: a name of
     :data:`NORMALIZATIONS` or ``MEAN,STD``; ``output_key``: the entry of a dict output, or the position of a
-    tuple output, that holds the embedding; ``l2_normalize``: scale each embedding to unit length.
+    tuple output, that holds the embedding; ``l2_normalize``: scale each embedding to unit length;
+    ``interpolation``: the filter that resizes the image (``bilinear`` or ``bicubic``).
     """
 
     input_size: int | None = None
@@ -45,16 +52,55 @@ class ModelInput:
     normalize: str = "imagenet"
     output_key: str | None = None
     l2_normalize: bool = True
+    interpolation: str = INTERPOLATIONS[0]
 
     def __post_init__(self) -> None:
         if isinstance(self.output_key, numbers.Integral) and not isinstance(self.output_key, bool):
             object.__setattr__(self, "output_key", str(self.output_key))  # a tuple's position, as the CLI's
         check_model_input({field.name: getattr(self, field.name) for field in fields(self)})
 
+    @classmethod
+    def from_timm(cls, model: Any, **overrides: Any) -> ModelInput:
+        """The input a timm model's own evaluation transform gives it, read from its ``pretrained_cfg``
+        (square input size, ``crop_pct``, ``center`` crop mode, interpolation, mean and std); ``overrides``
+        are fields of this class (``output_key=``, ``l2_normalize=``, …). An ``input_size`` override alone
+        takes the resize that ``crop_pct`` gives at that size, as timm does. What bgbias cannot reproduce is
+        an ``OptionError`` naming ``model=``."""
+        return cls._of(timm_preprocessing(model), overrides, "ModelInput.from_timm")
+
+    @classmethod
+    def from_torchvision(cls, weights: Any, **overrides: Any) -> ModelInput:
+        """The input a torchvision weights enum member's ``transforms()`` preset gives its model (crop and
+        resize sizes, interpolation, mean and std; nothing is downloaded), e.g.
+        ``ModelInput.from_torchvision(ResNet50_Weights.IMAGENET1K_V2)``; ``overrides`` as for
+        :meth:`from_timm` (an ``input_size`` alone keeps the preset's resize-to-crop proportion)."""
+        return cls._of(torchvision_preprocessing(weights), overrides, "ModelInput.from_torchvision")
+
+    @classmethod
+    def _of(cls, preprocessing: Preprocessing, overrides: dict[str, Any], caller: str) -> ModelInput:
+        unknown = sorted(set(overrides) - set(RULES))
+        if unknown:
+            given = shown(unknown[0], overrides[unknown[0]])
+            raise OptionError(f"{caller} got {given}, which is not a field of bgbias.ModelInput",
+                              fix=f"pass only {', '.join(f'{key}=' for key in RULES)}")
+        size = overrides.get("input_size", preprocessing.crop)
+        if "input_size" in overrides and "resize" not in overrides and size is not None:
+            check_model_input({"input_size": size})
+            overrides = {**overrides, "resize": preprocessing.resize_at(size)}
+        stated = {"input_size": preprocessing.crop, "resize": preprocessing.resize,
+                  "normalize": normalization_text(preprocessing.mean, preprocessing.std),
+                  "interpolation": preprocessing.interpolation}
+        return cls(**{**stated, **overrides})
+
     @property
     def convention(self) -> InputConvention:
         """The normalisation ``normalize`` names."""
         return parse_normalization(self.normalize)
+
+    def normalize_batch(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) float RGB in [0, 1] (as :meth:`geometry`'s images, scaled) → the model's input:
+        ``(x − mean) / std`` per channel, same dtype and device."""
+        return self.convention.apply(images)
 
     def geometry(self, dataset_name: str) -> EvalGeometry:
         """The evaluation geometry on dataset ``dataset_name`` (see the class docstring for the defaults)."""
@@ -66,15 +112,19 @@ class ModelInput:
             resize = default.resize
         else:
             resize = max(crop, round(crop * default.resize / default.crop))
-        return EvalGeometry(resize, crop)
+        return EvalGeometry(resize, crop, self.interpolation)
 
     def as_dict(self) -> dict[str, Any]:
         """What a report records and the model's fingerprint covers: the convention as given, with the
-        normalisation's numbers."""
+        normalisation's numbers; the interpolation only where it is not the default bilinear, so a model
+        scored before it could be chosen keeps its fingerprint and home."""
         convention = self.convention
-        return {"input_size": self.input_size, "resize": self.resize, "normalize": self.normalize,
-                "mean": list(convention.mean), "std": list(convention.std), "output_key": self.output_key,
-                "l2_normalize": self.l2_normalize}
+        recorded = {"input_size": self.input_size, "resize": self.resize, "normalize": self.normalize,
+                    "mean": list(convention.mean), "std": list(convention.std), "output_key": self.output_key,
+                    "l2_normalize": self.l2_normalize}
+        if self.interpolation != INTERPOLATIONS[0]:
+            recorded["interpolation"] = self.interpolation
+        return recorded
 
     def describe(self) -> str:
         """One line for the terminal, defaults named as such."""
@@ -86,6 +136,8 @@ class ModelInput:
             resize = (f"shorter side {self.resize}" if self.resize
                       else "shorter side in the dataset's resize-to-crop proportion")
             geometry = f"{crop} centre crop after resizing to {resize}"
+        if self.interpolation != INTERPOLATIONS[0]:
+            geometry += f" ({self.interpolation})"
         numbers = ", ".join(f"{m:g}/{s:g}" for m, s in zip(convention.mean, convention.std, strict=True))
         output = f"its {self.output_key!r} entry" if self.output_key is not None else "the output tensor"
         scaled = "L2-normalised" if self.l2_normalize else "as it is (no L2 normalisation)"
@@ -109,6 +161,17 @@ def check_model_input(values: Mapping[str, Any], names: Mapping[str, str] | None
                           fix=f"the centre crop is cut from the resized image: pass {name('resize')} >= "
                               f"{name('input_size')}")
     parse_normalization(values.get("normalize", "imagenet"), name("normalize"))
+
+
+def normalization_text(mean: tuple[float, float, float], std: tuple[float, float, float]) -> str:
+    """``normalize`` for ``mean`` and ``std``: a name of :data:`NORMALIZATIONS` where one has exactly these
+    numbers, else ``MEAN,STD`` (two numbers where the channels agree, six otherwise), each number written so
+    that it reads back exactly."""
+    for name, convention in NORMALIZATIONS.items():
+        if (convention.mean, convention.std) == (mean, std):
+            return name
+    numbers = [mean[0], std[0]] if len(set(mean)) == len(set(std)) == 1 else [*mean, *std]
+    return ",".join(repr(float(number)) for number in numbers)
 
 
 def parse_normalization(text: str, name: str = "normalize") -> InputConvention:

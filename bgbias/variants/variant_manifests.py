@@ -207,7 +207,7 @@ def make_variant_manifests(
             format=VARIANT_FORMAT, version=VARIANT_VERSION, variant=kind.name, rule=kind.rule,
             dataset=dataset.name, split=split, protocol=protocol, fold=fold, count=len(items),
             ids_sha256=ids_sha256(items), seed=seed, repeat=repeat,
-            geometry=ManifestGeometry(resize=geometry.resize, crop=geometry.crop),
+            geometry=ManifestGeometry.of(geometry),
         )
         write_manifest(path, manifest_text(header, sample_entries(items, name, seed, repeat)))
     return paths

@@ -16,6 +16,7 @@ from PIL import Image, ImageOps
 from bgbias.bgaugment.background_crops import apply_crop
 from bgbias.corrupted.manifests import (
     SHARED_TEMP_AGE_S,
+    default_manifest_dir,
     load_manifest,
     make_corrupted_manifests,
     sample_entries,
@@ -308,6 +309,23 @@ def test_load_manifest_refuses_another_evaluation_geometry(bench, backgrounds, t
     assert err.value.path == str(path)
     assert "make the manifests again: bgbias corrupt --dataset bench" in err.value.fix
     assert load_manifest(path, bench, backgrounds, EvalGeometry(160, 128)).geometry == EvalGeometry(160, 128)
+
+
+def test_a_bicubic_geometry_is_recorded_in_its_manifest_and_folder_and_the_default_writes_none(
+        bench, backgrounds, tmp_path):
+    bicubic = EvalGeometry(128, 128, "bicubic")
+    default = _make(bench, backgrounds, tmp_path / "a", repeats=1)[0]
+    assert _read(default)["header"]["geometry"] == {"crop": 128, "resize": 128}  # its bytes of before
+    path = _make(bench, backgrounds, tmp_path / "b", repeats=1, geometry=bicubic)[0]
+    assert _read(path)["header"]["geometry"] == {"crop": 128, "interpolation": "bicubic", "resize": 128}
+    assert _read(path)["images"] == _read(default)["images"]  # the same draws
+    assert load_manifest(path, bench, backgrounds, bicubic).geometry == bicubic
+    with pytest.raises(AssetError, match="resize=128, crop=128, interpolation=bicubic; this evaluation uses "
+                                         r"resize=128, crop=128\b(?!,)"):
+        load_manifest(path, bench, backgrounds)
+    folder = default_manifest_dir(bench, "test", 0, geometry=bicubic)
+    assert folder.name == "seed-0-resize128-crop128-bicubic"
+    assert default_manifest_dir(bench, "test", 0, geometry=EvalGeometry(128, 128)).name == "seed-0"
 
 
 def test_load_manifest_digests_the_bytes_it_read(bench, backgrounds, tmp_path):

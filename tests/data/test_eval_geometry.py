@@ -100,3 +100,31 @@ def test_same_pixels_as_the_seeds_torchvision_pipeline():
         image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
         expected = transforms.CenterCrop(227)(transforms.Resize(256)(image))
         assert np.array_equal(eval_transform(image, SEED), np.asarray(expected))
+
+
+def test_the_interpolation_is_recorded_only_where_it_is_not_the_default():
+    assert EvalGeometry(256, 227).as_dict() == {"resize": 256, "crop": 227}  # records and keys of before
+    recorded = {"resize": 256, "crop": 227, "interpolation": "bicubic"}
+    assert EvalGeometry(256, 227, "bicubic").as_dict() == recorded
+    assert EvalGeometry(256, 227, "bicubic") != EvalGeometry(256, 227)
+    assert EvalGeometry(256, 227, "bicubic").describe() == "resize=256, crop=227, interpolation=bicubic"
+    with pytest.raises(OptionError, match="interpolation='nearest' is unknown") as err:
+        EvalGeometry(256, 227, "nearest")
+    assert err.value.fix == "choose one of bilinear, bicubic"
+
+
+def test_a_bicubic_geometry_gives_torchvisions_bicubic_pixels_and_keeps_the_mask_bilinear():
+    from bgbias.compat import import_torchvision
+
+    transforms = import_torchvision().transforms
+    bicubic = EvalGeometry(256, 227, "bicubic")
+    rng = np.random.default_rng(2)
+    for size in [(500, 375), (333, 500)]:
+        image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+        resize = transforms.Resize(256, interpolation=transforms.InterpolationMode.BICUBIC)
+        expected = np.asarray(transforms.CenterCrop(227)(resize(image)))
+        assert np.array_equal(eval_transform(image, bicubic), expected)
+        assert not np.array_equal(eval_transform(image, SEED), expected)
+    image, mask = _drawn_pair((500, 375), (100, 100, 300, 250))
+    bilinear_mask = eval_transform_pair(image, mask, SEED)[1]
+    assert np.array_equal(eval_transform_pair(image, mask, bicubic)[1], bilinear_mask)

@@ -160,6 +160,21 @@ def test_a_working_model_claims_its_home_with_its_first_result(tiny_bench, tmp_p
     assert json.loads((home / "model.json").read_text())["spec"] == "tests.engine.external:tiny_embedder"
 
 
+def test_interpolation_reaches_the_geometry_the_report_and_the_corrupted_sets(tiny_bench, tmp_path):
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), "--model",
+                                       "tests.engine.external:tiny_embedder", "--input-size", "16",
+                                       "--interpolation", "bicubic", "--out", str(home)])
+    assert result.exit_code == 0, result.output
+    assert "16 px centre crop after resizing to shorter side in the dataset's resize-to-crop proportion " \
+           "(bicubic)" in result.output
+    (report,) = home.glob("eval/*-test/report.json")
+    geometry = json.loads(report.read_text())["geometry"]
+    assert geometry == {"resize": 16, "crop": 16, "interpolation": "bicubic"}
+    header = json.loads((tmp_path / "manifests" / "repeat-0.json").read_text())["header"]
+    assert header["geometry"]["interpolation"] == "bicubic"
+
+
 def _run_report(run):
     (report,) = run.glob("eval/*-test/report.json")
     return report
