@@ -44,8 +44,8 @@ class MaskedImages:
     generator, so ``torch.manual_seed`` or a DataLoader's ``generator`` makes the crops reproducible. A
     missing or stale mask is an error naming it before the first sample, with the command that makes it.
 
-    ``transform``, when given, is called as ``transform(image, mask)`` on each sample after the crop (``uint8``
-    (3, S, S) and (1, S, S)), and what it returns replaces the image: a
+    ``transform``, when given, is called as ``transform(image, mask)`` on each sample after the crop
+    (``uint8`` (3, S, S) and (1, S, S)), and what it returns replaces the image: a
     :class:`~bgbias.bgaugment.bgaugment.BGAugment` there composites each image on its own, on the CPU.
     """
 

@@ -44,5 +44,5 @@ def test_a_keyed_generator_depends_on_its_key_alone():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_device_generator_is_refused_with_the_one_to_pass():
-    with pytest.raises(OptionError, match="generator= is a torch.Generator on cuda"):
+    with pytest.raises(OptionError, match=r"generator= is a torch\.Generator on cuda"):
         check_generator(torch.Generator("cuda"))
