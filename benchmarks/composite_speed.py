@@ -9,8 +9,8 @@ Both paths turn one batch of images and soft masks (already float on the device)
     background (the pool is decoded once, as the paper's code did) is resized to shorter side R, a
     random-resized-crop box is drawn and cut to S × S, the crop is mirrored with p = 0.5 and made a tensor;
     the stacked backgrounds go to the device and are composited with the batch.
-(b) ours: ``sample_bgaugment`` on the CPU, ``BackgroundBank.render`` from the pool held on the device
-    (stored at shorter side R), ``apply_bgaugment``.
+(b) ours: ``sample_bgaugment`` on the CPU (from a torch generator), ``BackgroundBank.render`` from the pool
+    held on the device (stored at shorter side R), ``apply_bgaugment``.
 
 Sizes: S = 227 with R = 256 (the real benchmarks) and S = 128 with R = 128 (the bench). The two methods run
 round-robin, each timed ``-n`` times after two warm-up batches; the table shows medians (other work on the
@@ -97,13 +97,14 @@ def measure(pool_dir: Path, device, batch: int, size: int, resize: int, repeats:
     pool = [load_image(path) for path in list_pool(pool_dir)]
     bank = BackgroundBank.from_folder(pool_dir, device, shorter_side=resize)
     make_one = paper_path(pool, resize, size, rng)
+    draws = torch.Generator().manual_seed(0)
 
     def paper_run() -> torch.Tensor:
         backgrounds = torch.stack([make_one(i) for i in range(batch)]).to(device)
         return composite(images, masks, backgrounds)
 
     def bank_run() -> torch.Tensor:
-        params = sample_bgaugment(bank.sizes, batch, 1.0, rng)
+        params = sample_bgaugment(bank.sizes, batch, 1.0, draws)
         backgrounds = bank.render(params.crops, size)
         apply = torch.tensor(params.apply).to(device)
         return apply_bgaugment(images, masks, backgrounds, apply)

@@ -27,13 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import synchronize
 from bgbias.bgaugment.background_bank import train_bank
 from bgbias.bgaugment.bgaugment import BGAugment
+from bgbias.bgaugment.generators import keyed_generator
 from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
@@ -102,7 +101,7 @@ def time_steps(method, optimizer, bgaugment, batches, n, device):
         synchronize(device)
         start = time.perf_counter()
         if augment:
-            images = bgaugment(batch["image"], batch["mask"], np.random.default_rng(index))
+            images = bgaugment(batch["image"], batch["mask"], keyed_generator([index]))  # as the engine
         else:
             images = batch["image"].float().div_(255)
         loss = method.loss(Batch(images, batch["label"], batch["index"]))["loss"]

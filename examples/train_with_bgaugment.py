@@ -30,7 +30,7 @@ images = bgbias.MaskedImages(args.dataset, args.root, masks=args.masks)  # (uint
 sampler = samplers.MPerClassSampler(images.labels, m=4, batch_size=args.batch,
                                     length_before_new_iter=len(images))  # 4 images of each class per batch
 loader = torch.utils.data.DataLoader(images, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
-bgaugment = bgbias.BGAugment(args.backgrounds, p=1.0, seed=0)  # random backgrounds, composited on `device`
+bgaugment = bgbias.BGAugment(args.backgrounds, p=1.0, seed=0).to(device)  # random backgrounds, on `device`
 model_input = bgbias.ModelInput(normalize="imagenet")  # how the model is fed, in training and when scored
 
 model = torchvision.models.mobilenet_v2(num_classes=128).to(device)  # its last layer: a 128-d embedding

@@ -44,9 +44,15 @@ def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 8
+    assert len(examples(slow=False)) == 10
     done = run_examples(examples(slow=False))
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
+    device = done["device"].type
+    assert done["composited"].device.type == done["bgaugment"].background_pixels.device.type == device
+    in_workers = done["composited_in_workers"]
+    assert in_workers.dtype == torch.float32 and in_workers.shape == done["pixels"].shape
+    assert len(done["params"].crops) == len(done["params"].apply) == 8
+    assert torch.equal(done["replayed"], done["drawn"])
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
     assert (study_folder / "runs" / "external" / "mobilenet" / "model.json").is_file()
     assert done["gap"].repeats == 2 and -1 <= done["gap"].mean.map_at_r <= 1

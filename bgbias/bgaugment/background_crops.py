@@ -1,11 +1,13 @@
 """Background crops: which pool image, which box of it and whether to mirror it, sampled apart from applying.
 
-Sampling gives plain numbers (a :class:`BackgroundCrop`) that a manifest can record and a renderer can replay;
-applying cuts the box from the background photo and resizes it to the image's square crop. The sampling rules
-are the paper's code's: the background drawn uniformly with replacement, a random-resized-crop box with area
-scale 0.16–1 and aspect ratio 3/4–4/3 (the rules of torchvision's ``RandomResizedCrop.get_params``: ten tries,
-then a centred crop with the ratio clamped) and a horizontal flip with p = 0.5. The box is drawn on the
-background's own size rather than on a 256-px resize of it: the same relative crop, resampled once, not twice.
+Sampling gives plain numbers (a :class:`BackgroundCrop`) that a manifest can record and a renderer can replay,
+drawn from any :class:`Draws` (the corrupted sets: a numpy generator per image; BGAugment: a torch generator,
+:class:`~bgbias.bgaugment.generators.TorchDraws`); applying cuts the box from the background photo and resizes
+it to the image's square crop. The sampling rules are the paper's code's: the background drawn uniformly with
+replacement, a random-resized-crop box with area scale 0.16–1 and aspect ratio 3/4–4/3 (the rules of
+torchvision's ``RandomResizedCrop.get_params``: ten tries, then a centred crop with the ratio clamped) and a
+horizontal flip with p = 0.5. The box is drawn on the background's own size rather than on a 256-px resize of
+it: the same relative crop, resampled once, not twice.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from PIL import Image
@@ -22,6 +25,17 @@ SCALE = (0.16, 1.0)
 RATIO = (3 / 4, 4 / 3)
 FLIP_P = 0.5
 _ATTEMPTS = 10
+
+
+class Draws(Protocol):
+    """The draws the sampling rules make, one number at a time, with numpy's names and ranges: a
+    ``numpy.random.Generator`` is one as it is."""
+
+    def random(self) -> float: ...
+
+    def uniform(self, low: float, high: float) -> float: ...
+
+    def integers(self, low: int, high: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,7 @@ def image_rng(seed: int, repeat: int, image_id: str) -> np.random.Generator:
 
 
 def random_resized_box(
-    rng: np.random.Generator,
+    rng: Draws,
     size: tuple[int, int],
     scale: tuple[float, float] = SCALE,
     ratio: tuple[float, float] = RATIO,
@@ -103,7 +117,7 @@ def random_resized_box(
 
 
 def sample_background_crop(
-    rng: np.random.Generator,
+    rng: Draws,
     background_sizes: Sequence[tuple[int, int]],
     scale: tuple[float, float] = SCALE,
     ratio: tuple[float, float] = RATIO,

@@ -1,9 +1,11 @@
 """BGAugment: each training image (with probability ``p``) gets a fresh random background behind its mask.
 
-Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from the
-caller's generator; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
+Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from a
+``torch.Generator``; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
 with the one :func:`~bgbias.bgaugment.composite.composite`, after the paired geometry the workers already gave
-image and mask. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
+image and mask. The two halves are public (:meth:`BGAugment.sample`, :meth:`BGAugment.apply`, and the pure
+:func:`sample_bgaugment` and :func:`apply_bgaugment` under them), so a caller can record, replay or share the
+draws of a batch. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
 The training engine and anyone's own training loop call the same :class:`BGAugment`.
 """
 
@@ -13,23 +15,20 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
+import torch
 
 from bgbias.bgaugment.background_bank import BackgroundBank
 from bgbias.bgaugment.background_crops import BackgroundCrop, sample_background_crop
 from bgbias.bgaugment.composite import composite
+from bgbias.bgaugment.generators import TorchDraws, check_generator, keyed_generator
 from bgbias.errors import OptionError
-from bgbias.options import SEED, Rule, check_arguments
-
-if TYPE_CHECKING:
-    import torch
+from bgbias.options import BATCH_SIZE, Rule, check_argument, check_arguments
 
 
 @dataclass(frozen=True)
 class BGAugmentParams:
-    """One batch's draws: a background crop for every image, and whether it is used."""
+    """One batch's draws, plain data on the CPU: a background crop for every image, and whether it is used."""
 
     crops: list[BackgroundCrop]
     apply: list[bool]
@@ -38,19 +37,21 @@ class BGAugmentParams:
 def check_probability(p: float) -> None:
     if not 0 <= p <= 1:
         raise OptionError(
-            f"the BGAugment probability must lie in [0, 1], got {p}",
-            fix="pass a probability between 0 (never) and 1 (every image, as in the paper)",
+            f"p={p!r} is invalid: the BGAugment probability must lie in [0, 1]",
+            fix="pass p=1.0 (every image, as in the paper) or any probability down to p=0.0 (never)",
         )
 
 
 def sample_bgaugment(
-    bank_sizes: Sequence[tuple[int, int]], n: int, p: float, rng: np.random.Generator
+    bank_sizes: Sequence[tuple[int, int]], n: int, p: float, generator: torch.Generator
 ) -> BGAugmentParams:
     """Draw a crop for each of ``n`` images (also those left unchanged, so batches keep one shape), then which
-    images get it, each with probability ``p``."""
+    images get it, each with probability ``p``, from the CPU ``generator``."""
     check_probability(p)
-    crops = [sample_background_crop(rng, bank_sizes) for _ in range(n)]
-    apply = (rng.random(n) < p).tolist()
+    check_generator(generator)
+    draws = TorchDraws(generator)
+    crops = [sample_background_crop(draws, bank_sizes) for _ in range(n)]
+    apply = (torch.rand(n, dtype=torch.float64, generator=generator) < p).tolist()
     return BGAugmentParams(crops, apply)
 
 
@@ -61,8 +62,6 @@ def apply_bgaugment(
 
     ``images`` and ``backgrounds`` are float (B, 3, H, W) in [0, 1], ``masks`` float (B, 1, H, W) in [0, 1].
     """
-    import torch
-
     if apply.dtype != torch.bool or apply.shape != images.shape[:1] or apply.device != images.device:
         raise ValueError(
             f"apply must be a bool tensor of shape ({images.shape[0]},) on {images.device}, got "
@@ -72,63 +71,130 @@ def apply_bgaugment(
 
 
 ARGUMENTS = {"backgrounds": Rule(Path, example="backgrounds"),
-             "p": Rule(float, example=1.0), "seed": SEED}
+             "p": Rule(float, example=1.0), "seed": Rule(int, minimum=0, optional=True, example=0)}
 """What :class:`BGAugment` takes (a background folder unless it is given a :class:`BackgroundBank`; the
-range of ``p`` is :func:`check_probability`'s, shared with the configuration)."""
+range of ``p`` is :func:`check_probability`'s)."""
 
 
-class BGAugment:
-    """BGAugment as one call: a batch of images and their masks in, the composited float batch in [0, 1]
-    out, on the images' device.
+class BGAugment(torch.nn.Module):
+    """BGAugment as a module: images and their masks in, the composited float images in [0, 1] out, on the
+    images' device.
 
     ``backgrounds`` is a :class:`BackgroundBank` or a background folder (its ``train/`` pool, or the folder
-    itself when it has none; :func:`~bgbias.bgaugment.background_bank.train_bank`). Images are ``uint8``
-    (0–255) or float in [0, 1], (B, 3, S, S); masks likewise, (B, 1, S, S). Each call draws from ``rng`` when
-    given (the training engine passes one keyed by seed, epoch and step, so a resumed run repeats its draws),
-    else from the instance's own generator seeded by ``seed``: in anyone's training loop, the same seed and
-    the same batches give the same composites.
+    itself when it has none; :func:`~bgbias.bgaugment.background_bank.train_bank`). The bank is a buffer:
+    ``.to(device)`` moves it (and a call moves the module to its images' device). Images are ``uint8``
+    (0–255) or float in [0, 1], a batch (B, 3, S, S) or one image (3, S, S); masks likewise, (B, 1, S, S) or
+    (1, S, S), so the module is both a batch transform on the device and a per-sample transform in a
+    Dataset (on the CPU, in DataLoader workers).
+
+    Draws come from ``generator`` when a call gives one (the training engine passes one keyed by seed, epoch
+    and step, so a resumed run repeats its draws), else from the module's own: ``generator=`` at
+    construction, or one seeded by ``seed`` (default 0). The same seed and the same images give the same
+    composites. In a DataLoader worker, the module's own generator is first re-keyed by the worker's seed
+    (``torch.utils.data.get_worker_info()``): every worker starts from a copy of one generator, and would
+    otherwise draw what the others draw; the worker seeds come from the loader's generator, so the draws
+    stay reproducible and change from epoch to epoch.
     """
 
-    def __init__(self, backgrounds: BackgroundBank | str | os.PathLike[str], p: float = 1.0, seed: int = 0):
+    background_pixels: torch.Tensor
+
+    def __init__(
+        self,
+        backgrounds: BackgroundBank | str | os.PathLike[str],
+        p: float = 1.0,
+        seed: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+    ):
         from bgbias.bgaugment.background_bank import train_bank
 
+        super().__init__()
         folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
         check_arguments({**folder, "p": p, "seed": seed}, ARGUMENTS)
         check_probability(p)
-        self.bank = backgrounds if isinstance(backgrounds, BackgroundBank) else train_bank(backgrounds, "cpu")
+        if generator is not None:
+            check_generator(generator)
+            if seed is not None:
+                raise OptionError(f"seed={seed!r} and generator= were both given: BGAugment draws from one",
+                                  fix="pass seed= alone (a generator seeded by it) or generator= alone")
+        bank = backgrounds if isinstance(backgrounds, BackgroundBank) else train_bank(backgrounds, "cpu")
+        self.register_buffer("background_pixels", bank.pixels, persistent=False)
+        self.sizes = bank.sizes
+        self.names = bank.names
         self.p = p
-        self.rng = np.random.default_rng(seed)
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(seed or 0)
+        self._worker: tuple[int, int] | None = None  # the DataLoader worker (id, seed) it was re-keyed for
 
-    def __call__(
-        self, images: torch.Tensor, masks: torch.Tensor, rng: np.random.Generator | None = None
+    @property
+    def bank(self) -> BackgroundBank:
+        """The backgrounds, on the module's device."""
+        return BackgroundBank(self.background_pixels, self.sizes, self.names)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, backgrounds={len(self.sizes)}"
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> BGAugmentParams:
+        """The draws of a batch of ``batch_size`` images (a crop each, and whether it is used), on the CPU,
+        from ``generator`` or else the module's own (see the class)."""
+        check_argument("batch_size", batch_size, BATCH_SIZE)
+        return sample_bgaugment(self.sizes, batch_size, self.p, self._generator(generator))
+
+    def apply(self, images: torch.Tensor, masks: torch.Tensor, params: BGAugmentParams) -> torch.Tensor:
+        """Composite ``images`` with the drawn backgrounds of ``params`` where it says so (the images as float
+        elsewhere); ``params`` holds one draw per image (one for a single image)."""
+        batch, mask_batch, single = as_batch(images, masks)
+        if len(params.crops) != batch.shape[0] or len(params.apply) != batch.shape[0]:
+            raise ValueError(
+                f"params= holds draws for {len(params.crops)} images, images= has {batch.shape[0]}: "
+                f"draw them with sample({batch.shape[0]})"
+            )
+        if self.background_pixels.device != batch.device:
+            self.to(batch.device)
+        batch = _unit_float(batch)
+        if any(params.apply):
+            backgrounds = self.bank.render(params.crops, batch.shape[-1], batch.dtype)
+            apply = torch.tensor(params.apply, dtype=torch.bool).to(batch.device, non_blocking=True)
+            batch = apply_bgaugment(batch, _unit_float(mask_batch), backgrounds, apply)
+        return batch[0] if single else batch
+
+    def forward(
+        self, images: torch.Tensor, masks: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        import torch
+        """:meth:`apply` of fresh draws (:meth:`sample`, from ``generator`` or the module's own)."""
+        batch, _, _ = as_batch(images, masks)
+        return self.apply(images, masks, self.sample(batch.shape[0], generator))
 
-        check_batch(images, masks)
-        self.bank = self.bank.to(images.device)
-        images = _unit_float(images)
-        params = sample_bgaugment(self.bank.sizes, images.shape[0], self.p, rng or self.rng)
-        if not any(params.apply):
-            return images
-        backgrounds = self.bank.render(params.crops, images.shape[-1], images.dtype)
-        apply = torch.tensor(params.apply, dtype=torch.bool).to(images.device, non_blocking=True)
-        return apply_bgaugment(images, _unit_float(masks), backgrounds, apply)
+    def _generator(self, generator: torch.Generator | None) -> torch.Generator:
+        """The caller's ``generator``, else the module's own, re-keyed once per DataLoader worker."""
+        if generator is not None:
+            check_generator(generator)
+            return generator
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None and self._worker != (worker.id, worker.seed):
+            base = int(torch.randint(0, 2**62, (), generator=self.generator))
+            self.generator = keyed_generator([base, worker.seed])
+            self._worker = (worker.id, worker.seed)
+        return self.generator
 
 
-def check_batch(images: torch.Tensor, masks: torch.Tensor) -> None:
-    """Images (B, 3, S, S) and masks (B, 1, S, S), each ``uint8`` or float, on one device."""
-    import torch
-
-    batch = images.shape[0] if images.dim() == 4 else -1
+def as_batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``images`` (B, 3, S, S) and ``masks`` (B, 1, S, S), or one image (3, S, S) and its mask (1, S, S),
+    each ``uint8`` or float, on one device, checked; as a batch, and whether they were one image."""
+    single = images.dim() == 3
+    batch_images, batch_masks = (images[None], masks[None]) if single else (images, masks)
+    batch = batch_images.shape[0] if batch_images.dim() == 4 else -1
     side = images.shape[-1]
     kinds_ok = all(t.dtype == torch.uint8 or t.is_floating_point() for t in (images, masks))
-    if not kinds_ok or images.shape != (batch, 3, side, side) or masks.shape != (batch, 1, side, side):
+    if (not kinds_ok or batch_images.shape != (batch, 3, side, side)
+            or batch_masks.shape != (batch, 1, side, side)):
         raise ValueError(
-            "BGAugment needs images (B, 3, S, S) and masks (B, 1, S, S), uint8 or float in [0, 1], got "
-            f"{images.dtype} {tuple(images.shape)} and {masks.dtype} {tuple(masks.shape)}"
+            "BGAugment needs images= (B, 3, S, S) and masks= (B, 1, S, S), or one image (3, S, S) and its "
+            f"mask (1, S, S), uint8 or float in [0, 1], got {images.dtype} {tuple(images.shape)} and "
+            f"{masks.dtype} {tuple(masks.shape)}"
         )
     if images.device != masks.device:
-        raise ValueError(f"images ({images.device}) and masks ({masks.device}) must be on one device")
+        raise ValueError(f"images= ({images.device}) and masks= ({masks.device}) must be on one device")
+    return batch_images, batch_masks, single
 
 
 def _unit_float(pixels: torch.Tensor) -> torch.Tensor:

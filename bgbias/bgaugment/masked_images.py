@@ -3,13 +3,15 @@
 It is the training engine's own view of a split (:class:`~bgbias.data.train_images.TrainImages`: decode, one
 paired random geometry for image and mask, ``uint8`` tensors out) behind a plain integer index, so a
 ``torch.utils.data.DataLoader`` with its default collate batches it: ``images`` uint8 (B, 3, S, S), ``masks``
-uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.bgaugment.bgaugment.BGAugment`.
+uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.bgaugment.bgaugment.BGAugment` on the
+device; or, with ``transform=BGAugment(...)``, composited per sample in the loader's workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,7 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items, with_contiguous_labels
 from bgbias.data.train_geometry import train_geometry
 from bgbias.data.train_images import TrainImages
+from bgbias.errors import OptionError
 from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, Rule, check_arguments
 
 if TYPE_CHECKING:
@@ -40,6 +43,10 @@ class MaskedImages:
     random resized crop (side ``crop``, default the dataset's training crop) and flip from torch's random
     generator, so ``torch.manual_seed`` or a DataLoader's ``generator`` makes the crops reproducible. A
     missing or stale mask is an error naming it before the first sample, with the command that makes it.
+
+    ``transform``, when given, is called as ``transform(image, mask)`` on each sample after the crop
+    (``uint8`` (3, S, S) and (1, S, S)), and what it returns replaces the image: a
+    :class:`~bgbias.bgaugment.bgaugment.BGAugment` there composites each image on its own, on the CPU.
     """
 
     def __init__(
@@ -52,8 +59,12 @@ class MaskedImages:
         crop: int | None = None,
         protocol: str = "fixed",
         fold: int = 0,
+        transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ):
         check_arguments(locals(), ARGUMENTS)
+        if transform is not None and not callable(transform):
+            raise OptionError(f"transform={transform!r} is not callable",
+                              fix="pass transform=a function of (image, mask), e.g. a bgbias.BGAugment")
         opened = open_dataset(dataset, root)
         items = split_items(opened, split, protocol, fold)
         masks_dir = Path(masks) if masks is not None else default_masks_dir(opened)
@@ -64,6 +75,7 @@ class MaskedImages:
         self.images = TrainImages(with_contiguous_labels(items), geometry, mask_files,
                                   dataset_name=opened.name)
         self.num_classes = len({item.label for item in items})
+        self.transform = transform
 
     @property
     def labels(self) -> list[int]:
@@ -78,4 +90,7 @@ class MaskedImages:
 
         seed = int(torch.randint(0, 2**62, ()))
         sample = self.images[(index, seed)]
-        return sample["image"], sample["mask"], sample["label"]
+        image, mask = sample["image"], sample["mask"]
+        if self.transform is not None:
+            image = self.transform(image, mask)
+        return image, mask, sample["label"]

@@ -30,15 +30,17 @@ if TYPE_CHECKING:
 
 
 def device_batch(
-    batch: dict[str, Any], bgaugment: BGAugment | None, rng: np.random.Generator, device: torch.device
+    batch: dict[str, Any], bgaugment: BGAugment | None, key: list[int], device: torch.device
 ) -> Batch:
     """A loader batch (uint8 images, masks, labels, indices) as a :class:`Batch` on ``device``: float RGB
-    in [0, 1], composited onto backgrounds drawn from ``rng`` when ``bgaugment`` is given."""
+    in [0, 1], composited onto backgrounds drawn from a generator keyed by ``key`` when ``bgaugment`` is
+    given."""
+    from bgbias.bgaugment.generators import keyed_generator
     from bgbias.methods.base import Batch
 
     pixels = batch["image"].to(device, non_blocking=True)
     if bgaugment is not None:
-        pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), rng)
+        pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), keyed_generator(key))
     else:
         pixels = pixels.float().div_(255)
     return Batch(
@@ -117,7 +119,7 @@ class TrainingPasses:
         )
         for step, batch in enumerate(tqdm(loader, desc=desc, unit="batch", leave=False,
                                           disable=not self.progress)):
-            yield device_batch(batch, self.bgaugment, np.random.default_rng([*key, step]), self.device)
+            yield device_batch(batch, self.bgaugment, [*key, step], self.device)
 
     def generator(self, *, stream: int, epoch: int) -> torch.Generator:
         """A torch generator on the device keyed by (seed, stream, epoch), e.g. to initialise state."""

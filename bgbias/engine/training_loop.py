@@ -7,8 +7,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
@@ -267,8 +265,8 @@ def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
     """(loader step, batch) for every optimiser step: each loader batch composited once on the device, then
     handed out ``method.steps_per_batch`` times, with ``part`` 0, 1, …"""
     for step, batch in enumerate(loader):
-        rng = np.random.default_rng([config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM])
-        on_device = device_batch(batch, bgaugment, rng, device)
+        key = [config.seed, epoch, step, dist.rank, _BGAUGMENT_STREAM]
+        on_device = device_batch(batch, bgaugment, key, device)
         for part in range(method.steps_per_batch):
             yield step, dataclasses.replace(on_device, part=part)
 

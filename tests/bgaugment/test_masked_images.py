@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from bgbias.bgaugment.bgaugment import BGAugment
 from bgbias.bgaugment.masked_images import MaskedImages
 from bgbias.data.splits import split_items
-from bgbias.errors import ImageError
+from bgbias.errors import ImageError, OptionError
 
 
 def test_samples_batch_into_what_bgaugment_takes(bench, masks_dir, backgrounds):
@@ -24,6 +24,23 @@ def test_samples_batch_into_what_bgaugment_takes(bench, masks_dir, backgrounds):
     assert labels.dtype == torch.int64 and set(labels.tolist()) <= set(range(images.num_classes))
     out = BGAugment(backgrounds, seed=0)(pixels, masks)
     assert out.shape == (4, 3, 16, 16) and out.dtype == torch.float32
+
+
+def test_a_bgaugment_transform_composites_each_sample_behind_its_mask(bench, masks_dir, backgrounds):
+    plain = MaskedImages("bench", bench.root, masks=masks_dir, crop=16)
+    augment = BGAugment(backgrounds, seed=0)
+    composited = MaskedImages("bench", bench.root, masks=masks_dir, crop=16, transform=augment)
+    torch.manual_seed(1)
+    image, mask, label = plain[4]
+    torch.manual_seed(1)  # the same crop, now through BGAugment
+    pixels, same_mask, same_label = composited[4]
+    assert torch.equal(mask, same_mask) and label == same_label
+    assert pixels.dtype == torch.float32 and pixels.shape == (3, 16, 16)
+    assert torch.equal(pixels, augment(image, mask, generator=torch.Generator().manual_seed(0)))
+    background = mask[0] == 0
+    assert background.any() and not torch.allclose(pixels[:, background], image[:, background] / 255)
+    with pytest.raises(OptionError, match="transform=3 is not callable"):
+        MaskedImages("bench", bench.root, masks=masks_dir, transform=3)
 
 
 def test_crops_are_fresh_per_access_and_follow_torchs_seed(bench, masks_dir):
