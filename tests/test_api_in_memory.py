@@ -226,3 +226,16 @@ def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
     in_python = _score(rows, base, manifests=tmp_path / "sets").report
     assert written["clean"]["map_at_r"] == in_python.clean.map_at_r
     assert written["corrupted"]["mean"]["map_at_r"] == in_python.corrupted.mean.map_at_r
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_in_memory_audit_on_cuda_scores_as_on_the_cpu(forty):
+    base, rows = forty
+    on_cpu = _score(rows, base).report
+    on_cuda = bgbias.evaluate(tiny_embedder().eval().cuda(), rows, split="all", repeats=2, workers=0,
+                              backgrounds=base / "backgrounds", amp="off")
+    assert on_cuda.out_dir is None and on_cuda.report.compute["device"].startswith("cuda")
+    assert on_cuda.report.clean.map_at_r == pytest.approx(on_cpu.clean.map_at_r, abs=1e-3)
+    explained = bgbias.explain(tiny_embedder().eval().cuda(), rows, split="all", limit=3,
+                               attribution_options={"copies": 2})
+    assert len(explained.maps) == 3 and explained.summary["compute"]["device"].startswith("cuda")
