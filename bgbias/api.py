@@ -192,20 +192,13 @@ def evaluate(
     """
     from bgbias.engine.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
-    from bgbias.saliency.on_the_fly import U2NetMasks
 
     check_arguments(locals(), RULES["evaluate"])
     _check_model_input(model_input, log)
-    images = _images(dataset, root)
-    if isinstance(masks, U2NetMasks):
-        images = _with_u2net_masks(images, masks)
-    else:
-        check_arguments({"masks": masks}, {"masks": MASKS})
     request = MeasureRequest(
-        dataset=images, root=None if _is_data(dataset) else _path(root), split=split,
-        masks=None if isinstance(masks, U2NetMasks) else _path(masks), corrupted=corrupted, repeats=repeats,
-        seed=seed, backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
-        worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory, progress=progress,
+        **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
+        backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile, worst_k=worst_k,
+        batch_size=batch_size, workers=workers, max_memory=max_memory, progress=progress,
     )
     embedding_model = as_embedding_model(model, model_input, out=out, device=device, fingerprint=fingerprint,
                                          trust_model=trust_model, amp=amp, memory_format=memory_format)
@@ -215,6 +208,18 @@ def evaluate(
             stack.enter_context(manifests_in_memory())
         return evaluate_model(embedding_model, request, log=log or (lambda _line: None),
                               write=out is not None)
+
+
+def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, Any]:
+    """A request's ``dataset``, ``root`` and ``masks`` from the arguments: a name with its root and masks
+    folder, or one's own images as a table (their masks made on the fly for :class:`bgbias.U2NetMasks`)."""
+    from bgbias.saliency.on_the_fly import U2NetMasks
+
+    images = _images(dataset, root)
+    if isinstance(masks, U2NetMasks):
+        return {"dataset": _with_u2net_masks(images, masks), "root": None, "masks": None}
+    check_arguments({"masks": masks}, {"masks": MASKS})
+    return {"dataset": images, "root": None if _is_data(dataset) else _path(root), "masks": _path(masks)}
 
 
 def _images(dataset: Any, root: PathLike | None) -> Any:
@@ -300,7 +305,6 @@ def explain(
     from bgbias.attribution.run import explain as explain_model
     from bgbias.engine.request import MeasureRequest
     from bgbias.methods.attribution import parse_attribution_options
-    from bgbias.saliency.on_the_fly import U2NetMasks
 
     check_arguments(locals(), RULES["explain"])
     _check_model_input(model_input, log)
@@ -309,14 +313,8 @@ def explain(
                           fix='pass attribution_options={"copies": 8}, or leave it out')
     options = parse_attribution_options(attribution, [f"{key}={value}" for key, value
                                                       in (attribution_options or {}).items()])
-    images = _images(dataset, root)
-    if isinstance(masks, U2NetMasks):
-        images = _with_u2net_masks(images, masks)
-    else:
-        check_arguments({"masks": masks}, {"masks": MASKS})
     request = MeasureRequest(
-        dataset=images, root=None if _is_data(dataset) else _path(root), split=split,
-        masks=None if isinstance(masks, U2NetMasks) else _path(masks), limit=limit, attribution=attribution,
+        **_data_fields(dataset, root, masks), split=split, limit=limit, attribution=attribution,
         attribution_options=options, attribution_seed=seed, batch_size=batch_size,
         gallery_count=gallery_count, progress=progress,
     )
