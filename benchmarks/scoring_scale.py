@@ -182,6 +182,10 @@ def run_contender(name: str, arguments: list[str]) -> tuple[dict | None, str, fl
     return None, f"exit {child.returncode}: {(errors or ['?'])[-1]}", peak
 
 
+def _ratio(value: float, floor: float) -> str:
+    return f"{value / floor:.2f}×" if floor > 0 else "—×"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=250_000)
@@ -210,8 +214,8 @@ def main() -> None:
             print(f"{name}: failed ({error}), peak {peak:.2f} GiB")
             continue
         floor = figures if name == "floor" else floor
-        ratios = (f" ({figures['seconds'] / floor['seconds']:.2f}× wall, "
-                  f"{figures['cpu_seconds'] / floor['cpu_seconds']:.2f}× CPU)"
+        ratios = (f" ({_ratio(figures['seconds'], floor['seconds'])} wall, "
+                  f"{_ratio(figures['cpu_seconds'], floor['cpu_seconds'])} CPU)"
                   if floor is not None and name != "floor" else "")
         gpu = f", GPU peak {figures['gpu_peak_gib']:.2f} GiB" if "gpu_peak_gib" in figures else ""
         score = f", MAP@R {figures['map_at_r']:.6f}" if "map_at_r" in figures else ""
