@@ -16,7 +16,8 @@ Without ``--device``: bgbias with faiss (``IndexFlatL2`` on the CPU) against bar
 search). PML runs under an address-space cap (``--pml-cap``), so that it fails with MemoryError instead of
 waking the kernel's out-of-memory killer on a shared machine. With ``--device cuda`` (or ``cpu``, to check
 the same path small): bgbias's torch backend on that device against a bare chunked torch matmul + topk there,
-and PML with a torch k-NN there (no address-space cap: CUDA reserves far more address space than it uses).
+and PML with its batched torch k-NN there (``CustomKNN``; no address-space cap: CUDA reserves far more
+address space than it uses).
 
 Prints, per contender, the wall time and CPU time (user + system of its process while it ran), their ratios
 to the floor's, the peak resident memory (``ru_maxrss``; on CUDA also the peak GPU memory torch allocated)
@@ -26,6 +27,7 @@ and, for the two scorers, MAP@R; a contender that fails (out of memory, say) pri
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 KEPT = 8
@@ -108,7 +111,9 @@ def pml_map_at_r(embeddings, labels, device) -> float:
         from pytorch_metric_learning.distances import LpDistance
         from pytorch_metric_learning.utils.inference import CustomKNN
 
-        options = {"knn_func": CustomKNN(LpDistance(normalize_embeddings=False)), "device": device}
+        # in batches of 4,096 queries, PML's own way to bound its distance matrix
+        knn = CustomKNN(LpDistance(normalize_embeddings=False), batch_size=4096)
+        options = {"knn_func": knn, "device": device}
     calculator = AccuracyCalculator(include=("mean_average_precision_at_r",), k="max_bin_count", **options)
     tensor, targets = torch.from_numpy(embeddings), torch.from_numpy(labels)
     if device is not None:
@@ -133,6 +138,8 @@ def contender(name: str, options: argparse.Namespace) -> dict:
     result: dict = {"k": int(need.max()), "k_least": int(need.min())}
     started, cpu = time.perf_counter(), _cpu_seconds()
     if name == "bgbias":
+        if importlib.util.find_spec("bgbias") is None:  # a checkout without bgbias installed
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from bgbias.retrieval.metrics import score_embeddings
         from bgbias.retrieval.retrievers import ExactL2
 
@@ -203,6 +210,11 @@ def main() -> None:
     if options.one:
         print(json.dumps(contender(options.one, options)))
         return
+    if options.device is not None:
+        import torch
+
+        if torch.device(options.device).type == "cuda" and not torch.cuda.is_available():
+            parser.error(f"--device {options.device}: torch {torch.__version__} sees no CUDA device here")
     arguments = sys.argv[1:]
     print(f"command: python benchmarks/scoring_scale.py {' '.join(arguments)}")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start; "
