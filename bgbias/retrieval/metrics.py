@@ -26,7 +26,7 @@ METRICS = ("map_at_r", "r_precision", "precision_at_1")
 MAX_MEMORY = 1 << 30
 """Bytes that scoring's per-query neighbour lists may take at once (1 GiB): a larger set is scored in blocks
 of queries, so its memory stays bounded however many images and however large R (a class of 20,000 images
-needs 20,000 neighbours per query)."""
+needs 20,000 neighbours for each of its own queries)."""
 
 BYTES_PER_NEIGHBOUR = 64
 """What one retrieved neighbour costs while a block is scored: its index and distance from the search, the
