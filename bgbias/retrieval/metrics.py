@@ -26,7 +26,7 @@ METRICS = ("map_at_r", "r_precision", "precision_at_1")
 MAX_MEMORY = 1 << 30
 """Bytes that scoring's per-query neighbour lists may take at once (1 GiB): a larger set is scored in blocks
 of queries, so its memory stays bounded however many images and however large R (a class of 20,000 images
-needs 20,000 neighbours per query)."""
+needs 20,000 neighbours for each of its own queries)."""
 
 BYTES_PER_NEIGHBOUR = 64
 """What one retrieved neighbour costs while a block is scored: its index and distance from the search, the
@@ -88,7 +88,10 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
     scored = r > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         precision_at_rank = np.cumsum(relevant, axis=1) / np.arange(1, k + 1)
-        map_at_r = np.where(relevant, precision_at_rank, 0.0).sum(axis=1) / r
+        # Summed rank after rank (a running sum's last column), not pairwise: the ranks past R add exact
+        # zeros, so a query's MAP@R has the same bits whatever k its block was searched with.
+        gains = np.where(relevant, precision_at_rank, 0.0)
+        map_at_r = (np.cumsum(gains, axis=1, out=gains)[:, -1] if k else np.zeros(len(r))) / r
         r_precision = relevant.sum(axis=1) / r
     precision_at_1 = same_class[:, 0].astype(np.float64) if k else np.zeros(len(r))
     per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
@@ -117,13 +120,15 @@ def score_embeddings(
     """Score a split against itself: every item a query, every other item a reference.
 
     ``embeddings`` is the per-image state: a ``(N, D)`` array, or a mapping of names to ``(N, …)`` arrays.
-    ``k`` is the largest class size minus one (PML's ``"max_bin_count"`` with the query among the references)
-    and ``R`` is the size of the query's class minus one; ``retrieval`` ranks the items (default
+    ``R`` is the size of the query's class minus one; each query is scored on its ``R`` nearest (PML's
+    ``"max_bin_count"`` with the query among the references, which asks every query for the largest class's
+    ``R``), and ``retrieval`` ranks the items (default
     :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss). ``references``, a state of the
     same images in another form (a clean gallery), makes ``embeddings`` the queries and the references the
     items they retrieve, each query's own image left out: the same R, so the scores compare query by query.
     Queries are searched and scored in blocks whose neighbour lists fit ``max_memory`` bytes (at least
-    :data:`MIN_BLOCK` queries each); every query's scores are exact whatever the blocks.
+    :data:`MIN_BLOCK` queries each; see :func:`query_blocks`), each block searched for the largest ``R`` of
+    its own queries; every query's scores are exact, and the same bits, whatever the blocks.
     """
     count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
@@ -134,21 +139,49 @@ def score_embeddings(
         )
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
-    search, k = retrieval or ExactL2(), int(class_sizes.max()) - 1
+    search = retrieval or ExactL2()
     if max_memory < 1:
         raise OptionError(f"max_memory must be a positive number of bytes, not {max_memory}",
                           fix="pass max_memory=2**30 (1 GiB) or more for large sets")
-    block = max(MIN_BLOCK, max_memory // (BYTES_PER_NEIGHBOUR * (k + 1)))
-    blocks = [None] if count <= block else [np.arange(start, min(start + block, count))
-                                            for start in range(0, count, block)]
-    parts, kept = [], []
+    largest = int(class_sizes.max()) - 1
+    kept_width = min(KEPT_NEIGHBOURS, largest)
+    # An exact search's first k neighbours are the same whatever larger k it is asked for (ties go to the
+    # smaller index), so each block asks only for what its queries need; an approximate one's candidates may
+    # change with k, so it keeps one k for every query.
+    need = np.full(count, largest) if search.approximate else np.maximum(r, kept_width)
+    blocks = query_blocks(need, max_memory)
+    if len(blocks) == 1:
+        knn = _search(search, embeddings, largest, references, None)
+        scores = retrieval_scores(labels[knn], labels, r)
+        return dataclasses.replace(scores, neighbours=knn[:, :kept_width].copy())
+    per_query = {name: np.empty(count) for name in METRICS} | {"r": r}
+    kept = np.empty((count, kept_width), dtype=np.int64)
     for queries in blocks:
-        rows = slice(None) if queries is None else queries
-        knn = _search(search, embeddings, k, references, queries)
-        parts.append(retrieval_scores(labels[knn], labels[rows], r[rows]).per_query)
-        kept.append(knn[:, :KEPT_NEIGHBOURS].copy())  # a copy: a view would keep the whole block alive
-    per_query = {name: np.concatenate([part[name] for part in parts]) for name in (*METRICS, "r")}
-    return dataclasses.replace(_scores_of(per_query), neighbours=np.concatenate(kept))
+        knn = _search(search, embeddings, int(need[queries].max()), references, queries)
+        part = retrieval_scores(labels[knn], labels[queries], r[queries]).per_query
+        for name in METRICS:
+            per_query[name][queries] = part[name]
+        kept[queries] = knn[:, :kept_width]
+    return dataclasses.replace(_scores_of(per_query), neighbours=kept)
+
+
+def query_blocks(need: np.ndarray, max_memory: int) -> list[np.ndarray]:
+    """Blocks of query indices (each in ascending order) whose neighbour lists fit ``max_memory`` bytes,
+    ``need[i]`` being the neighbours query ``i`` needs.
+
+    The queries needing most come first, so a block is as large as the ceiling allows for the k of its first
+    query, and the many queries of small classes are searched for few neighbours rather than for the largest
+    class's R. A block has at least :data:`MIN_BLOCK` queries; a shorter rest joins the block before it.
+    """
+    count = len(need)
+    order = np.argsort(-need, kind="stable")
+    blocks, start = [], 0
+    while start < count:
+        size = max(MIN_BLOCK, max_memory // (BYTES_PER_NEIGHBOUR * (int(need[order[start]]) + 1)))
+        stop = count if count - (start + size) < MIN_BLOCK else start + size
+        blocks.append(np.sort(order[start:stop]))
+        start = stop
+    return blocks
 
 
 def _search(search: Retrieval, embeddings: Any, k: int, references: Any, queries: np.ndarray | None) -> Any:

@@ -226,13 +226,41 @@ def torch_nearest_neighbours(
             best_i = torch.zeros((size, 0), dtype=torch.int64, device=on)
             for r_start in range(0, count, reference_rows):
                 block = distance(block_queries, rows(r_start, r_start + reference_rows)).to(torch.float32)
-                block_d, block_i = block.topk(min(k + 1, block.shape[1]), dim=1, largest=False, sorted=True)
-                best_d = torch.cat([best_d, block_d], dim=1)
-                best_i = torch.cat([best_i, block_i + r_start], dim=1)
-                best_d, order = best_d.topk(min(k + 1, best_d.shape[1]), dim=1, largest=False, sorted=True)
-                best_i = best_i.gather(1, order)
+                ids = torch.arange(r_start, r_start + block.shape[1], device=on).expand(size, -1)
+                block_d, block_i = smallest(block, ids, k + 1)
+                best_d, best_i = smallest(torch.cat([best_d, block_d], dim=1),
+                                          torch.cat([best_i, block_i], dim=1), k + 1)
             parts.append(best_i.cpu())
     return remove_self_matches(torch.cat(parts).numpy().astype(np.int64), items)
+
+
+def smallest(distances: Tensor, ids: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """Each row's ``count`` smallest ``distances`` and their ``ids``, ordered by distance and, among equal
+    distances, by id, as faiss orders them.
+
+    ``torch.topk`` breaks ties as it pleases, and differently for different k; here the smaller id wins, so a
+    query's first neighbours are the same whatever k it is searched for and however the references are
+    split into blocks. ``torch.topk`` has no cap on k (faiss's GPU index stops at :data:`FAISS_GPU_MAX_K`).
+    """
+    if count >= distances.shape[1]:
+        return _by_distance_then_id(distances, ids)
+    top_d, at = distances.topk(count, dim=1, largest=False, sorted=False)
+    top_i = ids.gather(1, at)
+    # Rows where more items than fit tie with the last one kept: topk chose among them at random.
+    cut = top_d.max(dim=1, keepdim=True).values
+    tied = ((distances <= cut).sum(dim=1) > count).nonzero().squeeze(1)
+    if len(tied):
+        tied_d, tied_i = _by_distance_then_id(distances[tied], ids[tied])
+        top_d[tied], top_i[tied] = tied_d[:, :count], tied_i[:, :count]
+    return _by_distance_then_id(top_d, top_i)
+
+
+def _by_distance_then_id(distances: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row sorted by distance, equal distances by id."""
+    by_id = ids.argsort(dim=1)
+    distances, ids = distances.gather(1, by_id), ids.gather(1, by_id)
+    by_distance = distances.argsort(dim=1, stable=True)
+    return distances.gather(1, by_distance), ids.gather(1, by_distance)
 
 
 def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:

@@ -1,5 +1,6 @@
 """Scoring in blocks of queries under a memory ceiling gives every query the scores of one whole search: the
-same per-query values, means and kept neighbours, with every retrieval and with a clean gallery."""
+same per-query values, means and kept neighbours, with every retrieval and with a clean gallery, though each
+block is searched only for the neighbours its own queries need."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import torch
 
 from bgbias.errors import OptionError
 from bgbias.report.evaluate import GALLERY_NEIGHBOURS
-from bgbias.retrieval.metrics import KEPT_NEIGHBOURS, METRICS, MIN_BLOCK, score_embeddings
+from bgbias.retrieval.metrics import (
+    BYTES_PER_NEIGHBOUR,
+    KEPT_NEIGHBOURS,
+    METRICS,
+    MIN_BLOCK,
+    query_blocks,
+    retrieval_scores,
+    score_embeddings,
+)
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank
-from bgbias.retrieval.search import faiss_available, squared_l2
+from bgbias.retrieval.search import FAISS_GPU_MAX_K, faiss_available, nearest_neighbours, squared_l2
 
 TINY_CEILING = 1
 """A ceiling no block fits: every block is MIN_BLOCK queries."""
@@ -49,23 +58,122 @@ def test_blocks_of_queries_score_as_one_search(backend):
     assert whole.neighbours.base is None and blocks.neighbours.base is None
 
 
-def test_blocks_against_a_clean_gallery_score_as_one_search():
-    embeddings, labels = _set()
-    noise = np.random.default_rng(1).normal(scale=0.3, size=embeddings.shape)
-    corrupted = embeddings + noise.astype(np.float32)
-    whole = score_embeddings(corrupted, labels, references=embeddings)
-    _same(whole, score_embeddings(corrupted, labels, references=embeddings, max_memory=TINY_CEILING))
+class Asked:
+    """A retrieval that records the k each search asks for."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.approximate, self.ks = inner, inner.approximate, []
+
+    def neighbours(self, state, k, references=None, queries=None):
+        self.ks.append(k)
+        return self.inner.neighbours(state, k, references, queries=queries)
+
+    def describe(self) -> str:
+        return self.inner.describe()
 
 
-def test_a_learned_distance_and_its_shortlist_score_in_blocks_as_in_one_search():
+def _learned() -> LearnedDistance:
+    return LearnedDistance(lambda queries, references: squared_l2(queries, references).sqrt())
+
+
+@pytest.mark.parametrize("gallery", [False, True])
+@pytest.mark.parametrize("retrieval", ["faiss", "torch", "learned", "shortlist"])
+def test_every_retrieval_scores_skewed_classes_in_blocks_as_in_one_search(retrieval, gallery):
+    if retrieval == "faiss" and not faiss_available():
+        pytest.skip("faiss is not installed")
     embeddings, labels = _set(count=400)
-    state = torch.from_numpy(embeddings)
-    learned = LearnedDistance(lambda queries, references: squared_l2(queries, references).sqrt())
-    _same(score_embeddings(state, labels, retrieval=learned),
-          score_embeddings(state, labels, retrieval=learned, max_memory=TINY_CEILING))
-    shortlist = ShortlistRerank(learned, shortlist=200)
-    _same(score_embeddings(state, labels, retrieval=shortlist),
-          score_embeddings(state, labels, retrieval=shortlist, max_memory=TINY_CEILING))
+    noise = np.random.default_rng(1).normal(scale=0.3, size=embeddings.shape).astype(np.float32)
+    state = torch.from_numpy(embeddings + noise)
+    references = torch.from_numpy(embeddings) if gallery else None
+    inner = {"faiss": ExactL2("faiss"), "torch": ExactL2("torch"), "learned": _learned(),
+             "shortlist": ShortlistRerank(_learned(), shortlist=200)}[retrieval]
+    asked = Asked(inner)
+    whole = score_embeddings(state, labels, retrieval=inner, references=references)
+    _same(whole, score_embeddings(state, labels, retrieval=asked, references=references,
+                                  max_memory=TINY_CEILING))
+    largest = int(np.bincount(labels).max()) - 1
+    if inner.approximate:  # a shortlist's candidates depend on k: one k for every query
+        assert set(asked.ks) == {largest}
+    else:  # the class of 150's queries ask for 149 neighbours, the others for what their classes need
+        assert max(asked.ks) == largest and min(asked.ks) < 20
+
+
+def test_blocks_take_the_largest_needs_first_each_sized_to_the_ceiling_for_its_own_k():
+    need = np.concatenate([np.full(1000, 24), np.full(300, 999), [8] * 30])
+    ceiling = 200 * BYTES_PER_NEIGHBOUR * 1000  # 200 queries at k = 999
+    blocks = query_blocks(need, ceiling)
+    assert sorted(np.concatenate(blocks).tolist()) == list(range(len(need)))
+    assert all((np.diff(block) > 0).all() for block in blocks)
+    ks = [int(need[block].max()) for block in blocks]
+    # the second block, 100 queries of k = 999 and 100 of k = 24, is sized for its k of 999
+    assert ks == [999, 999, 24] and [len(block) for block in blocks] == [200, 200, 930]
+    # a rest shorter than MIN_BLOCK joins the block before it, which stays within MIN_BLOCK of its size
+    short = query_blocks(np.full(MIN_BLOCK + 10, 5), MIN_BLOCK * BYTES_PER_NEIGHBOUR * 6)
+    assert [len(block) for block in short] == [MIN_BLOCK + 10]
+    assert len(query_blocks(need, 1 << 40)) == 1
+
+
+def test_map_at_r_has_the_same_bits_however_many_neighbours_past_r_were_retrieved():
+    rng = np.random.default_rng(0)
+    r = rng.integers(1, 60, 400)
+    knn_labels = rng.integers(0, 2, (400, 60))
+    short = retrieval_scores(knn_labels, np.zeros(400, dtype=np.int64), r)
+    padded = np.concatenate([knn_labels, rng.integers(0, 2, (400, 700))], axis=1)
+    long = retrieval_scores(padded, np.zeros(400, dtype=np.int64), r)
+    for name in METRICS:
+        np.testing.assert_array_equal(short.per_query[name], long.per_query[name])
+
+
+def _duplicates(copies: int = 6) -> np.ndarray:
+    """40 distinct vectors, each ``copies`` times, shuffled: every item ties with its copies."""
+    rng = np.random.default_rng(3)
+    vectors = np.repeat(rng.normal(size=(40, 8)).astype(np.float32), copies, axis=0)
+    return np.ascontiguousarray(vectors[rng.permutation(len(vectors))])
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_ties_go_to_the_smaller_index_whatever_k_and_blocks(backend):
+    if backend == "faiss" and not faiss_available():
+        pytest.skip("faiss is not installed")
+    vectors = _duplicates()
+    longest = nearest_neighbours(vectors, 200, backend=backend)
+    distances = ((vectors[:, None, :] - vectors[None, longest[0], :]) ** 2).sum(-1)[0]
+    order = np.lexsort((longest[0], distances))
+    assert (order == np.arange(200)).all()  # by distance, then by index
+    for k in (1, 3, 5, 7, 11, 60):
+        np.testing.assert_array_equal(nearest_neighbours(vectors, k, backend=backend), longest[:, :k])
+        queries = np.arange(5, 200, 3)
+        np.testing.assert_array_equal(nearest_neighbours(vectors, k, backend=backend, queries=queries),
+                                      longest[queries, :k])
+    if backend == "torch":
+        from bgbias.retrieval.search import torch_nearest_neighbours
+
+        blocks = torch_nearest_neighbours(vectors, 5, query_rows=7, reference_rows=13)
+        np.testing.assert_array_equal(blocks, longest[:, :5])
+    elif faiss_available():
+        np.testing.assert_array_equal(longest, nearest_neighbours(vectors, 200, backend="torch"))
+
+
+def test_exact_duplicates_score_in_blocks_as_in_one_search():
+    vectors = _duplicates(copies=12)
+    labels = np.arange(len(vectors)) % 37
+    labels[:100] = 0  # one class of 100, so blocks of different k
+    for retrieval in (ExactL2("faiss") if faiss_available() else ExactL2("torch"), ExactL2("torch")):
+        _same(score_embeddings(vectors, labels, retrieval=retrieval),
+              score_embeddings(vectors, labels, retrieval=retrieval, max_memory=TINY_CEILING))
+
+
+def test_the_torch_path_has_no_cap_on_k():
+    """faiss's GPU index stops at k = 2,048 (bgbias then searches with faiss on the CPU); torch.topk has no
+    such cap, and the torch path's streaming top-k finds more than that exactly."""
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(2300, 4)).astype(np.float32)
+    k = FAISS_GPU_MAX_K + 100
+    found = nearest_neighbours(vectors, k, backend="torch")
+    distances = squared_l2(torch.from_numpy(vectors), torch.from_numpy(vectors)).numpy()
+    np.fill_diagonal(distances, -1.0)  # the query itself first, then removed
+    expected = np.argsort(distances, axis=1, kind="stable")[:, 1:k + 1]
+    np.testing.assert_array_equal(found, expected)
 
 
 def test_the_ceiling_must_be_positive_and_galleries_find_their_neighbours_kept():
