@@ -84,7 +84,9 @@ def floor_faiss(embeddings, need, max_memory: int) -> None:
 
     index = faiss.IndexFlatL2(embeddings.shape[1])
     index.add(embeddings)
-    for k, queries in chunks(need, 12, max_memory):  # a float32 distance and an int64 id per neighbour
+    # chunks as bgbias's ceiling sizes its blocks (BYTES_PER_NEIGHBOUR), so the floor is bgbias's own search
+    # without the scoring: at 12 bytes a neighbour (faiss's output) larger chunks made faiss slower here
+    for k, queries in chunks(need, 64, max_memory):
         index.search(np.ascontiguousarray(embeddings[queries]), k + 1)
 
 
