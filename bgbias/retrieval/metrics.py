@@ -86,13 +86,15 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
     same_class = knn_labels == query_labels[:, None]
     relevant = same_class & (np.arange(k) < r[:, None])
     scored = r > 0
+    hits = np.cumsum(relevant, axis=1, dtype=np.int32) if k else np.zeros((len(r), 1), dtype=np.int32)
+    queries, ranks = np.nonzero(relevant)
     with np.errstate(divide="ignore", invalid="ignore"):
-        precision_at_rank = np.cumsum(relevant, axis=1) / np.arange(1, k + 1)
-        # Summed rank after rank (a running sum's last column), not pairwise: the ranks past R add exact
-        # zeros, so a query's MAP@R has the same bits whatever k its block was searched with.
-        gains = np.where(relevant, precision_at_rank, 0.0)
-        map_at_r = (np.cumsum(gains, axis=1, out=gains)[:, -1] if k else np.zeros(len(r))) / r
-        r_precision = relevant.sum(axis=1) / r
+        # Precision at each relevant rank, summed rank after rank per query (bincount adds in input order,
+        # which is rank order): only the ranks below R take part, so a query's MAP@R has the same bits
+        # whatever k its block was searched with, and a large R costs its relevant ranks, not all k.
+        gains = hits[queries, ranks] / (ranks + 1)
+        map_at_r = np.bincount(queries, weights=gains, minlength=len(r)) / r
+        r_precision = hits[:, -1] / r
     precision_at_1 = same_class[:, 0].astype(np.float64) if k else np.zeros(len(r))
     per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
     for values in per_query.values():
