@@ -239,3 +239,19 @@ def test_an_in_memory_audit_on_cuda_scores_as_on_the_cpu(forty):
     explained = bgbias.explain(tiny_embedder().eval().cuda(), rows, split="all", limit=3,
                                attribution_options={"copies": 2})
     assert len(explained.maps) == 3 and explained.summary["compute"]["device"].startswith("cuda")
+
+
+def test_the_trials_folder_with_ones_own_masks_is_still_scored_in_one_call(forty, tmp_path):
+    from tests.replicas import make_folder
+
+    root = make_folder(tmp_path / "products", per_class=2)
+    for image in sorted(root.glob("*/*")):  # a centred box as each image's mask, as a user might bring
+        width, height = Image.open(image).size
+        mask = np.zeros((height, width), dtype=np.uint8)
+        mask[height // 4: 3 * height // 4, width // 4: 3 * width // 4] = 255
+        (tmp_path / "masks" / image.parent.name).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(mask).save(tmp_path / "masks" / image.parent.name / f"{image.stem}.png")
+    before = _tree(tmp_path)
+    result = bgbias.evaluate(tiny_embedder().eval(), "folder", root=root, masks=tmp_path / "masks",
+                             backgrounds=forty[0] / "backgrounds", repeats=2, workers=0, device="cpu")
+    assert result.report.images == 8 and len(result.corrupted) == 2 and _tree(tmp_path) == before
