@@ -71,3 +71,18 @@ def tiny_config(base: Path, method: str = "triplet", *extra: str, epochs: int = 
             f"schedule.epochs={epochs}", *extra,
         ],
     )
+
+
+@pytest.fixture
+def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
+    """The working folder laid out as ``bgbias study`` leaves it, for the docs' examples: ``data/bench``,
+    ``masks/bench`` and ``backgrounds/`` of the tiny bench."""
+    import shutil
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "bench").symlink_to(tiny_bench / "bench")
+    shutil.copytree(tiny_bench / "masks", tmp_path / "masks" / "bench")
+    shutil.copytree(tiny_bench / "backgrounds", tmp_path / "backgrounds")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    return tmp_path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,18 +28,6 @@ def run_examples(codes: list[str]) -> dict:
     for code in codes:
         exec(compile(code, str(DOC), "exec"), namespace)
     return namespace
-
-
-@pytest.fixture
-def study_folder(tiny_bench, tmp_path, monkeypatch) -> Path:
-    """``data/bench``, ``masks/bench`` and ``backgrounds/`` of the tiny bench in the working folder."""
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "bench").symlink_to(tiny_bench / "bench")
-    shutil.copytree(tiny_bench / "masks", tmp_path / "masks" / "bench")
-    shutil.copytree(tiny_bench / "backgrounds", tmp_path / "backgrounds")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BGBIAS_DATA", raising=False)
-    return tmp_path
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):

@@ -303,16 +303,10 @@ def test_a_parquet_file_without_pyarrow_is_refused_with_the_install(scored_split
 DOC = Path(__file__).resolve().parents[2] / "docs" / "embeddings.md"
 
 
-def test_the_pages_python_example_runs_as_written(tiny_bench, tmp_path, monkeypatch):
+def test_the_pages_python_example_runs_as_written(study_folder):
     (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "bench").symlink_to(tiny_bench / "bench")
-    shutil.copytree(tiny_bench / "masks", tmp_path / "masks" / "bench")
-    shutil.copytree(tiny_bench / "backgrounds", tmp_path / "backgrounds")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BGBIAS_DATA", raising=False)
     done: dict = {}
     exec(compile(code, str(DOC), "exec"), done)
     report = done["result"].report
     assert report.method == "emb" and len(report.corrupted.repeats) == 2 and report.images == 12
-    assert done["drop"] is not None and not (tmp_path / "emb" / "report").exists()
+    assert done["drop"] is not None and not (study_folder / "emb" / "report").exists()
