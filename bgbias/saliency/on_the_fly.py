@@ -1,13 +1,14 @@
 """Saliency masks made when they are first needed, for a table of one's own images that came without masks
-(``masks=bgbias.U2NetMasks()``): each image goes through U²-Net once per process, and its mask is kept in
-memory for the next call (the next epoch's audit), never written to disk. ``bgbias masks`` is the way for a
+(``masks=bgbias.U2NetMasks()``): each image of the table goes through U²-Net once per process, when the
+table is first audited, and its mask is kept in memory for the next call (the next epoch's audit), never
+written to disk. ``bgbias masks`` is the way for a
 whole dataset, resumable and checked; this one is for a notebook.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
@@ -25,7 +26,7 @@ dataset object and index)."""
 @dataclass(frozen=True)
 class U2NetMasks:
     """``masks=`` that makes each image's saliency mask with ``model`` (``u2net``, ``u2netp``, …) on
-    ``device`` when the image is first used, and keeps it in memory for this process."""
+    ``device`` the first time its table is audited, and keeps it in memory for this process."""
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
@@ -35,39 +36,24 @@ class U2NetMasks:
         check_device(self.device)
 
 
-@dataclass
-class _MaskMaker:
-    """The masks of ``images`` by position, made on first access (a loader worker opens its own session)."""
-
-    images: list[Any]
-    spec: U2NetMasks
-    _session: MaskSession | None = field(default=None, repr=False)
-
-    def __getitem__(self, index: int) -> Image.Image:
-        image = self.images[index]
-        key = (self.spec.model, _image_key(image))
-        if key not in _KEPT:
-            _KEPT[key] = self._make(load_image(image))
-        return _KEPT[key]
-
-    def _make(self, image: Image.Image) -> Image.Image:
-        from bgbias.saliency.sessions import open_session
-
-        if self._session is None:
-            self._session = open_session(self.spec.model, device=self.spec.device)
-        session = self._session
-        return session.finish(session.infer(session.prepare(image)), image.size).image
-
-    def __getstate__(self) -> dict[str, Any]:  # a session does not pickle: each worker opens its own
-        return {**self.__dict__, "_session": None}
-
-
 def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
-    """``table`` with a U²-Net mask for every image that has none of its own (made when first used)."""
+    """``table`` with a U²-Net mask for every image that has none of its own. They are made here, in this
+    process, once per image and model (:data:`_KEPT`), so loader workers receive them made and a second call
+    makes none."""
+    from bgbias.saliency.sessions import open_session
+
     items = table.items()
-    maker = _MaskMaker([item.image for item in items], spec)
+    session: MaskSession | None = None
+    masks: list[Image.Image | None] = []
+    for item in items:
+        key = (spec.model, _image_key(item.image))
+        if item.saliency_mask is None and key not in _KEPT:
+            session = session or open_session(spec.model, device=spec.device)
+            image = load_image(item.image)
+            _KEPT[key] = session.finish(session.infer(session.prepare(image)), image.size).image
+        masks.append(None if item.saliency_mask is not None else _KEPT[key])
     rows = [(item.image, item.label, item.saliency_mask if item.saliency_mask is not None
-             else InMemoryImage(maker, index, None, f"{item.id} ({spec.model} mask)"))
+             else InMemoryImage(masks, index, None, f"{item.id} ({spec.model} mask)"))
             for index, item in enumerate(items)]
     return ImageTable.from_rows(rows, table.root)
 
