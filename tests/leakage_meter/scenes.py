@@ -49,6 +49,11 @@ class Scenes(torch.utils.data.Dataset):
 
 def scenes(background: str, shape: str, *, per_class: int = 12, seed: int = 0,
            root: Path | None = None) -> ImageTable:
+    """:func:`scene_samples` as a table dataset (relative paths under ``root``: it has none)."""
+    return image_table(scene_samples(background, shape, per_class=per_class, seed=seed), root)
+
+
+def scene_samples(background: str, shape: str, *, per_class: int = 12, seed: int = 0) -> Scenes:
     """Four classes of ``per_class`` images each. The background's colour is the class's (``"class"``),
     drawn at random (``"random"``) or the first colour for every image (``"shared"``); the shape is the
     class's (``"class"``) or drawn at random (``"random"``). The object's colour, and its place (a few pixels
@@ -66,7 +71,7 @@ def scenes(background: str, shape: str, *, per_class: int = 12, seed: int = 0,
             mask = shape_mask(outline, centre)
             image[mask == 255] = rng.integers(0, 256, size=3)
             samples.append((image, label, mask))
-    return image_table(Scenes(samples), root)
+    return Scenes(samples)
 
 
 class TinyEncoder(nn.Module):

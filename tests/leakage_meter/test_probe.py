@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bgbias.leakage.probe import probe_chance, probe_folds, probe_predictions
+from bgbias.leakage_meter.probe import probe_chance, probe_folds, probe_predictions
 
 
 def test_folds_deal_each_class_over_every_fold_and_follow_the_seed():

@@ -26,7 +26,7 @@ class ViewScores:
 @dataclass(frozen=True)
 class ClassLeakage:
     """One class's images: their mean MAP@R from the background alone, from the object alone, and by chance,
-    and their own leakage share (:func:`~bgbias.leakage.headline.leakage_share`)."""
+    and their own leakage share (:func:`~bgbias.leakage_meter.headline.leakage_share`)."""
 
     label: int
     images: int

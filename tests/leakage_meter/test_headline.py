@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bgbias.leakage.headline import bootstrap_interval, leakage_share
+from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
 
 
 def test_the_share_of_what_the_background_retrieves_above_chance():

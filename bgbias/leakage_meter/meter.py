@@ -3,10 +3,11 @@ any model is trained on the dataset (issue 34; docs/leakage.md).
 
 Every image of a split is seen twice, by one frozen encoder: with its object removed and the hole filled
 (background-only) and with its object alone on black (foreground-only), both at the geometry the encoder is
-measured at (:mod:`bgbias.leakage.views`). Each view is scored against chance by retrieval (MAP@R and P@1
-of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a cross-validated
-linear probe (:mod:`bgbias.leakage.probe`); the headline is the background's share of what the two retrieve
-above chance, with a bootstrap interval over images (:mod:`bgbias.leakage.headline`). Nothing is written
+measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against chance by retrieval (MAP@R and
+P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
+cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
+what the two retrieve above chance, with a bootstrap interval over images
+(:mod:`bgbias.leakage_meter.headline`). Nothing is written
 unless ``out`` is given.
 """
 
@@ -22,16 +23,19 @@ from bgbias.data.splits import split_items
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.request import measured_geometry
 from bgbias.errors import DatasetError, OptionError
-from bgbias.leakage.headline import bootstrap_interval, leakage_share
-from bgbias.leakage.probe import probe_chance, probe_predictions
-from bgbias.leakage.result import ClassLeakage, DatasetLeakage, ViewScores
-from bgbias.leakage.views import VIEWS, ViewImages
+from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
+from bgbias.leakage_meter.probe import probe_chance, probe_predictions
+from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
+from bgbias.leakage_meter.views import VIEWS, ViewImages
 from bgbias.retrieval.metrics import chance_per_query, chance_scores, score_embeddings
 
 if TYPE_CHECKING:
     from bgbias.data.geometry import EvalGeometry
     from bgbias.methods.embedding_model import EmbeddingModel
 
+DEFAULT_ENCODER = "bgbias.models.pretrained:imagenet_mobilenet_v2"
+"""The frozen encoder the command and the API measure with unless told otherwise: the ImageNet MobileNetV2
+of the offline assets, pooled features, as an outside model's factory spec."""
 DEFAULT_FILL = "inpainted"
 """The meter's fill: inpainting hides the object's silhouette, which black keeps (a shape leak), and follows
 the background around the hole, which tiling does not."""

@@ -1,4 +1,4 @@
-"""Known answers of the leakage meter on generated scenes (tests/leakage/scenes.py), their exact masks
+"""Known answers of the leakage meter on generated scenes (tests/leakage_meter/scenes.py), their exact masks
 and a tiny random encoder: a background that is the class reads near full leakage, one drawn apart from the
 class reads chance, and a black fill is caught leaking the object's silhouette where inpainting and tiling
 are not."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bgbias.errors import DatasetError, OptionError
-from bgbias.leakage.meter import class_leakage, measure_leakage
-from tests.leakage.scenes import scenes, tiny_encoder
+from bgbias.leakage_meter.meter import class_leakage, measure_leakage
+from tests.leakage_meter.scenes import scenes, tiny_encoder
 
 
 @pytest.fixture()
