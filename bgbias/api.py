@@ -27,8 +27,10 @@ from bgbias.options import (
     AMP,
     BATCH_SIZE,
     DEVICE,
+    FILL,
     FLAG,
     FOLD,
+    LEAKAGE_SPLIT,
     MASK_DEVICE,
     MAX_MEMORY,
     MEMORY_FORMAT,
@@ -43,7 +45,6 @@ from bgbias.options import (
     Rule,
     check_arguments,
 )
-from bgbias.variants.variants import FILLS
 
 if TYPE_CHECKING:
     from bgbias.attribution.run import ExplainResult
@@ -61,10 +62,6 @@ T = TypeVar("T")
 DATASET = Rule(str, example="bench")
 MASKS = Rule(Path, optional=True, example="masks/bench")
 """``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
-FILL = Rule(str, choices=FILLS, example="inpainted")
-"""How the leakage meter fills the object's hole (bgbias.variants.variants)."""
-LEAKAGE_SPLIT = Rule(str, choices=("train", "test", "all"), example="test")
-"""The split the leakage meter measures: before training, the training split is as telling as the test's."""
 RULES: dict[str, dict[str, Rule]] = {
     "evaluate": {
         "root": PATH, "split": SPLIT,

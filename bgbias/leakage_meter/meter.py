@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from bgbias.methods.embedding_model import EmbeddingModel
 
 DEFAULT_ENCODER = "bgbias.models.pretrained:imagenet_mobilenet_v2"
-"""The frozen encoder the command and the API measure with unless told otherwise: the ImageNet MobileNetV2
-of the offline assets, pooled features, as an outside model's factory spec."""
+"""The frozen encoder the API measures with unless told otherwise (and ``bgbias leakage``'s ``--model``
+default): the ImageNet MobileNetV2 of the offline assets, pooled features, as an outside model's factory
+spec."""
 DEFAULT_FILL = "inpainted"
 """The meter's fill: inpainting hides the object's silhouette, which black keeps (a shape leak), and follows
 the background around the hole, which tiling does not."""
