@@ -4,13 +4,15 @@ less.
 The package is grouped by pipeline stage: ``assets`` (offline provisioning), ``data`` (datasets and images),
 ``backgrounds`` and ``bench`` (background pools and the embedded bench dataset), ``saliency`` (U²-Net masks),
 ``bgaugment`` (compositing), ``corrupted`` (the corrupted test sets), ``variants`` (the profile's
-variants), ``models``, ``methods``, ``engine``, ``attribution`` and ``report``.
+variants), ``models``, ``methods``, ``engine``, ``attribution``, ``report`` and ``leakage_meter`` (the
+dataset's background leakage meter).
 
 The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
 anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
 :func:`score_embeddings` for precomputed embeddings, :func:`score` for one's own embeddings of the
 rendered corrupted sets (docs/embeddings.md), :func:`make_masks` and :func:`make_corrupted_sets`,
-and :class:`ModelInput`. Importing the package is cheap: each name is imported on first use, and heavy
+:func:`leakage` for a dataset's background leakage before training (docs/leakage.md), and
+:class:`ModelInput`. Importing the package is cheap: each name is imported on first use, and heavy
 libraries (torch, rembg, faiss) by the functions that need them.
 """
 
@@ -29,6 +31,7 @@ _PUBLIC = {
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",
     "explain": "bgbias.api",
+    "leakage": "bgbias.api",
     "make_corrupted_sets": "bgbias.api",
     "make_masks": "bgbias.api",
     "score": "bgbias.api",

@@ -27,8 +27,10 @@ from bgbias.options import (
     AMP,
     BATCH_SIZE,
     DEVICE,
+    FILL,
     FLAG,
     FOLD,
+    LEAKAGE_SPLIT,
     MASK_DEVICE,
     MAX_MEMORY,
     MEMORY_FORMAT,
@@ -47,6 +49,7 @@ from bgbias.options import (
 if TYPE_CHECKING:
     from bgbias.attribution.run import ExplainResult
     from bgbias.data.items import Dataset
+    from bgbias.leakage_meter.result import DatasetLeakage
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import EvaluationResult
@@ -84,6 +87,10 @@ RULES: dict[str, dict[str, Rule]] = {
               "split": SPLIT, "protocol": PROTOCOL, "fold": FOLD, "repeats": REPEATS, "seed": SEED,
               "profile": FLAG, "worst_k": WORST_K, "masks": PATH, "backgrounds": PATH, "manifests": PATH,
               "l2_normalize": FLAG, "name": OPTIONAL_TEXT, "max_memory": MAX_MEMORY, "out": PATH},
+    "leakage": {"root": PATH, "split": LEAKAGE_SPLIT, "fill": FILL, "seed": SEED, "out": PATH,
+                "device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP,
+                "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS,
+                "progress": FLAG},
 }
 """Each function's arguments with a declared rule (the others are checked where they are read: the model,
 the convention, arrays, the callback)."""
@@ -624,3 +631,49 @@ def score(
     return score_embedding_folder(Path(embeddings), open_dataset(dataset, root), request, protocol=protocol,
                                   fold=fold, l2_normalize=l2_normalize, name=name, out=_path(out),
                                   log=log or (lambda _line: None))
+
+
+@in_python_words
+def leakage(
+    dataset: Any,
+    root: PathLike | None = None,
+    *,
+    split: str = "test",
+    masks: PathLike | U2NetMasks | None = None,
+    fill: str = "inpainted",
+    model: Any = None,
+    model_input: ModelInput | None = None,
+    seed: int = 0,
+    out: PathLike | None = None,
+    device: str = "auto",
+    fingerprint: str | None = None,
+    trust_model: bool = False,
+    amp: str | None = None,
+    memory_format: str | None = None,
+    batch_size: int = 64,
+    workers: int | None = None,
+    progress: bool = False,
+) -> DatasetLeakage:
+    """``bgbias leakage``: how much of the class the background alone gives away in ``split`` of ``dataset``,
+    before any model is trained on it (docs/leakage.md). Each image's background-only view (the object
+    removed with a dilated mask, the hole filled by ``fill``: ``inpainted``, ``tiled`` or ``black``, which
+    keeps the silhouette) and foreground-only view (the object on black) are embedded by ``model``, frozen
+    (default the ImageNet MobileNetV2 of the offline assets; anything :func:`evaluate` takes), and scored
+    against chance by retrieval and a cross-validated probe; ``result.leakage`` is the background's share of
+    what the two retrieve above chance, ``result.interval`` its bootstrap interval, ``result.per_class``
+    the classes whose background gives them away most. ``dataset``, ``root``, ``masks`` and ``model_input``
+    are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the bootstrap. Nothing is written
+    unless ``out`` names a folder for ``leakage.json`` and ``leakage.md``."""
+    from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
+
+    check_arguments(locals(), RULES["leakage"])
+    _check_model_input(model_input, None)
+    fields = _data_fields(dataset, root, masks)
+    opened = _opened(fields["dataset"], fields["root"])
+    if out is not None:
+        _not_a_models_folder(Path(out))
+    encoder = as_embedding_model(DEFAULT_ENCODER if model is None else model, model_input, device=device,
+                                 fingerprint=fingerprint, trust_model=trust_model, amp=amp,
+                                 memory_format=memory_format)
+    return measure_leakage(opened, encoder, split=split, masks_dir=fields["masks"], fill=fill, seed=seed,
+                           batch_size=batch_size, workers=workers, progress=progress, out=_path(out))

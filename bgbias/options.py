@@ -170,6 +170,11 @@ PATH = Rule(Path, optional=True, example="folder")
 FLAG = Rule(bool, example=True)
 SPLIT = Rule(str, choices=("test", "val", "all"), example="test")
 """The evaluated split: the paper's test split, or the validation split."""
+LEAKAGE_SPLIT = Rule(str, choices=("train", "test", "all"), example="test")
+"""The split the leakage meter measures: before training, the training split is as telling as the test's."""
+FILL = Rule(str, choices=("black", "tiled", "inpainted"), example="inpainted")
+"""How an object's hole is filled (``bgbias.variants.variants.without_object``): black keeps the object's
+silhouette (a shape a model can read), tiling and inpainting hide it."""
 PROTOCOL = Rule(str, choices=("fixed", "cv4"), example="fixed")
 """The paper's fixed split, or 4-fold class-disjoint cross-validation."""
 FOLD = Rule(int, minimum=0, maximum=3, example=0)

@@ -128,6 +128,7 @@ CHECKED_WHERE_READ = {
     "make_masks": {"dataset"},
     "make_corrupted_sets": {"dataset", "variants"},
     "score": {"log"},
+    "leakage": {"dataset", "masks", "model", "model_input"},
 }
 
 
@@ -149,7 +150,8 @@ def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argu
                 "evaluate_embeddings": {"clean": None, "labels": None},
                 "score_embeddings": {"embeddings": None, "labels": None},
                 "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"},
-                "score": {"embeddings": "embeddings", "dataset": "bench"}}[name]
+                "score": {"embeddings": "embeddings", "dataset": "bench"},
+                "leakage": {"dataset": "bench"}}[name]
     with pytest.raises(OptionError) as err:
         getattr(bgbias, name)(**{**required, argument: _Wrong()})
     assert err.value.problem.startswith(f"{argument}=<wrong> is invalid: it must be ")

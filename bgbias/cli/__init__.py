@@ -3,8 +3,9 @@
 Heavy libraries are imported inside the commands, so ``bgbias --help`` answers at once. The commands live by
 group: :mod:`~bgbias.cli.assets`, :mod:`~bgbias.cli.data` (``datasets``, ``masks``, ``corrupt``),
 :mod:`~bgbias.cli.models` (``train``, ``eval``, ``explain``), :mod:`~bgbias.cli.embeddings` (``score``:
-one's own embeddings), :mod:`~bgbias.cli.reports` (``report``,
-``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main` is the ``bgbias`` command itself.
+one's own embeddings), :mod:`~bgbias.cli.leakage` (``leakage``: a dataset's background leakage),
+:mod:`~bgbias.cli.reports` (``report``, ``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main`
+is the ``bgbias`` command itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
-from bgbias.cli import assets, data, embeddings, info, models, reports
+from bgbias.cli import assets, data, embeddings, info, leakage, models, reports
 from bgbias.cli.group import CommandGroup
 
 
@@ -36,5 +37,6 @@ def main(data_root: Path | None) -> None:
 
 
 for _command in (assets.assets, data.datasets, data.masks, data.corrupt, models.train, models.evaluate,
-                 embeddings.score, models.explain, reports.report, reports.study, info.methods):
+                 embeddings.score, models.explain, leakage.leakage, reports.report, reports.study,
+                 info.methods):
     main.add_command(_command)

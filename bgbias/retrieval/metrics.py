@@ -199,22 +199,32 @@ def _search(search: Retrieval, embeddings: Any, k: int, references: Any, queries
 def chance_scores(labels: np.ndarray) -> dict[str, float]:
     """The expected means of the three metrics when every query ranks the other items at random: how well a
     model does that sees nothing of the images, the floor a background-only or object-only score is read
-    against.
+    against (the means of :func:`chance_per_query` over the queries not alone in their class)."""
+    per_query = chance_per_query(labels)
+    scored = ~np.isnan(per_query["map_at_r"])
+    if not scored.any():
+        return {name: float("nan") for name in METRICS}
+    return {name: float(per_query[name][scored].mean()) for name in METRICS}
+
+
+def chance_per_query(labels: np.ndarray) -> dict[str, np.ndarray]:
+    """Each query's expected scores when it ranks the other items at random (NaN for a query alone in its
+    class, left out as everywhere), in input order.
 
     With ``M`` other items of which ``R`` share the query's class, ``p = R / M``: P@1 and R-precision expect
     ``p``; AP@R expects ``(p / R)·(H_R + (R − H_R)·(R − 1)/(M − 1))`` (``H_R`` the R-th harmonic number),
     since rank ``i`` adds ``P(i)·rel(i)``, whose expectation is ``(p/i)·(1 + (i − 1)(R − 1)/(M − 1))``.
-    Queries alone in their class are left out, as everywhere.
     """
     labels = np.asarray(labels)
     _, class_of, sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = (sizes[class_of] - 1).astype(np.float64)
     others = len(labels) - 1
-    r = r[r > 0]
-    if len(r) == 0:
-        return {name: float("nan") for name in METRICS}
-    p = r / others
+    scored = r > 0
+    ap = np.full(len(labels), np.nan)
+    p = np.full(len(labels), np.nan)
+    r = r[scored]
+    p[scored] = r / others
     harmonic = np.array([np.sum(1.0 / np.arange(1, int(value) + 1)) for value in r])
     pairs = (r - 1) / (others - 1) if others > 1 else np.zeros_like(r)
-    ap = p / r * (harmonic + (r - harmonic) * pairs)
-    return {"map_at_r": float(ap.mean()), "r_precision": float(p.mean()), "precision_at_1": float(p.mean())}
+    ap[scored] = p[scored] / r * (harmonic + (r - harmonic) * pairs)
+    return {"map_at_r": ap, "r_precision": p, "precision_at_1": p.copy()}

@@ -1,7 +1,8 @@
 """The background-reliance profile's variants of an image: pure functions of pixels, nothing random.
 
 After Xiao et al.'s backgrounds challenge (ImageNet-9): **only-fg** keeps the object on black; **only-bg**
-removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**);
+removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**;
+the leakage meter also fills it by **inpainting**, :func:`inpainted_background`);
 **mixed-same** / **mixed-rand** paste the object on the background of a donor image of the same / another
 class, the donor's own object removed by tiling. Which donor is the one random choice; it is sampled apart
 (:mod:`bgbias.variants.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
@@ -17,12 +18,17 @@ import numpy as np
 
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.errors import OptionError
+from bgbias.options import FILL
 
 ONLY_FG_FILL = (0, 0, 0)
 """The constant the object stands on in only-fg: black, as in Xiao et al.'s Only-FG."""
 OBJECT_THRESHOLD = 13
 """Mask values from here up (5 %) are the object where the hole to fill is bounded: a soft edge's halo of
 object colour must not be tiled into the hole. Blends always use the soft mask."""
+FILLS = FILL.choices
+"""How :func:`without_object` fills the object's hole (:data:`bgbias.options.FILL`)."""
+INPAINT_RADIUS = 3
+"""Pixels around each hole pixel that OpenCV's Telea inpainting draws from."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,45 @@ def render_variant(
 
 
 def without_object(image: np.ndarray, mask: np.ndarray, fill: str) -> np.ndarray:
-    """``image`` with its object removed: ``m·F + (1 − m)·x``, ``F`` the tiled background or black."""
-    filler = tiled_background(image, mask) if fill == "tiled" else np.zeros_like(image)
+    """``image`` with its object removed: ``m·F + (1 − m)·x``, ``F`` the tiled, inpainted or black
+    background (:data:`FILLS`)."""
+    if fill not in FILLS:
+        raise OptionError(f"unknown fill {fill!r}", fix=f"use one of {', '.join(FILLS)}")
+    if fill == "tiled":
+        filler = tiled_background(image, mask)
+    elif fill == "inpainted":
+        filler = inpainted_background(image, mask)
+    else:
+        filler = np.zeros_like(image)
     return composite_pixels(filler, mask, image)
+
+
+def dilated_mask(mask: np.ndarray, radius: int) -> np.ndarray:
+    """The hard mask (0 or 255) of the pixels within ``radius`` pixels (a disc) of the object (mask ≥
+    :data:`OBJECT_THRESHOLD`): removing it takes the soft edge's halo of object colour with the object, so
+    no outline of it is left for a fill to extend."""
+    hard = np.where(mask >= OBJECT_THRESHOLD, np.uint8(255), np.uint8(0))
+    if radius <= 0:
+        return hard
+    import cv2  # lazily: OpenCV is slow to import and only fills need it
+
+    disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+    return cv2.dilate(hard, disc)
+
+
+def inpainted_background(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``image`` with the pixels of mask ≥ :data:`OBJECT_THRESHOLD` painted in from their surroundings by
+    OpenCV's Telea inpainting (radius :data:`INPAINT_RADIUS`): unlike tiling it follows the background next to
+    the hole, unlike black it leaves no silhouette. Without an object the image itself; where the object
+    covers the frame there is nothing to paint from: black."""
+    hole = np.where(mask >= OBJECT_THRESHOLD, np.uint8(255), np.uint8(0))
+    if not hole.any():
+        return image.copy()
+    if hole.all():
+        return np.zeros_like(image)
+    import cv2
+
+    return cv2.inpaint(np.ascontiguousarray(image), hole, INPAINT_RADIUS, cv2.INPAINT_TELEA)
 
 
 def tiled_background(image: np.ndarray, mask: np.ndarray) -> np.ndarray:

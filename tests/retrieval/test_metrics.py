@@ -13,6 +13,7 @@ from bgbias.errors import OptionError
 from bgbias.retrieval.metrics import (
     METRICS,
     RetrievalScores,
+    chance_per_query,
     chance_scores,
     retrieval_scores,
     score_embeddings,
@@ -191,3 +192,13 @@ def test_chance_scores_are_the_means_of_random_rankings():
     expected = chance_scores(labels)
     assert np.mean(draws, axis=0) == pytest.approx([expected[m] for m in METRICS], abs=0.004)
     assert chance_scores(np.array([0, 0, 0]))["map_at_r"] == pytest.approx(1.0)  # everything is relevant
+
+
+def test_each_querys_chance_averages_to_the_chance_scores_and_a_lone_query_has_none():
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    per_query = chance_per_query(labels)
+    assert np.isnan(per_query["map_at_r"][9]) and np.isnan(per_query["precision_at_1"][9])
+    assert per_query["precision_at_1"][0] == pytest.approx(2 / 9)
+    assert per_query["map_at_r"][3] == pytest.approx(1 / 9)  # R = 1: the one relevant item on top
+    for name, mean in chance_scores(labels).items():
+        assert np.nanmean(per_query[name]) == pytest.approx(mean)

@@ -1,0 +1,125 @@
+"""The dataset's background leakage meter: how much of the class the background alone gives away, before
+any model is trained on the dataset (issue 34; docs/leakage.md).
+
+Every image of a split is seen twice, by one frozen encoder: with its object removed and the hole filled
+(background-only) and with its object alone on black (foreground-only), both at the geometry the encoder is
+measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against chance by retrieval (MAP@R and
+P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
+cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
+what the two retrieve above chance, with a bootstrap interval over images
+(:mod:`bgbias.leakage_meter.headline`). Nothing is written
+unless ``out`` is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bgbias.data.items import Dataset, default_masks_dir
+from bgbias.data.splits import split_items
+from bgbias.engine.embedding import embed_images
+from bgbias.engine.request import measured_geometry
+from bgbias.errors import DatasetError, OptionError
+from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
+from bgbias.leakage_meter.probe import probe_chance, probe_predictions
+from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
+from bgbias.leakage_meter.views import VIEWS, ViewImages
+from bgbias.retrieval.metrics import chance_per_query, chance_scores, score_embeddings
+
+if TYPE_CHECKING:
+    from bgbias.data.geometry import EvalGeometry
+    from bgbias.methods.embedding_model import EmbeddingModel
+
+DEFAULT_ENCODER = "bgbias.models.pretrained:imagenet_mobilenet_v2"
+"""The frozen encoder the API measures with unless told otherwise (and ``bgbias leakage``'s ``--model``
+default): the ImageNet MobileNetV2 of the offline assets, pooled features, as an outside model's factory
+spec."""
+DEFAULT_FILL = "inpainted"
+"""The meter's fill: inpainting hides the object's silhouette, which black keeps (a shape leak), and follows
+the background around the hole, which tiling does not."""
+
+
+def measure_leakage(
+    dataset: Dataset,
+    model: EmbeddingModel,
+    *,
+    split: str = "test",
+    masks_dir: str | Path | None = None,
+    fill: str = DEFAULT_FILL,
+    geometry: EvalGeometry | None = None,
+    batch_size: int = 64,
+    workers: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    out: str | Path | None = None,
+) -> DatasetLeakage:
+    """The background leakage of ``split`` of ``dataset`` seen through ``model`` (frozen; put in eval mode).
+
+    Masks come with the items or from ``masks_dir`` (default: the dataset's masks folder); ``geometry``
+    defaults to the one ``model`` is measured at. ``seed`` fixes the probe's folds and the bootstrap. With
+    ``out``, ``leakage.json`` and ``leakage.md`` are written there.
+    """
+    items = split_items(dataset, split)
+    labels = np.array([item.label for item in items], np.int64)
+    if len(np.unique(labels)) < 2:
+        raise DatasetError(f"the {split!r} split of the {dataset.name} dataset has one class: no class can "
+                           "be given away", path=dataset.root, fix="measure a split with two classes or more")
+    geometry = geometry or measured_geometry(model, dataset.name)
+    masks = Path(masks_dir) if masks_dir is not None else default_masks_dir(dataset)
+    states = {}
+    for view in VIEWS:
+        images = ViewImages(items, view, masks_dir=masks, dataset_name=dataset.name, geometry=geometry,
+                            fill=fill)
+        state, embedded_labels = embed_images(model, images, model.device, batch_size=batch_size,
+                                              workers=workers, amp=model.amp, progress=progress,
+                                              desc=f"{view} only")
+        if not np.array_equal(embedded_labels, labels):
+            raise AssertionError("the embedded images came back out of their dataset's order")
+        states[view] = state
+    scores = {view: score_embeddings(states[view], labels, retrieval=model.retrieval()) for view in VIEWS}
+    probes = {view: probe_predictions(_probe_input(states[view]), labels, seed=seed) for view in VIEWS}
+    chance = chance_scores(labels)
+    per_query_chance = chance_per_query(labels)["map_at_r"]
+    views = {view: ViewScores(scores[view].map_at_r, scores[view].precision_at_1,
+                              float((probes[view] == labels).mean())) for view in VIEWS}
+    background, foreground = (scores[view].per_query["map_at_r"] for view in VIEWS)
+    result = DatasetLeakage(
+        dataset=dataset.name, split=split, fill=fill, model=str(model.describe().get("method", "")),
+        images=len(items), classes=len(np.unique(labels)),
+        leakage=leakage_share(views["background"].map_at_r, views["foreground"].map_at_r, chance["map_at_r"]),
+        interval=bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed),
+        background=views["background"], foreground=views["foreground"],
+        chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
+        per_class=class_leakage(labels, background, foreground, per_query_chance),
+    )
+    if out is not None:
+        result.write(out)
+    return result
+
+
+def class_leakage(labels: np.ndarray, background: np.ndarray, foreground: np.ndarray,
+                  chance: np.ndarray) -> tuple[ClassLeakage, ...]:
+    """Each class's mean MAP@R in both views and by chance (its images' own), the classes whose background
+    retrieves most above chance first (ties by label); classes of one image, which retrieve nothing, left
+    out."""
+    rows = []
+    for label in np.unique(labels):
+        members = (labels == label) & ~np.isnan(chance)
+        if not members.any():
+            continue
+        bg, fg, floor = (float(values[members].mean()) for values in (background, foreground, chance))
+        rows.append(ClassLeakage(int(label), int((labels == label).sum()), bg, fg, floor,
+                                 leakage_share(bg, fg, floor)))
+    return tuple(sorted(rows, key=lambda row: (-row.background_above_chance, row.label)))
+
+
+def _probe_input(state: dict[str, np.ndarray]) -> np.ndarray:
+    """The one array of a model's per-image state the probe reads: its embedding."""
+    if "embedding" not in state:
+        raise OptionError(f"the model's per-image state has no 'embedding' (it has {', '.join(state)})",
+                          fix="measure leakage with a model whose embed returns one embedding tensor, or a "
+                              "mapping with an 'embedding' entry")
+    return state["embedding"].reshape(len(state["embedding"]), -1)

@@ -1,0 +1,89 @@
+"""Known answers of the leakage meter on generated scenes (tests/leakage_meter/scenes.py), their exact masks
+and a tiny random encoder: a background that is the class reads near full leakage, one drawn apart from the
+class reads chance, and a black fill is caught leaking the object's silhouette where inpainting and tiling
+are not."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bgbias.errors import DatasetError, OptionError
+from bgbias.leakage_meter.meter import class_leakage, measure_leakage
+from tests.leakage_meter.scenes import scenes, tiny_encoder
+
+
+@pytest.fixture()
+def encoder(tmp_path):
+    return tiny_encoder(tmp_path / "encoder")
+
+
+def _leakage(tmp_path, encoder, background, shape, fill="inpainted", **options):
+    table = scenes(background, shape, root=tmp_path)
+    return measure_leakage(table, encoder, split="all", fill=fill, workers=0, **options)
+
+
+def test_a_background_that_is_the_class_reads_near_full_leakage(tmp_path, encoder):
+    result = _leakage(tmp_path, encoder, "class", "random")
+    assert result.leakage > 0.95 and result.interval[0] > 0.9
+    assert result.background.map_at_r > 0.95 and result.background.probe_accuracy > 0.95
+    assert result.foreground.map_at_r - result.chance.map_at_r < 0.03  # shapes drawn apart from the class
+    assert result.images == 48 and result.classes == 4
+    assert all(row.background_map_at_r > 0.9 for row in result.per_class)
+
+
+def test_backgrounds_drawn_apart_from_the_class_read_chance(tmp_path, encoder):
+    result = _leakage(tmp_path, encoder, "random", "class")
+    assert result.background.map_at_r - result.chance.map_at_r < 0.01
+    assert result.background.probe_accuracy <= result.chance.probe_accuracy
+    assert result.foreground.map_at_r - result.chance.map_at_r > 0.1  # the object's shape is the class
+    assert result.leakage < 0.1 and result.interval[0] == 0.0
+
+
+def test_a_black_fill_leaks_the_silhouette_that_inpainting_and_tiling_hide(tmp_path, encoder):
+    by_fill = {fill: _leakage(tmp_path, encoder, "shared", "class", fill) for fill in ("black", "inpainted",
+                                                                                       "tiled")}
+    black = by_fill["black"]
+    assert black.background.map_at_r - black.chance.map_at_r > 0.15
+    assert black.background.probe_accuracy > 2 * black.chance.probe_accuracy
+    for fill in ("inpainted", "tiled"):
+        hidden = by_fill[fill]
+        assert hidden.background.map_at_r - hidden.chance.map_at_r < 0.03
+        assert black.interval[0] > hidden.leakage and black.leakage > hidden.interval[1]
+
+
+def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tmp_path, encoder):
+    table = scenes("class", "random", root=tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    result = measure_leakage(table, encoder, split="all", workers=0)
+    assert sorted(tmp_path.rglob("*")) == before
+    again = measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "leakage")
+    assert again == result  # seeded: the same numbers every time
+    record = json.loads((tmp_path / "leakage" / "leakage.json").read_text())
+    assert record["format"] == "bgbias-leakage" and record["leakage"] == pytest.approx(result.leakage)
+    assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
+    page = (tmp_path / "leakage" / "leakage.md").read_text()
+    assert "comes from the background" in page and "| background only |" in page
+
+
+def test_an_unknown_fill_and_a_split_of_one_class_are_refused(tmp_path, encoder):
+    with pytest.raises(OptionError, match="unknown fill 'blur'"):
+        _leakage(tmp_path, encoder, "class", "random", fill="blur")
+    one_class = scenes("class", "random", per_class=3, root=tmp_path)
+    one_class.rows = [row for row in one_class.rows if row[1] == 0]
+    with pytest.raises(DatasetError, match="has one class") as err:
+        measure_leakage(one_class, encoder, split="all", workers=0)
+    assert "two classes or more" in err.value.fix
+
+
+def test_classes_are_listed_by_what_their_background_retrieves_above_their_chance():
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 3])
+    background = np.array([0.2, 0.2, 0.2, 1.0, 1.0, 0.5, 0.5, 0.5, np.nan])
+    foreground = np.full(9, 0.3)
+    chance = np.array([0.25] * 3 + [0.125] * 2 + [0.25] * 3 + [np.nan])
+    rows = class_leakage(labels, background, foreground, chance)
+    assert [row.label for row in rows] == [1, 2, 0]  # class 3 has one image: nothing to retrieve
+    assert rows[0].images == 2 and rows[0].chance_map_at_r == pytest.approx(0.125)
+    assert rows[2].leakage == pytest.approx(0.0)  # its background is below chance
