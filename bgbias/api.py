@@ -663,7 +663,8 @@ def leakage(
     what the two retrieve above chance, ``result.interval`` its bootstrap interval, ``result.per_class``
     the classes whose background gives them away most. ``dataset``, ``root``, ``masks`` and ``model_input``
     are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the bootstrap. Nothing is written
-    unless ``out`` names a folder for ``leakage.json`` and ``leakage.md``."""
+    unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and the picture of the classes whose
+    background gives them away most, ``leakage-classes.png``."""
     from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 
     check_arguments(locals(), RULES["leakage"])

@@ -37,7 +37,8 @@ from bgbias.cli.options import DATASETS, PATH_DIR, click_type
 @click.option("--workers", type=click_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine).")
 @click.option("--out", type=PATH_DIR, default=None,
-              help="Folder for leakage.json and leakage.md (default: print the summary only).")
+              help="Folder for leakage.json, leakage.md and leakage-classes.png, the picture of the classes "
+                   "whose background gives them away most (default: print the summary only).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def leakage(dataset_name: str, root: Path | None, split: str, masks: Path | None, fill: str,
             model: str | None, trust_model: bool, device: str, amp: str | None, memory_format: str | None,
@@ -47,6 +48,7 @@ def leakage(dataset_name: str, root: Path | None, split: str, masks: Path | None
     with a bootstrap interval and the classes whose background gives them away most."""
     from bgbias.api import as_embedding_model
     from bgbias.data.registry import open_dataset
+    from bgbias.leakage_meter.class_gallery import CLASS_GALLERY
     from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 
     dataset = open_dataset(dataset_name, root)
@@ -56,4 +58,5 @@ def leakage(dataset_name: str, root: Path | None, split: str, masks: Path | None
                              batch_size=batch_size, workers=workers, progress=not no_progress, out=out)
     click.echo(result.markdown(), nl=False)
     if out is not None:
-        click.echo(f"written: {out / 'leakage.json'}, {out / 'leakage.md'}", err=True)
+        picture = f", {out / CLASS_GALLERY}" if result.per_class else ""
+        click.echo(f"written: {out / 'leakage.json'}, {out / 'leakage.md'}{picture}", err=True)

@@ -7,8 +7,9 @@ measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against cha
 P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
 cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
 what the two retrieve above chance, with a bootstrap interval over images
-(:mod:`bgbias.leakage_meter.headline`). Nothing is written
-unless ``out`` is given.
+(:mod:`bgbias.leakage_meter.headline`). Nothing is written unless ``out`` is given: then the record, the
+summary and the picture of the classes whose background gives them away most
+(:mod:`bgbias.leakage_meter.class_gallery`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from bgbias.data.splits import split_items
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.request import measured_geometry
 from bgbias.errors import DatasetError, OptionError
+from bgbias.fileio import make_dirs
+from bgbias.leakage_meter.class_gallery import CLASS_GALLERY, write_class_gallery
 from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
 from bgbias.leakage_meter.probe import probe_chance, probe_predictions
 from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
@@ -60,7 +63,7 @@ def measure_leakage(
 
     Masks come with the items or from ``masks_dir`` (default: the dataset's masks folder); ``geometry``
     defaults to the one ``model`` is measured at. ``seed`` fixes the probe's folds and the bootstrap. With
-    ``out``, ``leakage.json`` and ``leakage.md`` are written there.
+    ``out``, ``leakage.json``, ``leakage.md`` and the per-class picture it links are written there.
     """
     items = split_items(dataset, split)
     labels = np.array([item.label for item in items], np.int64)
@@ -69,11 +72,11 @@ def measure_leakage(
                            "be given away", path=dataset.root, fix="measure a split with two classes or more")
     geometry = geometry or measured_geometry(model, dataset.name)
     masks = Path(masks_dir) if masks_dir is not None else default_masks_dir(dataset)
+    images = {view: ViewImages(items, view, masks_dir=masks, dataset_name=dataset.name, geometry=geometry,
+                               fill=fill) for view in VIEWS}
     states = {}
     for view in VIEWS:
-        images = ViewImages(items, view, masks_dir=masks, dataset_name=dataset.name, geometry=geometry,
-                            fill=fill)
-        state, embedded_labels = embed_images(model, images, model.device, batch_size=batch_size,
+        state, embedded_labels = embed_images(model, images[view], model.device, batch_size=batch_size,
                                               workers=workers, amp=model.amp, progress=progress,
                                               desc=f"{view} only")
         if not np.array_equal(embedded_labels, labels):
@@ -96,7 +99,11 @@ def measure_leakage(
         per_class=class_leakage(labels, background, foreground, per_query_chance),
     )
     if out is not None:
-        result.write(out)
+        picture = None
+        if result.per_class:
+            picture = write_class_gallery(make_dirs(out) / CLASS_GALLERY, images["background"], labels,
+                                          background, scores["background"].neighbours, result.per_class)
+        result.write(out, picture=picture.name if picture else None)
     return result
 
 

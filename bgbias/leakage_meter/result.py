@@ -1,5 +1,6 @@
-"""What the leakage meter finds, as typed values, and the two files ``out=`` writes: ``leakage.json`` (every
-number) and ``leakage.md`` (the summary and the per-class table, for a person)."""
+"""What the leakage meter finds, as typed values, and the two files of it ``out=`` writes: ``leakage.json``
+(every number) and ``leakage.md`` (the summary and the per-class table, for a person, linking the per-class
+picture where there is one)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ class DatasetLeakage:
         return _json_safe({"format": RECORD_FORMAT, "version": 1, **asdict(self),
                            "interval": list(self.interval)})
 
-    def markdown(self, top: int = 20) -> str:
-        """The summary and the ``top`` classes whose background gives them away most."""
+    def markdown(self, top: int = 20, picture: str | None = None) -> str:
+        """The summary and the ``top`` classes whose background gives them away most, then ``picture`` (a
+        file beside the page showing some of them) where given."""
         low, high = self.interval
         views = {"background only": self.background, "object only": self.foreground, "chance": self.chance}
         lines = [
@@ -88,13 +90,18 @@ class DatasetLeakage:
             *(_row(f"{row.label} | {row.images}", row.background_map_at_r, row.foreground_map_at_r,
                    row.chance_map_at_r, row.leakage) for row in self.per_class[:top]),
         ]
+        if picture is not None:
+            lines += ["", "The first classes' background-only images (a row each, named by its AP@R) and "
+                      "their nearest background-only neighbours (green: same class, red: other):", "",
+                      f"![the classes whose background gives them away most]({picture})"]
         return "\n".join(lines) + "\n"
 
-    def write(self, out: str | Path) -> Path:
-        """``leakage.json`` and ``leakage.md`` in folder ``out`` (made where missing); returns it."""
+    def write(self, out: str | Path, picture: str | None = None) -> Path:
+        """``leakage.json`` and ``leakage.md`` (linking ``picture``, a file in ``out``, where given) in folder
+        ``out`` (made where missing); returns it."""
         folder = make_dirs(out)
         write_json_atomic(folder / "leakage.json", self.as_dict())
-        write_text_atomic(folder / "leakage.md", self.markdown())
+        write_text_atomic(folder / "leakage.md", self.markdown(picture=picture))
         return folder
 
 

@@ -255,7 +255,7 @@ def _retrieval_gallery(
     corrupted_images: Any,
 ) -> Path:
     """The paper's Fig. 1 for the queries whose AP@R fell most in the first corrupted repeat."""
-    from bgbias.report.retrieval_gallery import GalleryQuery, write_retrieval_gallery
+    from bgbias.retrieval.gallery import GalleryQuery, GalleryRow, write_retrieval_gallery
 
     drop = np.nan_to_num(clean.per_query["map_at_r"] - corrupted.per_query["map_at_r"], nan=-np.inf)
     picks = np.argsort(-drop, kind="stable")[:GALLERY_QUERIES]
@@ -266,12 +266,11 @@ def _retrieval_gallery(
         queries.append(GalleryQuery(
             caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
                     f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
-            clean_query=_pixels(clean_images, q),
-            clean_neighbours=[_pixels(clean_images, n) for n in clean_nn],
-            clean_correct=[bool(labels[n] == labels[q]) for n in clean_nn],
-            corrupted_query=_pixels(corrupted_images, q),
-            corrupted_neighbours=[_pixels(corrupted_images, n) for n in corrupted_nn],
-            corrupted_correct=[bool(labels[n] == labels[q]) for n in corrupted_nn],
+            rows=(GalleryRow("clean", _pixels(clean_images, q), [_pixels(clean_images, n) for n in clean_nn],
+                             [bool(labels[n] == labels[q]) for n in clean_nn]),
+                  GalleryRow("corrupted", _pixels(corrupted_images, q),
+                             [_pixels(corrupted_images, n) for n in corrupted_nn],
+                             [bool(labels[n] == labels[q]) for n in corrupted_nn])),
         ))
     return write_retrieval_gallery(path, queries)
 

@@ -32,6 +32,8 @@ def test_the_command_prints_the_summary_and_writes_only_with_out(tmp_path, monke
     assert written.exit_code == 0, written.output
     record = json.loads((tmp_path / "leakage" / "leakage.json").read_text())
     assert record["split"] == "all" and record["fill"] == "tiled" and record["leakage"] > 0.9
+    assert (tmp_path / "leakage" / "leakage-classes.png").is_file()
+    assert "leakage-classes.png" in written.output
 
 
 def test_a_fill_that_does_not_exist_is_refused_by_the_option():

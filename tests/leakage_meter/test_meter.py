@@ -9,8 +9,10 @@ import json
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from bgbias.errors import DatasetError, OptionError
+from bgbias.leakage_meter.class_gallery import GALLERY_NEIGHBOURS, IMAGES_PER_CLASS
 from bgbias.leakage_meter.meter import class_leakage, measure_leakage
 from tests.leakage_meter.scenes import scenes, tiny_encoder
 
@@ -66,6 +68,30 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
+    assert "](leakage-classes.png)" in page
+
+
+def test_out_gets_the_picture_of_the_classes_whose_background_gives_them_away(tmp_path, encoder):
+    table = scenes("class", "random", root=tmp_path)
+    measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "leakage")
+    picture = Image.open(tmp_path / "leakage" / "leakage-classes.png")
+    assert picture.format == "PNG"
+    # The gallery's layout at 96 px tiles: 4 classes × IMAGES_PER_CLASS rows, a query and its neighbours each.
+    cell, gap, label, query_gap, text = 96, 4, 64, 14, 14
+    assert picture.size == (gap + label + cell + query_gap + GALLERY_NEIGHBOURS * (cell + gap),
+                            text + gap + 4 * (text + IMAGES_PER_CLASS * (cell + gap) + gap))
+    pixels = np.asarray(picture.convert("RGB"))
+    green, red = np.array((30, 150, 60)), np.array((210, 40, 40))
+    # The background is the class: every neighbour is of the query's class, framed green, none red.
+    assert (pixels == green).all(axis=2).any() and not (pixels == red).all(axis=2).any()
+
+
+def test_a_class_picture_shows_only_background_only_images(tmp_path, encoder):
+    table = scenes("class", "random", root=tmp_path)
+    measure_leakage(table, encoder, split="all", workers=0, fill="black", out=tmp_path / "leakage")
+    pixels = np.asarray(Image.open(tmp_path / "leakage" / "leakage-classes.png").convert("RGB"))
+    first_tile = pixels[14 + 4 + 14:14 + 4 + 14 + 96, 4 + 64:4 + 64 + 96]
+    assert (first_tile.max(axis=2) < 8).any()  # the object's hole, filled black, is in the picture
 
 
 def test_an_unknown_fill_and_a_split_of_one_class_are_refused(tmp_path, encoder):

@@ -1,9 +1,12 @@
-"""The paper's Fig. 1 for any run: queries and their nearest neighbours, clean and with backgrounds replaced.
+"""Retrieval galleries: queries and their nearest neighbours, each framed by whether it shares the query's
+class. The paper's Fig. 1 for any run (a query's clean and corrupted rows: whether the neighbours of a
+corrupted query are now images that share its new background instead of its class), and the leakage meter's
+classes whose background gives them away (a class's background-only images and their background-only
+neighbours).
 
-A drop in MAP@R says that retrieval got worse; this sheet shows how: whether the neighbours of a corrupted
-query are now images that share its new background instead of its class. Each query takes two rows, "clean"
-and "corrupted": the query, a gap, then its top-k neighbours (nearest first), each framed green when it is of
-the query's class and red when it is not, under a caption line. PIL only.
+Each query block is a caption line and one or more named rows: the row's query image, a gap, then its top-k
+neighbours (nearest first), each framed green when it is of the query's class and red when it is not. PIL
+only.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from bgbias.errors import OptionError
 from bgbias.figures import one_line
 from bgbias.fileio import write_bytes_atomic
 
-ROW_NAMES = ("clean", "corrupted")
 CORRECT = (30, 150, 60)
 WRONG = (210, 40, 40)
 _GAP = 4
@@ -33,50 +35,52 @@ _INK = (20, 20, 20)
 
 
 @dataclass(frozen=True, eq=False)
+class GalleryRow:
+    """One row of a query block: its ``name`` (drawn at the left), the query image (H, W, 3) uint8, its top-k
+    neighbour images (nearest first) and whether each neighbour is of the query's class."""
+
+    name: str
+    query: np.ndarray
+    neighbours: list[np.ndarray]
+    correct: list[bool]
+
+
+@dataclass(frozen=True, eq=False)
 class GalleryQuery:
-    """One query of the sheet: its clean and corrupted image (H, W, 3) uint8, each with its top-k neighbour
-    images (nearest first) and whether each neighbour is of the query's class."""
+    """One block of the sheet: a caption line over its rows (the evaluation's: "clean" and "corrupted")."""
 
     caption: str
-    clean_query: np.ndarray
-    clean_neighbours: list[np.ndarray]
-    clean_correct: list[bool]
-    corrupted_query: np.ndarray
-    corrupted_neighbours: list[np.ndarray]
-    corrupted_correct: list[bool]
-
-    def rows(self) -> list[tuple[np.ndarray, list[np.ndarray], list[bool]]]:
-        """(query, neighbours, correct) of the clean row, then of the corrupted row."""
-        return [(self.clean_query, self.clean_neighbours, self.clean_correct),
-                (self.corrupted_query, self.corrupted_neighbours, self.corrupted_correct)]
+    rows: tuple[GalleryRow, ...]
 
 
 def retrieval_gallery_image(queries: Sequence[GalleryQuery], cell: int = 96) -> Image.Image:
-    """Draw every query as a caption line and a clean and a corrupted row of ``cell`` px square tiles."""
+    """Draw every query as a caption line over its rows of ``cell`` px square tiles."""
     _check_queries(queries)
-    k = max(len(neighbours) for query in queries for _, neighbours, _ in query.rows())
+    k = max(len(row.neighbours) for query in queries for row in query.rows)
     first_neighbour = _GAP + _LABEL_W + cell + _QUERY_GAP
-    block_h = _TEXT + 2 * cell + 3 * _GAP
+    heights = [_TEXT + len(query.rows) * (cell + _GAP) + _GAP for query in queries]
     width = first_neighbour + max(1, k) * (cell + _GAP)
-    sheet = Image.new("RGB", (width, _TEXT + _GAP + len(queries) * block_h), _PAPER)
+    sheet = Image.new("RGB", (width, _TEXT + _GAP + sum(heights)), _PAPER)
     draw = ImageDraw.Draw(sheet)
     font = ImageFont.load_default()
     draw.text((_GAP + _LABEL_W, 1), "query", fill=_INK, font=font)
     heading = "neighbours (green: same class, red: other)"
     draw.text((first_neighbour, 1), _fit(draw, heading, width - first_neighbour, font), fill=_INK, font=font)
     frame = max(2, cell // 24)
-    for index, query in enumerate(queries):
-        top = _TEXT + _GAP + index * block_h
+    top = _TEXT + _GAP
+    for query, height in zip(queries, heights, strict=True):
         draw.text((_GAP, top + 1), _fit(draw, query.caption, width - 2 * _GAP, font), fill=_INK, font=font)
-        for row, (name, (image, neighbours, correct)) in enumerate(zip(ROW_NAMES, query.rows(), strict=True)):
-            y = top + _TEXT + row * (cell + _GAP)
-            draw.text((_GAP, y + cell // 2 - 6), name, fill=_INK, font=font)
-            sheet.paste(_tile(image, cell), (_GAP + _LABEL_W, y))
-            for rank, (neighbour, hit) in enumerate(zip(neighbours, correct, strict=True)):
+        for index, row in enumerate(query.rows):
+            y = top + _TEXT + index * (cell + _GAP)
+            draw.text((_GAP, y + cell // 2 - 6), _fit(draw, row.name, _LABEL_W - _GAP, font), fill=_INK,
+                      font=font)
+            sheet.paste(_tile(row.query, cell), (_GAP + _LABEL_W, y))
+            for rank, (neighbour, hit) in enumerate(zip(row.neighbours, row.correct, strict=True)):
                 x = first_neighbour + rank * (cell + _GAP)
                 sheet.paste(_tile(neighbour, cell), (x, y))
                 colour = CORRECT if hit else WRONG
                 draw.rectangle((x, y, x + cell - 1, y + cell - 1), outline=colour, width=frame)
+        top += height
     return sheet
 
 
@@ -94,16 +98,18 @@ def _check_queries(queries: Sequence[GalleryQuery]) -> None:
     if not queries:
         raise OptionError("a retrieval gallery needs at least one query", fix="pass one or more GalleryQuery")
     for query in queries:
-        for name, (image, neighbours, correct) in zip(ROW_NAMES, query.rows(), strict=True):
-            if len(neighbours) != len(correct):
+        if not query.rows:
+            raise OptionError(f"query {query.caption!r} has no rows", fix="pass one GalleryRow or more")
+        for row in query.rows:
+            if len(row.neighbours) != len(row.correct):
                 raise OptionError(
-                    f"query {query.caption!r}: {len(neighbours)} {name} neighbours but {len(correct)} "
-                    "correctness flags", fix="pass one flag per neighbour")
-            for array in map(np.asarray, (image, *neighbours)):
+                    f"query {query.caption!r}: {len(row.neighbours)} {row.name} neighbours but "
+                    f"{len(row.correct)} correctness flags", fix="pass one flag per neighbour")
+            for array in map(np.asarray, (row.query, *row.neighbours)):
                 if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
                     raise OptionError(
-                        f"query {query.caption!r}: a {name} image is {array.dtype} of shape {array.shape}",
-                        fix="pass (H, W, 3) uint8 RGB arrays")
+                        f"query {query.caption!r}: a {row.name} image is {array.dtype} of shape "
+                        f"{array.shape}", fix="pass (H, W, 3) uint8 RGB arrays")
 
 
 def _tile(array: np.ndarray, cell: int) -> Image.Image:
