@@ -33,9 +33,12 @@ import numpy as np
 
 from bgbias.api import as_embedding_model
 from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items
 from bgbias.figures import new_figure, save_png
 from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
+from bgbias.report.dial import MASK_LABELS
 from bgbias.saliency.ground_truth import copy_ground_truth_masks
+from bgbias.saliency.pipeline import make_masks
 from bgbias.study.bench import built_bench, prepare_bench
 from bgbias.study.dial import DIAL_RHOS
 from bgbias.study.spec import bench_spec
@@ -44,14 +47,16 @@ from bgbias.variants.variants import FILLS
 PRESET, SEED = "small", 0
 """The dial's bench settings (``bgbias study --dial``'s defaults)."""
 DIAL_RECORD = Path("runs/study/dial-multi_similarity-bench-small-seed0/dial.json")
-DOCS_DROPS = {0.0: 3.9, 0.5: 18.9, 0.9: 59.0, 1.0: 84.5}
-"""The vanilla multi-similarity runs' relative drop (%) with exact masks, docs/results.md "The bias dial"."""
+DOCS_DROPS = {"ground-truth": {0.0: 3.9, 0.5: 18.9, 0.9: 59.0, 1.0: 84.5},
+              "u2netp": {0.0: 24.5, 0.5: 35.0, 0.9: 63.3, 1.0: 84.5}}
+"""The vanilla multi-similarity runs' relative drop (%) by mask source, docs/results.md "The bias dial"."""
 
 
-def prepared_bench(rho: float) -> tuple[Any, Path, dict[str, float]]:
-    """The dial's bench at ``rho`` (built unless its folder already holds it) and its exact masks' folder,
-    with the seconds each step took."""
-    spec = bench_spec(PRESET, rho, SEED, "ground-truth")
+def prepared_bench(rho: float, source: str, split: str, device: str) -> tuple[Any, Path, dict[str, float]]:
+    """The dial's bench at ``rho`` (built unless its folder already holds it) and the folder of its masks from
+    ``source`` (the exact ones laid out, or u2netp's made for ``split``'s images where the dial's U²-Net study
+    reads them, resumably), with the seconds each step took."""
+    spec = bench_spec(PRESET, rho, SEED, source)
     root, masks = Path(spec.root), Path(spec.masks_dir)
     seconds = {}
     start = time.perf_counter()
@@ -60,22 +65,25 @@ def prepared_bench(rho: float) -> tuple[Any, Path, dict[str, float]]:
     seconds["bench"] = time.perf_counter() - start
     dataset = open_dataset("bench", root)
     start = time.perf_counter()
-    copy_ground_truth_masks(dataset.items(), masks)
+    if source == "ground-truth":
+        copy_ground_truth_masks(dataset.items(), masks)
+    else:
+        make_masks(split_items(dataset, split), masks, model=source, device=device)
     seconds["masks"] = time.perf_counter() - start
     return dataset, masks, seconds
 
 
-def dial_drops(record: Path = DIAL_RECORD) -> tuple[dict[float, float], str]:
-    """The vanilla exact-mask drop (%) per ρ (the mean over seeds) and where it came from: the dial's
-    ``record`` (:func:`bgbias.report.dial.dial_table`'s cells), else the docs."""
+def dial_drops(source: str, record: Path = DIAL_RECORD) -> tuple[dict[float, float], str]:
+    """The vanilla drop (%) with masks from ``source`` per ρ (the mean over seeds) and where it came from:
+    the dial's ``record`` (:func:`bgbias.report.dial.dial_table`'s cells), else the docs."""
     if not record.is_file():
-        return DOCS_DROPS, "docs/results.md (no dial records on this machine)"
+        return DOCS_DROPS[source], "docs/results.md (no dial records on this machine)"
     table = json.loads(record.read_text(encoding="utf-8"))
     column = {name: i for i, name in enumerate(table["columns"])}
     drops = {}
     for row in table["rows"]:
         drop = row[column["relative drop (%)"]]
-        if row[column["masks"]] == "exact masks" and "BGAugment" not in row[column["run"]] and drop:
+        if row[column["masks"]] == MASK_LABELS[source] and "BGAugment" not in row[column["run"]] and drop:
             drops[float(row[column["ρ"]])] = float(drop.split()[0])
     return drops, str(record)
 
@@ -87,7 +95,7 @@ def correlations(x: list[float], y: list[float]) -> dict[str, float]:
     return {"pearson": float(pearsonr(x, y).statistic), "spearman": float(spearmanr(x, y).statistic)}
 
 
-def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path, masks: str) -> None:
     """Leakage against ρ (with its interval) and against the dial's trained drop, one line per fill."""
     figure = new_figure(10, 4)
     by_rho, by_drop = figure.subplots(1, 2)
@@ -104,8 +112,8 @@ def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path) -> N
         by_drop.annotate(f"ρ = {rho:g}", (drops[rho], top), fontsize=8, textcoords="offset points",
                          xytext=(-12, 8))
     by_rho.set(xlabel="ρ (bench's background–class correlation)", ylabel="background leakage (%)",
-               title="leakage on the dial's benches (exact masks)")
-    by_drop.set(xlabel="trained drop (%): multi-similarity, exact masks", ylabel="background leakage (%)",
+               title=f"leakage on the dial's benches ({masks})")
+    by_drop.set(xlabel=f"trained drop (%): multi-similarity, {masks}", ylabel="background leakage (%)",
                 title="leakage against the trained model's drop")
     for axes in (by_rho, by_drop):
         axes.axhline(0, color="grey", linewidth=0.8)
@@ -123,16 +131,23 @@ def main() -> None:
     parser.add_argument("--rhos", type=float, nargs="+", default=list(DIAL_RHOS))
     parser.add_argument("--fills", nargs="+", choices=FILLS, default=list(FILLS))
     parser.add_argument("--split", default="test")
+    parser.add_argument("--masks", choices=("ground-truth", "u2netp"), default="ground-truth")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--out", type=Path, default=Path("runs/leakage-dial"))
-    parser.add_argument("--plot", type=Path, default=Path("docs/images/leakage-dial.png"))
+    parser.add_argument("--out", type=Path, default=None, help="default runs/leakage-dial/<masks>")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="default docs/images/leakage-dial.png (exact masks), leakage-dial-u2netp.png")
     args = parser.parse_args()
+    args.out = args.out or Path("runs/leakage-dial") / args.masks
+    args.plot = args.plot or Path("docs/images") / ("leakage-dial.png" if args.masks == "ground-truth"
+                                                     else f"leakage-dial-{args.masks}.png")
 
     encoder = as_embedding_model(DEFAULT_ENCODER, device=args.device)
     rows, timings = [], []
     for rho in args.rhos:
-        dataset, masks, seconds = prepared_bench(rho)
-        timings.append(f"rho {rho:g}: bench {seconds['bench']:.1f} s, exact masks {seconds['masks']:.1f} s")
+        dataset, masks, seconds = prepared_bench(rho, args.masks, args.split, args.device)
+        timings.append(f"rho {rho:g}: bench {seconds['bench']:.1f} s, {args.masks} masks "
+                       f"{seconds['masks']:.1f} s")
+        print(timings[-1], file=sys.stderr, flush=True)
         for fill in args.fills:
             start = time.perf_counter()
             result = measure_leakage(dataset, encoder, split=args.split, masks_dir=masks, fill=fill,
@@ -156,7 +171,7 @@ def main() -> None:
               f"{pct(bg['probe_accuracy'])} | {pct(fg['probe_accuracy'])} | "
               f"{pct(chance['probe_accuracy'])} |")
 
-    drops, source = dial_drops()
+    drops, source = dial_drops(args.masks)
     summary = {}
     for fill in args.fills:
         line = {row["rho"]: row for row in rows if row["fill"] == fill}
@@ -177,11 +192,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
-        "encoder": DEFAULT_ENCODER, "split": args.split, "rows": rows, "summary": summary,
+        "encoder": DEFAULT_ENCODER, "split": args.split, "masks": args.masks, "rows": rows,
+        "summary": summary,
         "drops": {f"{rho:g}": drop for rho, drop in drops.items()}, "drops_from": source,
     }, indent=2), encoding="utf-8")
     if all(rho in drops for rho in args.rhos):
-        plot(rows, drops, args.plot)
+        plot(rows, drops, args.plot, MASK_LABELS[args.masks])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 from bgbias.report.dial import DIAL_COLUMNS
@@ -28,16 +29,19 @@ def test_the_drops_come_from_the_dials_vanilla_exact_mask_rows(tmp_path):
             ["0.9", "exact masks", "multi_similarity", "0", "", "", ""],
             ["0", "U²-Net masks", "multi_similarity", "1", "41.05", "30.99 ± 0.74", "24.5"]]
     record.write_text(json.dumps({"method": "multi_similarity", "columns": DIAL_COLUMNS, "rows": rows}))
-    drops, source = _script().dial_drops(record)
-    assert drops == {0.0: 3.9, 0.5: 18.9} and source == str(record)
+    script = _script()
+    assert script.dial_drops("ground-truth", record) == ({0.0: 3.9, 0.5: 18.9}, str(record))
+    assert script.dial_drops("u2netp", record) == ({0.0: 24.5}, str(record))
 
 
 def test_without_a_record_the_drops_are_the_ones_the_docs_report(tmp_path):
     script = _script()
-    drops, source = script.dial_drops(tmp_path / "missing.json")
-    assert drops == script.DOCS_DROPS and "docs/results.md" in source
     results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    assert ", ".join(f"{drop:.1f} %" for drop in drops.values()) in results
+    for masks, label in (("ground-truth", "exact"), ("u2netp", "u2netp")):
+        drops, source = script.dial_drops(masks, tmp_path / "missing.json")
+        assert drops == script.DOCS_DROPS[masks] and "docs/results.md" in source
+        for rho, drop in drops.items():
+            assert re.search(rf"\| {rho:g} \| {label} \| multi-similarity \| .* \| {drop:.1f} % \|", results)
 
 
 def test_correlations_and_the_plot(tmp_path):
@@ -46,5 +50,5 @@ def test_correlations_and_the_plot(tmp_path):
     rows = [{"rho": rho, "fill": fill, "leakage": value, "interval": [value - 0.1, value + 0.1]}
             for fill in ("black", "inpainted") for rho, value in zip((0.0, 1.0), (0.1, 0.8), strict=True)]
     path = tmp_path / "leakage-dial.png"
-    script.plot(rows, {0.0: 3.9, 1.0: 84.5}, path)
+    script.plot(rows, {0.0: 3.9, 1.0: 84.5}, path, "exact masks")
     assert path.read_bytes().startswith(b"\x89PNG")
