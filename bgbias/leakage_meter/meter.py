@@ -42,7 +42,8 @@ default): the ImageNet MobileNetV2 of the offline assets, pooled features, as an
 spec."""
 DEFAULT_FILL = "inpainted"
 """The meter's fill: inpainting hides the object's silhouette, which black keeps (a shape leak), and follows
-the background around the hole, which tiling does not."""
+the background around the hole, which tiling does not; on the bias dial it reads closest to chance at ρ = 0
+and separates ρ widest of the three (docs/leakage.md, "Calibration on the bias dial")."""
 
 
 def measure_leakage(
