@@ -1,12 +1,13 @@
 """Saliency masks made when they are first needed, for a table of one's own images that came without masks
 (``masks=bgbias.U2NetMasks()``): each image of the table goes through U²-Net once per process, when the
 table is first audited, and its mask is kept in memory for the next call (the next epoch's audit), never
-written to disk. ``bgbias masks`` is the way for a
-whole dataset, resumable and checked; this one is for a notebook.
+written to disk. ``bgbias masks`` is the way for a whole dataset, resumable and checked; this one is for a
+notebook.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,8 @@ from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, check_device, c
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
 """Masks made in this process, by model and image (a file's path, size and modification time; a sample's
-dataset object and index)."""
+pixels' sha256: an object's id would be reused once the dataset is freed, and another dataset's sample at
+the same index would get this one's mask)."""
 
 
 @dataclass(frozen=True)
@@ -46,20 +48,25 @@ def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
     session: MaskSession | None = None
     masks: list[Image.Image | None] = []
     for item in items:
-        key = (spec.model, _image_key(item.image))
-        if item.saliency_mask is None and key not in _KEPT:
+        if item.saliency_mask is not None:
+            masks.append(None)
+            continue
+        image = load_image(item.image) if isinstance(item.image, InMemoryImage) else None
+        key = (spec.model, _image_key(item.image, image))
+        if key not in _KEPT:
             session = session or open_session(spec.model, device=spec.device)
-            image = load_image(item.image)
+            image = image or load_image(item.image)
             _KEPT[key] = session.finish(session.infer(session.prepare(image)), image.size).image
-        masks.append(None if item.saliency_mask is not None else _KEPT[key])
+        masks.append(_KEPT[key])
     rows = [(item.image, item.label, item.saliency_mask if item.saliency_mask is not None
              else InMemoryImage(masks, index, None, f"{item.id} ({spec.model} mask)"))
             for index, item in enumerate(items)]
     return ImageTable.from_rows(rows, table.root)
 
 
-def _image_key(image: Any) -> Any:
-    if isinstance(image, InMemoryImage):
-        return (id(image.samples), image.index, image.field)
-    stat = os.stat(image)
-    return (os.fspath(image), stat.st_size, stat.st_mtime_ns)
+def _image_key(source: Any, image: Image.Image | None) -> Any:
+    """A file by path, size and modification time; a sample (``image``, read already) by its pixels."""
+    if image is not None:
+        return (image.size, hashlib.sha256(image.tobytes()).hexdigest())
+    stat = os.stat(source)
+    return (os.fspath(source), stat.st_size, stat.st_mtime_ns)
