@@ -188,20 +188,19 @@ def evaluate(
     hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
     ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
     ImageNet normalisation, L2-normalised output). A TorchScript file is checked before it runs (tensor
-    operators
-    only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it runs as any
-    Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format`` (``contiguous``,
-    ``channels_last``) choose the precision and layout it embeds in: by default a run's own, and for any other
-    torch model autocast ``auto`` and channels-last (a module's weights, converted in place, and its input; a
-    function's input is left contiguous); an ONNX file runs in float32. ``max_memory``: bytes the scoring's
-    neighbour lists may take at once (default 1 GiB; a larger split is scored in blocks of queries, with the
-    same scores). The other arguments are the command's options.
+    operators only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it
+    runs as any Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format``
+    (``contiguous``, ``channels_last``) choose the precision and layout it embeds in: by default a run's own,
+    and for any other torch model autocast ``auto`` and channels-last (a module's weights, converted in
+    place, and its input; a function's input is left contiguous); an ONNX file runs in float32.
+    ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1 GiB; a larger split is
+    scored in blocks of queries, with the same scores). The other arguments are the command's options.
     """
     from bgbias.engine.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
 
     check_arguments(locals(), RULES["evaluate"])
-    _check_model_input(model_input, log)
+    _check_model_input_and_log(model_input, log)
     request = MeasureRequest(
         **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
         backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile, worst_k=worst_k,
@@ -308,13 +307,13 @@ def explain(
     and ``result.maps`` holds every map by image id (crop × crop float32: mind the memory on a large
     split), ``result.scores`` every score; with ``out`` the maps of a gallery, the scores and the summary go
     there, and an interrupted call resumes. ``attribution_options`` are the attribution's own
-    (``{"samples": 8}``)."""
+    (``{"copies": 8}``)."""
     from bgbias.attribution.run import explain as explain_model
     from bgbias.engine.request import MeasureRequest
     from bgbias.methods.attribution import parse_attribution_options
 
     check_arguments(locals(), RULES["explain"])
-    _check_model_input(model_input, log)
+    _check_model_input_and_log(model_input, log)
     if attribution_options is not None and not isinstance(attribution_options, dict):
         raise OptionError(f"attribution_options={attribution_options!r} is not a dict",
                           fix='pass attribution_options={"copies": 8}, or leave it out')
@@ -331,7 +330,7 @@ def explain(
     return explain_model(embedding_model, request, log=log or (lambda _line: None), write=out is not None)
 
 
-def _check_model_input(model_input: Any, log: Any) -> None:
+def _check_model_input_and_log(model_input: Any, log: Any) -> None:
     from bgbias.models.model_input import ModelInput
 
     if model_input is not None and not isinstance(model_input, ModelInput):
@@ -623,8 +622,7 @@ def score(
     from bgbias.report.scored_embeddings import score_embedding_folder
 
     check_arguments(locals(), RULES["score"])
-    if log is not None and not callable(log):
-        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
+    _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
                              worst_k=worst_k, max_memory=max_memory)
@@ -668,7 +666,7 @@ def leakage(
     from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 
     check_arguments(locals(), RULES["leakage"])
-    _check_model_input(model_input, None)
+    _check_model_input_and_log(model_input, None)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
     if out is not None:

@@ -74,7 +74,7 @@ def load_image(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None 
     try:
         return to_rgb(image)
     except ValueError as exc:
-        raise _unsupported_mode(str(path) if not isinstance(path, os.PathLike) else path, image.mode) from exc
+        raise _unsupported_mode(str(path), image.mode) from exc
 
 
 def load_mask(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None = None) -> Image.Image:
@@ -87,7 +87,7 @@ def load_mask(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None =
     try:
         return to_grey(image)
     except ValueError as exc:
-        raise _unsupported_mode(str(path) if not isinstance(path, os.PathLike) else path, image.mode) from exc
+        raise _unsupported_mode(str(path), image.mode) from exc
 
 
 def load_matching_mask(

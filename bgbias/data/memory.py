@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bgbias.errors import BgbiasError, ImageError
+from bgbias.errors import ImageError
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,8 +37,6 @@ class InMemoryImage:
         try:
             sample = self.samples[self.index]
             value = sample if self.field is None else sample[self.field]
-        except BgbiasError:  # bgbias's own (a mask made on the fly): it says what it is
-            raise
         except Exception as exc:  # whatever the user's dataset raises
             raise ImageError(f"reading it raised {type(exc).__name__}: {exc}", path=self.name,
                              fix="check the dataset's __getitem__ for this index") from exc

@@ -75,9 +75,7 @@ class ImageTable(Dataset):
         class_of = _class_ids([label for _, label, _ in rows], self.csv)
         paths = [image for image, _, _ in rows]
         files = [Path(self.root, path) for path in paths if not isinstance(path, InMemoryImage)]
-        common = Path(os.path.commonpath(files)) if files else self.root
-        if files and len(files) == 1:
-            common = files[0].parent
+        common = Path(os.path.commonpath([file.parent for file in files])) if files else self.root
         items = [_item(image, class_of[_label_key(label)], mask, common, self.root, index, len(rows))
                  for index, (image, label, mask) in enumerate(rows)]
         self.root = common
