@@ -90,7 +90,7 @@ def evaluate(
     from bgbias.data.memory import InMemoryImage
     from bgbias.report.evaluation import evaluation_record, summarize_evaluation
     from bgbias.report.evaluation_sets import evaluation_sets
-    from bgbias.report.profile import QuerySide, score_variants, summarize_profile
+    from bgbias.report.profile import score_sets, summarize_profile
     from bgbias.retrieval.metrics import MAX_MEMORY
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
@@ -110,32 +110,24 @@ def evaluate(
                          on_disk=write and not masks_in_memory)  # such masks have no file to key a cache by
     labels = states.labels
     sets = evaluation_sets(dataset, items, request, protocol, fold, geometry)
-    corrupted_sets, variants, masks_print = sets.corrupted, sets.variants, sets.masks_print
 
     clean_images = EvalImages(items, geometry)
-    clean_state = states.clean()
-    ceiling = request.max_memory or MAX_MEMORY
-    clean = _score(retrieval, clean_state, labels, ceiling)
-    log(f"clean MAP@R {clean.map_at_r:.4f}")
-    shortlisted = isinstance(retrieval, ShortlistRerank)
-    recall = retrieval.recall(clean_state, labels) if shortlisted else None
-    if recall is not None:
-        log(f"shortlist recall of the exact top-R: {recall.recall} over {recall.queries} clean queries")
-    corrupted_recalls: list[float | None] = []
-    corrupted_scores = []
-    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, ceiling)
-    for index, (manifest, images) in enumerate(corrupted_sets):
-        key = {"set": "corrupted", "manifest_sha256": manifest.sha256, "masks": masks_print}
-        state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
-        if index < request.repeats:
-            corrupted_scores.append(_score(retrieval, state, labels, ceiling))
-            log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
-            if shortlisted:  # a background swap moves L2 neighbours too: the shortlist may miss more
-                corrupted_recalls.append(retrieval.recall(state, labels).recall)
-        if request.profile:
-            query_map = query_side.add(index, state).map_at_r
-            log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
-    variant_scores = score_variants(states, variants, retrieval, masks_print, log, ceiling)
+    recalls: list[Any] = []  # the clean split's, then each corrupted repeat's
+
+    def shortlist_recall(state: dict[str, np.ndarray]) -> None:
+        recalls.append(retrieval.recall(state, labels))
+        if len(recalls) == 1:
+            log(f"shortlist recall of the exact top-R: {recalls[0].recall} over {recalls[0].queries} clean "
+                "queries")
+
+    # A background swap moves L2 neighbours too: the shortlist may miss more on the corrupted sets.
+    hooks = {"on_clean": shortlist_recall, "on_corrupted": shortlist_recall} if isinstance(
+        retrieval, ShortlistRerank) else {}
+    scored = score_sets(states, sets, retrieval, request, log, request.max_memory or MAX_MEMORY, **hooks)
+    clean, corrupted_scores, query_side = scored.clean, scored.corrupted, scored.query_side
+    variant_scores = scored.variants
+    recall = recalls[0] if recalls else None
+    corrupted_recalls = [value.recall for value in recalls[1:]]
 
     identity = dataset.identity()
     measured = measured_label(dataset, request, retrieval)
@@ -164,13 +156,13 @@ def evaluate(
             **recall.as_dict(),
             "corrupted_recall_of_exact_top_r": float(np.mean(measured_recalls)) if measured_recalls else None,
         }
-    if corrupted_sets:
+    if sets.corrupted:
         meta["corrupted_sets"] = sets.corrupted_meta(request)
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
     if request.profile:
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
-                                              variants, sets.worst_case_manifests(request))
+                                              sets.variants, sets.worst_case_manifests(request))
     record = evaluation_record(report)
     if not write:
         return EvaluationResult(None, record, {}, clean, corrupted_scores, states.embedded, ids, labels)
@@ -179,7 +171,7 @@ def evaluate(
     # after this one's instead of among its files.
     with folder_lock(out_dir):
         files = write_evaluation_folder(report, record, out_dir, clean, corrupted_scores, labels, ids,
-                                        clean_images, [images for _, images in corrupted_sets])
+                                        clean_images, [images for _, images in sets.corrupted])
     return EvaluationResult(out_dir, record, files, clean, corrupted_scores, states.embedded, ids, labels)
 
 
@@ -210,13 +202,6 @@ def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retriev
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _score(retrieval: Retrieval, state: dict[str, np.ndarray], labels: np.ndarray,
-           max_memory: int) -> RetrievalScores:
-    from bgbias.retrieval.metrics import score_embeddings
-
-    return score_embeddings(state, labels, retrieval=retrieval, max_memory=max_memory)
-
-
 def write_evaluation_folder(
     report: dict[str, Any],
     record: EvaluationReport,

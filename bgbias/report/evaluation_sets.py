@@ -41,6 +41,10 @@ class SetStates(Protocol):
 
     labels: np.ndarray
 
+    def clean(self) -> dict[str, np.ndarray]:
+        """The state of the clean split."""
+        ...
+
     def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
         """The state of ``images``, a set ``key`` describes (``set``, ``manifest_sha256``, ``masks``)."""
         ...

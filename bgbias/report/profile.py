@@ -30,7 +30,8 @@ from bgbias.report.evaluation import finite_or_none, metric_means
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores, score_embeddings
 
 if TYPE_CHECKING:
-    from bgbias.report.evaluation_sets import SetStates
+    from bgbias.engine.request import MeasureRequest
+    from bgbias.report.evaluation_sets import EvaluationSets, SetStates
     from bgbias.retrieval.retrievers import Retrieval
     from bgbias.variants.variant_images import VariantImages
 
@@ -96,6 +97,60 @@ def score_variants(
             score_embeddings(state, states.labels, retrieval=retrieval, max_memory=max_memory))
         log(f"{desc} MAP@R {scores[manifest.variant.name][-1].map_at_r:.4f}")
     return scores
+
+
+@dataclass(frozen=True)
+class ScoredSets:
+    """Every set of an evaluation scored: the clean state and scores, the paper's corrupted repeats, the
+    query side (empty without the profile) and the variants' scores by name."""
+
+    clean_state: dict[str, np.ndarray]
+    clean: RetrievalScores
+    corrupted: list[RetrievalScores]
+    query_side: QuerySide
+    variants: dict[str, list[RetrievalScores]]
+
+
+def score_sets(
+    states: SetStates,
+    sets: EvaluationSets,
+    retrieval: Retrieval,
+    request: MeasureRequest,
+    log: Callable[[str], None],
+    max_memory: int,
+    *,
+    on_clean: Callable[[dict[str, np.ndarray]], None] | None = None,
+    on_corrupted: Callable[[dict[str, np.ndarray]], None] | None = None,
+) -> ScoredSets:
+    """Each set of ``sets`` from ``states`` (a model's, or files of embeddings) scored against itself: the
+    clean split, the paper's ``request.repeats`` corrupted repeats and, with ``request.profile``, every
+    repeat's queries against the clean gallery and the variants. ``on_clean`` sees the clean state once it
+    is scored, ``on_corrupted`` each of the paper's repeats' (an approximate retrieval's recall)."""
+    labels = states.labels
+
+    def scored(state: dict[str, np.ndarray]) -> RetrievalScores:
+        return score_embeddings(state, labels, retrieval=retrieval, max_memory=max_memory)
+
+    clean_state = states.clean()
+    clean = scored(clean_state)
+    log(f"clean MAP@R {clean.map_at_r:.4f}")
+    if on_clean is not None:
+        on_clean(clean_state)
+    corrupted = []
+    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, max_memory)
+    for index, (manifest, images) in enumerate(sets.corrupted):
+        key = {"set": "corrupted", "manifest_sha256": manifest.sha256, "masks": sets.masks_print}
+        state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
+        if index < request.repeats:
+            corrupted.append(scored(state))
+            log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted[-1].map_at_r:.4f}")
+            if on_corrupted is not None:
+                on_corrupted(state)
+        if request.profile:
+            query_map = query_side.add(index, state).map_at_r
+            log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
+    variants = score_variants(states, sets.variants, retrieval, sets.masks_print, log, max_memory)
+    return ScoredSets(clean_state, clean, corrupted, query_side, variants)
 
 
 def summarize_profile(

@@ -27,7 +27,6 @@ from bgbias.retrieval.state import EMBEDDING
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.engine.request import MeasureRequest
-    from bgbias.retrieval.metrics import RetrievalScores
 
 
 class FileStates:
@@ -79,8 +78,8 @@ def score_embedding_folder(
     from bgbias.data.transforms import eval_geometry
     from bgbias.fileio import folder_lock
     from bgbias.report.evaluation import evaluation_record, summarize_evaluation
-    from bgbias.report.profile import QuerySide, score_variants, summarize_profile
-    from bgbias.retrieval.metrics import MAX_MEMORY, score_embeddings
+    from bgbias.report.profile import score_sets, summarize_profile
+    from bgbias.retrieval.metrics import MAX_MEMORY
     from bgbias.retrieval.retrievers import ExactL2
 
     folder = Path(folder)
@@ -102,26 +101,8 @@ def score_embedding_folder(
         _check_report_folder(Path(out))
     states = FileStates(embeddings, labels, names, log)
     retrieval = ExactL2()
-    ceiling = request.max_memory or MAX_MEMORY
-
-    def scored(state: dict[str, np.ndarray]) -> RetrievalScores:
-        return score_embeddings(state, labels, retrieval=retrieval, max_memory=ceiling)
-
-    clean_state = states.clean()
-    clean = scored(clean_state)
-    log(f"clean MAP@R {clean.map_at_r:.4f}")
-    corrupted_scores = []
-    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, ceiling)
-    for index, (manifest, images) in enumerate(sets.corrupted):
-        desc = f"corrupted repeat {manifest.repeat}"
-        state = states.state(images, {"manifest_sha256": manifest.sha256}, desc)
-        if index < request.repeats:
-            corrupted_scores.append(scored(state))
-            log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted_scores[-1].map_at_r:.4f}")
-        if request.profile:
-            log(f"corrupted repeat {manifest.repeat} query-side MAP@R "
-                f"{query_side.add(index, state).map_at_r:.4f}")
-    variant_scores = score_variants(states, sets.variants, retrieval, sets.masks_print, log, ceiling)
+    scored = score_sets(states, sets, retrieval, request, log, request.max_memory or MAX_MEMORY)
+    clean, corrupted_scores = scored.clean, scored.corrupted
 
     meta = {
         "method": name or folder.resolve().name,
@@ -141,8 +122,8 @@ def score_embedding_folder(
     ids = [item.id for item in items]
     report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
     if request.profile:
-        report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
-                                              sets.variants, sets.worst_case_manifests(request))
+        report["profile"] = summarize_profile(clean, corrupted_scores, scored.query_side, scored.variants,
+                                              labels, sets.variants, sets.worst_case_manifests(request))
     record = evaluation_record(report)
     files: dict[str, Path] = {}
     if out is not None:
