@@ -5,6 +5,7 @@ hostile label shown as text, and the ranking."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -86,10 +87,12 @@ def test_ranking_is_by_corrupted_map_then_label_with_failures_last():
     assert [item.label for item in order] == ["d", "b", "a2", "c", "a"]
 
 
-def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, tmp_path):
+def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, tiny_run, tmp_path):
+    run = shutil.copytree(tiny_run, tmp_path / "runs" / "run")
     listed = tmp_path / "models.txt"
-    listed.write_text("# two tiny encoders and one that cannot be built\n"
+    listed.write_text("# a tiny encoder, a bgbias run and a factory that cannot build its model\n"
                       "first = tests.audit.models:tiny seed=4\n"
+                      f"'our run' = {run}\n"
                       "broken = tests.audit.models:broken\n")
     out = tmp_path / "audit"
     command = ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"), "--masks",
@@ -102,8 +105,12 @@ def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, t
     assert rows[0].startswith("| rank | model | clean MAP@R | clean P@1 | corrupted MAP@R")
     assert [row.split(" | ")[1] for row in rows[1:]][-1] == "broken"
     assert "RuntimeError: this factory cannot build its model" in rows[-1]
-    assert "1 of 3 models failed: broken" in result.output
+    assert "1 of 4 models failed: broken" in result.output
     assert (out / "audit.html").is_file() and (out / "audit.md").is_file()
+    ours = next(model for model in json.loads((out / "audit.json").read_text())["models"]
+                if model["label"] == "our run")
+    assert ours["status"] == "done" and ours["report"].startswith(str(run / "eval"))  # the run's own folder
+    assert (out / ours["leakage_record"]).is_file()
 
 
 def test_missing_masks_stop_the_audit_before_any_model_with_evals_fix(tiny_bench, tmp_path):
