@@ -727,7 +727,6 @@ def audit(
 
     check_arguments(locals(), RULES["audit"])
     _check_model_input_and_log(model_input, log)
-    check_arguments({"masks": masks}, {"masks": MASKS})
     entries = entries_of(models) + (read_list_file(models_file) if models_file is not None else [])
     check_labels(entries)
     fields = _data_fields(dataset, root, masks)

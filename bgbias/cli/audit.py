@@ -60,8 +60,7 @@ def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_
     from bgbias.model_audit.entries import check_labels, parse_entry, read_list_file
     from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
 
-    entries = [entry for number, text in enumerate(models, 1)
-               if (entry := parse_entry(text, f"--model {text!r}")) is not None]
+    entries = [entry for text in models if (entry := parse_entry(text, f"--model {text!r}")) is not None]
     entries += read_list_file(models_file) if models_file is not None else []
     check_labels(entries)
     dataset = open_dataset(dataset_name, root)
