@@ -77,15 +77,19 @@ def audit_models(
 ) -> list[ModelOutcome]:
     """Each entry's outcome, in the entries' order, its record written into its folder under ``out`` as soon
     as it is known; a finished model whose key still holds is read back, not measured."""
+    from bgbias.backgrounds.pool import list_pool
     from bgbias.bgaugment.mask_check import saliency_masks
+    from bgbias.corrupted.manifests import split_pool_dir
     from bgbias.data.items import default_masks_dir
     from bgbias.data.splits import split_items
     from bgbias.engine.embedding_cache import files_fingerprint
 
     items = split_items(dataset, settings.split)
     masks_dir = Path(settings.masks) if settings.masks is not None else default_masks_dir(dataset)
-    # Every model needs them: a missing mask stops the audit here, with bgbias eval's error and fix.
+    # Every model needs them: a missing mask or an incomplete pool stops the audit here, with bgbias eval's
+    # error and fix, instead of failing each model alike.
     masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
+    list_pool(split_pool_dir(settings.split, settings.backgrounds))
     images_print = files_fingerprint(item.image for item in items)
     data_key = None if masks_print is None or images_print is None else {
         "dataset": dataset.identity(), "images": images_print, "masks": masks_print}

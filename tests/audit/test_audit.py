@@ -113,7 +113,7 @@ def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, t
     assert (out / ours["leakage_record"]).is_file()
 
 
-def test_missing_masks_stop_the_audit_before_any_model_with_evals_fix(tiny_bench, tmp_path):
+def test_missing_masks_or_backgrounds_stop_the_audit_before_any_model_with_evals_fix(tiny_bench, tmp_path):
     empty = tmp_path / "no-masks"
     empty.mkdir()
     result = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
@@ -121,6 +121,12 @@ def test_missing_masks_stop_the_audit_before_any_model_with_evals_fix(tiny_bench
                                        "--out", str(tmp_path / "audit"), "--device", "cpu"])
     assert result.exit_code == 2, result.output
     assert "saliency masks are missing" in result.output and "bgbias masks --dataset bench" in result.output
+    assert not (tmp_path / "audit" / "models").exists()
+    nowhere = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                        "--masks", str(tiny_bench / "masks"), "--backgrounds", str(empty),
+                                        "--model", "tests.audit.models:tiny",
+                                        "--out", str(tmp_path / "audit")])
+    assert nowhere.exit_code == 2 and "background pool folder holds no images" in nowhere.output
     assert not (tmp_path / "audit" / "models").exists()
 
 
