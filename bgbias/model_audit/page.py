@@ -143,8 +143,9 @@ def _model_item(outcome: ModelOutcome) -> tuple[Any, ...]:
     """A model's line: its label and spec, then its folder, evaluation report and leakage record, each
     linked where it lies in the audit's folder (a run's report lies in the run's folder: named instead)."""
     spans: list[Any] = [f"{outcome.label}: ", Code(outcome.spec)]
-    for name, path in (("folder", outcome.folder), ("evaluation report", outcome.report),
-                       ("leakage", outcome.leakage_record)):
+    report = None if outcome.report is None else f"{outcome.report}/report.md"
+    leakage = None if outcome.leakage_record is None else outcome.leakage_record.removesuffix(".json") + ".md"
+    for name, path in (("folder", outcome.folder), ("evaluation report", report), ("leakage", leakage)):
         if path is not None:
             spans += [", ", Code(f"{name} {path}") if Path(path).is_absolute() else Link(name, path)]
     return tuple(spans)

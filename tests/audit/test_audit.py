@@ -62,6 +62,9 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
     markdown = page["md"].decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt; \\*\\*bold\\*\\* \\| cell" in markdown
     assert "<script>" not in markdown
+    seed_one = next(model for model in record["models"] if model["label"] == "seed one")
+    assert f"[evaluation report]({seed_one['report']}/report.md)" in markdown
+    assert f"[folder]({seed_one['folder']})" in markdown and "/leakage/leakage.md)" in markdown
 
 
 def test_other_settings_measure_a_kept_model_again(tiny_bench, tmp_path):
