@@ -14,7 +14,7 @@ import bgbias
 from bgbias.cli import main
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome
 from bgbias.model_audit.page import ranked
-from tests.audit.models import EMBEDDED
+from tests.audit.models import EMBEDDED, tiny
 
 HOSTILE = "<script>alert(1)</script> **bold** | cell"
 
@@ -31,13 +31,13 @@ def _audit(bench, out, models, **extra):
 def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finished(tiny_bench, tmp_path):
     out = tmp_path / "audit"
     models = {"seed one": "tests.audit.models:tiny seed=1", HOSTILE: "tests.audit.models:tiny seed=2",
-              "missing": str(tmp_path / "missing.pt")}
+              "in memory": tiny(seed=6), "missing": str(tmp_path / "missing.pt")}
     first = _audit(tiny_bench, out, models)
     assert [outcome.label for outcome in first.failed] == ["missing"]
     assert "missing.pt" in first.failed[0].error
     record = json.loads((out / "audit.json").read_text())
     done = [model for model in record["models"] if model["status"] == "done"]
-    assert [model["rank"] for model in record["models"]] == [1, 2, None]
+    assert [model["rank"] for model in record["models"]] == [1, 2, 3, None]
     corrupted = [model["scores"]["corrupted_map_at_r"] for model in done]
     assert corrupted == sorted(corrupted, reverse=True)
     for model in done:
@@ -53,7 +53,7 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
 
     embedded = dict(EMBEDDED)
     again = _audit(tiny_bench, out, models)
-    assert dict(EMBEDDED) == embedded  # the two finished models came from their records: nothing embedded
+    assert dict(EMBEDDED) == embedded  # the finished models came from their records: nothing embedded
     assert [outcome.label for outcome in again.failed] == ["missing"]
     assert {name: (out / f"audit.{name}").read_bytes() for name in page} == page
 
