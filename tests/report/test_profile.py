@@ -139,7 +139,7 @@ def test_a_model_that_sees_only_the_object_keeps_everything_but_the_object_remov
     got, nothing = _maps(result.report), _seeing_nothing(_labels(profile_bench))
     for name in ("clean", "random-bg", "query-side", "worst-case", "only-fg", "mixed-same", "mixed-rand"):
         assert got[name] == pytest.approx(1.0), name
-    assert got["only-bg-tiled"] == got["only-bg-black"] == pytest.approx(nothing)
+    assert got["only-bg-tiled"] == got["only-bg-black"] == got["only-bg-inpainted"] == pytest.approx(nothing)
     assert got["bg-gap"] == pytest.approx(0.0)
 
 
@@ -148,7 +148,7 @@ def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_backgroun
     result = _profile(RegionModel("background-only", 2, BORDER, tmp_path / "bg"), profile_bench, tmp_path)
     got, labels = _maps(result.report), _labels(profile_bench)
     nothing = _seeing_nothing(labels)
-    for name in ("clean", "only-bg-tiled", "only-bg-black", "mixed-same"):
+    for name in ("clean", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same"):
         assert got[name] == pytest.approx(1.0), name
     assert got["random-bg"] == got["only-fg"] == pytest.approx(nothing)
     # Every corrupted query looks the same; the clean gallery ranks the class with the least blue first, so
@@ -173,12 +173,12 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     first = _profile(model, profile_bench, tmp_path)
     sets = {row.set: row for row in first.report.profile.sets}
     assert list(sets) == ["clean", "random-bg", "query-side", "worst-case", "only-fg", "only-bg-tiled",
-                          "only-bg-black", "mixed-same", "mixed-rand", "bg-gap", "chance"]
+                          "only-bg-black", "only-bg-inpainted", "mixed-same", "mixed-rand", "bg-gap", "chance"]
     counted = ("random-bg", "query-side", "worst-case", "only-fg", "mixed-rand")
     assert [sets[name].repeats for name in counted] == [2, 2, 3, 1, 2]
-    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 3 fixed variants and
+    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 4 fixed variants and
     # 2 repeats of each mixed variant
-    assert first.embedded == 1 + 3 + 3 + 4
+    assert first.embedded == 1 + 3 + 4 + 4
     assert len(first.report.corrupted.repeats) == 2
     assert "## Background-reliance profile (%)" in first.files["report_md"].read_text()
     for name in ("profile", "profile_csv"):
