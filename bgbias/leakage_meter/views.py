@@ -2,10 +2,11 @@
 black (foreground-only), at the evaluation geometry.
 
 A map-style dataset like :class:`~bgbias.variants.variant_images.VariantImages` (decoding in CPU workers,
-``uint8`` tensors out). The background-only image removes the object with its mask dilated by a few pixels
-(:func:`~bgbias.variants.variants.dilated_mask`), so the soft edge's halo leaves with it, and fills the hole
-with one of :data:`~bgbias.variants.variants.FILLS`; the foreground-only image is the profile's ``only-fg``
-variant, the soft mask as it is.
+``uint8`` tensors out). The background-only image removes the object with its mask dilated by 2 % of the
+crop's side (:func:`~bgbias.variants.variants.background_only`), so the soft edge's halo leaves with it, and
+fills the hole with one of :data:`~bgbias.variants.variants.FILLS` (inpainted, it is the profile's
+``only-bg-inpainted`` variant); the foreground-only image is the profile's ``only-fg`` variant, the soft mask
+as it is.
 """
 
 from __future__ import annotations
@@ -22,17 +23,10 @@ from bgbias.data.images import chw_tensor
 from bgbias.data.items import Item
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.errors import OptionError
-from bgbias.variants.variants import FILLS, dilated_mask, render_variant, without_object
+from bgbias.variants.variants import FILLS, background_only, render_variant
 
 VIEWS = ("background", "foreground")
 """The two views of an image the meter compares: the background alone and the object alone."""
-DILATION = 0.02
-"""How far the removed region reaches beyond the object, as a share of the crop's side (5 px at 227)."""
-
-
-def dilation_radius(crop: int) -> int:
-    """Pixels the object's mask is dilated by at a ``crop`` × ``crop`` image (at least 1)."""
-    return max(1, round(DILATION * crop))
 
 
 class ViewImages:
@@ -66,4 +60,4 @@ class ViewImages:
                                           self.geometry)
         if self.view == "foreground":
             return render_variant("only-fg", image, mask)
-        return without_object(image, dilated_mask(mask, dilation_radius(self.geometry.crop)), self.fill)
+        return background_only(image, mask, self.fill)

@@ -61,6 +61,10 @@ SYMMETRIC = InputConvention(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 """[0, 1] -> [−1, 1]: what torchvision's GoogLeNet weights (ported from TensorFlow) expect; torchvision gets
 there with ``transform_input=True`` applied to ImageNet-normalised input."""
 
+EFFICIENTNET_LITE = InputConvention(mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0), scale=255.0)
+"""TensorFlow's EfficientNet-Lite (``efficientnet_lite_builder``: mean 127, std 128 on 0–255 pixels), i.e.
+mean ≈ 0.498 and std ≈ 0.502 on RGB in [0, 1]."""
+
 CLIP = InputConvention(mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
 """OpenAI CLIP's image encoders (and open_clip's CLIP-trained ones)."""
 

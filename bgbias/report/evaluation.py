@@ -377,7 +377,9 @@ def _profile_blocks(profile: Profile) -> list[Block]:
         Table(("set", "sets", *(METRIC_TITLES[name] for name in METRICS)), rows),
         Paragraph(
             f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling "
-            "the image's own background (or black). mixed-same / mixed-rand: the object on the tiled "
+            "the image's own background (or black); inpainted: the object removed with its mask dilated by 2 "
+            "% of the crop's side, the hole painted in from around it (OpenCV's Telea inpainting). "
+            "mixed-same / mixed-rand: the object on the tiled "
             "background of another image of its class / of another class. Worst case: per query the lowest "
             f"score over {profile.worst_k} random backgrounds, queries against the clean gallery; it "
             f"costs {profile.worst_k} embeddings of every image. Chance: a random ranking."),

@@ -9,9 +9,9 @@ Beside the paper's clean and random-background (both sides) scores, it scores:
 - **worst case**: per query, the lowest score over the first ``worst_k`` random-background repeats
   (``worst_k`` backgrounds of the test pool), query-side, averaged over queries; it costs ``worst_k``
   embeddings of every image, of which the paper's repeats are the first (cached);
-- **the variants** of :mod:`bgbias.variants.variants` (only-fg, only-bg tiled and black, mixed-same,
-  mixed-rand), each a set scored against itself like the paper's corrupted sets, and the **BG-gap**,
-  mixed-same − mixed-rand per repeat;
+- **the variants** of :mod:`bgbias.variants.variants` (only-fg, only-bg tiled, black and inpainted,
+  mixed-same, mixed-rand), each a set scored against itself like the paper's corrupted sets, and the
+  **BG-gap**, mixed-same − mixed-rand per repeat;
 - **chance**: the expected scores of a random ranking, the floor to read only-bg and mixed-rand against.
 
 Every set is a fixed manifest and goes through the model's evaluation cache, so the profile of a model costs
@@ -43,6 +43,7 @@ PROFILE_SETS: dict[str, str] = {
     "only-fg": "only-fg (object on black)",
     "only-bg-tiled": "only-bg, tiled",
     "only-bg-black": "only-bg, black",
+    "only-bg-inpainted": "only-bg, inpainted",
     "mixed-same": "mixed-same",
     "mixed-rand": "mixed-rand",
     "bg-gap": "BG-gap (mixed-same − mixed-rand)",

@@ -45,10 +45,13 @@ TABLE_VERSION = 1
 PROFILE_NOTE = (
     "Each run's sets: clean; random backgrounds both sides (the paper's) and query-side (against the clean "
     "gallery); the worst of K random backgrounds per query (query-side); only-fg (object on black); only-bg "
-    "(object removed, the hole tiled from the image's own background, or black); mixed-same / mixed-rand "
-    "(the object on another image's tiled background, same / other class); the BG-gap (mixed-same − "
-    "mixed-rand, points); chance (a random ranking). Mean ± std over a set's repeats."
+    "(object removed, the hole tiled from the image's own background, black, or inpainted around a dilated "
+    "mask); mixed-same / mixed-rand (the object on another image's tiled background, same / other class); "
+    "the BG-gap (mixed-same − mixed-rand, points); chance (a random ranking). Mean ± std over a set's "
+    "repeats; – where a run's record has no such set (measured before it existed)."
 )
+NOT_MEASURED = "–"
+"""The cell of a profile set that a run's record lacks: the run was profiled before the set existed."""
 
 ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
 """Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
@@ -106,7 +109,7 @@ def profile_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[
         sets = {row.set: row for row in report.profile.sets}
         rows.append([report.label, dataset if split == "test" else f"{dataset} ({split})",
                      *(percent_spread(sets[name].mean.map_at_r, sets[name].std.map_at_r)
-                       if name in sets else "" for name in names)])
+                       if name in sets else NOT_MEASURED for name in names)])
     return ["method", "measured on", *names], rows
 
 

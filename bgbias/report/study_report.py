@@ -35,7 +35,7 @@ from bgbias.report.document import (
 )
 from bgbias.report.evaluation import EvaluationReport, percent, run_label
 from bgbias.report.installations import installation_blocks, warn_if_mixed
-from bgbias.report.runs_table import PROFILE_NOTE, Foreground, collect_runs, profile_table
+from bgbias.report.runs_table import NOT_MEASURED, PROFILE_NOTE, Foreground, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
     Spread,
@@ -312,20 +312,28 @@ def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
     return ("method", "attribution", "vanilla fg score", "BGAugment fg score"), tuple(rows)
 
 
-PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "mixed-rand", "bg-gap")
+PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "only-bg-inpainted", "mixed-rand",
+                   "bg-gap")
 """The profile's sets that answer "how much comes from the background", aggregated over seeds."""
 
 
 def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
     """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` as mean ± std over the seeds'
-    profiles (each run's value being the mean over that set's repeats)."""
+    profiles (each run's value being the mean over that set's repeats); :data:`NOT_MEASURED` where no
+    seed's record has the set."""
     rows = []
     for key, runs in seeds_by_setting(reports).items():
         profiled = [run for run in runs.values() if run.profile]
         if profiled:
             rows.append((run_label(*key), str(len(profiled)),
-                         *(over_seeds(profiled, _profile_map(name)).cell() for name in PROFILE_SUMMARY)))
+                         *(_profile_cell(profiled, name) for name in PROFILE_SUMMARY)))
     return ("run", "seeds", *PROFILE_SUMMARY), tuple(rows)
+
+
+def _profile_cell(profiled: Sequence[EvaluationReport], name: str) -> str:
+    if not any(row.set == name for report in profiled for row in report.profile.sets):
+        return NOT_MEASURED
+    return over_seeds(profiled, _profile_map(name)).cell()
 
 
 def _profile_map(name: str) -> Any:

