@@ -11,9 +11,10 @@ The public API (docs/api.md) is importable from here: :class:`BGAugment` and :cl
 anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
 :func:`score_embeddings` for precomputed embeddings, :func:`score` for one's own embeddings of the
 rendered corrupted sets (docs/embeddings.md), :func:`make_masks` and :func:`make_corrupted_sets`,
-:func:`leakage` for a dataset's background leakage before training (docs/leakage.md), and
-:class:`ModelInput`. Importing the package is cheap: each name is imported on first use, and heavy
-libraries (torch, rembg, faiss) by the functions that need them.
+:func:`leakage` for a dataset's background leakage before training (docs/leakage.md), :func:`audit` for
+several outside encoders side by side (docs/audit.md), and :class:`ModelInput`. Importing the package is
+cheap: each name is imported on first use, and heavy libraries (torch, rembg, faiss) by the functions that
+need them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _PUBLIC = {
     "MaskedImages": "bgbias.bgaugment.masked_images",
     "ModelInput": "bgbias.models.model_input",
     "U2NetMasks": "bgbias.saliency.on_the_fly",
+    "audit": "bgbias.api",
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",
     "explain": "bgbias.api",

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.leakage_meter.result import DatasetLeakage
     from bgbias.methods.embedding_model import EmbeddingModel
+    from bgbias.model_audit.run import AuditResult
     from bgbias.models.model_input import ModelInput
     from bgbias.report.evaluate import EvaluationResult
     from bgbias.saliency.on_the_fly import U2NetMasks
@@ -91,6 +92,9 @@ RULES: dict[str, dict[str, Rule]] = {
                 "device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP,
                 "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS,
                 "progress": FLAG},
+    "audit": {"models_file": PATH, "root": PATH, "split": SPLIT, "backgrounds": PATH, "repeats": REPEATS,
+              "fill": FILL, "seed": SEED, "out": PATH, "device": DEVICE, "trust_model": FLAG, "amp": AMP,
+              "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS, "progress": FLAG},
 }
 """Each function's arguments with a declared rule (the others are checked where they are read: the model,
 the convention, arrays, the callback)."""
@@ -350,9 +354,14 @@ def as_embedding_model(
     trust_model: bool = False,
     amp: str | None = None,
     memory_format: str | None = None,
+    args: dict[str, Any] | None = None,
+    homes: PathLike | None = None,
 ) -> EmbeddingModel:
     """``model`` (see :func:`evaluate`) as an embedding model, in the precision and layout ``amp`` and
-    ``memory_format`` choose (an embedding model given as one computes as it was built)."""
+    ``memory_format`` choose (an embedding model given as one computes as it was built). ``args`` are a
+    factory's keyword arguments; ``homes`` is the folder an outside model's default home goes under
+    (default ``runs/external``; ignored where ``out`` names the home, and for a run, whose folder is its
+    home)."""
     from torch import nn
 
     from bgbias.engine.external_model import external_model, load_external_model
@@ -376,12 +385,12 @@ def as_embedding_model(
         if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
                                                 and (path.parent.parent / "config.json").is_file()):
             return load_trained(path, device=device, **compute)
-        return load_external_model(os.fspath(model), model_input, device=device, out=out, trust=trust_model,
-                                   **compute)
+        return load_external_model(os.fspath(model), model_input, args=args, device=device, out=out,
+                                   trust=trust_model, homes=homes, **compute)
     if isinstance(model, nn.Module):
         where = next((p.device for p in model.parameters()), None)
         network = network_from_module(model, type(model).__name__)
-        return external_model(network, model_input, where or _device(device), out, **compute)
+        return external_model(network, model_input, where or _device(device), out, homes=homes, **compute)
     if callable(model):
         if fingerprint is None:
             raise ModelError("a plain function has no weights bgbias could pin its embeddings by",
@@ -389,7 +398,7 @@ def as_embedding_model(
                                  "embeddings would, or pass the torch.nn.Module itself")
         name = getattr(model, "__qualname__", type(model).__name__)
         return external_model(network_from_callable(model, name, fingerprint), model_input, _device(device),
-                              out, **compute)
+                              out, homes=homes, **compute)
     raise ModelError(f"cannot score a {type(model).__name__}",
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 
@@ -676,3 +685,59 @@ def leakage(
                                  memory_format=memory_format)
     return measure_leakage(opened, encoder, split=split, masks_dir=fields["masks"], fill=fill, seed=seed,
                            batch_size=batch_size, workers=workers, progress=progress, out=_path(out))
+
+
+@in_python_words
+def audit(
+    dataset: Any,
+    models: Any = (),
+    *,
+    models_file: PathLike | None = None,
+    root: PathLike | None = None,
+    split: str = "test",
+    masks: PathLike | None = None,
+    backgrounds: PathLike | None = None,
+    repeats: int = 5,
+    fill: str = "inpainted",
+    seed: int = 0,
+    model_input: ModelInput | None = None,
+    out: PathLike | None = None,
+    device: str = "auto",
+    trust_model: bool = False,
+    amp: str | None = None,
+    memory_format: str | None = None,
+    batch_size: int = 64,
+    workers: int | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> AuditResult:
+    """``bgbias audit``: several models scored side by side on ``split`` of ``dataset`` (docs/audit.md):
+    clean and corrupted MAP@R (``repeats`` corrupted sets fixed by ``seed``), the background-reliance profile
+    and the dataset's background leakage seen through each (hole filled by ``fill``), ranked by corrupted
+    MAP@R in one page. ``models`` are specs (``"[LABEL =] SPEC [KEY=VALUE ...]"``, as ``--model`` takes
+    them), models in memory (anything :func:`evaluate` takes), or a mapping of label to either;
+    ``models_file`` adds the lines of a list file. Every model reads its input as ``model_input`` states.
+
+    Unlike :func:`evaluate`, an audit's job is files, and it resumes: its page (``audit.md``, ``audit.html``,
+    ``audit.json``) and a folder per model go to ``out`` (default ``runs/audit/<dataset key>-<split>``), and a
+    second call with the same models and settings reuses every finished model. A model that fails is
+    recorded with its error while the others go on: ``result.failed`` lists them."""
+    from bgbias.model_audit.entries import check_labels, entries_of, read_list_file
+    from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
+
+    check_arguments(locals(), RULES["audit"])
+    _check_model_input_and_log(model_input, log)
+    entries = entries_of(models) + (read_list_file(models_file) if models_file is not None else [])
+    check_labels(entries)
+    fields = _data_fields(dataset, root, masks)
+    opened = _opened(fields["dataset"], fields["root"])
+    folder = Path(out) if out is not None else default_audit_folder(opened, split)
+    settings = AuditSettings(split=split, repeats=repeats, seed=seed, fill=fill, masks=fields["masks"],
+                             backgrounds=_path(backgrounds), batch_size=batch_size, workers=workers,
+                             progress=progress)
+
+    def load(entry: Any, home: Path) -> EmbeddingModel:
+        return as_embedding_model(entry.model, model_input, device=device, trust_model=trust_model, amp=amp,
+                                  memory_format=memory_format, args=entry.args, homes=home)
+
+    return run_audit(opened, entries, load, settings, folder, log=log or (lambda _line: None))

@@ -129,6 +129,7 @@ CHECKED_WHERE_READ = {
     "make_corrupted_sets": {"dataset", "variants"},
     "score": {"log"},
     "leakage": {"dataset", "masks", "model", "model_input"},
+    "audit": {"dataset", "models", "masks", "model_input", "log"},
 }
 
 
@@ -151,7 +152,7 @@ def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argu
                 "score_embeddings": {"embeddings": None, "labels": None},
                 "make_masks": {"dataset": "bench"}, "make_corrupted_sets": {"dataset": "bench"},
                 "score": {"embeddings": "embeddings", "dataset": "bench"},
-                "leakage": {"dataset": "bench"}}[name]
+                "leakage": {"dataset": "bench"}, "audit": {"dataset": "bench"}}[name]
     with pytest.raises(OptionError) as err:
         getattr(bgbias, name)(**{**required, argument: _Wrong()})
     assert err.value.problem.startswith(f"{argument}=<wrong> is invalid: it must be ")

@@ -4,8 +4,8 @@ Heavy libraries are imported inside the commands, so ``bgbias --help`` answers a
 group: :mod:`~bgbias.cli.assets`, :mod:`~bgbias.cli.data` (``datasets``, ``masks``, ``corrupt``),
 :mod:`~bgbias.cli.models` (``train``, ``eval``, ``explain``), :mod:`~bgbias.cli.embeddings` (``score``:
 one's own embeddings), :mod:`~bgbias.cli.leakage` (``leakage``: a dataset's background leakage),
-:mod:`~bgbias.cli.reports` (``report``, ``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main`
-is the ``bgbias`` command itself.
+:mod:`~bgbias.cli.audit` (``audit``: several models side by side), :mod:`~bgbias.cli.reports` (``report``,
+``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main` is the ``bgbias`` command itself.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from bgbias import __version__
-from bgbias.cli import assets, data, embeddings, info, leakage, models, reports
+from bgbias.cli import assets, audit, data, embeddings, info, leakage, models, reports
 from bgbias.cli.group import CommandGroup
 
 
@@ -37,6 +37,6 @@ def main(data_root: Path | None) -> None:
 
 
 for _command in (assets.assets, data.datasets, data.masks, data.corrupt, models.train, models.evaluate,
-                 embeddings.score, models.explain, leakage.leakage, reports.report, reports.study,
-                 info.methods):
+                 embeddings.score, models.explain, leakage.leakage, audit.audit, reports.report,
+                 reports.study, info.methods):
     main.add_command(_command)

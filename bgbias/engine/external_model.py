@@ -251,6 +251,7 @@ def load_external_model(
     trust: bool = False,
     amp: str | None = None,
     memory_format: str | None = None,
+    homes: str | os.PathLike[str] | None = None,
 ) -> ExternalModel:
     """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
     unless ``trust``) on ``device``, in the precision and layout ``amp`` and ``memory_format`` choose, with
@@ -259,7 +260,7 @@ def load_external_model(
 
     resolved = resolve_device(device)
     return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out,
-                          amp=amp, memory_format=memory_format)
+                          amp=amp, memory_format=memory_format, homes=homes)
 
 
 def external_model(
@@ -270,13 +271,16 @@ def external_model(
     *,
     amp: str | None = None,
     memory_format: str | None = None,
+    homes: str | os.PathLike[str] | None = None,
 ) -> ExternalModel:
     """``network`` as an embedding model in the precision and layout ``amp`` and ``memory_format`` choose
-    (:func:`network_compute`), whose home is ``out`` (default :func:`default_home_name` under
-    ``runs/external``), checked (:func:`check_home`) but not yet written to: its ``model.json`` comes with
-    its first result (:meth:`ExternalModel.claim_home`)."""
+    (:func:`network_compute`), whose home is ``out`` (default :func:`default_home_name` under ``homes``,
+    itself by default ``runs/external``; ``bgbias audit`` keeps each model's homes in its own folder),
+    checked (:func:`check_home`) but not yet written to: its ``model.json`` comes with its first result
+    (:meth:`ExternalModel.claim_home`)."""
     dtype, layout = network_compute(network, device, amp, memory_format)
-    home = Path(out) if out is not None else runs_root() / EXTERNAL_FOLDER / default_home_name(
+    parent = Path(homes) if homes is not None else runs_root() / EXTERNAL_FOLDER
+    home = Path(out) if out is not None else parent / default_home_name(
         network, model_input, compute_identity(dtype, layout))
     model = ExternalModel(network, model_input, device, home, dtype, layout)
     check_home(model)

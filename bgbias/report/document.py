@@ -8,9 +8,9 @@ disagree, and the same blocks give the same bytes.
 
 Text is always text: a ``str`` is shown as its characters in both renderings, whatever it holds (a
 ``<script>`` in a class folder's name, ``**`` or ``|`` in a run folder's), and the only markup is typed, a
-:class:`Code` or :class:`Strong` span that the report's own code puts around a string. So a writer cannot
-forget to escape what it shows, and a name cannot become markup in one rendering and not in the other
-(:mod:`bgbias.report.markdown` writes the Markdown, :func:`html.escape` the HTML).
+:class:`Code`, :class:`Strong` or :class:`Link` span that the report's own code puts around a string. So a
+writer cannot forget to escape what it shows, and a name cannot become markup in one rendering and not in
+the other (:mod:`bgbias.report.markdown` writes the Markdown, :func:`html.escape` the HTML).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import base64
 import html
 import os
 import re
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,22 @@ class Strong:
     text: str
 
 
-Span = str | Code | Strong
+@dataclass(frozen=True)
+class Link:
+    """A string that links to a file or folder at the relative path ``target`` beside the page (a model's
+    report folder): percent-encoded, so no scheme (``javascript:``) can become its target. A link leads
+    away from the page: the HTML page still needs nothing beside it to be read whole."""
+
+    text: str
+    target: str
+
+    def __post_init__(self) -> None:
+        if self.target.startswith("/") or "\\" in self.target:
+            raise OptionError(f"the link {self.text!r} has the target {self.target!r}; a link's target is a "
+                              "relative POSIX path", fix="link to a path relative to the page's folder")
+
+
+Span = str | Code | Strong | Link
 Text = str | tuple[Span, ...]
 """Running text: a plain string, or spans in a row (``("the run ", Code(folder), " failed")``)."""
 
@@ -209,6 +225,8 @@ def _markdown_span(span: Span, starts_block: bool) -> str:
             return markdown.code(text)
         case Strong(text):
             return markdown.strong(text)
+        case Link(text, target):
+            return markdown.link(text, target)
     raise TypeError(f"not a text span: {span!r}")
 
 
@@ -301,6 +319,8 @@ def _html_span(span: Span) -> str:
             return f"<code>{html.escape(text)}</code>"
         case Strong(text):
             return f"<strong>{html.escape(text)}</strong>"
+        case Link(text, target):
+            return f'<a href="{html.escape(urllib.parse.quote(target))}">{html.escape(text)}</a>'
     raise TypeError(f"not a text span: {span!r}")
 
 

@@ -13,8 +13,8 @@ block. Every Markdown file bgbias writes is made by these functions (through
 - :func:`code`: a code span; one holding characters a code span cannot carry safely (a backtick, ``|``,
   a line break), or that would be markup to a renderer that does not keep code spans literal (``<``, ``>``,
   ``&``, ``[``, ``]``), is written as ``<code>`` around escaped text instead.
-- :func:`image`: an image whose target is a relative path, percent-encoded, so no scheme (``javascript:``)
-  can ever be its target.
+- :func:`image` and :func:`link`: an image or a link whose target is a relative path, percent-encoded, so
+  no scheme (``javascript:``) can ever be its target.
 - :func:`table`: a table whose every cell is :func:`text`, so a name never adds a column or ends the table.
 """
 
@@ -79,6 +79,13 @@ def image(alt: str, target: str) -> str:
     if target.startswith("/"):
         raise ValueError(f"an image target must be a relative path, got {target!r}")
     return f"![{text(alt)}]({urllib.parse.quote(target)})"
+
+
+def link(label: str, target: str) -> str:
+    """A link to the relative POSIX path ``target``, percent-encoded as :func:`image`'s, its text escaped."""
+    if target.startswith("/"):
+        raise ValueError(f"a link target must be a relative path, got {target!r}")
+    return f"[{text(label)}]({urllib.parse.quote(target)})"
 
 
 def table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> str:

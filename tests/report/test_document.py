@@ -15,6 +15,7 @@ from bgbias.report.document import (
     Code,
     Figure,
     Heading,
+    Link,
     Paragraph,
     Strong,
     Table,
@@ -101,6 +102,18 @@ def test_user_text_is_escaped_and_only_typed_spans_become_markup():
     assert "<td>&lt;script&gt;x&lt;/script&gt;</td><td>**3.0**</td>" in page
     assert "<title>&lt;b&gt;title&lt;/b&gt;</title>" in page
     assert "say &quot;hi&quot; &amp; &lt;b&gt;</h2>" in page
+
+
+def test_a_link_is_a_relative_encoded_target_with_its_text_escaped(tmp_path):
+    link = Paragraph(("see ", Link("<b>report</b> [x](javascript:1)", "models/a b/report\"x.md")))
+    assert to_markdown([link], tmp_path) == (
+        "see [&lt;b&gt;report&lt;/b&gt; \\[x\\](javascript:1)](models/a%20b/report%22x.md)\n")
+    page = to_html([link], "t")
+    assert ('<p>see <a href="models/a%20b/report%22x.md">&lt;b&gt;report&lt;/b&gt; [x](javascript:1)</a></p>'
+            in page)
+    for target in ("/etc/passwd", "models\\a"):
+        with pytest.raises(OptionError, match="a link's target is a relative POSIX path"):
+            Link("x", target)
 
 
 def test_every_column_but_the_first_is_right_aligned():

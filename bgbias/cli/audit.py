@@ -1,0 +1,82 @@
+"""``bgbias audit``: several models scored side by side on one dataset, ranked by corrupted MAP@R
+(docs/audit.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bgbias import options as rules
+from bgbias.cli.options import DATASETS, PATH_DIR, click_type
+from bgbias.errors import EXIT_PARTIAL
+
+
+@click.command("audit")
+@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
+              help="Dataset to score every model on.")
+@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@click.option("--model", "models", multiple=True, metavar="[LABEL =] SPEC [KEY=VALUE ...]",
+              help="A model, as bgbias eval --model takes it (a factory package.module:callable, a "
+                   "TorchScript or ONNX file, a run folder), with its label and a factory's keyword "
+                   "arguments where wanted (repeatable). A factory is imported and called: name only "
+                   "packages you trust.")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A text file of models, one [LABEL =] SPEC [KEY=VALUE ...] per line (# comments).")
+@click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
+              help="Corrupted repeats (each a fixed manifest, shared with bgbias eval).")
+@click.option("--fill", type=click_type(rules.FILL), default="inpainted", show_default=True,
+              help="How the leakage meter fills the object's hole in the background-only images.")
+@click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
+@click.option("--backgrounds", type=PATH_DIR, default=None,
+              help="Background pools: a folder with test/ (default ./backgrounds).")
+@click.option("--out", type=PATH_DIR, default=None,
+              help="Folder of the page and of a folder per model (default runs/audit/<dataset>-<split>); "
+                   "running the same command again reuses every finished model.")
+@click.option("--trust-model", is_flag=True, help="Run TorchScript models unchecked.")
+@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or "
+                                                                   "cuda:N.")
+@click.option("--amp", type=click_type(rules.AMP), default=None,
+              help="Autocast while embedding (default: auto for an outside model, a run's own).")
+@click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
+              help="Layout of the weights and inputs (default: channels_last for an outside model, a run's "
+                   "own).")
+@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
+              help="Seed of the corrupted sets, the leakage probe's folds and its bootstrap.")
+@click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=click_type(rules.WORKERS), default=None,
+              help="Data loader worker processes (default: sized to the machine).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None, split: str,
+          repeats: int, fill: str, masks: Path | None, backgrounds: Path | None, out: Path | None,
+          trust_model: bool, device: str, amp: str | None, memory_format: str | None, seed: int,
+          batch_size: int, workers: int | None, no_progress: bool) -> None:
+    """Several models side by side on one dataset: clean and corrupted MAP@R, the background-reliance profile
+    and the dataset's background leakage seen through each, ranked by corrupted MAP@R in audit.md,
+    audit.html and audit.json. Exits with status 3 when a model failed (the others are on the page)."""
+    from bgbias.api import as_embedding_model
+    from bgbias.data.registry import open_dataset
+    from bgbias.model_audit.entries import check_labels, parse_entry, read_list_file
+    from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
+
+    entries = [entry for text in models if (entry := parse_entry(text, f"--model {text!r}")) is not None]
+    entries += read_list_file(models_file) if models_file is not None else []
+    check_labels(entries)
+    dataset = open_dataset(dataset_name, root)
+    settings = AuditSettings(split=split, repeats=repeats, seed=seed, fill=fill, masks=masks,
+                             backgrounds=backgrounds, batch_size=batch_size, workers=workers,
+                             progress=not no_progress)
+
+    def load(entry, home):
+        return as_embedding_model(entry.model, device=device, trust_model=trust_model, amp=amp,
+                                  memory_format=memory_format, args=entry.args, homes=home)
+
+    result = run_audit(dataset, entries, load, settings, out or default_audit_folder(dataset, split),
+                       log=lambda line: click.echo(line, err=True))
+    click.echo(result.summary(), nl=False)
+    click.echo(f"written: {', '.join(str(path) for path in result.files.values())}", err=True)
+    if result.failed:
+        click.echo(f"{len(result.failed)} of {len(result.page.ranked)} models failed: "
+                   f"{', '.join(outcome.label for outcome in result.failed)}", err=True)
+        click.get_current_context().exit(EXIT_PARTIAL)

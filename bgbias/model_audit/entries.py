@@ -1,0 +1,140 @@
+"""Which models an audit scores, and under which labels: ``--model`` values, the lines of a ``--models`` list
+file, or (from Python) models in memory.
+
+An entry is written ``[LABEL =] SPEC [KEY=VALUE ...]``, split as a shell splits words (quotes keep spaces,
+``#`` starts a comment in a list file): the label, where given, is the first word followed by a lone ``=``;
+the spec is what ``bgbias eval --model`` takes (a factory ``package.module:callable``, a TorchScript or ONNX
+file, a run folder); the words after it are a factory's keyword arguments, as ``--model-arg`` reads them.
+Without a label, the entry as written is its label. Labels and specs come from a user's file, so they are
+only ever shown as text, and a model's folder is named by a slug of its label and a digest, never by the label
+itself (:meth:`ModelEntry.folder_name`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bgbias.engine.model_spec import parse_model_args
+from bgbias.errors import BgbiasError, OptionError
+
+SLUG_LENGTH = 40
+ENTRY_FORM = "[LABEL =] SPEC [KEY=VALUE ...]"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of an audit: its ``label``, the ``model`` (a spec's text, or an object in memory), a
+    factory's ``args``, the ``spec`` as records show it, and where it was given (``--model 2``, a list
+    file's line)."""
+
+    label: str
+    model: Any
+    spec: str
+    where: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def folder_name(self) -> str:
+        """The model's folder under the audit's: a slug of the label (letters, digits, ``_.+-``) and 8 hex of
+        the label, spec and arguments, so two labels never share a folder and no label names a path."""
+        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", self.label).strip("._-")[:SLUG_LENGTH] or "model"
+        identity = json.dumps([self.label, self.spec, self.args], sort_keys=True, default=str)
+        return f"{slug}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+
+
+def parse_entry(text: str, where: str, *, comments: bool = False) -> ModelEntry | None:
+    """The entry ``text`` writes (None for a blank or comment-only line), else an ``OptionError`` naming
+    ``where``."""
+    try:
+        words = shlex.split(text, comments=comments)
+    except ValueError as err:
+        raise OptionError(f"{where}: {err} in {text.strip()!r}", fix=f"write it as {ENTRY_FORM}") from None
+    if not words:
+        return None
+    label = None
+    if len(words) >= 2 and words[1] == "=":
+        label, words = words[0], words[2:]
+        if not label.strip():
+            raise OptionError(f"{where}: the label before '=' is empty", fix=f"write it as {ENTRY_FORM}")
+    if not words or "=" in words[0]:
+        raise OptionError(f"{where}: no model spec in {text.strip()!r}",
+                          fix=f"write it as {ENTRY_FORM}, with spaces around the '=' after a label")
+    spec, pairs = words[0], words[1:]
+    try:
+        args = parse_model_args(pairs)
+    except BgbiasError as err:
+        raise OptionError(f"{where}: {err.problem}", fix=f"write it as {ENTRY_FORM}") from None
+    written = shlex.join([spec, *pairs])
+    return ModelEntry(label if label is not None else written, spec, written, where, args)
+
+
+def read_list_file(path: str | os.PathLike[str]) -> list[ModelEntry]:
+    """The entries of a list file, one per line (blank lines and ``#`` comments skipped); a line that is no
+    entry is an ``OptionError`` naming the file and the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise OptionError(f"the list of models cannot be read ({err})", path=path,
+                          fix=f"pass --models a UTF-8 text file with one {ENTRY_FORM} per line") from None
+    entries = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = parse_entry(line, f"line {number}", comments=True)
+        except OptionError as err:
+            raise OptionError(err.problem, path=path, fix=err.fix) from None
+        if entry is not None:
+            entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
+                                      entry.args))
+    return entries
+
+
+def in_memory_entry(label: str | None, model: Any, where: str) -> ModelEntry:
+    """An entry for a model given from Python: a spec's text is parsed as a ``--model`` value; anything else
+    (a ``torch.nn.Module``, an embedding model, a function) is labelled ``label``, else by its class."""
+    if isinstance(model, str | os.PathLike):
+        entry = parse_entry(os.fspath(model), where)
+        if entry is None:
+            raise OptionError(f"{where} is empty", fix="name a model spec, or leave the entry out")
+        return entry if label is None else ModelEntry(label, entry.model, entry.spec, where, entry.args)
+    name = type(model).__name__
+    describe = getattr(model, "describe", None)
+    if callable(describe):
+        name = str(describe().get("method", name))
+    elif not hasattr(model, "parameters"):
+        name = getattr(model, "__qualname__", name)
+    return ModelEntry(label if label is not None else name, model, f"<in memory: {name}>", where)
+
+
+def entries_of(models: Iterable[Any] | Mapping[str, Any]) -> list[ModelEntry]:
+    """Python's ``models=``: a mapping of label to model, or models (specs or objects) in a row."""
+    if isinstance(models, Mapping):
+        for label in models:
+            if not isinstance(label, str) or not label.strip():
+                raise OptionError(f"models= has the label {label!r}; labels are non-empty strings",
+                                  fix='pass models={"label": model, ...}')
+        return [in_memory_entry(label, model, f"models[{label!r}]") for label, model in models.items()]
+    if isinstance(models, str | os.PathLike):
+        models = [models]
+    return [in_memory_entry(None, model, f"models[{index}]") for index, model in enumerate(models)]
+
+
+def check_labels(entries: list[ModelEntry]) -> None:
+    """No model without a label, and no label twice: an ``OptionError`` naming both places."""
+    if not entries:
+        raise OptionError("no model to audit", fix="pass --model SPEC (repeatable) or --models FILE")
+    seen: dict[str, ModelEntry] = {}
+    for entry in entries:
+        if entry.label in seen:
+            first = seen[entry.label]
+            raise OptionError(f"the label {entry.label!r} is given twice: {first.where} ({first.spec}) and "
+                              f"{entry.where} ({entry.spec})",
+                              fix="give each model a label of its own (LABEL = SPEC in a --models file)")
+        seen[entry.label] = entry

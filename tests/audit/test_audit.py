@@ -1,0 +1,141 @@
+"""``bgbias.audit`` and ``bgbias audit`` on the tiny bench: tiny factories side by side, a failing model
+recorded while the others finish, a resumed audit that embeds nothing it finished, the page's bytes, a
+hostile label shown as text, and the ranking."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+import bgbias
+from bgbias.cli import main
+from bgbias.model_audit.outcome import AuditScores, ModelOutcome
+from bgbias.model_audit.page import ranked
+from tests.audit.models import EMBEDDED, tiny
+
+HOSTILE = "<script>alert(1)</script> **bold** | cell"
+
+
+def _data(bench):
+    return {"root": bench / "bench", "masks": bench / "masks", "backgrounds": bench / "backgrounds"}
+
+
+def _audit(bench, out, models, **extra):
+    return bgbias.audit("bench", models, **_data(bench), repeats=2, out=out, device="cpu", amp="off",
+                        workers=0, **extra)
+
+
+def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finished(tiny_bench, tmp_path):
+    out = tmp_path / "audit"
+    models = {"seed one": "tests.audit.models:tiny seed=1", HOSTILE: "tests.audit.models:tiny seed=2",
+              "in memory": tiny(seed=6), "missing": str(tmp_path / "missing.pt")}
+    first = _audit(tiny_bench, out, models)
+    assert [outcome.label for outcome in first.failed] == ["missing"]
+    assert "missing.pt" in first.failed[0].error
+    record = json.loads((out / "audit.json").read_text())
+    done = [model for model in record["models"] if model["status"] == "done"]
+    assert [model["rank"] for model in record["models"]] == [1, 2, 3, None]
+    corrupted = [model["scores"]["corrupted_map_at_r"] for model in done]
+    assert corrupted == sorted(corrupted, reverse=True)
+    for model in done:
+        folder = out / model["folder"]
+        assert folder.parent == out / "models" and (folder / "audit-model.json").is_file()
+        assert (out / model["report"] / "report.json").is_file()
+        assert (out / model["leakage_record"]).is_file()
+        scores = model["scores"]
+        assert scores["corrupted_repeats"] == 2
+        assert {"only-fg", "mixed-same", "bg-gap"} <= set(scores["profile"])
+        assert len(scores["leakage_interval"]) == 2 and scores["chance_map_at_r"] is not None
+    page = {name: (out / f"audit.{name}").read_bytes() for name in ("md", "html", "json")}
+
+    embedded = dict(EMBEDDED)
+    again = _audit(tiny_bench, out, models)
+    assert dict(EMBEDDED) == embedded  # the finished models came from their records: nothing embedded
+    assert [outcome.label for outcome in again.failed] == ["missing"]
+    assert {name: (out / f"audit.{name}").read_bytes() for name in page} == page
+
+    html = page["html"].decode()
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; **bold** | cell" in html
+    markdown = page["md"].decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\*\\*bold\\*\\* \\| cell" in markdown
+    assert "<script>" not in markdown
+    seed_one = next(model for model in record["models"] if model["label"] == "seed one")
+    assert f"[evaluation report]({seed_one['report']}/report.md)" in markdown
+    assert f"[folder]({seed_one['folder']})" in markdown and "/leakage/leakage.md)" in markdown
+
+
+def test_other_settings_measure_a_kept_model_again(tiny_bench, tmp_path):
+    out = tmp_path / "audit"
+    _audit(tiny_bench, out, ["tests.audit.models:tiny seed=3"])
+    before = EMBEDDED[3]
+    _audit(tiny_bench, out, ["tests.audit.models:tiny seed=3"], fill="black")
+    assert EMBEDDED[3] > before
+
+
+def test_ranking_is_by_corrupted_map_then_label_with_failures_last():
+    def outcome(label, corrupted=None, status="done"):
+        scores = None if status == "failed" else AuditScores(
+            clean_map_at_r=0.5, clean_precision_at_1=0.5, corrupted_map_at_r=corrupted,
+            corrupted_map_at_r_std=None, corrupted_repeats=2, relative_drop=0.1, profile={}, leakage=0.2,
+            leakage_interval=[0.1, 0.3], background_map_at_r=0.1, foreground_map_at_r=0.3,
+            chance_map_at_r=0.05)
+        return ModelOutcome(label=label, spec=label, args={}, folder=f"models/{label}", status=status,
+                            scores=scores, error="boom" if status == "failed" else None)
+
+    order = ranked([outcome("a", status="failed"), outcome("c", 0.2), outcome("b", 0.4), outcome("a2", 0.2),
+                    outcome("d", 0.9)])
+    assert [item.label for item in order] == ["d", "b", "a2", "c", "a"]
+
+
+def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, tiny_run, tmp_path):
+    run = shutil.copytree(tiny_run, tmp_path / "runs" / "run")
+    listed = tmp_path / "models.txt"
+    listed.write_text("# a tiny encoder, a bgbias run and a factory that cannot build its model\n"
+                      "first = tests.audit.models:tiny seed=4\n"
+                      f"'our run' = {run}\n"
+                      "broken = tests.audit.models:broken\n")
+    out = tmp_path / "audit"
+    command = ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"), "--masks",
+               str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"), "--repeats", "2",
+               "--device", "cpu", "--amp", "off", "--workers", "0", "--no-progress", "--out", str(out),
+               "--model", "second = tests.audit.models:tiny seed=5", "--models", str(listed)]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 3, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| rank | model | clean MAP@R | clean P@1 | corrupted MAP@R")
+    assert [row.split(" | ")[1] for row in rows[1:]][-1] == "broken"
+    assert "RuntimeError: this factory cannot build its model" in rows[-1]
+    assert "1 of 4 models failed: broken" in result.output
+    assert (out / "audit.html").is_file() and (out / "audit.md").is_file()
+    ours = next(model for model in json.loads((out / "audit.json").read_text())["models"]
+                if model["label"] == "our run")
+    assert ours["status"] == "done" and ours["report"].startswith(str(run / "eval"))  # the run's own folder
+    assert (out / ours["leakage_record"]).is_file()
+
+
+def test_missing_masks_or_backgrounds_stop_the_audit_before_any_model_with_evals_fix(tiny_bench, tmp_path):
+    empty = tmp_path / "no-masks"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                       "--masks", str(empty), "--model", "tests.audit.models:tiny",
+                                       "--out", str(tmp_path / "audit"), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert "saliency masks are missing" in result.output and "bgbias masks --dataset bench" in result.output
+    assert not (tmp_path / "audit" / "models").exists()
+    nowhere = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                        "--masks", str(tiny_bench / "masks"), "--backgrounds", str(empty),
+                                        "--model", "tests.audit.models:tiny",
+                                        "--out", str(tmp_path / "audit")])
+    assert nowhere.exit_code == 2 and "background pool folder holds no images" in nowhere.output
+    assert not (tmp_path / "audit" / "models").exists()
+
+
+def test_a_folder_holding_something_else_is_refused(tiny_bench, tmp_path):
+    out = tmp_path / "elsewhere"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(bgbias.errors.OptionError, match="neither new, nor empty, nor an earlier audit's"):
+        _audit(tiny_bench, out, ["tests.audit.models:tiny"])

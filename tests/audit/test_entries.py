@@ -1,0 +1,70 @@
+"""The audit's models as given: list-file lines and ``--model`` values, labels, folder names."""
+
+from __future__ import annotations
+
+import pytest
+
+from bgbias.errors import OptionError
+from bgbias.model_audit.entries import ModelEntry, check_labels, entries_of, parse_entry, read_list_file
+
+
+def test_a_list_file_gives_labels_specs_and_factory_arguments(tmp_path):
+    listed = tmp_path / "models.txt"
+    listed.write_text("# the offline encoders\n\n"
+                      "mobilenet = bgbias.models.pretrained:imagenet_mobilenet_v2\n"
+                      "runs/study/run-0   # a run folder, labelled by itself\n"
+                      "'vit small' = timm:create_model model_name=vit_small pretrained=true num_classes=0\n")
+    entries = read_list_file(listed)
+    assert [entry.label for entry in entries] == ["mobilenet", "runs/study/run-0", "vit small"]
+    assert [entry.model for entry in entries] == ["bgbias.models.pretrained:imagenet_mobilenet_v2",
+                                                  "runs/study/run-0", "timm:create_model"]
+    assert entries[2].args == {"model_name": "vit_small", "pretrained": True, "num_classes": 0}
+    assert entries[2].spec == "timm:create_model model_name=vit_small pretrained=true num_classes=0"
+    assert entries[1].where == f"{listed}, line 4"
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("mobilenet =", "line 2: no model spec"),
+    ("mobilenet=model.pt", "line 2: no model spec"),
+    ("model.pt dim", "line 2: --model-arg expects key=value"),
+    ("'unclosed = model.pt", "line 2: No closing quotation"),
+])
+def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, says):
+    listed = tmp_path / "models.txt"
+    listed.write_text(f"good = model.pt\n{line}\n")
+    with pytest.raises(OptionError) as caught:
+        read_list_file(listed)
+    assert says in str(caught.value) and str(listed) in str(caught.value)
+    assert "[LABEL =] SPEC [KEY=VALUE ...]" in str(caught.value)
+
+
+def test_a_label_given_twice_names_both_places(tmp_path):
+    listed = tmp_path / "models.txt"
+    listed.write_text("a = first.pt\n")
+    entries = [parse_entry("a = second.pt", "--model 'a = second.pt'"), *read_list_file(listed)]
+    with pytest.raises(OptionError) as caught:
+        check_labels(entries)
+    message = str(caught.value)
+    assert "the label 'a' is given twice" in message
+    assert "--model 'a = second.pt' (second.pt)" in message and f"{listed}, line 1 (first.pt)" in message
+    with pytest.raises(OptionError, match="no model to audit"):
+        check_labels([])
+
+
+def test_models_from_python_take_labels_from_a_mapping_or_their_class():
+    from torch import nn
+
+    module = nn.Linear(2, 2)
+    entries = entries_of({"mine": module, "theirs": "model.onnx"})
+    assert [(entry.label, entry.spec) for entry in entries] == [("mine", "<in memory: Linear>"),
+                                                                ("theirs", "model.onnx")]
+    assert [entry.label for entry in entries_of([module, "x.pt"])] == ["Linear", "x.pt"]
+
+
+def test_a_models_folder_is_a_slug_and_a_digest_never_the_label():
+    hostile = ModelEntry("../../etc/<script>alert(1)</script>", "model.pt", "model.pt", "--model")
+    name = hostile.folder_name()
+    assert "/" not in name and "<" not in name and not name.startswith(".")
+    assert name.startswith("etc_script_alert_1_")
+    other = ModelEntry(hostile.label, "other.pt", "other.pt", "--model")
+    assert other.folder_name() != name and len(name.rsplit("-", 1)[1]) == 8
