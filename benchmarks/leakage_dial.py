@@ -1,13 +1,16 @@
 """The leakage meter calibrated on the bias dial (issue 34; docs/leakage.md, "Calibration on the bias
 dial").
 
-For each ρ of the dial, the bench the dial builds (preset small, seed 0; built here, or reused where its
-folder already holds it, :func:`~bgbias.study.bench.built_bench`) and its exact masks laid out where the
-dial's exact-mask study reads them; then the meter on its split with each fill and the default encoder (the
-offline ImageNet MobileNetV2). Prints the table (ρ, fill, headline leakage with its 95 % interval,
-background-only MAP@R beside chance, both probes beside chance), each fill's leakage at ρ = 0 and its range
-over ρ, the correlation of leakage with the dial's trained drop, and how long each step took; writes every
-meter's ``leakage.json`` / ``leakage.md`` under ``--out``, ``calibration.json`` there, and the plot.
+For each ρ of the dial (and 0.25, 0.75 between), the bench the dial builds (preset small, seed 0; built
+here, or reused where its folder already holds it, :func:`~bgbias.study.bench.built_bench`) and its exact
+masks laid out where the dial's exact-mask study reads them (or u2netp's, ``--masks u2netp``); then the meter
+on its split with each fill and the default encoder (the offline ImageNet MobileNetV2). Prints the table (ρ,
+fill, headline leakage with its 95 % interval, background-only MAP@R beside chance, both probes beside
+chance), each fill's leakage at ρ = 0 and its range over ρ, the correlation of leakage with
+the dial's trained drop at the dial's four ρ, and how long each step took; writes every meter's
+``leakage.json`` / ``leakage.md`` under ``--out``, ``calibration.json`` there, the plot, and the curves the
+meter inverts for a dataset's bench ρ into ``bgbias/configs/leakage_dial.json``
+(:mod:`bgbias.leakage_meter.calibration`).
 
     python benchmarks/leakage_dial.py     # in the folder where the dial ran (./data, ./masks, ./runs)
 
@@ -35,6 +38,8 @@ from bgbias.api import as_embedding_model
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.figures import new_figure, save_png
+from bgbias.fileio import write_json_atomic
+from bgbias.leakage_meter.calibration import CALIBRATION_FILE, CALIBRATION_FORMAT
 from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 from bgbias.report.dial import MASK_LABELS
 from bgbias.saliency.ground_truth import copy_ground_truth_masks
@@ -44,6 +49,9 @@ from bgbias.study.dial import DIAL_RHOS
 from bgbias.study.spec import bench_spec
 from bgbias.variants.variants import FILLS
 
+CURVE_RHOS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+"""The ρ the meter is measured at: the dial's four, and two more so the curve inverted for a dataset's bench ρ
+(:mod:`bgbias.leakage_meter.calibration`) has no long straight stretch."""
 PRESET, SEED = "small", 0
 """The dial's bench settings (``bgbias study --dial``'s defaults)."""
 DIAL_RECORD = Path("runs/study/dial-multi_similarity-bench-small-seed0/dial.json")
@@ -106,8 +114,9 @@ def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path, mask
         errors = np.array([[value - 100 * row["interval"][0], 100 * row["interval"][1] - value]
                            for value, row in zip(values, line, strict=True)]).T
         by_rho.errorbar(rhos, values, yerr=errors, marker="o", capsize=3, label=fill)
-        by_drop.plot([drops[rho] for rho in rhos], values, marker="o", label=fill)
-    for rho in sorted({row["rho"] for row in rows}):
+        on_dial = [(drops[row["rho"]], 100 * row["leakage"]) for row in line if row["rho"] in drops]
+        by_drop.plot(*zip(*on_dial, strict=True), marker="o", label=fill)
+    for rho in sorted({row["rho"] for row in rows} & set(drops)):
         top = max(100 * row["leakage"] for row in rows if row["rho"] == rho)
         by_drop.annotate(f"ρ = {rho:g}", (drops[rho], top), fontsize=8, textcoords="offset points",
                          xytext=(-12, 8))
@@ -128,12 +137,14 @@ def pct(value: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rhos", type=float, nargs="+", default=list(DIAL_RHOS))
+    parser.add_argument("--rhos", type=float, nargs="+", default=list(CURVE_RHOS))
     parser.add_argument("--fills", nargs="+", choices=FILLS, default=list(FILLS))
     parser.add_argument("--split", default="test")
     parser.add_argument("--masks", choices=("ground-truth", "u2netp"), default="ground-truth")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, default=None, help="default runs/leakage-dial/<masks>")
+    parser.add_argument("--calibration", type=Path, default=CALIBRATION_FILE,
+                        help="where the curves go (default the one the meter reads); 'none' writes none")
     parser.add_argument("--plot", type=Path, default=None,
                         help="default docs/images/leakage-dial.png (exact masks), leakage-dial-u2netp.png")
     args = parser.parse_args()
@@ -154,7 +165,7 @@ def main() -> None:
                                      out=args.out / f"rho{rho:g}-{fill}")
             seconds = time.perf_counter() - start
             timings.append(f"rho {rho:g}, {fill}: meter {seconds:.1f} s ({result.images} images)")
-            rows.append({"rho": rho, "fill": fill, "leakage": result.leakage,
+            rows.append({"rho": rho, "fill": fill, "encoder": result.model, "leakage": result.leakage,
                          "interval": list(result.interval), "background": vars(result.background),
                          "foreground": vars(result.foreground), "chance": vars(result.chance),
                          "seconds": seconds})
@@ -176,12 +187,13 @@ def main() -> None:
     for fill in args.fills:
         line = {row["rho"]: row for row in rows if row["fill"] == fill}
         leakage = [line[rho]["leakage"] for rho in args.rhos]
+        dial = [rho for rho in args.rhos if rho in DIAL_RHOS]
         summary[fill] = {
             "at_rho0": line[min(args.rhos)]["leakage"], "interval_at_rho0": line[min(args.rhos)]["interval"],
             "spread": max(leakage) - min(leakage),
             "monotone": all(b >= a for a, b in itertools.pairwise(leakage)),
-            **({"vs_drop": correlations(leakage, [drops[rho] for rho in args.rhos])}
-               if all(rho in drops for rho in args.rhos) else {}),
+            **({"vs_drop": correlations([line[rho]["leakage"] for rho in dial], [drops[rho] for rho in dial])}
+               if len(dial) > 2 and all(rho in drops for rho in dial) else {}),
         }
         print(f"{fill}: leakage at ρ {min(args.rhos):g} {pct(summary[fill]['at_rho0'])} %, range over ρ "
               f"{pct(summary[fill]['spread'])} points, monotone {summary[fill]['monotone']}, "
@@ -196,8 +208,32 @@ def main() -> None:
         "summary": summary,
         "drops": {f"{rho:g}": drop for rho, drop in drops.items()}, "drops_from": source,
     }, indent=2), encoding="utf-8")
-    if all(rho in drops for rho in args.rhos):
+    if all(rho in drops for rho in args.rhos if rho in DIAL_RHOS):
         plot(rows, drops, args.plot, MASK_LABELS[args.masks])
+    if str(args.calibration) != "none":
+        write_calibration(args.calibration, rows, args.masks, " ".join(sys.argv[1:]))
+
+
+def write_calibration(path: Path, rows: list[dict[str, Any]], masks: str, arguments: str) -> None:
+    """The meter's leakage at each ρ as one curve per (encoder, fill), with ``masks``, into ``path``; the
+    curves the file already holds for other masks, encoders or fills are kept."""
+    kept = []
+    if path.is_file():
+        record = json.loads(path.read_text(encoding="utf-8"))
+        kept = [curve for curve in record.get("curves", []) if curve["masks"] != masks]
+    curves = []
+    ordered = sorted(rows, key=lambda row: (row["encoder"], row["fill"], row["rho"]))
+    for (encoder, fill), group in itertools.groupby(ordered, key=lambda row: (row["encoder"], row["fill"])):
+        line = list(group)
+        curves.append({"encoder": encoder, "fill": fill, "masks": masks,
+                       "rhos": [row["rho"] for row in line], "leakage": [row["leakage"] for row in line],
+                       "intervals": [row["interval"] for row in line]})
+    write_json_atomic(path, {
+        "format": CALIBRATION_FORMAT, "command": f"python benchmarks/leakage_dial.py {arguments}".strip(),
+        "date": datetime.now(UTC).date().isoformat(), "machine": platform.platform(),
+        "bench": {"preset": PRESET, "seed": SEED, "split": "test"},
+        "curves": sorted(kept + curves, key=lambda c: (c["masks"], c["encoder"], c["fill"])),
+    })
 
 
 if __name__ == "__main__":

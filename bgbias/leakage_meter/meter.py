@@ -7,7 +7,8 @@ measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against cha
 P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
 cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
 what the two retrieve above chance, with a bootstrap interval over images
-(:mod:`bgbias.leakage_meter.headline`). Nothing is written unless ``out`` is given: then the record, the
+(:mod:`bgbias.leakage_meter.headline`), and the ρ at which the bias dial's bench leaks as much
+(:mod:`bgbias.leakage_meter.calibration`). Nothing is written unless ``out`` is given: then the record, the
 summary and the picture of the classes whose background gives them away most
 (:mod:`bgbias.leakage_meter.class_gallery`).
 """
@@ -25,6 +26,7 @@ from bgbias.engine.embedding import embed_images
 from bgbias.engine.request import measured_geometry
 from bgbias.errors import DatasetError, OptionError
 from bgbias.fileio import make_dirs
+from bgbias.leakage_meter.calibration import bench_equivalent
 from bgbias.leakage_meter.class_gallery import CLASS_GALLERY, write_class_gallery
 from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
 from bgbias.leakage_meter.probe import probe_chance, probe_predictions
@@ -90,14 +92,16 @@ def measure_leakage(
     views = {view: ViewScores(scores[view].map_at_r, scores[view].precision_at_1,
                               float((probes[view] == labels).mean())) for view in VIEWS}
     background, foreground = (scores[view].per_query["map_at_r"] for view in VIEWS)
+    leakage = leakage_share(views["background"].map_at_r, views["foreground"].map_at_r, chance["map_at_r"])
+    interval = bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed)
+    encoder = str(model.describe().get("method", ""))
     result = DatasetLeakage(
-        dataset=dataset.name, split=split, fill=fill, model=str(model.describe().get("method", "")),
-        images=len(items), classes=len(np.unique(labels)),
-        leakage=leakage_share(views["background"].map_at_r, views["foreground"].map_at_r, chance["map_at_r"]),
-        interval=bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed),
+        dataset=dataset.name, split=split, fill=fill, model=encoder, images=len(items),
+        classes=len(np.unique(labels)), leakage=leakage, interval=interval,
         background=views["background"], foreground=views["foreground"],
         chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
         per_class=class_leakage(labels, background, foreground, per_query_chance),
+        bench_rho=bench_equivalent(leakage, interval, encoder=encoder, fill=fill),
     )
     if out is not None:
         picture = None

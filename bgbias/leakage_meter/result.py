@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
+from bgbias.leakage_meter.calibration import BenchEquivalent
 
 RECORD_FORMAT = "bgbias-leakage"
+RECORD_VERSION = 2
+"""2: ``bench_rho``, the bias dial's ρ that leaks as much."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class ClassLeakage:
 class DatasetLeakage:
     """The background leakage of one split of a dataset, seen through one frozen encoder
     (docs/leakage.md): the headline ``leakage`` with its bootstrap ``interval``, both views' scores beside
-    chance, and ``per_class``, the classes whose background gives them away most first."""
+    chance, ``per_class``, the classes whose background gives them away most first, and ``bench_rho``, the
+    ρ at which the bias dial's bench leaks as much (None where the dial was not calibrated for this encoder
+    and fill)."""
 
     dataset: str
     split: str
@@ -60,11 +65,13 @@ class DatasetLeakage:
     foreground: ViewScores
     chance: ViewScores
     per_class: tuple[ClassLeakage, ...]
+    bench_rho: BenchEquivalent | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
-        return _json_safe({"format": RECORD_FORMAT, "version": 1, **asdict(self),
-                           "interval": list(self.interval)})
+        return _json_safe({"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self),
+                           "interval": list(self.interval),
+                           "bench_rho": None if self.bench_rho is None else self.bench_rho.as_dict()})
 
     def markdown(self, top: int = 20, picture: str | None = None) -> str:
         """The summary and the ``top`` classes whose background gives them away most, then ``picture`` (a
@@ -77,6 +84,8 @@ class DatasetLeakage:
             f"**{_pct(self.leakage)}** of what the background and the object retrieve above chance comes "
             f"from the background (95 % interval {_pct(low)}–{_pct(high)}, bootstrap over images). "
             f"{self.images} images, {self.classes} classes; encoder {self.model}; hole filled: {self.fill}.",
+            "",
+            _bench_words(self.bench_rho),
             "",
             "| view | MAP@R | P@1 | probe accuracy |",
             "|---|---:|---:|---:|",
@@ -103,6 +112,15 @@ class DatasetLeakage:
         write_json_atomic(folder / "leakage.json", self.as_dict())
         write_text_atomic(folder / "leakage.md", self.markdown(picture=picture))
         return folder
+
+
+def _bench_words(bench: BenchEquivalent | None) -> str:
+    if bench is None:
+        return ("No bench ρ: the bias dial is calibrated for the default encoder only, with each fill "
+                "(docs/leakage.md, \"Calibration on the bias dial\").")
+    return (f"The bias dial's bench leaks as much at **{bench.words()}** (the interval's ends read on the "
+            f"same curve: the default encoder on the dial's benches with {bench.masks} masks; "
+            "docs/leakage.md).")
 
 
 def _row(first: str, *values: float) -> str:
