@@ -66,8 +66,11 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     record = json.loads((tmp_path / "leakage" / "leakage.json").read_text())
     assert record["format"] == "bgbias-leakage" and record["leakage"] == pytest.approx(result.leakage)
     assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
+    # The dial was calibrated for the default encoder only: another gets no bench ρ, and is told why.
+    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 2
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
+    assert "No bench ρ" in page
     assert "](leakage-classes.png)" in page
 
 
@@ -113,3 +116,22 @@ def test_classes_are_listed_by_what_their_background_retrieves_above_their_chanc
     assert [row.label for row in rows] == [1, 2, 0]  # class 3 has one image: nothing to retrieve
     assert rows[0].images == 2 and rows[0].chance_map_at_r == pytest.approx(0.125)
     assert rows[2].leakage == pytest.approx(0.0)  # its background is below chance
+
+
+def test_an_encoder_the_dial_was_calibrated_for_gets_the_bench_rho_that_leaks_as_much(tmp_path, encoder,
+                                                                                      monkeypatch):
+    import functools
+
+    from bgbias.leakage_meter import calibration, meter
+
+    curve = {"encoder": str(encoder.describe()["method"]), "fill": "inpainted", "masks": "ground-truth",
+             "rhos": [0.0, 1.0], "leakage": [0.0, 1.0]}
+    path = tmp_path / "dial.json"
+    path.write_text(json.dumps({"format": calibration.CALIBRATION_FORMAT, "curves": [curve]}))
+    calibration.dial_curves.cache_clear()
+    monkeypatch.setattr(meter, "bench_equivalent", functools.partial(calibration.bench_equivalent, path=path))
+    result = _leakage(tmp_path, encoder, "class", "random")
+    assert result.bench_rho is not None
+    assert result.bench_rho.rho.rho == pytest.approx(result.leakage)  # the curve is ρ = leakage
+    assert (result.bench_rho.low.rho, result.bench_rho.high.rho) == pytest.approx(result.interval)
+    assert f"leaks as much at **{result.bench_rho.words()}**" in result.markdown()
