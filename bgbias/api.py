@@ -668,10 +668,11 @@ def leakage(
     (default the ImageNet MobileNetV2 of the offline assets; anything :func:`evaluate` takes), and scored
     against chance by retrieval and a cross-validated probe; ``result.leakage`` is the background's share of
     what the two retrieve above chance, ``result.interval`` its bootstrap interval, ``result.per_class``
-    the classes whose background gives them away most. ``dataset``, ``root``, ``masks`` and ``model_input``
-    are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the bootstrap. Nothing is written
-    unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and the picture of the classes whose
-    background gives them away most, ``leakage-classes.png``."""
+    the classes whose background gives them away most, ``result.bench_rho`` the bias dial's ρ that leaks as
+    much (for the default encoder, whose curve the dial measured; None for another). ``dataset``, ``root``,
+    ``masks`` and ``model_input`` are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the
+    bootstrap. Nothing is written unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and the
+    picture of the classes whose background gives them away most, ``leakage-classes.png``."""
     from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 
     check_arguments(locals(), RULES["leakage"])
