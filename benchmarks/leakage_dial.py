@@ -60,16 +60,17 @@ DOCS_DROPS = {"ground-truth": {0.0: 3.9, 0.5: 18.9, 0.9: 59.0, 1.0: 84.5},
 """The vanilla multi-similarity runs' relative drop (%) by mask source, docs/results.md "The bias dial"."""
 
 
-def prepared_bench(rho: float, source: str, split: str, device: str) -> tuple[Any, Path, dict[str, float]]:
+def prepared_bench(rho: float, source: str, split: str, device: str,
+                   seed: int = SEED) -> tuple[Any, Path, dict[str, float]]:
     """The dial's bench at ``rho`` (built unless its folder already holds it) and the folder of its masks from
     ``source`` (the exact ones laid out, or u2netp's made for ``split``'s images where the dial's U²-Net study
     reads them, resumably), with the seconds each step took."""
-    spec = bench_spec(PRESET, rho, SEED, source)
+    spec = bench_spec(PRESET, rho, seed, source)
     root, masks = Path(spec.root), Path(spec.masks_dir)
     seconds = {}
     start = time.perf_counter()
-    if built_bench(root, preset=PRESET, rho=rho, seed=SEED) is None:
-        prepare_bench(root, preset=PRESET, rho=rho, seed=SEED)
+    if built_bench(root, preset=PRESET, rho=rho, seed=seed) is None:
+        prepare_bench(root, preset=PRESET, rho=rho, seed=seed)
     seconds["bench"] = time.perf_counter() - start
     dataset = open_dataset("bench", root)
     start = time.perf_counter()
@@ -140,6 +141,9 @@ def main() -> None:
     parser.add_argument("--rhos", type=float, nargs="+", default=list(CURVE_RHOS))
     parser.add_argument("--fills", nargs="+", choices=FILLS, default=list(FILLS))
     parser.add_argument("--split", default="test")
+    parser.add_argument("--bench-seed", type=int, default=SEED,
+                        help="build the benches with another seed (then no plot and no curves are written: "
+                             "they are the dial's)")
     parser.add_argument("--masks", choices=("ground-truth", "u2netp"), default="ground-truth")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, default=None, help="default runs/leakage-dial/<masks>")
@@ -148,14 +152,15 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None,
                         help="default docs/images/leakage-dial.png (exact masks), leakage-dial-u2netp.png")
     args = parser.parse_args()
-    args.out = args.out or Path("runs/leakage-dial") / args.masks
+    args.out = args.out or Path("runs/leakage-dial") / (
+        args.masks if args.bench_seed == SEED else f"{args.masks}-bench-seed{args.bench_seed}")
     args.plot = args.plot or Path("docs/images") / ("leakage-dial.png" if args.masks == "ground-truth"
                                                      else f"leakage-dial-{args.masks}.png")
 
     encoder = as_embedding_model(DEFAULT_ENCODER, device=args.device)
     rows, timings = [], []
     for rho in args.rhos:
-        dataset, masks, seconds = prepared_bench(rho, args.masks, args.split, args.device)
+        dataset, masks, seconds = prepared_bench(rho, args.masks, args.split, args.device, args.bench_seed)
         timings.append(f"rho {rho:g}: bench {seconds['bench']:.1f} s, {args.masks} masks "
                        f"{seconds['masks']:.1f} s")
         print(timings[-1], file=sys.stderr, flush=True)
@@ -208,6 +213,8 @@ def main() -> None:
         "summary": summary,
         "drops": {f"{rho:g}": drop for rho, drop in drops.items()}, "drops_from": source,
     }, indent=2), encoding="utf-8")
+    if args.bench_seed != SEED:
+        return
     if all(rho in drops for rho in args.rhos if rho in DIAL_RHOS):
         plot(rows, drops, args.plot, MASK_LABELS[args.masks])
     if str(args.calibration) != "none":
@@ -227,11 +234,11 @@ def write_calibration(path: Path, rows: list[dict[str, Any]], masks: str, argume
         line = list(group)
         curves.append({"encoder": encoder, "fill": fill, "masks": masks,
                        "rhos": [row["rho"] for row in line], "leakage": [row["leakage"] for row in line],
-                       "intervals": [row["interval"] for row in line]})
+                       "intervals": [row["interval"] for row in line],
+                       "command": f"python benchmarks/leakage_dial.py {arguments}".strip(),
+                       "date": datetime.now(UTC).date().isoformat(), "machine": platform.platform()})
     write_json_atomic(path, {
-        "format": CALIBRATION_FORMAT, "command": f"python benchmarks/leakage_dial.py {arguments}".strip(),
-        "date": datetime.now(UTC).date().isoformat(), "machine": platform.platform(),
-        "bench": {"preset": PRESET, "seed": SEED, "split": "test"},
+        "format": CALIBRATION_FORMAT, "bench": {"preset": PRESET, "seed": SEED, "split": "test"},
         "curves": sorted(kept + curves, key=lambda c: (c["masks"], c["encoder"], c["fill"])),
     })
 

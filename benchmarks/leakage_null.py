@@ -108,6 +108,7 @@ def null_test(embeddings: np.ndarray, labels: np.ndarray, permutations: int, see
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rho", type=float, default=0.0)
+    parser.add_argument("--bench-seed", type=int, default=0, help="the bench's build seed (the dial's is 0)")
     parser.add_argument("--fills", nargs="+", choices=FILLS, default=list(FILLS))
     parser.add_argument("--holes", nargs="+", choices=HOLES, default=["mask"])
     parser.add_argument("--dilations", type=float, nargs="+", default=[0.02])
@@ -116,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
 
     encoder = as_embedding_model(DEFAULT_ENCODER, device="cpu")
-    dataset, masks, _ = prepared_bench(args.rho, "ground-truth", "test", "cpu")
+    dataset, masks, _ = prepared_bench(args.rho, "ground-truth", "test", "cpu", seed=args.bench_seed)
     items = split_items(dataset, "test")
     labels = np.array([item.label for item in items], np.int64)
     geometry = measured_geometry(encoder, dataset.name)
@@ -127,7 +128,8 @@ def main() -> None:
         return state["embedding"]
 
     chance = chance_scores(labels)["map_at_r"]
-    print(f"ρ {args.rho:g}, {len(items)} images; chance MAP@R {100 * chance:.3f} %")
+    print(f"ρ {args.rho:g}, bench seed {args.bench_seed}, {len(items)} images; "
+          f"chance MAP@R {100 * chance:.3f} %")
     print("| fill | hole | dilation | MAP@R (%) | null mean | null 95 % | p | hole control (%), per seed |")
     print("|---|---|---:|---:|---:|---|---:|---|")
     for fill in args.fills:
