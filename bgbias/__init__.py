@@ -20,9 +20,29 @@ need them.
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """bgbias's version, whose one source is ``pyproject.toml``'s ``[project] version``: read from the
+    installed distribution's metadata (a wheel, an sdist or ``pip install -e``), else, for a source checkout
+    put on the path without installing it, from the ``pyproject.toml`` beside the package; ``0+unknown``
+    where neither exists (a copied package folder)."""
+    try:
+        return metadata.version("bgbias")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        if not pyproject.is_file():
+            return "0+unknown"
+        import tomllib
+
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+
+
+__version__ = _version()
+"""The version every record of bgbias's own version stores and ``bgbias --version`` prints."""
 
 _PUBLIC = {
     "BGAugment": "bgbias.bgaugment.bgaugment",

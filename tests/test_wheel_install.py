@@ -1,11 +1,13 @@
-"""A user's install (issue 30 item 6): the wheel built from this checkout, installed with nothing but its
-declared requirements into a clean virtual environment, runs the README's commands from a folder outside any
-checkout, and writes where the README's *Where files go* says: what commands make into the working folder,
-assets into ``$BGBIAS_HOME``.
+"""A user's install (issue 30 item 6): the wheel built from this checkout (through its sdist), installed with
+nothing but its declared requirements into a clean virtual environment, runs the README's commands from a
+folder outside any checkout, and writes where the README's *Where files go* says: what commands make into the
+working folder, assets into ``$BGBIAS_HOME``. And a release's two files (issue 35 item 5): the sdist holds
+everything a build needs, the wheel built from it (what ``pip install`` of the sdist builds) is the one
+installed, and it holds the same files, byte for byte, as the wheel built from the checkout.
 
 The requirements are held to the lock's versions (as constraints, so pip still resolves what the wheel
-declares, and a requirement the wheel forgets is missing here). About 2 min 20 s on 2 CPU cores with pip's
-cache filled, 1 min 50 s of it building and installing."""
+declares, and a requirement the wheel forgets is missing here). About 50 s on 2 idle CPU cores with pip's
+cache filled (80 s on shared ones; 2026-11-26), of which building the sdist and both wheels takes 2 s."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,10 +29,11 @@ import pytest
 from tests.replicas import make_bench
 from tests.u2netp import provide_u2netp
 
-pytestmark = pytest.mark.slow  # builds a wheel and installs torch and the rest into a fresh environment
-
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "linux-x86_64-py311.lock"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+RELEASE_FILES = ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md")
+"""The checkout's top-level files a release is built from (besides the package)."""
 LOCKED_PLATFORM = (sys.platform == "linux" and platform.machine() == "x86_64"
                    and sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11))
 TINY_TRAINING = ("--backbone", "tiny_cnn", "--epochs", "1", "--set", "model.pretrained=false",
@@ -62,14 +68,7 @@ def _install_wheel(base: Path) -> Path:
     if not _resolves("pypi.org"):
         pytest.skip("the package index (pypi.org) is not reachable: the wheel's requirements cannot be "
                     "installed")
-    source = base / "source"  # a copy, so that building leaves no build/ or egg-info in the checkout
-    source.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "bgbias", source / "bgbias", ignore=shutil.ignore_patterns("__pycache__"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-          "--disable-pip-version-check", "-w", base / "dist", source])
-    (wheel,) = (base / "dist").glob("bgbias-*.whl")
+    wheel = _build_release(base)
 
     pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*==\S+)", LOCK.read_text(encoding="utf-8"), re.MULTILINE)
     constraints = base / "constraints.txt"
@@ -85,11 +84,59 @@ def _install_wheel(base: Path) -> Path:
     return base / "venv"
 
 
+def _build_release(base: Path) -> Path:
+    """Build the sdist and, from it, the wheel, both with setuptools' own build hooks and without build
+    isolation (the locked setuptools builds them, as in scripts/setup.sh); check the sdist's files and that
+    the checkout builds the same wheel. Returns the wheel built from the sdist."""
+    source = base / "source"  # a copy, so that building leaves no build/ or egg-info in the checkout
+    source.mkdir(parents=True)
+    for name in RELEASE_FILES:
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "bgbias", source / "bgbias", ignore=shutil.ignore_patterns("__pycache__"))
+    _run([sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(base)!r})"],
+         cwd=source)
+    sdist = base / f"bgbias-{VERSION}.tar.gz"
+    with tarfile.open(sdist) as archive:
+        held = {Path(name).relative_to(f"bgbias-{VERSION}").as_posix() for name in archive.getnames()}
+        archive.extractall(base / "unpacked", filter="data")
+    configs = (REPO / "bgbias" / "configs").rglob("*.json")
+    package_data = {path.relative_to(REPO).as_posix() for path in configs}
+    missing = (package_data | set(RELEASE_FILES)) - held
+    assert package_data and not missing, f"the sdist lacks {sorted(missing)}"
+    assert not any(name.startswith("tests") for name in held)  # MANIFEST.in prunes the half copy
+
+    def build_wheel(tree: Path, into: Path) -> Path:
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+              "--disable-pip-version-check", "-w", into, tree])
+        (wheel,) = into.glob(f"bgbias-{VERSION}-*.whl")
+        return wheel
+
+    from_sdist = build_wheel(base / "unpacked" / f"bgbias-{VERSION}", base / "from-sdist")
+    from_checkout = build_wheel(source, base / "from-checkout")
+    built, rebuilt = _contents(from_sdist), _contents(from_checkout)
+    differing = sorted(name for name in built.keys() | rebuilt.keys() if built.get(name) != rebuilt.get(name))
+    assert not differing, f"the wheels built from the sdist and from the checkout differ in {differing}"
+    assert package_data <= set(built), f"the wheel lacks {sorted(package_data - set(built))}"
+    return from_sdist
+
+
+def _contents(wheel: Path) -> dict[str, bytes]:
+    """Every file of a wheel, by name."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
 def _clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without what points Python or bgbias at the checkout's folders."""
     return {**{name: value for name, value in os.environ.items() if name not in CHECKOUT_VARIABLES}, **extra}
 
 
+def test_the_sdist_holds_what_a_build_needs_and_builds_the_checkouts_wheel(tmp_path):
+    """The release's files, without installing them: quick, and on any platform."""
+    assert zipfile.is_zipfile(_build_release(tmp_path))
+
+
+@pytest.mark.slow  # installs torch and the rest into a fresh environment
 def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
     """One test, so that one process pays for the installation (pytest-xdist shares no fixture)."""
     venv = _install_wheel(tmp_path / "install")
@@ -111,6 +158,7 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
         return _run(["bgbias", *args], cwd=project, env=env).stdout
 
     assert "Usage: bgbias" in bgbias("--help")
+    assert bgbias("--version") == f"bgbias {VERSION}\n"
     assert "triplet" in bgbias("methods")
     assert str(home / "u2net" / "u2netp.onnx") in bgbias("assets", "status")
     bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu")  # onnxruntime

@@ -22,7 +22,7 @@ from bgbias.cli.group import CommandGroup
 
 @click.group(cls=CommandGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(__version__, prog_name="bgbias")
+@click.version_option(__version__, prog_name="bgbias", message="%(prog)s %(version)s")
 @click.option(
     "--data-root",
     type=click.Path(file_okay=False, path_type=Path),
