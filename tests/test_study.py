@@ -357,6 +357,26 @@ def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch)
                      "with loss.certainty_min=global")
 
 
+
+def test_the_page_of_one_finished_run_says_one_run(tmp_path, monkeypatch):
+    from bgbias.study import page, runs, steps
+    from bgbias.study.pipeline import run_study
+
+    def train(folder, run, *args, **options):
+        if run.bgaugment:
+            raise RuntimeError("the loss became nan")
+        return folder / run.folder_name
+
+    titles = []
+    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
+    monkeypatch.setattr(runs, "train_study_run", train)
+    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
+    monkeypatch.setattr(page, "report_study", lambda runs, out, title, **_: titles.append(title) or {})
+    run_study(tmp_path / "study", _spec(tmp_path, "ground-truth"), study_plan("quick", None, 1), slots=CPU,
+              log=lambda line: None)
+    assert titles == ["bgbias study: bench small, rho 0.9, bench seed 0, ground-truth masks, 1 run"]
+
+
 TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
             "data.batch_size=8", "data.m_per_class=2", "data.crop=32", "data.workers=0", "schedule.epochs=1")
 """A run's settings for the tiny bench (tests/conftest.py): a random-weight backbone on 32-px crops."""

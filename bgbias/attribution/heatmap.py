@@ -64,10 +64,11 @@ def attribution_gallery_image(
 ) -> Image.Image:
     """One row per image: image | mask | an overlay per model, in cells ``cell`` px square.
 
-    Column headers name the models; each row's caption (e.g. the id and each model's score) is written under
-    it. ``images`` are uint8 H×W×3, ``masks`` uint8 H×W, maps H×W in [0, 1], one list per model.
-    ``extra_columns`` (header → one uint8 H×W×3 picture per row, any size) come after the overlays: a
-    reference image and the overlay of its map, for an attribution that explains an image against another.
+    Column headers name the models (on more lines where one is wider than its column); each row's caption
+    (e.g. the id and each model's score) is written under it. ``images`` are uint8 H×W×3, ``masks`` uint8
+    H×W, maps H×W in [0, 1], one list per model. ``extra_columns`` (header → one uint8 H×W×3 picture per
+    row, any size) come after the overlays: a reference image and the overlay of its map, for an attribution
+    that explains an image against another.
     """
     extra_columns = extra_columns or {}
     rows = len(images)
@@ -82,13 +83,17 @@ def attribution_gallery_image(
     headers = ["image", "mask", *maps_by_model, *extra_columns]
     width = len(headers) * (cell + _GAP) + _GAP
     row_height = cell + _TEXT + _GAP
-    sheet = Image.new("RGB", (width, _TEXT + _GAP + rows * row_height), _PAPER)
-    draw = ImageDraw.Draw(sheet)
     font = ImageFont.load_default()
-    for column, header in enumerate(headers):
-        draw.text((_GAP + column * (cell + _GAP), 1), _shorten(header, cell), fill=_INK, font=font)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    titles = [_wrap(measure, header, cell, font) for header in headers]
+    title_height = _TEXT * max(map(len, titles))
+    sheet = Image.new("RGB", (width, title_height + _GAP + rows * row_height), _PAPER)
+    draw = ImageDraw.Draw(sheet)
+    for column, lines in enumerate(titles):
+        for line, text in enumerate(lines):
+            draw.text((_GAP + column * (cell + _GAP), 1 + line * _TEXT), text, fill=_INK, font=font)
     for row in range(rows):
-        top = _TEXT + _GAP + row * row_height
+        top = title_height + _GAP + row * row_height
         overlays = [overlay(images[row], maps[row]) for maps in maps_by_model.values()]
         extras = [pictures[row] for pictures in extra_columns.values()]
         for column, tile in enumerate([images[row], masks[row], *overlays, *extras]):
@@ -114,6 +119,28 @@ def attribution_gallery(
     sheet.save(buffer, format="PNG")
     write_bytes_atomic(path, buffer.getvalue())
     return Path(path)
+
+
+def _wrap(draw: ImageDraw.ImageDraw, text: str, width: int, font: ImageFont.ImageFont) -> list[str]:
+    """``text`` (a column's title) in as many lines as it takes to fit ``width`` pixels, broken at spaces (a
+    word wider than a line at a character): a title names a run, so none is cut short ("multi_similarity +
+    BGAugment" beside "multi_similarity")."""
+    lines: list[str] = []
+    current = ""
+    for word in one_line(text).split(" "):
+        joined = f"{current} {word}" if current else word
+        if draw.textlength(joined, font=font) <= width:
+            current = joined
+            continue
+        if current:
+            lines.append(current)
+        current = word
+        while draw.textlength(current, font=font) > width:
+            fits = max((end for end in range(1, len(current))
+                        if draw.textlength(current[:end], font=font) <= width), default=1)
+            lines.append(current[:fits])
+            current = current[fits:]
+    return [*lines, current]
 
 
 def _shorten(text: str, width: int) -> str:

@@ -36,14 +36,15 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neu
 h1, h2, h3, h4 { line-height: 1.25; }
 h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .3em; margin-top: 2em; }
 code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 90%; background: #eff1f3;
-  padding: .1em .3em; border-radius: 4px; }
+  padding: .1em .3em; border-radius: 4px; overflow-wrap: anywhere; }
 nav.toc { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: .5em 1em; }
 nav.toc p { margin: 0; font-weight: bold; }
 .table-wrap { overflow-x: auto; margin: 1em 0; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 90%; }
 caption { caption-side: top; text-align: left; font-style: italic; padding: .3em 0; }
-th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; vertical-align: top; }
-th:not(:first-child), td:not(:first-child) { text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #d0d7de; padding: .3em .4em; text-align: left; vertical-align: top; }
+th:not(:first-child), td:not(:first-child) { text-align: right; }
+td:not(:first-child) { white-space: nowrap; }
 thead th { background: #eaeef2; }
 tbody tr:nth-child(even) { background: #f6f8fa; }
 figure { margin: 1.5em 0; }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +23,8 @@ from bgbias.report.document import Heading, Paragraph, Table, to_markdown
 from bgbias.report.evaluation import Checkpoint, EvaluationReport, percent, percent_spread, run_label
 
 SEED_COLUMNS = [
-    "method", "seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R", "repeats std (mean over seeds)",
-    "relative drop (%)", "clean P@1", "corrupted P@1",
+    "method", "training seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R",
+    "repeats std (mean over seeds)", "relative drop (%)", "clean P@1", "corrupted P@1",
 ]
 EFFECT_COLUMNS = [
     "method", "paired seeds", "Δ corrupted MAP@R (BGAugment − vanilla)", "Δ clean MAP@R",
@@ -89,7 +89,7 @@ def seeds_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[li
         relative = over_seeds(corrupted, relative_drop)
         rows.append([
             run_label(method, bgaugment),
-            ", ".join(str(seed) for seed in sorted(by_seed)),
+            seeds_cell(by_seed),
             ", ".join(map(_selected_epoch, runs)),
             over_seeds(runs, clean_map).cell(),
             over_seeds(corrupted, corrupted_map).cell(),
@@ -99,6 +99,12 @@ def seeds_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[li
             over_seeds(corrupted, corrupted_p1).cell(),
         ])
     return SEED_COLUMNS, rows
+
+
+def seeds_cell(seeds: Iterable[int]) -> str:
+    """Training seeds as their count and ids, ``3 (0, 1, 2)``: a lone id, ``0``, reads as a count of none."""
+    ids = sorted(seeds)
+    return f"{len(ids)} ({', '.join(map(str, ids))})"
 
 
 def _selected_epoch(report: EvaluationReport) -> str:
@@ -120,7 +126,7 @@ def bgaugment_effects(reports: Sequence[EvaluationReport]) -> tuple[list[str], l
             continue
         corrupted = paired_effect(vanilla, augmented, corrupted_map)
         clean = paired_effect(vanilla, augmented, clean_map)
-        rows.append([method, ", ".join(map(str, paired)), corrupted.cell(), clean.cell(),
+        rows.append([method, seeds_cell(paired), corrupted.cell(), clean.cell(),
                      exceeds_spread(corrupted)])
     return EFFECT_COLUMNS, rows
 

@@ -50,6 +50,7 @@ from bgbias.report.seeds import (
     paired_effect,
     relative_drop,
     seeds_by_setting,
+    seeds_cell,
 )
 
 TableCells = tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]
@@ -105,14 +106,14 @@ def side_by_side(reports: Sequence[EvaluationReport]) -> TableCells:
     """Table 1 over seeds, one row per method: clean MAP@R, corrupted MAP@R, relative drop and corrupted
     P@1, vanilla then BGAugment."""
     groups = seeds_by_setting(reports)
-    headers = ["method", "seeds"]
+    headers = ["method", "training seeds"]
     for bgaugment in SETTINGS:
         name = "BGAugment" if bgaugment else "vanilla"
         headers += [f"{name} clean", f"{name} corrupted", f"{name} drop (%)", f"{name} corrupted P@1"]
     rows = []
     for method in dict.fromkeys(method for method, _ in groups):
-        seeds = sorted({seed for bgaugment in SETTINGS for seed in groups.get((method, bgaugment), {})})
-        row = [method, ", ".join(map(str, seeds))]
+        seeds = {seed for bgaugment in SETTINGS for seed in groups.get((method, bgaugment), {})}
+        row = [method, seeds_cell(seeds)]
         for bgaugment in SETTINGS:
             runs = list(groups.get((method, bgaugment), {}).values())
             row += [over_seeds(runs, clean_map).cell(), over_seeds(runs, corrupted_map).cell(),
@@ -270,23 +271,30 @@ def _against_seeds(spreads: Mapping[str, Spread], what: str) -> str:
     judges it), in a sentence; methods of one seed are named apart (their spread is not known)."""
     verdicts = {method: exceeds_spread(spread) for method, spread in spreads.items()}
     single = [method for method, verdict in verdicts.items() if verdict not in ("yes", "no")]
-    short = [method for method, verdict in verdicts.items() if verdict == "no"]
-    several = len(spreads) - len(single)
+    several = [method for method in verdicts if method not in single]
+    short = [method for method in several if verdicts[method] == "no"]
     if not several:
         return "With one training seed the seed spread is not known."
     if not short and not single:
         return f"{what} differs from zero by more than twice its std over seeds for every method."
-    text = (f"{what} differs from zero by more than twice its std over seeds for {several - len(short)} "
-            f"of the {several} methods with several seeds")
-    text += f" (not for {', '.join(short)})" if short else ""
+    if len(several) == 1:
+        verb = "does not differ" if short else "differs"
+        text = (f"{what} {verb} from zero by more than twice its std over seeds for {several[0]}, the one "
+                "method with several seeds")
+    else:
+        text = (f"{what} differs from zero by more than twice its std over seeds for "
+                f"{len(several) - len(short)} of the {len(several)} methods with several seeds")
+        text += f" (not for {', '.join(short)})" if short else ""
     return text + (f"; {', '.join(single)} had one seed." if single else ".")
 
 
 def _count(found: Mapping[str, Any], methods: Sequence[str]) -> str:
     """Which methods a sentence speaks of: one by its name (the quick preset's page), else how many."""
-    if len(methods) == 1:
-        return methods[0]
-    return f"all {len(methods)} methods" if len(found) == len(methods) else f"{len(found)} of {len(methods)}"
+    if len(found) == 1:
+        return next(iter(found))
+    if len(found) == len(methods):
+        return f"all {len(methods)} methods"
+    return f"{len(found)} of the {len(methods)} methods"
 
 
 def _span(fractions: Any, sign: str = "") -> str:

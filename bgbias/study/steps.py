@@ -161,8 +161,9 @@ def write_page(folder: Path, plan: Plan, step_id: str, log: Callable[[str], None
         raise BgbiasError(f"every run failed ({len(failures)}): {', '.join(failures)}",
                           fix="see each error with `bgbias study --status`, then run the command again")
     run_dirs = [folder / study_run(s.run).folder_name for s in done if s.run is not None]
-    log(f"the page of {len(run_dirs)} runs in {folder / step.page.folder}")
-    title = f"bgbias study: {plan.spec.title}, {len(run_dirs)} runs{step.page.variant}"
+    runs = f"{len(run_dirs)} run{'s' * (len(run_dirs) > 1)}"
+    log(f"the page of {runs} in {folder / step.page.folder}")
+    title = f"bgbias study: {plan.spec.title}, {runs}{step.page.variant}"
     dials: list[Path] = []
     if plan.spec.bench is not None:
         bench = plan.spec.bench

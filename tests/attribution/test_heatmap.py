@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
-from bgbias.attribution.heatmap import _shorten, attribution_gallery, colour_ramp, overlay
+from bgbias.attribution.heatmap import (
+    _shorten,
+    _wrap,
+    attribution_gallery,
+    attribution_gallery_image,
+    colour_ramp,
+    overlay,
+)
 
 
 def luminance(rgb: np.ndarray) -> np.ndarray:
@@ -52,7 +59,23 @@ def test_gallery_has_a_row_per_image_and_a_column_per_model(tmp_path):
         assert sheet.format == "PNG"
         width, height = sheet.size
     assert width == 4 * (40 + 4) + 4
-    assert height == 14 + 4 + 3 * (40 + 14 + 4)
+    assert height == 2 * 14 + 4 + 3 * (40 + 14 + 4)  # "contrastive" is wider than 40 px: two lines
+
+
+def test_column_titles_are_whole_on_as_many_lines_as_they_need():
+    # The quick study's page titled its BGAugment column "multi_sim...BGAugment" (issue 35).
+    draw, font = ImageDraw.Draw(Image.new("RGB", (1, 1))), ImageFont.load_default()
+    title = "multi_similarity + BGAugment"
+    lines = _wrap(draw, title, 128, font)
+    assert lines == ["multi_similarity +", "BGAugment"]
+    assert all(draw.textlength(line, font=font) <= 128 for line in lines)
+    assert _wrap(draw, "multi_similarity", 128, font) == ["multi_similarity"]
+    long_word = "x" * 60  # wider than a line: cut at a character, nothing left out
+    assert "".join(_wrap(draw, long_word, 128, font)) == long_word
+    image = np.zeros((8, 8, 3), np.uint8)
+    one_line = attribution_gallery_image([image], [image[..., 0]], {"ms": [image[..., 0]]}, ["a"])
+    two_lines = attribution_gallery_image([image], [image[..., 0]], {title: [image[..., 0]]}, ["a"])
+    assert two_lines.height == one_line.height + 14
 
 
 def test_gallery_refuses_lists_of_different_lengths(tmp_path):

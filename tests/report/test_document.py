@@ -123,6 +123,19 @@ def test_every_column_but_the_first_is_right_aligned():
     assert '<div class="table-wrap">' in page and re.search(r"\.table-wrap \{ overflow-x: auto;", page)
 
 
+def test_every_table_scrolls_sideways_in_a_box_of_its_own_and_its_headers_wrap():
+    # Table 1 of ten methods was wider than the page (issue 35): headers wrap at their spaces, the numbers
+    # never do, and what is still too wide scrolls inside its box instead of widening the page.
+    wide = Table(("method", *(f"a long header number {i}" for i in range(12))),
+                 (("ms", *["61.00 ± 1.41"] * 12),))
+    page = to_html([wide, Paragraph(("the run ", Code("runs/" + "x" * 300))), wide], "t")
+    assert page.count("<table>") == page.count('<div class="table-wrap"><table>') == 2
+    assert re.search(r"\.table-wrap \{ overflow-x: auto;", page)
+    assert re.search(r"\ntd:not\(:first-child\) \{ white-space: nowrap; \}", page)
+    assert not re.search(r"th[^{}]*\{[^}]*nowrap", page)
+    assert re.search(r"code \{[^}]*overflow-wrap: anywhere;", page)  # a long folder name breaks, too
+
+
 def test_table_of_contents_links_the_level_two_headings_by_their_ids():
     page = to_html([Heading("Results"), Heading("Per class: MAP@R (%)"), Heading("Details", 3),
                     Heading("Results")], "t")

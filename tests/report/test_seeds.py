@@ -31,7 +31,8 @@ REPORTS = [
 def test_scores_are_means_and_stds_over_seeds_and_the_repeats_std_is_separate():
     headers, rows = seeds_table(REPORTS)
     row = dict(zip(headers, rows[0], strict=True))
-    assert row["method"] == "ms" and row["seeds"] == "0, 1" and row["selected epochs"] == "6, 8"
+    assert row["method"] == "ms" and row["training seeds"] == "2 (0, 1)" and row["selected epochs"] == "6, 8"
+    assert dict(zip(headers, rows[2], strict=True))["training seeds"] == "1 (0)"  # a count, then the ids
     assert row["clean MAP@R"] == "61.00 ± 1.41"  # 0.60 and 0.62: sample std 0.01414
     assert row["corrupted MAP@R"] == "21.00 ± 1.41"
     assert row["repeats std (mean over seeds)"] == "2.00"
@@ -43,6 +44,7 @@ def test_bgaugments_effect_is_paired_per_seed():
     headers, rows = bgaugment_effects(REPORTS)
     assert len(rows) == 1  # dcml has no BGAugment run
     row = dict(zip(headers, rows[0], strict=True))
+    assert row["paired seeds"] == "2 (0, 1)"
     assert row["Δ corrupted MAP@R (BGAugment − vanilla)"] == "19.00 ± 1.41"  # +0.20 and +0.18
     assert row["Δ clean MAP@R"] == "-4.00 ± 2.83"  # -0.02 and -0.06
     assert row["larger than the seed spread"] == "yes"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from bgbias.figures import save_png
 from bgbias.report.study_report import (
     StudyRunResult,
     answers,
@@ -18,6 +21,7 @@ from bgbias.report.study_report import (
     side_by_side,
     write_study_report,
 )
+from tests.ink import edge_ink
 from tests.report.synthetic import changed, complete, explain_summary
 
 
@@ -45,7 +49,9 @@ REPORTS = [
 def test_table_one_puts_vanilla_and_bgaugment_side_by_side_over_seeds():
     headers, rows = side_by_side(REPORTS)
     row = dict(zip(headers, rows[0], strict=True))
-    assert row["method"] == "ms" and row["seeds"] == "0, 1"
+    # A count and the ids: a lone seed 0 shown as "0" reads as no seeds (issue 35).
+    assert row["method"] == "ms" and row["training seeds"] == "2 (0, 1)"
+    assert dict(zip(headers, side_by_side(REPORTS[:1])[1][0], strict=True))["training seeds"] == "1 (0)"
     assert row["vanilla clean"] == "61.00 ± 1.41" and row["BGAugment corrupted"] == "40.00 ± 0.00"
     assert row["vanilla drop (%)"] == "65.6 ± 1.5"  # 66.67 and 64.52
     assert dict(zip(headers, rows[1], strict=True))["BGAugment clean"] == "66.00"  # one seed: no std
@@ -177,7 +183,7 @@ def test_the_three_questions_are_answered_from_the_runs_with_the_seed_spread():
         "method.")
     # dcml has one BGAugment run: its paired effect has no spread, and the answer says so.
     assert "changes corrupted MAP@R by -10.0 to +19.0 points for all 2 methods" in bgaugment
-    assert bgaugment.endswith("for 1 of the 1 methods with several seeds; dcml had one seed.")
+    assert bgaugment.endswith("for ms, the one method with several seeds; dcml had one seed.")
     assert mechanism.endswith("(ms; 65.6 ± 1.5 % over their seeds), beyond twice the standard error of the "
                               "difference: smaller drop: dcml (-52.7 points).")
     (_, lost_by_one), (_, gained_by_one), _ = answers([r for r in REPORTS if r.method == "ms"], ["ms"])
@@ -232,3 +238,38 @@ def test_a_method_whose_clean_score_is_zero_loses_points_but_has_no_relative_dro
     assert lost.startswith(" The vanilla runs of ms lose 0.0 points of MAP@R. ")
     assert gained.startswith(" Paired by seed, BGAugment changes corrupted MAP@R by +0.0 points for ms and "
                              "clean MAP@R by +0.0 points.")
+
+
+@pytest.mark.parametrize("methods", [1, 10])
+def test_the_seed_plot_holds_its_whole_title_and_every_legend_entry(tmp_path, monkeypatch, methods):
+    # The quick preset's one-method chart was cut at both sides: "…rs: mean over training seeds; dots: one",
+    # a legend of "nilla, corrupted" and "BGAugment, clean" only (issue 35).
+    from bgbias.report import study_report
+
+    saved = []
+    monkeypatch.setattr(study_report, "save_png", lambda figure, path: saved.append(figure) or
+                        save_png(figure, path))
+    reports = [_report(f"method{index}", bgaugment, seed, 0.6, 0.3)
+               for index in range(methods) for bgaugment in (False, True) for seed in (0, 1)]
+    png = plot_over_seeds(reports, tmp_path / "over-seeds.png").read_bytes()
+    (figure,) = saved
+    canvas = figure.bbox
+    texts = [*figure.legends[0].get_texts(), figure.axes[0].title]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == [
+        "vanilla, clean", "vanilla, corrupted", "BGAugment, clean", "BGAugment, corrupted"]
+    for text in texts:
+        extent = text.get_window_extent()
+        assert canvas.x0 <= extent.x0 and extent.x1 <= canvas.x1, text.get_text()
+    assert edge_ink(png) == (0, 0)
+
+
+def test_the_answers_name_a_lone_method_and_count_the_others_in_words():
+    # "the vanilla runs of all 1 methods" (issue 35): one method is named, several are counted with a noun.
+    only_bgaugment = [_report("dcml", True, 0, 0.7, 0.5)]
+    (_, lost), _, _ = answers([*REPORTS[:4], *only_bgaugment], reference=["ms"])
+    assert lost.startswith(" The vanilla runs of ms lose ")
+    three_of_four = [_report(method, bgaugment, seed, 0.6, 0.3) for method in ("a", "b", "c", "d")
+                     for bgaugment in (False, True) for seed in (0, 1) if method != "d" or bgaugment]
+    (_, lost), (_, gained), _ = answers(three_of_four, reference=["a"])
+    assert lost.startswith(" The vanilla runs of 3 of the 4 methods lose ")
+    assert "for 3 of the 4 methods" in gained
