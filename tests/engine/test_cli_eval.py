@@ -105,7 +105,7 @@ def test_report_study_aggregates_training_seeds_into_one_page(tiny_run, tiny_ben
     result = CliRunner().invoke(main, ["report", "--study", "--title", "tiny study", "--out",
                                        str(tmp_path / "out"), *names[::-1]])
     assert result.exit_code == 0, result.output
-    assert "| triplet | 0, 1 |" in result.output  # Table 1 over seeds, vanilla and BGAugment side by side
+    assert "| triplet | 2 (0, 1) |" in result.output  # Table 1 over seeds: their count and ids, side by side
     markdown = (tmp_path / "out" / "study.md").read_text()
     galleries = [markdown.index(f"*retrieval gallery of {name}:") for name in ("triplet-seed0",
                                                                                "triplet-bgaugment-seed0")]
