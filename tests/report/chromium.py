@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -108,8 +109,9 @@ def inspect_page(page: Path, screenshot: Path | None = None, *, width: int = WID
     executable = find_chromium()
     if executable is None:
         raise FileNotFoundError(f"no Chromium on PATH (looked for {', '.join(NAMES)})")
-    with tempfile.TemporaryDirectory(prefix="bgbias-chromium-") as profile, _Chromium(executable,
-                                                                                      Path(profile)) as tab:
+    # Chromium's helper processes may still be closing their files in the profile when it is removed.
+    with tempfile.TemporaryDirectory(prefix="bgbias-chromium-", ignore_cleanup_errors=True) as profile, \
+            _Chromium(executable, Path(profile)) as tab:
         tab.call("Runtime.enable")
         tab.call("Log.enable")
         tab.call("Page.enable")
@@ -143,7 +145,7 @@ class _Chromium:
         self.process = subprocess.Popen(
             [self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "about:blank"], stdout=log, stderr=log)
+             "about:blank"], stdout=log, stderr=log, start_new_session=True)
         log.close()
         try:
             port = self._port()
@@ -161,12 +163,24 @@ class _Chromium:
         self._stop()
 
     def _stop(self) -> None:
-        self.process.terminate()
+        """End Chromium and its helper processes (its own process group), waiting until none is left."""
+        self._signal_group(signal.SIGTERM)
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self._signal_group(signal.SIGKILL)
             self.process.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._signal_group(0):
+            time.sleep(0.05)
+
+    def _signal_group(self, signum: int) -> bool:
+        """Send ``signum`` to Chromium's process group; whether any process of it was left to receive it."""
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
 
     def _port(self) -> int:
         """The debugging port, from the file Chromium writes into its profile once it listens."""
