@@ -1,0 +1,128 @@
+"""Every table and number of results in README.md and docs/ comes from a record under docs/data/
+(scripts/docs_records.py): the pages hold what the records say, no record's number is typed by hand anywhere
+else, and every figure of results was drawn from its records as they are now."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("docs_records", ROOT / "scripts" / "docs_records.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+docs_records = load_script()
+
+
+def test_the_pages_hold_what_their_records_say():
+    problems = [str(problem) for problem in docs_records.problems()]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A tiny repository: one record, one page showing a table, a cell and a value of it."""
+    (tmp_path / "docs" / "data" / "study").mkdir(parents=True)
+    record = {"source": {"command": "bgbias study", "date": "2026-11-26", "machine": "2 cores"},
+              "tables": {"table1": {"columns": ["method", "clean", "corrupted"],
+                                    "rows": [["ms", "65.27 ± 1.23", "23.77"], ["dcml", "72.85", "28.18"]]}},
+              "values": {"hours": "7.7"}}
+    (tmp_path / "docs" / "data" / "study" / "table1.json").write_text(json.dumps(record), encoding="utf-8")
+    page = tmp_path / "README.md"
+    page.write_text("# Results\n\n"
+                    "<!-- table study/table1.json columns=method; corrupted>corrupted MAP@R -->\n"
+                    "<!-- /table -->\n\n"
+                    "ms keeps <!-- value study/table1.json#table1 | ms | corrupted --><!-- /value --> "
+                    "points in <!-- value study/table1.json#hours --><!-- /value --> h "
+                    "(<!-- source study/table1.json --><!-- /source -->).\n", encoding="utf-8")
+    monkeypatch.setattr(docs_records, "ROOT", tmp_path)
+    monkeypatch.setattr(docs_records, "DATA", tmp_path / "docs" / "data")
+    monkeypatch.setattr(docs_records, "FIGURES", {})
+    return tmp_path
+
+
+def test_write_fills_every_region_and_then_the_check_passes(site):
+    assert [str(problem) for problem in docs_records.problems()] == [
+        "README.md:4: differs from its records: run python scripts/docs_records.py --write"]
+    docs_records.write()
+    text = (site / "README.md").read_text(encoding="utf-8")
+    table = "| method | corrupted MAP@R |\n|---|---:|\n| ms | 23.77 |\n| dcml | 28.18 |\n<!-- /table -->"
+    assert table in text
+    assert "ms keeps <!-- value study/table1.json#table1 | ms | corrupted -->23.77<!-- /value -->" in text
+    assert "-->7.7<!-- /value --> h" in text
+    assert "<!-- source study/table1.json -->`bgbias study`, 2026-11-26, 2 cores<!-- /source -->" in text
+    assert list(docs_records.problems()) == []
+
+
+def test_a_number_changed_in_its_record_changes_every_place_that_shows_it(site):
+    docs_records.write()
+    path = site / "docs" / "data" / "study" / "table1.json"
+    path.write_text(path.read_text(encoding="utf-8").replace("23.77", "24.01"), encoding="utf-8")
+    assert [problem.line for problem in docs_records.problems()] == [6]
+    docs_records.write()
+    text = (site / "README.md").read_text(encoding="utf-8")
+    assert text.count("24.01") == 2 and "23.77" not in text
+
+
+def test_a_number_of_a_record_typed_by_hand_is_found(site):
+    docs_records.write()
+    page = site / "README.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\nThe vanilla run keeps 23.77 points; 72.85 clean.\n",
+                    encoding="utf-8")
+    (site / "docs" / "other.md").write_text("DCML: 72.85. A ratio of 1.23 is no measurement of it.\n",
+                                            encoding="utf-8")
+    fix = "show it with a <!-- value ... --> marker, or leave it out"
+    assert [str(problem) for problem in docs_records.problems()] == [
+        f"README.md:12: 23.77 is a number of docs/data/study/table1.json: {fix}",
+        f"README.md:12: 72.85 is a number of docs/data/study/table1.json: {fix}",
+        f"docs/other.md:1: 72.85 is a number of docs/data/study/table1.json: {fix}"]
+
+
+@pytest.mark.parametrize(("marker", "message"), [
+    ("<!-- table study/none.json -->\n<!-- /table -->", "study/none.json: no such record under docs/data/"),
+    ("<!-- table study/table1.json#table2 -->\n<!-- /table -->", "has no table 'table2' (it has: table1)"),
+    ("<!-- table study/table1.json columns=method; fg -->\n<!-- /table -->", "no column 'fg'"),
+    ("<!-- value study/table1.json#table1 | arcface | clean --><!-- /value -->",
+     "0 rows start with 'arcface'"),
+    ("<!-- value study/table1.json#minutes --><!-- /value -->", "has no value 'minutes' (it has: hours)"),
+    ("<!-- table ../../../etc/passwd.json -->\n<!-- /table -->", "a record is a .json file under docs/data/"),
+])
+def test_a_marker_naming_what_is_not_there_is_an_error_naming_it(site, marker, message):
+    (site / "README.md").write_text(marker + "\n", encoding="utf-8")
+    (problem,) = docs_records.problems()
+    assert problem.page.name == "README.md" and message in problem.message
+
+
+def test_a_figure_not_drawn_from_its_current_records_is_stale(site):
+    drawn = []
+
+    def draw(records, path, metadata):
+        from PIL import Image, PngImagePlugin
+
+        info = PngImagePlugin.PngInfo()
+        for key, value in metadata.items():
+            info.add_text(key, value)
+        Image.new("RGB", (4, 4)).save(path, pnginfo=info)
+        drawn.append(records[0]["values"]["hours"])
+
+    (site / "docs" / "images").mkdir()
+    docs_records.figure("hours.png", "study/table1.json")(draw)
+    docs_records.write()
+    assert drawn == ["7.7"] and list(docs_records.problems()) == []
+    path = site / "docs" / "data" / "study" / "table1.json"
+    path.write_text(path.read_text(encoding="utf-8").replace("7.7", "7.9"), encoding="utf-8")
+    stale = [problem for problem in docs_records.problems() if problem.page.name == "hours.png"]
+    assert len(stale) == 1 and "was not drawn from the current study/table1.json" in stale[0].message
+    docs_records.write()
+    assert drawn == ["7.7", "7.9"]
