@@ -235,10 +235,7 @@ def figure(name: str, *files: str):
 @figure("full-over-seeds.png", "full-study/table1.json")
 def draw_over_seeds(records: list[dict], path: Path, metadata: dict) -> None:
     """The full preset's Table 1 as bars: clean and corrupted MAP@R without and with BGAugment, ± one std."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bgbias.figures import new_figure, save_png
 
     table = tables_of(records[0])["table1"]
     columns = table["columns"]
@@ -246,7 +243,8 @@ def draw_over_seeds(records: list[dict], path: Path, metadata: dict) -> None:
               ("vanilla corrupted", "vanilla, corrupted", "#4c72b0"),
               ("BGAugment clean", "BGAugment, clean", "#b9dcc0"),
               ("BGAugment corrupted", "BGAugment, corrupted", "#55a868")]
-    figure_, axes = plt.subplots(figsize=(13, 4.4))
+    figure_ = new_figure(13, 4.4)
+    axes = figure_.subplots()
     width = 0.2
     for offset, (column, label, colour) in enumerate(series):
         cells = [row[columns.index(column)].split("±") for row in table["rows"]]
@@ -258,10 +256,8 @@ def draw_over_seeds(records: list[dict], path: Path, metadata: dict) -> None:
     axes.set_xticks(range(len(table["rows"])), [row[0] for row in table["rows"]], rotation=20, ha="right")
     axes.set_ylabel("MAP@R (%)")
     axes.set_title("bars: mean over training seeds; whiskers: ± one std over seeds", fontsize=10)
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, frameon=False)
-    figure_.tight_layout()
-    figure_.savefig(path, dpi=100, metadata={**metadata, "Software": None})
-    plt.close(figure_)
+    figure_.legend(loc="outside lower center", ncol=4, frameon=False)
+    save_png(figure_, path, metadata)
 
 
 def stale_figures() -> Iterator[Problem]:
