@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
+
+# The picture sheets (the retrieval and attribution galleries, drawn with PIL) share one look:
+SHEET_GAP = 4
+"""Pixels between two images of a sheet."""
+SHEET_TEXT = 14
+"""Height in pixels of a caption line."""
+PAPER = (255, 255, 255)
+INK = (20, 20, 20)
 FIT_MARGIN = 0.1
 """Inches left beside the text of a figure that had to be enlarged to hold it."""
 FIT_ROUNDS = 4
