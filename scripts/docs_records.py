@@ -37,7 +37,8 @@ TABLE = re.compile(r"<!-- table (?P<ref>\S+)(?P<options>(?: \S[^\n]*?)?) -->\n(?
 VALUE = re.compile(r"<!-- value (?P<ref>[^\n]+?) -->(?P<body>.*?)<!-- /value -->", re.S)
 SOURCE = re.compile(r"<!-- source (?P<ref>\S+) -->(?P<body>.*?)<!-- /source -->", re.S)
 REGIONS = (TABLE, VALUE, SOURCE)
-# A number a reader would take for a measurement: a decimal with at least three digits ("62.6", "0.535").
+# A number a reader would take for a measurement: a decimal with at least three significant digits ("62.6",
+# "0.535"); leading zeros are no precision, so a small std such as "0.003" is not taken for one.
 MEASURED = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.]*\d)")
 
 
@@ -161,11 +162,12 @@ def used_records(text: str) -> set[str]:
 
 
 def measured_numbers(record: dict, digits: int) -> set[str]:
-    """The record's decimals of at least ``digits`` digits: those a reader takes for a measurement."""
+    """The record's decimals of at least ``digits`` significant digits: those a reader takes for a
+    measurement."""
     cells = [cell for table in tables_of(record).values() for row in table["rows"] for cell in row]
     cells += list(record.get("values", {}).values())
     numbers = (number for cell in cells for number in MEASURED.findall(str(cell)))
-    return {number for number in numbers if sum(map(str.isdigit, number)) >= digits}
+    return {number for number in numbers if len(number.replace(".", "").lstrip("0")) >= digits}
 
 
 def all_records() -> list[str]:
@@ -184,7 +186,8 @@ class Problem:
 
 def stray_numbers(page: Path, text: str) -> Iterator[Problem]:
     """A record's number standing in a page outside a region: typed by hand, it would drift. Any record's
-    decimal of four or more digits counts on every page, of three on the pages that show that record."""
+    decimal of four or more significant digits counts on every page, of three on the pages that show that
+    record."""
     numbers = {number: file for file in all_records() for number in measured_numbers(load(file), 4)}
     for file in used_records(text):
         numbers.update(dict.fromkeys(measured_numbers(load(file), 3), file))
@@ -209,7 +212,17 @@ def problems() -> Iterator[Problem]:
             first = next(i for i, (old, new) in enumerate(pairs) if old != new)
             yield Problem(page, first + 1, f"differs from its records: {FIX}")
         yield from stray_numbers(page, text)
+        yield from markers_opening_a_line(page, text)
     yield from stale_figures()
+
+
+def markers_opening_a_line(page: Path, text: str) -> Iterator[Problem]:
+    """A value or source marker that opens a line: Markdown reads a line that starts with ``<!--`` as a block
+    of raw HTML, which ends the paragraph or list item above it and leaves the line unformatted."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(("<!-- value ", "<!-- source ")):
+            yield Problem(page, number, "a marker opens the line, so Markdown ends the paragraph there: "
+                                        "move a word of the text before it onto this line")
 
 
 # Figures of results, each drawn from its records by a function of docs/figures.py-like code kept here: the

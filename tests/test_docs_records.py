@@ -126,3 +126,26 @@ def test_a_figure_not_drawn_from_its_current_records_is_stale(site):
     assert len(stale) == 1 and "was not drawn from the current study/table1.json" in stale[0].message
     docs_records.write()
     assert drawn == ["7.7", "7.9"]
+
+
+def test_leading_zeros_are_no_precision(site):
+    """A small std such as 0.016 is no measurement a reader would recognise on another page; 0.180 is one on
+    the page that shows its record."""
+    path = site / "docs" / "data" / "study" / "table1.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["values"]["fg"] = "0.180 ± 0.016"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    docs_records.write()
+    page = site / "README.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\nSAM's map: 0.180 ± 0.016.\n", encoding="utf-8")
+    (site / "docs" / "other.md").write_text("A std of 0.016 and a share of 0.180.\n", encoding="utf-8")
+    assert [str(problem).split(" is ")[0] for problem in docs_records.problems()] == ["README.md:12: 0.180"]
+
+
+def test_a_marker_opening_a_line_is_found(site):
+    """Markdown would end the paragraph before it and print the line as raw HTML."""
+    page = site / "README.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("points in <!-- value", "points in\n<!-- value"),
+                    encoding="utf-8")
+    (problem,) = [problem for problem in docs_records.problems() if "opens the line" in problem.message]
+    assert str(problem).startswith("README.md:7: a marker opens the line")
