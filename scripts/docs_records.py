@@ -277,6 +277,33 @@ def draw_over_seeds(records: list[dict], path: Path, metadata: dict) -> None:
     plt.close(figure_)
 
 
+@figure("dial.png", "dial/dial.json")
+def draw_dial(records: list[dict], path: Path, metadata: dict) -> None:
+    """The bias dial's plot as `bgbias study --dial` draws it (bgbias.report.dial), from the dial's table:
+    relative drop and corrupted MAP@R against ρ. One training seed, so no error bars (the table's ± is the
+    spread of the corrupted repeats, which the plot does not show)."""
+    from bgbias.report.dial import DialMark, dial_figure
+
+    record = records[0]
+    table = tables_of(record)["dial"]
+    cells = [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+    sources = {"exact": "ground-truth", "u2netp": "u2netp"}  # the table's names of the study's --masks
+    curves: dict[tuple[str, bool], list[DialMark]] = {}
+    for masks, source in sources.items():
+        for bgaugment in (False, True):
+            rows = [c for c in cells if c["masks"] == masks and c["run"].endswith("+ BGAugment") == bgaugment]
+            curves[source, bgaugment] = [
+                DialMark(float(c["ρ"]), (signed(c["relative drop"].rstrip(" %")), 0.0),
+                         (signed(c["corrupted MAP@R"].split("±")[0]), 0.0))
+                for c in sorted(rows, key=lambda c: float(c["ρ"]))]
+    dial_figure(curves, record["method"]).savefig(path, dpi=100, metadata={**metadata, "Software": None})
+
+
+def signed(cell: str) -> float:
+    """A number as the pages print it, with a typographic minus."""
+    return float(cell.strip().replace("−", "-"))
+
+
 def stale_figures() -> Iterator[Problem]:
     for name, (files, _) in FIGURES.items():
         path = ROOT / "docs" / "images" / name
