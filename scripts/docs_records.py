@@ -37,7 +37,8 @@ TABLE = re.compile(r"<!-- table (?P<ref>\S+)(?P<options>(?: \S[^\n]*?)?) -->\n(?
 VALUE = re.compile(r"<!-- value (?P<ref>[^\n]+?) -->(?P<body>.*?)<!-- /value -->", re.S)
 SOURCE = re.compile(r"<!-- source (?P<ref>\S+) -->(?P<body>.*?)<!-- /source -->", re.S)
 REGIONS = (TABLE, VALUE, SOURCE)
-# A number a reader would take for a measurement: a decimal with at least three digits ("62.6", "0.535").
+# A number a reader would take for a measurement: a decimal with at least three significant digits ("62.6",
+# "0.535"); leading zeros are no precision, so a small std such as "0.003" is not taken for one.
 MEASURED = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.]*\d)")
 
 
@@ -161,11 +162,12 @@ def used_records(text: str) -> set[str]:
 
 
 def measured_numbers(record: dict, digits: int) -> set[str]:
-    """The record's decimals of at least ``digits`` digits: those a reader takes for a measurement."""
+    """The record's decimals of at least ``digits`` significant digits: those a reader takes for a
+    measurement."""
     cells = [cell for table in tables_of(record).values() for row in table["rows"] for cell in row]
     cells += list(record.get("values", {}).values())
     numbers = (number for cell in cells for number in MEASURED.findall(str(cell)))
-    return {number for number in numbers if sum(map(str.isdigit, number)) >= digits}
+    return {number for number in numbers if len(number.replace(".", "").lstrip("0")) >= digits}
 
 
 def all_records() -> list[str]:
@@ -184,7 +186,8 @@ class Problem:
 
 def stray_numbers(page: Path, text: str) -> Iterator[Problem]:
     """A record's number standing in a page outside a region: typed by hand, it would drift. Any record's
-    decimal of four or more digits counts on every page, of three on the pages that show that record."""
+    decimal of four or more significant digits counts on every page, of three on the pages that show that
+    record."""
     numbers = {number: file for file in all_records() for number in measured_numbers(load(file), 4)}
     for file in used_records(text):
         numbers.update(dict.fromkeys(measured_numbers(load(file), 3), file))
@@ -209,7 +212,17 @@ def problems() -> Iterator[Problem]:
             first = next(i for i, (old, new) in enumerate(pairs) if old != new)
             yield Problem(page, first + 1, f"differs from its records: {FIX}")
         yield from stray_numbers(page, text)
+        yield from markers_opening_a_line(page, text)
     yield from stale_figures()
+
+
+def markers_opening_a_line(page: Path, text: str) -> Iterator[Problem]:
+    """A value or source marker that opens a line: Markdown reads a line that starts with ``<!--`` as a block
+    of raw HTML, which ends the paragraph or list item above it and leaves the line unformatted."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(("<!-- value ", "<!-- source ")):
+            yield Problem(page, number, "a marker opens the line, so Markdown ends the paragraph there: "
+                                        "move a word of the text before it onto this line")
 
 
 # Figures of results, each drawn from its records by a function of docs/figures.py-like code kept here: the
@@ -258,6 +271,33 @@ def draw_over_seeds(records: list[dict], path: Path, metadata: dict) -> None:
     axes.set_title("bars: mean over training seeds; whiskers: ± one std over seeds", fontsize=10)
     figure_.legend(loc="outside lower center", ncol=4, frameon=False)
     save_png(figure_, path, metadata)
+
+
+@figure("dial.png", "dial/dial.json")
+def draw_dial(records: list[dict], path: Path, metadata: dict) -> None:
+    """The bias dial's plot as `bgbias study --dial` draws it (bgbias.report.dial), from the dial's table:
+    relative drop and corrupted MAP@R against ρ. One training seed, so no error bars (the table's ± is the
+    spread of the corrupted repeats, which the plot does not show)."""
+    from bgbias.report.dial import DialMark, dial_figure
+
+    record = records[0]
+    table = tables_of(record)["dial"]
+    cells = [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+    sources = {"exact": "ground-truth", "u2netp": "u2netp"}  # the table's names of the study's --masks
+    curves: dict[tuple[str, bool], list[DialMark]] = {}
+    for masks, source in sources.items():
+        for bgaugment in (False, True):
+            rows = [c for c in cells if c["masks"] == masks and c["run"].endswith("+ BGAugment") == bgaugment]
+            curves[source, bgaugment] = [
+                DialMark(float(c["ρ"]), (signed(c["relative drop"].rstrip(" %")), 0.0),
+                         (signed(c["corrupted MAP@R"].split("±")[0]), 0.0))
+                for c in sorted(rows, key=lambda c: float(c["ρ"]))]
+    dial_figure(curves, record["method"]).savefig(path, dpi=100, metadata={**metadata, "Software": None})
+
+
+def signed(cell: str) -> float:
+    """A number as the pages print it, with a typographic minus."""
+    return float(cell.strip().replace("−", "-"))
 
 
 def stale_figures() -> Iterator[Problem]:

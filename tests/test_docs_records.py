@@ -126,3 +126,55 @@ def test_a_figure_not_drawn_from_its_current_records_is_stale(site):
     assert len(stale) == 1 and "was not drawn from the current study/table1.json" in stale[0].message
     docs_records.write()
     assert drawn == ["7.7", "7.9"]
+
+
+def test_leading_zeros_are_no_precision(site):
+    """A small std such as 0.016 is no measurement a reader would recognise on another page; 0.180 is one on
+    the page that shows its record."""
+    path = site / "docs" / "data" / "study" / "table1.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["values"]["fg"] = "0.180 ± 0.016"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    docs_records.write()
+    page = site / "README.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\nSAM's map: 0.180 ± 0.016.\n", encoding="utf-8")
+    (site / "docs" / "other.md").write_text("A std of 0.016 and a share of 0.180.\n", encoding="utf-8")
+    assert [str(problem).split(" is ")[0] for problem in docs_records.problems()] == ["README.md:12: 0.180"]
+
+
+def test_the_bias_dial_is_drawn_from_its_record(monkeypatch, tmp_path):
+    """docs/images/dial.png is the plot `bgbias study --dial` draws, its curves read from the dial's table."""
+    import bgbias.report.dial
+
+    drawn = {}
+
+    class Saved:
+        def savefig(self, path, **options):
+            drawn["path"], drawn["metadata"] = path, options["metadata"]
+
+    def dial_figure(curves, method):
+        drawn["curves"], drawn["method"] = curves, method
+        return Saved()
+
+    monkeypatch.setattr(bgbias.report.dial, "dial_figure", dial_figure)
+    files, draw = docs_records.FIGURES["dial.png"]
+    assert files == ("dial/dial.json",)
+    draw([docs_records.load(file) for file in files], tmp_path / "dial.png", {"bgbias-records": "digest"})
+    curves = drawn["curves"]
+    assert drawn["method"] == "multi_similarity" and drawn["metadata"]["bgbias-records"] == "digest"
+    assert list(curves) == [("ground-truth", False), ("ground-truth", True),
+                            ("u2netp", False), ("u2netp", True)]
+    exact = curves["ground-truth", False]
+    assert [mark.rho for mark in exact] == [0.0, 0.5, 0.9, 1.0]
+    assert [mark.drop for mark in exact] == [(3.9, 0.0), (18.9, 0.0), (59.0, 0.0), (84.5, 0.0)]
+    assert curves["ground-truth", True][0].drop == (-31.1, 0.0)  # the page's minus sign read as one
+    assert curves["u2netp", True][-1].corrupted == (39.81, 0.0)
+
+
+def test_a_marker_opening_a_line_is_found(site):
+    """Markdown would end the paragraph before it and print the line as raw HTML."""
+    page = site / "README.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("points in <!-- value", "points in\n<!-- value"),
+                    encoding="utf-8")
+    (problem,) = [problem for problem in docs_records.problems() if "opens the line" in problem.message]
+    assert str(problem).startswith("README.md:7: a marker opens the line")
