@@ -225,8 +225,8 @@ def markers_opening_a_line(page: Path, text: str) -> Iterator[Problem]:
                                         "move a word of the text before it onto this line")
 
 
-# Figures of results, each drawn from its records by a function of docs/figures.py-like code kept here: the
-# PNG carries the digest of the records it was drawn from, so a changed record makes a stale figure fail.
+# Figures of results, each drawn from its records by a function registered here with bgbias.figures: the PNG
+# carries the digest of the records it was drawn from, so a changed record makes a stale figure fail.
 FIGURES: dict[str, tuple[tuple[str, ...], Callable[[list[dict], Path, dict], None]]] = {}
 
 
@@ -278,6 +278,7 @@ def draw_dial(records: list[dict], path: Path, metadata: dict) -> None:
     """The bias dial's plot as `bgbias study --dial` draws it (bgbias.report.dial), from the dial's table:
     relative drop and corrupted MAP@R against ρ. One training seed, so no error bars (the table's ± is the
     spread of the corrupted repeats, which the plot does not show)."""
+    from bgbias.figures import save_png
     from bgbias.report.dial import DialMark, dial_figure
 
     record = records[0]
@@ -292,7 +293,7 @@ def draw_dial(records: list[dict], path: Path, metadata: dict) -> None:
                 DialMark(float(c["ρ"]), (signed(c["relative drop"].rstrip(" %")), 0.0),
                          (signed(c["corrupted MAP@R"].split("±")[0]), 0.0))
                 for c in sorted(rows, key=lambda c: float(c["ρ"]))]
-    dial_figure(curves, record["method"]).savefig(path, dpi=100, metadata={**metadata, "Software": None})
+    save_png(dial_figure(curves, record["method"]), path, metadata)
 
 
 def signed(cell: str) -> float:
