@@ -90,7 +90,7 @@ def render_table(ref: str, options: str) -> str:
     table = table_of(ref)
     columns = list(table["columns"])
     align = list(table.get("align") or ["l", *["r"] * (len(columns) - 1)])
-    picked = [(column, column) for column in columns]
+    picked = list(enumerate(columns))  # by position: two columns may share a heading ("ratio", "ratio")
     if options:
         key, _, value = options.partition("=")
         if key != "columns":
@@ -100,8 +100,8 @@ def render_table(ref: str, options: str) -> str:
             name, _, label = (part.strip() for part in entry.partition(">"))
             if name not in columns:
                 raise RecordError(f"{ref}: no column {name!r} (it has: {'; '.join(columns)})")
-            picked.append((name, label or name))
-    indexes = [columns.index(name) for name, _ in picked]
+            picked.append((columns.index(name), label or name))
+    indexes = [index for index, _ in picked]
     rule = {"l": "---", "r": "---:", "c": ":---:"}
     lines = ["| " + " | ".join(label for _, label in picked) + " |",
              "|" + "|".join(rule[align[i]] for i in indexes) + "|"]
