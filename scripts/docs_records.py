@@ -230,8 +230,9 @@ VIEWS: dict[str, tuple[tuple[str, ...], Callable[[], dict]]] = {}
 
 
 def view(name: str, *sources: str):
-    """Register the function that computes the record view:NAME (``{"tables": ..., "values": ...}``) from the
-    committed files SOURCES (paths from the repository's root; their digest dates the figures drawn from it)."""
+    """Register the function that computes the record view:NAME (``{"tables": ..., "values": ...}``) from
+    the committed files SOURCES (paths from the repository's root; their digest dates the figures drawn from
+    it)."""
     def register(compute):
         VIEWS[name] = (sources, compute)
         return compute
@@ -241,7 +242,8 @@ def view(name: str, *sources: str):
 @functools.cache
 def leakage_dial_script():
     """benchmarks/leakage_dial.py, which holds the dial's trained drops, their correlation and the plot."""
-    spec = importlib.util.spec_from_file_location("leakage_dial", ROOT / "benchmarks" / "leakage_dial.py")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "leakage_dial.py"
+    spec = importlib.util.spec_from_file_location("leakage_dial", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -254,8 +256,8 @@ def percent(value: float) -> str:
 @view("leakage-dial", "bgbias/configs/leakage_dial.json", "docs/data/leakage/dial-views.json",
       "benchmarks/leakage_dial.py")
 def leakage_dial() -> dict:
-    """The meter on the bias dial's benches (docs/leakage.md): the leakage and interval of each ρ and fill from
-    the calibration the meter itself reads, beside the views' scores of the same runs (docs/data), the
+    """The meter on the bias dial's benches (docs/leakage.md): the leakage and interval of each ρ and fill
+    from the calibration the meter itself reads, beside the views' scores of the same runs (docs/data), the
     figures the page quotes from them, and the curves and trained drops the plots are drawn from."""
     script = leakage_dial_script()
     calibration = json.loads((ROOT / "bgbias/configs/leakage_dial.json").read_text(encoding="utf-8"))
@@ -269,7 +271,8 @@ def leakage_dial() -> dict:
         low, high = curve["intervals"][at]
         rows.append([rho, fill, f"{percent(curve['leakage'][at])} [{percent(low)}, {percent(high)}]", *rest])
         values[f"{fill} at ρ {rho}"] = percent(curve["leakage"][at])
-        values.update({f"{column}, {fill} at ρ {rho}": cell for column, cell in zip(columns[2:], rest, strict=True)})
+        values.update({f"{column}, {fill} at ρ {rho}": cell
+                       for column, cell in zip(columns[2:], rest, strict=True)})
     foreground = sorted(float(row[columns.index("fg MAP@R")]) for row in scores["rows"])
     values["fg MAP@R range"] = f"{foreground[0]:.1f}–{foreground[-1]:.1f}"
     table = {"columns": [*columns[:2], "leakage [95 % interval]", *columns[2:]],
@@ -351,7 +354,8 @@ def draw_leakage_dial(masks: str, record: dict, path: Path, metadata: dict) -> N
     script = leakage_dial_script()
     rows = [{"rho": rho, "fill": curve["fill"], "leakage": leakage, "interval": interval}
             for curve in record["curves"] if curve["masks"] == masks
-            for rho, leakage, interval in zip(curve["rhos"], curve["leakage"], curve["intervals"], strict=True)]
+            for rho, leakage, interval in zip(curve["rhos"], curve["leakage"], curve["intervals"],
+                                              strict=True)]
     drops = {float(rho): drop for rho, drop in record["drops"][masks].items()}
     script.plot(rows, drops, path, script.MASK_LABELS[masks])
     info = PngImagePlugin.PngInfo()
