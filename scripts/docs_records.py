@@ -271,6 +271,7 @@ def leakage_dial() -> dict:
         low, high = curve["intervals"][at]
         rows.append([rho, fill, f"{percent(curve['leakage'][at])} [{percent(low)}, {percent(high)}]", *rest])
         values[f"{fill} at ρ {rho}"] = percent(curve["leakage"][at])
+        values[f"{fill} at ρ {rho} with interval"] = rows[-1][2].replace(" [", " % [", 1)
         values.update({f"{column}, {fill} at ρ {rho}": cell
                        for column, cell in zip(columns[2:], rest, strict=True)})
     foreground = sorted(float(row[columns.index("fg MAP@R")]) for row in scores["rows"])
