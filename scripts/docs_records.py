@@ -112,7 +112,7 @@ def render_table(ref: str, options: str) -> str:
             picked.append((columns.index(name), label or name))
     indexes = [index for index, _ in picked]
     rule = {"l": "---", "r": "---:", "c": ":---:"}
-    lines = ["| " + " | ".join(label for _, label in picked) + " |",
+    lines = ["| " + " | ".join(cell_text(label) for _, label in picked) + " |",
              "|" + "|".join(rule[align[i]] for i in indexes) + "|"]
     lines += ["| " + " | ".join(cell_text(row[i]) for i in indexes) + " |" for row in table["rows"]]
     return "\n".join(lines) + "\n"

@@ -129,6 +129,15 @@ def test_a_figure_not_drawn_from_its_current_records_is_stale(site):
     assert drawn == ["7.7", "7.9"]
 
 
+def test_a_heading_with_a_bar_stays_one_column(site):
+    path = site / "docs" / "data" / "study" / "bits.json"
+    table = {"columns": ["lever", "largest |Δ|"], "rows": [["CL", "4e-07"]]}
+    path.write_text(json.dumps({"tables": {"bits": table}}), encoding="utf-8")
+    (site / "README.md").write_text("<!-- table study/bits.json -->\n<!-- /table -->\n", encoding="utf-8")
+    docs_records.write()
+    assert "| lever | largest \\|Δ\\| |\n|---|---:|\n" in (site / "README.md").read_text(encoding="utf-8")
+
+
 def test_columns_that_share_a_heading_each_show_their_own_cells(site):
     path = site / "docs" / "data" / "study" / "ratios.json"
     path.write_text(json.dumps({"tables": {"runs": {"columns": ["run", "ratio", "ratio"],
