@@ -11,7 +11,9 @@ in a page outside a region. The marker syntax is in docs/contributing.md (*Resul
     <!-- value FILE#KEY -->x<!-- /value -->                   one of the record's "values"
     <!-- source FILE -->x<!-- /source -->                     the record's command, date and machine
 
-FILE is a JSON file under docs/data/. It holds named tables, each `{"columns": [...], "rows": [[...]]}`
+FILE is a JSON file under docs/data/, or view:NAME: a record computed by a registered function (@view) from
+committed files outside docs/data (a calibration the package reads), so that their numbers are shown without
+being copied. It holds named tables, each `{"columns": [...], "rows": [[...]]}`
 with an optional `"align"` (l, r or c per column; default: the first column left, the others right), either
 under `"tables"` or at its top level (so a study's own `seeds.json` is a record as it is), and optionally
 `"values"` (name → text) and `"source"` (`command`, `date`, `machine`, `note`). Cells are text, shown as
@@ -21,7 +23,9 @@ written.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import importlib.util
 import json
 import re
 import sys
@@ -55,6 +59,11 @@ def pages() -> list[Path]:
 
 
 def load(file: str) -> dict:
+    if file.startswith(VIEW):
+        name = file.removeprefix(VIEW)
+        if name not in VIEWS:
+            raise RecordError(f"{file}: no such view (known: {', '.join(sorted(VIEWS))})")
+        return VIEWS[name][1]()
     path = (DATA / file).resolve()
     if DATA.resolve() not in path.parents or path.suffix != ".json":
         raise RecordError(f"{file}: a record is a .json file under docs/data/")
@@ -91,7 +100,7 @@ def render_table(ref: str, options: str) -> str:
     table = table_of(ref)
     columns = list(table["columns"])
     align = list(table.get("align") or ["l", *["r"] * (len(columns) - 1)])
-    picked = [(column, column) for column in columns]
+    picked = list(enumerate(columns))  # by position: two columns may share a heading ("ratio", "ratio")
     if options:
         key, _, value = options.partition("=")
         if key != "columns":
@@ -101,10 +110,10 @@ def render_table(ref: str, options: str) -> str:
             name, _, label = (part.strip() for part in entry.partition(">"))
             if name not in columns:
                 raise RecordError(f"{ref}: no column {name!r} (it has: {'; '.join(columns)})")
-            picked.append((name, label or name))
-    indexes = [columns.index(name) for name, _ in picked]
+            picked.append((columns.index(name), label or name))
+    indexes = [index for index, _ in picked]
     rule = {"l": "---", "r": "---:", "c": ":---:"}
-    lines = ["| " + " | ".join(label for _, label in picked) + " |",
+    lines = ["| " + " | ".join(cell_text(label) for _, label in picked) + " |",
              "|" + "|".join(rule[align[i]] for i in indexes) + "|"]
     lines += ["| " + " | ".join(cell_text(row[i]) for i in indexes) + " |" for row in table["rows"]]
     return "\n".join(lines) + "\n"
@@ -171,7 +180,8 @@ def measured_numbers(record: dict, digits: int) -> set[str]:
 
 
 def all_records() -> list[str]:
-    return sorted(path.relative_to(DATA).as_posix() for path in DATA.rglob("*.json"))
+    files = sorted(path.relative_to(DATA).as_posix() for path in DATA.rglob("*.json"))
+    return files + [VIEW + name for name in sorted(VIEWS)]
 
 
 @dataclass(frozen=True)
@@ -195,7 +205,9 @@ def stray_numbers(page: Path, text: str) -> Iterator[Problem]:
     for match in MEASURED.finditer(bare):
         if match.group(0) in numbers:
             line = bare.count("\n", 0, match.start()) + 1
-            yield Problem(page, line, f"{match.group(0)} is a number of docs/data/{numbers[match.group(0)]}: "
+            file = numbers[match.group(0)]
+            where = file if file.startswith(VIEW) else f"docs/data/{file}"
+            yield Problem(page, line, f"{match.group(0)} is a number of {where}: "
                                       "show it with a <!-- value ... --> marker, or leave it out")
 
 
@@ -225,6 +237,76 @@ def markers_opening_a_line(page: Path, text: str) -> Iterator[Problem]:
                                         "move a word of the text before it onto this line")
 
 
+# Views: records computed from committed files outside docs/data, named in markers as view:NAME.
+VIEW = "view:"
+VIEWS: dict[str, tuple[tuple[str, ...], Callable[[], dict]]] = {}
+
+
+def view(name: str, *sources: str):
+    """Register the function that computes the record view:NAME (``{"tables": ..., "values": ...}``) from
+    the committed files SOURCES (paths from the repository's root; their digest dates the figures drawn from
+    it)."""
+    def register(compute):
+        VIEWS[name] = (sources, compute)
+        return compute
+    return register
+
+
+@functools.cache
+def leakage_dial_script():
+    """benchmarks/leakage_dial.py, which holds the dial's trained drops, their correlation and the plot."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "leakage_dial.py"
+    spec = importlib.util.spec_from_file_location("leakage_dial", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+@view("leakage-dial", "bgbias/configs/leakage_dial.json", "docs/data/leakage/dial-views.json",
+      "benchmarks/leakage_dial.py")
+def leakage_dial() -> dict:
+    """The meter on the bias dial's benches (docs/leakage.md): the leakage and interval of each ρ and fill
+    from the calibration the meter itself reads, beside the views' scores of the same runs (docs/data), the
+    figures the page quotes from them, and the curves and trained drops the plots are drawn from."""
+    script = leakage_dial_script()
+    calibration = json.loads((ROOT / "bgbias/configs/leakage_dial.json").read_text(encoding="utf-8"))
+    exact = {curve["fill"]: curve for curve in calibration["curves"] if curve["masks"] == "ground-truth"}
+    scores = load("leakage/dial-views.json")["tables"]["views"]
+    columns = scores["columns"]
+    rows, values = [], {}
+    for rho, fill, *rest in scores["rows"]:
+        curve = exact[fill]
+        at = curve["rhos"].index(float(rho))
+        low, high = curve["intervals"][at]
+        rows.append([rho, fill, f"{percent(curve['leakage'][at])} [{percent(low)}, {percent(high)}]", *rest])
+        values[f"{fill} at ρ {rho}"] = percent(curve["leakage"][at])
+        values[f"{fill} at ρ {rho} with interval"] = rows[-1][2].replace(" [", " % [", 1)
+        values.update({f"{column}, {fill} at ρ {rho}": cell
+                       for column, cell in zip(columns[2:], rest, strict=True)})
+    foreground = sorted(float(row[columns.index("fg MAP@R")]) for row in scores["rows"])
+    values["fg MAP@R range"] = f"{foreground[0]:.1f}–{foreground[-1]:.1f}"
+    table = {"columns": [*columns[:2], "leakage [95 % interval]", *columns[2:]],
+             "align": [*scores["align"][:2], "l", *scores["align"][2:]], "rows": rows}
+    drops = script.DOCS_DROPS["ground-truth"]
+    rhos = [f"{rho:g}" for rho in next(iter(exact.values()))["rhos"]]
+    values.update({f"trained drop at ρ {rho:g}": f"{drop:.1f}" for rho, drop in drops.items()})
+    values |= {"trained drops": ", ".join(f"{drop:.1f} %" for drop in drops.values()),
+              "curve's ρ": f"{', '.join(rhos[:-1])} and {rhos[-1]}",
+              "ρ between the dial's": " and ".join(rho for rho in rhos if float(rho) not in drops)}
+    for fill, curve in exact.items():
+        leakage = dict(zip(curve["rhos"], curve["leakage"], strict=True))
+        values[f"{fill} spread"] = percent(max(leakage.values()) - min(leakage.values()))
+        on_dial = script.correlations([leakage[rho] for rho in drops], list(drops.values()))
+        values[f"{fill} pearson"] = f"{on_dial['pearson']:.3f}"
+        values[f"{fill} spearman"] = f"{on_dial['spearman']:.1f}"
+    return {"tables": {"exact": table}, "values": values, "curves": calibration["curves"],
+            "drops": script.DOCS_DROPS}
+
+
 # Figures of results, each drawn from its records by a function registered here with bgbias.figures: the PNG
 # carries the digest of the records it was drawn from, so a changed record makes a stale figure fail.
 FIGURES: dict[str, tuple[tuple[str, ...], Callable[[list[dict], Path, dict], None]]] = {}
@@ -233,7 +315,9 @@ FIGURES: dict[str, tuple[tuple[str, ...], Callable[[list[dict], Path, dict], Non
 def records_digest(files: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for file in files:
-        digest.update(file.encode() + b"\0" + (DATA / file).read_bytes())
+        sources = VIEWS[file.removeprefix(VIEW)][0] if file.startswith(VIEW) else ()
+        for name, path in [(source, ROOT / source) for source in sources] or [(file, DATA / file)]:
+            digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -299,6 +383,37 @@ def draw_dial(records: list[dict], path: Path, metadata: dict) -> None:
 def signed(cell: str) -> float:
     """A number as the pages print it, with a typographic minus."""
     return float(cell.strip().replace("−", "-"))
+
+
+def draw_leakage_dial(masks: str, record: dict, path: Path, metadata: dict) -> None:
+    """The leakage dial's plot as benchmarks/leakage_dial.py draws it, from the calibration's curves."""
+    from PIL import Image, PngImagePlugin
+
+    script = leakage_dial_script()
+    rows = [{"rho": rho, "fill": curve["fill"], "leakage": leakage, "interval": interval}
+            for curve in record["curves"] if curve["masks"] == masks
+            for rho, leakage, interval in zip(curve["rhos"], curve["leakage"], curve["intervals"],
+                                              strict=True)]
+    drops = {float(rho): drop for rho, drop in record["drops"][masks].items()}
+    script.plot(rows, drops, path, script.MASK_LABELS[masks])
+    info = PngImagePlugin.PngInfo()
+    for key, value in metadata.items():
+        info.add_text(key, value)
+    with Image.open(path) as image:
+        image.load()
+    image.save(path, pnginfo=info)
+
+
+@figure("leakage-dial.png", "view:leakage-dial")
+def draw_leakage_dial_exact(records: list[dict], path: Path, metadata: dict) -> None:
+    """Leakage against ρ and against the trained drop, the dial's benches with their exact masks."""
+    draw_leakage_dial("ground-truth", records[0], path, metadata)
+
+
+@figure("leakage-dial-u2netp.png", "view:leakage-dial")
+def draw_leakage_dial_u2netp(records: list[dict], path: Path, metadata: dict) -> None:
+    """The same with u2netp's masks."""
+    draw_leakage_dial("u2netp", records[0], path, metadata)
 
 
 def stale_figures() -> Iterator[Problem]:

@@ -49,6 +49,7 @@ def site(tmp_path, monkeypatch):
     monkeypatch.setattr(docs_records, "ROOT", tmp_path)
     monkeypatch.setattr(docs_records, "DATA", tmp_path / "docs" / "data")
     monkeypatch.setattr(docs_records, "FIGURES", {})
+    monkeypatch.setattr(docs_records, "VIEWS", {})
     return tmp_path
 
 
@@ -181,3 +182,104 @@ def test_a_marker_opening_a_line_is_found(site):
                     encoding="utf-8")
     (problem,) = [problem for problem in docs_records.problems() if "opens the line" in problem.message]
     assert str(problem).startswith("README.md:7: a marker opens the line")
+
+
+def test_a_heading_with_a_bar_stays_one_column(site):
+    path = site / "docs" / "data" / "study" / "bits.json"
+    table = {"columns": ["lever", "largest |Δ|"], "rows": [["CL", "4e-07"]]}
+    path.write_text(json.dumps({"tables": {"bits": table}}), encoding="utf-8")
+    (site / "README.md").write_text("<!-- table study/bits.json -->\n<!-- /table -->\n", encoding="utf-8")
+    docs_records.write()
+    assert "| lever | largest \\|Δ\\| |\n|---|---:|\n" in (site / "README.md").read_text(encoding="utf-8")
+
+
+def test_columns_that_share_a_heading_each_show_their_own_cells(site):
+    path = site / "docs" / "data" / "study" / "ratios.json"
+    path.write_text(json.dumps({"tables": {"runs": {"columns": ["run", "ratio", "ratio"],
+                                                    "rows": [["1", "0.71×", "0.51×"]]}}}), encoding="utf-8")
+    (site / "README.md").write_text("<!-- table study/ratios.json -->\n<!-- /table -->\n", encoding="utf-8")
+    docs_records.write()
+    assert "| 1 | 0.71× | 0.51× |" in (site / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def calibration_view(site):
+    """A view computed from a committed file outside docs/data, as the leakage dial's from its calibration."""
+    calibration = site / "bgbias" / "configs" / "dial.json"
+    calibration.parent.mkdir(parents=True)
+    calibration.write_text(json.dumps({"leakage": [0.004, 0.54]}), encoding="utf-8")
+
+    @docs_records.view("dial", "bgbias/configs/dial.json")
+    def dial():
+        leakage = json.loads((docs_records.ROOT / "bgbias/configs/dial.json").read_text(encoding="utf-8"))
+        leakage = leakage["leakage"]
+        rows = [[rho, f"{100 * value:.1f}"] for rho, value in zip("01", leakage, strict=True)]
+        return {"tables": {"curve": {"columns": ["ρ", "leakage"], "rows": rows}},
+                "values": {"spread": f"{100 * (leakage[1] - leakage[0]):.1f}"}}
+
+    (site / "docs" / "leakage.md").write_text(
+        "<!-- table view:dial#curve -->\n<!-- /table -->\n\n"
+        "It separates ρ by <!-- value view:dial#spread --><!-- /value --> points.\n", encoding="utf-8")
+    return calibration
+
+
+def test_a_view_fills_its_regions_from_the_committed_file_it_is_computed_from(site, calibration_view):
+    docs_records.write()
+    page = site / "docs" / "leakage.md"
+    assert "| 1 | 54.0 |" in page.read_text(encoding="utf-8") and "-->53.6<!-- /value -->" in page.read_text(
+        encoding="utf-8")
+    assert list(docs_records.problems()) == []
+    calibration_view.write_text(json.dumps({"leakage": [0.004, 0.55]}), encoding="utf-8")
+    assert [str(problem) for problem in docs_records.problems()] == [
+        "docs/leakage.md:5: differs from its records: run python scripts/docs_records.py --write"]
+    docs_records.write()
+    assert "| 1 | 55.0 |" in page.read_text(encoding="utf-8") and "-->54.6<!-- /value -->" in page.read_text(
+        encoding="utf-8")
+
+
+def test_a_number_of_a_view_typed_by_hand_is_found(site, calibration_view):
+    docs_records.write()
+    page = site / "docs" / "leakage.md"
+    page.write_text(page.read_text(encoding="utf-8") + "At ρ 1 it reads 54.0 %.\n", encoding="utf-8")
+    assert [str(problem) for problem in docs_records.problems()] == [
+        "docs/leakage.md:9: 54.0 is a number of view:dial: "
+        "show it with a <!-- value ... --> marker, or leave it out"]
+
+
+def test_a_view_that_is_not_registered_is_an_error_naming_the_known_ones(site, calibration_view):
+    (site / "README.md").write_text("<!-- table view:dail#curve -->\n<!-- /table -->\n", encoding="utf-8")
+    (problem,) = [problem for problem in docs_records.problems() if problem.page.name == "README.md"]
+    assert "view:dail: no such view (known: dial)" in problem.message
+
+
+def test_a_figure_drawn_from_a_view_is_stale_when_the_view_s_file_changes(site, calibration_view):
+    from PIL import Image, PngImagePlugin
+
+    def draw(records, path, metadata):
+        info = PngImagePlugin.PngInfo()
+        for key, value in metadata.items():
+            info.add_text(key, value)
+        Image.new("RGB", (4, 4)).save(path, pnginfo=info)
+
+    (site / "docs" / "images").mkdir()
+    docs_records.figure("dial.png", "view:dial")(draw)
+    docs_records.write()
+    assert list(docs_records.problems()) == []
+    calibration_view.write_text(json.dumps({"leakage": [0.004, 0.54], "note": "redone"}), encoding="utf-8")
+    stale = [str(problem) for problem in docs_records.problems()]
+    assert stale == ["docs/images/dial.png:1: was not drawn from the current view:dial: "
+                     "run python scripts/docs_records.py --write"]
+
+
+def test_the_leakage_dial_view_reads_the_meter_s_calibration(monkeypatch, tmp_path):
+    """docs/leakage.md's calibration table is computed from bgbias/configs/leakage_dial.json, not copied."""
+    calibration = json.loads((ROOT / "bgbias/configs/leakage_dial.json").read_text(encoding="utf-8"))
+    exact = next(curve for curve in calibration["curves"]
+                 if curve["masks"] == "ground-truth" and curve["fill"] == "inpainted")
+    exact["leakage"][0] = 0.031
+    (tmp_path / "bgbias" / "configs").mkdir(parents=True)
+    (tmp_path / "bgbias/configs/leakage_dial.json").write_text(json.dumps(calibration), encoding="utf-8")
+    monkeypatch.setattr(docs_records, "ROOT", tmp_path)
+    record = docs_records.load("view:leakage-dial")
+    row = next(row for row in record["tables"]["exact"]["rows"] if row[:2] == ["0", "inpainted"])
+    assert row[2].startswith("3.1 [") and record["values"]["inpainted at ρ 0"] == "3.1"
