@@ -267,7 +267,7 @@ def percent(value: float) -> str:
 
 
 @view("leakage-dial", "bgbias/configs/leakage_dial.json", "docs/data/leakage/dial-views.json",
-      "benchmarks/leakage_dial.py")
+      "docs/data/dial/dial.json", "benchmarks/leakage_dial.py")
 def leakage_dial() -> dict:
     """The meter on the bias dial's benches (docs/leakage.md): the leakage and interval of each ρ and fill
     from the calibration the meter itself reads, beside the views' scores of the same runs (docs/data), the
@@ -291,7 +291,7 @@ def leakage_dial() -> dict:
     values["fg MAP@R range"] = f"{foreground[0]:.1f}–{foreground[-1]:.1f}"
     table = {"columns": [*columns[:2], "leakage [95 % interval]", *columns[2:]],
              "align": [*scores["align"][:2], "l", *scores["align"][2:]], "rows": rows}
-    drops = script.DOCS_DROPS["ground-truth"]
+    drops = script.recorded_drops("ground-truth")
     rhos = [f"{rho:g}" for rho in next(iter(exact.values()))["rhos"]]
     values.update({f"trained drop at ρ {rho:g}": f"{drop:.1f}" for rho, drop in drops.items()})
     values |= {"trained drops": ", ".join(f"{drop:.1f} %" for drop in drops.values()),
@@ -304,7 +304,7 @@ def leakage_dial() -> dict:
         values[f"{fill} pearson"] = f"{on_dial['pearson']:.3f}"
         values[f"{fill} spearman"] = f"{on_dial['spearman']:.1f}"
     return {"tables": {"exact": table}, "values": values, "curves": calibration["curves"],
-            "drops": script.DOCS_DROPS}
+            "drops": {masks: script.recorded_drops(masks) for masks in script.DOCS_MASKS}}
 
 
 # Figures of results, each drawn from its records by a function registered here with bgbias.figures: the PNG
@@ -387,21 +387,13 @@ def signed(cell: str) -> float:
 
 def draw_leakage_dial(masks: str, record: dict, path: Path, metadata: dict) -> None:
     """The leakage dial's plot as benchmarks/leakage_dial.py draws it, from the calibration's curves."""
-    from PIL import Image, PngImagePlugin
-
     script = leakage_dial_script()
     rows = [{"rho": rho, "fill": curve["fill"], "leakage": leakage, "interval": interval}
             for curve in record["curves"] if curve["masks"] == masks
             for rho, leakage, interval in zip(curve["rhos"], curve["leakage"], curve["intervals"],
                                               strict=True)]
     drops = {float(rho): drop for rho, drop in record["drops"][masks].items()}
-    script.plot(rows, drops, path, script.MASK_LABELS[masks])
-    info = PngImagePlugin.PngInfo()
-    for key, value in metadata.items():
-        info.add_text(key, value)
-    with Image.open(path) as image:
-        image.load()
-    image.save(path, pnginfo=info)
+    script.plot(rows, drops, path, script.MASK_LABELS[masks], metadata)
 
 
 @figure("leakage-dial.png", "view:leakage-dial")
