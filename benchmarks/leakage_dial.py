@@ -16,7 +16,7 @@ meter inverts for a dataset's bench ρ into ``bgbias/configs/leakage_dial.json``
 
 The trained drop is the vanilla multi-similarity run's relative drop with exact masks, read from the dial's
 records (``runs/study/dial-multi_similarity-bench-small-seed0/dial.json``) where they are on this machine,
-else the values docs/results.md ("The bias dial", 2026-11-23) reports, :data:`DOCS_DROPS`.
+else from the dial's results record in the docs (``docs/data/dial/dial.json``: docs/results.md's dial).
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ CURVE_RHOS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 PRESET, SEED = "small", 0
 """The dial's bench settings (``bgbias study --dial``'s defaults)."""
 DIAL_RECORD = Path("runs/study/dial-multi_similarity-bench-small-seed0/dial.json")
-DOCS_DROPS = {"ground-truth": {0.0: 3.9, 0.5: 18.9, 0.9: 59.0, 1.0: 84.5},
-              "u2netp": {0.0: 24.5, 0.5: 35.0, 0.9: 63.3, 1.0: 84.5}}
-"""The vanilla multi-similarity runs' relative drop (%) by mask source, docs/results.md "The bias dial"."""
+DOCS_DIAL = Path(__file__).resolve().parents[1] / "docs" / "data" / "dial" / "dial.json"
+"""The dial's results record that docs/results.md ("The bias dial") shows."""
+DOCS_MASKS = {"ground-truth": "exact", "u2netp": "u2netp"}
+"""How that record names the mask sources."""
 
 
 def prepared_bench(rho: float, source: str, split: str, device: str,
@@ -86,7 +87,7 @@ def dial_drops(source: str, record: Path = DIAL_RECORD) -> tuple[dict[float, flo
     """The vanilla drop (%) with masks from ``source`` per ρ (the mean over seeds) and where it came from:
     the dial's ``record`` (:func:`bgbias.report.dial.dial_table`'s cells), else the docs."""
     if not record.is_file():
-        return DOCS_DROPS[source], "docs/results.md (no dial records on this machine)"
+        return recorded_drops(source), f"{DOCS_DIAL.relative_to(DOCS_DIAL.parents[3])} (no dial records here)"
     table = json.loads(record.read_text(encoding="utf-8"))
     column = {name: i for i, name in enumerate(table["columns"])}
     drops = {}
@@ -97,6 +98,15 @@ def dial_drops(source: str, record: Path = DIAL_RECORD) -> tuple[dict[float, flo
     return drops, str(record)
 
 
+def recorded_drops(source: str) -> dict[float, float]:
+    """The vanilla drop (%) with masks from ``source`` per ρ, as the docs' dial record holds it."""
+    table = json.loads(DOCS_DIAL.read_text(encoding="utf-8"))["tables"]["dial"]
+    column = {name: i for i, name in enumerate(table["columns"])}
+    return {float(row[column["ρ"]]): float(row[column["relative drop"]].rstrip(" %").replace("−", "-"))
+            for row in table["rows"]
+            if row[column["masks"]] == DOCS_MASKS[source] and not row[column["run"]].endswith("+ BGAugment")}
+
+
 def correlations(x: list[float], y: list[float]) -> dict[str, float]:
     """Pearson's and Spearman's correlation of ``x`` and ``y``."""
     from scipy.stats import pearsonr, spearmanr
@@ -104,8 +114,10 @@ def correlations(x: list[float], y: list[float]) -> dict[str, float]:
     return {"pearson": float(pearsonr(x, y).statistic), "spearman": float(spearmanr(x, y).statistic)}
 
 
-def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path, masks: str) -> None:
-    """Leakage against ρ (with its interval) and against the dial's trained drop, one line per fill."""
+def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path, masks: str,
+         text: dict[str, str] | None = None) -> None:
+    """Leakage against ρ (with its interval) and against the dial's trained drop, one line per fill; ``text``
+    goes into the PNG (what the docs drew it from)."""
     figure = new_figure(10, 4)
     by_rho, by_drop = figure.subplots(1, 2)
     for fill in sorted({row["fill"] for row in rows}, key=FILLS.index):
@@ -129,7 +141,7 @@ def plot(rows: list[dict[str, Any]], drops: dict[float, float], path: Path, mask
         axes.axhline(0, color="grey", linewidth=0.8)
         axes.grid(alpha=0.3)
         axes.legend(title="fill")
-    save_png(figure, path)
+    save_png(figure, path, text)
 
 
 def pct(value: float) -> str:

@@ -20,7 +20,6 @@ need them.
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,8 @@ def _version() -> str:
     installed distribution's metadata (a wheel, an sdist or ``pip install -e``), else, for a source checkout
     put on the path without installing it, from the ``pyproject.toml`` beside the package; ``0+unknown``
     where neither exists (a copied package folder)."""
+    from importlib import metadata
+
     try:
         return metadata.version("bgbias")
     except metadata.PackageNotFoundError:
@@ -40,9 +41,6 @@ def _version() -> str:
 
         return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
 
-
-__version__ = _version()
-"""The version every record of bgbias's own version stores and ``bgbias --version`` prints."""
 
 _PUBLIC = {
     "BGAugment": "bgbias.bgaugment.bgaugment",
@@ -65,6 +63,9 @@ __all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # what every record stores and ``bgbias --version`` prints; read on first
+        globals()[name] = _version()  # use, since reading the installed metadata slows every import
+        return globals()[name]
     if name not in _PUBLIC:
         raise AttributeError(f"module 'bgbias' has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)

@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
+
+# The picture sheets (the retrieval and attribution galleries, drawn with PIL) share one look:
+SHEET_GAP = 4
+"""Pixels between two images of a sheet."""
+SHEET_TEXT = 14
+"""Height in pixels of a caption line."""
+PAPER = (255, 255, 255)
+INK = (20, 20, 20)
 FIT_MARGIN = 0.1
 """Inches left beside the text of a figure that had to be enlarged to hold it."""
 FIT_ROUNDS = 4
@@ -39,11 +47,12 @@ def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
-def save_png(figure: Figure, path: str | os.PathLike[str]) -> Path:
+def save_png(figure: Figure, path: str | os.PathLike[str], text: dict[str, str] | None = None) -> Path:
     """Render to PNG without a software or date stamp (same figure, same bytes) and write atomically; a
     figure whose contents reach past its edges is first enlarged until they fit (:func:`overflow`), so a
-    figure that fits keeps its size and bytes."""
-    png = _render(figure)
+    figure that fits keeps its size and bytes. ``text`` goes into the PNG's text chunks (what it was drawn
+    from)."""
+    png = _render(figure, text)
     for _ in range(FIT_ROUNDS):
         left, bottom, right, top = overflow(figure)
         if max(left, bottom, right, top) <= 0:
@@ -53,7 +62,7 @@ def save_png(figure: Figure, path: str | os.PathLike[str]) -> Path:
         grow_y = 2 * max(bottom, top, 0.0)
         figure.set_size_inches(width + grow_x + 2 * FIT_MARGIN * (grow_x > 0),
                                height + grow_y + 2 * FIT_MARGIN * (grow_y > 0))
-        png = _render(figure)
+        png = _render(figure, text)
     write_bytes_atomic(path, png)
     return Path(path)
 
@@ -66,7 +75,7 @@ def overflow(figure: Figure) -> tuple[float, float, float, float]:
     return -drawn.x0, -drawn.y0, drawn.x1 - width, drawn.y1 - height
 
 
-def _render(figure: Figure) -> bytes:
+def _render(figure: Figure, text: dict[str, str] | None = None) -> bytes:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={**(text or {}), "Software": None})
     return buffer.getvalue()

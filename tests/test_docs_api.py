@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -12,27 +11,38 @@ import torch
 import bgbias
 from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
-_BLOCK = re.compile(r"(<!-- slow -->\n)?```python\n(.*?)```", re.S)
+from tests.docs_blocks import CodeBlock, code_block
 
 
-def examples(slow: bool) -> list[str]:
-    """The Python blocks of the page, those marked ``<!-- slow -->`` or the others."""
-    return [code for marker, code in _BLOCK.findall(DOC.read_text(encoding="utf-8")) if bool(marker) == slow]
+def fast_examples() -> list[CodeBlock]:
+    """The page's examples up to its masks one, in the page's order (each builds on the ones before)."""
+    return [
+        code_block("docs/api.md", "api-bgaugment-batch"),
+        code_block("docs/api.md", "api-bgaugment-workers"),
+        code_block("docs/api.md", "api-bgaugment-replay"),
+        code_block("docs/api.md", "api-audit-model"),
+        code_block("docs/api.md", "api-audit-torchscript"),
+        code_block("docs/api.md", "api-audit-profile"),
+        code_block("docs/api.md", "api-own-images"),
+        code_block("docs/api.md", "api-explain"),
+        code_block("docs/api.md", "api-input-conventions"),
+        code_block("docs/api.md", "api-score-embeddings"),
+    ]
 
 
-def run_examples(codes: list[str]) -> dict:
+def run_examples(blocks: list[CodeBlock], namespace: dict | None = None) -> dict:
+    """The names the blocks left, run one after the other in ``namespace`` (a fresh one by default)."""
     import_torchvision()  # where torchvision needs the shim, the examples' own import then finds it loaded
-    namespace: dict = {}
-    for code in codes:
-        exec(compile(code, str(DOC), "exec"), namespace)
+    namespace = {} if namespace is None else namespace
+    for block in blocks:
+        exec(compile(block.text, f"{block.page}:{block.line}", "exec"), namespace)
     return namespace
 
 
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
-    assert len(examples(slow=False)) == 10
-    done = run_examples(examples(slow=False))
+    blocks = fast_examples()
+    assert [block.line for block in blocks] == sorted(block.line for block in blocks)
+    done = run_examples(blocks)
     assert done["composited"].dtype == torch.float32 and done["composited"].shape == done["pixels"].shape
     device = done["device"].type
     assert done["composited"].device.type == done["bgaugment"].background_pixels.device.type == device
@@ -70,8 +80,7 @@ def test_the_masks_example_runs(study_folder):
         u2net_model_path("u2netp")
     except AssetError as err:
         pytest.skip(f"the u2netp model is not installed: {err.problem}")
-    (code,) = examples(slow=True)
-    done = run_examples(["import bgbias\n", code])
+    done = run_examples([code_block("docs/api.md", "api-masks-corrupted")], {"bgbias": bgbias})
     assert done["run"].failed == 0
     assert [path.name for path in done["made"]["random-bg"]] == ["repeat-0.json", "repeat-1.json"]
     assert [path.name for path in done["made"]["only-fg"]] == ["repeat-0.json"]

@@ -42,3 +42,11 @@ def test_a_figure_whose_legend_is_wider_than_it_is_enlarged_until_everything_fit
     inside = figure.bbox
     assert all(inside.x0 <= text.get_window_extent().x0 and text.get_window_extent().x1 <= inside.x1
                for text in legend.get_texts())
+
+
+def test_text_given_to_save_png_goes_into_the_png_and_no_software_stamp_does(tmp_path):
+    figure = new_figure(2, 1)
+    figure.subplots().plot([0, 1], [1, 0])
+    path = save_png(figure, tmp_path / "drawn.png", {"bgbias-records": "997af4a620bea962"})
+    with Image.open(path) as image:
+        assert image.text == {"bgbias-records": "997af4a620bea962"}

@@ -36,7 +36,7 @@ def test_a_checkout_that_is_not_installed_reads_its_pyproject(tmp_path, monkeypa
     def not_installed(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(bgbias.metadata, "version", not_installed)
+    monkeypatch.setattr(metadata, "version", not_installed)
     monkeypatch.setattr(bgbias, "__file__", str(tmp_path / "bgbias" / "__init__.py"))
     assert bgbias._version() == "0+unknown"  # a package folder copied on its own
     pyproject = '[project]\nname = "bgbias"\nversion = "9.8.7"\n'

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from bgbias.figures import one_line
+from bgbias.figures import INK, PAPER, SHEET_GAP, SHEET_TEXT, one_line
 from bgbias.fileio import write_bytes_atomic
 
 _RAMP_STOPS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
@@ -25,11 +25,7 @@ _RAMP_COLOURS = np.array(
 _COLOUR_WEIGHT = 0.6
 """How much of an overlay pixel is the map's colour; the rest is the greyed photo."""
 
-_GAP = 4
-_TEXT = 14
 _CHAR_PX = 6
-_PAPER = (255, 255, 255)
-_INK = (20, 20, 20)
 
 
 def colour_ramp(values: np.ndarray) -> np.ndarray:
@@ -81,26 +77,28 @@ def attribution_gallery_image(
     if wrong:
         raise ValueError(f"{rows} images but {', '.join(f'{n} {what}' for what, n in wrong.items())}")
     headers = ["image", "mask", *maps_by_model, *extra_columns]
-    width = len(headers) * (cell + _GAP) + _GAP
-    row_height = cell + _TEXT + _GAP
+    width = len(headers) * (cell + SHEET_GAP) + SHEET_GAP
+    row_height = cell + SHEET_TEXT + SHEET_GAP
     font = ImageFont.load_default()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     titles = [_wrap(measure, header, cell, font) for header in headers]
-    title_height = _TEXT * max(map(len, titles))
-    sheet = Image.new("RGB", (width, title_height + _GAP + rows * row_height), _PAPER)
+    title_height = SHEET_TEXT * max(map(len, titles))
+    sheet = Image.new("RGB", (width, title_height + SHEET_GAP + rows * row_height), PAPER)
     draw = ImageDraw.Draw(sheet)
     for column, lines in enumerate(titles):
         for line, text in enumerate(lines):
-            draw.text((_GAP + column * (cell + _GAP), 1 + line * _TEXT), text, fill=_INK, font=font)
+            draw.text((SHEET_GAP + column * (cell + SHEET_GAP), 1 + line * SHEET_TEXT), text, fill=INK,
+                      font=font)
     for row in range(rows):
-        top = title_height + _GAP + row * row_height
+        top = title_height + SHEET_GAP + row * row_height
         overlays = [overlay(images[row], maps[row]) for maps in maps_by_model.values()]
         extras = [pictures[row] for pictures in extra_columns.values()]
         for column, tile in enumerate([images[row], masks[row], *overlays, *extras]):
             picture = Image.fromarray(np.asarray(tile, dtype=np.uint8)).convert("RGB")
             picture = picture.resize((cell, cell), Image.Resampling.BILINEAR)
-            sheet.paste(picture, (_GAP + column * (cell + _GAP), top))
-        draw.text((_GAP, top + cell + 1), _shorten(captions[row], width - 2 * _GAP), fill=_INK, font=font)
+            sheet.paste(picture, (SHEET_GAP + column * (cell + SHEET_GAP), top))
+        caption = _shorten(captions[row], width - 2 * SHEET_GAP)
+        draw.text((SHEET_GAP, top + cell + 1), caption, fill=INK, font=font)
     return sheet
 
 

@@ -15,14 +15,22 @@ from pathlib import Path
 
 import click
 
-from bgbias import __version__
 from bgbias.cli import assets, audit, data, embeddings, info, leakage, models, reports
 from bgbias.cli.group import CommandGroup
 
 
+def _print_version(ctx: click.Context) -> None:
+    """``bgbias --version``: the version is read only when asked for (reading it costs time at start)."""
+    import bgbias
+
+    click.echo(f"bgbias {bgbias.__version__}")
+    ctx.exit()
+
+
 @click.group(cls=CommandGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(__version__, prog_name="bgbias", message="%(prog)s %(version)s")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and exit.",
+              callback=lambda ctx, _param, value: _print_version(ctx) if value else None)
 @click.option(
     "--data-root",
     type=click.Path(file_okay=False, path_type=Path),

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, click_type
+from bgbias.cli.options import DATASETS, PATH_DIR, click_type, compute_options
 from bgbias.errors import EXIT_PARTIAL
 
 
@@ -34,14 +34,7 @@ from bgbias.errors import EXIT_PARTIAL
 @click.option("--out", type=PATH_DIR, default=None,
               help="Folder of the page and of a folder per model (default runs/audit/<dataset>-<split>); "
                    "running the same command again reuses every finished model.")
-@click.option("--trust-model", is_flag=True, help="Run TorchScript models unchecked.")
-@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or "
-                                                                   "cuda:N.")
-@click.option("--amp", type=click_type(rules.AMP), default=None,
-              help="Autocast while embedding (default: auto for an outside model, a run's own).")
-@click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
-              help="Layout of the weights and inputs (default: channels_last for an outside model, a run's "
-                   "own).")
+@compute_options
 @click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets, the leakage probe's folds and its bootstrap.")
 @click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, click_type
+from bgbias.cli.options import DATASETS, PATH_DIR, click_type, compute_options
 
 
 @click.command("leakage")
@@ -24,13 +24,7 @@ from bgbias.cli.options import DATASETS, PATH_DIR, click_type
               help="The frozen encoder: a run folder, a TorchScript or ONNX file, or a factory "
                    "package.module:callable (default: the offline ImageNet MobileNetV2, "
                    "bgbias.models.pretrained:imagenet_mobilenet_v2).")
-@click.option("--trust-model", is_flag=True, help="Run a TorchScript --model unchecked.")
-@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or "
-                                                                   "cuda:N.")
-@click.option("--amp", type=click_type(rules.AMP), default=None,
-              help="Autocast while embedding (default: auto for a --model, a run's own).")
-@click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
-              help="Layout of the weights and inputs (default: channels_last for a --model, a run's own).")
+@compute_options
 @click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
               help="Seed of the probe's folds and of the bootstrap.")
 @click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)

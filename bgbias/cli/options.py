@@ -108,6 +108,24 @@ def study_bench_options(command):
     return bench_options(command, prefix="bench-")
 
 
+def compute_options(command):
+    """How the commands that embed with a frozen encoder (``leakage``, ``audit``) run it: --trust-model,
+    --device, --amp and --memory-format, one declaration for all of them."""
+    for option in reversed([
+        click.option("--trust-model", is_flag=True,
+                     help="Run a TorchScript model unchecked (one you made or trust as its author's code)."),
+        click.option("--device", default="auto", show_default=True,
+                     help="auto (CUDA when present), cpu, cuda or cuda:N."),
+        click.option("--amp", type=click_type(rules.AMP), default=None,
+                     help="Autocast while embedding (default: auto for an outside model, a run's own)."),
+        click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
+                     help="Layout of the weights and inputs (default: channels_last for an outside model, a "
+                          "run's own)."),
+    ]):
+        command = option(command)
+    return command
+
+
 def slurm_options(command):
     """``bgbias study --executor slurm``'s settings, gathered by :func:`slurm_settings`."""
     for option in reversed([

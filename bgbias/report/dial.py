@@ -10,10 +10,10 @@ for the masks' errors, and the distance between the two curves is what mask qual
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
@@ -22,6 +22,9 @@ from bgbias.report.document import Heading, Paragraph, Table, to_markdown
 from bgbias.report.evaluation import EvaluationReport, run_label
 from bgbias.report.folder import DIAL_FILES, write_report_folder
 from bgbias.report.seeds import Spread, clean_map, corrupted_map, drop_cell, over_seeds, relative_drop
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MASK_LABELS = {"ground-truth": "exact masks", "u2netp": "U²-Net masks"}
 """How the dial names its mask sources (the study's ``--masks`` values)."""
@@ -63,18 +66,36 @@ def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method:
     training seeds."""
     if not points:
         raise OptionError("the dial has no evaluated runs to plot", fix="run `bgbias study --dial` first")
+    curves = {key: [DialMark(p.rho, _percent(p.spread(relative_drop)), _percent(p.spread(corrupted_map)))
+                    for p in line] for key, line in _lines(points).items()}
+    return save_png(dial_figure(curves, method), path)
+
+
+@dataclass(frozen=True)
+class DialMark:
+    """One point of a dial curve as drawn: its ρ, and the relative drop and the corrupted MAP@R as (mean,
+    std over training seeds) in %, the std 0 for one seed and the pair None where no run has the score. The
+    plot takes these rather than runs so that a results record (docs/results.md's dial) draws the same
+    figure."""
+
+    rho: float
+    drop: tuple[float, float] | None
+    corrupted: tuple[float, float] | None
+
+
+def dial_figure(curves: Mapping[tuple[str, bool], Sequence[DialMark]], method: str) -> Figure:
+    """:func:`plot_dial`'s figure from its curves, one per (masks, BGAugment) in the order given."""
     figure = new_figure(11.0, 4.2)
     drop_axes, corrupted_axes = figure.subplots(1, 2)
     colours = {False: "#4c72b0", True: "#55a868"}
     styles = {"ground-truth": "-", "u2netp": "--"}
-    for (masks, bgaugment), line in _lines(points).items():
+    for (masks, bgaugment), marks in curves.items():
         label = f"{run_label(method, bgaugment)}, {MASK_LABELS[masks]}"
-        for axes, value in ((drop_axes, relative_drop), (corrupted_axes, corrupted_map)):
-            spreads = [(p.rho, p.spread(value)) for p in line]
-            spreads = [(rho, s) for rho, s in spreads if s.mean is not None]
-            if spreads:
-                axes.errorbar([rho for rho, _ in spreads], [100 * s.mean for _, s in spreads],
-                              yerr=[100 * (s.std or 0.0) for _, s in spreads], color=colours[bgaugment],
+        for axes, score in ((drop_axes, "drop"), (corrupted_axes, "corrupted")):
+            drawn = [(mark.rho, getattr(mark, score)) for mark in marks if getattr(mark, score) is not None]
+            if drawn:
+                axes.errorbar([rho for rho, _ in drawn], [mean for _, (mean, _) in drawn],
+                              yerr=[std for _, (_, std) in drawn], color=colours[bgaugment],
                               linestyle=styles[masks], marker="o", capsize=3, label=label)
     drop_axes.set(title="clean → corrupted drop of MAP@R (%)", xlabel="background–class correlation ρ",
                   ylabel="relative drop (%)")
@@ -82,7 +103,11 @@ def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method:
     drop_axes.legend(fontsize=7)
     figure.suptitle("The bias dial: solid lines use the bench's exact alpha masks (the model's reliance "
                     "alone), dashed ones U²-Net's (plus mask errors)", fontsize=9)
-    return save_png(figure, path)
+    return figure
+
+
+def _percent(spread: Spread) -> tuple[float, float] | None:
+    return None if spread.mean is None else (100 * spread.mean, 100 * (spread.std or 0.0))
 
 
 def write_dial_report(

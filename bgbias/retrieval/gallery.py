@@ -21,17 +21,13 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from bgbias.errors import OptionError
-from bgbias.figures import one_line
+from bgbias.figures import INK, PAPER, SHEET_GAP, SHEET_TEXT, one_line
 from bgbias.fileio import write_bytes_atomic
 
 CORRECT = (30, 150, 60)
 WRONG = (210, 40, 40)
-_GAP = 4
-_TEXT = 14
 _LABEL_W = 64
 _QUERY_GAP = 14
-_PAPER = (255, 255, 255)
-_INK = (20, 20, 20)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,26 +53,27 @@ def retrieval_gallery_image(queries: Sequence[GalleryQuery], cell: int = 96) -> 
     """Draw every query as a caption line over its rows of ``cell`` px square tiles."""
     _check_queries(queries)
     k = max(len(row.neighbours) for query in queries for row in query.rows)
-    first_neighbour = _GAP + _LABEL_W + cell + _QUERY_GAP
-    heights = [_TEXT + len(query.rows) * (cell + _GAP) + _GAP for query in queries]
-    width = first_neighbour + max(1, k) * (cell + _GAP)
-    sheet = Image.new("RGB", (width, _TEXT + _GAP + sum(heights)), _PAPER)
+    first_neighbour = SHEET_GAP + _LABEL_W + cell + _QUERY_GAP
+    heights = [SHEET_TEXT + len(query.rows) * (cell + SHEET_GAP) + SHEET_GAP for query in queries]
+    width = first_neighbour + max(1, k) * (cell + SHEET_GAP)
+    sheet = Image.new("RGB", (width, SHEET_TEXT + SHEET_GAP + sum(heights)), PAPER)
     draw = ImageDraw.Draw(sheet)
     font = ImageFont.load_default()
-    draw.text((_GAP + _LABEL_W, 1), "query", fill=_INK, font=font)
+    draw.text((SHEET_GAP + _LABEL_W, 1), "query", fill=INK, font=font)
     heading = "neighbours (green: same class, red: other)"
-    draw.text((first_neighbour, 1), _fit(draw, heading, width - first_neighbour, font), fill=_INK, font=font)
+    draw.text((first_neighbour, 1), _fit(draw, heading, width - first_neighbour, font), fill=INK, font=font)
     frame = max(2, cell // 24)
-    top = _TEXT + _GAP
+    top = SHEET_TEXT + SHEET_GAP
     for query, height in zip(queries, heights, strict=True):
-        draw.text((_GAP, top + 1), _fit(draw, query.caption, width - 2 * _GAP, font), fill=_INK, font=font)
+        caption = _fit(draw, query.caption, width - 2 * SHEET_GAP, font)
+        draw.text((SHEET_GAP, top + 1), caption, fill=INK, font=font)
         for index, row in enumerate(query.rows):
-            y = top + _TEXT + index * (cell + _GAP)
-            draw.text((_GAP, y + cell // 2 - 6), _fit(draw, row.name, _LABEL_W - _GAP, font), fill=_INK,
-                      font=font)
-            sheet.paste(_tile(row.query, cell), (_GAP + _LABEL_W, y))
+            y = top + SHEET_TEXT + index * (cell + SHEET_GAP)
+            name = _fit(draw, row.name, _LABEL_W - SHEET_GAP, font)
+            draw.text((SHEET_GAP, y + cell // 2 - 6), name, fill=INK, font=font)
+            sheet.paste(_tile(row.query, cell), (SHEET_GAP + _LABEL_W, y))
             for rank, (neighbour, hit) in enumerate(zip(row.neighbours, row.correct, strict=True)):
-                x = first_neighbour + rank * (cell + _GAP)
+                x = first_neighbour + rank * (cell + SHEET_GAP)
                 sheet.paste(_tile(neighbour, cell), (x, y))
                 colour = CORRECT if hit else WRONG
                 draw.rectangle((x, y, x + cell - 1, y + cell - 1), outline=colour, width=frame)

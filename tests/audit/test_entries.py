@@ -6,6 +6,7 @@ import pytest
 
 from bgbias.errors import OptionError
 from bgbias.model_audit.entries import ModelEntry, check_labels, entries_of, parse_entry, read_list_file
+from tests.docs_blocks import code_block
 
 
 def test_a_list_file_gives_labels_specs_and_factory_arguments(tmp_path):
@@ -21,6 +22,19 @@ def test_a_list_file_gives_labels_specs_and_factory_arguments(tmp_path):
     assert entries[2].args == {"model_name": "vit_small", "pretrained": True, "num_classes": 0}
     assert entries[2].spec == "timm:create_model model_name=vit_small pretrained=true num_classes=0"
     assert entries[1].where == f"{listed}, line 4"
+
+
+def test_the_list_file_of_docs_audit_reads_as_the_page_says(tmp_path):
+    listed = tmp_path / "encoders.txt"
+    listed.write_text(code_block("docs/audit.md", "audit-models-file").text, encoding="utf-8")
+    entries = read_list_file(listed)
+    check_labels(entries)
+    run = "runs/study/bench-small-rho0.9-seed0-ground-truth/multi_similarity-seed0"
+    assert [entry.label for entry in entries] == ["ImageNet MobileNetV2", "ImageNet EfficientNet-Lite0",
+                                                  "random MobileNetV2 (control)", "ViT-S/16", run]
+    assert entries[3].model == "timm:create_model"
+    assert entries[3].args == {"model_name": "vit_small_patch16_224", "pretrained": True, "num_classes": 0}
+    assert entries[4].model == run
 
 
 @pytest.mark.parametrize(("line", "says"), [
