@@ -38,10 +38,10 @@ submitit): they cannot change a figure."""
 
 GPU_BUILDS = ("onnxruntime-gpu", "faiss-gpu-cu12")
 """The GPU builds of two of bgbias's requirements (onnxruntime, faiss-cpu), which a CUDA machine installs in
-their place (README, *Installing as a user*): no requirement names them, so they are looked for by name."""
+their place (docs/install.md, *GPU builds*): no requirement names them, so they are looked for by name."""
 
 INSTALL_ONNXRUNTIME = ("pip install onnxruntime (on a CUDA machine its GPU build instead: "
-                       "pip install onnxruntime-gpu; README, Installing as a user)")
+                       "pip install onnxruntime-gpu; docs/install.md, GPU builds)")
 """How to get onnxruntime back, for the errors that need it."""
 
 

@@ -2,7 +2,7 @@
 
 Assets go to the user's cache folder; everything a command makes (datasets, pools, masks, corrupted sets,
 runs) goes into the working folder, so one project folder holds one study wherever bgbias is installed
-(README, *Where files go*)."""
+(docs/install.md, *Where files go*)."""
 
 from __future__ import annotations
 

@@ -18,20 +18,12 @@ import yaml
 from tests.docs_blocks import ROOT, CodeBlock, code_blocks, pages, parse_blocks
 from tests.docs_commands import command_lines, command_problems
 
-PAGES_NOT_YET_MARKED = {"README.md"}
-"""Pages the policy leaves out for now: the README is being rewritten on another branch, which marks its
-blocks; emptied when both are merged."""
 TESTS = Path(__file__).resolve().parent
-
-
-def policy_pages() -> list[str]:
-    """The pages the policy covers."""
-    return [page for page in pages() if page not in PAGES_NOT_YET_MARKED]
 
 
 def policy_blocks() -> list[CodeBlock]:
     """The blocks of every page the policy covers."""
-    return [block for page in policy_pages() for block in code_blocks(page)]
+    return [block for page in pages() for block in code_blocks(page)]
 
 
 def rendered_code_blocks(page: str) -> int:
@@ -99,7 +91,7 @@ def test_every_code_block_is_run_or_says_why_not():
 def test_every_code_block_the_site_shows_is_a_fenced_one():
     """An indented code block (four spaces) has no line above it for a marker; and a count that differs
     from the site's also catches a fence the parser reads otherwise than the site does."""
-    counts = {page: (rendered_code_blocks(page), len(code_blocks(page))) for page in policy_pages()}
+    counts = {page: (rendered_code_blocks(page), len(code_blocks(page))) for page in pages()}
     assert {page: f"the site shows {shown} code blocks, the page has {fenced} fenced ones: write an indented "
                   "block as a fenced one, with its marker" for page, (shown, fenced) in counts.items()
             if shown != fenced} == {}

@@ -1,7 +1,7 @@
 """A user's install (issue 30 item 6): the wheel built from this checkout (through its sdist), installed with
 nothing but its declared requirements into a clean virtual environment, runs the README's commands from a
-folder outside any checkout, and writes where the README's *Where files go* says: what commands make into the
-working folder, assets into ``$BGBIAS_HOME``. And a release's two files (issue 35 item 5): the sdist holds
+folder outside any checkout, and writes where docs/install.md's *Where files go* says: what commands make into
+the working folder, assets into ``$BGBIAS_HOME``. And a release's two files (issue 35 item 5): the sdist holds
 everything a build needs, the wheel built from it (what ``pip install`` of the sdist builds) is the one
 installed, and it holds the same files, byte for byte, as the wheel built from the checkout.
 

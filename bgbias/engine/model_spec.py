@@ -152,8 +152,8 @@ def load_onnx(path: Path, device: torch.device) -> Network:
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise ModelError("this onnxruntime cannot run on CUDA", path=path,
-                             fix="install onnxruntime-gpu in place of onnxruntime (README, Installing as a "
-                                 "user), or pass --device cpu")
+                             fix="install onnxruntime-gpu in place of onnxruntime (docs/install.md, GPU "
+                                 "builds), or pass --device cpu")
         providers.insert(0, "CUDAExecutionProvider")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
