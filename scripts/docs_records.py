@@ -41,6 +41,8 @@ TABLE = re.compile(r"<!-- table (?P<ref>\S+)(?P<options>(?: \S[^\n]*?)?) -->\n(?
 VALUE = re.compile(r"<!-- value (?P<ref>[^\n]+?) -->(?P<body>.*?)<!-- /value -->", re.S)
 SOURCE = re.compile(r"<!-- source (?P<ref>\S+) -->(?P<body>.*?)<!-- /source -->", re.S)
 REGIONS = (TABLE, VALUE, SOURCE)
+# Code is shown as written: a marker inside a fenced block or an inline code span is an example, not a region.
+CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?^[ \t]*\1[ \t]*$|`[^`\n]+`", re.M | re.S)
 # A number a reader would take for a measurement: a decimal with at least three significant digits ("62.6",
 # "0.535"); leading zeros are no precision, so a small std such as "0.003" is not taken for one.
 MEASURED = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.]*\d)")
@@ -147,26 +149,45 @@ def render_source(ref: str) -> str:
     return text + (f"; {source['note']}" if source.get("note") else "")
 
 
+def regions(pattern: re.Pattern, text: str) -> Iterator[re.Match]:
+    """The marked regions of one kind in ``text``, leaving out those inside code."""
+    code = [match.span() for match in CODE.finditer(text)]
+    for match in pattern.finditer(text):
+        if not any(start <= match.start() < end for start, end in code):
+            yield match
+
+
+def substitute(pattern: re.Pattern, text: str, fill: Callable[[re.Match], str]) -> str:
+    """``text`` with each region of ``pattern`` (outside code) replaced by ``fill(match)``."""
+    pieces, last = [], 0
+    for match in regions(pattern, text):
+        pieces += [text[last:match.start()], fill(match)]
+        last = match.end()
+    return "".join([*pieces, text[last:]])
+
+
 def render(text: str) -> str:
     """The page with every marked region filled from its record."""
     def table(m: re.Match) -> str:
         head = f"<!-- table {m.group('ref')}{m.group('options')} -->\n"
         return head + render_table(m.group("ref"), m.group("options").strip()) + "<!-- /table -->"
 
-    text = TABLE.sub(table, text)
-    text = VALUE.sub(lambda m: f"<!-- value {m['ref']} -->{render_value(m['ref'])}<!-- /value -->", text)
-    return SOURCE.sub(lambda m: f"<!-- source {m['ref']} -->{render_source(m['ref'])}<!-- /source -->", text)
+    text = substitute(TABLE, text, table)
+    text = substitute(VALUE, text,
+                      lambda m: f"<!-- value {m['ref']} -->{render_value(m['ref'])}<!-- /value -->")
+    return substitute(SOURCE, text,
+                      lambda m: f"<!-- source {m['ref']} -->{render_source(m['ref'])}<!-- /source -->")
 
 
 def outside_regions(text: str) -> str:
     """The page with every marked region blanked, line breaks kept (for line numbers)."""
     for pattern in REGIONS:
-        text = pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+        text = substitute(pattern, text, lambda m: re.sub(r"[^\n]", " ", m.group(0)))
     return text
 
 
 def used_records(text: str) -> set[str]:
-    refs = (m.group("ref").split("|")[0].strip() for pattern in REGIONS for m in pattern.finditer(text))
+    refs = (m.group("ref").split("|")[0].strip() for pattern in REGIONS for m in regions(pattern, text))
     return {split_ref(ref)[0] for ref in refs}
 
 
@@ -231,8 +252,10 @@ def problems() -> Iterator[Problem]:
 def markers_opening_a_line(page: Path, text: str) -> Iterator[Problem]:
     """A value or source marker that opens a line: Markdown reads a line that starts with ``<!--`` as a block
     of raw HTML, which ends the paragraph or list item above it and leaves the line unformatted."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.lstrip().startswith(("<!-- value ", "<!-- source ")):
+    for match in (*regions(VALUE, text), *regions(SOURCE, text)):
+        start = text.rfind("\n", 0, match.start()) + 1
+        if not text[start:match.start()].strip():
+            number = text.count("\n", 0, match.start()) + 1
             yield Problem(page, number, "a marker opens the line, so Markdown ends the paragraph there: "
                                         "move a word of the text before it onto this line")
 

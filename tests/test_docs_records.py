@@ -283,3 +283,12 @@ def test_the_leakage_dial_view_reads_the_meter_s_calibration(monkeypatch, tmp_pa
     record = docs_records.load("view:leakage-dial")
     row = next(row for row in record["tables"]["exact"]["rows"] if row[:2] == ["0", "inpainted"])
     assert row[2].startswith("3.1 [") and record["values"]["inpainted at ρ 0"] == "3.1"
+
+
+def test_a_marker_inside_code_is_an_example_left_as_written(site):
+    example = ("Write `<!-- value study/table1.json#hours --><!-- /value -->` for one value, or a table:\n\n"
+               "```text\n<!-- table study/none.json -->\n<!-- /table -->\n```\n")
+    page = site / "README.md"
+    page.write_text(example, encoding="utf-8")
+    docs_records.write()
+    assert page.read_text(encoding="utf-8") == example and list(docs_records.problems()) == []
