@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +16,6 @@ from click.testing import CliRunner
 from PIL import Image
 
 from bgbias.cli import main
-from bgbias.compat import import_torchvision
 from bgbias.report.evaluation import load_evaluation_report
 from bgbias.saliency.ground_truth import GROUND_TRUTH
 from tests.docs_blocks import CodeBlock, code_block
@@ -30,8 +31,11 @@ def after_quick_study(study_folder) -> Path:
 
 
 def run_python_block(block: CodeBlock) -> dict:
-    """Execute a Python block of the README as written; returns its namespace."""
-    import_torchvision()  # where torchvision needs the shim, the block's own import then finds it loaded
+    """Execute a Python block of the README as written; returns its namespace. Its imports are first run in
+    a fresh interpreter, as a reader's would be (in this one, the suite has imported much already)."""
+    imports = "\n".join(line for line in block.text.splitlines() if line.startswith(("import ", "from ")))
+    fresh = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, f"{block.page}:{block.line}: its imports fail:\n{fresh.stderr}"
     namespace: dict = {}
     exec(compile(block.text, f"{block.page}:{block.line}", "exec"), namespace)
     return namespace
