@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
-from bgbias.compat import import_torchvision
 from bgbias.report.evaluation import load_evaluation_report
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_with_bgaugment.py"
@@ -20,7 +20,6 @@ def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path,
         "--backgrounds", str(tiny_bench / "backgrounds"), "--epochs", "1", "--batch", "8", "--workers", "0",
         "--repeats", "2", "--out", str(out),
     ])
-    import_torchvision()  # where torchvision needs the shim, the example's own import then finds it loaded
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     printed = capsys.readouterr().out
     assert "epoch 1: loss" in printed and "corrupted (2 repeats)" in printed
@@ -29,3 +28,11 @@ def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path,
     model = report.model_extra["model"]
     assert model["kind"] == "module" and model["name"] == "MobileNetV2"
     assert len(report.corrupted.repeats) == 2 and report.images == 12
+
+
+def test_the_example_starts_in_a_fresh_interpreter():
+    """Its imports as a reader's run meets them (in the suite's process much is imported already)."""
+    started = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True,
+                             timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert "--backgrounds" in started.stdout
