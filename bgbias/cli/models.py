@@ -9,7 +9,17 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import BYTES, DATASETS, PATH_DIR, click_type, split_options
+from bgbias.cli.options import (
+    AMP_OPTION,
+    BYTES,
+    DATASETS,
+    DEVICE_OPTION,
+    MEMORY_FORMAT_OPTION,
+    PATH_DIR,
+    TRUST_MODEL_OPTION,
+    click_type,
+    split_options,
+)
 from bgbias.errors import OptionError
 
 
@@ -101,25 +111,16 @@ def _model_options(command):
                      help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run."),
         click.option("--runs", type=PATH_DIR, default=None,
                      help="Runs folder whose latest run is the default (default ./runs)."),
-        click.option("--device", default="auto", show_default=True,
-                     help="auto (CUDA when present), cpu, cuda or cuda:N."),
-        click.option("--amp", type=click_type(rules.AMP), default=None,
-                     help="Autocast of the network while embedding: auto (bfloat16 on CUDA, float32 on a "
-                          "CPU), off (float32), bf16 (CUDA, or a CPU that computes it natively), fp16 "
-                          "(CUDA). Default: a run's own amp; auto for a --model (an ONNX one runs in "
-                          "float32). Attribution maps are always float32."),
-        click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
-                     help="Layout of the weights and inputs. Default: a run's own model.memory_format; "
-                          "channels_last for a --model (an ONNX one runs in onnxruntime's own)."),
+        DEVICE_OPTION,
+        AMP_OPTION,
+        MEMORY_FORMAT_OPTION,
         click.option("--model", default=None, metavar="SPEC",
                      help="A model bgbias did not train, instead of a run: a TorchScript file (checked "
                           "first: tensor operators only), an ONNX file (run by onnxruntime), or a factory "
                           "package.module:callable returning a torch.nn.Module (e.g. "
                           "torchvision.models:resnet50), which is imported and called: it runs as any Python "
                           "code does, so name only packages you trust."),
-        click.option("--trust-model", is_flag=True,
-                     help="--model: run a TorchScript file unchecked (one you made or trust as you would its "
-                          "author's Python code): its code may then read and write files."),
+        TRUST_MODEL_OPTION,
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
         click.option("--input-size", type=click_type(rules.PIXELS), default=None,

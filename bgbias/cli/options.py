@@ -108,20 +108,27 @@ def study_bench_options(command):
     return bench_options(command, prefix="bench-")
 
 
+TRUST_MODEL_OPTION = click.option(
+    "--trust-model", is_flag=True,
+    help="Run a TorchScript model unchecked (one you made or trust as you would its author's Python code): "
+         "its code may then read and write files.")
+DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
+                             help="auto (CUDA when present), cpu, cuda or cuda:N.")
+AMP_OPTION = click.option(
+    "--amp", type=click_type(rules.AMP), default=None,
+    help="Autocast of the network while embedding: auto (bfloat16 on CUDA, float32 on a CPU), off "
+         "(float32), bf16 (CUDA, or a CPU that computes it natively), fp16 (CUDA). Default: a run's own amp; "
+         "auto for any other model (an ONNX one runs in float32).")
+MEMORY_FORMAT_OPTION = click.option(
+    "--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
+    help="Layout of the weights and inputs. Default: a run's own model.memory_format; channels_last for any "
+         "other model (an ONNX one runs in onnxruntime's own).")
+
+
 def compute_options(command):
     """How the commands that embed with a frozen encoder (``leakage``, ``audit``) run it: --trust-model,
-    --device, --amp and --memory-format, one declaration for all of them."""
-    for option in reversed([
-        click.option("--trust-model", is_flag=True,
-                     help="Run a TorchScript model unchecked (one you made or trust as its author's code)."),
-        click.option("--device", default="auto", show_default=True,
-                     help="auto (CUDA when present), cpu, cuda or cuda:N."),
-        click.option("--amp", type=click_type(rules.AMP), default=None,
-                     help="Autocast while embedding (default: auto for an outside model, a run's own)."),
-        click.option("--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
-                     help="Layout of the weights and inputs (default: channels_last for an outside model, a "
-                          "run's own)."),
-    ]):
+    --device, --amp and --memory-format, declared once for them and ``eval``/``explain``."""
+    for option in reversed([TRUST_MODEL_OPTION, DEVICE_OPTION, AMP_OPTION, MEMORY_FORMAT_OPTION]):
         command = option(command)
     return command
 
