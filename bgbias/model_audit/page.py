@@ -106,7 +106,7 @@ def blocks(page: AuditPage) -> list[Block]:
                    and outcome.scores.chance_map_at_r is not None), None)
     settings = page.settings
     return [
-        Paragraph(f"{len(page.ranked)} models on the {page.split} split of {page.dataset}: "
+        Paragraph(f"{_models(page)} on the {page.split} split of {page.dataset}: "
                   f"{settings['repeats']} corrupted repeats (seed {settings['seed']}), the "
                   "background-reliance profile, and the dataset's background leakage seen through each "
                   f"model (hole filled: {settings['fill']})."),
@@ -151,9 +151,13 @@ def _model_item(outcome: ModelOutcome) -> tuple[Any, ...]:
     return tuple(spans)
 
 
+def _models(page: AuditPage) -> str:
+    return "1 model" if len(page.ranked) == 1 else f"{len(page.ranked)} models"
+
+
 def write_audit_page(page: AuditPage, out: Path) -> dict[str, Path]:
     """``audit.md``, ``audit.html`` and ``audit.json`` in ``out``, each atomically."""
-    title = f"Audit of {len(page.ranked)} models on {page.dataset} ({page.split})"
+    title = f"Audit of {_models(page)} on {page.dataset} ({page.split})"
     files = write_document(blocks(page), out, AUDIT_NAME, title)
     files["audit_json"] = out / f"{AUDIT_NAME}.json"
     write_json_atomic(files["audit_json"], {

@@ -57,6 +57,7 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
     assert [outcome.label for outcome in again.failed] == ["missing"]
     assert {name: (out / f"audit.{name}").read_bytes() for name in page} == page
 
+    assert page["md"].startswith(b"# Audit of 4 models on bench (test)\n")
     html = page["html"].decode()
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; **bold** | cell" in html
     markdown = page["md"].decode()
@@ -70,6 +71,8 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
 def test_other_settings_measure_a_kept_model_again(tiny_bench, tmp_path):
     out = tmp_path / "audit"
     _audit(tiny_bench, out, ["tests.audit.models:tiny seed=3"])
+    page = (out / "audit.md").read_text(encoding="utf-8")
+    assert page.startswith("# Audit of 1 model on bench (test)\n") and "\n1 model on the test split" in page
     before = EMBEDDED[3]
     _audit(tiny_bench, out, ["tests.audit.models:tiny seed=3"], fill="black")
     assert EMBEDDED[3] > before
