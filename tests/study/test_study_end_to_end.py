@@ -41,9 +41,10 @@ def _pools(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory) -> Path:
-    """CUB (200 classes × 2 images, its segmentations as masks), Cars196 and SOP, and two pools."""
+    """CUB (112 classes × 2 images: the paper's split whole, train 1-75, val 76-100, and 12 test classes; its
+    segmentations as masks), Cars196 and SOP, and two pools."""
     base = tmp_path_factory.mktemp("replicas")
-    cub = make_cub(base / "cub", n_classes=200, per_class=2)
+    cub = make_cub(base / "cub", n_classes=112, per_class=2)
     copy_ground_truth_masks(open_dataset("cub", cub).items(), base / "cub-masks")
     _pools(base / "pools")
     return base
