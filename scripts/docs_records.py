@@ -215,11 +215,17 @@ class Problem:
         return f"{self.page.relative_to(ROOT)}:{self.line}: {self.message}"
 
 
-def stray_numbers(page: Path, text: str) -> Iterator[Problem]:
-    """A record's number standing in a page outside a region: typed by hand, it would drift. Any record's
-    decimal of four or more significant digits counts on every page, of three on the pages that show that
-    record."""
-    numbers = {number: file for file in all_records() for number in measured_numbers(load(file), 4)}
+def numbers_everywhere() -> dict[str, str]:
+    """Every record's decimals of four or more significant digits, by the record they belong to: each counts
+    on every page."""
+    return {number: file for file in all_records() for number in measured_numbers(load(file), 4)}
+
+
+def stray_numbers(page: Path, text: str, everywhere: dict[str, str]) -> Iterator[Problem]:
+    """A record's number standing in a page outside a region: typed by hand, it would drift. Any number of
+    ``everywhere`` (:func:`numbers_everywhere`) counts, and a record's decimals of three significant digits
+    on the pages that show that record."""
+    numbers = dict(everywhere)
     for file in used_records(text):
         numbers.update(dict.fromkeys(measured_numbers(load(file), 3), file))
     bare = outside_regions(text)
@@ -233,6 +239,7 @@ def stray_numbers(page: Path, text: str) -> Iterator[Problem]:
 
 
 def problems() -> Iterator[Problem]:
+    everywhere = numbers_everywhere()
     for page in pages():
         text = page.read_text(encoding="utf-8")
         try:
@@ -244,7 +251,7 @@ def problems() -> Iterator[Problem]:
             pairs = zip([*text.splitlines(), ""], [*rendered.splitlines(), ""], strict=False)
             first = next(i for i, (old, new) in enumerate(pairs) if old != new)
             yield Problem(page, first + 1, f"differs from its records: {FIX}")
-        yield from stray_numbers(page, text)
+        yield from stray_numbers(page, text, everywhere)
         yield from markers_opening_a_line(page, text)
     yield from stale_figures()
 
@@ -285,10 +292,6 @@ def leakage_dial_script():
     return module
 
 
-def percent(value: float) -> str:
-    return f"{100 * value:.1f}"
-
-
 @view("leakage-dial", "bgbias/configs/leakage_dial.json", "docs/data/leakage/dial-views.json",
       "docs/data/dial/dial.json", "benchmarks/leakage_dial.py")
 def leakage_dial() -> dict:
@@ -305,8 +308,9 @@ def leakage_dial() -> dict:
         curve = exact[fill]
         at = curve["rhos"].index(float(rho))
         low, high = curve["intervals"][at]
-        rows.append([rho, fill, f"{percent(curve['leakage'][at])} [{percent(low)}, {percent(high)}]", *rest])
-        values[f"{fill} at ρ {rho}"] = percent(curve["leakage"][at])
+        reading = script.pct(curve["leakage"][at])
+        rows.append([rho, fill, f"{reading} [{script.pct(low)}, {script.pct(high)}]", *rest])
+        values[f"{fill} at ρ {rho}"] = reading
         values[f"{fill} at ρ {rho} with interval"] = rows[-1][2].replace(" [", " % [", 1)
         values.update({f"{column}, {fill} at ρ {rho}": cell
                        for column, cell in zip(columns[2:], rest, strict=True)})
@@ -322,7 +326,7 @@ def leakage_dial() -> dict:
               "ρ between the dial's": " and ".join(rho for rho in rhos if float(rho) not in drops)}
     for fill, curve in exact.items():
         leakage = dict(zip(curve["rhos"], curve["leakage"], strict=True))
-        values[f"{fill} spread"] = percent(max(leakage.values()) - min(leakage.values()))
+        values[f"{fill} spread"] = script.pct(max(leakage.values()) - min(leakage.values()))
         on_dial = script.correlations([leakage[rho] for rho in drops], list(drops.values()))
         values[f"{fill} pearson"] = f"{on_dial['pearson']:.3f}"
         values[f"{fill} spearman"] = f"{on_dial['spearman']:.1f}"
