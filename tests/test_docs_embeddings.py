@@ -15,6 +15,7 @@ def test_the_python_example_renders_embeds_and_scores(study_folder):
     saved = sorted(path.name for path in Path("emb").glob("*.npz"))
     assert saved == ["clean.npz", "repeat-0.npz", "repeat-1.npz"]
     report = done["result"].report
+    assert report.method == "emb" and report.images == 12
     assert len(report.corrupted.repeats) == 2 and report.embeddings["l2_normalized"] is True
     assert 0 <= report.clean.map_at_r <= 1 and done["drop"] == report.drop["map_at_r"].relative
     assert done["result"].out_dir is None and not Path("emb", "report").exists()  # no out=: no file written

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -298,16 +297,3 @@ def test_a_parquet_file_without_pyarrow_is_refused_with_the_install(scored_split
     with pytest.raises(OptionError, match="reading Parquet needs pyarrow") as err:
         _score(folder, tiny_bench, base)
     assert "pip install pyarrow" in err.value.fix and err.value.path == str(folder / "clean.parquet")
-
-
-# ---------------------------------------------------------------------------------------------- the docs
-DOC = Path(__file__).resolve().parents[2] / "docs" / "embeddings.md"
-
-
-def test_the_pages_python_example_runs_as_written(study_folder):
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    done: dict = {}
-    exec(compile(code, str(DOC), "exec"), done)
-    report = done["result"].report
-    assert report.method == "emb" and len(report.corrupted.repeats) == 2 and report.images == 12
-    assert done["drop"] is not None and not (study_folder / "emb" / "report").exists()
