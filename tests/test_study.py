@@ -151,7 +151,7 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
 def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",), extend=False):
     """One ``run_study`` of ``methods`` (one seed) in ``tmp_path/study``, the bench's preparation and every
     run's training, measurement and page replaced by stand-ins; the runs named in ``failing`` raise while
-    training. Returns the result, the log and the pages written (their failures)."""
+    training. Returns the result, the log and the pages written (the keyword arguments of each)."""
     from bgbias.study import page, runs, steps
     from bgbias.study.pipeline import run_study
     from bgbias.study.plan import StudyPlan
@@ -165,7 +165,7 @@ def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",),
     monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
     monkeypatch.setattr(runs, "train_study_run", fake_train)
     monkeypatch.setattr(runs, "measure_run", lambda *args: None)
-    monkeypatch.setattr(page, "report_study", lambda runs, out, failures, **_: pages.append(failures) or {})
+    monkeypatch.setattr(page, "report_study", lambda runs, out, **options: pages.append(options) or {})
     lines = []
     result = run_study(tmp_path / "study", _spec(tmp_path), StudyPlan(tuple(methods), 1), slots=CPU,
                        extend=extend, log=lines.append)
@@ -181,7 +181,7 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path
     result, lines, pages = _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": diverged})
     assert result.runs == [folder / "multi_similarity-bgaugment-seed0"]
     assert result.failures == {"multi_similarity-seed0": str(diverged)}
-    assert pages == [result.failures]  # the page leaves the failed run out and names it
+    assert [page["failures"] for page in pages] == [result.failures]  # it leaves the failed run out, named
     assert any(line.startswith("[run/multi_similarity-seed0] FAILED, going on with the others")
                for line in lines)
     recorded = read_plan(folder).steps["run/multi_similarity-seed0"]
@@ -203,7 +203,7 @@ def test_a_run_that_failed_then_succeeds_is_on_the_page_written_again(tmp_path, 
     _failing_pass(tmp_path, monkeypatch, {"multi_similarity-seed0": RuntimeError("the loss became nan")})
     result, _, pages = _failing_pass(tmp_path, monkeypatch, {})
     assert result.failures == {} and len(result.runs) == 2
-    assert pages == [{}]  # the page again, with both runs and no failure
+    assert [page["failures"] for page in pages] == [{}]  # the page again, with both runs and no failure
 
 
 def test_a_pass_keeps_the_failures_of_runs_outside_its_plan(tmp_path, monkeypatch):
@@ -223,7 +223,7 @@ def test_the_page_of_a_subset_of_the_planned_runs_needs_no_extension(tmp_path, m
     _failing_pass(tmp_path, monkeypatch, {}, methods=("multi_similarity", "triplet"))
     result, _, pages = _failing_pass(tmp_path, monkeypatch, {}, methods=("triplet",))
     assert [path.name for path in result.runs] == ["triplet-seed0", "triplet-bgaugment-seed0"]
-    assert pages == [{}]
+    assert [page["failures"] for page in pages] == [{}]
 
 
 def test_the_study_command_reports_failed_runs_by_its_exit_status(tmp_path, monkeypatch):
@@ -359,22 +359,10 @@ def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch)
 
 
 def test_the_page_of_one_finished_run_says_one_run(tmp_path, monkeypatch):
-    from bgbias.study import page, runs, steps
-    from bgbias.study.pipeline import run_study
-
-    def train(folder, run, *args, **options):
-        if run.bgaugment:
-            raise RuntimeError("the loss became nan")
-        return folder / run.folder_name
-
-    titles = []
-    monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
-    monkeypatch.setattr(runs, "train_study_run", train)
-    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
-    monkeypatch.setattr(page, "report_study", lambda runs, out, title, **_: titles.append(title) or {})
-    run_study(tmp_path / "study", _spec(tmp_path, "ground-truth"), study_plan("quick", None, 1), slots=CPU,
-              log=lambda line: None)
-    assert titles == ["bgbias study: bench small, rho 0.9, bench seed 0, ground-truth masks, 1 run"]
+    failing = {"multi_similarity-bgaugment-seed0": RuntimeError("the loss became nan")}
+    _, _, pages = _failing_pass(tmp_path, monkeypatch, failing)
+    assert [page["title"] for page in pages] == [
+        "bgbias study: bench small, rho 0.9, bench seed 0, ground-truth masks, 1 run"]
 
 
 TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
