@@ -63,12 +63,13 @@ def _section(path: str, help_text: str) -> str:
 def differences(page_text: str) -> list[str]:
     """What in ``page_text`` is not what :func:`render` writes, one line per command (its help differs, is
     missing or is not a command any more), or about the header; empty when the page is up to date."""
-    written, wanted = _sections(page_text), _sections(render())
+    rendered = render()
+    written, wanted = _sections(page_text), _sections(rendered)
     problems = [f"`{path}`: its help differs from `{path} --help`" for path in wanted
                 if path in written and written[path] != wanted[path]]
     problems += [f"`{path}`: missing" for path in wanted if path not in written]
     problems += [f"`{path}`: no such command" for path in written if path not in wanted]
-    if not problems and page_text != render():
+    if not problems and page_text != rendered:
         problems.append("the header or the order of the sections differs")
     return problems
 
