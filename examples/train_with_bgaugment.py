@@ -8,12 +8,10 @@ Any dataset layout bgbias reads works (--dataset cub --root DIR), once `bgbias m
 import argparse
 
 import torch
+import torchvision
 from pytorch_metric_learning import losses, samplers
 
 import bgbias
-from bgbias.compat import import_torchvision
-
-torchvision = import_torchvision()  # also where the lock's CUDA torchvision wheel sits on a CPU-only torch
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--dataset", default="bench")

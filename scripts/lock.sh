@@ -3,24 +3,21 @@
 # package, its tensorboard/dev extras, pip and setuptools), with the sha256 of every file pip may fetch.
 # Run it after changing pyproject.toml's dependencies or constraints-dev.txt, then commit the lock.
 #
-# The lock is for the platform the reference figures are made on (Linux x86-64, CPython 3.11, torch's CPU
-# build). torch's CPU wheels live on PyTorch's own index, not on PyPI: TORCH_CPU_INDEX names it, or a folder
-# of wheels (find-links) on a machine that keeps them locally, as the development machines do in /opt/wheels.
+# The lock is for the platform the reference figures are made on (Linux x86-64, CPython 3.11). Every package
+# comes from PyPI, torch and torchvision included: PyPI's torch build carries CUDA and runs on CPUs as well, so
+# one lock serves the CPU development machines and a GPU node (docs/install.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV_VERSION=0.13.9
-TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 LOCK=requirements/linux-x86_64-py311.lock
 
 tools=$(mktemp -d)
 trap 'rm -rf "$tools"' EXIT
 python3 -m venv "$tools"
 "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
-if [ -d "$TORCH_CPU_INDEX" ]; then torch_source=(--find-links "$TORCH_CPU_INDEX"); else
-    torch_source=(--extra-index-url "$TORCH_CPU_INDEX" --index-strategy unsafe-best-match); fi
 # --custom-compile-command keeps the machine's paths out of the header, so equal inputs give equal bytes.
 "$tools/bin/uv" pip compile pyproject.toml requirements/build.in --extra dev -c constraints-dev.txt \
     --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
-    --index-url https://pypi.org/simple "${torch_source[@]}" \
+    --index-url https://pypi.org/simple \
     --custom-compile-command "bash scripts/lock.sh" --quiet -o "$LOCK"
 echo "wrote $LOCK"

@@ -19,13 +19,8 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check)
 python3 -m venv .venv
 if python3 -c 'import platform, sys; sys.exit(not (sys.platform == "linux" and platform.machine() == "x86_64"
                 and sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)))'; then
-    # torch's CPU build is on PyTorch's index, not PyPI; machines that cannot reach it (the development and CI
-    # machines) provide the wheel through pip's own configuration (find-links). Asking an unreachable index
-    # would cost pip's retries for every package, so it is added only where its name resolves.
-    index=()
-    if python3 -c 'import socket; socket.setdefaulttimeout(5); socket.getaddrinfo("download.pytorch.org", 443)' \
-        2>/dev/null; then index=(--extra-index-url https://download.pytorch.org/whl/cpu); fi
-    "${pip[@]}" install --quiet --require-hashes --no-deps "${index[@]}" -r "$LOCK"
+    # Every locked file is on PyPI, torch's CUDA-enabled build included (it runs on CPUs as well).
+    "${pip[@]}" install --quiet --require-hashes --no-deps -r "$LOCK"
     # Without build isolation, so the locked setuptools builds it (an isolated build would fetch the newest).
     "${pip[@]}" install --quiet --no-deps --no-build-isolation -e .
 else

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+import torchvision
 from torch import nn
 from torch.nn import functional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bgbias.compat import import_torchvision
 from bgbias.engine.torchscript_guard import OPERATORS_FILE, script_operators
 
 TORCHVISION_FAMILIES = (
@@ -105,7 +105,7 @@ def models() -> Iterator[tuple[str, Callable[[], nn.Module], int]]:
     from bgbias.methods.registry import method_class, method_names
     from bgbias.models.registry import backbone_names, build_backbone
 
-    models_module = import_torchvision().models
+    models_module = torchvision.models
     for family in TORCHVISION_FAMILIES:
         yield (f"torchvision {family}", lambda family=family: getattr(models_module, family)(weights=None),
                299 if family == "inception_v3" else 224)

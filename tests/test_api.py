@@ -14,7 +14,6 @@ import torch
 
 import bgbias
 from bgbias.api import RULES
-from bgbias.compat import import_torchvision
 from bgbias.errors import ModelError, OptionError
 from bgbias.options import (
     BATCH_SIZE,
@@ -278,7 +277,6 @@ def _own_preprocessing_scores(model, transform, bench: Path):
 
 
 def test_a_timm_model_is_scored_on_the_pixels_of_its_own_preprocessing(tiny_bench, tmp_path, monkeypatch):
-    import_torchvision()  # timm imports torchvision, which needs bgbias's shim in some installs
     timm = pytest.importorskip("timm")
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
@@ -299,7 +297,8 @@ def test_a_timm_model_is_scored_on_the_pixels_of_its_own_preprocessing(tiny_benc
 
 
 def test_a_torchvision_model_is_scored_on_the_pixels_of_its_weights_preset(tiny_bench, tmp_path):
-    torchvision = import_torchvision()
+    import torchvision
+
     member = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1
     torch.manual_seed(0)
     model = torchvision.models.mobilenet_v2(num_classes=16).eval()  # random weights, as no download is made

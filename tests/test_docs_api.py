@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import bgbias
-from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 from tests.docs_blocks import CodeBlock, code_block
 
@@ -32,7 +31,6 @@ def fast_examples() -> list[CodeBlock]:
 
 def run_examples(blocks: list[CodeBlock], namespace: dict | None = None) -> dict:
     """The names the blocks left, run one after the other in ``namespace`` (a fresh one by default)."""
-    import_torchvision()  # where torchvision needs the shim, the examples' own import then finds it loaded
     namespace = {} if namespace is None else namespace
     for block in blocks:
         exec(compile(block.text, f"{block.page}:{block.line}", "exec"), namespace)

@@ -6,13 +6,18 @@ everything a build needs, the wheel built from it (what ``pip install`` of the s
 installed, and it holds the same files, byte for byte, as the wheel built from the checkout.
 
 The requirements are held to the lock's versions (as constraints, so pip still resolves what the wheel
-declares, and a requirement the wheel forgets is missing here). About 50 s on 2 idle CPU cores with pip's
-cache filled (80 s on shared ones; 2026-11-26), of which building the sdist and both wheels takes 2 s."""
+declares, and a requirement the wheel forgets is missing here). torch's CUDA libraries (torch itself, triton
+and the nvidia/cuda packages, about 4 GB of the lock's files) are linked in from the environment running the
+tests, which installed the same locked files, instead of being unpacked again: that took 5 min 21 s of the
+test's time on the 2-core machine (2026-11-28), and pip still sees them installed at the lock's versions and
+checks them (`pip check`). About 50 s on 2 idle CPU cores with pip's cache filled (80 s on shared ones;
+2026-11-26), of which building the sdist and both wheels takes 2 s."""
 
 from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
 import platform
 import re
 import shutil
@@ -75,13 +80,37 @@ def _install_wheel(base: Path) -> Path:
     constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
     _run([sys.executable, "-m", "venv", base / "venv"])
     python = base / "venv" / "bin" / "python"
-    # torch's CPU build is on PyTorch's index, as in scripts/setup.sh: asked only where its name resolves.
-    index = (["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
-             if _resolves("download.pytorch.org") else [])
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints, *index,
-          wheel], env=_clean_env())
+    site_packages = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout
+                         .strip())
+    _link_torch_libraries(site_packages)
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints, wheel],
+         env=_clean_env())
     _run([python, "-m", "pip", "check", "--disable-pip-version-check"])
     return base / "venv"
+
+
+def _torch_libraries() -> list[metadata.Distribution]:
+    """The installed distributions of torch's compiled stack: torch, triton and the nvidia/cuda packages."""
+    heavy = ("torch", "triton", "nvidia-", "cuda-")
+    found = [dist for dist in metadata.distributions()
+             if (name := dist.metadata["Name"].lower()) == "torch" or name.startswith(heavy[1:])]
+    assert any(dist.metadata["Name"].lower() == "torch" for dist in found)
+    return found
+
+
+def _link_torch_libraries(site_packages: Path) -> None:
+    """Hard-link (or copy, across file systems) the files of :func:`_torch_libraries`, their metadata included,
+    into ``site_packages``, so that pip finds them installed; scripts outside site-packages are left out."""
+    for dist in _torch_libraries():
+        for file in dist.files or ():
+            if file.parts[0] == "..":
+                continue
+            source, target = Path(dist.locate_file(file)), site_packages / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
 
 
 def _build_release(base: Path) -> Path:

@@ -230,12 +230,8 @@ def _padded(array: np.ndarray, size: int) -> np.ndarray:
 def load_factory(spec: str, args: Mapping[str, Any], device: torch.device) -> Network:
     """``module:attribute`` imported and called with ``args``; it must return a ``torch.nn.Module``, which is
     moved to ``device`` and put in eval mode."""
-    from bgbias.compat import import_torchvision
-
     module_name, _, attribute = spec.partition(":")
     try:
-        if importlib.util.find_spec("torchvision") is not None:
-            import_torchvision()  # through the shim, so a factory importing it works where it needs one
         factory: Any = importlib.import_module(module_name)
     except Exception as err:  # the user's module may fail in any way while it is imported
         raise ModelError(f"the factory's module {module_name!r} cannot be imported ({type(err).__name__}: "

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from bgbias.assets.catalog import CATALOG
 from bgbias.assets.digest import sha256_file
 from bgbias.assets.store import asset_dir
-from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 from bgbias.models.weights import read_state_file, torchvision_state
 
@@ -79,9 +78,10 @@ def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
     asset, else torchvision's download) and its classifier removed: ImageNet-normalised images in, (B, 1280)
     pooled features out. The ImageNet baseline of the bench's backbone as a factory, so it works offline:
     ``bgbias eval --model bgbias.models.pretrained:imagenet_mobilenet_v2``."""
+    import torchvision
     from torch import nn
 
-    model = load_mobilenet_v2_imagenet(import_torchvision().models.mobilenet_v2(weights=None), home=home)
+    model = load_mobilenet_v2_imagenet(torchvision.models.mobilenet_v2(weights=None), home=home)
     model.classifier = nn.Identity()
     return model
 
@@ -123,11 +123,12 @@ def random_mobilenet_v2(seed: int = RANDOM_CONTROL_SEED) -> torch.nn.Module:
     on every call, on a forked generator so that the caller's random state is left as it was (only the CPU
     generator is used: the weights are made on the CPU). ImageNet-normalised images in, (B, 1280) out."""
     import torch
+    import torchvision
     from torch import nn
 
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(seed)
-        model = import_torchvision().models.mobilenet_v2(weights=None)
+        model = torchvision.models.mobilenet_v2(weights=None)
     model.classifier = nn.Identity()
     return model
 
@@ -170,7 +171,9 @@ def map_features_by_order(
 
 def download_torchvision_state() -> Mapping[str, Any]:
     """torchvision's ImageNet MobileNetV2 weights (needs internet; cached by torch.hub)."""
-    return torchvision_state(import_torchvision().models.MobileNet_V2_Weights.IMAGENET1K_V1)
+    import torchvision
+
+    return torchvision_state(torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1)
 
 
 def _load_torchvision_weights(model: torch.nn.Module, missing: AssetError) -> torch.nn.Module:

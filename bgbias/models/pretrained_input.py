@@ -79,9 +79,8 @@ def timm_preprocessing(model: Any) -> Preprocessing:
 def torchvision_preprocessing(weights: Any) -> Preprocessing:
     """The preprocessing of a torchvision weights enum member (its ``transforms()`` preset, built without
     downloading anything), or an ``OptionError`` naming ``weights=``."""
-    from bgbias.compat import import_torchvision
+    import torchvision
 
-    torchvision = import_torchvision()
     if not isinstance(weights, torchvision.models.WeightsEnum):
         raise OptionError(
             f"weights={weights!r} is not a torchvision weights enum member",
@@ -114,9 +113,6 @@ def _timm_data_config(model: Any, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """timm's own resolution of ``model``'s data config, or, without timm, ``cfg`` over timm's defaults."""
     if importlib.util.find_spec("timm") is None:
         return {key: cfg.get(key) or default for key, default in TIMM_DEFAULTS.items()}
-    from bgbias.compat import import_torchvision
-
-    import_torchvision()  # timm imports torchvision, which needs the shim in some installs
     from timm.data import resolve_model_data_config
 
     return resolve_model_data_config(model)

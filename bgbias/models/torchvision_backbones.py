@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 from bgbias.models import pretrained as offline
 from bgbias.models import weights as weight_files
@@ -38,9 +37,10 @@ if TYPE_CHECKING:
 @register_backbone("mobilenet_v2")
 def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision MobileNetV2; ImageNet weights from the offline asset (or torchvision's download)."""
+    import torchvision
+
     from bgbias.models.backbone import Backbone
 
-    torchvision = import_torchvision()
     model = torchvision.models.mobilenet_v2(weights=None)
     if pretrained and weights is not None:
         url = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.url
@@ -58,9 +58,10 @@ def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | N
 @register_backbone("resnet50")
 def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision ResNet-50; ImageNet weights (IMAGENET1K_V1) from ``weights`` or torchvision's download."""
+    import torchvision
+
     from bgbias.models.backbone import Backbone
 
-    torchvision = import_torchvision()
     model = torchvision.models.resnet50(weights=None)
     if pretrained:
         imagenet = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
@@ -75,9 +76,10 @@ def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None)
 @register_backbone("googlenet")
 def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision GoogLeNet without its auxiliary heads, fed ``(x − 0.5) / 0.5`` as its weights expect."""
+    import torchvision
+
     from bgbias.models.backbone import Backbone
 
-    torchvision = import_torchvision()
     # aux heads exist only so that torchvision's weight file loads; they are not part of any stage
     model = torchvision.models.googlenet(
         weights=None, aux_logits=True, transform_input=False, init_weights=not pretrained

@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def mobilenet():
-    from bgbias.compat import import_torchvision
+    import torchvision
 
-    return import_torchvision().models.mobilenet_v2
+    return torchvision.models.mobilenet_v2
 
 
 def _old_layout(model, seed=0):

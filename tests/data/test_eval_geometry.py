@@ -92,9 +92,7 @@ def test_image_and_mask_must_have_one_size():
 
 def test_same_pixels_as_the_seeds_torchvision_pipeline():
     """Resize(256) then CenterCrop(227) on a PIL image, as the paper's code's ValTransform does."""
-    from bgbias.compat import import_torchvision
-
-    transforms = import_torchvision().transforms
+    from torchvision import transforms
     rng = np.random.default_rng(1)
     for size in [(500, 375), (333, 500), (256, 300)]:
         image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
@@ -114,9 +112,7 @@ def test_the_interpolation_is_recorded_only_where_it_is_not_the_default():
 
 
 def test_a_bicubic_geometry_gives_torchvisions_bicubic_pixels_and_keeps_the_mask_bilinear():
-    from bgbias.compat import import_torchvision
-
-    transforms = import_torchvision().transforms
+    from torchvision import transforms
     bicubic = EvalGeometry(256, 227, "bicubic")
     rng = np.random.default_rng(2)
     for size in [(500, 375), (333, 500)]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torchvision
 from click.testing import CliRunner
 from torch import nn
 
 from bgbias.cli import main
-from bgbias.compat import import_torchvision
 from bgbias.engine.config import resolve_config
 from bgbias.engine.model_spec import load_network
 from bgbias.engine.torchscript_guard import OPERATORS_FILE, _pickle_problems, allowed_operators
@@ -204,7 +204,7 @@ def test_the_allowlist_holds_tensor_operators_only():
 
 
 def _torchvision(name: str) -> nn.Module:
-    models = import_torchvision().models
+    models = torchvision.models
     options = {"image_size": 32} if name == "vit_b_16" else {}  # the same operators at any size
     return getattr(models, name)(weights=None, **options).eval()
 

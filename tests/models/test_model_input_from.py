@@ -9,16 +9,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import torchvision
 from PIL import Image
 
-from bgbias.compat import import_torchvision
 from bgbias.data.geometry import EvalGeometry
 from bgbias.data.transforms import eval_transform
 from bgbias.errors import OptionError
 from bgbias.models.input_convention import IMAGENET
 from bgbias.models.model_input import ModelInput, normalization_text, parse_normalization
 
-torchvision = import_torchvision()
 weights = torchvision.models
 
 

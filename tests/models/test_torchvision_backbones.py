@@ -7,8 +7,8 @@ import urllib.error
 
 import pytest
 import torch
+import torchvision
 
-from bgbias.compat import import_torchvision
 from bgbias.errors import AssetError
 from bgbias.models import pretrained as offline
 from bgbias.models import weights as weight_files
@@ -23,7 +23,7 @@ IMAGENET_WEIGHTS = {
 
 def torchvision_model(name: str, **kwargs):
     torch.manual_seed(5)
-    return getattr(import_torchvision().models, name)(weights=None, **kwargs)
+    return getattr(torchvision.models, name)(weights=None, **kwargs)
 
 
 def test_googlenet_equals_torchvisions_pretrained_pipeline(tmp_path):
@@ -53,7 +53,7 @@ def test_no_file_and_no_download_is_an_asset_error_with_the_url(name, monkeypatc
     with pytest.raises(AssetError, match=f"no ImageNet weights for {name}") as caught:
         build_backbone(name, home=tmp_path)
     enum_name = IMAGENET_WEIGHTS[name][0]
-    url = getattr(import_torchvision().models, enum_name).IMAGENET1K_V1.url
+    url = getattr(torchvision.models, enum_name).IMAGENET1K_V1.url
     assert url in caught.value.fix
     assert "--weights PATH" in caught.value.fix
 
@@ -70,7 +70,7 @@ def test_torchvisions_download_is_loaded(name, monkeypatch):
 
     monkeypatch.setattr(weight_files, "torchvision_state", fake_download)
     backbone = build_backbone(name)
-    assert asked == [getattr(import_torchvision().models, enum_name).IMAGENET1K_V1]
+    assert asked == [getattr(torchvision.models, enum_name).IMAGENET1K_V1]
     stem = backbone.blocks["stem"]
     torch.testing.assert_close(stem.conv1.state_dict(), source.conv1.state_dict(), rtol=0, atol=0)
 
