@@ -154,8 +154,11 @@ def submit_study_to_slurm(folder: Path, spec: StudySpec, plan: StudyPlan, option
                           extend: bool = False) -> str:
     """Plan ``plan`` in ``folder`` and submit what is not done as SLURM job arrays
     (:func:`~bgbias.study.slurm.submit_study`); what was submitted, as text."""
-    from bgbias.study.slurm import submit_study
+    from bgbias.study.slurm import checked_options, script_value, submit_study
 
+    # Refused before the plan is written: the folder's path and the options go into the batch script.
+    script_value(str(Path(folder).absolute()), "the study folder's path", path=folder)
+    checked_options(options)
     goals = plan_study(folder, spec, plan, extend=extend)
     recorded = read_plan(folder)
     assert recorded is not None
