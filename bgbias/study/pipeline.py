@@ -14,7 +14,7 @@ from bgbias.study.local import Slot, local_slots, run_local
 from bgbias.study.plan import StudyPlan
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
-from bgbias.study.steps import mask_shards, page_step_id, planned_steps, study_run
+from bgbias.study.steps import mask_shards, page_step_id, planned_steps
 from bgbias.study.worker import DEFAULT_TIMING, Timing, needed_steps
 
 PAGE_FILES = ("table_md", "seeds_md", "study_md", "study_html")
@@ -123,7 +123,7 @@ def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:
         for need in page.needs:
             step = plan.steps[need]
             assert step.run is not None
-            name = study_run(step.run).folder_name
+            name = step.run.study_run().folder_name
             if step.state == "done":
                 runs.append(folder / name)
             elif step.state == "failed":
