@@ -717,7 +717,8 @@ def audit(
     and the dataset's background leakage seen through each (hole filled by ``fill``), ranked by corrupted
     MAP@R in one page. ``models`` are specs (``"[LABEL =] SPEC [KEY=VALUE ...]"``, as ``--model`` takes
     them), models in memory (anything :func:`evaluate` takes), or a mapping of label to either;
-    ``models_file`` adds the lines of a list file. Every model reads its input as ``model_input`` states.
+    ``models_file`` adds the lines of a list file (a factory in it only with ``trust_model``). Every model
+    reads its input as ``model_input`` states.
 
     Unlike :func:`evaluate`, an audit's job is files, and it resumes: its page (``audit.md``, ``audit.html``,
     ``audit.json``) and a folder per model go to ``out`` (default ``runs/audit/<dataset key>-<split>``), and a
@@ -728,7 +729,8 @@ def audit(
 
     check_arguments(locals(), RULES["audit"])
     _check_model_input_and_log(model_input, log)
-    entries = entries_of(models) + (read_list_file(models_file) if models_file is not None else [])
+    entries = entries_of(models) + (read_list_file(models_file, trust=trust_model) if models_file is not None
+                                    else [])
     check_labels(entries)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])

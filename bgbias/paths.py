@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import platformdirs
 
@@ -54,3 +54,18 @@ def located_key(prefix: str, folder: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:8]
     kept = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in folder.name).strip(".")
     return f"{prefix}-{kept[:40] or 'root'}-{digest}"
+
+
+def leaves_folder(relative: str) -> str | None:
+    """Why the relative path ``relative``, read from a file (an index, a table, a plan), would not name a
+    place inside the folder it is joined to: it is empty, absolute (or has a drive), or has a ``..`` part;
+    None when it stays inside. Decided from the text alone, as this system splits paths (links are not
+    followed), so a path from untrusted input is checked before anything is read or written with it."""
+    if relative in ("", "."):
+        return "empty"
+    parts = PurePath(relative)
+    if parts.anchor:
+        return "absolute"
+    if ".." in parts.parts:
+        return "climbs out with '..'"
+    return None

@@ -14,6 +14,7 @@ from bgbias.paths import (
     bgbias_home,
     corrupted_root,
     data_root,
+    leaves_folder,
     masks_root,
     runs_root,
 )
@@ -49,3 +50,12 @@ def test_what_commands_make_goes_into_the_working_folder(monkeypatch):
         Path("data"), Path("masks"), Path("backgrounds"), Path("corrupted"), Path("runs")]
     monkeypatch.setenv("BGBIAS_DATA", "/datasets")
     assert data_root() == Path("/datasets")
+
+
+@pytest.mark.parametrize(("relative", "reason"), [
+    ("img/k00/a.jpg", None), ("a..b/c.jpg", None), ("report-dcml", None),
+    ("", "empty"), (".", "empty"), ("/etc/passwd", "absolute"), ("../elsewhere", "climbs out with '..'"),
+    ("img/k00/../../../x/z.jpg", "climbs out with '..'"), ("a/./../../b", "climbs out with '..'"),
+])
+def test_a_relative_path_from_input_leaves_its_folder_when_empty_absolute_or_climbing(relative, reason):
+    assert leaves_folder(relative) == reason

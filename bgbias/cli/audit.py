@@ -22,7 +22,8 @@ from bgbias.errors import EXIT_PARTIAL
                    "arguments where wanted (repeatable). A factory is imported and called: name only "
                    "packages you trust.")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A text file of models, one [LABEL =] SPEC [KEY=VALUE ...] per line (# comments).")
+              help="A text file of models, one [LABEL =] SPEC [KEY=VALUE ...] per line (# comments). A "
+                   "factory in it is refused unless --trust-model: the file may come from someone else.")
 @click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
 @click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest, shared with bgbias eval).")
@@ -54,7 +55,7 @@ def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_
     from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
 
     entries = [entry for text in models if (entry := parse_entry(text, f"--model {text!r}")) is not None]
-    entries += read_list_file(models_file) if models_file is not None else []
+    entries += read_list_file(models_file, trust=trust_model) if models_file is not None else []
     check_labels(entries)
     dataset = open_dataset(dataset_name, root)
     settings = AuditSettings(split=split, repeats=repeats, seed=seed, fill=fill, masks=masks,

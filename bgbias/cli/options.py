@@ -110,8 +110,8 @@ def study_bench_options(command):
 
 TRUST_MODEL_OPTION = click.option(
     "--trust-model", is_flag=True,
-    help="Run a TorchScript model unchecked (one you made or trust as you would its author's Python code): "
-         "its code may then read and write files.")
+    help="Run a TorchScript model unchecked, and (audit) the factories a --models file names: for models "
+         "you made or trust as you would their author's Python code, which may then read and write files.")
 DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
                              help="auto (CUDA when present), cpu, cuda or cuda:N.")
 AMP_OPTION = click.option(

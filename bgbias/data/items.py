@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from bgbias.data.geometry import EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
-from bgbias.paths import data_root, located_key, masks_root
+from bgbias.paths import data_root, leaves_folder, located_key, masks_root
 
 if TYPE_CHECKING:
     from bgbias.data.memory import InMemoryImage
@@ -154,6 +154,7 @@ class Dataset(ABC):
         if self._catalog is None:
             catalog = self._read_catalog()
             items = sorted(catalog.items, key=lambda item: item.id)
+            check_inside(items, self.root / self.index_file)
             check_unique_mask_paths(items, self.root)
             require_files(
                 [item.image for item in items if isinstance(item.image, Path)],
@@ -185,6 +186,18 @@ def items_digest(items: Sequence[Item]) -> str:
     for item in items:
         digest.update(f"{item.id}\t{item.label}\n".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
+
+
+def check_inside(items: Sequence[Item], index: Path) -> None:
+    """No item whose id leads out of the dataset's folder: its mask, renders and maps are named by it under
+    their own folders (:func:`mask_path`), and would land outside them; a ``DatasetError`` naming
+    ``index``."""
+    for item in items:
+        reason = leaves_folder(item.id)
+        if reason is not None:
+            raise DatasetError(f"the index names the image {item.id!r}, which is outside the dataset's "
+                               f"folder ({reason}): its masks and renders would be written outside theirs",
+                               path=index, fix="list each image by its path inside the dataset's folder")
 
 
 def check_unique_mask_paths(items: Sequence[Item], root: Path) -> None:

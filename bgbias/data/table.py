@@ -74,7 +74,7 @@ class ImageTable(Dataset):
             raise DatasetError("the table has no rows", path=self.csv, fix=self.obtain)
         class_of = _class_ids([label for _, label, _ in rows], self.csv)
         paths = [image for image, _, _ in rows]
-        files = [Path(self.root, path) for path in paths if not isinstance(path, InMemoryImage)]
+        files = [_joined(self.root, path) for path in paths if not isinstance(path, InMemoryImage)]
         common = Path(os.path.commonpath([file.parent for file in files])) if files else self.root
         items = [_item(image, class_of[_label_key(label)], mask, common, self.root, index, len(rows))
                  for index, (image, label, mask) in enumerate(rows)]
@@ -169,11 +169,18 @@ def _item(image: Any, label: int, mask: Any, common: Path, root: Path, index: in
         width = max(6, len(str(count - 1)))
         return Item(id=f"{index:0{width}d}", image=image, label=label,
                     relpath=PurePosixPath(f"{index:0{width}d}"), saliency_mask=mask)
-    path = Path(root, image)
+    path = _joined(root, image)
     item = make_item(common, path.relative_to(common).as_posix(), label)
     if mask is not None and not isinstance(mask, InMemoryImage):
-        mask = Path(root, mask)
+        mask = _joined(root, mask)
     return Item(item.id, path, label, item.relpath, saliency_mask=mask)
+
+
+def _joined(root: Path, path: str | os.PathLike[str]) -> Path:
+    """A row's path under ``root``, its ``..`` parts resolved (as text: links are not followed): the image's
+    id is its path below the rows' common folder, and names its mask and renders in their folders, which a
+    ``..`` kept in it would lead out of."""
+    return Path(os.path.normpath(Path(root, path)))
 
 
 def _label_key(label: Any) -> Any:

@@ -7,7 +7,9 @@ the spec is what ``bgbias eval --model`` takes (a factory ``package.module:calla
 file, a run folder); the words after it are a factory's keyword arguments, as ``--model-arg`` reads them.
 Without a label, the entry as written is its label. Labels and specs come from a user's file, so they are
 only ever shown as text, and a model's folder is named by a slug of its label and a digest, never by the label
-itself (:meth:`ModelEntry.folder_name`).
+itself (:meth:`ModelEntry.folder_name`). A list file may come from someone else: a factory it names is Python
+that loading would import and call, so such a line is refused unless its user trusts the file
+(``--trust-model``), as a TorchScript file's code is checked unless they trust it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bgbias.engine.model_spec import parse_model_args
+from bgbias.engine.model_spec import is_factory, parse_model_args
 from bgbias.errors import BgbiasError, OptionError
 
 SLUG_LENGTH = 40
@@ -75,9 +77,9 @@ def parse_entry(text: str, where: str, *, comments: bool = False) -> ModelEntry 
     return ModelEntry(label if label is not None else written, spec, written, where, args)
 
 
-def read_list_file(path: str | os.PathLike[str]) -> list[ModelEntry]:
+def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list[ModelEntry]:
     """The entries of a list file, one per line (blank lines and ``#`` comments skipped); a line that is no
-    entry is an ``OptionError`` naming the file and the line."""
+    entry, or (unless ``trust``) that names a factory, is an ``OptionError`` naming the file and the line."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -90,6 +92,12 @@ def read_list_file(path: str | os.PathLike[str]) -> list[ModelEntry]:
             entry = parse_entry(line, f"line {number}", comments=True)
         except OptionError as err:
             raise OptionError(err.problem, path=path, fix=err.fix) from None
+        if entry is not None and not trust and is_factory(entry.model):
+            raise OptionError(
+                f"line {number} names the factory {entry.model}, which loading it would import and call: "
+                "Python code, and a list file may come from someone else", path=path,
+                fix="pass --trust-model (in Python: trust_model=True) if you wrote this file or trust every "
+                    "factory it names as you would its Python code; or give that model with --model")
         if entry is not None:
             entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
                                       entry.args))

@@ -13,7 +13,7 @@ from bgbias.study.pipeline import merged_plan, slurm_stages
 from bgbias.study.plan import StudyPlan, StudyRun
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
-from bgbias.study.steps import mask_shards, page_step_id, study_run
+from bgbias.study.steps import mask_shards, page_step_id
 from bgbias.study.worker import needed_steps
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
     needed = needed_steps(plan, goals)
     left = [step_id for step_id in needed if plan.steps[step_id].state != "done"]
     args = [step.run for step in (plan.steps[step_id] for step_id in left) if step.run is not None]
-    runs = [study_run(arg) for arg in args]
+    runs = [arg.study_run() for arg in args]
     finished = {}
     for run in runs:
         run_dir = folder / run.folder_name

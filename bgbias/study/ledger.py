@@ -26,8 +26,9 @@ from pydantic import Field
 
 from bgbias.errors import RecordError
 from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic
+from bgbias.paths import leaves_folder
 from bgbias.schema import ClosedRecord, read_record
-from bgbias.study.plan import EXPLAIN_IMAGES
+from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
 from bgbias.study.spec import StudySpec
 
 PLAN = "plan.json"
@@ -71,6 +72,10 @@ class RunArgs(ClosedRecord):
     settings: list[str] = Field(default_factory=list)
     profile: bool = False
     explain_images: int = EXPLAIN_IMAGES
+
+    def study_run(self) -> StudyRun:
+        """The run these arguments plan (its folder, its label)."""
+        return StudyRun(self.method, self.bgaugment, self.seed, self.watch_test, tuple(self.settings))
 
 
 class PageArgs(ClosedRecord):
@@ -116,9 +121,37 @@ def read_plan(folder: Path) -> Plan | None:
     path = folder / PLAN
     if not path.is_file():
         return None
-    return read_record(path, Plan, what="the study's plan",
-                       fix="remove it and run the same `bgbias study` command again: the plan is made anew, "
-                           "and finished runs and their measurements are kept")
+    plan = read_record(path, Plan, what="the study's plan", fix=REMAKE)
+    check_plan(plan, path)
+    return plan
+
+
+REMAKE = ("remove it and run the same `bgbias study` command again: the plan is made anew, and finished runs "
+          "and their measurements are kept")
+"""The fix of a plan that cannot be read."""
+
+
+def check_plan(plan: Plan, path: Path) -> None:
+    """Refuse a plan of another format, and one whose step would write outside the study folder: a page or
+    run step's folder (read from the plan, which may have been edited or received) must be the one its step
+    id names, and lie inside the study folder (:func:`~bgbias.paths.leaves_folder`)."""
+    if plan.format != PLAN_FORMAT:
+        raise RecordError(f"the study's plan is of format {plan.format}; this bgbias reads format "
+                          f"{PLAN_FORMAT}", path=path,
+                          fix=f"run the study with the bgbias that wrote the plan, or {REMAKE}")
+    for step_id, step in plan.steps.items():
+        folder = (step.page.folder if step.page is not None
+                  else step.run.study_run().folder_name if step.run is not None else None)
+        if folder is None:
+            continue
+        prefix = "page/" if step.page is not None else "run/"
+        reason = leaves_folder(folder)
+        if reason is not None:
+            raise RecordError(f"the plan's step {step_id} would write into {folder!r}, outside the study "
+                              f"folder ({reason})", path=path, fix=REMAKE)
+        if step_id != prefix + folder:
+            raise RecordError(f"the plan's step {step_id} writes into {folder!r}, which does not match its "
+                              "id", path=path, fix=REMAKE)
 
 
 @contextlib.contextmanager

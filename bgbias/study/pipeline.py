@@ -14,7 +14,7 @@ from bgbias.study.local import Slot, local_slots, run_local
 from bgbias.study.plan import StudyPlan
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
-from bgbias.study.steps import mask_shards, page_step_id, planned_steps, study_run
+from bgbias.study.steps import mask_shards, page_step_id, planned_steps
 from bgbias.study.worker import DEFAULT_TIMING, Timing, needed_steps
 
 PAGE_FILES = ("table_md", "seeds_md", "study_md", "study_html")
@@ -123,7 +123,7 @@ def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:
         for need in page.needs:
             step = plan.steps[need]
             assert step.run is not None
-            name = study_run(step.run).folder_name
+            name = step.run.study_run().folder_name
             if step.state == "done":
                 runs.append(folder / name)
             elif step.state == "failed":
@@ -154,8 +154,11 @@ def submit_study_to_slurm(folder: Path, spec: StudySpec, plan: StudyPlan, option
                           extend: bool = False) -> str:
     """Plan ``plan`` in ``folder`` and submit what is not done as SLURM job arrays
     (:func:`~bgbias.study.slurm.submit_study`); what was submitted, as text."""
-    from bgbias.study.slurm import submit_study
+    from bgbias.study.slurm import checked_options, script_value, submit_study
 
+    # Refused before the plan is written: the folder's path and the options go into the batch script.
+    script_value(str(Path(folder).absolute()), "the study folder's path", path=folder)
+    checked_options(options)
     goals = plan_study(folder, spec, plan, extend=extend)
     recorded = read_plan(folder)
     assert recorded is not None

@@ -23,11 +23,13 @@ import contextlib
 import dataclasses
 import datetime
 import math
+import os
 import re
 import shlex
 import signal
 import threading
 import types
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +102,7 @@ def slurm_options(
 ) -> SlurmOptions:
     """The options as the command line gives them (``--slurm-partition`` … ``--slurm-opt key=value``,
     repeatable); a value that is not valid is an ``OptionError`` that names its option."""
-    return SlurmOptions(
+    return checked_options(SlurmOptions(
         partition=partition or None,
         time=DEFAULT_TIME if time is None else parse_time(time),
         gpus_per_task=1 if gpus_per_task is None else _count("--slurm-gpus-per-task", gpus_per_task, least=0),
@@ -108,7 +110,29 @@ def slurm_options(
         array_parallelism=None if array_parallelism is None else _count("--slurm-array-parallelism",
                                                                          array_parallelism),
         extra=parse_slurm_opts(opts),
-    )
+    ))
+
+
+def checked_options(options: SlurmOptions) -> SlurmOptions:
+    """``options``, once every text value of them is one the batch script can hold (:func:`script_value`)."""
+    if options.partition is not None:
+        script_value(options.partition, "--slurm-partition")
+    for key, value in options.extra.items():
+        if isinstance(value, str):
+            script_value(value, f"--slurm-opt {key}")
+    return options
+
+
+def script_value(value: str, what: str, *, path: str | os.PathLike[str] | None = None) -> str:
+    """``value`` (of the option or thing ``what``), refused when it holds a control character: submitit
+    writes each value into the batch script after ``shlex.quote``, which keeps a newline as it is, so a line
+    break would start a line of its own there (a command, an ``#SBATCH`` directive)."""
+    bad = next((char for char in value if unicodedata.category(char) == "Cc"), None)
+    if bad is not None:
+        raise OptionError(f"{what} holds the control character {bad!r}: in the SLURM batch script it could "
+                          "start a line of its own (a command or a directive)", path=path,
+                          fix="give it without line breaks, tabs or other control characters")
+    return value
 
 
 def parse_time(text: str) -> int:
@@ -211,6 +235,7 @@ def import_submitit() -> types.ModuleType:
 def slurm_parameters(options: SlurmOptions) -> dict[str, Any]:
     """The parameters of submitit's SlurmExecutor for ``options`` (what :func:`submit_study` passes it, and
     what :func:`submission_text` renders)."""
+    checked_options(options)
     parameters: dict[str, Any] = {"job_name": JOB_NAME, "time": options.time,
                                   "gpus_per_task": options.gpus_per_task}
     named = {"partition": options.partition, "cpus_per_task": options.cpus_per_task,
@@ -370,6 +395,7 @@ def submit_study(
     (None: :func:`bgbias.study.worker.work`). Records the submission in :data:`SUBMITTED`; returns the jobs,
     the stages' tasks in order."""
     folder = Path(folder).absolute()
+    script_value(str(folder), "the study folder's path", path=folder)
     arrays = [list(steps) for steps in stages if steps]
     if executor is None and arrays:
         executor = slurm_executor(folder, options)
@@ -428,6 +454,7 @@ def submission_text(folder: Path, stages: Sequence[Sequence[str]], options: Slur
     srun on the PATH, and renders the script as it submits), so the lines are rendered here
     (:func:`sbatch_lines`) from :func:`slurm_parameters`, the parameters :func:`submit_study` passes it."""
     import_submitit()
+    script_value(str(Path(folder).absolute()), "the study folder's path", path=folder)
     arrays = [list(steps) for steps in stages if steps]
     blocks = []
     for number, steps in enumerate(arrays, 1):

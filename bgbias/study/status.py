@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bgbias.study.ledger import Plan, Step
-from bgbias.study.steps import study_run
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ def _step_status(folder: Path, step_id: str, step: Step, now: float) -> StepStat
         elapsed = ended - step.started
     progress, left = "", None
     if step.run is not None:
-        progress, left = _run_progress(folder / study_run(step.run).folder_name, step, elapsed)
+        progress, left = _run_progress(folder / step.run.study_run().folder_name, step, elapsed)
     error = (step.error or "").splitlines()[0] if step.state == "failed" else ""
     return StepStatus(step_id, step.state, where, progress, elapsed, left, error)
 

@@ -63,10 +63,6 @@ def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, St
     return steps
 
 
-def study_run(args: RunArgs) -> StudyRun:
-    return StudyRun(args.method, args.bgaugment, args.seed, args.watch_test, tuple(args.settings))
-
-
 # ---------------------------------------------------------------------------------------------- executing
 def execute_step(folder: Path, plan: Plan, step_id: str, device: str, processes: int,
                  log: Callable[[str], None]) -> dict[str, str]:
@@ -139,7 +135,7 @@ def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, p
     """Train (or resume, or keep) the run, then evaluate and explain it (:mod:`bgbias.study.runs`)."""
     from bgbias.study.runs import REPEATS, measure_run, train_study_run
 
-    run = study_run(args)
+    run = args.study_run()
     run_dir = train_study_run(folder, run, spec, device, log, processes=processes)
     log(f"{run.label}: clean and {REPEATS} corrupted repeats{', the profile' if args.profile else ''}, "
         f"foreground scores of {args.explain_images} test images")
@@ -160,7 +156,7 @@ def write_page(folder: Path, plan: Plan, step_id: str, log: Callable[[str], None
     if not done:
         raise BgbiasError(f"every run failed ({len(failures)}): {', '.join(failures)}",
                           fix="see each error with `bgbias study --status`, then run the command again")
-    run_dirs = [folder / study_run(s.run).folder_name for s in done if s.run is not None]
+    run_dirs = [folder / s.run.study_run().folder_name for s in done if s.run is not None]
     runs = f"{len(run_dirs)} run{'s' * (len(run_dirs) > 1)}"
     log(f"the page of {runs} in {folder / step.page.folder}")
     title = f"bgbias study: {plan.spec.title}, {runs}{step.page.variant}"

@@ -104,7 +104,7 @@ def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, t
     command = ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"), "--masks",
                str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"), "--repeats", "2",
                "--device", "cpu", "--amp", "off", "--workers", "0", "--no-progress", "--out", str(out),
-               "--model", "second = tests.audit.models:tiny seed=5", "--models", str(listed)]
+               "--model", "second = tests.audit.models:tiny seed=5", "--models", str(listed), "--trust-model"]
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 3, result.output
     rows = [line for line in result.output.splitlines() if line.startswith("| ")]

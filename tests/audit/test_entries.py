@@ -15,7 +15,7 @@ def test_a_list_file_gives_labels_specs_and_factory_arguments(tmp_path):
                       "mobilenet = bgbias.models.pretrained:imagenet_mobilenet_v2\n"
                       "runs/study/run-0   # a run folder, labelled by itself\n"
                       "'vit small' = timm:create_model model_name=vit_small pretrained=true num_classes=0\n")
-    entries = read_list_file(listed)
+    entries = read_list_file(listed, trust=True)
     assert [entry.label for entry in entries] == ["mobilenet", "runs/study/run-0", "vit small"]
     assert [entry.model for entry in entries] == ["bgbias.models.pretrained:imagenet_mobilenet_v2",
                                                   "runs/study/run-0", "timm:create_model"]
@@ -27,7 +27,7 @@ def test_a_list_file_gives_labels_specs_and_factory_arguments(tmp_path):
 def test_the_list_file_of_docs_audit_reads_as_the_page_says(tmp_path):
     listed = tmp_path / "encoders.txt"
     listed.write_text(code_block("docs/audit.md", "audit-models-file").text, encoding="utf-8")
-    entries = read_list_file(listed)
+    entries = read_list_file(listed, trust=True)
     check_labels(entries)
     run = "runs/study/bench-small-rho0.9-seed0-ground-truth/multi_similarity-seed0"
     assert [entry.label for entry in entries] == ["ImageNet MobileNetV2", "ImageNet EfficientNet-Lite0",
@@ -50,6 +50,31 @@ def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, says):
         read_list_file(listed)
     assert says in str(caught.value) and str(listed) in str(caught.value)
     assert "[LABEL =] SPEC [KEY=VALUE ...]" in str(caught.value)
+
+
+@pytest.mark.parametrize("line", [
+    'A = os:system command="touch {marker}"',
+    "subprocess:getoutput cmd='touch {marker}'",
+    "B = subprocess:Popen args='touch {marker}' shell=true",
+])
+def test_a_factory_in_a_list_file_is_refused_unread_unless_trusted(tmp_path, monkeypatch, line):
+    """A list file may come from someone else: a factory it names is Python that bgbias would import and call,
+    so it is refused before anything runs, naming the file, the line and the switch that trusts it."""
+    import bgbias.api
+
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    listed = tmp_path / "models.txt"
+    listed.write_text(f"ours = model.onnx\n{line.format(marker=marker)}\n")
+    with pytest.raises(OptionError) as caught:
+        read_list_file(listed)
+    message = str(caught.value)
+    assert "line 2" in message and str(listed) in message and "--trust-model" in message
+    with pytest.raises(OptionError, match="trust_model=True"):
+        bgbias.api.audit("bench", [], models_file=listed, out=tmp_path / "audit")
+    assert not marker.exists()
+    assert len(read_list_file(listed, trust=True)) == 2
+    assert not marker.exists()  # trusting reads the list; only loading a model calls its factory
 
 
 def test_a_label_given_twice_names_both_places(tmp_path):
@@ -82,3 +107,21 @@ def test_a_models_folder_is_a_slug_and_a_digest_never_the_label():
     assert name.startswith("etc_script_alert_1_")
     other = ModelEntry(hostile.label, "other.pt", "other.pt", "--model")
     assert other.folder_name() != name and len(name.rsplit("-", 1)[1]) == 8
+
+
+def test_the_command_runs_no_factory_of_an_untrusted_list_and_says_how_to_trust_it(tiny_bench, tmp_path):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    marker = tmp_path / "ran"
+    listed = tmp_path / "models.txt"
+    listed.write_text(f'A = os:system command="touch {marker}"\n')
+    result = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--root", str(tiny_bench / "bench"),
+                                       "--masks", str(tiny_bench / "masks"), "--backgrounds",
+                                       str(tiny_bench / "backgrounds"), "--repeats", "2", "--device", "cpu",
+                                       "--workers", "0", "--no-progress", "--models", str(listed), "--out",
+                                       str(tmp_path / "audit")])
+    assert result.exit_code == 2, result.output
+    assert "names the factory os:system" in result.output and "--trust-model" in result.output
+    assert not marker.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from PIL import Image
 
@@ -102,3 +103,33 @@ def test_corrupt_render_into_another_render_needs_force(tmp_path):
 def test_corrupt_force_without_render_is_refused(tmp_path):
     result = _corrupt("--root", str(tmp_path / "bench"), "--force")
     assert result.exit_code == 2 and "add --render DIR" in result.output
+
+
+@pytest.mark.slow
+def test_a_table_row_that_climbs_out_is_rendered_inside_the_render_folder(tmp_path):
+    """``img/k00/../../../x/c.png`` in a table once made ``corrupt --render`` write outside its folder."""
+    rng = np.random.default_rng(0)
+    table = tmp_path / "t"
+    (table / "in" / "img" / "k00").mkdir(parents=True)
+    (table / "x").mkdir()
+    rows = {"img/k00/a.png": 0, "img/k00/b.png": 0, "img/k00/../../../x/c.png": 1,
+            "img/k00/../../../x/d.png": 1}
+    for row in rows:
+        Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(table / "in" / row)
+    csv = table / "in" / "images.csv"
+    csv.write_text("path,label\n" + "".join(f"{row},{label}\n" for row, label in rows.items()))
+    masks = tmp_path / "masks"
+    for item in open_dataset("table", csv).items():
+        mask_path(item, masks).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((40, 60), 255, dtype=np.uint8)).save(mask_path(item, masks))
+    before = sorted(path for path in tmp_path.rglob("*") if path.is_file())
+    render = tmp_path / "out" / "rend"
+    result = CliRunner().invoke(main, ["corrupt", "--dataset", "table", "--root", str(csv), "--backgrounds",
+                                       str(_pools(tmp_path / "backgrounds")), "--repeats", "1", "--out",
+                                       str(tmp_path / "manifests"), "--render", str(render), "--masks",
+                                       str(masks)])
+    assert result.exit_code == 0, result.output
+    made = sorted(path for path in tmp_path.rglob("*") if path.is_file() and path not in before)
+    outside = [path for path in made if not path.is_relative_to(render)
+               and not path.is_relative_to(tmp_path / "manifests") and "backgrounds" not in path.parts]
+    assert outside == [] and len(list((render / "repeat-0").rglob("*.png"))) == 2

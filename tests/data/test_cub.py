@@ -142,3 +142,17 @@ def test_incomplete_segmentations_folder(small_cub):
     with pytest.raises(DatasetError, match="1 of 6 ground-truth masks are missing") as info:
         CubDataset(small_cub).items()
     assert "Bird_002_0001_4.png" in str(info.value) and "segmentations" in info.value.fix
+
+
+def test_an_index_line_naming_an_image_outside_the_dataset_is_refused_naming_the_index(tmp_path):
+    """An item's id names its mask, its renders and its attribution maps under their folders: one that
+    leads out of the dataset's folder would write them outside."""
+    root = make_cub(tmp_path / "CUB_200_2011", n_classes=3, per_class=2, segmentations=False)
+    (tmp_path / "outside.jpg").write_bytes(b"")
+    listed = "../../outside.jpg"  # images/../../outside.jpg
+    index = root / "images.txt"
+    first, *rest = index.read_text().splitlines()
+    index.write_text("\n".join([f"{first.split()[0]} {listed}", *rest]) + "\n")
+    with pytest.raises(DatasetError, match="outside the dataset's folder") as raised:
+        CubDataset(root).items()
+    assert raised.value.path == str(index) and listed in raised.value.problem

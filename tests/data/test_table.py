@@ -106,3 +106,28 @@ def test_samples_must_be_image_label_pairs():
 
     with pytest.raises(OptionError, match=r"not \(image, label\[, mask\]\)"):
         image_table(Wrong())
+
+
+def test_a_row_that_climbs_out_is_normalised_so_its_outputs_stay_in_their_folders(photos):
+    """``img/k00/../../../x/z.jpg`` once kept its ``..`` in the image's id, and ``corrupt --render out/rend``
+    wrote ``out/x/z.png``; the masks are named by the same id."""
+    from bgbias.corrupted.render import png_target
+    from bgbias.data.items import mask_path
+
+    inside = photos / "in"
+    (inside / "img" / "k00").mkdir(parents=True)
+    outside = photos / "x"
+    outside.mkdir()
+    Image.open(photos / "a" / "0.png").save(outside / "z.png")
+    for i in range(3):
+        Image.open(photos / "a" / f"{i}.png").save(inside / "img" / "k00" / f"{i}.png")
+    (inside / "images.csv").write_text("path,label\nimg/k00/0.png,0\nimg/k00/1.png,0\nimg/k00/2.png,1\n"
+                                       "img/k00/../../../x/z.png,1\n")
+    items = open_dataset("table", inside / "images.csv").items()
+    assert all(".." not in item.relpath.parts for item in items)
+    climbed = next(item for item in items if item.image == outside / "z.png")
+    out, masks = photos / "out" / "rend", photos / "masks"
+    for item in items:
+        assert png_target(out, item).resolve().is_relative_to(out.resolve())
+        assert mask_path(item, masks).resolve().is_relative_to(masks.resolve())
+    assert climbed.id == "x/z.png"

@@ -89,6 +89,53 @@ def test_a_damaged_plan_is_an_error_naming_the_file(tmp_path):
     assert error.value.path == str(tmp_path / "plan.json") and "remove it" in error.value.fix
 
 
+def _tampered_plan(tmp_path: Path, change) -> Path:
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    data = json.loads((tmp_path / "plan.json").read_text())
+    change(data)
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    return tmp_path / "plan.json"
+
+
+def _page_to(folder: str):
+    def change(data):
+        data["steps"]["page/report"]["page"]["folder"] = folder
+    return change
+
+
+def _renamed_page(data):
+    data["steps"]["page/../../elsewhere"] = data["steps"].pop("page/report")
+    data["steps"]["page/../../elsewhere"]["page"]["folder"] = "../../elsewhere"
+
+
+def _run_method(data):
+    data["steps"]["run/multi_similarity-seed0"]["run"]["method"] = "../../multi_similarity"
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (_page_to("../../elsewhere"), "page/report"),
+    (_page_to("/tmp/elsewhere"), "page/report"),
+    (_page_to("other"), "page/report"),
+    (_renamed_page, "page/../../elsewhere"),
+    (_run_method, "run/multi_similarity-seed0"),
+])
+def test_a_plan_whose_step_leads_out_of_the_study_folder_is_refused_naming_the_step(tmp_path, change, says):
+    """A tampered plan.json once made the study write its page outside the study folder, and exit 0."""
+    path = _tampered_plan(tmp_path, change)
+    with pytest.raises(RecordError, match=r"outside the study folder|does not match") as error:
+        read_plan(tmp_path)
+    assert error.value.path == str(path) and says in error.value.problem
+    with pytest.raises(RecordError):
+        plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+
+
+def test_a_plan_of_another_format_is_refused_not_read_as_this_one(tmp_path):
+    path = _tampered_plan(tmp_path, lambda data: data.update(format=2))
+    with pytest.raises(RecordError, match="format 2") as error:
+        read_plan(tmp_path)
+    assert error.value.path == str(path) and "format 1" in error.value.problem
+
+
 def test_a_worker_does_every_step_once_in_order_and_records_it(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls))

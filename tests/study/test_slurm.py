@@ -109,6 +109,35 @@ def test_slurm_opt_refuses_what_submitit_or_the_study_does_not_take(opt, message
     assert fix in caught.value.fix
 
 
+@pytest.mark.parametrize(("given", "option"), [
+    ({"partition": "gpu\n#SBATCH --output=/tmp/elsewhere"}, "--slurm-partition"),
+    ({"partition": "gpu\r"}, "--slurm-partition"),
+    ({"opts": ["mem=4G\ntouch X\n#"]}, "--slurm-opt mem"),
+    ({"opts": ["comment=a\x00b"]}, "--slurm-opt comment"),
+    ({"opts": ["account=dml\x85x"]}, "--slurm-opt account"),
+])
+def test_a_control_character_in_a_value_of_the_script_is_refused_by_name(given, option):
+    """shlex.quote keeps a newline as it is, so it would start a line (a command, an #SBATCH directive) of
+    the batch script submitit writes."""
+    with pytest.raises(OptionError, match="control character") as caught:
+        slurm_options(**given)
+    assert option in caught.value.problem
+
+
+def test_options_made_in_python_and_the_study_folder_are_checked_before_the_script_too(tmp_path):
+    with pytest.raises(OptionError, match="control character"):
+        slurm_parameters(SlurmOptions(partition="gpu\nhostname"))
+    with pytest.raises(OptionError, match="--slurm-opt qos"):
+        slurm_parameters(SlurmOptions(extra={"qos": "high\nhostname"}))
+    folder = tmp_path / "study\n#SBATCH --output=x"
+    with pytest.raises(OptionError, match="control character") as caught:
+        submission_text(folder, STAGES, SlurmOptions())
+    assert caught.value.path == str(folder)
+    with pytest.raises(OptionError, match="control character"):
+        submit_study(folder, GOALS, STAGES, SlurmOptions(), executor=submitit.DebugExecutor(tmp_path / "x"))
+    assert not folder.exists()
+
+
 def test_a_slurm_opt_given_twice_is_refused():
     with pytest.raises(OptionError, match="qos is given twice"):
         parse_slurm_opts(["qos=high", "qos=low"])
