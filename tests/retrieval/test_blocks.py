@@ -190,6 +190,17 @@ def test_eval_takes_its_memory_ceiling_as_a_size():
 
     assert [BYTES.convert(text, None, None) for text in ("512M", "4G", "1.5k", "2048", "1GiB")] == [
         512 << 20, 4 << 30, 1536, 2048, 1 << 30]
-    for wrong in ("lots", "0", "-1G"):
+    for wrong in ("lots", "0", "-1G", "", "  ", "K", "inf", "nan", "1e400G"):
         with pytest.raises(click.BadParameter):
             BYTES.convert(wrong, None, None)
+
+
+@pytest.mark.parametrize("command", ["score", "eval"])
+def test_an_empty_memory_ceiling_is_a_usage_error_naming_the_option(command):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    result = CliRunner().invoke(main, [command, "--max-memory", ""])
+    assert result.exit_code == 2 and "--max-memory" in result.output and "is not a size" in result.output
+    assert not isinstance(result.exception, IndexError)
