@@ -530,8 +530,9 @@ def make_corrupted_sets(
 @in_python_words
 def score_embeddings(embeddings: Any, labels: Any, *, max_memory: int | None = None) -> Any:
     """The metrics alone (MAP@R, R-precision, P@1, per query and as means) of ``embeddings`` (N, D), each
-    image ranked against all the others, exactly as pytorch-metric-learning's ``AccuracyCalculator`` defines
-    them; numpy arrays or torch tensors alike. The queries are scored in blocks whose neighbour lists fit
+    image ranked against all the others, as pytorch-metric-learning's ``AccuracyCalculator`` defines
+    them, tied neighbours at their expected value over every order (docs/design.md, *Ties*); numpy arrays
+    or torch tensors alike. The queries are scored in blocks whose neighbour lists fit
     ``max_memory`` bytes (default 1 GiB), exact whatever the blocks: a class of 20,000 images among a million
     is scored in bounded memory."""
     from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT

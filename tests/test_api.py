@@ -91,6 +91,15 @@ def test_precomputed_embeddings_make_the_report_of_their_scores(tmp_path):
     assert bgbias.evaluate_embeddings(clean, labels).files == {}
 
 
+@pytest.mark.parametrize("labels", [[0], [0, 1, 2]], ids=["one image", "no classmates"])
+def test_the_summary_of_a_set_where_no_query_has_a_classmate_says_so(labels):
+    clean = np.eye(len(labels), 4, dtype=np.float32)
+    result = bgbias.evaluate_embeddings(clean, labels, [clean, clean])
+    summary = result.summary()
+    assert result.report.scored == 0 and "None" not in summary
+    assert "no image has another of its class: no query was scored" in summary
+
+
 @pytest.mark.parametrize(("about", "field", "wanted"), [
     ({"seed": "x"}, 'seed "x"', "an integer or null"),
     ({"bgaugment": "yes"}, 'bgaugment "yes"', "true or false or null"),

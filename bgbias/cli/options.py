@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,13 @@ class ByteSize(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip().upper().removesuffix("B").removesuffix("I")
-        number, unit = (text[:-1], text[-1]) if text[-1:] in "KMG" else (text, "")
+        number, unit = (text[:-1], text[-1]) if text[-1:] and text[-1] in "KMG" else (text, "")
         try:
             size = float(number) * BYTE_UNITS[unit]
         except ValueError:
             self.fail(f"{value!r} is not a size: write bytes, or a number with K, M or G (512M, 4G)", param,
                       ctx)
-        if size < 1:
+        if not math.isfinite(size) or size < 1:
             self.fail(f"{value!r} is not a positive size", param, ctx)
         return int(size)
 

@@ -14,12 +14,14 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bgbias.data.array_files import load_npz
 from bgbias.fileio import write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -75,11 +77,11 @@ class EmbeddingCache:
         if not path.is_file():
             return None
         try:
-            with np.load(path, allow_pickle=False) as stored:
-                if json.loads(str(stored["key"])) != _normalised(key):
-                    return None
-                return {name[len(_ARRAY):]: stored[name] for name in stored.files if name.startswith(_ARRAY)}
-        except (OSError, ValueError, KeyError, json.JSONDecodeError):
+            stored = load_npz(path)
+            if json.loads(str(stored["key"])) != _normalised(key):
+                return None
+            return {name[len(_ARRAY):]: array for name, array in stored.items() if name.startswith(_ARRAY)}
+        except (OSError, ValueError, KeyError, json.JSONDecodeError, zipfile.BadZipFile):
             return None
 
     def save(self, key: dict[str, Any], state: dict[str, np.ndarray]) -> Path:

@@ -90,18 +90,24 @@ def measure_leakage(
     chance = chance_scores(labels)
     per_query_chance = chance_per_query(labels)["map_at_r"]
     views = {view: ViewScores(scores[view].map_at_r, scores[view].precision_at_1,
-                              float((probes[view] == labels).mean())) for view in VIEWS}
+                              float((probes[view] == labels).mean()), degenerate(states[view]))
+             for view in VIEWS}
     background, foreground = (scores[view].per_query["map_at_r"] for view in VIEWS)
-    leakage = leakage_share(views["background"].map_at_r, views["foreground"].map_at_r, chance["map_at_r"])
-    interval = bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed)
     encoder = str(model.describe().get("method", ""))
+    if any(views[view].degenerate for view in VIEWS):  # nothing to read a share off
+        leakage, interval, per_class, bench = float("nan"), (float("nan"), float("nan")), (), None
+    else:
+        leakage = leakage_share(views["background"].map_at_r, views["foreground"].map_at_r,
+                                chance["map_at_r"])
+        interval = bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed)
+        per_class = class_leakage(labels, background, foreground, per_query_chance)
+        bench = bench_equivalent(leakage, interval, encoder=encoder, fill=fill)
     result = DatasetLeakage(
         dataset=dataset.name, split=split, fill=fill, model=encoder, images=len(items),
         classes=len(np.unique(labels)), leakage=leakage, interval=interval,
         background=views["background"], foreground=views["foreground"],
         chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
-        per_class=class_leakage(labels, background, foreground, per_query_chance),
-        bench_rho=bench_equivalent(leakage, interval, encoder=encoder, fill=fill),
+        per_class=per_class, bench_rho=bench,
     )
     if out is not None:
         picture = None
@@ -110,6 +116,16 @@ def measure_leakage(
                                           background, scores["background"].neighbours, result.per_class)
         result.write(out, picture=picture.name if picture else None)
     return result
+
+
+def degenerate(state: dict[str, np.ndarray]) -> str | None:
+    """Why a view's images carry no information to retrieve or probe (every image embeds to exactly the one
+    vector: masks all full leave no background, all empty no object), or None. Its scores are then chance by
+    definition (ties score their expectation, docs/design.md) and no share is read off them."""
+    arrays = [array.reshape(len(array), -1) for array in state.values()]
+    if all((array == array[:1]).all() for array in arrays):
+        return f"all {len(arrays[0])} images embed to one vector"
+    return None
 
 
 def class_leakage(labels: np.ndarray, background: np.ndarray, foreground: np.ndarray,

@@ -13,18 +13,20 @@ from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
 from bgbias.leakage_meter.calibration import BenchEquivalent
 
 RECORD_FORMAT = "bgbias-leakage"
-RECORD_VERSION = 2
-"""2: ``bench_rho``, the bias dial's ρ that leaks as much."""
+RECORD_VERSION = 3
+"""2: ``bench_rho``, the bias dial's ρ that leaks as much; 3: each view's ``degenerate``."""
 
 
 @dataclass(frozen=True)
 class ViewScores:
     """How well one view of the images (or chance) gives away their class: retrieval MAP@R and P@1 of the
-    split against itself, and the cross-validated probe's accuracy."""
+    split against itself, and the cross-validated probe's accuracy; ``degenerate`` says why the view
+    carries no information (then no leakage is read), None where it does."""
 
     map_at_r: float
     precision_at_1: float
     probe_accuracy: float
+    degenerate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,14 +80,20 @@ class DatasetLeakage:
         file beside the page showing some of them) where given."""
         low, high = self.interval
         views = {"background only": self.background, "object only": self.foreground, "chance": self.chance}
+        about = (f"{self.images} images, {self.classes} classes; encoder {self.model}; "
+                 f"hole filled: {self.fill}.")
+        broken = [f"the {name} view is degenerate ({view.degenerate})" for name, view in views.items()
+                  if view.degenerate]
+        headline = ([f"No leakage is read: {' and '.join(broken)}, so it carries nothing to compare. "
+                     "Check the masks: all full leave no background, all empty no object. " + about]
+                    if broken else
+                    [f"**{_pct(self.leakage)}** of what the background and the object retrieve above chance "
+                     f"comes from the background (95 % interval {_pct(low)}–{_pct(high)}, bootstrap over "
+                     f"images). {about}", "", _bench_words(self.bench_rho)])
         lines = [
             f"# Background leakage of {self.dataset} ({self.split})",
             "",
-            f"**{_pct(self.leakage)}** of what the background and the object retrieve above chance comes "
-            f"from the background (95 % interval {_pct(low)}–{_pct(high)}, bootstrap over images). "
-            f"{self.images} images, {self.classes} classes; encoder {self.model}; hole filled: {self.fill}.",
-            "",
-            _bench_words(self.bench_rho),
+            *headline,
             "",
             "| view | MAP@R | P@1 | probe accuracy |",
             "|---|---:|---:|---:|",

@@ -10,7 +10,6 @@ from bgbias.report.evaluation import (
     Checkpoint,
     EvaluationReport,
     Profile,
-    ProfileSet,
     approximate_note,
 )
 from bgbias.report.table import format_table
@@ -113,16 +112,16 @@ def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]
     for key, name in METRIC_TITLES.items():
         row: list[object] = [name, getattr(report.clean, key)]
         if corrupted and drop is not None:
-            std = getattr(corrupted.std, key)
-            spread = "" if std is None else f" ± {std:.3f}"
             relative = drop[key].relative
-            row += [f"{getattr(corrupted.mean, key):.3f}{spread}", drop[key].absolute,
-                    "" if relative is None else f"{100 * relative:.1f} %"]
+            row += [_mean_and_spread(getattr(corrupted.mean, key), getattr(corrupted.std, key)),
+                    drop[key].absolute, "" if relative is None else f"{100 * relative:.1f} %"]
         rows.append(row)
     variant = " + BGAugment" if report.bgaugment else ""
     title = (f"{report.method}{variant} on {report.dataset} {report.split} "
              f"({report.images} images{_model_origin(report)})")
     lines = [title + approximate_note(report), format_table(headers, rows)]
+    if report.scored == 0:
+        lines.append("no image has another of its class: no query was scored, so there is no mean")
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")
     if report.profile is not None:
@@ -130,12 +129,14 @@ def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]
     return "\n".join(lines)
 
 
+def _mean_and_spread(mean: float | None, std: float | None) -> str:
+    """A mean over sets ± its standard deviation; empty where no query was scored (``None``)."""
+    return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
+
+
 def format_profile_summary(profile: Profile) -> str:
     """The background-reliance profile: per set MAP@R, R-precision and P@1 (mean ± std over its sets)."""
-    def cell(row: ProfileSet, key: str) -> str:
-        mean, std = getattr(row.mean, key), getattr(row.std, key)
-        return "" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
-
-    rows = [[row.set, row.repeats, *(cell(row, key) for key in METRIC_TITLES)] for row in profile.sets]
+    rows = [[row.set, row.repeats, *(_mean_and_spread(getattr(row.mean, key), getattr(row.std, key))
+                                     for key in METRIC_TITLES)] for row in profile.sets]
     table = format_table(["profile set", "sets", *METRIC_TITLES.values()], rows)
     return f"{table}\n(worst case: the lowest of {profile.worst_k} backgrounds per query; see report.md)"

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bgbias.assets.digest import sha256_file
+from bgbias.data.array_files import load_npy, load_npz
 from bgbias.errors import DatasetError, OptionError
 from bgbias.variants.variants import VARIANTS
 
@@ -194,19 +195,19 @@ def _read_files(files: SetFiles) -> tuple[list[str], np.ndarray]:
         return _read_parquet(files.data)
     try:
         if files.data.name.endswith(NPZ):
-            with np.load(files.data, allow_pickle=False) as stored:
-                if sorted(stored.files) != sorted(NPZ_ARRAYS):
-                    held = ", ".join(sorted(stored.files)) or "none"
-                    raise OptionError(f"the file holds the arrays {held}, not ids and embeddings",
-                                      path=files.data,
-                                      fix="save exactly two: np.savez(path, ids=ids, embeddings=embeddings)")
-                raw_ids, embeddings = stored["ids"], stored["embeddings"]
+            stored = load_npz(files.data)
+            if sorted(stored) != sorted(NPZ_ARRAYS):
+                held = ", ".join(sorted(stored)) or "none"
+                raise OptionError(f"the file holds the arrays {held}, not ids and embeddings",
+                                  path=files.data,
+                                  fix="save exactly two: np.savez(path, ids=ids, embeddings=embeddings)")
+            raw_ids, embeddings = stored["ids"], stored["embeddings"]
             if raw_ids.ndim != 1 or raw_ids.dtype.kind != "U":
                 raise OptionError(f"its ids are an array of shape {raw_ids.shape} and dtype {raw_ids.dtype}",
                                   path=files.data, fix="save the ids as a 1-D array of strings")
             ids = raw_ids.tolist()
         else:
-            embeddings = np.load(files.data, allow_pickle=False)
+            embeddings = load_npy(files.data)
             ids = _read_ids(files.ids)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a damaged or pickled file
         raise OptionError(f"the file cannot be read as numpy data ({exc})", path=files.data,

@@ -3,7 +3,9 @@
 For a query with ``R`` other items of its class (docs/design.md, *Retrieval and metrics*): P@1 says whether
 the nearest other item shares the class, R-precision is the share of same-class items among the ``R`` nearest,
 and MAP@R averages P(i) over the ranks ``i <= R`` that hold a same-class item, divided by ``R``. A query alone
-in its class (``R = 0``) has nothing to retrieve; like PML, its scores are left out of the means.
+in its class (``R = 0``) has nothing to retrieve; like PML, its scores are left out of the means. Unlike
+PML, neighbours at exactly equal distances count at their expected value over every order (docs/design.md,
+*Ties*), so no score depends on the order of the rows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.retrieval.retrievers import ExactL2, Retrieval
+from bgbias.retrieval.search import Ranking
 from bgbias.retrieval.state import named_arrays, state_length
 
 if TYPE_CHECKING:
@@ -28,9 +31,10 @@ MAX_MEMORY = 1 << 30
 of queries, so its memory stays bounded however many images and however large R (a class of 20,000 images
 needs 20,000 neighbours for each of its own queries)."""
 
-BYTES_PER_NEIGHBOUR = 64
+BYTES_PER_NEIGHBOUR = 112
 """What one retrieved neighbour costs while a block is scored: its index and distance from the search, the
-copy without the query's own row, its label, and the rank-wise arrays of :func:`retrieval_scores`."""
+copy without the query's own row, its label, and the rank-wise arrays of :func:`retrieval_scores` (its tie
+group's start, end, size and relevant counts among them)."""
 
 MIN_BLOCK = 64
 """The fewest queries of a block, whatever the ceiling: fewer would leave the search's matrix products short
@@ -62,20 +66,27 @@ class RetrievalScores:
         return {**{k: (None if np.isnan(v) else float(v)) for k, v in means.items()}, "scored": self.scored}
 
 
-def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.ndarray) -> RetrievalScores:
-    """Scores of queries from their neighbours' labels.
+def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.ndarray,
+                     distances: np.ndarray | None = None) -> RetrievalScores:
+    """Scores of queries from their neighbours' labels: each metric's expected value over every order of
+    the neighbours tied at one distance (docs/design.md, *Ties*).
 
     ``knn_labels`` is ``(N, k)``, nearest first; ``query_labels`` and ``r`` (each query's count of relevant
     references) are ``(N,)``. ``k`` must reach the largest ``R``, or MAP@R and R-precision would be cut short.
+    ``distances`` (``(N, k)``, what the neighbours were ranked by) groups neighbours at exactly equal
+    distances; the group holding a query's R-th neighbour must end within its ``k`` (or hold every other
+    item). Without them, the order is taken as strict.
     """
     knn_labels = np.asarray(knn_labels)
     query_labels = np.asarray(query_labels)
     r = np.asarray(r, dtype=np.int64)
-    if knn_labels.ndim != 2 or query_labels.shape != (len(knn_labels),) or r.shape != query_labels.shape:
+    if (knn_labels.ndim != 2 or query_labels.shape != (len(knn_labels),) or r.shape != query_labels.shape
+            or (distances is not None and np.shape(distances) != knn_labels.shape)):
         raise OptionError(
-            f"expected (N, k) neighbour labels with N query labels and N R values, got shapes "
-            f"{knn_labels.shape}, {query_labels.shape} and {r.shape}",
-            fix="pass one row of neighbour labels, one label and one R per query",
+            f"expected (N, k) neighbour labels with N query labels, N R values and (N, k) distances or none, "
+            f"got shapes {knn_labels.shape}, {query_labels.shape}, {r.shape} and "
+            f"{None if distances is None else np.shape(distances)}",
+            fix="pass one row of neighbour labels (and of distances), one label and one R per query",
         )
     k = knn_labels.shape[1]
     if len(r) and (r.min() < 0 or r.max() > k):
@@ -83,23 +94,64 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
             f"R ranges over {r.min()}..{r.max()}, but only {k} neighbours per query were retrieved",
             fix="retrieve at least max(R) neighbours per query (PML's k='max_bin_count')",
         )
-    same_class = knn_labels == query_labels[:, None]
-    relevant = same_class & (np.arange(k) < r[:, None])
     scored = r > 0
-    hits = np.cumsum(relevant, axis=1, dtype=np.int32) if k else np.zeros((len(r), 1), dtype=np.int32)
-    queries, ranks = np.nonzero(relevant)
+    if k == 0:
+        per_query = {name: np.full(len(r), np.nan) for name in METRICS}
+        return _scores_of({**per_query, "r": r})
+    groups = _tie_groups(knn_labels == query_labels[:, None], distances)
+    rows = np.arange(len(r))
+    # AP@R's rank i adds E[rel(i)·P(i)]: within a group of g holding m relevant items, c relevant before it,
+    # at the group's (t+1)-th place, rel(i) = 1 with probability m/g, and then the t places before it in the
+    # group hold (m − 1)·t/(g − 1) relevant items on average. Only the ranks below R take part, each summed
+    # in rank order (bincount adds in input order), so a query's MAP@R has the same bits whatever k its block
+    # was searched with, and a large R costs its relevant ranks, not all k.
+    queries, ranks = np.nonzero((np.arange(k) < r[:, None]) & (groups.relevant > 0))
+    m, g = groups.relevant[queries, ranks], groups.size[queries, ranks]
+    offset = ranks - groups.start[queries, ranks]
     with np.errstate(divide="ignore", invalid="ignore"):
-        # Precision at each relevant rank, summed rank after rank per query (bincount adds in input order,
-        # which is rank order): only the ranks below R take part, so a query's MAP@R has the same bits
-        # whatever k its block was searched with, and a large R costs its relevant ranks, not all k.
-        gains = hits[queries, ranks] / (ranks + 1)
+        others = np.where(g > 1, offset * (m - 1) / np.maximum(g - 1, 1), 0.0)
+        gains = (m / g) * (groups.before[queries, ranks] + 1 + others) / (ranks + 1)
         map_at_r = np.bincount(queries, weights=gains, minlength=len(r)) / r
-        r_precision = hits[:, -1] / r
-    precision_at_1 = same_class[:, 0].astype(np.float64) if k else np.zeros(len(r))
+        # The top R hold every group before the R-th's and (R − start)/g of that one's relevant items.
+        last = np.maximum(r - 1, 0)
+        share = (r - groups.start[rows, last]) / groups.size[rows, last]
+        r_precision = (groups.before[rows, last] + groups.relevant[rows, last] * share) / r
+    precision_at_1 = groups.relevant[:, 0] / groups.size[:, 0]
     per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
     for values in per_query.values():
         values[~scored] = np.nan
     return _scores_of({**per_query, "r": r})
+
+
+@dataclass(frozen=True)
+class _TieGroups:
+    """For each ``(query, rank)`` of a ranking, the group of neighbours at exactly its distance: the rank
+    it starts at, its size, the relevant items in it and the relevant items ranked before it."""
+
+    start: np.ndarray
+    size: np.ndarray
+    relevant: np.ndarray
+    before: np.ndarray
+
+
+def _tie_groups(same_class: np.ndarray, distances: np.ndarray | None) -> _TieGroups:
+    count, k = same_class.shape
+    columns = np.arange(k, dtype=np.int32)
+    if distances is None:
+        starts = np.ones((count, k), dtype=bool)
+    else:
+        starts = np.empty((count, k), dtype=bool)
+        starts[:, 0] = True
+        np.not_equal(distances[:, 1:], distances[:, :-1], out=starts[:, 1:])
+    start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
+    ends = np.empty_like(starts)
+    ends[:, -1] = True
+    ends[:, :-1] = starts[:, 1:]
+    end = np.minimum.accumulate(np.where(ends, columns, k - 1)[:, ::-1], axis=1)[:, ::-1]
+    hits = np.cumsum(same_class, axis=1, dtype=np.int32)
+    rows = np.arange(count)[:, None]
+    before = hits[rows, start] - same_class[rows, start]
+    return _TieGroups(start, end - start + 1, hits[rows, end] - before, before)
 
 
 def _scores_of(per_query: dict[str, np.ndarray]) -> RetrievalScores:
@@ -130,7 +182,9 @@ def score_embeddings(
     items they retrieve, each query's own image left out: the same R, so the scores compare query by query.
     Queries are searched and scored in blocks whose neighbour lists fit ``max_memory`` bytes (at least
     :data:`MIN_BLOCK` queries each; see :func:`query_blocks`), each block searched for the largest ``R`` of
-    its own queries; every query's scores are exact, and the same bits, whatever the blocks.
+    its own queries (and one more); every query's scores are exact, and the same bits, whatever the blocks.
+    Each score is its expected value over every order of the neighbours tied at exactly one distance (of
+    those the retrieval ranked by), so it does not depend on the order of the rows (docs/design.md, *Ties*).
     """
     count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
@@ -148,23 +202,44 @@ def score_embeddings(
     largest = int(class_sizes.max()) - 1
     kept_width = min(KEPT_NEIGHBOURS, largest)
     # An exact search's first k neighbours are the same whatever larger k it is asked for (ties go to the
-    # smaller index), so each block asks only for what its queries need; an approximate one's candidates may
-    # change with k, so it keeps one k for every query.
+    # smaller index), so each block asks only for what its queries need, and one more to see whether the
+    # R-th's tie group ends within it; an approximate one's candidates may change with k, so it keeps one k
+    # for every query. A query whose R-th ties with its last neighbour is searched again for twice as many,
+    # until its group ends or it has every other item (docs/design.md, *Ties*).
     need = np.full(count, largest) if search.approximate else np.maximum(r, kept_width)
-    blocks = query_blocks(need, max_memory)
-    if len(blocks) == 1:
-        knn = _search(search, embeddings, largest, references, None)
-        scores = retrieval_scores(labels[knn], labels, r)
-        return dataclasses.replace(scores, neighbours=knn[:, :kept_width].copy())
+    asked = np.minimum(need + 1, count - 1)
     per_query = {name: np.empty(count) for name in METRICS} | {"r": r}
     kept = np.empty((count, kept_width), dtype=np.int64)
-    for queries in blocks:
-        knn = _search(search, embeddings, int(need[queries].max()), references, queries)
-        part = retrieval_scores(labels[knn], labels[queries], r[queries]).per_query
-        for name in METRICS:
-            per_query[name][queries] = part[name]
-        kept[queries] = knn[:, :kept_width]
+    pending = np.arange(count)
+    while len(pending):
+        blocks = [pending[block] for block in query_blocks(asked[pending], max_memory)]
+        whole = len(blocks) == 1 and len(pending) == count
+        again = []
+        for queries in blocks:
+            k = int(asked[queries].max())
+            found = _search(search, embeddings, k, references, None if whole else queries)
+            open_ended = _open_ended(found, r[queries], count)
+            done = ~open_ended
+            distances = None if found.distances is None else found.distances[done]
+            part = retrieval_scores(labels[found.indices[done]], labels[queries[done]], r[queries[done]],
+                                    distances).per_query
+            for name in METRICS:
+                per_query[name][queries[done]] = part[name]
+            kept[queries[done]] = found.indices[done, :kept_width]
+            asked[queries[open_ended]] = min(2 * k, count - 1)
+            again.append(queries[open_ended])
+        pending = np.concatenate(again)
     return dataclasses.replace(_scores_of(per_query), neighbours=kept)
+
+
+def _open_ended(found: Ranking, r: np.ndarray, count: int) -> np.ndarray:
+    """Which queries' R-th neighbour ties with their last one (so its group may go on past them), short of
+    every other of the ``count`` items."""
+    k = found.indices.shape[1]
+    if found.distances is None or k >= count - 1:
+        return np.zeros(len(r), dtype=bool)
+    rows = np.arange(len(r))
+    return (r > 0) & (found.distances[rows, np.maximum(r - 1, 0)] == found.distances[:, -1])
 
 
 def query_blocks(need: np.ndarray, max_memory: int) -> list[np.ndarray]:
@@ -187,13 +262,20 @@ def query_blocks(need: np.ndarray, max_memory: int) -> list[np.ndarray]:
 
 
 def _search(search: Retrieval, embeddings: Any, k: int, references: Any, queries: np.ndarray | None) -> Any:
-    """``search.neighbours`` of ``queries`` (None: every item), passing only the arguments in use, so that a
-    Retrieval written before references or blocks of queries existed still scores a set that fits."""
+    """``search.ranking`` of ``queries`` (None: every item), passing only the arguments in use, so that a
+    Retrieval written before references or blocks of queries existed still scores a set that fits; one with
+    ``neighbours`` only gives no distances, its order taken as strict."""
+    if hasattr(search, "ranking"):
+        method, wrap = search.ranking, None
+    else:
+        method, wrap = search.neighbours, True
     if queries is not None:
-        return search.neighbours(embeddings, k, references, queries=queries)
-    if references is None:
-        return search.neighbours(embeddings, k)
-    return search.neighbours(embeddings, k, references)
+        found = method(embeddings, k, references, queries=queries)
+    elif references is None:
+        found = method(embeddings, k)
+    else:
+        found = method(embeddings, k, references)
+    return Ranking(np.asarray(found), None) if wrap else found
 
 
 def chance_scores(labels: np.ndarray) -> dict[str, float]:

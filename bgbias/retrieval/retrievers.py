@@ -24,10 +24,13 @@ from bgbias.errors import OptionError
 from bgbias.retrieval.search import (
     BACKENDS,
     Distance,
+    Ranking,
     checked_k,
     nearest_neighbours,
+    ranking,
     remove_self_matches,
     torch_nearest_neighbours,
+    torch_ranking,
 )
 from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, state_length, take_rows
 
@@ -39,14 +42,21 @@ class Retrieval(Protocol):
     approximate: bool
     """True where a search may miss a nearer item (reports then label their scores approximate)."""
 
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
+        """Each image's ``k`` nearest other images, nearest first, with the distances they were ranked by
+        (scoring reads ties from them: docs/design.md, *Ties*); ``state`` is a ``(N, D)`` array or a mapping
+        of names to ``(N, …)`` arrays (numpy or torch). With ``references`` (a state of the same images in
+        another form, row ``i`` image ``i``), the images of ``state`` are queries searched among the
+        references, each leaving out its own row. ``queries`` (indices) searches for those images only, one
+        row each, against all of them: scoring goes through a large set in such blocks of queries, so its
+        memory stays bounded."""
+        ...
+
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        """``(N, k)`` indices of each image's ``k`` nearest other images, nearest first; ``state`` is a
-        ``(N, D)`` array or a mapping of names to ``(N, …)`` arrays (numpy or torch). With ``references``
-        (a state of the same images in another form, row ``i`` image ``i``), the images of ``state`` are
-        queries searched among the references, each leaving out its own row. ``queries`` (indices) searches
-        for those images only, one row each, against all of them: scoring goes through a large set in
-        such blocks of queries, so its memory stays bounded."""
+        """The ``(N, k)`` indices of :meth:`ranking`. A retrieval written before rankings had distances has
+        this method only; scoring then takes its order as strict (no ties)."""
         ...
 
     def describe(self) -> str:
@@ -68,11 +78,14 @@ class ExactL2:
             raise OptionError(f"unknown retrieval backend {self.backend!r}",
                               fix=f"use one of {', '.join(BACKENDS)}")
 
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
+        gallery = None if references is None else _array(references, self.key)
+        return ranking(_array(state, self.key), k, backend=self.backend, references=gallery, queries=queries)
+
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        gallery = None if references is None else _array(references, self.key)
-        return nearest_neighbours(_array(state, self.key), k, backend=self.backend, references=gallery,
-                                  queries=queries)
+        return self.ranking(state, k, references, queries).indices
 
     def describe(self) -> str:
         return "exact squared L2"
@@ -93,13 +106,16 @@ class LearnedDistance:
     shortlist_key: str = EMBEDDING
     approximate: bool = False
 
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
+        gallery = None if references is None else model_form(named_arrays(references))
+        return torch_ranking(model_form(named_arrays(state)), k, distance=self.distance, device=self.device,
+                             query_rows=self.query_rows, reference_rows=self.reference_rows, queries=queries,
+                             references=gallery)
+
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        gallery = None if references is None else model_form(named_arrays(references))
-        return torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.distance,
-                                        device=self.device, query_rows=self.query_rows,
-                                        reference_rows=self.reference_rows, queries=queries,
-                                        references=gallery)
+        return self.ranking(state, k, references, queries).indices
 
     def describe(self) -> str:
         return "learned pairwise distance"
@@ -132,10 +148,14 @@ class ShortlistRerank:
             raise OptionError(f"a shortlist of {self.shortlist} images is too short",
                               fix="use a shortlist of at least the largest class size")
 
-    def neighbours(self, state: Any, k: int, references: Any = None,
-                   queries: np.ndarray | None = None) -> np.ndarray:
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
         chosen = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
         return self._rerank(state, k, chosen, references)
+
+    def neighbours(self, state: Any, k: int, references: Any = None,
+                   queries: np.ndarray | None = None) -> np.ndarray:
+        return self.ranking(state, k, references, queries).indices
 
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
@@ -151,13 +171,13 @@ class ShortlistRerank:
         k = int(r[chosen].max())
         exact = torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.exact.distance,
                                          device=self.exact.device, queries=chosen)
-        approximate = self._rerank(state, k, chosen)
+        approximate = self._rerank(state, k, chosen).indices
         kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
         return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
 
-    def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> np.ndarray:
-        """``(len(queries), k)`` nearest other images of ``queries`` (among ``references`` where given): the
-        L2 shortlist re-ranked."""
+    def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> Ranking:
+        """The ``k`` nearest other images of ``queries`` (among ``references`` where given): the L2
+        shortlist re-ranked, with its learned distances."""
         import torch
 
         k = checked_k(state, k, references)
@@ -173,15 +193,18 @@ class ShortlistRerank:
 
         on, on_gallery = on_device(state), on_device(gallery)
         ranked = np.empty((len(queries), k + 1), dtype=np.int64)
+        ranked_distances = np.empty((len(queries), k + 1), dtype=np.float32)
         with torch.inference_mode():
             for row, query in enumerate(queries):
                 # The query's own image leads its list, as in the exact searches, so its removal is the same.
                 pool = np.concatenate([[query], candidates[row]])
                 distances = self.exact.distance(model_form(take_rows(on, slice(query, query + 1))),
                                                 model_form(take_rows(on_gallery, torch.from_numpy(pool))))
-                order = distances[0].float().argsort(stable=True)[: k + 1].cpu().numpy()
-                ranked[row] = pool[order]
-        return remove_self_matches(ranked, queries)
+                row_distances = distances[0].float()
+                order = row_distances.argsort(stable=True)[: k + 1]
+                ranked[row] = pool[order.cpu().numpy()]
+                ranked_distances[row] = row_distances[order].cpu().numpy()
+        return remove_self_matches(Ranking(ranked, ranked_distances), queries)
 
     def describe(self) -> str:
         return (f"a shortlist of {self.shortlist} by exact squared L2 on "

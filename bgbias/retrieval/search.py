@@ -15,6 +15,7 @@ distances.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +42,17 @@ Distance = Callable[[Any, Any], "Tensor"]
 state in the form the model returns it (a (n, D) tensor, or a mapping of names to (n, …) tensors)."""
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """Each query's ``k`` nearest other items: ``indices`` ``(n, k)``, nearest first, and the ``distances``
+    they were ranked by (``(n, k)`` float32, as the search computed them), from which scoring reads ties by
+    exact equality (docs/design.md, *Ties*); None from a retrieval that gives only indices, whose order
+    scoring then takes as strict."""
+
+    indices: np.ndarray
+    distances: np.ndarray | None
+
+
 def nearest_neighbours(
     embeddings: np.ndarray | Tensor,
     k: int,
@@ -50,7 +62,21 @@ def nearest_neighbours(
     references: np.ndarray | Tensor | None = None,
     queries: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``(N, D)`` embeddings -> ``(N, k)`` indices of each row's ``k`` nearest other rows, nearest first.
+    """The indices of :func:`ranking`."""
+    return ranking(embeddings, k, backend=backend, distance=distance, references=references,
+                   queries=queries).indices
+
+
+def ranking(
+    embeddings: np.ndarray | Tensor,
+    k: int,
+    *,
+    backend: str = "auto",
+    distance: Distance | None = None,
+    references: np.ndarray | Tensor | None = None,
+    queries: np.ndarray | None = None,
+) -> Ranking:
+    """``(N, D)`` embeddings -> each row's ``k`` nearest other rows, nearest first, with their distances.
 
     Ranked by squared L2 distance, or by ``distance`` when given (a learned similarity such as AVSL's, which
     only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when it
@@ -64,13 +90,12 @@ def nearest_neighbours(
         if backend == "faiss":
             raise OptionError("faiss ranks by L2 distance only, not by a learned distance",
                               fix="use the torch (or auto) backend for methods with a learned similarity")
-        return torch_nearest_neighbours(embeddings, k, distance=distance, references=references,
-                                        queries=queries)
+        return torch_ranking(embeddings, k, distance=distance, references=references, queries=queries)
     if backend == "auto":
         backend = "faiss" if faiss_available() else "torch"
     if backend == "faiss":
-        return faiss_nearest_neighbours(embeddings, k, references=references, queries=queries)
-    return torch_nearest_neighbours(embeddings, k, references=references, queries=queries)
+        return faiss_ranking(embeddings, k, references=references, queries=queries)
+    return torch_ranking(embeddings, k, references=references, queries=queries)
 
 
 def checked_k(
@@ -113,22 +138,33 @@ def faiss_available() -> bool:
     return True
 
 
-def remove_self_matches(indices: np.ndarray, items: np.ndarray | None = None) -> np.ndarray:
-    """``(N, k + 1)`` neighbour indices of items ``items`` (default rows ``0 … N-1``) -> ``(N, k)`` without
-    each row's own index.
+def remove_self_matches(found: Ranking, items: np.ndarray | None = None) -> Ranking:
+    """Each query's ``k + 1`` nearest of items ``items`` (default rows ``0 … N-1``) -> its ``k`` nearest
+    without its own index (and that column's distance).
 
     A row whose own index is missing (ties put other items in its place) loses its last column instead: the
     rule of PML's ``return_results`` since v1.5.2.
     """
+    indices, distances = found.indices, found.distances
     own = indices == (np.arange(len(indices)) if items is None else np.asarray(items))[:, None]
     own[~own.any(axis=1), -1] = True
-    return indices[~own].reshape(len(indices), indices.shape[1] - 1)
+    shape = (len(indices), indices.shape[1] - 1)
+    kept = None if distances is None else distances[~own].reshape(shape)
+    return Ranking(indices[~own].reshape(shape), kept)
 
 
 def faiss_nearest_neighbours(
     embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
     queries: np.ndarray | None = None,
 ) -> np.ndarray:
+    """The indices of :func:`faiss_ranking`."""
+    return faiss_ranking(embeddings, k, references=references, queries=queries).indices
+
+
+def faiss_ranking(
+    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
+    queries: np.ndarray | None = None,
+) -> Ranking:
     """The faiss backend: ``IndexFlatL2`` over float32 copies, on every GPU faiss sees (faiss-gpu built for a
     machine with CUDA devices), else on the CPU; the GPU index serves ``k + 1`` up to
     :data:`FAISS_GPU_MAX_K`, beyond which the CPU one does, as in PML. ``references`` are indexed instead of
@@ -146,12 +182,10 @@ def faiss_nearest_neighbours(
     if faiss.get_num_gpus() > 0 and k + 1 <= FAISS_GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(vectors if references is None else as_float32_numpy(references))
-    if queries is None:
-        _, indices = index.search(vectors, k + 1)
-        return remove_self_matches(np.asarray(indices, dtype=np.int64))
-    items = np.asarray(queries, dtype=np.int64)
-    _, indices = index.search(np.ascontiguousarray(vectors[items]), k + 1)
-    return remove_self_matches(np.asarray(indices, dtype=np.int64), items)
+    items = None if queries is None else np.asarray(queries, dtype=np.int64)
+    searched = vectors if items is None else np.ascontiguousarray(vectors[items])
+    distances, indices = index.search(searched, k + 1)
+    return remove_self_matches(Ranking(np.asarray(indices, dtype=np.int64), np.asarray(distances)), items)
 
 
 def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
@@ -171,6 +205,22 @@ def torch_nearest_neighbours(
     queries: np.ndarray | None = None,
     references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
 ) -> np.ndarray:
+    """The indices of :func:`torch_ranking`."""
+    return torch_ranking(embeddings, k, distance=distance, device=device, query_rows=query_rows,
+                         reference_rows=reference_rows, queries=queries, references=references).indices
+
+
+def torch_ranking(
+    embeddings: np.ndarray | Tensor | Mapping[str, Any],
+    k: int,
+    *,
+    distance: Distance | None = None,
+    device: Any = None,
+    query_rows: int | None = None,
+    reference_rows: int | None = None,
+    queries: np.ndarray | None = None,
+    references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
+) -> Ranking:
     """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
 
     ``queries`` (indices into the split) searches for those items only, each against the whole split (a
@@ -216,7 +266,7 @@ def torch_nearest_neighbours(
         raise OptionError(f"block sizes must be at least 1, got {query_rows} x {reference_rows}",
                           fix="pass positive query_rows and reference_rows")
     items = np.arange(count) if queries is None else np.asarray(queries, dtype=np.int64)
-    parts = []
+    parts, part_distances = [], []
     with torch.inference_mode():
         for q_start in range(0, len(items), query_rows):
             chosen = items[q_start:q_start + query_rows]
@@ -231,7 +281,9 @@ def torch_nearest_neighbours(
                 best_d, best_i = smallest(torch.cat([best_d, block_d], dim=1),
                                           torch.cat([best_i, block_i], dim=1), k + 1)
             parts.append(best_i.cpu())
-    return remove_self_matches(torch.cat(parts).numpy().astype(np.int64), items)
+            part_distances.append(best_d.cpu())
+    found = Ranking(torch.cat(parts).numpy().astype(np.int64), torch.cat(part_distances).numpy())
+    return remove_self_matches(found, items)
 
 
 def smallest(distances: Tensor, ids: Tensor, count: int) -> tuple[Tensor, Tensor]:

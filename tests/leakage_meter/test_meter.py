@@ -67,7 +67,7 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     assert record["format"] == "bgbias-leakage" and record["leakage"] == pytest.approx(result.leakage)
     assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
     # The dial was calibrated for the default encoder only: another gets no bench ρ, and is told why.
-    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 2
+    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 3
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
     assert "No bench ρ" in page
@@ -135,3 +135,24 @@ def test_an_encoder_the_dial_was_calibrated_for_gets_the_bench_rho_that_leaks_as
     assert result.bench_rho.rho.rho == pytest.approx(result.leakage)  # the curve is ρ = leakage
     assert (result.bench_rho.low.rho, result.bench_rho.high.rho) == pytest.approx(result.interval)
     assert f"leaks as much at **{result.bench_rho.words()}**" in result.markdown()
+
+
+@pytest.mark.parametrize(("mask", "view", "words"), [
+    (0, "foreground", "object only"), (255, "background", "background only")], ids=["empty", "full"])
+def test_a_view_whose_images_all_embed_alike_is_reported_degenerate_not_read(tmp_path, encoder, mask, view,
+                                                                             words):
+    from tests.leakage_meter.scenes import Scenes, image_table, scene_samples
+
+    samples = [(image, label, np.full_like(shape, mask))
+               for image, label, shape in scene_samples("class", "random").samples]
+    table = image_table(Scenes(samples), tmp_path)
+    result = measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "out")
+    scores = getattr(result, view)
+    assert scores.degenerate == "all 48 images embed to one vector"
+    assert np.isnan(result.leakage) and all(np.isnan(end) for end in result.interval)
+    assert result.bench_rho is None and result.per_class == ()
+    record = json.loads((tmp_path / "out" / "leakage.json").read_text())
+    assert record["leakage"] is None and record[view]["degenerate"] == scores.degenerate
+    page = (tmp_path / "out" / "leakage.md").read_text()
+    assert f"No leakage is read: the {words} view is degenerate (all 48 images embed to one vector)" in page
+    assert "% of what the background" not in page

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from bgbias.cli import main
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.errors import AssetError, OptionError
+from tests.data.test_array_files import forged_npy
 
 SOURCE_FIELDS = {"method", "bgaugment", "run", "seed", "trained_on", "checkpoint", "compute",
                  "same_dataset_as_training", "embeddings"}
@@ -178,6 +181,12 @@ def test_l2_normalize_scores_scaled_rows_as_their_directions(scored_split, tiny_
         _score(scaled, tiny_bench, base, l2_normalize=True)
 
 
+def _npy(array: np.ndarray) -> bytes:
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
 def _broken(name: str, ids: list[str], folder: Path) -> None:
     """Break the folder of good embeddings as ``name`` says."""
     rows = np.ones((len(ids), 8), dtype=np.float32)
@@ -212,6 +221,14 @@ def _broken(name: str, ids: list[str], folder: Path) -> None:
         write_set(folder, "repeat-0", ids, rows, npy=True)
     elif name == "other arrays":
         np.savez(folder / "repeat-0.npz", ids=np.array(ids), vectors=rows)
+    elif name == "huge header npy":
+        write_set(folder, "repeat-0", ids, rows, npy=True)
+        (folder / "repeat-0.npz").unlink()
+        (folder / "repeat-0.npy").write_bytes(forged_npy())
+    elif name == "huge header npz":
+        with zipfile.ZipFile(folder / "repeat-0.npz", "w") as archive:
+            archive.writestr("ids.npy", _npy(np.array(ids)))
+            archive.writestr("embeddings.npy", forged_npy())
     elif name == "pickled":
         np.save(folder / "repeat-0.npy", np.array([object()] * len(ids)), allow_pickle=True)
         (folder / "repeat-0.ids.txt").write_text("".join(f"{i}\n" for i in ids))
@@ -236,6 +253,10 @@ def _broken(name: str, ids: list[str], folder: Path) -> None:
     ("two formats", None, "set repeat-0 has 2 files of embeddings", "one file per set"),
     ("other arrays", "repeat-0.npz", "holds the arrays ids, vectors", "np.savez"),
     ("pickled", "repeat-0.npy", "cannot be read as numpy data", "save it with numpy"),
+    ("huge header npy", "repeat-0.npy", r"array repeat-0.npy declares shape \(12, 8589934592\)",
+     "save it with numpy"),
+    ("huge header npz", "repeat-0.npz", r"array embeddings declares shape \(12, 8589934592\)",
+     "save it with numpy"),
 ])
 def test_each_layout_error_names_the_file_and_the_fix(scored_split, tiny_bench, tmp_path, name, file, message,
                                                       fix):

@@ -64,9 +64,9 @@ class Asked:
     def __init__(self, inner) -> None:
         self.inner, self.approximate, self.ks = inner, inner.approximate, []
 
-    def neighbours(self, state, k, references=None, queries=None):
+    def ranking(self, state, k, references=None, queries=None):
         self.ks.append(k)
-        return self.inner.neighbours(state, k, references, queries=queries)
+        return self.inner.ranking(state, k, references, queries=queries)
 
     def describe(self) -> str:
         return self.inner.describe()
@@ -92,10 +92,11 @@ def test_every_retrieval_scores_skewed_classes_in_blocks_as_in_one_search(retrie
     _same(whole, score_embeddings(state, labels, retrieval=asked, references=references,
                                   max_memory=TINY_CEILING))
     largest = int(np.bincount(labels).max()) - 1
+    # each search asks for one neighbour more than R, to see where the R-th's tie group ends
     if inner.approximate:  # a shortlist's candidates depend on k: one k for every query
-        assert set(asked.ks) == {largest}
-    else:  # the class of 150's queries ask for 149 neighbours, the others for what their classes need
-        assert max(asked.ks) == largest and min(asked.ks) < 20
+        assert set(asked.ks) == {largest + 1}
+    else:  # the class of 150's queries ask for 150 neighbours, the others for what their classes need
+        assert max(asked.ks) == largest + 1 and min(asked.ks) < 20
 
 
 def test_blocks_take_the_largest_needs_first_each_sized_to_the_ceiling_for_its_own_k():
@@ -190,6 +191,17 @@ def test_eval_takes_its_memory_ceiling_as_a_size():
 
     assert [BYTES.convert(text, None, None) for text in ("512M", "4G", "1.5k", "2048", "1GiB")] == [
         512 << 20, 4 << 30, 1536, 2048, 1 << 30]
-    for wrong in ("lots", "0", "-1G"):
+    for wrong in ("lots", "0", "-1G", "", "  ", "K", "inf", "nan", "1e400G"):
         with pytest.raises(click.BadParameter):
             BYTES.convert(wrong, None, None)
+
+
+@pytest.mark.parametrize("command", ["score", "eval"])
+def test_an_empty_memory_ceiling_is_a_usage_error_naming_the_option(command):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    result = CliRunner().invoke(main, [command, "--max-memory", ""])
+    assert result.exit_code == 2 and "--max-memory" in result.output and "is not a size" in result.output
+    assert not isinstance(result.exception, IndexError)

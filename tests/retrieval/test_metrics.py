@@ -126,12 +126,11 @@ def _random_split(seed: int, classes: int, count: int, tied: bool) -> tuple[np.n
     return embeddings, labels
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["plain", "ties"])
 @pytest.mark.parametrize(
     ("seed", "classes", "count"), [(0, 2, 400), (1, 11, 500), (2, 60, 700), (3, 150, 600)]
 )
-def test_faiss_backend_equals_pml_accuracy_calculator(seed, classes, count, tied):
-    embeddings, labels = _random_split(seed, classes, count, tied)
+def test_faiss_backend_equals_pml_accuracy_calculator_without_ties(seed, classes, count):
+    embeddings, labels = _random_split(seed, classes, count, tied=False)
     scores = score_embeddings(embeddings, labels, retrieval=ExactL2("faiss"))
     _, sizes = np.unique(labels, return_counts=True)
     assert scores.scored == count - (sizes == 1).sum()
@@ -202,3 +201,126 @@ def test_each_querys_chance_averages_to_the_chance_scores_and_a_lone_query_has_n
     assert per_query["map_at_r"][3] == pytest.approx(1 / 9)  # R = 1: the one relevant item on top
     for name, mean in chance_scores(labels).items():
         assert np.nanmean(per_query[name]) == pytest.approx(mean)
+
+
+def _every_order(labels: list[int], groups: list[int], query: int, r: int) -> list[float]:
+    """The three metrics averaged over every order of each tie group (``groups``: their sizes in rank
+    order), by enumeration."""
+    import itertools
+
+    spans, start = [], 0
+    for size in groups:
+        spans.append(list(itertools.permutations(labels[start:start + size])))
+        start += size
+    draws = []
+    for orders in itertools.product(*spans):
+        ranked = np.array([label for order in orders for label in order])[None, :]
+        scores = retrieval_scores(ranked, np.array([query]), np.array([r]))
+        draws.append([scores.map_at_r, scores.r_precision, scores.precision_at_1])
+    return np.mean(draws, axis=0).tolist()
+
+
+@pytest.mark.parametrize(("labels", "groups", "r"), [
+    ([0, 1, 0, 1, 2, 0], [1, 3, 2], 2),  # a group of three straddles rank R = 2
+    ([1, 0, 0, 1, 0, 2, 0], [4, 1, 2], 4),  # the first group is the top R, the R-th tie with rank 1
+    ([1, 1, 0, 0, 0, 1, 0], [2, 5], 4),  # the last group goes past R and holds relevant items beyond it
+    ([0, 0, 0, 0, 1], [5], 4),  # every item tied: chance
+])
+def test_tied_neighbours_score_their_expected_value_over_every_order(labels, groups, r):
+    distances = np.repeat(np.arange(len(groups), dtype=np.float32), groups)[None, :]
+    scores = retrieval_scores(np.array([labels]), np.array([0]), np.array([r]), distances)
+    assert [scores.map_at_r, scores.r_precision, scores.precision_at_1] == pytest.approx(
+        _every_order(labels, groups, 0, r), abs=1e-12)
+
+
+def _shuffled_alike(scores, shuffled, order) -> None:
+    for name in (*METRICS, "r"):
+        np.testing.assert_allclose(shuffled.per_query[name], scores.per_query[name][order], rtol=0,
+                                   atol=1e-12)
+
+
+def _tied_set(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Few distinct points, many duplicates across classes, classes in row order: every tie straddles."""
+    rng = np.random.default_rng(seed)
+    labels = np.sort(rng.integers(0, 7, 150))
+    embeddings = rng.integers(0, 2, size=(150, 3)).astype(np.float32)
+    return embeddings, labels
+
+
+@pytest.mark.parametrize("gallery", [False, True], ids=["itself", "gallery"])
+@pytest.mark.parametrize("retrieval", ["faiss", "torch", "learned", "shortlist"])
+@pytest.mark.parametrize("max_memory", [1 << 30, 1], ids=["one block", "blocks"])
+def test_scores_of_tied_data_do_not_depend_on_the_order_of_the_rows(retrieval, gallery, max_memory):
+    from bgbias.retrieval.retrievers import LearnedDistance, ShortlistRerank
+    from bgbias.retrieval.search import faiss_available, squared_l2
+
+    if retrieval == "faiss" and not faiss_available():
+        pytest.skip("faiss is not installed")
+    learned = LearnedDistance(lambda queries, references: squared_l2(queries, references).sqrt())
+    search = {"faiss": ExactL2("faiss"), "torch": ExactL2("torch"), "learned": learned,
+              "shortlist": ShortlistRerank(learned, shortlist=40)}[retrieval]
+    embeddings, labels = _tied_set()
+    references = embeddings[::-1].copy() if gallery else None  # another form of each image: still tied
+    order = np.random.default_rng(1).permutation(len(labels))
+    straight = score_embeddings(embeddings, labels, retrieval=search, references=references,
+                                max_memory=max_memory)
+    shuffled = score_embeddings(embeddings[order], labels[order], retrieval=search,
+                                references=None if references is None else references[order],
+                                max_memory=max_memory)
+    _shuffled_alike(straight, shuffled, order)
+    assert shuffled.map_at_r == pytest.approx(straight.map_at_r, abs=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_identical_embeddings_score_chance_whatever_the_row_order(backend):
+    from bgbias.retrieval.search import faiss_available
+
+    if backend == "faiss" and not faiss_available():
+        pytest.skip("faiss is not installed")
+    labels = np.sort(np.random.default_rng(0).integers(0, 12, 24))
+    chance = chance_per_query(labels)
+    for rows in (np.arange(24), np.random.default_rng(2).permutation(24)):
+        scores = score_embeddings(np.ones((24, 4)), labels[rows], retrieval=ExactL2(backend))
+        for name in METRICS:
+            np.testing.assert_allclose(scores.per_query[name], chance[name][rows], rtol=0, atol=1e-12)
+
+
+class _Asked:
+    """A retrieval that records the k of each search."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.approximate, self.ks = inner, inner.approximate, []
+
+    def ranking(self, state, k, references=None, queries=None):
+        self.ks.append(k)
+        return self.inner.ranking(state, k, references, queries=queries)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+def test_a_tie_group_past_the_first_search_is_searched_again_until_it_ends():
+    # 300 images: a class of 3 among 297 others, all 300 on one point but 10 far ones.
+    embeddings = np.zeros((300, 2), dtype=np.float32)
+    embeddings[-10:] = 5.0
+    labels = np.concatenate([[0, 0, 0], np.arange(1, 298)])
+    asked = _Asked(ExactL2("torch"))
+    scores = score_embeddings(embeddings, labels, retrieval=asked)
+    assert asked.ks[0] == 3 and asked.ks[1:] == [6, 12, 24, 48, 96, 192, 299]
+    # each of the class's three ties with the 289 other images on the point: chance among those 289 + 1
+    assert scores.per_query["precision_at_1"][:3] == pytest.approx([2 / 289] * 3)
+
+
+def test_a_retrieval_without_distances_is_scored_as_ranking_strictly():
+    class IndicesOnly:
+        approximate = False
+
+        def neighbours(self, state, k, references=None, queries=None):
+            return ExactL2("torch").neighbours(state, k, references, queries=queries)
+
+        def describe(self) -> str:
+            return "indices only"
+
+    embeddings, labels = _random_split(0, 11, 300, tied=False)
+    assert score_embeddings(embeddings, labels, retrieval=IndicesOnly()) == score_embeddings(
+        embeddings, labels, retrieval=ExactL2("torch"))

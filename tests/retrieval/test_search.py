@@ -10,6 +10,7 @@ import torch
 
 from bgbias.errors import AssetError, BgbiasError, OptionError
 from bgbias.retrieval.search import (
+    Ranking,
     faiss_nearest_neighbours,
     nearest_neighbours,
     remove_self_matches,
@@ -48,15 +49,18 @@ def test_k_zero_gives_no_columns(backend):
     assert nearest_neighbours(LINE, 0, backend=backend).shape == (5, 0)
 
 
-def test_self_is_removed_wherever_it_stands():
+def test_self_is_removed_wherever_it_stands_with_its_distance():
     searched = np.array([[0, 4, 2], [3, 1, 0], [1, 4, 2]])
-    assert remove_self_matches(searched).tolist() == [[4, 2], [3, 0], [1, 4]]
+    distances = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8]], dtype=np.float32)
+    found = remove_self_matches(Ranking(searched, distances))
+    assert found.indices.tolist() == [[4, 2], [3, 0], [1, 4]]
+    assert found.distances.tolist() == [[1, 2], [3, 5], [6, 7]]
 
 
 def test_row_without_its_own_index_loses_its_last_column():
     # Row 1 tied with items 0 and 2, which took both places: PML then drops the last column.
     searched = np.array([[0, 1], [0, 2], [2, 1]])
-    assert remove_self_matches(searched).tolist() == [[1], [0], [1]]
+    assert remove_self_matches(Ranking(searched, None)).indices.tolist() == [[1], [0], [1]]
 
 
 def test_faiss_neighbours_equal_pmls_faiss_knn_with_ties():
