@@ -294,6 +294,7 @@ def test_sets_need_the_manifests_they_were_rendered_from(scored_split, tiny_benc
     assert err.value.fix.startswith("pass manifests=, the folder") and not (tmp_path / "none").exists()
 
 
+@pytest.mark.required_in_ci
 def test_parquet_is_read_where_pyarrow_is_installed(scored_split, tiny_bench, tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

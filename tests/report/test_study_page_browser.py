@@ -26,6 +26,7 @@ from tests.report.synthetic import changed, complete, explain_summary, make_repo
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.required_in_ci,
     pytest.mark.skipif(find_chromium() is None, reason=(
         f"no Chromium on PATH ({', '.join(NAMES)}): install it (Debian: apt-get install -y "
         "--no-install-recommends chromium) to check the study page in a browser")),
