@@ -82,3 +82,9 @@ def test_a_models_folder_is_a_slug_and_a_digest_never_the_label():
     assert name.startswith("etc_script_alert_1_")
     other = ModelEntry(hostile.label, "other.pt", "other.pt", "--model")
     assert other.folder_name() != name and len(name.rsplit("-", 1)[1]) == 8
+
+
+def test_a_list_file_with_a_byte_order_mark_reads_its_first_line(tmp_path):
+    listed = tmp_path / "models.txt"
+    listed.write_text("mobilenet = bgbias.models.pretrained:imagenet_mobilenet_v2\n", encoding="utf-8-sig")
+    assert [entry.label for entry in read_list_file(listed)] == ["mobilenet"]

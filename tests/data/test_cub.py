@@ -142,3 +142,11 @@ def test_incomplete_segmentations_folder(small_cub):
     with pytest.raises(DatasetError, match="1 of 6 ground-truth masks are missing") as info:
         CubDataset(small_cub).items()
     assert "Bird_002_0001_4.png" in str(info.value) and "segmentations" in info.value.fix
+
+
+def test_index_files_with_a_byte_order_mark_read_as_without(small_cub):
+    expected = [(item.id, item.label) for item in CubDataset(small_cub).items()]
+    for name in ("images.txt", "image_class_labels.txt"):
+        path = small_cub / name
+        path.write_text(path.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    assert [(item.id, item.label) for item in CubDataset(small_cub).items()] == expected

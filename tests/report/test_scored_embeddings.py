@@ -159,6 +159,19 @@ def test_rows_in_any_order_and_either_format_score_alike_and_nothing_is_written(
         "clean", "repeat-0"}
 
 
+def test_an_ids_file_with_a_byte_order_mark_scores_as_without(scored_split, tiny_bench, tmp_path):
+    base, ids = scored_split
+    first = _score(base / "good", tiny_bench, base)
+    folder = _copy(base, tmp_path)
+    with np.load(folder / "clean.npz") as stored:
+        embeddings = stored["embeddings"]
+    (folder / "clean.npz").unlink()
+    write_set(folder, "clean", ids, embeddings, npy=True)
+    listed = folder / "clean.ids.txt"
+    listed.write_text(listed.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    assert _score(folder, tiny_bench, base).report.clean == first.report.clean
+
+
 def test_l2_normalize_scores_scaled_rows_as_their_directions(scored_split, tiny_bench, tmp_path):
     base, ids = scored_split
     unit = _copy(base, tmp_path)
