@@ -196,6 +196,19 @@ def test_errors_from_below_name_python_arguments_and_keep_quoted_commands(forty)
         bgbias.evaluate(tiny_embedder().eval())
 
 
+def test_a_first_evaluation_in_a_new_folder_without_installed_photos_names_the_fetch_command(
+        forty, tmp_path, monkeypatch):
+    import bgbias.backgrounds.sources
+    from bgbias.errors import AssetError
+
+    _, rows = forty
+    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: [])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssetError, match="no background photographs are installed") as raised:
+        bgbias.evaluate(tiny_embedder().eval(), rows, split="all", repeats=1, workers=0, device="cpu")
+    assert "`bgbias assets fetch`" in raised.value.fix and "pass backgrounds=" in raised.value.fix
+
+
 def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     base, rows = forty
     made = bgbias.make_corrupted_sets(rows, split="all", repeats=2, backgrounds=base / "backgrounds",
