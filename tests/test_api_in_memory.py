@@ -209,6 +209,20 @@ def test_a_first_evaluation_in_a_new_folder_without_installed_photos_names_the_f
     assert "`bgbias assets fetch`" in raised.value.fix and "pass backgrounds=" in raised.value.fix
 
 
+def test_an_outside_model_on_ones_own_images_scores_every_image_by_default_and_says_why(forty):
+    from bgbias.report.evaluation import format_evaluation_markdown
+
+    _, rows = forty
+    chosen = bgbias.evaluate(tiny_embedder().eval(), rows, corrupted=False, workers=0, device="cpu")
+    assert chosen.report.split == "all" and len(chosen.clean.per_query["map_at_r"]) == len(rows)
+    assert "did not train" in chosen.report.split_reason
+    assert f"Split scored: {chosen.report.split_reason}." in format_evaluation_markdown(chosen.report)
+    asked = bgbias.evaluate(tiny_embedder().eval(), rows, split="test", corrupted=False, workers=0,
+                            device="cpu")
+    assert asked.report.split == "test" and asked.report.split_reason == "test, as asked"
+    assert len(asked.clean.per_query["map_at_r"]) < len(rows)
+
+
 def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     base, rows = forty
     made = bgbias.make_corrupted_sets(rows, split="all", repeats=2, backgrounds=base / "backgrounds",
