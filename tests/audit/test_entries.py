@@ -92,7 +92,6 @@ def test_a_list_file_with_a_byte_order_mark_reads_its_first_line(tmp_path):
 
 def test_an_audit_on_ones_own_images_scores_every_image_unless_a_model_is_a_run(tmp_path):
     import json
-
     from types import SimpleNamespace
 
     from bgbias.data.table import image_table
@@ -104,7 +103,8 @@ def test_an_audit_on_ones_own_images_scores_every_image_unless_a_model_is_a_run(
     (tmp_path / "run" / "config.json").write_text(json.dumps({}))
     with_run = [*outside, parse_entry(f"mine = {tmp_path / 'run'}", "--model")]
     assert audit_split(own, outside, None)[0] == "all"
-    assert audit_split(own, with_run, None) == ("test", "test, the held-out classes: the default on one's own "
-                                                        "images when a model is a run bgbias trained (mine)")
+    assert audit_split(own, with_run, None) == (
+        "test", "test, the held-out classes: the default on one's own images when a model is a run bgbias "
+                "trained (mine)")
     assert audit_split(own, outside, "val") == ("val", "val, as asked")
     assert audit_split(SimpleNamespace(name="bench"), outside, None)[0] == "test"
