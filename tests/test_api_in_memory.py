@@ -281,4 +281,4 @@ def test_the_trials_folder_with_ones_own_masks_is_still_scored_in_one_call(forty
     before = _tree(tmp_path)
     result = bgbias.evaluate(tiny_embedder().eval(), "folder", root=root, masks=tmp_path / "masks",
                              backgrounds=forty[0] / "backgrounds", repeats=2, workers=0, device="cpu")
-    assert result.report.images == 8 and len(result.corrupted) == 2 and _tree(tmp_path) == before
+    assert result.report.images == 16 and len(result.corrupted) == 2 and _tree(tmp_path) == before
