@@ -20,9 +20,10 @@ from bgbias.data.splits import split_items
 from bgbias.errors import AssetError, OptionError
 
 SOURCE_FIELDS = {"method", "bgaugment", "run", "seed", "trained_on", "checkpoint", "compute",
-                 "same_dataset_as_training", "embeddings"}
+                 "same_dataset_as_training", "embeddings", "split_reason"}
 """The report fields that name where the numbers came from: the model and how it ran (eval), the files
-(score). Every other field of the two reports is equal."""
+(score), and why that split (the model's default, the files' split). Every other field of the two reports is
+equal."""
 
 
 def layout_id(relpath: Path | str) -> str:
