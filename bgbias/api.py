@@ -26,6 +26,7 @@ from bgbias.errors import BgbiasError, ModelError, OptionError
 from bgbias.options import (
     AMP,
     BATCH_SIZE,
+    CHOSEN_SPLIT,
     DEVICE,
     FILL,
     FLAG,
@@ -65,7 +66,7 @@ MASKS = Rule(Path, optional=True, example="masks/bench")
 """``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
 RULES: dict[str, dict[str, Rule]] = {
     "evaluate": {
-        "root": PATH, "split": SPLIT,
+        "root": PATH, "split": CHOSEN_SPLIT,
         "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "backgrounds": PATH,
         "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
         "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
@@ -92,7 +93,8 @@ RULES: dict[str, dict[str, Rule]] = {
                 "device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP,
                 "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS,
                 "progress": FLAG},
-    "audit": {"models_file": PATH, "root": PATH, "split": SPLIT, "backgrounds": PATH, "repeats": REPEATS,
+    "audit": {"models_file": PATH, "root": PATH, "split": CHOSEN_SPLIT, "backgrounds": PATH,
+              "repeats": REPEATS,
               "fill": FILL, "seed": SEED, "out": PATH, "device": DEVICE, "trust_model": FLAG, "amp": AMP,
               "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS, "progress": FLAG},
 }
@@ -146,7 +148,7 @@ def evaluate(
     dataset: Any = None,
     *,
     root: PathLike | None = None,
-    split: str = "test",
+    split: str | None = None,
     corrupted: bool = True,
     repeats: int = 5,
     seed: int = 0,
@@ -177,7 +179,9 @@ def evaluate(
     ``dataset`` is a dataset's name (with ``root``), or one's own images: rows of ``(path, label[, mask])``,
     a table of such columns (a dict or a pandas DataFrame; ``path`` or ``image``, ``label``, ``mask``), or a
     torch ``Dataset`` of ``(image, label[, mask])`` samples (:mod:`bgbias.data.table`); relative paths are
-    relative to ``root``. ``split="all"`` scores every image as query and gallery. ``masks`` is the folder
+    relative to ``root``. ``split="all"`` scores every image as query and gallery; the default is ``all`` for
+    a model bgbias did not train on one's own images (none of their classes was held out from its training),
+    else ``test``, and the report says which and why (``report.split_reason``). ``masks`` is the folder
     of the saliency masks (default ``masks/<dataset>``; a row's own mask comes first), or for one's own
     images :class:`bgbias.U2NetMasks` to make each missing one when first needed, kept in memory.
 
@@ -366,7 +370,7 @@ def as_embedding_model(
 
     from bgbias.engine.external_model import external_model, load_external_model
     from bgbias.engine.model_spec import network_from_callable, network_from_module
-    from bgbias.engine.trained import load_trained
+    from bgbias.engine.trained import is_run_path, load_trained
     from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.models.model_input import ModelInput
 
@@ -381,10 +385,8 @@ def as_embedding_model(
                                   "with bgbias.engine.trained.load_trained(run, amp=..., memory_format=...))")
         return model
     if isinstance(model, str | os.PathLike):
-        path = Path(model)
-        if (path / "config.json").is_file() or (path.parent.name == "checkpoints"
-                                                and (path.parent.parent / "config.json").is_file()):
-            return load_trained(path, device=device, **compute)
+        if is_run_path(model):
+            return load_trained(Path(model), device=device, **compute)
         return load_external_model(os.fspath(model), model_input, args=args, device=device, out=out,
                                    trust=trust_model, homes=homes, **compute)
     if isinstance(model, nn.Module):
@@ -696,7 +698,7 @@ def audit(
     *,
     models_file: PathLike | None = None,
     root: PathLike | None = None,
-    split: str = "test",
+    split: str | None = None,
     masks: PathLike | None = None,
     backgrounds: PathLike | None = None,
     repeats: int = 5,
@@ -713,7 +715,8 @@ def audit(
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> AuditResult:
-    """``bgbias audit``: several models scored side by side on ``split`` of ``dataset`` (docs/audit.md):
+    """``bgbias audit``: several models scored side by side on ``split`` of ``dataset`` (docs/audit.md; by
+    default chosen as :func:`evaluate` chooses it, ``test`` where a model is a run bgbias trained):
     clean and corrupted MAP@R (``repeats`` corrupted sets fixed by ``seed``), the background-reliance profile
     and the dataset's background leakage seen through each (hole filled by ``fill``), ranked by corrupted
     MAP@R in one page. ``models`` are specs (``"[LABEL =] SPEC [KEY=VALUE ...]"``, as ``--model`` takes
@@ -726,7 +729,7 @@ def audit(
     second call with the same models and settings reuses every finished model. A model that fails is
     recorded with its error while the others go on: ``result.failed`` lists them."""
     from bgbias.model_audit.entries import check_labels, entries_of, read_list_file
-    from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
+    from bgbias.model_audit.run import AuditSettings, audit_split, default_audit_folder, run_audit
 
     check_arguments(locals(), RULES["audit"])
     _check_model_input_and_log(model_input, log)
@@ -735,8 +738,10 @@ def audit(
     check_labels(entries)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
+    split, split_reason = audit_split(opened, entries, split)
     folder = Path(out) if out is not None else default_audit_folder(opened, split)
-    settings = AuditSettings(split=split, repeats=repeats, seed=seed, fill=fill, masks=fields["masks"],
+    settings = AuditSettings(split=split, split_reason=split_reason, repeats=repeats, seed=seed, fill=fill,
+                             masks=fields["masks"],
                              backgrounds=_path(backgrounds), batch_size=batch_size, workers=workers,
                              progress=progress)
 

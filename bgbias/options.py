@@ -170,6 +170,9 @@ PATH = Rule(Path, optional=True, example="folder")
 FLAG = Rule(bool, example=True)
 SPLIT = Rule(str, choices=("test", "val", "all"), example="test")
 """The evaluated split: the paper's test split, or the validation split."""
+CHOSEN_SPLIT = Rule(str, choices=("test", "val", "all"), optional=True, example="all")
+"""The evaluated split of ``bgbias eval`` and ``audit``; None: ``all`` for a model bgbias did not train on
+one's own images, else ``test`` (``engine.request.chosen_split``)."""
 LEAKAGE_SPLIT = Rule(str, choices=("train", "test", "all"), example="test")
 """The split the leakage meter measures: before training, the training split is as telling as the test's."""
 FILL = Rule(str, choices=("black", "tiled", "inpainted"), example="inpainted")

@@ -260,16 +260,16 @@ def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, t
     assert len(ceilings) > 3 and set(ceilings) == {12345}  # clean, corrupted, query-side, the variants
 
 
-def test_a_whole_folder_of_one_s_own_is_scored_with_split_all(tmp_path):
+def test_a_whole_folder_of_one_s_own_is_scored_by_default_and_split_test_scores_half(tmp_path):
     from tests.replicas import make_folder
 
     root = make_folder(tmp_path / "products", per_class=2)
     module = tiny_embedder().eval()
-    whole = bgbias.evaluate(module, "folder", root=root, split="all", corrupted=False, workers=0,
-                            out=tmp_path / "all")
-    half = bgbias.evaluate(module, "folder", root=root, corrupted=False, workers=0, out=tmp_path / "test")
+    whole = bgbias.evaluate(module, "folder", root=root, corrupted=False, workers=0, out=tmp_path / "all")
+    half = bgbias.evaluate(module, "folder", root=root, split="test", corrupted=False, workers=0,
+                           out=tmp_path / "test")
     assert whole.report.images == 16 and half.report.images == 8  # the DML test split: half the classes
-    assert whole.report.split == "all"
+    assert whole.report.split == "all" and half.report.split == "test"
 
 
 def _own_preprocessing_scores(model, transform, bench: Path):

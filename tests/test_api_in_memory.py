@@ -196,6 +196,33 @@ def test_errors_from_below_name_python_arguments_and_keep_quoted_commands(forty)
         bgbias.evaluate(tiny_embedder().eval())
 
 
+def test_a_first_evaluation_in_a_new_folder_without_installed_photos_names_the_fetch_command(
+        forty, tmp_path, monkeypatch):
+    import bgbias.backgrounds.sources
+    from bgbias.errors import AssetError
+
+    _, rows = forty
+    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: [])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssetError, match="no background photographs are installed") as raised:
+        bgbias.evaluate(tiny_embedder().eval(), rows, split="all", repeats=1, workers=0, device="cpu")
+    assert "`bgbias assets fetch`" in raised.value.fix and "pass backgrounds=" in raised.value.fix
+
+
+def test_an_outside_model_on_ones_own_images_scores_every_image_by_default_and_says_why(forty):
+    from bgbias.report.evaluation import format_evaluation_markdown
+
+    _, rows = forty
+    chosen = bgbias.evaluate(tiny_embedder().eval(), rows, corrupted=False, workers=0, device="cpu")
+    assert chosen.report.split == "all" and len(chosen.clean.per_query["map_at_r"]) == len(rows)
+    assert "did not train" in chosen.report.split_reason
+    assert f"Split scored: {chosen.report.split_reason}." in format_evaluation_markdown(chosen.report)
+    asked = bgbias.evaluate(tiny_embedder().eval(), rows, split="test", corrupted=False, workers=0,
+                            device="cpu")
+    assert asked.report.split == "test" and asked.report.split_reason == "test, as asked"
+    assert len(asked.clean.per_query["map_at_r"]) < len(rows)
+
+
 def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     base, rows = forty
     made = bgbias.make_corrupted_sets(rows, split="all", repeats=2, backgrounds=base / "backgrounds",
@@ -254,4 +281,4 @@ def test_the_trials_folder_with_ones_own_masks_is_still_scored_in_one_call(forty
     before = _tree(tmp_path)
     result = bgbias.evaluate(tiny_embedder().eval(), "folder", root=root, masks=tmp_path / "masks",
                              backgrounds=forty[0] / "backgrounds", repeats=2, workers=0, device="cpu")
-    assert result.report.images == 8 and len(result.corrupted) == 2 and _tree(tmp_path) == before
+    assert result.report.images == 16 and len(result.corrupted) == 2 and _tree(tmp_path) == before

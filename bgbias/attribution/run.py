@@ -26,6 +26,7 @@ One image's mask, crop, noise, map and score are :mod:`~bgbias.attribution.scori
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import os
@@ -65,7 +66,7 @@ from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.device import model_memory_format, precision_name
-from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
+from bgbias.engine.request import MeasureRequest, chosen_split, measured_geometry, requested_split
 from bgbias.errors import BusyError, OptionError
 from bgbias.fileio import exclusive_lock, folder_lock_path, write_json_atomic, write_text_atomic
 from bgbias.methods.attribution import attribution_label, build_attribution, check_supported, needs_references
@@ -308,6 +309,7 @@ def explain(
     from bgbias.data.items import default_masks_dir
 
     request = request or MeasureRequest()
+    request = dataclasses.replace(request, split=chosen_split(model, request)[0])
     attribution, options = request.attribution, request.attribution_options
     label = attribution_label(attribution, build_attribution(attribution, **options).options())
     dataset, items = requested_split(model, request)

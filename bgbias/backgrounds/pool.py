@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import sys
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -31,6 +32,9 @@ from bgbias.backgrounds.sources import PhotoSource
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
+
+POOL_SEED = 0
+"""Seed of the default pools: their generated images are in the repository, so they are never reseeded."""
 
 GROUPS = ("bench", "train", "test")
 """The three disjoint uses of source families."""
@@ -74,7 +78,7 @@ def assign_families(sources: Sequence[PhotoSource]) -> dict[str, list[PhotoSourc
             f"too few background source families: need at least {len(GROUPS)} photo and {len(GROUPS)} "
             f"pattern families (one per use: {', '.join(GROUPS)}), found {found}",
             path=_common_folder(sources),
-            fix="provision the background packages with `bgbias assets`, or add more source pictures",
+            fix="install the background packages with `bgbias assets fetch`, or add more source pictures",
         )
     groups: dict[str, list[PhotoSource]] = {group: [] for group in GROUPS}
     turn = 0
@@ -128,6 +132,35 @@ def _build_pools(
     return manifest
 
 
+def default_pools() -> Path:
+    """``./backgrounds`` (``paths.backgrounds_root``), its ``train/`` and ``test/`` made first where either is
+    missing, from the installed background photos, as ``bgbias assets backgrounds`` and the study make them.
+
+    The pools belong to the working folder, so the first evaluation or training in a new one makes them
+    (docs/datasets.md, *Background pools*); without installed photos the error names the command that
+    installs them."""
+    from bgbias.backgrounds.sources import background_sources
+    from bgbias.paths import backgrounds_root
+
+    root = backgrounds_root()
+    if all((root / pool).is_dir() for pool in POOLS):
+        return root
+    sources = background_sources()
+    if not sources:
+        raise AssetError(
+            "the default background pools are missing here, and no background photographs are installed to "
+            "make them from",
+            path=root.resolve(),
+            fix="run `bgbias assets fetch` (offline: add --from DIR holding the .deb archives); the pools "
+                "are then made here on first use (or at once by `bgbias assets backgrounds`); or pass "
+                "--backgrounds DIR (a folder of pictures, or one with train/ and test/)",
+        )
+    print(f"making the background pools in {root.resolve()} from the installed photos (once per working "
+          "folder, as `bgbias assets backgrounds` does)", file=sys.stderr, flush=True)
+    build_pools(root, sources, POOL_SEED)
+    return root
+
+
 def kind_counts(total: int) -> dict[str, int]:
     """Images of each kind in a pool of ``total`` (largest remainders, so 100 gives exactly 15/15/45/25)."""
     if total < len(KIND_SHARES):
@@ -150,14 +183,16 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
         raise DatasetError(
             "background pool folder not found",
             path=folder,
-            fix="build the pools with `bgbias assets`, or pass --backgrounds DIR (a folder of images)",
+            fix="pass --backgrounds DIR (a folder of images, or one with train/ and test/), or build the "
+                "default pools with `bgbias assets backgrounds`",
         )
     files = [folder / name for name in image_files(folder)]
     if not files:
         raise DatasetError(
             f"background pool folder holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})",
             path=folder,
-            fix="put background pictures in it, or rebuild the default pools with `bgbias assets`",
+            fix="put background pictures in it, or rebuild the default pools with "
+                "`bgbias assets backgrounds`",
         )
     _check_complete(folder, files)
     return files
@@ -360,7 +395,8 @@ def upright_size(path: Path) -> tuple[int, int]:
         raise ImageError(
             f"background source cannot be read ({exc})",
             path=path,
-            fix="re-extract the background packages with `bgbias assets`, or remove this source",
+            fix="fetch the background packages again with `bgbias assets fetch --force`, or remove this "
+                "source",
         ) from exc
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 

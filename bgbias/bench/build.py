@@ -103,7 +103,7 @@ def build_bench(
             f"the bench needs at least {MIN_SCENE_FAMILIES} distinct scene pictures (families), "
             f"got {families}",
             path=Path(sources[0].path).parent if sources else None,
-            fix="provision the background packages with `bgbias assets`, or pass more scene sources",
+            fix="install the background packages with `bgbias assets fetch`, or pass more scene sources",
         )
     splits = split_classes(len(stamps), seed)
     canvas_short = CANVAS_FACTOR * settings.image_size

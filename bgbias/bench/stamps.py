@@ -75,7 +75,8 @@ def select_stamps(stamps_root: str | os.PathLike[str]) -> list[Stamp]:
         raise AssetError(
             "Tux Paint stamps folder not found",
             path=root,
-            fix="provision the stamps with `bgbias assets`, or point at the folder with <category>/.../*.png",
+            fix="install the stamps with `bgbias assets fetch tuxpaint_stamps`, or point at the folder with "
+                "<category>/.../*.png",
         )
     selected = []
     for path in sorted(root.rglob("*.png")):
@@ -104,7 +105,7 @@ def load_stamp(path: str | os.PathLike[str]) -> np.ndarray:
         raise ImageError(
             f"stamp image cannot be read ({exc})",
             path=path,
-            fix="re-extract the stamps package with `bgbias assets`",
+            fix="fetch the stamps package again with `bgbias assets fetch tuxpaint_stamps --force`",
         ) from exc
 
 

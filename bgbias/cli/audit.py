@@ -24,7 +24,9 @@ from bgbias.errors import EXIT_PARTIAL
 @click.option("--models", "models_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A text file of models, one [LABEL =] SPEC [KEY=VALUE ...] per line (# comments). A "
                    "factory in it is refused unless --trust-model: the file may come from someone else.")
-@click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--split", type=click_type(rules.CHOSEN_SPLIT), default=None,
+              help="Split to score (default: all on one's own folder or table when no model is a run bgbias "
+                   "trained; else test). The page says which and why.")
 @click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest, shared with bgbias eval).")
 @click.option("--fill", type=click_type(rules.FILL), default="inpainted", show_default=True,
@@ -42,7 +44,8 @@ from bgbias.errors import EXIT_PARTIAL
 @click.option("--workers", type=click_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None, split: str,
+def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None,
+          split: str | None,
           repeats: int, fill: str, masks: Path | None, backgrounds: Path | None, out: Path | None,
           trust_model: bool, device: str, amp: str | None, memory_format: str | None, seed: int,
           batch_size: int, workers: int | None, no_progress: bool) -> None:
@@ -52,13 +55,15 @@ def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_
     from bgbias.api import as_embedding_model
     from bgbias.data.registry import open_dataset
     from bgbias.model_audit.entries import check_labels, parse_entry, read_list_file
-    from bgbias.model_audit.run import AuditSettings, default_audit_folder, run_audit
+    from bgbias.model_audit.run import AuditSettings, audit_split, default_audit_folder, run_audit
 
     entries = [entry for text in models if (entry := parse_entry(text, f"--model {text!r}")) is not None]
     entries += read_list_file(models_file, trust=trust_model) if models_file is not None else []
     check_labels(entries)
     dataset = open_dataset(dataset_name, root)
-    settings = AuditSettings(split=split, repeats=repeats, seed=seed, fill=fill, masks=masks,
+    split, split_reason = audit_split(dataset, entries, split)
+    settings = AuditSettings(split=split, split_reason=split_reason, repeats=repeats, seed=seed, fill=fill,
+                             masks=masks,
                              backgrounds=backgrounds, batch_size=batch_size, workers=workers,
                              progress=not no_progress)
 

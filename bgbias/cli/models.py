@@ -188,7 +188,9 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--split", type=click_type(rules.CHOSEN_SPLIT), default=None,
+              help="Split to score (default: all for a --model on one's own folder or table, which bgbias "
+                   "did not train; else test). The report says which and why.")
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
 @click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest).")
@@ -214,7 +216,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
               help="Memory the scoring's neighbour lists may take at once, e.g. 512M or 4G (default 1G): a "
                    "larger split is scored in blocks of queries, with the same scores.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str, corrupted: bool,
+def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str | None, corrupted: bool,
              repeats: int, seed: int, masks: Path | None, backgrounds: Path | None, manifests: Path | None,
              shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int | None,
              max_memory: int | None, no_progress: bool) -> None:

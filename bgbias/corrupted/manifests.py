@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from bgbias.assets.digest import sha256_file
-from bgbias.backgrounds.pool import list_pool, pool_folder, upright_size
+from bgbias.backgrounds.pool import default_pools, list_pool, pool_folder, upright_size
 from bgbias.bgaugment.background_crops import (
     FLIP_P,
     RATIO,
@@ -55,7 +55,7 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, DatasetError, OptionError
 from bgbias.fileio import sweep_stale_temps
-from bgbias.paths import backgrounds_root, corrupted_root
+from bgbias.paths import corrupted_root
 from bgbias.schema import ClosedRecord
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
@@ -120,10 +120,11 @@ def split_pool_dir(split: str, backgrounds: Path | None = None) -> Path:
     """The pool a split's corrupted set draws from.
 
     ``<backgrounds>/train`` for val, ``<backgrounds>/test`` for test, or ``backgrounds`` itself when it has no
-    such sub-folder (a single pool); ``backgrounds`` defaults to ``./backgrounds``.
+    such sub-folder (a single pool); ``backgrounds`` defaults to ``./backgrounds``, made first where it lacks
+    its pools (:func:`~bgbias.backgrounds.pool.default_pools`).
     """
     check_corrupted_split(split)
-    return pool_folder(backgrounds if backgrounds is not None else backgrounds_root(), POOL_OF_SPLIT[split])
+    return pool_folder(backgrounds if backgrounds is not None else default_pools(), POOL_OF_SPLIT[split])
 
 
 def default_manifest_dir(

@@ -24,7 +24,7 @@ BENCH_SPLITS = ("train", "val", "test")
 @register_dataset("bench")
 class BenchDataset(Dataset):
     index_file = "index.csv"
-    obtain = "build the bench with 'bgbias assets'"
+    obtain = "build the bench with `bgbias assets bench`"
     default_folder = "bench"
     # The views are 128 × 128 px already: up-sampling them to 227 adds no information and makes every forward
     # pass about 3× dearer (160 px was twice as slow as 128 px: docs/bench-dataset.md, *Cost*), so the bench
@@ -35,7 +35,7 @@ class BenchDataset(Dataset):
 
     def _read_catalog(self) -> Catalog:
         path = self.root / self.index_file
-        fix = f"rebuild the bench with 'bgbias assets' (index.csv columns: {','.join(HEADER)})"
+        fix = f"rebuild the bench with `bgbias assets bench` (index.csv columns: {','.join(HEADER)})"
         rows = self._rows(path, fix)
         items: list[Item] = []
         split_of: dict[int, str] = {}

@@ -146,7 +146,12 @@ def _opened(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None) ->
     if isinstance(path, InMemoryImage):
         image = path.open()
         _check_pixels(path.name, image.size)
-        return image
+        try:  # a sample may be a file the dataset opened (``Image.open``): decoded and turned upright here
+            image.load()
+            return ImageOps.exif_transpose(image)
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise ImageError(f"the sample's image cannot be decoded ({exc})", path=path.name,
+                             fix="check the file the dataset's __getitem__ opens for this index") from exc
     return _decode(Path(path), data)
 
 

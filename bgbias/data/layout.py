@@ -91,7 +91,7 @@ def read_index_lines(path: Path, fix: str) -> Iterator[tuple[int, list[str]]]:
     if not path.is_file():
         raise DatasetError(f"index file {path.name} not found", path=path, fix=fix)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is no part of the first line
     except UnicodeDecodeError as exc:
         raise DatasetError(f"index file is not UTF-8 text ({exc})", path=path, fix=fix) from exc
     for number, line in enumerate(text.splitlines(), start=1):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,6 +27,9 @@ from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError, OptionError
+
+PLAIN_INTEGER = re.compile(r"-?[1-9][0-9]*|0")
+"""An integer as ``str(int)`` writes it."""
 
 IMAGE_COLUMNS = ("path", "image")
 """A table's image column, by either name."""
@@ -136,21 +140,33 @@ def _sample_rows(samples: Any) -> list[tuple[Any, Any, Any]]:
     count = len(samples)
     if count == 0:
         raise OptionError("the dataset has no samples", fix="pass a dataset with images in it")
-    first = samples[0]
-    if not isinstance(first, Sequence) or len(first) not in (2, 3):
-        raise OptionError(f"the dataset's samples are {type(first).__name__}, not (image, label[, mask])",
-                          fix="make __getitem__ return (image, label) or (image, label, mask)")
+    first = _sample(samples, 0)
     targets = getattr(samples, "targets", None)
     labels = list(targets) if targets is not None and len(targets) == count else [
-        samples[index][1] for index in range(count)]
+        _sample(samples, index)[1] for index in range(count)]
     return [(InMemoryImage(samples, index, 0, f"dataset[{index}]"), label,
              InMemoryImage(samples, index, 2, f"dataset[{index}] (mask)") if len(first) == 3 else None)
             for index, label in enumerate(labels)]
 
 
+def _sample(samples: Any, index: int) -> Sequence[Any]:
+    """``samples[index]``, which must be (image, label[, mask]); an ``OptionError`` naming ``dataset[index]``
+    for whatever the dataset raises or returns instead."""
+    fix = "make __getitem__ return (image, label) or (image, label, mask) for every index below len()"
+    try:
+        sample = samples[index]
+    except Exception as exc:  # whatever the user's dataset raises
+        raise OptionError(f"reading dataset[{index}] raised {type(exc).__name__}: {exc}", fix=fix) from exc
+    if not isinstance(sample, Sequence) or isinstance(sample, str | bytes) or len(sample) not in (2, 3):
+        shape = f"a {type(sample).__name__} of {len(sample)}" if isinstance(sample, Sequence) else \
+            f"a {type(sample).__name__}"
+        raise OptionError(f"dataset[{index}] is {shape}, not (image, label[, mask])", fix=fix)
+    return sample
+
+
 def _csv_rows(path: Path) -> list[tuple[Any, Any, Any]]:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # a spreadsheet's byte order mark
             reader = csv.DictReader(handle)
             records, names = list(reader), reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
@@ -189,8 +205,9 @@ def _label_key(label: Any) -> Any:
 
 
 def _class_ids(labels: Sequence[Any], source: Path | None) -> dict[Any, int]:
-    """Each distinct label's class id: integer labels keep their value, any others are numbered in sorted
-    order."""
+    """Each distinct label's class id: integer labels keep their value, as do a CSV's when every one is an
+    integer written plainly (``7``, ``-3``); any others are numbered in sorted order. A CSV's labels are
+    text, so ``7`` and ``007`` stay two classes."""
     values = [_label_key(label) for label in labels]
     try:
         distinct = set(values)
@@ -199,9 +216,15 @@ def _class_ids(labels: Sequence[Any], source: Path | None) -> dict[Any, int]:
                           fix="give labels as ints or strings, one per image") from None
     if all(isinstance(value, int) and not isinstance(value, bool) for value in distinct):
         return {value: value for value in distinct}
-    if all(isinstance(value, str) and value.strip().lstrip("-").isdigit() for value in distinct) and source:
-        return {value: int(value) for value in distinct}  # a CSV's labels are text
+    if source and all(isinstance(value, str) and _plain_integer(value) for value in distinct):
+        return {value: int(value) for value in distinct}
     return {value: index for index, value in enumerate(sorted(distinct, key=str))}
+
+
+def _plain_integer(text: str) -> bool:
+    """Whether ``text`` is an integer as ``str(int)`` writes it: no sign but ``-``, no leading zero, no
+    space, so no two such texts name one number."""
+    return PLAIN_INTEGER.fullmatch(text) is not None
 
 
 def _is_data_frame(data: Any) -> bool:

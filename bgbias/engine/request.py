@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from bgbias.data.items import Dataset, Item
     from bgbias.methods.embedding_model import EmbeddingModel, TrainedOn
 
+OWN_IMAGES = frozenset({"folder", "table"})
+"""The datasets of one's own images (a folder of class folders, a table or a torch Dataset)."""
+
 DEFAULT_PROTOCOL, DEFAULT_FOLD = "fixed", 0
 """The split protocol for a model whose training dataset is unknown: the paper's fixed split."""
 
@@ -30,7 +33,8 @@ class MeasureRequest:
     # or opened (a table of one's own, bgbias.data.table).
     dataset: str | Dataset | None = None
     root: Path | None = None
-    split: str = "test"
+    split: str | None = None
+    """``test``, ``val`` or ``all``; None: :func:`chosen_split` picks it."""
     masks: Path | None = None
     """Saliency masks (default ``masks/<dataset>``): corrupted sets and foreground scores use them."""
 
@@ -71,6 +75,21 @@ def split_protocol(trained: TrainedOn | None) -> tuple[str, int]:
     return (trained.protocol, trained.fold) if trained is not None else (DEFAULT_PROTOCOL, DEFAULT_FOLD)
 
 
+def chosen_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[str, str]:
+    """The split ``request`` scores, and why, as the report says it: the one asked for; else ``all`` for a
+    model bgbias did not train (no training record) on one's own images, since it saw none of their classes
+    and the test split would score only their second half; else ``test``, the held-out classes."""
+    from bgbias.data.items import Dataset
+
+    if request.split is not None:
+        return request.split, f"{request.split}, as asked"
+    name = request.dataset.name if isinstance(request.dataset, Dataset) else request.dataset
+    if model.trained_on() is None and name in OWN_IMAGES:
+        return "all", ("all, every image as query and gallery: the default for a model bgbias did not train, "
+                       "on one's own images (the test split would score only the second half of the classes)")
+    return "test", "test, the held-out classes (the default)"
+
+
 def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dataset, list[Item]]:
     """The dataset and split items ``request`` names, under the split protocol and fold the model trained
     with (the paper's fixed split for a model trained elsewhere).
@@ -84,14 +103,15 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
     from bgbias.data.splits import split_items
 
     trained = model.trained_on()
+    split = chosen_split(model, request)[0]
     if isinstance(request.dataset, Dataset):  # opened by the caller: asked for on purpose
-        return request.dataset, split_items(request.dataset, request.split, *split_protocol(trained))
+        return request.dataset, split_items(request.dataset, split, *split_protocol(trained))
     if trained is None:
         if request.dataset is None:
             raise OptionError("this model records no training dataset, so there is no default to score it on",
                               fix="name the dataset (--dataset, and --root for its folder)")
         dataset = open_dataset(request.dataset, request.root)
-        return dataset, split_items(dataset, request.split, *split_protocol(None))
+        return dataset, split_items(dataset, split, *split_protocol(None))
     asked_for_other = request.root is not None or request.dataset not in (None, trained.dataset)
     name = request.dataset or trained.dataset
     root = request.root
@@ -106,7 +126,7 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
             fix="restore the dataset the run was trained on, or pass --dataset/--root to score the model on "
                 "this one on purpose",
         )
-    return dataset, split_items(dataset, request.split, *split_protocol(trained))
+    return dataset, split_items(dataset, split, *split_protocol(trained))
 
 
 def measured_geometry(model: EmbeddingModel, dataset_name: str) -> EvalGeometry:

@@ -78,6 +78,14 @@ class TrainedModel(MethodBacked):
         }
 
 
+def is_run_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a run bgbias trained: its folder (``config.json`` inside) or a checkpoint in its
+    ``checkpoints/``."""
+    path = Path(path)
+    return (path / "config.json").is_file() or (
+        path.parent.name == "checkpoints" and (path.parent.parent / "config.json").is_file())
+
+
 def resolve_run(run: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None = None) -> RunDir:
     """``run`` as a run folder, or the latest run of ``runs`` (default ./runs) when it is None."""
     if run is None:

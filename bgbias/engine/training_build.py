@@ -177,11 +177,11 @@ def make_train_loader(
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):
+    from bgbias.backgrounds.pool import default_pools
     from bgbias.bgaugment.background_bank import train_bank
     from bgbias.bgaugment.bgaugment import BGAugment
-    from bgbias.paths import backgrounds_root
 
-    root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else backgrounds_root()
+    root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else default_pools()
     return BGAugment(train_bank(root, device), config.bgaugment.p)
 
 

@@ -82,7 +82,7 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
     entry, or (unless ``trust``) that names a factory, is an ``OptionError`` naming the file and the line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte order mark is no part of line 1
     except (OSError, UnicodeDecodeError) as err:
         raise OptionError(f"the list of models cannot be read ({err})", path=path,
                           fix=f"pass --models a UTF-8 text file with one {ENTRY_FORM} per line") from None

@@ -109,7 +109,8 @@ def blocks(page: AuditPage) -> list[Block]:
         Paragraph(f"{_models(page)} on the {page.split} split of {page.dataset}: "
                   f"{settings['repeats']} corrupted repeats (seed {settings['seed']}), the "
                   "background-reliance profile, and the dataset's background leakage seen through each "
-                  f"model (hole filled: {settings['fill']})."),
+                  f"model (hole filled: {settings['fill']})."
+                  + (f" Split scored: {settings['split_reason']}." if settings.get("split_reason") else "")),
         table(page),
         Bullets(_column_notes(chance)),
         Heading("Models"),

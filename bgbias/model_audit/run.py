@@ -51,6 +51,8 @@ class AuditSettings:
     """What every model of an audit is measured with (the command's options)."""
 
     split: str = "test"
+    split_reason: str | None = None
+    """Why this split (:func:`audit_split`); the page says it."""
     repeats: int = 5
     seed: int = 0
     fill: str = "inpainted"
@@ -222,8 +224,31 @@ def run_audit(
     check_audit_folder(out)
     outcomes = audit_models(dataset, entries, load, settings, out, log=log)
     page = AuditPage(dataset.name, settings.split, {**settings.key_fields(), "masks": str(
-        settings.masks) if settings.masks is not None else None}, ranked(outcomes))
+        settings.masks) if settings.masks is not None else None, "split_reason": settings.split_reason},
+        ranked(outcomes))
     return AuditResult(out, page, write_audit_page(page, out))
+
+
+def audit_split(dataset: Dataset, entries: Sequence[ModelEntry], asked: str | None) -> tuple[str, str]:
+    """The split every model of an audit is scored on, and why, as ``bgbias eval`` chooses it
+    (:func:`~bgbias.engine.request.chosen_split`): the one asked for; else ``all`` on one's own images when no
+    model is a run bgbias trained (a run's training classes would be scored too); else ``test``."""
+    from bgbias.engine.request import OWN_IMAGES
+    from bgbias.engine.trained import is_run_path
+    from bgbias.methods.embedding_model import EmbeddingModel
+
+    if asked is not None:
+        return asked, f"{asked}, as asked"
+    runs = [entry.label for entry in entries if (
+        is_run_path(entry.model) if isinstance(entry.model, str) else
+        isinstance(entry.model, EmbeddingModel) and entry.model.trained_on() is not None)]
+    if dataset.name not in OWN_IMAGES:
+        return "test", "test, the held-out classes (the default)"
+    if runs:
+        return "test", (f"test, the held-out classes: the default on one's own images when a model is a run "
+                        f"bgbias trained ({runs[0]})")
+    return "all", ("all, every image as query and gallery: the default for models bgbias did not train, on "
+                   "one's own images (the test split would score only the second half of the classes)")
 
 
 def default_audit_folder(dataset: Dataset, split: str) -> Path:

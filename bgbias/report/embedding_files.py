@@ -218,7 +218,7 @@ def _read_files(files: SetFiles) -> tuple[list[str], np.ndarray]:
 def _read_ids(path: Path | None) -> list[str]:
     assert path is not None  # _set_files pairs every .npy with its ids
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte order mark is no part of an id
     except UnicodeDecodeError as exc:
         raise OptionError("the ids file is not UTF-8 text", path=path,
                           fix="write one id per line, UTF-8") from exc

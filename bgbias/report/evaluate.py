@@ -10,6 +10,7 @@ goes to ``<model home>/eval/<measured>-<split>/`` (a run's folder for runs bgbia
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bgbias.engine.device import loader_workers, model_memory_format, precision_name
-from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split, split_protocol
+from bgbias.engine.request import (
+    MeasureRequest,
+    chosen_split,
+    measured_geometry,
+    requested_split,
+    split_protocol,
+)
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
 from bgbias.errors import OptionError
 from bgbias.fileio import folder_lock
@@ -73,8 +80,9 @@ def evaluate(
     log: Callable[[str], None] = print,
     write: bool = True,
 ) -> EvaluationResult:
-    """Score ``model`` on the split ``request`` names (default: the test split of the dataset it was trained
-    on), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
+    """Score ``model`` on the split ``request`` names (default: :func:`~bgbias.engine.request.chosen_split`'s,
+    the test split of the dataset it was trained on for a run), clean and, with ``request.corrupted``, on
+    ``request.repeats`` background-replaced copies fixed by
     ``request.seed``; with ``request.profile`` also its background-reliance profile
     (:mod:`bgbias.report.profile`), whose worst case takes the first ``request.worst_k`` copies.
 
@@ -95,13 +103,14 @@ def evaluate(
     from bgbias.retrieval.retrievers import ShortlistRerank, with_shortlist
 
     request = request or MeasureRequest()
+    split, split_reason = chosen_split(model, request)
+    request = dataclasses.replace(request, split=split)
     if request.profile and request.worst_k < 1:
         raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
                           fix="pass --worst-k 1 or more")
     dataset, items = requested_split(model, request)
     trained_on = model.trained_on()
     protocol, fold = split_protocol(trained_on)
-    split = request.split
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
     geometry = measured_geometry(model, dataset.name)
     masks_in_memory = any(isinstance(item.saliency_mask, InMemoryImage) for item in items)
@@ -139,6 +148,7 @@ def evaluate(
         "same_dataset_as_training": None if trained_on is None or trained_on.identity is None
         else trained_on.identity == identity,
         "split": split,
+        "split_reason": split_reason,
         "protocol": protocol,
         "fold": fold,
         "geometry": geometry.as_dict(),

@@ -146,6 +146,7 @@ class EvaluationReport(Record):
     retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
     shortlist_recall: ShortlistRecall | None = None
     installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
+    split_reason: str | None = None  # which split was scored and why; reports from before it lack it
 
     @property
     def key(self) -> ReportKey:
@@ -344,6 +345,7 @@ def evaluation_blocks(report: EvaluationReport) -> list[Block]:
         Table(headers, rows),
         Paragraph(f"{report.images} images in {report.classes} classes; {report.scored} scored "
                   "(queries alone in their class have nothing to retrieve and are left out)."),
+        *([Paragraph(f"Split scored: {report.split_reason}.")] if report.split_reason else []),
     ]
     if report.profile is not None:
         blocks += _profile_blocks(report.profile)

@@ -111,6 +111,7 @@ def score_embedding_folder(
         "measured": measured_label(dataset, request, retrieval),
         "dataset_identity": dataset.identity(),
         "split": request.split,
+        "split_reason": f"{request.split}, the split the embeddings were made of, as given",
         "protocol": protocol,
         "fold": fold,
         "geometry": geometry.as_dict(),

@@ -9,13 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bgbias.backgrounds.pool import POOL_SEED
 from bgbias.errors import AssetError
 from bgbias.fileio import folder_lock
 from bgbias.study.spec import BENCH_MASKS, StudySpec
-
-POOL_SEED = 0
-"""Seed of the committed pools: their generated images are in the repository, so the study never reseeds
-them."""
 
 
 def prepare_pools(out: str | os.PathLike[str] | None = None, *, seed: int = POOL_SEED) -> dict[str, Any]:

@@ -354,12 +354,13 @@ def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
 
     from PIL import Image
 
+    from bgbias.data.images import load_image
     from bgbias.saliency.sessions import open_session
 
     if not spec.made_masks or images == 0:
         return 0.0
     session = open_session(spec.masks, device="cpu" if device == "cpu" else "auto")
-    pictures = [Image.open(path).convert("RGB") for path in sample_images(spec)[:MASK_TIMING_IMAGES + 1]]
+    pictures = [load_image(path) for path in sample_images(spec)[:MASK_TIMING_IMAGES + 1]]
     if not pictures:
         pictures = [Image.new("RGB", picture_size(spec), (90, 120, 150))] * (MASK_TIMING_IMAGES + 1)
     seconds = []

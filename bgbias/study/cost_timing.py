@@ -368,8 +368,9 @@ def _write_mask(path: Path, image: Path) -> None:
     """An ellipse over the middle of ``image``: the object BGAugment keeps."""
     from PIL import Image, ImageDraw
 
-    with Image.open(image) as picture:
-        width, height = picture.size
+    from bgbias.data.images import load_image
+
+    width, height = load_image(image).size  # upright: the size the image is read at, as its mask must be
     mask = Image.new("L", (width, height), 0)
     ImageDraw.Draw(mask).ellipse((width // 5, height // 5, 4 * width // 5, 4 * height // 5), fill=255)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -125,3 +125,29 @@ def test_the_command_runs_no_factory_of_an_untrusted_list_and_says_how_to_trust_
     assert result.exit_code == 2, result.output
     assert "names the factory os:system" in result.output and "--trust-model" in result.output
     assert not marker.exists()
+
+
+def test_a_list_file_with_a_byte_order_mark_reads_its_first_line(tmp_path):
+    listed = tmp_path / "models.txt"
+    listed.write_text("mobilenet = bgbias.models.pretrained:imagenet_mobilenet_v2\n", encoding="utf-8-sig")
+    assert [entry.label for entry in read_list_file(listed, trust=True)] == ["mobilenet"]
+
+
+def test_an_audit_on_ones_own_images_scores_every_image_unless_a_model_is_a_run(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from bgbias.data.table import image_table
+    from bgbias.model_audit.run import audit_split
+
+    own = image_table([("a.png", 0), ("b.png", 1)], tmp_path)
+    outside = [parse_entry("bgbias.models.pretrained:imagenet_mobilenet_v2", "--model")]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({}))
+    with_run = [*outside, parse_entry(f"mine = {tmp_path / 'run'}", "--model")]
+    assert audit_split(own, outside, None)[0] == "all"
+    assert audit_split(own, with_run, None) == (
+        "test", "test, the held-out classes: the default on one's own images when a model is a run bgbias "
+                "trained (mine)")
+    assert audit_split(own, outside, "val") == ("val", "val, as asked")
+    assert audit_split(SimpleNamespace(name="bench"), outside, None)[0] == "test"

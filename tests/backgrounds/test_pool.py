@@ -246,3 +246,37 @@ def test_list_pool_refuses_a_pool_missing_images_its_manifest_lists(tmp_path: Pa
         list_pool(out / "train")
     assert "bgbias assets backgrounds" in err.value.render()
     assert len(list_pool(out / "test")) == SMALL["images_per_pool"]
+
+
+def test_missing_default_pools_are_made_in_the_working_folder_once(tmp_path: Path, monkeypatch) -> None:
+    import functools
+
+    import bgbias.backgrounds.pool
+    import bgbias.backgrounds.sources
+    from bgbias.corrupted.manifests import split_pool_dir
+
+    sources = make_sources(tmp_path / "sources")
+    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: sources)
+    monkeypatch.setattr(bgbias.backgrounds.pool, "build_pools", functools.partial(build_pools, **SMALL))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    folder = split_pool_dir("test")
+    assert folder.resolve() == (tmp_path / "work" / "backgrounds" / "test").resolve()
+    assert len(list_pool(folder)) == len(list_pool(split_pool_dir("val"))) == SMALL["images_per_pool"]
+    made = _tree(tmp_path / "work" / "backgrounds")
+    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: pytest.fail("built twice"))
+    assert split_pool_dir("test") == folder and _tree(tmp_path / "work" / "backgrounds") == made
+
+
+def test_missing_default_pools_without_installed_photos_name_the_fetch_command(tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    import bgbias.backgrounds.sources
+    from bgbias.corrupted.manifests import split_pool_dir
+
+    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: [])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssetError, match="no background photographs are installed") as raised:
+        split_pool_dir("test")
+    assert raised.value.path == str(tmp_path / "backgrounds")
+    assert "`bgbias assets fetch`" in raised.value.fix and "--backgrounds DIR" in raised.value.fix
+    assert not (tmp_path / "backgrounds").exists()

@@ -156,3 +156,11 @@ def test_an_index_line_naming_an_image_outside_the_dataset_is_refused_naming_the
     with pytest.raises(DatasetError, match="outside the dataset's folder") as raised:
         CubDataset(root).items()
     assert raised.value.path == str(index) and listed in raised.value.problem
+
+
+def test_index_files_with_a_byte_order_mark_read_as_without(small_cub):
+    expected = [(item.id, item.label) for item in CubDataset(small_cub).items()]
+    for name in ("images.txt", "image_class_labels.txt"):
+        path = small_cub / name
+        path.write_text(path.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    assert [(item.id, item.label) for item in CubDataset(small_cub).items()] == expected

@@ -131,3 +131,106 @@ def test_a_row_that_climbs_out_is_normalised_so_its_outputs_stay_in_their_folder
         assert png_target(out, item).resolve().is_relative_to(out.resolve())
         assert mask_path(item, masks).resolve().is_relative_to(masks.resolve())
     assert climbed.id == "x/z.png"
+
+
+def _samples(*values):
+    """A torch Dataset (no ``targets``) whose sample ``i`` is ``values[i]``, or raises it when it is an
+    exception."""
+    import torch
+
+    class Samples(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(values)
+
+        def __getitem__(self, i: int):
+            if isinstance(values[i], Exception):
+                raise values[i]
+            return values[i]
+
+    return Samples()
+
+
+@pytest.mark.parametrize("value", [
+    "float tensor 255", "float array 255", "float tensor nan", "int tensor 300", "uint16 array"])
+def test_out_of_range_pixels_are_refused_naming_the_sample_and_the_fix(value):
+    import torch
+
+    image = {"float tensor 255": torch.full((3, 8, 6), 200.0),
+             "float array 255": np.full((8, 6, 3), 200.0),
+             "float tensor nan": torch.full((3, 8, 6), float("nan")),
+             "int tensor 300": torch.full((3, 8, 6), 300, dtype=torch.int64),
+             "uint16 array": np.full((8, 6, 3), 40000, dtype=np.uint16)}[value]
+    items = image_table(_samples((np.zeros((8, 6, 3), np.uint8), 0), (image, 1))).items()
+    with pytest.raises(ImageError, match="outside") as raised:
+        load_image(items[1].image)
+    assert raised.value.path == "dataset[1]" and ("255" in raised.value.fix)
+
+
+def test_in_range_pixels_of_any_type_give_the_same_image():
+    import torch
+
+    pixels = np.random.default_rng(0).integers(0, 256, (8, 6, 3), dtype=np.uint8)
+    forms = [pixels, torch.from_numpy(pixels).permute(2, 0, 1).to(torch.int64), pixels / 255.0,
+             torch.from_numpy(pixels).permute(2, 0, 1).float() / 255]
+    items = image_table(_samples(*((form, 0) for form in forms))).items()
+    for item in items:
+        assert np.array_equal(np.asarray(load_image(item.image)), pixels), item.image
+
+
+@pytest.mark.parametrize("form", ["exif", "cmyk", "sixteen-bit", "palette", "la"])
+def test_a_datasets_opened_file_gives_the_pixels_of_the_same_file_as_a_row(tmp_path, form):
+    from tests.data.test_images import EXIF_ORIENTATION, stripes
+
+    path = tmp_path / ("photo.png" if form in ("sixteen-bit", "palette", "la") else "photo.jpg")
+    picture = stripes()
+    if form == "exif":
+        exif = Image.Exif()
+        exif[EXIF_ORIENTATION] = 6
+        picture.save(path, exif=exif, quality=95)
+    elif form == "cmyk":
+        picture.convert("CMYK").save(path, quality=95)
+    elif form == "sixteen-bit":
+        Image.fromarray(np.asarray(picture.convert("L")).astype(np.uint16) * 257).save(path)
+    elif form == "palette":
+        palette = picture.convert("P", palette=Image.Palette.ADAPTIVE, colors=4)
+        palette.info["transparency"] = 0
+        palette.save(path, transparency=0)
+    else:
+        picture.convert("LA").save(path)
+    from_file = load_image(image_table([(path, 0)]).items()[0].image)
+    from_dataset = load_image(image_table(_samples((Image.open(path), 0))).items()[0].image)
+    assert from_dataset.size == from_file.size and np.array_equal(np.asarray(from_dataset),
+                                                                  np.asarray(from_file))
+
+
+@pytest.mark.parametrize(("sample", "words"), [
+    (KeyError("no such key"), r"dataset\[1\] raised KeyError"),
+    ((np.zeros((4, 4, 3), np.uint8),), r"dataset\[1\] is a tuple of 1"),
+])
+def test_a_sample_that_cannot_be_read_for_its_label_is_named(sample, words):
+    with pytest.raises(OptionError, match=words) as raised:
+        image_table(_samples((np.zeros((4, 4, 3), np.uint8), 0), sample)).items()
+    assert "__getitem__" in raised.value.fix
+
+
+def test_csv_labels_are_text_so_7_and_007_are_two_classes(photos):
+    labels = ["7", "007", "7", "007", "10", "10", "2", "2"]
+    rows = "\n".join(f"{'a' if i < 4 else 'b'}/{i}.png,{label}" for i, label in enumerate(labels))
+    (photos / "images.csv").write_text(f"path,label\n{rows}\n")
+    items = open_dataset("table", photos / "images.csv").items()
+    assert len({item.label for item in items}) == 4
+    assert items[0].label != items[1].label and items[0].label == items[2].label
+
+
+def test_integer_csv_labels_keep_their_values_as_classes(photos):
+    rows = "\n".join(f"{'a' if i < 4 else 'b'}/{i}.png,{label}" for i, label in enumerate([3, 3, 7, 7, 10, 10,
+                                                                                               -1, -1]))
+    (photos / "images.csv").write_text(f"path,label\n{rows}\n")
+    assert [item.label for item in open_dataset("table", photos / "images.csv").items()] == [
+        3, 3, 7, 7, 10, 10, -1, -1]
+
+
+def test_a_csv_with_a_byte_order_mark_is_read(photos):
+    rows = "\n".join(f"a/{i}.png,{i // 2}" for i in range(4))
+    (photos / "images.csv").write_text(f"path,label\n{rows}\n", encoding="utf-8-sig")
+    assert [item.label for item in open_dataset("table", photos / "images.csv").items()] == [0, 0, 1, 1]

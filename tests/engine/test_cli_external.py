@@ -202,3 +202,24 @@ def test_out_is_never_a_run_folder_inside_one_or_a_folder_of_runs(tiny_run, tiny
             assert "--out" in result.output
     assert _run_report(runs / "run").read_bytes() == before
     assert not (runs / "run" / "model.json").exists() and not (runs / "run" / "new").exists()
+
+
+def test_a_model_on_ones_own_folder_scores_every_image_by_default_and_the_report_says_why(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for index in range(12):
+        folder = tmp_path / "photos" / f"class{index % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(folder / f"{index}.png")
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, ["eval", "--dataset", "folder", "--root", str(tmp_path / "photos"),
+                                       "--model", "tests.engine.external:tiny_embedder", "--input-size", "16",
+                                       "--device", "cpu", "--workers", "0", "--no-progress",
+                                       "--out", str(home)])
+    assert result.exit_code == 0, result.output
+    (report_dir,) = [folder for folder in (home / "eval").iterdir() if (folder / "report.json").is_file()]
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["split"] == "all" and report["images"] == 12 and "did not train" in report["split_reason"]
+    assert f"Split scored: {report['split_reason']}." in (report_dir / "report.md").read_text()

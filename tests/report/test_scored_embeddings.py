@@ -23,9 +23,10 @@ from bgbias.errors import AssetError, OptionError
 from tests.data.test_array_files import forged_npy
 
 SOURCE_FIELDS = {"method", "bgaugment", "run", "seed", "trained_on", "checkpoint", "compute",
-                 "same_dataset_as_training", "embeddings"}
+                 "same_dataset_as_training", "embeddings", "split_reason"}
 """The report fields that name where the numbers came from: the model and how it ran (eval), the files
-(score). Every other field of the two reports is equal."""
+(score), and why that split (the model's default, the files' split). Every other field of the two reports is
+equal."""
 
 
 def layout_id(relpath: Path | str) -> str:
@@ -160,6 +161,19 @@ def test_rows_in_any_order_and_either_format_score_alike_and_nothing_is_written(
     assert again.report.method == "embeddings" and again.files["report_json"].is_file()
     assert {f["set"] for f in json.loads(again.files["report_json"].read_text())["embeddings"]["files"]} == {
         "clean", "repeat-0"}
+
+
+def test_an_ids_file_with_a_byte_order_mark_scores_as_without(scored_split, tiny_bench, tmp_path):
+    base, ids = scored_split
+    first = _score(base / "good", tiny_bench, base)
+    folder = _copy(base, tmp_path)
+    with np.load(folder / "clean.npz") as stored:
+        embeddings = stored["embeddings"]
+    (folder / "clean.npz").unlink()
+    write_set(folder, "clean", ids, embeddings, npy=True)
+    listed = folder / "clean.ids.txt"
+    listed.write_text(listed.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    assert _score(folder, tiny_bench, base).report.clean == first.report.clean
 
 
 def test_l2_normalize_scores_scaled_rows_as_their_directions(scored_split, tiny_bench, tmp_path):

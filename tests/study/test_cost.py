@@ -262,3 +262,19 @@ def test_timing_leaves_no_loader_worker_behind(tiny_bench):
     # loader's worker starts in about half a second on 2 cores, hence slow.
     _time_tiny(tiny_bench, "data.workers=1")
     assert multiprocessing.active_children() == []
+
+
+def test_the_stand_in_s_masks_have_the_upright_size_of_an_exif_rotated_image(tmp_path):
+    from PIL import Image
+
+    from bgbias.data.images import load_image, load_mask
+    from bgbias.data.registry import open_dataset
+    from bgbias.study.cost_timing import write_stand_in
+
+    photo = tmp_path / "rotated.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 32×24, upright 24×32
+    Image.new("RGB", (32, 24), (90, 120, 150)).save(photo, exif=exif)
+    stand_in = write_stand_in(tmp_path / "stand-in", tiny_config(Path("/nowhere")), [photo], (32, 24), None)
+    item = open_dataset("bench", stand_in.root).items()[0]
+    assert load_mask(item.ground_truth_mask).size == load_image(item.image).size == (24, 32)
