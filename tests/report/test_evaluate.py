@@ -308,3 +308,5 @@ def test_a_class_whose_masks_show_nothing_is_flagged_by_its_name(run, tiny_bench
     text = result.files["report_md"].read_text()
     assert f"**{len(galaxy)} of {len(items)} images have a saliency mask that shows no object**" in text
     assert f"| {names[items[0].label]} ({items[0].label}) | {len(galaxy)} | {len(galaxy)} |" in text
+    assert f"warning: {len(galaxy)} of {len(items)} images have a saliency mask that shows no object" in (
+        format_evaluation_summary(result.report, result.files))
