@@ -25,8 +25,8 @@ if "OMP_NUM_THREADS" not in os.environ:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Under CI=true, a skip of a test marked ``required_in_ci`` is a failure: what it needs is installed by
-    ``scripts/setup.sh --tests``, so its skip means the set-up missed it, not that the machine cannot run it."""
+    """Under CI=true, a skip of a test marked ``required_in_ci`` is a failure: ``scripts/setup.sh --tests``
+    installs what it needs, so its skip means the set-up missed it, not that the machine cannot run it."""
     outcome = yield
     report = outcome.get_result()
     if report.skipped and os.environ.get("CI") == "true" and item.get_closest_marker("required_in_ci"):

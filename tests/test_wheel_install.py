@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import metadata
 import platform
 import re
 import shutil
@@ -27,6 +26,7 @@ import sys
 import tarfile
 import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -80,9 +80,8 @@ def _install_wheel(base: Path) -> Path:
     constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
     _run([sys.executable, "-m", "venv", base / "venv"])
     python = base / "venv" / "bin" / "python"
-    site_packages = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout
-                         .strip())
-    _link_torch_libraries(site_packages)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    _link_torch_libraries(Path(_run([python, "-c", purelib]).stdout.strip()))
     _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints, wheel],
          env=_clean_env())
     _run([python, "-m", "pip", "check", "--disable-pip-version-check"])
@@ -91,16 +90,17 @@ def _install_wheel(base: Path) -> Path:
 
 def _torch_libraries() -> list[metadata.Distribution]:
     """The installed distributions of torch's compiled stack: torch, triton and the nvidia/cuda packages."""
-    heavy = ("torch", "triton", "nvidia-", "cuda-")
-    found = [dist for dist in metadata.distributions()
-             if (name := dist.metadata["Name"].lower()) == "torch" or name.startswith(heavy[1:])]
+    def heavy(name: str) -> bool:
+        return name in ("torch", "triton") or name.startswith(("nvidia-", "cuda-"))
+
+    found = [dist for dist in metadata.distributions() if heavy(dist.metadata["Name"].lower())]
     assert any(dist.metadata["Name"].lower() == "torch" for dist in found)
     return found
 
 
 def _link_torch_libraries(site_packages: Path) -> None:
-    """Hard-link (or copy, across file systems) the files of :func:`_torch_libraries`, their metadata included,
-    into ``site_packages``, so that pip finds them installed; scripts outside site-packages are left out."""
+    """Hard-link (or copy, across file systems) the files of :func:`_torch_libraries`, their metadata
+    included, into ``site_packages``, so that pip finds them installed; scripts outside it are left out."""
     for dist in _torch_libraries():
         for file in dist.files or ():
             if file.parts[0] == "..":

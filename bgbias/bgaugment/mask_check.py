@@ -1,19 +1,27 @@
 """Preflight for everything that composites: each image needs its saliency mask before the first one is used.
 
 BGAugment training, corrupted validation and rendering corrupted sets all check here, so a missing mask is
-one error naming all of them, before any work starts, rather than a failure half-way through.
+one error naming all of them, before any work starts, rather than a failure half-way through. The masks that
+show no object are found here too (:func:`empty_masks`): an image composited with one is background, not
+its object on another background, so every report that scores such images flags them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_source
 from bgbias.data.layout import describe_paths, missing_files
 from bgbias.errors import ImageError
-from bgbias.saliency.records import stale_masks
+from bgbias.saliency.records import read_all_records, stale_masks
+
+HALF_STRENGTH = 128
+"""A mask without an empty flag shows no object when no pixel reaches this (of 255): no pixel is more object
+than background, the rule ``bgbias masks`` applies to the network's raw output (``--empty-below 0.5``)."""
 
 if TYPE_CHECKING:
     from bgbias.data.memory import InMemoryImage
@@ -46,3 +54,29 @@ def saliency_masks(
             fix=f"run `bgbias masks --dataset {dataset_name}` again: it re-makes exactly these masks",
         )
     return paths
+
+
+def empty_masks(items: Sequence[Item], masks_dir: Path) -> list[str]:
+    """The ids of ``items`` whose saliency mask shows no object, in item order: those ``bgbias masks``
+    flagged empty (the network's raw output never reached ``--empty-below``; the mask is stretched to 0–255
+    all the same, so its pixels cannot tell), and, among masks without that flag (masks brought along, a
+    table's mask column, models whose raw output bgbias does not see), those with no pixel at
+    :data:`HALF_STRENGTH`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = read_all_records(Path(masks_dir))
+    flags: dict[str, bool] = {}
+    unflagged = []
+    for item in items:
+        record = records.get(item.id) if item.saliency_mask is None else None
+        if record is not None and record.ok and record.empty is not None:
+            flags[item.id] = record.empty
+        else:
+            unflagged.append(item)
+
+    def shows_nothing(item: Item) -> bool:
+        return load_mask(mask_source(item, Path(masks_dir))).getextrema()[1] < HALF_STRENGTH
+
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:  # decoding PNGs releases the GIL
+        flags.update(zip((item.id for item in unflagged), pool.map(shows_nothing, unflagged), strict=True))
+    return [item.id for item in items if flags[item.id]]

@@ -39,6 +39,7 @@ class BenchDataset(Dataset):
         rows = self._rows(path, fix)
         items: list[Item] = []
         split_of: dict[int, str] = {}
+        names: dict[int, str] = {}
         for number, row in rows:
             label = parse_int(row["label"], path, number, "label", fix)
             split = row["split"]
@@ -53,6 +54,7 @@ class BenchDataset(Dataset):
                     f"class {label} is in split {split!r} here but in {split_of[label]!r} before",
                     fix,
                 )
+            names.setdefault(label, row["class_name"])
             mask = row["ground_truth_mask"]
             items.append(make_item(self.root, row["image"], label, self._absolute(mask) if mask else None))
         require_files(
@@ -62,7 +64,7 @@ class BenchDataset(Dataset):
             fix,
         )
         train, val, test = ([c for c in sorted(split_of) if split_of[c] == name] for name in BENCH_SPLITS)
-        return Catalog(items, train + val, test, len(train))
+        return Catalog(items, train + val, test, len(train), names)
 
     def _absolute(self, relpath: str) -> Path:
         return self.root.joinpath(*relpath.split("/"))

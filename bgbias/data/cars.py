@@ -1,5 +1,6 @@
 """Cars196 in its official layout: ``cars_annos.mat`` (one struct per image with ``relative_im_path`` such as
-``car_ims/000001.jpg``, ``class`` 1..196, bounding box and the unused train/test flag) and ``car_ims/``."""
+``car_ims/000001.jpg``, ``class`` 1..196, bounding box and the unused train/test flag; ``class_names``, the
+196 models' names, where present) and ``car_ims/``."""
 
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ class CarsDataset(Dataset):
     protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
-        items = [self._item(number, record) for number, record in enumerate(self._annotations(), start=1)]
+        annotations, names = self._annotations()
+        items = [self._item(number, record) for number, record in enumerate(annotations, start=1)]
         trainval, test, val_start = partition_by_class_id(
             (item.label for item in items), LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS
         )
-        return Catalog(items, trainval, test, val_start)
+        return Catalog(items, trainval, test, val_start, names)
 
-    def _annotations(self) -> np.ndarray:
-        """The ``annotations`` struct array as a 1-D record array."""
+    def _annotations(self) -> tuple[np.ndarray, dict[int, str]]:
+        """The ``annotations`` struct array as a 1-D record array, and the classes' names by class id (none
+        where the file has no ``class_names`` of strings)."""
         import numpy as np
         from scipy.io import loadmat
 
@@ -61,7 +64,9 @@ class CarsDataset(Dataset):
                 path=path,
                 fix=fix,
             )
-        return np.atleast_1d(annotations)
+        names = np.atleast_1d(contents.get("class_names", []))
+        named = {index: name for index, name in enumerate(names.tolist(), start=1) if isinstance(name, str)}
+        return np.atleast_1d(annotations), named
 
     def _item(self, number: int, record: np.void) -> Item:
         path = self.root / self.index_file

@@ -71,7 +71,10 @@ class CubDataset(Dataset):
         trainval, test, val_start = partition_by_class_id(
             labels.values(), LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS
         )
-        return Catalog(items, trainval, test, val_start)
+        # A class's folder under images/ is its name (``001.Black_footed_Albatross``), as in classes.txt.
+        names = {labels[image_id]: PurePosixPath(relpath).parent.name or str(labels[image_id])
+                 for image_id, relpath in relpaths.items()}
+        return Catalog(items, trainval, test, val_start, names)
 
     def _image_paths(self) -> dict[int, str]:
         """images.txt: ``<image id> <path under images/>``."""

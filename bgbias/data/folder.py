@@ -1,8 +1,8 @@
 """A user's own dataset: ``root/<class_name>/<image>``, one sub-folder per class, images directly inside.
 
-Labels are the indices of the class folders in sorted order. Split: the first half of the sorted classes
-(rounded up) is trainval, of which the first 75 % (rounded, leaving at least one class each) train and the
-rest validate; the second half is test.
+Labels are the indices of the class folders in sorted order; the folders' names are the classes' names.
+Split: the first half of the sorted classes (rounded up) is trainval, of which the first 75 % (rounded,
+leaving at least one class each) train and the rest validate; the second half is test.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ class FolderDataset(Dataset):
         ]
         classes = list(range(len(class_folders)))
         trainval_count, train_count = folder_split_sizes(len(classes))
-        return Catalog(items, classes[:trainval_count], classes[trainval_count:], train_count)
+        names = {label: folder.name for label, folder in enumerate(class_folders)}
+        return Catalog(items, classes[:trainval_count], classes[trainval_count:], train_count, names)
 
     def _class_items(self, folder: Path, label: int) -> list[Item]:
         from bgbias.data.images import image_files

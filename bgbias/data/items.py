@@ -7,8 +7,8 @@ import hashlib
 import os
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
@@ -71,15 +71,18 @@ def mask_relpath(item: Item) -> str:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Everything a layout's index says: the items and the ordered class partition.
+    """Everything a layout's index says: the items, the ordered class partition and the classes' names.
 
     The fixed split trains on ``trainval_classes[:val_start]`` and validates on the rest of trainval.
+    ``class_names`` holds the name the dataset gives a class (its folder, a table's label, the bench's
+    ``class_name``) by its label; a layout without names leaves it empty.
     """
 
     items: list[Item]
     trainval_classes: list[int]
     test_classes: list[int]
     val_start: int
+    class_names: Mapping[int, str] = field(default_factory=dict)
 
 
 class Dataset(ABC):
@@ -142,6 +145,13 @@ class Dataset(ABC):
         """The held-out classes, sorted."""
         return self._loaded().test_classes
 
+    def class_names(self) -> dict[int, str]:
+        """Every class's name as the dataset gives it, by label: what reports show, since a user knows
+        ``galaxy``, not class 3. A class the layout gives no name is named by its label."""
+        catalog = self._loaded()
+        labels = sorted({*catalog.trainval_classes, *catalog.test_classes})
+        return {label: catalog.class_names.get(label, str(label)) for label in labels}
+
     def fixed_val_start(self) -> int:
         """Index into ``trainval_classes()`` where the fixed split's validation classes begin."""
         return self._loaded().val_start
@@ -162,7 +172,7 @@ class Dataset(ABC):
                 self.root / self.index_file,
                 fix="re-extract the dataset archive completely into the dataset folder, or fix the index",
             )
-            self._catalog = Catalog(items, catalog.trainval_classes, catalog.test_classes, catalog.val_start)
+            self._catalog = replace(catalog, items=items)
         return self._catalog
 
 

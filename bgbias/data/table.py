@@ -3,9 +3,10 @@ mapping or a pandas DataFrame), a CSV file, or a torch ``Dataset`` whose samples
 
 It is what a retrieval team has at hand: a list of files and product ids, a DataFrame, the ``Dataset`` its
 training already uses. Labels may be any values (ints, strings, tensors); classes are their distinct values
-in sorted order. Split as a class-folder dataset splits (``bgbias.data.folder``): the first half of the
-classes trainval, the second half test; ``split="all"`` is every image, as queries and as gallery. A row's
-mask, where it gives one, is that image's saliency mask; without one, masks come from a masks folder.
+in sorted order, each named by its label as given. Split as a class-folder dataset splits
+(``bgbias.data.folder``): the first half of the classes trainval, the second half test; ``split="all"`` is
+every image, as queries and as gallery. A row's mask, where it gives one, is that image's saliency mask;
+without one, masks come from a masks folder.
 
 On the command line, ``--dataset table --root images.csv``: a CSV with a header naming the columns ``path``
 (or ``image``), ``label`` and optionally ``mask``; relative paths are relative to the CSV's folder.
@@ -85,7 +86,8 @@ class ImageTable(Dataset):
         self.root = common
         classes = sorted(set(class_of.values()))
         trainval, train = folder_split_sizes(len(classes))
-        return Catalog(items, classes[:trainval], classes[trainval:], train)
+        names = {class_id: str(label) for label, class_id in class_of.items()}
+        return Catalog(items, classes[:trainval], classes[trainval:], train, names)
 
 
 def image_table(data: Any, root: str | os.PathLike[str] | None = None) -> ImageTable:

@@ -36,7 +36,7 @@ def write_class_gallery(
     for row in per_class[:GALLERY_CLASSES]:
         members = np.flatnonzero(labels == row.label)[:IMAGES_PER_CLASS]
         queries.append(GalleryQuery(
-            caption=f"class {row.label} ({row.images} images): background MAP@R {row.background_map_at_r:.2f}"
+            caption=f"class {row.name} ({row.images} images): background MAP@R {row.background_map_at_r:.2f}"
                     f" (chance {row.chance_map_at_r:.2f}), object {row.foreground_map_at_r:.2f}",
             rows=tuple(_row(background, labels, int(q), float(per_query_map_at_r[q]),
                             neighbours[q, :GALLERY_NEIGHBOURS]) for q in members),

@@ -11,15 +11,21 @@ what the two retrieve above chance, with a bootstrap interval over images
 (:mod:`bgbias.leakage_meter.calibration`). Nothing is written unless ``out`` is given: then the record, the
 summary and the picture of the classes whose background gives them away most
 (:mod:`bgbias.leakage_meter.class_gallery`).
+
+An image whose mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) keeps its object in
+the background-only view and is black in the object-only one, so its class reads as leaking: such images are
+counted, per class and in all, and the page says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bgbias.bgaugment.mask_check import empty_masks
 from bgbias.data.items import Dataset, default_masks_dir
 from bgbias.data.splits import split_items
 from bgbias.engine.embedding import embed_images
@@ -94,20 +100,23 @@ def measure_leakage(
              for view in VIEWS}
     background, foreground = (scores[view].per_query["map_at_r"] for view in VIEWS)
     encoder = str(model.describe().get("method", ""))
+    flagged = set(empty_masks(items, masks))
+    empty = np.array([item.id in flagged for item in items], dtype=bool)
     if any(views[view].degenerate for view in VIEWS):  # nothing to read a share off
         leakage, interval, per_class, bench = float("nan"), (float("nan"), float("nan")), (), None
     else:
         leakage = leakage_share(views["background"].map_at_r, views["foreground"].map_at_r,
                                 chance["map_at_r"])
         interval = bootstrap_interval(background, foreground, chance["map_at_r"], seed=seed)
-        per_class = class_leakage(labels, background, foreground, per_query_chance)
+        per_class = class_leakage(labels, background, foreground, per_query_chance, dataset.class_names(),
+                                  empty)
         bench = bench_equivalent(leakage, interval, encoder=encoder, fill=fill)
     result = DatasetLeakage(
         dataset=dataset.name, split=split, fill=fill, model=encoder, images=len(items),
         classes=len(np.unique(labels)), leakage=leakage, interval=interval,
         background=views["background"], foreground=views["foreground"],
         chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
-        per_class=per_class, bench_rho=bench,
+        per_class=per_class, empty_masks=int(empty.sum()), bench_rho=bench,
     )
     if out is not None:
         picture = None
@@ -129,10 +138,14 @@ def degenerate(state: dict[str, np.ndarray]) -> str | None:
 
 
 def class_leakage(labels: np.ndarray, background: np.ndarray, foreground: np.ndarray,
-                  chance: np.ndarray) -> tuple[ClassLeakage, ...]:
-    """Each class's mean MAP@R in both views and by chance (its images' own), the classes whose background
+                  chance: np.ndarray, names: Mapping[int, str] | None = None,
+                  empty: np.ndarray | None = None) -> tuple[ClassLeakage, ...]:
+    """Each class's mean MAP@R in both views and by chance (its images' own), its name (``names``; else its
+    label) and how many of its images' masks are empty (``empty``, per image), the classes whose background
     retrieves most above chance first (ties by label); classes of one image, which retrieve nothing, left
     out."""
+    names = names or {}
+    empty = np.zeros(len(labels), dtype=bool) if empty is None else empty
     rows = []
     for label in np.unique(labels):
         members = (labels == label) & ~np.isnan(chance)
@@ -140,7 +153,8 @@ def class_leakage(labels: np.ndarray, background: np.ndarray, foreground: np.nda
             continue
         bg, fg, floor = (float(values[members].mean()) for values in (background, foreground, chance))
         rows.append(ClassLeakage(int(label), int((labels == label).sum()), bg, fg, floor,
-                                 leakage_share(bg, fg, floor)))
+                                 leakage_share(bg, fg, floor), names.get(int(label), str(label)),
+                                 int(empty[labels == label].sum())))
     return tuple(sorted(rows, key=lambda row: (-row.background_above_chance, row.label)))
 
 

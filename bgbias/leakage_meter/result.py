@@ -1,6 +1,7 @@
 """What the leakage meter finds, as typed values, and the two files of it ``out=`` writes: ``leakage.json``
 (every number) and ``leakage.md`` (the summary and the per-class table, for a person, linking the per-class
-picture where there is one)."""
+picture where there is one; class names are the dataset's, shown as text through
+:mod:`bgbias.report.document`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
 from bgbias.leakage_meter.calibration import BenchEquivalent
+from bgbias.report.document import Block, Heading, Paragraph, Strong, Table, Text, to_markdown
 
 RECORD_FORMAT = "bgbias-leakage"
 RECORD_VERSION = 3
@@ -32,7 +34,8 @@ class ViewScores:
 @dataclass(frozen=True)
 class ClassLeakage:
     """One class's images: their mean MAP@R from the background alone, from the object alone, and by chance,
-    and their own leakage share (:func:`~bgbias.leakage_meter.headline.leakage_share`)."""
+    their own leakage share (:func:`~bgbias.leakage_meter.headline.leakage_share`), the class's name as the
+    dataset gives it, and how many of its images have a mask that shows no object."""
 
     label: int
     images: int
@@ -40,6 +43,13 @@ class ClassLeakage:
     foreground_map_at_r: float
     chance_map_at_r: float
     leakage: float
+    name: str | None = None
+    empty_masks: int = 0
+
+    @property
+    def shown(self) -> str:
+        """The class as the page names it: its name, and its label where the two differ."""
+        return str(self.label) if self.name in (None, str(self.label)) else f"{self.name} ({self.label})"
 
     @property
     def background_above_chance(self) -> float:
@@ -53,7 +63,8 @@ class DatasetLeakage:
     (docs/leakage.md): the headline ``leakage`` with its bootstrap ``interval``, both views' scores beside
     chance, ``per_class``, the classes whose background gives them away most first, and ``bench_rho``, the
     ρ at which the bias dial's bench leaks as much (None where the dial was not calibrated for this encoder
-    and fill)."""
+    and fill). ``empty_masks``: the images whose mask shows no object (their object stays in the
+    background-only view)."""
 
     dataset: str
     split: str
@@ -68,6 +79,7 @@ class DatasetLeakage:
     chance: ViewScores
     per_class: tuple[ClassLeakage, ...]
     bench_rho: BenchEquivalent | None = None
+    empty_masks: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
@@ -76,42 +88,45 @@ class DatasetLeakage:
                            "bench_rho": None if self.bench_rho is None else self.bench_rho.as_dict()})
 
     def markdown(self, top: int = 20, picture: str | None = None) -> str:
-        """The summary and the ``top`` classes whose background gives them away most, then ``picture`` (a
-        file beside the page showing some of them) where given."""
+        """The summary (with the images whose masks are empty), the ``top`` classes whose background gives
+        them away most, then ``picture`` (a file beside the page showing some of them) where given."""
         low, high = self.interval
         views = {"background only": self.background, "object only": self.foreground, "chance": self.chance}
+        flagged = bool(self.empty_masks)
         about = (f"{self.images} images, {self.classes} classes; encoder {self.model}; "
                  f"hole filled: {self.fill}.")
         broken = [f"the {name} view is degenerate ({view.degenerate})" for name, view in views.items()
                   if view.degenerate]
-        headline = ([f"No leakage is read: {' and '.join(broken)}, so it carries nothing to compare. "
-                     "Check the masks: all full leave no background, all empty no object. " + about]
-                    if broken else
-                    [f"**{_pct(self.leakage)}** of what the background and the object retrieve above chance "
-                     f"comes from the background (95 % interval {_pct(low)}–{_pct(high)}, bootstrap over "
-                     f"images). {about}", "", _bench_words(self.bench_rho)])
-        lines = [
-            f"# Background leakage of {self.dataset} ({self.split})",
-            "",
-            *headline,
-            "",
-            "| view | MAP@R | P@1 | probe accuracy |",
-            "|---|---:|---:|---:|",
-            *(_row(name, view.map_at_r, view.precision_at_1, view.probe_accuracy)
-              for name, view in views.items()),
-            "",
-            f"## The {min(top, len(self.per_class))} classes whose background gives them away most",
-            "",
-            "| class | images | background MAP@R | object MAP@R | chance | leakage |",
-            "|---:|---:|---:|---:|---:|---:|",
-            *(_row(f"{row.label} | {row.images}", row.background_map_at_r, row.foreground_map_at_r,
-                   row.chance_map_at_r, row.leakage) for row in self.per_class[:top]),
+        headline: list[Block] = (
+            [Paragraph(f"No leakage is read: {' and '.join(broken)}, so it carries nothing to compare. Check "
+                       f"the masks: all full leave no background, all empty no object. {about}")]
+            if broken else
+            [Paragraph((Strong(_pct(self.leakage)), " of what the background and the object retrieve above "
+                        f"chance comes from the background (95 % interval {_pct(low)}–{_pct(high)}, "
+                        f"bootstrap over images). {about}")),
+             Paragraph(_bench_words(self.bench_rho))])
+        blocks: list[Block] = [
+            headline[0],
+            Paragraph(_empty_words(self)),
+            *headline[1:],
+            Table(("view", "MAP@R", "P@1", "probe accuracy"), tuple(
+                (name, *(_pct(value) for value in (view.map_at_r, view.precision_at_1, view.probe_accuracy)))
+                for name, view in views.items())),
+            Heading(f"The {min(top, len(self.per_class))} classes whose background gives them away most"),
+            Table(("class", "images", *(("empty masks",) if flagged else ()), "background MAP@R",
+                   "object MAP@R", "chance", "leakage"), tuple(
+                (row.shown, str(row.images), *((str(row.empty_masks),) if flagged else ()),
+                 *(_pct(value) for value in (row.background_map_at_r, row.foreground_map_at_r,
+                                             row.chance_map_at_r, row.leakage)))
+                for row in self.per_class[:top])),
         ]
+        title = Heading(f"Background leakage of {self.dataset} ({self.split})", 1)
+        page = to_markdown([title, *blocks], Path())
         if picture is not None:
-            lines += ["", "The first classes' background-only images (a row each, named by its AP@R) and "
-                      "their nearest background-only neighbours (green: same class, red: other):", "",
-                      f"![the classes whose background gives them away most]({picture})"]
-        return "\n".join(lines) + "\n"
+            page += ("\nThe first classes' background-only images (a row each, named by its AP@R) and their "
+                     "nearest background-only neighbours (green: same class, red: other):\n\n"
+                     f"![the classes whose background gives them away most]({picture})\n")
+        return page
 
     def write(self, out: str | Path, picture: str | None = None) -> Path:
         """``leakage.json`` and ``leakage.md`` (linking ``picture``, a file in ``out``, where given) in folder
@@ -122,17 +137,23 @@ class DatasetLeakage:
         return folder
 
 
-def _bench_words(bench: BenchEquivalent | None) -> str:
+def _empty_words(leakage: DatasetLeakage) -> str:
+    if not leakage.empty_masks:
+        return "Empty saliency masks: none; every image's mask shows an object."
+    whole = sum(1 for row in leakage.per_class if row.empty_masks and row.empty_masks == row.images)
+    return (f"{leakage.empty_masks} of {leakage.images} images have a saliency mask that shows no object "
+            f"({whole} classes entirely; the table counts them per class): their object stays in the "
+            "background-only view and their object-only view is black, so they read as background leakage. "
+            "They are counted as every image is.")
+
+
+def _bench_words(bench: BenchEquivalent | None) -> Text:
     if bench is None:
         return ("No bench ρ: the bias dial is calibrated for the default encoder only, with each fill "
                 "(docs/leakage.md, \"Calibration on the bias dial\").")
-    return (f"The bias dial's bench leaks as much at **{bench.words()}** (the interval's ends read on the "
-            f"same curve: the default encoder on the dial's benches with {bench.masks} masks; "
+    return ("The bias dial's bench leaks as much at ", Strong(bench.words()), " (the interval's ends read on "
+            f"the same curve: the default encoder on the dial's benches with {bench.masks} masks; "
             "docs/leakage.md).")
-
-
-def _row(first: str, *values: float) -> str:
-    return "| " + " | ".join([first, *(_pct(value) for value in values)]) + " |"
 
 
 def _pct(value: float) -> str:

@@ -18,7 +18,9 @@ OUTCOME_FORMAT = "bgbias-audit-model"
 class AuditScores(Record):
     """One model's numbers (fractions; None where undefined): clean MAP@R and P@1, corrupted MAP@R (mean and
     std over its repeats), the relative drop of MAP@R, the profile's MAP@R by set, and the dataset's
-    leakage through the model with its interval and its two views' MAP@R beside chance."""
+    leakage through the model with its interval and its two views' MAP@R beside chance; how many of the
+    split's images were scored and how many of them have a mask that shows no object (None in records
+    written before audits counted them)."""
 
     clean_map_at_r: float | None
     clean_precision_at_1: float | None
@@ -32,6 +34,8 @@ class AuditScores(Record):
     background_map_at_r: float | None
     foreground_map_at_r: float | None
     chance_map_at_r: float | None
+    images: int | None = None
+    empty_masks: int | None = None
 
 
 class ModelOutcome(Record):

@@ -23,6 +23,7 @@ from bgbias.report.document import (
     Heading,
     Link,
     Paragraph,
+    Strong,
     Table,
     to_markdown,
     write_document,
@@ -112,6 +113,7 @@ def blocks(page: AuditPage) -> list[Block]:
                   f"model (hole filled: {settings['fill']})."
                   + (f" Split scored: {settings['split_reason']}." if settings.get("split_reason") else "")),
         table(page),
+        *_empty_mask_note(page),
         Bullets(_column_notes(chance)),
         Heading("Models"),
         Bullets(tuple(_model_item(outcome) for outcome in page.ranked)),
@@ -122,6 +124,21 @@ def blocks(page: AuditPage) -> list[Block]:
            Bullets(tuple((f"{outcome.label}: ", Code(outcome.spec), f": {outcome.error}")
                          for outcome in page.failed))] if page.failed else []),
     ]
+
+
+def _empty_mask_note(page: AuditPage) -> list[Block]:
+    """How many of the split's images have a mask that shows no object, where any has: every model's
+    corrupted score counts them, though their corrupted copy is background alone."""
+    counted = [outcome.scores for outcome in page.ranked
+               if outcome.scores is not None and outcome.scores.empty_masks]
+    if not counted:
+        return []
+    scores = max(counted, key=lambda scores: scores.empty_masks or 0)
+    return [Paragraph((Strong(f"{scores.empty_masks} of {scores.images} images of the split have a saliency "
+                              "mask that shows no object"),
+                       ": their corrupted copy is the new background alone, and every corrupted score above "
+                       "counts them. Each model's evaluation report names them, counts them per class and "
+                       "gives its scores without them."))]
 
 
 def _column_notes(chance: float | None) -> tuple[str, ...]:

@@ -178,6 +178,7 @@ def scores_of(report: EvaluationReport, leakage: DatasetLeakage) -> AuditScores:
         background_map_at_r=finite(leakage.background.map_at_r),
         foreground_map_at_r=finite(leakage.foreground.map_at_r),
         chance_map_at_r=finite(leakage.chance.map_at_r),
+        images=report.images, empty_masks=None if report.empty_masks is None else report.empty_masks.images,
     )
 
 

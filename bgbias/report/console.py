@@ -103,7 +103,8 @@ def _model_origin(report: EvaluationReport) -> str:
 
 
 def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]) -> str:
-    """Clean vs corrupted (mean ± std over repeats) per metric, the drop, and where the report files are."""
+    """Clean vs corrupted (mean ± std over repeats) per metric, the drop, a warning where images' masks show
+    no object, and where the report files are."""
     corrupted, drop = report.corrupted, report.drop
     headers = ["metric", "clean"]
     if corrupted:
@@ -122,6 +123,12 @@ def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if report.scored == 0:
         lines.append("no image has another of its class: no query was scored, so there is no mean")
+    empty = report.empty_masks
+    if empty is not None and empty.images:
+        without = empty.without.drop["map_at_r"].absolute if empty.without is not None else None
+        lines.append(f"warning: {empty.images} of {report.images} images have a saliency mask that shows no "
+                     "object (their corrupted copy is background alone); MAP@R drop without them: "
+                     f"{'–' if without is None else f'{without:.3f}'} (report.md lists them)")
     if "report_md" in files:
         lines.append(f"report: {files['report_md']}")
     if report.profile is not None:

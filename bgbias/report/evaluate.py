@@ -169,7 +169,8 @@ def evaluate(
     if sets.corrupted:
         meta["corrupted_sets"] = sets.corrupted_meta(request)
     ids = [item.id for item in items]
-    report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
+    report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta,
+                                  class_names=dataset.class_names(), empty_masks=sets.empty_masks)
     if request.profile:
         report["profile"] = summarize_profile(clean, corrupted_scores, query_side, variant_scores, labels,
                                               sets.variants, sets.worst_case_manifests(request))

@@ -11,6 +11,16 @@ the record as CSV and Markdown, next to a per-query table.
 Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
 standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
 alone in their class have no score and are left out of every mean, per class included.
+
+Images whose saliency mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) have a
+corrupted copy that is the new background alone, so their drop says nothing about background reliance. They
+are scored as every image is (the paper's number stays the paper's), and flagged: counted per class, marked
+per image, and the headline is given a second time over the other queries (they stay in the gallery, so no
+other query's ranking changes).
+
+``report.md`` reads from what a user asks first to what they check last: the headline (clean vs corrupted,
+the drop, what was scored), then the classes and images, then the profile, and the setup (versions,
+options, checksums) last. Classes are shown by the names the dataset gives them, as text.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +39,7 @@ from pydantic import Field
 from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
-from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
+from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
 from bgbias.schema import Record, check_record, field_problem, read_record
 
@@ -37,12 +47,15 @@ REPORT_FORMAT = "bgbias-eval-report"
 REPORT_VERSION = 1
 HURT_MOST = 10
 """How many classes and images the Markdown report lists as hurt most by the background change."""
+EMPTY_LISTED = 20
+"""How many classes and images with empty masks the Markdown report names (the CSV files mark them all)."""
 
 METRIC_TITLES = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
-PER_CLASS_COLUMNS = ("label", "images", "clean_map_at_r", "corrupted_map_at_r", "drop", "relative_drop")
+PER_CLASS_COLUMNS = ("label", "name", "images", "empty_masks", "clean_map_at_r", "corrupted_map_at_r", "drop",
+                     "relative_drop")
 _COMPUTED_KEYS = frozenset(
     {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
-     "images_hurt_most", "profile"}
+     "images_hurt_most", "profile", "empty_masks"}
 )
 PROFILE_COLUMNS = ("set", "title", "repeats",
                    *(f"{which}_{name}" for name in METRICS for which in ("mean", "std")))
@@ -76,7 +89,9 @@ class Drop(Record):
 
 class ClassDrop(Record):
     label: int | str
+    name: str | None = None  # the class's name as the dataset gives it; reports made before names lack it
     images: int
+    empty_masks: int | None = None  # its images whose mask shows no object; None: not checked
     clean_map_at_r: float | None
     corrupted_map_at_r: float | None
     drop: float | None
@@ -86,9 +101,30 @@ class ClassDrop(Record):
 class ImageDrop(Record):
     id: str
     label: int | str
+    class_name: str | None = None
+    empty_mask: bool | None = None
     clean_map_at_r: float
     corrupted_map_at_r: float
     drop: float
+
+
+class WithoutEmptyMasks(Record):
+    """The headline over the queries whose masks show an object: clean, corrupted (mean over repeats) and
+    the drop, each metric as in the report's own."""
+
+    scored: int
+    clean: Scores
+    corrupted: Scores
+    drop: dict[str, Drop]
+
+
+class EmptyMasks(Record):
+    """The images whose saliency mask shows no object, by id in query order, and the headline without them
+    (None where there are none)."""
+
+    images: int
+    ids: list[str]
+    without: WithoutEmptyMasks | None = None
 
 
 class ProfileSet(Record):
@@ -142,6 +178,7 @@ class EvaluationReport(Record):
     per_class: list[ClassDrop] = Field(default_factory=list)
     images_hurt_most: list[ImageDrop] = Field(default_factory=list)
     profile: Profile | None = None
+    empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
     approximate: bool = False
     retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
     shortlist_recall: ShortlistRecall | None = None
@@ -174,10 +211,16 @@ def summarize_evaluation(
     labels: np.ndarray,
     ids: Sequence[str],
     meta: Mapping[str, Any],
+    *,
+    class_names: Mapping[Any, str] | None = None,
+    empty_masks: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The report dict of one evaluation: ``meta`` passed through, the clean scores and, when there are
     corrupted repeats, each repeat's scores, their mean and std, the drop, the per-class drop of MAP@R
-    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order."""
+    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order;
+    ``class_names`` names classes by label (a label without one is named by itself); ``empty_masks`` are the
+    ids of the images whose saliency mask shows no object (None: not checked), flagged per class and image,
+    the headline also given without them."""
     labels = np.asarray(labels)
     _check_inputs(clean, corrupted, labels, ids)
     clashes = sorted(_COMPUTED_KEYS & set(meta))
@@ -200,8 +243,12 @@ def summarize_evaluation(
     std = {name: _sample_std([row[name] for row in repeats]) for name in METRICS}
     report["corrupted"] = {"repeats": repeats, "mean": mean, "std": std}
     report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
-    report["per_class"] = _per_class(clean, corrupted, labels)
-    report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids)
+    names = {} if class_names is None else dict(class_names)
+    empty = None if empty_masks is None else _flags(ids, empty_masks)
+    report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
+    report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids, names, empty)
+    if empty is not None:
+        report["empty_masks"] = _empty_masks(clean, corrupted, ids, empty)
     return report
 
 
@@ -261,7 +308,8 @@ def write_evaluation_report(
     }
     write_json_atomic(paths["report_json"], report)
     write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
-    write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids))
+    empty = None if record.empty_masks is None else record.empty_masks.ids
+    write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids, empty))
     write_text_atomic(paths["report_md"], format_evaluation_markdown(record))
     if record.corrupted:
         paths["per_class_csv"] = out / "per_class.csv"
@@ -323,49 +371,143 @@ def format_evaluation_markdown(report: EvaluationReport) -> str:
 
 
 def evaluation_blocks(report: EvaluationReport) -> list[Block]:
-    """The blocks of ``report.md``; every name in them (a class, an image, a folder, the model) is text."""
-    corrupted, drop = report.corrupted, report.drop
-    if corrupted and drop is not None:
-        repeats = len(corrupted.repeats)
-        spread = "mean ± std" if repeats > 1 else "mean"
-        over = f"{repeats} repeat{'s' * (repeats > 1)}"
-        headers = ("metric", "clean (%)", f"corrupted (%, {spread} over {over})", "drop (points)",
-                   "relative drop (%)")
-        rows = tuple(
-            (METRIC_TITLES[name], percent(getattr(report.clean, name)),
-             percent_spread(getattr(corrupted.mean, name), getattr(corrupted.std, name)),
-             percent(drop[name].absolute), percent(drop[name].relative))
-            for name in METRICS
-        )
-    else:
-        headers = ("metric", "clean (%)")
-        rows = tuple((METRIC_TITLES[name], percent(getattr(report.clean, name))) for name in METRICS)
-    blocks: list[Block] = [
-        Heading(_title(report), 1),
-        Table(headers, rows),
-        Paragraph(f"{report.images} images in {report.classes} classes; {report.scored} scored "
-                  "(queries alone in their class have nothing to retrieve and are left out)."),
-        *([Paragraph(f"Split scored: {report.split_reason}.")] if report.split_reason else []),
-    ]
+    """The blocks of ``report.md``: the headline, the classes and images, the profile, the setup last; every
+    name in them (a class, an image, a folder, the model) is text."""
+    blocks: list[Block] = [Heading(_title(report), 1), *headline_blocks(report), *_per_class_blocks(report)]
     if report.profile is not None:
         blocks += _profile_blocks(report.profile)
     setup = report.setup
     blocks += [Heading("Setup"),
                Bullets(tuple(item for key in sorted(setup) for item in _setup_items(key, setup[key])))]
+    return blocks
+
+
+def headline_blocks(report: EvaluationReport) -> list[Block]:
+    """What was measured and what it came to: clean vs corrupted scores in %, what was scored, and the
+    images whose masks show no object with the headline without them."""
+    blocks: list[Block] = [
+        Table(*_scores_table(report.clean, report.corrupted, report.drop)),
+        Paragraph(f"{report.images} images in {report.classes} classes; {report.scored} scored "
+                  "(queries alone in their class have nothing to retrieve and are left out)."),
+        *([Paragraph(f"Split scored: {report.split_reason}.")] if report.split_reason else []),
+    ]
+    return blocks + _empty_mask_headline(report)
+
+
+def _scores_table(clean: Scores, corrupted: CorruptedScores | Scores | None,
+                  drop: Mapping[str, Drop] | None) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Clean (and corrupted, with the drop) per metric in %; ``corrupted`` with repeats shows their spread."""
+    if corrupted is None or drop is None:
+        return ("metric", "clean (%)"), tuple((METRIC_TITLES[name], percent(getattr(clean, name)))
+                                              for name in METRICS)
+    if isinstance(corrupted, CorruptedScores):
+        repeats = len(corrupted.repeats)
+        spread = "mean ± std" if repeats > 1 else "mean"
+        column = f"corrupted (%, {spread} over {repeats} repeat{'s' * (repeats > 1)})"
+        cells = [percent_spread(getattr(corrupted.mean, name), getattr(corrupted.std, name))
+                 for name in METRICS]
+    else:
+        column = "corrupted (%, mean over the repeats)"
+        cells = [percent(getattr(corrupted, name)) for name in METRICS]
+    headers = ("metric", "clean (%)", column, "drop (points)", "relative drop (%)")
+    return headers, tuple((METRIC_TITLES[name], percent(getattr(clean, name)), cell,
+                           percent(drop[name].absolute), percent(drop[name].relative))
+                          for name, cell in zip(METRICS, cells, strict=True))
+
+
+def _empty_mask_headline(report: EvaluationReport) -> list[Block]:
+    """How many images have masks that show no object, how they were counted, and the headline without
+    them; a sentence saying the masks were not checked where a corrupted score could not check them."""
+    empty = report.empty_masks
+    if report.corrupted is None:
+        return []
+    if empty is None:
+        return [Paragraph("Empty saliency masks: not checked (the corrupted scores came without their "
+                          "masks), so images whose corrupted copy is background alone cannot be flagged.")]
+    if not empty.images:
+        return [Paragraph("Empty saliency masks: none; every image's mask shows an object.")]
+    classes = [row for row in report.per_class if row.empty_masks]
+    whole = sum(1 for row in classes if row.empty_masks == row.images)
+    blocks: list[Block] = [Paragraph((
+        Strong(f"{empty.images} of {report.images} images have a saliency mask that shows no object"),
+        f" ({len(classes)} classes, {whole} of them entirely): their corrupted copy is the new background "
+        "alone, so their drop says nothing about background reliance. They are scored as every image is, "
+        "in the table above; below, the same scores without them as queries (they stay in the gallery, so "
+        "no other query's ranking changes). An empty mask is one ", Code("bgbias masks"), " flagged (the "
+        "network's raw output stayed below ", Code("--empty-below"), ") or, without that flag, one with no "
+        "pixel at half strength."))]
+    if empty.without is not None:
+        without = empty.without
+        blocks += [Table(*_scores_table(without.clean, without.corrupted, without.drop),
+                         caption=f"without the images whose masks are empty: {without.scored} scored "
+                                 "queries")]
+    return blocks
+
+
+def _per_class_blocks(report: EvaluationReport) -> list[Block]:
+    """The classes and images hurt most, then those whose masks show no object."""
+    flagged = bool(report.empty_masks and report.empty_masks.images)
+    blocks: list[Block] = []
     if report.per_class:
         hurt_classes = [row for row in report.per_class if row.drop is not None][:HURT_MOST]
-        blocks += [Heading(f"The {len(hurt_classes)} classes hurt most (MAP@R, %)"), Table(
-            ("class", "images", "clean", "corrupted", "drop (points)", "relative drop (%)"),
-            tuple((str(row.label), str(row.images), percent(row.clean_map_at_r),
-                   percent(row.corrupted_map_at_r), percent(row.drop), percent(row.relative_drop))
-                  for row in hurt_classes))]
+        blocks += [Heading(f"The {len(hurt_classes)} classes hurt most (MAP@R, %)"),
+                   _class_table(hurt_classes, flagged)]
     if report.images_hurt_most:
         hurt_images = report.images_hurt_most
-        blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(
-            ("image", "class", "clean", "corrupted", "drop (points)"),
-            tuple((row.id, str(row.label), percent(row.clean_map_at_r), percent(row.corrupted_map_at_r),
-                   percent(row.drop)) for row in hurt_images))]
+        headers = ("image", "class", *(("empty mask",) if flagged else ()), "clean", "corrupted",
+                   "drop (points)")
+        blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(headers, tuple(
+            (row.id, _shown_class(row.class_name, row.label), *((_yes(row.empty_mask),) if flagged else ()),
+             percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop))
+            for row in hurt_images))]
+    if flagged:
+        blocks += _empty_mask_blocks(report)
     return blocks
+
+
+def _class_table(rows: Sequence[ClassDrop], flagged: bool) -> Table:
+    headers = ("class", "images", *(("empty masks",) if flagged else ()), "clean", "corrupted",
+               "drop (points)", "relative drop (%)")
+    return Table(headers, tuple(
+        (_shown_class(row.name, row.label), str(row.images),
+         *((str(row.empty_masks or 0),) if flagged else ()),
+         percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop),
+         percent(row.relative_drop)) for row in rows))
+
+
+def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
+    """The classes with empty masks (most first) and the first images, each list pointing at the CSV file
+    that marks them all."""
+    empty = report.empty_masks
+    assert empty is not None
+    classes = sorted((row for row in report.per_class if row.empty_masks),
+                     key=lambda row: (-(row.empty_masks or 0) / row.images, -(row.empty_masks or 0)))
+    more_classes = (f" The first {EMPTY_LISTED} of {len(classes)}; per_class.csv's empty_masks column counts "
+                    "them all." if len(classes) > EMPTY_LISTED else "")
+    more_images = (f", the first {EMPTY_LISTED} of {empty.images}; per_query.csv's empty_mask column marks "
+                   "them all" if empty.images > EMPTY_LISTED else "")
+    return [
+        Heading("Classes with empty masks (MAP@R, %)"),
+        Paragraph("Classes with images whose saliency mask shows no object, those with most such images "
+                  "first: a class whose masks are all empty has a corrupted score of backgrounds only."
+                  + more_classes),
+        _class_table(classes[:EMPTY_LISTED], True),
+        Heading("Images with empty masks"),
+        Paragraph(f"In query order{more_images}."),
+        Bullets(tuple((Code(image_id),) for image_id in empty.ids[:EMPTY_LISTED])),
+    ]
+
+
+def _shown_class(name: str | None, label: int | str) -> str:
+    """A class as the report shows it: its name, and its label where the two differ (reports made before
+    names have the label alone)."""
+    if name is None or name == str(label):
+        return str(label)
+    return f"{name} ({label})"
+
+
+def _yes(flag: bool | None) -> str:
+    return "" if flag is None else "yes" if flag else "no"
 
 
 def _profile_blocks(profile: Profile) -> list[Block]:
@@ -430,10 +572,12 @@ def _drop(clean: float | None, corrupted: float | None) -> dict[str, float | Non
 
 
 def _per_class(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray,
+    names: Mapping[Any, str], empty: np.ndarray | None,
 ) -> list[dict[str, Any]]:
-    """MAP@R per class, clean and corrupted (the mean over repeats of the class's mean), largest drop first;
-    a class of one image has no score and goes last."""
+    """MAP@R per class, clean and corrupted (the mean over repeats of the class's mean), largest drop first,
+    with the class's name and how many of its images have empty masks; a class of one image has no score and
+    goes last."""
     rows = []
     scored = ~np.isnan(clean.per_query["map_at_r"])
     for label in np.unique(labels):
@@ -441,10 +585,49 @@ def _per_class(
         clean_value = _class_mean(clean, members)
         corrupted_value = _mean([_class_mean(scores, members) for scores in corrupted])
         drop = _drop(clean_value, corrupted_value)
-        rows.append({"label": label.item(), "images": int((labels == label).sum()),
+        rows.append({"label": label.item(), "name": _class_name(names, label.item()),
+                     "images": int((labels == label).sum()),
+                     "empty_masks": None if empty is None else int(empty[labels == label].sum()),
                      "clean_map_at_r": clean_value, "corrupted_map_at_r": corrupted_value,
                      "drop": drop["absolute"], "relative_drop": drop["relative"]})
     return sorted(rows, key=lambda row: (row["drop"] is None, -(row["drop"] or 0.0)))
+
+
+def _flags(ids: Sequence[str], flagged: Collection[str]) -> np.ndarray:
+    """Per image, whether its id is among ``flagged``."""
+    flagged = set(flagged)
+    return np.array([str(image_id) in flagged for image_id in ids], dtype=bool)
+
+
+def _class_name(names: Mapping[Any, str], label: Any) -> str:
+    return names.get(label, str(label))
+
+
+def _empty_masks(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], ids: Sequence[str], empty: np.ndarray
+) -> dict[str, Any]:
+    """The images with empty masks by id, and the headline over the other queries (None without any)."""
+    flagged = [str(ids[i]) for i in np.flatnonzero(empty)]
+    if not flagged:
+        return {"images": 0, "ids": [], "without": None}
+    kept = ~empty
+    clean_means = _subset_means(clean, kept)
+    repeats = [_subset_means(scores, kept) for scores in corrupted]
+    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
+    return {"images": len(flagged), "ids": flagged, "without": {
+        "scored": int((kept & ~np.isnan(clean.per_query["map_at_r"])).sum()),
+        "clean": clean_means, "corrupted": mean,
+        "drop": {name: _drop(clean_means[name], mean[name]) for name in METRICS}}}
+
+
+def _subset_means(scores: RetrievalScores, kept: np.ndarray) -> dict[str, float | None]:
+    """Each metric's mean over the scored queries among ``kept``, None where none is scored."""
+    means = {}
+    for name in METRICS:
+        values = scores.per_query[name][kept]
+        values = values[~np.isnan(values)]
+        means[name] = float(values.mean()) if len(values) else None
+    return means
 
 
 def _class_mean(scores: RetrievalScores, members: np.ndarray) -> float | None:
@@ -452,7 +635,8 @@ def _class_mean(scores: RetrievalScores, members: np.ndarray) -> float | None:
 
 
 def _images_hurt_most(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
+    names: Mapping[Any, str], empty: np.ndarray | None,
 ) -> list[dict[str, Any]]:
     """The scored images whose MAP@R fell most (mean over repeats), largest drop first, ties in order."""
     before = clean.per_query["map_at_r"]
@@ -460,7 +644,8 @@ def _images_hurt_most(
     drop = before - after
     scored = np.flatnonzero(~np.isnan(drop))
     order = scored[np.argsort(-drop[scored], kind="stable")][:HURT_MOST]
-    return [{"id": str(ids[i]), "label": labels[i].item(), "clean_map_at_r": float(before[i]),
+    return [{"id": str(ids[i]), "label": labels[i].item(), "class_name": _class_name(names, labels[i].item()),
+             "empty_mask": None if empty is None else bool(empty[i]), "clean_map_at_r": float(before[i]),
              "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
 
 
@@ -479,14 +664,18 @@ def _metric_values(scores: Scores) -> list[float | None]:
 
 
 def per_query_table(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
+    empty_masks: Collection[str] | None = None,
 ) -> dict[str, list[Any]]:
-    """The per-query table by column: id, label, R, then each metric for the clean set and each repeat
+    """The per-query table by column: id, label, R, with ``empty_masks`` (the ids of images whose mask shows
+    no object) whether the image's is empty, then each metric for the clean set and each repeat
     (``clean_map_at_r``, ``repeat0_map_at_r``, …); a lone query's scores are None. ``per_query.csv`` holds
     it, and ``pandas.DataFrame(table)`` reads it."""
     sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
     table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
                                    "r": clean.per_query["r"].astype(int).tolist()}
+    if empty_masks is not None:
+        table["empty_mask"] = _flags(ids, empty_masks).tolist()
     for prefix, scores in sets:
         for name in METRICS:
             table[f"{prefix}_{name}"] = [finite_or_none(float(value)) for value in scores.per_query[name]]
@@ -494,9 +683,10 @@ def per_query_table(
 
 
 def _per_query_csv(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
+    empty_masks: Collection[str] | None,
 ) -> str:
-    table = per_query_table(clean, corrupted, labels, ids)
+    table = per_query_table(clean, corrupted, labels, ids, empty_masks)
     return csv_text(list(table), zip(*table.values(), strict=True))
 
 

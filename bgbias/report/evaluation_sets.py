@@ -53,13 +53,14 @@ class SetStates(Protocol):
 @dataclass(frozen=True)
 class EvaluationSets:
     """The corrupted repeats (the paper's, then the extra ones of the profile's worst case) and the profile's
-    variant sets of a split, with the masks they are made from (``masks_print``: their files' fingerprint,
-    None without corrupted sets)."""
+    variant sets of a split, with the masks they are made from (``masks_print``: their files' fingerprint;
+    ``empty_masks``: the ids of the images whose mask shows no object; both None without corrupted sets)."""
 
     masks_dir: Path
     corrupted: list[tuple[CorruptedManifest, CorruptedImages]]
     variants: list[VariantImages]
     masks_print: str | None
+    empty_masks: list[str] | None = None
 
     def corrupted_meta(self, request: MeasureRequest) -> dict[str, Any]:
         """The corrupted sets as the report's ``corrupted_sets`` records them: seed, pool, masks and the
@@ -88,7 +89,7 @@ def evaluation_sets(
     """The sets ``request`` scores on ``items`` (``split``'s images) at ``geometry``: ``repeats`` corrupted
     sets with ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets.
     Their manifests are made where missing (see :func:`missing_manifests`)."""
-    from bgbias.bgaugment.mask_check import saliency_masks
+    from bgbias.bgaugment.mask_check import empty_masks, saliency_masks
     from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.data.items import default_masks_dir
 
@@ -103,7 +104,7 @@ def evaluation_sets(
     masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
     variants = (variant_sets(dataset, items, manifests[0].path.parent, request.split, request.repeats,
                              request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
-    return EvaluationSets(masks_dir, corrupted, variants, masks_print)
+    return EvaluationSets(masks_dir, corrupted, variants, masks_print, empty_masks(items, masks_dir))
 
 
 def corrupted_manifests(

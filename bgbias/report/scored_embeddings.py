@@ -121,7 +121,8 @@ def score_embedding_folder(
         "installation": installation(),
     }
     ids = [item.id for item in items]
-    report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta)
+    report = summarize_evaluation(clean, corrupted_scores, labels, ids, meta,
+                                  class_names=dataset.class_names(), empty_masks=sets.empty_masks)
     if request.profile:
         report["profile"] = summarize_profile(clean, corrupted_scores, scored.query_side, scored.variants,
                                               labels, sets.variants, sets.worst_case_manifests(request))

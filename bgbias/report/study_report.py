@@ -522,6 +522,23 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
 
 
 # ------------------------------------------------------------------------------------------------- report
+def empty_mask_blocks(results: Sequence[StudyRunResult]) -> list[Block]:
+    """Where any run's evaluation had images whose mask shows no object: how many, in which runs, and that
+    every corrupted score on the page counts them; nothing where none had."""
+    flagged = [result for result in results if result.report.empty_masks and result.report.empty_masks.images]
+    if not flagged:
+        return []
+    counts = sorted({(result.report.empty_masks.images, result.report.images) for result in flagged
+                     if result.report.empty_masks is not None})
+    shown = "; ".join(f"{empty} of {images} images" for empty, images in counts)
+    return [Paragraph((
+        Strong(f"Images whose saliency mask shows no object ({shown}) in the evaluations of {len(flagged)} "
+               f"of the {len(results)} runs"),
+        ": their corrupted copy is the new background alone, and every corrupted score and drop on this page "
+        "counts them. Each run's report.md names them, counts them per class and gives its scores without "
+        "them."))]
+
+
 def _table_or(table: TableCells, note: str, instead: str) -> list[Block]:
     """The note and the table, or the sentence ``instead`` where the table has no rows."""
     return [Paragraph(note), Table(*table)] if table[1] else [Paragraph(instead)]
@@ -555,6 +572,7 @@ def write_study_report(
     found = selections([result.folder for result in results])
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
+        *empty_mask_blocks(results),
         *installation_blocks(reports),
         Heading("Answers"),
         Bullets(answers(reports, reference)),

@@ -142,3 +142,29 @@ def test_a_folder_holding_something_else_is_refused(tiny_bench, tmp_path):
     (out / "notes.txt").write_text("mine")
     with pytest.raises(bgbias.errors.OptionError, match="neither new, nor empty, nor an earlier audit's"):
         _audit(tiny_bench, out, ["tests.audit.models:tiny"])
+
+
+def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the_count(tmp_path):
+    from types import SimpleNamespace
+
+    from bgbias.model_audit.page import AuditPage, write_audit_page
+    from bgbias.model_audit.run import scores_of
+    from bgbias.report.evaluation import evaluation_record, summarize_evaluation
+    from tests.report.synthetic import make_run
+
+    clean, corrupted, labels, ids = make_run(2)
+    meta = {"method": "m", "dataset": "d", "split": "test"}
+    report = evaluation_record(summarize_evaluation(clean, corrupted, labels, ids, meta, empty_masks=ids[:3]))
+    views = SimpleNamespace(map_at_r=0.5)
+    leakage = SimpleNamespace(leakage=0.2, interval=(0.1, 0.3), background=views, foreground=views,
+                              chance=views)
+    scores = scores_of(report, leakage)
+    assert (scores.images, scores.empty_masks) == (len(ids), 3)
+    outcome = ModelOutcome(label="m", spec="m", args={}, folder="models/m", status="done", scores=scores)
+    settings = {"repeats": 2, "seed": 0, "fill": "inpainted"}
+    page = write_audit_page(AuditPage("d", "test", settings, (outcome,)), tmp_path)["audit_md"].read_text()
+    assert f"**3 of {len(ids)} images of the split have a saliency mask that shows no object**" in page
+    none = scores.model_copy(update={"empty_masks": 0})
+    clear = ModelOutcome(label="m", spec="m", args={}, folder="models/m", status="done", scores=none)
+    page = write_audit_page(AuditPage("d", "test", settings, (clear,)), tmp_path)["audit_md"].read_text()
+    assert "shows no object" not in page

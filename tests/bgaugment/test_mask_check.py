@@ -49,3 +49,29 @@ def test_a_mask_recorded_for_another_version_of_its_image_is_refused(bench, mask
     with pytest.raises(ImageError, match=r"1 saliency masks .* other versions of their images") as info:
         saliency_masks(items, masks_dir, "bench")
     assert str(items[1].image) in info.value.problem and "bgbias masks --dataset bench" in info.value.fix
+
+
+def _blank(path):
+    """Overwrite the mask at ``path`` with one that shows no object: dim everywhere, no pixel at half."""
+    from PIL import Image
+
+    with Image.open(path) as mask:
+        size = mask.size
+    Image.new("L", size, 100).save(path)
+
+
+def test_empty_masks_are_those_flagged_by_their_records_or_without_an_object(bench, masks_dir):
+    from bgbias.bgaugment.mask_check import empty_masks
+    from bgbias.saliency.records import MaskRecord, records_path, write_records
+
+    items = bench.items()
+    assert empty_masks(items, masks_dir) == []
+    flagged, unflagged, blank_but_recorded_full, blank = items[0], items[1], items[2], items[5]
+    write_records(records_path(masks_dir, (0, 1)), [
+        MaskRecord(flagged.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.1, empty=True),
+        MaskRecord(unflagged.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.9, empty=False),
+        MaskRecord(blank_but_recorded_full.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.9, empty=False),
+    ])
+    _blank(mask_path(blank_but_recorded_full, masks_dir))  # where a record has a flag, the flag counts
+    _blank(mask_path(blank, masks_dir))  # a mask brought along: its pixels count
+    assert empty_masks(list(reversed(items)), masks_dir) == [blank.id, flagged.id]

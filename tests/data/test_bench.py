@@ -28,6 +28,7 @@ def test_items_with_ground_truth_masks(bench):
     assert items[0].id == "images/stamp_000/0.jpg" and items[0].label == 0
     assert items[0].ground_truth_mask == bench / "masks" / "stamp_000" / "0.png"
     assert all(item.ground_truth_mask.is_file() for item in items)
+    assert BenchDataset(bench).class_names()[0] == "stamp_000"
 
 
 def test_split_column_is_the_split(bench):

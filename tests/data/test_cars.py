@@ -33,6 +33,7 @@ def test_items_ids_and_labels(cars):
     assert items[-1].id == "car_ims/000196.jpg" and items[-1].label == 196
     assert items[0].image == cars.root / "car_ims" / "000001.jpg"
     assert all(item.ground_truth_mask is None for item in items)
+    assert cars.class_names()[1] == "Car Model 1 2012" and cars.class_names()[196] == "Car Model 196 2012"
 
 
 def test_fixed_split_matches_the_seed(cars):
@@ -98,3 +99,9 @@ def test_missing_image(tmp_path):
 )
 def test_class_id(value, expected):
     assert class_id(value) == expected
+
+
+def test_without_class_names_a_class_is_named_by_its_id(tmp_path):
+    root = make_cars(tmp_path / "cars", n_classes=2)
+    write_annotations(root / "cars_annos.mat", [("car_ims/000001.jpg", 1), ("car_ims/000002.jpg", 2)])
+    assert CarsDataset(root).class_names() == {1: "1", 2: "2"}

@@ -34,6 +34,7 @@ def test_items_ids_labels_and_masks(cub):
     assert first.label == 1
     assert first.ground_truth_mask == cub.root / "segmentations" / "001.Bird_001" / "Bird_001_0000_1.png"
     assert sorted({item.label for item in items}) == list(range(1, 201))
+    assert cub.class_names()[1] == "001.Bird_001" and len(cub.class_names()) == 200
 
 
 def test_fixed_split_matches_the_seed(cub):

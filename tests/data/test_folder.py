@@ -27,6 +27,11 @@ def test_labels_follow_sorted_class_names(folder):
     assert items[0].image == folder / "Bee" / "img_0.jpg"
 
 
+def test_classes_are_named_by_their_folders(folder):
+    names = sorted(["zebra", "ant", "Bee", "cat", "dog", "eel", "fox", "gnu"])
+    assert FolderDataset(folder).class_names() == dict(enumerate(names))
+
+
 def test_split_halves_then_75_percent(folder):
     dataset = FolderDataset(folder)
     assert dataset.trainval_classes() == [0, 1, 2, 3] and dataset.test_classes() == [4, 5, 6, 7]

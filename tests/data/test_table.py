@@ -67,6 +67,12 @@ def test_string_labels_are_classes_in_sorted_order(photos):
     table = image_table({"image": [f"a/{i}.png" for i in range(4)], "label": ["dog", "cat", "dog", "ant"]},
                         photos)
     assert [item.label for item in table.items()] == [2, 1, 2, 0]
+    assert table.class_names() == {0: "ant", 1: "cat", 2: "dog"}
+
+
+def test_integer_labels_are_their_own_names(photos):
+    table = image_table([(f"a/{i}.png", 7 * i) for i in range(4)], photos)
+    assert table.class_names() == {0: "0", 7: "7", 14: "14", 21: "21"}
 
 
 def test_a_datasets_samples_are_read_when_used_and_name_themselves(photos):

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bgbias.data.table import image_table
 from bgbias.errors import DatasetError, OptionError
 from bgbias.leakage_meter.class_gallery import GALLERY_NEIGHBOURS, IMAGES_PER_CLASS
 from bgbias.leakage_meter.meter import class_leakage, measure_leakage
-from tests.leakage_meter.scenes import scenes, tiny_encoder
+from tests.leakage_meter.scenes import Scenes, scene_samples, scenes, tiny_encoder
+from tests.report.hostile import HOSTILE_CLASSES, assert_inert
 
 
 @pytest.fixture()
@@ -70,7 +72,7 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 3
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
-    assert "No bench ρ" in page
+    assert "No bench ρ" in page and "Empty saliency masks: none" in page
     assert "](leakage-classes.png)" in page
 
 
@@ -156,3 +158,22 @@ def test_a_view_whose_images_all_embed_alike_is_reported_degenerate_not_read(tmp
     page = (tmp_path / "out" / "leakage.md").read_text()
     assert f"No leakage is read: the {words} view is degenerate (all 48 images embed to one vector)" in page
     assert "% of what the background" not in page
+
+
+def test_classes_are_named_as_given_and_a_class_whose_masks_are_empty_is_flagged(tmp_path, encoder):
+    samples = scene_samples("class", "random").samples
+    names = ["galaxy", *HOSTILE_CLASSES[:3]]
+    blank = [(image, names[label], np.zeros_like(mask) if label == 0 else mask)
+             for image, label, mask in samples]  # u2netp found nothing in the galaxy photos
+    table = image_table(Scenes(blank), tmp_path)
+    result = measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "leakage")
+    assert result.empty_masks == 12
+    rows = {row.name: row for row in result.per_class}
+    assert set(rows) == set(names) and rows["galaxy"].empty_masks == 12
+    assert all(rows[name].empty_masks == 0 for name in names[1:])
+    page = (tmp_path / "leakage" / "leakage.md").read_text()
+    assert_inert(page, "leakage.md")
+    assert "12 of 48 images have a saliency mask that shows no object (1 classes entirely" in page
+    assert "| galaxy (" in page and "&lt;img src=x" in page
+    record = json.loads((tmp_path / "leakage" / "leakage.json").read_text())
+    assert record["empty_masks"] == 12 and {row["name"] for row in record["per_class"]} == set(names)

@@ -286,3 +286,27 @@ def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_be
     assert measured_label(dataset, exact) == f"{dataset.key}-exact-masks"
     elsewhere = measured_label(dataset, MeasureRequest(corrupted=True, masks=tmp_path / "exact"))
     assert elsewhere.startswith(f"{dataset.key}-masks-exact-")
+
+
+def test_a_class_whose_masks_show_nothing_is_flagged_by_its_name(run, tiny_bench, tmp_path):
+    from PIL import Image
+
+    masks = Path(shutil.copytree(tiny_bench / "masks", tmp_path / "masks"))
+    items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")
+    names = open_dataset("bench", tiny_bench / "bench").class_names()
+    galaxy = [item for item in items if item.label == items[0].label]
+    for item in galaxy:  # nothing found: every mask of the class black
+        path = mask_path(item, masks)
+        with Image.open(path) as mask:
+            Image.new("L", mask.size, 0).save(path)
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, masks=masks)
+    record = result.report.empty_masks
+    assert record.images == len(galaxy) and record.ids == [item.id for item in galaxy]
+    row = next(row for row in result.report.per_class if row.label == items[0].label)
+    assert (row.name, row.empty_masks, row.images) == (names[items[0].label], len(galaxy), len(galaxy))
+    assert all(row.name == names[row.label] for row in result.report.per_class)
+    text = result.files["report_md"].read_text()
+    assert f"**{len(galaxy)} of {len(items)} images have a saliency mask that shows no object**" in text
+    assert f"| {names[items[0].label]} ({items[0].label}) | {len(galaxy)} | {len(galaxy)} |" in text
+    assert f"warning: {len(galaxy)} of {len(items)} images have a saliency mask that shows no object" in (
+        format_evaluation_summary(result.report, result.files))

@@ -18,6 +18,7 @@ from bgbias.report.evaluation import (
     write_evaluation_report,
 )
 from bgbias.retrieval.metrics import METRICS
+from tests.report.hostile import HOSTILE_CLASSES, assert_inert
 from tests.report.synthetic import changed, complete, make_labels, make_report, make_run, ranked_scores
 
 META = {
@@ -169,10 +170,11 @@ def test_written_files_parse_and_hold_the_numbers(tmp_path):
             assert float(row[9]) == corrupted[1].per_query["map_at_r"][i]
 
     per_class = _read_csv(paths["per_class_csv"])
-    assert per_class[0] == ["label", "images", "clean_map_at_r", "corrupted_map_at_r", "drop",
-                            "relative_drop"]
+    assert per_class[0] == ["label", "name", "images", "empty_masks", "clean_map_at_r", "corrupted_map_at_r",
+                            "drop", "relative_drop"]
     assert [int(row[0]) for row in per_class[1:]] == [row["label"] for row in report["per_class"]]
-    assert per_class[-1][2:] == ["", "", "", ""]
+    assert [row[1] for row in per_class[1:]] == [str(row["label"]) for row in report["per_class"]]
+    assert per_class[-1][3:] == ["", "", "", "", ""]
 
 
 def test_markdown_prints_the_paper_style_numbers(tmp_path):
@@ -261,3 +263,87 @@ def test_reports_are_keyed_by_run_identity_and_duplicates_name_both_runs(tmp_pat
     with pytest.raises(RecordError, match="field split must be a string, got nothing"):
         load_evaluation_report(path)
     assert math.isclose(a.clean.map_at_r, b.clean.map_at_r)
+
+
+def _written_markdown(tmp_path, **options):
+    clean, corrupted, labels, ids = make_run(3)
+    report = summarize_evaluation(clean, corrupted, labels, ids, META, **options)
+    paths = _write(report, tmp_path, clean, corrupted, labels, ids)
+    return report, paths, paths["report_md"].read_text(encoding="utf-8")
+
+
+def test_classes_are_shown_by_the_names_the_dataset_gives_them_as_text(tmp_path):
+    names = {10 + index: name for index, name in enumerate(HOSTILE_CLASSES)} | {14: "galaxy"}
+    report, paths, text = _written_markdown(tmp_path, class_names=names)
+    assert_inert(text, "report.md")
+    assert {row["label"]: row["name"] for row in report["per_class"]}[14] == "galaxy"
+    assert all(row["class_name"] == names.get(row["label"], str(row["label"]))
+               for row in report["images_hurt_most"])
+    shown = [line.split(" | ")[0].removeprefix("| ") for line in text.splitlines() if line.startswith("| ")]
+    listed = [row["label"] for row in report["per_class"] if row["drop"] is not None][:10]
+    assert len(set(listed) & set(names)) >= 3
+    for label, name in names.items():
+        if label in listed:
+            assert any(cell.startswith(markdown_text(name)) for cell in shown), name
+    per_class = _read_csv(paths["per_class_csv"])
+    assert {int(row[0]): row[1] for row in per_class[1:]}[11] == HOSTILE_CLASSES[1]
+
+
+def markdown_text(name):
+    from bgbias.report.markdown import text
+
+    return text(name, starts_block=False)
+
+
+def test_report_md_gives_the_headline_then_the_classes_and_the_setup_last(tmp_path):
+    _, _, text = _written_markdown(tmp_path, class_names={}, empty_masks=[])
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert headings[0].startswith("# triplet + BGAugment")
+    assert headings[1:] == ["## The 10 classes hurt most (MAP@R, %)", "## The 10 images hurt most (MAP@R, %)",
+                            "## Setup"]
+    assert text.index("| MAP@R |") < text.index("classes hurt most") < text.index("- pool: backgrounds/test")
+    assert "Empty saliency masks: none" in text.split("##")[0]
+
+
+def test_empty_masks_are_flagged_per_class_and_image_and_the_headline_given_without_them(tmp_path):
+    clean, corrupted, labels, ids = make_run(3)
+    galaxy = [ids[i] for i in np.flatnonzero(labels == 12)]  # a whole class: u2netp found nothing
+    stray = ids[int(np.flatnonzero(labels == 10)[0])]
+    empty = [*galaxy, stray]
+    report, paths, text = _written_markdown(tmp_path, class_names={12: "galaxy"}, empty_masks=empty)
+    record = report["empty_masks"]
+    assert record["images"] == len(empty) == 6 and record["ids"] == [i for i in ids if i in empty]
+    counts = {row["label"]: row["empty_masks"] for row in report["per_class"]}
+    assert counts[12] == 5 and counts[10] == 1 and sum(counts.values()) == 6
+    kept = ~np.isin(ids, empty)
+    for name in METRICS:
+        clean_value = np.nanmean(clean.per_query[name][kept])
+        corrupted_value = np.mean([np.nanmean(s.per_query[name][kept]) for s in corrupted])
+        assert record["without"]["clean"][name] == pytest.approx(clean_value)
+        assert record["without"]["corrupted"][name] == pytest.approx(corrupted_value)
+        assert record["without"]["drop"][name]["absolute"] == pytest.approx(clean_value - corrupted_value)
+    assert record["without"]["scored"] == int((kept & ~np.isnan(clean.per_query["map_at_r"])).sum())
+    assert all(row["empty_mask"] == (row["id"] in empty) for row in report["images_hurt_most"])
+
+    headline = text.split("\n## ")[0]
+    assert "**6 of 41 images have a saliency mask that shows no object** (2 classes, 1 of them entirely)" in (
+        headline)
+    assert "without the images whose masks are empty" in headline and "scored as every image is" in headline
+    sections = text.split("\n## ")
+    classes = next(section for section in sections if section.startswith("Classes with empty masks"))
+    assert classes.index("| galaxy (12) | 5 | 5 |") < classes.index("| 10 | 4 | 1 |")
+    images = next(section for section in sections if section.startswith("Images with empty masks"))
+    assert all(f"`{image}`" in images for image in empty)
+    per_query = _read_csv(paths["per_query_csv"])
+    assert per_query[0][3] == "empty_mask"
+    assert [row[0] for row in per_query[1:] if row[3] == "True"] == record["ids"]
+    per_class = {int(row[0]): row[3] for row in _read_csv(paths["per_class_csv"])[1:]}
+    assert per_class[12] == "5" and per_class[11] == "0"
+    read = load_evaluation_report(paths["report_json"])
+    assert read.empty_masks.without.scored == record["without"]["scored"]
+
+
+def test_a_corrupted_score_whose_masks_were_not_checked_says_so(tmp_path):
+    report, paths, text = _written_markdown(tmp_path)
+    assert "empty_masks" not in report and "Empty saliency masks: not checked" in text
+    assert "empty_mask" not in _read_csv(paths["per_query_csv"])[0]

@@ -85,6 +85,11 @@ def test_every_markdown_file_shows_hostile_names_as_text(hostile, tmp_path):
         "# &lt;script&gt;alert(5)&lt;/script&gt; \\*\\*study\\*\\* \\| \\[x\\](javascript:")
     assert "&lt;img src=x onerror=alert(3)&gt; run\\|a" in study  # the run folder, in the list of runs
     assert "/&lt;img src=y onerror=alert(2)&gt;.png |" in report  # an image, in the table of those hurt most
+    from bgbias.report.markdown import text
+
+    classes = report.split("classes hurt most")[1].split("\n## ")[0]
+    for name in HOSTILE_CLASSES:  # each test class by its folder's name, as text, in the class table
+        assert f"| {text(name)} (" in classes, name
     assert "alert(3)&gt; run\\|a" in written["table.md"]
     page = (out / "study.html").read_text(encoding="utf-8")
     assert "<script" not in page and "<img src=x" not in page and "&lt;script&gt;alert(5)" in page

@@ -333,3 +333,19 @@ def test_a_parquet_file_without_pyarrow_is_refused_with_the_install(scored_split
     with pytest.raises(OptionError, match="reading Parquet needs pyarrow") as err:
         _score(folder, tiny_bench, base)
     assert "pip install pyarrow" in err.value.fix and err.value.path == str(folder / "clean.parquet")
+
+
+def test_images_whose_masks_show_nothing_are_flagged(scored_split, tiny_bench, tmp_path):
+    from PIL import Image
+
+    from bgbias.data.items import mask_path
+
+    base, _ = scored_split
+    masks = Path(shutil.copytree(tiny_bench / "masks", tmp_path / "masks"))
+    item = split_items(open_dataset("bench", tiny_bench / "bench"), "test")[1]
+    with Image.open(mask_path(item, masks)) as mask:
+        Image.new("L", mask.size, 0).save(mask_path(item, masks))
+    report = _score(_copy(base, tmp_path), tiny_bench, base, masks=masks).report
+    assert report.empty_masks.ids == [item.id] and report.empty_masks.without is not None
+    assert sum(row.empty_masks for row in report.per_class) == 1
+    assert {row.name for row in report.per_class} == {f"stamp_{row.label:03d}" for row in report.per_class}

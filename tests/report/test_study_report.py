@@ -273,3 +273,17 @@ def test_the_answers_name_a_lone_method_and_count_the_others_in_words():
     (_, lost), (_, gained), _ = answers(three_of_four, reference=["a"])
     assert lost.startswith(" The vanilla runs of 3 of the 4 methods lose ")
     assert "for 3 of the 4 methods" in gained
+
+
+def test_the_page_says_when_runs_were_scored_with_empty_masks(tmp_path):
+    empty = {"images": 2, "ids": ["a.jpg", "b.jpg"]}
+    flagged = [changed(report, images=40, empty_masks=empty) if report.bgaugment else report
+               for report in REPORTS]
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(flagged)]
+    markdown = write_study_report(results, tmp_path / "report", title="t", reference=["ms"])["study_md"]
+    head = markdown.read_text().split("\n## ")[0]
+    assert ("**Images whose saliency mask shows no object (2 of 40 images) in the evaluations of 3 of the 7 "
+            "runs**") in head
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    clear = write_study_report(results, tmp_path / "clear", title="t", reference=["ms"])["study_md"]
+    assert "shows no object" not in clear.read_text()
