@@ -74,9 +74,10 @@ def test_the_same_command_again_keeps_the_plan_and_other_work_needs_extend(tmp_p
 def test_a_folder_holds_one_study(tmp_path):
     plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
     other = bench_spec("small", 0.5, 0, "ground-truth", backgrounds=tmp_path / "pools")
-    with pytest.raises(OptionError, match=r"holds a study of bench small, rho 0\.9") as refused:
+    settings = r"bench's settings small, rho 0\.9, seed 0 there, small, rho 0\.5, seed 0 in this command"
+    with pytest.raises(OptionError, match=rf"a study of bench small, rho 0\.9.*: the {settings}") as error:
         plan_study(tmp_path, other, study_plan("quick"), extend=True)
-    assert "--out" in refused.value.fix
+    assert "--out" in error.value.fix and "--rho 0.9" in error.value.fix
 
 
 def test_a_damaged_plan_is_an_error_naming_the_file(tmp_path):
@@ -274,3 +275,38 @@ def test_slurm_arrays_of_the_real_worker_do_each_step_once_and_the_last_run_writ
     plan = read_plan(tmp_path)
     assert len(jobs) == 6 and sorted(calls) == sorted(plan.steps) and calls[-1] == goals[0]
     assert {step.state for step in plan.steps.values()} == {"done"}
+
+
+def test_a_rerun_with_other_explain_images_is_refused_naming_both_values(tmp_path):
+    spec = _spec(tmp_path)
+    plan_study(tmp_path, spec, study_plan("quick", explain_images=2))
+    before = (tmp_path / "plan.json").read_bytes()
+    for extend in (False, True):
+        with pytest.raises(OptionError, match=r"--explain-images 2 .* not 3") as refused:
+            plan_study(tmp_path, spec, study_plan("quick", explain_images=3), extend=extend)
+        assert "--explain-images 2" in refused.value.fix and "--out DIR" in refused.value.fix
+    assert (tmp_path / "plan.json").read_bytes() == before
+
+
+def test_a_run_planned_without_watching_the_test_split_is_not_silently_kept_for_one_that_watches(tmp_path):
+    spec = _spec(tmp_path)
+    plan_study(tmp_path, spec, study_plan("quick"))
+    watched = study_plan("full", methods=["multi_similarity"], seeds=1, masks="ground-truth")
+    with pytest.raises(OptionError, match="does not watch the test split") as refused:
+        plan_study(tmp_path, spec, watched, extend=True)
+    assert "--out DIR" in refused.value.fix
+    # The other way round is a subset of what the plan measures: kept.
+    other = tmp_path / "other"
+    other.mkdir()
+    plan_study(other, spec, watched)
+    plan_study(other, spec, study_plan("quick"))
+
+
+def test_a_folder_of_other_pools_is_refused_naming_the_pools(tmp_path):
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    elsewhere = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "other-pools")
+    with pytest.raises(OptionError, match="background pools") as refused:
+        plan_study(tmp_path, elsewhere, study_plan("quick"), extend=True)
+    said = f"pools {tmp_path / 'pools'} there, {tmp_path / 'other-pools'} in this command"
+    assert said in str(refused.value)
+    assert f"--backgrounds {tmp_path / 'pools'}" in refused.value.fix
