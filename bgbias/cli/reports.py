@@ -148,8 +148,8 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
     plan = study_plan(preset, chosen, seeds, masks if masks in MASK_SOURCES else None, settings,
                       dataset=dataset_name, explain_images=explain_images)
-    slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
     if dial:
+        slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
         _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
@@ -164,6 +164,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     if executor == "slurm":
         click.echo(_submit(folder, spec, plan, extend, slurm))
         return
+    slots = local_slots(devices, workers, gpus_per_run, threads)  # devices checked before the plan is written
     result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
     if not result.report:
         if result.runs:

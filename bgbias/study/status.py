@@ -98,6 +98,10 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
     parts = [f"study {folder} ({plan.spec.title}): {summary}", text]
     if failures:
         parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
+    if plan.unstarted:
+        lines = [f"- {worker.device} on {worker.host}, {_when(worker.at)}: {worker.error.splitlines()[0]}"
+                 for worker in plan.unstarted]
+        parts.append("workers that could not start:\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
@@ -107,3 +111,7 @@ def _duration(seconds: float | None) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import threading
 import time
 import traceback
@@ -25,8 +26,10 @@ from bgbias.study.ledger import (
     STALE_AFTER,
     Claim,
     Plan,
+    UnstartedWorker,
     claim_is_dead,
     new_claim,
+    plan_error,
     read_plan,
     update_plan,
     with_step,
@@ -93,7 +96,7 @@ def work(
 
         torch.set_num_threads(threads)
     outcome = WorkOutcome()
-    label = _device_label(device)
+    label = _started_on(folder, device)
     with sigterm_as_interrupt():
         while True:
             claim = new_claim(label)
@@ -228,6 +231,39 @@ def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, ever
         _update_held(folder, step_id, claim, claim=claim.model_copy(update={"heartbeat": time.time()}))
 
 
+def _started_on(folder: Path, device: str) -> str:
+    """The device as ``--status`` shows it (:func:`_device_label`), once this worker could start on it: an
+    error it cannot start with is recorded in the plan (then raised), and a record of an earlier worker of
+    this host that could not start on it is cleared."""
+    asked = _asked_device(device)
+    host = socket.gethostname()
+    try:
+        label = _device_label(device)
+    except BgbiasError as error:
+        record = UnstartedWorker(host=host, device=asked, error=str(error), at=time.time())
+        update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, [record]))
+        raise
+    recorded = read_plan(folder)
+    if recorded is not None and any((w.host, w.device) == (host, asked) for w in recorded.unstarted):
+        update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, []))
+    return label
+
+
+def _with_unstarted(folder: Path, plan: Plan | None, host: str, device: str,
+                    records: list[UnstartedWorker]) -> Plan:
+    """``plan`` with ``records`` in place of its unstarted workers of ``host`` and ``device``."""
+    if plan is None:
+        raise plan_error(folder)
+    kept = [w for w in plan.unstarted if (w.host, w.device) != (host, device)]
+    return plan.model_copy(update={"unstarted": kept + records})
+
+
+def _asked_device(device: str) -> str:
+    """The device a worker was asked for, with the GPUs it was given (``cuda (GPU 1)``)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
+
+
 def _device_label(device: str) -> str:
     """The device as ``--status`` shows it (``auto`` resolved), with the GPUs this process sees when they are
     limited."""
@@ -264,7 +300,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bgbias.signals import interruption_status
 
         return interruption_status(interruption)
+    except BgbiasError as error:  # e.g. its device is missing: starting it again would not help
+        print(f"error: {error}", flush=True)
+        return CANNOT_WORK
     return 0
+
+
+CANNOT_WORK = 2
+"""Exit status of a worker stopped by an error it reported (the CLI's for a ``BgbiasError``), such as a
+device it cannot start on: the local executor does not start it again."""
 
 
 def _stop_with_parent(parent: int) -> None:

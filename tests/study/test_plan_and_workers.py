@@ -234,6 +234,7 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
     assert local_slots("cpu", threads=3)[0].threads == 3
     with pytest.raises(OptionError, match="--threads must be at least 1"):
         local_slots("cpu", threads=0)
+    _cuda(monkeypatch, 4)
     assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
     pairs = local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)
     assert [slot.gpus for slot in pairs] == ["0,1", "2,3"]
@@ -310,3 +311,62 @@ def test_a_folder_of_other_pools_is_refused_naming_the_pools(tmp_path):
     said = f"pools {tmp_path / 'pools'} there, {tmp_path / 'other-pools'} in this command"
     assert said in str(refused.value)
     assert f"--backgrounds {tmp_path / 'pools'}" in refused.value.fix
+
+
+def _cuda(monkeypatch, count: int) -> None:
+    """This machine as one with ``count`` GPUs (none: no CUDA) for the checks of the devices named."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_devices_this_machine_lacks_are_refused_up_front_naming_devices(monkeypatch):
+    _cuda(monkeypatch, 0)
+    with pytest.raises(OptionError, match="--devices cuda:0,cuda:1: CUDA is not available") as refused:
+        local_slots("cuda:0,cuda:1")
+    assert "--devices cpu" in refused.value.fix
+    _cuda(monkeypatch, 2)
+    with pytest.raises(OptionError, match=r"--devices cuda:9: there is no cuda:9 .*2 GPUs") as refused:
+        local_slots("cuda:9")
+    assert "--devices cuda:0,cuda:1" in refused.value.fix and "--device " not in refused.value.fix
+    assert [slot.gpus for slot in local_slots("cuda:1")] == ["1"]
+
+
+def test_a_study_on_missing_devices_leaves_no_plan_behind(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    _cuda(monkeypatch, 0)
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    result = CliRunner().invoke(main, ["study", "--devices", "cuda:9", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 2 and "--devices cuda:9" in result.output
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(tmp_path, monkeypatch):
+    import torch
+
+    from bgbias.errors import BgbiasError
+    from bgbias.study.local import Slot, run_local
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA, where a CUDA worker cannot start")
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    lines: list[str] = []
+    with pytest.raises(BgbiasError, match="no worker could start") as error:
+        run_local(tmp_path, goals, [Slot("cuda", "0"), Slot("cuda", "1")], log=lines.append, timing=FAST)
+    assert "CUDA is not available" in str(error.value)
+    assert not any("started again" in line for line in lines)
+    plan = read_plan(tmp_path)
+    assert sorted(worker.device for worker in plan.unstarted) == ["cuda (GPU 0)", "cuda (GPU 1)"]
+    status = format_status(tmp_path, plan)
+    assert "workers that could not start" in status and "cuda (GPU 1)" in status
+    assert "CUDA is not available" in status
+    # A worker that starts on that device later clears its record, and only its own.
+    monkeypatch.setattr(worker_module, "execute_step", _recording([]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(worker_module, "_device_label", lambda device: "cuda:0 (GPU 1)")
+    work(tmp_path, goals, device="cuda", log=lambda _: None, timing=FAST)
+    assert [worker.device for worker in read_plan(tmp_path).unstarted] == ["cuda (GPU 0)"]
