@@ -88,7 +88,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Training seeds 0 … N−1 instead of the preset's.")
 @click.option("--masks", "masks", default=None,
-              help="u2net (the paper's; default on a real dataset), u2netp, ground-truth (the bench's exact "
+              help="u2netp (default on a real dataset), u2net (the paper's), ground-truth (the bench's exact "
                    "masks) or a folder of masks made before (`bgbias masks`).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
               help="Background pools (train/ and test/) instead of ./backgrounds.")

@@ -249,8 +249,8 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
 def test_a_real_dataset_s_spec_names_its_masks_and_refuses_a_missing_folder(tmp_path):
     root = make_cub(tmp_path / "cub", n_classes=4, per_class=1)
     spec = dataset_spec("cub", root, None, tmp_path / "pools")
-    assert (spec.masks, spec.root) == ("u2net", str(root))
-    assert Path(spec.masks_dir).name.startswith("cub-u2net-cub-")
+    assert (spec.masks, spec.root) == ("u2netp", str(root))
+    assert Path(spec.masks_dir).name.startswith("cub-u2netp-cub-")
     assert dataset_spec("cub", root, str(tmp_path), None).masks == "folder"
     with pytest.raises(OptionError, match="neither a U²-Net model"):
         dataset_spec("cub", root, str(tmp_path / "nowhere"), None)
