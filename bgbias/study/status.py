@@ -106,11 +106,9 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+    from bgbias.engine.eta import duration
+
+    return "" if seconds is None else duration(seconds)
 
 
 def _when(seconds: float) -> str:
