@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bgbias.errors import BgbiasError, OptionError
 from bgbias.study.ledger import Plan, read_plan
-from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, work
+from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
 
 RESTARTS = 3
 """Times a worker that died is started again before its slot is left empty."""
@@ -126,7 +126,7 @@ def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
     try:
         while children:
             time.sleep(min(1.0, timing.poll_every))
-            _show_changes(read_plan(folder), shown, log)
+            _show_changes(read_plan(folder), goals, shown, log)
             for number, child in list(children.items()):
                 status = child.poll()
                 if status is None:
@@ -144,7 +144,7 @@ def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
                 restarts[number] += 1
                 log(f"worker {number} ended with status {status}: started again ({worker_log})")
                 children[number] = _start(folder, goals, slots[number], number, logs, timing)
-        _show_changes(read_plan(folder), shown, log)
+        _show_changes(read_plan(folder), goals, shown, log)
     finally:
         _stop(children.values())
     if len(lost) == len(slots):
@@ -198,13 +198,19 @@ def _stop(children: Iterable[subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
-def _show_changes(plan: Plan | None, shown: dict[str, str], log: Callable[[str], None]) -> None:
-    """Log each step whose state changed since the last look."""
+def _show_changes(plan: Plan | None, goals: Sequence[str], shown: dict[str, str],
+                  log: Callable[[str], None]) -> None:
+    """Log each step whose state changed since the last look, and the runs' time left after a run is done."""
     if plan is None:
         return
+    run_done = False
     for step_id, step in plan.steps.items():
         if shown.get(step_id, "pending") != step.state:
             where = f" on {step.device} ({step.host})" if step.state == "running" else ""
             error = f": {step.error.splitlines()[0]}" if step.state == "failed" and step.error else ""
             log(f"[{step_id}] {step.state}{where}{error}")
+            run_done = run_done or (step.kind == "run" and step.state == "done")
         shown[step_id] = step.state
+    progress = runs_progress(plan, goals) if run_done else None
+    if progress is not None:
+        log(progress)

@@ -175,8 +175,22 @@ def run_study(
     device ``auto`` picks); the runs measured, the page, the failed runs. A run that fails is left out of
     the page and named in it; when every run fails there is no page."""
     goals = plan_study(folder, spec, plan, extend=extend)
+    log(steps_left(folder, goals))
     run_local(folder, goals, slots if slots is not None else local_slots(), log=log, timing=timing)
     return study_result(folder, goals)
+
+
+def steps_left(folder: Path, goals: Sequence[str]) -> str:
+    """What is left of the plan's ``goals`` before the workers start, and where its cost is said: the dry run
+    estimates it (from timing a few steps here), and the time left follows each run."""
+    plan = read_plan(folder)
+    assert plan is not None
+    needed = [plan.steps[step_id] for step_id in needed_steps(plan, goals)]
+    left = [step for step in needed if step.state != "done"]
+    runs = sum(step.kind == "run" for step in left)
+    return (f"{len(left)} of {len(needed)} steps to do, {runs} of them run{'s' * (runs != 1)}: `bgbias study "
+            f"--dry-run` (same options) estimates what they cost on this machine; the time left follows each "
+            f"run, and `bgbias study --status` shows it too")
 
 
 def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:

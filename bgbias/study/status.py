@@ -95,7 +95,11 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
     counts = {state: sum(row.state == state for row in rows)
               for state in ("done", "running", "pending", "failed")}
     summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
-    parts = [f"study {folder} ({plan.spec.title}): {summary}", text]
+    from bgbias.study.worker import runs_progress
+
+    pages = [step_id for step_id, step in plan.steps.items() if step.kind == "page"]
+    progress = runs_progress(plan, pages)
+    parts = [f"study {folder} ({plan.spec.title}): {summary}{f'; {progress}' if progress else ''}", text]
     if failures:
         parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
     if plan.unstarted:

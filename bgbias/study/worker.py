@@ -72,6 +72,26 @@ def needed_steps(plan: Plan, goals: Sequence[str]) -> list[str]:
     return [step_id for step_id in plan.steps if step_id in wanted]
 
 
+def runs_progress(plan: Plan, goals: Sequence[str]) -> str | None:
+    """``runs: 2 of 6 done (3m05s each); about 12m20s of run time left for 4 more`` for the run steps of
+    ``goals``, at the pace of those done with their times in the plan (shared among the workers); None before
+    the first."""
+    from bgbias.engine.eta import duration, time_left
+
+    runs = [plan.steps[step_id] for step_id in needed_steps(plan, goals) if plan.steps[step_id].kind == "run"]
+    timed = [step.finished - step.started for step in runs
+             if step.state == "done" and step.started is not None and step.finished is not None]
+    if not timed:
+        return None
+    finished = sum(step.state in ("done", "failed") for step in runs)
+    left = len(runs) - finished
+    pace = f"{len(timed)} timed, {duration(sum(timed) / len(timed))} each"
+    if not left:
+        return f"runs: {finished} of {len(runs)} finished ({pace})"
+    rest = time_left(len(timed), len(timed) + left, sum(timed))
+    return f"runs: {finished} of {len(runs)} finished ({pace}); {rest.replace(' left', ' of run time left')}"
+
+
 def work(
     folder: Path,
     goals: Sequence[str],
@@ -106,7 +126,7 @@ def work(
             if picked == WAIT:
                 time.sleep(timing.poll_every)
                 continue
-            _do_step(folder, picked, claim, device, processes, log, timing, outcome)
+            _do_step(folder, goals, picked, claim, device, processes, log, timing, outcome)
 
 
 WAIT = ""
@@ -177,7 +197,7 @@ def _settle_dead_claim(plan: Plan, step_id: str, now: float, timing: Timing,
     return with_step(plan, step_id, state="pending", claim=None)
 
 
-def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: int,
+def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, device: str, processes: int,
              log: Callable[[str], None], timing: Timing, outcome: WorkOutcome) -> None:
     """Do the claimed step, renewing the claim meanwhile, and record how it ended."""
     plan = read_plan(folder)
@@ -208,6 +228,9 @@ def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: i
         _update_held(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
         outcome.done.append(step_id)
         step_log("done")
+        progress = runs_progress(read_plan(folder) or plan, goals)
+        if plan.steps[step_id].kind == "run" and progress is not None:
+            log(progress)
     finally:
         stop.set()
         renewer.join()

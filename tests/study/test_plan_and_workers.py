@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -370,3 +371,20 @@ def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(
     monkeypatch.setattr(worker_module, "_device_label", lambda device: "cuda:0 (GPU 1)")
     work(tmp_path, goals, device="cuda", log=lambda _: None, timing=FAST)
     assert [worker.device for worker in read_plan(tmp_path).unstarted] == ["cuda (GPU 0)"]
+
+
+def test_the_study_says_what_is_left_and_the_runs_time_left_as_it_goes(tmp_path, monkeypatch):
+    from bgbias.study.pipeline import steps_left
+
+    monkeypatch.setattr(worker_module, "execute_step", _recording([], pause=0.05))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick", seeds=2))
+    said = steps_left(tmp_path, goals)
+    assert said.startswith("6 of 6 steps to do, 4 of them runs") and "--dry-run" in said
+    lines: list[str] = []
+    work(tmp_path, goals, log=lines.append, timing=FAST)
+    progress = [line for line in lines if line.startswith("runs: ")]
+    assert len(progress) == 4
+    assert re.fullmatch(r"runs: 1 of 4 finished \(1 timed, 0m00s each\); about 0m00s of run time left for 3 "
+                        r"more", progress[0])
+    assert progress[-1].startswith("runs: 4 of 4 finished (4 timed")
+    assert "; runs: 4 of 4 finished" in format_status(tmp_path, read_plan(tmp_path)).splitlines()[0]
