@@ -199,7 +199,8 @@ def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | N
         raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
                           fix="pass --methods NAME with one name (default multi_similarity)")
     dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
-                       bench_preset=bench_preset, bench_seed=bench_seed, slots=slots, log=click.echo)
+                       bench_preset=bench_preset, bench_seed=bench_seed, slots=slots,
+                       explain_images=plan.explain_images, log=click.echo)
     if not dialled.points:
         raise _nothing_measured(dialled.failures)
     click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
