@@ -27,6 +27,7 @@ from bgbias.options import (
     AMP,
     BATCH_SIZE,
     CHOSEN_SPLIT,
+    DEFAULT_MASK_MODEL,
     DEVICE,
     FILL,
     FLAG,
@@ -470,13 +471,14 @@ def make_masks(
     root: PathLike | None = None,
     *,
     out: PathLike | None = None,
-    model: str = "u2net",
+    model: str = DEFAULT_MASK_MODEL,
     device: str = "auto",
     progress: bool = False,
 ) -> MaskRun:
     """``bgbias masks``: the U²-Net saliency mask of every image of ``dataset`` (a name, or one's own image
-    files as :func:`evaluate` takes them) into ``out`` (default ``masks/<dataset key>``, where every command
-    looks), resumable; the run lists failures and quality."""
+    files as :func:`evaluate` takes them) with ``model`` (default ``u2netp``) into ``out`` (default
+    ``masks/<dataset key>`` for u2netp, where every command looks, ``masks/<dataset key>-<model>`` for another
+    model), resumable; the run lists failures and quality."""
     from bgbias.data.items import default_masks_dir
     from bgbias.data.memory import InMemoryImage
     from bgbias.saliency.pipeline import make_masks as write_masks
@@ -487,7 +489,7 @@ def make_masks(
         raise OptionError("make_masks writes the masks of image files, and these images are a dataset's "
                           "samples in memory", fix="pass masks=bgbias.U2NetMasks() to bgbias.evaluate or "
                                                    "bgbias.explain: it makes them when they are used")
-    folder = Path(out) if out is not None else default_masks_dir(opened)
+    folder = Path(out) if out is not None else default_masks_dir(opened, model)
     return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
 
 

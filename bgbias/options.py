@@ -199,6 +199,11 @@ MEMORY_FORMAT = Rule(str, choices=("contiguous", "channels_last"), optional=True
 """The layout of a model's weights and inputs (a run's ``model.memory_format``); None: the model's default."""
 DEVICE = Rule(str, example="cpu")
 """A torch device: auto, cpu, cuda or cuda:N (checked when it is resolved)."""
+DEFAULT_MASK_MODEL = "u2netp"
+"""The mask model of ``bgbias masks``, the API and a study on a real dataset when none is named: U²-Net's
+small model, the one ``bgbias assets fetch`` installs (4.6 MB; the paper's ``u2net``, 176 MB, is fetched
+only when named). Its masks go to ``masks/<dataset key>``, another model's beside them
+(``data.items.default_masks_dir``)."""
 MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")
 """Where onnxruntime computes masks."""
 PIXELS = Rule(int, minimum=1, optional=True, example=224)

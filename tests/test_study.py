@@ -382,3 +382,17 @@ def test_a_run_of_several_processes_trains_under_torchrun(tiny_bench, tmp_path):
     assert run_dir == tmp_path / "study" / run.folder_name
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
     assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_the_dial_honours_explain_images(monkeypatch):
+    from bgbias.study import dial, pipeline
+
+    planned = []
+
+    def run_study(folder, spec, plan, **options):
+        planned.append(plan)
+        return pipeline.StudyResult(folder, [], {})
+
+    monkeypatch.setattr(dial, "run_study", run_study)
+    dial.run_dial(rhos=(0.9,), masks=("ground-truth",), explain_images=3, log=lambda _: None)
+    assert [plan.explain_images for plan in planned] == [3]

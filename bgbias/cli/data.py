@@ -38,14 +38,17 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "on the same one.",
 )
 @dataset_options
-@click.option("--out", type=PATH_DIR, default=None, help="Output folder (default masks/<dataset>).")
+@click.option("--out", type=PATH_DIR, default=None,
+              help="Output folder (default masks/<dataset key> for u2netp, where every command looks; "
+                   "masks/<dataset key>-<model> for another model). The key is the dataset's name, or for a "
+                   "dataset outside its usual folder, <name>-<folder>-<digest of its path>.")
 @click.option(
     "--model",
-    default="u2net",
+    default=rules.DEFAULT_MASK_MODEL,
     show_default=True,
-    help="rembg model: u2net (the paper's), u2netp (fast), isnet-general-use, birefnet-general, ...; or "
-         "ground-truth: the masks the dataset ships (the bench's exact ones), into <out> (default "
-         "masks/<dataset>-ground-truth).",
+    help="rembg model: u2netp (U²-Net's small model, fetched by `bgbias assets fetch`), u2net (the paper's, "
+         "176 MB: `bgbias assets fetch --u2net`), isnet-general-use, birefnet-general, ...; or ground-truth: "
+         "the masks the dataset ships (the bench's exact ones).",
 )
 @click.option(
     "--device",
@@ -99,7 +102,7 @@ def masks(
         click.echo(copied.describe())
         click.echo(f"use them with --masks {copied.out_dir}")
         return
-    out_dir = out if out is not None else default_masks_dir(dataset)
+    out_dir = out if out is not None else default_masks_dir(dataset, model)
     run = make_masks(
         dataset.items(),
         out_dir,

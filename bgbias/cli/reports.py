@@ -88,7 +88,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Training seeds 0 … N−1 instead of the preset's.")
 @click.option("--masks", "masks", default=None,
-              help="u2net (the paper's; default on a real dataset), u2netp, ground-truth (the bench's exact "
+              help="u2netp (default on a real dataset), u2net (the paper's), ground-truth (the bench's exact "
                    "masks) or a folder of masks made before (`bgbias masks`).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
               help="Background pools (train/ and test/) instead of ./backgrounds.")
@@ -148,8 +148,8 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     chosen = [name.strip() for name in methods.split(",") if name.strip()] if methods else None
     plan = study_plan(preset, chosen, seeds, masks if masks in MASK_SOURCES else None, settings,
                       dataset=dataset_name, explain_images=explain_images)
-    slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
     if dial:
+        slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
         _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
@@ -164,6 +164,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     if executor == "slurm":
         click.echo(_submit(folder, spec, plan, extend, slurm))
         return
+    slots = local_slots(devices, workers, gpus_per_run, threads)  # devices checked before the plan is written
     result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
     if not result.report:
         if result.runs:
@@ -198,7 +199,8 @@ def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | N
         raise OptionError(f"the dial trains one method, not {len(plan.methods)}",
                           fix="pass --methods NAME with one name (default multi_similarity)")
     dialled = run_dial(method=plan.methods[0], seeds=seeds or 1, masks=[masks] if masks else DIAL_MASKS,
-                       bench_preset=bench_preset, bench_seed=bench_seed, slots=slots, log=click.echo)
+                       bench_preset=bench_preset, bench_seed=bench_seed, slots=slots,
+                       explain_images=plan.explain_images, log=click.echo)
     if not dialled.points:
         raise _nothing_measured(dialled.failures)
     click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))

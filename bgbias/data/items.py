@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from bgbias.data.geometry import EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
+from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.paths import data_root, leaves_folder, located_key, masks_root
 
 if TYPE_CHECKING:
@@ -185,9 +186,16 @@ def folder_key(kind: type[Dataset], root: Path) -> str:
     return kind.name if kind.published or at_default else located_key(kind.name, root)
 
 
-def default_masks_dir(dataset: Dataset) -> Path:
-    """Where ``bgbias masks`` writes, and every command reads, the dataset's saliency masks by default."""
-    return masks_root() / dataset.key
+def default_masks_dir(dataset: Dataset, model: str = DEFAULT_MASK_MODEL) -> Path:
+    """Where ``bgbias masks`` writes the dataset's masks of ``model`` by default (:func:`model_masks_dir`);
+    every command reads the default model's from there."""
+    return model_masks_dir(masks_root() / dataset.key, model)
+
+
+def model_masks_dir(default: Path, model: str) -> Path:
+    """A folder per mask model, so that two models' masks never meet: the default model's in ``default``
+    (``masks/<dataset key>``), another's (or the shipped ground truth's) beside it, ``<default>-<model>``."""
+    return default if model == DEFAULT_MASK_MODEL else default.with_name(f"{default.name}-{model}")
 
 
 def items_digest(items: Sequence[Item]) -> str:

@@ -25,14 +25,39 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     except RuntimeError:
         raise OptionError(f"unknown device {name!r}", fix="use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise OptionError(f"device {name!r} was asked for, but CUDA is not available",
-                              fix="use --device cpu (or auto)")
+        missing = missing_cuda(device.index)
+        if missing is not None:
+            present = cuda_devices()
+            raise OptionError(f"device {name!r} was asked for, but {missing}",
+                              fix=f"use --device cpu (or auto){', or one of ' if present else ''}"
+                                  f"{', '.join(present)}")
         if device.index is None:
             device = torch.device(f"cuda:{local_rank}")
     elif device.type != "cpu":
         raise OptionError(f"device type {device.type!r} is not supported", fix="use auto, cpu or cuda")
     return device
+
+
+def missing_cuda(index: int | None) -> str | None:
+    """Why CUDA device ``index`` (None: any) cannot be used here, or None when it can: checked before any
+    work starts, so that a device this machine lacks stops a command before it writes anything."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        return f"there is no cuda:{index} (this machine has {count} GPU{'s' * (count != 1)})"
+    return None
+
+
+def cuda_devices() -> list[str]:
+    """The CUDA devices this process sees (``cuda:0`` …), none without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:

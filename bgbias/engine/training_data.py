@@ -12,7 +12,7 @@ sees the same batches (each rank then computes the same update).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +85,16 @@ class TrainingPasses:
         device: torch.device,
         *,
         progress: bool = False,
+        log: Callable[[str], None] | None = None,
     ):
-        """``images``: the training loop's own (:func:`train_images`)."""
+        """``images``: the training loop's own (:func:`train_images`); ``log``: where a pass a method makes
+        before an epoch's steps says what it does (the run's log)."""
         self.config = config
         self.images = images
         self.bgaugment = bgaugment
         self.device = device
         self.progress = progress
+        self.log = log
 
     @property
     def num_samples(self) -> int:
@@ -108,6 +111,8 @@ class TrainingPasses:
         from bgbias.engine.device import loader_workers
 
         key = [self.config.seed, stream, epoch, pass_index]
+        if self.log is not None and desc:
+            self.log(f"epoch {epoch}, before its steps: {desc} over the {len(self.images)} training images")
         sampler = MPerClassBatchSampler(
             [item.label for item in self.images.items], self.config.data.m_per_class, batch_size,
             int(np.random.SeedSequence(key).generate_state(1)[0]),

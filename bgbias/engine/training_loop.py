@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.device import mixed_precision, resolve_amp
+from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
 from bgbias.engine.tensorboard_log import EpochScalars
 from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
@@ -71,6 +72,10 @@ class TrainingSession:
     validation: ValidationSets | None
     state: TrainingState
     scalars: EpochScalars | None = None
+    estimated: bool = False
+    """Whether this session has logged its estimate of an epoch (after its first timed batches)."""
+    epoch_seconds: list[float] = field(default_factory=list)
+    """Wall time of each epoch this session trained, validation included: the pace of its time left."""
 
     @classmethod
     def start(cls, config: TrainConfig, run: RunDir, inputs: RunInputs, checkpoint: dict[str, Any] | None,
@@ -94,7 +99,7 @@ class TrainingSession:
             log(f"resuming {run.root} after epoch {state.epoch}")
         model = _wrap_distributed(method, dist, device)
         training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
-                                     progress=progress and dist.is_main)
+                                     progress=progress and dist.is_main, log=log)
         validation = validation_sets(config, inputs, run, dist, fresh=checkpoint is None)
         scalars = EpochScalars(run.root) if config.log.tensorboard and dist.is_main else None
         session = cls(config, run, inputs, device, amp, dist, progress, log, model, optimizer, scaler,
@@ -148,7 +153,7 @@ class TrainingSession:
         """One epoch: the method's epoch-start hook, the steps, validation, selection, checkpoint, records."""
         state, dist = self.state, self.dist
         state.epoch += 1
-        started = time.perf_counter()
+        started = epoch_started = time.perf_counter()
         updates = self.method.on_epoch_start(state.epoch, self.training_data)
         if updates:
             updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
@@ -162,8 +167,9 @@ class TrainingSession:
         select_checkpoint(state, row, self.config, self.method, self.run, dist)
         if state.epoch >= self.config.schedule.epochs:
             state.status = RunStatus.FINISHED
+        self.epoch_seconds.append(time.perf_counter() - epoch_started)
         if dist.is_main:
-            self.log(_describe(row))
+            self.log(_describe(row) + self.time_left())
             save_checkpoint(self.run.last, checkpoint_state(state, self.method, self.optimizer, self.scaler,
                                                        self.device))
             write_metrics(self.run, state.history)
@@ -172,6 +178,16 @@ class TrainingSession:
                 self.scalars.add(row)
             write_record(self.run, self.record())
         distributed.barrier(dist)
+
+    def time_left(self) -> str:
+        """``; about 3m05s left for 4 more epochs`` at the pace of this session's epochs (none at the end)."""
+        from bgbias.engine.eta import time_left
+
+        left = self.config.schedule.epochs - self.state.epoch
+        if self.state.status != RunStatus.RUNNING or left <= 0:
+            return ""
+        done = len(self.epoch_seconds)
+        return f"; {time_left(done, done + left, sum(self.epoch_seconds))} epochs"
 
     def plot_curves(self) -> None:
         """``curves.png`` from the rows so far: a killed run keeps the picture of what it did."""
@@ -195,9 +211,16 @@ class TrainingSession:
         steps = images_seen = 0
         show = self.progress and self.dist.is_main
         bar = tqdm(self.inputs.loader, desc=f"epoch {epoch}", unit="batch", leave=False, disable=not show)
+        started, batches = time.perf_counter(), len(self.inputs.loader)
         for step, batch in _optimizer_steps(bar, method, self.config, self.inputs.bgaugment, epoch, self.dist,
                                             self.device):
             terms = self.step(batch, step)
+            last_part = batch.part == method.steps_per_batch - 1
+            if not self.estimated and last_part and step + 1 >= min(ESTIMATE_AFTER, batches):
+                self.estimated = True
+                if self.dist.is_main:
+                    self.log(epoch_estimate(time.perf_counter() - started, step + 1, batches,
+                                            self.config.schedule.epochs - epoch + 1))
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0) + value.detach().float()
             steps += 1

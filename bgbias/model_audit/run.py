@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.engine.eta import duration, time_left
 from bgbias.fileio import make_dirs
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
@@ -95,10 +97,21 @@ def audit_models(
     images_print = files_fingerprint(item.image for item in items)
     data_key = None if masks_print is None or images_print is None else {
         "dataset": dataset.identity(), "images": images_print, "masks": masks_print}
-    outcomes = []
+    log(f"audit of {len(entries)} model{'s' * (len(entries) != 1)} × {len(items)} {settings.split} images "
+        f"(each: clean, {settings.repeats} corrupted repeats, the profile's variants and the leakage pass); "
+        f"the time left follows each model")
+    outcomes, measured, seconds = [], 0, 0.0
     for number, entry in enumerate(entries, 1):
         log(f"[{number}/{len(entries)}] {entry.label}")
-        outcomes.append(_audit_one(dataset, entry, load, settings, masks_dir, data_key, out, log))
+        started = time.perf_counter()
+        outcome, kept = _audit_one(dataset, entry, load, settings, masks_dir, data_key, out, log)
+        outcomes.append(outcome)
+        if not kept:  # a model read back from an earlier audit says nothing of the pace
+            measured, seconds = measured + 1, seconds + time.perf_counter() - started
+        if measured and number < len(entries):
+            left = len(entries) - number
+            log(f"[{number}/{len(entries)}] {entry.label}: {duration(time.perf_counter() - started)}; "
+                f"{time_left(measured, measured + left, seconds)} model{'s' * (left != 1)}")
     return outcomes
 
 
@@ -111,7 +124,8 @@ def _audit_one(
     data_key: dict[str, Any] | None,
     out: Path,
     log: Callable[[str], None],
-) -> ModelOutcome:
+) -> tuple[ModelOutcome, bool]:
+    """The entry's outcome, and whether it was kept from an earlier audit (not measured)."""
     folder = make_dirs(out / MODELS_FOLDER / entry.folder_name())
     given = {"label": entry.label, "spec": entry.spec, "args": entry.args,
              "folder": (Path(MODELS_FOLDER) / folder.name).as_posix()}
@@ -121,7 +135,7 @@ def _audit_one(
         kept = read_outcome(folder)
         if key is not None and kept is not None and kept.status == "done" and kept.key == key:
             log(f"{entry.label}: kept from an earlier audit (same model, data and settings)")
-            return kept
+            return kept, True
         report_dir, report, leakage = _measure(dataset, model, settings, masks_dir, folder, log)
         outcome = ModelOutcome(**given, status="done", key=key, model=_json_safe(model.describe()),
                                report=_shown_path(report_dir, out),
@@ -132,7 +146,7 @@ def _audit_one(
         outcome = ModelOutcome(**given, status="failed", error=f"{type(err).__name__}: {err}",
                                traceback="".join(traceback.format_exception(err)))
     write_outcome(folder, outcome)
-    return outcome
+    return outcome, False
 
 
 def _measure(

@@ -23,8 +23,7 @@ GROUND_TRUTH = "ground-truth"
 def default_ground_truth_dir(dataset: Dataset) -> Path:
     """Where ``bgbias masks --model ground-truth`` lays out the dataset's shipped masks by default: beside its
     U²-Net masks, so the two never mix."""
-    default = default_masks_dir(dataset)
-    return default.with_name(f"{default.name}-{GROUND_TRUTH}")
+    return default_masks_dir(dataset, GROUND_TRUTH)
 
 
 @dataclass(frozen=True)

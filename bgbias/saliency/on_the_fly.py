@@ -17,7 +17,8 @@ from PIL import Image
 from bgbias.data.images import load_image
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.table import ImageTable
-from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, check_device, check_model
+from bgbias.options import DEFAULT_MASK_MODEL
+from bgbias.saliency.sessions import MaskSession, check_device, check_model
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
 """Masks made in this process, by model and image (a file's path, size and modification time; a sample's
@@ -30,7 +31,7 @@ class U2NetMasks:
     """``masks=`` that makes each image's saliency mask with ``model`` (``u2net``, ``u2netp``, …) on
     ``device`` the first time its table is audited, and keeps it in memory for this process."""
 
-    model: str = DEFAULT_MODEL
+    model: str = DEFAULT_MASK_MODEL
     device: str = "auto"
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.hardware import usable_cores
+from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.saliency.quality import (
     QUALITY_NAME,
     QualityReport,
@@ -53,7 +54,7 @@ from bgbias.saliency.records import (
     write_records,
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
-from bgbias.saliency.sessions import DEFAULT_MODEL, MaskSession, open_session
+from bgbias.saliency.sessions import MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
@@ -152,7 +153,7 @@ def make_masks(
     items: Sequence[Item],
     out_dir: str | os.PathLike[str],
     *,
-    model: str = DEFAULT_MODEL,
+    model: str = DEFAULT_MASK_MODEL,
     device: str = "auto",
     streams: int | None = None,
     threads: int | None = None,
@@ -163,7 +164,7 @@ def make_masks(
 ) -> MaskRun:
     """Write the mask of every image of ``items`` (this ``shard`` of them) under ``out_dir``.
 
-    ``model``: a rembg model name (default the paper's ``u2net``); ``device``: ``auto``, ``cpu`` or ``cuda``;
+    ``model``: a rembg model name (default ``u2netp``); ``device``: ``auto``, ``cpu`` or ``cuda``;
     ``streams``: images in the network at once and ``threads``: onnxruntime threads of each (defaults: one
     stream per core on CPU, up to 4, one on a GPU); ``workers``: threads that decode and encode besides them
     (default: all cores, at most 8); ``shard``: ``(index, count)`` to split a dataset across machines;

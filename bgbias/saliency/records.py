@@ -285,14 +285,22 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
     if manifest is None:
         return
     previous = manifest.settings
-    if previous != dict(settings):
-        differ = differing_keys(previous, settings)
+    if previous == dict(settings):
+        return
+    differ = sorted(differing_keys(previous, settings), key=lambda key: key != "model")  # the model first
+    said = "; ".join(f"{key}: {previous.get(key)!r} there, {settings.get(key)!r} now" for key in differ)
+    folder = Path(out_dir)
+    if previous.get("model") != settings.get("model"):
+        beside = folder.with_name(f"{folder.name}-{previous.get('model')}")
         raise OptionError(
-            f"the masks in this folder were made with other settings ({', '.join(differ)}: "
-            f"{', '.join(f'{previous.get(k)!r} there, {settings.get(k)!r} now' for k in differ)})",
-            path=Path(out_dir) / MANIFEST_NAME,
-            fix="use the same model and --empty-below, choose another output folder, or delete this one",
-        )
+            f"this folder holds {previous.get('model')} masks, not {settings.get('model')} ones ({said})",
+            path=folder / MANIFEST_NAME,
+            fix=f"each mask model has a folder of its own: move this one to {beside} (where `bgbias masks "
+                f"--model {previous.get('model')}` puts them by default) and run again, or pass --out DIR, "
+                f"or --model {previous.get('model')} to go on with it")
+    raise OptionError(
+        f"the masks in this folder were made with other settings ({said})", path=folder / MANIFEST_NAME,
+        fix="use the same model and --empty-below, choose another output folder, or delete this one")
 
 
 def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:

@@ -25,6 +25,7 @@ from PIL import Image
 from bgbias.errors import AssetError, OptionError
 from bgbias.hardware import usable_cores
 from bgbias.installation import import_onnxruntime
+from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
 
 U2NET_FAMILY = ("u2net", "u2netp", "u2net_human_seg", "silueta")
@@ -49,8 +50,6 @@ PREDICT_MODELS = (
 send images away: none of them fits a dataset-wide mask run.)"""
 
 MODELS = U2NET_FAMILY + PREDICT_MODELS
-DEFAULT_MODEL = "u2net"
-"""The full U²-Net, as the paper's masks (``rembg p -om`` without ``-m`` in rembg 2.0.19)."""
 
 DEVICES = ("auto", "cpu", "cuda")
 MAX_DEFAULT_STREAMS = 4
@@ -135,7 +134,7 @@ class PredictSession:
 
 
 def open_session(
-    model: str = DEFAULT_MODEL,
+    model: str = DEFAULT_MASK_MODEL,
     *,
     device: str = "auto",
     streams: int | None = None,

@@ -12,7 +12,7 @@ from typing import Any
 
 from bgbias.study.local import Slot
 from bgbias.study.pipeline import run_study
-from bgbias.study.plan import QUICK_METHODS, StudyPlan
+from bgbias.study.plan import EXPLAIN_IMAGES, QUICK_METHODS, StudyPlan
 
 DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)
 """The background–class correlations of the bias dial: none, half, the bench's default, always."""
@@ -40,13 +40,15 @@ def run_dial(
     bench_seed: int = 0,
     runs: str | os.PathLike[str] | None = None,
     slots: Sequence[Slot] | None = None,
+    explain_images: int = EXPLAIN_IMAGES,
     log: Callable[[str], None] = print,
 ) -> DialResult:
     """The bias dial (:mod:`bgbias.report.dial`): for each mask source and ρ, the study of ``method`` on the
     bench built at ρ (its own folder, :func:`~bgbias.study.spec.study_bench_root`), then ``dial.md`` /
     ``dial.png`` / ``dial.json`` in ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a
     study of its own (added to the plan of that bench's study folder), so a point the full study or an
-    earlier dial made is reused, and a killed dial resumes."""
+    earlier dial made is reused, and a killed dial resumes; ``explain_images``: test images of each run whose
+    foreground is scored."""
     from bgbias.paths import runs_root
     from bgbias.report.dial import DialPoint, write_dial_report
     from bgbias.report.runs_table import collect_runs
@@ -58,7 +60,7 @@ def run_dial(
     settings = [(source, rho) for source in masks for rho in rhos]
     for number, (source, rho) in enumerate(settings, 1):
         log(f"dial [{number}/{len(settings)}]: rho {rho:g}, {source} masks")
-        plan = StudyPlan((method,), seeds, masks=source)
+        plan = StudyPlan((method,), seeds, masks=source, explain_images=explain_images)
         spec = bench_spec(bench_preset, rho, bench_seed, source)
         result = run_study(study_folder(runs, spec), spec, plan, slots=slots, extend=True, log=log)
         failures.update({f"{source} masks, rho {rho:g}: {name}": error

@@ -108,12 +108,24 @@ class Step(ClosedRecord):
     traceback: str | None = None
 
 
+class UnstartedWorker(ClosedRecord):
+    """A worker that could not start on its device (``cuda (GPU 1)``: the device asked for and the GPUs it
+    was given), and why; ``--status`` shows it, and a worker that starts on that device later clears it."""
+
+    host: str
+    device: str
+    error: str
+    at: float
+
+
 class Plan(ClosedRecord):
-    """``plan.json``: the study's dataset and inputs, and its steps in the order they are taken."""
+    """``plan.json``: the study's dataset and inputs, its steps in the order they are taken, and the workers
+    that could not start."""
 
     format: int
     spec: StudySpec
     steps: dict[str, Step]
+    unstarted: list[UnstartedWorker] = Field(default_factory=list)
 
 
 def read_plan(folder: Path) -> Plan | None:

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bgbias.errors import OptionError
+from bgbias.errors import BgbiasError, OptionError
 from bgbias.study.ledger import Plan, read_plan
-from bgbias.study.worker import DEFAULT_TIMING, Timing, work
+from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
 
 RESTARTS = 3
 """Times a worker that died is started again before its slot is left empty."""
@@ -89,7 +89,21 @@ def _gpus(devices: str) -> list[str]:
     if not names or not valid:
         raise OptionError(f"--devices {devices!r} is not auto, cpu or a list like cuda:0,cuda:1",
                           fix="pass --devices auto, cpu, or cuda:0,1,… (the GPUs to use)")
+    _check_gpus(devices, indices)
     return indices
+
+
+def _check_gpus(devices: str, indices: Sequence[str]) -> None:
+    """An ``OptionError`` naming ``--devices`` when this machine lacks one of the GPUs, before the study
+    writes anything (a worker on a missing GPU would only fail once started)."""
+    from bgbias.engine.device import cuda_devices, missing_cuda
+
+    for index in indices:
+        missing = missing_cuda(int(index))
+        if missing is not None:
+            present = ",".join(cuda_devices())
+            other = f", or --devices {present}" if present else ""
+            raise OptionError(f"--devices {devices}: {missing}", fix=f"pass --devices cpu (or auto){other}")
 
 
 def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
@@ -106,12 +120,13 @@ def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
     children = {number: _start(folder, goals, slot, number, logs, timing)
                 for number, slot in enumerate(slots)}
     restarts = dict.fromkeys(children, 0)
+    lost: dict[int, str] = {}  # the slots left empty: why
     plan = read_plan(folder)
     shown = {} if plan is None else {step_id: step.state for step_id, step in plan.steps.items()}
     try:
         while children:
             time.sleep(min(1.0, timing.poll_every))
-            _show_changes(read_plan(folder), shown, log)
+            _show_changes(read_plan(folder), goals, shown, log)
             for number, child in list(children.items()):
                 status = child.poll()
                 if status is None:
@@ -119,17 +134,39 @@ def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,
                 del children[number]
                 if status == 0:
                     continue
-                if restarts[number] >= RESTARTS:
-                    log(f"worker {number} ended with status {status} {RESTARTS + 1} times: its slot stays "
-                        f"empty (see {logs / f'worker-{number}.log'})")
+                worker_log = logs / f"worker-{number}.log"
+                if status == CANNOT_WORK or restarts[number] >= RESTARTS:
+                    lost[number] = _last_error(worker_log) if status == CANNOT_WORK else (
+                        f"it ended with status {status} {RESTARTS + 1} times")
+                    log(f"worker {number} ({_slot_label(slots[number])}) stopped: {lost[number]}; its slot "
+                        f"stays empty (see {worker_log})")
                     continue
                 restarts[number] += 1
-                log(f"worker {number} ended with status {status}: started again "
-                    f"({logs / f'worker-{number}.log'})")
+                log(f"worker {number} ended with status {status}: started again ({worker_log})")
                 children[number] = _start(folder, goals, slots[number], number, logs, timing)
-        _show_changes(read_plan(folder), shown, log)
+        _show_changes(read_plan(folder), goals, shown, log)
     finally:
         _stop(children.values())
+    if len(lost) == len(slots):
+        reasons = "; ".join(f"worker {number} ({_slot_label(slots[number])}): {why}"
+                            for number, why in sorted(lost.items()))
+        raise BgbiasError(f"no worker could start or keep working: {reasons}", path=logs,
+                          fix="pass --devices that this machine has (or cpu), then run the command again; "
+                              "`bgbias study --status` (same options) shows what each worker recorded")
+
+
+def _slot_label(slot: Slot) -> str:
+    return slot.device if slot.gpus is None else f"{slot.device}, GPU {slot.gpus}"
+
+
+def _last_error(worker_log: Path) -> str:
+    """The error a worker printed last (``error: …`` and its lines), or a pointer to its log."""
+    try:
+        text = worker_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "an error (its log cannot be read)"
+    start = text.rfind("error: ")
+    return text[start + len("error: "):].strip().splitlines()[0] if start >= 0 else "an error (see its log)"
 
 
 def _start(folder: Path, goals: Sequence[str], slot: Slot, number: int, logs: Path,
@@ -161,13 +198,19 @@ def _stop(children: Iterable[subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
-def _show_changes(plan: Plan | None, shown: dict[str, str], log: Callable[[str], None]) -> None:
-    """Log each step whose state changed since the last look."""
+def _show_changes(plan: Plan | None, goals: Sequence[str], shown: dict[str, str],
+                  log: Callable[[str], None]) -> None:
+    """Log each step whose state changed since the last look, and the runs' time left after a run is done."""
     if plan is None:
         return
+    run_done = False
     for step_id, step in plan.steps.items():
         if shown.get(step_id, "pending") != step.state:
             where = f" on {step.device} ({step.host})" if step.state == "running" else ""
             error = f": {step.error.splitlines()[0]}" if step.state == "failed" and step.error else ""
             log(f"[{step_id}] {step.state}{where}{error}")
+            run_done = run_done or (step.kind == "run" and step.state == "done")
         shown[step_id] = step.state
+    progress = runs_progress(plan, goals) if run_done else None
+    if progress is not None:
+        log(progress)

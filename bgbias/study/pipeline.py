@@ -49,11 +49,8 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
     planned = planned_steps(spec, plan, shards)
     if current is None:
         return Plan(format=PLAN_FORMAT, spec=spec, steps=planned)
-    if current.spec != spec:
-        raise OptionError(
-            f"the study folder holds a study of {current.spec.title} ({current.spec.root}), not of "
-            f"{spec.title} ({spec.root})", path=folder,
-            fix="run this study in a folder of its own (--out DIR), or repeat that study's options")
+    _refuse_other_spec(folder, current.spec, spec)
+    _refuse_other_measurements(folder, current, planned)
     steps = dict(current.steps)
     # A page of runs the plan has already (a subset of the study) is no extension.
     added = [step_id for step_id, step in planned.items() if step_id not in steps
@@ -86,6 +83,75 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
     return merged
 
 
+SPEC_FIELDS = {"dataset": "the dataset", "root": "the dataset's folder", "bench": "the bench's settings",
+               "masks": "the mask source", "masks_dir": "the masks folder",
+               "backgrounds": "the background pools"}
+"""Each field of a :class:`StudySpec`, as a refusal names it."""
+
+
+def _refuse_other_spec(folder: Path, recorded: StudySpec, spec: StudySpec) -> None:
+    """An ``OptionError`` naming each field of the study that differs from the folder's (e.g. other pools
+    with ``--extend``), and the options that repeat the folder's: a folder holds one study."""
+    differ = [name for name in SPEC_FIELDS if getattr(recorded, name) != getattr(spec, name)]
+    if "bench" in differ or "dataset" in differ:  # the bench's folder and masks follow from its settings
+        differ = [name for name in differ if name not in ("root", "masks_dir")]
+    if "masks" in differ:  # a model's masks folder follows from the model
+        differ = [name for name in differ if name != "masks_dir"]
+    if not differ:
+        return
+    said = "; ".join(f"{SPEC_FIELDS[name]} {_spec_value(recorded, name)} there, {_spec_value(spec, name)} "
+                     f"in this command" for name in differ)
+    repeat = " ".join(_spec_options(recorded, name) for name in differ)
+    raise OptionError(
+        f"the study folder holds a study of {recorded.title}: {said}", path=folder,
+        fix=f"run this study in a folder of its own (--out DIR), or repeat that study's options ({repeat})")
+
+
+def _spec_value(spec: StudySpec, name: str) -> str:
+    value = getattr(spec, name)
+    if name == "bench":
+        return "none" if value is None else f"{value.preset}, rho {value.rho:g}, seed {value.seed}"
+    return str(value)
+
+
+def _spec_options(spec: StudySpec, name: str) -> str:
+    """The options that give ``spec``'s field ``name``."""
+    if name == "bench":
+        if spec.bench is None:
+            return f"--dataset {spec.dataset}"
+        return f"--bench-preset {spec.bench.preset} --rho {spec.bench.rho:g} --bench-seed {spec.bench.seed}"
+    if name == "masks_dir":
+        return f"--masks {spec.masks_dir}"
+    if name == "masks":
+        return f"--masks {spec.masks_dir if spec.masks == 'folder' else spec.masks}"
+    option = {"dataset": "--dataset", "root": "--root", "backgrounds": "--backgrounds"}[name]
+    return f"{option} {getattr(spec, name)}"
+
+
+def _refuse_other_measurements(folder: Path, current: Plan, planned: dict[str, Step]) -> None:
+    """An ``OptionError`` when a run the plan holds would be measured otherwise than this command asks: other
+    ``--explain-images``, or watching the test split where the plan's run does not (a run that does more
+    than asked, a profile or a watched test split, is kept; a missing profile is added by ``--extend``)."""
+    for step_id, step in planned.items():
+        if step.run is None or step_id not in current.steps:
+            continue
+        recorded, asked = _run_args(current.steps[step_id]), step.run
+        if recorded.explain_images != asked.explain_images:
+            raise OptionError(
+                f"the study folder's plan scores the foreground of --explain-images "
+                f"{recorded.explain_images} test images per run, not {asked.explain_images}",
+                path=folder / "plan.json",
+                fix=f"pass --explain-images {recorded.explain_images} (the plan's) to go on with this study, "
+                    f"or run one with {asked.explain_images} in a folder of its own (--out DIR)")
+        if asked.watch_test and not recorded.watch_test:
+            raise OptionError(
+                f"the study folder's run {step_id.removeprefix('run/')} does not watch the test split, which "
+                f"this command asks for (its preset watches {asked.method}'s runs)",
+                path=folder / "plan.json",
+                fix="repeat the plan's preset and options to go on with this study, or run this one in a "
+                    "folder of its own (--out DIR)")
+
+
 def _run_args(step: Step) -> RunArgs:
     assert step.run is not None
     return step.run
@@ -109,8 +175,22 @@ def run_study(
     device ``auto`` picks); the runs measured, the page, the failed runs. A run that fails is left out of
     the page and named in it; when every run fails there is no page."""
     goals = plan_study(folder, spec, plan, extend=extend)
+    log(steps_left(folder, goals))
     run_local(folder, goals, slots if slots is not None else local_slots(), log=log, timing=timing)
     return study_result(folder, goals)
+
+
+def steps_left(folder: Path, goals: Sequence[str]) -> str:
+    """What is left of the plan's ``goals`` before the workers start, and where its cost is said: the dry run
+    estimates it (from timing a few steps here), and the time left follows each run."""
+    plan = read_plan(folder)
+    assert plan is not None
+    needed = [plan.steps[step_id] for step_id in needed_steps(plan, goals)]
+    left = [step for step in needed if step.state != "done"]
+    runs = sum(step.kind == "run" for step in left)
+    return (f"{len(left)} of {len(needed)} steps to do, {runs} of them run{'s' * (runs != 1)}: `bgbias study "
+            f"--dry-run` (same options) estimates what they cost on this machine; the time left follows each "
+            f"run, and `bgbias study --status` shows it too")
 
 
 def study_result(folder: Path, goals: Sequence[str]) -> StudyResult:

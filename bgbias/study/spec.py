@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from bgbias.errors import OptionError
+from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.schema import ClosedRecord
 
 MASK_MODELS = ("u2net", "u2netp")
@@ -92,8 +93,9 @@ def dataset_spec(
     backgrounds: str | os.PathLike[str] | None,
 ) -> StudySpec:
     """The spec of a study on a real dataset (``cub``, ``cars``, ``sop``, ``folder``): ``root`` (default the
-    dataset's default folder), masks from ``masks`` (a model of :data:`MASK_MODELS`, default ``u2net`` as in
-    the paper, or a folder of masks), the pools in ``backgrounds`` (default ``./backgrounds``)."""
+    dataset's default folder), masks from ``masks`` (a model of :data:`MASK_MODELS`, default ``u2netp``,
+    :data:`~bgbias.options.DEFAULT_MASK_MODEL`; or a folder of masks), the pools in ``backgrounds`` (default
+    ``./backgrounds``)."""
     from bgbias.data.registry import dataset_class, default_root
     from bgbias.paths import backgrounds_root, masks_root
 
@@ -105,7 +107,7 @@ def dataset_spec(
     if not folder.is_dir():
         raise OptionError(f"the {dataset} dataset is not at {folder}", path=folder,
                           fix=f"pass --root DIR (`bgbias datasets --dataset {dataset} --root DIR` checks it)")
-    chosen = masks or "u2net"
+    chosen = masks or DEFAULT_MASK_MODEL
     if chosen in MASK_MODELS:
         from bgbias.paths import located_key
 
@@ -130,17 +132,13 @@ def bench_spec(preset: str, rho: float, seed: int, masks: str,
     """The spec of a study on the bench built with these settings
     (:func:`study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
     model, or a folder)."""
-    from bgbias.data.items import folder_key
+    from bgbias.data.items import folder_key, model_masks_dir
     from bgbias.data.registry import dataset_class
     from bgbias.paths import backgrounds_root, masks_root
-    from bgbias.saliency.ground_truth import GROUND_TRUTH
 
     root = study_bench_root(preset, rho, seed).expanduser().resolve()
-    default = masks_root() / folder_key(dataset_class("bench"), root)
-    if masks == BENCH_MASKS:
-        masks_dir, source = default.with_name(f"{default.name}-{GROUND_TRUTH}"), masks
-    elif masks in MASK_MODELS:  # u2netp's where `bgbias masks` puts them; u2net's beside them
-        masks_dir = default if masks == "u2netp" else default.with_name(f"{default.name}-{masks}")
+    if masks == BENCH_MASKS or masks in MASK_MODELS:  # where `bgbias masks --model MASKS` puts them
+        masks_dir = model_masks_dir(masks_root() / folder_key(dataset_class("bench"), root), masks)
         source = masks
     else:
         masks_dir, source = Path(masks), "folder"

@@ -94,15 +94,25 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
     counts = {state: sum(row.state == state for row in rows)
               for state in ("done", "running", "pending", "failed")}
     summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
-    parts = [f"study {folder} ({plan.spec.title}): {summary}", text]
+    from bgbias.study.worker import runs_progress
+
+    pages = [step_id for step_id, step in plan.steps.items() if step.kind == "page"]
+    progress = runs_progress(plan, pages)
+    parts = [f"study {folder} ({plan.spec.title}): {summary}{f'; {progress}' if progress else ''}", text]
     if failures:
         parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
+    if plan.unstarted:
+        lines = [f"- {worker.device} on {worker.host}, {_when(worker.at)}: {worker.error.splitlines()[0]}"
+                 for worker in plan.unstarted]
+        parts.append("workers that could not start:\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+    from bgbias.engine.eta import duration
+
+    return "" if seconds is None else duration(seconds)
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import threading
 import time
 import traceback
@@ -25,8 +26,10 @@ from bgbias.study.ledger import (
     STALE_AFTER,
     Claim,
     Plan,
+    UnstartedWorker,
     claim_is_dead,
     new_claim,
+    plan_error,
     read_plan,
     update_plan,
     with_step,
@@ -69,6 +72,26 @@ def needed_steps(plan: Plan, goals: Sequence[str]) -> list[str]:
     return [step_id for step_id in plan.steps if step_id in wanted]
 
 
+def runs_progress(plan: Plan, goals: Sequence[str]) -> str | None:
+    """``runs: 2 of 6 done (3m05s each); about 12m20s of run time left for 4 more`` for the run steps of
+    ``goals``, at the pace of those done with their times in the plan (shared among the workers); None before
+    the first."""
+    from bgbias.engine.eta import duration, time_left
+
+    runs = [plan.steps[step_id] for step_id in needed_steps(plan, goals) if plan.steps[step_id].kind == "run"]
+    timed = [step.finished - step.started for step in runs
+             if step.state == "done" and step.started is not None and step.finished is not None]
+    if not timed:
+        return None
+    finished = sum(step.state in ("done", "failed") for step in runs)
+    left = len(runs) - finished
+    pace = f"{len(timed)} timed, {duration(sum(timed) / len(timed))} each"
+    if not left:
+        return f"runs: {finished} of {len(runs)} finished ({pace})"
+    rest = time_left(len(timed), len(timed) + left, sum(timed))
+    return f"runs: {finished} of {len(runs)} finished ({pace}); {rest.replace(' left', ' of run time left')}"
+
+
 def work(
     folder: Path,
     goals: Sequence[str],
@@ -93,7 +116,7 @@ def work(
 
         torch.set_num_threads(threads)
     outcome = WorkOutcome()
-    label = _device_label(device)
+    label = _started_on(folder, device)
     with sigterm_as_interrupt():
         while True:
             claim = new_claim(label)
@@ -103,7 +126,7 @@ def work(
             if picked == WAIT:
                 time.sleep(timing.poll_every)
                 continue
-            _do_step(folder, picked, claim, device, processes, log, timing, outcome)
+            _do_step(folder, goals, picked, claim, device, processes, log, timing, outcome)
 
 
 WAIT = ""
@@ -174,7 +197,7 @@ def _settle_dead_claim(plan: Plan, step_id: str, now: float, timing: Timing,
     return with_step(plan, step_id, state="pending", claim=None)
 
 
-def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: int,
+def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, device: str, processes: int,
              log: Callable[[str], None], timing: Timing, outcome: WorkOutcome) -> None:
     """Do the claimed step, renewing the claim meanwhile, and record how it ended."""
     plan = read_plan(folder)
@@ -205,6 +228,9 @@ def _do_step(folder: Path, step_id: str, claim: Claim, device: str, processes: i
         _update_held(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
         outcome.done.append(step_id)
         step_log("done")
+        progress = runs_progress(read_plan(folder) or plan, goals)
+        if plan.steps[step_id].kind == "run" and progress is not None:
+            log(progress)
     finally:
         stop.set()
         renewer.join()
@@ -226,6 +252,39 @@ def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> 
 def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
         _update_held(folder, step_id, claim, claim=claim.model_copy(update={"heartbeat": time.time()}))
+
+
+def _started_on(folder: Path, device: str) -> str:
+    """The device as ``--status`` shows it (:func:`_device_label`), once this worker could start on it: an
+    error it cannot start with is recorded in the plan (then raised), and a record of an earlier worker of
+    this host that could not start on it is cleared."""
+    asked = _asked_device(device)
+    host = socket.gethostname()
+    try:
+        label = _device_label(device)
+    except BgbiasError as error:
+        record = UnstartedWorker(host=host, device=asked, error=str(error), at=time.time())
+        update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, [record]))
+        raise
+    recorded = read_plan(folder)
+    if recorded is not None and any((w.host, w.device) == (host, asked) for w in recorded.unstarted):
+        update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, []))
+    return label
+
+
+def _with_unstarted(folder: Path, plan: Plan | None, host: str, device: str,
+                    records: list[UnstartedWorker]) -> Plan:
+    """``plan`` with ``records`` in place of its unstarted workers of ``host`` and ``device``."""
+    if plan is None:
+        raise plan_error(folder)
+    kept = [w for w in plan.unstarted if (w.host, w.device) != (host, device)]
+    return plan.model_copy(update={"unstarted": kept + records})
+
+
+def _asked_device(device: str) -> str:
+    """The device a worker was asked for, with the GPUs it was given (``cuda (GPU 1)``)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
 
 
 def _device_label(device: str) -> str:
@@ -264,7 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bgbias.signals import interruption_status
 
         return interruption_status(interruption)
+    except BgbiasError as error:  # e.g. its device is missing: starting it again would not help
+        print(f"error: {error}", flush=True)
+        return CANNOT_WORK
     return 0
+
+
+CANNOT_WORK = 2
+"""Exit status of a worker stopped by an error it reported (the CLI's for a ``BgbiasError``), such as a
+device it cannot start on: the local executor does not start it again."""
 
 
 def _stop_with_parent(parent: int) -> None:

@@ -5,6 +5,7 @@ hostile label shown as text, and the ranking."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -112,6 +113,9 @@ def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, t
     assert [row.split(" | ")[1] for row in rows[1:]][-1] == "broken"
     assert "RuntimeError: this factory cannot build its model" in rows[-1]
     assert "1 of 4 models failed: broken" in result.output
+    # What the audit will cost, before and while it works (on stderr, beside the log).
+    assert "4 models × 12 test images (each: clean, 2 corrupted repeats, the profile's" in result.stderr
+    assert re.search(r"\[1/4\] second: \d+m\d\ds; about \d+m\d\ds left for 3 more models", result.stderr)
     assert (out / "audit.html").is_file() and (out / "audit.md").is_file()
     ours = next(model for model in json.loads((out / "audit.json").read_text())["models"]
                 if model["label"] == "our run")

@@ -13,7 +13,7 @@ from bgbias import hardware
 from bgbias.engine import device as device_module
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import config_from_dict
-from bgbias.engine.device import cpu_has_native_bf16, loader_workers, resolve_amp
+from bgbias.engine.device import cpu_has_native_bf16, loader_workers, resolve_amp, resolve_device
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
@@ -101,3 +101,13 @@ def test_the_default_layout_is_channels_last_and_old_runs_read_as_contiguous(tin
     saved = config.as_dict()
     del saved["model"]["memory_format"]
     assert config_from_dict(saved).model.memory_format == "contiguous"
+
+
+def test_a_cuda_device_this_machine_lacks_is_refused_before_any_work(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert str(resolve_device("cuda:1")) == "cuda:1"
+    missing = r"'cuda:9' was asked for, but there is no cuda:9 \(this machine has 2 GPUs\)"
+    with pytest.raises(OptionError, match=missing) as error:
+        resolve_device("cuda:9")
+    assert "one of cuda:0, cuda:1" in error.value.fix

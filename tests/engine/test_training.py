@@ -225,6 +225,20 @@ def test_a_dcml_run_records_its_environment_learning(tiny_bench, tmp_path):
     assert logits.shape == (16, 2) and logits.abs().sum() > 0
 
 
+def test_a_run_says_what_comes_before_its_first_epoch_and_what_its_epochs_will_take(tiny_bench, tmp_path):
+    config = tiny_config(tiny_bench, "dcml", "loss.env_passes=2", "loss.env_batch_size=8", epochs=3)
+    log = train(config, run_dir=tmp_path / "dcml", progress=False, echo=False).run.log.read_text()
+    passes = [log.index(f"epoch 1, before its steps: learning DCML's environment weights, pass {number}/2 "
+                        f"over the 16 training images") for number in (1, 2)]
+    estimate = log.index("estimate: about ")
+    assert passes[0] < passes[1] < estimate < log.index("epoch 1, loss")
+    assert "of its 2 batches took" in log[estimate:] and "for the 3 epochs left" in log[estimate:]
+    lines = [line for line in log.splitlines() if ", loss " in line]
+    assert [line.split("; ")[-1].split(" left")[1] for line in lines[:2]] == [" for 2 more epochs",
+                                                                             " for 1 more epochs"]
+    assert "left" not in lines[2]
+
+
 def test_training_data_passes_are_keyed_and_cover_the_split(tiny_bench):
     from bgbias.data.registry import open_dataset
     from bgbias.data.splits import split_items

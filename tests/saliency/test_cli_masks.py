@@ -4,6 +4,7 @@ report, what the terminal says, exit status."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 from click.testing import CliRunner
@@ -108,3 +109,58 @@ def test_ground_truth_masks_of_a_dataset_without_them_are_refused(tmp_path):
     without = [dataclasses.replace(item, ground_truth_mask=None) for item in items[:2]] + items[2:]
     with pytest.raises(DatasetError, match=r"2 of \d+ images have no ground-truth mask"):
         copy_ground_truth_masks(without, tmp_path / "out")
+
+
+def _by_model(monkeypatch) -> list[str]:
+    """Stand-in sessions named after the model asked for (each its own file digest); the models asked for."""
+    from tests.saliency.fakes import fake_info
+
+    asked: list[str] = []
+
+    def session(model, *_args, **_options):
+        asked.append(model)
+        return FakeSession(fake_info(name=model, md5=f"{len(model):032d}"))
+
+    monkeypatch.setattr(pipeline, "open_session", session)
+    return asked
+
+
+def test_one_default_mask_model_and_a_default_folder_per_model(tmp_path, monkeypatch):
+    from bgbias.options import DEFAULT_MASK_MODEL
+
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=2)
+    monkeypatch.chdir(tmp_path)
+    asked = _by_model(monkeypatch)
+    key = open_dataset("bench", root).key
+    assert f"[default: {DEFAULT_MASK_MODEL}]" in CliRunner().invoke(main, ["masks", "--help"]).output
+    assert CliRunner().invoke(main, ["masks", "--dataset", "bench", "--root", str(root)]).exit_code == 0
+    assert asked == [DEFAULT_MASK_MODEL] and (tmp_path / "masks" / key / "manifest.json").is_file()
+    other = CliRunner().invoke(main, ["masks", "--dataset", "bench", "--root", str(root), "--model", "u2net"])
+    assert other.exit_code == 0, other.output
+    assert (tmp_path / "masks" / f"{key}-u2net" / "manifest.json").is_file()
+
+
+def test_a_default_folder_of_the_other_model_is_named_with_where_its_masks_go_now(tmp_path, monkeypatch):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=2)
+    monkeypatch.chdir(tmp_path)
+    _by_model(monkeypatch)
+    key = open_dataset("bench", root).key
+    old = ["masks", "--dataset", "bench", "--root", str(root), "--model", "u2net", "--out", f"masks/{key}"]
+    assert CliRunner().invoke(main, old).exit_code == 0  # u2net's masks where the old default put them
+    result = CliRunner().invoke(main, ["masks", "--dataset", "bench", "--root", str(root)])
+    assert result.exit_code == 2
+    assert "holds u2net masks, not u2netp ones" in result.output
+    assert "model: 'u2net' there, 'u2netp' now; md5:" in result.output  # each setting with its own values
+    assert f"masks/{key}-u2net" in result.output
+
+
+def test_the_docs_name_the_one_default_mask_model():
+    from pathlib import Path
+
+    from bgbias.options import DEFAULT_MASK_MODEL
+    from bgbias.saliency.pipeline import make_masks
+
+    assert inspect.signature(make_masks).parameters["model"].default == DEFAULT_MASK_MODEL == "u2netp"
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"(default `{DEFAULT_MASK_MODEL}`" in (docs / "masks.md").read_text(encoding="utf-8")
+    assert f"`{DEFAULT_MASK_MODEL}` (default mask model)" in (docs / "offline.md").read_text(encoding="utf-8")

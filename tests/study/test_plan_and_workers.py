@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -74,9 +75,10 @@ def test_the_same_command_again_keeps_the_plan_and_other_work_needs_extend(tmp_p
 def test_a_folder_holds_one_study(tmp_path):
     plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
     other = bench_spec("small", 0.5, 0, "ground-truth", backgrounds=tmp_path / "pools")
-    with pytest.raises(OptionError, match=r"holds a study of bench small, rho 0\.9") as refused:
+    settings = r"bench's settings small, rho 0\.9, seed 0 there, small, rho 0\.5, seed 0 in this command"
+    with pytest.raises(OptionError, match=rf"a study of bench small, rho 0\.9.*: the {settings}") as error:
         plan_study(tmp_path, other, study_plan("quick"), extend=True)
-    assert "--out" in refused.value.fix
+    assert "--out" in error.value.fix and "--rho 0.9" in error.value.fix
 
 
 def test_a_damaged_plan_is_an_error_naming_the_file(tmp_path):
@@ -280,6 +282,7 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
     assert local_slots("cpu", threads=3)[0].threads == 3
     with pytest.raises(OptionError, match="--threads must be at least 1"):
         local_slots("cpu", threads=0)
+    _cuda(monkeypatch, 4)
     assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
     pairs = local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)
     assert [slot.gpus for slot in pairs] == ["0,1", "2,3"]
@@ -294,8 +297,8 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
 def test_a_real_dataset_s_spec_names_its_masks_and_refuses_a_missing_folder(tmp_path):
     root = make_cub(tmp_path / "cub", n_classes=4, per_class=1)
     spec = dataset_spec("cub", root, None, tmp_path / "pools")
-    assert (spec.masks, spec.root) == ("u2net", str(root))
-    assert Path(spec.masks_dir).name.startswith("cub-u2net-cub-")
+    assert (spec.masks, spec.root) == ("u2netp", str(root))
+    assert Path(spec.masks_dir).name.startswith("cub-u2netp-cub-")
     assert dataset_spec("cub", root, str(tmp_path), None).masks == "folder"
     with pytest.raises(OptionError, match="neither a U²-Net model"):
         dataset_spec("cub", root, str(tmp_path / "nowhere"), None)
@@ -321,3 +324,114 @@ def test_slurm_arrays_of_the_real_worker_do_each_step_once_and_the_last_run_writ
     plan = read_plan(tmp_path)
     assert len(jobs) == 6 and sorted(calls) == sorted(plan.steps) and calls[-1] == goals[0]
     assert {step.state for step in plan.steps.values()} == {"done"}
+
+
+def test_a_rerun_with_other_explain_images_is_refused_naming_both_values(tmp_path):
+    spec = _spec(tmp_path)
+    plan_study(tmp_path, spec, study_plan("quick", explain_images=2))
+    before = (tmp_path / "plan.json").read_bytes()
+    for extend in (False, True):
+        with pytest.raises(OptionError, match=r"--explain-images 2 .* not 3") as refused:
+            plan_study(tmp_path, spec, study_plan("quick", explain_images=3), extend=extend)
+        assert "--explain-images 2" in refused.value.fix and "--out DIR" in refused.value.fix
+    assert (tmp_path / "plan.json").read_bytes() == before
+
+
+def test_a_run_planned_without_watching_the_test_split_is_not_silently_kept_for_one_that_watches(tmp_path):
+    spec = _spec(tmp_path)
+    plan_study(tmp_path, spec, study_plan("quick"))
+    watched = study_plan("full", methods=["multi_similarity"], seeds=1, masks="ground-truth")
+    with pytest.raises(OptionError, match="does not watch the test split") as refused:
+        plan_study(tmp_path, spec, watched, extend=True)
+    assert "--out DIR" in refused.value.fix
+    # The other way round is a subset of what the plan measures: kept.
+    other = tmp_path / "other"
+    other.mkdir()
+    plan_study(other, spec, watched)
+    plan_study(other, spec, study_plan("quick"))
+
+
+def test_a_folder_of_other_pools_is_refused_naming_the_pools(tmp_path):
+    plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    elsewhere = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "other-pools")
+    with pytest.raises(OptionError, match="background pools") as refused:
+        plan_study(tmp_path, elsewhere, study_plan("quick"), extend=True)
+    said = f"pools {tmp_path / 'pools'} there, {tmp_path / 'other-pools'} in this command"
+    assert said in str(refused.value)
+    assert f"--backgrounds {tmp_path / 'pools'}" in refused.value.fix
+
+
+def _cuda(monkeypatch, count: int) -> None:
+    """This machine as one with ``count`` GPUs (none: no CUDA) for the checks of the devices named."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_devices_this_machine_lacks_are_refused_up_front_naming_devices(monkeypatch):
+    _cuda(monkeypatch, 0)
+    with pytest.raises(OptionError, match="--devices cuda:0,cuda:1: CUDA is not available") as refused:
+        local_slots("cuda:0,cuda:1")
+    assert "--devices cpu" in refused.value.fix
+    _cuda(monkeypatch, 2)
+    with pytest.raises(OptionError, match=r"--devices cuda:9: there is no cuda:9 .*2 GPUs") as refused:
+        local_slots("cuda:9")
+    assert "--devices cuda:0,cuda:1" in refused.value.fix and "--device " not in refused.value.fix
+    assert [slot.gpus for slot in local_slots("cuda:1")] == ["1"]
+
+
+def test_a_study_on_missing_devices_leaves_no_plan_behind(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    _cuda(monkeypatch, 0)
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    result = CliRunner().invoke(main, ["study", "--devices", "cuda:9", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 2 and "--devices cuda:9" in result.output
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(tmp_path, monkeypatch):
+    import torch
+
+    from bgbias.errors import BgbiasError
+    from bgbias.study.local import Slot, run_local
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA, where a CUDA worker cannot start")
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+    lines: list[str] = []
+    with pytest.raises(BgbiasError, match="no worker could start") as error:
+        run_local(tmp_path, goals, [Slot("cuda", "0"), Slot("cuda", "1")], log=lines.append, timing=FAST)
+    assert "CUDA is not available" in str(error.value)
+    assert not any("started again" in line for line in lines)
+    plan = read_plan(tmp_path)
+    assert sorted(worker.device for worker in plan.unstarted) == ["cuda (GPU 0)", "cuda (GPU 1)"]
+    status = format_status(tmp_path, plan)
+    assert "workers that could not start" in status and "cuda (GPU 1)" in status
+    assert "CUDA is not available" in status
+    # A worker that starts on that device later clears its record, and only its own.
+    monkeypatch.setattr(worker_module, "execute_step", _recording([]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(worker_module, "_device_label", lambda device: "cuda:0 (GPU 1)")
+    work(tmp_path, goals, device="cuda", log=lambda _: None, timing=FAST)
+    assert [worker.device for worker in read_plan(tmp_path).unstarted] == ["cuda (GPU 0)"]
+
+
+def test_the_study_says_what_is_left_and_the_runs_time_left_as_it_goes(tmp_path, monkeypatch):
+    from bgbias.study.pipeline import steps_left
+
+    monkeypatch.setattr(worker_module, "execute_step", _recording([], pause=0.05))
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick", seeds=2))
+    said = steps_left(tmp_path, goals)
+    assert said.startswith("6 of 6 steps to do, 4 of them runs") and "--dry-run" in said
+    lines: list[str] = []
+    work(tmp_path, goals, log=lines.append, timing=FAST)
+    progress = [line for line in lines if line.startswith("runs: ")]
+    assert len(progress) == 4
+    assert re.fullmatch(r"runs: 1 of 4 finished \(1 timed, 0m00s each\); about 0m00s of run time left for 3 "
+                        r"more", progress[0])
+    assert progress[-1].startswith("runs: 4 of 4 finished (4 timed")
+    assert "; runs: 4 of 4 finished" in format_status(tmp_path, read_plan(tmp_path)).splitlines()[0]

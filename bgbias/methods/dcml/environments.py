@@ -69,8 +69,9 @@ def learn_environments(
     best_pass, best = 0, logits.detach().clone()
     for pass_index in range(passes):
         total, steps = 0.0, 0
+        said = f"learning DCML's environment weights, pass {pass_index + 1}/{passes}"
         for batch in data.batches(stream=STREAM, epoch=epoch, pass_index=pass_index, batch_size=batch_size,
-                                  desc=f"environments {pass_index + 1}/{passes}"):
+                                  desc=said):
             value = objective(batch, logits[batch.indices].softmax(dim=1))
             # autograd.grad, not backward: the frozen model's parameters must not collect gradients.
             (logits.grad,) = torch.autograd.grad(-value, [logits])
