@@ -97,7 +97,7 @@ def _site_link(text: str, target: str, *, image: bool) -> str:
     if path.startswith("docs/"):
         site_path = path.removeprefix("docs/")
         if text == path and not image:
-            text = _menu_titles().get(site_path, site_path)
+            text = menu_titles().get(site_path, site_path)
         return f"{'!' if image else ''}[{text}]({site_path}{'#' + anchor if anchor else ''})"
     if image:
         raise HomePageError(f"README.md shows the picture {path}, which is outside docs/, where the site "
@@ -106,7 +106,7 @@ def _site_link(text: str, target: str, *, image: bool) -> str:
 
 
 @functools.cache
-def _menu_titles() -> dict[str, str]:
+def menu_titles() -> dict[str, str]:
     """Each page's title in the site's menu (mkdocs.yml's nav), by its path under docs/."""
     def walk(entries: list) -> dict[str, str]:
         titles: dict[str, str] = {}

@@ -5,6 +5,7 @@ without the page being rewritten fails here, and so does a README link the site 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,11 @@ def test_the_home_page_is_the_readme_front_page_then_the_guide_to_the_pages():
     assert "| where | verified | not yet |" in page
     assert "](docs/" not in page and "<!-- run: " not in page
     assert "[Command line](cli.md)" in page.split("## These pages")[1]
+
+
+def test_the_guide_links_every_page_of_the_site_s_menu():
+    linked = set(re.findall(r"\]\(([^)#]+)", docs_home.GUIDE))
+    assert set(docs_home.menu_titles()) - linked == {"index.md"}
 
 
 def test_links_are_rewritten_for_the_site_and_code_is_left_as_written(tmp_path):
