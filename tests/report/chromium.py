@@ -3,9 +3,10 @@ websocket, with Python's standard library only (no selenium or playwright to ins
 
 :func:`inspect_page` opens an HTML file at a fixed window size and returns what the slow browser tests check:
 the console errors, each picture (decoded, its size, and whether any ink touches its left or right edge, which
-is where a cropped title or legend shows), the sections and tables, and the elements wider than the window
-outside a sideways-scrolling box. It can also save a screenshot. ``python -m tests.report.chromium PAGE PNG``
-makes the screenshot of the study page in docs/images/ (see docs/study.md).
+is where a cropped title or legend shows), the sections and tables, the elements wider than the window outside
+a sideways-scrolling box, and each code block's widths and overflow (``pre`` and its ``code``). It can also
+save a screenshot. ``python -m tests.report.chromium PAGE PNG`` makes the screenshot of the study page in
+docs/images/ (see docs/study.md).
 """
 
 from __future__ import annotations
@@ -62,10 +63,20 @@ PROBE = r"""
   const viewport = document.documentElement.clientWidth;
   const describe = (element) => element.tagName.toLowerCase() +
     (element.className ? "." + element.className : "") + ": " + element.textContent.slice(0, 60);
+  const scrolls = (element) => ["auto", "scroll"].includes(getComputedStyle(element).overflowX);
+  const inScrollBox = (element) => {
+    for (let box = element.parentElement; box; box = box.parentElement) if (scrolls(box)) return true;
+    return false;
+  };
   const overflowing = [...document.body.querySelectorAll("*")]
     .filter((element) => element.getBoundingClientRect().right > viewport + 0.5)
-    .filter((element) => !element.parentElement.closest(".table-wrap"))
+    .filter((element) => !inScrollBox(element))
     .map(describe);
+  const box = (element) => element && {scrollWidth: element.scrollWidth, clientWidth: element.clientWidth,
+                                       overflowX: getComputedStyle(element).overflowX};
+  const codeBlocks = [...document.querySelectorAll("pre")].map((pre) => ({
+    text: pre.textContent.slice(0, 60), pre: box(pre), code: box(pre.querySelector(":scope > code")),
+  }));
   const tables = [...document.querySelectorAll("table")].map((table) => {
     const box = table.parentElement;
     return {
@@ -83,7 +94,7 @@ PROBE = r"""
     pageWidth: document.documentElement.scrollWidth,
     pageHeight: document.documentElement.scrollHeight,
     title: document.title, headings: [...document.querySelectorAll("h2")].map((h) => h.textContent),
-    images, tables, overflowing,
+    images, tables, overflowing, codeBlocks,
   };
 })()
 """
@@ -142,9 +153,12 @@ class _Chromium:
     def __enter__(self) -> _Chromium:
         log = (self.profile / "chromium.log").open("wb")
         # --no-sandbox: Chromium's sandbox refuses to start as root (a container's CI); the page is ours.
+        # --allow-file-access-from-files: a picture beside the page (the docs site's images/) is then of the
+        # page's origin, so that the probe may read its pixels.
         self.process = subprocess.Popen(
             [self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
+             "--hide-scrollbars", "--allow-file-access-from-files", "--remote-debugging-port=0",
+             f"--user-data-dir={self.profile}",
              "about:blank"], stdout=log, stderr=log, start_new_session=True)
         log.close()
         try:
