@@ -16,10 +16,11 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from packaging.requirements import Requirement
+
 from bgbias.errors import AssetError
 from bgbias.schema import Record
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 class InstallationRecord(Record):
@@ -78,6 +79,14 @@ def installation_digest(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _applies(requirement: str, extra: str) -> bool:
+    """Whether ``requirement``'s environment marker holds here (with ``extra`` asked for): triton's
+    ``importlib-metadata; python_version < "3.10"`` does not, though setuptools vendors a distribution of that
+    name, which is found once setuptools has put its vendored folder on ``sys.path``."""
+    marker = Requirement(requirement).marker
+    return marker is None or marker.evaluate({"extra": extra})
+
+
 def processor() -> str:
     """The CPU's model and the instruction set torch's kernels run with (``AMD EPYC, AVX512``): MKL and
     oneDNN take other paths on other vendors and vector widths, so the same seed trains to other digits."""
@@ -119,9 +128,8 @@ def installed_requirements(root: str = "bgbias") -> dict[str, str]:
         for requirement in dist.requires or []:
             extra = _EXTRA.search(requirement)
             wanted = extra is None or (name == root and extra.group(1) not in TOOLING_EXTRAS)
-            match = _NAME.match(requirement)
-            if wanted and match:
-                pending.append(_canonical(match.group(0)))
+            if wanted and _applies(requirement, extra.group(1) if extra else ""):
+                pending.append(_canonical(Requirement(requirement).name))
     return dict(sorted(found.items()))
 
 

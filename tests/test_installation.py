@@ -59,6 +59,18 @@ def test_the_record_reaches_bgbias_requirements_and_leaves_out_its_tooling():
     assert "submitit" not in packages  # bgbias[slurm] only submits
 
 
+def test_a_requirement_whose_marker_does_not_hold_here_is_not_followed(monkeypatch):
+    """triton asks for ``importlib-metadata; python_version < "3.10"``; setuptools vendors a distribution of
+    that name, found once its vendored folder is on ``sys.path`` (after some import of setuptools), and the
+    record then named a package no requirement of this Python reaches."""
+    import setuptools
+
+    vendored = Path(setuptools.__file__).parent / "_vendor"
+    monkeypatch.syspath_prepend(str(vendored))
+    assert metadata.distribution("importlib-metadata")  # found: the marker is what must leave it out
+    assert "importlib-metadata" not in installed_requirements()
+
+
 OPTIONAL_IMPORTS = {"compression", "zstandard", "submitit", "pyarrow", "timm"}
 """Imported only where present, with an error naming the fix otherwise: zstd for Debian archives
 (bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package; submitit for
