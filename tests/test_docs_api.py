@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import bgbias
-from bgbias.errors import AssetError
 from tests.docs_blocks import CodeBlock, code_block
 
 
@@ -71,13 +70,10 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
 
 
 @pytest.mark.slow
-def test_the_masks_example_runs(study_folder):
-    from bgbias.assets.store import u2net_model_path
+def test_the_masks_example_runs(study_folder, tmp_path_factory, monkeypatch):
+    from tests.u2netp import provide_u2netp
 
-    try:
-        u2net_model_path("u2netp")
-    except AssetError as err:
-        pytest.skip(f"the u2netp model is not installed: {err.problem}")
+    monkeypatch.setenv("U2NET_HOME", str(provide_u2netp(tmp_path_factory.mktemp("home")).parent))
     done = run_examples([code_block("docs/api.md", "api-masks-corrupted")], {"bgbias": bgbias})
     assert done["run"].failed == 0
     assert [path.name for path in done["made"]["random-bg"]] == ["repeat-0.json", "repeat-1.json"]

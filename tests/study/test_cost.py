@@ -207,13 +207,10 @@ def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path
 
 
 @pytest.mark.slow  # the real u2netp network
-def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench):
-    from bgbias.assets.store import u2net_model_path
+def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench, tmp_path, monkeypatch):
+    from tests.u2netp import provide_u2netp
 
-    try:
-        u2net_model_path("u2netp")
-    except AssetError:
-        pytest.skip("the u2netp model is not installed (bgbias assets fetch u2netp)")
+    monkeypatch.setenv("U2NET_HOME", str(provide_u2netp(tmp_path / "home").parent))
     spec = StudySpec(**{**_spec(tiny_bench).model_dump(), "masks": "u2netp"})
     seconds = estimate_masks(spec, 1000, device="cpu")
     assert 1 < seconds < 1000 * 30  # U²-Net-p takes about 0.2 s an image on 2 CPU cores
