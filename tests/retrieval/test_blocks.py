@@ -21,6 +21,7 @@ from bgbias.retrieval.metrics import (
 )
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank
 from bgbias.retrieval.search import FAISS_GPU_MAX_K, faiss_available, nearest_neighbours, squared_l2
+from tests.retrieval.recording import Asked
 
 TINY_CEILING = 1
 """A ceiling no block fits: every block is MIN_BLOCK queries."""
@@ -56,20 +57,6 @@ def test_blocks_of_queries_score_as_one_search(backend):
     assert len(embeddings) > 10 * MIN_BLOCK and whole.neighbours.shape == (len(embeddings), KEPT_NEIGHBOURS)
     # The kept columns are copies: a view would hold every query's k neighbours for the result's lifetime.
     assert whole.neighbours.base is None and blocks.neighbours.base is None
-
-
-class Asked:
-    """A retrieval that records the k each search asks for."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.approximate, self.ks = inner, inner.approximate, []
-
-    def ranking(self, state, k, references=None, queries=None):
-        self.ks.append(k)
-        return self.inner.ranking(state, k, references, queries=queries)
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
 
 def _learned() -> LearnedDistance:

@@ -19,6 +19,7 @@ from bgbias.retrieval.metrics import (
     score_embeddings,
 )
 from bgbias.retrieval.retrievers import ExactL2
+from tests.retrieval.recording import Asked
 
 
 def _pml_scores(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -285,26 +286,12 @@ def test_identical_embeddings_score_chance_whatever_the_row_order(backend):
             np.testing.assert_allclose(scores.per_query[name], chance[name][rows], rtol=0, atol=1e-12)
 
 
-class _Asked:
-    """A retrieval that records the k of each search."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.approximate, self.ks = inner, inner.approximate, []
-
-    def ranking(self, state, k, references=None, queries=None):
-        self.ks.append(k)
-        return self.inner.ranking(state, k, references, queries=queries)
-
-    def describe(self) -> str:
-        return self.inner.describe()
-
-
 def test_a_tie_group_past_the_first_search_is_searched_again_until_it_ends():
     # 300 images: a class of 3 among 297 others, all 300 on one point but 10 far ones.
     embeddings = np.zeros((300, 2), dtype=np.float32)
     embeddings[-10:] = 5.0
     labels = np.concatenate([[0, 0, 0], np.arange(1, 298)])
-    asked = _Asked(ExactL2("torch"))
+    asked = Asked(ExactL2("torch"))
     scores = score_embeddings(embeddings, labels, retrieval=asked)
     assert asked.ks[0] == 3 and asked.ks[1:] == [6, 12, 24, 48, 96, 192, 299]
     # each of the class's three ties with the 289 other images on the point: chance among those 289 + 1
