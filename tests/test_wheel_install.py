@@ -8,10 +8,10 @@ installed, and it holds the same files, byte for byte, as the wheel built from t
 The requirements are held to the lock's versions (as constraints, so pip still resolves what the wheel
 declares, and a requirement the wheel forgets is missing here). torch's CUDA libraries (torch itself, triton
 and the nvidia/cuda packages, about 4 GB of the lock's files) are linked in from the environment running the
-tests, which installed the same locked files, instead of being unpacked again: that took 5 min 21 s of the
-test's time on the 2-core machine (2026-11-28), and pip still sees them installed at the lock's versions and
-checks them (`pip check`). About 50 s on 2 idle CPU cores with pip's cache filled (80 s on shared ones;
-2026-11-26), of which building the sdist and both wheels takes 2 s."""
+tests, which installed the same locked files, instead of being unpacked again (with them unpacked the test
+took 5 min 21 s on the 2-core AVX2 machine while other tests ran; linked, 135 s within the idle suite,
+2026-11-28); pip still sees them installed at the lock's versions and checks them (`pip check`). Building
+the sdist and both wheels takes about 2 s of that."""
 
 from __future__ import annotations
 
