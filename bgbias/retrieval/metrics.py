@@ -261,21 +261,20 @@ def query_blocks(need: np.ndarray, max_memory: int) -> list[np.ndarray]:
     return blocks
 
 
-def _search(search: Retrieval, embeddings: Any, k: int, references: Any, queries: np.ndarray | None) -> Any:
+def _search(search: Retrieval, embeddings: Any, k: int, references: Any,
+            queries: np.ndarray | None) -> Ranking:
     """``search.ranking`` of ``queries`` (None: every item), passing only the arguments in use, so that a
     Retrieval written before references or blocks of queries existed still scores a set that fits; one with
     ``neighbours`` only gives no distances, its order taken as strict."""
-    if hasattr(search, "ranking"):
-        method, wrap = search.ranking, None
-    else:
-        method, wrap = search.neighbours, True
+    strict = not hasattr(search, "ranking")
+    method = search.neighbours if strict else search.ranking
     if queries is not None:
         found = method(embeddings, k, references, queries=queries)
     elif references is None:
         found = method(embeddings, k)
     else:
         found = method(embeddings, k, references)
-    return Ranking(np.asarray(found), None) if wrap else found
+    return Ranking(np.asarray(found), None) if strict else found
 
 
 def chance_scores(labels: np.ndarray) -> dict[str, float]:
