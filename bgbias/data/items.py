@@ -86,6 +86,14 @@ class Catalog:
     class_names: Mapping[int, str] = field(default_factory=dict)
 
 
+def shown_class(name: str | None, label: int | str) -> str:
+    """A class as reports show it: its name (:meth:`Dataset.class_names`), and its label where the two differ
+    (records made before names have the label alone)."""
+    if name is None or name == str(label):
+        return str(label)
+    return f"{name} ({label})"
+
+
 class Dataset(ABC):
     """A dataset in its official layout under ``root``.
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bgbias.data.items import shown_class
 from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
 from bgbias.leakage_meter.calibration import BenchEquivalent
 from bgbias.report.document import Block, Heading, Paragraph, Strong, Table, Text, to_markdown
@@ -49,7 +50,7 @@ class ClassLeakage:
     @property
     def shown(self) -> str:
         """The class as the page names it: its name, and its label where the two differ."""
-        return str(self.label) if self.name in (None, str(self.label)) else f"{self.name} ({self.label})"
+        return shown_class(self.name, self.label)
 
     @property
     def background_above_chance(self) -> float:

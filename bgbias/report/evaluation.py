@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from bgbias.data.items import shown_class
 from bgbias.errors import OptionError, RecordError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
@@ -457,7 +458,7 @@ def _per_class_blocks(report: EvaluationReport) -> list[Block]:
         headers = ("image", "class", *(("empty mask",) if flagged else ()), "clean", "corrupted",
                    "drop (points)")
         blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(headers, tuple(
-            (row.id, _shown_class(row.class_name, row.label), *((_yes(row.empty_mask),) if flagged else ()),
+            (row.id, shown_class(row.class_name, row.label), *((_yes(row.empty_mask),) if flagged else ()),
              percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop))
             for row in hurt_images))]
     if flagged:
@@ -469,7 +470,7 @@ def _class_table(rows: Sequence[ClassDrop], flagged: bool) -> Table:
     headers = ("class", "images", *(("empty masks",) if flagged else ()), "clean", "corrupted",
                "drop (points)", "relative drop (%)")
     return Table(headers, tuple(
-        (_shown_class(row.name, row.label), str(row.images),
+        (shown_class(row.name, row.label), str(row.images),
          *((str(row.empty_masks or 0),) if flagged else ()),
          percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop),
          percent(row.relative_drop)) for row in rows))
@@ -496,14 +497,6 @@ def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
         Paragraph(f"In query order{more_images}."),
         Bullets(tuple((Code(image_id),) for image_id in empty.ids[:EMPTY_LISTED])),
     ]
-
-
-def _shown_class(name: str | None, label: int | str) -> str:
-    """A class as the report shows it: its name, and its label where the two differ (reports made before
-    names have the label alone)."""
-    if name is None or name == str(label):
-        return str(label)
-    return f"{name} ({label})"
 
 
 def _yes(flag: bool | None) -> str:
