@@ -228,9 +228,10 @@ def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, dev
         _update_held(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
         outcome.done.append(step_id)
         step_log("done")
-        progress = runs_progress(read_plan(folder) or plan, goals)
-        if plan.steps[step_id].kind == "run" and progress is not None:
-            log(progress)
+        if plan.steps[step_id].kind == "run":  # the plan is read again only where a run's time was added
+            progress = runs_progress(read_plan(folder) or plan, goals)
+            if progress is not None:
+                log(progress)
     finally:
         stop.set()
         renewer.join()
