@@ -33,6 +33,7 @@ from bgbias.options import (
     FLAG,
     FOLD,
     LEAKAGE_SPLIT,
+    MASK_BACKEND,
     MASK_DEVICE,
     MAX_MEMORY,
     MEMORY_FORMAT,
@@ -83,7 +84,8 @@ RULES: dict[str, dict[str, Rule]] = {
     "evaluate_embeddings": {"out": PATH},
     "score_embeddings": {"max_memory": MAX_MEMORY},
     "make_masks": {"root": PATH, "out": PATH, "model": Rule(str, example="u2netp"),
-                   "device": MASK_DEVICE, "progress": FLAG},
+                   "backend": MASK_BACKEND, "device": MASK_DEVICE, "amp": AMP,
+                   "batch_size": Rule(int, minimum=1, optional=True, example=32), "progress": FLAG},
     "make_corrupted_sets": {"root": PATH, "split": SPLIT, "repeats": REPEATS,
                             "seed": SEED, "backgrounds": PATH, "out": PATH, "render": PATH, "masks": PATH},
     "score": {"embeddings": Rule(Path, example="embeddings"), "dataset": DATASET, "root": PATH,
@@ -472,16 +474,21 @@ def make_masks(
     *,
     out: PathLike | None = None,
     model: str = DEFAULT_MASK_MODEL,
+    backend: str = "auto",
     device: str = "auto",
+    amp: str | None = "auto",
+    batch_size: int | None = None,
     progress: bool = False,
 ) -> MaskRun:
     """``bgbias masks``: the U²-Net saliency mask of every image of ``dataset`` (a name, or one's own image
     files as :func:`evaluate` takes them) with ``model`` (default ``u2netp``) into ``out`` (default
     ``masks/<dataset key>`` for u2netp, where every command looks, ``masks/<dataset key>-<model>`` for another
-    model), resumable; the run lists failures and quality."""
+    model), resumable; the run lists failures and quality. ``backend``, ``device``, ``amp`` and
+    ``batch_size`` as ``bgbias masks`` takes them (docs/masks.md, *Backends*)."""
     from bgbias.data.items import default_masks_dir
     from bgbias.data.memory import InMemoryImage
     from bgbias.saliency.pipeline import make_masks as write_masks
+    from bgbias.saliency.sessions import Inference
 
     check_arguments(locals(), RULES["make_masks"])
     opened = _opened(dataset, root)
@@ -490,7 +497,8 @@ def make_masks(
                           "samples in memory", fix="pass masks=bgbias.U2NetMasks() to bgbias.evaluate or "
                                                    "bgbias.explain: it makes them when they are used")
     folder = Path(out) if out is not None else default_masks_dir(opened, model)
-    return write_masks(opened.items(), folder, model=model, device=device, progress=progress)
+    inference = Inference(backend=backend, device=device, amp=amp or "auto", batch=batch_size)
+    return write_masks(opened.items(), folder, model=model, inference=inference, progress=progress)
 
 
 @in_python_words

@@ -205,7 +205,10 @@ small model, the one ``bgbias assets fetch`` installs (4.6 MB; the paper's ``u2n
 only when named). Its masks go to ``masks/<dataset key>``, another model's beside them
 (``data.items.default_masks_dir``)."""
 MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")
-"""Where onnxruntime computes masks."""
+"""Where the mask network computes."""
+MASK_BACKEND = Rule(str, choices=("auto", "torch", "onnxruntime"), example="torch")
+"""What runs the mask network (``bgbias.saliency.sessions``): bgbias's PyTorch U²-Net, batched, or the ONNX
+file in onnxruntime; auto: torch where it has the model's network, else onnxruntime."""
 PIXELS = Rule(int, minimum=1, optional=True, example=224)
 """A side in pixels that has a default."""
 INTERPOLATION = Rule(str, choices=("bilinear", "bicubic"), example="bicubic")

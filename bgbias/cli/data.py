@@ -51,11 +51,36 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
          "the masks the dataset ships (the bench's exact ones).",
 )
 @click.option(
+    "--backend",
+    type=click_type(rules.MASK_BACKEND),
+    default="auto",
+    show_default=True,
+    help="torch: bgbias's own U²-Net (u2net, u2netp, u2net_human_seg), batched, on the CPU or CUDA; "
+         "onnxruntime: the model file, one image per call. auto: the backend of the masks already in the "
+         "output folder, else torch where it has the model.",
+)
+@click.option(
     "--device",
     type=click_type(rules.MASK_DEVICE),
     default="auto",
     show_default=True,
-    help="auto uses CUDA when onnxruntime offers it.",
+    help="auto uses CUDA where the backend can (torch: when torch sees a GPU; onnxruntime: with "
+         "onnxruntime-gpu).",
+)
+@click.option(
+    "--amp",
+    type=click_type(rules.AMP),
+    default="auto",
+    show_default=True,
+    help="torch on CUDA: autocast the network to bf16 or fp16; off and auto compute in float32 (auto: "
+         "the folder's, if its masks were made otherwise).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Images per network call (torch; default 32 on CUDA, 1 on the CPU, where larger batches were "
+         "slower).",
 )
 @click.option(
     "--shard",
@@ -68,9 +93,10 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "--streams",
     type=click.IntRange(min=1),
     default=None,
-    help="Images in the network at once (default: one per core on CPU, at most 4).",
+    help="Network calls at once (default: one per core on the CPU, at most 4; one on a GPU).",
 )
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="onnxruntime threads per stream.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads of each network call (default: the cores shared out among the streams).")
 @click.option(
     "--empty-below",
     type=click.FloatRange(0.0, 1.0),
@@ -83,7 +109,10 @@ def masks(
     root: Path | None,
     out: Path | None,
     model: str,
+    backend: str,
     device: str,
+    amp: str,
+    batch_size: int | None,
     shard: tuple[int, int],
     streams: int | None,
     threads: int | None,
@@ -95,6 +124,7 @@ def masks(
     from bgbias.data.registry import open_dataset
     from bgbias.saliency.ground_truth import GROUND_TRUTH, copy_ground_truth_masks, default_ground_truth_dir
     from bgbias.saliency.pipeline import make_masks
+    from bgbias.saliency.sessions import Inference
 
     dataset = open_dataset(dataset_name, root)
     if model == GROUND_TRUTH:
@@ -107,9 +137,8 @@ def masks(
         dataset.items(),
         out_dir,
         model=model,
-        device=device,
-        streams=streams,
-        threads=threads,
+        inference=Inference(backend=backend, device=device, amp=amp, batch=batch_size, streams=streams,
+                            threads=threads),
         shard=shard,
         empty_below=empty_below,
     )

@@ -18,7 +18,7 @@ from bgbias.data.images import load_image
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.table import ImageTable
 from bgbias.options import DEFAULT_MASK_MODEL
-from bgbias.saliency.sessions import MaskSession, check_device, check_model
+from bgbias.saliency.sessions import Inference, MaskSession, check_model
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
 """Masks made in this process, by model and image (a file's path, size and modification time; a sample's
@@ -29,14 +29,19 @@ the same index would get this one's mask)."""
 @dataclass(frozen=True)
 class U2NetMasks:
     """``masks=`` that makes each image's saliency mask with ``model`` (``u2net``, ``u2netp``, …) on
-    ``device`` the first time its table is audited, and keeps it in memory for this process."""
+    ``device`` by ``backend`` (``auto``, ``torch``, ``onnxruntime``) the first time its table is audited, and
+    keeps it in memory for this process."""
 
     model: str = DEFAULT_MASK_MODEL
     device: str = "auto"
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         check_model(self.model)
-        check_device(self.device)
+        self.inference()
+
+    def inference(self) -> Inference:
+        return Inference(backend=self.backend, device=self.device)
 
 
 def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
@@ -53,11 +58,11 @@ def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
             masks.append(None)
             continue
         image = load_image(item.image) if isinstance(item.image, InMemoryImage) else None
-        key = (spec.model, _image_key(item.image, image))
+        key = (spec.model, spec.backend, _image_key(item.image, image))
         if key not in _KEPT:
-            session = session or open_session(spec.model, device=spec.device)
+            session = session or open_session(spec.model, spec.inference())
             image = image or load_image(item.image)
-            _KEPT[key] = session.finish(session.infer(session.prepare(image)), image.size).image
+            _KEPT[key] = session.finish(session.infer([session.prepare(image)])[0], image.size).image
         masks.append(_KEPT[key])
     rows = [(item.image, item.label, item.saliency_mask if item.saliency_mask is not None
              else InMemoryImage(masks, index, None, f"{item.id} ({spec.model} mask)"))

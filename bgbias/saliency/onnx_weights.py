@@ -124,8 +124,8 @@ def map_weights(model: U2Net, tensors: dict[str, np.ndarray], convs: list[FileCo
                                  fix=fix)
             value = tensors[initializer]
             if tuple(value.shape) != tuple(parameter.shape):
-                raise AssetError(f"initializer {initializer!r} has shape {list(value.shape)}, but {name}.{kind} "
-                                 f"needs {list(parameter.shape)}", path=path, fix=fix)
+                raise AssetError(f"initializer {initializer!r} has shape {list(value.shape)}, but "
+                                 f"{name}.{kind} needs {list(parameter.shape)}", path=path, fix=fix)
             if initializer in used:
                 raise AssetError(f"initializer {initializer!r} feeds two convolutions", path=path, fix=fix)
             used.add(initializer)
@@ -148,7 +148,8 @@ def _check_conv(name: str, conv: nn.Conv2d, file_conv: FileConv, *, path: Path, 
     found = {key: getattr(file_conv, key) for key in wanted}
     differ = [f"{key} {found[key]} (needs {wanted[key]})" for key in wanted if found[key] != wanted[key]]
     if differ:
-        raise AssetError(f"the file's convolution for {name} differs: {', '.join(differ)}", path=path, fix=fix)
+        raise AssetError(f"the file's convolution for {name} differs: {', '.join(differ)}", path=path,
+                         fix=fix)
 
 
 def convs_in_order(model: U2Net) -> Iterator[tuple[str, nn.Conv2d]]:

@@ -1,9 +1,11 @@
 """``bgbias masks``: a soft saliency mask for every image of a dataset, resumable, shardable and recorded.
 
-Each image goes through three steps on one worker thread: decode and shrink it, run the network, stretch the
-output back to the image's size and write the PNG. A semaphore lets ``streams`` images into the network at
-once (onnxruntime releases the GIL), so the other workers decode and encode while it runs; results are taken
-in order through a bounded window, so memory stays flat on any dataset size and records come out in id order.
+Each image is read, hashed, decoded and shrunk on a worker thread; the images ready are gathered in order into
+batches of the session's ``batch`` size, each batch goes through the network on one of ``streams`` network
+threads (torch and onnxruntime release the GIL), and each output is stretched back to its image's size and
+written as a PNG on a worker thread again. So the workers decode and encode while the device computes; results
+are taken in order through a bounded window, so memory stays flat on any dataset size and records come out in
+id order.
 
 Every image file is read once and hashed; a mask from an earlier run is kept only when its record names these
 very bytes (and the same ground truth), so an image replaced under the same name gets a new mask.
@@ -13,14 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from io import BytesIO
-from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ from bgbias.saliency.records import (
     MaskRecord,
     build_manifest,
     check_settings,
+    folder_settings,
     manifest_lock,
     mask_settings,
     read_all_records,
@@ -54,7 +55,7 @@ from bgbias.saliency.records import (
     write_records,
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
-from bgbias.saliency.sessions import MaskSession, open_session
+from bgbias.saliency.sessions import PRECISION, Inference, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
@@ -154,9 +155,7 @@ def make_masks(
     out_dir: str | os.PathLike[str],
     *,
     model: str = DEFAULT_MASK_MODEL,
-    device: str = "auto",
-    streams: int | None = None,
-    threads: int | None = None,
+    inference: Inference | None = None,
     workers: int | None = None,
     shard: tuple[int, int] = (0, 1),
     empty_below: float = EMPTY_BELOW,
@@ -164,18 +163,35 @@ def make_masks(
 ) -> MaskRun:
     """Write the mask of every image of ``items`` (this ``shard`` of them) under ``out_dir``.
 
-    ``model``: a rembg model name (default ``u2netp``); ``device``: ``auto``, ``cpu`` or ``cuda``;
-    ``streams``: images in the network at once and ``threads``: onnxruntime threads of each (defaults: one
-    stream per core on CPU, up to 4, one on a GPU); ``workers``: threads that decode and encode besides them
-    (default: all cores, at most 8); ``shard``: ``(index, count)`` to split a dataset across machines;
-    ``empty_below``: raw-output maximum under which a mask is flagged empty.
+    ``model``: a rembg model name (default ``u2netp``); ``inference``: the backend, device, amp, batch
+    size, streams and threads (:class:`~bgbias.saliency.sessions.Inference`; an ``auto`` backend or amp
+    goes on with those of the masks already in ``out_dir``); ``workers``: threads that decode and encode
+    besides the network's (default: all cores, at most :data:`MAX_WORKERS`); ``shard``: ``(index, count)`` to
+    split a dataset across machines; ``empty_below``: raw-output maximum under which a mask is flagged empty.
     A missing model raises ``AssetError`` before any image is read.
     """
     check_shard(shard)
-    session = open_session(model, device=device, streams=streams, threads=threads)
+    session = open_session(model, continuing(Path(out_dir), model, inference or Inference()))
     return write_masks(
         items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers, progress=progress
     )
+
+
+def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
+    """``inference`` with an ``auto`` backend and amp set to what made ``model``'s masks already in
+    ``out_dir``, so that resuming a folder never mixes in masks of another backend or precision."""
+    folder = folder_settings(out_dir)
+    if folder is None or folder.get("model") != model:
+        return inference
+    amp = {precision: amp for amp, precision in PRECISION.items()}.get(folder["precision"], inference.amp)
+    return replace(inference,
+                   backend=folder["backend"] if inference.backend == "auto" else inference.backend,
+                   amp=amp if inference.amp == "auto" else inference.amp)
+
+
+MAX_WORKERS = 16
+"""Default cap of the decode and encode threads: a GPU makes masks of a few hundred images a second, and each
+image takes a worker about 10–30 ms to read, decode, shrink, stretch back and write."""
 
 
 def write_masks(
@@ -212,12 +228,12 @@ def write_masks(
         sweep_stale_temps([mask_path(item, out_dir) for item in mine] + [log_path])
 
         steps = _Steps(session, out_dir, known, empty_below)
-        threads = session.info.streams + (workers or min(8, usable_cores()))
         counts = {"made": 0, "remade": 0, "kept": 0, "empty": 0}
         failures: list[MaskRecord] = []
         started = time.perf_counter()
         log = MASK_LEDGER.log(log_path)
-        outcomes = _run(mine, steps, threads, _progress_bar(len(mine), session, progress))
+        outcomes = _run(mine, steps, workers or min(MAX_WORKERS, usable_cores()),
+                        _progress_bar(len(mine), session, progress))
         try:
             for record, outcome in outcomes:
                 if outcome != "kept":
@@ -261,23 +277,14 @@ def write_masks(
 
 
 class _Steps:
-    """The three steps for one image; ``process`` runs them all on a worker thread."""
+    """The steps of one image: ``prepare`` and ``finish`` on worker threads, the network between them in a
+    batch (:func:`_run`)."""
 
     def __init__(self, session: MaskSession, out_dir: Path, known: dict[str, MaskRecord], empty_below: float):
         self.session = session
         self.out_dir = out_dir
         self.known = known
         self.empty_below = empty_below
-        self.network = threading.BoundedSemaphore(session.info.streams)
-
-    def process(self, item: Item) -> tuple[MaskRecord, Outcome]:
-        """The image's record and what happened to it."""
-        outcome = self.prepare(item)
-        if isinstance(outcome, MaskRecord):
-            return outcome, "kept" if outcome.ok else "made"
-        with self.network:
-            raw = self.session.infer(outcome.prepared)
-        return self.finish(outcome, raw), outcome.outcome
 
     def prepare(self, item: Item) -> _Ready | MaskRecord:
         """The earlier record to keep (the only ``ok`` record returned), a failure, or the network input.
@@ -334,24 +341,88 @@ class _Steps:
 
 
 def _run(
-    items: Sequence[Item], steps: _Steps, threads: int, bar: Any
+    items: Sequence[Item], steps: _Steps, workers: int, bar: Any
 ) -> Iterator[tuple[MaskRecord, Outcome]]:
-    """Yield ``(record, outcome)`` per image in the order of ``items``, at most ``2 × threads`` ahead."""
+    """Yield ``(record, outcome)`` per image in the order of ``items``.
+
+    ``workers`` threads prepare images in order; the main loop gathers those ready into batches in that order
+    (so a batch holds the same images on every run) and hands each full batch, or the last one, to the
+    network threads; each output is finished on a worker. At most ``window`` images are in flight: enough to
+    fill every network stream and the batch being gathered, and to keep every worker busy.
+    """
+    info = steps.session.info
+    window = max(2 * workers, info.batch * (info.streams + 1) + workers)
     todo = iter(items)
-    with ThreadPoolExecutor(threads, "masks") as pool:
-        window: deque[Future] = deque(pool.submit(steps.process, item) for item in islice(todo, 2 * threads))
+    preparing: deque[Future] = deque()
+    slots: deque[Future] = deque()
+    gathering: list[tuple[_Ready, Future]] = []
+    with ThreadPoolExecutor(workers, "masks") as pool, \
+            ThreadPoolExecutor(info.streams, "masks-network") as network, steps.session.running():
+
+        def send() -> None:
+            batch = list(gathering)
+            gathering.clear()
+            network.submit(_through_network, steps, batch, pool)
+
+        def take_prepared() -> None:
+            prepared = preparing.popleft().result()
+            slot: Future = Future()
+            slots.append(slot)
+            if isinstance(prepared, MaskRecord):
+                slot.set_result((prepared, "kept" if prepared.ok else "made"))
+                return
+            gathering.append((prepared, slot))
+            if len(gathering) == info.batch:
+                send()
+
         try:
-            while window:
-                result = window.popleft().result()
-                following = next(todo, None)
-                if following is not None:
-                    window.append(pool.submit(steps.process, following))
-                bar.update(1)
-                yield result
+            while True:
+                while len(preparing) + len(slots) < window and (item := next(todo, None)) is not None:
+                    preparing.append(pool.submit(steps.prepare, item))
+                while preparing and preparing[0].done():
+                    take_prepared()
+                if slots and slots[0].done():
+                    bar.update(1)
+                    yield slots.popleft().result()
+                elif preparing:
+                    take_prepared()  # waits for the next image: the first one waiting may need its batch
+                elif gathering:
+                    send()
+                elif slots:
+                    slots[0].exception()  # waits for the network and the finish of the first one waiting
+                else:
+                    return
         finally:
-            for future in window:
+            for future in preparing:
                 future.cancel()
             bar.close()
+
+
+def _through_network(steps: _Steps, batch: list[tuple[_Ready, Future]], pool: ThreadPoolExecutor) -> None:
+    """Run ``batch`` through the network, then finish each image on a worker; each slot gets the image's
+    ``(record, outcome)``, or the exception that stopped it."""
+    try:
+        raws = steps.session.infer([ready.prepared for ready, _ in batch])
+    except BaseException as exc:
+        for _, slot in batch:
+            slot.set_exception(exc)
+        raise
+    for (ready, slot), raw in zip(batch, raws, strict=True):
+        try:
+            finishing = pool.submit(steps.finish, ready, raw)
+        except RuntimeError as exc:  # the run stopped and its pool shut down
+            slot.set_exception(exc)
+            continue
+        finishing.add_done_callback(lambda done, slot=slot, ready=ready: _settle(slot, done, ready.outcome))
+
+
+def _settle(slot: Future, done: Future, outcome: Outcome) -> None:
+    if done.cancelled():
+        slot.cancel()
+    elif done.exception() is not None:
+        slot.set_exception(done.exception())
+    else:
+        slot.set_result((done.result(), outcome))
 
 
 def _write_manifest(

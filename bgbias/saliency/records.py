@@ -219,8 +219,20 @@ def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
 
 
 def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
-    """What must be the same for masks to share a folder: the model file and the empty threshold."""
-    return {"model": info.name, "md5": info.md5, "sha256": info.sha256, "empty_below": empty_below}
+    """What must be the same for masks to share a folder: the model file, what ran it (the backend and its
+    precision: their masks differ in a few pixel values) and the empty threshold."""
+    return {"model": info.name, "md5": info.md5, "sha256": info.sha256, "backend": info.backend,
+            "precision": info.precision, "empty_below": empty_below}
+
+
+BEFORE_BACKENDS = {"backend": "onnxruntime", "precision": "fp32"}
+"""What made the masks of a folder whose manifest predates the backend setting."""
+
+
+def folder_settings(out_dir: Path) -> dict[str, Any] | None:
+    """The settings the masks of ``out_dir`` were made with (``None`` where it has none yet)."""
+    manifest = read_manifest(out_dir)
+    return None if manifest is None else {**BEFORE_BACKENDS, **manifest.settings}
 
 
 def build_manifest(
@@ -239,11 +251,7 @@ def build_manifest(
     failures = [record for record in present if not record.ok]
     return {
         "format": MANIFEST_FORMAT,
-        "producer": {
-            "bgbias": __version__,
-            "rembg": info.rembg_version,
-            "onnxruntime": info.onnxruntime_version,
-        },
+        "producer": {"bgbias": __version__, **dict(info.versions)},
         "model": {
             "name": info.name,
             "file": info.file.name,
@@ -251,7 +259,8 @@ def build_manifest(
             "md5": info.md5,
             "sha256": info.sha256,
         },
-        "inference": {"provider": info.provider, "streams": info.streams, "threads": info.threads},
+        "inference": {"backend": info.backend, "provider": info.provider, "precision": info.precision,
+                      "batch": info.batch, "streams": info.streams, "threads": info.threads},
         "settings": mask_settings(info, empty_below),
         "masks": "8-bit PNG at the image's size, in the orientation load_image gives (EXIF applied); "
         "u2net family: min-max normalised per image, as rembg only_mask",
@@ -280,12 +289,10 @@ def read_manifest(out_dir: Path) -> MaskManifest | None:
 
 
 def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
-    """Refuse to add masks of another model or threshold to a folder that already holds masks."""
-    manifest = read_manifest(out_dir)
-    if manifest is None:
-        return
-    previous = manifest.settings
-    if previous == dict(settings):
+    """Refuse to add masks of another model, backend, precision or threshold to a folder that already holds
+    masks."""
+    previous = folder_settings(out_dir)
+    if previous is None or previous == dict(settings):
         return
     differ = sorted(differing_keys(previous, settings), key=lambda key: key != "model")  # the model first
     said = "; ".join(f"{key}: {previous.get(key)!r} there, {settings.get(key)!r} now" for key in differ)
@@ -300,7 +307,8 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
                 f"or --model {previous.get('model')} to go on with it")
     raise OptionError(
         f"the masks in this folder were made with other settings ({said})", path=folder / MANIFEST_NAME,
-        fix="use the same model and --empty-below, choose another output folder, or delete this one")
+        fix="use the same model, --backend, --amp and --empty-below (--backend auto and --amp auto go on "
+            "with the folder's), choose another output folder, or delete this one")
 
 
 def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:

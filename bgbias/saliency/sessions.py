@@ -1,12 +1,19 @@
-"""One rembg session per run, on an explicitly chosen onnxruntime provider, split into the three steps the
-pipeline runs for each image: ``prepare`` (before the network), ``infer`` (the network, at most ``streams``
-images at once) and ``finish`` (after it). All three are called from worker threads.
+"""One mask session per run, on an explicitly chosen backend and device, split into the three steps the
+pipeline runs: ``prepare`` (each image, before the network), ``infer`` (the network, on a batch of at most
+``batch`` images, at most ``streams`` batches at once) and ``finish`` (each image, after it). All three are
+called from worker threads.
 
-The model file comes from ``bgbias.assets.store.u2net_model_path``; a missing file raises the ``AssetError``
-before any image is touched. The u2net family runs in bgbias's own onnxruntime session on that file: rembg's
-public API gives only its min-max-scaled mask, never the network's raw output the pipeline records. The other
-models run through rembg's public ``new_session`` and ``predict``, the file handed over through
-``U2NET_HOME`` so that rembg never downloads anything.
+Two backends run the u2net family from the same pinned ONNX file (``bgbias.assets.store.u2net_model_path``;
+a missing file raises the ``AssetError`` before any image is touched):
+
+- ``torch``: bgbias's own PyTorch U²-Net with the file's weights (:mod:`bgbias.saliency.torch_session`),
+  batched, on the CPU or CUDA, with the torch bgbias already needs: no other package on a GPU.
+- ``onnxruntime``: the file itself in an onnxruntime session, one image per call (the file takes a batch of
+  one), as rembg runs it; rembg's public API gives only its min-max-scaled mask, never the raw output the
+  pipeline records, so bgbias opens the session itself. The other rembg models run through rembg's public
+  ``new_session`` and ``predict``, the file handed over through ``U2NET_HOME`` so that rembg never downloads.
+
+``auto`` picks ``torch`` wherever it has the model's network (measured: docs/benchmarks.md, *Mask backends*).
 """
 
 from __future__ import annotations
@@ -51,10 +58,26 @@ send images away: none of them fits a dataset-wide mask run.)"""
 
 MODELS = U2NET_FAMILY + PREDICT_MODELS
 
+TORCH_MODELS = ("u2net", "u2netp", "u2net_human_seg")
+"""The models the torch backend has a network for: the full U²-Net (``u2net`` and the same network trained on
+people, ``u2net_human_seg``) and U²-Netp. ``silueta`` (another, smaller layout) and the rest run on
+onnxruntime."""
+
+BACKENDS = ("auto", "torch", "onnxruntime")
 DEVICES = ("auto", "cpu", "cuda")
+AMPS = ("auto", "off", "bf16", "fp16")
+"""Autocast of the torch network, as ``--amp`` says it everywhere: ``off`` computes in float32, ``bf16`` and
+``fp16`` autocast on CUDA; ``auto`` is ``off`` (mixed precision must first prove on a GPU that it keeps the
+masks: docs/masks.md, *Backends*)."""
+PRECISION = {"off": "fp32", "bf16": "bf16", "fp16": "fp16"}
+"""The precision a manifest records for each ``--amp``."""
+
 MAX_DEFAULT_STREAMS = 4
 """Each concurrent u2net run holds about 500 MB of activations (measured peak RSS: 1.1 GB with one run,
 2.6 GB with four), so the default stops at four."""
+DEFAULT_CUDA_BATCH = 32
+"""Images per network call on a GPU: at 320² U²-Net holds about 0.2 GB of activations per image in float32,
+so a batch of 32 fits any CUDA card bgbias trains on, with enough work per call to keep it busy."""
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
@@ -68,13 +91,20 @@ class ModelInfo:
     bytes: int
     md5: str
     sha256: str
+    backend: str
+    """``torch`` or ``onnxruntime``."""
     provider: str
+    """Where the network runs: onnxruntime's provider, or the torch device (``cpu``, ``cuda:0``)."""
+    precision: str
+    """What the network computes in: ``fp32``, ``bf16`` or ``fp16``."""
+    batch: int
+    """Images per network call."""
     streams: int
-    """How many images the pipeline runs through the network at once."""
+    """Network calls running at once."""
     threads: int
-    """onnxruntime intra-op threads of each of those runs."""
-    rembg_version: str
-    onnxruntime_version: str
+    """CPU threads of each of those calls."""
+    versions: tuple[tuple[str, str], ...]
+    """The packages that ran it and their versions (rembg, onnxruntime or torch)."""
 
 
 class MaskSession(Protocol):
@@ -83,13 +113,16 @@ class MaskSession(Protocol):
     info: ModelInfo
 
     def prepare(self, image: Image.Image) -> Any:
-        """Everything that can run before the network, on a worker thread."""
+        """Everything that can run before the network for one image, on a worker thread."""
 
-    def infer(self, prepared: Any) -> Any:
-        """The network itself (onnxruntime releases the GIL while it runs)."""
+    def running(self) -> contextlib.AbstractContextManager:
+        """Held around a whole run: what the backend sets for it (and restores after)."""
+
+    def infer(self, batch: Sequence[Any]) -> list[Any]:
+        """The network on at most ``info.batch`` prepared images (it releases the GIL while it runs)."""
 
     def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
-        """Everything after the network: the 8-bit mask at ``size``, on a worker thread."""
+        """Everything after the network for one image: the 8-bit mask at ``size``, on a worker thread."""
 
 
 class U2netFamilySession:
@@ -105,8 +138,11 @@ class U2netFamilySession:
     def prepare(self, image: Image.Image) -> Any:
         return u2net_input(image)
 
-    def infer(self, prepared: Any) -> Any:
-        return self._session.run([self._output], {self._input: prepared})[0]
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def infer(self, batch: Sequence[Any]) -> list[Any]:
+        return [self._session.run([self._output], {self._input: prepared})[0] for prepared in batch]
 
     def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
         return u2net_mask(raw, size)
@@ -123,8 +159,11 @@ class PredictSession:
     def prepare(self, image: Image.Image) -> Any:
         return image
 
-    def infer(self, prepared: Any) -> Any:
-        return self._session.predict(prepared)[0]
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def infer(self, batch: Sequence[Any]) -> list[Any]:
+        return [self._session.predict(prepared)[0] for prepared in batch]
 
     def finish(self, raw: Any, size: tuple[int, int]) -> SoftMask:
         mask = raw.convert("L")
@@ -133,32 +172,115 @@ class PredictSession:
         return SoftMask(mask, None, None)
 
 
-def open_session(
-    model: str = DEFAULT_MASK_MODEL,
-    *,
-    device: str = "auto",
-    streams: int | None = None,
-    threads: int | None = None,
-) -> MaskSession:
-    """Open ``model`` once for a whole run.
+@dataclass(frozen=True)
+class Inference:
+    """How a run asks its model to be run; ``auto`` and ``None`` are decided by :func:`open_session`."""
 
-    ``device``: ``"cpu"``, ``"cuda"`` (an error unless onnxruntime offers CUDA and the session really runs on
-    it) or ``"auto"`` (CUDA when offered, else CPU). ``streams``: images in the network at once, each run with
-    ``threads`` onnxruntime intra-op threads (defaults: ``default_streams`` for the u2net family, whose
-    memory per run is known, one stream for the others; ``default_threads``).
+    backend: str = "auto"
+    device: str = "auto"
+    amp: str = "auto"
+    batch: int | None = None
+    streams: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("backend", self.backend, BACKENDS)
+        check_device(self.device)
+        check_choice("amp", self.amp, AMPS)
+        for name, value in (("batch-size", self.batch), ("streams", self.streams), ("threads", self.threads)):
+            if value is not None and value < 1:
+                raise OptionError(f"{name} must be at least 1, got {value}", fix=f"pass --{name} 1 or more")
+
+
+def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = None) -> MaskSession:
+    """Open ``model`` once for a whole run, as ``inference`` asks.
+
+    ``backend``: ``torch`` (the u2net family but silueta), ``onnxruntime`` or ``auto`` (torch where it has the
+    model). ``device``: ``cpu``, ``cuda`` (an error unless the backend really runs there) or ``auto`` (CUDA
+    where the backend can use it). ``amp``: ``off`` (``auto``: float32), or ``bf16``/``fp16`` autocast on
+    CUDA with the torch backend. ``batch``: images per network call (default: 1 on the CPU, where larger
+    batches were slower, :data:`DEFAULT_CUDA_BATCH` on a GPU; onnxruntime's files take one). ``streams``:
+    calls at once, each with ``threads`` CPU threads (defaults: one stream per core on the CPU, up to
+    :data:`MAX_DEFAULT_STREAMS`, one on a GPU; the cores shared out among the streams).
     """
     check_model(model)
-    check_device(device)
-    for name, value in (("streams", streams), ("threads", threads)):
-        if value is not None and value < 1:
-            raise OptionError(f"{name} must be at least 1, got {value}", fix=f"pass --{name} 1 or more")
+    inference = inference or Inference()
+    backend = chosen_backend(model, inference.backend)
     from bgbias.assets.store import u2net_model_path
 
     path = u2net_model_path(model)
+    if backend == "torch":
+        return _torch_session(model, path, inference)
+    return _onnxruntime_session(model, path, inference)
+
+
+def chosen_backend(model: str, backend: str) -> str:
+    """The backend that runs ``model`` when ``backend`` is asked for: ``auto`` is torch wherever it has the
+    model's network (on 2 CPU cores as fast as onnxruntime end to end, on a GPU batched), else onnxruntime."""
+    check_choice("backend", backend, BACKENDS)
+    if backend == "auto":
+        return "torch" if model in TORCH_MODELS else "onnxruntime"
+    if backend == "torch" and model not in TORCH_MODELS:
+        raise OptionError(f"the torch backend has no network for {model}",
+                          fix=f"use --backend onnxruntime (or auto) for {model}; torch runs "
+                              f"{', '.join(TORCH_MODELS)}")
+    return backend
+
+
+def _torch_session(model: str, path: Path, inference: Inference) -> MaskSession:
+    import torch
+
+    from bgbias.saliency.onnx_weights import load_u2net
+    from bgbias.saliency.torch_session import TorchU2netSession
+    from bgbias.saliency.u2net_network import U2NET, U2NETP
+
+    device = torch_device(inference.device)
+    precision = PRECISION["off" if inference.amp == "auto" else inference.amp]
+    if precision != "fp32" and device.type != "cuda":
+        raise OptionError(f"--amp {inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
+                          "float32",
+                          fix="leave --amp at auto (or off) on the CPU")
+    fix = f"delete the file and fetch it again: `bgbias assets fetch {model} --force`"
+    network = load_u2net(path, U2NETP if model == "u2netp" else U2NET, fix=fix)
+    on_gpu = device.type == "cuda"
+    streams = inference.streams or (1 if on_gpu else min(usable_cores(), MAX_DEFAULT_STREAMS))
+    info = _model_info(
+        model, path, backend="torch",
+        provider=str(device) if not on_gpu else f"{device} ({torch.cuda.get_device_name(device)})",
+        precision=precision,
+        batch=inference.batch or (DEFAULT_CUDA_BATCH if on_gpu else 1),
+        streams=streams,
+        threads=inference.threads or default_threads(streams),
+        versions=(("torch", torch.__version__),),
+    )
+    return TorchU2netSession(network, device, precision, info)
+
+
+def torch_device(device: str):
+    """The torch device for ``device``: ``auto`` is the current CUDA device when torch sees one, else the CPU;
+    ``cuda`` without one is an error that says what torch sees."""
+    import torch
+
+    check_device(device)
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise OptionError(f"CUDA was asked for, but this torch ({torch.__version__}) sees no CUDA device",
+                          fix="install a CUDA build of torch (docs/install.md, GPU), or use --device cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _onnxruntime_session(model: str, path: Path, inference: Inference) -> MaskSession:
+    if inference.amp not in ("auto", "off"):
+        raise OptionError(f"onnxruntime runs the model file in float32, without --amp {inference.amp}",
+                          fix="use --backend torch for bf16 or fp16, or leave --amp at auto")
+    if inference.batch not in (None, 1):
+        raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
+                          fix="use --backend torch to batch, or leave --batch-size out")
     ort = import_onnxruntime()
-    providers = choose_providers(device, ort.get_available_providers())
-    streams = streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
-    threads = threads or default_threads(streams)
+    providers = choose_providers(inference.device, ort.get_available_providers())
+    streams = inference.streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
+    threads = inference.threads or default_threads(streams)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -177,27 +299,23 @@ def open_session(
             fix=f"delete the file and fetch it again: `bgbias assets fetch {model} --force`",
         ) from exc
     active = onnx_session.get_providers()[0]
-    if device == "cuda" and active != CUDA:
+    if inference.device == "cuda" and active != CUDA:
         raise OptionError(
             f"CUDA was asked for, but the onnxruntime session runs on {active}",
-            fix="install CUDA and cuDNN versions that match onnxruntime-gpu, or use --device cpu",
+            fix="install CUDA and cuDNN versions that match onnxruntime-gpu, use --backend torch, or use "
+                "--device cpu",
         )
-    md5, sha256 = file_digests(path)
-    info = ModelInfo(
-        name=model,
-        file=path,
-        bytes=path.stat().st_size,
-        md5=md5,
-        sha256=sha256,
-        provider=active,
-        streams=streams,
-        threads=threads,
-        rembg_version=_version("rembg"),
-        onnxruntime_version=ort.__version__,
-    )
+    info = _model_info(model, path, backend="onnxruntime", provider=active, precision="fp32", batch=1,
+                       streams=streams, threads=threads,
+                       versions=(("rembg", _version("rembg")), ("onnxruntime", ort.__version__)))
     if model in U2NET_FAMILY:
         return U2netFamilySession(session, info)
     return PredictSession(session, info)
+
+
+def _model_info(model: str, path: Path, **how: Any) -> ModelInfo:
+    md5, sha256 = file_digests(path)
+    return ModelInfo(name=model, file=path, bytes=path.stat().st_size, md5=md5, sha256=sha256, **how)
 
 
 def _rembg_session(model: str, folder: Path, options: Any, providers: list[str]) -> Any:
@@ -245,13 +363,16 @@ def keeping_torch_threads() -> Iterator[None]:
 
 
 def check_model(model: str) -> None:
-    if model not in MODELS:
-        raise OptionError(f"unknown mask model {model!r}", fix=f"choose one of: {', '.join(MODELS)}")
+    check_choice("mask model", model, MODELS)
 
 
 def check_device(device: str) -> None:
-    if device not in DEVICES:
-        raise OptionError(f"unknown device {device!r}", fix=f"choose one of: {', '.join(DEVICES)}")
+    check_choice("device", device, DEVICES)
+
+
+def check_choice(what: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise OptionError(f"unknown {what} {value!r}", fix=f"choose one of: {', '.join(choices)}")
 
 
 def choose_providers(device: str, available: Sequence[str]) -> list[str]:
@@ -264,8 +385,8 @@ def choose_providers(device: str, available: Sequence[str]) -> list[str]:
     if device == "cuda":
         raise OptionError(
             f"CUDA was asked for, but onnxruntime offers only {', '.join(available)}",
-            fix="install onnxruntime-gpu instead of onnxruntime (`pip uninstall onnxruntime onnxruntime-gpu`,"
-            " then `pip install onnxruntime-gpu`), or use --device cpu",
+            fix="use --backend torch (it runs on CUDA with the torch bgbias needs anyway), install "
+            "onnxruntime-gpu instead of onnxruntime, or use --device cpu",
         )
     return [CPU]
 

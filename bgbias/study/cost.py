@@ -346,30 +346,41 @@ MASK_TIMING_IMAGES = 2
 
 
 def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
-    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``, from timing its session on
-    :data:`MASK_TIMING_IMAGES` of the dataset's images (synthetic pictures of its size where it is not
-    there); the session runs ``streams`` images at once (:mod:`~bgbias.saliency.sessions`). A missing model
-    file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its masks."""
+    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: its session timed on one of
+    its batches, filled from :data:`MASK_TIMING_IMAGES` of the dataset's images (synthetic pictures of its
+    size where it is not there), after one batch that warms it up, and on those images' decoding and
+    writing, which the pipeline's workers do while the network computes (:mod:`~bgbias.saliency.pipeline`).
+    A missing model file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its
+    masks."""
     import time
 
     from PIL import Image
 
     from bgbias.data.images import load_image
-    from bgbias.saliency.sessions import open_session
+    from bgbias.hardware import usable_cores
+    from bgbias.saliency.sessions import Inference, open_session
 
     if not spec.made_masks or images == 0:
         return 0.0
-    session = open_session(spec.masks, device="cpu" if device == "cpu" else "auto")
-    pictures = [load_image(path) for path in sample_images(spec)[:MASK_TIMING_IMAGES + 1]]
+    session = open_session(spec.masks, Inference(device="cpu" if device == "cpu" else "auto"))
+    pictures = [load_image(path) for path in sample_images(spec)[:MASK_TIMING_IMAGES]]
     if not pictures:
-        pictures = [Image.new("RGB", picture_size(spec), (90, 120, 150))] * (MASK_TIMING_IMAGES + 1)
-    seconds = []
-    for picture in pictures:
+        pictures = [Image.new("RGB", picture_size(spec), (90, 120, 150))] * MASK_TIMING_IMAGES
+    started = time.perf_counter()
+    prepared = [session.prepare(picture) for picture in pictures]
+    cpu = time.perf_counter() - started
+    batch = [prepared[index % len(prepared)] for index in range(session.info.batch)]
+    with session.running():
+        session.infer(batch)
         started = time.perf_counter()
-        session.finish(session.infer(session.prepare(picture)), picture.size)
-        seconds.append(time.perf_counter() - started)
-    timed = seconds[1:] or seconds
-    return images * sum(timed) / len(timed) / session.info.streams
+        raws = session.infer(batch)
+        network = time.perf_counter() - started
+    started = time.perf_counter()
+    for raw, picture in zip(raws, pictures, strict=False):
+        session.finish(raw, picture.size)
+    per_image = (cpu + time.perf_counter() - started) / len(pictures)
+    info = session.info
+    return images * max(network / info.batch / info.streams, per_image / usable_cores())
 
 
 PAGE_SECONDS = (1.5, 0.1)

@@ -119,10 +119,12 @@ def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,
     from bgbias.data.items import items_digest
     from bgbias.data.registry import open_dataset
     from bgbias.saliency.pipeline import make_masks
+    from bgbias.saliency.sessions import Inference
 
     items = open_dataset(spec.dataset, spec.root).items()
     log(f"{spec.masks} masks of shard {shard[0] + 1}/{shard[1]} of {len(items)} images into {spec.masks_dir}")
-    made = make_masks(items, spec.masks_dir, model=spec.masks, device=device, shard=shard, progress=False)
+    made = make_masks(items, spec.masks_dir, model=spec.masks, inference=Inference(device=device),
+                      shard=shard, progress=False)
     if made.failed:
         raise AssetError(f"{made.failed} image(s) got no mask", path=made.manifest,
                          fix="see the failures in the manifest (bgbias masks names each image and why), "

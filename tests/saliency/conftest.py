@@ -23,12 +23,23 @@ def u2netp_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def u2netp_session(u2netp_file):
-    """A real bgbias session on u2netp (one stream: tests compare exact numbers)."""
-    from bgbias.saliency.sessions import open_session
+    """A real bgbias onnxruntime session on u2netp, as rembg runs it (one stream: tests compare exact
+    numbers)."""
+    from bgbias.saliency.sessions import Inference, open_session
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("U2NET_HOME", str(u2netp_file.parent))
-        return open_session("u2netp", device="cpu", streams=1)
+        return open_session("u2netp", Inference(backend="onnxruntime", device="cpu", streams=1))
+
+
+@pytest.fixture(scope="session")
+def u2netp_torch(u2netp_file):
+    """A real bgbias torch session on u2netp, on the CPU."""
+    from bgbias.saliency.sessions import Inference, open_session
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("U2NET_HOME", str(u2netp_file.parent))
+        return open_session("u2netp", Inference(backend="torch", device="cpu"))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -12,18 +13,21 @@ from bgbias.saliency.sessions import CPU, ModelInfo
 from bgbias.saliency.u2net import SoftMask, u2net_mask
 
 
-def fake_info(name: str = "fake", md5: str = "0" * 32, streams: int = 2) -> ModelInfo:
+def fake_info(name: str = "fake", md5: str = "0" * 32, streams: int = 2, batch: int = 1,
+              backend: str = "onnxruntime") -> ModelInfo:
     return ModelInfo(
         name=name,
         file=Path(f"{name}.onnx"),
         bytes=0,
         md5=md5,
         sha256="0" * 64,
+        backend=backend,
         provider=CPU,
+        precision="fp32",
+        batch=batch,
         streams=streams,
         threads=1,
-        rembg_version="test",
-        onnxruntime_version="test",
+        versions=(("rembg", "test"), ("onnxruntime", "test")),
     )
 
 
@@ -33,15 +37,21 @@ class FakeSession:
     def __init__(self, info: ModelInfo | None = None):
         self.info = info or fake_info()
         self.calls = 0
+        self.batches: list[int] = []
         self._lock = threading.Lock()
 
     def prepare(self, image: Image.Image) -> np.ndarray:
         return np.asarray(image.convert("L").resize((8, 8), Image.Resampling.BILINEAR), dtype=np.float32)
 
-    def infer(self, prepared: np.ndarray) -> np.ndarray:
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def infer(self, batch: list[np.ndarray]) -> list[np.ndarray]:
+        assert 1 <= len(batch) <= self.info.batch
         with self._lock:
-            self.calls += 1
-        return (prepared / 255.0)[None, None]
+            self.calls += len(batch)
+            self.batches.append(len(batch))
+        return [(prepared / 255.0)[None, None] for prepared in batch]
 
     def finish(self, raw: np.ndarray, size: tuple[int, int]) -> SoftMask:
         return u2net_mask(raw, size)

@@ -79,7 +79,7 @@ def test_exif_rotated_photo_gets_its_mask_in_the_loaded_orientation(photo_dir, p
 def test_records_hold_the_raw_output_range(photo_items, masks_dir, u2netp_session):
     records = read_all_records(masks_dir)
     item = photo_items[0]
-    raw = u2netp_session.infer(u2net_input(load_image(item.image)))
+    raw = u2netp_session.infer([u2net_input(load_image(item.image))])[0]
     assert records[item.id].raw_min == pytest.approx(float(raw.min()), abs=1e-6)
     assert records[item.id].raw_max == pytest.approx(float(raw.max()), abs=1e-6)
     assert all(0.0 <= r.raw_min < r.raw_max <= 1.0 for r in records.values())

@@ -17,6 +17,7 @@ from bgbias.saliency.sessions import (
     U2NET_FAMILY,
     choose_providers,
     default_streams,
+    Inference,
     default_threads,
     open_session,
 )
@@ -63,7 +64,7 @@ def test_streams_share_the_cores():
 @pytest.mark.usefixtures("no_models")
 def test_missing_model_raises_asset_error_naming_the_fix():
     with pytest.raises(AssetError) as caught:
-        open_session("u2netp", device="cpu")
+        open_session("u2netp", Inference(backend="onnxruntime", device="cpu"))
     assert "u2netp.onnx" in caught.value.problem
     assert "bgbias assets fetch u2netp" in caught.value.fix
     assert "U2NET_HOME" in caught.value.fix
@@ -73,7 +74,7 @@ def test_missing_model_raises_asset_error_naming_the_fix():
 def test_make_masks_fails_before_touching_any_image(bench_items, tmp_path):
     out = tmp_path / "masks"
     with pytest.raises(AssetError):
-        make_masks(bench_items, out, model="u2net", device="cpu", progress=False)
+        make_masks(bench_items, out, model="u2net", inference=Inference(device="cpu"), progress=False)
     assert not out.exists()
 
 
@@ -81,16 +82,18 @@ def test_a_damaged_model_file_is_an_asset_error(tmp_path, monkeypatch):
     (tmp_path / "u2netp.onnx").write_bytes(b"not an onnx graph")
     monkeypatch.setenv("U2NET_HOME", str(tmp_path))
     with pytest.raises(AssetError) as caught:
-        open_session("u2netp", device="cpu")
+        open_session("u2netp", Inference(backend="onnxruntime", device="cpu"))
     assert caught.value.path == str(tmp_path / "u2netp.onnx")
     assert "--force" in caught.value.fix
 
 
-def test_zero_streams_or_threads_are_refused():
+def test_zero_streams_threads_or_batch_are_refused():
     with pytest.raises(OptionError, match="streams"):
-        open_session("u2netp", streams=0)
+        Inference(streams=0)
     with pytest.raises(OptionError, match="threads"):
-        open_session("u2netp", threads=0)
+        Inference(threads=0)
+    with pytest.raises(OptionError, match="batch-size"):
+        Inference(batch=0)
 
 
 def test_other_models_run_whole_through_rembg_predict():
@@ -105,7 +108,7 @@ def test_other_models_run_whole_through_rembg_predict():
 
     session = PredictSession(RembgLike(), fake_info("isnet-general-use"))
     image = Image.new("RGB", (40, 30))
-    soft = session.finish(session.infer(session.prepare(image)), image.size)
+    soft = session.finish(session.infer([session.prepare(image)])[0], image.size)
     assert (soft.image.mode, soft.image.size, soft.raw_min, soft.raw_max) == ("L", (40, 30), None, None)
 
 
@@ -136,6 +139,6 @@ def test_without_onnxruntime_masks_stop_with_the_fix(u2netp_file, monkeypatch):
     monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
     with pytest.raises(AssetError) as caught:
-        open_session("u2netp", device="cpu")
+        open_session("u2netp", Inference(backend="onnxruntime", device="cpu"))
     assert "onnxruntime is not installed" in caught.value.problem
     assert "pip install onnxruntime" in caught.value.fix

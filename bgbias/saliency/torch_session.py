@@ -1,0 +1,97 @@
+"""U²-Net masks by bgbias's own PyTorch network (:mod:`bgbias.saliency.u2net_network`), in batches, on the
+CPU or a CUDA device: the same input and output transforms as :mod:`bgbias.saliency.u2net` (rembg's), with
+the arithmetic after decoding moved onto the device.
+
+A worker thread only decodes and shrinks each image to 320² (``prepare``: 8-bit pixels). The network call
+takes a whole batch: scaling by each image's maximum, ImageNet normalisation, the network, and the per-image
+min-max stretch to 8 bits all run on the device, in float32 (the network itself in ``precision``), so only
+320² bytes per image come back. ``finish`` resizes that back to the image's size with the same LANCZOS
+filter rembg uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from bgbias.saliency.u2net import IMAGENET_MEAN, IMAGENET_STD, INPUT_SIZE, SoftMask
+from bgbias.saliency.u2net_network import U2Net
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""What the network autocasts to for a precision other than ``fp32``; everything around the network (the
+normalisation, the min-max stretch) stays float32."""
+
+
+@dataclass(frozen=True)
+class Stretched:
+    """One image's network output as the mask is made from it: 8-bit at 320², and the raw range."""
+
+    pixels: np.ndarray
+    low: float
+    high: float
+
+
+class TorchU2netSession:
+    """A u2net-family model in bgbias's own network on ``device``; its ``info`` says how it runs."""
+
+    def __init__(self, network: U2Net, device: torch.device, precision: str, info):
+        self.info = info
+        self._device = device
+        self._precision = precision
+        self._network = network.to(device, memory_format=torch.channels_last).eval()
+        self._mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        self._std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+
+    def prepare(self, image: Image.Image) -> np.ndarray:
+        """The image at 320² as 8-bit RGB pixels (height, width, 3): rembg's LANCZOS shrink."""
+        return np.asarray(image.convert("RGB").resize(INPUT_SIZE, Image.Resampling.LANCZOS))
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """On the CPU, torch computes each call with ``info.threads`` threads for the run (``streams`` calls
+        share the cores), then goes back to the process's own count; a GPU needs nothing."""
+        if self._device.type != "cpu":
+            yield
+            return
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.info.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+    def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
+        """One network call for the whole batch; the stretched output of each image."""
+        pixels = torch.from_numpy(np.stack(batch))
+        if self._device.type == "cuda":
+            pixels = pixels.pin_memory().to(self._device, non_blocking=True)
+        with torch.inference_mode():
+            # (N, H, W, 3) seen as (N, 3, H, W): channels-last memory without a copy.
+            x = pixels.permute(0, 3, 1, 2).float()
+            peak = x.amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+            x = ((x / peak) - self._mean) / self._std
+            with self._autocast():
+                output = self._network(x)
+            output = output.float()[:, 0]
+            low = output.amin(dim=(1, 2), keepdim=True)
+            high = output.amax(dim=(1, 2), keepdim=True)
+            spread = high - low
+            stretched = torch.where(spread > 0, (output - low) / torch.where(spread > 0, spread, 1.0), 0.0)
+            # Truncated, as numpy's astype(uint8) does with rembg's float32 mask.
+            masks = (stretched * 255).to(torch.uint8).cpu().numpy()
+            lows, highs = low.flatten().cpu().tolist(), high.flatten().cpu().tolist()
+        return [Stretched(mask, lo, hi) for mask, lo, hi in zip(masks, lows, highs, strict=True)]
+
+    def finish(self, raw: Stretched, size: tuple[int, int]) -> SoftMask:
+        small = Image.fromarray(raw.pixels)
+        return SoftMask(small.resize(size, Image.Resampling.LANCZOS), raw.low, raw.high)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self._precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self._device.type, dtype=_AUTOCAST[self._precision])
