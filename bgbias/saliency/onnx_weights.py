@@ -38,6 +38,11 @@ class FileConv:
     groups: int
 
 
+CONV_ATTRIBUTE_TYPES = {"kernel_shape": "INTS", "dilations": "INTS", "pads": "INTS", "strides": "INTS",
+                        "group": "INT"}
+"""The ONNX type of each Conv attribute that is read: another type is a damaged file, refused before its
+value is compared."""
+
 NAMED = {f"side{index}": f"side.{index - 1}" for index in range(1, 7)} | {"outconv": "fuse"}
 """The convolutions the file names (U²-Net's side and fusion layers) and what the module calls them."""
 
@@ -64,6 +69,9 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
     except (DecodeError, ValueError, RuntimeError, OSError) as exc:
         raise AssetError(f"this is not a readable ONNX file ({type(exc).__name__}: {exc})", path=path,
                          fix=fix) from exc
+    if not model.graph.node:
+        # An empty file parses as an empty model; so may a few stray bytes.
+        raise AssetError("the ONNX file holds no graph: it is empty or not a model", path=path, fix=fix)
     tensors: dict[str, np.ndarray] = {}
     for initializer in model.graph.initializer:
         if initializer.data_location == onnx.TensorProto.EXTERNAL:
@@ -73,14 +81,24 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
             raise AssetError(f"tensor {initializer.name!r} of the ONNX file is not float32 "
                              f"({onnx.TensorProto.DataType.Name(initializer.data_type)}): not a U²-Net file "
                              "as rembg ships it", path=path, fix=fix)
-        tensors[initializer.name] = numpy_helper.to_array(initializer)
-    convs = [_file_conv(node) for node in model.graph.node if node.op_type == "Conv"]
+        try:
+            tensors[initializer.name] = numpy_helper.to_array(initializer)
+        except ValueError as exc:  # its data is not as long as its shape says
+            raise AssetError(f"tensor {initializer.name!r} of the ONNX file is damaged: its data does not "
+                             f"fill its shape {list(initializer.dims)} ({exc})", path=path, fix=fix) from exc
+    convs = [_file_conv(node, path=path, fix=fix) for node in model.graph.node if node.op_type == "Conv"]
     return tensors, convs
 
 
-def _file_conv(node) -> FileConv:
-    from onnx import helper
+def _file_conv(node, *, path: Path, fix: str) -> FileConv:
+    from onnx import AttributeProto, helper
 
+    for attribute in node.attribute:
+        wanted = CONV_ATTRIBUTE_TYPES.get(attribute.name)
+        found = AttributeProto.AttributeType.Name(attribute.type)
+        if wanted is not None and found != wanted:
+            raise AssetError(f"attribute {attribute.name!r} of Conv node {node.name!r} is of type {found}, "
+                             f"where ONNX defines {wanted}", path=path, fix=fix)
     attributes = {attribute.name: helper.get_attribute_value(attribute) for attribute in node.attribute}
     kernel = tuple(attributes.get("kernel_shape", ()))
     pads = tuple(attributes.get("pads", (0,) * 2 * len(kernel)))
@@ -124,8 +142,8 @@ def map_weights(model: U2Net, tensors: dict[str, np.ndarray], convs: list[FileCo
                                  fix=fix)
             value = tensors[initializer]
             if tuple(value.shape) != tuple(parameter.shape):
-                raise AssetError(f"initializer {initializer!r} has shape {list(value.shape)}, but {name}.{kind} "
-                                 f"needs {list(parameter.shape)}", path=path, fix=fix)
+                raise AssetError(f"initializer {initializer!r} has shape {list(value.shape)}, but "
+                                 f"{name}.{kind} needs {list(parameter.shape)}", path=path, fix=fix)
             if initializer in used:
                 raise AssetError(f"initializer {initializer!r} feeds two convolutions", path=path, fix=fix)
             used.add(initializer)
@@ -148,7 +166,8 @@ def _check_conv(name: str, conv: nn.Conv2d, file_conv: FileConv, *, path: Path, 
     found = {key: getattr(file_conv, key) for key in wanted}
     differ = [f"{key} {found[key]} (needs {wanted[key]})" for key in wanted if found[key] != wanted[key]]
     if differ:
-        raise AssetError(f"the file's convolution for {name} differs: {', '.join(differ)}", path=path, fix=fix)
+        raise AssetError(f"the file's convolution for {name} differs: {', '.join(differ)}", path=path,
+                         fix=fix)
 
 
 def convs_in_order(model: U2Net) -> Iterator[tuple[str, nn.Conv2d]]:
