@@ -121,13 +121,15 @@ def map_weights(model: U2Net, tensors: dict[str, np.ndarray], convs: list[FileCo
     """The module's state dict filled from the file: every file convolution matched to one of the module's
     (by name, else in the order both run them), checked, and every initializer used exactly once."""
     ours = dict(convs_in_order(model))
-    named = {conv.weight.rsplit(".", 1)[0]: conv for conv in convs if conv.weight.rsplit(".", 1)[0] in NAMED}
+    named_file = [conv for conv in convs if conv.weight.rsplit(".", 1)[0] in NAMED]
+    named = {conv.weight.rsplit(".", 1)[0]: conv for conv in named_file}
     unnamed_ours = [name for name in ours if name not in NAMED.values()]
-    unnamed_file = [conv for conv in convs if conv not in named.values()]
-    if len(unnamed_file) != len(unnamed_ours) or len(named) != len(NAMED):
+    unnamed_file = [conv for conv in convs if conv.weight.rsplit(".", 1)[0] not in NAMED]
+    # Counted as a list, not a dict: a named convolution given twice is another graph, not the same one.
+    if len(unnamed_file) != len(unnamed_ours) or len(named_file) != len(NAMED) or len(named) != len(NAMED):
         raise AssetError(
-            f"the ONNX file holds {len(convs)} convolutions ({len(named)} of them named side/outconv); this "
-            f"U²-Net has {len(ours)} ({len(NAMED)} named): it is another network", path=path, fix=fix)
+            f"the ONNX file holds {len(convs)} convolutions ({len(named_file)} of them named side/outconv); "
+            f"this U²-Net has {len(ours)} ({len(NAMED)} named): it is another network", path=path, fix=fix)
     pairs = [(NAMED[name], conv) for name, conv in named.items()] + list(zip(unnamed_ours, unnamed_file,
                                                                               strict=True))
     state: dict[str, torch.Tensor] = {}

@@ -184,6 +184,15 @@ def test_an_initializer_feeding_two_convolutions_is_refused(u2netp_proto, tmp_pa
     _refused(_saved(proto, tmp_path / "u2netp.onnx"), "feeds two convolutions")
 
 
+def test_a_named_convolution_given_twice_is_refused(u2netp_proto, tmp_path):
+    proto = _copy(u2netp_proto)
+    side = next(node for node in _convs(proto) if node.input[1] == "side1.weight")
+    twin = proto.graph.node.add()
+    twin.CopyFrom(side)
+    twin.name, twin.output[0] = "side1_twin", "side1_twin_output"
+    _refused(_saved(proto, tmp_path / "u2netp.onnx"), "8 of them named", "another network")
+
+
 def test_a_convolution_of_another_dilation_is_refused(u2netp_proto, tmp_path):
     proto = _copy(u2netp_proto)
     dilated = next(node for node in _convs(proto) if list(_attribute(node, "dilations").ints) == [2, 2])
