@@ -38,6 +38,11 @@ class FileConv:
     groups: int
 
 
+CONV_ATTRIBUTE_TYPES = {"kernel_shape": "INTS", "dilations": "INTS", "pads": "INTS", "strides": "INTS",
+                        "group": "INT"}
+"""The ONNX type of each Conv attribute that is read: another type is a damaged file, refused before its
+value is compared."""
+
 NAMED = {f"side{index}": f"side.{index - 1}" for index in range(1, 7)} | {"outconv": "fuse"}
 """The convolutions the file names (U²-Net's side and fusion layers) and what the module calls them."""
 
@@ -64,6 +69,9 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
     except (DecodeError, ValueError, RuntimeError, OSError) as exc:
         raise AssetError(f"this is not a readable ONNX file ({type(exc).__name__}: {exc})", path=path,
                          fix=fix) from exc
+    if not model.graph.node:
+        # An empty file parses as an empty model; so may a few stray bytes.
+        raise AssetError("the ONNX file holds no graph: it is empty or not a model", path=path, fix=fix)
     tensors: dict[str, np.ndarray] = {}
     for initializer in model.graph.initializer:
         if initializer.data_location == onnx.TensorProto.EXTERNAL:
@@ -73,14 +81,24 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
             raise AssetError(f"tensor {initializer.name!r} of the ONNX file is not float32 "
                              f"({onnx.TensorProto.DataType.Name(initializer.data_type)}): not a U²-Net file "
                              "as rembg ships it", path=path, fix=fix)
-        tensors[initializer.name] = numpy_helper.to_array(initializer)
-    convs = [_file_conv(node) for node in model.graph.node if node.op_type == "Conv"]
+        try:
+            tensors[initializer.name] = numpy_helper.to_array(initializer)
+        except ValueError as exc:  # its data is not as long as its shape says
+            raise AssetError(f"tensor {initializer.name!r} of the ONNX file is damaged: its data does not "
+                             f"fill its shape {list(initializer.dims)} ({exc})", path=path, fix=fix) from exc
+    convs = [_file_conv(node, path=path, fix=fix) for node in model.graph.node if node.op_type == "Conv"]
     return tensors, convs
 
 
-def _file_conv(node) -> FileConv:
-    from onnx import helper
+def _file_conv(node, *, path: Path, fix: str) -> FileConv:
+    from onnx import AttributeProto, helper
 
+    for attribute in node.attribute:
+        wanted = CONV_ATTRIBUTE_TYPES.get(attribute.name)
+        found = AttributeProto.AttributeType.Name(attribute.type)
+        if wanted is not None and found != wanted:
+            raise AssetError(f"attribute {attribute.name!r} of Conv node {node.name!r} is of type {found}, "
+                             f"where ONNX defines {wanted}", path=path, fix=fix)
     attributes = {attribute.name: helper.get_attribute_value(attribute) for attribute in node.attribute}
     kernel = tuple(attributes.get("kernel_shape", ()))
     pads = tuple(attributes.get("pads", (0,) * 2 * len(kernel)))
@@ -103,13 +121,15 @@ def map_weights(model: U2Net, tensors: dict[str, np.ndarray], convs: list[FileCo
     """The module's state dict filled from the file: every file convolution matched to one of the module's
     (by name, else in the order both run them), checked, and every initializer used exactly once."""
     ours = dict(convs_in_order(model))
-    named = {conv.weight.rsplit(".", 1)[0]: conv for conv in convs if conv.weight.rsplit(".", 1)[0] in NAMED}
+    named_file = [conv for conv in convs if conv.weight.rsplit(".", 1)[0] in NAMED]
+    named = {conv.weight.rsplit(".", 1)[0]: conv for conv in named_file}
     unnamed_ours = [name for name in ours if name not in NAMED.values()]
-    unnamed_file = [conv for conv in convs if conv not in named.values()]
-    if len(unnamed_file) != len(unnamed_ours) or len(named) != len(NAMED):
+    unnamed_file = [conv for conv in convs if conv.weight.rsplit(".", 1)[0] not in NAMED]
+    # Counted as a list, not a dict: a named convolution given twice is another graph, not the same one.
+    if len(unnamed_file) != len(unnamed_ours) or len(named_file) != len(NAMED) or len(named) != len(NAMED):
         raise AssetError(
-            f"the ONNX file holds {len(convs)} convolutions ({len(named)} of them named side/outconv); this "
-            f"U²-Net has {len(ours)} ({len(NAMED)} named): it is another network", path=path, fix=fix)
+            f"the ONNX file holds {len(convs)} convolutions ({len(named_file)} of them named side/outconv); "
+            f"this U²-Net has {len(ours)} ({len(NAMED)} named): it is another network", path=path, fix=fix)
     pairs = [(NAMED[name], conv) for name, conv in named.items()] + list(zip(unnamed_ours, unnamed_file,
                                                                               strict=True))
     state: dict[str, torch.Tensor] = {}
