@@ -86,8 +86,40 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
         except ValueError as exc:  # its data is not as long as its shape says
             raise AssetError(f"tensor {initializer.name!r} of the ONNX file is damaged: its data does not "
                              f"fill its shape {list(initializer.dims)} ({exc})", path=path, fix=fix) from exc
+    _check_other_nodes(model.graph.node, path=path, fix=fix)
     convs = [_file_conv(node, path=path, fix=fix) for node in model.graph.node if node.op_type == "Conv"]
     return tensors, convs
+
+
+GRAPH_OPS = {"Conv", "Relu", "MaxPool", "Resize", "Concat", "Add", "Sigmoid", "Constant", "Shape", "Gather",
+             "Unsqueeze", "Slice", "Cast"}
+"""Every operation rembg's U²-Net graphs use: the network's own, and those the exporter wrote to compute each
+resize's target size."""
+
+NODE_ATTRIBUTES = {
+    "MaxPool": {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+    "Resize": {"mode": b"linear", "coordinate_transformation_mode": b"pytorch_half_pixel"},
+}
+"""The attributes the module's pooling and resizing have (halving with ceil mode; bilinear with half-pixel
+centres): a file whose graph pools or resizes otherwise computes another function with the same weights."""
+
+
+def _check_other_nodes(nodes, *, path: Path, fix: str) -> None:
+    """Refuse a graph with an operation the network does not have, or that pools or resizes otherwise."""
+    from onnx import helper
+
+    for node in nodes:
+        if node.op_type not in GRAPH_OPS:
+            raise AssetError(f"the ONNX graph has a {node.op_type} operation ({node.name!r}), which U²-Net "
+                             "does not: it is another network", path=path, fix=fix)
+        wanted = NODE_ATTRIBUTES.get(node.op_type)
+        if wanted is None:
+            continue
+        found = {attribute.name: helper.get_attribute_value(attribute) for attribute in node.attribute}
+        for name, value in wanted.items():
+            if found.get(name) != value:
+                raise AssetError(f"{node.op_type} node {node.name!r} has {name} {found.get(name)!r}, where "
+                                 f"U²-Net's has {value!r}", path=path, fix=fix)
 
 
 def _file_conv(node, *, path: Path, fix: str) -> FileConv:

@@ -256,3 +256,24 @@ def test_an_external_tensor_is_refused_without_reading_its_file(u2netp_proto, tm
         _refused(path, repr(weight.name), "in another file")
     assert os.path.realpath(path) in opened  # the watch sees the files read
     assert os.path.realpath(sentinel) not in opened
+
+
+def test_a_graph_that_resizes_otherwise_is_refused(u2netp_proto, tmp_path):
+    """Same weights, another function: nearest-neighbour upsampling in place of bilinear."""
+    proto = _copy(u2netp_proto)
+    resize = next(node for node in proto.graph.node if node.op_type == "Resize")
+    _attribute(resize, "mode").CopyFrom(helper.make_attribute("mode", "nearest"))
+    _refused(_saved(proto, tmp_path / "u2netp.onnx"), "Resize", "mode")
+
+
+def test_a_graph_that_pools_without_ceil_mode_is_refused(u2netp_proto, tmp_path):
+    proto = _copy(u2netp_proto)
+    pool = next(node for node in proto.graph.node if node.op_type == "MaxPool")
+    _attribute(pool, "ceil_mode").CopyFrom(helper.make_attribute("ceil_mode", 0))
+    _refused(_saved(proto, tmp_path / "u2netp.onnx"), "MaxPool", "ceil_mode")
+
+
+def test_a_graph_with_an_operation_u2net_lacks_is_refused(u2netp_proto, tmp_path):
+    proto = _copy(u2netp_proto)
+    next(node for node in proto.graph.node if node.op_type == "Relu").op_type = "LeakyRelu"
+    _refused(_saved(proto, tmp_path / "u2netp.onnx"), "LeakyRelu", "another network")
