@@ -248,7 +248,7 @@ def given_images(folder: Path, count: int) -> list[Item]:
 
 def bench_views(root: Path, count: int) -> list[Item]:
     """``count`` views spread evenly over the bench's index, with their exact ground-truth masks."""
-    items = [item for item in open_dataset("bench", root).items if item.ground_truth_mask is not None]
+    items = [item for item in open_dataset("bench", root).items() if item.ground_truth_mask is not None]
     if len(items) < count:
         raise SystemExit(f"the bench at {root} has {len(items)} views with ground truth, fewer than -n "
                          f"{count}: pass a smaller -n")
