@@ -15,9 +15,9 @@ from bgbias.saliency.sessions import (
     MODELS,
     PREDICT_MODELS,
     U2NET_FAMILY,
+    Inference,
     choose_providers,
     default_streams,
-    Inference,
     default_threads,
     open_session,
 )
