@@ -326,7 +326,7 @@ def measure_model(model: str, items: list[Item], configs: list[Config], device: 
         steps.append([model, config.name, *(f"{value:.1f}" for value in cells)])
 
     reference_truth = truth_iou(reference_run)
-    parity_rows = [[model, REFERENCE, "0", "0", "1", "1", cell(reference_truth, "{:.3f}"), cell(None, "")]]
+    parity_rows = [[model, REFERENCE, "0.00", "0", "1.0000", "1.0000", cell(reference_truth, "{:.3f}"), "—"]]
     for config in configs:
         close = parity(items, work / "round0" / config.name, work / "reference")
         ours = truth_iou(runs[config])
