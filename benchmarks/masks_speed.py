@@ -44,7 +44,7 @@ from bgbias.assets.store import u2net_model_path
 from bgbias.data.images import load_image
 from bgbias.data.items import Item, make_item, mask_path
 from bgbias.saliency.pipeline import write_masks
-from bgbias.saliency.sessions import open_session, rembg_onnx_session
+from bgbias.saliency.sessions import Inference, open_session, rembg_onnx_session
 from bgbias.saliency.u2net import u2net_input
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -191,7 +191,8 @@ def main() -> None:
         items = flat_copy(originals, tmp / "in")
         sizes = [load_image(item.image).size for item in items]
 
-        ours = open_session(args.model, device="cpu", streams=args.streams, threads=args.threads)
+        ours = open_session(args.model, Inference(backend="onnxruntime", device="cpu", streams=args.streams,
+                                                  threads=args.threads))
         theirs = rembg_session(args.model, model_file)
         inputs = [u2net_input(load_image(item.image)) for item in items]
         theirs_network = rembg_onnx_session(theirs)
@@ -201,7 +202,9 @@ def main() -> None:
         def raw_theirs(x: np.ndarray) -> object:
             return theirs_network.run([first_output], {feed: x})
 
-        raw_ours = ours.infer  # the same call the pipeline makes
+        def raw_ours(x: np.ndarray) -> object:
+            return ours.infer([x])  # the same call the pipeline makes, on a batch of one
+
 
         raw_theirs(inputs[0])
         raw_ours(inputs[0])
