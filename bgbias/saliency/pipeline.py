@@ -55,7 +55,7 @@ from bgbias.saliency.records import (
     write_records,
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
-from bgbias.saliency.sessions import PRECISION, Inference, MaskSession, open_session
+from bgbias.saliency.sessions import AMP_OF, Inference, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
@@ -183,7 +183,7 @@ def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
     folder = folder_settings(out_dir)
     if folder is None or folder.get("model") != model:
         return inference
-    amp = {precision: amp for amp, precision in PRECISION.items()}.get(folder["precision"], inference.amp)
+    amp = AMP_OF.get(folder["precision"], inference.amp)
     return replace(inference,
                    backend=folder["backend"] if inference.backend == "auto" else inference.backend,
                    amp=amp if inference.amp == "auto" else inference.amp)
