@@ -81,6 +81,7 @@ class MaskRun:
     out_dir: Path
     manifest: Path
     model: str
+    backend: str
     provider: str
     images: int
     """Images of this shard."""
@@ -109,9 +110,9 @@ class MaskRun:
     def describe(self) -> str:
         """What the run did, for the terminal."""
         text = (
-            f"{self.images} images ({self.model} on {self.provider}): {self.written} written, "
-            f"{self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
-            f"{self.images_per_second:.2f} images/s"
+            f"{self.images} images ({self.model}, {self.backend} on {self.provider}): "
+            f"{self.written} written, {self.skipped} already done, {self.failed} failed, "
+            f"{self.empty} flagged empty; {self.images_per_second:.2f} images/s"
         )
         if self.remade:
             text += (
@@ -264,6 +265,7 @@ def write_masks(
         out_dir=out_dir,
         manifest=manifest,
         model=session.info.name,
+        backend=session.info.backend,
         provider=session.info.provider,
         images=len(mine),
         written=counts["made"] + counts["remade"],
