@@ -166,6 +166,7 @@ def test_the_docs_name_the_one_default_mask_model():
     assert f"`{DEFAULT_MASK_MODEL}` (default mask model)" in (docs / "offline.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_masks_command_runs_the_torch_backend_in_batches_and_names_it(tmp_path, monkeypatch, u2netp_file):
     import json
 
@@ -181,6 +182,7 @@ def test_masks_command_runs_the_torch_backend_in_batches_and_names_it(tmp_path, 
     assert (inference["backend"], inference["batch"], inference["provider"]) == ("torch", 2, "cpu")
 
 
+@pytest.mark.slow
 def test_the_api_makes_masks_with_the_torch_backend_in_batches(tmp_path, monkeypatch, u2netp_file):
     import bgbias
     from bgbias.errors import OptionError

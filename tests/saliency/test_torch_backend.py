@@ -97,6 +97,7 @@ def test_a_batch_of_three_equals_three_single_calls(images, torch_outputs, u2net
         assert together.high == pytest.approx(alone.high, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_two_shards_made_apart_equal_one_unsharded_run(six_items, whole_run, tmp_path, u2netp_torch):
     for index in range(2):
         result = write_masks(six_items, tmp_path, u2netp_torch, shard=(index, 2), progress=False)
@@ -107,6 +108,7 @@ def test_two_shards_made_apart_equal_one_unsharded_run(six_items, whole_run, tmp
     assert all(whole_run[name] == sharded[name] for name in masks)
 
 
+@pytest.mark.slow
 def test_an_interrupted_torch_run_resumed_ends_byte_identical(six_items, whole_run, tmp_path, u2netp_torch):
     with pytest.raises(Stop):
         write_masks(six_items, tmp_path, u2netp_torch, progress=False, on_record=stop_after(2))
