@@ -195,3 +195,14 @@ def test_the_api_makes_masks_with_the_torch_backend_in_batches(tmp_path, monkeyp
     assert "(u2netp, torch on cpu)" in run.describe()
     with pytest.raises(OptionError, match="tpu"):
         bgbias.make_masks("bench", root, out=tmp_path / "other", backend="tpu")
+
+
+def test_ground_truth_masks_refuse_the_options_of_a_network_run(tmp_path):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=1)
+    args = ["masks", "--dataset", "bench", "--root", str(root), "--model", "ground-truth", "--out",
+            str(tmp_path / "gt"), "--backend", "torch", "--batch-size", "2", "--shard", "1/2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--backend, --batch-size, --shard and --model ground-truth together" in text
+    assert "leave them out" in text and not (tmp_path / "gt").exists()
