@@ -126,6 +126,8 @@ def masks(
     from bgbias.saliency.pipeline import make_masks
     from bgbias.saliency.sessions import Inference
 
+    if model == GROUND_TRUTH:
+        _refuse_network_options(click.get_current_context())
     dataset = open_dataset(dataset_name, root)
     if model == GROUND_TRUTH:
         copied = copy_ground_truth_masks(dataset.items(), out or default_ground_truth_dir(dataset))
@@ -149,6 +151,17 @@ def masks(
     if run.failures:
         click.secho(f"error: {run.describe_failures()}", err=True, fg="red")
         click.get_current_context().exit(EXIT_PARTIAL)
+
+
+def _refuse_network_options(ctx: click.Context) -> None:
+    """--model ground-truth copies the dataset's masks: an option of a network run would be ignored."""
+    given = [f"--{name.replace('_', '-')}" for name in
+             ("backend", "device", "amp", "batch_size", "shard", "streams", "threads", "empty_below")
+             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if given:
+        raise OptionError(f"{', '.join(given)} and --model ground-truth together",
+                          fix="leave them out: the dataset's own masks are copied, all of them, without a "
+                              "network")
 
 
 @click.command("corrupt")

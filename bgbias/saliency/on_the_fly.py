@@ -18,7 +18,7 @@ from bgbias.data.images import load_image
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.table import ImageTable
 from bgbias.options import DEFAULT_MASK_MODEL
-from bgbias.saliency.sessions import Inference, MaskSession, check_model
+from bgbias.saliency.sessions import Inference, MaskSession, check_model, chosen_backend
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
 """Masks made in this process, by model and image (a file's path, size and modification time; a sample's
@@ -37,8 +37,9 @@ class U2NetMasks:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
+        """Refused here, where the spec is written, not at the first audit that makes a mask."""
         check_model(self.model)
-        self.inference()
+        chosen_backend(self.model, self.inference().backend)
 
     def inference(self) -> Inference:
         return Inference(backend=self.backend, device=self.device)

@@ -55,7 +55,7 @@ from bgbias.saliency.records import (
     write_records,
 )
 from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
-from bgbias.saliency.sessions import PRECISION, Inference, MaskSession, open_session
+from bgbias.saliency.sessions import AMP_OF, Inference, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
@@ -81,6 +81,7 @@ class MaskRun:
     out_dir: Path
     manifest: Path
     model: str
+    backend: str
     provider: str
     images: int
     """Images of this shard."""
@@ -109,9 +110,9 @@ class MaskRun:
     def describe(self) -> str:
         """What the run did, for the terminal."""
         text = (
-            f"{self.images} images ({self.model} on {self.provider}): {self.written} written, "
-            f"{self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
-            f"{self.images_per_second:.2f} images/s"
+            f"{self.images} images ({self.model}, {self.backend} on {self.provider}): "
+            f"{self.written} written, {self.skipped} already done, {self.failed} failed, "
+            f"{self.empty} flagged empty; {self.images_per_second:.2f} images/s"
         )
         if self.remade:
             text += (
@@ -183,7 +184,7 @@ def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
     folder = folder_settings(out_dir)
     if folder is None or folder.get("model") != model:
         return inference
-    amp = {precision: amp for amp, precision in PRECISION.items()}.get(folder["precision"], inference.amp)
+    amp = AMP_OF.get(folder["precision"], inference.amp)
     return replace(inference,
                    backend=folder["backend"] if inference.backend == "auto" else inference.backend,
                    amp=amp if inference.amp == "auto" else inference.amp)
@@ -264,6 +265,7 @@ def write_masks(
         out_dir=out_dir,
         manifest=manifest,
         model=session.info.name,
+        backend=session.info.backend,
         provider=session.info.provider,
         images=len(mine),
         written=counts["made"] + counts["remade"],

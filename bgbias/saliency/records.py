@@ -19,7 +19,7 @@ shards run at once, and a manifest must never be written from records another sh
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from bgbias.errors import BgbiasError, BusyError, OptionError
 from bgbias.fileio import exclusive_lock, write_json_atomic
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
-from bgbias.saliency.sessions import ModelInfo
+from bgbias.saliency.sessions import AMP_OF, ModelInfo
 from bgbias.schema import Record, read_record
 
 RECORDS_DIR = "records"
@@ -305,10 +305,21 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
             fix=f"each mask model has a folder of its own: move this one to {beside} (where `bgbias masks "
                 f"--model {previous.get('model')}` puts them by default) and run again, or pass --out DIR, "
                 f"or --model {previous.get('model')} to go on with it")
+    same = " ".join(f"{flag} {value}" for flag, value in _folder_options(previous, differ))
     raise OptionError(
         f"the masks in this folder were made with other settings ({said})", path=folder / MANIFEST_NAME,
-        fix="use the same model, --backend, --amp and --empty-below (--backend auto and --amp auto go on "
-            "with the folder's), choose another output folder, or delete this one")
+        fix=(f"pass {same} to go on with it" if same else "use the model file its masks were made with")
+            + " (--backend auto and --amp auto go on with the folder's), choose another output folder, or "
+              "delete this one")
+
+
+def _folder_options(settings: Mapping[str, Any], keys: Collection[str]) -> list[tuple[str, Any]]:
+    """The command-line options, with the folder's values, that give ``settings`` for those of ``keys``
+    that an option sets (the model file's digests are none of them)."""
+    values = {"backend": ("--backend", settings.get("backend")),
+              "precision": ("--amp", AMP_OF.get(settings.get("precision"), settings.get("precision"))),
+              "empty_below": ("--empty-below", settings.get("empty_below"))}
+    return [option for key, option in values.items() if key in keys]
 
 
 def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:

@@ -71,6 +71,8 @@ AMPS = ("auto", "off", "bf16", "fp16")
 masks: docs/masks.md, *Backends*)."""
 PRECISION = {"off": "fp32", "bf16": "bf16", "fp16": "fp16"}
 """The precision a manifest records for each ``--amp``."""
+AMP_OF = {precision: amp for amp, precision in PRECISION.items()}
+"""The ``--amp`` that computes in each precision a manifest records."""
 
 MAX_DEFAULT_STREAMS = 4
 """Each concurrent u2net run holds about 500 MB of activations (measured peak RSS: 1.1 GB with one run,
@@ -205,13 +207,9 @@ def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = 
     """
     check_model(model)
     inference = inference or Inference()
-    backend = chosen_backend(model, inference.backend)
-    from bgbias.assets.store import u2net_model_path
-
-    path = u2net_model_path(model)
-    if backend == "torch":
-        return _torch_session(model, path, inference)
-    return _onnxruntime_session(model, path, inference)
+    if chosen_backend(model, inference.backend) == "torch":
+        return _torch_session(model, inference)
+    return _onnxruntime_session(model, inference)
 
 
 def chosen_backend(model: str, backend: str) -> str:
@@ -227,7 +225,9 @@ def chosen_backend(model: str, backend: str) -> str:
     return backend
 
 
-def _torch_session(model: str, path: Path, inference: Inference) -> MaskSession:
+def _torch_session(model: str, inference: Inference) -> MaskSession:
+    """The options are checked before the model file is looked for: a user without the file learns of a
+    refused combination before fetching it, not after."""
     import torch
 
     from bgbias.saliency.onnx_weights import load_u2net
@@ -240,6 +240,7 @@ def _torch_session(model: str, path: Path, inference: Inference) -> MaskSession:
         raise OptionError(f"--amp {inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
                           "float32",
                           fix="leave --amp at auto (or off) on the CPU")
+    path = _model_path(model)
     fix = f"delete the file and fetch it again: `bgbias assets fetch {model} --force`"
     network = load_u2net(path, U2NETP if model == "u2netp" else U2NET, fix=fix)
     on_gpu = device.type == "cuda"
@@ -270,13 +271,15 @@ def torch_device(device: str):
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def _onnxruntime_session(model: str, path: Path, inference: Inference) -> MaskSession:
+def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
+    """As :func:`_torch_session`, the options are checked before the model file is looked for."""
     if inference.amp not in ("auto", "off"):
         raise OptionError(f"onnxruntime runs the model file in float32, without --amp {inference.amp}",
                           fix="use --backend torch for bf16 or fp16, or leave --amp at auto")
     if inference.batch not in (None, 1):
         raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
                           fix="use --backend torch to batch, or leave --batch-size out")
+    path = _model_path(model)
     ort = import_onnxruntime()
     providers = choose_providers(inference.device, ort.get_available_providers())
     streams = inference.streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
@@ -311,6 +314,12 @@ def _onnxruntime_session(model: str, path: Path, inference: Inference) -> MaskSe
     if model in U2NET_FAMILY:
         return U2netFamilySession(session, info)
     return PredictSession(session, info)
+
+
+def _model_path(model: str) -> Path:
+    from bgbias.assets.store import u2net_model_path
+
+    return u2net_model_path(model)
 
 
 def _model_info(model: str, path: Path, **how: Any) -> ModelInfo:

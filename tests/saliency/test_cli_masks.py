@@ -164,3 +164,45 @@ def test_the_docs_name_the_one_default_mask_model():
     docs = Path(__file__).resolve().parents[2] / "docs"
     assert f"(default `{DEFAULT_MASK_MODEL}`" in (docs / "masks.md").read_text(encoding="utf-8")
     assert f"`{DEFAULT_MASK_MODEL}` (default mask model)" in (docs / "offline.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_masks_command_runs_the_torch_backend_in_batches_and_names_it(tmp_path, monkeypatch, u2netp_file):
+    import json
+
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=1)
+    out = tmp_path / "masks"
+    args = ["masks", "--dataset", "bench", "--root", str(root), "--out", str(out), "--backend", "torch",
+            "--batch-size", "2", "--device", "cpu"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "3 images (u2netp, torch on cpu): 3 written, 0 already done, 0 failed" in result.stdout
+    inference = json.loads((out / "manifest.json").read_text())["inference"]
+    assert (inference["backend"], inference["batch"], inference["provider"]) == ("torch", 2, "cpu")
+
+
+@pytest.mark.slow
+def test_the_api_makes_masks_with_the_torch_backend_in_batches(tmp_path, monkeypatch, u2netp_file):
+    import bgbias
+    from bgbias.errors import OptionError
+
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=1)
+    run = bgbias.make_masks("bench", root, out=tmp_path / "masks", backend="torch", device="cpu",
+                            batch_size=2)
+    assert (run.written, run.failed) == (3, 0)
+    assert "(u2netp, torch on cpu)" in run.describe()
+    with pytest.raises(OptionError, match="tpu"):
+        bgbias.make_masks("bench", root, out=tmp_path / "other", backend="tpu")
+
+
+def test_ground_truth_masks_refuse_the_options_of_a_network_run(tmp_path):
+    root = make_bench(tmp_path / "bench", train_classes=1, val_classes=1, test_classes=1, per_class=1)
+    args = ["masks", "--dataset", "bench", "--root", str(root), "--model", "ground-truth", "--out",
+            str(tmp_path / "gt"), "--backend", "torch", "--batch-size", "2", "--shard", "1/2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--backend, --batch-size, --shard and --model ground-truth together" in text
+    assert "leave them out" in text and not (tmp_path / "gt").exists()

@@ -1,0 +1,87 @@
+"""The torch backend on a CUDA device (skipped without one): float32 masks as the CPU's, bf16 and fp16 masks
+close to float32 ones, and a batch of eight in one network call through the pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from bgbias.data.images import load_image
+from bgbias.saliency.pipeline import write_masks
+from bgbias.saliency.sessions import Inference, open_session
+from tests.saliency.test_torch_backend import thresholded_iou
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def cuda_sessions(u2netp_file) -> dict:
+    """u2netp on CUDA by precision (``--amp`` off, bf16, fp16), each taking the eight images at once."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("U2NET_HOME", str(u2netp_file.parent))
+        return {amp: open_session("u2netp", Inference(backend="torch", device="cuda", amp=amp, batch=BATCH))
+                for amp in ("off", "bf16", "fp16")}
+
+
+@pytest.fixture
+def eight(bench_items) -> list[Image.Image]:
+    """Six bench images and two of scikit-image's photos."""
+    import skimage.data
+
+    photos = [Image.fromarray(getattr(skimage.data, name)()) for name in ("chelsea", "coffee")]
+    return [load_image(item.image) for item in bench_items[:6]] + photos
+
+
+def masks(session, images: list[Image.Image]) -> list[np.ndarray]:
+    """Each image's 8-bit mask, as many images per network call as the session takes."""
+    size = session.info.batch
+    outputs = [raw for start in range(0, len(images), size)
+               for raw in session.infer([session.prepare(image) for image in images[start:start + size]])]
+    return [np.asarray(session.finish(raw, image.size).image, dtype=np.int16)
+            for raw, image in zip(outputs, images, strict=True)]
+
+
+def test_cuda_float32_masks_are_the_cpus_within_two_gray_levels(eight, cuda_sessions, u2netp_torch):
+    images = eight
+    assert cuda_sessions["off"].info.provider.startswith("cuda")
+    for index, (gpu, cpu) in enumerate(zip(masks(cuda_sessions["off"], images), masks(u2netp_torch, images),
+                                           strict=True)):
+        assert np.abs(gpu - cpu).max() <= 2, f"image {index}: max |Δ| {np.abs(gpu - cpu).max()}"
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_mixed_precision_masks_stay_close_to_float32(eight, cuda_sessions, amp):
+    images = eight
+    assert cuda_sessions[amp].info.precision == amp
+    reference = masks(cuda_sessions["off"], images)
+    mixed = masks(cuda_sessions[amp], images)
+    ious = [thresholded_iou(ours, theirs) for ours, theirs in zip(mixed, reference, strict=True)]
+    for index, (ours, theirs) in enumerate(zip(mixed, reference, strict=True)):
+        assert np.abs(ours - theirs).max() <= 2, f"image {index}: max |Δ| {np.abs(ours - theirs).max()}"
+    assert np.mean(ious) >= 0.999 and min(ious) >= 0.99, ious
+
+
+def test_a_batch_of_eight_is_one_network_call(bench_items, cuda_sessions, tmp_path, monkeypatch):
+    items = bench_items[:BATCH]
+    session = cuda_sessions["off"]
+    batches: list[int] = []
+    forwards: list[int] = []
+    infer = session.infer
+
+    def counted(batch):
+        batches.append(len(batch))
+        return infer(batch)
+
+    monkeypatch.setattr(session, "infer", counted)
+    hook = session._network.register_forward_hook(lambda _module, inputs, _output: forwards.append(
+        inputs[0].shape[0]))
+    try:
+        result = write_masks(items, tmp_path, session, progress=False)
+    finally:
+        hook.remove()
+    assert (result.written, result.failed) == (len(items), 0)
+    assert batches == forwards == [BATCH]
