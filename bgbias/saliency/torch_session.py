@@ -53,17 +53,24 @@ class TorchU2netSession:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """On the CPU, torch computes each call with ``info.threads`` threads for the run (``streams`` calls
-        share the cores), then goes back to the process's own count; a GPU needs nothing."""
-        if self._device.type != "cpu":
-            yield
+        """For the run, then back to the process's own settings: on the CPU torch computes each call with
+        ``info.threads`` threads (``streams`` calls share the cores); on CUDA cuDNN picks each convolution's
+        fastest algorithm once, as every batch but the last has the same shape. Neither changes a mask
+        beyond float32 rounding."""
+        if self._device.type == "cuda":
+            previous = torch.backends.cudnn.benchmark
+            torch.backends.cudnn.benchmark = True
+            try:
+                yield
+            finally:
+                torch.backends.cudnn.benchmark = previous
             return
-        previous = torch.get_num_threads()
+        previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.info.threads)
         try:
             yield
         finally:
-            torch.set_num_threads(previous)
+            torch.set_num_threads(previous_threads)
 
     def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
         """One network call for the whole batch; the stretched output of each image."""
