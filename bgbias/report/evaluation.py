@@ -42,6 +42,7 @@ from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
+from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
@@ -720,7 +721,10 @@ def approximate_note(report: EvaluationReport) -> str:
 
 def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:
     """A metadata entry as list items: a mapping nests its entries in a list under the key, a list of
-    mappings gets one nested item per mapping, anything else stays on the key's line."""
+    mappings gets one nested item per mapping, anything else stays on the key's line; what made the masks
+    in words."""
+    if key == MASK_MAKER and (value is None or isinstance(value, Mapping)):
+        return (f"{key}: {shown_mask_maker(value)}",)
     if isinstance(value, Mapping) and value:
         return f"{key}:", Bullets(tuple(item for k in sorted(value) for item in _setup_items(k, value[k])))
     if isinstance(value, list | tuple) and value and all(isinstance(item, Mapping) for item in value):

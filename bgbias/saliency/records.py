@@ -256,6 +256,10 @@ class MakerManifest(Record):
     inference: MakerInference = MakerInference()
 
 
+MASK_MAKER = "mask_maker"
+"""The key a report records :func:`mask_maker`'s answer under, beside the masks folder."""
+
+
 class MaskMaker(Record):
     """What made a masks folder, as a report recorded :func:`mask_maker`'s answer and reads it back: the
     model, backend, precision and provider, or only ``error`` where the folder's manifest was damaged."""
