@@ -162,6 +162,11 @@ def test_the_page_and_record_say_what_made_the_masks_and_a_manifests_markup_stay
     assert "&lt;script&gt;alert(1)&lt;/script&gt; **bold** | cell, torch fp32 on CPUExecutionProvider" in html
     markdown = (out / "audit.md").read_text()
     assert "<script>" not in markdown and "torch fp32 on CPUExecutionProvider)." in markdown
+    model = json.loads((out / "audit.json").read_text())["models"][0]
+    leakage = json.loads((out / model["leakage_record"]).read_text())
+    assert (leakage["masks"], leakage["mask_maker"]) == (settings["masks"], settings["mask_maker"])
+    page = (out / model["leakage_record"]).with_suffix(".md").read_text()
+    assert "<script>" not in page and f"masks: {masks} (&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
 def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the_count(tmp_path):
