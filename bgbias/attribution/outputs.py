@@ -22,7 +22,7 @@ from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.fileio import write_bytes_atomic
 from bgbias.installation import InstallationRecord, installation
-from bgbias.saliency.records import MASK_MAKER, mask_maker
+from bgbias.saliency.records import masks_record
 from bgbias.schema import Record, read_record
 
 EXPLAIN_FOLDER = "explain"
@@ -71,12 +71,10 @@ def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore],
     its masks), how it used the machine (``compute``: device, precision, memory format), image and
     mask-source counts, and the statistics of the scores."""
     sources = Counter(score.mask_source for score in scores)
-    masks = settings["masks_dir"]
     summary = {
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
-        "masks": masks,
-        MASK_MAKER: None if masks is None else mask_maker(masks),
+        **masks_record(settings["masks_dir"]),
         "compute": compute,
         "installation": installation(),
         "images": len(scores),

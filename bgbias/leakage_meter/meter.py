@@ -39,7 +39,7 @@ from bgbias.leakage_meter.probe import probe_chance, probe_predictions
 from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
 from bgbias.leakage_meter.views import VIEWS, ViewImages
 from bgbias.retrieval.metrics import chance_per_query, chance_scores, score_embeddings
-from bgbias.saliency.records import mask_maker
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from bgbias.data.geometry import EvalGeometry
@@ -119,8 +119,7 @@ def measure_leakage(
         background=views["background"], foreground=views["foreground"],
         chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
         per_class=per_class, empty_masks=int(empty.sum()), bench_rho=bench,
-        masks=None if folder is None else str(folder),
-        mask_maker=None if folder is None else mask_maker(folder),
+        **masks_record(folder),
     )
     if out is not None:
         picture = None

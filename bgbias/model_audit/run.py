@@ -30,7 +30,7 @@ from bgbias.fileio import make_dirs
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
 from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
-from bgbias.saliency.records import MASK_MAKER, mask_maker
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
@@ -245,9 +245,8 @@ def run_audit(
     check_audit_folder(out)
     outcomes = audit_models(dataset, entries, load, settings, out, log=log)
     masks_dir = settings.masks_dir(dataset)
-    page = AuditPage(dataset.name, settings.split, {
-        **settings.key_fields(), "masks": str(masks_dir), MASK_MAKER: mask_maker(masks_dir),
-        "split_reason": settings.split_reason}, ranked(outcomes))
+    shown = {**settings.key_fields(), **masks_record(masks_dir), "split_reason": settings.split_reason}
+    page = AuditPage(dataset.name, settings.split, shown, ranked(outcomes))
     return AuditResult(out, page, write_audit_page(page, out))
 
 

@@ -289,6 +289,14 @@ def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
             "provider": manifest.inference.provider}
 
 
+def masks_record(folder: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The masks folder a result was made with and what made its masks, as its record holds them side by
+    side (``masks``, ``mask_maker``); both ``None`` where it used none."""
+    if folder is None:
+        return {"masks": None, MASK_MAKER: None}
+    return {"masks": os.fspath(folder), MASK_MAKER: mask_maker(folder)}
+
+
 def shown_mask_maker(maker: Mapping[str, Any] | None) -> str:
     """How a page or the console names what made a masks folder (:func:`mask_maker`'s answer, or a report's
     :class:`MaskMaker` dumped): ``u2netp, torch fp32 on cpu``."""
