@@ -38,22 +38,38 @@ TOOLING_EXTRAS = frozenset({"dev", "slurm"})
 submitit): they cannot change a figure."""
 
 GPU_BUILDS = ("onnxruntime-gpu", "faiss-gpu-cu12")
-"""The GPU builds of two of bgbias's requirements (onnxruntime, faiss-cpu), which a CUDA machine installs in
-their place (docs/install.md, *GPU builds*): no requirement names them, so they are looked for by name."""
+"""The GPU builds of two of bgbias's requirements (onnxruntime, faiss-cpu), which a CUDA machine may install
+in their place (docs/install.md, *GPU builds*): no requirement names them, so they are looked for by name.
+Masks need neither: their torch backend runs on CUDA with the torch bgbias already has."""
 
-INSTALL_ONNXRUNTIME = ("pip install onnxruntime (on a CUDA machine its GPU build instead: "
-                       "pip install onnxruntime-gpu; docs/install.md, GPU builds)")
+INSTALL_ONNXRUNTIME = ("pip install onnxruntime (its GPU build, pip install onnxruntime-gpu, only to run "
+                       "--backend onnxruntime masks or an ONNX model on a GPU; docs/install.md, GPU builds)")
 """How to get onnxruntime back, for the errors that need it."""
 
 
 def import_onnxruntime() -> ModuleType:
-    """onnxruntime (U²-Net masks, ``--model x.onnx``), or an error naming the fix where it was removed."""
+    """onnxruntime (``bgbias masks --backend onnxruntime`` and the rembg models torch has no network for,
+    ``--model x.onnx``), or an error naming the fix where it was removed."""
     try:
         import onnxruntime
     except ImportError:
-        raise AssetError("onnxruntime is not installed: U²-Net masks and ONNX models need it",
+        raise AssetError("onnxruntime is not installed: masks on --backend onnxruntime (and of the models "
+                         "the torch backend has no network for) and ONNX models need it",
                          fix=INSTALL_ONNXRUNTIME) from None
     return onnxruntime
+
+
+def import_onnx() -> ModuleType:
+    """onnx (the torch backend of ``bgbias masks`` reads U²-Net's weights with it), or an error naming the fix
+    where an installation from before bgbias required it lacks it."""
+    try:
+        import onnx
+    except ImportError:
+        raise AssetError("onnx is not installed: the torch backend of bgbias masks reads the U²-Net weights "
+                         "with it",
+                         fix="pip install onnx (a requirement of bgbias: reinstalling bgbias brings it), or "
+                             "pass --backend onnxruntime") from None
+    return onnx
 
 
 @functools.cache

@@ -172,8 +172,8 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
     listed = json.loads(_run([venv / "bin" / "python", "-m", "pip", "list", "--format", "json",
                               "--disable-pip-version-check"]).stdout)
     names = {package["name"].lower() for package in listed}
-    assert {"bgbias", "onnxruntime", "faiss-cpu", "rembg", "platformdirs", "torch"} <= names
-    assert not names & {"pytest", "ruff", "tensorboard", "onnx"}  # extras stay extras
+    assert {"bgbias", "onnx", "onnxruntime", "faiss-cpu", "rembg", "platformdirs", "torch"} <= names
+    assert not names & {"pytest", "ruff", "tensorboard"}  # extras stay extras
 
     project, home = tmp_path / "project", tmp_path / "bgbias-home"
     project.mkdir()
@@ -190,8 +190,12 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
     assert bgbias("--version") == f"bgbias {VERSION}\n"
     assert "triplet" in bgbias("methods")
     assert str(home / "u2net" / "u2netp.onnx") in bgbias("assets", "status")
-    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu")  # onnxruntime
+    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu")  # torch, weights by onnx
     manifest = json.loads((project / "masks" / "bench" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["counts"]["masks"] == 18 and manifest["inference"]["backend"] == "torch"
+    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "onnxruntime",
+           "--out", "masks/bench-onnxruntime")
+    manifest = json.loads((project / "masks" / "bench-onnxruntime" / "manifest.json").read_text("utf-8"))
     assert manifest["counts"]["masks"] == 18 and manifest["producer"]["onnxruntime"] != "unknown"
     bgbias("train", "--method", "triplet", "--dataset", "bench", *TINY_TRAINING)  # faiss, for validation
     bgbias("eval")

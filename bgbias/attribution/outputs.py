@@ -22,6 +22,7 @@ from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
 from bgbias.fileio import write_bytes_atomic
 from bgbias.installation import InstallationRecord, installation
+from bgbias.saliency.records import masks_record
 from bgbias.schema import Record, read_record
 
 EXPLAIN_FOLDER = "explain"
@@ -66,12 +67,14 @@ class ExplainSummary(Record):
 
 def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore],
                 compute: dict[str, Any]) -> dict[str, Any]:
-    """``summary.json``: what was run (the settings a reader needs), how it used the machine (``compute``:
-    device, precision, memory format), image and mask-source counts, and the statistics of the scores."""
+    """``summary.json``: what was run (the settings a reader needs, the saliency masks folder and what made
+    its masks), how it used the machine (``compute``: device, precision, memory format), image and
+    mask-source counts, and the statistics of the scores."""
     sources = Counter(score.mask_source for score in scores)
     summary = {
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
+        **masks_record(settings["masks_dir"]),
         "compute": compute,
         "installation": installation(),
         "images": len(scores),

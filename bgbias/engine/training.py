@@ -94,7 +94,7 @@ def _run(
         except BaseException as error:
             if dist.is_main:
                 state = session.state if session is not None else TrainingState()
-                record_stop(run, config, state, device, inputs.trained_on, error)
+                record_stop(run, config, state, device, inputs.trained_on, inputs.masks, error)
             raise
         finally:
             if session is not None:

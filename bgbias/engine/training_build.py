@@ -29,6 +29,8 @@ class RunInputs:
     val_items: list[Item]
     test_items: list[Item]  # watched (schedule.watch_test), else empty
     masks_dir: Path
+    masks: dict[str, Any]
+    """``run.json``'s record of the masks the run composites or validates with (:func:`_used_masks`)."""
     bgaugment: Any
     images: TrainImages
     method: Method
@@ -58,8 +60,9 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
     images = train_images(config, dataset, train_items, train_masks)
     method = build_method(config, train_items, input_size=images.geometry.crop).to(device)
     loader, sampler = make_train_loader(config, images, device, dist)
-    return RunInputs(dataset, train_items, val_items, test_items, masks_dir, bgaugment, images, method,
-                     loader, sampler, _trained_on(dataset))
+    return RunInputs(dataset, train_items, val_items, test_items, masks_dir,
+                     _used_masks(config, masks_dir, bool(test_items)), bgaugment, images, method, loader,
+                     sampler, _trained_on(dataset))
 
 
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
@@ -126,6 +129,15 @@ def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
     from bgbias.data.items import default_masks_dir
 
     return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
+
+
+def _used_masks(config: TrainConfig, masks_dir: Path, watched: bool) -> dict[str, Any]:
+    """The masks folder and what made its masks (:func:`~bgbias.saliency.records.masks_record`) where the run
+    uses them (BGAugment, a corrupted validation, a watched test set), else both ``None``."""
+    from bgbias.saliency.records import masks_record
+
+    used = config.bgaugment.enabled or config.monitor == "corrupted" or watched
+    return masks_record(masks_dir.resolve() if used else None)
 
 
 def _check_masks(

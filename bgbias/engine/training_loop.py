@@ -119,7 +119,7 @@ class TrainingSession:
         return self.inputs.method
 
     def record(self) -> dict[str, Any]:
-        return run_record(self.config, self.state, self.device, self.inputs.trained_on)
+        return run_record(self.config, self.state, self.device, self.inputs.trained_on, self.inputs.masks)
 
     def train(self) -> TrainResult:
         """Epoch 0's validation (once), then epochs until the schedule ends or early stopping."""

@@ -42,13 +42,14 @@ class TrainingState:
 
 
 def record_stop(run: RunDir, config: TrainConfig, state: TrainingState, device, trained_on: dict[str, Any],
-                 error: BaseException) -> None:
+                masks: dict[str, Any], error: BaseException) -> None:
     """Say in ``run.json`` that the run stopped on ``error`` (else it would read "running" for good):
     "interrupted" after Ctrl-C or SIGTERM, else "failed" with the error. On a disk too full for even that
     the record keeps its last state and ``error``, which says why, is what the caller sees."""
     state.status = RunStatus.INTERRUPTED if isinstance(error, KeyboardInterrupt) else RunStatus.FAILED
     with contextlib.suppress(BgbiasError):
-        write_record(run, {**run_record(config, state, device, trained_on), "error": _error_text(error)})
+        record = run_record(config, state, device, trained_on, masks)
+        write_record(run, {**record, "error": _error_text(error)})
 
 
 def make_run_dir(
@@ -113,8 +114,10 @@ def restore_state(checkpoint: dict[str, Any], method, optimizer, scaler, device)
     )
 
 
-def run_record(config: TrainConfig, state: TrainingState, device,
-               trained_on: dict[str, Any]) -> dict[str, Any]:
+def run_record(config: TrainConfig, state: TrainingState, device, trained_on: dict[str, Any],
+               masks: dict[str, Any]) -> dict[str, Any]:
+    """``run.json``: the run's state, what it trained on (the dataset, and ``masks``: the masks folder and
+    what made its masks where it uses any), the machine, the installation and the process."""
     return {
         "status": state.status.value,
         "epochs_done": state.epoch,
@@ -125,6 +128,7 @@ def run_record(config: TrainConfig, state: TrainingState, device,
         "dataset": config.dataset,
         "trained_on": trained_on,
         "bgaugment": config.bgaugment.enabled,
+        **masks,
         "device": str(device),
         "compute": compute_record(config, device),
         "installation": installation(),

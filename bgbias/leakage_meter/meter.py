@@ -39,6 +39,7 @@ from bgbias.leakage_meter.probe import probe_chance, probe_predictions
 from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
 from bgbias.leakage_meter.views import VIEWS, ViewImages
 from bgbias.retrieval.metrics import chance_per_query, chance_scores, score_embeddings
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from bgbias.data.geometry import EvalGeometry
@@ -101,6 +102,7 @@ def measure_leakage(
     background, foreground = (scores[view].per_query["map_at_r"] for view in VIEWS)
     encoder = str(model.describe().get("method", ""))
     flagged = set(empty_masks(items, masks))
+    folder = masks if any(item.saliency_mask is None for item in items) else None
     empty = np.array([item.id in flagged for item in items], dtype=bool)
     if any(views[view].degenerate for view in VIEWS):  # nothing to read a share off
         leakage, interval, per_class, bench = float("nan"), (float("nan"), float("nan")), (), None
@@ -117,6 +119,7 @@ def measure_leakage(
         background=views["background"], foreground=views["foreground"],
         chance=ViewScores(chance["map_at_r"], chance["precision_at_1"], probe_chance(labels)),
         per_class=per_class, empty_masks=int(empty.sum()), bench_rho=bench,
+        **masks_record(folder),
     )
     if out is not None:
         picture = None

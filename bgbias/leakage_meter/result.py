@@ -14,10 +14,12 @@ from bgbias.data.items import shown_class
 from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
 from bgbias.leakage_meter.calibration import BenchEquivalent
 from bgbias.report.document import Block, Heading, Paragraph, Strong, Table, Text, to_markdown
+from bgbias.saliency.records import shown_mask_maker
 
 RECORD_FORMAT = "bgbias-leakage"
-RECORD_VERSION = 3
-"""2: ``bench_rho``, the bias dial's ρ that leaks as much; 3: each view's ``degenerate``."""
+RECORD_VERSION = 4
+"""2: ``bench_rho``, the bias dial's ρ that leaks as much; 3: each view's ``degenerate``; 4: ``masks`` and
+``mask_maker``."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class DatasetLeakage:
     per_class: tuple[ClassLeakage, ...]
     bench_rho: BenchEquivalent | None = None
     empty_masks: int = 0
+    masks: str | None = None
+    """The saliency masks folder the views were cut out with; None where every image came with its mask."""
+    mask_maker: dict[str, Any] | None = None
+    """What made those masks (:func:`~bgbias.saliency.records.mask_maker`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
@@ -95,7 +101,9 @@ class DatasetLeakage:
         views = {"background only": self.background, "object only": self.foreground, "chance": self.chance}
         flagged = bool(self.empty_masks)
         about = (f"{self.images} images, {self.classes} classes; encoder {self.model}; "
-                 f"hole filled: {self.fill}.")
+                 f"hole filled: {self.fill}; masks: "
+                 + ("each image's own." if self.masks is None else
+                    f"{self.masks} ({shown_mask_maker(self.mask_maker)})."))
         broken = [f"the {name} view is degenerate ({view.degenerate})" for name, view in views.items()
                   if view.degenerate]
         headline: list[Block] = (

@@ -30,6 +30,7 @@ from bgbias.report.document import (
 )
 from bgbias.report.evaluation import percent, percent_spread
 from bgbias.report.profile import PROFILE_SETS
+from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
 
 AUDIT_FORMAT = "bgbias-audit"
 AUDIT_NAME = "audit"
@@ -42,7 +43,8 @@ worst case are in each model's report, and chance is the dataset's (said once, u
 
 @dataclass(frozen=True)
 class AuditPage:
-    """What the page shows: the dataset and split, the settings, and the models ranked."""
+    """What the page shows: the dataset and split, the settings (with the masks folder and what made its
+    masks), and the models ranked."""
 
     dataset: str
     split: str
@@ -112,6 +114,7 @@ def blocks(page: AuditPage) -> list[Block]:
                   "background-reliance profile, and the dataset's background leakage seen through each "
                   f"model (hole filled: {settings['fill']})."
                   + (f" Split scored: {settings['split_reason']}." if settings.get("split_reason") else "")),
+        Paragraph(("Masks: ", Code(settings["masks"]), f" ({shown_mask_maker(settings[MASK_MAKER])}).")),
         table(page),
         *_empty_mask_note(page),
         Bullets(_column_notes(chance)),

@@ -30,6 +30,7 @@ from bgbias.fileio import make_dirs
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
 from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
@@ -64,6 +65,12 @@ class AuditSettings:
     workers: int | None = None
     progress: bool = False
 
+    def masks_dir(self, dataset: Dataset) -> Path:
+        """The masks every model is measured with: ``masks``, else the dataset's default folder."""
+        from bgbias.data.items import default_masks_dir
+
+        return Path(self.masks) if self.masks is not None else default_masks_dir(dataset)
+
     def key_fields(self) -> dict[str, Any]:
         """The settings that change a model's numbers (batch size, workers and progress do not)."""
         return {"split": self.split, "repeats": self.repeats, "seed": self.seed, "fill": self.fill,
@@ -84,12 +91,11 @@ def audit_models(
     from bgbias.backgrounds.pool import list_pool
     from bgbias.bgaugment.mask_check import saliency_masks
     from bgbias.corrupted.manifests import split_pool_dir
-    from bgbias.data.items import default_masks_dir
     from bgbias.data.splits import split_items
     from bgbias.engine.embedding_cache import files_fingerprint
 
     items = split_items(dataset, settings.split)
-    masks_dir = Path(settings.masks) if settings.masks is not None else default_masks_dir(dataset)
+    masks_dir = settings.masks_dir(dataset)
     # Every model needs them: a missing mask or an incomplete pool stops the audit here, with bgbias eval's
     # error and fix, instead of failing each model alike.
     masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
@@ -238,9 +244,9 @@ def run_audit(
     the page; the result lists the models that failed."""
     check_audit_folder(out)
     outcomes = audit_models(dataset, entries, load, settings, out, log=log)
-    page = AuditPage(dataset.name, settings.split, {**settings.key_fields(), "masks": str(
-        settings.masks) if settings.masks is not None else None, "split_reason": settings.split_reason},
-        ranked(outcomes))
+    masks_dir = settings.masks_dir(dataset)
+    shown = {**settings.key_fields(), **masks_record(masks_dir), "split_reason": settings.split_reason}
+    page = AuditPage(dataset.name, settings.split, shown, ranked(outcomes))
     return AuditResult(out, page, write_audit_page(page, out))
 
 

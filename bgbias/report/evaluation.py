@@ -42,6 +42,7 @@ from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
+from bgbias.saliency.records import MASK_MAKER, MaskMaker, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
@@ -155,6 +156,20 @@ class ShortlistRecall(Record):
     corrupted_recall_of_exact_top_r: float | None = None
 
 
+class UsedMasks(Record):
+    """The masks an evaluation's corrupted sets were cut out with, from its ``corrupted_sets``: the folder and
+    what made them (``mask_maker``; not set in a report from before bgbias recorded it)."""
+
+    masks: str
+    mask_maker: MaskMaker | None = None
+
+    def words(self) -> str:
+        """What made the masks, as a page says it."""
+        if MASK_MAKER not in self.model_fields_set:
+            return "not recorded (an evaluation from before bgbias recorded it)"
+        return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
+
+
 class EvaluationReport(Record):
     """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
     and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
@@ -196,6 +211,13 @@ class EvaluationReport(Record):
     def label(self) -> str:
         """How tables and plots name the run: ``"method"`` or ``"method + BGAugment"``."""
         return run_label(self.method, bool(self.bgaugment))
+
+    @property
+    def used_masks(self) -> UsedMasks | None:
+        """The masks of the corrupted sets (``None`` for a clean-only evaluation); a ``corrupted_sets`` of
+        another shape than bgbias writes is a ``RecordError``."""
+        return check_record((self.model_extra or {}).get("corrupted_sets"), UsedMasks | None, path=None,
+                            what="the evaluation report's corrupted_sets", fix="evaluate the run again")
 
     @property
     def setup(self) -> dict[str, Any]:
@@ -720,7 +742,10 @@ def approximate_note(report: EvaluationReport) -> str:
 
 def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:
     """A metadata entry as list items: a mapping nests its entries in a list under the key, a list of
-    mappings gets one nested item per mapping, anything else stays on the key's line."""
+    mappings gets one nested item per mapping, anything else stays on the key's line; what made the masks
+    in words."""
+    if key == MASK_MAKER and (value is None or isinstance(value, Mapping)):
+        return (f"{key}: {shown_mask_maker(value)}",)
     if isinstance(value, Mapping) and value:
         return f"{key}:", Bullets(tuple(item for k in sorted(value) for item in _setup_items(k, value[k])))
     if isinstance(value, list | tuple) and value and all(isinstance(item, Mapping) for item in value):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bgbias.corrupted.manifest_store import manifest_exists
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.errors import AssetError
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,11 +64,11 @@ class EvaluationSets:
     empty_masks: list[str] | None = None
 
     def corrupted_meta(self, request: MeasureRequest) -> dict[str, Any]:
-        """The corrupted sets as the report's ``corrupted_sets`` records them: seed, pool, masks and the
-        manifests of the paper's ``request.repeats``."""
+        """The corrupted sets as the report's ``corrupted_sets`` records them: seed, pool, masks (the folder
+        and what made them) and the manifests of the paper's ``request.repeats``."""
         first = self.corrupted[0][0]
         return {"seed": request.seed, "pool": str(first.pool_dir), "pool_images": len(first.pool),
-                "masks": str(self.masks_dir), "manifests": self._manifest_records()[:request.repeats]}
+                **masks_record(self.masks_dir), "manifests": self._manifest_records()[:request.repeats]}
 
     def worst_case_manifests(self, request: MeasureRequest) -> list[dict[str, Any]]:
         """The manifests of the repeats only the profile's worst case embeds, as its record lists them."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -522,6 +523,21 @@ def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathL
 
 
 # ------------------------------------------------------------------------------------------------- report
+def masks_blocks(reports: Sequence[EvaluationReport]) -> list[Block]:
+    """Which masks the runs' corrupted sets were cut out with and what made them (a model, backend and
+    precision): one line per folder and maker, with how many runs used it where there are several."""
+    used = Counter((masks.masks, masks.words()) for report in reports
+                   if (masks := report.used_masks) is not None)
+    if not used:
+        return []
+    lines = tuple((Code(folder), f" ({words})" + (f": {count} runs" if len(used) > 1 else ""))
+                  for (folder, words), count in sorted(used.items()))
+    if len(lines) == 1:
+        return [Paragraph(("Masks of the corrupted sets: ", *lines[0], "."))]
+    return [Paragraph("Masks of the corrupted sets (the runs were evaluated with different ones):"),
+            Bullets(lines)]
+
+
 def empty_mask_blocks(results: Sequence[StudyRunResult]) -> list[Block]:
     """Where any run's evaluation had images whose mask shows no object: how many, in which runs, and that
     every corrupted score on the page counts them; nothing where none had."""
@@ -572,6 +588,7 @@ def write_study_report(
     found = selections([result.folder for result in results])
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
+        *masks_blocks(reports),
         *empty_mask_blocks(results),
         *installation_blocks(reports),
         Heading("Answers"),

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from bgbias.errors import AssetError
+from bgbias.installation import import_onnx
 from bgbias.saliency.u2net_network import ResidualUBlock, U2Net, U2NetShape
 
 
@@ -60,7 +61,7 @@ def load_u2net(path: str | os.PathLike[str], shape: U2NetShape, *, fix: str) -> 
 
 def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[FileConv]]:
     """The file's initializers (float32 arrays by name) and its Conv nodes in graph order."""
-    import onnx
+    onnx = import_onnx()
     from google.protobuf.message import DecodeError
     from onnx import numpy_helper
 

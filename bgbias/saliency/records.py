@@ -23,13 +23,13 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from bgbias import __version__
 from bgbias.data.items import Item
-from bgbias.errors import BgbiasError, BusyError, OptionError
+from bgbias.errors import BgbiasError, BusyError, OptionError, RecordError
 from bgbias.fileio import exclusive_lock, write_json_atomic
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
@@ -233,6 +233,79 @@ def folder_settings(out_dir: Path) -> dict[str, Any] | None:
     """The settings the masks of ``out_dir`` were made with (``None`` where it has none yet)."""
     manifest = read_manifest(out_dir)
     return None if manifest is None else {**BEFORE_BACKENDS, **manifest.settings}
+
+
+Shown = Annotated[str, StringConstraints(max_length=200)]
+"""A manifest's string as a report quotes it: a name, never a page's worth of text."""
+
+
+class MakerSettings(Record):
+    model: Shown
+    backend: Shown = BEFORE_BACKENDS["backend"]
+    precision: Shown = BEFORE_BACKENDS["precision"]
+
+
+class MakerInference(Record):
+    provider: Shown | None = None
+
+
+class MakerManifest(Record):
+    """The part of ``manifest.json`` that says what made the masks (:func:`mask_maker`)."""
+
+    settings: MakerSettings
+    inference: MakerInference = MakerInference()
+
+
+MASK_MAKER = "mask_maker"
+"""The key a report records :func:`mask_maker`'s answer under, beside the masks folder."""
+
+
+class MaskMaker(Record):
+    """What made a masks folder, as a report recorded :func:`mask_maker`'s answer and reads it back: the
+    model, backend, precision and provider, or only ``error`` where the folder's manifest was damaged."""
+
+    model: str | None = None
+    backend: str | None = None
+    precision: str | None = None
+    provider: str | None = None
+    error: str | None = None
+
+
+def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What made the masks of ``out_dir``, for the reports that used them to record beside the folder: model,
+    backend, precision and provider from its ``manifest.json`` (a manifest from before the backends:
+    onnxruntime, fp32). ``None`` for a folder without one (ground-truth masks, a user's own); a damaged
+    manifest gives ``{"error": why}``: the masks themselves were checked on their own, and a report must not
+    fail over a summary it only quotes."""
+    path = Path(out_dir) / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        manifest = read_record(path, MakerManifest, what="the mask manifest", fix="")
+    except RecordError as error:
+        return {"error": f"{path}: {error.problem}"}
+    settings = manifest.settings
+    return {"model": settings.model, "backend": settings.backend, "precision": settings.precision,
+            "provider": manifest.inference.provider}
+
+
+def masks_record(folder: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The masks folder a result was made with and what made its masks, as its record holds them side by
+    side (``masks``, ``mask_maker``); both ``None`` where it used none."""
+    if folder is None:
+        return {"masks": None, MASK_MAKER: None}
+    return {"masks": os.fspath(folder), MASK_MAKER: mask_maker(folder)}
+
+
+def shown_mask_maker(maker: Mapping[str, Any] | None) -> str:
+    """How a page or the console names what made a masks folder (:func:`mask_maker`'s answer, or a report's
+    :class:`MaskMaker` dumped): ``u2netp, torch fp32 on cpu``."""
+    if maker is None:
+        return "no bgbias masks manifest (the dataset's own masks, or a user's)"
+    if maker.get("error") is not None or maker.get("model") is None:
+        return f"unknown: {maker.get('error') or 'the record names no model'}"
+    made = f"{maker['model']}, {maker.get('backend')} {maker.get('precision')}"
+    return f"{made} on {maker['provider']}" if maker.get("provider") else made
 
 
 def build_manifest(

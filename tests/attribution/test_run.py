@@ -25,6 +25,7 @@ from bgbias.engine.request import MeasureRequest
 from bgbias.errors import ImageError, OptionError
 from tests.attribution.tiny import baseline
 from tests.replicas import copy_ground_truth_masks, make_bench
+from tests.saliency.fakes import made_masks
 
 GEOMETRY = EvalGeometry(resize=32, crop=32)
 OPTIONS = {"copies": 4}
@@ -80,6 +81,7 @@ def test_files_and_summary(reference, items):
     assert summary["options"] == {"copies": 4, "noise": 0.15, "clip_percentile": 99.0, "batch": 50}
     assert (summary["seed"], summary["images"], summary["scored"], summary["undefined"]) == (0, 6, 6, 0)
     assert summary["mask_sources"] == {"ground_truth": 6, "saliency": 0}
+    assert summary["masks"] is None and summary["mask_maker"] is None  # no saliency mask used
     assert summary["mean"] == pytest.approx(scores.mean(), abs=1e-6)
     assert summary["std"] == pytest.approx(scores.std(ddof=1), abs=1e-6)
     assert summary["median"] == pytest.approx(np.median(scores), abs=1e-6)
@@ -144,12 +146,15 @@ def test_a_foreign_folder_is_refused(method, items, tmp_path):
 
 
 def test_items_without_ground_truth_use_their_saliency_masks(reference, method, items, tmp_path):
-    masks_dir = copy_ground_truth_masks(items[:3], tmp_path / "masks")
+    masks_dir = made_masks(copy_ground_truth_masks(items[:3], tmp_path / "truth"), tmp_path / "masks")
     mixed = [dataclasses.replace(item, ground_truth_mask=None) for item in items[:3]] + items[3:]
     result = explain(method, mixed, tmp_path / "explain", masks_dir=masks_dir)
     rows = read_csv(result.scores_csv)
     assert [row["mask_source"] for row in rows] == ["saliency"] * 3 + ["ground_truth"] * 3
     assert result.summary["mask_sources"] == {"ground_truth": 3, "saliency": 3}
+    assert result.summary["masks"] == str(masks_dir.resolve())
+    assert result.summary["mask_maker"]["model"] == "u2netp"
+    assert json.loads((tmp_path / "explain" / "summary.json").read_text()) == result.summary
     # The saliency masks here are copies of the ground truth, so the scores are the same.
     assert [row["score"] for row in rows] == [row["score"] for row in read_csv(reference.scores_csv)]
 

@@ -16,6 +16,7 @@ from bgbias.cli import main
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome
 from bgbias.model_audit.page import ranked
 from tests.audit.models import EMBEDDED, tiny
+from tests.saliency.fakes import made_masks
 
 HOSTILE = "<script>alert(1)</script> **bold** | cell"
 
@@ -25,8 +26,8 @@ def _data(bench):
 
 
 def _audit(bench, out, models, **extra):
-    return bgbias.audit("bench", models, **_data(bench), repeats=2, out=out, device="cpu", amp="off",
-                        workers=0, **extra)
+    return bgbias.audit("bench", models, **{**_data(bench), **extra}, repeats=2, out=out, device="cpu",
+                        amp="off", workers=0)
 
 
 def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finished(tiny_bench, tmp_path):
@@ -148,6 +149,26 @@ def test_a_folder_holding_something_else_is_refused(tiny_bench, tmp_path):
         _audit(tiny_bench, out, ["tests.audit.models:tiny"])
 
 
+def test_the_page_and_record_say_what_made_the_masks_and_a_manifests_markup_stays_text(tiny_bench, tmp_path):
+    masks = made_masks(tiny_bench / "masks", tmp_path / "masks", model=HOSTILE)
+    out = tmp_path / "audit"
+    _audit(tiny_bench, out, ["tests.audit.models:tiny seed=4"], masks=masks)
+    settings = json.loads((out / "audit.json").read_text())["settings"]
+    assert settings["masks"] == str(masks)
+    assert settings["mask_maker"] == {"model": HOSTILE, "backend": "torch", "precision": "fp32",
+                                      "provider": "CPUExecutionProvider"}
+    html = (out / "audit.html").read_text()
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; **bold** | cell, torch fp32 on CPUExecutionProvider" in html
+    markdown = (out / "audit.md").read_text()
+    assert "<script>" not in markdown and "torch fp32 on CPUExecutionProvider)." in markdown
+    model = json.loads((out / "audit.json").read_text())["models"][0]
+    leakage = json.loads((out / model["leakage_record"]).read_text())
+    assert (leakage["masks"], leakage["mask_maker"]) == (settings["masks"], settings["mask_maker"])
+    page = (out / model["leakage_record"]).with_suffix(".md").read_text()
+    assert "<script>" not in page and f"masks: {masks} (&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
 def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the_count(tmp_path):
     from types import SimpleNamespace
 
@@ -165,7 +186,7 @@ def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the
     scores = scores_of(report, leakage)
     assert (scores.images, scores.empty_masks) == (len(ids), 3)
     outcome = ModelOutcome(label="m", spec="m", args={}, folder="models/m", status="done", scores=scores)
-    settings = {"repeats": 2, "seed": 0, "fill": "inpainted"}
+    settings = {"repeats": 2, "seed": 0, "fill": "inpainted", "masks": "masks/d", "mask_maker": None}
     page = write_audit_page(AuditPage("d", "test", settings, (outcome,)), tmp_path)["audit_md"].read_text()
     assert f"**3 of {len(ids)} images of the split have a saliency mask that shows no object**" in page
     none = scores.model_copy(update={"empty_masks": 0})

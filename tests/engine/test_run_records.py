@@ -16,6 +16,7 @@ from bgbias.engine.training import resume_training, train
 from bgbias.errors import DatasetError, ImageError
 from bgbias.report.evaluate import evaluate
 from tests.conftest import tiny_config
+from tests.saliency.fakes import made_masks
 
 
 @pytest.fixture
@@ -50,6 +51,26 @@ def test_a_run_records_the_identity_of_its_dataset(run, tiny_bench):
     dataset = open_dataset("bench", tiny_bench / "bench")
     assert trained_on == {"name": "bench", "root": str(dataset.root), "identity": dataset.identity(),
                           "images": len(dataset.items())}
+
+
+def test_a_run_without_masks_records_none(run):
+    record = json.loads((run / "run.json").read_text())
+    assert record["bgaugment"] is False and (record["masks"], record["mask_maker"]) == (None, None)
+
+
+def test_a_bgaugment_run_records_its_masks_folder_and_what_made_them(tiny_bench, tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    for name in ("bench", "backgrounds"):
+        (base / name).symlink_to(tiny_bench / name)
+    masks = made_masks(tiny_bench / "masks", base / "masks")
+    config = tiny_config(base, "triplet", "bgaugment.enabled=true", "schedule.validate_untrained=false",
+                         epochs=1)
+    result = train(config, run_dir=tmp_path / "run", progress=False, echo=False)
+    record = json.loads(result.run.record.read_text())
+    assert record["masks"] == str(masks.resolve())
+    assert record["mask_maker"] == {"model": "u2netp", "backend": "torch", "precision": "fp32",
+                                    "provider": "CPUExecutionProvider"}
 
 
 def test_evaluation_refuses_a_changed_dataset_unless_asked_for_it(run, tiny_bench, tmp_path):

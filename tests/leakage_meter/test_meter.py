@@ -69,10 +69,12 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     assert record["format"] == "bgbias-leakage" and record["leakage"] == pytest.approx(result.leakage)
     assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
     # The dial was calibrated for the default encoder only: another gets no bench ρ, and is told why.
-    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 3
+    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 4
+    assert record["masks"] is None and record["mask_maker"] is None  # each image came with its mask
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
     assert "No bench ρ" in page and "Empty saliency masks: none" in page
+    assert "hole filled: inpainted; masks: each image's own." in page
     assert "](leakage-classes.png)" in page
 
 

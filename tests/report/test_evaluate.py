@@ -29,6 +29,7 @@ from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
 from bgbias.retrieval.metrics import score_embeddings
 from bgbias.retrieval.retrievers import LearnedDistance
+from tests.saliency.fakes import made_masks
 
 
 def _evaluate(trained, bench, tmp_path, **options):
@@ -242,6 +243,17 @@ def test_the_report_file_names_the_run_and_pool(run, tiny_bench, tmp_path):
     report = json.loads(result.files["report_json"].read_text())
     assert report["run"] == str(run) and report["method"] == "triplet" and report["bgaugment"] is False
     assert report["corrupted_sets"]["pool"].endswith(os.path.join("backgrounds", "test"))
+    assert report["corrupted_sets"]["mask_maker"] is None  # the bench's exact masks: no bgbias manifest
+
+
+def test_the_report_records_what_made_the_masks(run, tiny_bench, tmp_path):
+    masks = made_masks(tiny_bench / "masks", tmp_path / "u2netp-masks")
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, masks=masks)
+    sets = json.loads(result.files["report_json"].read_text())["corrupted_sets"]
+    assert sets["masks"] == str(masks)
+    assert sets["mask_maker"] == {"model": "u2netp", "backend": "torch", "precision": "fp32",
+                                  "provider": "CPUExecutionProvider"}
+    assert "mask_maker: u2netp, torch fp32 on CPUExecutionProvider" in result.files["report_md"].read_text()
 
 
 def test_a_model_bgbias_did_not_train_is_scored_by_the_same_evaluation(run, tiny_bench, tmp_path):

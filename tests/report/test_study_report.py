@@ -287,3 +287,31 @@ def test_the_page_says_when_runs_were_scored_with_empty_masks(tmp_path):
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     clear = write_study_report(results, tmp_path / "clear", title="t", reference=["ms"])["study_md"]
     assert "shows no object" not in clear.read_text()
+
+
+def test_the_page_says_which_masks_the_runs_were_scored_with_and_what_made_them(tmp_path):
+    maker = {"model": "u2netp", "backend": "torch", "precision": "fp32", "provider": "cuda:0"}
+    sets = {"seed": 0, "pool": "backgrounds/test", "masks": "masks/bench-u2netp", "mask_maker": maker}
+    results = [StudyRunResult(tmp_path / f"run{i}", changed(report, corrupted_sets=sets), {})
+               for i, report in enumerate(REPORTS)]
+    markdown = write_study_report(results, tmp_path / "one", title="t", reference=["ms"])["study_md"]
+    head = markdown.read_text().split("\n## ")[0]
+    assert "Masks of the corrupted sets: `masks/bench-u2netp` (u2netp, torch fp32 on cuda:0)." in head
+
+    hostile = {**sets, "mask_maker": {**maker, "model": "<script>alert(1)</script>"}}
+    old = {key: value for key, value in sets.items() if key != "mask_maker"}
+    mixed = [changed(report, corrupted_sets=hostile if report.bgaugment else old) for report in REPORTS]
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(mixed)]
+    paths = write_study_report(results, tmp_path / "mixed", title="t", reference=["ms"])
+    markdown = paths["study_md"].read_text()
+    assert "evaluated with different ones" in markdown
+    assert "(not recorded (an evaluation from before bgbias recorded it)): 4 runs" in markdown
+    page = paths["study_html"].read_text()
+    assert "<script>" not in markdown and "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;, torch fp32 on cuda:0): 3 runs" in page
+
+
+def test_a_clean_only_study_says_nothing_of_masks(tmp_path):
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    markdown = write_study_report(results, tmp_path / "report", title="t", reference=["ms"])["study_md"]
+    assert "Masks of the corrupted sets" not in markdown.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 from pathlib import Path
 
@@ -29,6 +30,16 @@ def fake_info(name: str = "fake", md5: str = "0" * 32, streams: int = 2, batch: 
         threads=1,
         versions=(("rembg", "test"), ("onnxruntime", "test")),
     )
+
+
+def made_masks(source: Path, out: Path, model: str = "u2netp", backend: str = "torch") -> Path:
+    """A copy of the masks folder ``source`` at ``out`` with the manifest ``bgbias masks --model MODEL
+    --backend BACKEND`` would have left there: what the reports that use masks record as their maker."""
+    from bgbias.saliency.records import build_manifest, write_manifest
+
+    shutil.copytree(source, out)
+    write_manifest(out, build_manifest([], {}, fake_info(model, backend=backend), 0.5, []))
+    return out
 
 
 class FakeSession:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bgbias.errors import ImageError
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.records import (
     MASK_LEDGER,
     MaskRecord,
     build_manifest,
+    mask_maker,
     read_all_records,
     records_path,
+    shown_mask_maker,
     write_manifest,
     write_records,
 )
@@ -86,3 +90,36 @@ def test_an_id_that_is_not_utf8_round_trips_through_records_and_manifest(tmp_pat
     manifest = build_manifest([done.id, failed.id], MASK_LEDGER.read_records(path), fake_info(), 0.5, ["r"])
     saved = json.loads(write_manifest(tmp_path, manifest).read_text(encoding="utf-8"))
     assert saved["failures"] == [{"id": failed.id, "error": "not an image", "fix": "replace it"}]
+
+
+def test_mask_maker_names_the_model_backend_precision_and_provider_of_a_folder(tmp_path):
+    write_manifest(tmp_path, build_manifest([], {}, fake_info("u2netp", backend="torch"), 0.5, []))
+    maker = mask_maker(tmp_path)
+    assert maker == {"model": "u2netp", "backend": "torch", "precision": "fp32",
+                     "provider": "CPUExecutionProvider"}
+    assert shown_mask_maker(maker) == "u2netp, torch fp32 on CPUExecutionProvider"
+
+
+def test_mask_maker_reads_a_manifest_from_before_the_backends_as_onnxruntime_fp32(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"format": 1, "inference": {"provider": "CUDAExecutionProvider", "streams": 2, "threads": 1},
+         "settings": {"model": "u2net", "md5": "0" * 32, "sha256": "0" * 64, "empty_below": 0.5}}))
+    assert shown_mask_maker(mask_maker(tmp_path)) == "u2net, onnxruntime fp32 on CUDAExecutionProvider"
+
+
+def test_mask_maker_is_none_for_a_folder_without_a_manifest(tmp_path):
+    assert mask_maker(tmp_path) is None
+    assert "no bgbias masks manifest" in shown_mask_maker(None)
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    json.dumps({"settings": {"model": 7}}),
+    json.dumps({"settings": {"model": "u2netp" * 100}}),
+    json.dumps(["settings"]),
+])
+def test_a_damaged_manifest_gives_the_reason_instead_of_failing(tmp_path, text):
+    (tmp_path / "manifest.json").write_text(text)
+    maker = mask_maker(tmp_path)
+    assert set(maker) == {"error"} and str(tmp_path / "manifest.json") in maker["error"]
+    assert shown_mask_maker(maker).startswith("unknown: ")

@@ -142,3 +142,21 @@ def test_without_onnxruntime_masks_stop_with_the_fix(u2netp_file, monkeypatch):
         open_session("u2netp", Inference(backend="onnxruntime", device="cpu"))
     assert "onnxruntime is not installed" in caught.value.problem
     assert "pip install onnxruntime" in caught.value.fix
+
+
+def test_the_torch_backend_needs_no_onnxruntime(u2netp_file, monkeypatch):
+    """What makes a CUDA install light (docs/install.md): masks on the torch backend import no onnxruntime,
+    so no onnxruntime-gpu is needed to make them on a GPU."""
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    session = open_session("u2netp", Inference(backend="torch", device="cpu"))
+    assert (session.info.backend, session.info.provider) == ("torch", "cpu")
+
+
+def test_without_onnx_the_torch_backend_stops_with_the_fix(u2netp_file, monkeypatch):
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` raise ImportError
+    with pytest.raises(AssetError) as caught:
+        open_session("u2netp", Inference(backend="torch", device="cpu"))
+    assert "onnx is not installed" in caught.value.problem
+    assert "pip install onnx" in caught.value.fix and "--backend onnxruntime" in caught.value.fix
