@@ -208,7 +208,8 @@ MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")
 """Where the mask network computes."""
 MASK_BACKEND = Rule(str, choices=("auto", "torch", "onnxruntime"), example="torch")
 """What runs the mask network (``bgbias.saliency.sessions``): bgbias's PyTorch U²-Net, batched, or the ONNX
-file in onnxruntime; auto: torch where it has the model's network, else onnxruntime."""
+file in onnxruntime; auto: torch on CUDA where it has the model's network, else onnxruntime
+(``bgbias.saliency.sessions.chosen_backend``)."""
 PIXELS = Rule(int, minimum=1, optional=True, example=224)
 """A side in pixels that has a default."""
 INTERPOLATION = Rule(str, choices=("bilinear", "bicubic"), example="bicubic")

@@ -190,7 +190,8 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
     assert bgbias("--version") == f"bgbias {VERSION}\n"
     assert "triplet" in bgbias("methods")
     assert str(home / "u2net" / "u2netp.onnx") in bgbias("assets", "status")
-    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu")  # torch, weights by onnx
+    # The torch backend, its weights read by onnx; the default on the CPU is onnxruntime, run next.
+    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "torch")
     manifest = json.loads((project / "masks" / "bench" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["counts"]["masks"] == 18 and manifest["inference"]["backend"] == "torch"
     bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "onnxruntime",

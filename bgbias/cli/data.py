@@ -56,8 +56,8 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     default="auto",
     show_default=True,
     help="torch: bgbias's own U²-Net (u2net, u2netp, u2net_human_seg), batched, on the CPU or CUDA; "
-         "onnxruntime: the model file, one image per call. auto: the backend of the masks already in the "
-         "output folder, else torch where it has the model.",
+         "onnxruntime: the model file, one image per call, rembg's masks byte for byte. auto: the backend of "
+         "the masks already in the output folder, else torch on CUDA, onnxruntime on the CPU (faster there).",
 )
 @click.option(
     "--device",

@@ -39,7 +39,7 @@ class U2NetMasks:
     def __post_init__(self) -> None:
         """Refused here, where the spec is written, not at the first audit that makes a mask."""
         check_model(self.model)
-        chosen_backend(self.model, self.inference().backend)
+        chosen_backend(self.model, self.inference())
 
     def inference(self) -> Inference:
         return Inference(backend=self.backend, device=self.device)

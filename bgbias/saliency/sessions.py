@@ -13,7 +13,9 @@ a missing file raises the ``AssetError`` before any image is touched):
   pipeline records, so bgbias opens the session itself. The other rembg models run through rembg's public
   ``new_session`` and ``predict``, the file handed over through ``U2NET_HOME`` so that rembg never downloads.
 
-``auto`` picks ``torch`` wherever it has the model's network (measured: docs/benchmarks.md, *Mask backends*).
+``auto`` picks by measurement per device (docs/benchmarks.md, *Mask backends*): ``torch`` on CUDA, batched;
+``onnxruntime`` on the CPU, where it ran U²-Net about 1.1× as fast as the torch network on 2 cores and gives
+rembg's masks byte for byte (torch there only where onnxruntime is not installed).
 """
 
 from __future__ import annotations
@@ -197,32 +199,54 @@ class Inference:
 def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = None) -> MaskSession:
     """Open ``model`` once for a whole run, as ``inference`` asks.
 
-    ``backend``: ``torch`` (the u2net family but silueta), ``onnxruntime`` or ``auto`` (torch where it has the
-    model). ``device``: ``cpu``, ``cuda`` (an error unless the backend really runs there) or ``auto`` (CUDA
-    where the backend can use it). ``amp``: ``off`` (``auto``: float32), or ``bf16``/``fp16`` autocast on
-    CUDA with the torch backend. ``batch``: images per network call (default: 1 on the CPU, where larger
-    batches were slower, :data:`DEFAULT_CUDA_BATCH` on a GPU; onnxruntime's files take one). ``streams``:
-    calls at once, each with ``threads`` CPU threads (defaults: one stream per core on the CPU, up to
-    :data:`MAX_DEFAULT_STREAMS`, one on a GPU; the cores shared out among the streams).
+    ``backend``: ``torch`` (the u2net family but silueta), ``onnxruntime`` or ``auto``
+    (:func:`chosen_backend`). ``device``: ``cpu``, ``cuda`` (an error unless the backend really runs there)
+    or ``auto`` (CUDA where the backend can use it). ``amp``: ``off`` (``auto``: float32), or
+    ``bf16``/``fp16`` autocast on CUDA with the torch backend. ``batch``: images per network call (default:
+    1 on the CPU, where larger batches were slower, :data:`DEFAULT_CUDA_BATCH` on a GPU; onnxruntime's files
+    take one). ``streams``: calls at once, each with ``threads`` CPU threads (defaults: one stream per core on
+    the CPU, up to :data:`MAX_DEFAULT_STREAMS`, one on a GPU; the cores shared out among the streams).
     """
     check_model(model)
     inference = inference or Inference()
-    if chosen_backend(model, inference.backend) == "torch":
+    if chosen_backend(model, inference) == "torch":
         return _torch_session(model, inference)
     return _onnxruntime_session(model, inference)
 
 
-def chosen_backend(model: str, backend: str) -> str:
-    """The backend that runs ``model`` when ``backend`` is asked for: ``auto`` is torch wherever it has the
-    model's network (on 2 CPU cores as fast as onnxruntime end to end, on a GPU batched), else onnxruntime."""
-    check_choice("backend", backend, BACKENDS)
+def chosen_backend(model: str, inference: Inference) -> str:
+    """The backend that runs ``model`` as ``inference`` asks. An ``auto`` backend is torch on CUDA where it
+    has the model's network (whole batches at once), and wherever mixed precision is asked for (only torch
+    has it); on the CPU onnxruntime, which ran both U²-Nets 1.1× as fast as the torch network end to end on
+    2 cores (docs/benchmarks.md, *Mask backends*), unless it is not installed; onnxruntime for every model
+    torch has no network for."""
+    backend = inference.backend
     if backend == "auto":
-        return "torch" if model in TORCH_MODELS else "onnxruntime"
+        if model not in TORCH_MODELS:
+            return "onnxruntime"
+        wants_torch = inference.amp in ("bf16", "fp16") or _on_cuda(inference.device)
+        return "torch" if wants_torch or not _onnxruntime_installed() else "onnxruntime"
     if backend == "torch" and model not in TORCH_MODELS:
         raise OptionError(f"the torch backend has no network for {model}",
                           fix=f"use --backend onnxruntime (or auto) for {model}; torch runs "
                               f"{', '.join(TORCH_MODELS)}")
     return backend
+
+
+def _on_cuda(device: str) -> bool:
+    """Whether torch computes on CUDA for ``device`` (``auto``: where it sees a GPU)."""
+    import torch
+
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
+def _onnxruntime_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("onnxruntime") is not None
+    except ValueError:  # a module object without a spec in its place
+        return False
 
 
 def _torch_session(model: str, inference: Inference) -> MaskSession:
