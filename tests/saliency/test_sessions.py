@@ -135,28 +135,16 @@ def test_the_u2net_family_runs_in_bgbias_own_onnxruntime_session(u2netp_session)
     assert isinstance(u2netp_session._session, onnxruntime.InferenceSession)
 
 
-def test_without_onnxruntime_masks_stop_with_the_fix(u2netp_file, monkeypatch):
+@pytest.mark.parametrize(("missing", "backend", "fixes"), [
+    ("onnxruntime", "onnxruntime", ["pip install onnxruntime"]),
+    ("onnx", "torch", ["pip install onnx", "--backend onnxruntime"]),
+])
+def test_a_backend_without_its_package_stops_with_the_fix(u2netp_file, monkeypatch, missing, backend, fixes):
+    """Each backend needs one package the other does not (the torch backend masks without onnxruntime:
+    tests/saliency/test_torch_backend.py)."""
     monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    monkeypatch.setitem(sys.modules, missing, None)  # makes the import raise ImportError
     with pytest.raises(AssetError) as caught:
-        open_session("u2netp", Inference(backend="onnxruntime", device="cpu"))
-    assert "onnxruntime is not installed" in caught.value.problem
-    assert "pip install onnxruntime" in caught.value.fix
-
-
-def test_the_torch_backend_needs_no_onnxruntime(u2netp_file, monkeypatch):
-    """What makes a CUDA install light (docs/install.md): masks on the torch backend import no onnxruntime,
-    so no onnxruntime-gpu is needed to make them on a GPU."""
-    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
-    session = open_session("u2netp", Inference(backend="torch", device="cpu"))
-    assert (session.info.backend, session.info.provider) == ("torch", "cpu")
-
-
-def test_without_onnx_the_torch_backend_stops_with_the_fix(u2netp_file, monkeypatch):
-    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
-    monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` raise ImportError
-    with pytest.raises(AssetError) as caught:
-        open_session("u2netp", Inference(backend="torch", device="cpu"))
-    assert "onnx is not installed" in caught.value.problem
-    assert "pip install onnx" in caught.value.fix and "--backend onnxruntime" in caught.value.fix
+        open_session("u2netp", Inference(backend=backend, device="cpu"))
+    assert f"{missing} is not installed" in caught.value.problem
+    assert all(fix in caught.value.fix for fix in fixes)
