@@ -3,6 +3,7 @@ close its masks are to onnxruntime's on the CPU (the masks ``bgbias masks`` has 
 
     python benchmarks/masks_backends.py [--model u2netp[,u2net]] [--images DIR | --bench DIR] [-n 40]
                                         [--repeats 3] [--device cpu|cuda] [--configs NAME,...] [--json OUT]
+                                        [--random-weights]
 
 Images: ``--images DIR`` takes the first N JPEG/PNG/WEBP files under DIR (sorted by path); ``--bench DIR``
 takes N views spread evenly over a built bench (``bgbias assets bench``) and also scores every backend's
@@ -30,6 +31,11 @@ the save). The pipeline overlaps these steps across threads, so its end-to-end t
 Parity: every configuration's masks against onnxruntime float32 on the CPU (made once, untimed): per image the
 largest absolute difference of the 8-bit masks and the IoU of their ``>= 128`` foregrounds (both empty: 1),
 the mean and the worst over the images.
+
+``--random-weights`` times the torch configurations on the models' architectures with weights drawn at random
+(torch seed 0) instead of their files, for a GPU machine the files cannot reach (u2net's is 168 MiB): on a GPU
+the same arithmetic at the same speed (on a CPU, random weights can run slower through denormal numbers). Its
+masks mean nothing, so the reference run and the parity table are left out.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from datetime import date
 from importlib.metadata import PackageNotFoundError, version
 from io import BytesIO
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from PIL import Image
@@ -282,11 +289,32 @@ def truth_iou(run: MaskRun) -> float | None:
     return None if run.quality is None or not run.quality.iou.get("n") else float(run.quality.iou["mean"])
 
 
+def random_weight_sessions(model: str, configs: list[Config], device: str, folder: Path) -> dict:
+    """A torch session per configuration on ``model``'s architecture with weights drawn at random: the file
+    the sessions open is a placeholder in ``folder``, and the loader hands back a seeded random network."""
+    import torch
+
+    from bgbias.saliency.u2net_network import U2Net
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{model}.onnx").write_text("random weights: benchmarks/masks_backends.py --random-weights\n")
+
+    def random_network(_path, shape, fix):
+        torch.manual_seed(0)
+        return U2Net(shape)
+
+    with mock.patch.dict("os.environ", {"U2NET_HOME": str(folder)}), \
+            mock.patch("bgbias.saliency.onnx_weights.load_u2net", random_network):
+        return {config: open_session(model, config.inference(device)) for config in configs}
+
+
 def measure_model(model: str, items: list[Item], configs: list[Config], device: str, repeats: int,
-                  workers: int | None, work: Path) -> ModelResult:
-    """Time, break down and compare every configuration of ``model`` on ``items``."""
+                  workers: int | None, work: Path, random_weights: bool = False) -> ModelResult:
+    """Time, break down and compare every configuration of ``model`` on ``items`` (with random weights:
+    time and break down only)."""
     anchor = anchor_of(configs, device)
-    sessions = {config: open_session(model, config.inference(device)) for config in configs}
+    sessions = (random_weight_sessions(model, configs, device, work / "random-weights") if random_weights
+                else {config: open_session(model, config.inference(device)) for config in configs})
     for config, session in sessions.items():
         info = session.info
         print(f"{model} {config.name}: {info.provider}, batch {info.batch}, {info.streams} streams × "
@@ -294,9 +322,10 @@ def measure_model(model: str, items: list[Item], configs: list[Config], device: 
         warmup = items[:min(len(items), max(WARMUP_IMAGES, info.batch))]
         timed_run(session, warmup, work / "warmup" / config.name, workers)
 
-    reference_session = (sessions[anchor] if anchor.backend == "onnxruntime" and device == "cpu"
-                         else open_session(model, Inference(backend="onnxruntime", device="cpu")))
-    _, reference_run = timed_run(reference_session, items, work / "reference", workers)
+    if not random_weights:
+        reference_session = (sessions[anchor] if anchor.backend == "onnxruntime" and device == "cpu"
+                             else open_session(model, Inference(backend="onnxruntime", device="cpu")))
+        _, reference_run = timed_run(reference_session, items, work / "reference", workers)
 
     seconds: dict[Config, list[float]] = {config: [] for config in configs}
     runs: dict[Config, MaskRun] = {}
@@ -325,6 +354,8 @@ def measure_model(model: str, items: list[Item], configs: list[Config], device: 
         cells = (times.decode, times.shrink, times.network, times.finish, times.total, 1000 / rate[config])
         steps.append([model, config.name, *(f"{value:.1f}" for value in cells)])
 
+    if random_weights:
+        return ModelResult(throughput, steps, [])
     reference_truth = truth_iou(reference_run)
     parity_rows = [[model, REFERENCE, "0.00", "0", "1.0000", "1.0000", cell(reference_truth, "{:.3f}"), "—"]]
     for config in configs:
@@ -395,6 +426,8 @@ def main() -> None:
                         help="decode/encode threads (default: the pipeline's)")
     parser.add_argument("--json", type=Path, help="write the tables as a docs/data record to this file")
     parser.add_argument("--note", default="", help="added to the record's note")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="weights drawn at random instead of the model files: speed only (torch only)")
     args = parser.parse_args()
     models = [model.strip() for model in args.model.split(",")]
     if not set(models) <= {"u2netp", "u2net"}:
@@ -406,6 +439,8 @@ def main() -> None:
                                 args.device)
     except ValueError as err:
         parser.error(str(err))
+    if args.random_weights and any(config.backend != "torch" for config in configs):
+        parser.error("--random-weights times the torch backend only: onnxruntime runs the model file")
 
     results = []
     with tempfile.TemporaryDirectory(prefix="masks-backends-") as tmp_name:
@@ -419,7 +454,7 @@ def main() -> None:
             described = f"{args.n} JPEG crops (long side 400–500 px) of the background photographs"
         for model in models:
             results.append(measure_model(model, items, configs, args.device, args.repeats, args.workers,
-                                         work / model))
+                                         work / model, args.random_weights))
 
     throughput = [row for result in results for row in result.throughput]
     steps = [row for result in results for row in result.steps]
@@ -428,9 +463,12 @@ def main() -> None:
     print_table("Images per second (higher is better)", THROUGHPUT_COLUMNS, throughput)
     print_table("Where the time goes, ms per image (steps one after another on one thread)",
                 STEP_COLUMNS, steps)
-    print_table("Parity with onnxruntime fp32 on the CPU", PARITY_COLUMNS, parity_rows)
+    if parity_rows:
+        print_table("Parity with onnxruntime fp32 on the CPU", PARITY_COLUMNS, parity_rows)
     if args.json is not None:
         note = f"{described}; median of {args.repeats} rounds run round-robin"
+        if args.random_weights:
+            note += "; weights drawn at random (speed only: no parity)"
         record = {
             "source": {
                 "command": shlex.join(["python", "benchmarks/masks_backends.py", *sys.argv[1:]]),
@@ -441,7 +479,7 @@ def main() -> None:
             "tables": {
                 "throughput": table(THROUGHPUT_COLUMNS, throughput),
                 "steps": table(STEP_COLUMNS, steps),
-                "parity": table(PARITY_COLUMNS, parity_rows),
+                **({"parity": table(PARITY_COLUMNS, parity_rows)} if parity_rows else {}),
             },
         }
         args.json.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

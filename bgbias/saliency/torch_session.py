@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,10 @@ class TorchU2netSession:
         self._network = network.to(device, memory_format=torch.channels_last).eval()
         self._mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         self._std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        # On CUDA every batch runs on this one thread, for the session's life: PyTorch keeps cuDNN's chosen
+        # convolution plans per thread (pytorch/pytorch#191744), so a network thread of its own per run would
+        # choose them all again, and on an H100 that search took seconds per run (docs/benchmarks.md).
+        self._cuda_thread = ThreadPoolExecutor(1, "u2net-cuda") if device.type == "cuda" else None
 
     def prepare(self, image: Image.Image) -> np.ndarray:
         """The image at 320² as 8-bit RGB pixels (height, width, 3): rembg's LANCZOS shrink."""
@@ -55,15 +60,17 @@ class TorchU2netSession:
     def running(self) -> Iterator[None]:
         """For the run, then back to the process's own settings: on the CPU torch computes each call with
         ``info.threads`` threads (``streams`` calls share the cores); on CUDA cuDNN picks each convolution's
-        fastest algorithm once, as every batch but the last has the same shape. Neither changes a mask
-        beyond float32 rounding."""
+        fastest algorithm once, as every batch but the last has the same shape, and float32 convolutions
+        stay float32: cuDNN's default TF32 (10-bit mantissas on Ampere and later) moved masks by up to 12 gray
+        levels from the CPU's on an H100 (docs/benchmarks.md)."""
         if self._device.type == "cuda":
-            previous = torch.backends.cudnn.benchmark
+            previous = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
             torch.backends.cudnn.benchmark = True
+            torch.backends.cudnn.allow_tf32 = False
             try:
                 yield
             finally:
-                torch.backends.cudnn.benchmark = previous
+                torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = previous
             return
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.info.threads)
@@ -73,7 +80,17 @@ class TorchU2netSession:
             torch.set_num_threads(previous_threads)
 
     def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
-        """One network call for the whole batch; the stretched output of each image."""
+        """One network call for the whole batch; the stretched output of each image.
+
+        On CUDA a short last batch is padded to ``info.batch`` with copies of its last image (their outputs
+        are dropped; each image's mask depends on that image alone), so the network sees one shape only
+        and cuDNN's search for the fastest convolutions runs once."""
+        if self._cuda_thread is None:
+            return self._infer(batch)
+        padding = [batch[-1]] * (self.info.batch - len(batch))
+        return self._cuda_thread.submit(self._infer, [*batch, *padding]).result()[:len(batch)]
+
+    def _infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
         pixels = torch.from_numpy(np.stack(batch))
         if self._device.type == "cuda":
             pixels = pixels.pin_memory().to(self._device, non_blocking=True)

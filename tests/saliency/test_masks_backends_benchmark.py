@@ -93,6 +93,28 @@ def test_step_times_make_every_mask_and_time_each_step(tmp_path, bench_items):
     assert times.total == pytest.approx(times.decode + times.shrink + times.network + times.finish)
 
 
+def test_random_weights_open_seeded_torch_sessions_without_the_model_file(tmp_path, monkeypatch):
+    import torch
+
+    script = _script()
+    monkeypatch.setenv("U2NET_HOME", str(tmp_path / "no-models-here"))
+    configs = script.parse_configs("torch-b1,torch-b2", "cpu")
+    sessions = script.random_weight_sessions("u2netp", configs, "cpu", tmp_path / "random")
+    assert [(session.info.backend, session.info.batch) for session in sessions.values()] == [("torch", 1),
+                                                                                             ("torch", 2)]
+    first, second = (session._network.state_dict() for session in sessions.values())
+    assert all(torch.equal(first[name], second[name]) for name in first)  # seed 0 for every configuration
+    assert not (tmp_path / "no-models-here").exists()
+
+
+def test_random_weights_refuse_onnxruntime_which_runs_the_file(tmp_path):
+    command = [sys.executable, str(ROOT / "benchmarks" / "masks_backends.py"), "--random-weights",
+               "--configs", "onnxruntime,torch-b1", "--images", str(tmp_path)]
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "torch backend only" in done.stderr
+
+
 def _environment(u2netp_file: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "U2NET_HOME": str(u2netp_file.parent),
             "OMP_NUM_THREADS": "1"}

@@ -97,6 +97,32 @@ def test_a_batch_of_three_equals_three_single_calls(images, torch_outputs, u2net
         assert together.high == pytest.approx(alone.high, abs=1e-5)
 
 
+def test_a_short_batch_on_the_session_thread_is_padded_and_gives_the_unpadded_outputs(
+        images, torch_outputs, u2netp_torch_batch3, monkeypatch):
+    """The CUDA path (one session thread, short batches padded to the full size) run on the CPU."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = u2netp_torch_batch3
+    monkeypatch.setattr(session, "_cuda_thread", ThreadPoolExecutor(1, "u2net-test"))
+    seen: list[tuple[int, int]] = []
+    hook = session._network.register_forward_hook(
+        lambda _module, inputs, _output: seen.append((threading.get_ident(), inputs[0].shape[0])))
+    try:
+        short = session.infer([session.prepare(images[3])])
+        full = session.infer([session.prepare(images[i]) for i in (0, 4, 3)])
+    finally:
+        hook.remove()
+        session._cuda_thread.shutdown()
+    assert len(short) == 1 and len(full) == 3
+    assert [size for _, size in seen] == [3, 3] and len({thread for thread, _ in seen}) == 1
+    assert seen[0][0] != threading.get_ident()
+    for output, index in ((short[0], 3), (full[0], 0), (full[1], 4), (full[2], 3)):
+        alone = torch_outputs[index]
+        assert np.abs(output.pixels.astype(np.int16) - alone.pixels.astype(np.int16)).max() <= 1
+        assert output.high == pytest.approx(alone.high, abs=1e-5)
+
+
 @pytest.mark.slow
 def test_two_shards_made_apart_equal_one_unsharded_run(six_items, whole_run, tmp_path, u2netp_torch):
     for index in range(2):
