@@ -173,7 +173,7 @@ def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",),
 
 
 def test_a_failed_run_is_recorded_and_the_study_goes_on_with_the_others(tmp_path, monkeypatch):
-    from bgbias.engine.training_loop import TrainingDiverged
+    from bgbias.engine.loss_watch import TrainingDiverged
     from bgbias.study.ledger import read_plan
 
     folder = tmp_path / "study"

@@ -12,6 +12,7 @@ from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.device import mixed_precision, resolve_amp
 from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate
+from bgbias.engine.loss_watch import LossWatch
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
 from bgbias.engine.tensorboard_log import EpochScalars
 from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
@@ -23,7 +24,6 @@ from bgbias.engine.training_validation import (
     validate_sets,
     validation_sets,
 )
-from bgbias.errors import BgbiasError
 
 if TYPE_CHECKING:
     import torch
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 
 
 _BGAUGMENT_STREAM = 0xB6A0
-
-
-class TrainingDiverged(BgbiasError):
-    """The loss became NaN or infinite."""
 
 
 @dataclass
@@ -76,6 +72,8 @@ class TrainingSession:
     """Whether this session has logged its estimate of an epoch (after its first timed batches)."""
     epoch_seconds: list[float] = field(default_factory=list)
     """Wall time of each epoch this session trained, validation included: the pace of its time left."""
+    loss_watch: LossWatch = field(default_factory=LossWatch)
+    """The finite-loss check, read on the host every few steps and at each epoch's end, not every step."""
 
     @classmethod
     def start(cls, config: TrainConfig, run: RunDir, inputs: RunInputs, checkpoint: dict[str, Any] | None,
@@ -159,6 +157,7 @@ class TrainingSession:
             updates["epoch_start_seconds"] = round(time.perf_counter() - started, 3)
             started = time.perf_counter()
         terms, images = self.train_steps()
+        self.loss_watch.check()  # before the epoch is validated, selected or saved
         seconds = time.perf_counter() - started
         row = {"epoch": state.epoch, **updates, **terms, "train_seconds": round(seconds, 3),
                "train_images_per_second": round(images / seconds, 2)}
@@ -231,7 +230,7 @@ class TrainingSession:
         return means, images_seen
 
     def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One optimiser step on ``batch``: forward (the method's ``loss``), a finite-loss check, backward,
+        """One optimiser step on ``batch``: forward (the method's ``loss``), the finite-loss watch, backward,
         clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
         ``on_step_end``; returns the loss terms."""
         import torch
@@ -239,12 +238,7 @@ class TrainingSession:
         with mixed_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
-        if not torch.isfinite(loss.detach()):
-            raise TrainingDiverged(
-                f"the loss became {loss.item()} at epoch {self.state.epoch}, step {step}",
-                fix="lower the learning rates (--set optim.lr_head=...), or clip gradients "
-                    "(--set optim.grad_clip=1.0)",
-            )
+        self.loss_watch.see(loss, self.state.epoch, step)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         if self.state.epoch <= self.config.optim.warmup_epochs:
