@@ -23,6 +23,17 @@ if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``cuda`` needs a CUDA device: skipped without one (``scripts/gpu_check.py`` runs them
+    with ``-m cuda`` on a GPU machine)."""
+    if torch.cuda.is_available():
+        return
+    needs_cuda = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(needs_cuda)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI=true, a skip of a test marked ``required_in_ci`` is a failure: ``scripts/setup.sh --tests``

@@ -255,7 +255,7 @@ def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
     assert written["corrupted"]["mean"]["map_at_r"] == in_python.corrupted.mean.map_at_r
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_an_in_memory_audit_on_cuda_scores_as_on_the_cpu(forty):
     base, rows = forty
     on_cpu = _score(rows, base).report

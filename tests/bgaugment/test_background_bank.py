@@ -132,7 +132,7 @@ def test_samples_fit_their_backgrounds(pool):
     assert {crop.background for crop in crops} == {0, 1, 2}
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_render_on_cuda_matches_cpu(pool):
     cpu = BackgroundBank.from_folder(pool, "cpu")
     cuda = BackgroundBank.from_folder(pool, "cuda")

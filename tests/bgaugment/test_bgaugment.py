@@ -224,7 +224,7 @@ def test_dataloader_workers_draw_streams_of_their_own_reproducibly(bank):
     assert torch.equal(dataset.augment.generator.get_state(), generator(0).get_state())  # main's unused
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_on_cuda_the_result_stays_on_the_device_and_matches_cpu(backgrounds, bank):
     on_cuda = BackgroundBank.from_folder(backgrounds / "train", "cuda")
     images, masks = batch()
@@ -236,7 +236,7 @@ def test_on_cuda_the_result_stays_on_the_device_and_matches_cpu(backgrounds, ban
     assert follows(images.cuda(), masks.cuda(), generator=generator(2)).device.type == "cuda"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_the_module_moved_to_cuda_composites_there_what_it_composites_on_the_cpu(bank):
     images, masks = batch()
     on_cpu, on_cuda = BGAugment(bank, p=0.5, seed=3), BGAugment(bank, p=0.5, seed=3).to("cuda")

@@ -77,7 +77,7 @@ def test_device_is_kept():
     assert out.device == device and out.shape == (2, 3, 4, 5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_batch_stays_on_cuda():
     images = torch.rand(2, 3, 4, 5, device="cuda", dtype=torch.float16)
     masks = torch.ones(2, 1, 4, 5, device="cuda", dtype=torch.float16)

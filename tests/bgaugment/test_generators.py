@@ -42,7 +42,7 @@ def test_a_keyed_generator_depends_on_its_key_alone():
     assert draw(0, 3, 7) != draw(1, 3, 7) != draw(0, 7, 3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_a_device_generator_is_refused_with_the_one_to_pass():
     with pytest.raises(OptionError, match=r"generator= is a torch\.Generator on cuda"):
         check_generator(torch.Generator("cuda"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from bgbias.data.images import load_image
@@ -14,7 +13,7 @@ from bgbias.saliency.pipeline import write_masks
 from bgbias.saliency.sessions import Inference, open_session
 from tests.saliency.test_torch_backend import thresholded_iou
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.cuda
 
 BATCH = 8
 
