@@ -3,17 +3,15 @@ options or help text changed without the page being rewritten fails here, naming
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from bgbias.cli import main as bgbias_main
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location("docs_cli", ROOT / "scripts" / "docs_cli.py")
-docs_cli = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(docs_cli)
+docs_cli = load_script("scripts/docs_cli.py")
 
 
 def test_the_page_is_what_the_script_writes(capsys):

@@ -4,16 +4,15 @@ without the page being rewritten fails here, and so does a README link the site 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location("docs_home", ROOT / "scripts" / "docs_home.py")
-docs_home = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(docs_home)
+docs_home = load_script("scripts/docs_home.py")
 
 README = """\
 # tool

@@ -4,25 +4,17 @@ else, and every figure of results was drawn from its records as they are now."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("docs_records", ROOT / "scripts" / "docs_records.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-docs_records = load_script()
+docs_records = load_script("scripts/docs_records.py")
 
 
 def test_the_pages_hold_what_their_records_say():

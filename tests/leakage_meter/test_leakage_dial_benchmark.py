@@ -4,21 +4,18 @@ plot."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 from bgbias.report.dial import DIAL_COLUMNS
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("leakage_dial", ROOT / "benchmarks" / "leakage_dial.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/leakage_dial.py")
 
 
 def test_the_drops_come_from_the_dials_vanilla_exact_mask_rows(tmp_path):

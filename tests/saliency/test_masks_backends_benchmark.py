@@ -4,7 +4,6 @@ still runs on the sessions API."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,16 +16,13 @@ from PIL import Image
 
 from bgbias.data.items import mask_path
 from tests.saliency.fakes import FakeSession, fake_info
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("masks_backends", ROOT / "benchmarks" / "masks_backends.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/masks_backends.py")
 
 
 def test_the_largest_difference_is_of_the_8_bit_values_without_wrapping_around():
