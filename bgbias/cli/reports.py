@@ -153,7 +153,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
         _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
-                      backgrounds, bench=(bench_preset, rho, bench_seed))
+                      backgrounds, bench=(bench_preset, rho, bench_seed), dry_run=dry_run)
     folder = out if out is not None else study_folder(runs_root(), spec)
     if show_status:
         click.echo(read_status(folder))

@@ -73,3 +73,76 @@ def test_the_status_lists_every_step_and_a_missing_plan_is_an_error(tmp_path, mo
     assert result.output.splitlines()[0].endswith("3 pending, 1 failed")
     assert "| run/multi_similarity-seed0 | failed |" in result.output
     assert "- run/multi_similarity-seed0: OutputError: disk full" in result.output
+
+
+KNOWN = {"cub": (11788, 200, 75, 25, 100), "cars": (16185, 196, 74, 24, 98),
+         "sop": (120053, 22634, 8489, 2829, 11316)}
+"""A published dataset's images and classes, and its fixed split's train, val and test classes
+(docs/datasets.md)."""
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_a_dataset_not_downloaded_is_counted_from_its_known_size(name, tmp_path):
+    from bgbias.study.sizes import split_sizes
+    from bgbias.study.spec import dataset_spec
+
+    images, _, train, val, test = KNOWN[name]
+    spec = dataset_spec(name, tmp_path / "nowhere", None, None, dry_run=True)
+    sizes = split_sizes(spec)
+    assert sizes.images == sum(sizes.train_classes) + sizes.val + sizes.test == images
+    assert len(sizes.train_classes) == train
+    # The images are spread evenly over the classes: each split holds its classes' share.
+    assert abs(sizes.val - images * val / KNOWN[name][1]) < val
+    assert abs(sizes.test - images * test / KNOWN[name][1]) < test
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize(("name", "preset"), [("cub", "full"), ("cars", "quick"), ("sop", "quick")])
+def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(name, preset, tmp_path, monkeypatch):
+    from bgbias.study import cost_timing
+    from bgbias.study.plan import study_plan
+    from tests.study.test_cost import FAKE
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    timed, masked = [], []
+    monkeypatch.setattr(cost_timing, "time_config", lambda config, device, **options: timed.append(
+        (config.dataset, options["images"])) or FAKE)
+    monkeypatch.setattr(cost, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
+    result = CliRunner().invoke(main, ["study", "--dataset", name, "--preset", preset, "--dry-run",
+                                       "--devices", "cpu"])
+    assert result.exit_code == 0, result.output
+    images, classes, *_ = KNOWN[name]
+    folders = {"cub": "CUB_200_2011", "cars": "cars196", "sop": "Stanford_Online_Products"}
+    root = tmp_path / "data" / folders[name]
+    assert f"the {name} dataset is not at {root}" in result.output
+    assert f"priced from its known size: {images:,} images, {classes:,} classes" in result.output
+    assert "--root DIR" in result.output
+    plan = study_plan(preset, dataset=name)
+    lines = {line.split()[0]: line.split() for line in result.output.splitlines() if line[:1].isalpha()}
+    for method in plan.methods:
+        assert lines[method][1] == str(2 * plan.seeds) and lines[method][-1] == "timed"
+    assert lines["total"][1] == str(len(plan.runs()))
+    # Stand-in pictures (no images to copy); U²-Net (u2netp by default) priced over every image.
+    assert timed and all(dataset == name and not sample for dataset, sample in timed)
+    assert masked == [images]
+    assert list(tmp_path.iterdir()) == []  # nothing written: no plan, no dataset folder
+
+
+@pytest.mark.parametrize("command", [["--dataset", "cub"], ["--dataset", "cub", "--executor", "slurm"],
+                                     ["--dataset", "folder", "--root", "nowhere", "--dry-run"]])
+def test_a_study_without_its_dataset_still_refuses_to_run(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    result = CliRunner().invoke(main, ["study", *command])
+    assert result.exit_code == 2
+    assert "dataset is not at" in result.output and "--root DIR" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_folder_that_is_there_is_read_not_replaced_by_its_known_size(tmp_path, monkeypatch,
+                                                                             fake_timing):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "CUB_200_2011").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["study", "--dataset", "cub", "--dry-run"])
+    assert result.exit_code == 2 and "images.txt" in result.output and "known size" not in result.output
