@@ -22,6 +22,8 @@ LAST_TRAIN_CLASS = 74
 LAST_TRAINVAL_CLASS = 98
 IMAGES = 16185
 """Images of Cars196 (``cars_annos.mat``'s annotations)."""
+TEST_IMAGES = 8131
+"""Images of its test classes (99–196)."""
 REQUIRED_FIELDS = ("relative_im_path", "class")
 
 
@@ -34,7 +36,7 @@ class CarsDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
-    known_size = KnownSize(IMAGES, NUM_CLASSES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         annotations, names = self._annotations()

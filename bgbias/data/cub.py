@@ -19,6 +19,8 @@ LAST_TRAIN_CLASS = 75
 LAST_TRAINVAL_CLASS = 100
 IMAGES = 11788
 """Images of CUB-200-2011 (``images.txt``'s lines)."""
+TEST_IMAGES = 5924
+"""Images of its test classes (101–200)."""
 
 
 @register_dataset("cub")
@@ -30,7 +32,7 @@ class CubDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
-    known_size = KnownSize(IMAGES, NUM_CLASSES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         relpaths = self._image_paths()

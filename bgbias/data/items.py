@@ -89,12 +89,13 @@ class Catalog:
 @dataclass(frozen=True)
 class KnownSize:
     """A published benchmark's size as its papers give it: ``images`` in ``classes`` classes with ids 1 …
-    ``classes``, its fixed split cut by class id (train ≤ ``last_train_class`` < val ≤
-    ``last_trainval_class`` < test, as the layout's index is split). What a study's dry run prices the
-    dataset from before it is downloaded (docs/study.md, *--dry-run*)."""
+    ``classes``, ``test_images`` of them in the test classes, its fixed split cut by class id (train ≤
+    ``last_train_class`` < val ≤ ``last_trainval_class`` < test, as the layout's index is split). What a
+    study's dry run prices the dataset from before it is downloaded (docs/study.md, *--dry-run*)."""
 
     images: int
     classes: int
+    test_images: int
     last_train_class: int
     last_trainval_class: int
 

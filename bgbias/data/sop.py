@@ -22,6 +22,8 @@ LAST_TRAINVAL_CLASS = 11318
 NUM_CLASSES = 22634
 IMAGES = 120053
 """Images of SOP (``Ebay_train.txt`` and ``Ebay_test.txt`` together)."""
+TEST_IMAGES = 60502
+"""Images of ``Ebay_test.txt``."""
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
 TRAIN_FILE = "Ebay_train.txt"
 TEST_FILE = "Ebay_test.txt"
@@ -38,7 +40,7 @@ class SopDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
-    known_size = KnownSize(IMAGES, NUM_CLASSES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         train_items = self._read_list(TRAIN_FILE)

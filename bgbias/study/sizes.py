@@ -64,17 +64,22 @@ def known_size(spec: StudySpec) -> KnownSize | None:
 
 def _known_sizes(known: KnownSize) -> SplitSizes:
     """A published dataset's split sizes from its known size: its classes cut by class id as its layout cuts
-    them (:func:`~bgbias.data.splits.partition_by_class_id`), its images spread evenly over them (the
-    first classes one more where they do not divide)."""
+    them (:func:`~bgbias.data.splits.partition_by_class_id`), the test images spread evenly over the test
+    classes and the others over the rest (the first classes of each one more where they do not divide)."""
     from bgbias.data.splits import partition_by_class_id
 
-    share, extra = divmod(known.images, known.classes)
-    images = {label: share + (label <= extra) for label in range(1, known.classes + 1)}
-    trainval, test, val_start = partition_by_class_id(images, known.last_train_class,
+    trainval, test, val_start = partition_by_class_id(range(1, known.classes + 1), known.last_train_class,
                                                       known.last_trainval_class)
+    images = {**_spread(known.images - known.test_images, trainval), **_spread(known.test_images, test)}
     train, val = trainval[:val_start], trainval[val_start:]
     return SplitSizes(tuple(images[label] for label in train), sum(images[label] for label in val),
                       sum(images[label] for label in test))
+
+
+def _spread(images: int, classes: list[int]) -> dict[int, int]:
+    """``images`` dealt evenly to ``classes``, by class."""
+    share, extra = divmod(images, len(classes))
+    return {label: share + (index < extra) for index, label in enumerate(classes)}
 
 
 def known_size_note(spec: StudySpec) -> str | None:
@@ -89,8 +94,9 @@ def known_size_note(spec: StudySpec) -> str | None:
     val = known.last_trainval_class - known.last_train_class
     return (f"the {spec.dataset} dataset is not at {spec.root}: priced from its known size: "
             f"{known.images:,} images, {known.classes:,} classes (fixed split: {len(sizes.train_classes):,} "
-            f"train, {val:,} val, {known.classes - known.last_trainval_class:,} test classes; their images "
-            f"taken as evenly spread over them) and synthetic pictures standing in for its images\n"
+            f"train, {val:,} val, {known.classes - known.last_trainval_class:,} test classes, "
+            f"{known.test_images:,} test images; the images taken as evenly spread over the classes), "
+            f"synthetic pictures standing in for its images\n"
             f"before the study runs, put it there ({dataset_class(spec.dataset).obtain}), or pass --root DIR "
             f"where it is")
 
