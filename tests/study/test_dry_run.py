@@ -3,12 +3,15 @@ recorded, trained or submitted. ``--status`` reads a plan while it is worked on.
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
 from bgbias.study import cost
 from bgbias.study.cost import RunCost
+from tests.docs_blocks import code_block
 
 
 @pytest.fixture
@@ -97,11 +100,19 @@ def test_a_dataset_not_downloaded_is_counted_from_its_known_size(name, tmp_path)
     assert not (tmp_path / "nowhere").exists()
 
 
-@pytest.mark.parametrize(("name", "preset"), [("cub", "full"), ("cars", "quick"), ("sop", "quick")])
-def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(name, preset, tmp_path, monkeypatch):
+DOCS_EXAMPLE = shlex.split(code_block("docs/study.md", "study-dry-run-before-download").text)
+"""docs/study.md's dry run of the paper's study on CUB before it is downloaded."""
+
+
+@pytest.mark.parametrize("command", [DOCS_EXAMPLE, ["bgbias", "study", "--dataset", "cars", "--dry-run"],
+                                     ["bgbias", "study", "--dataset", "sop", "--dry-run"]])
+def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command, tmp_path, monkeypatch):
     from bgbias.study import cost_timing
     from bgbias.study.plan import study_plan
     from tests.study.test_cost import FAKE
+
+    name = command[command.index("--dataset") + 1]
+    preset = command[command.index("--preset") + 1] if "--preset" in command else "quick"
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BGBIAS_DATA", raising=False)
@@ -109,8 +120,7 @@ def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(name, p
     monkeypatch.setattr(cost_timing, "time_config", lambda config, device, **options: timed.append(
         (config.dataset, options["images"])) or FAKE)
     monkeypatch.setattr(cost, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
-    result = CliRunner().invoke(main, ["study", "--dataset", name, "--preset", preset, "--dry-run",
-                                       "--devices", "cpu"])
+    result = CliRunner().invoke(main, [*command[1:], "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     images, classes, *_ = KNOWN[name]
     folders = {"cub": "CUB_200_2011", "cars": "cars196", "sop": "Stanford_Online_Products"}
