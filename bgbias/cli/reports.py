@@ -122,8 +122,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @slurm_options
 @click.option("--dry-run", is_flag=True,
               help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
-                   "steps here; CUB, Cars196 or SOP not downloaded yet: from its known size); with --executor "
-                   "slurm, the submission. Trains nothing.")
+                   "steps here; CUB, Cars196 or SOP not downloaded yet: from its known size); with "
+                   "--executor slurm, the submission. Trains nothing.")
 @click.option("--status", "show_status", is_flag=True,
               help="Print every step of the study folder's plan: state, device, host, progress, time, "
                    "errors (readable while workers run).")
