@@ -122,7 +122,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @slurm_options
 @click.option("--dry-run", is_flag=True,
               help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
-                   "steps here); with --executor slurm, the submission. Trains nothing.")
+                   "steps here; CUB, Cars196 or SOP not downloaded yet: from its known size); with "
+                   "--executor slurm, the submission. Trains nothing.")
 @click.option("--status", "show_status", is_flag=True,
               help="Print every step of the study folder's plan: state, device, host, progress, time, "
                    "errors (readable while workers run).")
@@ -153,7 +154,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
         _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
-                      backgrounds, bench=(bench_preset, rho, bench_seed))
+                      backgrounds, bench=(bench_preset, rho, bench_seed), dry_run=dry_run)
     folder = out if out is not None else study_folder(runs_root(), spec)
     if show_status:
         click.echo(read_status(folder))

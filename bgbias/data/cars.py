@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
-from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
 from bgbias.errors import DatasetError
@@ -20,6 +20,10 @@ LAST_TRAIN_CLASS = 74
 """The paper's code's split (labels 0-based there: train < 74, val 74..97, test ≥ 98): classes 1–74 train,
 75–98 val."""
 LAST_TRAINVAL_CLASS = 98
+IMAGES = 16185
+"""Images of Cars196 (``cars_annos.mat``'s annotations)."""
+TEST_IMAGES = 8131
+"""Images of its test classes (99–196)."""
 REQUIRED_FIELDS = ("relative_im_path", "class")
 
 
@@ -32,6 +36,7 @@ class CarsDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         annotations, names = self._annotations()

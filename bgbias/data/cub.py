@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
-from bgbias.data.items import Catalog, Dataset, make_item
+from bgbias.data.items import Catalog, Dataset, KnownSize, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines, require_files
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
@@ -17,6 +17,10 @@ LAST_TRAIN_CLASS = 75
 """The paper's code's split (labels 0-based there: train < 75, val 75..99, test ≥ 100): classes 1–75 train,
 76–100 val."""
 LAST_TRAINVAL_CLASS = 100
+IMAGES = 11788
+"""Images of CUB-200-2011 (``images.txt``'s lines)."""
+TEST_IMAGES = 5924
+"""Images of its test classes (101–200)."""
 
 
 @register_dataset("cub")
@@ -28,6 +32,7 @@ class CubDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         relpaths = self._image_paths()

@@ -86,6 +86,20 @@ class Catalog:
     class_names: Mapping[int, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class KnownSize:
+    """A published benchmark's size as its papers give it: ``images`` in ``classes`` classes with ids 1 …
+    ``classes``, ``test_images`` of them in the test classes, its fixed split cut by class id (train ≤
+    ``last_train_class`` < val ≤ ``last_trainval_class`` < test, as the layout's index is split). What a
+    study's dry run prices the dataset from before it is downloaded (docs/study.md, *--dry-run*)."""
+
+    images: int
+    classes: int
+    test_images: int
+    last_train_class: int
+    last_trainval_class: int
+
+
 def shown_class(name: str | None, label: int | str) -> str:
     """A class as reports show it: its name (:meth:`Dataset.class_names`), and its label where the two differ
     (records made before names have the label alone)."""
@@ -120,6 +134,8 @@ class Dataset(ABC):
     """Resize and random crop of training, unless the configuration's ``data`` section changes them."""
     protocol: ClassVar[str]
     """The training protocol: ``configs/protocols/<protocol>.json`` is the configuration's first layer."""
+    known_size: ClassVar[KnownSize | None] = None
+    """A published benchmark's size, for pricing a study before the dataset is there (``None``: unknown)."""
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = locate_root(Path(root).expanduser().resolve(), self.index_file, self.obtain)

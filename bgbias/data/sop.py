@@ -11,12 +11,19 @@ class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (
 from __future__ import annotations
 
 from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
-from bgbias.data.items import Catalog, Dataset, Item, make_item
+from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines
 from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError
 
 LAST_TRAIN_CLASS = 8489
+LAST_TRAINVAL_CLASS = 11318
+"""Ebay_train's last class id: Ebay_test holds the 11,316 classes after it."""
+NUM_CLASSES = 22634
+IMAGES = 120053
+"""Images of SOP (``Ebay_train.txt`` and ``Ebay_test.txt`` together)."""
+TEST_IMAGES = 60502
+"""Images of ``Ebay_test.txt``."""
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
 TRAIN_FILE = "Ebay_train.txt"
 TEST_FILE = "Ebay_test.txt"
@@ -33,6 +40,7 @@ class SopDataset(Dataset):
     eval_geometry = PAPER_EVAL_GEOMETRY
     train_geometry = PAPER_TRAIN_GEOMETRY
     protocol = "paper"
+    known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         train_items = self._read_list(TRAIN_FILE)

@@ -9,12 +9,13 @@ full preset) with its foreground scores, then one page: Table 1 of training seed
 with BGAugment's paired effect. Each step is also a command of its own (``bgbias assets``, ``masks``,
 ``train``, ``eval``, ``explain``, ``report``), and each is resumable.
 
-The modules: :mod:`~bgbias.study.spec` (what a study is about: dataset, masks, pools; each run's
-configuration in :mod:`~bgbias.study.runs`), :mod:`~bgbias.study.plan` (which runs),
-:mod:`~bgbias.study.steps` (the plan's steps and what each does, with :mod:`~bgbias.study.bench`,
-:mod:`~bgbias.study.runs` and :mod:`~bgbias.study.page`), :mod:`~bgbias.study.ledger` (the study folder's
-plan, its states and claims), :mod:`~bgbias.study.worker` (the loop every worker runs), the executors
-:mod:`~bgbias.study.local` and :mod:`~bgbias.study.slurm`, :mod:`~bgbias.study.pipeline` (a plan recorded
-and worked through), :mod:`~bgbias.study.status`, :mod:`~bgbias.study.dry_run` with
-:mod:`~bgbias.study.cost`, and :mod:`~bgbias.study.dial` (the bias dial, a study per ρ).
+The modules: :mod:`~bgbias.study.spec` (what a study is about: dataset, masks, pools; each run's configuration
+in :mod:`~bgbias.study.runs`), :mod:`~bgbias.study.plan` (which runs), :mod:`~bgbias.study.steps` (the plan's
+steps and what each does, with :mod:`~bgbias.study.bench`, :mod:`~bgbias.study.runs` and
+:mod:`~bgbias.study.page`), :mod:`~bgbias.study.ledger` (the study folder's plan, its states and claims),
+:mod:`~bgbias.study.worker` (the loop every worker runs), the executors :mod:`~bgbias.study.local` and
+:mod:`~bgbias.study.slurm`, :mod:`~bgbias.study.pipeline` (a plan recorded and worked through),
+:mod:`~bgbias.study.status`, :mod:`~bgbias.study.dry_run` with :mod:`~bgbias.study.cost` (the dataset's split
+sizes, counted or known, in :mod:`~bgbias.study.sizes`), and :mod:`~bgbias.study.dial` (the bias dial, a study
+per ρ).
 """

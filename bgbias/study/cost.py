@@ -14,7 +14,6 @@ Early stopping cannot be foreseen: a run is costed for all its epochs, so a run 
 
 from __future__ import annotations
 
-import collections
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
 from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
 from bgbias.study.runs import REPEATS, run_config
+from bgbias.study.sizes import SplitSizes, split_sizes
 from bgbias.study.spec import StudySpec
 
 if TYPE_CHECKING:
@@ -44,16 +44,6 @@ class RunCost:
     @property
     def total(self) -> float:
         return self.train + self.measure
-
-
-@dataclass(frozen=True)
-class SplitSizes:
-    """How many images a study's dataset has per split: each training class's count (batches per epoch
-    depend on them), the validation and the test images."""
-
-    train_classes: tuple[int, ...]
-    val: int
-    test: int
 
 
 @dataclass(frozen=True)
@@ -233,46 +223,6 @@ def attribution_seconds(folder: Path) -> float | None:
 
 
 # ------------------------------------------------------------------------------------------------ dataset
-def split_sizes(spec: StudySpec) -> SplitSizes:
-    """The dataset's split sizes: counted where it is, else (a bench the study will build) from the bench's
-    settings and the stamps it will be built from."""
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
-    from bgbias.errors import DatasetError
-
-    try:
-        dataset = open_dataset(spec.dataset, spec.root)
-        dataset.items()
-    except DatasetError:
-        if spec.bench is None:
-            raise
-        return _planned_bench_sizes(spec)
-    counts = collections.Counter(item.label for item in split_items(dataset, "train", "fixed", 0))
-    return SplitSizes(tuple(counts.values()), len(split_items(dataset, "val", "fixed", 0)),
-                      len(split_items(dataset, "test", "fixed", 0)))
-
-
-PINNED_BENCH_CLASSES = 248
-"""Classes of the bench built from the pinned stamps package (``bgbias.bench.stamps``): what a study counts
-on before the stamps are fetched."""
-
-
-def _planned_bench_sizes(spec: StudySpec) -> SplitSizes:
-    from bgbias.assets.store import asset_dir
-    from bgbias.bench.build import BENCH_PRESETS, split_classes
-    from bgbias.bench.stamps import select_stamps
-    from bgbias.errors import AssetError
-
-    assert spec.bench is not None
-    try:
-        classes = len(select_stamps(asset_dir("tuxpaint_stamps") / "stamps"))
-    except AssetError:
-        classes = PINNED_BENCH_CLASSES
-    views = BENCH_PRESETS[spec.bench.preset].views_per_class
-    splits = collections.Counter(split_classes(classes, spec.bench.seed))
-    return SplitSizes((views,) * splits["train"], views * splits["val"], views * splits["test"])
-
-
 SAMPLE_IMAGES = 16
 """Images of the dataset the timing's stand-in is made of (cycled), where the dataset is there."""
 
@@ -319,8 +269,7 @@ def estimate_prepare(spec: StudySpec, *, done: bool, device: str) -> float:
         return 0.0
     seconds = 0.0 if all((Path(spec.backgrounds) / pool).is_dir() for pool in ("train", "test")) \
         else PREPARE_SECONDS["pools"]
-    sizes = split_sizes(spec)
-    images = sum(sizes.train_classes) + sizes.val + sizes.test
+    images = split_sizes(spec).images
     if spec.bench is None:
         return seconds + images * PREPARE_SECONDS["layout per image"]
     from bgbias.study.bench import built_bench

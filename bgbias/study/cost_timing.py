@@ -3,13 +3,14 @@
 images, each through the engine's own code, on a small stand-in of the dataset written to a temporary folder.
 
 The stand-in is a bench-layout dataset (``index.csv``, exact masks) of a few classes: a study's own folders
-are never read for writing, and the timing needs neither the dataset's masks nor its pools to exist yet (a
-study's dry run comes before its prepare and masks steps). Its images are copies of the dataset's first
-images where the dataset is there (their decoding is part of a step), else synthetic pictures of the
-dataset's size; the pools are the study's where they exist, else synthetic ones. The configuration keeps
-everything that sets a step's cost (backbone, batch size, method and its options, precision, layout,
-BGAugment) and takes the dataset's training and evaluation geometry explicitly, so a stand-in of CUB crops
-what CUB would.
+are never read for writing, and the timing needs neither the dataset, its masks nor its pools to exist yet (a
+study's dry run comes before its prepare and masks steps, and may come before the download), nor the
+backbone's pretrained weights (random ones cost the same steps; a machine without network has none). Its
+images are copies of the dataset's first images where the dataset is there (their decoding is part of a step),
+else synthetic pictures of the dataset's size; the pools are the study's where they exist, else synthetic
+ones. The configuration keeps everything that sets a step's cost (backbone, batch size, method and its
+options, precision, layout, BGAugment) and takes the dataset's training and evaluation geometry explicitly, so
+a stand-in of CUB crops what CUB would.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def time_config(
     ``images`` (cycled; synthetic pictures of ``image_size`` (width, height) when none), the pools of
     ``backgrounds`` (``train/`` and ``test/``; synthetic when None); ``attributions`` are timed in that order,
     unless ``measure`` is given (the measurement of a configuration that differs only in BGAugment).
-    Everything is written into a temporary folder, removed on return; no process or thread is left behind."""
+    The backbone starts from random weights: no weight file is read or fetched. Everything is written into a
+    temporary folder, removed on return; no process or thread is left behind."""
     from bgbias.data.registry import dataset_class
     from bgbias.engine.training_data import train_geometry_of
 
@@ -132,6 +134,7 @@ def time_config(
         stand_in = write_stand_in(Path(folder), config, images, image_size, backgrounds)
         timing_config = config.model_copy(update={
             "dataset": "bench", "root": str(stand_in.root), "device": device,
+            "model": config.model.model_copy(update={"pretrained": False, "weights": None}),
             "data": config.data.model_copy(update={"resize": train_geometry.resize,
                                                    "crop": train_geometry.crop,
                                                    "batches_per_epoch": TRAIN_STEPS}),

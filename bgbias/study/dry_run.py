@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from bgbias.study.ledger import FINISHED, Plan, read_plan
 from bgbias.study.pipeline import merged_plan, slurm_stages
 from bgbias.study.plan import StudyPlan, StudyRun
+from bgbias.study.sizes import known_size_note
 from bgbias.study.slurm import SlurmOptions
 from bgbias.study.spec import StudySpec
 from bgbias.study.steps import mask_shards, page_step_id
@@ -29,7 +30,9 @@ def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: 
     shards = sum(step.kind == "masks" for step in current.steps.values()) if current else mask_shards(spec)
     merged = merged_plan(current, folder, spec, plan, shards, extend=extend)
     goals = [page_step_id(plan)]
+    note = known_size_note(spec)
     parts = [f"study folder {folder} ({spec.title}){'' if current else ': a new plan'}",
+             *([note] if note else []),
              _steps_text(merged, goals),
              describe_cost(folder, merged, goals, device=device)]
     if slurm is not None:
@@ -90,8 +93,9 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
     prepare step, the masks shards left and the page."""
     from bgbias.engine.device import resolve_device
     from bgbias.engine.run_dir import DONE, RunDir, read_record
-    from bgbias.study.cost import estimate_masks, estimate_page, estimate_prepare, estimate_runs, split_sizes
+    from bgbias.study.cost import estimate_masks, estimate_page, estimate_prepare, estimate_runs
     from bgbias.study.cost_timing import time_config
+    from bgbias.study.sizes import split_sizes
 
     device = str(resolve_device(device))
     needed = needed_steps(plan, goals)
@@ -111,8 +115,7 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
     masks_left = sum(step.state != "done" for step in shards)
     masks = 0.0
     if masks_left:
-        sizes = split_sizes(plan.spec)
-        images = sum(sizes.train_classes) + sizes.val + sizes.test
+        images = split_sizes(plan.spec).images
         masks = estimate_masks(plan.spec, images * masks_left // len(shards), device=device)
     pages = [plan.steps[step_id] for step_id in left if plan.steps[step_id].kind == "page"]
     prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done", device=device)

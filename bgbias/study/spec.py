@@ -75,11 +75,12 @@ def study_spec(
     backgrounds: str | os.PathLike[str] | None,
     *,
     bench: tuple[str, float, int] = ("small", 0.9, 0),
+    dry_run: bool = False,
 ) -> StudySpec:
     """The spec of ``bgbias study --dataset DATASET``: the bench of ``bench`` (preset, ρ, seed) settings, or
-    the real dataset at ``root`` (:func:`dataset_spec`)."""
+    the real dataset at ``root`` (:func:`dataset_spec`, which a ``dry_run`` lets be missing)."""
     if dataset != "bench":
-        return dataset_spec(dataset, root, masks, backgrounds)
+        return dataset_spec(dataset, root, masks, backgrounds, dry_run=dry_run)
     if root is not None:
         raise OptionError("the study builds the bench itself: --root is for a real dataset",
                           fix="leave --root out, or pass --dataset cub|cars|sop|folder with it")
@@ -91,20 +92,24 @@ def dataset_spec(
     root: str | os.PathLike[str] | None,
     masks: str | None,
     backgrounds: str | os.PathLike[str] | None,
+    *,
+    dry_run: bool = False,
 ) -> StudySpec:
     """The spec of a study on a real dataset (``cub``, ``cars``, ``sop``, ``folder``): ``root`` (default the
     dataset's default folder), masks from ``masks`` (a model of :data:`MASK_MODELS`, default ``u2netp``,
     :data:`~bgbias.options.DEFAULT_MASK_MODEL`; or a folder of masks), the pools in ``backgrounds`` (default
-    ``./backgrounds``)."""
+    ``./backgrounds``). A root that is not a folder is refused, but for a ``dry_run`` on a dataset of known
+    size (:attr:`~bgbias.data.items.Dataset.known_size`), which it prices from that size
+    (:mod:`bgbias.study.sizes`)."""
     from bgbias.data.registry import dataset_class, default_root
     from bgbias.paths import backgrounds_root, masks_root
 
-    dataset_class(dataset)  # an unknown name is an OptionError listing the known ones
+    layout = dataset_class(dataset)  # an unknown name is an OptionError listing the known ones
     if dataset == "bench":
         raise OptionError("the bench is built by the study itself, from its --bench-* settings",
                           fix="leave --dataset out (or pass --dataset bench) without --root")
     folder = Path(root) if root is not None else default_root(dataset)
-    if not folder.is_dir():
+    if not folder.is_dir() and not (dry_run and layout.known_size is not None):
         raise OptionError(f"the {dataset} dataset is not at {folder}", path=folder,
                           fix=f"pass --root DIR (`bgbias datasets --dataset {dataset} --root DIR` checks it)")
     chosen = masks or DEFAULT_MASK_MODEL

@@ -38,9 +38,9 @@ def mask_shards(spec: StudySpec) -> int:
         return 0
     if spec.bench is not None:  # not built yet when the plan is made; a bench is a few thousand images
         return 1
-    from bgbias.data.registry import open_dataset
+    from bgbias.study.sizes import split_sizes
 
-    return max(1, math.ceil(len(open_dataset(spec.dataset, spec.root).items()) / IMAGES_PER_SHARD))
+    return max(1, math.ceil(split_sizes(spec).images / IMAGES_PER_SHARD))
 
 
 def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, Step]:

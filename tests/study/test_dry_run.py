@@ -3,12 +3,15 @@ recorded, trained or submitted. ``--status`` reads a plan while it is worked on.
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
 from bgbias.study import cost
 from bgbias.study.cost import RunCost
+from tests.docs_blocks import code_block
 
 
 @pytest.fixture
@@ -73,3 +76,83 @@ def test_the_status_lists_every_step_and_a_missing_plan_is_an_error(tmp_path, mo
     assert result.output.splitlines()[0].endswith("3 pending, 1 failed")
     assert "| run/multi_similarity-seed0 | failed |" in result.output
     assert "- run/multi_similarity-seed0: OutputError: disk full" in result.output
+
+
+KNOWN = {"cub": (11788, 200, 75, 25, 5924), "cars": (16185, 196, 74, 24, 8131),
+         "sop": (120053, 22634, 8489, 2829, 60502)}
+"""A published dataset's images and classes, its fixed split's train and val classes and its test images
+(docs/datasets.md, docs/study.md)."""
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_a_dataset_not_downloaded_is_counted_from_its_known_size(name, tmp_path):
+    from bgbias.study.sizes import split_sizes
+    from bgbias.study.spec import dataset_spec
+
+    images, _, train, val, test = KNOWN[name]
+    spec = dataset_spec(name, tmp_path / "nowhere", None, None, dry_run=True)
+    sizes = split_sizes(spec)
+    assert sizes.images == sum(sizes.train_classes) + sizes.val + sizes.test == images
+    assert (len(sizes.train_classes), sizes.test) == (train, test)
+    # The other images are spread evenly over the train and val classes: at most one apart.
+    assert max(sizes.train_classes) - min(sizes.train_classes) <= 1
+    assert abs(sizes.val - val * (images - test) / (train + val)) < val
+    assert not (tmp_path / "nowhere").exists()
+
+
+DOCS_EXAMPLE = shlex.split(code_block("docs/study.md", "study-dry-run-before-download").text)
+"""docs/study.md's dry run of the paper's study on CUB before it is downloaded."""
+
+
+@pytest.mark.parametrize("command", [DOCS_EXAMPLE, ["bgbias", "study", "--dataset", "cars", "--dry-run"],
+                                     ["bgbias", "study", "--dataset", "sop", "--dry-run"]])
+def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command, tmp_path, monkeypatch):
+    from bgbias.study import cost_timing
+    from bgbias.study.plan import study_plan
+    from tests.study.test_cost import FAKE
+
+    name = command[command.index("--dataset") + 1]
+    preset = command[command.index("--preset") + 1] if "--preset" in command else "quick"
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    timed, masked = [], []
+    monkeypatch.setattr(cost_timing, "time_config", lambda config, device, **options: timed.append(
+        (config.dataset, options["images"])) or FAKE)
+    monkeypatch.setattr(cost, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
+    result = CliRunner().invoke(main, [*command[1:], "--devices", "cpu"])
+    assert result.exit_code == 0, result.output
+    images, classes, *_ = KNOWN[name]
+    folders = {"cub": "CUB_200_2011", "cars": "cars196", "sop": "Stanford_Online_Products"}
+    root = tmp_path / "data" / folders[name]
+    assert f"the {name} dataset is not at {root}" in result.output
+    assert f"priced from its known size: {images:,} images, {classes:,} classes" in result.output
+    assert "--root DIR" in result.output
+    plan = study_plan(preset, dataset=name)
+    lines = {line.split()[0]: line.split() for line in result.output.splitlines() if line[:1].isalpha()}
+    for method in plan.methods:
+        assert lines[method][1] == str(2 * plan.seeds) and lines[method][-1] == "timed"
+    assert lines["total"][1] == str(len(plan.runs()))
+    # Stand-in pictures (no images to copy); U²-Net (u2netp by default) priced over every image.
+    assert timed and all(dataset == name and not sample for dataset, sample in timed)
+    assert masked == [images]
+    assert list(tmp_path.iterdir()) == []  # nothing written: no plan, no dataset folder
+
+
+@pytest.mark.parametrize("command", [["--dataset", "cub"], ["--dataset", "cub", "--executor", "slurm"],
+                                     ["--dataset", "folder", "--root", "nowhere", "--dry-run"]])
+def test_a_study_without_its_dataset_still_refuses_to_run(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BGBIAS_DATA", raising=False)
+    result = CliRunner().invoke(main, ["study", *command])
+    assert result.exit_code == 2
+    assert "dataset is not at" in result.output and "--root DIR" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_folder_that_is_there_is_read_not_replaced_by_its_known_size(tmp_path, monkeypatch,
+                                                                             fake_timing):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "CUB_200_2011").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["study", "--dataset", "cub", "--dry-run"])
+    assert result.exit_code == 2 and "images.txt" in result.output and "known size" not in result.output
