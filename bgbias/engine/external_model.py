@@ -184,7 +184,7 @@ class ExternalModel:
         return torch.cdist(queries, references)
 
     def retrieval(self) -> Retrieval:
-        return ExactL2()
+        return ExactL2(device=self.device)
 
     def fingerprint(self) -> str:
         """The network's digest, the convention, and its precision and memory format where they are not

@@ -211,8 +211,9 @@ class Method(nn.Module, ABC):
         return torch.cdist(queries, references)
 
     def retrieval(self) -> Retrieval:
-        """How validation and evaluation rank this method's images: exact squared L2 of the embeddings."""
-        return ExactL2()
+        """How validation and evaluation rank this method's images: exact squared L2 of the embeddings,
+        searched and scored on the method's device."""
+        return ExactL2(device=next(self.parameters()).device)
 
     def set_memory_format(self, memory_format: torch.memory_format) -> None:
         """Keep every 4-D weight, and the images the backbone is given, in ``memory_format``

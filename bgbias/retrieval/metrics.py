@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from bgbias.errors import OptionError
 from bgbias.retrieval.retrievers import ExactL2, Retrieval
 from bgbias.retrieval.search import Ranking
 from bgbias.retrieval.state import named_arrays, state_length
-
-if TYPE_CHECKING:
-    from torch import Tensor
 
 METRICS = ("map_at_r", "r_precision", "precision_at_1")
 
@@ -66,8 +65,8 @@ class RetrievalScores:
         return {**{k: (None if np.isnan(v) else float(v)) for k, v in means.items()}, "scored": self.scored}
 
 
-def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.ndarray,
-                     distances: np.ndarray | None = None) -> RetrievalScores:
+def retrieval_scores(knn_labels: np.ndarray | Tensor, query_labels: np.ndarray | Tensor,
+                     r: np.ndarray | Tensor, distances: np.ndarray | Tensor | None = None) -> RetrievalScores:
     """Scores of queries from their neighbours' labels: each metric's expected value over every order of
     the neighbours tied at one distance (docs/design.md, *Ties*).
 
@@ -75,52 +74,67 @@ def retrieval_scores(knn_labels: np.ndarray, query_labels: np.ndarray, r: np.nda
     references) are ``(N,)``. ``k`` must reach the largest ``R``, or MAP@R and R-precision would be cut short.
     ``distances`` (``(N, k)``, what the neighbours were ranked by) groups neighbours at exactly equal
     distances; the group holding a query's R-th neighbour must end within its ``k`` (or hold every other
-    item). Without them, the order is taken as strict.
+    item). Without them, the order is taken as strict. Numpy arrays or torch tensors: the scores are
+    computed where ``knn_labels`` is (a GPU, say) and returned on the host.
     """
-    knn_labels = np.asarray(knn_labels)
-    query_labels = np.asarray(query_labels)
-    r = np.asarray(r, dtype=np.int64)
+    knn_labels = torch.as_tensor(knn_labels)
+    on = knn_labels.device
+    query_labels, r = torch.as_tensor(query_labels, device=on), torch.as_tensor(r, device=on).long()
     if (knn_labels.ndim != 2 or query_labels.shape != (len(knn_labels),) or r.shape != query_labels.shape
-            or (distances is not None and np.shape(distances) != knn_labels.shape)):
+            or (distances is not None and tuple(distances.shape) != tuple(knn_labels.shape))):
         raise OptionError(
             f"expected (N, k) neighbour labels with N query labels, N R values and (N, k) distances or none, "
-            f"got shapes {knn_labels.shape}, {query_labels.shape}, {r.shape} and "
-            f"{None if distances is None else np.shape(distances)}",
+            f"got shapes {tuple(knn_labels.shape)}, {tuple(query_labels.shape)}, {tuple(r.shape)} and "
+            f"{None if distances is None else tuple(distances.shape)}",
             fix="pass one row of neighbour labels (and of distances), one label and one R per query",
         )
     k = knn_labels.shape[1]
     if len(r) and (r.min() < 0 or r.max() > k):
         raise OptionError(
-            f"R ranges over {r.min()}..{r.max()}, but only {k} neighbours per query were retrieved",
+            f"R ranges over {int(r.min())}..{int(r.max())}, but only {k} neighbours per query were retrieved",
             fix="retrieve at least max(R) neighbours per query (PML's k='max_bin_count')",
         )
-    scored = r > 0
+    distances = None if distances is None else torch.as_tensor(distances, device=on)
+    per_query = per_query_scores(knn_labels, query_labels, r, distances)
+    return _scores_of({name: values.cpu().numpy() for name, values in per_query.items()}
+                      | {"r": r.cpu().numpy()})
+
+
+def per_query_scores(knn_labels: Tensor, query_labels: Tensor, r: Tensor,
+                     distances: Tensor | None) -> dict[str, Tensor]:
+    """:func:`retrieval_scores`'s per-query scores (float64, NaN for ``R = 0``) of checked tensors, on their
+    device."""
+    count, k = knn_labels.shape
     if k == 0:
-        per_query = {name: np.full(len(r), np.nan) for name in METRICS}
-        return _scores_of({**per_query, "r": r})
+        return {name: torch.full((count,), float("nan"), dtype=torch.float64, device=r.device)
+                for name in METRICS}
     groups = _tie_groups(knn_labels == query_labels[:, None], distances)
-    rows = np.arange(len(r))
+    rows = torch.arange(count, device=r.device)
     # AP@R's rank i adds E[rel(i)·P(i)]: within a group of g holding m relevant items, c relevant before it,
     # at the group's (t+1)-th place, rel(i) = 1 with probability m/g, and then the t places before it in the
-    # group hold (m − 1)·t/(g − 1) relevant items on average. Only the ranks below R take part, each summed
-    # in rank order (bincount adds in input order), so a query's MAP@R has the same bits whatever k its block
-    # was searched with, and a large R costs its relevant ranks, not all k.
-    queries, ranks = np.nonzero((np.arange(k) < r[:, None]) & (groups.relevant > 0))
-    m, g = groups.relevant[queries, ranks], groups.size[queries, ranks]
-    offset = ranks - groups.start[queries, ranks]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        others = np.where(g > 1, offset * (m - 1) / np.maximum(g - 1, 1), 0.0)
-        gains = (m / g) * (groups.before[queries, ranks] + 1 + others) / (ranks + 1)
-        map_at_r = np.bincount(queries, weights=gains, minlength=len(r)) / r
-        # The top R hold every group before the R-th's and (R − start)/g of that one's relevant items.
-        last = np.maximum(r - 1, 0)
-        share = (r - groups.start[rows, last]) / groups.size[rows, last]
-        r_precision = (groups.before[rows, last] + groups.relevant[rows, last] * share) / r
-    precision_at_1 = groups.relevant[:, 0] / groups.size[:, 0]
+    # group hold (m − 1)·t/(g − 1) relevant items on average. Only the ranks below R take part, each query's
+    # summed in rank order (a segmented sum: sequential on the CPU, one fixed order on a GPU), so a query's
+    # MAP@R has the same bits whatever k its block was searched with, and a large R costs its relevant
+    # ranks, not all k.
+    taking = (torch.arange(k, device=r.device) < r[:, None]) & (groups.relevant > 0)
+    queries, ranks = taking.nonzero(as_tuple=True)
+    m = groups.relevant[queries, ranks].double()
+    g = groups.size[queries, ranks].double()
+    offset = (ranks - groups.start[queries, ranks]).double()
+    others = torch.where(g > 1, offset * (m - 1) / (g - 1).clamp_min(1), 0.0)
+    gains = (m / g) * ((groups.before[queries, ranks] + 1).double() + others) / (ranks + 1).double()
+    sums = torch.segment_reduce(gains, "sum", lengths=taking.sum(dim=1), unsafe=True)
+    real_r = r.double()
+    map_at_r = sums / real_r
+    # The top R hold every group before the R-th's and (R − start)/g of that one's relevant items.
+    last = (r - 1).clamp_min(0)
+    share = (r - groups.start[rows, last]).double() / groups.size[rows, last].double()
+    r_precision = (groups.before[rows, last].double() + groups.relevant[rows, last].double() * share) / real_r
+    precision_at_1 = groups.relevant[:, 0].double() / groups.size[:, 0].double()
     per_query = {"map_at_r": map_at_r, "r_precision": r_precision, "precision_at_1": precision_at_1}
     for values in per_query.values():
-        values[~scored] = np.nan
-    return _scores_of({**per_query, "r": r})
+        values[r == 0] = float("nan")
+    return per_query
 
 
 @dataclass(frozen=True)
@@ -128,30 +142,36 @@ class _TieGroups:
     """For each ``(query, rank)`` of a ranking, the group of neighbours at exactly its distance: the rank
     it starts at, its size, the relevant items in it and the relevant items ranked before it."""
 
-    start: np.ndarray
-    size: np.ndarray
-    relevant: np.ndarray
-    before: np.ndarray
+    start: Tensor
+    size: Tensor
+    relevant: Tensor
+    before: Tensor
 
 
-def _tie_groups(same_class: np.ndarray, distances: np.ndarray | None) -> _TieGroups:
+def _tie_groups(same_class: Tensor, distances: Tensor | None) -> _TieGroups:
+    """Most neighbours are alone at their distance: their group is their own rank. Only the ranks that tie
+    with a neighbour are grouped, along the flat list of them (ascending, so a running maximum of group
+    starts, and a reversed running minimum of group ends, never cross from one group into the next)."""
     count, k = same_class.shape
-    columns = np.arange(k, dtype=np.int32)
-    if distances is None:
-        starts = np.ones((count, k), dtype=bool)
-    else:
-        starts = np.empty((count, k), dtype=bool)
-        starts[:, 0] = True
-        np.not_equal(distances[:, 1:], distances[:, :-1], out=starts[:, 1:])
-    start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
-    ends = np.empty_like(starts)
-    ends[:, -1] = True
-    ends[:, :-1] = starts[:, 1:]
-    end = np.minimum.accumulate(np.where(ends, columns, k - 1)[:, ::-1], axis=1)[:, ::-1]
-    hits = np.cumsum(same_class, axis=1, dtype=np.int32)
-    rows = np.arange(count)[:, None]
-    before = hits[rows, start] - same_class[rows, start]
-    return _TieGroups(start, end - start + 1, hits[rows, end] - before, before)
+    start = torch.arange(k, device=same_class.device).expand(count, k)
+    end = start
+    if distances is not None and k > 1:
+        as_next = distances[:, 1:] == distances[:, :-1]
+        if as_next.any():
+            after_tie = torch.zeros_like(same_class)
+            after_tie[:, 1:] = as_next
+            before_tie = torch.zeros_like(same_class)
+            before_tie[:, :-1] = as_next
+            tied = (after_tie | before_tie).view(-1).nonzero().squeeze(1)
+            first = torch.where(after_tie.view(-1)[tied], 0, tied).cummax(dim=0).values
+            last = torch.where(before_tie.view(-1)[tied], tied[-1] + 1, tied).flip(0).cummin(dim=0).values
+            last = last.flip(0)
+            start, end = start.repeat(1, 1), start.repeat(1, 1)
+            start.view(-1)[tied] = first % k
+            end.view(-1)[tied] = last % k
+    hits = same_class.cumsum(dim=1, dtype=torch.int32)
+    before = hits.gather(1, start) - same_class.gather(1, start).int()
+    return _TieGroups(start, end - start + 1, hits.gather(1, end) - before, before)
 
 
 def _scores_of(per_query: dict[str, np.ndarray]) -> RetrievalScores:
@@ -210,6 +230,7 @@ def score_embeddings(
     asked = np.minimum(need + 1, count - 1)
     per_query = {name: np.empty(count) for name in METRICS} | {"r": r}
     kept = np.empty((count, kept_width), dtype=np.int64)
+    on_device = _OnDevice(class_of_item, r)
     pending = np.arange(count)
     while len(pending):
         blocks = [pending[block] for block in query_blocks(asked[pending], max_memory)]
@@ -218,28 +239,48 @@ def score_embeddings(
         for queries in blocks:
             k = int(asked[queries].max())
             found = _search(search, embeddings, k, references, None if whole else queries)
-            open_ended = _open_ended(found, r[queries], count)
-            done = ~open_ended
-            distances = None if found.distances is None else found.distances[done]
-            part = retrieval_scores(labels[found.indices[done]], labels[queries[done]], r[queries[done]],
-                                    distances).per_query
+            # Scored where the search left its neighbour lists (a GPU): only per-query figures travel.
+            indices, distances = on_device.ranking(found)
+            classes, r_of = on_device.at(indices.device)
+            chosen = torch.from_numpy(queries).to(indices.device)
+            done = ~_open_ended(distances, r_of[chosen], count)
+            part = per_query_scores(classes[indices[done]], classes[chosen[done]], r_of[chosen[done]],
+                                    None if distances is None else distances[done])
+            finished = done.cpu().numpy()
             for name in METRICS:
-                per_query[name][queries[done]] = part[name]
-            kept[queries[done]] = found.indices[done, :kept_width]
-            asked[queries[open_ended]] = min(2 * k, count - 1)
-            again.append(queries[open_ended])
+                per_query[name][queries[finished]] = part[name].cpu().numpy()
+            kept[queries[finished]] = indices[done, :kept_width].cpu().numpy()
+            asked[queries[~finished]] = min(2 * k, count - 1)
+            again.append(queries[~finished])
         pending = np.concatenate(again)
     return dataclasses.replace(_scores_of(per_query), neighbours=kept)
 
 
-def _open_ended(found: Ranking, r: np.ndarray, count: int) -> np.ndarray:
+class _OnDevice:
+    """Each item's class index and R as tensors on the devices rankings come from, copied there once."""
+
+    def __init__(self, class_of_item: np.ndarray, r: np.ndarray):
+        self._host = (torch.from_numpy(class_of_item.astype(np.int64)), torch.from_numpy(r))
+        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+    @staticmethod
+    def ranking(found: Ranking) -> tuple[Tensor, Tensor | None]:
+        indices = torch.as_tensor(found.indices).long()
+        return indices, None if found.distances is None else torch.as_tensor(found.distances)
+
+    def at(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        if device not in self._copies:
+            self._copies[device] = tuple(array.to(device) for array in self._host)
+        return self._copies[device]
+
+
+def _open_ended(distances: Tensor | None, r: Tensor, count: int) -> Tensor:
     """Which queries' R-th neighbour ties with their last one (so its group may go on past them), short of
     every other of the ``count`` items."""
-    k = found.indices.shape[1]
-    if found.distances is None or k >= count - 1:
-        return np.zeros(len(r), dtype=bool)
-    rows = np.arange(len(r))
-    return (r > 0) & (found.distances[rows, np.maximum(r - 1, 0)] == found.distances[:, -1])
+    if distances is None or distances.shape[1] >= count - 1:
+        return torch.zeros(len(r), dtype=torch.bool, device=r.device)
+    rows = torch.arange(len(r), device=r.device)
+    return (r > 0) & (distances[rows, (r - 1).clamp_min(0)] == distances[:, -1])
 
 
 def query_blocks(need: np.ndarray, max_memory: int) -> list[np.ndarray]:

@@ -66,12 +66,15 @@ class Retrieval(Protocol):
 
 @dataclass(frozen=True)
 class ExactL2:
-    """Exact squared L2 over the array ``key`` of the state, with ``backend`` faiss, torch or auto (faiss
-    where it is installed)."""
+    """Exact squared L2 over the array ``key`` of the state, with ``backend`` faiss, torch or auto
+    (:func:`~bgbias.retrieval.search.chosen_backend`: faiss where it is installed and searches on
+    ``device``, else torch there). ``device`` is where the torch backend searches, and so where scoring
+    scores (None: where the embeddings are); a model's retrieval names the model's device."""
 
     backend: str = "auto"
     key: str = EMBEDDING
     approximate: bool = False
+    device: Any = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -81,11 +84,12 @@ class ExactL2:
     def ranking(self, state: Any, k: int, references: Any = None,
                 queries: np.ndarray | None = None) -> Ranking:
         gallery = None if references is None else _array(references, self.key)
-        return ranking(_array(state, self.key), k, backend=self.backend, references=gallery, queries=queries)
+        return ranking(_array(state, self.key), k, backend=self.backend, references=gallery, queries=queries,
+                       device=self.device)
 
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).indices
+        return self.ranking(state, k, references, queries).on_host().indices
 
     def describe(self) -> str:
         return "exact squared L2"
@@ -115,7 +119,7 @@ class LearnedDistance:
 
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).indices
+        return self.ranking(state, k, references, queries).on_host().indices
 
     def describe(self) -> str:
         return "learned pairwise distance"
@@ -155,7 +159,7 @@ class ShortlistRerank:
 
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).indices
+        return self.ranking(state, k, references, queries).on_host().indices
 
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
@@ -171,7 +175,7 @@ class ShortlistRerank:
         k = int(r[chosen].max())
         exact = torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.exact.distance,
                                          device=self.exact.device, queries=chosen)
-        approximate = self._rerank(state, k, chosen).indices
+        approximate = self._rerank(state, k, chosen).on_host().indices
         kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
         return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
 

@@ -31,11 +31,14 @@ BACKENDS = ("auto", "faiss", "torch")
 FAISS_GPU_MAX_K = 2048
 """Largest k faiss's GPU indexes search (CUDA >= 9.5); PML falls back to the CPU above it, and so do we."""
 
-CHUNK_ELEMENTS = 1 << 26
-"""Distance-matrix entries per block of the torch backend (256 MiB of float32), whatever the split's size."""
+CHUNK_ELEMENTS = 1 << 28
+"""Distance-matrix entries per block of the torch backend (1 GiB of float32), whatever the split's size:
+fewer, larger matrix products (a quarter of this size cost 10 % more on 2 CPU cores at 250,000 images)."""
 
-DEFAULT_REFERENCE_ROWS = 16_384
-"""References per block of the torch backend; larger splits are streamed through the running top-k."""
+MIN_QUERY_ROWS = 1024
+"""Fewest queries per block of the torch backend by default: a block then holds every reference up to
+``CHUNK_ELEMENTS / MIN_QUERY_ROWS`` (262,144) of them, and one top-k per query block is all the ranking
+costs; larger splits are streamed through a running top-k, in blocks of that many references."""
 
 Distance = Callable[[Any, Any], "Tensor"]
 """``(queries, references) -> (q, r)`` distances, smaller for more alike, between two sets of per-image
@@ -47,10 +50,20 @@ class Ranking:
     """Each query's ``k`` nearest other items: ``indices`` ``(n, k)``, nearest first, and the ``distances``
     they were ranked by (``(n, k)`` float32, as the search computed them), from which scoring reads ties by
     exact equality (docs/design.md, *Ties*); None from a retrieval that gives only indices, whose order
-    scoring then takes as strict."""
+    scoring then takes as strict.
 
-    indices: np.ndarray
-    distances: np.ndarray | None
+    Both are numpy arrays, or torch tensors where the search ran (a GPU): scoring then scores there, and
+    only the per-query scores travel to the host."""
+
+    indices: np.ndarray | Tensor
+    distances: np.ndarray | Tensor | None
+
+    def on_host(self) -> Ranking:
+        """The same ranking as numpy arrays (int64 indices)."""
+        if isinstance(self.indices, np.ndarray):
+            return self
+        distances = None if self.distances is None else self.distances.cpu().numpy()
+        return Ranking(self.indices.cpu().numpy().astype(np.int64, copy=False), distances)
 
 
 def nearest_neighbours(
@@ -62,9 +75,9 @@ def nearest_neighbours(
     references: np.ndarray | Tensor | None = None,
     queries: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The indices of :func:`ranking`."""
+    """The indices of :func:`ranking`, on the host."""
     return ranking(embeddings, k, backend=backend, distance=distance, references=references,
-                   queries=queries).indices
+                   queries=queries).on_host().indices
 
 
 def ranking(
@@ -75,14 +88,16 @@ def ranking(
     distance: Distance | None = None,
     references: np.ndarray | Tensor | None = None,
     queries: np.ndarray | None = None,
+    device: Any = None,
 ) -> Ranking:
     """``(N, D)`` embeddings -> each row's ``k`` nearest other rows, nearest first, with their distances.
 
     Ranked by squared L2 distance, or by ``distance`` when given (a learned similarity such as AVSL's, which
-    only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"`` (faiss when it
-    can be imported and no ``distance`` is given, else torch). With ``references`` (as many rows), each row is
-    searched among them instead, its own row ``i`` left out. ``queries`` (indices) searches for those rows
-    only: ``(len(queries), k)``.
+    only the torch backend can compute). ``backend`` is ``"faiss"``, ``"torch"`` or ``"auto"``
+    (:func:`chosen_backend`). With ``references`` (as many rows), each row is searched among them instead,
+    its own row ``i`` left out. ``queries`` (indices) searches for those rows only: ``(len(queries), k)``.
+    The torch backend searches on ``device`` (default: where the embeddings are), and its ranking stays
+    there.
     """
     if backend not in BACKENDS:
         raise OptionError(f"unknown retrieval backend {backend!r}", fix=f"use one of {', '.join(BACKENDS)}")
@@ -90,12 +105,29 @@ def ranking(
         if backend == "faiss":
             raise OptionError("faiss ranks by L2 distance only, not by a learned distance",
                               fix="use the torch (or auto) backend for methods with a learned similarity")
-        return torch_ranking(embeddings, k, distance=distance, references=references, queries=queries)
-    if backend == "auto":
-        backend = "faiss" if faiss_available() else "torch"
-    if backend == "faiss":
+        return torch_ranking(embeddings, k, distance=distance, references=references, queries=queries,
+                             device=device)
+    if chosen_backend(backend, k, device if device is not None else getattr(embeddings, "device", None)) \
+            == "faiss":
         return faiss_ranking(embeddings, k, references=references, queries=queries)
-    return torch_ranking(embeddings, k, references=references, queries=queries)
+    return torch_ranking(embeddings, k, references=references, queries=queries, device=device)
+
+
+def chosen_backend(backend: str, k: int, device: Any = None) -> str:
+    """What ``backend`` means for a search of ``k`` neighbours whose data is on ``device``: ``"auto"`` is
+    faiss where it is installed and can search there (the CPU; a GPU only with faiss-gpu, and only up to
+    :data:`FAISS_GPU_MAX_K`, beyond which faiss would search on the CPU), else torch on that device."""
+    if backend != "auto":
+        return backend
+    if not faiss_available():
+        return "torch"
+    on_accelerator = device is not None and str(device) != "cpu"
+    if on_accelerator:
+        import faiss
+
+        if faiss.get_num_gpus() == 0 or k + 1 > FAISS_GPU_MAX_K:
+            return "torch"
+    return "faiss"
 
 
 def checked_k(
@@ -143,14 +175,25 @@ def remove_self_matches(found: Ranking, items: np.ndarray | None = None) -> Rank
     without its own index (and that column's distance).
 
     A row whose own index is missing (ties put other items in its place) loses its last column instead: the
-    rule of PML's ``return_results`` since v1.5.2.
+    rule of PML's ``return_results`` since v1.5.2. Numpy or torch, as ``found`` is.
     """
-    indices, distances = found.indices, found.distances
-    own = indices == (np.arange(len(indices)) if items is None else np.asarray(items))[:, None]
-    own[~own.any(axis=1), -1] = True
-    shape = (len(indices), indices.shape[1] - 1)
-    kept = None if distances is None else distances[~own].reshape(shape)
-    return Ranking(indices[~own].reshape(shape), kept)
+    import torch
+
+    on_host = isinstance(found.indices, np.ndarray)
+    indices = torch.as_tensor(found.indices)
+    distances = None if found.distances is None else torch.as_tensor(found.distances)
+    rows = torch.from_numpy(np.arange(len(indices)) if items is None else np.asarray(items, dtype=np.int64))
+    rows = rows.to(indices.device)
+    width = indices.shape[1] - 1
+    if len(rows) and bool((indices[:, 0] == rows).all()):  # each its own nearest: the usual
+        kept = Ranking(indices[:, 1:], None if distances is None else distances[:, 1:])
+        return kept.on_host() if on_host else kept
+    own = indices == rows[:, None]
+    dropped = torch.where(own.any(dim=1), own.byte().argmax(dim=1), width)
+    columns = torch.arange(width, device=indices.device)
+    taken = columns + (columns >= dropped[:, None])
+    kept = Ranking(indices.gather(1, taken), None if distances is None else distances.gather(1, taken))
+    return kept.on_host() if on_host else kept
 
 
 def faiss_nearest_neighbours(
@@ -205,9 +248,10 @@ def torch_nearest_neighbours(
     queries: np.ndarray | None = None,
     references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
 ) -> np.ndarray:
-    """The indices of :func:`torch_ranking`."""
+    """The indices of :func:`torch_ranking`, on the host."""
     return torch_ranking(embeddings, k, distance=distance, device=device, query_rows=query_rows,
-                         reference_rows=reference_rows, queries=queries, references=references).indices
+                         reference_rows=reference_rows, queries=queries,
+                         references=references).on_host().indices
 
 
 def torch_ranking(
@@ -250,16 +294,15 @@ def torch_ranking(
                               fix="pass the model's pairwise distance")
         arrays = {name: array.to(torch.float32) for name, array in arrays.items()}
         gallery = {name: array.to(torch.float32) for name, array in gallery.items()}
-        distance = squared_l2
+    l2 = distance is None
     count = state_length(arrays)
-    on = next(iter(arrays.values())).device
 
     def rows(start: int, stop: int) -> Any:
         block = take_rows(gallery, slice(start, stop))
         return block if named else next(iter(block.values()))
 
     if reference_rows is None:
-        reference_rows = max(1, min(count, DEFAULT_REFERENCE_ROWS))
+        reference_rows = max(1, min(count, CHUNK_ELEMENTS // MIN_QUERY_ROWS))
     if query_rows is None:
         query_rows = max(1, CHUNK_ELEMENTS // max(reference_rows, 1))
     if query_rows < 1 or reference_rows < 1:
@@ -268,51 +311,97 @@ def torch_ranking(
     items = np.arange(count) if queries is None else np.asarray(queries, dtype=np.int64)
     parts, part_distances = [], []
     with torch.inference_mode():
+        # Squared L2's norms, computed once for all blocks.
+        gallery_norms = squared_norms(rows(0, count)) if l2 else None
         for q_start in range(0, len(items), query_rows):
             chosen = items[q_start:q_start + query_rows]
             block_queries = _rows_at(arrays, chosen, named)
-            size = len(chosen)
-            best_d = torch.full((size, 0), float("inf"), device=on)
-            best_i = torch.zeros((size, 0), dtype=torch.int64, device=on)
+            query_norms = squared_norms(block_queries) if l2 else None
+            best: tuple[Tensor, Tensor] | None = None
             for r_start in range(0, count, reference_rows):
-                block = distance(block_queries, rows(r_start, r_start + reference_rows)).to(torch.float32)
-                ids = torch.arange(r_start, r_start + block.shape[1], device=on).expand(size, -1)
-                block_d, block_i = smallest(block, ids, k + 1)
-                best_d, best_i = smallest(torch.cat([best_d, block_d], dim=1),
-                                          torch.cat([best_i, block_i], dim=1), k + 1)
-            parts.append(best_i.cpu())
-            part_distances.append(best_d.cpu())
-    found = Ranking(torch.cat(parts).numpy().astype(np.int64), torch.cat(part_distances).numpy())
+                references_block = rows(r_start, r_start + reference_rows)
+                if l2:
+                    block = _norms_minus_products(block_queries, references_block, query_norms,
+                                                  gallery_norms[r_start:r_start + reference_rows])
+                else:
+                    block = distance(block_queries, references_block).to(torch.float32)
+                nearest = smallest(block, r_start, k + 1, at_least=0.0 if l2 else None)
+                best = nearest if best is None else _merged(best, nearest, k + 1)
+            parts.append(best[1])
+            part_distances.append(best[0])
+    found = Ranking(torch.cat(parts), torch.cat(part_distances))
     return remove_self_matches(found, items)
 
 
-def smallest(distances: Tensor, ids: Tensor, count: int) -> tuple[Tensor, Tensor]:
-    """Each row's ``count`` smallest ``distances`` and their ``ids``, ordered by distance and, among equal
-    distances, by id, as faiss orders them.
+def smallest(distances: Tensor, first_id: int, count: int,
+             at_least: float | None = None) -> tuple[Tensor, Tensor]:
+    """Each row's ``count`` smallest ``distances`` and their ids (column ``j`` is id ``first_id + j``),
+    ordered by distance and, among equal distances, by id, as faiss orders them.
 
     ``torch.topk`` breaks ties as it pleases, and differently for different k; here the smaller id wins, so a
     query's first neighbours are the same whatever k it is searched for and however the references are
     split into blocks. ``torch.topk`` has no cap on k (faiss's GPU index stops at :data:`FAISS_GPU_MAX_K`).
+    ``at_least`` raises every distance below it to it (squared L2's 0, which rounding can undershoot for
+    near-duplicates); raising only the candidates ranks as raising every distance would, since it keeps
+    their order, and spares a pass over the block.
     """
-    if count >= distances.shape[1]:
-        return _by_distance_then_id(distances, ids)
-    top_d, at = distances.topk(count, dim=1, largest=False, sorted=False)
-    top_i = ids.gather(1, at)
-    # Rows where more items than fit tie with the last one kept: topk chose among them at random.
-    cut = top_d.max(dim=1, keepdim=True).values
-    tied = ((distances <= cut).sum(dim=1) > count).nonzero().squeeze(1)
+    import torch
+
+    rows, columns = distances.shape
+    if count >= columns:
+        ids = torch.arange(first_id, first_id + columns, device=distances.device).expand(rows, -1)
+        return _sorted(distances, ids, at_least)
+    # One more than asked: where it equals the last one kept, more items tie there than fit, and topk chose
+    # among them at random; those rows take every item at or below that distance, in id order.
+    top_d, at = distances.topk(count + 1, dim=1, largest=False, sorted=False)
+    top_d, top_i = _sorted(top_d, at + first_id, at_least)
+    tied = (top_d[:, count] == top_d[:, count - 1]).nonzero().squeeze(1)
+    top_d, top_i = top_d[:, :count], top_i[:, :count]
     if len(tied):
-        tied_d, tied_i = _by_distance_then_id(distances[tied], ids[tied])
-        top_d[tied], top_i[tied] = tied_d[:, :count], tied_i[:, :count]
-    return _by_distance_then_id(top_d, top_i)
+        # As many as the row with most such items has (another row's extras are farther: past its count).
+        rows_d = _raised(distances[tied], at_least)
+        within = int((rows_d <= top_d[tied, count - 1:count]).sum(dim=1).max())
+        near_d, near_at = rows_d.topk(within, dim=1, largest=False, sorted=False)
+        near_d, near_i = _sorted(near_d, near_at + first_id, at_least)
+        top_d[tied], top_i[tied] = near_d[:, :count], near_i[:, :count]
+    return top_d, top_i
 
 
-def _by_distance_then_id(distances: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
-    """Each row sorted by distance, equal distances by id."""
-    by_id = ids.argsort(dim=1)
-    distances, ids = distances.gather(1, by_id), ids.gather(1, by_id)
-    by_distance = distances.argsort(dim=1, stable=True)
-    return distances.gather(1, by_distance), ids.gather(1, by_distance)
+def _raised(distances: Tensor, at_least: float | None) -> Tensor:
+    return distances if at_least is None else distances.clamp_min(at_least)
+
+
+def _sorted(distances: Tensor, ids: Tensor, at_least: float | None) -> tuple[Tensor, Tensor]:
+    """:func:`_by_distance_then_id` of distances raised to ``at_least``."""
+    return _by_distance_then_id(_raised(distances, at_least), ids, at_least is not None and at_least >= 0)
+
+
+def _merged(best: tuple[Tensor, Tensor], block: tuple[Tensor, Tensor], count: int) -> tuple[Tensor, Tensor]:
+    """The ``count`` nearest of two lists of (distances, ids) of the same queries, ordered as
+    :func:`smallest` orders them."""
+    import torch
+
+    distances, ids = _by_distance_then_id(torch.cat([best[0], block[0]], dim=1),
+                                          torch.cat([best[1], block[1]], dim=1))
+    return distances[:, :count], ids[:, :count]
+
+
+def _by_distance_then_id(distances: Tensor, ids: Tensor,
+                         non_negative: bool = False) -> tuple[Tensor, Tensor]:
+    """Each row of float32 ``distances`` sorted by distance, equal distances by id (``0 <= id < 2**32``), in
+    one sort of a key that orders as the pair does: the float's bits made monotone (a negative float's
+    other bits reversed; ``-0.0`` made ``0.0``, which it equals) above the id. Both come back out of the
+    sorted key. ``non_negative`` distances' bits are monotone already."""
+    import torch
+
+    bits = (distances + 0.0).view(torch.int32)
+    if not non_negative:
+        bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    keys = (bits.long() << 32 | ids).sort(dim=1).values
+    bits = (keys >> 32).int()
+    if not non_negative:
+        bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return bits.view(torch.float32), keys & 0xFFFFFFFF
 
 
 def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:
@@ -324,5 +413,18 @@ def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:
 
 def squared_l2(queries: Tensor, references: Tensor) -> Tensor:
     """(q, r) squared Euclidean distances, ``|a|² + |b|² − 2 a·b`` clamped at 0 (what faiss ranks by)."""
-    distances = (queries * queries).sum(dim=1)[:, None] + (references * references).sum(dim=1)[None, :]
-    return distances.addmm_(queries, references.T, alpha=-2.0).clamp_min_(0.0)
+    return _norms_minus_products(queries, references, squared_norms(queries),
+                                 squared_norms(references)).clamp_min_(0.0)
+
+
+def _norms_minus_products(queries: Tensor, references: Tensor, query_norms: Tensor,
+                          reference_norms: Tensor) -> Tensor:
+    """``|a|² + |b|² − 2 a·b`` from the rows' :func:`squared_norms`; rounding can leave it just below 0 for
+    near-duplicates."""
+    distances = query_norms[:, None] + reference_norms[None, :]
+    return distances.addmm_(queries, references.T, alpha=-2.0)
+
+
+def squared_norms(rows: Tensor) -> Tensor:
+    """Each row's squared length."""
+    return (rows * rows).sum(dim=1)

@@ -100,6 +100,12 @@ def test_embeddings_differ_and_pairwise_distance_ranks_them(name):
 
 
 @pytest.mark.parametrize("name", method_names())
+def test_the_method_s_retrieval_searches_and_scores_on_the_method_s_device(name):
+    method = build(name)
+    assert torch.device(method.retrieval().device) == next(method.parameters()).device
+
+
+@pytest.mark.parametrize("name", method_names())
 def test_validation_and_evaluation_rank_with_the_method_s_retrieval(name):
     method = build(name).eval()
     retrieval = method.retrieval()
