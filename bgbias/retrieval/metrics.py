@@ -240,7 +240,7 @@ def score_embeddings(
             k = int(asked[queries].max())
             found = _search(search, embeddings, k, references, None if whole else queries)
             # Scored where the search left its neighbour lists (a GPU): only per-query figures travel.
-            indices, distances = on_device.ranking(found)
+            indices, distances = _tensors_of(found)
             classes, r_of = on_device.at(indices.device)
             chosen = torch.from_numpy(queries).to(indices.device)
             done = ~_open_ended(distances, r_of[chosen], count)
@@ -263,15 +263,16 @@ class _OnDevice:
         self._host = (torch.from_numpy(class_of_item.astype(np.int64)), torch.from_numpy(r))
         self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
-    @staticmethod
-    def ranking(found: Ranking) -> tuple[Tensor, Tensor | None]:
-        indices = torch.as_tensor(found.indices).long()
-        return indices, None if found.distances is None else torch.as_tensor(found.distances)
-
     def at(self, device: torch.device) -> tuple[Tensor, Tensor]:
         if device not in self._copies:
             self._copies[device] = tuple(array.to(device) for array in self._host)
         return self._copies[device]
+
+
+def _tensors_of(found: Ranking) -> tuple[Tensor, Tensor | None]:
+    """A ranking's indices (int64) and distances as tensors where they are (numpy arrays without a copy)."""
+    indices = torch.as_tensor(found.indices).long()
+    return indices, None if found.distances is None else torch.as_tensor(found.distances)
 
 
 def _open_ended(distances: Tensor | None, r: Tensor, count: int) -> Tensor:
