@@ -6,7 +6,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
-from bgbias.options import MEMORY_FORMAT
+from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
     import torch
@@ -136,7 +136,7 @@ def memory_format(name: str) -> torch.memory_format:
 
 def memory_format_name(layout: torch.memory_format) -> str:
     """How configurations and records name a torch memory format (the inverse of :func:`memory_format`)."""
-    return next(name for name in MEMORY_FORMAT.choices if memory_format(name) == layout)
+    return next(name for name in choices(MEMORY_FORMAT) if memory_format(name) == layout)
 
 
 def model_memory_format(model: Any) -> str | None:
