@@ -27,12 +27,13 @@ from bgbias.options import (
     AMP,
     BATCH_SIZE,
     CHOSEN_SPLIT,
+    COUNT,
     DEFAULT_MASK_MODEL,
     DEVICE,
     FILL,
     FLAG,
     FOLD,
-    INTEGER,
+    GALLERY_COUNT,
     LEAKAGE_SPLIT,
     MASK_BACKEND,
     MASK_DEVICE,
@@ -76,7 +77,6 @@ def _masks(value: Any) -> Any:
 MASKS = Annotated[Any, AfterValidator(_masks), Must("a folder (str or os.PathLike) or a bgbias.U2NetMasks"),
                   Field(examples=["masks/bench"])]
 """``masks=``: a folder, or :class:`bgbias.U2NetMasks` to make them on the fly; None: the default folder."""
-OPTIONAL_SIZE = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[32])]
 EMBEDDING_MODEL = {"device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG}
 """The arguments :func:`as_embedding_model` takes from every function that loads a model."""
 COMPUTE = {"amp": AMP, "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS}
@@ -227,8 +227,7 @@ def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
 
 
 @checked(root=PATH, split=SPLIT, masks=MASKS, attribution=Annotated[str, Field(examples=["smoothgrad"])],
-         limit=OPTIONAL_SIZE, seed=SEED, batch_size=Annotated[OPTIONAL_SIZE, Field(examples=[8])],
-         gallery_count=Annotated[INTEGER, Field(ge=0, examples=[16])], out=PATH, **EMBEDDING_MODEL,
+         limit=COUNT, seed=SEED, batch_size=COUNT, gallery_count=GALLERY_COUNT, out=PATH, **EMBEDDING_MODEL,
          progress=FLAG)
 def explain(
     model: Any,
@@ -406,7 +405,7 @@ def evaluate_embeddings(
 
 
 @checked(root=PATH, out=PATH, model=Annotated[str, Field(examples=[DEFAULT_MASK_MODEL])],
-         backend=MASK_BACKEND, device=MASK_DEVICE, amp=AMP, batch_size=OPTIONAL_SIZE, progress=FLAG)
+         backend=MASK_BACKEND, device=MASK_DEVICE, amp=AMP, batch_size=COUNT, progress=FLAG)
 def make_masks(
     dataset: Any,
     root: PathLike | None = None,

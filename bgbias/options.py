@@ -201,6 +201,9 @@ WORST_K = Annotated[INTEGER, Field(ge=1, examples=[10])]
 MAX_MEMORY = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[2**30])]
 """Bytes that scoring's neighbour lists may take at once (bgbias.retrieval.metrics); None: 1 GiB."""
 BATCH_SIZE = Annotated[INTEGER, Field(ge=1, examples=[64])]
+COUNT = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[32])]
+"""A number of images (a limit, a batch) that has a default."""
+GALLERY_COUNT = Annotated[INTEGER, Field(ge=0, examples=[16])]
 WORKERS = Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[2])]
 """Data-loader processes; None sizes them to the machine (bgbias.hardware)."""
 AMP = Annotated[Literal["auto", "off", "bf16", "fp16"] | None, Field(examples=["off"])]

@@ -77,7 +77,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=option_type(rules.COUNT),
     default=None,
     help="Images per network call (torch; default 32 on CUDA, 1 on the CPU, where larger batches were "
          "slower).",

@@ -239,8 +239,8 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to explain (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click.Choice(["test", "val", "all"]), default="test", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--limit", type=option_type(rules.COUNT), default=None,
               help="Score this many images spread evenly over the split (default: all).")
 @click.option("--attribution", default="smoothgrad", show_default=True,
               help="Attribution method (smoothgrad: the paper's, 25 noisy copies; see `bgbias methods`).")
@@ -248,10 +248,11 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
               help="An option of the attribution, e.g. copies=50 (repeatable; see `bgbias methods`).")
 @click.option("--masks", type=PATH_DIR, default=None,
               help="Saliency masks for images without a ground-truth mask (default masks/<dataset>).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the noise.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True, help="Seed of the noise.")
+@click.option("--batch-size", type=option_type(rules.COUNT), default=None,
               help="Images per attribution pass (default 1 on the CPU, 8 on CUDA).")
-@click.option("--gallery", "gallery_count", type=click.IntRange(min=0), default=16, show_default=True,
+@click.option("--gallery", "gallery_count", type=option_type(rules.GALLERY_COUNT), default=16,
+              show_default=True,
               help="Images in the heat-map gallery.")
 @click.option("--force", is_flag=True, help="Start over where earlier results of other settings are.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
