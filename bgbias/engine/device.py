@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import OptionError
+from bgbias.errors import PARAMETER, OptionError
 from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
@@ -29,8 +29,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if missing is not None:
             present = cuda_devices()
             raise OptionError(f"device {name!r} was asked for, but {missing}",
-                              fix=f"use --device cpu (or auto){', or one of ' if present else ''}"
-                                  f"{', '.join(present)}")
+                              fix=f"use {PARAMETER}cpu (or auto){', or one of ' if present else ''}"
+                                  f"{', '.join(present)}", parameter="device")
         if device.index is None:
             device = torch.device(f"cuda:{local_rank}")
     elif device.type != "cpu":
@@ -77,8 +77,8 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
                  if amp == "bf16" else "a CUDA device")
         raise OptionError(f"amp={amp!r} needs {needs}",
-                          fix="use amp=off (or auto) on this CPU: --set amp=off for bgbias train, --amp off "
-                              "for bgbias eval and explain")
+                          fix=f"use {PARAMETER}off (or auto) on this CPU (a training: its setting amp=off)",
+                          parameter="amp")
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16
     return torch.bfloat16
