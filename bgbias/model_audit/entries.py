@@ -97,8 +97,8 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
             raise OptionError(
                 f"line {number} names the factory {entry.model}, which loading it would import and call: "
                 "Python code, and a list file may come from someone else", path=path,
-                fix=f"pass {PARAMETER}True if you wrote this file or trust every factory it names as you would "
-                    "its Python code; or give that model on its own", parameter="trust_model")
+                fix=f"pass {PARAMETER}True if you wrote this file or trust every factory it names as you "
+                    "would its Python code; or give that model on its own", parameter="trust_model")
         if entry is not None:
             entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
                                       entry.args))
