@@ -301,4 +301,5 @@ def check_audit_folder(out: Path) -> None:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise OptionError(f"the audit's folder is neither new, nor empty, nor an earlier audit's: it holds "
                           f"{shown}", path=out,
-                          fix=f"pass {PARAMETER}DIR, a new or empty folder or an earlier audit's", parameter="out")
+                          fix=f"pass {PARAMETER}DIR, a new or empty folder or an earlier audit's",
+                          parameter="out")

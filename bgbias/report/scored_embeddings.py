@@ -92,7 +92,8 @@ def score_embedding_folder(
                          "were rendered from them)", path=missing[0],
                          parameter="manifests",
                          fix=f"pass {PARAMETER}DIR, the folder the sets were rendered from, or make and "
-                             "render them with `bgbias corrupt --variant all --render DIR` and embed those images")
+                             "render them with `bgbias corrupt --variant all --render DIR` and embed those "
+                             "images")
     sets = evaluation_sets(dataset, items, request, protocol, fold, geometry)
     labels = np.array([item.label for item in items], dtype=np.int64)
     manifests = [manifest for manifest, _ in sets.corrupted] + [images.manifest for images in sets.variants]
