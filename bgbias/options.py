@@ -305,8 +305,8 @@ class Arguments:
 
     def __init__(self, **declared: Declared):
         self.declared = declared
-        self._model = create_model("Arguments", __config__=_STRICT,
-                                   **{name: (kind, ...) for name, kind in declared.items()})
+        self._model = create_model("Arguments", __config__=_STRICT,  # a value not given is not checked
+                                   **{name: (kind, None) for name, kind in declared.items()})
 
     def valid(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The declared arguments of ``values``, validated (a numpy integer as an int); the first wrong one

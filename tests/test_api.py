@@ -224,8 +224,9 @@ def test_the_command_line_types_its_options_from_the_api_s_declarations():
         declared = {**_declared(function), **ARGUMENTS.declared}
         for param in main.commands[command].params:
             kind = declared.get(param.name)
-            if kind is None or param.name == "max_memory" or not (choices(kind) or limits(kind) != (None, None)):
-                continue  # --max-memory reads sizes (512M) as bytes
+            bounded = kind is not None and (choices(kind) or limits(kind) != (None, None))
+            if not bounded or param.name == "max_memory":  # --max-memory reads sizes (512M) as bytes
+                continue
             checked += 1
             if choices(kind):
                 assert isinstance(param.type, Choice) and tuple(param.type.choices) == choices(kind)

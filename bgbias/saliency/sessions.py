@@ -303,8 +303,8 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
                           parameter="amp")
     if inference.batch not in (None, 1):
         raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
-                          fix=f"use the torch backend to batch, or leave {PARAMETER} out",
-                          parameter="batch_size")
+                          fix=f"use {PARAMETER}torch to batch, or leave the batch size out",
+                          parameter="backend")
     path = _model_path(model)
     ort = import_onnxruntime()
     providers = choose_providers(inference.device, ort.get_available_providers())
