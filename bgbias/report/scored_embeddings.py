@@ -91,7 +91,7 @@ def score_embedding_folder(
         raise AssetError(f"{len(missing)} manifests of the sets to score are missing (the embedded images "
                          "were rendered from them)", path=missing[0],
                          parameter="manifests",
-                         fix=f"pass {PARAMETER}DIR, the folder the sets were rendered from, or make and "
+                         fix=f"pass {PARAMETER}, the folder the sets were rendered from, or make and "
                              "render them with `bgbias corrupt --variant all --render DIR` and embed those "
                              "images")
     sets = evaluation_sets(dataset, items, request, protocol, fold, geometry)
