@@ -4,34 +4,36 @@ anyone's training loop are :class:`bgbias.BGAugment` and :class:`bgbias.MaskedIm
 
 Each function here opens a dataset by name and fills the request the command line fills, then calls the
 library function the command calls, so a result from Python is the result of the command. Its arguments are
-checked first against the rules the command's options are typed from (:data:`RULES`, ``bgbias.options``):
-a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), before any work.
+validated first (``@checked``) against the declarations the command's options are typed from
+(``bgbias.options``): a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), before
+any work; an error from below that concerns an argument carries it (``parameter``) and reads in Python's
+words too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
+from pydantic import AfterValidator, Field
 
 from bgbias.corrupted.manifest_store import manifests_in_memory
-from bgbias.errors import BgbiasError, ModelError, OptionError
+from bgbias.errors import ModelError, OptionError
 from bgbias.options import (
     AMP,
     BATCH_SIZE,
     CHOSEN_SPLIT,
+    COUNT,
     DEFAULT_MASK_MODEL,
     DEVICE,
     FILL,
     FLAG,
     FOLD,
+    GALLERY_COUNT,
     LEAKAGE_SPLIT,
     MASK_BACKEND,
     MASK_DEVICE,
@@ -39,14 +41,16 @@ from bgbias.options import (
     MEMORY_FORMAT,
     OPTIONAL_TEXT,
     PATH,
+    PATH_TEXT,
     PROTOCOL,
     REPEATS,
     SEED,
     SPLIT,
+    TEXT,
     WORKERS,
     WORST_K,
-    Rule,
-    check_arguments,
+    Must,
+    checked,
 )
 
 if TYPE_CHECKING:
@@ -61,91 +65,26 @@ if TYPE_CHECKING:
     from bgbias.saliency.pipeline import MaskRun
 
 PathLike = str | os.PathLike[str]
-T = TypeVar("T")
 
-DATASET = Rule(str, example="bench")
-MASKS = Rule(Path, optional=True, example="masks/bench")
-"""``masks=`` when it is no :class:`bgbias.U2NetMasks`."""
-RULES: dict[str, dict[str, Rule]] = {
-    "evaluate": {
-        "root": PATH, "split": CHOSEN_SPLIT,
-        "corrupted": FLAG, "repeats": REPEATS, "seed": SEED, "backgrounds": PATH,
-        "manifests": PATH, "profile": FLAG, "worst_k": WORST_K, "out": PATH, "device": DEVICE,
-        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP, "memory_format": MEMORY_FORMAT,
-        "batch_size": BATCH_SIZE, "workers": WORKERS, "max_memory": MAX_MEMORY, "progress": FLAG,
-    },
-    "explain": {
-        "root": PATH, "split": SPLIT, "attribution": Rule(str, example="smoothgrad"),
-        "limit": Rule(int, minimum=1, optional=True, example=32), "seed": SEED,
-        "batch_size": Rule(int, minimum=1, optional=True, example=8),
-        "gallery_count": Rule(int, minimum=0, example=16), "out": PATH, "device": DEVICE,
-        "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "progress": FLAG,
-    },
-    "evaluate_embeddings": {"out": PATH},
-    "score_embeddings": {"max_memory": MAX_MEMORY},
-    "make_masks": {"root": PATH, "out": PATH, "model": Rule(str, example="u2netp"),
-                   "backend": MASK_BACKEND, "device": MASK_DEVICE, "amp": AMP,
-                   "batch_size": Rule(int, minimum=1, optional=True, example=32), "progress": FLAG},
-    "make_corrupted_sets": {"root": PATH, "split": SPLIT, "repeats": REPEATS,
-                            "seed": SEED, "backgrounds": PATH, "out": PATH, "render": PATH, "masks": PATH},
-    "score": {"embeddings": Rule(Path, example="embeddings"), "dataset": DATASET, "root": PATH,
-              "split": SPLIT, "protocol": PROTOCOL, "fold": FOLD, "repeats": REPEATS, "seed": SEED,
-              "profile": FLAG, "worst_k": WORST_K, "masks": PATH, "backgrounds": PATH, "manifests": PATH,
-              "l2_normalize": FLAG, "name": OPTIONAL_TEXT, "max_memory": MAX_MEMORY, "out": PATH},
-    "leakage": {"root": PATH, "split": LEAKAGE_SPLIT, "fill": FILL, "seed": SEED, "out": PATH,
-                "device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG, "amp": AMP,
-                "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS,
-                "progress": FLAG},
-    "audit": {"models_file": PATH, "root": PATH, "split": CHOSEN_SPLIT, "backgrounds": PATH,
-              "repeats": REPEATS,
-              "fill": FILL, "seed": SEED, "out": PATH, "device": DEVICE, "trust_model": FLAG, "amp": AMP,
-              "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS, "progress": FLAG},
-}
-"""Each function's arguments with a declared rule (the others are checked where they are read: the model,
-the convention, arrays, the callback)."""
+def _masks(value: Any) -> Any:
+    from bgbias.saliency.on_the_fly import U2NetMasks
+
+    if value is not None and not isinstance(value, str | os.PathLike | U2NetMasks):
+        raise ValueError("not a masks folder")
+    return value
 
 
-_COMMAND = re.compile(r"`[^`]*`|\bbgbias [a-z]+[^,;()`]*")
-"""A command quoted in a message (``bgbias masks --dataset cub``): its flags stay flags."""
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
-_IN_PYTHON = re.compile(r" \((?:in Python: [^()]*|[^()]* in Python)\)")
-"""A message's own aside for Python readers (``--out (out= in Python)``), which rewording makes redundant."""
+MASKS = Annotated[Any, AfterValidator(_masks), Must("a folder (str or os.PathLike) or a bgbias.U2NetMasks"),
+                  Field(examples=["masks/bench"])]
+"""``masks=``: a folder, or :class:`bgbias.U2NetMasks` to make them on the fly; None: the default folder."""
+EMBEDDING_MODEL = {"device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG}
+"""The arguments :func:`as_embedding_model` takes from every function that loads a model."""
+COMPUTE = {"amp": AMP, "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS}
 
 
-def in_python_words(function: Callable[..., T]) -> Callable[..., T]:
-    """``function`` whose errors name its arguments as Python does: ``--max-memory`` in a message from the
-    layers below, where it names an argument of ``function``, reads ``max_memory=`` (a switch
-    ``--trust-model``: ``trust_model=True``); a command quoted in the message keeps its flags, being what to
-    run in a shell."""
-    defaults = {name: parameter.default for name, parameter in inspect.signature(function).parameters.items()}
-
-    def argument(match: re.Match[str]) -> str:
-        name = match.group(1).replace("-", "_")
-        if name not in defaults:
-            return match.group(0)
-        return f"{name}=True" if defaults[name] is False else f"{name}="
-
-    def reword(text: str) -> str:
-        text = _IN_PYTHON.sub("", text)
-        pieces, start = [], 0
-        for command in _COMMAND.finditer(text):
-            pieces += [_FLAG.sub(argument, text[start:command.start()]), command.group(0)]
-            start = command.end()
-        return "".join([*pieces, _FLAG.sub(argument, text[start:])])
-
-    @functools.wraps(function)
-    def worded(*args: Any, **kwargs: Any) -> T:
-        try:
-            return function(*args, **kwargs)
-        except BgbiasError as err:
-            err.problem, err.fix = reword(err.problem), None if err.fix is None else reword(err.fix)
-            err.args = (err.render(),)
-            raise
-
-    return worded
-
-
-@in_python_words
+@checked(root=PATH, split=CHOSEN_SPLIT, corrupted=FLAG, repeats=REPEATS, seed=SEED, masks=MASKS,
+         backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH, **EMBEDDING_MODEL,
+         **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG)
 def evaluate(
     model: Any,
     dataset: Any = None,
@@ -210,7 +149,6 @@ def evaluate(
     from bgbias.engine.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
 
-    check_arguments(locals(), RULES["evaluate"])
     _check_model_input_and_log(model_input, log)
     request = MeasureRequest(
         **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
@@ -235,7 +173,6 @@ def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, A
     images = _images(dataset, root)
     if isinstance(masks, U2NetMasks):
         return {"dataset": _with_u2net_masks(images, masks), "root": None, "masks": None}
-    check_arguments({"masks": masks}, {"masks": MASKS})
     return {"dataset": images, "root": None if _is_data(dataset) else _path(root), "masks": _path(masks)}
 
 
@@ -289,7 +226,9 @@ def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
                                                 "out= out to keep the results in memory")
 
 
-@in_python_words
+@checked(root=PATH, split=SPLIT, masks=MASKS, attribution=Annotated[str, Field(examples=["smoothgrad"])],
+         limit=COUNT, seed=SEED, batch_size=COUNT, gallery_count=GALLERY_COUNT, out=PATH, **EMBEDDING_MODEL,
+         progress=FLAG)
 def explain(
     model: Any,
     dataset: Any = None,
@@ -323,7 +262,6 @@ def explain(
     from bgbias.engine.request import MeasureRequest
     from bgbias.methods.attribution import parse_attribution_options
 
-    check_arguments(locals(), RULES["explain"])
     _check_model_input_and_log(model_input, log)
     if attribution_options is not None and not isinstance(attribution_options, dict):
         raise OptionError(f"attribution_options={attribution_options!r} is not a dict",
@@ -408,7 +346,7 @@ def as_embedding_model(
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 
 
-@in_python_words
+@checked(out=PATH)
 def evaluate_embeddings(
     clean: Any,
     labels: Any,
@@ -434,7 +372,6 @@ def evaluate_embeddings(
     from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.retrieval.metrics import score_embeddings as score
 
-    check_arguments(locals(), RULES["evaluate_embeddings"])
     clean = _embeddings(clean, "clean")
     labels = _labels(labels, len(clean))
     if isinstance(corrupted, str) or not isinstance(corrupted, Sequence):
@@ -467,7 +404,8 @@ def evaluate_embeddings(
     return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0, ids, labels)
 
 
-@in_python_words
+@checked(root=PATH, out=PATH, model=Annotated[str, Field(examples=[DEFAULT_MASK_MODEL])],
+         backend=MASK_BACKEND, device=MASK_DEVICE, amp=AMP, batch_size=COUNT, progress=FLAG)
 def make_masks(
     dataset: Any,
     root: PathLike | None = None,
@@ -490,7 +428,6 @@ def make_masks(
     from bgbias.saliency.pipeline import make_masks as write_masks
     from bgbias.saliency.sessions import Inference
 
-    check_arguments(locals(), RULES["make_masks"])
     opened = _opened(dataset, root)
     if any(isinstance(item.image, InMemoryImage) for item in opened.items()):
         raise OptionError("make_masks writes the masks of image files, and these images are a dataset's "
@@ -501,7 +438,8 @@ def make_masks(
     return write_masks(opened.items(), folder, model=model, inference=inference, progress=progress)
 
 
-@in_python_words
+@checked(root=PATH, split=SPLIT, repeats=REPEATS, seed=SEED, backgrounds=PATH, out=PATH, render=PATH,
+         masks=PATH)
 def make_corrupted_sets(
     dataset: Any,
     root: PathLike | None = None,
@@ -525,7 +463,6 @@ def make_corrupted_sets(
     from bgbias.variants.render_variants import render_sets
     from bgbias.variants.variant_manifests import make_sets
 
-    check_arguments(locals(), RULES["make_corrupted_sets"])
     if isinstance(variants, str) or not isinstance(variants, Sequence) or not all(
             isinstance(name, str) for name in variants):
         raise OptionError(f"variants={variants!r} is not a list of set names",
@@ -539,7 +476,7 @@ def make_corrupted_sets(
     return made
 
 
-@in_python_words
+@checked(max_memory=MAX_MEMORY)
 def score_embeddings(embeddings: Any, labels: Any, *, max_memory: int | None = None) -> Any:
     """The metrics alone (MAP@R, R-precision, P@1, per query and as means) of ``embeddings`` (N, D), each
     image ranked against all the others, as pytorch-metric-learning's ``AccuracyCalculator`` defines
@@ -550,7 +487,6 @@ def score_embeddings(embeddings: Any, labels: Any, *, max_memory: int | None = N
     from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
     from bgbias.retrieval.metrics import score_embeddings as score
 
-    check_arguments(locals(), RULES["score_embeddings"])
     embeddings = _embeddings(embeddings, "embeddings")
     return score(embeddings, _labels(labels, len(embeddings)),
                  max_memory=DEFAULT if max_memory is None else max_memory)
@@ -609,7 +545,10 @@ def _device(device: str) -> Any:
     return resolve_device(device)
 
 
-@in_python_words
+@checked(embeddings=Annotated[PATH_TEXT, Field(examples=["embeddings"])], dataset=TEXT, root=PATH,
+         split=SPLIT, protocol=PROTOCOL, fold=FOLD, repeats=REPEATS, seed=SEED, profile=FLAG,
+         worst_k=WORST_K, masks=PATH, backgrounds=PATH, manifests=PATH, l2_normalize=FLAG,
+         name=OPTIONAL_TEXT, max_memory=MAX_MEMORY, out=PATH)
 def score(
     embeddings: PathLike,
     dataset: str,
@@ -643,7 +582,6 @@ def score(
     from bgbias.engine.request import MeasureRequest
     from bgbias.report.scored_embeddings import score_embedding_folder
 
-    check_arguments(locals(), RULES["score"])
     _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
@@ -653,7 +591,8 @@ def score(
                                   log=log or (lambda _line: None))
 
 
-@in_python_words
+@checked(root=PATH, split=LEAKAGE_SPLIT, masks=MASKS, fill=FILL, seed=SEED, out=PATH, **EMBEDDING_MODEL,
+         **COMPUTE, progress=FLAG)
 def leakage(
     dataset: Any,
     root: PathLike | None = None,
@@ -688,7 +627,6 @@ def leakage(
     picture of the classes whose background gives them away most, ``leakage-classes.png``."""
     from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 
-    check_arguments(locals(), RULES["leakage"])
     _check_model_input_and_log(model_input, None)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
@@ -701,7 +639,8 @@ def leakage(
                            batch_size=batch_size, workers=workers, progress=progress, out=_path(out))
 
 
-@in_python_words
+@checked(models_file=PATH, root=PATH, split=CHOSEN_SPLIT, masks=MASKS, backgrounds=PATH, repeats=REPEATS,
+         fill=FILL, seed=SEED, out=PATH, device=DEVICE, trust_model=FLAG, **COMPUTE, progress=FLAG)
 def audit(
     dataset: Any,
     models: Any = (),
@@ -741,7 +680,6 @@ def audit(
     from bgbias.model_audit.entries import check_labels, entries_of, read_list_file
     from bgbias.model_audit.run import AuditSettings, audit_split, default_audit_folder, run_audit
 
-    check_arguments(locals(), RULES["audit"])
     _check_model_input_and_log(model_input, log)
     entries = entries_of(models) + (read_list_file(models_file, trust=trust_model) if models_file is not None
                                     else [])

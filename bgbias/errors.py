@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 EXIT_PARTIAL = 3
 """Exit status of a command that finished but could not process some of its inputs: they are listed on the
@@ -28,30 +28,65 @@ def is_utf8(text: str) -> bool:
     return True
 
 
-class BgbiasError(Exception):
-    """A problem with the user's input or environment, reported without a traceback by the CLI."""
+PARAMETER = "{parameter}"
+"""Where an error's text names the argument it concerns (its ``parameter``), filled in by whoever reports it:
+``max_memory=`` for Python, ``--max-memory`` on the command line; followed by a value (``{parameter}5``),
+``max_memory=5`` and ``--max-memory 5``; a switch turned on (``{parameter}True``), ``trust_model=True`` and
+``--trust-model``. A command quoted as a fix (``bgbias masks --dataset cub``) is written as it is."""
 
-    def __init__(self, problem: str, *, path: str | os.PathLike[str] | None = None, fix: str | None = None):
-        self.problem = problem
+
+class BgbiasError(Exception):
+    """A problem with the user's input or environment, reported without a traceback by the CLI.
+
+    ``parameter`` is the argument the problem concerns (its Python name), where one does: ``problem`` and
+    ``fix`` name it with :data:`PARAMETER`, and read in Python's words; :meth:`render` words it as asked."""
+
+    def __init__(self, problem: str, *, path: str | os.PathLike[str] | None = None, fix: str | None = None,
+                 parameter: str | None = None):
+        self.texts = (problem, fix)
+        """``problem`` and ``fix`` as given, with :data:`PARAMETER` where the argument goes."""
+        self.parameter = parameter
         self.path = None if path is None else os.fspath(path)
-        self.fix = fix
+        self.problem = self._worded(problem)
+        self.fix = None if fix is None else self._worded(fix)
         super().__init__(self.render())
 
     def __reduce__(self):
-        # Pickled whole (problem, file, fix), so an error raised in a worker process keeps its parts.
-        return _rebuild, (type(self), self.problem, self.path, self.fix)
+        # Pickled whole (texts, file, parameter), so an error raised in a worker process keeps its parts.
+        return _rebuild, (type(self), *self.texts, self.path, self.parameter)
 
-    def render(self) -> str:
-        lines = [self.problem]
+    def render(self, options: Mapping[str, str] | None = None) -> str:
+        """The error's lines: in Python's words, or with ``options`` (the command line's, each parameter's
+        option where it is not ``--`` and the parameter's name with dashes) in the command line's."""
+        problem, fix = (self.problem, self.fix) if options is None else (
+            self._worded(text, options) if text is not None else None for text in self.texts)
+        lines = [problem]
         if self.path is not None:
             lines.append(f"  file: {printable_path(self.path)}")
-        if self.fix is not None:
-            lines.append(f"  fix:  {self.fix}")
+        if fix is not None:
+            lines.append(f"  fix:  {fix}")
         return "\n".join(lines)
 
+    def _worded(self, text: str, options: Mapping[str, str] | None = None) -> str:
+        if self.parameter is None:
+            return text
+        head, *pieces = text.split(PARAMETER)
+        words = [head]
+        for piece in pieces:
+            valued = piece[:1] not in ("", *" \n,.;:)/")
+            if options is None:
+                words.append(f"{self.parameter}={piece}")
+                continue
+            option = options.get(self.parameter, "--" + self.parameter.replace("_", "-"))
+            if valued and piece.startswith("True"):  # a switch turned on
+                piece, valued = piece[4:], False
+            words.append(f"{option} {piece}" if valued else option + piece)
+        return "".join(words)
 
-def _rebuild(kind: type[BgbiasError], problem: str, path: str | None, fix: str | None) -> BgbiasError:
-    return kind(problem, path=path, fix=fix)
+
+def _rebuild(kind: type[BgbiasError], problem: str, fix: str | None, path: str | None,
+             parameter: str | None) -> BgbiasError:
+    return kind(problem, path=path, fix=fix, parameter=parameter)
 
 
 class AssetError(BgbiasError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from bgbias.errors import AssetError
+from bgbias.errors import PARAMETER, AssetError
 from bgbias.schema import Record
 
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
@@ -43,7 +43,7 @@ in their place (docs/install.md, *GPU builds*): no requirement names them, so th
 Masks need neither: their torch backend runs on CUDA with the torch bgbias already has."""
 
 INSTALL_ONNXRUNTIME = ("pip install onnxruntime (its GPU build, pip install onnxruntime-gpu, only to run "
-                       "--backend onnxruntime masks or an ONNX model on a GPU; docs/install.md, GPU builds)")
+                       "masks on onnxruntime or an ONNX model on a GPU; docs/install.md, GPU builds)")
 """How to get onnxruntime back, for the errors that need it."""
 
 
@@ -53,7 +53,7 @@ def import_onnxruntime() -> ModuleType:
     try:
         import onnxruntime
     except ImportError:
-        raise AssetError("onnxruntime is not installed: masks on --backend onnxruntime (and of the models "
+        raise AssetError("onnxruntime is not installed: masks on the onnxruntime backend (and of the models "
                          "the torch backend has no network for) and ONNX models need it",
                          fix=INSTALL_ONNXRUNTIME) from None
     return onnxruntime
@@ -68,7 +68,7 @@ def import_onnx() -> ModuleType:
         raise AssetError("onnx is not installed: the torch backend of bgbias masks reads the U²-Net weights "
                          "with it",
                          fix="pip install onnx (a requirement of bgbias: reinstalling bgbias brings it), or "
-                             "pass --backend onnxruntime") from None
+                             f"pass {PARAMETER}onnxruntime", parameter="backend") from None
     return onnx
 
 

@@ -109,7 +109,8 @@ class Ledger(Generic[R]):
 
         A run resumes only into results it would itself have produced: a ledger whose header is spelled
         differently is an ``OptionError`` saying ``other(old header)``, and a non-empty folder without a
-        ledger one saying ``foreign`` (with ``foreign_fix``, else ``fix``). ``force`` skips both checks.
+        ledger one saying ``foreign`` (with ``foreign_fix``, else ``fix``); both concern the ``force``
+        argument, which skips both checks.
         Unless the records are kept, a fresh ledger holding only the header is written before any work, so
         every result the folder gets later belongs to it. Headers are compared as written (``1`` and
         ``true`` differ, as they do in the file).
@@ -121,9 +122,9 @@ class Ledger(Generic[R]):
                 old_header, records = previous
                 if self.line(old_header) == self.line(header):
                     return records
-                raise OptionError(other(old_header), path=path, fix=fix)
+                raise OptionError(other(old_header), path=path, fix=fix, parameter="force")
             if path.parent.is_dir() and any(path.parent.iterdir()):
-                raise OptionError(foreign, path=path.parent, fix=foreign_fix or fix)
+                raise OptionError(foreign, path=path.parent, fix=foreign_fix or fix, parameter="force")
         self.write(path, [], header=header)
         return {}
 

@@ -7,27 +7,42 @@ of runs written before the setting existed); :func:`setting_problem` reads a val
 words.
 
 The arguments the commands and the Python API share (a split, a number of repeats, a seed, a path) are each
-declared once as a :class:`Rule`: the command line builds its option types from it (``bgbias.cli``), and the
-API checks what it is given with :func:`check_arguments`, which names each argument as its caller writes it
-(``repeats=5`` in Python, ``--repeats 5`` on the command line). These rules live below every layer that reads
-settings.
+declared once, as a pydantic type (``REPEATS``: an integer of at least 1): the command line builds its option
+types from it (``bgbias.cli.options.option_type``), and a function of the API declares its arguments with
+:func:`checked`, which validates them when it is called. A wrong one is an ``OptionError`` whose
+``parameter`` it is, so whoever reports it names it as its user writes it (``repeats=5`` in Python,
+``--repeats 5`` on the command line). These declarations live below every layer that reads settings.
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import inspect
 import numbers
 import os
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    ValidationError,
+    create_model,
+)
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonSchemaValue
 
-from bgbias.errors import OptionError
+from bgbias.errors import PARAMETER, OptionError
 from bgbias.schema import describe_type
+
+T = TypeVar("T")
 
 
 class Settings(BaseModel):
@@ -138,112 +153,194 @@ def bad_value(key: str, value: Any, expected: str) -> OptionError:
     return OptionError(f"setting {key} = {value!r} is invalid", fix=f"{key} must be {expected}")
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What one argument must be: its ``kind`` (``int``, ``float``, ``bool``, ``str``, or ``Path`` for a path
-    given as text or path-like), its range or choices, and whether it may be ``None``; ``example`` is the
-    value a fix suggests."""
-
-    kind: type
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] = ()
-    optional: bool = False
-    example: Any = None
-
-    def expected(self) -> str:
-        """What the argument must be, in words."""
-        if self.choices:
-            text = "one of " + ", ".join(self.choices)
-        else:
-            text = {int: "an integer", float: "a number", bool: "True or False", str: "a string",
-                    Path: "a path (str or os.PathLike)"}[self.kind]
-            if self.minimum is not None and self.maximum is not None:
-                text += f" from {self.minimum} to {self.maximum}"
-            elif self.minimum is not None:
-                text += f" of at least {self.minimum}"
-        return text + (", or None" if self.optional else "")
+Declared = Any
+"""The declared type of an argument: a type, ``Annotated`` with pydantic's ``Field`` (limits, ``examples``
+for the fix) and :class:`Must`, ``Literal`` choices, ``| None`` where None is allowed."""
 
 
-PATH = Rule(Path, optional=True, example="folder")
+def _integer(value: Any) -> Any:
+    """A numpy integer as the int it is: strict validation takes Python's ints only (never a bool)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _number(value: Any) -> Any:
+    """A numpy number as the float it is (never a bool)."""
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
+
+
+def _path(value: Any) -> Any:
+    if not isinstance(value, str | os.PathLike):
+        raise ValueError("not a path")
+    return value
+
+
+INTEGER = Annotated[int, BeforeValidator(_integer)]
+NUMBER = Annotated[float, BeforeValidator(_number)]
+PATH_TEXT = Annotated[Any, AfterValidator(_path), Must("a path (str or os.PathLike)")]
+"""A file or folder, as text or path-like."""
+PATH = Annotated[PATH_TEXT | None, Field(examples=["folder"])]
 """A file or folder that has a default."""
-FLAG = Rule(bool, example=True)
-SPLIT = Rule(str, choices=("test", "val", "all"), example="test")
+FLAG = Annotated[bool, Field(examples=[True])]
+SPLIT = Annotated[Literal["test", "val", "all"], Field(examples=["test"])]
 """The evaluated split: the paper's test split, or the validation split."""
-CHOSEN_SPLIT = Rule(str, choices=("test", "val", "all"), optional=True, example="all")
+CHOSEN_SPLIT = Annotated[Literal["test", "val", "all"] | None, Field(examples=["all"])]
 """The evaluated split of ``bgbias eval`` and ``audit``; None: ``all`` for a model bgbias did not train on
 one's own images, else ``test`` (``engine.request.chosen_split``)."""
-LEAKAGE_SPLIT = Rule(str, choices=("train", "test", "all"), example="test")
+LEAKAGE_SPLIT = Annotated[Literal["train", "test", "all"], Field(examples=["test"])]
 """The split the leakage meter measures: before training, the training split is as telling as the test's."""
-FILL = Rule(str, choices=("black", "tiled", "inpainted"), example="inpainted")
+FILL = Annotated[Literal["black", "tiled", "inpainted"], Field(examples=["inpainted"])]
 """How an object's hole is filled (``bgbias.variants.variants.without_object``): black keeps the object's
 silhouette (a shape a model can read), tiling and inpainting hide it."""
-PROTOCOL = Rule(str, choices=("fixed", "cv4"), example="fixed")
+PROTOCOL = Annotated[Literal["fixed", "cv4"], Field(examples=["fixed"])]
 """The paper's fixed split, or 4-fold class-disjoint cross-validation."""
-FOLD = Rule(int, minimum=0, maximum=3, example=0)
-REPEATS = Rule(int, minimum=1, example=5)
-"""Corrupted repeats: at least one (no corrupted sets at all is ``corrupted=False`` / leaving out
-``--corrupted``)."""
-SEED = Rule(int, minimum=0, example=0)
-WORST_K = Rule(int, minimum=1, example=10)
-MAX_MEMORY = Rule(int, minimum=1, optional=True, example=2**30)
+FOLD = Annotated[INTEGER, Field(ge=0, le=3, examples=[0])]
+REPEATS = Annotated[INTEGER, Field(ge=1, examples=[5])]
+"""Corrupted repeats: at least one (no corrupted sets at all is ``corrupted=False``)."""
+SEED = Annotated[INTEGER, Field(ge=0, examples=[0])]
+WORST_K = Annotated[INTEGER, Field(ge=1, examples=[10])]
+MAX_MEMORY = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[2**30])]
 """Bytes that scoring's neighbour lists may take at once (bgbias.retrieval.metrics); None: 1 GiB."""
-BATCH_SIZE = Rule(int, minimum=1, example=64)
-WORKERS = Rule(int, minimum=0, optional=True, example=2)
+BATCH_SIZE = Annotated[INTEGER, Field(ge=1, examples=[64])]
+COUNT = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[32])]
+"""A number of images (a limit, a batch) that has a default."""
+GALLERY_COUNT = Annotated[INTEGER, Field(ge=0, examples=[16])]
+WORKERS = Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[2])]
 """Data-loader processes; None sizes them to the machine (bgbias.hardware)."""
-AMP = Rule(str, choices=("auto", "off", "bf16", "fp16"), optional=True, example="off")
+AMP = Annotated[Literal["auto", "off", "bf16", "fp16"] | None, Field(examples=["off"])]
 """Autocast while a model embeds (a run's ``amp``, ``bgbias.engine.device.resolve_amp``): auto (bfloat16 on
 CUDA, float32 on a CPU), off (float32), bf16 (CUDA, or a CPU that computes it natively), fp16 (CUDA); None:
 the model's default."""
-MEMORY_FORMAT = Rule(str, choices=("contiguous", "channels_last"), optional=True, example="contiguous")
+MEMORY_FORMAT = Annotated[Literal["contiguous", "channels_last"] | None, Field(examples=["contiguous"])]
 """The layout of a model's weights and inputs (a run's ``model.memory_format``); None: the model's default."""
-DEVICE = Rule(str, example="cpu")
+DEVICE = Annotated[str, Field(examples=["cpu"])]
 """A torch device: auto, cpu, cuda or cuda:N (checked when it is resolved)."""
 DEFAULT_MASK_MODEL = "u2netp"
 """The mask model of ``bgbias masks``, the API and a study on a real dataset when none is named: U²-Net's
 small model, the one ``bgbias assets fetch`` installs (4.6 MB; the paper's ``u2net``, 176 MB, is fetched
 only when named). Its masks go to ``masks/<dataset key>``, another model's beside them
 (``data.items.default_masks_dir``)."""
-MASK_DEVICE = Rule(str, choices=("auto", "cpu", "cuda"), example="cpu")
+MASK_DEVICE = Annotated[Literal["auto", "cpu", "cuda"], Field(examples=["cpu"])]
 """Where the mask network computes."""
-MASK_BACKEND = Rule(str, choices=("auto", "torch", "onnxruntime"), example="torch")
+MASK_BACKEND = Annotated[Literal["auto", "torch", "onnxruntime"], Field(examples=["torch"])]
 """What runs the mask network (``bgbias.saliency.sessions``): bgbias's PyTorch U²-Net, batched, or the ONNX
 file in onnxruntime; auto: torch on CUDA where it has the model's network, else onnxruntime
 (``bgbias.saliency.sessions.chosen_backend``)."""
-PIXELS = Rule(int, minimum=1, optional=True, example=224)
+PIXELS = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[224])]
 """A side in pixels that has a default."""
-INTERPOLATION = Rule(str, choices=("bilinear", "bicubic"), example="bicubic")
+INTERPOLATION = Annotated[Literal["bilinear", "bicubic"], Field(examples=["bicubic"])]
 """How an image is resized for evaluation (``bgbias.data.geometry``); bilinear, the first, is the default."""
-TEXT = Rule(str, example="name")
-OPTIONAL_TEXT = Rule(str, optional=True, example="name")
+TEXT = Annotated[str, Field(examples=["name"])]
+OPTIONAL_TEXT = Annotated[str | None, Field(examples=["name"])]
 
 
-def shown(name: str, value: Any) -> str:
-    """An argument as its user writes it: ``--name value`` for an option ``--name``, else ``name=value``."""
-    return f"{name} {value!r}" if name.startswith("-") else f"{name}={value!r}"
+def choices(declared: Declared) -> tuple[Any, ...]:
+    """The values a ``Literal`` argument may take (none for any other)."""
+    kind = bare_type(declared)
+    return typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
 
 
-def check_argument(name: str, value: Any, rule: Rule) -> None:
-    """Refuse ``value`` where it breaks ``rule``: an ``OptionError`` naming the argument ``name`` as its
-    caller writes it (an option ``--name``, or a Python argument), with the fix in the same words."""
-    if value is None and rule.optional:
-        return
-    kinds = {int: numbers.Integral, float: numbers.Real, bool: bool, str: str, Path: str | os.PathLike}
-    right_kind = isinstance(value, kinds[rule.kind]) and (rule.kind is bool or not isinstance(value, bool))
-    if right_kind and rule.kind is float:
-        right_kind = math.isfinite(value)
-    in_range = right_kind and (not rule.choices or value in rule.choices) and (
-        rule.minimum is None or value >= rule.minimum) and (rule.maximum is None or value <= rule.maximum)
-    if not in_range:
-        example = rule.example if rule.example is not None else (rule.choices or (rule.minimum,))[0]
-        raise OptionError(f"{shown(name, value)} is invalid: it must be {rule.expected()}",
-                          fix=f"pass {shown(name, example)}")
+def limits(declared: Declared) -> tuple[Any, Any]:
+    """The least and the greatest value an argument may take (None where unbounded)."""
+    least = greatest = None
+    for note in _notes(declared):
+        least = getattr(note, "ge", least)
+        greatest = getattr(note, "le", greatest)
+    return least, greatest
 
 
-def check_arguments(values: Mapping[str, Any], rules: Mapping[str, Rule],
-                    names: Mapping[str, str] | None = None) -> None:
-    """:func:`check_argument` for each of ``values`` that ``rules`` declares, named as ``names`` says
-    (default: the argument's own name, as in Python)."""
-    for key, rule in rules.items():
-        if key in values:
-            check_argument((names or {}).get(key, key), values[key], rule)
+def expected(declared: Declared) -> str:
+    """What an argument must be, in words: ``an integer of at least 1``, ``one of test, val, or None``."""
+    kind = bare_type(declared)
+    words = next((note.words for note in _notes(declared) if isinstance(note, Must)), None)
+    if words is None and choices(declared):
+        words = "one of " + ", ".join(map(str, choices(declared)))
+    if words is None:
+        words = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[kind]
+        least, greatest = limits(declared)
+        if least is not None and greatest is not None:
+            words += f" from {least} to {greatest}"
+        elif least is not None:
+            words += f" of at least {least}"
+    return words + (", or None" if _optional(declared) else "")
+
+
+def _notes(declared: Declared) -> list[Any]:
+    """The metadata of ``declared`` and of the types inside it (a ``Field``'s limits as their own notes)."""
+    found = []
+    for part in _parts(declared):
+        for note in typing.get_args(part)[1:] if typing.get_origin(part) is Annotated else ():
+            found += [note, *note.metadata] if isinstance(note, FieldInfo) else [note]
+    return found
+
+
+def _parts(declared: Declared) -> list[Any]:
+    """``declared`` and every type nested in it through ``Annotated`` and unions."""
+    if typing.get_origin(declared) is Annotated:
+        return [declared, *_parts(typing.get_args(declared)[0])]
+    if typing.get_origin(declared) in (typing.Union, types.UnionType):
+        return [part for option in typing.get_args(declared) for part in _parts(option)]
+    return [declared]
+
+
+def bare_type(declared: Declared) -> Any:
+    """The type an argument holds, without its notes and without None."""
+    return next(part for part in _parts(declared)
+                if typing.get_origin(part) is not Annotated and part is not type(None))
+
+
+def _optional(declared: Declared) -> bool:
+    return type(None) in _parts(declared)
+
+
+def example(declared: Declared) -> Any:
+    """The value a fix suggests for an argument."""
+    return next(note.examples[0] for note in _notes(declared)
+                if isinstance(note, FieldInfo) and note.examples)
+
+
+class Arguments:
+    """Arguments declared by name (``repeats=REPEATS``), validated together by one pydantic model: what the
+    command line types its options from too (``bgbias.cli.options.option_type``), one declaration for
+    both."""
+
+    def __init__(self, **declared: Declared):
+        self.declared = declared
+        self._model = create_model("Arguments", __config__=_STRICT,  # a value not given is not checked
+                                   **{name: (kind, None) for name, kind in declared.items()})
+
+    def valid(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared arguments of ``values``, validated (a numpy integer as an int); the first wrong one
+        is an ``OptionError`` whose ``parameter`` it is, naming a value it could take."""
+        given = {name: values[name] for name in self.declared if name in values}
+        try:
+            valid = self._model.model_validate(given)
+        except ValidationError as error:
+            name = str(error.errors(include_url=False)[0]["loc"][0])
+            declared = self.declared[name]
+            raise OptionError(f"{PARAMETER}{given[name]!r} is invalid: it must be {expected(declared)}",
+                              fix=f"pass {PARAMETER}{example(declared)!r}", parameter=name) from None
+        return {name: getattr(valid, name) for name in given}
+
+
+_STRICT = ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True)
+
+
+def checked(**declared: Declared) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A function whose arguments named in ``declared`` (:class:`Arguments`) are validated on every call,
+    before it runs, and passed on as validated; the checked function's ``arguments`` holds them."""
+    arguments = Arguments(**declared)
+
+    def decorate(function: Callable[..., T]) -> Callable[..., T]:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def validated(*args: Any, **kwargs: Any) -> T:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            bound.arguments.update(arguments.valid(bound.arguments))
+            return function(*bound.args, **bound.kwargs)
+
+        validated.arguments = arguments  # type: ignore[attr-defined]
+        return validated
+
+    return decorate

@@ -13,20 +13,8 @@ import pytest
 import torch
 
 import bgbias
-from bgbias.api import RULES
 from bgbias.errors import ModelError, OptionError
-from bgbias.options import (
-    BATCH_SIZE,
-    FOLD,
-    INTERPOLATION,
-    PIXELS,
-    PROTOCOL,
-    REPEATS,
-    SEED,
-    SPLIT,
-    WORKERS,
-    WORST_K,
-)
+from bgbias.options import choices, limits
 from bgbias.retrieval.metrics import score_embeddings
 from tests.engine.external import tiny_embedder
 
@@ -129,22 +117,26 @@ def test_corrupted_sets_go_where_evaluation_looks(tiny_bench, tmp_path, monkeypa
 
 
 CHECKED_WHERE_READ = {
-    "evaluate": {"model", "dataset", "masks", "model_input", "log"},
-    "explain": {"model", "dataset", "masks", "model_input", "attribution_options", "log"},
+    "evaluate": {"model", "dataset", "model_input", "log"},
+    "explain": {"model", "dataset", "model_input", "attribution_options", "log"},
     "evaluate_embeddings": {"clean", "labels", "corrupted", "ids", "about"},
     "score_embeddings": {"embeddings", "labels"},
     "make_masks": {"dataset"},
     "make_corrupted_sets": {"dataset", "variants"},
     "score": {"log"},
-    "leakage": {"dataset", "masks", "model", "model_input"},
-    "audit": {"dataset", "models", "masks", "model_input", "log"},
+    "leakage": {"dataset", "model", "model_input"},
+    "audit": {"dataset", "models", "model_input", "log"},
 }
 
 
-@pytest.mark.parametrize("name", sorted(RULES))
-def test_every_argument_of_every_api_function_has_a_rule_or_a_check_of_its_own(name):
+def _declared(name):
+    return getattr(bgbias, name).arguments.declared
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_WHERE_READ))
+def test_every_argument_of_every_api_function_is_declared_or_has_a_check_of_its_own(name):
     parameters = set(inspect.signature(getattr(bgbias, name)).parameters)
-    assert parameters == set(RULES[name]) | CHECKED_WHERE_READ[name]
+    assert parameters == set(_declared(name)) | CHECKED_WHERE_READ[name]
 
 
 class _Wrong:
@@ -152,8 +144,8 @@ class _Wrong:
         return "<wrong>"
 
 
-@pytest.mark.parametrize(("name", "argument"), [(name, argument) for name in sorted(RULES)
-                                                for argument in sorted(RULES[name])])
+@pytest.mark.parametrize(("name", "argument"), [(name, argument) for name in sorted(CHECKED_WHERE_READ)
+                                                for argument in sorted(_declared(name))])
 def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argument):
     required = {"evaluate": {"model": None}, "explain": {"model": None},
                 "evaluate_embeddings": {"clean": None, "labels": None},
@@ -165,6 +157,7 @@ def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argu
         getattr(bgbias, name)(**{**required, argument: _Wrong()})
     assert err.value.problem.startswith(f"{argument}=<wrong> is invalid: it must be ")
     assert err.value.fix.startswith(f"pass {argument}=") and "--" not in err.value.fix
+    assert err.value.parameter == argument
 
 
 def test_the_issues_repeats_are_refused_before_any_work(tiny_bench, tmp_path):
@@ -218,27 +211,29 @@ def test_a_report_of_embeddings_never_goes_into_a_run_folder(tiny_run, tmp_path)
     assert not (run / "eval").exists()
 
 
-def test_the_command_line_types_its_options_from_the_same_rules():
+def test_the_command_line_types_its_options_from_the_api_s_declarations():
     from click import Choice, IntRange
 
     from bgbias.cli import main
+    from bgbias.models.model_input import ARGUMENTS
 
-    declared = {"--split": SPLIT, "--repeats": REPEATS, "--seed": SEED, "--worst-k": WORST_K,
-                "--batch-size": BATCH_SIZE, "--workers": WORKERS, "--input-size": PIXELS, "--resize": PIXELS,
-                "--protocol": PROTOCOL, "--fold": FOLD, "--interpolation": INTERPOLATION}
     checked = 0
-    for command in ("eval", "corrupt", "score"):
+    for command, function in [("eval", "evaluate"), ("corrupt", "make_corrupted_sets"), ("score", "score"),
+                              ("leakage", "leakage"), ("audit", "audit"), ("masks", "make_masks"),
+                              ("explain", "explain")]:
+        declared = {**_declared(function), **ARGUMENTS.declared}
         for param in main.commands[command].params:
-            rule = declared.get(param.opts[0])
-            if rule is None:
+            kind = declared.get(param.name)
+            bounded = kind is not None and (choices(kind) or limits(kind) != (None, None))
+            if not bounded or param.name == "max_memory":  # --max-memory reads sizes (512M) as bytes
                 continue
             checked += 1
-            if rule.choices:
-                assert isinstance(param.type, Choice) and tuple(param.type.choices) == rule.choices
+            if choices(kind):
+                assert isinstance(param.type, Choice) and tuple(param.type.choices) == choices(kind)
             else:
-                assert isinstance(param.type, IntRange)
-                assert (param.type.min, param.type.max) == (rule.minimum, rule.maximum), param.opts
-    assert checked == 20  # eval: 9, corrupt: 5, score: 6
+                assert isinstance(param.type, IntRange), param.opts
+                assert (param.type.min, param.type.max) == limits(kind), param.opts
+    assert checked == 47, checked
 
 
 def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):

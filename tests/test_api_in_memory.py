@@ -16,7 +16,7 @@ from PIL import Image
 import bgbias
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.registry import open_dataset
-from bgbias.errors import OptionError
+from bgbias.errors import ModelError, OptionError
 from tests.engine.external import tiny_embedder
 from tests.replicas import copy_ground_truth_masks, make_bench
 
@@ -176,24 +176,49 @@ def test_explain_keeps_maps_and_scores_in_memory_and_writes_only_into_out(forty,
         bgbias.explain(tiny_embedder().eval(), rows, attribution_options={"samples": 2})
 
 
-def test_errors_from_below_name_python_arguments_and_keep_quoted_commands(forty):
-    from bgbias.api import in_python_words
-    from bgbias.errors import DatasetError
+def test_errors_from_below_carry_their_parameter_and_read_in_python_words(forty):
+    from bgbias.models.model_input import ModelInput
 
-    @in_python_words
-    def call(dataset=None, root=None, trust_model=False, max_memory=None):
-        raise DatasetError("--max-memory 2G (max_memory= in Python) is too small", path="x",
-                           fix="pass --dataset/--root, or --trust-model; then run `bgbias masks --dataset "
-                               "cub` or bgbias corrupt --root R, and --max-memory 4G")
-
-    with pytest.raises(DatasetError) as raised:
-        call()
-    assert raised.value.problem == "max_memory= 2G is too small" and raised.value.path == "x"
-    assert raised.value.fix == ("pass dataset=/root=, or trust_model=True; then run `bgbias masks --dataset "
-                                "cub` or bgbias corrupt --root R, and max_memory= 4G")
-    assert "fix:  pass dataset=/root=" in str(raised.value)
-    with pytest.raises(OptionError, match=r"fix:  name the dataset \(dataset=, and root= for its folder\)"):
+    _, rows = forty
+    with pytest.raises(ModelError) as raised:
+        bgbias.evaluate(tiny_embedder().eval(), rows, model_input=ModelInput(output_key="emb"),
+                        corrupted=False, workers=0, device="cpu")
+    assert raised.value.parameter == "output_key"
+    assert raised.value.problem.startswith("output_key='emb' given, but ")
+    assert raised.value.fix == "leave out output_key=" and "--" not in str(raised.value)
+    with pytest.raises(OptionError, match=r"fix:  name the dataset \(dataset=, and its folder") as raised:
         bgbias.evaluate(tiny_embedder().eval())
+    assert raised.value.parameter == "dataset"
+
+
+def test_the_command_line_words_the_parameter_as_its_option_and_keeps_quoted_commands():
+    import pickle
+
+    from bgbias.errors import PARAMETER, DatasetError
+
+    error = DatasetError(f"{PARAMETER}2048 is too small for {PARAMETER}", path="x", parameter="max_memory",
+                         fix=f"pass {PARAMETER}4096, or {PARAMETER}True; then run `bgbias masks --dataset "
+                             "cub`")
+    assert error.problem == "max_memory=2048 is too small for max_memory="
+    assert error.fix == "pass max_memory=4096, or max_memory=True; then run `bgbias masks --dataset cub`"
+    assert error.render({}) == ("--max-memory 2048 is too small for --max-memory\n  file: x\n  fix:  pass "
+                                "--max-memory 4096, or --max-memory; then run `bgbias masks --dataset cub`")
+    assert error.render({"max_memory": "--ceiling"}).startswith("--ceiling 2048 is too small")
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.parameter, again.problem, again.fix, again.path) == (
+        error.parameter, error.problem, error.fix, error.path)
+
+
+def test_a_command_reports_an_error_from_below_with_its_option(tmp_path):
+    from click.testing import CliRunner
+
+    from bgbias.cli import main
+
+    models = tmp_path / "models.txt"
+    models.write_text("A = os:system command=x\n")
+    result = CliRunner().invoke(main, ["audit", "--dataset", "bench", "--models", str(models)])
+    assert result.exit_code == 2 and "fix:  pass --trust-model if you wrote this file" in result.output
+    assert "trust_model" not in result.output
 
 
 def test_a_first_evaluation_in_a_new_folder_without_installed_photos_names_the_fetch_command(

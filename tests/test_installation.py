@@ -150,7 +150,7 @@ def test_without_onnxruntime_the_error_names_the_fix(monkeypatch):
     with pytest.raises(AssetError) as caught:
         import_onnxruntime()
     assert "pip install onnxruntime" in caught.value.fix and "onnxruntime-gpu" in caught.value.fix
-    assert "only to run --backend onnxruntime masks or an ONNX model on a GPU" in caught.value.fix
+    assert "only to run masks on onnxruntime or an ONNX model on a GPU" in caught.value.fix
 
 
 def test_without_bgbias_installed_every_distribution_is_recorded():

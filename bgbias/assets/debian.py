@@ -23,7 +23,8 @@ from bgbias.errors import AssetError
 
 _AR_MAGIC = b"!<arch>\n"
 _AR_HEADER = 60
-_UNPACK_FIX = "download it again, or unpack it with `dpkg-deb -x FILE DIR` and pass DIR with --from"
+_UNPACK = "unpack it with `dpkg-deb -x FILE DIR` and fetch from it: `bgbias assets fetch --from DIR`"
+_UNPACK_FIX = f"download it again, or {_UNPACK}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def _zstd_reader(raw: BinaryIO, path: Path) -> BinaryIO:
         raise AssetError(
             "this .deb compresses its files with zstd, which this Python cannot read",
             path=path,
-            fix="`pip install zstandard`, or unpack it with `dpkg-deb -x FILE DIR` and pass DIR with --from",
+            fix=f"`pip install zstandard`, or {_UNPACK}",
         ) from None
     return zstandard.ZstdDecompressor().stream_reader(raw)
 

@@ -231,7 +231,7 @@ class LocalFiles:
     def __init__(self, root: Path):
         if not root.is_dir():
             raise AssetError(
-                "the --from folder does not exist",
+                "the folder to fetch from does not exist",
                 path=root,
                 fix="pass the folder that holds the downloaded wheels / .debs or the extracted files",
             )

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from bgbias.errors import RecordError
+from bgbias.errors import PARAMETER, RecordError
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.schema import Record, check_record
 
@@ -132,8 +132,8 @@ def claim_out_dir(out_dir: Path, settings: Mapping[str, Any], force: bool) -> di
         force=force,
         other=lambda header: _other_settings(header, settings),
         foreign=_NO_RESULTS,
-        fix="pass another output folder, or --force (force=True) to discard them and start over",
-        foreign_fix="pass a new or empty output folder, or --force (force=True) to write into this one",
+        fix=f"pass another output folder, or {PARAMETER}True to discard them and start over",
+        foreign_fix=f"pass a new or empty output folder, or {PARAMETER}True to write into this one",
     )
 
 

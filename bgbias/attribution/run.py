@@ -315,9 +315,6 @@ def explain(
     dataset, items = requested_split(model, request)
     split = items
     if request.limit is not None:
-        if request.limit < 1:
-            raise OptionError(f"--limit must be at least 1, got {request.limit}",
-                              fix="pass a positive image count")
         items = [items[i] for i in evenly_spread(len(items), request.limit)]
     log(f"explaining {len(items)} {request.split} images of {dataset.name} with {label}")
     inputs = ExplainInputs(

@@ -30,7 +30,7 @@ from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, s
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
-from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
+from bgbias.errors import PARAMETER, AssetError, DatasetError, ImageError, OptionError
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
 
 POOL_SEED = 0
@@ -153,7 +153,8 @@ def default_pools() -> Path:
             path=root.resolve(),
             fix="run `bgbias assets fetch` (offline: add --from DIR holding the .deb archives); the pools "
                 "are then made here on first use (or at once by `bgbias assets backgrounds`); or pass "
-                "--backgrounds DIR (a folder of pictures, or one with train/ and test/)",
+                f"{PARAMETER}DIR (a folder of pictures, or one with train/ and test/)",
+            parameter="backgrounds",
         )
     print(f"making the background pools in {root.resolve()} from the installed photos (once per working "
           "folder, as `bgbias assets backgrounds` does)", file=sys.stderr, flush=True)
@@ -183,8 +184,9 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
         raise DatasetError(
             "background pool folder not found",
             path=folder,
-            fix="pass --backgrounds DIR (a folder of images, or one with train/ and test/), or build the "
+            fix=f"pass {PARAMETER}DIR (a folder of images, or one with train/ and test/), or build the "
                 "default pools with `bgbias assets backgrounds`",
+            parameter="backgrounds",
         )
     files = [folder / name for name in image_files(folder)]
     if not files:

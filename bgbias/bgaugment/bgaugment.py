@@ -14,16 +14,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Annotated
 
 import torch
+from pydantic import Field
 
 from bgbias.bgaugment.background_bank import BackgroundBank
 from bgbias.bgaugment.background_crops import BackgroundCrop, sample_background_crop
 from bgbias.bgaugment.composite import composite
 from bgbias.bgaugment.generators import TorchDraws, check_generator, keyed_generator
 from bgbias.errors import OptionError
-from bgbias.options import BATCH_SIZE, Rule, check_argument, check_arguments
+from bgbias.options import BATCH_SIZE, INTEGER, NUMBER, PATH_TEXT, Arguments, checked
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ def apply_bgaugment(
     return torch.where(apply[:, None, None, None], composite(images, masks, backgrounds), images)
 
 
-ARGUMENTS = {"backgrounds": Rule(Path, example="backgrounds"),
-             "p": Rule(float, example=1.0), "seed": Rule(int, minimum=0, optional=True, example=0)}
+ARGUMENTS = Arguments(backgrounds=Annotated[PATH_TEXT, Field(examples=["backgrounds"])],
+                      p=Annotated[NUMBER, Field(examples=[1.0])],
+                      seed=Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[0])])
 """What :class:`BGAugment` takes (a background folder unless it is given a :class:`BackgroundBank`; the
 range of ``p`` is :func:`check_probability`'s)."""
 
@@ -110,7 +112,7 @@ class BGAugment(torch.nn.Module):
 
         super().__init__()
         folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
-        check_arguments({**folder, "p": p, "seed": seed}, ARGUMENTS)
+        ARGUMENTS.valid({**folder, "p": p, "seed": seed})
         check_probability(p)
         if generator is not None:
             check_generator(generator)
@@ -133,10 +135,10 @@ class BGAugment(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"p={self.p}, backgrounds={len(self.sizes)}"
 
+    @checked(batch_size=BATCH_SIZE)
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> BGAugmentParams:
         """The draws of a batch of ``batch_size`` images (a crop each, and whether it is used), on the CPU,
         from ``generator`` or else the module's own (see the class)."""
-        check_argument("batch_size", batch_size, BATCH_SIZE)
         return sample_bgaugment(self.sizes, batch_size, self.p, self._generator(generator))
 
     def apply(self, images: torch.Tensor, masks: torch.Tensor, params: BGAugmentParams) -> torch.Tensor:

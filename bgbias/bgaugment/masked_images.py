@@ -13,7 +13,9 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field
 
 from bgbias.bgaugment.mask_check import saliency_masks
 from bgbias.data.items import default_masks_dir
@@ -22,17 +24,10 @@ from bgbias.data.splits import split_items, with_contiguous_labels
 from bgbias.data.train_geometry import train_geometry
 from bgbias.data.train_images import TrainImages
 from bgbias.errors import OptionError
-from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, Rule, check_arguments
+from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, TEXT, checked
 
 if TYPE_CHECKING:
     import torch
-
-
-ARGUMENTS = {
-    "dataset": Rule(str, example="bench"), "root": PATH, "split": Rule(str, choices=("train", "val", "test")),
-    "masks": PATH, "crop": PIXELS, "protocol": PROTOCOL, "fold": FOLD,
-}
-"""What :class:`MaskedImages` takes."""
 
 
 class MaskedImages:
@@ -49,6 +44,9 @@ class MaskedImages:
     :class:`~bgbias.bgaugment.bgaugment.BGAugment` there composites each image on its own, on the CPU.
     """
 
+    @checked(dataset=TEXT, root=PATH,
+             split=Annotated[Literal["train", "val", "test"], Field(examples=["train"])], masks=PATH,
+             crop=PIXELS, protocol=PROTOCOL, fold=FOLD)
     def __init__(
         self,
         dataset: str,
@@ -61,7 +59,6 @@ class MaskedImages:
         fold: int = 0,
         transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ):
-        check_arguments(locals(), ARGUMENTS)
         if transform is not None and not callable(transform):
             raise OptionError(f"transform={transform!r} is not callable",
                               fix="pass transform=a function of (image, mask), e.g. a bgbias.BGAugment")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, click_type, compute_options
+from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
 from bgbias.errors import EXIT_PARTIAL
 
 
@@ -24,12 +24,12 @@ from bgbias.errors import EXIT_PARTIAL
 @click.option("--models", "models_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A text file of models, one [LABEL =] SPEC [KEY=VALUE ...] per line (# comments). A "
                    "factory in it is refused unless --trust-model: the file may come from someone else.")
-@click.option("--split", type=click_type(rules.CHOSEN_SPLIT), default=None,
+@click.option("--split", type=option_type(rules.CHOSEN_SPLIT), default=None,
               help="Split to score (default: all on one's own folder or table when no model is a run bgbias "
                    "trained; else test). The page says which and why.")
-@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
+@click.option("--repeats", type=option_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest, shared with bgbias eval).")
-@click.option("--fill", type=click_type(rules.FILL), default="inpainted", show_default=True,
+@click.option("--fill", type=option_type(rules.FILL), default="inpainted", show_default=True,
               help="How the leakage meter fills the object's hole in the background-only images.")
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
@@ -38,10 +38,10 @@ from bgbias.errors import EXIT_PARTIAL
               help="Folder of the page and of a folder per model (default runs/audit/<dataset>-<split>); "
                    "running the same command again reuses every finished model.")
 @compute_options
-@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets, the leakage probe's folds and its bootstrap.")
-@click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=click_type(rules.WORKERS), default=None,
+@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=option_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, click_type, dataset_options, split_options
+from bgbias.cli.options import PATH_DIR, dataset_options, option_type, split_options
 from bgbias.errors import EXIT_PARTIAL, OptionError
 
 
@@ -52,7 +52,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--backend",
-    type=click_type(rules.MASK_BACKEND),
+    type=option_type(rules.MASK_BACKEND),
     default="auto",
     show_default=True,
     help="torch: bgbias's own U²-Net (u2net, u2netp, u2net_human_seg), batched, on the CPU or CUDA; "
@@ -61,7 +61,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--device",
-    type=click_type(rules.MASK_DEVICE),
+    type=option_type(rules.MASK_DEVICE),
     default="auto",
     show_default=True,
     help="auto uses CUDA where the backend can (torch: when torch sees a GPU; onnxruntime: with "
@@ -69,7 +69,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--amp",
-    type=click_type(rules.AMP),
+    type=option_type(rules.AMP),
     default="auto",
     show_default=True,
     help="torch on CUDA: autocast the network to bf16 or fp16; off and auto compute in float32 (auto: "
@@ -77,7 +77,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=option_type(rules.COUNT),
     default=None,
     help="Images per network call (torch; default 32 on CUDA, 1 on the CPU, where larger batches were "
          "slower).",
@@ -168,15 +168,15 @@ def _refuse_network_options(ctx: click.Context) -> None:
 @dataset_options
 @click.option(
     "--split",
-    type=click_type(rules.SPLIT),
+    type=option_type(rules.SPLIT),
     default="test",
     show_default=True,
     help="test draws from the test pool, val from the train pool (as in the paper's code); all (every "
          "image of the dataset) from the test pool.",
 )
 @split_options
-@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True)
-@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True)
+@click.option("--repeats", type=option_type(rules.REPEATS), default=5, show_default=True)
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True)
 @click.option(
     "--backgrounds",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

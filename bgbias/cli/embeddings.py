@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import BYTES, PATH_DIR, click_type, dataset_options, split_options
+from bgbias.cli.options import BYTES, PATH_DIR, dataset_options, option_type, split_options
 
 
 @click.command("score")
@@ -17,11 +17,11 @@ from bgbias.cli.options import BYTES, PATH_DIR, click_type, dataset_options, spl
               help="Folder of embeddings: clean.npz, repeat-<r>.npz, <variant>/repeat-<r>.npz (or .npy with "
                    ".ids.txt, or .parquet), rows keyed by image id (docs/embeddings.md).")
 @dataset_options
-@click.option("--split", type=click_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
 @split_options
-@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
+@click.option("--repeats", type=option_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats scored (their files repeat-0 … repeat-<n-1>).")
-@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets the images were rendered from.")
 @click.option("--masks", type=PATH_DIR, default=None,
               help="Saliency masks the sets were rendered with (default masks/<dataset>).")
@@ -32,7 +32,7 @@ from bgbias.cli.options import BYTES, PATH_DIR, click_type, dataset_options, spl
                    "corrupted/<dataset>/<split>/seed-<S>); they must exist.")
 @click.option("--profile", is_flag=True,
               help="Also the background-reliance profile, from the variants' files and worst-k repeats.")
-@click.option("--worst-k", type=click_type(rules.WORST_K), default=10, show_default=True,
+@click.option("--worst-k", type=option_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (the files repeat-0 … repeat-<k-1>).")
 @click.option("--l2-normalize", is_flag=True,
               help="Scale every embedding to unit length first (what bgbias does to a model's output by "

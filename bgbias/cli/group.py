@@ -38,8 +38,13 @@ class CommandGroup(click.Group):
                                        "write it (an output)"))
 
 
+OPTIONS = {"models_file": "--models"}
+"""The option of each argument (an error's ``parameter``) whose option is not ``--`` and its name with
+dashes."""
+
+
 def _fail(ctx: click.Context, err: BgbiasError) -> None:
-    click.secho(f"error: {err.render()}", err=True, fg="red")
+    click.secho(f"error: {err.render(OPTIONS)}", err=True, fg="red")
     ctx.exit(2)
 
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, click_type, compute_options
+from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
 
 
 @click.command("leakage")
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
               help="Dataset to measure.")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click_type(rules.LEAKAGE_SPLIT), default="test", show_default=True)
+@click.option("--split", type=option_type(rules.LEAKAGE_SPLIT), default="test", show_default=True)
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
-@click.option("--fill", type=click_type(rules.FILL), default="inpainted", show_default=True,
+@click.option("--fill", type=option_type(rules.FILL), default="inpainted", show_default=True,
               help="How the object's hole is filled in the background-only images: black keeps its "
                    "silhouette (a shape leak); tiled and inpainted hide it.")
 @click.option("--model", default=None, metavar="SPEC",
@@ -25,10 +25,10 @@ from bgbias.cli.options import DATASETS, PATH_DIR, click_type, compute_options
                    "package.module:callable (default: the offline ImageNet MobileNetV2, "
                    "bgbias.models.pretrained:imagenet_mobilenet_v2).")
 @compute_options
-@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the probe's folds and of the bootstrap.")
-@click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=click_type(rules.WORKERS), default=None,
+@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=option_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine).")
 @click.option("--out", type=PATH_DIR, default=None,
               help="Folder for leakage.json, leakage.md and leakage-classes.png, the picture of the classes "

@@ -17,7 +17,7 @@ from bgbias.cli.options import (
     MEMORY_FORMAT_OPTION,
     PATH_DIR,
     TRUST_MODEL_OPTION,
-    click_type,
+    option_type,
     split_options,
 )
 from bgbias.errors import OptionError
@@ -123,14 +123,14 @@ def _model_options(command):
         TRUST_MODEL_OPTION,
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="A keyword argument of the --model factory (repeatable)."),
-        click.option("--input-size", type=click_type(rules.PIXELS), default=None,
+        click.option("--input-size", type=option_type(rules.PIXELS), default=None,
                      help="--model: side of its square input (default: the dataset's evaluation crop)."),
-        click.option("--resize", type=click_type(rules.PIXELS), default=None,
+        click.option("--resize", type=option_type(rules.PIXELS), default=None,
                      help="--model: shorter side before the centre crop (default: the dataset's, scaled "
                           "with --input-size)."),
         click.option("--normalize", default="imagenet", show_default=True,
                      help="--model: imagenet, clip, none (RGB in [0, 1]) or MEAN,STD (two or six numbers)."),
-        click.option("--interpolation", type=click_type(rules.INTERPOLATION), default="bilinear",
+        click.option("--interpolation", type=option_type(rules.INTERPOLATION), default="bilinear",
                      show_default=True,
                      help="--model: the filter that resizes its images (its own preprocessing's: timm and "
                           "many torchvision weights use bicubic)."),
@@ -168,11 +168,9 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
     from bgbias.engine.device import memory_format_name, precision_name
     from bgbias.engine.external_model import load_external_model
     from bgbias.engine.model_spec import parse_model_args
-    from bgbias.models.model_input import RULES, ModelInput, check_model_input
+    from bgbias.models.model_input import ARGUMENTS, ModelInput
 
-    convention = {name: external[name] for name in RULES}
-    check_model_input(convention, _EXTERNAL_PARAMS)  # the API's checks, naming the options
-    model_input = ModelInput(**convention)
+    model_input = ModelInput(**{name: external[name] for name in ARGUMENTS.declared})
     loaded = load_external_model(model, model_input, args=parse_model_args(external["model_args"]),
                                  device=device, out=external["out"], trust=external["trust_model"], amp=amp,
                                  memory_format=memory_format)
@@ -188,13 +186,13 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to evaluate on (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click_type(rules.CHOSEN_SPLIT), default=None,
+@click.option("--split", type=option_type(rules.CHOSEN_SPLIT), default=None,
               help="Split to score (default: all for a --model on one's own folder or table, which bgbias "
                    "did not train; else test). The report says which and why.")
 @click.option("--corrupted", is_flag=True, help="Also score background-replaced repeats of the split.")
-@click.option("--repeats", type=click_type(rules.REPEATS), default=5, show_default=True,
+@click.option("--repeats", type=option_type(rules.REPEATS), default=5, show_default=True,
               help="Corrupted repeats (each a fixed manifest).")
-@click.option("--seed", type=click_type(rules.SEED), default=0, show_default=True,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets (the same for every model).")
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
@@ -206,10 +204,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 @click.option("--profile", is_flag=True,
               help="Also the background-reliance profile (implies --corrupted): query-side, worst case, "
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
-@click.option("--worst-k", type=click_type(rules.WORST_K), default=10, show_default=True,
+@click.option("--worst-k", type=option_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=click_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=click_type(rules.WORKERS), default=None,
+@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
+@click.option("--workers", type=option_type(rules.WORKERS), default=None,
               help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
                    "cores, every core but one on a GPU, up to 8).")
 @click.option("--max-memory", type=BYTES, default=None,
@@ -241,8 +239,8 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 @click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
               help="Dataset to explain (default: the run's; a --model needs it).")
 @click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
-@click.option("--split", type=click.Choice(["test", "val", "all"]), default="test", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
+@click.option("--limit", type=option_type(rules.COUNT), default=None,
               help="Score this many images spread evenly over the split (default: all).")
 @click.option("--attribution", default="smoothgrad", show_default=True,
               help="Attribution method (smoothgrad: the paper's, 25 noisy copies; see `bgbias methods`).")
@@ -250,10 +248,11 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
               help="An option of the attribution, e.g. copies=50 (repeatable; see `bgbias methods`).")
 @click.option("--masks", type=PATH_DIR, default=None,
               help="Saliency masks for images without a ground-truth mask (default masks/<dataset>).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the noise.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+@click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True, help="Seed of the noise.")
+@click.option("--batch-size", type=option_type(rules.COUNT), default=None,
               help="Images per attribution pass (default 1 on the CPU, 8 on CUDA).")
-@click.option("--gallery", "gallery_count", type=click.IntRange(min=0), default=16, show_default=True,
+@click.option("--gallery", "gallery_count", type=option_type(rules.GALLERY_COUNT), default=16,
+              show_default=True,
               help="Images in the heat-map gallery.")
 @click.option("--force", is_flag=True, help="Start over where earlier results of other settings are.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")

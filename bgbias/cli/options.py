@@ -14,15 +14,16 @@ from bgbias.data.registry import dataset_names
 PATH_DIR = click.Path(file_okay=False, path_type=Path)
 
 
-def click_type(rule: rules.Rule) -> click.ParamType:
-    """The click type of an option declared as a :class:`~bgbias.options.Rule`, which the Python API checks
-    its argument of the same name against: one declaration for both."""
-    if rule.choices:
-        return click.Choice(rule.choices)
-    if rule.kind in (int, float):
-        kind = click.IntRange if rule.kind is int else click.FloatRange
-        return kind(min=rule.minimum, max=rule.maximum)
-    return {bool: click.BOOL, str: click.STRING, Path: click.Path(path_type=Path)}[rule.kind]
+def option_type(declared: rules.Declared) -> click.ParamType:
+    """The click type of an option declared as a pydantic type in :mod:`bgbias.options`, which the Python
+    API validates its argument of the same name against: one declaration for both."""
+    if rules.choices(declared):
+        return click.Choice(rules.choices(declared))
+    kind = rules.bare_type(declared)
+    if kind in (int, float):
+        least, greatest = rules.limits(declared)
+        return (click.IntRange if kind is int else click.FloatRange)(min=least, max=greatest)
+    return {bool: click.BOOL, str: click.STRING}[kind]
 
 
 BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -70,9 +71,9 @@ def dataset_options(command):
 
 def split_options(command):
     """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
-    command = click.option("--fold", type=click_type(rules.FOLD), default=0, show_default=True,
+    command = click.option("--fold", type=option_type(rules.FOLD), default=0, show_default=True,
                            help="cv4 fold.")(command)
-    return click.option("--protocol", type=click_type(rules.PROTOCOL), default="fixed",
+    return click.option("--protocol", type=option_type(rules.PROTOCOL), default="fixed",
                         show_default=True)(command)
 
 
@@ -116,12 +117,12 @@ TRUST_MODEL_OPTION = click.option(
 DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
                              help="auto (CUDA when present), cpu, cuda or cuda:N.")
 AMP_OPTION = click.option(
-    "--amp", type=click_type(rules.AMP), default=None,
+    "--amp", type=option_type(rules.AMP), default=None,
     help="Autocast of the network while embedding: auto (bfloat16 on CUDA, float32 on a CPU), off "
          "(float32), bf16 (CUDA, or a CPU that computes it natively), fp16 (CUDA). Default: a run's own amp; "
          "auto for any other model (an ONNX one runs in float32).")
 MEMORY_FORMAT_OPTION = click.option(
-    "--memory-format", type=click_type(rules.MEMORY_FORMAT), default=None,
+    "--memory-format", type=option_type(rules.MEMORY_FORMAT), default=None,
     help="Layout of the weights and inputs. Default: a run's own model.memory_format; channels_last for any "
          "other model (an ONNX one runs in onnxruntime's own).")
 

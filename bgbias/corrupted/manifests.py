@@ -53,7 +53,7 @@ from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
-from bgbias.errors import AssetError, DatasetError, OptionError
+from bgbias.errors import PARAMETER, AssetError, DatasetError, OptionError
 from bgbias.fileio import sweep_stale_temps
 from bgbias.paths import corrupted_root
 from bgbias.schema import ClosedRecord
@@ -152,7 +152,8 @@ def check_corrupted_split(split: str) -> None:
     if split not in CORRUPTED_SPLITS:
         raise OptionError(
             f"corrupted sets are made for the val and test splits, not {split!r}",
-            fix="use --split val or --split test",
+            fix=f"use {PARAMETER}val or {PARAMETER}test",
+            parameter="split",
         )
 
 
@@ -197,10 +198,6 @@ def make_corrupted_manifests(
     ``S`` is the same whatever ``repeats`` is, so asking for more repeats later keeps the earlier ones.
     """
     check_corrupted_split(split)
-    if repeats < 1:
-        raise OptionError(f"--repeats must be at least 1, got {repeats}", fix="pass --repeats 1 or more")
-    if seed < 0:
-        raise OptionError(f"--seed must be non-negative, got {seed}", fix="pass a seed >= 0")
     geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:

@@ -141,7 +141,7 @@ def render_set(
     kept while its ledger line still matches its files and PNG (``force``: rendered again). The folder is
     locked for the whole render, so no process sweeps or appends to what another is writing."""
     busy = BusyError(f"another process is rendering into {out_dir}", path=out_dir,
-                     fix="wait for it to finish, or pass another --render folder")
+                     fix="wait for it to finish, or render into another folder")
     with sigterm_as_interrupt(), exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy):
         return _render_into(out_dir, manifest_sha256, jobs, pixels, order, force, progress)
 

@@ -71,7 +71,8 @@ def claim_out_dir(out_dir: Path, manifest_sha256: str, force: bool) -> dict[str,
         force=force,
         other=lambda _header: "the output folder holds a render of another corrupted-set manifest",
         foreign="the output folder is not empty and holds no render of a corrupted set",
-        fix="pass another output folder, or --force to render every image again",
+        fix="pass another output folder, or start this one over (`bgbias corrupt ... --render DIR --force` "
+            "renders every image again)",
     )
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bgbias.errors import OptionError
-from bgbias.options import INTERPOLATION
+from bgbias.options import INTERPOLATION, choices
 
-INTERPOLATIONS = INTERPOLATION.choices
+INTERPOLATIONS = choices(INTERPOLATION)
 """How an image may be resized for evaluation (PIL's filters of those names, antialiased when shrinking, as
 torchvision's ``Resize`` and timm's eval transform apply them to PIL images); the first is the default."""
 

@@ -41,7 +41,7 @@ class ImageTable(Dataset):
     """The rows of a table (:func:`image_table` builds one from any of the forms above)."""
 
     index_file = ""
-    obtain = ("give a CSV file with the columns path,label[,mask] (--root images.csv), or rows of "
+    obtain = ("give a CSV file with the columns path,label[,mask] as the dataset's root, or rows of "
               "(path, label[, mask]) in Python")
     default_folder = None
     eval_geometry = PAPER_EVAL_GEOMETRY

@@ -45,6 +45,7 @@ from bgbias.options import (
     Must,
     Settings,
     bad_value,
+    choices,
     introduced_later,
     setting_problem,
 )
@@ -76,7 +77,7 @@ class ModelConfig(Settings):
     embedding_dim: AtLeastOne = 128
     pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
-    memory_format: Annotated[one_of(*MEMORY_FORMAT.choices),
+    memory_format: Annotated[one_of(*choices(MEMORY_FORMAT)),
                              IntroducedLater("contiguous")] = "channels_last"
     compile: Annotated[bool, IntroducedLater(False)] = False
 
@@ -171,7 +172,7 @@ class TrainConfig(Settings):
     seed: Annotated[int, Field(ge=0, lt=2**64), Must("a whole number in [0, 2**64)")] = 0
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$"),
                       Must("auto, cpu, cuda or cuda:N")] = "auto"
-    amp: one_of(*AMP.choices) = "auto"
+    amp: one_of(*choices(AMP)) = "auto"
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
     data: DataConfig = DataConfig()

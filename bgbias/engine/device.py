@@ -5,8 +5,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import OptionError
-from bgbias.options import MEMORY_FORMAT
+from bgbias.errors import PARAMETER, OptionError
+from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
     import torch
@@ -29,8 +29,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if missing is not None:
             present = cuda_devices()
             raise OptionError(f"device {name!r} was asked for, but {missing}",
-                              fix=f"use --device cpu (or auto){', or one of ' if present else ''}"
-                                  f"{', '.join(present)}")
+                              fix=f"use {PARAMETER}cpu (or auto){', or one of ' if present else ''}"
+                                  f"{', '.join(present)}", parameter="device")
         if device.index is None:
             device = torch.device(f"cuda:{local_rank}")
     elif device.type != "cpu":
@@ -77,8 +77,8 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
                  if amp == "bf16" else "a CUDA device")
         raise OptionError(f"amp={amp!r} needs {needs}",
-                          fix="use amp=off (or auto) on this CPU: --set amp=off for bgbias train, --amp off "
-                              "for bgbias eval and explain")
+                          fix=f"use {PARAMETER}off (or auto) on this CPU (a training: its setting amp=off)",
+                          parameter="amp")
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16
     return torch.bfloat16
@@ -136,7 +136,7 @@ def memory_format(name: str) -> torch.memory_format:
 
 def memory_format_name(layout: torch.memory_format) -> str:
     """How configurations and records name a torch memory format (the inverse of :func:`memory_format`)."""
-    return next(name for name in MEMORY_FORMAT.choices if memory_format(name) == layout)
+    return next(name for name in choices(MEMORY_FORMAT) if memory_format(name) == layout)
 
 
 def model_memory_format(model: Any) -> str | None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bgbias.engine.device import memory_format_name, precision_name
 from bgbias.engine.model_spec import Network, load_network
-from bgbias.errors import BgbiasError, ModelError, OptionError, RecordError
+from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, RecordError
 from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
@@ -116,8 +116,8 @@ class ExternalModel:
             raise self._error(
                 f"{self.network.name} failed on a batch of shape {shape} ({type(err).__name__}: "
                 f"{first_line})",
-                "check the input the model was built for: its size (--input-size, --resize) and its "
-                f"normalisation (--normalize); where it ran out of memory, a smaller --batch-size{where}",
+                "check the input the model was built for: its input size, resize and normalisation; where "
+                f"it ran out of memory, a smaller batch size{where}",
             ) from err
         embeddings = read_output(output, self.model_input.output_key, self.network.name)
         if embeddings.is_complex() or not embeddings.is_floating_point():
@@ -125,20 +125,20 @@ class ExternalModel:
             raise self._error(
                 f"{self.network.name} gave embeddings of dtype {dtype} for a batch of shape {shape}; an "
                 "embedding is a vector of real floating-point numbers",
-                "pass --output-key for the output that holds the embeddings, or make the model return them "
-                "as a float tensor")
+                f"pass {PARAMETER} for the output that holds the embeddings, or make the model return them "
+                "as a float tensor", parameter="output_key")
         if embeddings.ndim != 2 or embeddings.shape[0] != images.shape[0]:
             raise self._error(
                 f"{self.network.name} gave an output of shape {tuple(embeddings.shape)} for "
                 f"{images.shape[0]} images; an embedding is one vector per image, (images, dimensions) (the "
                 f"input was a batch of shape {shape})",
-                "pass --output-key for the output that holds the embeddings, or export a model that "
-                "pools its features into one vector per image")
+                f"pass {PARAMETER} for the output that holds the embeddings, or export a model that "
+                "pools its features into one vector per image", parameter="output_key")
         width = embeddings.shape[1]
         if width == 0:
             raise self._error(
                 f"{self.network.name} gave embeddings of width 0 for a batch of shape {shape}",
-                "pass --output-key for the output that holds the embeddings")
+                f"pass {PARAMETER} for the output that holds the embeddings", parameter="output_key")
         if self.width is not None and width != self.width:
             raise self._error(
                 f"{self.network.name} gave {width}-dimensional embeddings for a batch of shape {shape}, "
@@ -153,7 +153,7 @@ class ExternalModel:
         if not bool(torch.isfinite(embeddings).all()):
             raise self._error(
                 f"{self.network.name} gave NaN or infinite embeddings for a batch of shape {shape}",
-                "check the input convention (--normalize, --input-size) the model was trained with, and "
+                "check the input convention (normalisation, input size) the model was trained with, and "
                 "that its weights are intact")
         self.width = width
         embeddings = embeddings.float()
@@ -161,10 +161,10 @@ class ExternalModel:
             return torch.nn.functional.normalize(embeddings, dim=1)
         return embeddings
 
-    def _error(self, problem: str, fix: str) -> ModelError:
+    def _error(self, problem: str, fix: str, parameter: str | None = None) -> ModelError:
         """A ``ModelError`` about the network, naming its file where it has one."""
         in_file = self.network.kind in ("torchscript", "onnx")
-        return ModelError(problem, path=self.network.spec if in_file else None, fix=fix)
+        return ModelError(problem, path=self.network.spec if in_file else None, fix=fix, parameter=parameter)
 
     def claim_home(self) -> None:
         """Write ``model.json`` into the home (once), checking it again first: called before the first
@@ -213,23 +213,25 @@ def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
 
     if isinstance(output, torch.Tensor):
         if key is not None:
-            raise ModelError(f"--output-key {key!r} given, but {name} returns a single tensor",
-                             fix="drop --output-key")
+            raise ModelError(f"{PARAMETER}{key!r} given, but {name} returns a single tensor",
+                             fix=f"leave out {PARAMETER}", parameter="output_key")
         return output
     if isinstance(output, Mapping):
         keys = ", ".join(map(str, output))
         if key is None or key not in output:
             raise ModelError(f"{name} returns a dict with the entries {keys}",
-                             fix="pass --output-key with the entry that holds the embeddings")
+                             fix=f"pass {PARAMETER} with the entry that holds the embeddings",
+                             parameter="output_key")
         return _tensor(output[key], key, name)
     if isinstance(output, tuple | list):
         if key is None or not key.isdigit() or int(key) >= len(output):
             raise ModelError(f"{name} returns {len(output)} outputs",
-                             fix=f"pass --output-key with the position (0 … {len(output) - 1}) of the "
-                                 "embeddings")
+                             fix=f"pass {PARAMETER} with the position (0 … {len(output) - 1}) of the "
+                                 "embeddings", parameter="output_key")
         return _tensor(output[int(key)], key, name)
     raise ModelError(f"{name} returns {type(output).__name__}, not a tensor",
-                     fix="return the embeddings as a tensor, or a dict or tuple of tensors with --output-key")
+                     fix=f"return the embeddings as a tensor, or a dict or tuple of tensors with {PARAMETER}",
+                     parameter="output_key")
 
 
 def _tensor(value: Any, key: str, name: str) -> torch.Tensor:
@@ -237,7 +239,8 @@ def _tensor(value: Any, key: str, name: str) -> torch.Tensor:
 
     if not isinstance(value, torch.Tensor):
         raise ModelError(f"{name}'s output {key!r} is {type(value).__name__}, not a tensor",
-                         fix="pass --output-key with the entry that holds the embeddings")
+                         fix=f"pass {PARAMETER} with the entry that holds the embeddings",
+                         parameter="output_key")
     return value
 
 
@@ -304,14 +307,14 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
     from bgbias.engine.device import resolve_amp
 
     if network.kind == "onnx":
-        for option, value, only in (("amp", amp, "off"), ("memory-format", memory_format, "contiguous")):
+        for option, value, only in (("amp", amp, "off"), ("memory_format", memory_format, "contiguous")):
             if value not in (None, only):
-                python = option.replace("-", "_")
                 raise OptionError(
-                    f"--{option} {value} ({python}={value!r} in Python) does not apply to an ONNX model: "
-                    f"onnxruntime runs it in float32, in a layout of its own",
-                    fix=f"leave out --{option} ({python}=) for an ONNX model, or pass {only}; to score it in "
-                        "another precision or layout, pass a TorchScript export or a factory of it")
+                    f"{PARAMETER}{value} does not apply to an ONNX model: onnxruntime runs it in float32, "
+                    "in a layout of its own",
+                    fix=f"leave out {PARAMETER} for an ONNX model, or pass {PARAMETER}{only}; to score it in "
+                        "another precision or layout, pass a TorchScript export or a factory of it",
+                    parameter=option)
         return None, torch.contiguous_format
     dtype = resolve_amp(amp or "auto", device)
     layout = torch_layout(memory_format or ("contiguous" if network.kind == "callable" else "channels_last"))
@@ -337,8 +340,9 @@ def default_home_name(network: Network, model_input: ModelInput, compute: Mappin
     return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
 
 
-HOME_FIX = ("pass another --out: a new or empty folder; or leave it out (on the command line each model and "
-            "convention then gets a folder of its own under runs/external/; in Python nothing is written)")
+HOME_FIX = (f"pass another {PARAMETER}DIR: a new or empty folder; or leave it out (on the command line each "
+            "model and convention then gets a folder of its own under runs/external/; in Python nothing is "
+            "written)")
 
 
 @dataclass(frozen=True)
@@ -372,16 +376,17 @@ def check_home(model: ExternalModel) -> None:
             problem = (f"this folder holds the reports of another model, or of this one under another input "
                        f"convention, precision or memory format ({owner.label})")
         raise ModelError(problem, path=home if owner.fingerprint is None else owner.folder / MODEL_RECORD,
-                         fix=HOME_FIX)
+                         fix=HOME_FIX, parameter="out")
     if home.exists() and not home.is_dir():
-        raise ModelError("this is a file, not a folder for the model's reports", path=home, fix=HOME_FIX)
+        raise ModelError("this is a file, not a folder for the model's reports", path=home, fix=HOME_FIX,
+                         parameter="out")
     if holds_files(home):  # a home where only locks were taken (a failed first try) is still empty
         entries = sorted(entry.name for entry in home.iterdir())
         runs = [name for name in entries if is_run_folder(home / name)]
         shown = (f"bgbias runs ({', '.join(runs[:3])}): it is a runs or study folder" if runs else
                  ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else ""))
         raise ModelError(f"this folder is neither new, nor empty, nor this model's: it holds {shown}",
-                         path=home, fix=HOME_FIX)
+                         path=home, fix=HOME_FIX, parameter="out")
 
 
 def folder_owner(path: Path) -> Owner | None:

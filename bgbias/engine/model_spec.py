@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import ModelError
+from bgbias.errors import PARAMETER, ModelError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -77,8 +77,8 @@ def load_network(spec: str, args: Mapping[str, Any], device: torch.device, *, tr
                          path=path, fix="pass a TorchScript (.pt) or ONNX (.onnx) file, or a factory such as "
                                         "torchvision.models:resnet50")
     if args:
-        raise ModelError(f"--model-arg {', '.join(sorted(args))} given for a model file, which takes none",
-                         path=path, fix="drop --model-arg, or pass a factory package.module:callable")
+        raise ModelError(f"keyword arguments ({', '.join(sorted(args))}) given for a model file, which takes "
+                         "none", path=path, fix="leave them out, or pass a factory package.module:callable")
     kind = file_kind(path)
     return load_torchscript(path, device, trust=trust) if kind == "torchscript" else load_onnx(path, device)
 
@@ -107,7 +107,7 @@ def file_kind(path: Path) -> str:
 
 def _pickle_error(path: Path) -> ModelError:
     run = path.parent.parent
-    fix = (f"it is a checkpoint of the bgbias run {run}: pass --checkpoint {run}"
+    fix = (f"it is a checkpoint of the bgbias run {run}: score the run itself ({run})"
            if path.parent.name == "checkpoints" and (run / "config.json").is_file()
            else TO_TORCHSCRIPT.format(path=path))
     return ModelError("this is a pickled torch.save file, and unpickling it can run any code it holds, so "
@@ -153,7 +153,7 @@ def load_onnx(path: Path, device: torch.device) -> Network:
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise ModelError("this onnxruntime cannot run on CUDA", path=path,
                              fix="install onnxruntime-gpu in place of onnxruntime (docs/install.md, GPU "
-                                 "builds), or pass --device cpu")
+                                 f"builds), or pass {PARAMETER}cpu", parameter="device")
         providers.insert(0, "CUDAExecutionProvider")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
@@ -215,8 +215,9 @@ class OnnxCall:
         if wrong:
             stated = tuple(size if isinstance(size, int) else "?" for size in expected)
             raise ModelError(f"the ONNX model takes input of shape {stated}, got images of shape {shape}",
-                             path=self.path, fix="pass --input-size with the side the model was exported for "
-                                                 "(and --resize if the default does not suit it)")
+                             path=self.path, fix=f"pass {PARAMETER} with the side the model was exported "
+                                                 "for (and a resize if the default does not suit it)",
+                             parameter="input_size")
 
 
 def _padded(array: np.ndarray, size: int) -> np.ndarray:
@@ -248,7 +249,7 @@ def load_factory(spec: str, args: Mapping[str, Any], device: torch.device) -> Ne
         module = factory(**args)
     except TypeError as err:
         raise ModelError(f"{spec} refused its arguments ({err})",
-                         fix="pass the keyword arguments it takes with --model-arg key=value") from None
+                         fix="pass the keyword arguments it takes (key=value)") from None
     return network_from_module(module, spec, kind="factory", spec=spec, args=dict(args), device=device)
 
 
@@ -292,7 +293,7 @@ def parse_model_args(pairs: Iterable[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise ModelError(f"--model-arg expects key=value with a Python name as key, got {pair!r}",
-                             fix="pass each keyword argument of the factory as --model-arg name=value")
+            raise ModelError(f"a keyword argument of a factory is key=value with a Python name as key, got "
+                             f"{pair!r}", fix="write each keyword argument of the factory as name=value")
         args[key.strip()] = parse_option_value(value.strip())
     return args

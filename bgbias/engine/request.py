@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import DatasetError, OptionError
+from bgbias.errors import PARAMETER, DatasetError, OptionError
 
 if TYPE_CHECKING:
     from bgbias.data.geometry import EvalGeometry
@@ -109,7 +109,8 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
     if trained is None:
         if request.dataset is None:
             raise OptionError("this model records no training dataset, so there is no default to score it on",
-                              fix="name the dataset (--dataset, and --root for its folder)")
+                              fix=f"name the dataset ({PARAMETER}, and its folder where it is not the usual "
+                                  "one)", parameter="dataset")
         dataset = open_dataset(request.dataset, request.root)
         return dataset, split_items(dataset, split, *split_protocol(None))
     asked_for_other = request.root is not None or request.dataset not in (None, trained.dataset)
@@ -123,8 +124,8 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
             f"the {dataset.name} dataset at {dataset.root} is not the one this run was trained on "
             f"({len(dataset.items())} images now, {trained.images} then)",
             path=trained.record,
-            fix="restore the dataset the run was trained on, or pass --dataset/--root to score the model on "
-                "this one on purpose",
+            fix=f"restore the dataset the run was trained on, or name it ({PARAMETER}, and its folder) to "
+                "score the model on this one on purpose", parameter="dataset",
         )
     return dataset, split_items(dataset, split, *split_protocol(trained))
 

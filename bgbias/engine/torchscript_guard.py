@@ -28,7 +28,7 @@ import pickletools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.errors import ModelError
+from bgbias.errors import PARAMETER, ModelError
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +41,7 @@ CPP_CLASSES = "__torch__.torch.classes"
 """The qualified-name prefix of torch's C++ classes, whose ``__setstate__`` runs while an archive loads."""
 
 TRUST = ("if you made this file yourself, or trust whoever did as you would trust their Python code, pass "
-         "--trust-model (in Python: trust_model=True) to run it unchecked; otherwise do not run it")
+         f"{PARAMETER}True to run it unchecked; otherwise do not run it")
 """The fix of every refusal."""
 
 SHOWN = 5
@@ -70,10 +70,11 @@ def check_archive(path: Path) -> None:
             raise ModelError(
                 f"the model's code ({name} in the archive) defines __setstate__, which torch.jit.load runs "
                 "while loading the file, before anything could check it", path=path,
-                fix=f"{TRUST} (or export the model without a __setstate__)")
+                fix=f"{TRUST} (or export the model without a __setstate__)", parameter="trust_model")
         if name.endswith((".pkl", ".debug_pkl")):
             for problem in _pickle_problems(bytes(reader.get_record(name))):
-                raise ModelError(f"{problem} ({name} in the archive)", path=path, fix=TRUST)
+                raise ModelError(f"{problem} ({name} in the archive)", path=path, fix=TRUST,
+                                 parameter="trust_model")
 
 
 def _pickle_problems(data: bytes) -> list[str]:
@@ -107,7 +108,7 @@ def check_operators(module: torch.jit.ScriptModule, path: Path) -> None:
     raise ModelError(
         f"the model uses operators that are not tensor computations bgbias lets an outside model run: "
         f"{shown}{more}. Such operators can read or write files, start processes or reach the network; "
-        "bgbias runs none of the file", path=path, fix=TRUST)
+        "bgbias runs none of the file", path=path, fix=TRUST, parameter="trust_model")
 
 
 def script_operators(module: torch.jit.ScriptModule) -> dict[str, str]:

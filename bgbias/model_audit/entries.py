@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.engine.model_spec import is_factory, parse_model_args
-from bgbias.errors import BgbiasError, OptionError
+from bgbias.errors import PARAMETER, BgbiasError, OptionError
 
 SLUG_LENGTH = 40
 ENTRY_FORM = "[LABEL =] SPEC [KEY=VALUE ...]"
@@ -85,7 +85,8 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
         lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte order mark is no part of line 1
     except (OSError, UnicodeDecodeError) as err:
         raise OptionError(f"the list of models cannot be read ({err})", path=path,
-                          fix=f"pass --models a UTF-8 text file with one {ENTRY_FORM} per line") from None
+                          fix=f"pass {PARAMETER} a UTF-8 text file with one {ENTRY_FORM} per line",
+                          parameter="models_file") from None
     entries = []
     for number, line in enumerate(lines, 1):
         try:
@@ -96,8 +97,8 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
             raise OptionError(
                 f"line {number} names the factory {entry.model}, which loading it would import and call: "
                 "Python code, and a list file may come from someone else", path=path,
-                fix="pass --trust-model (in Python: trust_model=True) if you wrote this file or trust every "
-                    "factory it names as you would its Python code; or give that model with --model")
+                fix=f"pass {PARAMETER}True if you wrote this file or trust every factory it names as you "
+                    "would its Python code; or give that model on its own", parameter="trust_model")
         if entry is not None:
             entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
                                       entry.args))
@@ -137,12 +138,13 @@ def entries_of(models: Iterable[Any] | Mapping[str, Any]) -> list[ModelEntry]:
 def check_labels(entries: list[ModelEntry]) -> None:
     """No model without a label, and no label twice: an ``OptionError`` naming both places."""
     if not entries:
-        raise OptionError("no model to audit", fix="pass --model SPEC (repeatable) or --models FILE")
+        raise OptionError("no model to audit", fix=f"name the models, or pass {PARAMETER}FILE listing them",
+                          parameter="models_file")
     seen: dict[str, ModelEntry] = {}
     for entry in entries:
         if entry.label in seen:
             first = seen[entry.label]
             raise OptionError(f"the label {entry.label!r} is given twice: {first.where} ({first.spec}) and "
                               f"{entry.where} ({entry.spec})",
-                              fix="give each model a label of its own (LABEL = SPEC in a --models file)")
+                              fix="give each model a label of its own (LABEL = SPEC)")
         seen[entry.label] = entry

@@ -284,18 +284,22 @@ def check_audit_folder(out: Path) -> None:
     """Refuse an audit folder that is, or lies inside, a run's or a model's folder, or that holds anything but
     an earlier audit."""
     from bgbias.engine.external_model import folder_owner
-    from bgbias.errors import OptionError
+    from bgbias.errors import PARAMETER, OptionError
     from bgbias.fileio import holds_files
 
     owner = folder_owner(out)
     if owner is not None:
         raise OptionError(f"the audit's folder is or lies inside {owner.describe()}: its pages would read as "
-                          "that model's", path=out, fix="pass --out a folder outside runs and model folders")
+                          "that model's", path=out, fix=f"pass {PARAMETER}DIR outside runs and model folders",
+                          parameter="out")
     if out.exists() and not out.is_dir():
-        raise OptionError("the audit's folder is a file", path=out, fix="pass --out a new or empty folder")
+        raise OptionError("the audit's folder is a file", path=out,
+                          fix=f"pass {PARAMETER}DIR, a new or empty folder", parameter="out")
     ours = {AUDIT_NAME + suffix for suffix in (".md", ".html", ".json")} | {MODELS_FOLDER}
     others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours) if out.is_dir() else []
     if holds_files(out) and others and not (out / MODELS_FOLDER).is_dir():
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise OptionError(f"the audit's folder is neither new, nor empty, nor an earlier audit's: it holds "
-                          f"{shown}", path=out, fix="pass --out a new or empty folder, or an earlier audit's")
+                          f"{shown}", path=out,
+                          fix=f"pass {PARAMETER}DIR, a new or empty folder or an earlier audit's",
+                          parameter="out")

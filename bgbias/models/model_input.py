@@ -15,14 +15,16 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
 
 from bgbias.data.geometry import INTERPOLATIONS, EvalGeometry
 from bgbias.data.transforms import eval_geometry
-from bgbias.errors import OptionError
+from bgbias.errors import PARAMETER, OptionError
 from bgbias.models.input_convention import CLIP, IMAGENET, UNIT, InputConvention
 from bgbias.models.pretrained_input import Preprocessing, timm_preprocessing, torchvision_preprocessing
-from bgbias.options import FLAG, INTERPOLATION, OPTIONAL_TEXT, PIXELS, Rule, check_arguments, shown
+from bgbias.options import FLAG, INTERPOLATION, OPTIONAL_TEXT, PIXELS, Arguments
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -30,9 +32,10 @@ if TYPE_CHECKING:
 NORMALIZATIONS = {"imagenet": IMAGENET, "clip": CLIP, "none": UNIT}
 """The named normalisations of ``--normalize``; ``MEAN,STD`` (two or six numbers) states any other."""
 
-RULES = {"input_size": PIXELS, "resize": PIXELS, "normalize": Rule(str, example="imagenet"),
-         "output_key": OPTIONAL_TEXT, "l2_normalize": FLAG, "interpolation": INTERPOLATION}
-"""What each field must be (the command line's options are typed from the same rules)."""
+ARGUMENTS = Arguments(input_size=PIXELS, resize=PIXELS,
+                      normalize=Annotated[str, Field(examples=["imagenet"])], output_key=OPTIONAL_TEXT,
+                      l2_normalize=FLAG, interpolation=INTERPOLATION)
+"""What each field must be (the command line's options are typed from the same declarations)."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,11 @@ class ModelInput:
 
     @classmethod
     def _of(cls, preprocessing: Preprocessing, overrides: dict[str, Any], caller: str) -> ModelInput:
-        unknown = sorted(set(overrides) - set(RULES))
+        unknown = sorted(set(overrides) - set(ARGUMENTS.declared))
         if unknown:
-            given = shown(unknown[0], overrides[unknown[0]])
+            given = f"{unknown[0]}={overrides[unknown[0]]!r}"
             raise OptionError(f"{caller} got {given}, which is not a field of bgbias.ModelInput",
-                              fix=f"pass only {', '.join(f'{key}=' for key in RULES)}")
+                              fix=f"pass only {', '.join(f'{key}=' for key in ARGUMENTS.declared)}")
         size = overrides.get("input_size", preprocessing.crop)
         if "input_size" in overrides and "resize" not in overrides and size is not None:
             check_model_input({"input_size": size})
@@ -145,22 +148,16 @@ class ModelInput:
                 f"{numbers}); embedding: {output}, {scaled}")
 
 
-def check_model_input(values: Mapping[str, Any], names: Mapping[str, str] | None = None) -> None:
-    """Refuse a convention that cannot be (each field's :data:`RULES`, a resize smaller than the crop, an
-    unknown normalisation) before any work, naming each field as ``names`` says: the command line passes its
-    options (``--input-size``), Python callers get the field names (``input_size=``)."""
-    check_arguments(values, RULES, names)
-
-    def name(key: str) -> str:
-        return (names or {}).get(key, key)
-
+def check_model_input(values: Mapping[str, Any]) -> None:
+    """Refuse a convention that cannot be (each field's :data:`ARGUMENTS`, a resize smaller than the crop, an
+    unknown normalisation) before any work; each error's ``parameter`` is the field."""
+    ARGUMENTS.valid(values)
     input_size, resize = values.get("input_size"), values.get("resize")
     if input_size is not None and resize is not None and resize < input_size:
-        crop = shown(name("input_size"), input_size)
-        raise OptionError(f"{shown(name('resize'), resize)} is smaller than {crop}",
-                          fix=f"the centre crop is cut from the resized image: pass {name('resize')} >= "
-                              f"{name('input_size')}")
-    parse_normalization(values.get("normalize", "imagenet"), name("normalize"))
+        raise OptionError(f"{PARAMETER}{resize!r} is smaller than the input size {input_size}",
+                          fix=f"the centre crop is cut from the resized image: pass {PARAMETER}{input_size} "
+                              "or more", parameter="resize")
+    parse_normalization(values.get("normalize", "imagenet"))
 
 
 def normalization_text(mean: tuple[float, float, float], std: tuple[float, float, float]) -> str:
@@ -174,23 +171,25 @@ def normalization_text(mean: tuple[float, float, float], std: tuple[float, float
     return ",".join(repr(float(number)) for number in numbers)
 
 
-def parse_normalization(text: str, name: str = "normalize") -> InputConvention:
+def parse_normalization(text: str) -> InputConvention:
     """``imagenet``, ``clip``, ``none``, or ``MEAN,STD`` as two numbers (every channel) or six (three means,
-    then three stds), as an :class:`InputConvention`; anything else is an ``OptionError`` naming the
-    argument ``name``."""
+    then three stds), as an :class:`InputConvention`; anything else is an ``OptionError`` whose
+    ``parameter`` is ``normalize``."""
     named = NORMALIZATIONS.get(text.strip().lower())
     if named is not None:
         return named
-    fix = (f"pass {name} as imagenet, clip or none, or MEAN,STD as two numbers (all channels) or six (three "
-           f"means, then three stds), e.g. {shown(name, '0.5,0.5')}")
+    fix = (f"pass {PARAMETER} as imagenet, clip or none, or MEAN,STD as two numbers (all channels) or six "
+           f"(three means, then three stds), e.g. {PARAMETER}'0.5,0.5'")
     try:
         values = [float(part) for part in text.split(",")]
     except ValueError:
-        raise OptionError(f"{shown(name, text)} is neither a known normalisation nor numbers",
-                          fix=fix) from None
+        raise OptionError(f"{PARAMETER}{text!r} is neither a known normalisation nor numbers", fix=fix,
+                          parameter="normalize") from None
     if len(values) not in (2, 6) or not all(math.isfinite(n) for n in values):
-        raise OptionError(f"{shown(name, text)} must give two or six finite numbers", fix=fix)
+        raise OptionError(f"{PARAMETER}{text!r} must give two or six finite numbers", fix=fix,
+                          parameter="normalize")
     mean, std = (values[:1] * 3, values[1:] * 3) if len(values) == 2 else (values[:3], values[3:])
     if min(std) <= 0:
-        raise OptionError(f"{shown(name, text)} has a std that is not positive", fix=fix)
+        raise OptionError(f"{PARAMETER}{text!r} has a std that is not positive", fix=fix,
+                          parameter="normalize")
     return InputConvention(mean=tuple(mean), std=tuple(std))

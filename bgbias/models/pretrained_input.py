@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.errors import OptionError
-from bgbias.options import INTERPOLATION
 
 TIMM_DEFAULTS: Mapping[str, Any] = {"input_size": (3, 224, 224), "interpolation": "bicubic",
                                     "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
@@ -136,8 +136,8 @@ def _rgb(values: Any, key: str, argument: str) -> tuple[float, float, float]:
 
 
 def _interpolation(name: str, argument: str) -> str:
-    if name not in INTERPOLATION.choices:
+    if name not in INTERPOLATIONS:
         raise OptionError(
             f"{argument} resizes its images with {name!r} interpolation; bgbias resizes with "
-            f"{' or '.join(INTERPOLATION.choices)}", fix=_STATE_IT)
+            f"{' or '.join(INTERPOLATIONS)}", fix=_STATE_IT)
     return name

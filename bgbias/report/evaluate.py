@@ -27,7 +27,7 @@ from bgbias.engine.request import (
     split_protocol,
 )
 from bgbias.engine.split_states import EVAL_FOLDER, SplitStates
-from bgbias.errors import OptionError
+from bgbias.errors import PARAMETER, OptionError
 from bgbias.fileio import folder_lock
 from bgbias.installation import installation
 
@@ -107,7 +107,7 @@ def evaluate(
     request = dataclasses.replace(request, split=split)
     if request.profile and request.worst_k < 1:
         raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
-                          fix="pass --worst-k 1 or more")
+                          fix=f"pass {PARAMETER}1 or more", parameter="worst_k")
     dataset, items = requested_split(model, request)
     trained_on = model.trained_on()
     protocol, fold = split_protocol(trained_on)

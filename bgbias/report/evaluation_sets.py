@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bgbias.corrupted.manifest_store import manifest_exists
 from bgbias.engine.embedding_cache import files_fingerprint
-from bgbias.errors import AssetError
+from bgbias.errors import PARAMETER, AssetError
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
@@ -142,7 +142,8 @@ def corrupted_manifests(
         manifest = loaded.get(path)
         if manifest is not None and manifest.seed != seed:
             raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                             fix="pass --seed to match it, or use another manifests folder")
+                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                                 "folder", parameter="seed")
         if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
             raise AssetError(
                 f"the file is named for repeat {repeat} of the {split} split but holds repeat "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.errors import AssetError, OptionError
+from bgbias.errors import PARAMETER, AssetError, OptionError
 from bgbias.installation import installation
 from bgbias.report.embedding_files import EmbeddingFolder
 from bgbias.report.evaluate import EvaluationResult, measured_label, write_evaluation_folder
@@ -90,8 +90,10 @@ def score_embedding_folder(
     if missing:
         raise AssetError(f"{len(missing)} manifests of the sets to score are missing (the embedded images "
                          "were rendered from them)", path=missing[0],
-                         fix="pass --manifests, the folder the sets were rendered from, or make and render "
-                             "them with `bgbias corrupt --variant all --render DIR` and embed those images")
+                         parameter="manifests",
+                         fix=f"pass {PARAMETER}, the folder the sets were rendered from, or make and "
+                             "render them with `bgbias corrupt --variant all --render DIR` and embed those "
+                             "images")
     sets = evaluation_sets(dataset, items, request, protocol, fold, geometry)
     labels = np.array([item.label for item in items], dtype=np.int64)
     manifests = [manifest for manifest, _ in sets.corrupted] + [images.manifest for images in sets.variants]

@@ -216,9 +216,6 @@ def score_embeddings(
     _, class_of_item, class_sizes = np.unique(labels, return_inverse=True, return_counts=True)
     r = class_sizes[class_of_item] - 1
     search = retrieval or ExactL2()
-    if max_memory < 1:
-        raise OptionError(f"max_memory must be a positive number of bytes, not {max_memory}",
-                          fix="pass max_memory=2**30 (1 GiB) or more for large sets")
     largest = int(class_sizes.max()) - 1
     kept_width = min(KEPT_NEIGHBOURS, largest)
     # An exact search's first k neighbours are the same whatever larger k it is asked for (ties go to the

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
-from bgbias.errors import ImageError, OptionError, printable_path
+from bgbias.errors import ImageError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.hardware import usable_cores
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -212,8 +212,6 @@ def write_masks(
     the same time). ``on_record`` is called on the calling thread after each record is logged; an exception
     it raises stops the run the way an interruption would (already written masks and records stay).
     """
-    if workers is not None and workers < 1:
-        raise OptionError(f"workers must be at least 1, got {workers}", fix="pass --workers 1 or more")
     out_dir = Path(out_dir)
     mine = shard_items(items, shard)
     settings = mask_settings(session.info, empty_below)

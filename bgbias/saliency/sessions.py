@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from PIL import Image
 
-from bgbias.errors import AssetError, OptionError
+from bgbias.errors import PARAMETER, AssetError, OptionError
 from bgbias.hardware import usable_cores
 from bgbias.installation import import_onnxruntime
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -228,8 +228,8 @@ def chosen_backend(model: str, inference: Inference) -> str:
         return "torch" if wants_torch or not _onnxruntime_installed() else "onnxruntime"
     if backend == "torch" and model not in TORCH_MODELS:
         raise OptionError(f"the torch backend has no network for {model}",
-                          fix=f"use --backend onnxruntime (or auto) for {model}; torch runs "
-                              f"{', '.join(TORCH_MODELS)}")
+                          fix=f"use {PARAMETER}onnxruntime (or auto) for {model}; torch runs "
+                              f"{', '.join(TORCH_MODELS)}", parameter="backend")
     return backend
 
 
@@ -261,9 +261,8 @@ def _torch_session(model: str, inference: Inference) -> MaskSession:
     device = torch_device(inference.device)
     precision = PRECISION["off" if inference.amp == "auto" else inference.amp]
     if precision != "fp32" and device.type != "cuda":
-        raise OptionError(f"--amp {inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
-                          "float32",
-                          fix="leave --amp at auto (or off) on the CPU")
+        raise OptionError(f"{PARAMETER}{inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
+                          "float32", fix=f"leave {PARAMETER} at auto (or off) on the CPU", parameter="amp")
     path = _model_path(model)
     fix = f"delete the file and fetch it again: `bgbias assets fetch {model} --force`"
     network = load_u2net(path, U2NETP if model == "u2netp" else U2NET, fix=fix)
@@ -291,18 +290,21 @@ def torch_device(device: str):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise OptionError(f"CUDA was asked for, but this torch ({torch.__version__}) sees no CUDA device",
-                          fix="install a CUDA build of torch (docs/install.md, GPU), or use --device cpu")
+                          fix=f"install a CUDA build of torch (docs/install.md, GPU), or use {PARAMETER}cpu",
+                          parameter="device")
     return torch.device("cuda", torch.cuda.current_device())
 
 
 def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
     """As :func:`_torch_session`, the options are checked before the model file is looked for."""
     if inference.amp not in ("auto", "off"):
-        raise OptionError(f"onnxruntime runs the model file in float32, without --amp {inference.amp}",
-                          fix="use --backend torch for bf16 or fp16, or leave --amp at auto")
+        raise OptionError(f"onnxruntime runs the model file in float32, without {PARAMETER}{inference.amp}",
+                          fix=f"use the torch backend for bf16 or fp16, or leave {PARAMETER} at auto",
+                          parameter="amp")
     if inference.batch not in (None, 1):
         raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
-                          fix="use --backend torch to batch, or leave --batch-size out")
+                          fix=f"use {PARAMETER}torch to batch, or leave the batch size out",
+                          parameter="backend")
     path = _model_path(model)
     ort = import_onnxruntime()
     providers = choose_providers(inference.device, ort.get_available_providers())

@@ -194,9 +194,6 @@ def make_variant_manifests(
     ``repeats`` is."""
     kind = variant(name)
     check_corrupted_split(split)
-    if repeats < 1 or seed < 0:
-        raise OptionError(f"a variant needs at least 1 repeat and a seed >= 0, got {repeats} and {seed}",
-                          fix="pass --repeats 1 or more and a non-negative --seed")
     geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     items = split_items(dataset, split, protocol, fold)
     count = variant_repeats(name, repeats)

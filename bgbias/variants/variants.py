@@ -19,14 +19,14 @@ import numpy as np
 
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.errors import OptionError
-from bgbias.options import FILL
+from bgbias.options import FILL, choices
 
 ONLY_FG_FILL = (0, 0, 0)
 """The constant the object stands on in only-fg: black, as in Xiao et al.'s Only-FG."""
 OBJECT_THRESHOLD = 13
 """Mask values from here up (5 %) are the object where the hole to fill is bounded: a soft edge's halo of
 object colour must not be tiled into the hole. Blends always use the soft mask."""
-FILLS = FILL.choices
+FILLS = choices(FILL)
 """How :func:`without_object` fills the object's hole (:data:`bgbias.options.FILL`)."""
 INPAINT_RADIUS = 3
 """Pixels around each hole pixel that OpenCV's Telea inpainting draws from."""

@@ -129,7 +129,7 @@ def test_other_settings_are_refused_unless_forced(reference, method, items, tmp_
     shutil.copytree(reference.out_dir, out_dir)
     with pytest.raises(OptionError, match=r"other settings \(options, seed\)") as raised:
         explain(method, items, out_dir, seed=3, options={"copies": 3})
-    assert "--force" in raised.value.fix
+    assert "force=True" in raised.value.fix and "--force" in raised.value.render({})
     with pytest.raises(OptionError, match="items_sha256"):
         explain(method, items[:4], out_dir)
     result = explain(method, items, out_dir, seed=3, force=True)

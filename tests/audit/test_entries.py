@@ -40,7 +40,7 @@ def test_the_list_file_of_docs_audit_reads_as_the_page_says(tmp_path):
 @pytest.mark.parametrize(("line", "says"), [
     ("mobilenet =", "line 2: no model spec"),
     ("mobilenet=model.pt", "line 2: no model spec"),
-    ("model.pt dim", "line 2: --model-arg expects key=value"),
+    ("model.pt dim", "line 2: a keyword argument of a factory is key=value"),
     ("'unclosed = model.pt", "line 2: No closing quotation"),
 ])
 def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, says):
@@ -69,7 +69,7 @@ def test_a_factory_in_a_list_file_is_refused_unread_unless_trusted(tmp_path, mon
     with pytest.raises(OptionError) as caught:
         read_list_file(listed)
     message = str(caught.value)
-    assert "line 2" in message and str(listed) in message and "--trust-model" in message
+    assert "line 2" in message and str(listed) in message and "trust_model=True" in message
     with pytest.raises(OptionError, match="trust_model=True"):
         bgbias.api.audit("bench", [], models_file=listed, out=tmp_path / "audit")
     assert not marker.exists()

@@ -278,5 +278,6 @@ def test_missing_default_pools_without_installed_photos_name_the_fetch_command(t
     with pytest.raises(AssetError, match="no background photographs are installed") as raised:
         split_pool_dir("test")
     assert raised.value.path == str(tmp_path / "backgrounds")
-    assert "`bgbias assets fetch`" in raised.value.fix and "--backgrounds DIR" in raised.value.fix
+    assert "`bgbias assets fetch`" in raised.value.fix and "backgrounds=DIR" in raised.value.fix
+    assert "--backgrounds DIR" in raised.value.render({})
     assert not (tmp_path / "backgrounds").exists()

@@ -27,7 +27,8 @@ def test_missing_masks_are_one_error_with_count_examples_and_fix(bench, masks_di
     assert f"2 of {len(items)}" in error.problem
     assert all(str(path) in error.problem for path in gone)
     assert error.path == str(masks_dir)
-    assert "bgbias masks --dataset bench" in error.fix and "--masks DIR" in error.fix
+    assert "bgbias masks --dataset bench" in error.fix and "(masks=DIR)" in error.fix
+    assert "(--masks DIR)" in error.render({})
 
 
 def test_a_missing_masks_folder_counts_every_mask(bench, tmp_path):

@@ -85,7 +85,7 @@ def test_an_onnx_model_exported_for_one_batch_size_gets_its_batches_in_chunks(tm
     images = torch.rand(5, 3, 16, 16)
     expected = torch.nn.functional.normalize(module(ModelInput().convention.apply(images)), dim=1)
     torch.testing.assert_close(model.embed(images), expected, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ModelError, match=r"(?s)input of shape \(2, 3, 16, 16\).*--input-size"):
+    with pytest.raises(ModelError, match=r"(?s)input of shape \(2, 3, 16, 16\).*input_size="):
         model.embed(torch.rand(2, 3, 20, 20))
 
 
@@ -188,7 +188,8 @@ def test_a_runs_own_checkpoint_is_refused_with_the_option_that_reads_it(tiny_run
     with pytest.raises(ModelError, match="pickled") as err:
         load_external_model(str(tiny_run / "checkpoints" / "best.pt"), ModelInput(), device="cpu",
                             out=tmp_path / "home")
-    assert err.value.fix == f"it is a checkpoint of the bgbias run {tiny_run}: pass --checkpoint {tiny_run}"
+    assert err.value.fix == (f"it is a checkpoint of the bgbias run {tiny_run}: score the run itself "
+                             f"({tiny_run})")
 
 
 def test_files_that_are_neither_torchscript_nor_onnx_are_named(tmp_path):

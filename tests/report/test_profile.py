@@ -249,6 +249,6 @@ def test_query_side_ranks_by_a_learned_distance_as_the_exact_search_does(tiny_ru
 def test_a_worst_case_of_no_background_is_refused_before_any_work(profile_bench, tmp_path):
     from bgbias.errors import OptionError
 
-    with pytest.raises(OptionError, match="--worst-k 1 or more"):
+    with pytest.raises(OptionError, match="worst_k=1 or more"):
         _profile(RegionModel("object-only", 0, CENTRE, tmp_path / "fg"), profile_bench, tmp_path, worst_k=0)
     assert not (tmp_path / "manifests").exists()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import bgbias
 from bgbias.errors import OptionError
 from bgbias.report.evaluate import GALLERY_NEIGHBOURS
 from bgbias.retrieval.metrics import (
@@ -166,8 +167,8 @@ def test_the_torch_path_has_no_cap_on_k():
 
 def test_the_ceiling_must_be_positive_and_galleries_find_their_neighbours_kept():
     embeddings, labels = _set(count=200)
-    with pytest.raises(OptionError, match="max_memory must be a positive number of bytes"):
-        score_embeddings(embeddings, labels, max_memory=0)
+    with pytest.raises(OptionError, match="max_memory=0 is invalid: it must be an integer of at least 1"):
+        bgbias.score_embeddings(embeddings, labels, max_memory=0)  # checked once, at the public boundary
     assert GALLERY_NEIGHBOURS <= KEPT_NEIGHBOURS
 
 

@@ -165,7 +165,7 @@ def masks_command(tmp_path, *options: str):
     (("--backend", "onnxruntime", "--batch-size", "4"), "takes one image per call on onnxruntime, not 4",
      "use --backend torch to batch"),
     (("--backend", "onnxruntime", "--amp", "bf16"), "without --amp bf16",
-     "use --backend torch for bf16 or fp16"),
+     "use the torch backend for bf16 or fp16, or leave --amp at auto"),
 ])
 def test_impossible_combinations_are_refused_with_the_fix(tmp_path, options, problem, fix):
     result = masks_command(tmp_path, *options)

@@ -33,7 +33,7 @@ def test_the_backend_is_checked_when_the_spec_is_made():
     assert "auto, torch, onnxruntime" in caught.value.fix
     with pytest.raises(OptionError) as caught:  # no torch network for silueta: refused now, not when audited
         U2NetMasks(model="silueta", backend="torch")
-    assert "--backend onnxruntime (or auto) for silueta" in caught.value.fix
+    assert "backend=onnxruntime (or auto) for silueta" in caught.value.fix
 
 
 def test_torch_masks_are_made_on_the_fly(tmp_path, u2netp_file, monkeypatch):

@@ -137,7 +137,7 @@ def test_the_u2net_family_runs_in_bgbias_own_onnxruntime_session(u2netp_session)
 
 @pytest.mark.parametrize(("missing", "backend", "fixes"), [
     ("onnxruntime", "onnxruntime", ["pip install onnxruntime"]),
-    ("onnx", "torch", ["pip install onnx", "--backend onnxruntime"]),
+    ("onnx", "torch", ["pip install onnx", "backend=onnxruntime"]),
 ])
 def test_a_backend_without_its_package_stops_with_the_fix(u2netp_file, monkeypatch, missing, backend, fixes):
     """Each backend needs one package the other does not (the torch backend masks without onnxruntime:
