@@ -301,13 +301,12 @@ def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
 
 
 def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_variant_folder(tmp_path):
-    """A run made before AVSL's certainty followed the authors' code reads as the global minimum and without
-    the first-step clipping: a study planning today's AVSL must not report it as such."""
+    """A run trained with the global certainty minimum and without the first-step clipping: a study planning
+    today's AVSL must not report it as such."""
     spec = _spec(tmp_path)
     old = run_config(spec, StudyRun("avsl", False, 0)).as_dict()
-    del old["loss"]["certainty_min"], old["optim"]["grad_clip_per_group"]
-    del old["optim"]["grad_clip_first_step_only"]
-    old["optim"]["grad_clip"] = None
+    old["loss"]["certainty_min"] = "global"
+    old["optim"].update(grad_clip_per_group=False, grad_clip_first_step_only=False, grad_clip=None)
     run = tmp_path / "avsl-seed0"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(old))

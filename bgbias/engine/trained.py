@@ -149,8 +149,7 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
     backbone = build_backbone(config.model.backbone, pretrained=False,
                               freeze_batchnorm=config.model.freeze_batchnorm)
     cls = method_class(config.method)
-    spec = {**state["spec"], "options": cls.saved_options(state["spec"].get("options", {}))}
-    method = cls(backbone, MethodSpec(**spec))
+    method = cls(backbone, MethodSpec(**state["spec"]))
     try:
         method.load_state_dict(state["model"])
     except RuntimeError as err:
