@@ -27,7 +27,7 @@ def _spec(tmp_path, masks="ground-truth"):
 def _bench_json(root, **parameters):
     root.mkdir(parents=True, exist_ok=True)
     description = {
-        "format": BENCH_FORMAT,
+        "format": BENCH_FORMAT, "version": 1,
         "parameters": {"preset": "small", "rho": 0.9, "seed": 0, **parameters},
         "summary": {"classes": {"test": 2}, "images": {"test": 8}},
     }

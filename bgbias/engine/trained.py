@@ -56,7 +56,7 @@ class TrainedModel(MethodBacked):
 
     def trained_on(self) -> TrainedOn:
         """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
-        for a run made before runs recorded it)."""
+        where the record is missing or damaged)."""
         recorded = read_trained_on(self.run)
         root = Path(self.config.root) if self.config.root is not None else None
         return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,

@@ -263,7 +263,6 @@ def _set(field, value):
         (_set("protocol", "cv5"), r"header\.protocol"),
         (_set("dataset", ""), r"header\.dataset must be a non-empty string"),
         (_set("ids_sha256", "abc"), r"header\.ids_sha256 must be a sha256 \(64 lower-case hex digits\)"),
-        (_set("version", True), "version"),
         (_set("geometry", {"resize": 128, "crop": "big"}), r"header\.geometry\.crop"),
         (_set("geometry", {"resize": 128, "crop": 129}), r"header\.geometry\.crop"),
         (_set("geometry", {"resize": 128}),
