@@ -90,7 +90,7 @@ class Drop(Record):
 
 class ClassDrop(Record):
     label: int | str
-    name: str  # the class's name as the dataset gives it
+    name: str | None = None  # the class's name as the dataset gives it; reports made before names lack it
     images: int
     empty_masks: int | None = None  # its images whose mask shows no object; None: not checked
     clean_map_at_r: float | None
@@ -102,7 +102,7 @@ class ClassDrop(Record):
 class ImageDrop(Record):
     id: str
     label: int | str
-    class_name: str
+    class_name: str | None = None
     empty_mask: bool | None = None
     clean_map_at_r: float
     corrupted_map_at_r: float
@@ -157,26 +157,29 @@ class ShortlistRecall(Record):
 
 class UsedMasks(Record):
     """The masks an evaluation's corrupted sets were cut out with, from its ``corrupted_sets``: the folder and
-    what made them (``mask_maker``)."""
+    what made them (``mask_maker``; not set in a report from before bgbias recorded it)."""
 
     masks: str
-    mask_maker: MaskMaker | None
+    mask_maker: MaskMaker | None = None
 
     def words(self) -> str:
         """What made the masks, as a page says it."""
+        if MASK_MAKER not in self.model_fields_set:
+            return "not recorded (an evaluation from before bgbias recorded it)"
         return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
 
 
 class EvaluationReport(Record):
     """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
-    and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text."""
+    and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
+    Fields that reports of earlier versions lack are ``None`` (or empty)."""
 
     format: Literal["bgbias-eval-report"]
     version: int
     method: str
     bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
     dataset: str
-    measured: str
+    measured: str | None = None  # reports made before "measured" existed lack it
     split: str
     run: str | None = None
     seed: int | None = None
@@ -194,13 +197,14 @@ class EvaluationReport(Record):
     approximate: bool = False
     retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
     shortlist_recall: ShortlistRecall | None = None
-    installation: InstallationRecord
-    split_reason: str  # which split was scored and why
+    installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
+    split_reason: str | None = None  # which split was scored and why; reports from before it lack it
 
     @property
     def key(self) -> ReportKey:
         """What identifies the evaluation in a comparison: (method, bgaugment, measured dataset, split)."""
-        return self.method, bool(self.bgaugment), self.measured, self.split
+        measured = self.dataset if self.measured is None else self.measured
+        return self.method, bool(self.bgaugment), measured, self.split
 
     @property
     def label(self) -> str:
