@@ -56,8 +56,8 @@ def test_an_explanation_summary_with_a_wrong_type_names_the_file(run_with_report
     folder = run_with_report / "explain" / "bench-test-smoothgrad"
     folder.mkdir(parents=True)
     summary = {"format": "bgbias-explain-summary", "version": 1, "dataset": "bench",
-               "attribution": "smoothgrad", "geometry": {"resize": 128, "crop": 128}, "images": 3, "scored": 3,
-               "mean": "0.5", "std": None}
+               "attribution": "smoothgrad", "geometry": {"resize": 128, "crop": 128}, "images": 3,
+               "scored": 3, "mean": "0.5", "std": None}
     (folder / "summary.json").write_text(json.dumps(summary))
     result = CliRunner().invoke(main, ["report", "--out", str(tmp_path / "out"), str(run_with_report)])
     assert result.exit_code == 2, result.output
