@@ -61,7 +61,7 @@ def import_onnxruntime() -> ModuleType:
 
 def import_onnx() -> ModuleType:
     """onnx (the torch backend of ``bgbias masks`` reads U²-Net's weights with it), or an error naming the fix
-    where an installation from before bgbias required it lacks it."""
+    where the installation lacks it."""
     try:
         import onnx
     except ImportError:

@@ -116,7 +116,7 @@ class MaskRun:
         if self.remade:
             text += (
                 f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
-                "since the earlier mask, or its record predates image digests"
+                "since the earlier mask"
             )
         return text
 
