@@ -14,7 +14,7 @@ from bgbias.study.local import Slot
 from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
 from bgbias.study.runs import run_config, train_study_run
 from bgbias.study.spec import bench_spec
-from tests.report.synthetic import complete
+from tests.report.synthetic import complete, write_run_record
 
 CPU = [Slot("cpu")]
 """One worker in this process: the stand-ins the tests put in place of training stay in effect."""
@@ -62,7 +62,7 @@ def test_a_finished_run_is_not_trained_again(tmp_path):
     config["data"]["workers"] = 4
     config["bgaugment"]["masks"] = str(tmp_path / "elsewhere" / "masks")
     (run / "config.json").write_text(json.dumps(config))
-    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    write_run_record(run)
     lines = []
     assert train_study_run(tmp_path, planned, spec, "cpu", lines.append) == run
     assert lines == [f"multi_similarity + BGAugment, seed 1: trained already ({run})"]
@@ -310,7 +310,7 @@ def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_va
     run = tmp_path / "avsl-seed0"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(old))
-    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    write_run_record(run)
     with pytest.raises(OptionError) as err:
         train_study_run(tmp_path, StudyRun("avsl", False, 0), spec, "cpu", print)
     assert err.value.path == str(run)
