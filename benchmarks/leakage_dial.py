@@ -44,6 +44,7 @@ from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
 from bgbias.report.dial import MASK_LABELS
 from bgbias.saliency.ground_truth import copy_ground_truth_masks
 from bgbias.saliency.pipeline import make_masks
+from bgbias.schema import format_header
 from bgbias.study.bench import built_bench, prepare_bench
 from bgbias.study.dial import DIAL_RHOS
 from bgbias.study.spec import bench_spec
@@ -250,7 +251,7 @@ def write_calibration(path: Path, rows: list[dict[str, Any]], masks: str, argume
                        "command": f"python benchmarks/leakage_dial.py {arguments}".strip(),
                        "date": datetime.now(UTC).date().isoformat(), "machine": platform.platform()})
     write_json_atomic(path, {
-        "format": CALIBRATION_FORMAT, "bench": {"preset": PRESET, "seed": SEED, "split": "test"},
+        **format_header(CALIBRATION_FORMAT), "bench": {"preset": PRESET, "seed": SEED, "split": "test"},
         "curves": sorted(kept + curves, key=lambda c: (c["masks"], c["encoder"], c["fill"])),
     })
 

@@ -61,7 +61,7 @@ def import_onnxruntime() -> ModuleType:
 
 def import_onnx() -> ModuleType:
     """onnx (the torch backend of ``bgbias masks`` reads U²-Net's weights with it), or an error naming the fix
-    where an installation from before bgbias required it lacks it."""
+    where the installation lacks it."""
     try:
         import onnx
     except ImportError:
@@ -156,7 +156,7 @@ def _canonical(name: str) -> str:
 
 def installation_differences(records: dict[str, dict[str, Any] | None]) -> list[str]:
     """Lines saying how the installations of several results differ, by result label; empty when they are
-    all the same. A result recorded before bgbias recorded installations (``None``) is named as such."""
+    all the same. A result whose record does not say (``None``: missing or damaged) is named as such."""
     known = {label: record for label, record in records.items() if record}
     unknown = sorted(label for label, record in records.items() if not record)
     digests = {installation_digest(record) for record in known.values()}
@@ -173,7 +173,7 @@ def installation_differences(records: dict[str, dict[str, Any] | None]) -> list[
             if len(set(values.values())) > 1:
                 lines.append(f"{name}: " + _by_value(values))
     if unknown and known:
-        lines.append(f"not recorded (made before bgbias recorded installations): {', '.join(unknown)}")
+        lines.append(f"not recorded (the result's record is missing or damaged): {', '.join(unknown)}")
     return lines
 
 

@@ -1,15 +1,15 @@
 """Resumable JSON-lines ledgers, shared by every stage whose work is long enough to be killed half-way (mask
 records, rendered corrupted sets, attribution scores).
 
-A ledger is a file of one JSON value per line: optionally a header first (the settings the results belong
-to), then one line per finished item. During a run lines are only appended, each flushed as its item
-finishes, so a killed run loses at most the line being written; on reading, a line that does not parse (the
-torn last line a kill leaves) is skipped and its item is simply done again. At the end of a run the stage
+A ledger is a file of one JSON value per line: optionally a header first (its format, and the settings the
+results belong to), then one line per finished item. During a run lines are only appended, each flushed as its
+item finishes, so a killed run loses at most the line being written; on reading, a line that does not parse
+(the torn last line a kill leaves) is skipped and its item is simply done again. At the end of a run the stage
 rewrites the file atomically in its own item order, so a resumed run ends with the same bytes as an
 uninterrupted one.
 
-A stage describes its records once, as a :class:`Ledger` (how a record becomes JSON and back, and how its
-lines are spelled); reading, appending, rewriting and claiming an output folder are the same for all.
+A stage describes its records once, as a :class:`Ledger` (how a record becomes JSON and back, and the format
+its header states); reading, appending, rewriting and claiming an output folder are the same for all.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Generic, TypeVar
 
 from bgbias.errors import OptionError
 from bgbias.fileio import json_bytes, make_dirs, reporting_write_errors, write_bytes_atomic
+from bgbias.schema import check_format
 
 R = TypeVar("R")
 
@@ -44,20 +45,20 @@ class Ledger(Generic[R]):
 
     ``from_json`` may return ``None`` or raise ``ValueError``/``KeyError``/``TypeError`` for a line that does
     not hold a record; such a line is skipped like a torn one, so a malformed line is never trusted.
-    ``dumps`` spells a JSON value as one line (without the newline); a stage with files already on disk keeps
-    its own spelling, so that a rewrite gives the bytes it always gave.
+    ``file_format`` is the format a ledger with a header states in it (:func:`~bgbias.schema.format_header`).
     """
 
     to_json: Callable[[R], Any]
     from_json: Callable[[Any], R | None]
     key: Callable[[R], str] = field(default=attrgetter("id"))
     """Records are kept by this key; a later line wins, so an item done again replaces its older line."""
-    dumps: Callable[[Any], str] = field(default=canonical_json)
+    file_format: str | None = None
 
     def line(self, value: Any) -> bytes:
-        """A JSON value (a header or a record's JSON) as one line; a str with lone surrogates (a file name
-        that is not UTF-8) is written as its JSON escape, so the file stays UTF-8 and reads back the same."""
-        return json_bytes(self.dumps(value) + "\n")
+        """A JSON value (a header or a record's JSON) as one line (:func:`canonical_json`); a str with lone
+        surrogates (a file name that is not UTF-8) is written as its JSON escape, so the file stays UTF-8 and
+        reads back the same."""
+        return json_bytes(canonical_json(value) + "\n")
 
     def parse(self, text: str) -> R | None:
         """The record a line holds, or ``None`` for a torn or malformed line."""
@@ -107,10 +108,10 @@ class Ledger(Generic[R]):
     ) -> dict[str, R]:
         """The records already in the ledger at ``path`` for ``header`` (by key), ready to be appended to.
 
-        A run resumes only into results it would itself have produced: a ledger whose header is spelled
-        differently is an ``OptionError`` saying ``other(old header)``, and a non-empty folder without a
-        ledger one saying ``foreign`` (with ``foreign_fix``, else ``fix``); both concern the ``force``
-        argument, which skips both checks.
+        A run resumes only into results it would itself have produced: a ledger whose header does not state
+        :attr:`file_format` is a ``RecordError``, one whose header is spelled differently an ``OptionError``
+        saying ``other(old header)``, and a non-empty folder without a ledger one saying ``foreign`` (with
+        ``foreign_fix``, else ``fix``); both concern the ``force`` argument, which skips these checks.
         Unless the records are kept, a fresh ledger holding only the header is written before any work, so
         every result the folder gets later belongs to it. Headers are compared as written (``1`` and
         ``true`` differ, as they do in the file).
@@ -120,6 +121,8 @@ class Ledger(Generic[R]):
             previous = self.read(path)
             if previous is not None:
                 old_header, records = previous
+                if self.file_format is not None:
+                    check_format(old_header, self.file_format, path=path, what="the ledger", fix=fix)
                 if self.line(old_header) == self.line(header):
                     return records
                 raise OptionError(other(old_header), path=path, fix=fix, parameter="force")

@@ -2,9 +2,8 @@
 
 Configuration sections, a method's loss options and an attribution's options are declared as
 :class:`Settings` (pydantic models): each field carries its default, its type, its limits and, as metadata,
-:class:`Must` (what its value must be, in the words an error uses) and :class:`IntroducedLater` (the value
-of runs written before the setting existed); :func:`setting_problem` reads a validation error back in those
-words.
+:class:`Must` (what its value must be, in the words an error uses); :func:`setting_problem` reads a validation
+error back in those words.
 
 The arguments the commands and the Python API share (a split, a number of repeats, a seed, a path) are each
 declared once, as a pydantic type (``REPEATS``: an integer of at least 1): the command line builds its option
@@ -64,23 +63,9 @@ class Must:
         return {**handler(core_schema), "description": f"must be {self.words}"}
 
 
-@dataclass(frozen=True)
-class IntroducedLater:
-    """Field metadata of a setting added after runs were first written: the value that reproduces how a run
-    without it trained (often not today's default)."""
-
-    value: Any
-
-
 def must(settings: type[BaseModel], name: str) -> str | None:
     """The :class:`Must` words of field ``name``, if it has them."""
     return next((m.words for m in settings.model_fields[name].metadata if isinstance(m, Must)), None)
-
-
-def introduced_later(settings: type[BaseModel]) -> dict[str, Any]:
-    """Each field of ``settings`` added later → its :class:`IntroducedLater` value."""
-    return {name: note.value for name, field in settings.model_fields.items()
-            for note in field.metadata if isinstance(note, IntroducedLater)}
 
 
 _LIMIT_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal",

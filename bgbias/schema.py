@@ -5,12 +5,18 @@ Every stage reads the files of an earlier one (docs/design.md, *Pipeline and lay
 ``model.json``, a study's ``failures.json``. A file edited by hand, damaged, or written by another tool
 holds ``"map_at_r": "0.99"`` as easily as ``0.99``; read on trust, it ends in a traceback far from the file,
 or, worse, in a table that prints it. So a record's shape is declared once, as a :class:`Record` (a pydantic
-model: nested records, ``list``, ``dict[str, …]``, ``X | None``, ``Literal``, a default for a field older
-files lack), and checked as it is read into a typed object (``report.corrupted.mean.map_at_r``): a wrong
-field is a :class:`~bgbias.errors.RecordError` naming the file, the field (``corrupted.mean.map_at_r``), what
-it must be, what it holds, and the fix (making the file again). Fields a record has beyond its declaration
-are kept as they are (a report carries its model's description), and nothing is coerced: ``"3"`` is not a
-number, ``1`` is not ``true``, and NaN is no number at all.
+model: nested records, ``list``, ``dict[str, …]``, ``X | None``, ``Literal``, defaults), and checked as it is
+read into a typed object (``report.corrupted.mean.map_at_r``): a wrong field is a
+:class:`~bgbias.errors.RecordError` naming the file, the field (``corrupted.mean.map_at_r``), what it must be,
+what it holds, and the fix (making the file again). Fields a record has beyond its declaration are kept as
+they are (a report carries its model's description), and nothing is coerced: ``"3"`` is not a number, ``1`` is
+not ``true``, and NaN is no number at all.
+
+Every file bgbias writes and reads back states what it is: its ``format`` (an identifier such as
+``bgbias-eval-report``) and ``version`` 1 (:func:`format_header`), checked by :func:`check_format` before its
+shape. A file without them, or with others, was written by a pre-release bgbias or by another tool and is
+refused. A format that changes gets a new identifier, at version 1 again, so that no older file reads as a
+newer one.
 
 The same reader takes any type pydantic validates (``dict[str, int]``, a union of records), so one set of
 words describes every problem; :class:`ClosedRecord` refuses unknown keys, for files whose every key bgbias
@@ -48,10 +54,35 @@ class ClosedRecord(Record):
     model_config = ConfigDict(extra="forbid")
 
 
-def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str) -> Any:
-    """The JSON file at ``path``, checked against ``shape`` (a :class:`Record` becomes its typed object);
-    ``what`` names the file in errors ("the evaluation report"), ``fix`` says how to make it again. A
-    missing, unreadable or malformed file, or a key given twice in one object, is a ``RecordError`` too."""
+FORMAT_VERSION = 1
+"""The version of every file format bgbias writes (a format that changes gets a new identifier instead)."""
+
+
+def format_header(file_format: str) -> dict[str, Any]:
+    """The ``format`` and ``version`` keys a file of ``file_format`` states."""
+    return {"format": file_format, "version": FORMAT_VERSION}
+
+
+def check_format(value: Any, file_format: str, *, path: str | os.PathLike[str] | None, what: str,
+                 fix: str) -> None:
+    """Refuse ``value`` (a file's JSON object, or a header inside it) unless it states ``file_format`` at
+    version 1 (:func:`format_header`): a ``RecordError`` naming the file, and ``fix``, the command that makes
+    it again."""
+    stated = value if isinstance(value, dict) else {}
+    version = stated.get("version")
+    if stated.get("format") != file_format or type(version) is not int or version != FORMAT_VERSION:
+        found = f"format {_shown(stated.get('format'))}, version {_shown(version)}"
+        raise RecordError(f"{what} was written by a pre-release bgbias (or another tool): it states {found}, "
+                          f"not format {json.dumps(file_format)}, version {FORMAT_VERSION}",
+                          path=path, fix=fix)
+
+
+def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str,
+                file_format: str | None = None) -> Any:
+    """The JSON file at ``path``, checked against ``shape`` (a :class:`Record` becomes its typed object),
+    and to state ``file_format`` where one is given (:func:`check_format`); ``what`` names the file in errors
+    ("the evaluation report"), ``fix`` says how to make it again. A missing, unreadable or malformed file, or
+    a key given twice in one object, is a ``RecordError`` too."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -59,15 +90,18 @@ def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str
         raise RecordError(f"{what} is missing", path=path, fix=fix) from None
     except (OSError, UnicodeDecodeError) as error:
         raise RecordError(f"{what} cannot be read ({error})", path=path, fix=fix) from None
-    return parse_record(text, path, shape, what=what, fix=fix)
+    return parse_record(text, path, shape, what=what, fix=fix, file_format=file_format)
 
 
-def parse_record(text: str, path: str | os.PathLike[str], shape: Any, *, what: str, fix: str) -> Any:
-    """The JSON ``text`` (of the file ``path``) checked against ``shape``, as :func:`read_record` does."""
+def parse_record(text: str, path: str | os.PathLike[str], shape: Any, *, what: str, fix: str,
+                 file_format: str | None = None) -> Any:
+    """The JSON ``text`` (of the file ``path``) checked as :func:`read_record` does."""
     try:
         value = json.loads(text, object_pairs_hook=unique_keys)
     except ValueError as error:
         raise RecordError(f"{what} is not valid JSON ({error})", path=path, fix=fix) from None
+    if file_format is not None:
+        check_format(value, file_format, path=path, what=what, fix=fix)
     return check_record(value, shape, path=path, what=what, fix=fix)
 
 

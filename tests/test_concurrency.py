@@ -136,7 +136,8 @@ import bgbias.assets.fetch
 def prepare_bench(root, *, preset, rho, seed):
     pause()
     Path(root).mkdir(parents=True, exist_ok=True)
-    description = {{"format": BENCH_FORMAT, "parameters": {{"preset": preset, "rho": rho, "seed": seed}},
+    description = {{"format": BENCH_FORMAT, "version": 1,
+                   "parameters": {{"preset": preset, "rho": rho, "seed": seed}},
                    "summary": {{"built by": "the first process"}}}}
     (Path(root) / "bench.json").write_text(json.dumps(description))
     return {{"root": str(root)}}

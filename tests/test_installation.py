@@ -179,7 +179,7 @@ def test_differences_name_each_package_that_differs_and_the_results_of_each_vers
     assert lines == [
         "numpy: 2.4.6 (a, b); 2.5.0 (c)",
         "pillow: 13.0.0 (c); not installed (a, b)",
-        "not recorded (made before bgbias recorded installations): old",
+        "not recorded (the result's record is missing or damaged): old",
     ]
 
 

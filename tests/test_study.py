@@ -14,7 +14,7 @@ from bgbias.study.local import Slot
 from bgbias.study.plan import FULL_METHODS, StudyRun, study_plan
 from bgbias.study.runs import run_config, train_study_run
 from bgbias.study.spec import bench_spec
-from tests.report.synthetic import complete
+from tests.report.synthetic import complete, write_run_record
 
 CPU = [Slot("cpu")]
 """One worker in this process: the stand-ins the tests put in place of training stay in effect."""
@@ -27,7 +27,7 @@ def _spec(tmp_path, masks="ground-truth"):
 def _bench_json(root, **parameters):
     root.mkdir(parents=True, exist_ok=True)
     description = {
-        "format": BENCH_FORMAT,
+        "format": BENCH_FORMAT, "version": 1,
         "parameters": {"preset": "small", "rho": 0.9, "seed": 0, **parameters},
         "summary": {"classes": {"test": 2}, "images": {"test": 8}},
     }
@@ -62,7 +62,7 @@ def test_a_finished_run_is_not_trained_again(tmp_path):
     config["data"]["workers"] = 4
     config["bgaugment"]["masks"] = str(tmp_path / "elsewhere" / "masks")
     (run / "config.json").write_text(json.dumps(config))
-    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    write_run_record(run)
     lines = []
     assert train_study_run(tmp_path, planned, spec, "cpu", lines.append) == run
     assert lines == [f"multi_similarity + BGAugment, seed 1: trained already ({run})"]
@@ -301,17 +301,16 @@ def test_settings_make_a_variant_of_the_method_with_folders_of_its_own():
 
 
 def test_a_run_trained_with_other_settings_than_planned_is_refused_naming_its_variant_folder(tmp_path):
-    """A run made before AVSL's certainty followed the authors' code reads as the global minimum and without
-    the first-step clipping: a study planning today's AVSL must not report it as such."""
+    """A run trained with the global certainty minimum and without the first-step clipping: a study planning
+    today's AVSL must not report it as such."""
     spec = _spec(tmp_path)
     old = run_config(spec, StudyRun("avsl", False, 0)).as_dict()
-    del old["loss"]["certainty_min"], old["optim"]["grad_clip_per_group"]
-    del old["optim"]["grad_clip_first_step_only"]
-    old["optim"]["grad_clip"] = None
+    old["loss"]["certainty_min"] = "global"
+    old["optim"].update(grad_clip_per_group=False, grad_clip_first_step_only=False, grad_clip=None)
     run = tmp_path / "avsl-seed0"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(old))
-    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    write_run_record(run)
     with pytest.raises(OptionError) as err:
         train_study_run(tmp_path, StudyRun("avsl", False, 0), spec, "cpu", print)
     assert err.value.path == str(run)

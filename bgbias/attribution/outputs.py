@@ -23,7 +23,7 @@ from bgbias.data.items import Item, mask_path
 from bgbias.fileio import write_bytes_atomic
 from bgbias.installation import InstallationRecord, installation
 from bgbias.saliency.records import masks_record
-from bgbias.schema import Record, read_record
+from bgbias.schema import Record, format_header, read_record
 
 EXPLAIN_FOLDER = "explain"
 
@@ -32,6 +32,7 @@ SCORES_CSV = "scores.csv"
 
 
 SUMMARY_JSON = "summary.json"
+SUMMARY_FORMAT = "bgbias-explain-summary"
 
 
 GALLERY_PNG = "gallery.png"
@@ -62,7 +63,7 @@ class ExplainSummary(Record):
     scored: int
     mean: float | None
     std: float | None
-    installation: InstallationRecord | None = None  # summaries from before bgbias recorded it lack it
+    installation: InstallationRecord
 
 
 def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore],
@@ -72,6 +73,7 @@ def run_summary(settings: dict[str, Any], scores: Sequence[ImageScore],
     mask-source counts, and the statistics of the scores."""
     sources = Counter(score.mask_source for score in scores)
     summary = {
+        **format_header(SUMMARY_FORMAT),
         **{key: settings[key] for key in ("dataset", "attribution", "options", "seed", "geometry")},
         "model_sha256": settings["model_sha256"],
         **masks_record(settings["masks_dir"]),
@@ -202,7 +204,7 @@ def read_summary(out_dir: str | os.PathLike[str]) -> ExplainSummary:
     """The ``summary.json`` of the explanation in ``out_dir``; a missing or damaged one is a
     ``RecordError``."""
     return read_record(Path(out_dir) / SUMMARY_JSON, ExplainSummary, what="the explanation's summary",
-                       fix=EXPLAIN_AGAIN)
+                       fix=EXPLAIN_AGAIN, file_format=SUMMARY_FORMAT)
 
 
 def explained_sets(run_root: str | os.PathLike[str], split: str) -> list[ExplainedSet]:

@@ -14,7 +14,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ from pydantic import ValidationError
 
 from bgbias.errors import PARAMETER, RecordError
 from bgbias.ledger import Ledger, differing_keys
-from bgbias.schema import Record, check_record
+from bgbias.schema import Record, check_format, check_record, format_header
 
 RECORDS_NAME = "records.jsonl"
 EXPLAIN_AGAIN = "explain the model again (`bgbias explain ... --force` starts its explanation over)"
@@ -108,16 +107,16 @@ class ImageScore:
         )
 
 
+LEDGER_FORMAT = "bgbias-explain-ledger"
+
+
 def ledger_header(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The first line: the settings every score of the folder was made with."""
-    return {"settings": settings}
+    """The first line: its format and the settings every score of the folder was made with."""
+    return {**format_header(LEDGER_FORMAT), "settings": settings}
 
 
-SCORE_LEDGER: Ledger[ImageScore] = Ledger(
-    ImageScore.to_json, ImageScore.from_json, dumps=partial(json.dumps, sort_keys=True)
-)
-"""``records.jsonl``: the header of :func:`ledger_header`, then :class:`ImageScore` lines (sorted keys, the
-default separators ledgers of earlier versions were written with)."""
+SCORE_LEDGER: Ledger[ImageScore] = Ledger(ImageScore.to_json, ImageScore.from_json, file_format=LEDGER_FORMAT)
+"""``records.jsonl``: the header of :func:`ledger_header`, then :class:`ImageScore` lines."""
 
 
 def claim_out_dir(out_dir: Path, settings: Mapping[str, Any], force: bool) -> dict[str, ImageScore]:
@@ -146,8 +145,9 @@ def read_results(out_dir: Path) -> tuple[ExplainSettings, dict[str, ImageScore]]
         raise RecordError("the explanation's ledger is missing or its header is damaged", path=path,
                           fix=EXPLAIN_AGAIN)
     header, scores = read
-    checked = check_record(header, SettingsHeader, path=path, what="the explanation's ledger header",
-                           fix=EXPLAIN_AGAIN)
+    what = "the explanation's ledger header"
+    check_format(header, LEDGER_FORMAT, path=path, what=what, fix=EXPLAIN_AGAIN)
+    checked = check_record(header, SettingsHeader, path=path, what=what, fix=EXPLAIN_AGAIN)
     return checked.settings, scores
 
 

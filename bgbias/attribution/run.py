@@ -80,9 +80,6 @@ if TYPE_CHECKING:
     from bgbias.methods.embedding_model import EmbeddingModel
 
 
-SETTINGS_FORMAT = 1
-
-
 @dataclass(frozen=True)
 class ExplainResult:
     """The summary that ``summary.json`` holds, every image's score (typed, in the split's order), and where
@@ -177,7 +174,6 @@ def explain_items(
         check_reference_pool(items, pool)
     masks = mask_files(items, masks_dir, dataset_name)
     settings = {
-        "format": SETTINGS_FORMAT,
         "dataset": dataset_name,
         "attribution": attribution,
         "options": attributor.options(),

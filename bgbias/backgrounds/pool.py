@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 import sys
@@ -30,8 +29,9 @@ from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, s
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
-from bgbias.errors import PARAMETER, AssetError, DatasetError, ImageError, OptionError
+from bgbias.errors import PARAMETER, AssetError, DatasetError, ImageError, OptionError, RecordError
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
+from bgbias.schema import Record, format_header, read_record
 
 POOL_SEED = 0
 """Seed of the default pools: their generated images are in the repository, so they are never reseeded."""
@@ -52,7 +52,7 @@ GENERATED_LICENCE = "MIT"
 """Generated backgrounds are this project's own work, under the project's licence."""
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = "bgbias-backgrounds/1"
+MANIFEST_FORMAT = "bgbias-backgrounds"
 PHOTO_JPEG_QUALITY = 92
 
 _OWN_FILE = re.compile(r"^(gen-\d{4}\.png|photo-\d{4}\.jpg)$")
@@ -112,7 +112,10 @@ def _build_pools(
     out_dir: Path, sources: Sequence[PhotoSource], seed: int, images_per_pool: int, long_side: int
 ) -> dict[str, Any]:
     groups = assign_families(sources)
-    previous = _read_manifest(out_dir / MANIFEST_NAME)
+    try:  # an unreadable manifest, or one of a pre-release bgbias, just means everything is redone
+        previous = _read_manifest(out_dir / MANIFEST_NAME)
+    except RecordError:
+        previous = {}
     counts = kind_counts(images_per_pool)
     entries: list[dict[str, Any]] = []
     for pool_index, pool in enumerate(POOLS):
@@ -120,7 +123,7 @@ def _build_pools(
         entries.extend(_write_pool(out_dir, plan, previous))
         _remove_stale(out_dir / pool, {Path(e["file"]).name for e in entries if e["pool"] == pool})
     manifest = {
-        "format": MANIFEST_FORMAT,
+        **format_header(MANIFEST_FORMAT),
         "seed": seed,
         "images_per_pool": images_per_pool,
         "long_side": long_side,
@@ -424,13 +427,22 @@ def _remove_stale(folder: Path, keep: set[str]) -> None:
             path.unlink()
 
 
+class PoolImage(Record):
+    file: str
+
+
+class PoolManifest(Record):
+    """The pools' ``manifest.json`` as bgbias reads it back: its images by file (the rest rides along)."""
+
+    images: list[PoolImage]
+
+
 def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """Entries of an earlier manifest by file; an unreadable one just means everything is redone."""
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        return {entry["file"]: entry for entry in manifest["images"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+    """The entries of the pools' manifest by file; a ``RecordError`` where it is missing or damaged, or
+    states another format."""
+    manifest = read_record(path, PoolManifest, what="the background pools' manifest",
+                           file_format=MANIFEST_FORMAT, fix="re-run `bgbias assets backgrounds`")
+    return {entry.file: entry.model_dump() for entry in manifest.images}
 
 
 # --- small helpers ------------------------------------------------------------------------------------------

@@ -32,10 +32,10 @@ from bgbias.bench.views import VIEW_PRESETS, ViewPreset, render_view, sample_vie
 from bgbias.data.images import load_image
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import atomic_dir, folder_lock, make_dirs, reporting_write_errors, write_json_atomic
+from bgbias.schema import format_header
 
-BENCH_FORMAT = "bgbias-bench/2"
-"""Version 2 moved 25 classes from train to val (a 400-image validation split, so model selection is not
-noise); the test classes are the same as in version 1."""
+BENCH_FORMAT = "bgbias-bench"
+"""The format ``bench.json`` states (:func:`~bgbias.schema.format_header`)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def build_bench(
         _write_jsonl(tmp / "views.jsonl", records)
         summary = _summary(records, jobs, rho)
         description = {
-            "format": BENCH_FORMAT,
+            **format_header(BENCH_FORMAT),
             "parameters": _parameters(preset, settings, rho, seed, canvas_short),
             "stamps": [
                 {

@@ -27,7 +27,7 @@ from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS
 from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError
-from bgbias.schema import ClosedRecord, Record, explain_problem, unique_keys
+from bgbias.schema import ClosedRecord, Record, check_format, explain_problem, unique_keys
 
 DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
 CORRUPTED_SPLITS = ("val", "test", "all")
@@ -97,10 +97,11 @@ class ManifestFile(ClosedRecord, Generic[HeaderT, LineT]):
 FileT = TypeVar("FileT", bound=ManifestFile[Any, Any])
 
 
-def read_manifest(path: Path, file_format: str, version: int, what: str) -> tuple[dict[str, Any], str]:
-    """The JSON of the manifest at ``path``, of ``file_format`` and ``version``, and the sha256 of the very
-    bytes read; ``AssetError`` naming the file otherwise (``what``: "a bgbias corrupted-set manifest"). A key
-    given twice in one object is refused."""
+def read_manifest(path: Path, file_format: str, what: str) -> tuple[dict[str, Any], str]:
+    """The JSON of the manifest at ``path``, its header stating ``file_format`` (a ``RecordError`` otherwise,
+    :func:`~bgbias.schema.check_format`; ``what``: "the corrupted-set manifest"), and the sha256 of the very
+    bytes read; ``AssetError`` naming the file where it cannot be read. A key given twice in one object is
+    refused."""
     try:
         raw = read_manifest_bytes(path)
     except FileNotFoundError:
@@ -112,12 +113,8 @@ def read_manifest(path: Path, file_format: str, version: int, what: str) -> tupl
         data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise AssetError(f"corrupted-set manifest cannot be read ({exc})", path=path, fix=DAMAGED) from exc
-    header = data.get("header") if isinstance(data, dict) else None
-    if not isinstance(header, dict) or header.get("format") != file_format:
-        raise AssetError(f"not {what}", path=path, fix=DAMAGED)
-    found = header.get("version")
-    if type(found) is not int or found != version:
-        raise AssetError(f"manifest version {found!r} is not {version}", path=path, fix=DAMAGED)
+    check_format(data.get("header") if isinstance(data, dict) else None, file_format, path=path, what=what,
+                 fix="re-run bgbias corrupt (a manifest is never edited by hand)")
     return data, hashlib.sha256(raw).hexdigest()
 
 

@@ -56,10 +56,9 @@ from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import PARAMETER, AssetError, DatasetError, OptionError
 from bgbias.fileio import sweep_stale_temps
 from bgbias.paths import corrupted_root
-from bgbias.schema import ClosedRecord
+from bgbias.schema import FORMAT_VERSION, ClosedRecord
 
 MANIFEST_FORMAT = "bgbias-corrupted-manifest"
-MANIFEST_VERSION = 1
 POOL_OF_SPLIT = {"val": "train", "test": "test", "all": "test"}
 """Corrupted validation draws from the BGAugment (train) pool, as in the paper's code; the test pool stays
 unseen. ``all`` (a whole set of one's own, scored as queries and gallery) draws from the test pool."""
@@ -97,7 +96,7 @@ class CorruptedHeader(ManifestHeader):
     """A corrupted set's header: the skeleton, the sampling rules and the pool it was drawn from."""
 
     format: Literal[MANIFEST_FORMAT]
-    version: Literal[MANIFEST_VERSION]
+    version: Literal[FORMAT_VERSION]
     background_crop: dict[str, Any]
     pool: Annotated[list[PoolFile], expected("a non-empty list", bool)]
 
@@ -208,7 +207,7 @@ def make_corrupted_manifests(
     paths = []
     for repeat in range(repeats):
         header = CorruptedHeader(
-            format=MANIFEST_FORMAT, version=MANIFEST_VERSION, dataset=dataset.name, split=split,
+            format=MANIFEST_FORMAT, version=FORMAT_VERSION, dataset=dataset.name, split=split,
             protocol=protocol, fold=fold, count=len(items), ids_sha256=ids_sha256(items), seed=seed,
             repeat=repeat, geometry=ManifestGeometry.of(geometry),
             background_crop=BACKGROUND_CROP, pool=pool,
@@ -290,7 +289,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     """A manifest whose every field has the type and range ``bgbias corrupt`` writes, and whose parts agree
     with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
     field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
-    data, digest = read_manifest(path, MANIFEST_FORMAT, MANIFEST_VERSION, "a bgbias corrupted-set manifest")
+    data, digest = read_manifest(path, MANIFEST_FORMAT, "the corrupted-set manifest")
     manifest = check_manifest(data, CorruptedFile, path)
     header = manifest.header
     if canonical(header.background_crop) != canonical(BACKGROUND_CROP):

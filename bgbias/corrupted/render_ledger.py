@@ -19,10 +19,10 @@ from typing import Any
 
 from bgbias.assets.digest import is_sha256
 from bgbias.ledger import Ledger
+from bgbias.schema import format_header
 
 LEDGER_NAME = "render.jsonl"
 LEDGER_FORMAT = "bgbias-corrupted-render"
-LEDGER_VERSION = 1
 _RECORD_KEYS = frozenset({"id", "image_sha256", "mask_sha256", "png_sha256"})
 
 
@@ -51,10 +51,11 @@ class RenderRecord:
 
 def ledger_header(manifest_sha256: str) -> dict[str, Any]:
     """The first line: the folder renders the manifest with this digest and no other."""
-    return {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "manifest_sha256": manifest_sha256}
+    return {**format_header(LEDGER_FORMAT), "manifest_sha256": manifest_sha256}
 
 
-RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.to_json, RenderRecord.from_json)
+RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.to_json, RenderRecord.from_json,
+                                             file_format=LEDGER_FORMAT)
 """``render.jsonl``: the header of :func:`ledger_header`, then :class:`RenderRecord` lines, canonical JSON."""
 
 

@@ -102,7 +102,7 @@ class KnownSize:
 
 def shown_class(name: str | None, label: int | str) -> str:
     """A class as reports show it: its name (:meth:`Dataset.class_names`), and its label where the two differ
-    (records made before names have the label alone)."""
+    (a class without a name by its label alone)."""
     if name is None or name == str(label):
         return str(label)
     return f"{name} ({label})"

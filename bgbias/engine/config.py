@@ -18,9 +18,8 @@ its limits (each section is a pydantic model whose fields declare them), and the
 (:meth:`Method.check_options`). Paths become absolute.
 
 The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
-read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key, but
-a setting added after the run was written takes the value the run trained with, ``INTRODUCED_LATER``), so a
-resumed run cannot drift from the one it continues.
+read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
+a resumed run cannot drift from the one it continues.
 """
 
 from __future__ import annotations
@@ -41,12 +40,10 @@ from bgbias.errors import OptionError
 from bgbias.options import (
     AMP,
     MEMORY_FORMAT,
-    IntroducedLater,
     Must,
     Settings,
     bad_value,
     choices,
-    introduced_later,
     setting_problem,
 )
 
@@ -77,9 +74,8 @@ class ModelConfig(Settings):
     embedding_dim: AtLeastOne = 128
     pooling: one_of("avg", "max", "avg+max") = "avg"
     freeze_batchnorm: bool = True
-    memory_format: Annotated[one_of(*choices(MEMORY_FORMAT)),
-                             IntroducedLater("contiguous")] = "channels_last"
-    compile: Annotated[bool, IntroducedLater(False)] = False
+    memory_format: one_of(*choices(MEMORY_FORMAT)) = "channels_last"
+    compile: bool = False
 
 
 class OptimConfig(Settings):
@@ -101,10 +97,10 @@ class OptimConfig(Settings):
     weight_decay: ZeroOrMore = 0.0
     momentum: Fraction = 0.9
     grad_clip: Annotated[float | None, Field(gt=0), Must("positive (or null: no clipping)")] = None
-    grad_clip_per_group: Annotated[bool, IntroducedLater(False)] = False
-    grad_clip_first_step_only: Annotated[bool, IntroducedLater(False)] = False
-    warmup_epochs: Annotated[int, Field(ge=0), Must("0 or more (0: the backbone steps from the first epoch)"),
-                             IntroducedLater(0)] = 0
+    grad_clip_per_group: bool = False
+    grad_clip_first_step_only: bool = False
+    warmup_epochs: Annotated[int, Field(ge=0),
+                             Must("0 or more (0: the backbone steps from the first epoch)")] = 0
 
 
 def _scale_range(scale: tuple[float, float]) -> tuple[float, float]:
@@ -151,14 +147,14 @@ class ScheduleConfig(Settings):
     patience: AtLeastOne = 15
     monitor: one_of("auto", "clean", "corrupted") = "auto"
     validate_untrained: bool = True
-    watch_test: Annotated[bool, IntroducedLater(False)] = False
+    watch_test: bool = False
 
 
 class LogConfig(Settings):
     """Where a run reports besides its own files: ``tensorboard`` also writes every epoch's row as scalars
     into ``<run>/tensorboard/`` (needs the ``tensorboard`` extra)."""
 
-    tensorboard: Annotated[bool, IntroducedLater(False)] = False
+    tensorboard: bool = False
 
 
 class TrainConfig(Settings):
@@ -191,19 +187,6 @@ class TrainConfig(Settings):
             return "corrupted" if self.bgaugment.enabled else "clean"
         return self.schedule.monitor
 
-
-def _sections() -> dict[str, type[BaseModel]]:
-    return {name: field.annotation for name, field in TrainConfig.model_fields.items()
-            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)}
-
-
-# Settings added after runs were first written (their IntroducedLater), with the value that reproduces how a
-# run without them trained: a run folder's configuration that lacks one gets it, and means what it meant
-# (nothing else is filled in).
-INTRODUCED_LATER: dict[str, Any] = {f"{section}.{name}": value for section, kind in _sections().items()
-                                    for name, value in introduced_later(kind).items()}
-SECTIONS_INTRODUCED_LATER = frozenset({"log"})
-"""Whole sections added later: a run's configuration without one gets it, with the settings above."""
 
 # Settings that name a file or folder: resolved to absolute paths, so a run's config.json means the same
 # folders from any working folder.
@@ -320,10 +303,8 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from a complete nested dict (a run's ``config.json``): every key present, every value
-    of its field's type and within its limits, the names registered and the method's options its own.
-    Settings bgbias gained after a run was written (:data:`INTRODUCED_LATER`) take the value the run trained
-    with."""
-    config = _checked(_with_introduced_later(data))
+    of its field's type and within its limits, the names registered and the method's options its own."""
+    config = _checked(data)
     missing = _missing(config)
     if missing:
         raise OptionError(
@@ -378,25 +359,6 @@ def _checked(data: Mapping[str, Any]) -> TrainConfig:
     if problem.kind == "limit" and problem.annotation is float and type(value) is int:
         value = float(value)  # as the setting holds it
     raise bad_value(problem.key, value, problem.expected)
-
-
-def _with_introduced_later(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with every :data:`INTRODUCED_LATER` setting it lacks, where its section is present or is one
-    of :data:`SECTIONS_INTRODUCED_LATER`, and every method option added later that its ``loss`` section lacks
-    (:meth:`Method.saved_options`)."""
-    from bgbias.methods.registry import method_class, method_names
-
-    out = dict(data)
-    for section in SECTIONS_INTRODUCED_LATER - out.keys():
-        out[section] = {}
-    for key, value in INTRODUCED_LATER.items():
-        section, name = key.split(".")
-        if isinstance(out.get(section), dict) and name not in out[section]:
-            out[section] = {**out[section], name: value}
-    method = out.get("method")
-    if isinstance(out.get("loss"), dict) and isinstance(method, str) and method in method_names():
-        out["loss"] = method_class(method).saved_options(out["loss"])
-    return out
 
 
 def _missing(settings: BaseModel, prefix: str = "") -> list[str]:

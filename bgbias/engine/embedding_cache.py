@@ -23,13 +23,15 @@ import numpy as np
 
 from bgbias.data.array_files import load_npz
 from bgbias.fileio import write_bytes_atomic
+from bgbias.schema import format_header
 
 if TYPE_CHECKING:
     from bgbias.data.memory import InMemoryImage
 
-CACHE_VERSION = 3
-"""Bumped when what is embedded for the same key changes (transform, embedding code) or the file's layout
-does (2: embeddings only, labels come from the dataset; 3: the model's named per-image arrays)."""
+CACHE_FORMAT = "bgbias-embedding-cache"
+"""The format every key states (:func:`~bgbias.schema.format_header`): a file made for a key of another format
+is never used. It gets a new identifier when what is embedded for the same key changes (transform, embedding
+code) or the file's layout does."""
 
 _ARRAY = "state."
 """Prefix of the stored arrays' names in the file, beside its ``key``."""
@@ -52,7 +54,7 @@ def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -
 
 def key_digest(key: dict[str, Any]) -> str:
     """A stable hex digest of a key (canonical JSON: sorted keys, no spaces)."""
-    canonical = json.dumps({"cache_version": CACHE_VERSION, **key}, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps({**format_header(CACHE_FORMAT), **key}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -95,4 +97,4 @@ class EmbeddingCache:
 
 def _normalised(key: dict[str, Any]) -> Any:
     """The key as it reads back from JSON (tuples become lists), for an exact comparison."""
-    return json.loads(json.dumps({"cache_version": CACHE_VERSION, **key}, sort_keys=True))
+    return json.loads(json.dumps({**format_header(CACHE_FORMAT), **key}, sort_keys=True))

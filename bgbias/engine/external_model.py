@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from bgbias.engine.device import memory_format_name, precision_name
 from bgbias.engine.model_spec import Network, load_network
@@ -36,7 +36,7 @@ from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, Recor
 from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
-from bgbias.schema import Record, read_record
+from bgbias.schema import Record, format_header, read_record
 
 if TYPE_CHECKING:
     import torch
@@ -173,7 +173,7 @@ class ExternalModel:
             return
         check_home(self)
         write_json_atomic(self.home / MODEL_RECORD, {
-            "format": RECORD_FORMAT, "version": 1, "label": self.label, "fingerprint": self.fingerprint(),
+            **format_header(RECORD_FORMAT), "label": self.label, "fingerprint": self.fingerprint(),
             "precision": precision_name(self.amp), "memory_format": memory_format_name(self.memory_format),
             **self.describe()["model"]})
         self.claimed = True
@@ -417,8 +417,6 @@ class ModelRecord(Record):
     """``model.json`` as bgbias reads it back (:mod:`bgbias.schema`): the description of :meth:`describe`
     rides along."""
 
-    format: Literal["bgbias-external-model"]
-    version: int
     label: str
     fingerprint: str
     kind: str
@@ -430,6 +428,6 @@ def read_model_record(path: Path) -> ModelRecord | None:
     record is a ``RecordError`` naming it."""
     if not path.is_file():
         return None
-    return read_record(path, ModelRecord, what="the external model's record",
-                       fix="score the model again into a new folder (`bgbias eval --model SPEC --out DIR`); "
-                           "model.json is never edited by hand")
+    return read_record(path, ModelRecord, what="the external model's record", file_format=RECORD_FORMAT,
+                       fix="re-run `bgbias eval --model SPEC --out DIR` into a new folder; model.json is "
+                           "never edited by hand")

@@ -45,7 +45,7 @@ from bgbias.fileio import (
 )
 from bgbias.installation import InstallationRecord
 from bgbias.paths import runs_root
-from bgbias.schema import Record, parse_record
+from bgbias.schema import Record, format_header, parse_record
 from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
@@ -243,15 +243,17 @@ class TrainedOnRecord(Record):
     images: int
 
 
+RUN_FORMAT = "bgbias-run"
+
+
 class RunRecord(Record):
-    """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`); training writes every field, a reader
-    that needs one it lacks (``None``) says so."""
+    """``run.json`` as bgbias reads it back (:mod:`bgbias.schema`); training writes every field."""
 
     status: str
-    best_epoch: int | None = None
-    monitor: str | None = None
-    trained_on: TrainedOnRecord | None = None
-    installation: InstallationRecord | None = None  # runs from before bgbias recorded it lack it
+    best_epoch: int
+    monitor: str
+    trained_on: TrainedOnRecord
+    installation: InstallationRecord
     process: Any = None
     """While a run trains, the process that trains it (:func:`this_process`)."""
 
@@ -273,7 +275,8 @@ def read_metrics(run: RunDir) -> list[MetricsRow]:
 
 
 def write_record(run: RunDir, record: dict[str, Any]) -> None:
-    write_json_atomic(run.record, record)
+    """``run.json``: ``record`` under its format (:data:`RUN_FORMAT`)."""
+    write_json_atomic(run.record, {**format_header(RUN_FORMAT), **record})
 
 
 def read_record(run: RunDir) -> RunRecord | None:
@@ -281,14 +284,15 @@ def read_record(run: RunDir) -> RunRecord | None:
     first written, or a file edited by hand, a field of another type included: :class:`RunRecord`): callers
     then treat the run as unfinished, and resuming it writes the record again."""
     try:
-        return read_json_record(run.record, RunRecord, what="the run's record", fix=RESUME_TO_REWRITE)
+        return read_json_record(run.record, RunRecord, what="the run's record", fix=RESUME_TO_REWRITE,
+                                file_format=RUN_FORMAT)
     except RecordError:
         return None
 
 
 def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
     """The dataset a run trained on as its record names it (``name``, ``root``, ``identity``, ``images``), or
-    None for a run whose record has none (made before runs recorded it, or damaged)."""
+    None for a run whose record is missing or damaged."""
     record = read_record(run)
     return None if record is None else record.trained_on
 

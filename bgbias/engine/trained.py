@@ -56,7 +56,7 @@ class TrainedModel(MethodBacked):
 
     def trained_on(self) -> TrainedOn:
         """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
-        for a run made before runs recorded it)."""
+        where the record is missing or damaged)."""
         recorded = read_trained_on(self.run)
         root = Path(self.config.root) if self.config.root is not None else None
         return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,
@@ -149,8 +149,7 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
     backbone = build_backbone(config.model.backbone, pretrained=False,
                               freeze_batchnorm=config.model.freeze_batchnorm)
     cls = method_class(config.method)
-    spec = {**state["spec"], "options": cls.saved_options(state["spec"].get("options", {}))}
-    method = cls(backbone, MethodSpec(**spec))
+    method = cls(backbone, MethodSpec(**state["spec"]))
     try:
         method.load_state_dict(state["model"])
     except RuntimeError as err:

@@ -12,13 +12,15 @@ was measured with: any other pair gets no ρ, since another encoder reads other 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from bgbias.schema import parse_record
 
 CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "configs" / "leakage_dial.json"
 CALIBRATION_FORMAT = "bgbias-leakage-dial"
@@ -108,9 +110,9 @@ def dial_curves(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str, str], Dia
     checkout where the calibration was never run)."""
     if not path.is_file():
         return {}
-    record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") != CALIBRATION_FORMAT:
-        raise ValueError(f"{path} is not a leakage dial calibration (format {record.get('format')!r})")
+    again = "re-run `python benchmarks/leakage_dial.py` (the file ships with bgbias: reinstall it)"
+    record = parse_record(path.read_text(encoding="utf-8"), path, dict[str, Any],
+                          what="the leakage dial's calibration", fix=again, file_format=CALIBRATION_FORMAT)
     curves = [DialCurve(c["encoder"], c["fill"], c["masks"], tuple(map(float, c["rhos"])),
                         tuple(map(float, c["leakage"]))) for c in record["curves"]]
     return {(c.encoder, c.fill, c.masks): c for c in curves}

@@ -15,11 +15,9 @@ from bgbias.fileio import make_dirs, write_json_atomic, write_text_atomic
 from bgbias.leakage_meter.calibration import BenchEquivalent
 from bgbias.report.document import Block, Heading, Paragraph, Strong, Table, Text, to_markdown
 from bgbias.saliency.records import shown_mask_maker
+from bgbias.schema import format_header
 
-RECORD_FORMAT = "bgbias-leakage"
-RECORD_VERSION = 4
-"""2: ``bench_rho``, the bias dial's ρ that leaks as much; 3: each view's ``degenerate``; 4: ``masks`` and
-``mask_maker``."""
+RECORD_FORMAT = "bgbias-leakage-record"
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class DatasetLeakage:
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
-        return _json_safe({"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self),
+        return _json_safe({**format_header(RECORD_FORMAT), **asdict(self),
                            "interval": list(self.interval),
                            "bench_rho": None if self.bench_rho is None else self.bench_rho.as_dict()})
 

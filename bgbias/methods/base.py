@@ -22,8 +22,7 @@ themselves between epochs from fresh training batches in :meth:`Method.on_epoch_
 each batch in several optimiser steps says how many in :attr:`Method.steps_per_batch`.
 
 A method's options (the configuration's ``loss`` section) are declared once, as its :class:`MethodOptions`
-model ``Options``: each field carries its default, type, limits (``Must`` words) and, for an option added
-after runs were written, the value those runs trained with (``IntroducedLater``); a library loss's options
+model ``Options``: each field carries its default, type and limits (``Must`` words); a library loss's options
 are read from its signature (``options_model``). ``check_options`` refuses an unknown option or a value that
 is not what it must be while the configuration is resolved, so a bad option stops a run before its folder
 exists, and again when the method is built.
@@ -41,7 +40,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from bgbias.errors import OptionError
-from bgbias.options import Settings, bad_value, introduced_later, must, setting_problem
+from bgbias.options import Settings, bad_value, must, setting_problem
 from bgbias.retrieval.retrievers import ExactL2, Retrieval
 
 if TYPE_CHECKING:
@@ -180,16 +179,9 @@ class Method(nn.Module, ABC):
             described.append(f"{name}={spec.default!r}{choices}")
         return ", ".join(described) or "none"
 
-    @classmethod
-    def saved_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """A run's saved options (its ``config.json``'s ``loss`` section, its checkpoints' spec) as the run
-        trained: each option added later (``IntroducedLater``) it lacks gets the value it had then."""
-        return {**introduced_later(cls.Options), **options}
-
     def embedding_options(self) -> dict[str, Any]:
         """The options that change what ``embed`` returns for the same weights (a model's fingerprint covers
-        them), leaving out any that holds its ``IntroducedLater`` value, so a fingerprint
-        taken before the option existed still names the same embeddings. None by default."""
+        them). None by default."""
         return {}
 
     @classmethod

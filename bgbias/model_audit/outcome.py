@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bgbias.fileio import write_json_atomic
-from bgbias.schema import Record, read_record
+from bgbias.schema import FORMAT_VERSION, Record, read_record
 
 OUTCOME_FILE = "audit-model.json"
 OUTCOME_FORMAT = "bgbias-audit-model"
@@ -19,8 +19,8 @@ class AuditScores(Record):
     """One model's numbers (fractions; None where undefined): clean MAP@R and P@1, corrupted MAP@R (mean and
     std over its repeats), the relative drop of MAP@R, the profile's MAP@R by set, and the dataset's
     leakage through the model with its interval and its two views' MAP@R beside chance; how many of the
-    split's images were scored and how many of them have a mask that shows no object (None in records
-    written before audits counted them)."""
+    split's images were scored and how many of them have a mask that shows no object (None where the masks
+    were not checked)."""
 
     clean_map_at_r: float | None
     clean_precision_at_1: float | None
@@ -34,8 +34,8 @@ class AuditScores(Record):
     background_map_at_r: float | None
     foreground_map_at_r: float | None
     chance_map_at_r: float | None
-    images: int | None = None
-    empty_masks: int | None = None
+    images: int
+    empty_masks: int | None
 
 
 class ModelOutcome(Record):
@@ -43,7 +43,7 @@ class ModelOutcome(Record):
     its scores and reports (``status`` ``done``) or its error (``failed``)."""
 
     format: Literal["bgbias-audit-model"] = OUTCOME_FORMAT
-    version: int = 1
+    version: Literal[1] = FORMAT_VERSION
     label: str
     spec: str
     args: dict[str, Any]
@@ -79,5 +79,6 @@ def read_outcome(folder: Path) -> ModelOutcome | None:
     if not path.is_file():
         return None
     return read_record(path, ModelOutcome, what="the audit's record of this model",
-                       fix="delete the model's folder: the next `bgbias audit` measures it again")
+                       file_format=OUTCOME_FORMAT,
+                       fix="delete the model's folder and re-run `bgbias audit`: it measures the model again")
 

@@ -31,6 +31,7 @@ from bgbias.report.document import (
 from bgbias.report.evaluation import percent, percent_spread
 from bgbias.report.profile import PROFILE_SETS
 from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
+from bgbias.schema import format_header
 
 AUDIT_FORMAT = "bgbias-audit"
 AUDIT_NAME = "audit"
@@ -182,7 +183,7 @@ def write_audit_page(page: AuditPage, out: Path) -> dict[str, Path]:
     files = write_document(blocks(page), out, AUDIT_NAME, title)
     files["audit_json"] = out / f"{AUDIT_NAME}.json"
     write_json_atomic(files["audit_json"], {
-        "format": AUDIT_FORMAT, "version": 1, "dataset": page.dataset, "split": page.split,
+        **format_header(AUDIT_FORMAT), "dataset": page.dataset, "split": page.split,
         "settings": page.settings,
         "ranking": "corrupted MAP@R, best first; ties by label; failed models last",
         "models": [{"rank": rank, **outcome.model_dump(mode="json", exclude={"traceback"})}

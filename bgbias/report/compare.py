@@ -29,8 +29,8 @@ def compare_attributions(
     ``dataset_key``/``split``/``label`` name the explained set
     (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options). The
     images and masks are the ones the first run's explanation recorded: the dataset's folder its summary
-    names (an explanation made before summaries named it: the folder the first run was trained on, else the
-    dataset's default folder) and the saliency masks its ledger names (``bgbias explain --masks DIR``).
+    names (none: the dataset's default folder) and the saliency masks its ledger names (``bgbias explain
+    --masks DIR``).
     """
     from bgbias.attribution.heatmap import attribution_gallery
     from bgbias.attribution.outputs import (
@@ -64,13 +64,10 @@ def compare_attributions(
     summary = read_summary(folders[0])
     results = [read_results(folder) for folder in folders]
     settings, scores = results[0][0], [by_id for _, by_id in results]
-    # Explanations made before summaries named the dataset's folder: the first run's, else the default one.
     first = next((run.trained_on for run in runs if run.trained_on is not None), None)
     protocol, fold = (first.protocol, first.fold) if first is not None else ("fixed", 0)
-    root = summary.dataset_root or (
-        first.root if first is not None and first.dataset == summary.dataset else None)
     try:
-        dataset = open_dataset(summary.dataset, root)
+        dataset = open_dataset(summary.dataset, summary.dataset_root)
     except DatasetError as error:
         raise DatasetError(error.problem, path=error.path,
                            fix=f"the explanation in {folders[0]} was made of this dataset: put it back "

@@ -37,16 +37,15 @@ import numpy as np
 from pydantic import Field
 
 from bgbias.data.items import shown_class
-from bgbias.errors import OptionError, RecordError
+from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.installation import InstallationRecord
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
 from bgbias.saliency.records import MASK_MAKER, MaskMaker, shown_mask_maker
-from bgbias.schema import Record, check_record, field_problem, read_record
+from bgbias.schema import Record, check_record, field_problem, format_header, read_record
 
 REPORT_FORMAT = "bgbias-eval-report"
-REPORT_VERSION = 1
 HURT_MOST = 10
 """How many classes and images the Markdown report lists as hurt most by the background change."""
 EMPTY_LISTED = 20
@@ -251,8 +250,7 @@ def summarize_evaluation(
         raise OptionError(f"the report metadata uses keys the report computes itself: {', '.join(clashes)}",
                           fix="rename those metadata entries")
     report: dict[str, Any] = {
-        "format": REPORT_FORMAT,
-        "version": REPORT_VERSION,
+        **format_header(REPORT_FORMAT),
         **meta,
         "images": len(labels),
         "classes": len(np.unique(labels)),
@@ -354,16 +352,8 @@ def load_evaluation_report(path: str | os.PathLike[str]) -> EvaluationReport:
     if not path.is_file():
         raise OptionError("there is no evaluation report here", path=path,
                           fix="evaluate the run first with `bgbias eval`")
-    again = "evaluate the run again with `bgbias eval` (a report is never edited by hand)"
-    report = read_record(path, dict[str, Any], what="the evaluation report", fix=again)
-    if report.get("format") != REPORT_FORMAT:
-        raise RecordError(f"this file is not a {REPORT_FORMAT} file", path=path,
-                          fix="pass the report.json that `bgbias eval` wrote")
-    if report.get("version") != REPORT_VERSION:
-        raise RecordError(f"evaluation report version {report.get('version')} is not supported "
-                          f"(this bgbias reads version {REPORT_VERSION})", path=path,
-                          fix="evaluate the run again with this version of bgbias")
-    return check_record(report, EvaluationReport, path=path, what="the evaluation report", fix=again)
+    return read_record(path, EvaluationReport, what="the evaluation report", file_format=REPORT_FORMAT,
+                       fix="re-run `bgbias eval` (a report is never edited by hand)")
 
 
 def run_label(method: str, bgaugment: bool) -> str:

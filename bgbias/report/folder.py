@@ -5,8 +5,7 @@ A report is read as a whole: ``study.html`` beside the ``table.md`` of another s
 (``bgbias eval``'s ``eval/<measured>-<split>/``, ``bgbias report``'s and the study's page, the dial's) is
 written into an empty folder beside it, and that folder replaces the old one only once every file of the new
 report is written (:func:`bgbias.fileio.atomic_dir`); a failure on the way (a figure that cannot be drawn,
-masks that are gone, a full disk) leaves the older report as it was and no part of the new one. A report left
-by an earlier version is replaced whole too, so no file of it outlives the report it belonged to.
+masks that are gone, a full disk) leaves the older report as it was and no part of the new one.
 
 Replacing a folder removes what else it holds, so a folder with anything a report does not write (``--out``
 pointing at a folder of one's own) is refused before any work, naming what is in the way.

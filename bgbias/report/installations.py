@@ -24,8 +24,7 @@ INSTALLATIONS_NOTE = (
 def result_installations(reports: Sequence[EvaluationReport]) -> dict[str, dict[str, Any] | None]:
     """Each result's installation by label: a run folder's training (its ``run.json``) and each of its
     evaluations (``report.json``), one entry per folder where they all agree, else ``<folder> (training)``
-    and ``<folder> (evaluation of <set>)``; ``None`` where a file does not say (written before bgbias
-    recorded it)."""
+    and ``<folder> (evaluation of <set>)``; ``None`` where a run's record is missing or damaged."""
     from bgbias.engine.run_dir import RunDir, read_record
 
     by_folder: dict[str, dict[str, dict[str, Any] | None]] = {}

@@ -35,12 +35,12 @@ from bgbias.report.evaluation import (
 from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs
+from bgbias.schema import format_header
 
 if TYPE_CHECKING:
     from bgbias.attribution.outputs import ExplainSummary
 
 TABLE_FORMAT = "bgbias-runs-table"
-TABLE_VERSION = 1
 
 PROFILE_NOTE = (
     "Each run's sets: clean; random backgrounds both sides (the paper's) and query-side (against the clean "
@@ -146,16 +146,16 @@ def write_runs_report(
         write_text_atomic(paths["profile_csv"], csv_text(profile_headers, profile_rows))
     write_text_atomic(paths["table_csv"], csv_text(headers, rows))
     write_json_atomic(paths["table_json"], {
-        "format": TABLE_FORMAT,
-        "version": TABLE_VERSION,
+        **format_header(TABLE_FORMAT),
         "headers": headers,
         "rows": rows,
         "runs": [_run_numbers(report) for report in reports],
         # Each summary names its attribution and options, so entries of several attributions stay apart;
         # the dataset's folder on the machine that explained is left out, so the report is the same bytes
-        # wherever the study's folder lies.
+        # wherever the study's folder lies, and so is the summary's format (the table states its own).
         "foreground": [{"method": m, "bgaugment": b, "dataset": d,
-                        **summary.model_dump(exclude_unset=True, exclude={"dataset_root"})}
+                        **summary.model_dump(exclude_unset=True,
+                                             exclude={"dataset_root", "format", "version"})}
                        for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])

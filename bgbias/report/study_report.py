@@ -406,7 +406,7 @@ def selections(folders: Sequence[Path]) -> list[Selection]:
             raise RecordError(f"the run's metrics of epoch {wrong[0]} have no number for {wrong[1]}",
                               path=run.metrics_jsonl, fix=RESUME_TO_REWRITE)
         record = read_record(run)
-        if record is None or record.best_epoch is None or record.monitor is None:
+        if record is None:
             raise RecordError("the run's record is missing or damaged, so the epoch it selected is unknown",
                               path=run.record, fix=RESUME_TO_REWRITE)
         selected = record.best_epoch

@@ -87,8 +87,7 @@ class MaskRun:
     """Images of this shard."""
     written: int
     remade: int
-    """Of ``written``: masks made again because their image or ground truth changed since the last run, or
-    because their record predates image digests and could not be verified."""
+    """Of ``written``: masks made again because their image or ground truth changed since the last run."""
     skipped: int
     """Intact masks from earlier runs, made from the image as it is now."""
     failures: tuple[MaskRecord, ...]
@@ -117,7 +116,7 @@ class MaskRun:
         if self.remade:
             text += (
                 f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
-                "since the earlier mask, or its record predates image digests"
+                "since the earlier mask"
             )
         return text
 
@@ -311,8 +310,7 @@ class _Steps:
 
     @staticmethod
     def _same_sources(item: Item, record: MaskRecord, image_sha256: str) -> bool:
-        """Whether ``record`` was made from this image content and the ground truth as it is now (a record
-        without an image digest, from before images were hashed, cannot tell, so it is not)."""
+        """Whether ``record`` was made from this image content and the ground truth as it is now."""
         if record.image_sha256 != image_sha256:
             return False
         truth = item.ground_truth_mask

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from bgbias import __version__
 from bgbias.data.items import Item
@@ -34,11 +34,11 @@ from bgbias.fileio import exclusive_lock, write_json_atomic
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.saliency.quality import Agreement
 from bgbias.saliency.sessions import AMP_OF, ModelInfo
-from bgbias.schema import Record, read_record
+from bgbias.schema import Record, format_header, read_record
 
 RECORDS_DIR = "records"
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = "bgbias-masks"
 MANIFEST_LOCK = "manifest.lock"
 """In ``records/``: held while the manifest and quality report are derived from the record files."""
 
@@ -55,7 +55,7 @@ class MaskLine(Record):
     id: str
     status: Literal["ok"]
     size: list[int]
-    image_sha256: str | None = None
+    image_sha256: str
     raw_min: float | None = None
     raw_max: float | None = None
     empty: bool | None = None
@@ -78,7 +78,7 @@ class MaskManifest(Record):
     """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with
     (the rest rides along)."""
 
-    settings: dict[str, Any] = Field(default_factory=dict)
+    settings: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class MaskRecord:
     error: str | None = None
     fix: str | None = None
     image_sha256: str | None = None
-    """``None`` in records written before images were hashed: such a mask cannot be verified."""
+    """``None`` for a failure: no mask was made."""
     truth_sha256: str | None = None
     """``None`` also where the ground truth could not be read (``quality.error`` says why)."""
 
@@ -225,14 +225,10 @@ def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
             "precision": info.precision, "empty_below": empty_below}
 
 
-BEFORE_BACKENDS = {"backend": "onnxruntime", "precision": "fp32"}
-"""What made the masks of a folder whose manifest predates the backend setting."""
-
-
 def folder_settings(out_dir: Path) -> dict[str, Any] | None:
     """The settings the masks of ``out_dir`` were made with (``None`` where it has none yet)."""
     manifest = read_manifest(out_dir)
-    return None if manifest is None else {**BEFORE_BACKENDS, **manifest.settings}
+    return None if manifest is None else manifest.settings
 
 
 Shown = Annotated[str, StringConstraints(max_length=200)]
@@ -241,8 +237,8 @@ Shown = Annotated[str, StringConstraints(max_length=200)]
 
 class MakerSettings(Record):
     model: Shown
-    backend: Shown = BEFORE_BACKENDS["backend"]
-    precision: Shown = BEFORE_BACKENDS["precision"]
+    backend: Shown
+    precision: Shown
 
 
 class MakerInference(Record):
@@ -253,7 +249,7 @@ class MakerManifest(Record):
     """The part of ``manifest.json`` that says what made the masks (:func:`mask_maker`)."""
 
     settings: MakerSettings
-    inference: MakerInference = MakerInference()
+    inference: MakerInference
 
 
 MASK_MAKER = "mask_maker"
@@ -273,15 +269,15 @@ class MaskMaker(Record):
 
 def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """What made the masks of ``out_dir``, for the reports that used them to record beside the folder: model,
-    backend, precision and provider from its ``manifest.json`` (a manifest from before the backends:
-    onnxruntime, fp32). ``None`` for a folder without one (ground-truth masks, a user's own); a damaged
-    manifest gives ``{"error": why}``: the masks themselves were checked on their own, and a report must not
-    fail over a summary it only quotes."""
+    backend, precision and provider from its ``manifest.json``. ``None`` for a folder without one
+    (ground-truth masks, a user's own); a damaged manifest gives ``{"error": why}``: the masks themselves were
+    checked on their own, and a report must not fail over a summary it only quotes."""
     path = Path(out_dir) / MANIFEST_NAME
     if not path.is_file():
         return None
     try:
-        manifest = read_record(path, MakerManifest, what="the mask manifest", fix="")
+        manifest = read_record(path, MakerManifest, what="the mask manifest", fix="",
+                               file_format=MANIFEST_FORMAT)
     except RecordError as error:
         return {"error": f"{path}: {error.problem}"}
     settings = manifest.settings
@@ -323,7 +319,7 @@ def build_manifest(
     masks = [record for record in present if record.ok]
     failures = [record for record in present if not record.ok]
     return {
-        "format": MANIFEST_FORMAT,
+        **format_header(MANIFEST_FORMAT),
         "producer": {"bgbias": __version__, **dict(info.versions)},
         "model": {
             "name": info.name,
@@ -356,9 +352,9 @@ def read_manifest(out_dir: Path) -> MaskManifest | None:
     path = Path(out_dir) / MANIFEST_NAME
     if not path.is_file():
         return None
-    return read_record(path, MaskManifest, what="the mask manifest",
-                       fix="delete it (the next run rebuilds it from records/), or choose another output "
-                           "folder")
+    return read_record(path, MaskManifest, what="the mask manifest", file_format=MANIFEST_FORMAT,
+                       fix="delete it and re-run `bgbias masks` (it rebuilds the manifest from records/), or "
+                           "choose another output folder")
 
 
 def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:

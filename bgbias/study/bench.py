@@ -3,15 +3,15 @@ settings and, where the study uses them, its exact masks."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bgbias.backgrounds.pool import POOL_SEED
-from bgbias.errors import AssetError
+from bgbias.errors import AssetError, RecordError
 from bgbias.fileio import folder_lock
+from bgbias.schema import Record, read_record
 from bgbias.study.spec import BENCH_MASKS, StudySpec
 
 
@@ -47,7 +47,8 @@ def prepare_bench(
 
 
 def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, Any] | None:
-    """The summary of the bench at ``root`` when it was built by this format with these settings, else None.
+    """The summary of the bench at ``root`` when its ``bench.json`` states its format and these settings,
+    else None (one missing or damaged, or of a pre-release bgbias, too: the bench is then built again).
 
     Rebuilding would give the same bytes but new files, which would void the masks and embeddings made of
     them; the study therefore keeps a bench that matches.
@@ -56,14 +57,27 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
     from bgbias.bench.build import BENCH_FORMAT
 
     try:
-        description = json.loads((root / "bench.json").read_text(encoding="utf-8"))
-        parameters = description["parameters"]
-        if description["format"] != BENCH_FORMAT or (parameters["preset"], parameters["rho"],
-                                                     parameters["seed"]) != (preset, rho, seed):
-            return None
-        return {"root": str(root), "preset": preset, "seed": seed, **description["summary"]}
-    except (OSError, ValueError, KeyError, TypeError):
+        description = read_record(root / "bench.json", BenchDescription, what="the bench's description",
+                                  fix="re-run `bgbias assets bench`", file_format=BENCH_FORMAT)
+    except RecordError:
         return None
+    parameters = description.parameters
+    if (parameters.preset, parameters.rho, parameters.seed) != (preset, rho, seed):
+        return None
+    return {"root": str(root), "preset": preset, "seed": seed, **description.summary}
+
+
+class BenchParameters(Record):
+    preset: str
+    rho: float
+    seed: int
+
+
+class BenchDescription(Record):
+    """``bench.json`` as the study reads it back: the settings it was built with and its summary."""
+
+    parameters: BenchParameters
+    summary: dict[str, Any]
 
 
 def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:

@@ -27,13 +27,13 @@ from pydantic import Field
 from bgbias.errors import RecordError
 from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic
 from bgbias.paths import leaves_folder
-from bgbias.schema import ClosedRecord, read_record
+from bgbias.schema import FORMAT_VERSION, ClosedRecord, read_record
 from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
 from bgbias.study.spec import StudySpec
 
 PLAN = "plan.json"
 PLAN_LOCK = ".plan.lock"
-PLAN_FORMAT = 1
+PLAN_FORMAT = "bgbias-study-plan"
 
 RENEW_EVERY = 15.0
 """Seconds between renewals of a running step's claim."""
@@ -122,7 +122,8 @@ class Plan(ClosedRecord):
     """``plan.json``: the study's dataset and inputs, its steps in the order they are taken, and the workers
     that could not start."""
 
-    format: int
+    format: Literal["bgbias-study-plan"] = PLAN_FORMAT
+    version: Literal[1] = FORMAT_VERSION
     spec: StudySpec
     steps: dict[str, Step]
     unstarted: list[UnstartedWorker] = Field(default_factory=list)
@@ -133,7 +134,7 @@ def read_plan(folder: Path) -> Plan | None:
     path = folder / PLAN
     if not path.is_file():
         return None
-    plan = read_record(path, Plan, what="the study's plan", fix=REMAKE)
+    plan = read_record(path, Plan, what="the study's plan", fix=REMAKE, file_format=PLAN_FORMAT)
     check_plan(plan, path)
     return plan
 
@@ -144,13 +145,9 @@ REMAKE = ("remove it and run the same `bgbias study` command again: the plan is 
 
 
 def check_plan(plan: Plan, path: Path) -> None:
-    """Refuse a plan of another format, and one whose step would write outside the study folder: a page or
-    run step's folder (read from the plan, which may have been edited or received) must be the one its step
-    id names, and lie inside the study folder (:func:`~bgbias.paths.leaves_folder`)."""
-    if plan.format != PLAN_FORMAT:
-        raise RecordError(f"the study's plan is of format {plan.format}; this bgbias reads format "
-                          f"{PLAN_FORMAT}", path=path,
-                          fix=f"run the study with the bgbias that wrote the plan, or {REMAKE}")
+    """Refuse a plan whose step would write outside the study folder: a page or run step's folder (read from
+    the plan, which may have been edited or received) must be the one its step id names, and lie inside the
+    study folder (:func:`~bgbias.paths.leaves_folder`)."""
     for step_id, step in plan.steps.items():
         folder = (step.page.folder if step.page is not None
                   else step.run.study_run().folder_name if step.run is not None else None)

@@ -57,9 +57,7 @@ def _write_study(results: Sequence[Any], out: Path, title: str, split: str, dial
     figures += [Figure(path, f"where {pair[0].name} and {pair[1].name} look: SmoothGrad maps on shared test "
                        "images") for path in galleries]
     for run_dir in pair:
-        # A run trained before bgbias drew curves has none; its galleries still go in.
-        figures += [Figure(path, f"training curves of {run_dir.name}") for path in [run_dir / "curves.png"]
-                    if path.is_file()]
+        figures.append(Figure(run_dir / "curves.png", f"training curves of {run_dir.name}"))
         figures += [Figure(path, f"retrieval gallery of {run_dir.name}: clean and corrupted queries")
                     for path in sorted(run_dir.glob(f"eval/*-{split}/retrieval-gallery.png"))]
     figures += [Figure(path, f"the bias dial ({path.parent.name})") for path in dials]

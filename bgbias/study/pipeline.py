@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bgbias.errors import OptionError
-from bgbias.study.ledger import FINISHED, PLAN_FORMAT, Plan, RunArgs, Step, read_plan, update_plan, with_step
+from bgbias.study.ledger import FINISHED, Plan, RunArgs, Step, read_plan, update_plan, with_step
 from bgbias.study.local import Slot, local_slots, run_local
 from bgbias.study.plan import StudyPlan
 from bgbias.study.slurm import SlurmOptions
@@ -48,7 +48,7 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
     """
     planned = planned_steps(spec, plan, shards)
     if current is None:
-        return Plan(format=PLAN_FORMAT, spec=spec, steps=planned)
+        return Plan(spec=spec, steps=planned)
     _refuse_other_spec(folder, current.spec, spec)
     _refuse_other_measurements(folder, current, planned)
     steps = dict(current.steps)

@@ -50,11 +50,10 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import sweep_stale_temps
-from bgbias.schema import ClosedRecord
+from bgbias.schema import FORMAT_VERSION, ClosedRecord
 from bgbias.variants.variants import VARIANTS, Variant, variant
 
 VARIANT_FORMAT = "bgbias-variant-manifest"
-VARIANT_VERSION = 1
 PAPER_SET = "random-bg"
 """The paper's corrupted sets (random photographs of the pool), beside the variants."""
 SET_NAMES = (PAPER_SET, *VARIANTS)
@@ -78,7 +77,7 @@ class VariantHeader(ManifestHeader):
     """A variant set's header: the skeleton, the variant and the text of the rule it was made by."""
 
     format: Literal[VARIANT_FORMAT]
-    version: Literal[VARIANT_VERSION]
+    version: Literal[FORMAT_VERSION]
     variant: Literal[tuple(VARIANTS)]
     rule: str
 
@@ -201,7 +200,7 @@ def make_variant_manifests(
     sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
     for repeat, path in enumerate(paths):
         header = VariantHeader(
-            format=VARIANT_FORMAT, version=VARIANT_VERSION, variant=kind.name, rule=kind.rule,
+            format=VARIANT_FORMAT, version=FORMAT_VERSION, variant=kind.name, rule=kind.rule,
             dataset=dataset.name, split=split, protocol=protocol, fold=fold, count=len(items),
             ids_sha256=ids_sha256(items), seed=seed, repeat=repeat,
             geometry=ManifestGeometry.of(geometry),
@@ -282,7 +281,7 @@ def _parse(path: Path) -> VariantManifest:
     """A manifest whose every field has the type and range ``make_variant_manifests`` writes, made by the
     current rule of its variant; ``AssetError`` naming the field otherwise. Its lines are read as its
     variant's: with a donor for a mixed variant, without one otherwise."""
-    data, digest = read_manifest(path, VARIANT_FORMAT, VARIANT_VERSION, "a bgbias variant-set manifest")
+    data, digest = read_manifest(path, VARIANT_FORMAT, "the variant-set manifest")
     kind = VARIANTS[check_fields(data, ManifestFile[VariantHeader, Any], path).header.variant]
     line = VariantEntry if kind.donor is None else DonorEntry
     manifest = check_manifest(data, ManifestFile[VariantHeader, line], path)

@@ -86,7 +86,7 @@ def test_ranking_is_by_corrupted_map_then_label_with_failures_last():
             clean_map_at_r=0.5, clean_precision_at_1=0.5, corrupted_map_at_r=corrupted,
             corrupted_map_at_r_std=None, corrupted_repeats=2, relative_drop=0.1, profile={}, leakage=0.2,
             leakage_interval=[0.1, 0.3], background_map_at_r=0.1, foreground_map_at_r=0.3,
-            chance_map_at_r=0.05)
+            chance_map_at_r=0.05, images=10, empty_masks=None)
         return ModelOutcome(label=label, spec=label, args={}, folder=f"models/{label}", status=status,
                             scores=scores, error="boom" if status == "failed" else None)
 

@@ -237,15 +237,20 @@ def test_a_run_config_must_be_complete(tmp_path):
     assert "dataset, optim.lr_head" in err.value.problem and "not written by bgbias train" in err.value.fix
 
 
-def test_a_run_written_before_warm_up_existed_reads_as_trained_without_one(tmp_path):
+@pytest.mark.parametrize("section, name", [("optim", "warmup_epochs"), ("model", "memory_format"),
+                                           ("model", "compile"), ("schedule", "watch_test"), ("log", None)])
+def test_a_run_config_lacking_a_setting_is_refused_not_filled_in_with_a_pre_release_value(tmp_path, section,
+                                                                                           name):
     data = resolve_config("triplet", "cub").as_dict()
-    del data["optim"]["warmup_epochs"]
+    if name is None:
+        del data[section]
+    else:
+        del data[section][name]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
-    assert load_run_config(path).optim.warmup_epochs == 0
-    data["optim"]["warmup_epochs"] = 3  # a value that is there is kept
-    path.write_text(json.dumps(data))
-    assert load_run_config(path).optim.warmup_epochs == 3
+    with pytest.raises(OptionError, match="missing settings") as err:
+        load_run_config(path)
+    assert section in err.value.problem
 
 
 def test_a_run_config_is_checked_as_a_whole(tmp_path):

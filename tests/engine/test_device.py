@@ -12,7 +12,6 @@ import torch
 from bgbias import hardware
 from bgbias.engine import device as device_module
 from bgbias.engine.checkpoint import load_checkpoint
-from bgbias.engine.config import config_from_dict
 from bgbias.engine.device import cpu_has_native_bf16, loader_workers, resolve_amp, resolve_device
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
@@ -95,12 +94,8 @@ def test_a_channels_last_run_trains_and_is_rebuilt_channels_last(tiny_bench, tmp
         assert torch.allclose(trained.method.embed(images), embedded, atol=1e-5)
 
 
-def test_the_default_layout_is_channels_last_and_old_runs_read_as_contiguous(tiny_bench):
-    config = tiny_config(tiny_bench)
-    assert config.model.memory_format == "channels_last"
-    saved = config.as_dict()
-    del saved["model"]["memory_format"]
-    assert config_from_dict(saved).model.memory_format == "contiguous"
+def test_the_default_layout_is_channels_last(tiny_bench):
+    assert tiny_config(tiny_bench).model.memory_format == "channels_last"
 
 
 def test_a_cuda_device_this_machine_lacks_is_refused_before_any_work(monkeypatch):

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from bgbias.engine.config import config_from_dict, load_run_config
 from bgbias.engine.tensorboard_log import FOLDER, scalar_tag
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
@@ -41,10 +40,3 @@ def test_without_the_package_the_run_stops_before_its_folder(tiny_bench, tmp_pat
               echo=False)
     assert "bgbias[tensorboard]" in error.value.fix
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
-
-
-def test_a_run_folder_from_before_the_log_section_loads_without_tensorboard(tiny_bench, tmp_path):
-    result = train(tiny_config(tiny_bench, epochs=1), runs=tmp_path, progress=False, echo=False)
-    data = load_run_config(result.run.config).as_dict()
-    del data["log"]
-    assert config_from_dict(data).log.tensorboard is False

@@ -15,6 +15,7 @@ from bgbias.data.table import image_table
 from bgbias.errors import DatasetError, OptionError
 from bgbias.leakage_meter.class_gallery import GALLERY_NEIGHBOURS, IMAGES_PER_CLASS
 from bgbias.leakage_meter.meter import class_leakage, measure_leakage
+from bgbias.schema import format_header
 from tests.leakage_meter.scenes import Scenes, scene_samples, scenes, tiny_encoder
 from tests.report.hostile import HOSTILE_CLASSES, assert_inert
 
@@ -66,10 +67,10 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     again = measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "leakage")
     assert again == result  # seeded: the same numbers every time
     record = json.loads((tmp_path / "leakage" / "leakage.json").read_text())
-    assert record["format"] == "bgbias-leakage" and record["leakage"] == pytest.approx(result.leakage)
+    assert record["format"] == "bgbias-leakage-record" and record["leakage"] == pytest.approx(result.leakage)
     assert record["fill"] == "inpainted" and len(record["per_class"]) == 4
     # The dial was calibrated for the default encoder only: another gets no bench ρ, and is told why.
-    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 4
+    assert result.bench_rho is None and record["bench_rho"] is None and record["version"] == 1
     assert record["masks"] is None and record["mask_maker"] is None  # each image came with its mask
     page = (tmp_path / "leakage" / "leakage.md").read_text()
     assert "comes from the background" in page and "| background only |" in page
@@ -131,7 +132,7 @@ def test_an_encoder_the_dial_was_calibrated_for_gets_the_bench_rho_that_leaks_as
     curve = {"encoder": str(encoder.describe()["method"]), "fill": "inpainted", "masks": "ground-truth",
              "rhos": [0.0, 1.0], "leakage": [0.0, 1.0]}
     path = tmp_path / "dial.json"
-    path.write_text(json.dumps({"format": calibration.CALIBRATION_FORMAT, "curves": [curve]}))
+    path.write_text(json.dumps({**format_header(calibration.CALIBRATION_FORMAT), "curves": [curve]}))
     calibration.dial_curves.cache_clear()
     monkeypatch.setattr(meter, "bench_equivalent", functools.partial(calibration.bench_equivalent, path=path))
     result = _leakage(tmp_path, encoder, "class", "random")

@@ -247,7 +247,7 @@ def test_the_certainty_formula_is_an_option_that_runs_record_and_fingerprints_co
     row, old = toy_avsl(), toy_avsl(certainty_min="global")
     device = torch.device("cpu")
     assert MethodModel(row, device).fingerprint() != MethodModel(old, device).fingerprint()
-    # a model read with the formula of runs made before the option keeps the fingerprint it had then
+    # a global model's fingerprint is its weights' digest, as it was before the option was a plain default
     assert MethodModel(old, device).fingerprint() == weights_sha256(old)
     listed = CliRunner().invoke(main, ["methods"])
     assert listed.exit_code == 0 and "certainty_min='row' (one of: row, global)" in listed.output
@@ -504,24 +504,21 @@ def test_every_configuration_clips_each_group_on_the_first_step_alone_as_the_aut
     assert (optim.grad_clip, optim.grad_clip_per_group, optim.grad_clip_first_step_only) == (10.0, True, True)
 
 
-def test_a_run_written_before_the_certainty_option_is_read_with_the_global_minimum(tiny_bench, tmp_path):
+def test_a_run_that_does_not_name_the_certainty_option_is_read_with_today_s_default(tiny_bench, tmp_path):
+    """No value reproduces runs of pre-release versions: an option a run does not name takes its default."""
     result = train(tiny_config(tiny_bench, "avsl", epochs=1), run_dir=tmp_path / "avsl", progress=False,
                    echo=False)
-    assert load_run_config(result.run.config).loss["certainty_min"] == "row"
-    assert load_trained(result.run.root, device="cpu").method.options["certainty_min"] == "row"
-    # what a run trained before the option looks like: neither config.json nor the checkpoints name it
     data = json.loads(result.run.config.read_text(encoding="utf-8"))
     del data["loss"]["certainty_min"]
-    del data["model"]["memory_format"]
     result.run.config.write_text(json.dumps(data), encoding="utf-8")
     for path in (result.run.best, result.run.last):
         state = load_checkpoint(path)
         del state["spec"]["options"]["certainty_min"]
         save_checkpoint(path, state)
-    assert load_run_config(result.run.config).loss["certainty_min"] == "global"
+    assert "certainty_min" not in load_run_config(result.run.config).loss
     trained = load_trained(result.run.root, device="cpu")
-    assert trained.method.options["certainty_min"] == "global"
-    assert trained.fingerprint() == weights_sha256(trained.method)  # its caches still match
+    assert trained.method.options["certainty_min"] == "row"
+    assert trained.fingerprint() != weights_sha256(trained.method)
 
 
 def test_pair_blocks_fit_a_cpus_caches_and_fill_a_gpu():

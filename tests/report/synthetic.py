@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bgbias.attribution.outputs import ExplainSummary
+from bgbias.engine.run_dir import RunDir, write_record
+from bgbias.installation import installation
 from bgbias.report.evaluation import EvaluationReport, summarize_evaluation
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 
@@ -93,4 +96,13 @@ def explain_summary(dataset: str, mean: float | None, std: float | None, images:
     ``images`` images of ``dataset``."""
     return ExplainSummary.model_validate({"dataset": dataset, "attribution": "smoothgrad",
                                           "geometry": {"crop": 32}, "images": images, "scored": images,
-                                          "mean": mean, "std": std, **fields})
+                                          "mean": mean, "std": std, "installation": installation(), **fields})
+
+
+def write_run_record(folder: Path, **fields: Any) -> None:
+    """A run's ``run.json`` as training writes it (the fields readers check), with ``fields`` set."""
+    record = {"status": "finished", "best_epoch": 1, "monitor": "val_map_at_r",
+              "installation": installation(),
+              "trained_on": {"name": "bench", "root": str(folder), "identity": "0" * 64, "images": 8},
+              **fields}
+    write_record(RunDir(folder), record)

@@ -78,4 +78,4 @@ def test_a_run_from_before_installations_were_recorded_is_named(evaluated, tmp_p
     reports, _ = collect_runs([a, b])
     assert result_installations(reports) == {"a": installation(), "b": None}
     result = CliRunner().invoke(main, ["report", "--out", str(tmp_path / "out"), str(a), str(b)])
-    assert "not recorded (made before bgbias recorded installations): b" in result.output
+    assert "not recorded (the result's record is missing or damaged): b" in result.output

@@ -55,8 +55,9 @@ def test_a_report_json_with_a_wrong_type_names_the_field(run_with_report, tmp_pa
 def test_an_explanation_summary_with_a_wrong_type_names_the_file(run_with_report, tmp_path):
     folder = run_with_report / "explain" / "bench-test-smoothgrad"
     folder.mkdir(parents=True)
-    summary = {"dataset": "bench", "attribution": "smoothgrad", "geometry": {"resize": 128, "crop": 128},
-               "images": 3, "scored": 3, "mean": "0.5", "std": None}
+    summary = {"format": "bgbias-explain-summary", "version": 1, "dataset": "bench",
+               "attribution": "smoothgrad", "geometry": {"resize": 128, "crop": 128}, "images": 3,
+               "scored": 3, "mean": "0.5", "std": None}
     (folder / "summary.json").write_text(json.dumps(summary))
     result = CliRunner().invoke(main, ["report", "--out", str(tmp_path / "out"), str(run_with_report)])
     assert result.exit_code == 2, result.output
@@ -120,17 +121,19 @@ def test_ledger_lines_of_another_type_are_redone_not_coerced():
     assert ImageScore.from_json(line).score == 0.33
     for change in ({"score": "0.33"}, {"label": "3"}, {"mask_source": "elsewhere"}, {"reference": "x"}):
         assert ImageScore.from_json({**line, **change}) is None, change
-    mask = {"id": "a/b.jpg", "status": "ok", "size": [32, 24], "image_sha256": None}
+    mask = {"id": "a/b.jpg", "status": "ok", "size": [32, 24], "image_sha256": "ab" * 32}
     assert MaskRecord.from_json(mask).size == (32, 24)
-    for change in ({"size": ["32", 24]}, {"size": [32]}, {"raw_max": "9"}, {"quality": {"iou": "0.5"}}):
+    for change in ({"size": ["32", 24]}, {"size": [32]}, {"raw_max": "9"}, {"quality": {"iou": "0.5"}},
+                   {"image_sha256": None}):
         assert MaskRecord.from_json({**mask, **change}) is None, change
 
 
 def test_a_mask_manifest_of_another_shape_names_the_file(tmp_path):
     from bgbias.saliency.records import MANIFEST_NAME, check_settings
 
-    (tmp_path / MANIFEST_NAME).write_text("[1, 2]")
-    with pytest.raises(RecordError, match="the mask manifest: the file must be an object"):
+    manifest = {"format": "bgbias-masks", "version": 1, "settings": [1, 2]}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(RecordError, match="the mask manifest: field settings must be an object"):
         check_settings(tmp_path, {"model": "u2netp"})
 
 

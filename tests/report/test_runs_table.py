@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bgbias.errors import OptionError
+from bgbias.installation import installation
 from bgbias.report.markdown import table as markdown_table
 from bgbias.report.runs_table import table_one, write_runs_report
 from tests.report.synthetic import changed, complete, explain_summary, make_report
@@ -97,7 +98,8 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
     assert table["runs"][0]["corrupted_map_at_r_mean"] == reports[0].corrupted.mean.map_at_r
     assert table["foreground"][1] == {"method": "arcface", "bgaugment": True, "dataset": "cars",
                                       "attribution": "smoothgrad", "geometry": {"crop": 32}, "scored": 41,
-                                      "mean": 0.561, "std": None, "images": 41}
+                                      "mean": 0.561, "std": None, "images": 41,
+                                      "installation": installation()}
     markdown = paths["table_md"].read_text()
     assert markdown_table(headers, rows) in markdown
     assert f"arcface + BGAugment on cub (test split): {reports[3].run}" in markdown

@@ -22,7 +22,7 @@ from bgbias.report.study_report import (
     write_study_report,
 )
 from tests.ink import edge_ink
-from tests.report.synthetic import changed, complete, explain_summary
+from tests.report.synthetic import changed, complete, explain_summary, write_run_record
 
 
 def _report(method, bgaugment, seed, clean, corrupted):
@@ -92,8 +92,7 @@ def _watched_run(folder, monitor, best_epoch, test, corrupted):
     rows = [{"epoch": e, "val_map_at_r": 0.5, "test_map_at_r": t, "test_corrupted_map_at_r": c}
             for e, (t, c) in enumerate(zip(test, corrupted, strict=True))]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    record = {"status": "finished", "best_epoch": best_epoch, "monitor": monitor}
-    (folder / "run.json").write_text(json.dumps(record))
+    write_run_record(folder, best_epoch=best_epoch, monitor=monitor)
     return folder
 
 

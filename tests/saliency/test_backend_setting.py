@@ -18,7 +18,7 @@ from bgbias.data.registry import open_dataset
 from bgbias.errors import OptionError
 from bgbias.saliency import pipeline
 from bgbias.saliency.pipeline import make_masks, write_masks
-from bgbias.saliency.records import MANIFEST_NAME, folder_settings
+from bgbias.saliency.records import MANIFEST_NAME
 from bgbias.saliency.sessions import Inference, chosen_backend, open_session
 from tests.replicas import make_bench
 from tests.saliency.fakes import FakeSession, fake_info
@@ -102,27 +102,6 @@ def test_auto_goes_on_with_the_folders_onnxruntime(three_items, onnxruntime_fold
     assert [session.info.backend for session in sessions] == ["onnxruntime"]
     assert (result.skipped, result.written) == (2, 1)
     assert manifest(onnxruntime_folder)["inference"]["backend"] == "onnxruntime"
-
-
-def test_a_manifest_from_before_backends_counts_as_onnxruntime_in_fp32(three_items, onnxruntime_folder,
-                                                                       monkeypatch):
-    written = manifest(onnxruntime_folder)
-    old = {key: value for key, value in written.items() if key != "inference"}
-    old["settings"] = {key: value for key, value in written["settings"].items()
-                       if key not in ("backend", "precision")}
-    (onnxruntime_folder / MANIFEST_NAME).write_text(json.dumps(old))
-    settings = folder_settings(onnxruntime_folder)
-    assert (settings["backend"], settings["precision"]) == ("onnxruntime", "fp32")
-
-    with pytest.raises(OptionError, match="backend: 'onnxruntime' there, 'torch' now"):
-        make_masks(three_items, onnxruntime_folder, model="u2netp", progress=False,
-                   inference=Inference(backend="torch", device="cpu"))
-    sessions = opened_sessions(monkeypatch)
-    result = make_masks(three_items, onnxruntime_folder, model="u2netp", progress=False,
-                        inference=Inference(device="cpu"))
-    assert [session.info.backend for session in sessions] == ["onnxruntime"]
-    assert (result.skipped, result.written) == (2, 1)
-    assert manifest(onnxruntime_folder)["settings"] == written["settings"]  # now said in full
 
 
 @pytest.mark.parametrize(("model", "on_cuda", "on_cpu"), [

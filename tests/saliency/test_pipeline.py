@@ -213,21 +213,6 @@ def test_a_changed_ground_truth_is_measured_again(bench_items, tmp_path):
     assert snapshot(out) == snapshot(tmp_path / "fresh")
 
 
-def test_records_from_before_image_digests_are_not_trusted(bench_items, tmp_path):
-    out = tmp_path / "m"
-    run(bench_items, out)
-    before = snapshot(out)
-    log = records_path(out, (0, 1))
-    old = [json.loads(line) for line in log.read_text().splitlines()]
-    for record in old:
-        del record["image_sha256"], record["truth_sha256"]
-    log.write_text("".join(json.dumps(record) + "\n" for record in old))
-    session = FakeSession()
-    result = run(bench_items, out, session)
-    assert (result.written, result.remade, result.skipped, session.calls) == (12, 12, 0, 12)
-    assert snapshot(out) == before
-
-
 def test_each_image_file_is_read_once(bench_items, tmp_path, monkeypatch):
     """New masks decode the bytes that were hashed; a rerun only hashes (no image is decoded)."""
     opened = []

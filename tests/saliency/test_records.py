@@ -57,7 +57,7 @@ def test_a_torn_last_line_is_ignored_and_rewriting_drops_it(tmp_path):
 
 def test_a_later_line_wins_within_a_file(tmp_path):
     path = tmp_path / "r.jsonl"
-    retried = MaskRecord("b.jpg", ok=True, size=(1, 1))
+    retried = MaskRecord("b.jpg", ok=True, size=(1, 1), image_sha256="b" * 64)
     log = MASK_LEDGER.log(path)
     log.append(FAILED)
     log.append(retried)
@@ -66,7 +66,8 @@ def test_a_later_line_wins_within_a_file(tmp_path):
 
 
 def test_across_shard_files_a_mask_beats_a_failure(tmp_path):
-    write_records(records_path(tmp_path, (0, 1)), [MaskRecord("b.jpg", ok=True, size=(1, 1))])
+    mask = MaskRecord("b.jpg", ok=True, size=(1, 1), image_sha256="b" * 64)
+    write_records(records_path(tmp_path, (0, 1)), [mask])
     write_records(records_path(tmp_path, (1, 2)), [FAILED, DONE])
     merged = read_all_records(tmp_path)
     assert merged["b.jpg"].ok and merged["a.jpg"] == DONE
@@ -98,13 +99,6 @@ def test_mask_maker_names_the_model_backend_precision_and_provider_of_a_folder(t
     assert maker == {"model": "u2netp", "backend": "torch", "precision": "fp32",
                      "provider": "CPUExecutionProvider"}
     assert shown_mask_maker(maker) == "u2netp, torch fp32 on CPUExecutionProvider"
-
-
-def test_mask_maker_reads_a_manifest_from_before_the_backends_as_onnxruntime_fp32(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps(
-        {"format": 1, "inference": {"provider": "CUDAExecutionProvider", "streams": 2, "threads": 1},
-         "settings": {"model": "u2net", "md5": "0" * 32, "sha256": "0" * 64, "empty_below": 0.5}}))
-    assert shown_mask_maker(mask_maker(tmp_path)) == "u2net, onnxruntime fp32 on CUDAExecutionProvider"
 
 
 def test_mask_maker_is_none_for_a_folder_without_a_manifest(tmp_path):

@@ -131,13 +131,6 @@ def test_a_plan_whose_step_leads_out_of_the_study_folder_is_refused_naming_the_s
         plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
 
 
-def test_a_plan_of_another_format_is_refused_not_read_as_this_one(tmp_path):
-    path = _tampered_plan(tmp_path, lambda data: data.update(format=2))
-    with pytest.raises(RecordError, match="format 2") as error:
-        read_plan(tmp_path)
-    assert error.value.path == str(path) and "format 1" in error.value.problem
-
-
 def test_a_worker_does_every_step_once_in_order_and_records_it(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls))

@@ -55,7 +55,7 @@ def activation_maps(features: Tensor, conv: nn.Conv2d) -> Tensor:
 CERTAINTY_MINIMA = ("row", "global")
 """What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*): ``row``, each row's
 own minimum along the width (the authors' code, which produced the published numbers); ``global``, the
-minimum over all positions (bgbias's formula before it followed the code; runs trained then read with it)."""
+minimum over all positions."""
 
 
 def certainty(maps: Tensor, minimum: str = "row") -> Tensor:

@@ -49,7 +49,7 @@ from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
-from bgbias.options import IntroducedLater, Must, introduced_later
+from bgbias.options import Must
 from bgbias.retrieval.retrievers import LearnedDistance, Retrieval
 
 BASES = ("proxy_anchor", "margin")
@@ -114,10 +114,9 @@ class AVSLOptions(MethodOptions):
     margin: ZeroOrMore = 0.2  # margin loss: α, the fixed margin
     beta: float = 1.2  # margin loss: β, the initial per-class boundary
     hard_negative_cutoff: ZeroOrMore = 0.5  # margin loss: hard negatives nearer than this count as equal
-    # row | global: what a map is shifted by before its spread is read; runs trained before the option
-    # existed shifted every map by its global minimum
-    certainty_min: Annotated[Literal[CERTAINTY_MINIMA], Must("one of: " + ", ".join(CERTAINTY_MINIMA)),
-                             IntroducedLater("global")] = "row"
+    # row | global: what a map is shifted by before its spread is read
+    certainty_min: Annotated[Literal[CERTAINTY_MINIMA],
+                             Must("one of: " + ", ".join(CERTAINTY_MINIMA))] = "row"
 
 
 class Collector(nn.Module):
@@ -206,10 +205,10 @@ class AVSL(Method):
         return [certainty(m, self.options["certainty_min"]) for m in maps[1:]]
 
     def embedding_options(self) -> dict[str, Any]:
-        """``certainty_min`` where it is not the formula of runs trained before the option existed."""
+        """``certainty_min``, but for ``global``, whose embeddings the digest of the weights alone names (so
+        that a fingerprint keeps its value)."""
         minimum = self.options["certainty_min"]
-        trained_before = introduced_later(self.Options)["certainty_min"]
-        return {} if minimum == trained_before else {"certainty_min": minimum}
+        return {} if minimum == "global" else {"certainty_min": minimum}
 
     def graph(self) -> Graph:
         """W̃ (recomputed from the edge buffers), α, β and γ_p."""

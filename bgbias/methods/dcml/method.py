@@ -39,7 +39,7 @@ from bgbias.methods.dcml.proxies import CosFaceProxies
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import global_pool
-from bgbias.options import IntroducedLater, Must
+from bgbias.options import Must
 
 
 class BatchNormHead(nn.Module):
@@ -57,8 +57,7 @@ class BatchNormHead(nn.Module):
 
 
 HEAD_NORM_GROUPS = ("backbone", "head")
-"""The parameter group of the head's BatchNorm: the backbone's (the authors' code) or the head's (runs trained
-before the option existed)."""
+"""The parameter group of the head's BatchNorm: the backbone's (the authors' code) or the head's."""
 
 AtLeastOne = Annotated[int, Field(ge=1), Must("a whole number of at least 1")]
 Positive = Annotated[float, Field(gt=0), Must("a positive number")]
@@ -80,10 +79,9 @@ class DCMLOptions(MethodOptions):
     env_lr: Positive = 0.5
     env_batch_size: AtLeastOne = 64
     paired_halves: bool = False  # the authors' SOP scheme: two steps per batch, γ to the pair partner
-    # The group (learning rate) of the head's BatchNorm, as the authors'; runs trained before the option
-    # existed trained it in the head group.
-    head_norm_group: Annotated[Literal[HEAD_NORM_GROUPS], Must("one of: " + ", ".join(HEAD_NORM_GROUPS)),
-                               IntroducedLater("head")] = "backbone"
+    # The group (learning rate) of the head's BatchNorm, as the authors'
+    head_norm_group: Annotated[Literal[HEAD_NORM_GROUPS],
+                               Must("one of: " + ", ".join(HEAD_NORM_GROUPS))] = "backbone"
 
 
 @register_method("dcml")
