@@ -122,7 +122,8 @@ class Ledger(Generic[R]):
             if previous is not None:
                 old_header, records = previous
                 if self.file_format is not None:
-                    check_format(old_header, self.file_format, path=path, what="the ledger", fix=fix)
+                    check_format(old_header, self.file_format, path=path, what="the ledger", fix=fix,
+                                 parameter="force")
                 if self.line(old_header) == self.line(header):
                     return records
                 raise OptionError(other(old_header), path=path, fix=fix, parameter="force")

@@ -64,17 +64,17 @@ def format_header(file_format: str) -> dict[str, Any]:
 
 
 def check_format(value: Any, file_format: str, *, path: str | os.PathLike[str] | None, what: str,
-                 fix: str) -> None:
+                 fix: str, parameter: str | None = None) -> None:
     """Refuse ``value`` (a file's JSON object, or a header inside it) unless it states ``file_format`` at
     version 1 (:func:`format_header`): a ``RecordError`` naming the file, and ``fix``, the command that makes
-    it again."""
+    it again (``parameter``: the argument ``fix`` names, as :class:`~bgbias.errors.BgbiasError` has it)."""
     stated = value if isinstance(value, dict) else {}
     version = stated.get("version")
     if stated.get("format") != file_format or type(version) is not int or version != FORMAT_VERSION:
         found = f"format {_shown(stated.get('format'))}, version {_shown(version)}"
         raise RecordError(f"{what} was written by a pre-release bgbias (or another tool): it states {found}, "
                           f"not format {json.dumps(file_format)}, version {FORMAT_VERSION}",
-                          path=path, fix=fix)
+                          path=path, fix=fix, parameter=parameter)
 
 
 def read_record(path: str | os.PathLike[str], shape: Any, *, what: str, fix: str,

@@ -98,7 +98,7 @@ def _explain_ledger(tmp, stated):
     settings = {"dataset": "bench", "attribution": "smoothgrad", "masks_dir": None}
     header = {"settings": settings, **stated("bgbias-explain-ledger")}
     path = _json(tmp / "explain" / "records.jsonl", header)
-    return path, lambda: claim_explain_dir(path.parent, settings, force=False), "--force"
+    return path, lambda: claim_explain_dir(path.parent, settings, force=False), "force=True"
 
 
 def _explain_results(tmp, stated):
