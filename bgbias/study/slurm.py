@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from bgbias.errors import OptionError
-from bgbias.schema import ClosedRecord
+from bgbias.fileio import write_json_atomic
+from bgbias.schema import ClosedRecord, read_record
 from bgbias.signals import Terminated
+from bgbias.study.worker import work as study_work
 
 if TYPE_CHECKING:
     import submitit
@@ -268,7 +270,7 @@ class StudyTask:
         """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
         (whether it raised :class:`~bgbias.signals.Terminated` or returned), submitit requeues the task: a
         requeued task whose step is done finds nothing to do."""
-        work = self.worker if self.worker is not None else _study_worker()
+        work = self.worker if self.worker is not None else study_work
         with _preemption_as_interruption() as preemption:
             try:
                 outcome = work(self.folder, self.goals, only=self.only, device=self.device)
@@ -283,12 +285,6 @@ class StudyTask:
         """What submitit requeues after a preemption or a time limit: the same task; its step's state is in
         the study folder (the worker resumes the training from its last checkpoint)."""
         return import_submitit().helpers.DelayedSubmission(self)
-
-
-def _study_worker() -> Worker:
-    from bgbias.study.worker import work
-
-    return work
 
 
 @dataclass
@@ -432,9 +428,6 @@ def array_ids(arrays: Sequence[SubmittedArray]) -> list[str]:
 
 def record_submission(path: Path, arrays: Sequence[SubmittedArray]) -> None:
     """Add a submission of ``arrays``, now, to :data:`SUBMITTED` (written atomically)."""
-    from bgbias.fileio import write_json_atomic
-    from bgbias.schema import read_record
-
     earlier: list[Submission] = []
     if path.exists():
         earlier = read_record(path, Submissions, what="the study's SLURM submissions",
