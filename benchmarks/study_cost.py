@@ -61,7 +61,7 @@ def main() -> None:
     for timing in timings:
         print(f"  {timing}")
     for name, run_cost in cost.costs.items():
-        print(f"  {name}: train {run_cost.train:.0f} s, measure {run_cost.measure:.0f} s ({run_cost.source})")
+        print(f"  {name}: train {run_cost.train:.0f} s, measure {run_cost.measure:.0f} s")
     print(f"estimate {cost.total:.0f} s, made in {took:.1f} s")
     if args.measured is not None:
         measured = logged_seconds(args.measured)

@@ -4,10 +4,9 @@ method and in total.
 A run step's cost is its planned work (:class:`PlannedWork`: epochs × batches, validation passes, evaluation
 passes, attributed images, counted from its configuration and its dataset's splits) times what each unit of
 work takes on the target device, timed once per distinct configuration
-(:func:`~bgbias.study.cost_timing.time_config`: a few steps of each through the engine's own code). A run
-that finished its training is costed from its records instead: the active spans of its ``train.log`` and,
-once measured, the span its evaluation cache records. The steps around the runs (prepare, the U²-Net masks,
-the page) are costed from their own timings or from what they took on the reference machine.
+(:func:`~bgbias.study.cost_timing.time_config`: a few steps of each through the engine's own code); a run
+that finished its training only has its measurement left. The steps around the runs (prepare, the U²-Net
+masks, the page) are costed from their own timings or from what they took on the reference machine.
 
 Early stopping cannot be foreseen: a run is costed for all its epochs, so a run that stops early costs less.
 """
@@ -15,31 +14,42 @@ Early stopping cannot be foreseen: a run is costed for all its epochs, so a run 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from PIL import Image
+
+from bgbias.assets.catalog import DEFAULT_ASSETS
+from bgbias.assets.store import record_path, resolve_home
+from bgbias.bench.build import BENCH_PRESETS
+from bgbias.data.images import load_image
+from bgbias.data.registry import open_dataset
+from bgbias.data.samplers import MPerClassBatchSampler
+from bgbias.data.splits import split_items
+from bgbias.engine.config import TrainConfig
+from bgbias.errors import DatasetError
+from bgbias.hardware import usable_cores
+from bgbias.methods.registry import method_class
+from bgbias.saliency.sessions import Inference, open_session
+from bgbias.study.bench import built_bench
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
 from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
 from bgbias.study.runs import REPEATS, run_config
 from bgbias.study.sizes import SplitSizes, split_sizes
 from bgbias.study.spec import StudySpec
-
-if TYPE_CHECKING:
-    from bgbias.engine.config import TrainConfig
+from bgbias.variants.variant_manifests import variant_repeats
+from bgbias.variants.variants import VARIANTS
 
 
 @dataclass(frozen=True)
 class RunCost:
-    """Seconds of one run step on the target device: training it, then measuring it (evaluation and
-    attribution); ``source`` says where the numbers come from: ``timed`` (its configuration timed on the
-    device) or ``finished run`` (its training as recorded, its measurement as recorded or timed)."""
+    """Seconds of one run step on the target device: training it (0 once its training finished), then
+    measuring it (evaluation and attribution)."""
 
     train: float
     measure: float
-    source: str
 
     @property
     def total(self) -> float:
@@ -71,10 +81,6 @@ def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
     (:func:`~bgbias.study.runs.measure_run`): the clean test split and :data:`~bgbias.study.runs.REPEATS`
     corrupted repeats, with ``profile`` the profile's sets too, and ``explain_images`` test images per
     attribution."""
-    from bgbias.data.samplers import MPerClassBatchSampler
-    from bgbias.variants.variant_manifests import variant_repeats
-    from bgbias.variants.variants import VARIANTS
-
     d, schedule = config.data, config.schedule
     if d.batches_per_epoch is not None:
         batches = d.batches_per_epoch
@@ -102,7 +108,7 @@ def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
     validation = (work.validation_clean * timing.clean_image
                   + work.validation_corrupted * timing.corrupted_image)
     train = (timing.setup + work.epochs * (work.batches * timing.train_batch + timing.epoch_overhead)
-             + work.train_images * sum(timing.epoch_starts[:work.epochs]) + work.validations * validation)
+             + work.train_images * timing.epoch_start + work.validations * validation)
     measured = timing.measure
     measure = (work.evaluation_clean * timing.clean_image + work.evaluation_corrupted * timing.corrupted_image
                + measured.evaluation_overhead
@@ -129,18 +135,15 @@ def estimate_runs(
     profile: bool,
     device: str,
     explain_images: int = EXPLAIN_IMAGES,
-    finished: Mapping[str, Path] = {},
+    trained: Collection[str] = (),
     log: Callable[[str], None] = print,
     timer: Callable[..., ConfigTiming] = time_config,
 ) -> dict[str, RunCost]:
     """The cost of each of ``runs`` of the study ``spec`` on ``device``, by folder name; ``profile``: the plan
-    measures profiles. A run in ``finished`` (folder name → run folder whose ``run.json`` says it finished)
-    is costed from its records (:func:`recorded_cost`); the others, and a finished run not measured yet,
-    from the timing of their configuration, each distinct configuration (:func:`timing_key`) timed once by
-    ``timer`` (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration
-    and its twin without BGAugment. The estimate is for all epochs: early stopping cannot be foreseen."""
-    from bgbias.methods.registry import method_class
-
+    measures profiles. Each distinct configuration (:func:`timing_key`) is timed once by ``timer``
+    (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration and its twin
+    without BGAugment; a run in ``trained`` (folder names of runs whose training finished) costs its
+    measurement alone. The estimate is for all epochs: early stopping cannot be foreseen."""
     sizes = split_sizes(spec)
     images = sample_images(spec)
     size = picture_size(spec)
@@ -150,10 +153,6 @@ def estimate_runs(
     costs = {}
     for run in runs:
         config = run_config(spec, run, device=device)
-        recorded = recorded_cost(finished[run.folder_name]) if run.folder_name in finished else None
-        if recorded is not None and recorded.measure > 0:
-            costs[run.folder_name] = recorded
-            continue
         key = timing_key(config)
         if key not in timings:
             own = method_class(config.method).own_attribution
@@ -165,61 +164,8 @@ def estimate_runs(
             measures[measured] = timings[key].measure
         work = planned_work(config, sizes, profile=profile, explain_images=explain_images)
         train, measure = run_seconds(work, timings[key])
-        costs[run.folder_name] = (RunCost(recorded.train, measure, "finished run") if recorded is not None
-                                  else RunCost(train, measure, "timed"))
+        costs[run.folder_name] = RunCost(0.0 if run.folder_name in trained else train, measure)
     return costs
-
-
-# ------------------------------------------------------------------------------------------ finished runs
-TRAIN_LOG_STARTS = (" run ", " resuming ")
-"""A ``train.log`` line that opens a training process's span: the time before it (a kill, a wait) is not
-spent on the run."""
-
-
-def recorded_cost(run_dir: Path) -> RunCost | None:
-    """A finished run's cost as its folder records it: training, the active spans of ``train.log`` (its
-    timestamped lines, the gaps before a start or resume left out); measurement, its evaluation (from the
-    end of training to the newest embedding in the evaluation cache) and its attributions
-    (:func:`attribution_seconds`), 0 until both are recorded. None without a readable ``train.log``."""
-    log = Path(run_dir) / "train.log"
-    try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    total, previous = 0.0, None
-    for line in lines:
-        try:
-            stamp = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            continue
-        if previous is not None and not any(word in line[19:30] for word in TRAIN_LOG_STARTS):
-            total += (stamp - previous).total_seconds()
-        previous = stamp
-    if previous is None:
-        return None
-    cached = [path.stat().st_mtime for path in (Path(run_dir) / "eval" / "cache").glob("*.npz")]
-    explained = [attribution_seconds(folder) for folder in sorted((Path(run_dir) / "explain").glob("*"))]
-    explained = [seconds for seconds in explained if seconds is not None]
-    if not cached or not explained:
-        return RunCost(total, 0.0, "finished run")
-    return RunCost(total, max(0.0, max(cached) - previous.timestamp()) + sum(explained), "finished run")
-
-
-def attribution_seconds(folder: Path) -> float | None:
-    """The seconds an ``explain`` folder's images took, from its gallery's maps: each is saved as the loop
-    scores its image, and the gallery's picks are spread evenly over the images, first and last included
-    (:func:`~bgbias.corrupted.gallery.evenly_spread`), so the first and last maps span all the images but
-    one. A later pass over the same folder keeps them; its other files it rewrites. None with fewer than
-    two maps."""
-    maps = sorted(path.stat().st_mtime for path in (folder / "maps").rglob("*.png"))
-    try:
-        with (folder / "records.jsonl").open(encoding="utf-8") as ledger:
-            images = sum(1 for line in ledger if line.strip()) - 1  # the settings line first
-    except OSError:
-        return None
-    if len(maps) < 2 or images < 2:
-        return None
-    return (maps[-1] - maps[0]) * images / (images - 1)
 
 
 # ------------------------------------------------------------------------------------------------ dataset
@@ -229,10 +175,6 @@ SAMPLE_IMAGES = 16
 
 def sample_images(spec: StudySpec) -> list[Path]:
     """The first training images of the study's dataset (none where it is not there yet)."""
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
-    from bgbias.errors import DatasetError
-
     try:
         dataset = open_dataset(spec.dataset, spec.root)
         return [Path(item.image) for item in split_items(dataset, "train", "fixed", 0)[:SAMPLE_IMAGES]]
@@ -244,8 +186,6 @@ def picture_size(spec: StudySpec) -> tuple[int, int]:
     """(width, height) of the synthetic pictures standing in for a dataset that is not there yet: the
     bench preset's view size, else a typical photograph of the datasets (CUB's and Cars196's are about
     500 × 375)."""
-    from bgbias.bench.build import BENCH_PRESETS
-
     if spec.bench is not None:
         side = BENCH_PRESETS[spec.bench.preset].image_size
         return side, side
@@ -253,39 +193,31 @@ def picture_size(spec: StudySpec) -> tuple[int, int]:
 
 
 # -------------------------------------------------------------------------------------- steps around runs
-PREPARE_SECONDS = {"assets verified": 1.0, "assets fetched": 60.0, "pools": 12.0, "bench per image": 0.0026,
-                   "layout per image": 0.0002}
+PREPARE_SECONDS = {"assets verified": 1.0, "assets fetched": 60.0, "pools": 12.0, "bench per image": 0.0026}
 """What ``prepare``'s parts took on the reference machine (2 CPU cores, docs/benchmarks.md): verifying the
-installed assets, fetching them (mostly the network's time), completing the background pools, building the
-bench (per image of it, 1,984 for the small preset) and checking a real dataset's layout (per image)."""
+installed assets, fetching them (mostly the network's time), completing the background pools and building
+the bench (per image of it, 1,984 for the small preset). A real dataset's layout check takes seconds."""
 
 
-def estimate_prepare(spec: StudySpec, *, done: bool, device: str) -> float:
-    """Seconds of the study's ``prepare`` step (0 when ``done``): on the bench the assets (fetched or
-    verified), the pools where ``spec.backgrounds`` lacks them, the bench where it is not built; on a real
-    dataset, checking its layout. CPU work on the machine that runs it, whatever ``device``."""
-    del device  # prepare runs on the CPU
+def estimate_prepare(spec: StudySpec, *, done: bool) -> float:
+    """Seconds of the study's ``prepare`` step (0 when ``done``): the pools where ``spec.backgrounds`` lacks
+    them, and on the bench the assets (fetched or verified) and the bench where it is not built. CPU work on
+    the machine that runs it, whatever the device."""
     if done:
         return 0.0
     seconds = 0.0 if all((Path(spec.backgrounds) / pool).is_dir() for pool in ("train", "test")) \
         else PREPARE_SECONDS["pools"]
-    images = split_sizes(spec).images
-    if spec.bench is None:
-        return seconds + images * PREPARE_SECONDS["layout per image"]
-    from bgbias.study.bench import built_bench
-
-    seconds += PREPARE_SECONDS["assets verified" if _assets_installed() else "assets fetched"]
     bench = spec.bench
+    if bench is None:
+        return seconds
+    seconds += PREPARE_SECONDS["assets verified" if _assets_installed() else "assets fetched"]
     if built_bench(Path(spec.root), preset=bench.preset, rho=bench.rho, seed=bench.seed) is None:
-        seconds += images * PREPARE_SECONDS["bench per image"]
+        seconds += split_sizes(spec).images * PREPARE_SECONDS["bench per image"]
     return seconds
 
 
 def _assets_installed() -> bool:
     """Whether every default asset has its install record (then ``prepare`` only verifies them)."""
-    from bgbias.assets.catalog import DEFAULT_ASSETS
-    from bgbias.assets.store import record_path, resolve_home
-
     home = resolve_home(None)
     return all(record_path(name, home).is_file() for name in DEFAULT_ASSETS)
 
@@ -301,14 +233,6 @@ def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
     writing, which the pipeline's workers do while the network computes (:mod:`~bgbias.saliency.pipeline`).
     A missing model file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its
     masks."""
-    import time
-
-    from PIL import Image
-
-    from bgbias.data.images import load_image
-    from bgbias.hardware import usable_cores
-    from bgbias.saliency.sessions import Inference, open_session
-
     if not spec.made_masks or images == 0:
         return 0.0
     session = open_session(spec.masks, Inference(device="cpu" if device == "cpu" else "auto"))
@@ -354,27 +278,25 @@ def format_cost(
     page: float,
     device: str,
 ) -> str:
-    """The dry run's cost table: per method the device-hours of its runs (training, measurement, total)
-    and where they come from, then prepare, masks, the page and the total; minutes beside hours under
-    an hour."""
+    """The dry run's cost table: per method the device-hours of its runs (training, measurement, total),
+    then prepare, masks, the page and the total; minutes beside hours under an hour."""
     by_method: dict[str, list[RunCost]] = {}
     for run in runs:
         by_method.setdefault(run.method, []).append(costs[run.folder_name])
-    rows = [("step", "runs", "train", "measure", "total", "from")]
+    rows = [("step", "runs", "train", "measure", "total")]
     for method, method_costs in by_method.items():
-        sources = sorted({cost.source for cost in method_costs})
-        rows.append((method, str(len(method_costs)), _hours(sum(c.train for c in method_costs)),
-                     _hours(sum(c.measure for c in method_costs)), _hours(sum(c.total for c in method_costs)),
-                     ", ".join(sources)))
+        seconds = [sum(c.train for c in method_costs), sum(c.measure for c in method_costs),
+                   sum(c.total for c in method_costs)]
+        rows.append((method, str(len(method_costs)), *map(_hours, seconds)))
     for name, seconds in (("prepare", prepare), ("masks", masks), ("page", page)):
-        rows.append((name, "", "", "", _hours(seconds), ""))
+        rows.append((name, "", "", "", _hours(seconds)))
     total = prepare + masks + page + sum(costs[run.folder_name].total for run in runs)
-    rows.append(("total", str(len(runs)), "", "", _hours(total), ""))
+    rows.append(("total", str(len(runs)), "", "", _hours(total)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"cost on {device} (device-hours; early stopping not foreseen: every epoch counted)"]
     for row in rows:
-        numbers = [cell.rjust(width) for cell, width in zip(row[1:5], widths[1:5], strict=True)]
-        cells = [row[0].ljust(widths[0]), *numbers, row[5]]
+        cells = [row[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in zip(row[1:], widths[1:],
+                                                                                    strict=True))]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 

@@ -16,6 +16,8 @@ a stand-in of CUB crops what CUB would.
 from __future__ import annotations
 
 import contextlib
+import csv
+import dataclasses
 import gc
 import shutil
 import tempfile
@@ -23,17 +25,36 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from PIL import Image, ImageDraw
+from tqdm import tqdm
 
+from bgbias.attribution.run import explain
+from bgbias.corrupted.corrupted_images import CorruptedImages
+from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.geometry import EvalGeometry
+from bgbias.data.images import load_image
+from bgbias.data.registry import dataset_class, open_dataset
+from bgbias.data.splits import split_items
+from bgbias.engine import distributed
+from bgbias.engine.config import TrainConfig
+from bgbias.engine.device import resolve_amp, resolve_device
+from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-
-if TYPE_CHECKING:
-    import torch
-
-    from bgbias.data.geometry import EvalGeometry
-    from bgbias.engine.config import TrainConfig
+from bgbias.engine.request import MeasureRequest
+from bgbias.engine.run_dir import RunDir
+from bgbias.engine.split_states import EVAL_BATCH_SIZE
+from bgbias.engine.training_build import prepare_inputs
+from bgbias.engine.training_data import train_geometry_of
+from bgbias.engine.training_loop import TrainingSession
+from bgbias.fileio import make_dirs
+from bgbias.methods.embedding_model import TrainedOn
+from bgbias.report.evaluate import evaluate
+from bgbias.saliency.ground_truth import copy_ground_truth_masks
 
 TRAIN_STEPS = 3
 """Timed loader batches of training (after an epoch of as many to warm up: first allocations, workers)."""
@@ -71,8 +92,8 @@ class ConfigTiming:
 
     ``setup``: building the run (dataset, model, loader, session) once; ``train_batch``: one loader batch's
     optimiser steps; ``epoch_overhead``: what an epoch adds to its steps and validation (checkpoints, curves,
-    records); ``epoch_starts``: the method's epoch-start hook of each epoch of the schedule timed (DCML
-    re-learns its environments over the training split every few epochs), per training image;
+    records); ``epoch_start``: the method's epoch-start hooks over the whole schedule (DCML re-learns its
+    environments over the training split every few epochs), per training image;
     ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size (corrupted and
     profile sets composite their backgrounds on the way); ``measure``: the rest of measuring the trained
     model."""
@@ -80,7 +101,7 @@ class ConfigTiming:
     setup: float
     train_batch: float
     epoch_overhead: float
-    epoch_starts: tuple[float, ...]
+    epoch_start: float
     clean_image: float
     corrupted_image: float
     measure: MeasureTiming
@@ -125,9 +146,6 @@ def time_config(
     unless ``measure`` is given (the measurement of a configuration that differs only in BGAugment).
     The backbone starts from random weights: no weight file is read or fetched. Everything is written into a
     temporary folder, removed on return; no process or thread is left behind."""
-    from bgbias.data.registry import dataset_class
-    from bgbias.engine.training_data import train_geometry_of
-
     train_geometry = train_geometry_of(config, config.dataset)
     eval_geometry = dataset_class(config.dataset).eval_geometry
     with tempfile.TemporaryDirectory(prefix="bgbias-cost-") as folder:
@@ -151,12 +169,6 @@ def time_config(
 def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
                    attributions: Sequence[str], measure: MeasureTiming | None,
                    log: Callable[[str], None]) -> ConfigTiming:
-    from bgbias.engine import distributed
-    from bgbias.engine.device import resolve_device
-    from bgbias.engine.run_dir import RunDir
-    from bgbias.engine.training_build import prepare_inputs
-    from bgbias.engine.training_loop import TrainingSession
-    from bgbias.fileio import make_dirs
 
     device = resolve_device(config.device)
     dist = distributed.Distributed()
@@ -170,9 +182,9 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
         session.epoch()  # warm-up: the first steps allocate, the loader starts its workers
         train_batch = _timed(lambda: session.train_steps(), device) / TRAIN_STEPS
         epoch = _timed(session.epoch, device) - session.state.history[-1].get("epoch_start_seconds", 0.0)
-        starts = [_timed(lambda number=number: session.method.on_epoch_start(number, session.training_data),
-                         device) / len(inputs.train_items)
-                  for number in range(1, config.schedule.epochs + 1)]
+        hooks = [lambda number=number: session.method.on_epoch_start(number, session.training_data)
+                 for number in range(1, config.schedule.epochs + 1)]
+        start = sum(_timed(hook, device) for hook in hooks) / len(inputs.train_items)
         clean, corrupted = _embedding_seconds(session, inputs, eval_geometry, stand_in, folder)
         validated = len(session.validation.sets.get("val", ())) * clean + len(
             session.validation.sets.get("val_corrupted", ())) * corrupted
@@ -186,19 +198,13 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
             measure = MeasureTiming(evaluation, tuple(per_image), explain_overhead)
     finally:
         session.close()
-    return ConfigTiming(setup, train_batch, epoch_overhead, tuple(starts), clean, corrupted, measure)
+    return ConfigTiming(setup, train_batch, epoch_overhead, start, clean, corrupted, measure)
 
 
 def _embedding_seconds(session: Any, inputs: Any, eval_geometry: EvalGeometry, stand_in: StandIn,
                        folder: Path) -> tuple[float, float]:
     """Seconds per image of a clean and a corrupted pass at evaluation batch size over the stand-in's
     validation split (its corrupted set from the test pool, as evaluation's)."""
-    from bgbias.corrupted.corrupted_images import CorruptedImages
-    from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests
-    from bgbias.data.eval_images import EvalImages
-    from bgbias.engine.embedding import embed_images
-    from bgbias.engine.split_states import EVAL_BATCH_SIZE
-
     items = inputs.val_items
     [path] = make_corrupted_manifests(inputs.dataset, "val", repeats=1, backgrounds=stand_in.backgrounds,
                                       out_dir=folder / "corrupted", geometry=eval_geometry)
@@ -216,9 +222,6 @@ def _measured_model(session: Any, config: TrainConfig, device: torch.device,
                     eval_geometry: EvalGeometry) -> Any:
     """The session's method as evaluation and attribution see a trained run, measured at the geometry of
     the dataset it stands in for (the :class:`~bgbias.methods.embedding_model.OwnGeometry` capability)."""
-    from bgbias.engine.device import resolve_amp
-    from bgbias.methods.embedding_model import TrainedOn
-
     trained = TrainedOn("bench", Path(config.root))
     return StandInModel(session.method, device, home=session.run.root, amp=resolve_amp(config.amp, device),
                         trained=trained, geometry=eval_geometry)
@@ -228,9 +231,6 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
                          corrupted: float) -> float:
     """What ``bgbias eval --corrupted`` adds to its embeddings: one evaluation of the stand-in's test split
     (one corrupted repeat), less the time of its two embedding passes."""
-    from bgbias.engine.request import MeasureRequest
-    from bgbias.report.evaluate import evaluate
-
     request = MeasureRequest(corrupted=True, repeats=1, masks=stand_in.masks,
                              backgrounds=stand_in.backgrounds, manifests=folder / "corrupted-test",
                              progress=False)
@@ -245,11 +245,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     then one and 1 + :data:`EXPLAINED_IMAGES` without a gallery (their difference is the images'), the
     latter again with its gallery (whose rows are scaled to the study's gallery); and what the explains add
     to their images, all together."""
-    import dataclasses
-
-    from bgbias.attribution.run import explain
-    from bgbias.engine.request import MeasureRequest
-
     per_image, overheads = [], []
     for attribution in attributions:
         base = MeasureRequest(attribution=attribution, masks=stand_in.masks, progress=False)
@@ -269,8 +264,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
 
 
 def _split_size(root: Path, split: str) -> int:
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
 
     return len(split_items(open_dataset("bench", root), split, "fixed", 0))
 
@@ -281,8 +274,6 @@ def _quiet(message: str) -> None:
 
 def _timed(function: Callable[[], object], device: torch.device) -> float:
     """Wall seconds of ``function()`` on ``device`` (CUDA work waited for at both ends)."""
-    import torch
-
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.perf_counter()
@@ -297,9 +288,6 @@ def _released() -> Iterator[None]:
     """Leave nothing of the timing behind: tqdm's monitor thread is not started meanwhile (its
     ``monitor_interval`` 0), loader workers end with their loaders, collected on the way out, and the
     device's cached memory goes back for the run that follows."""
-    import torch
-    from tqdm import tqdm
-
     interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
     try:
         yield
@@ -317,11 +305,6 @@ def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], im
     :data:`STAND_IN_BATCHES` of ``config``'s (``m_per_class`` images each), :data:`EMBED_IMAGES` validation
     images, a test split as large, exact masks laid out where BGAugment reads them, and pools
     (``backgrounds`` when it holds both, else synthetic)."""
-    import csv
-
-    from bgbias.data.registry import open_dataset
-    from bgbias.saliency.ground_truth import copy_ground_truth_masks
-
     root = folder / "bench"
     m = config.data.m_per_class
     classes = max(2, STAND_IN_BATCHES * config.data.batch_size // m) + 1
@@ -354,8 +337,6 @@ def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], im
 
 def _write_image(path: Path, source: Path | None, size: tuple[int, int], rng: np.random.Generator) -> None:
     """A copy of ``source``, or a smooth random picture of ``size`` (JPEG decodes as photographs do)."""
-    from PIL import Image
-
     path.parent.mkdir(parents=True, exist_ok=True)
     if source is not None:
         shutil.copyfile(source, path)
@@ -369,10 +350,6 @@ def _write_image(path: Path, source: Path | None, size: tuple[int, int], rng: np
 
 def _write_mask(path: Path, image: Path) -> None:
     """An ellipse over the middle of ``image``: the object BGAugment keeps."""
-    from PIL import Image, ImageDraw
-
-    from bgbias.data.images import load_image
-
     width, height = load_image(image).size  # upright: the size the image is read at, as its mask must be
     mask = Image.new("L", (width, height), 0)
     ImageDraw.Draw(mask).ellipse((width // 5, height // 5, 4 * width // 5, 4 * height // 5), fill=255)

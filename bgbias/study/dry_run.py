@@ -6,20 +6,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bgbias.engine.device import resolve_device
+from bgbias.engine.run_dir import DONE, RunDir, read_record
+from bgbias.study.cost import (
+    RunCost,
+    estimate_masks,
+    estimate_page,
+    estimate_prepare,
+    estimate_runs,
+    format_cost,
+)
+from bgbias.study.cost_timing import ConfigTiming, time_config
 from bgbias.study.ledger import FINISHED, Plan, read_plan
 from bgbias.study.pipeline import merged_plan, slurm_stages
 from bgbias.study.plan import StudyPlan, StudyRun
-from bgbias.study.sizes import known_size_note
-from bgbias.study.slurm import SlurmOptions
+from bgbias.study.sizes import known_size_note, split_sizes
+from bgbias.study.slurm import SlurmOptions, submission_text
 from bgbias.study.spec import StudySpec
 from bgbias.study.steps import mask_shards, page_step_id
 from bgbias.study.worker import needed_steps
-
-if TYPE_CHECKING:
-    from bgbias.study.cost import RunCost
-    from bgbias.study.cost_timing import ConfigTiming
 
 
 def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: bool = False,
@@ -34,10 +40,8 @@ def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: 
     parts = [f"study folder {folder} ({spec.title}){'' if current else ': a new plan'}",
              *([note] if note else []),
              _steps_text(merged, goals),
-             describe_cost(folder, merged, goals, device=device)]
+             plan_cost(folder, merged, goals, device=device).table()]
     if slurm is not None:
-        from bgbias.study.slurm import submission_text
-
         parts.append("the submission (nothing was submitted):\n"
                      + submission_text(folder, slurm_stages(merged, goals), slurm))
     return "\n\n".join(parts)
@@ -74,43 +78,25 @@ class PlanCost:
 
     def table(self) -> str:
         """The cost table the dry run prints (:func:`~bgbias.study.cost.format_cost`)."""
-        from bgbias.study.cost import format_cost
-
         return format_cost(self.runs, self.costs, prepare=self.prepare, masks=self.masks, page=self.page,
                            device=self.device)
-
-
-def describe_cost(folder: Path, plan: Plan, goals: list[str], *, device: str) -> str:
-    """What the steps of ``goals`` that are not done will cost on ``device``, as the dry run's table."""
-    return plan_cost(folder, plan, goals, device=device).table()
 
 
 def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
               timer: Callable[..., ConfigTiming] | None = None) -> PlanCost:
     """What the steps of ``goals`` that are not done will cost on ``device`` (:mod:`bgbias.study.cost`):
     the runs timed per distinct configuration by ``timer`` (default
-    :func:`~bgbias.study.cost_timing.time_config`), or read from their records where training finished, the
-    prepare step, the masks shards left and the page."""
-    from bgbias.engine.device import resolve_device
-    from bgbias.engine.run_dir import DONE, RunDir, read_record
-    from bgbias.study.cost import estimate_masks, estimate_page, estimate_prepare, estimate_runs
-    from bgbias.study.cost_timing import time_config
-    from bgbias.study.sizes import split_sizes
-
+    :func:`~bgbias.study.cost_timing.time_config`; a run whose training finished costs its measurement
+    alone), the prepare step, the masks shards left and the page."""
     device = str(resolve_device(device))
     needed = needed_steps(plan, goals)
     left = [step_id for step_id in needed if plan.steps[step_id].state != "done"]
     args = [step.run for step in (plan.steps[step_id] for step_id in left) if step.run is not None]
     runs = [arg.study_run() for arg in args]
-    finished = {}
-    for run in runs:
-        run_dir = folder / run.folder_name
-        record = read_record(RunDir(run_dir)) if run_dir.is_dir() else None
-        if record is not None and record.status in DONE:
-            finished[run.folder_name] = run_dir
+    trained = [run.folder_name for run in runs if _trained(folder / run.folder_name)]
     costs = estimate_runs(plan.spec, runs, profile=any(arg.profile for arg in args), device=device,
                           explain_images=max((arg.explain_images for arg in args), default=0),
-                          finished=finished, log=lambda _: None, timer=timer or time_config) if runs else {}
+                          trained=trained, log=lambda _: None, timer=timer or time_config) if runs else {}
     shards = [plan.steps[step_id] for step_id in needed if plan.steps[step_id].kind == "masks"]
     masks_left = sum(step.state != "done" for step in shards)
     masks = 0.0
@@ -118,6 +104,12 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
         images = split_sizes(plan.spec).images
         masks = estimate_masks(plan.spec, images * masks_left // len(shards), device=device)
     pages = [plan.steps[step_id] for step_id in left if plan.steps[step_id].kind == "page"]
-    prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done", device=device)
+    prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done")
     page = sum(estimate_page(len(step.needs)) for step in pages)
     return PlanCost(runs, costs, prepare, masks, page, device)
+
+
+def _trained(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` finished its training (its ``run.json`` says so)."""
+    record = read_record(RunDir(run_dir)) if run_dir.is_dir() else None
+    return record is not None and record.status in DONE

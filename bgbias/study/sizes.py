@@ -9,7 +9,13 @@ import collections
 from dataclasses import dataclass
 from pathlib import Path
 
+from bgbias.assets.store import asset_dir
+from bgbias.bench.build import BENCH_PRESETS, split_classes
+from bgbias.bench.stamps import select_stamps
 from bgbias.data.items import KnownSize
+from bgbias.data.registry import dataset_class, open_dataset
+from bgbias.data.splits import partition_by_class_id, split_items
+from bgbias.errors import AssetError, DatasetError
 from bgbias.study.spec import StudySpec
 
 
@@ -32,10 +38,6 @@ def split_sizes(spec: StudySpec) -> SplitSizes:
     """The dataset's split sizes (the fixed split): counted where it is, else (a bench the study will build)
     from the bench's settings and the stamps it will be built from, or (a published dataset not downloaded
     yet, :func:`known_size`) from its known size."""
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
-    from bgbias.errors import DatasetError
-
     known = known_size(spec)
     if known is not None:
         return _known_sizes(known)
@@ -55,8 +57,6 @@ def known_size(spec: StudySpec) -> KnownSize | None:
     """The known size of the study's dataset where its root is not a folder yet (a dry run before the
     download, :func:`~bgbias.study.spec.dataset_spec`); None where the dataset is there (it is counted) or
     has no known size."""
-    from bgbias.data.registry import dataset_class
-
     if spec.bench is not None or Path(spec.root).is_dir():
         return None
     return dataset_class(spec.dataset).known_size
@@ -66,8 +66,6 @@ def _known_sizes(known: KnownSize) -> SplitSizes:
     """A published dataset's split sizes from its known size: its classes cut by class id as its layout cuts
     them (:func:`~bgbias.data.splits.partition_by_class_id`), the test images spread evenly over the test
     classes and the others over the rest (the first classes of each one more where they do not divide)."""
-    from bgbias.data.splits import partition_by_class_id
-
     trainval, test, val_start = partition_by_class_id(range(1, known.classes + 1), known.last_train_class,
                                                       known.last_trainval_class)
     images = {**_spread(known.images - known.test_images, trainval), **_spread(known.test_images, test)}
@@ -85,8 +83,6 @@ def _spread(images: int, classes: list[int]) -> dict[int, int]:
 def known_size_note(spec: StudySpec) -> str | None:
     """What the dry run says when it priced a dataset from its known size: that the dataset is not there,
     the size and split it used, and where to put the dataset; None when it counted the dataset."""
-    from bgbias.data.registry import dataset_class
-
     known = known_size(spec)
     if known is None:
         return None
@@ -107,11 +103,6 @@ on before the stamps are fetched."""
 
 
 def _planned_bench_sizes(spec: StudySpec) -> SplitSizes:
-    from bgbias.assets.store import asset_dir
-    from bgbias.bench.build import BENCH_PRESETS, split_classes
-    from bgbias.bench.stamps import select_stamps
-    from bgbias.errors import AssetError
-
     assert spec.bench is not None
     try:
         classes = len(select_stamps(asset_dir("tuxpaint_stamps") / "stamps"))

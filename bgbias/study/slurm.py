@@ -25,7 +25,6 @@ import datetime
 import math
 import os
 import re
-import shlex
 import signal
 import threading
 import types
@@ -36,8 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from bgbias.errors import OptionError
-from bgbias.schema import ClosedRecord
+from bgbias.fileio import write_json_atomic
+from bgbias.schema import ClosedRecord, read_record
 from bgbias.signals import Terminated
+from bgbias.study.worker import work as study_work
 
 if TYPE_CHECKING:
     import submitit
@@ -114,12 +115,9 @@ def slurm_options(
 
 
 def checked_options(options: SlurmOptions) -> SlurmOptions:
-    """``options``, once every text value of them is one the batch script can hold (:func:`script_value`)."""
-    if options.partition is not None:
-        script_value(options.partition, "--slurm-partition")
-    for key, value in options.extra.items():
-        if isinstance(value, str):
-            script_value(value, f"--slurm-opt {key}")
+    """``options``, once every text value of them is one the batch script can hold (:func:`script_value`) and
+    submitit takes every ``--slurm-opt`` key (:func:`configured`)."""
+    configured(_offline_executor(Path(SLURM_FOLDER)), options)
     return options
 
 
@@ -161,65 +159,36 @@ def _count(option: str, text: str, *, least: int = 1) -> int:
     return value
 
 
+FLAGS = {"true": True, "false": False}
+"""``--slurm-opt`` values that are flags."""
+
+
 def parse_slurm_opts(opts: Sequence[str]) -> dict[str, str | int | bool]:
-    """``--slurm-opt key=value`` (repeatable) as submitit's SLURM parameters: the key is one of submitit's
-    parameter names (``mail-type`` and ``mail_type`` alike), the value a number where submitit's default is
-    one, ``true``/``false`` where it is a flag, else the text (``true`` for a parameter without a default
-    gives sbatch's bare flag, e.g. ``exclusive=true``). Keys submitit does not know, keys that options of
-    their own set and keys the study sets itself are an ``OptionError`` with the keys it takes."""
-    known = _submitit_defaults()
-    settable = sorted(set(known) - set(OWN_OPTIONS) - set(SET_BY_THE_STUDY))
+    """``--slurm-opt key=value`` (repeatable) as submitit's SLURM parameters: ``mail-type`` and ``mail_type``
+    alike; the value a whole number, ``true``/``false`` (a flag: ``exclusive=true`` gives sbatch's bare
+    ``--exclusive``) or the text. Keys that options of their own set, keys the study sets itself and keys
+    given twice are an ``OptionError``; submitit checks the names (:func:`configured`)."""
     parsed: dict[str, str | int | bool] = {}
     for text in opts:
         key, equals, value = text.partition("=")
-        key = key.strip().replace("-", "_")
+        key, value = key.strip().replace("-", "_"), value.strip()
         if not equals or not key:
             raise OptionError(f"--slurm-opt takes key=value, not {text!r}",
                               fix="pass e.g. --slurm-opt qos=high --slurm-opt mem=64G")
+        if not value:
+            raise OptionError(f"--slurm-opt {key} has no value", fix=f"pass --slurm-opt {key}=VALUE")
         if OWN_OPTIONS.get(key):
             raise OptionError(f"--slurm-opt {key} is set with an option of its own",
                               fix=f"pass {OWN_OPTIONS[key]} instead")
         if key in SET_BY_THE_STUDY or key in OWN_OPTIONS:
             reason = SET_BY_THE_STUDY.get(key, "the study names its jobs itself")
             raise OptionError(f"--slurm-opt cannot set {key}: {reason}",
-                              fix=f"leave it out; --slurm-opt takes: {', '.join(settable)}")
-        if key not in known:
-            raise OptionError(f"--slurm-opt {key}: submitit knows no such SLURM parameter",
-                              fix=f"use one of: {', '.join(settable)}")
+                              fix="leave it out; --slurm-opt takes submitit's other SLURM parameters, e.g. "
+                                  "qos, mem, account, constraint, mail_type")
         if key in parsed:
             raise OptionError(f"--slurm-opt {key} is given twice", fix="give each key once")
-        parsed[key] = _typed_value(key, value.strip(), known[key])
+        parsed[key] = FLAGS.get(value.lower(), int(value) if re.fullmatch(r"-?\d+", value) else value)
     return parsed
-
-
-def _typed_value(key: str, value: str, default: object) -> str | int | bool:
-    """``value`` as the type of submitit's default for ``key``."""
-    flags = {"true": True, "false": False}
-    if isinstance(default, bool):
-        if value.lower() not in flags:
-            raise OptionError(f"--slurm-opt {key} takes true or false, not {value!r}",
-                              fix=f"pass --slurm-opt {key}=true or {key}=false")
-        return flags[value.lower()]
-    if isinstance(default, int):
-        try:
-            return int(value)
-        except ValueError:
-            raise OptionError(f"--slurm-opt {key} takes a whole number, not {value!r}",
-                              fix=f"pass e.g. --slurm-opt {key}={default}") from None
-    if not value:
-        raise OptionError(f"--slurm-opt {key} has no value", fix=f"pass --slurm-opt {key}=VALUE")
-    return True if default is None and value.lower() == "true" else value
-
-
-def _submitit_defaults() -> dict[str, Any]:
-    """Every parameter submitit's SlurmExecutor takes, with its default."""
-    submitit = import_submitit()
-    # submitit lists the names (SlurmExecutor._valid_parameters) but keeps their defaults, the only place that
-    # says which take numbers or flags, in this module-level function; version pinned in the lock.
-    from submitit.slurm.slurm import _get_default_parameters
-
-    names = submitit.SlurmExecutor._valid_parameters()
-    return {name: value for name, value in _get_default_parameters().items() if name in names}
 
 
 def import_submitit() -> types.ModuleType:
@@ -233,9 +202,13 @@ def import_submitit() -> types.ModuleType:
 
 
 def slurm_parameters(options: SlurmOptions) -> dict[str, Any]:
-    """The parameters of submitit's SlurmExecutor for ``options`` (what :func:`submit_study` passes it, and
-    what :func:`submission_text` renders)."""
-    checked_options(options)
+    """The parameters of submitit's SlurmExecutor for ``options`` (what :func:`configured` gives it), once
+    their text values are ones the batch script can hold (:func:`script_value`)."""
+    if options.partition is not None:
+        script_value(options.partition, "--slurm-partition")
+    for key, value in options.extra.items():
+        if isinstance(value, str):
+            script_value(value, f"--slurm-opt {key}")
     parameters: dict[str, Any] = {"job_name": JOB_NAME, "time": options.time,
                                   "gpus_per_task": options.gpus_per_task}
     named = {"partition": options.partition, "cpus_per_task": options.cpus_per_task,
@@ -243,6 +216,35 @@ def slurm_parameters(options: SlurmOptions) -> dict[str, Any]:
     parameters.update({key: value for key, value in named.items() if value is not None})
     parameters.update(options.extra)
     return parameters
+
+
+def configured(executor: submitit.SlurmExecutor, options: SlurmOptions) -> submitit.SlurmExecutor:
+    """``executor`` given :func:`slurm_parameters` of ``options`` through submitit's own
+    ``update_parameters``, which refuses a name it does not know: then an ``OptionError`` that names the
+    ``--slurm-opt`` key and the parameters submitit lists."""
+    for key, value in slurm_parameters(options).items():
+        try:
+            executor.update_parameters(**{key: value})
+        except ValueError as error:
+            listed = re.findall(r"^\s+- (\w+)", str(error), re.MULTILINE)
+            settable = [name for name in listed if name not in OWN_OPTIONS and name not in SET_BY_THE_STUDY]
+            raise OptionError(f"--slurm-opt {key}: submitit knows no such SLURM parameter",
+                              fix=f"use one of: {', '.join(settable)}") from None
+    return executor
+
+
+def _offline_executor(folder: Path) -> submitit.SlurmExecutor:
+    """submitit's SlurmExecutor on a machine that may lack SLURM's commands: it checks parameters and renders
+    the batch script as the real one does, and submits nothing (submitit refuses to make one without srun on
+    the PATH, which it reads through ``affinity``)."""
+    submitit = import_submitit()
+
+    class OfflineSlurmExecutor(submitit.SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:
+            return 1
+
+    return OfflineSlurmExecutor(folder)
 
 
 class Worker(Protocol):
@@ -268,7 +270,7 @@ class StudyTask:
         """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
         (whether it raised :class:`~bgbias.signals.Terminated` or returned), submitit requeues the task: a
         requeued task whose step is done finds nothing to do."""
-        work = self.worker if self.worker is not None else _study_worker()
+        work = self.worker if self.worker is not None else study_work
         with _preemption_as_interruption() as preemption:
             try:
                 outcome = work(self.folder, self.goals, only=self.only, device=self.device)
@@ -283,12 +285,6 @@ class StudyTask:
         """What submitit requeues after a preemption or a time limit: the same task; its step's state is in
         the study folder (the worker resumes the training from its last checkpoint)."""
         return import_submitit().helpers.DelayedSubmission(self)
-
-
-def _study_worker() -> Worker:
-    from bgbias.study.worker import work
-
-    return work
 
 
 @dataclass
@@ -376,8 +372,7 @@ def slurm_executor(folder: Path, options: SlurmOptions) -> submitit.SlurmExecuto
         raise OptionError(f"--executor slurm needs SLURM's commands (srun, sbatch): {error}",
                           fix="run the study on a login node of the cluster, or see the submission it would "
                               "make with --dry-run") from None
-    executor.update_parameters(**slurm_parameters(options))
-    return executor
+    return configured(executor, options)
 
 
 def submit_study(
@@ -433,9 +428,6 @@ def array_ids(arrays: Sequence[SubmittedArray]) -> list[str]:
 
 def record_submission(path: Path, arrays: Sequence[SubmittedArray]) -> None:
     """Add a submission of ``arrays``, now, to :data:`SUBMITTED` (written atomically)."""
-    from bgbias.fileio import write_json_atomic
-    from bgbias.schema import read_record
-
     earlier: list[Submission] = []
     if path.exists():
         earlier = read_record(path, Submissions, what="the study's SLURM submissions",
@@ -448,46 +440,28 @@ def record_submission(path: Path, arrays: Sequence[SubmittedArray]) -> None:
 
 def submission_text(folder: Path, stages: Sequence[Sequence[str]], options: SlurmOptions) -> str:
     """What ``--executor slurm --dry-run`` prints: for each array the steps of its tasks and the #SBATCH lines
-    of the script submitit would submit for it; nothing is submitted.
-
-    submitit has no public way to render its sbatch script without submitting it (its SlurmExecutor needs
-    srun on the PATH, and renders the script as it submits), so the lines are rendered here
-    (:func:`sbatch_lines`) from :func:`slurm_parameters`, the parameters :func:`submit_study` passes it."""
+    of the script submitit would submit for it (:func:`sbatch_lines`); nothing is submitted."""
     import_submitit()
     script_value(str(Path(folder).absolute()), "the study folder's path", path=folder)
     arrays = [list(steps) for steps in stages if steps]
     blocks = []
     for number, steps in enumerate(arrays, 1):
-        parameters = slurm_parameters(options)
-        if number > 1:
-            parameters["dependency"] = f"afterany:ARRAY{number - 1}_JOB_ID"
+        dependency = f"afterany:ARRAY{number - 1}_JOB_ID" if number > 1 else None
         header = f"# array {number} of {len(arrays)}: {len(steps)} task{'s' * (len(steps) > 1)}"
         tasks = [f"#   task {index}: {step}" for index, step in enumerate(steps)]
         logs = Path(folder).absolute() / SLURM_FOLDER
-        blocks.append("\n".join([header, *tasks, *sbatch_lines(parameters, len(steps), logs)]))
+        blocks.append("\n".join([header, *tasks, *sbatch_lines(options, dependency, len(steps), logs)]))
     return "\n\n".join(blocks) + "\n" if blocks else "# nothing to submit: every step is done\n"
 
 
-def sbatch_lines(parameters: Mapping[str, Any], tasks: int, logs: Path) -> list[str]:
+def sbatch_lines(options: SlurmOptions, dependency: str | None, tasks: int, logs: Path) -> list[str]:
     """The #SBATCH lines of the script submitit submits for ``tasks`` tasks (an array from two on) with
-    ``parameters`` (:func:`slurm_parameters`), its logs in ``logs``/``%j``: rendered the way submitit 1.5
-    renders them (sorted; ``--array`` from the count and the parallelism; ``--signal`` its preemption signal;
-    a flag for True), which tests/study/test_slurm.py checks against submitit's own rendering."""
-    own = {**_submitit_defaults(), **parameters}
-    not_sbatch = {"setup", "teardown", "srun_args", "use_srun", "additional_parameters", "signal_delay_s",
-                  "stderr_to_stdout", "array_parallelism"}
-    flags = {key: value for key, value in own.items() if value is not None and key not in not_sbatch}
-    job = "%j"
+    ``options`` and ``dependency``, its logs in ``logs``/``%j``: rendered by submitit itself, on an executor
+    that submits nothing, with the task count an array's copy of the executor gets."""
+    executor = configured(_offline_executor(logs / "%j"), options)
+    if dependency is not None:
+        executor.update_parameters(dependency=dependency)
     if tasks > 1:
-        flags["array"] = f"0-{tasks - 1}%{min(tasks, own['array_parallelism'])}"
-        job = "%A_%a"
-    flags["signal"] = f"{import_submitit().JobEnvironment.USR_SIG}@{own['signal_delay_s']}"
-    flags["output"] = str(logs / job / f"{job}_0_log.out")
-    if not own["stderr_to_stdout"]:
-        flags["error"] = str(logs / job / f"{job}_0_log.err")
-    flags["open-mode"] = "append"
-    lines = []
-    for key in sorted(flags):
-        flag, value = key.replace("_", "-"), flags[key]
-        lines.append(f"#SBATCH --{flag}" if value is True else f"#SBATCH --{flag}={shlex.quote(str(value))}")
-    return lines
+        executor.parameters["map_count"] = tasks
+    script = executor._make_submission_file_text("", "")
+    return [line for line in script.splitlines() if line.startswith("#SBATCH")]

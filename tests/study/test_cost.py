@@ -1,5 +1,5 @@
-"""The dry run's cost: planned work times timed rates, each distinct configuration timed once, finished
-runs from their records, the U²-Net masks timed or refused clearly, and a real timing that leaves nothing
+"""The dry run's cost: planned work times timed rates, each distinct configuration timed once, a trained
+run's measurement alone, the U²-Net masks timed or refused clearly, and a real timing that leaves nothing
 behind."""
 
 from __future__ import annotations
@@ -7,10 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
-import os
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,6 @@ from bgbias.study.cost import (
     estimate_runs,
     format_cost,
     planned_work,
-    recorded_cost,
     run_seconds,
     split_sizes,
 )
@@ -39,7 +36,7 @@ from tests.conftest import tiny_config
 SMALL = ("data.batch_size=8", "data.m_per_class=2")
 """Settings that fit a batch into the tiny bench's 4 training classes."""
 
-FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, epoch_starts=(0.0,) * 20,
+FAKE = ConfigTiming(setup=2.0, train_batch=0.5, epoch_overhead=1.0, epoch_start=0.0,
                     clean_image=0.01, corrupted_image=0.02,
                     measure=MeasureTiming(evaluation_overhead=3.0, attribution_images=(0.25,),
                                           explain_overhead=4.0))
@@ -76,8 +73,8 @@ def test_a_run_costs_its_planned_work_at_the_timed_rates():
                        attributed=20)
     train, measure = run_seconds(work, FAKE)
     assert train == pytest.approx(2.0 + 3 * (10 * 0.5 + 1.0) + 4 * (100 * 0.01 + 50 * 0.02))
-    # A method that re-learns something over the training split before epochs 1 and 3 (DCML's environments).
-    hooked = dataclasses.replace(FAKE, epoch_starts=(0.001, 0.0, 0.001, 0.0))
+    # A method that re-learns something over the training split before some epochs (DCML's environments).
+    hooked = dataclasses.replace(FAKE, epoch_start=0.002)
     assert run_seconds(work, hooked)[0] == pytest.approx(train + 300 * 0.002)
     assert measure == pytest.approx(200 * 0.01 + 1000 * 0.02 + 3.0 + 20 * 0.25 + 4.0)
     own = dataclasses.replace(FAKE, measure=dataclasses.replace(FAKE.measure, attribution_images=(0.25, 1.0)))
@@ -101,7 +98,6 @@ def test_each_distinct_configuration_is_timed_once(tiny_bench):
     # Measuring does not depend on BGAugment: the twin reuses the first one's.
     assert timed == [(False, 0, ("smoothgrad",), None), (True, 0, ("smoothgrad",), FAKE.measure)]
     assert set(costs) == {run.folder_name for run in runs}
-    assert all(cost.source == "timed" for cost in costs.values())
     vanilla, bgaugment = costs["triplet-data.batch_size-8-data.m_per_class-2-seed0"], \
         costs["triplet-data.batch_size-8-data.m_per_class-2-bgaugment-seed0"]
     assert bgaugment.train > vanilla.train  # it also validates on the corrupted set
@@ -120,60 +116,12 @@ def test_a_method_with_its_own_attribution_is_timed_with_it(tiny_bench):
     assert timed == [("smoothgrad", "sam")]
 
 
-def _finished_run(folder: Path, *, evaluated_after: float | None) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "train.log").write_text(
-        "2026-01-01 10:00:00 run runs/x: triplet on bench\n"
-        "2026-01-01 10:00:05 epoch 0, val MAP@R 0.5\n"
-        "2026-01-01 10:01:05 epoch 1, loss 0.3, val MAP@R 0.6\n"
-        "2026-01-01 10:01:06 stopped here, traceback follows\n"
-        "Traceback (most recent call last):\n"
-        "2026-01-01 11:00:00 resuming runs/x after epoch 1\n"
-        "2026-01-01 11:00:30 epoch 2, loss 0.2, val MAP@R 0.7\n",
-        encoding="utf-8")
-    if evaluated_after is not None:
-        end = time.mktime(time.strptime("2026-01-01 11:00:30", "%Y-%m-%d %H:%M:%S"))
-        cache = folder / "eval" / "cache"
-        cache.mkdir(parents=True)
-        _touch(cache / "clean.npz", end + evaluated_after)
-        # 11 images explained; the gallery's first and last maps 20 s apart: 2 s an image.
-        explained = folder / "explain" / "bench-test-smoothgrad"
-        (explained / "maps").mkdir(parents=True)
-        (explained / "records.jsonl").write_text("{}\n" * 12, encoding="utf-8")
-        for number, seconds in enumerate((2, 12, 22)):
-            _touch(explained / "maps" / f"{number}.png", end + evaluated_after + seconds)
-    return folder
-
-
-def _touch(path: Path, stamp: float) -> None:
-    path.write_bytes(b"")
-    os.utime(path, (stamp, stamp))
-
-
-def test_a_finished_run_is_costed_from_its_records_without_timing(tiny_bench, tmp_path):
-    run = StudyRun("triplet", False, 0, settings=SMALL)
-    # The hour between the kill and the resume is not the run's.
-    recorded = recorded_cost(_finished_run(tmp_path / "a", evaluated_after=42))
-    assert recorded.train == 96.0 and recorded.source == "finished run"
-    assert recorded.measure == pytest.approx(42.0 + 22.0)  # evaluation, then 11 images at 2 s
-    assert recorded_cost(tmp_path / "missing") is None
-
-    def no_timer(config, device, **options):
-        raise AssertionError("a recorded run is not timed")
-
-    costs = estimate_runs(_spec(tiny_bench), [run], profile=False, device="cpu", timer=no_timer,
-                          finished={run.folder_name: tmp_path / "a"}, log=lambda _: None)
-    assert costs == {run.folder_name: recorded}
-
-
-def test_a_finished_run_not_measured_yet_has_its_measurement_timed(tiny_bench, tmp_path):
-    run = StudyRun("triplet", False, 0, settings=SMALL)
-    costs = estimate_runs(_spec(tiny_bench), [run], profile=False, device="cpu", timer=lambda *_, **__: FAKE,
-                          finished={run.folder_name: _finished_run(tmp_path / "a", evaluated_after=None)},
-                          log=lambda _: None)
-    cost = costs[run.folder_name]
-    assert (cost.train, cost.source) == (96.0, "finished run")
-    assert cost.measure > 0
+def test_a_run_whose_training_finished_costs_its_measurement_alone(tiny_bench):
+    runs = [StudyRun("triplet", False, 0, settings=SMALL), StudyRun("triplet", False, 1, settings=SMALL)]
+    costs = estimate_runs(_spec(tiny_bench), runs, profile=False, device="cpu", timer=lambda *_, **__: FAKE,
+                          trained=[runs[0].folder_name], log=lambda _: None)
+    trained, fresh = costs[runs[0].folder_name], costs[runs[1].folder_name]
+    assert trained == RunCost(0.0, fresh.measure) and fresh.train > 0
 
 
 def test_a_bench_still_to_build_is_counted_from_its_settings(tmp_path, monkeypatch):
@@ -187,13 +135,13 @@ def test_prepare_costs_what_is_still_to_make(tiny_bench, tmp_path, monkeypatch):
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     fresh = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "no-pools")
     pooled = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tiny_bench / "backgrounds")
-    assert estimate_prepare(fresh, done=True, device="cpu") == 0.0
-    seconds = estimate_prepare(fresh, done=False, device="cpu")
+    assert estimate_prepare(fresh, done=True) == 0.0
+    seconds = estimate_prepare(fresh, done=False)
     # The pools and a bench of 1,984 images still to make, on top of the assets.
-    assert estimate_prepare(pooled, done=False, device="cpu") < seconds
-    assert estimate_prepare(pooled, done=False, device="cpu") > 1984 * PREPARE_SECONDS["bench per image"]
-    # A real dataset only has its layout checked.
-    assert estimate_prepare(_spec(tiny_bench), done=False, device="cpu") < 1
+    assert estimate_prepare(pooled, done=False) < seconds
+    assert estimate_prepare(pooled, done=False) > 1984 * PREPARE_SECONDS["bench per image"]
+    # A real dataset with its pools: its layout's check takes seconds.
+    assert estimate_prepare(_spec(tiny_bench), done=False) == 0.0
 
 
 def test_a_missing_u2net_model_is_the_masks_command_s_error(tiny_bench, tmp_path, monkeypatch):
@@ -218,14 +166,14 @@ def test_u2net_masks_are_timed_on_the_dataset_s_images(tiny_bench, tmp_path, mon
 
 def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
     runs = [StudyRun("triplet", False, 0), StudyRun("triplet", True, 0), StudyRun("dcml", False, 0)]
-    costs = {runs[0].folder_name: RunCost(600, 300, "timed"), runs[1].folder_name: RunCost(900, 300, "timed"),
-             runs[2].folder_name: RunCost(7200, 1800, "finished run")}
+    costs = {runs[0].folder_name: RunCost(600, 300), runs[1].folder_name: RunCost(900, 300),
+             runs[2].folder_name: RunCost(7200, 1800)}
     table = format_cost(runs, costs, prepare=20, masks=0, page=10, device="cpu").splitlines()
     assert table[0].startswith("cost on cpu (device-hours")
     triplet = next(line for line in table if line.startswith("triplet"))
-    assert "0.58 h (35.0 min)" in triplet and triplet.endswith("timed")
+    assert triplet.endswith("0.42 h (25.0 min)  0.17 h (10.0 min)  0.58 h (35.0 min)")
     dcml = next(line for line in table if line.startswith("dcml"))
-    assert "2.50 h" in dcml and "min" not in dcml.split("h", 3)[-1] and dcml.endswith("finished run")
+    assert dcml.split() == ["dcml", "1", "2.00", "h", "0.50", "h", "(30.0", "min)", "2.50", "h"]
     assert table[-1].split()[:2] == ["total", "3"]
     assert f"{(2100 + 9000 + 30) / 3600:.2f} h" in table[-1]
 

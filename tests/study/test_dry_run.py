@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from bgbias.cli import main
-from bgbias.study import cost
+from bgbias.study import dry_run
 from bgbias.study.cost import RunCost
 from tests.docs_blocks import code_block
 
@@ -21,9 +21,9 @@ def fake_timing(monkeypatch):
 
     def estimate(spec, runs, **options):
         asked.append([run.folder_name for run in runs])
-        return {run.folder_name: RunCost(1800.0, 360.0, "timed") for run in runs}
+        return {run.folder_name: RunCost(1800.0, 360.0) for run in runs}
 
-    monkeypatch.setattr(cost, "estimate_runs", estimate)
+    monkeypatch.setattr(dry_run, "estimate_runs", estimate)
     return asked
 
 
@@ -35,8 +35,7 @@ def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, 
     assert "a new plan" in result.output and "10 steps: 10 pending" in result.output
     assert "  run/dcml-bgaugment-seed1: pending" in result.output
     lines = {line.split()[0]: line for line in result.output.splitlines() if line[:1].isalpha()}
-    assert lines["dcml"].split() == ["dcml", "4", "2.00", "h", "0.40", "h", "(24.0", "min)", "2.40", "h",
-                                     "timed"]
+    assert lines["dcml"].split() == ["dcml", "4", "2.00", "h", "0.40", "h", "(24.0", "min)", "2.40", "h"]
     total = lines["total"].split()
     assert total[1] == "8" and 4.80 <= float(total[2]) < 4.9  # 8 runs of 0.6 h; prepare and page add minutes
     assert fake_timing == [[f"{m}{b}-seed{s}" for s in (0, 1) for m in ("multi_similarity", "dcml")
@@ -107,7 +106,6 @@ DOCS_EXAMPLE = shlex.split(code_block("docs/study.md", "study-dry-run-before-dow
 @pytest.mark.parametrize("command", [DOCS_EXAMPLE, ["bgbias", "study", "--dataset", "cars", "--dry-run"],
                                      ["bgbias", "study", "--dataset", "sop", "--dry-run"]])
 def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command, tmp_path, monkeypatch):
-    from bgbias.study import cost_timing
     from bgbias.study.plan import study_plan
     from tests.study.test_cost import FAKE
 
@@ -117,9 +115,9 @@ def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BGBIAS_DATA", raising=False)
     timed, masked = [], []
-    monkeypatch.setattr(cost_timing, "time_config", lambda config, device, **options: timed.append(
+    monkeypatch.setattr(dry_run, "time_config", lambda config, device, **options: timed.append(
         (config.dataset, options["images"])) or FAKE)
-    monkeypatch.setattr(cost, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
+    monkeypatch.setattr(dry_run, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
     result = CliRunner().invoke(main, [*command[1:], "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     images, classes, *_ = KNOWN[name]
@@ -131,7 +129,7 @@ def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command
     plan = study_plan(preset, dataset=name)
     lines = {line.split()[0]: line.split() for line in result.output.splitlines() if line[:1].isalpha()}
     for method in plan.methods:
-        assert lines[method][1] == str(2 * plan.seeds) and lines[method][-1] == "timed"
+        assert lines[method][1] == str(2 * plan.seeds)
     assert lines["total"][1] == str(len(plan.runs()))
     # Stand-in pictures (no images to copy); U²-Net (u2netp by default) priced over every image.
     assert timed and all(dataset == name and not sample for dataset, sample in timed)
@@ -156,3 +154,28 @@ def test_a_dataset_folder_that_is_there_is_read_not_replaced_by_its_known_size(t
     (tmp_path / "data" / "CUB_200_2011").mkdir(parents=True)
     result = CliRunner().invoke(main, ["study", "--dataset", "cub", "--dry-run"])
     assert result.exit_code == 2 and "images.txt" in result.output and "known size" not in result.output
+
+
+def test_a_run_whose_training_finished_is_costed_for_its_measurement_alone(tmp_path, monkeypatch):
+    """Its step trains nothing more (the run is kept), so the rest of it costs its measurement."""
+    import json
+
+    from bgbias.study.dry_run import plan_cost
+    from bgbias.study.pipeline import merged_plan
+    from bgbias.study.plan import study_plan
+    from bgbias.study.runs import study_folder
+    from bgbias.study.spec import bench_spec
+    from bgbias.study.steps import page_step_id
+    from tests.study.test_cost import FAKE
+
+    monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
+    spec, plan = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path), study_plan("quick")
+    folder = study_folder(tmp_path / "runs", spec)
+    fresh = merged_plan(None, folder, spec, plan, 1, extend=False)
+    trained = folder / "multi_similarity-seed0"
+    trained.mkdir(parents=True)
+    (trained / "run.json").write_text(json.dumps({"status": "finished"}))
+    costs = plan_cost(folder, fresh, [page_step_id(plan)], device="cpu", timer=lambda *_, **__: FAKE).costs
+    assert costs["multi_similarity-seed0"].train == 0
+    assert costs["multi_similarity-seed0"].measure == costs["multi_similarity-bgaugment-seed0"].measure > 0
+    assert costs["multi_similarity-bgaugment-seed0"].train > 0

@@ -21,10 +21,10 @@ from bgbias.study.slurm import (
     SUBMITTED,
     SlurmOptions,
     StudyTask,
+    checked_options,
     parse_slurm_opts,
     parse_time,
     preemption_signal,
-    sbatch_lines,
     slurm_executor,
     slurm_options,
     slurm_parameters,
@@ -82,9 +82,9 @@ def test_no_gpus_is_a_count_but_no_cpus_is_not():
         slurm_options(cpus_per_task="0")
 
 
-def test_slurm_opt_takes_submitits_parameters_typed_as_its_defaults():
+def test_slurm_opt_takes_whole_numbers_flags_and_text():
     assert parse_slurm_opts(["qos=high", "mem=64G", "mail-type=END", "signal_delay_s=120", "exclusive=true",
-                             "use_srun=false", "account = dml"]) == {
+                             "use_srun=False", "account = dml"]) == {
         "qos": "high", "mem": "64G", "mail_type": "END", "signal_delay_s": 120, "exclusive": True,
         "use_srun": False, "account": "dml"}
 
@@ -92,14 +92,11 @@ def test_slurm_opt_takes_submitits_parameters_typed_as_its_defaults():
 @pytest.mark.parametrize(("opt", "message", "fix"), [
     ("qos", "takes key=value", "qos=high"),
     ("=high", "takes key=value", "qos=high"),
-    ("reservation=x", "submitit knows no such SLURM parameter", "qos"),
     ("partition=gpu", "option of its own", "--slurm-partition"),
     ("time=60", "option of its own", "--slurm-time"),
     ("job-name=mine", "cannot set job_name", "qos"),
     ("nodes=2", "one process on one node", "qos"),
     ("dependency=afterok:1", "cannot set dependency", "qos"),
-    ("signal_delay_s=soon", "whole number", "signal_delay_s=90"),
-    ("use_srun=maybe", "true or false", "use_srun=true"),
     ("qos=", "no value", "qos=VALUE"),
 ])
 def test_slurm_opt_refuses_what_submitit_or_the_study_does_not_take(opt, message, fix):
@@ -136,6 +133,20 @@ def test_options_made_in_python_and_the_study_folder_are_checked_before_the_scri
     with pytest.raises(OptionError, match="control character"):
         submit_study(folder, GOALS, STAGES, SlurmOptions(), executor=submitit.DebugExecutor(tmp_path / "x"))
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("opt", ["reservation=x", "mem_gb=64", "timeout-min=60"])
+def test_a_slurm_opt_submitit_refuses_is_refused_by_name(opt):
+    """submitit's own update_parameters says which names it takes (mem_gb and timeout_min are its
+    executor-independent names, which SlurmExecutor refuses)."""
+    key = opt.split("=")[0].replace("-", "_")
+    refused = f"--slurm-opt {key}: submitit knows no such SLURM parameter"
+    with pytest.raises(OptionError, match=refused) as caught:
+        slurm_options(opts=[opt])
+    assert "qos" in caught.value.fix and "mem" in caught.value.fix
+    assert "partition" not in caught.value.fix and "dependency" not in caught.value.fix
+    with pytest.raises(OptionError, match=f"--slurm-opt {key}"):  # options made in Python
+        checked_options(SlurmOptions(extra={key: "x"}))
 
 
 def test_a_slurm_opt_given_twice_is_refused():
@@ -190,20 +201,13 @@ def test_nothing_to_submit():
     assert submission_text(Path("study"), [[], []], SlurmOptions()).startswith("# nothing to submit")
 
 
-@pytest.mark.parametrize("tasks", [1, 3, 300])
-@pytest.mark.parametrize("opts", [(), ("exclusive=true", "mem=64G", "stderr_to_stdout=true",
-                                       "signal_delay_s=300", "comment=two words")])
-def test_the_sbatch_lines_are_the_ones_submitit_renders(tmp_path, tasks, opts):
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    parameters = slurm_parameters(slurm_options(partition="gpu", cpus_per_task="8", array_parallelism="64",
-                                                opts=opts))
-    parameters["dependency"] = "afterany:1234"
-    logs = tmp_path / SLURM_FOLDER
-    script = _make_sbatch_string("python -m submitit.core._submit", logs / "%j",
-                                 map_count=tasks if tasks > 1 else None, **parameters)
-    assert sbatch_lines(parameters, tasks, logs) == [line for line in script.splitlines()
-                                                     if line.startswith("#SBATCH")]
+def test_the_submission_text_renders_flags_and_other_parameters_as_submitit_does(tmp_path):
+    options = slurm_options(opts=["exclusive=true", "stderr_to_stdout=true", "signal_delay_s=300",
+                                  "comment=two words"])
+    lines = submission_text(tmp_path, [["run/x"]], options).splitlines()
+    assert {"#SBATCH --exclusive", "#SBATCH --signal=USR2@300", "#SBATCH --comment='two words'",
+            "#SBATCH --nodes=1", "#SBATCH --wckey=submitit"} <= set(lines)
+    assert not any(line.startswith("#SBATCH --error") for line in lines)  # stderr goes to the output
 
 
 # --- the arrays, through submitit's executors ------------------------------------------------------------
