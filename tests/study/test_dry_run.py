@@ -107,6 +107,7 @@ DOCS_EXAMPLE = shlex.split(code_block("docs/study.md", "study-dry-run-before-dow
                                      ["bgbias", "study", "--dataset", "sop", "--dry-run"]])
 def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command, tmp_path, monkeypatch):
     from bgbias.study.plan import study_plan
+    from tests.report.synthetic import write_run_record
     from tests.study.test_cost import FAKE
 
     name = command[command.index("--dataset") + 1]
@@ -158,8 +159,6 @@ def test_a_dataset_folder_that_is_there_is_read_not_replaced_by_its_known_size(t
 
 def test_a_run_whose_training_finished_is_costed_for_its_measurement_alone(tmp_path, monkeypatch):
     """Its step trains nothing more (the run is kept), so the rest of it costs its measurement."""
-    import json
-
     from bgbias.study.dry_run import plan_cost
     from bgbias.study.pipeline import merged_plan
     from bgbias.study.plan import study_plan
@@ -174,7 +173,7 @@ def test_a_run_whose_training_finished_is_costed_for_its_measurement_alone(tmp_p
     fresh = merged_plan(None, folder, spec, plan, 1, extend=False)
     trained = folder / "multi_similarity-seed0"
     trained.mkdir(parents=True)
-    (trained / "run.json").write_text(json.dumps({"status": "finished"}))
+    write_run_record(trained)
     costs = plan_cost(folder, fresh, [page_step_id(plan)], device="cpu", timer=lambda *_, **__: FAKE).costs
     assert costs["multi_similarity-seed0"].train == 0
     assert costs["multi_similarity-seed0"].measure == costs["multi_similarity-bgaugment-seed0"].measure > 0
