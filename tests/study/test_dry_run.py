@@ -107,7 +107,6 @@ DOCS_EXAMPLE = shlex.split(code_block("docs/study.md", "study-dry-run-before-dow
                                      ["bgbias", "study", "--dataset", "sop", "--dry-run"]])
 def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command, tmp_path, monkeypatch):
     from bgbias.study.plan import study_plan
-    from tests.report.synthetic import write_run_record
     from tests.study.test_cost import FAKE
 
     name = command[command.index("--dataset") + 1]
@@ -165,6 +164,7 @@ def test_a_run_whose_training_finished_is_costed_for_its_measurement_alone(tmp_p
     from bgbias.study.runs import study_folder
     from bgbias.study.spec import bench_spec
     from bgbias.study.steps import page_step_id
+    from tests.report.synthetic import write_run_record
     from tests.study.test_cost import FAKE
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
