@@ -228,7 +228,7 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
                          corrupted: float) -> float:
     """What ``bgbias eval --corrupted`` adds to its embeddings: one evaluation of the stand-in's test split
     (one corrupted repeat), less the time of its two embedding passes."""
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import evaluate
 
     request = MeasureRequest(corrupted=True, repeats=1, masks=stand_in.masks,
@@ -248,7 +248,7 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     import dataclasses
 
     from bgbias.attribution.run import explain
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
 
     per_image, overheads = [], []
     for attribution in attributions:

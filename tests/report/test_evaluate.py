@@ -20,10 +20,10 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.run_dir import mark_latest, open_run_dir
 from bgbias.engine.trained import load_trained
 from bgbias.errors import AssetError, OptionError
+from bgbias.measurement.request import MeasureRequest, requested_split
 from bgbias.report.console import format_evaluation_summary
 from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
@@ -289,7 +289,7 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
 
 def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_bench, tmp_path):
     from bgbias.data.registry import open_dataset
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import measured_label
     from bgbias.saliency.ground_truth import default_ground_truth_dir
 

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 
 from bgbias.errors import OptionError, RecordError
-from bgbias.report.evaluation import (
-    index_reports,
-    load_evaluation_report,
-    summarize_evaluation,
-    write_evaluation_report,
-)
+from bgbias.measurement.summary import summarize_evaluation
+from bgbias.report.evaluation import index_reports, load_evaluation_report, write_evaluation_report
 from bgbias.retrieval.metrics import METRICS
 from tests.report.hostile import HOSTILE_CLASSES, assert_inert
 from tests.report.synthetic import changed, complete, make_labels, make_report, make_run, ranked_scores
