@@ -289,8 +289,7 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
 
 def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_bench, tmp_path):
     from bgbias.data.registry import open_dataset
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.report.evaluate import measured_label
+    from bgbias.measurement.request import MeasureRequest, measured_label
     from bgbias.saliency.ground_truth import default_ground_truth_dir
 
     dataset = open_dataset("bench", tiny_bench / "bench")
