@@ -26,7 +26,6 @@ from bgbias.data.memory import InMemoryImage
 from bgbias.engine.device import loader_workers, model_memory_format, precision_name
 from bgbias.engine.split_states import SplitStates
 from bgbias.errors import AssetError
-from bgbias.installation import installation
 from bgbias.measurement.embedding_files import EmbeddingFolder
 from bgbias.measurement.record import EvaluationReport
 from bgbias.measurement.request import MeasureRequest, resolve, resolve_files
@@ -69,34 +68,16 @@ def measure(
                          workers=request.workers, progress=request.progress, log=log,
                          on_disk=cache and not masks_in_memory)  # such masks have no file to key a cache by
     scored = score_sets(states, sets, resolved, log)
-    trained_on, identity, retrieval = model.trained_on(), dataset.identity(), resolved.retrieval
-    meta: dict[str, Any] = {
+    trained_on = model.trained_on()
+    source = {
         **model.describe(),
-        "dataset": dataset.name,
-        "measured": resolved.measured,
-        "dataset_identity": identity,
         "same_dataset_as_training": None if trained_on is None or trained_on.identity is None
-        else trained_on.identity == identity,
-        "split": resolved.split,
-        "split_reason": resolved.split_reason,
-        "protocol": resolved.protocol,
-        "fold": resolved.fold,
-        "geometry": resolved.geometry.as_dict(),
-        "retrieval": retrieval.describe(),
+        else trained_on.identity == dataset.identity(),
         "compute": {"device": str(model.device), "precision": precision_name(model.amp),
                     "memory_format": model_memory_format(model),
                     "loader_workers": loader_workers(request.workers, model.device)},
-        "installation": installation(),
     }
-    if retrieval.approximate:
-        meta["approximate"] = True
-    if scored.recalls:
-        measured_recalls = [value.recall for value in scored.recalls[1:] if value.recall is not None]
-        meta["shortlist_recall"] = {
-            **scored.recalls[0].as_dict(),
-            "corrupted_recall_of_exact_top_r": float(np.mean(measured_recalls)) if measured_recalls else None,
-        }
-    report = summarize(scored, sets, resolved, meta)
+    report = summarize(scored, sets, resolved, source)
     return Measurement(report, scored.clean, scored.corrupted, [item.id for item in items], states.labels,
                        EvalImages(items, resolved.geometry), [images for _, images in sets.corrupted],
                        states.embedded)
@@ -159,21 +140,8 @@ def measure_files(
     embeddings = EmbeddingFolder(folder, [CLEAN, *names.values()], [item.id for item in items], l2_normalize)
     states = FileStates(embeddings, labels, names, log)
     scored = score_sets(states, sets, resolved, log)
-    meta = {
-        "method": name or folder.resolve().name,
-        "bgaugment": None,
-        "dataset": dataset.name,
-        "measured": resolved.measured,
-        "dataset_identity": dataset.identity(),
-        "split": resolved.split,
-        "split_reason": resolved.split_reason,
-        "protocol": protocol,
-        "fold": fold,
-        "geometry": resolved.geometry.as_dict(),
-        "retrieval": resolved.retrieval.describe(),
-        "embeddings": {"folder": str(folder), "l2_normalized": l2_normalize, "files": states.files},
-        "installation": installation(),
-    }
-    report = summarize(scored, sets, resolved, meta)
+    source = {"method": name or folder.resolve().name, "bgaugment": None,
+              "embeddings": {"folder": str(folder), "l2_normalized": l2_normalize, "files": states.files}}
+    report = summarize(scored, sets, resolved, source)
     return Measurement(report, scored.clean, scored.corrupted, [item.id for item in items], labels,
                        EvalImages(items, resolved.geometry), [images for _, images in sets.corrupted], 0)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bgbias.errors import OptionError
+from bgbias.installation import installation
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
     REPORT_FORMAT,
@@ -66,22 +67,37 @@ PROFILE_SETS: dict[str, str] = {
 
 
 def summarize(
-    scored: ScoredSets, sets: EvaluationSets, resolved: ResolvedRequest, meta: Mapping[str, Any]
+    scored: ScoredSets, sets: EvaluationSets, resolved: ResolvedRequest, source: Mapping[str, Any]
 ) -> EvaluationReport:
-    """The typed report of an evaluation: ``meta`` (the model or files, the setup) with the resolved
-    request's corrupted sets, the scores of every set in ``scored`` summarised, and with the profile its
-    rows; checked once against the report's declared shape."""
-    request, items = resolved.request, resolved.items
+    """The typed report of an evaluation: where its states came from (``source``: the model and how it
+    ran, or the files), what the resolved request measured (the dataset, split, geometry, retrieval, the
+    corrupted sets), the scores of every set in ``scored`` summarised, and with the profile its rows;
+    checked once against the report's declared shape."""
+    request, items, dataset, retrieval = (resolved.request, resolved.items, resolved.dataset,
+                                          resolved.retrieval)
+    meta = {**source, "dataset": dataset.name, "measured": resolved.measured,
+            "dataset_identity": dataset.identity(), "split": resolved.split,
+            "split_reason": resolved.split_reason, "protocol": resolved.protocol, "fold": resolved.fold,
+            "geometry": resolved.geometry.as_dict(), "retrieval": retrieval.describe(),
+            "installation": installation()}
+    if retrieval.approximate:
+        meta["approximate"] = True
+    if scored.recalls:
+        corrupted = [value.recall for value in scored.recalls[1:] if value.recall is not None]
+        meta["shortlist_recall"] = {**scored.recalls[0].as_dict(),
+                                    "corrupted_recall_of_exact_top_r": float(np.mean(corrupted)) if corrupted
+                                    else None}
     if sets.corrupted:
-        meta = {**meta, "corrupted_sets": sets.corrupted_meta(request.seed, request.repeats)}
+        meta["corrupted_sets"] = sets.corrupted_meta(request.seed, request.repeats)
     labels = np.array([item.label for item in items], dtype=np.int64)
     report = summarize_evaluation(scored.clean, scored.corrupted, labels, [item.id for item in items], meta,
-                                  class_names=resolved.dataset.class_names(), empty_masks=sets.empty_masks)
+                                  class_names=dataset.class_names(), empty_masks=sets.empty_masks)
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
             sets.worst_case_manifests(request.repeats, request.worst_k))
     return evaluation_record(report)
+
 
 def summarize_evaluation(
     clean: RetrievalScores,

@@ -50,9 +50,9 @@ def modules_entered(call, kinds: tuple[type, ...]) -> list[str]:
             return
         code = frame.f_code
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-        if any(name != "self" and isinstance(frame.f_locals.get(name), kinds) for name in names):
-            if not entered or entered[-1] != module:
-                entered.append(module)
+        received = any(name != "self" and isinstance(frame.f_locals.get(name), kinds) for name in names)
+        if received and (not entered or entered[-1] != module):
+            entered.append(module)
 
     sys.setprofile(profile)
     try:
@@ -70,8 +70,8 @@ def test_the_documented_path_is_short_and_goes_down_the_layers():
 
 
 @pytest.mark.parametrize("profile", [False, True])
-def test_an_evaluation_enters_each_module_of_the_documented_path_once_going_down(tiny_run, tiny_bench, tmp_path,
-                                                                                 profile):
+def test_an_evaluation_enters_each_module_of_the_documented_path_once_going_down(tiny_run, tiny_bench,
+                                                                                 tmp_path, profile):
     model = load_trained(tiny_run, device="cpu")
 
     def evaluate():
