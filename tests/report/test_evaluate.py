@@ -75,6 +75,23 @@ def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, 
     assert result.report.corrupted.std.map_at_r is not None
 
 
+def test_the_report_is_checked_once_and_report_json_is_its_own_dump(run, tiny_bench, tmp_path, monkeypatch):
+    from bgbias import schema
+
+    checked = []
+    adapter = schema._adapter
+
+    def counting(shape):
+        checked.append(shape)
+        return adapter(shape)
+
+    monkeypatch.setattr(schema, "_adapter", counting)
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert [shape.__name__ for shape in checked if shape is type(result.report)] == ["EvaluationReport"]
+    written = json.loads(result.files["report_json"].read_text())
+    assert written == json.loads(json.dumps(result.report.model_dump(exclude_unset=True)))
+
+
 def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     first = _evaluate(trained, tiny_bench, tmp_path)
