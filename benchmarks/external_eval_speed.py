@@ -29,7 +29,7 @@ from torch import nn
 from benchmarks.bench_split import bare_forward, bench_split, print_rates, throughput_arguments
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.external_model import load_external_model
-from bgbias.engine.request import MeasureRequest
+from bgbias.measurement.request import MeasureRequest
 from bgbias.models.model_input import ModelInput
 from bgbias.report.evaluate import evaluate
 

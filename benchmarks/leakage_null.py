@@ -34,8 +34,8 @@ from bgbias.data.images import chw_tensor
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.engine.embedding import embed_images
-from bgbias.engine.request import measured_geometry
 from bgbias.leakage_meter.meter import DEFAULT_ENCODER
+from bgbias.measurement.request import measured_geometry
 from bgbias.retrieval.metrics import chance_scores, retrieval_scores
 from bgbias.retrieval.retrievers import ExactL2
 from bgbias.variants.variant_manifests import sample_entries

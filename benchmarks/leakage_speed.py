@@ -35,7 +35,7 @@ from bgbias.data.eval_images import EvalImages
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.engine.embedding import embed_images
-from bgbias.engine.request import measured_geometry
+from bgbias.measurement.request import measured_geometry
 
 
 def cpu_seconds() -> float:

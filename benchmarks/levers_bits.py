@@ -27,8 +27,8 @@ from benchmarks.levers_speed import LEVERS
 from bgbias.data.eval_images import EvalImages
 from bgbias.engine.device import cpu_has_native_bf16, memory_format, resolve_amp
 from bgbias.engine.embedding import embed_images
-from bgbias.engine.request import MeasureRequest, measured_geometry, requested_split
 from bgbias.engine.trained import load_trained
+from bgbias.measurement.request import MeasureRequest, measured_geometry, requested_split
 from bgbias.retrieval.metrics import score_embeddings
 
 

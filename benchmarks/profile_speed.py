@@ -38,10 +38,10 @@ from bgbias.engine.config import resolve_config
 from bgbias.engine.device import resolve_device
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.training_build import build_method
+from bgbias.measurement.request import MeasureRequest
+from bgbias.measurement.sets import corrupted_manifests, variant_sets
 from bgbias.report.evaluate import evaluate
-from bgbias.report.evaluation_sets import corrupted_manifests, variant_sets
 
 
 def main() -> None:

@@ -146,7 +146,7 @@ def evaluate(
     ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1 GiB; a larger split is
     scored in blocks of queries, with the same scores). The other arguments are the command's options.
     """
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
 
     _check_model_input_and_log(model_input, log)
@@ -259,7 +259,7 @@ def explain(
     there, and an interrupted call resumes. ``attribution_options`` are the attribution's own
     (``{"copies": 8}``)."""
     from bgbias.attribution.run import explain as explain_model
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.methods.attribution import parse_attribution_options
 
     _check_model_input_and_log(model_input, log)
@@ -362,13 +362,10 @@ def evaluate_embeddings(
     dataset and split there; a key the report declares, such as ``seed``, must hold a value of its type);
     ``out`` is where its JSON, CSV and Markdown files go (none without it).
     Numpy arrays or torch tensors alike."""
+    from bgbias.measurement.record import evaluation_record, metadata_problem
+    from bgbias.measurement.summary import summarize_evaluation
     from bgbias.report.evaluate import EvaluationResult
-    from bgbias.report.evaluation import (
-        evaluation_record,
-        metadata_problem,
-        summarize_evaluation,
-        write_evaluation_report,
-    )
+    from bgbias.report.evaluation import write_evaluation_report
     from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
     from bgbias.retrieval.metrics import score_embeddings as score
 
@@ -399,7 +396,7 @@ def evaluate_embeddings(
     report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
     record = evaluation_record(report)
     files = {} if out is None else write_report_folder(out, lambda stage: write_evaluation_report(
-        report, stage, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids),
+        record, stage, clean=clean_scores, corrupted=corrupted_scores, labels=labels, ids=ids),
         EVAL_REPORT_FILES)
     return EvaluationResult(_path(out), record, files, clean_scores, corrupted_scores, 0, ids, labels)
 
@@ -579,8 +576,8 @@ def score(
     model's output); ``name`` is the report's method (default the folder's name). No file is written unless
     ``out`` names the report's folder."""
     from bgbias.data.registry import open_dataset
-    from bgbias.engine.request import MeasureRequest
-    from bgbias.report.scored_embeddings import score_embedding_folder
+    from bgbias.measurement.request import MeasureRequest
+    from bgbias.report.evaluate import score_embedding_folder
 
     _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,

@@ -170,7 +170,7 @@ SPLIT = Annotated[Literal["test", "val", "all"], Field(examples=["test"])]
 """The evaluated split: the paper's test split, or the validation split."""
 CHOSEN_SPLIT = Annotated[Literal["test", "val", "all"] | None, Field(examples=["all"])]
 """The evaluated split of ``bgbias eval`` and ``audit``; None: ``all`` for a model bgbias did not train on
-one's own images, else ``test`` (``engine.request.chosen_split``)."""
+one's own images, else ``test`` (``measurement.request.chosen_split``)."""
 LEAKAGE_SPLIT = Annotated[Literal["train", "test", "all"], Field(examples=["test"])]
 """The split the leakage meter measures: before training, the training split is as telling as the test's."""
 FILL = Annotated[Literal["black", "tiled", "inpainted"], Field(examples=["inpainted"])]

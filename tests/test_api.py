@@ -237,7 +237,7 @@ def test_the_command_line_types_its_options_from_the_api_s_declarations():
 
 
 def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):
-    from bgbias.report import profile
+    from bgbias.measurement import scoring
     from bgbias.retrieval import metrics
 
     ceilings = []
@@ -249,7 +249,7 @@ def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, t
         return scored
 
     monkeypatch.setattr(metrics, "score_embeddings", spy(metrics.score_embeddings))
-    monkeypatch.setattr(profile, "score_embeddings", spy(profile.score_embeddings))
+    monkeypatch.setattr(scoring, "score_embeddings", spy(scoring.score_embeddings))
     bgbias.evaluate(tiny_embedder().eval(), "bench", **{**_options(tiny_bench), "repeats": 1}, profile=True,
                     worst_k=1, max_memory=12345, manifests=tmp_path / "manifests", out=tmp_path / "home")
     assert len(ceilings) > 3 and set(ceilings) == {12345}  # clean, corrupted, query-side, the variants

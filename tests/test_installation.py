@@ -75,8 +75,9 @@ OPTIONAL_IMPORTS = {"compression", "zstandard", "submitit", "pyarrow", "timm"}
 """Imported only where present, with an error naming the fix otherwise: zstd for Debian archives
 (bgbias/assets/debian.py), from Python 3.14's standard library or the zstandard package; submitit for
 ``bgbias study --executor slurm`` (bgbias/study/slurm.py), the slurm extra; pyarrow for Parquet files of
-embeddings (bgbias/report/embedding_files.py, docs/embeddings.md); timm for ``ModelInput.from_timm``, which
-reads a timm model's ``pretrained_cfg`` itself where timm is absent (bgbias/models/pretrained_input.py)."""
+embeddings (bgbias/measurement/embedding_files.py, docs/embeddings.md); timm for
+``ModelInput.from_timm``, which reads a timm model's ``pretrained_cfg`` itself where timm is absent
+(bgbias/models/pretrained_input.py)."""
 
 
 def test_every_package_bgbias_imports_is_a_requirement():

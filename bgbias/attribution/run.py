@@ -66,9 +66,9 @@ from bgbias.data.eval_images import EvalImages
 from bgbias.data.items import Item
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.device import model_memory_format, precision_name
-from bgbias.engine.request import MeasureRequest, chosen_split, measured_geometry, requested_split
 from bgbias.errors import BusyError, OptionError
 from bgbias.fileio import exclusive_lock, folder_lock_path, write_json_atomic, write_text_atomic
+from bgbias.measurement.request import MeasureRequest, chosen_split, measured_geometry, requested_split
 from bgbias.methods.attribution import attribution_label, build_attribution, check_supported, needs_references
 from bgbias.methods.embedding_model import claim_home
 from bgbias.signals import sigterm_as_interrupt

@@ -50,9 +50,9 @@ def score(folder: Path, dataset_name: str, root: Path | None, split: str, protoc
     """The report (and with --profile the profile) of `bgbias eval` from your own embeddings of the sets
     `bgbias corrupt --render` writes, with the same files."""
     from bgbias.data.registry import open_dataset
-    from bgbias.engine.request import MeasureRequest
-    from bgbias.report.embedding_files import REPORT_FOLDER
-    from bgbias.report.scored_embeddings import score_embedding_folder
+    from bgbias.measurement.embedding_files import REPORT_FOLDER
+    from bgbias.measurement.request import MeasureRequest
+    from bgbias.report.evaluate import score_embedding_folder
 
     request = MeasureRequest(split=split, masks=masks, repeats=repeats, seed=seed,
                              backgrounds=backgrounds, manifests=manifests, profile=profile, worst_k=worst_k,

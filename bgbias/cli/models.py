@@ -220,7 +220,7 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
              max_memory: int | None, no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained run or any other model (--model); with
     --profile the background-reliance profile too; report files in <run>/eval/ (a --model's in --out)."""
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import evaluate as evaluate_model
 
     model = load_model()
@@ -262,7 +262,7 @@ def explain(load_model, dataset_name: str | None, root: Path | None, split: str,
     """Attribution maps and the paper's foreground score (how much of them falls on the object), into
     <run>/explain/<dataset>-<split>-<attribution label>/ (--force starts over in that folder only)."""
     from bgbias.attribution.run import explain as explain_model
-    from bgbias.engine.request import MeasureRequest
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.methods.attribution import parse_attribution_options
 
     request = MeasureRequest(

@@ -29,7 +29,6 @@ from bgbias.bgaugment.mask_check import empty_masks
 from bgbias.data.items import Dataset, default_masks_dir
 from bgbias.data.splits import split_items
 from bgbias.engine.embedding import embed_images
-from bgbias.engine.request import measured_geometry
 from bgbias.errors import DatasetError, OptionError
 from bgbias.fileio import make_dirs
 from bgbias.leakage_meter.calibration import bench_equivalent
@@ -38,6 +37,7 @@ from bgbias.leakage_meter.headline import bootstrap_interval, leakage_share
 from bgbias.leakage_meter.probe import probe_chance, probe_predictions
 from bgbias.leakage_meter.result import ClassLeakage, DatasetLeakage, ViewScores
 from bgbias.leakage_meter.views import VIEWS, ViewImages
+from bgbias.measurement.request import measured_geometry
 from bgbias.retrieval.metrics import chance_per_query, chance_scores, score_embeddings
 from bgbias.saliency.records import masks_record
 

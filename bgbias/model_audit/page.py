@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.fileio import write_json_atomic
+from bgbias.measurement.summary import PROFILE_SETS
 from bgbias.model_audit.outcome import ModelOutcome
 from bgbias.report.document import (
     Block,
@@ -29,7 +30,6 @@ from bgbias.report.document import (
     write_document,
 )
 from bgbias.report.evaluation import percent, percent_spread
-from bgbias.report.profile import PROFILE_SETS
 from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
 from bgbias.schema import format_header
 

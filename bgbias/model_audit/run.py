@@ -35,8 +35,8 @@ from bgbias.saliency.records import masks_record
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.leakage_meter.result import DatasetLeakage
+    from bgbias.measurement.record import EvaluationReport
     from bgbias.methods.embedding_model import EmbeddingModel
-    from bgbias.report.evaluation import EvaluationReport
 
 MODELS_FOLDER = "models"
 """Under the audit's folder: one folder per model."""
@@ -161,8 +161,8 @@ def _measure(
 ) -> tuple[Path, EvaluationReport, DatasetLeakage]:
     """``bgbias eval --profile`` (the worst case over the paper's repeats) and ``bgbias leakage`` of one
     model, each writing its own files."""
-    from bgbias.engine.request import MeasureRequest
     from bgbias.leakage_meter.meter import measure_leakage
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import evaluate
 
     request = MeasureRequest(dataset=dataset, split=settings.split, masks=masks_dir, corrupted=True,
@@ -252,10 +252,10 @@ def run_audit(
 
 def audit_split(dataset: Dataset, entries: Sequence[ModelEntry], asked: str | None) -> tuple[str, str]:
     """The split every model of an audit is scored on, and why, as ``bgbias eval`` chooses it
-    (:func:`~bgbias.engine.request.chosen_split`): the one asked for; else ``all`` on one's own images when no
-    model is a run bgbias trained (a run's training classes would be scored too); else ``test``."""
-    from bgbias.engine.request import OWN_IMAGES
+    (:func:`~bgbias.measurement.request.chosen_split`): the one asked for; else ``all`` on one's own images
+    when no model is a run bgbias trained (a run's training classes would be scored too); else ``test``."""
     from bgbias.engine.trained import is_run_path
+    from bgbias.measurement.request import OWN_IMAGES
     from bgbias.methods.embedding_model import EmbeddingModel
 
     if asked is not None:

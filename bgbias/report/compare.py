@@ -49,7 +49,7 @@ def compare_attributions(
     from bgbias.data.splits import split_items
     from bgbias.data.transforms import eval_geometry
     from bgbias.engine.model_folders import open_model_folder
-    from bgbias.report.evaluation import run_label
+    from bgbias.measurement.record import run_label
 
     runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]

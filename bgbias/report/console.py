@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bgbias.report.evaluation import (
-    METRIC_TITLES,
-    Checkpoint,
-    EvaluationReport,
-    Profile,
-    approximate_note,
-)
+from bgbias.measurement.record import Checkpoint, EvaluationReport, Profile
+from bgbias.report.evaluation import METRIC_TITLES, approximate_note
 from bgbias.report.table import format_table
 
 if TYPE_CHECKING:

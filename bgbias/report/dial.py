@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.measurement.record import EvaluationReport, run_label
 from bgbias.report.document import Heading, Paragraph, Table, to_markdown
-from bgbias.report.evaluation import EvaluationReport, run_label
 from bgbias.report.folder import DIAL_FILES, write_report_folder
 from bgbias.report.seeds import Spread, clean_map, corrupted_map, drop_cell, over_seeds, relative_drop
 

@@ -1,23 +1,8 @@
-"""The evaluation report of one run: clean vs corrupted retrieval scores, their drop, and who suffers most.
+"""The evaluation report's files and text: ``report.json``, the CSV tables and ``report.md`` of one
+evaluation, written from its typed record (:class:`~bgbias.measurement.record.EvaluationReport`), and the
+record read back from ``report.json``.
 
-The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
-images lose most when the background changes (docs/design.md, *Reports*). Here :func:`summarize_evaluation`
-turns the :class:`~bgbias.retrieval.metrics.RetrievalScores` of the clean split and of each corrupted repeat
-into one JSON-ready dict (``None`` where a value does not exist: JSON has no NaN), what ``report.json`` holds;
-:func:`evaluation_record` reads that dict into the typed :class:`EvaluationReport` every renderer and caller
-reads (``report.corrupted.mean.map_at_r``), and :func:`write_evaluation_report` writes the dict as JSON and
-the record as CSV and Markdown, next to a per-query table.
-
-Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
-standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
-alone in their class have no score and are left out of every mean, per class included.
-
-Images whose saliency mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) have a
-corrupted copy that is the new background alone, so their drop says nothing about background reliance. They
-are scored as every image is (the paper's number stays the paper's), and flagged: counted per class, marked
-per image, and the headline is given a second time over the other queries (they stay in the gallery, so no
-other query's ranking changes).
-
+``report.json`` is the record's own dump (what was set, nothing added), so it reads back to an equal record.
 ``report.md`` reads from what a user asks first to what they check last: the headline (clean vs corrupted,
 the drop, what was scored), then the classes and images, then the profile, and the setup (versions,
 options, checksums) last. Classes are shown by the names the dataset gives them, as text.
@@ -27,277 +12,45 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from bgbias.data.items import shown_class
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
-from bgbias.installation import InstallationRecord
+from bgbias.measurement.record import (
+    REPORT_FORMAT,
+    Checkpoint,
+    ClassDrop,
+    CorruptedScores,
+    Drop,
+    EvaluationReport,
+    Profile,
+    ReportKey,
+    Scores,
+    run_label,
+)
+from bgbias.measurement.summary import HURT_MOST, check_scores, per_query_table
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
-from bgbias.saliency.records import MASK_MAKER, MaskMaker, shown_mask_maker
-from bgbias.schema import Record, check_record, field_problem, format_header, read_record
+from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
+from bgbias.schema import read_record
 
-REPORT_FORMAT = "bgbias-eval-report"
-HURT_MOST = 10
-"""How many classes and images the Markdown report lists as hurt most by the background change."""
 EMPTY_LISTED = 20
 """How many classes and images with empty masks the Markdown report names (the CSV files mark them all)."""
 
 METRIC_TITLES = {"map_at_r": "MAP@R", "r_precision": "R-precision", "precision_at_1": "P@1"}
 PER_CLASS_COLUMNS = ("label", "name", "images", "empty_masks", "clean_map_at_r", "corrupted_map_at_r", "drop",
                      "relative_drop")
-_COMPUTED_KEYS = frozenset(
-    {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
-     "images_hurt_most", "profile", "empty_masks"}
-)
 PROFILE_COLUMNS = ("set", "title", "repeats",
                    *(f"{which}_{name}" for name in METRICS for which in ("mean", "std")))
 
-ReportKey = tuple[str, bool, str, str]
-"""What identifies a run's evaluation in a comparison: (method, bgaugment, dataset, split)."""
-
-
-class Scores(Record):
-    """Each metric's mean over the scored queries (``None``: no query was scored)."""
-
-    map_at_r: float | None
-    r_precision: float | None
-    precision_at_1: float | None
-
-
-class RepeatScores(Scores):
-    repeat: int
-
-
-class CorruptedScores(Record):
-    repeats: list[RepeatScores]
-    mean: Scores
-    std: Scores
-
-
-class Drop(Record):
-    absolute: float | None
-    relative: float | None
-
-
-class ClassDrop(Record):
-    label: int | str
-    name: str | None = None  # the class's name as the dataset gives it; reports made before names lack it
-    images: int
-    empty_masks: int | None = None  # its images whose mask shows no object; None: not checked
-    clean_map_at_r: float | None
-    corrupted_map_at_r: float | None
-    drop: float | None
-    relative_drop: float | None
-
-
-class ImageDrop(Record):
-    id: str
-    label: int | str
-    class_name: str | None = None
-    empty_mask: bool | None = None
-    clean_map_at_r: float
-    corrupted_map_at_r: float
-    drop: float
-
-
-class WithoutEmptyMasks(Record):
-    """The headline over the queries whose masks show an object: clean, corrupted (mean over repeats) and
-    the drop, each metric as in the report's own."""
-
-    scored: int
-    clean: Scores
-    corrupted: Scores
-    drop: dict[str, Drop]
-
-
-class EmptyMasks(Record):
-    """The images whose saliency mask shows no object, by id in query order, and the headline without them
-    (None where there are none)."""
-
-    images: int
-    ids: list[str]
-    without: WithoutEmptyMasks | None = None
-
-
-class ProfileSet(Record):
-    set: str
-    title: str
-    repeats: int
-    mean: Scores
-    std: Scores
-
-
-class Profile(Record):
-    sets: list[ProfileSet]
-    worst_k: int
-    only_fg_fill: list[int]
-
-
-class Checkpoint(Record):
-    path: str
-    epoch: int | None = None
-
-
-class ShortlistRecall(Record):
-    """How much of the exact top-R an approximate search's shortlist held, clean and per corrupted set."""
-
-    recall_of_exact_top_r: float | None
-    queries: int
-    corrupted_recall_of_exact_top_r: float | None = None
-
-
-class UsedMasks(Record):
-    """The masks an evaluation's corrupted sets were cut out with, from its ``corrupted_sets``: the folder and
-    what made them (``mask_maker``; not set in a report from before bgbias recorded it)."""
-
-    masks: str
-    mask_maker: MaskMaker | None = None
-
-    def words(self) -> str:
-        """What made the masks, as a page says it."""
-        if MASK_MAKER not in self.model_fields_set:
-            return "not recorded (an evaluation from before bgbias recorded it)"
-        return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
-
-
-class EvaluationReport(Record):
-    """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
-    and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
-    Fields that reports of earlier versions lack are ``None`` (or empty)."""
-
-    format: Literal["bgbias-eval-report"]
-    version: int
-    method: str
-    bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
-    dataset: str
-    measured: str | None = None  # reports made before "measured" existed lack it
-    split: str
-    run: str | None = None
-    seed: int | None = None
-    checkpoint: Checkpoint | str | None = None
-    images: int
-    classes: int
-    scored: int
-    clean: Scores
-    corrupted: CorruptedScores | None = None
-    drop: dict[str, Drop] | None = None
-    per_class: list[ClassDrop] = Field(default_factory=list)
-    images_hurt_most: list[ImageDrop] = Field(default_factory=list)
-    profile: Profile | None = None
-    empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
-    approximate: bool = False
-    retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
-    shortlist_recall: ShortlistRecall | None = None
-    installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
-    split_reason: str | None = None  # which split was scored and why; reports from before it lack it
-
-    @property
-    def key(self) -> ReportKey:
-        """What identifies the evaluation in a comparison: (method, bgaugment, measured dataset, split)."""
-        measured = self.dataset if self.measured is None else self.measured
-        return self.method, bool(self.bgaugment), measured, self.split
-
-    @property
-    def label(self) -> str:
-        """How tables and plots name the run: ``"method"`` or ``"method + BGAugment"``."""
-        return run_label(self.method, bool(self.bgaugment))
-
-    @property
-    def used_masks(self) -> UsedMasks | None:
-        """The masks of the corrupted sets (``None`` for a clean-only evaluation); a ``corrupted_sets`` of
-        another shape than bgbias writes is a ``RecordError``."""
-        return check_record((self.model_extra or {}).get("corrupted_sets"), UsedMasks | None, path=None,
-                            what="the evaluation report's corrupted_sets", fix="evaluate the run again")
-
-    @property
-    def setup(self) -> dict[str, Any]:
-        """The evaluation's metadata as written (the model, the checkpoint, the sets, the installation):
-        every field but the scores the report computes and the method, dataset and split its title names."""
-        written = self.model_dump(exclude_unset=True)
-        return {key: value for key, value in written.items()
-                if key not in _COMPUTED_KEYS | {"method", "dataset", "split"}}
-
-
-def summarize_evaluation(
-    clean: RetrievalScores,
-    corrupted: Sequence[RetrievalScores],
-    labels: np.ndarray,
-    ids: Sequence[str],
-    meta: Mapping[str, Any],
-    *,
-    class_names: Mapping[Any, str] | None = None,
-    empty_masks: Collection[str] | None = None,
-) -> dict[str, Any]:
-    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, when there are
-    corrupted repeats, each repeat's scores, their mean and std, the drop, the per-class drop of MAP@R
-    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order;
-    ``class_names`` names classes by label (a label without one is named by itself); ``empty_masks`` are the
-    ids of the images whose saliency mask shows no object (None: not checked), flagged per class and image,
-    the headline also given without them."""
-    labels = np.asarray(labels)
-    _check_inputs(clean, corrupted, labels, ids)
-    clashes = sorted(_COMPUTED_KEYS & set(meta))
-    if clashes:
-        raise OptionError(f"the report metadata uses keys the report computes itself: {', '.join(clashes)}",
-                          fix="rename those metadata entries")
-    report: dict[str, Any] = {
-        **format_header(REPORT_FORMAT),
-        **meta,
-        "images": len(labels),
-        "classes": len(np.unique(labels)),
-        "scored": clean.scored,
-        "clean": metric_means(clean),
-    }
-    if not corrupted:
-        return report
-    repeats = [{"repeat": index, **metric_means(scores)} for index, scores in enumerate(corrupted)]
-    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
-    std = {name: _sample_std([row[name] for row in repeats]) for name in METRICS}
-    report["corrupted"] = {"repeats": repeats, "mean": mean, "std": std}
-    report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
-    names = {} if class_names is None else dict(class_names)
-    empty = None if empty_masks is None else _flags(ids, empty_masks)
-    report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
-    report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids, names, empty)
-    if empty is not None:
-        report["empty_masks"] = _empty_masks(clean, corrupted, ids, empty)
-    return report
-
-
-def evaluation_record(report: Mapping[str, Any]) -> EvaluationReport:
-    """The report dict of :func:`summarize_evaluation` (and the profile) as the typed record its renderers
-    and callers read; a field of another type than the report declares is a ``RecordError`` naming it."""
-    return check_record(report, EvaluationReport, path=None, what="the evaluation report",
-                        fix="pass the metadata each field of the report declares")
-
-
-def metadata_problem(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``(field, what it must be, what it holds)`` of the first metadata entry whose value is not of the type
-    the report declares for its key (``seed``: an integer), or ``None``; keys the report does not declare are
-    anything, keys it computes are refused by :func:`summarize_evaluation`."""
-    for key, value in meta.items():
-        field = EvaluationReport.model_fields.get(key)
-        if field is None or key in _COMPUTED_KEYS:
-            continue
-        problem = field_problem(value, field.annotation)
-        if problem is not None:
-            where, wanted, found = problem
-            inside = "" if not where else where if where.startswith("[") else f".{where}"
-            return f"{key}{inside}", wanted, found
-    return None
-
-
 def write_evaluation_report(
-    report: Mapping[str, Any],
+    record: EvaluationReport,
     out_dir: str | os.PathLike[str],
     *,
     clean: RetrievalScores,
@@ -305,14 +58,13 @@ def write_evaluation_report(
     labels: np.ndarray,
     ids: Sequence[str],
 ) -> dict[str, Path]:
-    """Write ``report.json`` (the dict ``report``, as it is), ``report.csv``, ``per_query.csv``, ``report.md``
-    and, when the report has corrupted repeats, ``per_class.csv``, and a background-reliance profile,
-    ``profile.csv`` (those from its typed record), into ``out_dir``, each atomically; return their paths keyed
-    by file name with ``_`` for ``.`` (``report_json``, ``report_csv``, ``per_query_csv``, ``report_md``,
-    ``per_class_csv``, ``profile_csv``)."""
+    """Write ``report.json`` (the typed ``record`` as it was made), ``report.csv``, ``per_query.csv`` (from
+    the scores it was made from), ``report.md`` and, when the report has corrupted repeats,
+    ``per_class.csv``, and a background-reliance profile, ``profile.csv``, into ``out_dir``, each
+    atomically; return their paths keyed by file name with ``_`` for ``.`` (``report_json``,
+    ``report_csv``, ``per_query_csv``, ``report_md``, ``per_class_csv``, ``profile_csv``)."""
     labels = np.asarray(labels)
-    _check_inputs(clean, corrupted, labels, ids)
-    record = evaluation_record(report)
+    check_scores(clean, corrupted, labels, ids)
     repeats = len(record.corrupted.repeats) if record.corrupted else 0
     if len(labels) != record.images or len(corrupted) != repeats:
         raise OptionError(
@@ -327,7 +79,7 @@ def write_evaluation_report(
         "per_query_csv": out / "per_query.csv",
         "report_md": out / "report.md",
     }
-    write_json_atomic(paths["report_json"], report)
+    write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
     write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
     empty = None if record.empty_masks is None else record.empty_masks.ids
     write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids, empty))
@@ -354,11 +106,6 @@ def load_evaluation_report(path: str | os.PathLike[str]) -> EvaluationReport:
                           fix="evaluate the run first with `bgbias eval`")
     return read_record(path, EvaluationReport, what="the evaluation report", file_format=REPORT_FORMAT,
                        fix="re-run `bgbias eval` (a report is never edited by hand)")
-
-
-def run_label(method: str, bgaugment: bool) -> str:
-    """How tables and plots name a run: ``"method"`` or ``"method + BGAugment"``."""
-    return f"{method} + BGAugment" if bgaugment else method
 
 
 def index_reports(reports: Iterable[EvaluationReport]) -> dict[ReportKey, EvaluationReport]:
@@ -535,125 +282,6 @@ def _profile_blocks(profile: Profile) -> list[Block]:
     ]
 
 
-def _check_inputs(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str]
-) -> None:
-    """Every score set must describe the same queries: as many as labels and ids, with the same R each."""
-    if labels.ndim != 1 or len(ids) != len(labels):
-        raise OptionError(f"expected one label and one id per image, got labels of shape {labels.shape} "
-                          f"and {len(ids)} ids", fix="pass a 1-D label array and an id list of equal length")
-    for name, scores in [("clean", clean)] + [(f"repeat {i}", s) for i, s in enumerate(corrupted)]:
-        r = scores.per_query["r"]
-        if len(r) != len(labels) or not np.array_equal(r, clean.per_query["r"]):
-            raise OptionError(
-                f"the {name} scores cover {len(r)} queries with other class sizes than the clean scores of "
-                f"{len(labels)} images",
-                fix="score the clean split and every corrupted repeat on the same images, in the same order",
-            )
-
-
-def metric_means(scores: RetrievalScores) -> dict[str, float | None]:
-    """Each metric's mean over the scored queries, None where no query was scored (the report's cells)."""
-    return {name: finite_or_none(getattr(scores, name)) for name in METRICS}
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """A score as a report keeps it: a float, or None where it is missing or NaN."""
-    return None if value is None or math.isnan(value) else float(value)
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or None in values else float(np.mean(values))
-
-
-def _sample_std(values: Sequence[float | None]) -> float | None:
-    return None if len(values) < 2 or None in values else float(np.std(values, ddof=1))
-
-
-def _drop(clean: float | None, corrupted: float | None) -> dict[str, float | None]:
-    absolute = None if clean is None or corrupted is None else clean - corrupted
-    relative = None if absolute is None or clean == 0 else absolute / clean
-    return {"absolute": absolute, "relative": relative}
-
-
-def _per_class(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray,
-    names: Mapping[Any, str], empty: np.ndarray | None,
-) -> list[dict[str, Any]]:
-    """MAP@R per class, clean and corrupted (the mean over repeats of the class's mean), largest drop first,
-    with the class's name and how many of its images have empty masks; a class of one image has no score and
-    goes last."""
-    rows = []
-    scored = ~np.isnan(clean.per_query["map_at_r"])
-    for label in np.unique(labels):
-        members = (labels == label) & scored
-        clean_value = _class_mean(clean, members)
-        corrupted_value = _mean([_class_mean(scores, members) for scores in corrupted])
-        drop = _drop(clean_value, corrupted_value)
-        rows.append({"label": label.item(), "name": _class_name(names, label.item()),
-                     "images": int((labels == label).sum()),
-                     "empty_masks": None if empty is None else int(empty[labels == label].sum()),
-                     "clean_map_at_r": clean_value, "corrupted_map_at_r": corrupted_value,
-                     "drop": drop["absolute"], "relative_drop": drop["relative"]})
-    return sorted(rows, key=lambda row: (row["drop"] is None, -(row["drop"] or 0.0)))
-
-
-def _flags(ids: Sequence[str], flagged: Collection[str]) -> np.ndarray:
-    """Per image, whether its id is among ``flagged``."""
-    flagged = set(flagged)
-    return np.array([str(image_id) in flagged for image_id in ids], dtype=bool)
-
-
-def _class_name(names: Mapping[Any, str], label: Any) -> str:
-    return names.get(label, str(label))
-
-
-def _empty_masks(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], ids: Sequence[str], empty: np.ndarray
-) -> dict[str, Any]:
-    """The images with empty masks by id, and the headline over the other queries (None without any)."""
-    flagged = [str(ids[i]) for i in np.flatnonzero(empty)]
-    if not flagged:
-        return {"images": 0, "ids": [], "without": None}
-    kept = ~empty
-    clean_means = _subset_means(clean, kept)
-    repeats = [_subset_means(scores, kept) for scores in corrupted]
-    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
-    return {"images": len(flagged), "ids": flagged, "without": {
-        "scored": int((kept & ~np.isnan(clean.per_query["map_at_r"])).sum()),
-        "clean": clean_means, "corrupted": mean,
-        "drop": {name: _drop(clean_means[name], mean[name]) for name in METRICS}}}
-
-
-def _subset_means(scores: RetrievalScores, kept: np.ndarray) -> dict[str, float | None]:
-    """Each metric's mean over the scored queries among ``kept``, None where none is scored."""
-    means = {}
-    for name in METRICS:
-        values = scores.per_query[name][kept]
-        values = values[~np.isnan(values)]
-        means[name] = float(values.mean()) if len(values) else None
-    return means
-
-
-def _class_mean(scores: RetrievalScores, members: np.ndarray) -> float | None:
-    return float(scores.per_query["map_at_r"][members].mean()) if members.any() else None
-
-
-def _images_hurt_most(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
-    names: Mapping[Any, str], empty: np.ndarray | None,
-) -> list[dict[str, Any]]:
-    """The scored images whose MAP@R fell most (mean over repeats), largest drop first, ties in order."""
-    before = clean.per_query["map_at_r"]
-    after = np.mean([scores.per_query["map_at_r"] for scores in corrupted], axis=0)
-    drop = before - after
-    scored = np.flatnonzero(~np.isnan(drop))
-    order = scored[np.argsort(-drop[scored], kind="stable")][:HURT_MOST]
-    return [{"id": str(ids[i]), "label": labels[i].item(), "class_name": _class_name(names, labels[i].item()),
-             "empty_mask": None if empty is None else bool(empty[i]), "clean_map_at_r": float(before[i]),
-             "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
-
-
 def _set_rows(report: EvaluationReport) -> list[list[Any]]:
     """report.csv: the clean set, every repeat, then the repeats' mean and std."""
     rows = [["clean", *_metric_values(report.clean)]]
@@ -666,25 +294,6 @@ def _set_rows(report: EvaluationReport) -> list[list[Any]]:
 
 def _metric_values(scores: Scores) -> list[float | None]:
     return [getattr(scores, name) for name in METRICS]
-
-
-def per_query_table(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
-    empty_masks: Collection[str] | None = None,
-) -> dict[str, list[Any]]:
-    """The per-query table by column: id, label, R, with ``empty_masks`` (the ids of images whose mask shows
-    no object) whether the image's is empty, then each metric for the clean set and each repeat
-    (``clean_map_at_r``, ``repeat0_map_at_r``, …); a lone query's scores are None. ``per_query.csv`` holds
-    it, and ``pandas.DataFrame(table)`` reads it."""
-    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
-    table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
-                                   "r": clean.per_query["r"].astype(int).tolist()}
-    if empty_masks is not None:
-        table["empty_mask"] = _flags(ids, empty_masks).tolist()
-    for prefix, scores in sets:
-        for name in METRICS:
-            table[f"{prefix}_{name}"] = [finite_or_none(float(value)) for value in scores.per_query[name]]
-    return table
 
 
 def _per_query_csv(

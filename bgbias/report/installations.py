@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.installation import InstallationRecord, installation_differences, installation_digest
+from bgbias.measurement.record import EvaluationReport
 from bgbias.report.document import Block, Bullets, Heading, Paragraph
-from bgbias.report.evaluation import EvaluationReport
 
 INSTALLATIONS_NOTE = (
     "These results may not all have been made under the same installation, so some of their differences may "

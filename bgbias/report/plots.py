@@ -13,7 +13,8 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.figures import new_figure, save_png
-from bgbias.report.evaluation import METRIC_TITLES, EvaluationReport, index_reports
+from bgbias.measurement.record import EvaluationReport
+from bgbias.report.evaluation import METRIC_TITLES, index_reports
 from bgbias.retrieval.metrics import METRICS
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ label. Methods, datasets and labels keep the order in which they are first named
 leaves its cells empty.
 
 Runs evaluated with ``--profile`` get a second table, one row per run: the MAP@R of every set of their
-background-reliance profile (:mod:`bgbias.report.profile`).
+background-reliance profile (:mod:`bgbias.measurement.scoring`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.measurement.record import EvaluationReport, run_label
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
-from bgbias.report.evaluation import (
-    EvaluationReport,
-    csv_text,
-    index_reports,
-    load_evaluation_report,
-    percent,
-    percent_spread,
-    run_label,
-)
+from bgbias.report.evaluation import csv_text, index_reports, load_evaluation_report, percent, percent_spread
 from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.measurement.record import Checkpoint, EvaluationReport, run_label
 from bgbias.report.document import Heading, Paragraph, Table, to_markdown
-from bgbias.report.evaluation import Checkpoint, EvaluationReport, percent, percent_spread, run_label
+from bgbias.report.evaluation import percent, percent_spread
 
 SEED_COLUMNS = [
     "method", "training seeds", "selected epochs", "clean MAP@R", "corrupted MAP@R",

@@ -23,6 +23,7 @@ from typing import Any
 from bgbias.engine.run_dir import RESUME_TO_REWRITE, RunDir, is_metric_number, read_metrics, read_record
 from bgbias.errors import OptionError, RecordError
 from bgbias.figures import new_figure, save_png
+from bgbias.measurement.record import EvaluationReport, run_label
 from bgbias.report.document import (
     Block,
     Bullets,
@@ -34,7 +35,7 @@ from bgbias.report.document import (
     Table,
     write_document,
 )
-from bgbias.report.evaluation import EvaluationReport, percent, run_label
+from bgbias.report.evaluation import percent
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.runs_table import NOT_MEASURED, PROFILE_NOTE, Foreground, collect_runs, profile_table
 from bgbias.report.seeds import (

@@ -45,13 +45,13 @@ from bgbias.engine.config import TrainConfig
 from bgbias.engine.device import resolve_amp, resolve_device
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.run_dir import RunDir
 from bgbias.engine.split_states import EVAL_BATCH_SIZE
 from bgbias.engine.training_build import prepare_inputs
 from bgbias.engine.training_data import train_geometry_of
 from bgbias.engine.training_loop import TrainingSession
 from bgbias.fileio import make_dirs
+from bgbias.measurement.request import MeasureRequest
 from bgbias.methods.embedding_model import TrainedOn
 from bgbias.report.evaluate import evaluate
 from bgbias.saliency.ground_truth import copy_ground_truth_masks

@@ -164,9 +164,9 @@ def measure_run(run_dir: Path, masks: Path, backgrounds: Path, profile: bool, ex
     what was measured before comes from the caches. The profile's worst case is over the paper's 5 repeats,
     which keeps it to 13 embedding passes beyond them."""
     from bgbias.attribution.run import explain
-    from bgbias.engine.request import MeasureRequest
     from bgbias.engine.run_dir import claim_run
     from bgbias.engine.trained import load_trained
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.methods.registry import method_class
     from bgbias.paths import backgrounds_root
     from bgbias.report.evaluate import evaluate

@@ -12,8 +12,8 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest
 from bgbias.errors import OptionError
+from bgbias.measurement.request import MeasureRequest
 from bgbias.methods.attribution import build_attribution, check_supported, needs_references
 from bgbias.methods.avsl.explainer import NodeAttribution, pair_shares, spread_over_maps
 from tests.attribution.tiny import baseline

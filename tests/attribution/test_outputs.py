@@ -19,9 +19,9 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
+from bgbias.measurement.request import MeasureRequest
 from bgbias.methods.attribution import ATTRIBUTIONS, register_attribution
 from bgbias.report.compare import compare_runs
 from bgbias.report.runs_table import collect_runs, table_one

@@ -21,8 +21,8 @@ from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest
 from bgbias.errors import ImageError, OptionError
+from bgbias.measurement.request import MeasureRequest
 from tests.attribution.tiny import baseline
 from tests.replicas import copy_ground_truth_masks, make_bench
 from tests.saliency.fakes import made_masks

@@ -28,9 +28,9 @@ from bgbias.data.transforms import EvalGeometry
 from bgbias.engine import split_states as split_states_module
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.trained import load_trained
 from bgbias.errors import OptionError
+from bgbias.measurement.request import MeasureRequest, requested_split
 from bgbias.methods.attribution import (
     build_attribution,
     check_supported,

@@ -172,9 +172,10 @@ def test_the_page_and_record_say_what_made_the_masks_and_a_manifests_markup_stay
 def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the_count(tmp_path):
     from types import SimpleNamespace
 
+    from bgbias.measurement.record import evaluation_record
+    from bgbias.measurement.summary import summarize_evaluation
     from bgbias.model_audit.page import AuditPage, write_audit_page
     from bgbias.model_audit.run import scores_of
-    from bgbias.report.evaluation import evaluation_record, summarize_evaluation
     from tests.report.synthetic import make_run
 
     clean, corrupted, labels, ids = make_run(2)

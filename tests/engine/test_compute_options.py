@@ -18,9 +18,9 @@ from bgbias.cli import main
 from bgbias.engine import device as device_module
 from bgbias.engine.external_model import MODEL_RECORD, external_model, load_external_model
 from bgbias.engine.model_spec import network_from_callable
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.errors import ModelError, OptionError
+from bgbias.measurement.request import MeasureRequest
 from bgbias.models.model_input import ModelInput
 from tests.engine.external import export_onnx, export_torchscript, exported_run, tiny_embedder
 

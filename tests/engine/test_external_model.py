@@ -14,9 +14,9 @@ import torch
 from bgbias.attribution.run import explain
 from bgbias.engine.external_model import MODEL_RECORD, external_model, load_external_model
 from bgbias.engine.model_spec import is_factory, network_from_callable, network_from_module, parse_model_args
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.errors import ModelError, OptionError
+from bgbias.measurement.request import MeasureRequest
 from bgbias.models.model_input import ModelInput
 from bgbias.report.evaluate import evaluate
 from tests.engine.external import export_onnx, export_torchscript, exported_run, misbehaving, tiny_embedder

@@ -10,10 +10,10 @@ import pytest
 
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import resume_training, train
 from bgbias.errors import DatasetError, ImageError
+from bgbias.measurement.request import MeasureRequest
 from bgbias.report.evaluate import evaluate
 from tests.conftest import tiny_config
 from tests.saliency.fakes import made_masks

@@ -92,8 +92,8 @@ def test_bgaugment_selects_on_corrupted_validation(tiny_bench, tmp_path):
 
 
 def test_a_watched_test_split_is_scored_but_never_selects(tiny_bench, tmp_path):
-    from bgbias.engine.request import MeasureRequest
     from bgbias.engine.trained import load_trained
+    from bgbias.measurement.request import MeasureRequest
     from bgbias.report.evaluate import evaluate
 
     settings = ("bgaugment.enabled=true", "schedule.validate_untrained=false")

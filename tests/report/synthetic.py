@@ -11,7 +11,8 @@ import numpy as np
 from bgbias.attribution.outputs import ExplainSummary
 from bgbias.engine.run_dir import RunDir, write_record
 from bgbias.installation import installation
-from bgbias.report.evaluation import EvaluationReport, summarize_evaluation
+from bgbias.measurement.record import EvaluationReport
+from bgbias.measurement.summary import summarize_evaluation
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 
 CLASS_SIZES = (4, 3, 5, 2, 1, 3, 2, 4, 2, 3, 5, 2, 3, 2)

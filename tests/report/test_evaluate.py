@@ -20,10 +20,10 @@ from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.method_model import MethodModel
-from bgbias.engine.request import MeasureRequest, requested_split
 from bgbias.engine.run_dir import mark_latest, open_run_dir
 from bgbias.engine.trained import load_trained
 from bgbias.errors import AssetError, OptionError
+from bgbias.measurement.request import MeasureRequest, requested_split
 from bgbias.report.console import format_evaluation_summary
 from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
@@ -73,6 +73,23 @@ def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, 
     assert len(stored) == 3
     assert not any(np.allclose(stored[i], stored[j]) for i in range(3) for j in range(i + 1, 3))
     assert result.report.corrupted.std.map_at_r is not None
+
+
+def test_the_report_is_checked_once_and_report_json_is_its_own_dump(run, tiny_bench, tmp_path, monkeypatch):
+    from bgbias import schema
+
+    checked = []
+    adapter = schema._adapter
+
+    def counting(shape):
+        checked.append(shape)
+        return adapter(shape)
+
+    monkeypatch.setattr(schema, "_adapter", counting)
+    result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
+    assert [shape.__name__ for shape in checked if shape is type(result.report)] == ["EvaluationReport"]
+    written = json.loads(result.files["report_json"].read_text())
+    assert written == json.loads(json.dumps(result.report.model_dump(exclude_unset=True)))
 
 
 def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny_bench, tmp_path):
@@ -289,8 +306,7 @@ def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_p
 
 def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_bench, tmp_path):
     from bgbias.data.registry import open_dataset
-    from bgbias.engine.request import MeasureRequest
-    from bgbias.report.evaluate import measured_label
+    from bgbias.measurement.request import MeasureRequest, measured_label
     from bgbias.saliency.ground_truth import default_ground_truth_dir
 
     dataset = open_dataset("bench", tiny_bench / "bench")

@@ -11,12 +11,9 @@ import numpy as np
 import pytest
 
 from bgbias.errors import OptionError, RecordError
-from bgbias.report.evaluation import (
-    index_reports,
-    load_evaluation_report,
-    summarize_evaluation,
-    write_evaluation_report,
-)
+from bgbias.measurement.record import evaluation_record
+from bgbias.measurement.summary import summarize_evaluation
+from bgbias.report.evaluation import index_reports, load_evaluation_report, write_evaluation_report
 from bgbias.retrieval.metrics import METRICS
 from tests.report.hostile import HOSTILE_CLASSES, assert_inert
 from tests.report.synthetic import changed, complete, make_labels, make_report, make_run, ranked_scores
@@ -136,7 +133,9 @@ def test_mismatched_inputs_and_clashing_metadata_are_refused():
 
 
 def _write(report, out_dir, clean, corrupted, labels, ids):
-    return write_evaluation_report(report, out_dir, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
+    """The report dict's typed record (checked here, once) written with its scores."""
+    return write_evaluation_report(evaluation_record(report), out_dir, clean=clean, corrupted=corrupted,
+                                   labels=labels, ids=ids)
 
 
 def _read_csv(path):

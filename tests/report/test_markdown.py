@@ -8,9 +8,11 @@ from pathlib import Path
 
 from PIL import Image
 
+from bgbias.measurement.record import evaluation_record
+from bgbias.measurement.summary import summarize_evaluation
 from bgbias.report.dial import DialPoint, write_dial_report
 from bgbias.report.document import Figure
-from bgbias.report.evaluation import evaluation_record, format_evaluation_markdown, summarize_evaluation
+from bgbias.report.evaluation import format_evaluation_markdown
 from bgbias.report.runs_table import write_runs_report
 from bgbias.report.seeds import write_seeds_report
 from bgbias.report.study_report import StudyRunResult, write_study_report

@@ -16,8 +16,8 @@ from PIL import Image
 
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
-from bgbias.engine.request import MeasureRequest
 from bgbias.engine.trained import load_trained
+from bgbias.measurement.request import MeasureRequest
 from bgbias.models.input_convention import IMAGENET
 from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report

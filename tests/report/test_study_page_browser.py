@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from bgbias.attribution.heatmap import attribution_gallery
+from bgbias.measurement.record import run_label
 from bgbias.report.document import Figure
-from bgbias.report.evaluation import run_label
 from bgbias.report.plots import plot_runs
 from bgbias.report.study_report import StudyRunResult, write_study_report
 from bgbias.study.plan import PAPER_BASELINES

@@ -1,22 +1,35 @@
-"""What to measure a model on: one request shared by ``bgbias eval``, ``explain`` and ``study``.
+"""What to measure a model on: one request shared by ``bgbias eval``, ``score``, ``explain`` and ``study``,
+and that request made concrete once.
 
 The command line, the study and library callers fill one :class:`MeasureRequest`; evaluation reads its data
 and corrupted-set fields, explanation its data and attribution fields. :func:`requested_split` turns its data
-fields into the images to score, defaulting to the dataset the model was trained on.
+fields into the images to score, defaulting to the dataset the model was trained on; :func:`resolve` turns a
+whole evaluation request into a :class:`ResolvedRequest` (the dataset, split, images, geometry, retrieval
+and the report's folder name), which the rest of the measurement reads instead of resolving again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.data.items import Dataset, default_masks_dir
+from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items
+from bgbias.data.transforms import eval_geometry
 from bgbias.errors import PARAMETER, DatasetError, OptionError
+from bgbias.methods.embedding_model import OwnGeometry
+from bgbias.paths import backgrounds_root, located_key
+from bgbias.retrieval.retrievers import ExactL2, with_shortlist
+from bgbias.saliency.ground_truth import default_ground_truth_dir
 
 if TYPE_CHECKING:
     from bgbias.data.geometry import EvalGeometry
-    from bgbias.data.items import Dataset, Item
+    from bgbias.data.items import Item
     from bgbias.methods.embedding_model import EmbeddingModel, TrainedOn
+    from bgbias.retrieval.retrievers import Retrieval
 
 OWN_IMAGES = frozenset({"folder", "table"})
 """The datasets of one's own images (a folder of class folders, a table or a torch Dataset)."""
@@ -47,7 +60,7 @@ class MeasureRequest:
     shortlist: int | None = None
     """Rank by an L2 shortlist of this many images re-ranked by a learned distance (approximate)."""
     profile: bool = False
-    """Also the background-reliance profile (``bgbias.report.profile``); implies the corrupted repeats."""
+    """Also the background-reliance profile (``bgbias.measurement.scoring``); implies the corrupted repeats."""
     worst_k: int = 10
     """Backgrounds per query of the profile's worst case: the first ``worst_k`` corrupted repeats."""
 
@@ -79,8 +92,6 @@ def chosen_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[str, s
     """The split ``request`` scores, and why, as the report says it: the one asked for; else ``all`` for a
     model bgbias did not train (no training record) on one's own images, since it saw none of their classes
     and the test split would score only their second half; else ``test``, the held-out classes."""
-    from bgbias.data.items import Dataset
-
     if request.split is not None:
         return request.split, f"{request.split}, as asked"
     name = request.dataset.name if isinstance(request.dataset, Dataset) else request.dataset
@@ -98,10 +109,6 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
     on (the image ids and labels its run recorded): a changed or replaced folder is a ``DatasetError``, never
     a score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
     """
-    from bgbias.data.items import Dataset
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
-
     trained = model.trained_on()
     split = chosen_split(model, request)[0]
     if isinstance(request.dataset, Dataset):  # opened by the caller: asked for on purpose
@@ -133,9 +140,86 @@ def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dat
 def measured_geometry(model: EmbeddingModel, dataset_name: str) -> EvalGeometry:
     """The geometry ``model`` is measured at on dataset ``dataset_name``: its own where it states one
     (:class:`~bgbias.methods.embedding_model.OwnGeometry`), else the dataset's evaluation geometry."""
-    from bgbias.data.transforms import eval_geometry
-    from bgbias.methods.embedding_model import OwnGeometry
-
     if isinstance(model, OwnGeometry):
         return model.eval_geometry(dataset_name)
     return eval_geometry(dataset_name)
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    """An evaluation request made concrete once: the request (its split chosen), why that split, the dataset
+    and its images in query order, the split protocol, the geometry, the retrieval that ranks them, the masks
+    folder of the corrupted sets, and what the report names the measurement (:func:`measured_label`)."""
+
+    request: MeasureRequest
+    split_reason: str
+    dataset: Dataset
+    items: list[Item]
+    protocol: str
+    fold: int
+    geometry: EvalGeometry
+    retrieval: Retrieval
+    masks_dir: Path
+    measured: str
+
+    @property
+    def split(self) -> str:
+        split = self.request.split
+        assert split is not None  # chosen by resolve
+        return split
+
+
+def resolve(model: EmbeddingModel, request: MeasureRequest) -> ResolvedRequest:
+    """What ``request`` measures ``model`` on: the split :func:`chosen_split` picks of the dataset
+    :func:`requested_split` opens, at the model's geometry, ranked by its own retrieval (an L2 shortlist
+    re-ranked by it with ``request.shortlist``)."""
+    split, reason = chosen_split(model, request)
+    request = dataclasses.replace(request, split=split)
+    if request.profile and request.worst_k < 1:
+        raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
+                          fix=f"pass {PARAMETER}1 or more", parameter="worst_k")
+    dataset, items = requested_split(model, request)
+    protocol, fold = split_protocol(model.trained_on())
+    retrieval = with_shortlist(model.retrieval(), request.shortlist)
+    return ResolvedRequest(request, reason, dataset, items, protocol, fold,
+                           measured_geometry(model, dataset.name), retrieval, _masks_dir(dataset, request),
+                           measured_label(dataset, request, retrieval))
+
+
+def resolve_files(dataset: Dataset, request: MeasureRequest, protocol: str, fold: int) -> ResolvedRequest:
+    """What ``request`` measures of one's own embeddings of ``dataset``'s sets: ``request.split`` under
+    ``protocol`` and ``fold``, at the dataset's geometry, every set ranked by exact squared L2 and scored
+    against the corrupted repeats the files were made for."""
+    split = request.split
+    assert split is not None  # the embeddings' split, always named
+    request, retrieval = dataclasses.replace(request, corrupted=True), ExactL2()
+    return ResolvedRequest(request, f"{split}, the split the embeddings were made of, as given", dataset,
+                           split_items(dataset, split, protocol, fold), protocol, fold,
+                           eval_geometry(dataset.name), retrieval, _masks_dir(dataset, request),
+                           measured_label(dataset, request, retrieval))
+
+
+def _masks_dir(dataset: Dataset, request: MeasureRequest) -> Path:
+    return Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
+
+
+def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
+    """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and
+    for corrupted sets the masks folder (``exact-masks`` for the shipped masks in their default folder),
+    background pool and seed wherever they are not the defaults, and an
+    approximate retrieval's shortlist, so two datasets, pools, mask models, seeds or searches never write
+    over each other's report."""
+    parts = [dataset.key]
+    if request.corrupted or request.profile:
+        masks, backgrounds = request.masks, request.backgrounds
+        if masks is not None and Path(masks).resolve() == default_ground_truth_dir(dataset).resolve():
+            parts.append("exact-masks")
+        elif masks is not None and Path(masks).resolve() != default_masks_dir(dataset).resolve():
+            parts.append(located_key("masks", masks))
+        if backgrounds is not None and Path(backgrounds).resolve() != backgrounds_root().resolve():
+            parts.append(located_key("bg", backgrounds))
+        if request.seed != 0:
+            parts.append(f"seed{request.seed}")
+    if retrieval is not None and retrieval.approximate:
+        parts.append(f"shortlist{request.shortlist}")
+    return "-".join(parts)

@@ -1,10 +1,10 @@
 """The image sets an evaluation scores beside the clean split: the paper's corrupted repeats and the profile's
 variant sets, each fixed by a manifest, in the order the evaluation scores them.
 
-``bgbias eval`` embeds them with the model (:mod:`bgbias.report.evaluate`); ``bgbias score --embeddings``
-reads a user's embeddings of the same sets from files (:mod:`bgbias.report.scored_embeddings`), each set
-under the name ``bgbias corrupt --render`` gives its folder (:func:`layout_name`). Both take the sets from
-here, so they agree on which sets exist, their order and their images.
+A model's evaluation embeds them (:mod:`bgbias.measurement.measure`); ``bgbias score --embeddings`` reads a
+user's embeddings of the same sets from files (:mod:`bgbias.measurement.embedding_files`), each set under the
+name ``bgbias corrupt --render`` gives its folder (:func:`layout_name`). Both take the sets from here, so they
+agree on which sets exist, their order and their images.
 """
 
 from __future__ import annotations
@@ -14,23 +14,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bgbias.bgaugment.mask_check import empty_masks, saliency_masks
+from bgbias.corrupted.corrupted_images import CorruptedImages
 from bgbias.corrupted.manifest_store import manifest_exists
+from bgbias.corrupted.manifests import (
+    default_manifest_dir,
+    load_manifest,
+    make_corrupted_manifests,
+    manifest_name,
+)
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.errors import PARAMETER, AssetError
 from bgbias.saliency.records import masks_record
+from bgbias.variants.variant_images import VariantImages
+from bgbias.variants.variant_manifests import (
+    VariantManifest,
+    ensure_variant_manifests,
+    variant_dir,
+    variant_repeats,
+)
+from bgbias.variants.variants import VARIANTS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import numpy as np
 
-    from bgbias.corrupted.corrupted_images import CorruptedImages
     from bgbias.corrupted.manifests import CorruptedManifest
     from bgbias.data.items import Dataset, Item
     from bgbias.data.transforms import EvalGeometry
-    from bgbias.engine.request import MeasureRequest
-    from bgbias.variants.variant_images import VariantImages
-    from bgbias.variants.variant_manifests import VariantManifest
+    from bgbias.measurement.request import MeasureRequest, ResolvedRequest
 
 CLEAN = "clean"
 """The layout name of the clean split."""
@@ -63,47 +76,37 @@ class EvaluationSets:
     masks_print: str | None
     empty_masks: list[str] | None = None
 
-    def corrupted_meta(self, request: MeasureRequest) -> dict[str, Any]:
-        """The corrupted sets as the report's ``corrupted_sets`` records them: seed, pool, masks (the folder
-        and what made them) and the manifests of the paper's ``request.repeats``."""
+    def corrupted_meta(self, seed: int, repeats: int) -> dict[str, Any]:
+        """The corrupted sets as the report's ``corrupted_sets`` records them: ``seed``, pool, masks (the
+        folder and what made them) and the manifests of the paper's ``repeats``."""
         first = self.corrupted[0][0]
-        return {"seed": request.seed, "pool": str(first.pool_dir), "pool_images": len(first.pool),
-                **masks_record(self.masks_dir), "manifests": self._manifest_records()[:request.repeats]}
+        return {"seed": seed, "pool": str(first.pool_dir), "pool_images": len(first.pool),
+                **masks_record(self.masks_dir), "manifests": self._manifest_records()[:repeats]}
 
-    def worst_case_manifests(self, request: MeasureRequest) -> list[dict[str, Any]]:
+    def worst_case_manifests(self, repeats: int, worst_k: int) -> list[dict[str, Any]]:
         """The manifests of the repeats only the profile's worst case embeds, as its record lists them."""
-        return [{"set": "random-bg", **record}
-                for record in self._manifest_records()[request.repeats:request.worst_k]]
+        return [{"set": "random-bg", **record} for record in self._manifest_records()[repeats:worst_k]]
 
     def _manifest_records(self) -> list[dict[str, Any]]:
         return [{"repeat": m.repeat, "path": str(m.path), "sha256": m.sha256} for m, _ in self.corrupted]
 
 
-def evaluation_sets(
-    dataset: Dataset,
-    items: Sequence[Item],
-    request: MeasureRequest,
-    protocol: str,
-    fold: int,
-    geometry: EvalGeometry,
-) -> EvaluationSets:
-    """The sets ``request`` scores on ``items`` (``split``'s images) at ``geometry``: ``repeats`` corrupted
-    sets with ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets.
-    Their manifests are made where missing (see :func:`missing_manifests`)."""
-    from bgbias.bgaugment.mask_check import empty_masks, saliency_masks
-    from bgbias.corrupted.corrupted_images import CorruptedImages
-    from bgbias.data.items import default_masks_dir
-
-    masks_dir = Path(request.masks) if request.masks is not None else default_masks_dir(dataset)
+def evaluation_sets(resolved: ResolvedRequest) -> EvaluationSets:
+    """The sets a resolved request scores on its images at its geometry: ``repeats`` corrupted sets with
+    ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets. Their
+    manifests are made where missing (see :func:`missing_manifests`)."""
+    request, dataset, items = resolved.request, resolved.dataset, resolved.items
+    masks_dir = resolved.masks_dir
     if not (request.corrupted or request.profile):
         return EvaluationSets(masks_dir, [], [], None)
+    protocol, fold, geometry, split = resolved.protocol, resolved.fold, resolved.geometry, resolved.split
     # The profile's worst case takes the first worst_k repeats, the paper's among them.
-    manifests = corrupted_manifests(dataset, request.split, corrupted_count(request), request.seed,
+    manifests = corrupted_manifests(dataset, split, corrupted_count(request), request.seed,
                                     request.backgrounds, request.manifests, protocol, fold, geometry)
     corrupted = [(manifest, CorruptedImages(items, manifest, masks_dir, dataset.name))
                  for manifest in manifests]
     masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
-    variants = (variant_sets(dataset, items, manifests[0].path.parent, request.split, request.repeats,
+    variants = (variant_sets(dataset, items, manifests[0].path.parent, split, request.repeats,
                              request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
     return EvaluationSets(masks_dir, corrupted, variants, masks_print, empty_masks(items, masks_dir))
 
@@ -125,13 +128,6 @@ def corrupted_manifests(
     written, so a manifest made with another pool is reported, never silently replaced; each must be the
     split, seed and repeat its file name stands for, so no repeat is counted twice.
     """
-    from bgbias.corrupted.manifests import (
-        default_manifest_dir,
-        load_manifest,
-        make_corrupted_manifests,
-        manifest_name,
-    )
-
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
@@ -174,10 +170,6 @@ def variant_sets(
 ) -> list[VariantImages]:
     """Every variant's sets of the split, their manifests in ``folder/<variant>`` (the paper's repeats'
     folder), made there where missing; loaded and checked before anything is embedded."""
-    from bgbias.variants.variant_images import VariantImages
-    from bgbias.variants.variant_manifests import ensure_variant_manifests, variant_dir
-    from bgbias.variants.variants import VARIANTS
-
     return [
         VariantImages(items, manifest, masks_dir, dataset.name)
         for name in VARIANTS
@@ -192,19 +184,14 @@ def corrupted_count(request: MeasureRequest) -> int:
     return max(request.repeats, request.worst_k) if request.profile else request.repeats
 
 
-def missing_manifests(
-    dataset: Dataset, request: MeasureRequest, protocol: str, fold: int, geometry: EvalGeometry
-) -> list[Path]:
-    """The manifests of the sets ``request`` scores that are not on disk (:func:`evaluation_sets` would make
-    them), in scoring order."""
-    from bgbias.corrupted.manifests import default_manifest_dir, manifest_name
-    from bgbias.variants.variant_manifests import variant_dir, variant_repeats
-    from bgbias.variants.variants import VARIANTS
-
+def missing_manifests(resolved: ResolvedRequest) -> list[Path]:
+    """The manifests of the sets a resolved request scores that are not on disk (:func:`evaluation_sets`
+    would make them), in scoring order."""
+    request = resolved.request
     if not (request.corrupted or request.profile):
         return []
     folder = Path(request.manifests) if request.manifests is not None else default_manifest_dir(
-        dataset, request.split, request.seed, protocol, fold, geometry)
+        resolved.dataset, resolved.split, request.seed, resolved.protocol, resolved.fold, resolved.geometry)
     paths = [folder / manifest_name(r) for r in range(corrupted_count(request))]
     if request.profile:
         paths += [variant_dir(folder, name) / manifest_name(r)
@@ -215,8 +202,5 @@ def missing_manifests(
 def layout_name(manifest: CorruptedManifest | VariantManifest) -> str:
     """A set's name as ``bgbias corrupt --render`` names its folder: ``repeat-<r>`` for the paper's repeats,
     ``<variant>/repeat-<r>`` for a variant's."""
-    from bgbias.corrupted.manifests import manifest_name
-    from bgbias.variants.variant_manifests import VariantManifest
-
     stem = manifest_name(manifest.repeat).removesuffix(".json")
     return f"{manifest.variant.name}/{stem}" if isinstance(manifest, VariantManifest) else stem

@@ -1,0 +1,216 @@
+"""The typed record of one evaluation, ``report.json``'s declared shape (:mod:`bgbias.schema`): clean vs
+corrupted retrieval scores, their drop, who suffers most and the profile, with the evaluation's metadata.
+
+The measurement returns it (:mod:`bgbias.measurement.summary` makes it from the scores, checked once), the
+report folder is written from it (``report.json`` is its own dump), and every table, plot and page reads it
+by attribute (``report.corrupted.mean.map_at_r``). Values that do not exist are ``None`` (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field
+
+from bgbias.installation import InstallationRecord
+from bgbias.saliency.records import MASK_MAKER, MaskMaker, shown_mask_maker
+from bgbias.schema import Record, check_record, field_problem
+
+REPORT_FORMAT = "bgbias-eval-report"
+
+COMPUTED_KEYS = frozenset(
+    {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
+     "images_hurt_most", "profile", "empty_masks"}
+)
+"""The report's own fields, computed from the scores: metadata may not use these keys."""
+
+ReportKey = tuple[str, bool, str, str]
+"""What identifies a run's evaluation in a comparison: (method, bgaugment, dataset, split)."""
+
+class Scores(Record):
+    """Each metric's mean over the scored queries (``None``: no query was scored)."""
+
+    map_at_r: float | None
+    r_precision: float | None
+    precision_at_1: float | None
+
+
+class RepeatScores(Scores):
+    repeat: int
+
+
+class CorruptedScores(Record):
+    repeats: list[RepeatScores]
+    mean: Scores
+    std: Scores
+
+
+class Drop(Record):
+    absolute: float | None
+    relative: float | None
+
+
+class ClassDrop(Record):
+    label: int | str
+    name: str | None = None  # the class's name as the dataset gives it; reports made before names lack it
+    images: int
+    empty_masks: int | None = None  # its images whose mask shows no object; None: not checked
+    clean_map_at_r: float | None
+    corrupted_map_at_r: float | None
+    drop: float | None
+    relative_drop: float | None
+
+
+class ImageDrop(Record):
+    id: str
+    label: int | str
+    class_name: str | None = None
+    empty_mask: bool | None = None
+    clean_map_at_r: float
+    corrupted_map_at_r: float
+    drop: float
+
+
+class WithoutEmptyMasks(Record):
+    """The headline over the queries whose masks show an object: clean, corrupted (mean over repeats) and
+    the drop, each metric as in the report's own."""
+
+    scored: int
+    clean: Scores
+    corrupted: Scores
+    drop: dict[str, Drop]
+
+
+class EmptyMasks(Record):
+    """The images whose saliency mask shows no object, by id in query order, and the headline without them
+    (None where there are none)."""
+
+    images: int
+    ids: list[str]
+    without: WithoutEmptyMasks | None = None
+
+
+class ProfileSet(Record):
+    set: str
+    title: str
+    repeats: int
+    mean: Scores
+    std: Scores
+
+
+class Profile(Record):
+    sets: list[ProfileSet]
+    worst_k: int
+    only_fg_fill: list[int]
+
+
+class Checkpoint(Record):
+    path: str
+    epoch: int | None = None
+
+
+class ShortlistRecall(Record):
+    """How much of the exact top-R an approximate search's shortlist held, clean and per corrupted set."""
+
+    recall_of_exact_top_r: float | None
+    queries: int
+    corrupted_recall_of_exact_top_r: float | None = None
+
+
+class UsedMasks(Record):
+    """The masks an evaluation's corrupted sets were cut out with, from its ``corrupted_sets``: the folder and
+    what made them (``mask_maker``; not set in a report from before bgbias recorded it)."""
+
+    masks: str
+    mask_maker: MaskMaker | None = None
+
+    def words(self) -> str:
+        """What made the masks, as a page says it."""
+        if MASK_MAKER not in self.model_fields_set:
+            return "not recorded (an evaluation from before bgbias recorded it)"
+        return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
+
+
+class EvaluationReport(Record):
+    """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
+    and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
+    Fields that reports of earlier versions lack are ``None`` (or empty)."""
+
+    format: Literal["bgbias-eval-report"]
+    version: int
+    method: str
+    bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
+    dataset: str
+    measured: str | None = None  # reports made before "measured" existed lack it
+    split: str
+    run: str | None = None
+    seed: int | None = None
+    checkpoint: Checkpoint | str | None = None
+    images: int
+    classes: int
+    scored: int
+    clean: Scores
+    corrupted: CorruptedScores | None = None
+    drop: dict[str, Drop] | None = None
+    per_class: list[ClassDrop] = Field(default_factory=list)
+    images_hurt_most: list[ImageDrop] = Field(default_factory=list)
+    profile: Profile | None = None
+    empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
+    approximate: bool = False
+    retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
+    shortlist_recall: ShortlistRecall | None = None
+    installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
+    split_reason: str | None = None  # which split was scored and why; reports from before it lack it
+
+    @property
+    def key(self) -> ReportKey:
+        """What identifies the evaluation in a comparison: (method, bgaugment, measured dataset, split)."""
+        measured = self.dataset if self.measured is None else self.measured
+        return self.method, bool(self.bgaugment), measured, self.split
+
+    @property
+    def label(self) -> str:
+        """How tables and plots name the run: ``"method"`` or ``"method + BGAugment"``."""
+        return run_label(self.method, bool(self.bgaugment))
+
+    @property
+    def used_masks(self) -> UsedMasks | None:
+        """The masks of the corrupted sets (``None`` for a clean-only evaluation); a ``corrupted_sets`` of
+        another shape than bgbias writes is a ``RecordError``."""
+        return check_record((self.model_extra or {}).get("corrupted_sets"), UsedMasks | None, path=None,
+                            what="the evaluation report's corrupted_sets", fix="evaluate the run again")
+
+    @property
+    def setup(self) -> dict[str, Any]:
+        """The evaluation's metadata as written (the model, the checkpoint, the sets, the installation):
+        every field but the scores the report computes and the method, dataset and split its title names."""
+        written = self.model_dump(exclude_unset=True)
+        return {key: value for key, value in written.items()
+                if key not in COMPUTED_KEYS | {"method", "dataset", "split"}}
+
+def evaluation_record(report: Mapping[str, Any]) -> EvaluationReport:
+    """The report dict of :func:`summarize_evaluation` (and the profile) as the typed record its renderers
+    and callers read; a field of another type than the report declares is a ``RecordError`` naming it."""
+    return check_record(report, EvaluationReport, path=None, what="the evaluation report",
+                        fix="pass the metadata each field of the report declares")
+
+
+def metadata_problem(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(field, what it must be, what it holds)`` of the first metadata entry whose value is not of the type
+    the report declares for its key (``seed``: an integer), or ``None``; keys the report does not declare are
+    anything, keys it computes are refused by :func:`summarize_evaluation`."""
+    for key, value in meta.items():
+        field = EvaluationReport.model_fields.get(key)
+        if field is None or key in COMPUTED_KEYS:
+            continue
+        problem = field_problem(value, field.annotation)
+        if problem is not None:
+            where, wanted, found = problem
+            inside = "" if not where else where if where.startswith("[") else f".{where}"
+            return f"{key}{inside}", wanted, found
+    return None
+
+def run_label(method: str, bgaugment: bool) -> str:
+    """How tables and plots name a run: ``"method"`` or ``"method + BGAugment"``."""
+    return f"{method} + BGAugment" if bgaugment else method

@@ -1,0 +1,137 @@
+"""Scoring every set of an evaluation: the clean split and the paper's corrupted repeats, each against itself,
+and with the background-reliance profile (``bgbias eval --profile``):
+
+- **query-side**: each random-background repeat's corrupted queries against the *clean* split as gallery
+  (catalogue photos clean, user photos anywhere), each query's own clean image left out, so R and the
+  per-query scores are those of the paper's protocol;
+- **worst case**: per query, the lowest score over the first ``worst_k`` random-background repeats
+  (``worst_k`` backgrounds of the test pool), query-side, averaged over queries; it costs ``worst_k``
+  embeddings of every image, of which the paper's repeats are the first (cached);
+- **the variants** of :mod:`bgbias.variants.variants` (only-fg, only-bg tiled, black and inpainted,
+  mixed-same, mixed-rand), each a set scored against itself like the paper's corrupted sets.
+
+Every set is a fixed manifest whose state comes from a :class:`~bgbias.measurement.sets.SetStates` (a
+model's evaluation cache, or files of one's own embeddings), so the profile of a model costs its sets'
+embedding passes and a few searches. An approximate retrieval's shortlist is checked against the exact
+ranking on the clean split and on each of the paper's repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bgbias.retrieval.metrics import MAX_MEMORY, METRICS, RetrievalScores, score_embeddings
+from bgbias.retrieval.retrievers import ShortlistRerank
+
+if TYPE_CHECKING:
+    from bgbias.measurement.request import ResolvedRequest
+    from bgbias.measurement.sets import EvaluationSets, SetStates
+    from bgbias.retrieval.retrievers import Retrieval
+    from bgbias.variants.variant_images import VariantImages
+
+
+@dataclass
+class QuerySide:
+    """Corrupted queries against the clean gallery: the scores of each of the first ``repeats`` corrupted
+    sets, and each query's lowest score over the first ``worst_k``, each scored within ``max_memory``."""
+
+    retrieval: Retrieval
+    clean_state: dict[str, np.ndarray]
+    labels: np.ndarray
+    repeats: int
+    worst_k: int
+    max_memory: int
+    scores: list[RetrievalScores] = field(default_factory=list)
+    worst: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, index: int, state: dict[str, np.ndarray]) -> RetrievalScores:
+        """Score corrupted repeat ``index`` query-side, keeping what the profile needs of it."""
+        scores = score_embeddings(state, self.labels, retrieval=self.retrieval, references=self.clean_state,
+                                  max_memory=self.max_memory)
+        if index < self.repeats:
+            self.scores.append(scores)
+        if index < self.worst_k:  # fmin keeps NaN only where every repeat has it: the lone queries
+            self.worst = {name: np.fmin(self.worst[name], scores.per_query[name]) if self.worst
+                          else scores.per_query[name].copy() for name in METRICS}
+        return scores
+
+
+def score_variants(
+    states: SetStates,
+    sets: Sequence[VariantImages],
+    retrieval: Retrieval,
+    masks_print: str | None,
+    log: Callable[[str], None],
+    max_memory: int,
+) -> dict[str, list[RetrievalScores]]:
+    """Each variant set's state (embedded through the cache, keyed by its manifest's sha256 and the masks; or
+    read from files) scored against itself, by variant in repeat order."""
+    scores: dict[str, list[RetrievalScores]] = {}
+    for images in sets:
+        manifest = images.manifest
+        key = {"set": manifest.variant.name, "manifest_sha256": manifest.sha256, "masks": masks_print}
+        desc = f"{manifest.variant.name} repeat {manifest.repeat}"
+        state = states.state(images, key, desc)
+        scores.setdefault(manifest.variant.name, []).append(
+            score_embeddings(state, states.labels, retrieval=retrieval, max_memory=max_memory))
+        log(f"{desc} MAP@R {scores[manifest.variant.name][-1].map_at_r:.4f}")
+    return scores
+
+
+@dataclass(frozen=True)
+class ScoredSets:
+    """Every set of an evaluation scored: the clean state and scores, the paper's corrupted repeats, the
+    query side (empty without the profile), the variants' scores by name, and an approximate retrieval's
+    recall of the exact top-R (clean, then per corrupted repeat; empty for an exact one)."""
+
+    clean_state: dict[str, np.ndarray]
+    clean: RetrievalScores
+    corrupted: list[RetrievalScores]
+    query_side: QuerySide
+    variants: dict[str, list[RetrievalScores]]
+    recalls: list[Any]
+
+
+def score_sets(
+    states: SetStates, sets: EvaluationSets, resolved: ResolvedRequest, log: Callable[[str], None]
+) -> ScoredSets:
+    """Each set of ``sets`` from ``states`` (a model's, or files of embeddings) scored against itself by the
+    resolved request's retrieval: the clean split, the paper's ``repeats`` corrupted repeats and, with
+    ``profile``, every repeat's queries against the clean gallery and the variants."""
+    request, retrieval, labels = resolved.request, resolved.retrieval, states.labels
+    max_memory = request.max_memory or MAX_MEMORY
+    recalls: list[Any] = []
+
+    def shortlist_recall(state: dict[str, np.ndarray]) -> None:
+        # A background swap moves L2 neighbours too: the shortlist may miss more on the corrupted sets.
+        if isinstance(retrieval, ShortlistRerank):
+            recalls.append(retrieval.recall(state, labels))
+            if len(recalls) == 1:
+                log(f"shortlist recall of the exact top-R: {recalls[0].recall} over {recalls[0].queries} "
+                    "clean queries")
+
+    def scored(state: dict[str, np.ndarray]) -> RetrievalScores:
+        return score_embeddings(state, labels, retrieval=retrieval, max_memory=max_memory)
+
+    clean_state = states.clean()
+    clean = scored(clean_state)
+    log(f"clean MAP@R {clean.map_at_r:.4f}")
+    shortlist_recall(clean_state)
+    corrupted = []
+    query_side = QuerySide(retrieval, clean_state, labels, request.repeats, request.worst_k, max_memory)
+    for index, (manifest, images) in enumerate(sets.corrupted):
+        key = {"set": "corrupted", "manifest_sha256": manifest.sha256, "masks": sets.masks_print}
+        state = states.state(images, key, f"corrupted repeat {manifest.repeat}")
+        if index < request.repeats:
+            corrupted.append(scored(state))
+            log(f"corrupted repeat {manifest.repeat} MAP@R {corrupted[-1].map_at_r:.4f}")
+            shortlist_recall(state)
+        if request.profile:
+            query_map = query_side.add(index, state).map_at_r
+            log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
+    variants = score_variants(states, sets.variants, retrieval, sets.masks_print, log, max_memory)
+    return ScoredSets(clean_state, clean, corrupted, query_side, variants, recalls)
