@@ -23,9 +23,16 @@ if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering by fixtures
 def pytest_collection_modifyitems(config, items):
     """A test marked ``cuda`` needs a CUDA device: skipped without one (``scripts/gpu_check.py`` runs them
-    with ``-m cuda`` on a GPU machine)."""
+    with ``-m cuda`` on a GPU machine).
+
+    Under pytest-xdist the ``slow`` tests come first (in their order): its workers take tests in collection
+    order as they free up, so a minutes-long test collected last would run alone at the end while the other
+    worker idles; started first, the short tests fill in around them and the workers end together."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if torch.cuda.is_available():
         return
     needs_cuda = pytest.mark.skip(reason="needs a CUDA device")

@@ -73,17 +73,20 @@ def make_cub(root: Path, n_classes: int = 200, per_class: int = 1, segmentations
     return root
 
 
-def make_cars(root: Path, n_classes: int = 196, per_class: int = 1) -> Path:
-    """cars196: cars_annos.mat (struct array ``annotations`` and cell ``class_names``) and car_ims/."""
+def make_cars(root: Path, n_classes: int = 196, per_class: int = 1,
+              class_ids: Sequence[int] | None = None) -> Path:
+    """cars196: cars_annos.mat (struct array ``annotations`` and cell ``class_names``) and car_ims/. Class ids
+    1..``n_classes``, or ``class_ids`` (a few on both sides of each split boundary keep every split small)."""
     from scipy.io import savemat
 
+    class_ids = list(class_ids or range(1, n_classes + 1))
     fields = ["relative_im_path", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "test"]
-    annotations = np.zeros((1, n_classes * per_class), dtype=[(name, "O") for name in fields])
-    for index in range(n_classes * per_class):
+    annotations = np.zeros((1, len(class_ids) * per_class), dtype=[(name, "O") for name in fields])
+    for index in range(len(class_ids) * per_class):
         relpath = f"car_ims/{index + 1:06d}.jpg"
         write_picture(root / relpath, index)
         x1, y1, x2, y2 = OBJECT_BOX
-        class_id = index // per_class + 1
+        class_id = class_ids[index // per_class]
         annotations[0, index] = (
             relpath,
             np.uint8(x1),
@@ -93,8 +96,8 @@ def make_cars(root: Path, n_classes: int = 196, per_class: int = 1) -> Path:
             np.uint8(class_id),
             np.uint8(index % 2),
         )
-    class_names = np.empty((1, n_classes), dtype=object)
-    class_names[0, :] = [f"Car Model {c} 2012" for c in range(1, n_classes + 1)]
+    class_names = np.empty((1, max(class_ids)), dtype=object)
+    class_names[0, :] = [f"Car Model {c} 2012" for c in range(1, max(class_ids) + 1)]
     savemat(root / "cars_annos.mat", {"annotations": annotations, "class_names": class_names})
     return root
 

@@ -57,7 +57,7 @@ def _stop(child: subprocess.Popen, signum: int, *, group: bool) -> tuple[int, st
 
 
 def _train_args(tiny_bench: Path, workers: int) -> list[str]:
-    return ["train", "--method", "triplet", "--root", str(tiny_bench / "bench"), "--epochs", "3",
+    return ["train", "--method", "triplet", "--root", str(tiny_bench / "bench"), "--epochs", "2",
             "--device", "cpu", "--workers", str(workers), "--no-progress", "--backbone", "tiny_cnn",
             "--masks", str(tiny_bench / "masks"), "--backgrounds", str(tiny_bench / "backgrounds"),
             "--set", "model.pretrained=false", "--set", "model.embedding_dim=16", "--set", "data.crop=32",

@@ -1,6 +1,11 @@
 """``bgbias study`` on the tiny CUB, Cars196 and SOP replicas, from the command line: it ends with the page;
 two workers write the same bytes as one; a worker or the whole command killed mid-run, then the same command
-again, writes the same page; two commands started at once on one folder train each run once."""
+again, writes the same page; two commands started at once on one folder train each run once.
+
+Each study is as small as its check allows: two methods (one of them DCML, whose environment weights draw
+randomness of their own) and one seed, so four runs, two workers' worth each; two epochs of three batches
+(a checkpoint to resume from, a second epoch to kill a worker in); two explained images. The reference
+study with one worker is made once (a module fixture) and read by every test that compares bytes."""
 
 from __future__ import annotations
 
@@ -20,12 +25,17 @@ from bgbias.data.registry import open_dataset
 from tests.replicas import copy_ground_truth_masks, make_cars, make_cub, make_sop
 from tests.u2netp import provide_u2netp
 
-# One xdist worker takes them all, so the reference study (a module fixture) is made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("study-end-to-end")]
+pytestmark = pytest.mark.slow
+SHARES_THE_REFERENCE = pytest.mark.xdist_group("study-end-to-end")
+"""One xdist worker takes the tests that compare with the reference study, so that it is made once."""
 
 TINY = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16", "data.batch_size=8",
-        "data.m_per_class=2", "data.workers=0", "data.crop=32", "schedule.epochs=2")
-PLAN = ("--methods", "multi_similarity,dcml", "--seeds", "2")
+        "data.m_per_class=2", "data.workers=0", "data.crop=32", "schedule.epochs=2",
+        "data.batches_per_epoch=3", "schedule.validate_untrained=false")
+PLAN = ("--methods", "multi_similarity,dcml", "--seeds", "1")
+RUNS = 4
+"""The plan's runs: both methods without and with BGAugment."""
+CARS_CLASS_IDS = (1, 2, 73, 74, 75, 76, 97, 98, 99, 100, 195, 196)
 WALL_CLOCK = ("seconds", "elapsed", "created", "finished", "started", "images_per_second", "duration")
 
 
@@ -54,7 +64,7 @@ def _command(replicas: Path, dataset: str = "cub", *extra: str) -> list[str]:
     masks = ["--masks", str(replicas / "cub-masks")] if dataset == "cub" else ["--masks", "u2netp"]
     settings = [part for setting in TINY for part in ("--set", setting)]
     return [sys.executable, "-m", "bgbias", "study", "--dataset", dataset, "--root", str(replicas / dataset),
-            *masks, "--backgrounds", str(replicas / "pools"), *settings, "--explain-images", "4",
+            *masks, "--backgrounds", str(replicas / "pools"), *settings, "--explain-images", "2",
             "--devices", "cpu", *extra]
 
 
@@ -100,25 +110,26 @@ def _without_wall_clock(path: Path) -> bytes:
 
 @pytest.fixture(scope="module")
 def one_worker(replicas, tmp_path_factory) -> Path:
-    """The reference: the study of two methods and two seeds with one worker."""
+    """The reference: the study of :data:`PLAN` with one worker."""
     cwd = tmp_path_factory.mktemp("one-worker")
     _study(cwd, _command(replicas, "cub", *PLAN))
     return cwd
 
 
+@SHARES_THE_REFERENCE
 def test_the_study_of_a_cub_replica_ends_with_the_page_and_two_workers_write_the_same_bytes(
         replicas, one_worker, tmp_path):
     folder = _folder(one_worker)
     (page,) = folder.glob("report*/study.html")
     assert "multi_similarity + BGAugment" in (page.parent / "study.md").read_text()
     plan = json.loads((folder / "plan.json").read_text())
-    assert {step["state"] for step in plan["steps"].values()} == {"done"} and len(plan["steps"]) == 10
+    assert {step["state"] for step in plan["steps"].values()} == {"done"} and len(plan["steps"]) == RUNS + 2
     _study(tmp_path, _command(replicas, "cub", *PLAN, "--workers", "2"))
     workers = {json.loads((_folder(tmp_path) / "plan.json").read_text())["steps"][step]["claim"] is None
                for step in plan["steps"]}
     assert workers == {True}
     reference, two = _reports(one_worker), _reports(tmp_path)
-    assert len(reference) > 20 and reference.keys() == two.keys()
+    assert len(reference) > 4 * RUNS and reference.keys() == two.keys()  # reports of every run and the page
     assert [name for name in reference if reference[name] != two[name]] == []
 
 
@@ -146,6 +157,7 @@ def _running_run(cwd: Path, other_than: int | None = None):
     return None
 
 
+@SHARES_THE_REFERENCE
 def test_a_killed_worker_and_a_killed_command_then_the_same_command_give_the_same_page(
         replicas, one_worker, tmp_path):
     command = _command(replicas, "cub", *PLAN, "--workers", "2")
@@ -169,6 +181,7 @@ def test_a_killed_worker_and_a_killed_command_then_the_same_command_give_the_sam
     assert [name for name in reference if reference[name] != again.get(name)] == []
 
 
+@SHARES_THE_REFERENCE
 def test_two_commands_at_once_on_one_folder_train_each_run_once(replicas, one_worker, tmp_path):
     command = _command(replicas, "cub", *PLAN)
     first, second = (subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
@@ -176,7 +189,7 @@ def test_two_commands_at_once_on_one_folder_train_each_run_once(replicas, one_wo
     outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
     assert [first.returncode, second.returncode] == [0, 0], outputs
     starts = [line for output in outputs for line in output.splitlines() if "] training " in line]
-    assert len(starts) == 8 and not any("resuming" in output for output in outputs)
+    assert len(starts) == RUNS and not any("resuming" in output for output in outputs)
     assert all(output.count("] training ") for output in outputs), "both commands trained runs"
     plan = json.loads((_folder(tmp_path) / "plan.json").read_text())
     assert {step["state"] for step in plan["steps"].values()} == {"done"}
@@ -190,9 +203,9 @@ def test_the_study_of_a_cars_or_sop_replica_makes_its_masks_and_ends_with_the_pa
         replicas, dataset, tmp_path):
     root = replicas / dataset
     if not root.exists():
-        # 104 classes keep the paper's split whole (train 1-74, val 75-98) with 6 test classes, and u2netp
-        # masks 208 images instead of Cars196's full 392 (the masks were most of this test's time)
-        make_cars(root, n_classes=104, per_class=2) if dataset == "cars" else make_sop(root)
+        # both sides of each of the paper's split boundaries (train 1-74, val 75-98, test 99-196), four
+        # classes in each split: u2netp masks 24 images (the masks were most of this test's time)
+        make_cars(root, per_class=2, class_ids=CARS_CLASS_IDS) if dataset == "cars" else make_sop(root)
     model = provide_u2netp(tmp_path / "home")
     done = _study(tmp_path / "work", _command(replicas, dataset, "--methods", "multi_similarity"),
                   U2NET_HOME=str(model.parent))
