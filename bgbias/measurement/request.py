@@ -60,7 +60,8 @@ class MeasureRequest:
     shortlist: int | None = None
     """Rank by an L2 shortlist of this many images re-ranked by a learned distance (approximate)."""
     profile: bool = False
-    """Also the background-reliance profile (``bgbias.measurement.scoring``); implies the corrupted repeats."""
+    """Also the background-reliance profile (``bgbias.measurement.scoring``); implies the corrupted
+    repeats."""
     worst_k: int = 10
     """Backgrounds per query of the profile's worst case: the first ``worst_k`` corrupted repeats."""
 
