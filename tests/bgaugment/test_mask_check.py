@@ -68,10 +68,11 @@ def test_empty_masks_are_those_flagged_by_their_records_or_without_an_object(ben
     items = bench.items()
     assert empty_masks(items, masks_dir) == []
     flagged, unflagged, blank_but_recorded_full, blank = items[0], items[1], items[2], items[5]
+    made = {"ok": True, "size": (32, 24), "raw_min": 0.0, "image_sha256": "0" * 64}  # a mask's record
     write_records(records_path(masks_dir, (0, 1)), [
-        MaskRecord(flagged.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.1, empty=True),
-        MaskRecord(unflagged.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.9, empty=False),
-        MaskRecord(blank_but_recorded_full.id, ok=True, size=(32, 24), raw_min=0.0, raw_max=0.9, empty=False),
+        MaskRecord(flagged.id, **made, raw_max=0.1, empty=True),
+        MaskRecord(unflagged.id, **made, raw_max=0.9, empty=False),
+        MaskRecord(blank_but_recorded_full.id, **made, raw_max=0.9, empty=False),
     ])
     _blank(mask_path(blank_but_recorded_full, masks_dir))  # where a record has a flag, the flag counts
     _blank(mask_path(blank, masks_dir))  # a mask brought along: its pixels count

@@ -79,7 +79,7 @@ def test_evaluation_refuses_a_changed_dataset_unless_asked_for_it(run, tiny_benc
     trained = load_trained(run, device="cpu")
     with pytest.raises(DatasetError, match="not the one this run was trained on") as info:
         _evaluate(trained, tiny_bench, tmp_path)
-    assert info.value.path == str(run / "run.json") and "--root" in info.value.fix
+    assert info.value.path == str(run / "run.json") and "dataset=" in info.value.fix
     assert not (run / "eval").exists()
     on_purpose = _evaluate(trained, tiny_bench, tmp_path, root=changed)
     assert on_purpose.report.same_dataset_as_training is False
