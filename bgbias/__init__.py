@@ -13,13 +13,14 @@ anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluat
 rendered corrupted sets (docs/embeddings.md), :func:`make_masks` and :func:`make_corrupted_sets`,
 :func:`leakage` for a dataset's background leakage before training (docs/leakage.md), :func:`audit` for
 several outside encoders side by side (docs/audit.md), and :class:`ModelInput`. Importing the package is
-cheap: each name is imported on first use, and heavy libraries (torch, rembg, faiss) by the functions that
-need them.
+cheap: each name is imported on first use (docs/design.md, *Where imports are*).
 """
 
 from __future__ import annotations
 
 import importlib
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,12 @@ def _version() -> str:
     installed distribution's metadata (a wheel, an sdist or ``pip install -e``), else, for a source checkout
     put on the path without installing it, from the ``pyproject.toml`` beside the package; ``0+unknown``
     where neither exists (a copied package folder)."""
-    from importlib import metadata
-
     try:
         return metadata.version("bgbias")
     except metadata.PackageNotFoundError:
         pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
         if not pyproject.is_file():
             return "0+unknown"
-        import tomllib
 
         return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
 

@@ -20,9 +20,28 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from pydantic import AfterValidator, Field
+from torch import nn
 
+from bgbias.attribution.run import explain as explain_model
 from bgbias.corrupted.manifest_store import manifests_in_memory
+from bgbias.data.items import Dataset, default_masks_dir
+from bgbias.data.memory import InMemoryImage
+from bgbias.data.registry import open_dataset
+from bgbias.data.table import ImageTable, image_table
+from bgbias.engine.device import resolve_device
+from bgbias.engine.external_model import external_model, folder_owner, load_external_model
+from bgbias.engine.model_spec import network_from_callable, network_from_module
+from bgbias.engine.trained import TrainedModel, is_run_path, load_trained
 from bgbias.errors import ModelError, OptionError
+from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
+from bgbias.measurement.record import evaluation_record, metadata_problem
+from bgbias.measurement.request import MeasureRequest
+from bgbias.measurement.summary import summarize_evaluation
+from bgbias.methods.attribution import parse_attribution_options
+from bgbias.methods.embedding_model import EmbeddingModel
+from bgbias.model_audit.entries import check_labels, entries_of, read_list_file
+from bgbias.model_audit.run import AuditSettings, audit_split, default_audit_folder, run_audit
+from bgbias.models.model_input import ModelInput
 from bgbias.options import (
     AMP,
     BATCH_SIZE,
@@ -52,23 +71,27 @@ from bgbias.options import (
     Must,
     checked,
 )
+from bgbias.report.evaluate import EvaluationResult, score_embedding_folder
+from bgbias.report.evaluate import evaluate as evaluate_model
+from bgbias.report.evaluation import write_evaluation_report
+from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
+from bgbias.retrieval import metrics
+from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
+from bgbias.saliency.on_the_fly import U2NetMasks, with_u2net_masks
+from bgbias.saliency.pipeline import make_masks as write_masks
+from bgbias.saliency.sessions import Inference
+from bgbias.variants.render_variants import render_sets
+from bgbias.variants.variant_manifests import make_sets
 
 if TYPE_CHECKING:
     from bgbias.attribution.run import ExplainResult
-    from bgbias.data.items import Dataset
     from bgbias.leakage_meter.result import DatasetLeakage
-    from bgbias.methods.embedding_model import EmbeddingModel
     from bgbias.model_audit.run import AuditResult
-    from bgbias.models.model_input import ModelInput
-    from bgbias.report.evaluate import EvaluationResult
-    from bgbias.saliency.on_the_fly import U2NetMasks
     from bgbias.saliency.pipeline import MaskRun
 
 PathLike = str | os.PathLike[str]
 
 def _masks(value: Any) -> Any:
-    from bgbias.saliency.on_the_fly import U2NetMasks
-
     if value is not None and not isinstance(value, str | os.PathLike | U2NetMasks):
         raise ValueError("not a masks folder")
     return value
@@ -146,9 +169,6 @@ def evaluate(
     ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1 GiB; a larger split is
     scored in blocks of queries, with the same scores). The other arguments are the command's options.
     """
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.report.evaluate import evaluate as evaluate_model
-
     _check_model_input_and_log(model_input, log)
     request = MeasureRequest(
         **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
@@ -168,8 +188,6 @@ def evaluate(
 def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, Any]:
     """A request's ``dataset``, ``root`` and ``masks`` from the arguments: a name with its root and masks
     folder, or one's own images as a table (their masks made on the fly for :class:`bgbias.U2NetMasks`)."""
-    from bgbias.saliency.on_the_fly import U2NetMasks
-
     images = _images(dataset, root)
     if isinstance(masks, U2NetMasks):
         return {"dataset": _with_u2net_masks(images, masks), "root": None, "masks": None}
@@ -178,8 +196,6 @@ def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, A
 
 def _images(dataset: Any, root: PathLike | None) -> Any:
     """A dataset's name as it is; one's own images (rows, a table, a torch Dataset) as a table dataset."""
-    from bgbias.data.table import image_table
-
     if isinstance(dataset, os.PathLike):
         raise OptionError(f"dataset={os.fspath(dataset)!r} is a path, not a dataset name or a table",
                           fix=f'pass dataset="folder", root={os.fspath(dataset)!r} for a folder of class '
@@ -188,9 +204,6 @@ def _images(dataset: Any, root: PathLike | None) -> Any:
 
 
 def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
-    from bgbias.data.table import ImageTable
-    from bgbias.saliency.on_the_fly import with_u2net_masks
-
     if not isinstance(images, ImageTable):
         raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
                           f"torch Dataset), not for the {images or 'run'!s} dataset",
@@ -201,8 +214,6 @@ def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
 
 def _opened(dataset: Any, root: PathLike | None) -> Dataset:
     """``dataset`` opened: by name (at ``root``), or one's own images as a table."""
-    from bgbias.data.registry import open_dataset
-
     if dataset is None:
         raise OptionError("dataset= is required", fix='pass dataset="bench", or rows of (path, label)')
     images = _images(dataset, root)
@@ -210,15 +221,11 @@ def _opened(dataset: Any, root: PathLike | None) -> Dataset:
 
 
 def _is_data(dataset: Any) -> bool:
-    from bgbias.data.items import Dataset
-
     return dataset is not None and not isinstance(dataset, str | Dataset)
 
 
 def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
     """A run's reports go into its own folder: ``out`` may only name it."""
-    from bgbias.engine.trained import TrainedModel
-
     home = Path(model.home)
     if out is not None and isinstance(model, TrainedModel) and Path(out).resolve() != home.resolve():
         raise OptionError(f"out={os.fspath(out)!r} is not the run's folder {home}: a run's reports go into "
@@ -258,10 +265,6 @@ def explain(
     split), ``result.scores`` every score; with ``out`` the maps of a gallery, the scores and the summary go
     there, and an interrupted call resumes. ``attribution_options`` are the attribution's own
     (``{"copies": 8}``)."""
-    from bgbias.attribution.run import explain as explain_model
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.methods.attribution import parse_attribution_options
-
     _check_model_input_and_log(model_input, log)
     if attribution_options is not None and not isinstance(attribution_options, dict):
         raise OptionError(f"attribution_options={attribution_options!r} is not a dict",
@@ -280,8 +283,6 @@ def explain(
 
 
 def _check_model_input_and_log(model_input: Any, log: Any) -> None:
-    from bgbias.models.model_input import ModelInput
-
     if model_input is not None and not isinstance(model_input, ModelInput):
         raise OptionError(f"model_input={model_input!r} is not a bgbias.ModelInput",
                           fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
@@ -307,13 +308,6 @@ def as_embedding_model(
     factory's keyword arguments; ``homes`` is the folder an outside model's default home goes under
     (default ``runs/external``; ignored where ``out`` names the home, and for a run, whose folder is its
     home)."""
-    from torch import nn
-
-    from bgbias.engine.external_model import external_model, load_external_model
-    from bgbias.engine.model_spec import network_from_callable, network_from_module
-    from bgbias.engine.trained import is_run_path, load_trained
-    from bgbias.methods.embedding_model import EmbeddingModel
-    from bgbias.models.model_input import ModelInput
 
     model_input = model_input or ModelInput()
     compute = {"amp": amp, "memory_format": memory_format}
@@ -362,13 +356,6 @@ def evaluate_embeddings(
     dataset and split there; a key the report declares, such as ``seed``, must hold a value of its type);
     ``out`` is where its JSON, CSV and Markdown files go (none without it).
     Numpy arrays or torch tensors alike."""
-    from bgbias.measurement.record import evaluation_record, metadata_problem
-    from bgbias.measurement.summary import summarize_evaluation
-    from bgbias.report.evaluate import EvaluationResult
-    from bgbias.report.evaluation import write_evaluation_report
-    from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
-    from bgbias.retrieval.metrics import score_embeddings as score
-
     clean = _embeddings(clean, "clean")
     labels = _labels(labels, len(clean))
     if isinstance(corrupted, str) or not isinstance(corrupted, Sequence):
@@ -389,8 +376,8 @@ def evaluate_embeddings(
                           fix=f"give {field} a value that is {wanted} in about=, or leave it out")
     if out is not None:
         _not_a_models_folder(Path(out))
-    clean_scores = score(clean, labels)
-    corrupted_scores = [score(state, labels) for state in corrupted]
+    clean_scores = metrics.score_embeddings(clean, labels)
+    corrupted_scores = [metrics.score_embeddings(state, labels) for state in corrupted]
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
     meta = {"method": "embeddings", "bgaugment": None, "dataset": "?", "split": "?", **(about or {})}
     report = summarize_evaluation(clean_scores, corrupted_scores, labels, ids, meta)
@@ -420,11 +407,6 @@ def make_masks(
     ``masks/<dataset key>`` for u2netp, where every command looks, ``masks/<dataset key>-<model>`` for another
     model), resumable; the run lists failures and quality. ``backend``, ``device``, ``amp`` and
     ``batch_size`` as ``bgbias masks`` takes them (docs/masks.md, *Backends*)."""
-    from bgbias.data.items import default_masks_dir
-    from bgbias.data.memory import InMemoryImage
-    from bgbias.saliency.pipeline import make_masks as write_masks
-    from bgbias.saliency.sessions import Inference
-
     opened = _opened(dataset, root)
     if any(isinstance(item.image, InMemoryImage) for item in opened.items()):
         raise OptionError("make_masks writes the masks of image files, and these images are a dataset's "
@@ -456,10 +438,6 @@ def make_corrupted_sets(
     ``out/<variant>``. With ``render``, also their images (from the masks in ``masks``, default
     ``masks/<dataset key>``) and galleries in that folder. ``dataset`` is a name, or one's own images as
     :func:`evaluate` takes them."""
-    from bgbias.data.items import default_masks_dir
-    from bgbias.variants.render_variants import render_sets
-    from bgbias.variants.variant_manifests import make_sets
-
     if isinstance(variants, str) or not isinstance(variants, Sequence) or not all(
             isinstance(name, str) for name in variants):
         raise OptionError(f"variants={variants!r} is not a list of set names",
@@ -481,12 +459,9 @@ def score_embeddings(embeddings: Any, labels: Any, *, max_memory: int | None = N
     or torch tensors alike. The queries are scored in blocks whose neighbour lists fit
     ``max_memory`` bytes (default 1 GiB), exact whatever the blocks: a class of 20,000 images among a million
     is scored in bounded memory."""
-    from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
-    from bgbias.retrieval.metrics import score_embeddings as score
-
     embeddings = _embeddings(embeddings, "embeddings")
-    return score(embeddings, _labels(labels, len(embeddings)),
-                 max_memory=DEFAULT if max_memory is None else max_memory)
+    return metrics.score_embeddings(embeddings, _labels(labels, len(embeddings)),
+                                    max_memory=DEFAULT if max_memory is None else max_memory)
 
 
 def _embeddings(values: Any, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -518,8 +493,6 @@ def _labels(values: Any, count: int) -> np.ndarray:
 
 def _not_a_models_folder(out: Path) -> None:
     """Refuse to write a report into, or inside, a run folder or a model's home: it would read as theirs."""
-    from bgbias.engine.external_model import folder_owner
-
     owner = folder_owner(out)
     if owner is not None:
         raise OptionError(f"out={os.fspath(out)!r} is or lies inside {owner.describe()}: a report there "
@@ -537,8 +510,6 @@ def _array(values: Any) -> np.ndarray:
 
 
 def _device(device: str) -> Any:
-    from bgbias.engine.device import resolve_device
-
     return resolve_device(device)
 
 
@@ -575,10 +546,6 @@ def score(
     report's retrieval gallery. ``l2_normalize`` scales each row to unit length first (bgbias's default for a
     model's output); ``name`` is the report's method (default the folder's name). No file is written unless
     ``out`` names the report's folder."""
-    from bgbias.data.registry import open_dataset
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.report.evaluate import score_embedding_folder
-
     _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
@@ -622,8 +589,6 @@ def leakage(
     ``masks`` and ``model_input`` are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the
     bootstrap. Nothing is written unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and the
     picture of the classes whose background gives them away most, ``leakage-classes.png``."""
-    from bgbias.leakage_meter.meter import DEFAULT_ENCODER, measure_leakage
-
     _check_model_input_and_log(model_input, None)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
@@ -674,9 +639,6 @@ def audit(
     ``audit.json``) and a folder per model go to ``out`` (default ``runs/audit/<dataset key>-<split>``), and a
     second call with the same models and settings reuses every finished model. A model that fails is
     recorded with its error while the others go on: ``result.failed`` lists them."""
-    from bgbias.model_audit.entries import check_labels, entries_of, read_list_file
-    from bgbias.model_audit.run import AuditSettings, audit_split, default_audit_folder, run_audit
-
     _check_model_input_and_log(model_input, log)
     entries = entries_of(models) + (read_list_file(models_file, trust=trust_model) if models_file is not None
                                     else [])

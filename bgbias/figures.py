@@ -10,12 +10,10 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from matplotlib.figure import Figure
 
 from bgbias.fileio import write_bytes_atomic
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 DPI = 100
 
@@ -42,8 +40,6 @@ def one_line(text: str) -> str:
 
 def new_figure(width: float, height: float) -> Figure:
     """An empty figure of ``width`` × ``height`` inches with a constrained layout."""
-    from matplotlib.figure import Figure
-
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 

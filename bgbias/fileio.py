@@ -5,6 +5,7 @@ every error met while writing one (a full disk, no permission) is an ``OutputErr
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 import os
@@ -16,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import filelock
 
 from bgbias.errors import BusyError, output_error
 
@@ -237,8 +240,6 @@ def folder_lock(folder: str | os.PathLike[str]) -> contextlib.AbstractContextMan
 def _acquire(lock: Any, wait: bool) -> bool:
     """Take ``lock`` (waiting for it when ``wait``); False when another holder has it and not ``wait``.
     (filelock's ``Timeout`` is an ``OSError``, which must not be reported as a write error.)"""
-    import filelock
-
     try:
         lock.acquire(timeout=-1 if wait else 0)
     except filelock.Timeout:
@@ -249,9 +250,6 @@ def _acquire(lock: Any, wait: bool) -> bool:
 def _native_lock(path: Path) -> Any:
     """``filelock``'s lock of this system on ``path``, with the mode the umask gives a new file, and without
     the fallback to a soft lock that filelock 4 offers where a file system lacks ``flock``."""
-    import inspect
-
-    import filelock
 
     native = filelock.WindowsFileLock if os.name == "nt" else filelock.UnixFileLock
     options: dict[str, Any] = {"mode": file_mode()}

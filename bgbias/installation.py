@@ -16,6 +16,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+import torch
 from packaging.requirements import Requirement
 
 from bgbias.errors import PARAMETER, AssetError
@@ -106,8 +107,6 @@ def _applies(requirement: str, extra: str) -> bool:
 def processor() -> str:
     """The CPU's model and the instruction set torch's kernels run with (``AMD EPYC, AVX512``): MKL and
     oneDNN take other paths on other vendors and vector widths, so the same seed trains to other digits."""
-    import torch
-
     model = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:

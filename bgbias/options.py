@@ -199,6 +199,11 @@ MEMORY_FORMAT = Annotated[Literal["contiguous", "channels_last"] | None, Field(e
 """The layout of a model's weights and inputs (a run's ``model.memory_format``); None: the model's default."""
 DEVICE = Annotated[str, Field(examples=["cpu"])]
 """A torch device: auto, cpu, cuda or cuda:N (checked when it is resolved)."""
+
+EXPLAIN_IMAGES = 200
+"""Test images of each study run whose attribution maps are scored (25 backward passes each); spread evenly
+over the split."""
+
 DEFAULT_MASK_MODEL = "u2netp"
 """The mask model of ``bgbias masks``, the API and a study on a real dataset when none is named: U²-Net's
 small model, the one ``bgbias assets fetch`` installs (4.6 MB; the paper's ``u2net``, 176 MB, is fetched

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from tqdm import tqdm
+
 from bgbias.assets.catalog import AssetSpec, FileMember, PyPIWheel, TreeMember
 from bgbias.assets.debian import deb_files, normalise_member_path
 from bgbias.assets.digest import copy_with_sha256, select_tree_files, tree_digest
@@ -121,7 +123,5 @@ def _check_tree(tree: TreeMember, entries: list[tuple[str, str, int]], path: Pat
 
 
 def _progress_bar(spec: AssetSpec, progress: bool):
-    from tqdm import tqdm
-
     total = sum(m.count if isinstance(m, TreeMember) else 1 for m in spec.members)
     return tqdm(total=total, desc=f"{spec.name}: files", unit="file", disable=not progress or total < 20)

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from tqdm import tqdm
+
 from bgbias.attribution.outputs import (
     MAPS_DIR,
     REFERENCE_MAPS_DIR,
@@ -63,7 +66,7 @@ from bgbias.attribution.scoring import ImageScorer, MaskFile, mask_files
 from bgbias.corrupted.gallery import evenly_spread
 from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
-from bgbias.data.items import Item
+from bgbias.data.items import Item, default_masks_dir
 from bgbias.data.transforms import EvalGeometry
 from bgbias.engine.device import model_memory_format, precision_name
 from bgbias.errors import BusyError, OptionError
@@ -156,9 +159,6 @@ def explain_items(
     (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision, the device
     and the model's memory format.
     """
-    import torch
-    from tqdm import tqdm
-
     request = request or MeasureRequest()
     items, geometry, dataset_name = list(inputs.items), inputs.geometry, inputs.dataset_name
     masks_dir, reference_items = Path(inputs.masks_dir), inputs.reference_items
@@ -302,8 +302,6 @@ def explain(
     ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
     fastest, 8 on CUDA). Without ``write`` nothing goes to disk and the result holds every map.
     """
-    from bgbias.data.items import default_masks_dir
-
     request = request or MeasureRequest()
     request = dataclasses.replace(request, split=chosen_split(model, request)[0])
     attribution, options = request.attribution, request.attribution_options

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from bgbias.attribution.foreground_score import (
     attribution_on_foreground,
@@ -26,8 +27,6 @@ from bgbias.errors import DatasetError, ImageError
 from bgbias.methods.attribution import Attribution
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.embedding_model import EmbeddingModel
 
 
@@ -82,8 +81,6 @@ def load_example(
 
 def image_generator(seed: int, image_id: str) -> torch.Generator:
     """A CPU generator owned by one image: seeded by (seed, a hash of its id), not its batch or position."""
-    import torch
-
     key = int.from_bytes(hashlib.sha256(image_id.encode("utf-8")).digest()[:8], "big")
     state = np.random.SeedSequence([seed, key]).generate_state(2, np.uint32)
     return torch.Generator().manual_seed((int(state[0]) << 31) ^ int(state[1]))
@@ -172,7 +169,5 @@ class ImageScorer:
 
     def _tensor(self, pictures: Sequence[np.ndarray]) -> torch.Tensor:
         """uint8 H×W×3 pictures as a (B, 3, H, W) float batch in [0, 1] on the device."""
-        import torch
-
         pixels = np.stack(pictures).transpose(0, 3, 1, 2)
         return torch.from_numpy(pixels).to(self.device).float().div_(255)

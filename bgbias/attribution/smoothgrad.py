@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
+import torch
 from pydantic import Field, ValidationError, model_validator
 
 from bgbias.errors import OptionError
@@ -27,8 +28,6 @@ from bgbias.options import Must, Settings, must, setting_problem
 from bgbias.retrieval.state import model_form, named_arrays, take_rows
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.base import ImageState
     from bgbias.methods.embedding_model import EmbeddingModel
 
@@ -79,8 +78,6 @@ class SmoothGrad(Settings):
         generator: torch.Generator | Sequence[torch.Generator],
     ) -> torch.Tensor:
         """(B, H, W) maps in [0, 1] for (B, 3, H, W) images in [0, 1]; the model is left in eval mode."""
-        import torch
-
         generators = per_image_generators(generator, len(images01))
         model.eval()
         with torch.no_grad():
@@ -100,8 +97,6 @@ class SmoothGrad(Settings):
 def draw_noise(inputs: torch.Tensor, copies: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Standard normal noise (n, copies, 3, H, W) for n images, image i drawn from ``generators[i]`` on the
     generator's own device (so a CPU generator gives the same noise whatever device the model is on)."""
-    import torch
-
     draws = [
         torch.randn((copies, *inputs.shape[1:]), generator=g, device=g.device, dtype=torch.float32)
         for g in generators
@@ -119,8 +114,6 @@ def noisy_copies(inputs: torch.Tensor, unit_noise: torch.Tensor, noise: float) -
 def distance_gradients(model: EmbeddingModel, noisy: torch.Tensor, reference: ImageState) -> torch.Tensor:
     """Gradients (n, copies, 3, H, W) of each image's mean distance to ``reference`` over its copies, with
     respect to the noisy network inputs; parameters get no ``.grad``."""
-    import torch
-
     count, copies = noisy.shape[:2]
     leaf = noisy.detach().flatten(0, 1).requires_grad_(True)
     with torch.enable_grad():
@@ -146,8 +139,6 @@ def smoothgrad_maps(gradients: torch.Tensor) -> torch.Tensor:
 def normalise_maps(maps: torch.Tensor, clip_percentile: float) -> torch.Tensor:
     """Per map: (g − min) / (q − min) clamped to [0, 1], q = the ``clip_percentile`` percentile (linear
     interpolation). Where q = min the limit of that is taken: 1 above the minimum, 0 on it."""
-    import torch
-
     flat = maps.flatten(1).float()
     low = flat.amin(dim=1).view(-1, 1, 1)
     high = torch.quantile(flat, clip_percentile / 100.0, dim=1).view(-1, 1, 1)

@@ -27,10 +27,11 @@ from PIL import Image
 from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, sample_crop_box
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
-from bgbias.backgrounds.sources import PhotoSource
+from bgbias.backgrounds.sources import PhotoSource, background_sources
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
 from bgbias.errors import PARAMETER, AssetError, DatasetError, ImageError, OptionError, RecordError
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
+from bgbias.paths import backgrounds_root
 from bgbias.schema import Record, format_header, read_record
 
 POOL_SEED = 0
@@ -142,9 +143,6 @@ def default_pools() -> Path:
     The pools belong to the working folder, so the first evaluation or training in a new one makes them
     (docs/datasets.md, *Background pools*); without installed photos the error names the command that
     installs them."""
-    from bgbias.backgrounds.sources import background_sources
-    from bgbias.paths import backgrounds_root
-
     root = backgrounds_root()
     if all((root / pool).is_dir() for pool in POOLS):
         return root

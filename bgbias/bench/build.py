@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -21,7 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
+import PIL
 from PIL import Image
 
 import bgbias
@@ -346,7 +349,6 @@ def _map(
             return [function(item) for item in items]
         finally:
             _init_worker(None)
-    import multiprocessing
 
     spawn = multiprocessing.get_context("spawn")  # no fork: the caller may hold threads (torch, tqdm)
     chunk = max(1, len(items) // (4 * workers))
@@ -420,9 +422,6 @@ def _parameters(
 
 def _versions() -> dict[str, str]:
     """Libraries whose encoders and resamplers fix the output bytes."""
-    import cv2
-    import PIL
-
     return {
         "bgbias": bgbias.__version__,
         "numpy": np.__version__,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
 
@@ -104,8 +105,6 @@ def render_view(
     The alpha returned is the compositing weight itself: ``rgb = α·object + (1 − α)·background`` holds exactly
     (up to rounding to 8 bits) with that α, so it is the exact foreground mask of the view.
     """
-    import cv2
-
     if background_rgb.shape != (size, size, 3):
         raise ValueError(f"background must be {size}×{size}×3, got {background_rgb.shape}")
     target = params.scale * size
@@ -170,8 +169,6 @@ def _premultiplied(rgba: np.ndarray) -> np.ndarray:
 
 def _shrunk(layer: np.ndarray, target: float) -> tuple[np.ndarray, float]:
     """Area-average the layer down to its final size (a warp alone would alias); return the zoom left."""
-    import cv2
-
     long_side = max(layer.shape[:2])
     if target >= long_side:
         return layer, target / long_side
@@ -185,8 +182,6 @@ def _homography(
     width: int, height: int, zoom: float, target: float, params: ViewParams, size: int
 ) -> np.ndarray:
     """Map the layer's corners: zoom and rotate about its centre, displace the corners, move into place."""
-    import cv2
-
     corners = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float64)
     centred = (corners - [width / 2, height / 2]) * zoom
     angle = math.radians(params.rotation_deg)

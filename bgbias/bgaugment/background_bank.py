@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from bgbias.backgrounds.pool import list_pool, pool_folder
@@ -33,7 +35,6 @@ from bgbias.errors import OptionError
 if TYPE_CHECKING:
     import os
 
-    import torch
 
 TRAIN_SHORTER_SIDE = 256
 """The shorter side training backgrounds are kept at (the paper's code resizes them to 256, then crops)."""
@@ -48,8 +49,6 @@ class BackgroundBank:
     """
 
     def __init__(self, pixels: torch.Tensor, sizes: Sequence[tuple[int, int]], names: Sequence[str]):
-        import torch
-
         if pixels.dtype != torch.uint8 or pixels.dim() != 4 or pixels.shape[1] != 3:
             raise ValueError(f"pixels must be uint8 (N, 3, H, W), got {pixels.dtype} {tuple(pixels.shape)}")
         if not len(sizes) == len(names) == pixels.shape[0] > 0:
@@ -67,8 +66,6 @@ class BackgroundBank:
     ) -> BackgroundBank:
         """Decode every image of the pool ``folder`` (``list_pool``, ``load_image``), optionally resize its
         shorter side to ``shorter_side`` (PIL bilinear, antialiased), and move the pool to ``device``."""
-        import torch
-
         if shorter_side is not None and shorter_side < 1:
             raise OptionError(
                 f"the background size (shorter side) must be positive, got {shorter_side}",
@@ -91,8 +88,6 @@ class BackgroundBank:
 
     def to(self, device: torch.device | str) -> BackgroundBank:
         """The same backgrounds on ``device`` (this bank itself when they are there already)."""
-        import torch
-
         if torch.device(device) == self.device:
             return self
         return BackgroundBank(self.pixels.to(device), self.sizes, self.names)
@@ -105,8 +100,6 @@ class BackgroundBank:
     ) -> torch.Tensor:
         """The crops as ``(n, 3, size, size)`` in [0, 1] on the bank's device: each box resized bilinearly to
         ``size × size`` and mirrored where ``flip`` (``dtype`` defaults to float32)."""
-        import torch
-
         dtype = torch.float32 if dtype is None else dtype
         if size < 1:
             raise ValueError(f"render size must be positive, got {size}")
@@ -142,9 +135,6 @@ def render_crops(
     ``uint8_kernel`` resizes the ``uint8`` box directly (torch's fast CPU kernel, rounded like PIL); otherwise
     the box is converted to float first.
     """
-    import torch
-    import torch.nn.functional as F
-
     out = torch.empty((len(crops), 3, size, size), dtype=torch.float32, device=pixels.device)
     for i, crop in enumerate(crops):
         box = crop.box

@@ -19,7 +19,7 @@ from typing import Annotated
 import torch
 from pydantic import Field
 
-from bgbias.bgaugment.background_bank import BackgroundBank
+from bgbias.bgaugment.background_bank import BackgroundBank, train_bank
 from bgbias.bgaugment.background_crops import BackgroundCrop, sample_background_crop
 from bgbias.bgaugment.composite import composite
 from bgbias.bgaugment.generators import TorchDraws, check_generator, keyed_generator
@@ -108,8 +108,6 @@ class BGAugment(torch.nn.Module):
         *,
         generator: torch.Generator | None = None,
     ):
-        from bgbias.bgaugment.background_bank import train_bank
-
         super().__init__()
         folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
         ARGUMENTS.valid({**folder, "p": p, "seed": seed})

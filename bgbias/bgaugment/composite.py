@@ -8,12 +8,8 @@ weights sum to one, it gives the same result on raw pixels as on per-channel nor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 def composite(images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor) -> torch.Tensor:
@@ -23,8 +19,6 @@ def composite(images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tens
     (1 = foreground); all three floating point, of one dtype, on one device. The values of the mask are not
     checked: that would force a device synchronisation on every training step.
     """
-    import torch
-
     tensors = {"images": images, "masks": masks, "backgrounds": backgrounds}
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):
@@ -56,8 +50,6 @@ def composite_pixels(image: np.ndarray, mask: np.ndarray, background: np.ndarray
     """:func:`composite` of one picture in ``uint8``: ``image`` and ``background`` (H, W, 3), ``mask`` (H, W)
     with 255 = foreground; the blend rounded back to ``uint8``. What the corrupted sets and the profile's
     variants are rendered with."""
-    import torch
-
     x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
     b = torch.from_numpy(np.ascontiguousarray(background)).permute(2, 0, 1)[None].float()
     m = torch.from_numpy(np.ascontiguousarray(mask))[None, None].float() / 255.0

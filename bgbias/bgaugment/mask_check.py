@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,8 +64,6 @@ def empty_masks(items: Sequence[Item], masks_dir: Path) -> list[str]:
     all the same, so its pixels cannot tell), and, among masks without that flag (masks brought along, a
     table's mask column, models whose raw output bgbias does not see), those with no pixel at
     :data:`HALF_STRENGTH`."""
-    from concurrent.futures import ThreadPoolExecutor
-
     records = read_all_records(Path(masks_dir))
     flags: dict[str, bool] = {}
     unflagged = []

@@ -13,8 +13,9 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
+import torch
 from pydantic import Field
 
 from bgbias.bgaugment.mask_check import saliency_masks
@@ -25,9 +26,6 @@ from bgbias.data.train_geometry import train_geometry
 from bgbias.data.train_images import TrainImages
 from bgbias.errors import OptionError
 from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, TEXT, checked
-
-if TYPE_CHECKING:
-    import torch
 
 
 class MaskedImages:
@@ -83,8 +81,6 @@ class MaskedImages:
         return len(self.images)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        import torch
-
         seed = int(torch.randint(0, 2**62, ()))
         sample = self.images[(index, seed)]
         image, mask = sample["image"], sample["mask"]

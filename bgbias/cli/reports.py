@@ -10,7 +10,7 @@ import click
 
 from bgbias.cli.options import DATASETS, PATH_DIR, slurm_options, slurm_settings, study_bench_options
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
-from bgbias.study.plan import EXPLAIN_IMAGES
+from bgbias.options import EXPLAIN_IMAGES
 
 if TYPE_CHECKING:
     from bgbias.study.local import Slot

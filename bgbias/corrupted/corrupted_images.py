@@ -15,8 +15,9 @@ from PIL import Image
 
 from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, remake_command
 from bgbias.corrupted.render import load_pair, render_entry
-from bgbias.data.images import chw_tensor, load_image
+from bgbias.data.images import load_image
 from bgbias.data.items import Item
+from bgbias.data.tensors import chw_tensor
 from bgbias.errors import DatasetError
 
 

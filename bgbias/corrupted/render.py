@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from tqdm import tqdm
 
 from bgbias.assets.digest import sha256_file
 from bgbias.bgaugment.background_crops import apply_crop
@@ -150,8 +151,6 @@ def _render_into(
     out_dir: Path, manifest_sha256: str, jobs: Sequence[RenderJob], pixels: Callable[[int], np.ndarray],
     order: Sequence[int] | None, force: bool, progress: bool,
 ) -> RenderResult:
-    from tqdm import tqdm
-
     ledger = out_dir / LEDGER_NAME
     sweep_stale_temps([*(job.target for job in jobs), ledger])
     done = claim_out_dir(out_dir, manifest_sha256, force)

@@ -4,16 +4,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import numpy as np
 
 from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
 from bgbias.errors import DatasetError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 NUM_CLASSES = 196
 LAST_TRAIN_CLASS = 74
@@ -49,7 +46,7 @@ class CarsDataset(Dataset):
     def _annotations(self) -> tuple[np.ndarray, dict[int, str]]:
         """The ``annotations`` struct array as a 1-D record array, and the classes' names by class id (none
         where the file has no ``class_names`` of strings)."""
-        import numpy as np
+        # Imported here for start-up: the CLI imports every layout to list --dataset (docs/design.md).
         from scipy.io import loadmat
 
         path = self.root / self.index_file

@@ -2,8 +2,7 @@
 
 A map-style dataset for a ``torch.utils.data.DataLoader`` (``__len__`` and ``__getitem__`` are all it needs),
 decoding in CPU workers and handing over ``uint8`` tensors; the model's own input convention (scaling,
-normalisation) is applied on the device. It does not subclass torch's ``Dataset`` so that importing this
-module stays free of torch (``bgbias --help`` must stay fast). The corrupted counterpart, which composites, is
+normalisation) is applied on the device. The corrupted counterpart, which composites, is
 :class:`bgbias.corrupted.corrupted_images.CorruptedImages`.
 """
 
@@ -12,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bgbias.data.images import chw_tensor, load_image
+from bgbias.data.images import load_image
 from bgbias.data.items import Item
+from bgbias.data.tensors import chw_tensor
 from bgbias.data.transforms import EvalGeometry, eval_transform
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
+from bgbias.data.images import image_files
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import subfolders
 from bgbias.data.registry import register_dataset
@@ -26,8 +27,6 @@ class FolderDataset(Dataset):
     protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
-        from bgbias.data.images import image_files  # numpy and PIL: not at import, which the CLI does
-
         class_folders = subfolders(self.root)
         if not class_folders:
             looks_like_one_class = bool(image_files(self.root))
@@ -47,8 +46,6 @@ class FolderDataset(Dataset):
         return Catalog(items, classes[:trainval_count], classes[trainval_count:], train_count, names)
 
     def _class_items(self, folder: Path, label: int) -> list[Item]:
-        from bgbias.data.images import image_files
-
         files = image_files(folder)
         if not files:
             nested = [child for child in subfolders(folder) if image_files(child)]

@@ -17,13 +17,11 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from bgbias.data.layout import visible_entries
+from bgbias.data.memory import InMemoryImage
 from bgbias.errors import ImageError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from bgbias.data.items import Item
-    from bgbias.data.memory import InMemoryImage
 
 PIL_DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own default for ``Image.MAX_IMAGE_PIXELS`` (1024³ / 4 / 3 pixels)."""
@@ -141,8 +139,6 @@ def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
 
 def _opened(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None) -> Image.Image:
     """The image of a file (decoded) or of a dataset's sample (read from it)."""
-    from bgbias.data.memory import InMemoryImage
-
     if isinstance(path, InMemoryImage):
         image = path.open()
         _check_pixels(path.name, image.size)
@@ -230,13 +226,3 @@ def _unsupported_mode(path: str | os.PathLike[str], mode: str) -> ImageError:
         path=path,
         fix="convert the file to an 8-bit RGB JPEG or PNG",
     )
-
-
-def chw_tensor(array: np.ndarray) -> Tensor:
-    """A ``uint8`` H×W×C or H×W array as a contiguous C×H×W tensor (H×W becomes 1×H×W)."""
-    import torch
-
-    if array.ndim == 2:
-        array = array[:, :, None]
-    # A copy: arrays viewed from PIL images are read-only, which torch warns about and must not write to.
-    return torch.from_numpy(np.array(array.transpose(2, 0, 1), order="C"))

@@ -18,6 +18,7 @@ import csv
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -234,7 +235,5 @@ def _is_data_frame(data: Any) -> bool:
 
 
 def _is_torch_dataset(data: Any) -> bool:
-    import sys
-
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(data, torch.utils.data.Dataset)

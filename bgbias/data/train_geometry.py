@@ -19,6 +19,8 @@ import os
 import random
 from typing import Any
 
+import albumentations
+import cv2
 import numpy as np
 
 from bgbias.data.geometry import TrainGeometry
@@ -41,7 +43,6 @@ def import_albumentations() -> Any:
     """albumentations without its import-time request to PyPI (a network call, a warning when offline, and
     advice to upgrade to the AGPL successor)."""
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-    import albumentations
 
     return albumentations
 
@@ -54,8 +55,6 @@ def make_train_transform(geometry: TrainGeometry) -> Any:
     it enlarges the crop, so the mask would come out sharper than its image; the crop is therefore plain
     bilinear for both (it shrinks by at most 256/227 after the resize, too little to alias).
     """
-    import cv2
-
     albumentations = import_albumentations()
     bilinear = {"interpolation": cv2.INTER_LINEAR, "mask_interpolation": cv2.INTER_LINEAR}
     steps = []

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.data.images import chw_tensor, load_image, load_matching_mask
+from bgbias.data.images import load_image, load_matching_mask
 from bgbias.data.items import Item
 from bgbias.data.samplers import Draw
+from bgbias.data.tensors import chw_tensor
 from bgbias.data.train_geometry import TrainGeometry, apply_train_transform, make_train_transform
 
 

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bgbias.errors import BgbiasError
 from bgbias.fileio import atomic_file
 
@@ -24,8 +26,6 @@ class CheckpointError(BgbiasError):
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     """Write ``state`` (plus the format number) to ``path`` atomically; a full disk is an ``OutputError``
     naming ``path``."""
-    import torch
-
     # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
     # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
     with atomic_file(path) as handle:
@@ -34,8 +34,6 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``) and check its format."""
-    import torch
-
     path = Path(path)
     if not path.is_file():
         raise CheckpointError("the checkpoint does not exist", path=path,

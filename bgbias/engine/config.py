@@ -36,7 +36,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
+from bgbias.data.registry import dataset_class
 from bgbias.errors import OptionError
+from bgbias.methods.registry import method_class, method_names
+from bgbias.models.registry import backbone_names
 from bgbias.options import (
     AMP,
     MEMORY_FORMAT,
@@ -208,8 +211,6 @@ def resolve_config(
     (numbers, true/false, null, lists), else taken as strings. Each layer is checked as it is applied, so an
     error names the layer (file or ``--set``) the bad value comes from; paths become absolute.
     """
-    from bgbias.methods.registry import method_class
-
     method_cls = method_class(method)
     layers: list[tuple[str, Path | None, dict[str, Any]]] = [("protocol", None, protocol_layer(dataset))]
     layers += [(f"method {method}", None, layer) for layer in method_layers(method, dataset)]
@@ -242,8 +243,6 @@ def resolve_config(
 def protocol_layer(dataset: str) -> dict[str, Any]:
     """The protocol file of a dataset, named by its layout's ``protocol`` (``paper`` for the real benchmarks
     and folders, ``bench`` for the bench); an unknown dataset is an OptionError listing the known ones."""
-    from bgbias.data.registry import dataset_class
-
     return _package_json("protocols", dataset_class(dataset).protocol)
 
 
@@ -376,10 +375,6 @@ def _missing(settings: BaseModel, prefix: str = "") -> list[str]:
 def _check_config(config: TrainConfig) -> None:
     """What no single value shows: the names against their registries, the method's options, and settings
     that must agree with each other."""
-    from bgbias.data.registry import dataset_class
-    from bgbias.methods.registry import method_class
-    from bgbias.models.registry import backbone_names
-
     dataset_class(config.dataset)
     method_class(config.method).check_options(config.loss)
     method_class(config.method).check_training(
@@ -401,8 +396,6 @@ def config_json_schema(method: str | None = None) -> dict[str, Any]:
     """The JSON Schema of a run's configuration (its ``config.json``, or a ``--config`` file, which may leave
     settings out), for editors: the sections with their types, limits and defaults, and as ``loss`` the
     options of ``method``, or of every registered method as alternatives where none is named."""
-    from bgbias.methods.registry import method_class, method_names
-
     schema = TrainConfig.model_json_schema()
     options = []
     for name in [method] if method is not None else method_names():

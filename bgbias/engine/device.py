@@ -5,19 +5,19 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from bgbias.errors import PARAMETER, OptionError
+from bgbias.hardware import default_loader_workers
+from bgbias.models.precision import network_precision
 from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.engine.config import TrainConfig
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` → ``cuda:<local_rank>`` when CUDA is available, else ``cpu``; ``cuda[:N]``/``cpu`` as is."""
-    import torch
-
     if name == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     try:
@@ -41,8 +41,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def missing_cuda(index: int | None) -> str | None:
     """Why CUDA device ``index`` (None: any) cannot be used here, or None when it can: checked before any
     work starts, so that a device this machine lacks stops a command before it writes anything."""
-    import torch
-
     if not torch.cuda.is_available():
         return "CUDA is not available"
     count = torch.cuda.device_count()
@@ -53,8 +51,6 @@ def missing_cuda(index: int | None) -> str | None:
 
 def cuda_devices() -> list[str]:
     """The CUDA devices this process sees (``cuda:0`` …), none without CUDA."""
-    import torch
-
     if not torch.cuda.is_available():
         return []
     return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
@@ -67,8 +63,6 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     bfloat16 only when asked. ``bf16`` runs on a CPU only where it has
     native bfloat16 arithmetic (:func:`cpu_has_native_bf16`): elsewhere torch emulates it, slower than
     float32. ``fp16`` needs CUDA."""
-    import torch
-
     if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
     if device.type != "cuda":
@@ -93,8 +87,6 @@ def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
     """What a run records of how it used the machine: the precision its ``amp`` resolved to here, the
     memory format, whether it compiled, the loader workers and the CPU threads (docs/hardware.md says which
     of them change bits)."""
-    import torch
-
     return {"precision": precision_name(resolve_amp(config.amp, device)),
             "memory_format": config.model.memory_format, "compile": config.model.compile,
             "loader_workers": loader_workers(config.data.workers, device),
@@ -104,8 +96,6 @@ def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 in hardware (AVX-512 BF16 or AMX tiles), as torch's own CPU
     dispatch detects it: only there does bfloat16 autocast pay."""
-    import torch
-
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
@@ -114,23 +104,17 @@ def mixed_precision(dtype: torch.dtype | None) -> AbstractContextManager:
     """Run the networks called inside (backbones, outside models) under ``dtype`` autocast, and what methods
     compute from their outputs (heads, distances, losses) in float32 (:mod:`bgbias.models.precision`);
     nothing changes when ``dtype`` is None."""
-    from bgbias.models.precision import network_precision
-
     return network_precision(dtype)
 
 
 def loader_workers(setting: int | str | None, device: torch.device) -> int:
     """Data-loader worker processes: a number as given; ``auto`` (or None) sized to the machine and the
     device (:func:`bgbias.hardware.default_loader_workers`)."""
-    from bgbias.hardware import default_loader_workers
-
     return default_loader_workers(device.type) if setting in ("auto", None) else int(setting)
 
 
 def memory_format(name: str) -> torch.memory_format:
     """The torch memory format a configuration's ``model.memory_format`` names."""
-    import torch
-
     return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
 
 

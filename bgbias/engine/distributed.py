@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch.distributed as td
+
 
 @dataclass(frozen=True)
 class Distributed:
@@ -54,7 +56,6 @@ def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
     if not dist.enabled:
         yield
         return
-    import torch.distributed as td
 
     if td.is_initialized():
         yield
@@ -72,14 +73,11 @@ def _import_before_group() -> None:
     ``torch.distributed.nn.functional`` and FSDP's grad scaler) while no group exists: those modules bind
     ``group.WORLD`` as a default argument when they are imported, and would keep the group alive for good
     if they were imported after it was made."""
-    import torch._dynamo  # noqa: F401
-
 
 def broadcast(dist: Distributed, value: Any) -> Any:
     """Rank 0's ``value`` on every rank (any picklable object)."""
     if not dist.enabled:
         return value
-    import torch.distributed as td
 
     box = [value if dist.is_main else None]
     td.broadcast_object_list(box, src=0)
@@ -88,6 +86,4 @@ def broadcast(dist: Distributed, value: Any) -> Any:
 
 def barrier(dist: Distributed) -> None:
     if dist.enabled:
-        import torch.distributed as td
-
         td.barrier()

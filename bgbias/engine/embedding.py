@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+from tqdm import tqdm
 
+from bgbias.data.loader import ImageLoader
 from bgbias.engine.device import loader_workers, mixed_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.embedding_model import EmbeddingModel
 
 
@@ -33,10 +34,6 @@ def embed_images(
     ``model`` is a method or an embedding model; it is put in eval mode and left there. ``workers``: loader
     processes (None: sized to the machine, :func:`~bgbias.engine.device.loader_workers`).
     """
-    import torch
-    from tqdm import tqdm
-
-    from bgbias.data.loader import ImageLoader
 
     # Its own generator: a DataLoader otherwise draws its worker seed from torch's global RNG, which would
     # make validation shift the random state that training and an exact resume depend on.

@@ -17,16 +17,14 @@ import os
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bgbias.data.array_files import load_npz
+from bgbias.data.memory import InMemoryImage
 from bgbias.fileio import write_bytes_atomic
 from bgbias.schema import format_header
-
-if TYPE_CHECKING:
-    from bgbias.data.memory import InMemoryImage
 
 CACHE_FORMAT = "bgbias-embedding-cache"
 """The format every key states (:func:`~bgbias.schema.format_header`): a file made for a key of another format
@@ -41,8 +39,6 @@ def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -
     """sha256 over each file's path, size and modification time (ns), in the given order; None where any is
     a dataset's sample in memory (nothing bgbias could tell another version of it by: such sets are not
     cached on disk)."""
-    from bgbias.data.memory import InMemoryImage
-
     digest = hashlib.sha256()
     for path in paths:
         if isinstance(path, InMemoryImage):

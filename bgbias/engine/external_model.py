@@ -30,17 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bgbias.engine.device import memory_format_name, precision_name
+import torch
+
+from bgbias.engine.device import memory_format as torch_layout
+from bgbias.engine.device import memory_format_name, precision_name, resolve_amp, resolve_device
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, RecordError
 from bgbias.fileio import holds_files, write_json_atomic
+from bgbias.models.precision import network_autocast
 from bgbias.paths import runs_root
 from bgbias.retrieval.retrievers import ExactL2
 from bgbias.schema import Record, format_header, read_record
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.data.geometry import EvalGeometry
     from bgbias.methods.embedding_model import TrainedOn
     from bgbias.models.input_convention import InputConvention
@@ -97,9 +99,6 @@ class ExternalModel:
         """(B, D) embeddings of float RGB images in [0, 1]: the convention applied, the network run, its
         output read, checked (one finite real row of the model's one width per image) and L2-normalised
         where the convention says so. Whatever the network raises is a ``ModelError`` naming the input."""
-        import torch
-
-        from bgbias.models.precision import network_autocast
 
         inputs = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         shape = tuple(inputs.shape)
@@ -179,8 +178,6 @@ class ExternalModel:
         self.claimed = True
 
     def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
-        import torch
-
         return torch.cdist(queries, references)
 
     def retrieval(self) -> Retrieval:
@@ -209,8 +206,6 @@ class ExternalModel:
 def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
     """The embedding tensor of a network's output: the output itself, or its entry ``key`` (a dict's key, or
     a tuple's position)."""
-    import torch
-
     if isinstance(output, torch.Tensor):
         if key is not None:
             raise ModelError(f"{PARAMETER}{key!r} given, but {name} returns a single tensor",
@@ -235,8 +230,6 @@ def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
 
 
 def _tensor(value: Any, key: str, name: str) -> torch.Tensor:
-    import torch
-
     if not isinstance(value, torch.Tensor):
         raise ModelError(f"{name}'s output {key!r} is {type(value).__name__}, not a tensor",
                          fix=f"pass {PARAMETER} with the entry that holds the embeddings",
@@ -259,8 +252,6 @@ def load_external_model(
     """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
     unless ``trust``) on ``device``, in the precision and layout ``amp`` and ``memory_format`` choose, with
     its home claimed (:func:`external_model`)."""
-    from bgbias.engine.device import resolve_device
-
     resolved = resolve_device(device)
     return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out,
                           amp=amp, memory_format=memory_format, homes=homes)
@@ -301,10 +292,6 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
     contiguous, unless ``channels_last`` is asked for: then its input alone is converted. An ONNX model runs
     in onnxruntime, in float32 and its own layout: any other ``amp`` than ``off``, or ``memory_format`` than
     ``contiguous``, is refused."""
-    import torch
-
-    from bgbias.engine.device import memory_format as torch_layout
-    from bgbias.engine.device import resolve_amp
 
     if network.kind == "onnx":
         for option, value, only in (("amp", amp, "off"), ("memory_format", memory_format, "contiguous")):

@@ -9,12 +9,9 @@ later, with the same error naming the step where the loss first became NaN or in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
 
 from bgbias.errors import BgbiasError
-
-if TYPE_CHECKING:
-    import torch
 
 CHECK_EVERY = 25
 """Optimiser steps between two reads of the watch on the host: one wait for the device per 25 steps."""
@@ -38,8 +35,6 @@ class LossWatch:
 
     def see(self, loss: torch.Tensor, epoch: int, step: int) -> None:
         """Note ``loss`` (a scalar) of ``step``; every ``every``-th call reads the watch (:meth:`check`)."""
-        import torch
-
         loss = loss.detach().float()
         if self._step is None or epoch != self._epoch:
             self.check()

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from bgbias.engine.device import memory_format_name
 from bgbias.errors import OptionError
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from bgbias.methods.base import ImageState, Method
@@ -101,8 +102,6 @@ class MethodModel(MethodBacked):
 def weights_sha256(model: nn.Module) -> str:
     """Checksum of a model's state (names, dtypes, shapes and bytes): equal for equal weights, whichever
     checkpoint file or optimiser state they came with."""
-    import torch
-
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)

@@ -23,13 +23,18 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+import torch
+from torch import nn
+
+from bgbias.assets.digest import sha256_file
+from bgbias.engine.method_model import weights_sha256
+from bgbias.engine.torchscript_guard import check_archive, check_operators
 from bgbias.errors import PARAMETER, ModelError
-
-if TYPE_CHECKING:
-    import numpy as np
-    import torch
+from bgbias.installation import import_onnxruntime
+from bgbias.methods.attribution import parse_option_value
 
 _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -118,10 +123,6 @@ def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -
     """A TorchScript archive in eval mode on ``device``; unless ``trust``, one whose loading would run code of
     its own is refused unopened, and one that uses an operator other than tensor computations is refused
     before any call (:mod:`bgbias.engine.torchscript_guard`)."""
-    import torch
-
-    from bgbias.assets.digest import sha256_file
-    from bgbias.engine.torchscript_guard import check_archive, check_operators
 
     if not trust:
         check_archive(path)
@@ -141,10 +142,6 @@ def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -
 
 def load_onnx(path: Path, device: torch.device) -> Network:
     """An ONNX model in an onnxruntime session: the CPU provider, or CUDA's for a CUDA ``device``."""
-    import torch
-
-    from bgbias.assets.digest import sha256_file
-    from bgbias.installation import import_onnxruntime
 
     onnxruntime = import_onnxruntime()
 
@@ -189,9 +186,6 @@ class OnnxCall:
         self.outputs = [output.name for output in session.get_outputs()]
 
     def __call__(self, inputs: torch.Tensor) -> Any:
-        import numpy as np
-        import torch
-
         self._check_shape(tuple(inputs.shape))
         array = inputs.detach().cpu().numpy().astype(_ONNX_FLOATS[self.input.type], copy=False)
         batch = self.input.shape[0]
@@ -222,8 +216,6 @@ class OnnxCall:
 
 def _padded(array: np.ndarray, size: int) -> np.ndarray:
     """``array`` with its last row repeated up to ``size`` rows (a fixed-batch model's last chunk)."""
-    import numpy as np
-
     missing = size - len(array)
     return array if missing == 0 else np.concatenate([array, np.repeat(array[-1:], missing, axis=0)])
 
@@ -259,9 +251,6 @@ def network_from_module(
 ) -> Network:
     """A ``torch.nn.Module`` as a network in eval mode (on ``device`` where given), pinned by its class,
     ``spec``, ``args`` and weights."""
-    from torch import nn
-
-    from bgbias.engine.method_model import weights_sha256
 
     if not isinstance(module, nn.Module):
         raise ModelError(f"{name} returned {type(module).__name__}, not a torch.nn.Module",
@@ -287,8 +276,6 @@ def _digest(identity: dict[str, Any]) -> str:
 def parse_model_args(pairs: Iterable[str]) -> dict[str, Any]:
     """``key=value`` texts (``--model-arg``) as a factory's keyword arguments: each value an int, else a
     float, else ``true``/``false``, else the text; a pair without ``=`` is a ``ModelError``."""
-    from bgbias.methods.attribution import parse_option_value
-
     args: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

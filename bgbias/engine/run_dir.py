@@ -34,6 +34,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from bgbias.errors import BusyError, OptionError, RecordError, output_error
 from bgbias.fileio import (
     exclusive_lock,
@@ -305,8 +307,6 @@ class RunLog:
 
     def __call__(self, message: str) -> None:
         if self.echo:
-            from tqdm import tqdm
-
             tqdm.write(message, file=sys.stderr)
         if self.path is not None:
             with reporting_write_errors(self.path), self.path.open("a", encoding="utf-8") as log:

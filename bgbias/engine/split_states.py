@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
-from bgbias.engine.device import precision_name
+from bgbias.corrupted.manifests import ids_sha256
+from bgbias.data.eval_images import EvalImages
+from bgbias.engine.device import mixed_precision, precision_name
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
 from bgbias.methods.embedding_model import claim_home
+from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
     from bgbias.data.items import Item
@@ -53,8 +57,6 @@ class SplitStates:
     """Sets embedded now (the others came from the cache)."""
 
     def __post_init__(self) -> None:
-        from bgbias.corrupted.manifests import ids_sha256
-
         self.labels = np.array([item.label for item in self.items], dtype=np.int64)
         self.base_key = {
             "model": self.model.fingerprint(),
@@ -70,8 +72,6 @@ class SplitStates:
 
     def clean(self) -> dict[str, np.ndarray]:
         """The state of the clean images."""
-        from bgbias.data.eval_images import EvalImages
-
         return self.state(EvalImages(self.items, self.geometry), {"set": "clean"}, "clean")
 
     def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
@@ -103,10 +103,6 @@ class SplitStates:
 def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
     """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
     image of ``images``."""
-    import torch
-
-    from bgbias.engine.device import mixed_precision
-    from bgbias.retrieval.state import named_arrays
 
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
     with torch.inference_mode(), mixed_precision(model.amp):

@@ -26,12 +26,11 @@ import functools
 import json
 import pickletools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bgbias.errors import PARAMETER, ModelError
-
-if TYPE_CHECKING:
-    import torch
 
 OPERATORS_FILE = Path(__file__).resolve().parents[1] / "configs" / "torchscript-operators.json"
 """The allowlist: ``{"torch": the version it was made with, "models": [...], "operators": {name: the first
@@ -57,8 +56,6 @@ def allowed_operators() -> frozenset[str]:
 def check_archive(path: Path) -> None:
     """Refuse, before loading, an archive whose loading would run code of its own: a ``__setstate__`` in its
     code, an object of a C++ class in its pickles, or a pickle that cannot be read."""
-    import torch
-
     try:
         reader = torch._C.PyTorchFileReader(str(path))
         names = reader.get_all_records()
@@ -115,8 +112,6 @@ def script_operators(module: torch.jit.ScriptModule) -> dict[str, str]:
     """Every operator a scripted or traced module's code can run, each with the first place it sits
     (``submodule.method``, the top module as ``<model>``): every method and forward hook of every submodule,
     with the calls between them inlined, including the blocks of branches and loops and any subgraph."""
-    import torch
-
     found: dict[str, str] = {}
     for name, sub in module.named_modules():
         owner = name or "<model>"

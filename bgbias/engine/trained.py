@@ -12,12 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.assets.digest import sha256_file
 from bgbias.engine.checkpoint import CheckpointError, load_checkpoint
 from bgbias.engine.config import TrainConfig, load_run_config
+from bgbias.engine.device import memory_format, resolve_amp, resolve_device
 from bgbias.engine.method_model import MethodBacked
 from bgbias.engine.run_dir import RunDir, latest_run, open_run_dir, read_trained_on
 from bgbias.errors import OptionError
+from bgbias.methods.base import MethodSpec
 from bgbias.methods.embedding_model import TrainedOn
+from bgbias.methods.registry import method_class
+from bgbias.models.registry import build_backbone
 
 if TYPE_CHECKING:
     import torch
@@ -50,8 +55,6 @@ class TrainedModel(MethodBacked):
     @property
     def amp(self) -> torch.dtype | None:
         """The autocast dtype of :attr:`amp_setting` (default: the run's own ``amp``) on its device."""
-        from bgbias.engine.device import resolve_amp
-
         return resolve_amp(self.amp_setting or self.config.amp, self.device)
 
     def trained_on(self) -> TrainedOn:
@@ -107,9 +110,6 @@ def load_trained(
     (``<run>/checkpoints/last.pt``). It embeds under autocast ``amp`` with its weights and inputs in
     ``memory_format`` (``bgbias.options.AMP``, ``MEMORY_FORMAT``), by default its run's ``amp`` and
     ``model.memory_format``; an ``amp`` this device cannot run is refused here."""
-    from bgbias.assets.digest import sha256_file
-    from bgbias.engine.device import resolve_amp, resolve_device
-
     if run is not None and Path(run).suffix == ".pt":
         run, checkpoint = Path(run).parent.parent, Path(run).stem
     if checkpoint not in CHECKPOINTS:
@@ -138,11 +138,6 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
                     layout: str | None = None) -> Method:
     """The method of ``config`` sized by the checkpoint's spec, with the checkpoint's weights, in the memory
     format ``layout`` (default: the configuration's ``model.memory_format``)."""
-    from bgbias.engine.device import memory_format
-    from bgbias.methods.base import MethodSpec
-    from bgbias.methods.registry import method_class
-    from bgbias.models.registry import build_backbone
-
     if "spec" not in state or "model" not in state:
         raise CheckpointError("the checkpoint lacks the model or the spec it was built with", path=path,
                               fix="evaluate a checkpoint written by this version of bgbias train")

@@ -7,14 +7,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from bgbias.backgrounds.pool import default_pools, list_pool
+from bgbias.bgaugment.background_bank import train_bank
+from bgbias.bgaugment.bgaugment import BGAugment
+from bgbias.bgaugment.mask_check import saliency_masks
+from bgbias.corrupted.manifests import split_pool_dir
+from bgbias.data.items import default_masks_dir
+from bgbias.data.loader import ImageLoader
+from bgbias.data.registry import open_dataset
+from bgbias.data.samplers import MPerClassBatchSampler
+from bgbias.data.splits import split_items
 from bgbias.engine import distributed
 from bgbias.engine.config import TrainConfig
+from bgbias.engine.device import loader_workers, memory_format
 from bgbias.engine.tensorboard_log import check_tensorboard
 from bgbias.engine.training_data import train_images
+from bgbias.methods.base import MethodSpec
+from bgbias.methods.registry import method_class
+from bgbias.models.registry import build_backbone
+from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.data.items import Dataset, Item
     from bgbias.data.train_images import TrainImages
     from bgbias.methods.base import Method
@@ -41,10 +56,6 @@ class RunInputs:
 
 def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> RunInputs:
     """Everything that can fail on the user's input, checked and built before the run folder exists."""
-    import torch
-
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
 
     dataset = open_dataset(config.dataset, config.root)
     train_items = split_items(dataset, "train", config.protocol, config.fold)
@@ -68,11 +79,6 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
     """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
     square images of side ``input_size`` (the training crop)."""
-    from bgbias.engine.device import memory_format
-    from bgbias.methods.base import MethodSpec
-    from bgbias.methods.registry import method_class
-    from bgbias.models.registry import build_backbone
-
     cls = method_class(config.method)
     backbone = build_backbone(
         config.model.backbone, pretrained=config.model.pretrained,
@@ -95,8 +101,6 @@ def build_method(config: TrainConfig, train_items: list[Item], *, input_size: in
 
 def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:
     """The configured optimizer over the method's parameter groups, each with its learning rate."""
-    import torch
-
     rates = {"backbone": config.optim.lr_backbone, "head": config.optim.lr_head, "loss": config.optim.lr_loss}
     groups = [
         {"params": params, "lr": rates[name], "name": name}
@@ -126,16 +130,12 @@ def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
 
 
 def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
-    from bgbias.data.items import default_masks_dir
-
     return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
 
 
 def _used_masks(config: TrainConfig, masks_dir: Path, watched: bool) -> dict[str, Any]:
     """The masks folder and what made its masks (:func:`~bgbias.saliency.records.masks_record`) where the run
     uses them (BGAugment, a corrupted validation, a watched test set), else both ``None``."""
-    from bgbias.saliency.records import masks_record
-
     used = config.bgaugment.enabled or config.monitor == "corrupted" or watched
     return masks_record(masks_dir.resolve() if used else None)
 
@@ -146,10 +146,6 @@ def _check_masks(
 ) -> list[Path] | None:
     """Before any training: every image that will be composited has its mask, and each corrupted set (the
     validation one when selecting on it, the watched test one) its pool (else a clear error)."""
-    from bgbias.backgrounds.pool import list_pool
-    from bgbias.bgaugment.mask_check import saliency_masks
-    from bgbias.corrupted.manifests import split_pool_dir
-
     train_masks = saliency_masks(train_items, masks_dir, dataset.name) if config.bgaugment.enabled else None
     backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
     if config.monitor == "corrupted":
@@ -167,11 +163,6 @@ def make_train_loader(
 ):
     """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
     before each epoch)."""
-    import torch
-
-    from bgbias.data.loader import ImageLoader
-    from bgbias.data.samplers import MPerClassBatchSampler
-    from bgbias.engine.device import loader_workers
 
     d = config.data
     workers = loader_workers(d.workers, device)
@@ -189,10 +180,6 @@ def make_train_loader(
 
 
 def _bgaugment(config: TrainConfig, device: torch.device):
-    from bgbias.backgrounds.pool import default_pools
-    from bgbias.bgaugment.background_bank import train_bank
-    from bgbias.bgaugment.bgaugment import BGAugment
-
     root = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else default_pools()
     return BGAugment(train_bank(root, device), config.bgaugment.p)
 

@@ -17,16 +17,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+from tqdm import tqdm
+
+from bgbias.bgaugment.generators import keyed_generator
+from bgbias.data.loader import ImageLoader
+from bgbias.data.samplers import MPerClassBatchSampler
+from bgbias.data.splits import with_contiguous_labels
+from bgbias.data.train_geometry import TrainGeometry, train_geometry
+from bgbias.data.train_images import TrainImages
+from bgbias.engine.device import loader_workers
+from bgbias.methods.base import Batch
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.bgaugment.bgaugment import BGAugment
     from bgbias.data.items import Dataset, Item
-    from bgbias.data.train_geometry import TrainGeometry
-    from bgbias.data.train_images import TrainImages
     from bgbias.engine.config import TrainConfig
-    from bgbias.methods.base import Batch
 
 
 def device_batch(
@@ -35,9 +41,6 @@ def device_batch(
     """A loader batch (uint8 images, masks, labels, indices) as a :class:`Batch` on ``device``: float RGB
     in [0, 1], composited onto backgrounds drawn from a generator keyed by ``key`` when ``bgaugment`` is
     given."""
-    from bgbias.bgaugment.generators import keyed_generator
-    from bgbias.methods.base import Batch
-
     pixels = batch["image"].to(device, non_blocking=True)
     if bgaugment is not None:
         pixels = bgaugment(pixels, batch["mask"].to(device, non_blocking=True), keyed_generator(key))
@@ -50,8 +53,6 @@ def device_batch(
 
 def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
     """The dataset's training geometry with the configuration's resize, crop and crop scale."""
-    from bgbias.data.train_geometry import TrainGeometry, train_geometry
-
     default = train_geometry(dataset_name)
     d = config.data
     return TrainGeometry(
@@ -66,9 +67,6 @@ def train_images(
 ) -> TrainImages:
     """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
     losses index classes 0 … C−1."""
-    from bgbias.data.splits import with_contiguous_labels
-    from bgbias.data.train_images import TrainImages
-
     return TrainImages(with_contiguous_labels(items), train_geometry_of(config, dataset.name), masks,
                        dataset_name=dataset.name)
 
@@ -104,11 +102,6 @@ class TrainingPasses:
                 desc: str = "") -> Iterator[Batch]:
         """One coverage pass of m-per-class batches of ``batch_size`` (m from the configuration), every
         image at least once, in an order and with augmentations keyed by (seed, stream, epoch, pass)."""
-        from tqdm import tqdm
-
-        from bgbias.data.loader import ImageLoader
-        from bgbias.data.samplers import MPerClassBatchSampler
-        from bgbias.engine.device import loader_workers
 
         key = [self.config.seed, stream, epoch, pass_index]
         if self.log is not None and desc:
@@ -128,7 +121,5 @@ class TrainingPasses:
 
     def generator(self, *, stream: int, epoch: int) -> torch.Generator:
         """A torch generator on the device keyed by (seed, stream, epoch), e.g. to initialise state."""
-        import torch
-
         seed = int(np.random.SeedSequence([self.config.seed, stream, epoch]).generate_state(1)[0])
         return torch.Generator(self.device).manual_seed(seed)

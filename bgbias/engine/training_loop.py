@@ -7,11 +7,16 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
+from bgbias.engine.curves import plot_training_curves
 from bgbias.engine.device import mixed_precision, resolve_amp
-from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate
+from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate, time_left
 from bgbias.engine.loss_watch import LossWatch
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
 from bgbias.engine.tensorboard_log import EpochScalars
@@ -24,10 +29,9 @@ from bgbias.engine.training_validation import (
     validate_sets,
     validation_sets,
 )
+from bgbias.fileio import write_json_atomic
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.base import Batch, Method
 
 
@@ -80,9 +84,6 @@ class TrainingSession:
               device: torch.device, dist: distributed.Distributed, progress: bool,
               echo: bool) -> TrainingSession:
         """Set up the run in its folder: a new one, or one continued from ``checkpoint``."""
-        import torch
-
-        from bgbias.fileio import write_json_atomic
 
         amp = resolve_amp(config.amp, device)
         log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
@@ -180,8 +181,6 @@ class TrainingSession:
 
     def time_left(self) -> str:
         """``; about 3m05s left for 4 more epochs`` at the pace of this session's epochs (none at the end)."""
-        from bgbias.engine.eta import time_left
-
         left = self.config.schedule.epochs - self.state.epoch
         if self.state.status != RunStatus.RUNNING or left <= 0:
             return ""
@@ -190,8 +189,6 @@ class TrainingSession:
 
     def plot_curves(self) -> None:
         """``curves.png`` from the rows so far: a killed run keeps the picture of what it did."""
-        from bgbias.engine.curves import plot_training_curves
-
         config = self.config
         title = (f"{config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {config.dataset}, "
                  f"seed {config.seed}: {self.run.root.name}")
@@ -201,8 +198,6 @@ class TrainingSession:
     def train_steps(self) -> tuple[dict[str, float], int]:
         """One pass over the loader; the mean of every loss term over the optimiser steps and the number of
         images this process saw."""
-        from tqdm import tqdm
-
         epoch, method = self.state.epoch, self.method
         self.inputs.sampler.set_epoch(epoch)
         method.train()
@@ -233,8 +228,6 @@ class TrainingSession:
         """One optimiser step on ``batch``: forward (the method's ``loss``), the finite-loss watch, backward,
         clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
         ``on_step_end``; returns the loss terms."""
-        import torch
-
         with mixed_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
@@ -272,7 +265,6 @@ class TrainingSession:
 def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):
     if not dist.enabled:
         return method
-    from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(method, device_ids=ids)

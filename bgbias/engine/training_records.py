@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bgbias.engine import distributed
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.device import compute_record
@@ -26,6 +28,7 @@ from bgbias.engine.run_dir import (
     write_record,
 )
 from bgbias.errors import BgbiasError, DatasetError, OptionError
+from bgbias.fileio import make_dirs
 from bgbias.installation import installation
 
 
@@ -58,8 +61,6 @@ def make_run_dir(
 ) -> RunDir:
     """The new run's folder, claimed in ``held`` (rank 0) before it is checked, so that of two processes
     starting the same run one trains it and the other is refused."""
-    from bgbias.fileio import make_dirs
-
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
@@ -80,8 +81,6 @@ def make_run_dir(
 
 
 def checkpoint_state(state: TrainingState, method, optimizer, scaler, device) -> dict[str, Any]:
-    import torch
-
     return {
         "epoch": state.epoch,
         "spec": method.spec.saved(),
@@ -99,8 +98,6 @@ def checkpoint_state(state: TrainingState, method, optimizer, scaler, device) ->
 
 
 def restore_state(checkpoint: dict[str, Any], method, optimizer, scaler, device) -> TrainingState:
-    import torch
-
     method.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     scaler.load_state_dict(checkpoint["scaler"])

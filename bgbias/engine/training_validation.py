@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.corrupted.corrupted_images import CorruptedImages
+from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests, manifest_name
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.transforms import eval_geometry
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
@@ -14,6 +18,7 @@ from bgbias.engine.embedding import embed_images
 from bgbias.engine.run_dir import RunDir, RunStatus
 from bgbias.engine.training_build import RunInputs
 from bgbias.engine.training_records import TrainingState
+from bgbias.retrieval.metrics import score_embeddings
 
 if TYPE_CHECKING:
     from bgbias.data.items import Item
@@ -33,10 +38,6 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSe
     watched test split, clean and the first corrupted repeat ``bgbias eval`` scores (test pool, seed 0)."""
     if not dist.is_main:
         return None
-    from bgbias.corrupted.corrupted_images import CorruptedImages
-    from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests, manifest_name
-    from bgbias.data.eval_images import EvalImages
-    from bgbias.data.transforms import eval_geometry
 
     dataset, geometry = inputs.dataset, eval_geometry(inputs.dataset.name)
     backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
@@ -61,8 +62,6 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSe
 def validate_sets(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
     """MAP@R, R-precision and P@1 of every set of ``validation`` (:class:`ValidationSets`), ranked by the
     method's own retrieval as evaluation ranks; rank 0 only."""
-    from bgbias.retrieval.metrics import score_embeddings
-
     row: dict[str, float] = {}
     if dist.is_main:
         for prefix, images in validation.sets.items():

@@ -19,8 +19,8 @@ import numpy as np
 
 from bgbias.corrupted.render import load_pair
 from bgbias.data.geometry import EvalGeometry
-from bgbias.data.images import chw_tensor
 from bgbias.data.items import Item
+from bgbias.data.tensors import chw_tensor
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.errors import OptionError
 from bgbias.variants.variants import FILLS, background_only, render_variant

@@ -42,13 +42,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import torch
+
 from bgbias.errors import OptionError
 from bgbias.methods.registry import METHOD_MODULES
 from bgbias.registry import Registry
 
 if TYPE_CHECKING:
-    import torch
-
     from bgbias.methods.embedding_model import EmbeddingModel
 
 DEFAULT_ATTRIBUTION = "smoothgrad"
@@ -251,8 +251,6 @@ def per_image_generators(
 ) -> list[torch.Generator]:
     """One generator per image: the given sequence (which must have ``count`` of them), or ``count`` times
     the single generator, so images draw from it one after another."""
-    import torch
-
     if isinstance(generator, torch.Generator):
         return [generator] * count
     generators = list(generator)

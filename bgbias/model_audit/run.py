@@ -25,18 +25,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bgbias.backgrounds.pool import list_pool
+from bgbias.bgaugment.mask_check import saliency_masks
+from bgbias.corrupted.manifests import split_pool_dir
+from bgbias.data.items import default_masks_dir
+from bgbias.data.splits import split_items
+from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.eta import duration, time_left
-from bgbias.fileio import make_dirs
+from bgbias.engine.external_model import folder_owner
+from bgbias.engine.trained import is_run_path
+from bgbias.errors import PARAMETER, OptionError
+from bgbias.fileio import holds_files, make_dirs
+from bgbias.leakage_meter.meter import measure_leakage
+from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
+from bgbias.methods.embedding_model import EmbeddingModel
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
 from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
+from bgbias.paths import runs_root
+from bgbias.report.evaluate import evaluate
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
     from bgbias.data.items import Dataset
     from bgbias.leakage_meter.result import DatasetLeakage
     from bgbias.measurement.record import EvaluationReport
-    from bgbias.methods.embedding_model import EmbeddingModel
 
 MODELS_FOLDER = "models"
 """Under the audit's folder: one folder per model."""
@@ -67,8 +80,6 @@ class AuditSettings:
 
     def masks_dir(self, dataset: Dataset) -> Path:
         """The masks every model is measured with: ``masks``, else the dataset's default folder."""
-        from bgbias.data.items import default_masks_dir
-
         return Path(self.masks) if self.masks is not None else default_masks_dir(dataset)
 
     def key_fields(self) -> dict[str, Any]:
@@ -88,12 +99,6 @@ def audit_models(
 ) -> list[ModelOutcome]:
     """Each entry's outcome, in the entries' order, its record written into its folder under ``out`` as soon
     as it is known; a finished model whose key still holds is read back, not measured."""
-    from bgbias.backgrounds.pool import list_pool
-    from bgbias.bgaugment.mask_check import saliency_masks
-    from bgbias.corrupted.manifests import split_pool_dir
-    from bgbias.data.splits import split_items
-    from bgbias.engine.embedding_cache import files_fingerprint
-
     items = split_items(dataset, settings.split)
     masks_dir = settings.masks_dir(dataset)
     # Every model needs them: a missing mask or an incomplete pool stops the audit here, with bgbias eval's
@@ -161,10 +166,6 @@ def _measure(
 ) -> tuple[Path, EvaluationReport, DatasetLeakage]:
     """``bgbias eval --profile`` (the worst case over the paper's repeats) and ``bgbias leakage`` of one
     model, each writing its own files."""
-    from bgbias.leakage_meter.meter import measure_leakage
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.report.evaluate import evaluate
-
     request = MeasureRequest(dataset=dataset, split=settings.split, masks=masks_dir, corrupted=True,
                              repeats=settings.repeats, seed=settings.seed, backgrounds=settings.backgrounds,
                              profile=True, worst_k=settings.repeats, batch_size=settings.batch_size,
@@ -254,10 +255,6 @@ def audit_split(dataset: Dataset, entries: Sequence[ModelEntry], asked: str | No
     """The split every model of an audit is scored on, and why, as ``bgbias eval`` chooses it
     (:func:`~bgbias.measurement.request.chosen_split`): the one asked for; else ``all`` on one's own images
     when no model is a run bgbias trained (a run's training classes would be scored too); else ``test``."""
-    from bgbias.engine.trained import is_run_path
-    from bgbias.measurement.request import OWN_IMAGES
-    from bgbias.methods.embedding_model import EmbeddingModel
-
     if asked is not None:
         return asked, f"{asked}, as asked"
     runs = [entry.label for entry in entries if (
@@ -275,18 +272,12 @@ def audit_split(dataset: Dataset, entries: Sequence[ModelEntry], asked: str | No
 def default_audit_folder(dataset: Dataset, split: str) -> Path:
     """``runs/audit/<dataset key>-<split>``: one folder per dataset and split, so a second audit of the same
     data reuses the first's finished models."""
-    from bgbias.paths import runs_root
-
     return runs_root() / "audit" / f"{dataset.key}-{split}"
 
 
 def check_audit_folder(out: Path) -> None:
     """Refuse an audit folder that is, or lies inside, a run's or a model's folder, or that holds anything but
     an earlier audit."""
-    from bgbias.engine.external_model import folder_owner
-    from bgbias.errors import PARAMETER, OptionError
-    from bgbias.fileio import holds_files
-
     owner = folder_owner(out)
     if owner is not None:
         raise OptionError(f"the audit's folder is or lies inside {owner.describe()}: its pages would read as "

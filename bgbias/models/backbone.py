@@ -111,8 +111,6 @@ class Backbone(nn.Module):
     def feature_shape(self, input_size: int, stage: str | None = None) -> tuple[int, int, int]:
         """(C, H, W) of ``stage`` (default: the final one) for square ``input_size``-px images, measured by
         one forward pass of a blank image in eval mode (layers sized by the map are built from it)."""
-        import torch
-
         stage = stage or self.final
         parameter = next(self.parameters(), None)
         blank = torch.zeros(1, 3, input_size, input_size,

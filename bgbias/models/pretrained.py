@@ -16,18 +16,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
 
 from bgbias.assets.catalog import CATALOG
 from bgbias.assets.digest import sha256_file
 from bgbias.assets.store import asset_dir
 from bgbias.errors import AssetError
+from bgbias.models.efficientnet_lite import EfficientNetLite0, ImageNetInput, load_reference_weights
 from bgbias.models.weights import read_state_file, torchvision_state
-
-if TYPE_CHECKING:
-    import torch
-
-    from bgbias.models.efficientnet_lite import EfficientNetLite0
 
 ASSET = "mobilenet_v2"
 LITE0_ASSET = "efficientnet_lite0"
@@ -78,9 +78,6 @@ def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
     asset, else torchvision's download) and its classifier removed: ImageNet-normalised images in, (B, 1280)
     pooled features out. The ImageNet baseline of the bench's backbone as a factory, so it works offline:
     ``bgbias eval --model bgbias.models.pretrained:imagenet_mobilenet_v2``."""
-    import torchvision
-    from torch import nn
-
     model = load_mobilenet_v2_imagenet(torchvision.models.mobilenet_v2(weights=None), home=home)
     model.classifier = nn.Identity()
     return model
@@ -89,8 +86,6 @@ def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
 def load_efficientnet_lite0_imagenet(home: str | os.PathLike[str] | None = None) -> EfficientNetLite0:
     """EfficientNet-Lite0 with the ImageNet weights of the offline asset, classifier included; an
     AssetError with the fetch command where the asset is missing, damaged or not Lite0's file."""
-    from bgbias.models.efficientnet_lite import EfficientNetLite0, load_reference_weights
-
     try:
         root = asset_dir(LITE0_ASSET, home)
     except AssetError as missing:
@@ -109,9 +104,6 @@ def imagenet_efficientnet_lite0(home: str | None = None) -> torch.nn.Module:
     pooled features out. Offline:
     ``bgbias eval --model bgbias.models.pretrained:imagenet_efficientnet_lite0``; at its own resolution add
     ``--input-size 224 --resize 256 --interpolation bicubic`` (docs/offline.md)."""
-    from torch import nn
-
-    from bgbias.models.efficientnet_lite import ImageNetInput
 
     model = load_efficientnet_lite0_imagenet(home)
     model.classifier = nn.Identity()
@@ -122,10 +114,6 @@ def random_mobilenet_v2(seed: int = RANDOM_CONTROL_SEED) -> torch.nn.Module:
     """The control: :func:`imagenet_mobilenet_v2`'s network with random weights drawn from ``seed``, the same
     on every call, on a forked generator so that the caller's random state is left as it was (only the CPU
     generator is used: the weights are made on the CPU). ImageNet-normalised images in, (B, 1280) out."""
-    import torch
-    import torchvision
-    from torch import nn
-
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(seed)
         model = torchvision.models.mobilenet_v2(weights=None)
@@ -171,8 +159,6 @@ def map_features_by_order(
 
 def download_torchvision_state() -> Mapping[str, Any]:
     """torchvision's ImageNet MobileNetV2 weights (needs internet; cached by torch.hub)."""
-    import torchvision
-
     return torchvision_state(torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torchvision
+
 from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.errors import OptionError
 
@@ -79,8 +81,6 @@ def timm_preprocessing(model: Any) -> Preprocessing:
 def torchvision_preprocessing(weights: Any) -> Preprocessing:
     """The preprocessing of a torchvision weights enum member (its ``transforms()`` preset, built without
     downloading anything), or an ``OptionError`` naming ``weights=``."""
-    import torchvision
-
     if not isinstance(weights, torchvision.models.WeightsEnum):
         raise OptionError(
             f"weights={weights!r} is not a torchvision weights enum member",

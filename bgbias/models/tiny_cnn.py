@@ -13,15 +13,14 @@ Input: ``(x − 0.5) / 0.5``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from torch import nn
 
 from bgbias.errors import AssetError
 from bgbias.models import weights as weight_files
+from bgbias.models.backbone import Backbone
 from bgbias.models.input_convention import SYMMETRIC
 from bgbias.models.registry import register_backbone
-
-if TYPE_CHECKING:
-    from bgbias.models.backbone import Backbone
 
 CHANNELS = {"stride2": 8, "stride4": 16, "final": 32}
 _STRIDES = {"stride2": 2, "stride4": 2, "final": 1}
@@ -31,9 +30,6 @@ _NO_WEIGHTS_FIX = "set model.pretrained=false (tiny_cnn is for smoke runs and te
 @register_backbone("tiny_cnn")
 def build_tiny_cnn(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """Random (Kaiming) weights from torch's generator, or with ``pretrained`` a tiny_cnn weight file."""
-    from torch import nn
-
-    from bgbias.models.backbone import Backbone
 
     blocks, previous = [], 3
     for stage, channels in CHANNELS.items():

@@ -19,27 +19,24 @@ Stages (spatial size at a 224 input in brackets):
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torchvision
+from torch import nn
 
 from bgbias.errors import AssetError
 from bgbias.models import pretrained as offline
 from bgbias.models import weights as weight_files
+from bgbias.models.backbone import Backbone
 from bgbias.models.input_convention import IMAGENET, SYMMETRIC
 from bgbias.models.registry import register_backbone
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from bgbias.models.backbone import Backbone
 
 
 @register_backbone("mobilenet_v2")
 def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision MobileNetV2; ImageNet weights from the offline asset (or torchvision's download)."""
-    import torchvision
-
-    from bgbias.models.backbone import Backbone
 
     model = torchvision.models.mobilenet_v2(weights=None)
     if pretrained and weights is not None:
@@ -58,9 +55,6 @@ def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | N
 @register_backbone("resnet50")
 def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision ResNet-50; ImageNet weights (IMAGENET1K_V1) from ``weights`` or torchvision's download."""
-    import torchvision
-
-    from bgbias.models.backbone import Backbone
 
     model = torchvision.models.resnet50(weights=None)
     if pretrained:
@@ -76,9 +70,6 @@ def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None)
 @register_backbone("googlenet")
 def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision GoogLeNet without its auxiliary heads, fed ``(x − 0.5) / 0.5`` as its weights expect."""
-    import torchvision
-
-    from bgbias.models.backbone import Backbone
 
     # aux heads exist only so that torchvision's weight file loads; they are not part of any stage
     model = torchvision.models.googlenet(
@@ -116,9 +107,6 @@ def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None
 
 
 def _sequence(model: nn.Module, *names: str) -> nn.Sequential:
-    from collections import OrderedDict
-
-    from torch import nn
 
     return nn.Sequential(OrderedDict((name, getattr(model, name)) for name in names))
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from bgbias.errors import AssetError
 from bgbias.fileio import atomic_path
 from bgbias.paths import bgbias_home
@@ -31,8 +33,6 @@ def weights_dir(home: str | os.PathLike[str] | None = None) -> Path:
 
 def read_state_file(path: str | os.PathLike[str], *, fix: str) -> dict[str, Tensor]:
     """Load a state dict with ``torch.load(weights_only=True)``; any failure is an AssetError with ``fix``."""
-    import torch
-
     path = Path(path)
     if not path.is_file():
         raise AssetError("weight file not found", path=path, fix=fix)

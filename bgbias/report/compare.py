@@ -12,7 +12,26 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from bgbias.attribution.heatmap import attribution_gallery
+from bgbias.attribution.outputs import (
+    SCORES_CSV,
+    explain_dir,
+    explained_sets,
+    load_map,
+    map_path,
+    read_summary,
+    score_text,
+)
+from bgbias.attribution.records import EXPLAIN_AGAIN, read_results
+from bgbias.attribution.scoring import load_example, mask_files
+from bgbias.corrupted.gallery import evenly_spread
+from bgbias.data.items import default_masks_dir
+from bgbias.data.registry import open_dataset
+from bgbias.data.splits import split_items
+from bgbias.data.transforms import eval_geometry
+from bgbias.engine.model_folders import open_model_folder
 from bgbias.errors import DatasetError, ImageError, OptionError, RecordError
+from bgbias.measurement.record import run_label
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 
 
@@ -32,25 +51,6 @@ def compare_attributions(
     names (none: the dataset's default folder) and the saliency masks its ledger names (``bgbias explain
     --masks DIR``).
     """
-    from bgbias.attribution.heatmap import attribution_gallery
-    from bgbias.attribution.outputs import (
-        SCORES_CSV,
-        explain_dir,
-        load_map,
-        map_path,
-        read_summary,
-        score_text,
-    )
-    from bgbias.attribution.records import EXPLAIN_AGAIN, read_results
-    from bgbias.attribution.scoring import load_example, mask_files
-    from bgbias.corrupted.gallery import evenly_spread
-    from bgbias.data.items import default_masks_dir
-    from bgbias.data.registry import open_dataset
-    from bgbias.data.splits import split_items
-    from bgbias.data.transforms import eval_geometry
-    from bgbias.engine.model_folders import open_model_folder
-    from bgbias.measurement.record import run_label
-
     runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
     missing = [(run, folder) for run, folder in zip(runs, folders, strict=True)
@@ -118,9 +118,6 @@ def compare_runs(
     with the attribution ``label`` (with shared gallery images) at the dataset's evaluation geometry,
     ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
     written."""
-    from bgbias.attribution.outputs import SCORES_CSV, explained_sets
-    from bgbias.data.transforms import eval_geometry
-
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):
         for explained in explained_sets(run, split):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bgbias.engine.run_dir import RunDir, read_record
 from bgbias.installation import InstallationRecord, installation_differences, installation_digest
 from bgbias.measurement.record import EvaluationReport
 from bgbias.report.document import Block, Bullets, Heading, Paragraph
@@ -25,8 +26,6 @@ def result_installations(reports: Sequence[EvaluationReport]) -> dict[str, dict[
     """Each result's installation by label: a run folder's training (its ``run.json``) and each of its
     evaluations (``report.json``), one entry per folder where they all agree, else ``<folder> (training)``
     and ``<folder> (evaluation of <set>)``; ``None`` where a run's record is missing or damaged."""
-    from bgbias.engine.run_dir import RunDir, read_record
-
     by_folder: dict[str, dict[str, dict[str, Any] | None]] = {}
     for report in reports:
         folder = report.run or "?"

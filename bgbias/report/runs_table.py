@@ -17,21 +17,21 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bgbias.attribution.outputs import ExplainSummary, explained_sets
+from bgbias.engine.model_folders import open_model_folder
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.measurement.record import EvaluationReport, run_label
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
+from bgbias.report.compare import compare_runs
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
 from bgbias.report.evaluation import csv_text, index_reports, load_evaluation_report, percent, percent_spread
 from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
 from bgbias.report.installations import installation_blocks, warn_if_mixed
 from bgbias.report.plots import plot_runs
 from bgbias.schema import format_header
-
-if TYPE_CHECKING:
-    from bgbias.attribution.outputs import ExplainSummary
 
 TABLE_FORMAT = "bgbias-runs-table"
 
@@ -174,8 +174,6 @@ def report_runs(
     """``bgbias report``: the table of the runs' evaluations on ``split`` (:func:`write_runs_report`) and the
     galleries of their attribution maps (``label``) side by side (:func:`~bgbias.report.compare.compare_runs`)
     in ``out_dir``, which they replace all at once or not at all (:mod:`bgbias.report.folder`)."""
-    from bgbias.report.compare import compare_runs
-
     reports, foreground = collect_runs(run_dirs, split)
 
     def write(stage: Path) -> dict[str, Path]:
@@ -196,9 +194,6 @@ def collect_runs(
     run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
     per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
     any evaluation report is an error that says how to make one."""
-    from bgbias.attribution.outputs import explained_sets
-    from bgbias.engine.model_folders import open_model_folder
-
     reports: list[EvaluationReport] = []
     foreground: dict[ForegroundKey, ExplainSummary] = {}
     for path in run_dirs:
@@ -237,8 +232,6 @@ def _foreground_cell(summary: ExplainSummary | None) -> str:
 def _checked_foreground(foreground: Foreground) -> dict[tuple[str, bool, str, str], ExplainSummary]:
     """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
     given; a malformed entry is an ``OptionError``."""
-    from bgbias.attribution.outputs import ExplainSummary
-
     checked = {}
     for key, summary in foreground.items():
         well_formed = isinstance(key, tuple) and len(key) in (3, 4)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bgbias.engine.run_dir import RESUME_TO_REWRITE, RunDir, is_metric_number, read_metrics, read_record
 from bgbias.errors import OptionError, RecordError
 from bgbias.figures import new_figure, save_png
@@ -467,8 +469,6 @@ def plot_over_seeds(reports: Sequence[EvaluationReport], path: str | os.PathLike
     """The side-by-side table as a picture: per method, clean and corrupted MAP@R (%) without and with
     BGAugment, a bar at the mean over training seeds and a dot for each seed, so that BGAugment's effect is
     seen beside the seed spread."""
-    import numpy as np
-
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     series = [(bgaugment, value, label) for bgaugment in SETTINGS
@@ -498,8 +498,6 @@ def plot_over_seeds(reports: Sequence[EvaluationReport], path: str | os.PathLike
 
 def plot_per_class_drops(results: Sequence[StudyRunResult], path: str | os.PathLike[str]) -> Path:
     """Per method, the histogram of per-class relative drops of MAP@R (%), vanilla and BGAugment overlaid."""
-    import numpy as np
-
     methods = list(dict.fromkeys(result.key[0] for result in results))
     columns = min(5, len(methods))
     rows = math.ceil(len(methods) / columns)

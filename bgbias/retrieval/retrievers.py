@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 from bgbias.errors import OptionError
 from bgbias.retrieval.search import (
@@ -182,8 +183,6 @@ class ShortlistRerank:
     def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> Ranking:
         """The ``k`` nearest other images of ``queries`` (among ``references`` where given): the L2
         shortlist re-ranked, with its learned distances."""
-        import torch
-
         k = checked_k(state, k, references)
         gallery = state if references is None else references
         key = self.exact.shortlist_key

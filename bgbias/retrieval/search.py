@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from bgbias.errors import AssetError, OptionError
 from bgbias.retrieval.state import named_arrays, state_length, take_rows
@@ -177,8 +178,6 @@ def remove_self_matches(found: Ranking, items: np.ndarray | None = None) -> Rank
     A row whose own index is missing (ties put other items in its place) loses its last column instead: the
     rule of PML's ``return_results`` since v1.5.2. Numpy or torch, as ``found`` is.
     """
-    import torch
-
     on_host = isinstance(found.indices, np.ndarray)
     indices = torch.as_tensor(found.indices)
     distances = None if found.distances is None else torch.as_tensor(found.distances)
@@ -278,8 +277,6 @@ def torch_ranking(
     split's size: each query keeps only its ``k + 1`` nearest so far. Runs on ``device`` (default: where the
     arrays are), without gradients.
     """
-    import torch
-
     k = checked_k(embeddings, k, references)
     named = isinstance(embeddings, Mapping)
 
@@ -345,8 +342,6 @@ def smallest(distances: Tensor, first_id: int, count: int,
     near-duplicates); raising only the candidates ranks as raising every distance would, since it keeps
     their order, and spares a pass over the block.
     """
-    import torch
-
     rows, columns = distances.shape
     if count >= columns:
         ids = torch.arange(first_id, first_id + columns, device=distances.device).expand(rows, -1)
@@ -379,8 +374,6 @@ def _sorted(distances: Tensor, ids: Tensor, at_least: float | None) -> tuple[Ten
 def _merged(best: tuple[Tensor, Tensor], block: tuple[Tensor, Tensor], count: int) -> tuple[Tensor, Tensor]:
     """The ``count`` nearest of two lists of (distances, ids) of the same queries, ordered as
     :func:`smallest` orders them."""
-    import torch
-
     distances, ids = _by_distance_then_id(torch.cat([best[0], block[0]], dim=1),
                                           torch.cat([best[1], block[1]], dim=1))
     return distances[:, :count], ids[:, :count]
@@ -392,8 +385,6 @@ def _by_distance_then_id(distances: Tensor, ids: Tensor,
     one sort of a key that orders as the pair does: the float's bits made monotone (a negative float's
     other bits reversed; ``-0.0`` made ``0.0``, which it equals) above the id. Both come back out of the
     sorted key. ``non_negative`` distances' bits are monotone already."""
-    import torch
-
     bits = (distances + 0.0).view(torch.int32)
     if not non_negative:
         bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
@@ -405,8 +396,6 @@ def _by_distance_then_id(distances: Tensor, ids: Tensor,
 
 
 def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:
-    import torch
-
     block = take_rows(arrays, torch.from_numpy(indices).to(next(iter(arrays.values())).device))
     return block if named else next(iter(block.values()))
 

@@ -18,7 +18,7 @@ from bgbias.data.images import load_image
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.table import ImageTable
 from bgbias.options import DEFAULT_MASK_MODEL
-from bgbias.saliency.sessions import Inference, MaskSession, check_model, chosen_backend
+from bgbias.saliency.sessions import Inference, MaskSession, check_model, chosen_backend, open_session
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
 """Masks made in this process, by model and image (a file's path, size and modification time; a sample's
@@ -49,8 +49,6 @@ def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
     """``table`` with a U²-Net mask for every image that has none of its own. They are made here, in this
     process, once per image and model (:data:`_KEPT`), so loader workers receive them made and a second call
     makes none."""
-    from bgbias.saliency.sessions import open_session
-
     items = table.items()
     session: MaskSession | None = None
     masks: list[Image.Image | None] = []

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, helper, numpy_helper
 from torch import nn
 
 from bgbias.errors import AssetError
@@ -62,8 +64,6 @@ def load_u2net(path: str | os.PathLike[str], shape: U2NetShape, *, fix: str) -> 
 def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[FileConv]]:
     """The file's initializers (float32 arrays by name) and its Conv nodes in graph order."""
     onnx = import_onnx()
-    from google.protobuf.message import DecodeError
-    from onnx import numpy_helper
 
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -107,8 +107,6 @@ centres): a file whose graph pools or resizes otherwise computes another functio
 
 def _check_other_nodes(nodes, *, path: Path, fix: str) -> None:
     """Refuse a graph with an operation the network does not have, or that pools or resizes otherwise."""
-    from onnx import helper
-
     for node in nodes:
         if node.op_type not in GRAPH_OPS:
             raise AssetError(f"the ONNX graph has a {node.op_type} operation ({node.name!r}), which U²-Net "
@@ -124,8 +122,6 @@ def _check_other_nodes(nodes, *, path: Path, fix: str) -> None:
 
 
 def _file_conv(node, *, path: Path, fix: str) -> FileConv:
-    from onnx import AttributeProto, helper
-
     for attribute in node.attribute:
         wanted = CONV_ATTRIBUTE_TYPES.get(attribute.name)
         found = AttributeProto.AttributeType.Name(attribute.type)

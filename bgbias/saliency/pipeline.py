@@ -24,6 +24,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
+from tqdm import tqdm
+
 from bgbias.data.images import load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, printable_path
@@ -436,8 +438,6 @@ def _write_manifest(
 
 
 def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
-    from tqdm import tqdm
-
     return tqdm(
         total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled, smoothing=0.1
     )

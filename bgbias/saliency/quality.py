@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from bgbias.data.images import load_mask, read_image_bytes
 from bgbias.errors import ImageError
 from bgbias.fileio import write_json_atomic
 
@@ -68,8 +69,6 @@ def compare_with_truth(mask: Image.Image, truth_path: str | os.PathLike[str]) ->
 
     A ground truth of another size than the image is resized to it (nearest neighbour, so it stays a mask).
     """
-    from bgbias.data.images import load_mask, read_image_bytes
-
     try:
         data = read_image_bytes(truth_path)
     except ImageError as err:
@@ -86,8 +85,6 @@ def compare_with_truth(mask: Image.Image, truth_path: str | os.PathLike[str]) ->
 
 def truth_digest(truth_path: str | os.PathLike[str]) -> str | None:
     """The sha256 ``compare_with_truth`` records for ``truth_path`` as it is now (``None``: unreadable)."""
-    from bgbias.data.images import read_image_bytes
-
     try:
         return hashlib.sha256(read_image_bytes(truth_path)).hexdigest()
     except ImageError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from bgbias import __version__
+from bgbias.assets.digest import sha256_file
 from bgbias.data.items import Item
 from bgbias.errors import BgbiasError, BusyError, OptionError, RecordError
 from bgbias.fileio import exclusive_lock, write_json_atomic
@@ -201,9 +203,6 @@ def stale_masks(items: Sequence[Item], out_dir: Path) -> list[Item]:
     """The items whose mask in ``out_dir`` was made from other bytes than their image file holds now, by the
     records of ``bgbias masks`` (every image is hashed; items without a record, e.g. masks a user brought,
     cannot be checked and are not listed)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bgbias.assets.digest import sha256_file
 
     records = read_all_records(out_dir)
     recorded = [(item, records[item.id].image_sha256) for item in items

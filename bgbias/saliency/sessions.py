@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,13 +30,19 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
 from PIL import Image
 
+from bgbias.assets.store import u2net_model_path
 from bgbias.errors import PARAMETER, AssetError, OptionError
 from bgbias.hardware import usable_cores
 from bgbias.installation import import_onnxruntime
 from bgbias.options import DEFAULT_MASK_MODEL
+from bgbias.saliency.onnx_weights import load_u2net
+from bgbias.saliency.torch_session import TorchU2netSession
 from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
+from bgbias.saliency.u2net_network import U2NET, U2NETP
 
 U2NET_FAMILY = ("u2net", "u2netp", "u2net_human_seg", "silueta")
 """rembg models that share U²-Net's transforms (``bgbias.saliency.u2net``): the pipeline runs their network
@@ -235,14 +242,10 @@ def chosen_backend(model: str, inference: Inference) -> str:
 
 def _on_cuda(device: str) -> bool:
     """Whether torch computes on CUDA for ``device`` (``auto``: where it sees a GPU)."""
-    import torch
-
     return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
 def _onnxruntime_installed() -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec("onnxruntime") is not None
     except ValueError:  # a module object without a spec in its place
@@ -252,11 +255,6 @@ def _onnxruntime_installed() -> bool:
 def _torch_session(model: str, inference: Inference) -> MaskSession:
     """The options are checked before the model file is looked for: a user without the file learns of a
     refused combination before fetching it, not after."""
-    import torch
-
-    from bgbias.saliency.onnx_weights import load_u2net
-    from bgbias.saliency.torch_session import TorchU2netSession
-    from bgbias.saliency.u2net_network import U2NET, U2NETP
 
     device = torch_device(inference.device)
     precision = PRECISION["off" if inference.amp == "auto" else inference.amp]
@@ -283,8 +281,6 @@ def _torch_session(model: str, inference: Inference) -> MaskSession:
 def torch_device(device: str):
     """The torch device for ``device``: ``auto`` is the current CUDA device when torch sees one, else the CPU;
     ``cuda`` without one is an error that says what torch sees."""
-    import torch
-
     check_device(device)
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
@@ -313,7 +309,6 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
 
     try:
         if model in U2NET_FAMILY:
@@ -343,8 +338,6 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
 
 
 def _model_path(model: str) -> Path:
-    from bgbias.assets.store import u2net_model_path
-
     return u2net_model_path(model)
 
 
@@ -387,8 +380,6 @@ def keeping_torch_threads() -> Iterator[None]:
     machine's cores: a process that set fewer, or a study that trains after making masks in the same process,
     would then compute with another count than it asked for, and sums split over another number of threads
     round differently (the same seed, other digits)."""
-    import torch
-
     threads = torch.get_num_threads()
     try:
         yield

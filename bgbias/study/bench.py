@@ -8,18 +8,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bgbias.backgrounds.pool import POOL_SEED
+from bgbias.assets.catalog import DEFAULT_ASSETS
+from bgbias.assets.fetch import fetch
+from bgbias.assets.store import asset_dir
+from bgbias.backgrounds.pool import POOL_SEED, assign_families, build_pools
+from bgbias.backgrounds.sources import background_sources
+from bgbias.bench.build import BENCH_FORMAT, build_bench
+from bgbias.data.registry import default_root, open_dataset
 from bgbias.errors import AssetError, RecordError
 from bgbias.fileio import folder_lock
+from bgbias.paths import backgrounds_root
+from bgbias.saliency.ground_truth import copy_ground_truth_masks
 from bgbias.schema import Record, read_record
 from bgbias.study.spec import BENCH_MASKS, StudySpec
 
 
 def prepare_pools(out: str | os.PathLike[str] | None = None, *, seed: int = POOL_SEED) -> dict[str, Any]:
     """Complete ``out/train`` and ``out/test`` (default ``./backgrounds``) from the installed photos."""
-    from bgbias.backgrounds.pool import build_pools
-    from bgbias.paths import backgrounds_root
-
     return build_pools(backgrounds_root() if out is None else Path(out), _installed_sources(), seed)
 
 
@@ -34,11 +39,6 @@ def prepare_bench(
 
     The bench's scenes are the ``"bench"`` share of the background families, disjoint from both pools.
     """
-    from bgbias.assets.store import asset_dir
-    from bgbias.backgrounds.pool import assign_families
-    from bgbias.bench.build import build_bench
-    from bgbias.data.registry import default_root
-
     stamps = asset_dir("tuxpaint_stamps") / "stamps"
     scenes = assign_families(_installed_sources())["bench"]
     target = default_root("bench") if out is None else Path(out)
@@ -54,7 +54,6 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
     them; the study therefore keeps a bench that matches.
     """
 
-    from bgbias.bench.build import BENCH_FORMAT
 
     try:
         description = read_record(root / "bench.json", BenchDescription, what="the bench's description",
@@ -83,11 +82,6 @@ class BenchDescription(Record):
 def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:
     """The assets (verified), the pools, the bench of the spec's settings (kept when it matches) and, for a
     study on its exact masks, those masks laid out."""
-    from bgbias.assets.catalog import DEFAULT_ASSETS
-    from bgbias.assets.fetch import fetch
-    from bgbias.data.registry import open_dataset
-    from bgbias.saliency.ground_truth import copy_ground_truth_masks
-
     assert spec.bench is not None
     preset, rho, seed = spec.bench.preset, spec.bench.rho, spec.bench.seed
     log("fetching assets (verified against pinned checksums)")
@@ -108,8 +102,6 @@ def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:
 
 
 def _installed_sources() -> list[Any]:
-    from bgbias.backgrounds.sources import background_sources
-
     sources = background_sources()
     if not sources:
         raise AssetError(

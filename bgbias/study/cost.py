@@ -32,10 +32,11 @@ from bgbias.engine.config import TrainConfig
 from bgbias.errors import DatasetError
 from bgbias.hardware import usable_cores
 from bgbias.methods.registry import method_class
+from bgbias.options import EXPLAIN_IMAGES
 from bgbias.saliency.sessions import Inference, open_session
 from bgbias.study.bench import built_bench
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
-from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
+from bgbias.study.plan import StudyRun
 from bgbias.study.runs import REPEATS, run_config
 from bgbias.study.sizes import SplitSizes, split_sizes
 from bgbias.study.spec import StudySpec

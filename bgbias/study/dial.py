@@ -10,9 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bgbias.paths import runs_root
+from bgbias.report.dial import DialPoint, write_dial_report
+from bgbias.report.runs_table import collect_runs
 from bgbias.study.local import Slot
 from bgbias.study.pipeline import run_study
 from bgbias.study.plan import EXPLAIN_IMAGES, QUICK_METHODS, StudyPlan
+from bgbias.study.runs import study_folder
+from bgbias.study.spec import bench_spec
 
 DIAL_RHOS = (0.0, 0.5, 0.9, 1.0)
 """The background–class correlations of the bias dial: none, half, the bench's default, always."""
@@ -49,12 +54,6 @@ def run_dial(
     study of its own (added to the plan of that bench's study folder), so a point the full study or an
     earlier dial made is reused, and a killed dial resumes; ``explain_images``: test images of each run whose
     foreground is scored."""
-    from bgbias.paths import runs_root
-    from bgbias.report.dial import DialPoint, write_dial_report
-    from bgbias.report.runs_table import collect_runs
-    from bgbias.study.runs import study_folder
-    from bgbias.study.spec import bench_spec
-
     runs = Path(runs) if runs is not None else runs_root()
     points, failures = [], {}
     settings = [(source, rho) for source in masks for rho in rhos]

@@ -26,9 +26,10 @@ from pydantic import Field
 
 from bgbias.errors import RecordError
 from bgbias.fileio import exclusive_lock, json_bytes, write_bytes_atomic
+from bgbias.options import EXPLAIN_IMAGES
 from bgbias.paths import leaves_folder
 from bgbias.schema import FORMAT_VERSION, ClosedRecord, read_record
-from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
+from bgbias.study.plan import StudyRun
 from bgbias.study.spec import StudySpec
 
 PLAN = "plan.json"

@@ -19,7 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from bgbias.engine.device import cuda_devices, missing_cuda
 from bgbias.errors import BgbiasError, OptionError
+from bgbias.hardware import usable_cores
 from bgbias.study.ledger import Plan, read_plan
 from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
 
@@ -46,8 +50,6 @@ def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run:
     default the cores split between the workers (one worker: torch's own default, every core). CPU kernels
     sum in an order that depends on their thread count, so runs give the same bits under any number of
     workers only with the same ``threads``."""
-    from bgbias.hardware import usable_cores
-
     if workers is not None and workers < 1:
         raise OptionError(f"--workers must be at least 1, not {workers}", fix="pass --workers 1 or more")
     if threads is not None and threads < 1:
@@ -79,8 +81,6 @@ def _gpus(devices: str) -> list[str]:
     if devices == "cpu":
         return []
     if devices == "auto":
-        import torch
-
         return [str(index) for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     names = [name.strip() for name in devices.split(",") if name.strip()]
     indices = [name.removeprefix("cuda:") for name in names]
@@ -96,8 +96,6 @@ def _gpus(devices: str) -> list[str]:
 def _check_gpus(devices: str, indices: Sequence[str]) -> None:
     """An ``OptionError`` naming ``--devices`` when this machine lacks one of the GPUs, before the study
     writes anything (a worker on a missing GPU would only fail once started)."""
-    from bgbias.engine.device import cuda_devices, missing_cuda
-
     for index in indices:
         missing = missing_cuda(int(index))
         if missing is not None:

@@ -8,6 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bgbias.report.compare import compare_runs
+from bgbias.report.document import Figure
+from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
+from bgbias.report.runs_table import write_runs_report
+from bgbias.report.seeds import write_seeds_report
+from bgbias.report.study_report import collect_study_runs, first_seed, write_study_report
 from bgbias.study.plan import PAPER_BASELINES
 
 
@@ -25,9 +31,6 @@ def report_study(
     (``study.md``, ``study.html``) with the figures of the first method's pair, the ``dials`` given and the
     runs that ``failures`` names; the files by name. They replace ``out_dir`` all at once or not at all
     (:mod:`bgbias.report.folder`): a failure leaves an older report as it was."""
-    from bgbias.report.folder import RUNS_REPORT_FILES, write_report_folder
-    from bgbias.report.study_report import collect_study_runs
-
     results = collect_study_runs(run_dirs, split)
     return write_report_folder(
         out_dir, lambda stage: _write_study(results, stage, title, split, dials, failures or {}),
@@ -36,12 +39,6 @@ def report_study(
 
 def _write_study(results: Sequence[Any], out: Path, title: str, split: str, dials: Sequence[Path],
                  failures: Mapping[str, str]) -> dict[str, Path]:
-    from bgbias.report.compare import compare_runs
-    from bgbias.report.document import Figure
-    from bgbias.report.runs_table import write_runs_report
-    from bgbias.report.seeds import write_seeds_report
-    from bgbias.report.study_report import first_seed, write_study_report
-
     seed, first = first_seed(results)
     foreground = {key: summary for result in first for key, summary in result.foreground.items()}
     files = write_runs_report([result.report for result in first], foreground, out)

@@ -12,7 +12,7 @@ from bgbias.errors import OptionError
 from bgbias.study.ledger import FINISHED, Plan, RunArgs, Step, read_plan, update_plan, with_step
 from bgbias.study.local import Slot, local_slots, run_local
 from bgbias.study.plan import StudyPlan
-from bgbias.study.slurm import SlurmOptions
+from bgbias.study.slurm import SlurmOptions, checked_options, script_value, submit_study
 from bgbias.study.spec import StudySpec
 from bgbias.study.steps import mask_shards, page_step_id, planned_steps
 from bgbias.study.worker import DEFAULT_TIMING, Timing, needed_steps
@@ -234,8 +234,6 @@ def submit_study_to_slurm(folder: Path, spec: StudySpec, plan: StudyPlan, option
                           extend: bool = False) -> str:
     """Plan ``plan`` in ``folder`` and submit what is not done as SLURM job arrays
     (:func:`~bgbias.study.slurm.submit_study`); what was submitted, as text."""
-    from bgbias.study.slurm import checked_options, script_value, submit_study
-
     # Refused before the plan is written: the folder's path and the options go into the batch script.
     script_value(str(Path(folder).absolute()), "the study folder's path", path=folder)
     checked_options(options)

@@ -7,7 +7,11 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bgbias.engine.config import parse_override, resolve_config
 from bgbias.errors import OptionError
+from bgbias.methods.registry import method_names
+from bgbias.options import EXPLAIN_IMAGES
+from bgbias.study.spec import STUDY_KEYS
 
 QUICK_METHODS = ("multi_similarity",)
 """The quick study's loss: Multi-Similarity, the loss of the paper's Table 1 that the bench prototype used."""
@@ -28,9 +32,6 @@ small model) or the bench's exact alpha masks (no mask errors, and no 6 minutes 
 study on a real dataset may also name a folder of masks (:mod:`bgbias.study.spec`)."""
 
 
-EXPLAIN_IMAGES = 200
-"""Test images of each run whose attribution maps are scored (25 backward passes each); spread evenly over
-the split."""
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,6 @@ def study_plan(
     ``settings`` (``key=value``, as ``bgbias train --set``) for every run; unknown names, fewer than one seed,
     a setting the study makes itself and settings a method refuses on ``dataset`` are an ``OptionError``
     before any work; ``explain_images``: test images of each run whose foreground is scored."""
-    from bgbias.engine.config import parse_override, resolve_config
-    from bgbias.methods.registry import method_names
-    from bgbias.study.spec import STUDY_KEYS
-
     if preset not in PRESETS:
         raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
     if masks is not None and masks not in MASK_SOURCES:

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bgbias.engine.config import PATH_KEYS
-from bgbias.errors import OptionError
+from bgbias.attribution.run import explain
+from bgbias.engine.config import PATH_KEYS, load_run_config, parse_override, resolve_config
+from bgbias.engine.run_dir import DONE, claim_run, open_run_dir, read_record
+from bgbias.engine.trained import load_trained
+from bgbias.engine.training import resume_training, train
+from bgbias.errors import BgbiasError, OptionError
 from bgbias.fileio import write_json_atomic
+from bgbias.measurement.request import MeasureRequest
+from bgbias.methods.registry import method_class
+from bgbias.paths import backgrounds_root, located_key
+from bgbias.report.evaluate import evaluate
 from bgbias.study.plan import StudyRun
 from bgbias.study.spec import COMPUTE_KEYS, StudySpec
 
@@ -23,7 +34,6 @@ def study_folder(runs: Path, spec: StudySpec) -> Path:
     if spec.bench is not None:
         bench = spec.bench
         return runs / "study" / f"bench-{bench.preset}-rho{bench.rho:g}-seed{bench.seed}-{spec.masks}"
-    from bgbias.paths import located_key
 
     # The user's own masks folder names the study: two folders of masks for one dataset are two studies.
     return runs / "study" / located_key(f"{spec.dataset}-{spec.masks}",
@@ -34,8 +44,6 @@ def run_config(spec: StudySpec, run: StudyRun, *, device: str = "auto") -> Any:
     """The configuration ``run`` trains with in the study ``spec``: the dataset's protocol and the method's
     own configuration (:func:`~bgbias.engine.config.resolve_config`), the study's inputs, then the run's
     ``--set`` settings."""
-    from bgbias.engine.config import resolve_config
-
     options = {"root": spec.root, "bgaugment.enabled": run.bgaugment, "bgaugment.masks": spec.masks_dir,
                "bgaugment.backgrounds": spec.backgrounds, "device": device, "seed": run.seed,
                "schedule.watch_test": run.watch_test}
@@ -46,9 +54,6 @@ def train_study_run(folder: Path, run: StudyRun, spec: StudySpec, device: str, l
                     *, processes: int = 1) -> Path:
     """Train (or resume, or keep) one run of the study while holding its folder, in ``processes`` processes
     under torchrun when more than one; return the folder."""
-    from bgbias.engine.run_dir import DONE, claim_run, open_run_dir, read_record
-    from bgbias.engine.training import resume_training, train
-
     run_dir = folder / run.folder_name
     with claim_run(run_dir, wait=True):
         if (run_dir / "config.json").is_file():
@@ -82,11 +87,6 @@ def train_study_run(folder: Path, run: StudyRun, spec: StudySpec, device: str, l
 def _torchrun(processes: int, train_args: list[str]) -> None:
     """``torchrun --standalone --nproc_per_node PROCESSES -m bgbias train ARGS``; a failure names the run's
     log."""
-    import signal
-    import subprocess
-    import sys
-
-    from bgbias.errors import BgbiasError
 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                str(processes), "-m", "bgbias", "train", *train_args, "--no-progress"]
@@ -109,8 +109,6 @@ def check_trained_as_planned(run_dir: Path, run: StudyRun, spec: StudySpec) -> N
     computed (:data:`~bgbias.study.spec.COMPUTE_KEYS`) and where its inputs lie do not count. The fix names
     the folder where ``--set`` with the run's own settings finds it. A configuration that cannot be read is
     left to resuming, which reports it."""
-    from bgbias.engine.config import load_run_config, parse_override
-
     try:
         saved = _flat(load_run_config(run_dir / "config.json").as_dict())
     except OptionError:
@@ -163,14 +161,6 @@ def measure_run(run_dir: Path, masks: Path, backgrounds: Path, profile: bool, ex
     and ``bgbias explain`` of one study run (SmoothGrad, and the method's own attribution where it has one);
     what was measured before comes from the caches. The profile's worst case is over the paper's 5 repeats,
     which keeps it to 13 embedding passes beyond them."""
-    from bgbias.attribution.run import explain
-    from bgbias.engine.run_dir import claim_run
-    from bgbias.engine.trained import load_trained
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.methods.registry import method_class
-    from bgbias.paths import backgrounds_root
-    from bgbias.report.evaluate import evaluate
-
     with claim_run(run_dir, wait=True):
         trained = load_trained(run_dir, device=device)
         # A run profiled before (the full study's, reused by the dial) keeps its profile: it comes from the

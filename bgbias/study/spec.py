@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bgbias.data.items import folder_key, model_masks_dir
+from bgbias.data.registry import dataset_class, default_root
 from bgbias.errors import OptionError
 from bgbias.options import DEFAULT_MASK_MODEL
+from bgbias.paths import backgrounds_root, located_key, masks_root
 from bgbias.schema import ClosedRecord
 
 MASK_MODELS = ("u2net", "u2netp")
@@ -101,9 +104,6 @@ def dataset_spec(
     ``./backgrounds``). A root that is not a folder is refused, but for a ``dry_run`` on a dataset of known
     size (:attr:`~bgbias.data.items.Dataset.known_size`), which it prices from that size
     (:mod:`bgbias.study.sizes`)."""
-    from bgbias.data.registry import dataset_class, default_root
-    from bgbias.paths import backgrounds_root, masks_root
-
     layout = dataset_class(dataset)  # an unknown name is an OptionError listing the known ones
     if dataset == "bench":
         raise OptionError("the bench is built by the study itself, from its --bench-* settings",
@@ -114,8 +114,6 @@ def dataset_spec(
                           fix=f"pass --root DIR (`bgbias datasets --dataset {dataset} --root DIR` checks it)")
     chosen = masks or DEFAULT_MASK_MODEL
     if chosen in MASK_MODELS:
-        from bgbias.paths import located_key
-
         masks_dir = masks_root() / located_key(f"{dataset}-{chosen}", folder)
         source = chosen
     elif chosen == BENCH_MASKS:
@@ -137,10 +135,6 @@ def bench_spec(preset: str, rho: float, seed: int, masks: str,
     """The spec of a study on the bench built with these settings
     (:func:`study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
     model, or a folder)."""
-    from bgbias.data.items import folder_key, model_masks_dir
-    from bgbias.data.registry import dataset_class
-    from bgbias.paths import backgrounds_root, masks_root
-
     root = study_bench_root(preset, rho, seed).expanduser().resolve()
     if masks == BENCH_MASKS or masks in MASK_MODELS:  # where `bgbias masks --model MASKS` puts them
         masks_dir = model_masks_dir(masks_root() / folder_key(dataset_class("bench"), root), masks)
@@ -157,8 +151,6 @@ def study_bench_root(preset: str, rho: float, seed: int) -> Path:
     """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
     ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
     (and their masks and runs) live side by side instead of replacing one another."""
-    from bgbias.data.registry import default_root
-
     default = default_root("bench")
     if (preset, rho, seed) == ("small", 0.9, 0):
         return default

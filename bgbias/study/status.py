@@ -8,7 +8,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bgbias.study.ledger import Plan, Step
+from bgbias.engine.config import load_run_config
+from bgbias.engine.eta import duration
+from bgbias.engine.run_dir import RunDir, read_metrics
+from bgbias.errors import BgbiasError
+from bgbias.report.markdown import table
+from bgbias.study.ledger import Plan, Step, plan_error, read_plan
+from bgbias.study.worker import runs_progress
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,6 @@ def _step_status(folder: Path, step_id: str, step: Step, now: float) -> StepStat
 def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str, float | None]:
     """``epoch 3/8, best val MAP@R 61.2`` from the run's metrics, and the training time left at the pace of
     this start's epochs (None before its first epoch)."""
-    from bgbias.engine.config import load_run_config
-    from bgbias.engine.run_dir import RunDir, read_metrics
-    from bgbias.errors import BgbiasError
-
     if not (run_dir / "config.json").is_file():
         return "", None
     try:
@@ -74,8 +76,6 @@ def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str
 
 def read_status(folder: Path) -> str:
     """The status of the study in ``folder`` as text (:func:`format_status`)."""
-    from bgbias.study.ledger import plan_error, read_plan
-
     plan = read_plan(folder)
     if plan is None:
         raise plan_error(folder)
@@ -84,8 +84,6 @@ def read_status(folder: Path) -> str:
 
 def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
     """The status table as text, then each failure's error, then the counts of steps by state."""
-    from bgbias.report.markdown import table
-
     rows = plan_status(folder, plan, now)
     cells = [[row.step, row.state, row.where, row.progress, _duration(row.elapsed), _duration(row.left)]
              for row in rows]
@@ -94,7 +92,6 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
     counts = {state: sum(row.state == state for row in rows)
               for state in ("done", "running", "pending", "failed")}
     summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
-    from bgbias.study.worker import runs_progress
 
     pages = [step_id for step_id, step in plan.steps.items() if step.kind == "page"]
     progress = runs_progress(plan, pages)
@@ -109,8 +106,6 @@ def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    from bgbias.engine.eta import duration
-
     return "" if seconds is None else duration(seconds)
 
 

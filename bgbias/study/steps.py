@@ -9,9 +9,21 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from bgbias.assets.catalog import DEFAULT_ASSETS
+from bgbias.assets.fetch import fetch
+from bgbias.backgrounds.pool import list_pool, pool_folder
+from bgbias.data.items import items_digest
+from bgbias.data.registry import open_dataset
 from bgbias.errors import AssetError, BgbiasError
+from bgbias.paths import backgrounds_root
+from bgbias.saliency.pipeline import make_masks
+from bgbias.saliency.sessions import Inference
+from bgbias.study.bench import prepare_pools, prepare_study_bench
 from bgbias.study.ledger import PageArgs, Plan, RunArgs, Step
+from bgbias.study.page import report_study
 from bgbias.study.plan import StudyPlan, StudyRun
+from bgbias.study.runs import REPEATS, measure_run, train_study_run
+from bgbias.study.sizes import split_sizes
 from bgbias.study.spec import StudySpec
 
 PREPARE = "prepare"
@@ -38,7 +50,6 @@ def mask_shards(spec: StudySpec) -> int:
         return 0
     if spec.bench is not None:  # not built yet when the plan is made; a bench is a few thousand images
         return 1
-    from bgbias.study.sizes import split_sizes
 
     return max(1, math.ceil(split_sizes(spec).images / IMAGES_PER_SHARD))
 
@@ -84,19 +95,10 @@ def execute_step(folder: Path, plan: Plan, step_id: str, device: str, processes:
 def prepare(spec: StudySpec, log: Callable[[str], None]) -> dict[str, str]:
     """The bench (assets, pools, the bench of the spec's settings, its exact masks where asked) or, for a
     dataset, the pools and a check of its layout and masks."""
-    from bgbias.data.registry import open_dataset
-    from bgbias.paths import backgrounds_root
-
     if spec.bench is not None:
-        from bgbias.study.bench import prepare_study_bench
-
         prepare_study_bench(spec, log)
     else:
         if Path(spec.backgrounds) == backgrounds_root().resolve():
-            from bgbias.assets.catalog import DEFAULT_ASSETS
-            from bgbias.assets.fetch import fetch
-            from bgbias.study.bench import prepare_pools
-
             log("fetching assets (verified against pinned checksums) and completing the background pools")
             fetch(DEFAULT_ASSETS)
             prepare_pools()
@@ -107,8 +109,6 @@ def prepare(spec: StudySpec, log: Callable[[str], None]) -> dict[str, str]:
 
 
 def _check_pools(spec: StudySpec) -> None:
-    from bgbias.backgrounds.pool import list_pool, pool_folder
-
     for pool in ("train", "test"):
         list_pool(pool_folder(spec.backgrounds, pool))
 
@@ -116,11 +116,6 @@ def _check_pools(spec: StudySpec) -> None:
 def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,
                     log: Callable[[str], None]) -> dict[str, str]:
     """The U²-Net masks of one shard of the dataset's images (those already made are kept)."""
-    from bgbias.data.items import items_digest
-    from bgbias.data.registry import open_dataset
-    from bgbias.saliency.pipeline import make_masks
-    from bgbias.saliency.sessions import Inference
-
     items = open_dataset(spec.dataset, spec.root).items()
     log(f"{spec.masks} masks of shard {shard[0] + 1}/{shard[1]} of {len(items)} images into {spec.masks_dir}")
     made = make_masks(items, spec.masks_dir, model=spec.masks, inference=Inference(device=device),
@@ -135,8 +130,6 @@ def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,
 def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, processes: int,
                     log: Callable[[str], None]) -> dict[str, str]:
     """Train (or resume, or keep) the run, then evaluate and explain it (:mod:`bgbias.study.runs`)."""
-    from bgbias.study.runs import REPEATS, measure_run, train_study_run
-
     run = args.study_run()
     run_dir = train_study_run(folder, run, spec, device, log, processes=processes)
     log(f"{run.label}: clean and {REPEATS} corrupted repeats{', the profile' if args.profile else ''}, "
@@ -148,8 +141,6 @@ def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, p
 
 def write_page(folder: Path, plan: Plan, step_id: str, log: Callable[[str], None]) -> dict[str, str]:
     """The page of the runs the page step needs that are done; the failed ones are named on it."""
-    from bgbias.study.page import report_study
-
     step = plan.steps[step_id]
     assert step.page is not None
     done = [plan.steps[need] for need in step.needs if plan.steps[need].state == "done"]

@@ -8,8 +8,11 @@ same folder, and each SLURM array task (``only``: its own step). Workers never t
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import dataclasses
 import os
+import signal
 import socket
 import threading
 import time
@@ -17,8 +20,12 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
+
+from bgbias.engine.device import resolve_device
+from bgbias.engine.eta import duration, time_left
 from bgbias.errors import BgbiasError
-from bgbias.signals import sigterm_as_interrupt
+from bgbias.signals import interruption_status, sigterm_as_interrupt
 from bgbias.study.ledger import (
     FINISHED,
     MAX_ATTEMPTS,
@@ -76,8 +83,6 @@ def runs_progress(plan: Plan, goals: Sequence[str]) -> str | None:
     """``runs: 2 of 6 done (3m05s each); about 12m20s of run time left for 4 more`` for the run steps of
     ``goals``, at the pace of those done with their times in the plan (shared among the workers); None before
     the first."""
-    from bgbias.engine.eta import duration, time_left
-
     runs = [plan.steps[step_id] for step_id in needed_steps(plan, goals) if plan.steps[step_id].kind == "run"]
     timed = [step.finished - step.started for step in runs
              if step.state == "done" and step.started is not None and step.finished is not None]
@@ -112,8 +117,6 @@ def work(
     checkpoint) and is raised on.
     """
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
     outcome = WorkOutcome()
     label = _started_on(folder, device)
@@ -291,8 +294,6 @@ def _asked_device(device: str) -> str:
 def _device_label(device: str) -> str:
     """The device as ``--status`` shows it (``auto`` resolved), with the GPUs this process sees when they are
     limited."""
-    from bgbias.engine.device import resolve_device
-
     resolved = str(resolve_device(device))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return resolved if visible is None or resolved == "cpu" else f"{resolved} (GPU {visible})"
@@ -301,8 +302,6 @@ def _device_label(device: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bgbias.study.worker FOLDER GOAL... [options]``: a worker of the local executor
     (:mod:`bgbias.study.local`), which starts it; it stops when its parent does."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m bgbias.study.worker")
     parser.add_argument("folder", type=Path)
     parser.add_argument("goals", nargs="+")
@@ -321,8 +320,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         work(options.folder, options.goals, device=options.device, threads=options.threads,
              processes=options.processes, log=lambda line: print(line, flush=True), timing=timing)
     except KeyboardInterrupt as interruption:
-        from bgbias.signals import interruption_status
-
         return interruption_status(interruption)
     except BgbiasError as error:  # e.g. its device is missing: starting it again would not help
         print(f"error: {error}", flush=True)
@@ -338,9 +335,6 @@ device it cannot start on: the local executor does not start it again."""
 def _stop_with_parent(parent: int) -> None:
     """SIGTERM to this process when ``parent`` ends (Linux's parent-death signal, and a check that the parent
     had not already gone before it was set)."""
-    import ctypes
-    import signal
-
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the worker outlives a killed parent and finishes its step

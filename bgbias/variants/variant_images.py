@@ -15,8 +15,8 @@ import numpy as np
 
 from bgbias.corrupted.manifests import remake_command
 from bgbias.corrupted.render import load_pair
-from bgbias.data.images import chw_tensor
 from bgbias.data.items import Item, mask_source
+from bgbias.data.tensors import chw_tensor
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.errors import DatasetError
 from bgbias.variants.variant_manifests import VariantManifest

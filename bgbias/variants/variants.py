@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
 from bgbias.bgaugment.composite import composite_pixels
@@ -127,7 +128,6 @@ def dilated_mask(mask: np.ndarray, radius: int) -> np.ndarray:
     hard = np.where(mask >= OBJECT_THRESHOLD, np.uint8(255), np.uint8(0))
     if radius <= 0:
         return hard
-    import cv2  # lazily: OpenCV is slow to import and only fills need it
 
     disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
     return cv2.dilate(hard, disc)
@@ -143,7 +143,6 @@ def inpainted_background(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return image.copy()
     if hole.all():
         return np.zeros_like(image)
-    import cv2
 
     return cv2.inpaint(np.ascontiguousarray(image), hole, INPAINT_RADIUS, cv2.INPAINT_TELEA)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bgbias.errors import AssetError
+from bgbias.options import EXPLAIN_IMAGES
 from bgbias.study.cost import (
     PREPARE_SECONDS,
     PlannedWork,
@@ -28,7 +29,7 @@ from bgbias.study.cost import (
     split_sizes,
 )
 from bgbias.study.cost_timing import ConfigTiming, MeasureTiming, time_config
-from bgbias.study.plan import EXPLAIN_IMAGES, StudyRun
+from bgbias.study.plan import StudyRun
 from bgbias.study.runs import REPEATS
 from bgbias.study.spec import StudySpec, bench_spec
 from tests.conftest import tiny_config

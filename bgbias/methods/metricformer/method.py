@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field
+from pytorch_metric_learning import losses, miners
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -113,8 +114,6 @@ class MetricFormer(Method):
 
     def base_loss(self, size: int, spec: MethodSpec) -> nn.Module:
         """A fresh L_M on ``size``-dimensional embeddings (its own β or proxies)."""
-        from pytorch_metric_learning import losses
-
         o = self.options
         if o["base"] == "proxy_anchor":
             return losses.ProxyAnchorLoss(spec.num_classes, size, margin=o["pa_margin"], alpha=o["pa_alpha"])
@@ -124,7 +123,6 @@ class MetricFormer(Method):
     def build_miner(self) -> nn.Module | None:
         if self.options["base"] != "margin" or not self.options["distance_weighted"]:
             return None
-        from pytorch_metric_learning import miners
 
         return miners.DistanceWeightedMiner()
 
