@@ -289,9 +289,7 @@ _LOMIRI_WALLPAPERS = AssetSpec(
     name="lomiri_wallpapers",
     description="Lomiri 20.04 wallpapers: 2 large photos (night sky, nuthatch) and 2 illustrations",
     licence="CC-BY-SA-3.0",
-    source=DebianPackage(
-        "lomiri-wallpapers-20.04", "20.04.0-2", "lomiri-wallpapers-20.04_20.04.0-2_all.deb"
-    ),
+    source=DebianPackage("lomiri-wallpapers-20.04", "20.04.0-2", "lomiri-wallpapers-20.04_20.04.0-2_all.deb"),
     archive_sha256="d44e89b8473aafe64a5b678f014862dc31335aaaf18665c544d985d854f1a709",
     archive_size=11377208,
     install_dir="assets/lomiri_wallpapers",

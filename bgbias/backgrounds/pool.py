@@ -14,7 +14,6 @@ import io
 import os
 import re
 import sys
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -230,28 +229,6 @@ def pool_folder(backgrounds: str | os.PathLike[str], pool: str) -> Path:
     backgrounds = Path(backgrounds)
     nested = backgrounds / pool
     return nested if nested.is_dir() else backgrounds
-
-
-def check_disjoint(
-    first: Sequence[Path], second: Sequence[Path], *, allow_overlap: bool = False
-) -> list[tuple[Path, Path]]:
-    """Pairs of files with the same content in two pools; an error unless ``allow_overlap``, then a warning.
-
-    A background seen in training and again in a corrupted test set hides part of the bias being measured.
-    """
-    digests = {sha256_file(path): path for path in first}
-    shared = [(digests[digest], path) for path in second if (digest := sha256_file(path)) in digests]
-    if shared:
-        a, b = shared[0]
-        problem = f"{len(shared)} background image(s) appear in both pools, e.g. {a} and {b}"
-        if not allow_overlap:
-            raise DatasetError(
-                problem,
-                path=b,
-                fix="remove the copies from one pool, or allow shared backgrounds explicitly if intended",
-            )
-        warnings.warn(problem + "; corrupted results will understate the background bias", stacklevel=2)
-    return shared
 
 
 # --- planning -----------------------------------------------------------------------------------------------

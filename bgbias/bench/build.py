@@ -391,10 +391,7 @@ def _summary(records: list[dict[str, Any]], jobs: list[_ClassJob], rho: float) -
 
 def _settings(preset: str, rho: float) -> BenchPreset:
     if preset not in BENCH_PRESETS:
-        raise OptionError(
-            f"unknown bench preset {preset!r}",
-            fix=f"use one of: {', '.join(BENCH_PRESETS)}",
-        )
+        raise OptionError(f"unknown bench preset {preset!r}", fix=f"use one of: {', '.join(BENCH_PRESETS)}")
     if not 0.0 <= rho <= 1.0:
         raise OptionError(f"rho must lie in [0, 1], got {rho}", fix="pass a probability such as 0.9")
     return BENCH_PRESETS[preset]

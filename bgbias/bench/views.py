@@ -34,24 +34,10 @@ class ViewPreset:
 
 
 VIEW_PRESETS: dict[str, ViewPreset] = {
-    "mild": ViewPreset(
-        window_min=1.0,
-        scale=(0.4, 0.8),
-        rotation_deg=15.0,
-        perspective=0.0,
-        jitter=0.1,
-        blur_p=0.0,
-        blur_sigma=(0.0, 0.0),
-    ),
-    "hard": ViewPreset(
-        window_min=0.6,
-        scale=(0.4, 0.8),
-        rotation_deg=30.0,
-        perspective=0.12,
-        jitter=0.3,
-        blur_p=0.25,
-        blur_sigma=(0.004, 0.012),
-    ),
+    "mild": ViewPreset(window_min=1.0, scale=(0.4, 0.8), rotation_deg=15.0, perspective=0.0, jitter=0.1,
+                       blur_p=0.0, blur_sigma=(0.0, 0.0)),
+    "hard": ViewPreset(window_min=0.6, scale=(0.4, 0.8), rotation_deg=30.0, perspective=0.12, jitter=0.3,
+                       blur_p=0.25, blur_sigma=(0.004, 0.012)),
 }
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
-from bgbias.data.geometry import EvalGeometry, TrainGeometry
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY, EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -199,6 +199,15 @@ class Dataset(ABC):
             )
             self._catalog = replace(catalog, items=items)
         return self._catalog
+
+
+class PublishedDataset(Dataset):
+    """A published benchmark (CUB, Cars196, SOP): the paper's geometry and training protocol."""
+
+    published = True
+    eval_geometry = PAPER_EVAL_GEOMETRY
+    train_geometry = PAPER_TRAIN_GEOMETRY
+    protocol = "paper"
 
 
 def folder_key(kind: type[Dataset], root: Path) -> str:

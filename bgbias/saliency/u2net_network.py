@@ -97,10 +97,7 @@ U2NET = U2NetShape(
 )
 """The full model (the paper's, 44 M parameters; rembg's ``u2net``, ``u2net_human_seg``)."""
 
-U2NETP = U2NetShape(
-    encoder=((3, 16, 64),) + ((64, 16, 64),) * 5,
-    decoder=((128, 16, 64),) * 5,
-)
+U2NETP = U2NetShape(encoder=((3, 16, 64),) + ((64, 16, 64),) * 5, decoder=((128, 16, 64),) * 5)
 """The small model (1.1 M parameters; rembg's ``u2netp``)."""
 
 _LEVELS = (7, 6, 5, 4, 4, 4)
