@@ -97,9 +97,7 @@ def _apt_options(apt_dir: Path) -> list[str]:
     for folder in (apt_dir / "lists" / "partial", apt_dir / "cache" / "archives" / "partial"):
         folder.mkdir(parents=True, exist_ok=True)
     settings = {
-        "Dir::State::Lists": apt_dir / "lists",
-        "Dir::Cache": apt_dir / "cache",
-        "Debug::NoLocking": "1",
+        "Dir::State::Lists": apt_dir / "lists", "Dir::Cache": apt_dir / "cache", "Debug::NoLocking": "1"
     }
     return [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
 

@@ -246,12 +246,7 @@ class _PlannedImage:
 
 
 def _plan_pool(
-    pool: str,
-    pool_index: int,
-    sources: list[PhotoSource],
-    counts: dict[str, int],
-    seed: int,
-    long_side: int,
+    pool: str, pool_index: int, sources: list[PhotoSource], counts: dict[str, int], seed: int, long_side: int
 ) -> list[_PlannedImage]:
     """Decide every image of a pool; each gets its own rng from (seed, pool, slot), independent of others."""
     generated_patterns = round(counts["pattern"] * GENERATED_PATTERN_SHARE)

@@ -318,10 +318,7 @@ def _render_class(job: _ClassJob) -> list[dict[str, Any]]:
                 "view": view,
                 "home": at_home,
                 "background": {
-                    "source": source,
-                    "box": list(box),
-                    "home_source": home_source,
-                    "home_box": list(home_box),
+                    "source": source, "box": list(box), "home_source": home_source, "home_box": list(home_box)
                 },
                 "params": asdict(params),
                 "foreground_fraction": round(float(alpha.mean()) / 255, 6),

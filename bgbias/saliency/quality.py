@@ -57,8 +57,7 @@ def agreement(predicted: np.ndarray, truth: np.ndarray) -> Agreement:
     union = int(np.count_nonzero(pred | true))
     true_area = int(np.count_nonzero(true))
     return Agreement(
-        iou=intersection / union if union else None,
-        overlap=intersection / true_area if true_area else None,
+        iou=intersection / union if union else None, overlap=intersection / true_area if true_area else None
     )
 
 

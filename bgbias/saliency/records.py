@@ -111,10 +111,7 @@ class MaskRecord:
         if not self.ok:
             return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
         data: dict[str, Any] = {
-            "id": self.id,
-            "status": "ok",
-            "size": list(self.size or ()),
-            "image_sha256": self.image_sha256,
+            "id": self.id, "status": "ok", "size": list(self.size or ()), "image_sha256": self.image_sha256
         }
         if self.raw_max is not None:
             data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
