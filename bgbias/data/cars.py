@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bgbias.data.items import Catalog, Item, KnownSize, PublishedDataset, make_item
+from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
 from bgbias.errors import DatasetError
@@ -24,10 +24,11 @@ REQUIRED_FIELDS = ("relative_im_path", "class")
 
 
 @register_dataset("cars")
-class CarsDataset(PublishedDataset):
+class CarsDataset(Dataset):
     index_file = "cars_annos.mat"
     obtain = "download car_ims.tgz and cars_annos.mat into one folder and extract car_ims.tgz there"
     default_folder = "cars196"
+    published = True
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from bgbias.data.items import Catalog, KnownSize, PublishedDataset, make_item
+from bgbias.data.items import Catalog, Dataset, KnownSize, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines, require_files
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
@@ -23,10 +23,11 @@ TEST_IMAGES = 5924
 
 
 @register_dataset("cub")
-class CubDataset(PublishedDataset):
+class CubDataset(Dataset):
     index_file = "images.txt"
     obtain = "download CUB_200_2011.tgz and extract it; the dataset root is the CUB_200_2011 folder"
     default_folder = "CUB_200_2011"
+    published = True
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.images import image_files
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import subfolders
@@ -22,9 +21,6 @@ class FolderDataset(Dataset):
     index_file = ""
     obtain = "put one sub-folder per class under the dataset root, with the images directly inside"
     default_folder = None  # a user's own dataset has no usual place: its root is always given
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
         class_folders = subfolders(self.root)

@@ -128,11 +128,11 @@ class Dataset(ABC):
     published: ClassVar[bool] = False
     """True for a published benchmark (CUB, Cars196, SOP): every copy of it is the same dataset, so its
     default output folders are named by the dataset alone, wherever its root is."""
-    eval_geometry: ClassVar[EvalGeometry]
+    eval_geometry: ClassVar[EvalGeometry] = PAPER_EVAL_GEOMETRY
     """Resize and centre crop of evaluation, corrupted sets and explanations."""
-    train_geometry: ClassVar[TrainGeometry]
+    train_geometry: ClassVar[TrainGeometry] = PAPER_TRAIN_GEOMETRY
     """Resize and random crop of training, unless the configuration's ``data`` section changes them."""
-    protocol: ClassVar[str]
+    protocol: ClassVar[str] = "paper"
     """The training protocol: ``configs/protocols/<protocol>.json`` is the configuration's first layer."""
     known_size: ClassVar[KnownSize | None] = None
     """A published benchmark's size, for pricing a study before the dataset is there (``None``: unknown)."""
@@ -199,15 +199,6 @@ class Dataset(ABC):
             )
             self._catalog = replace(catalog, items=items)
         return self._catalog
-
-
-class PublishedDataset(Dataset):
-    """A published benchmark (CUB, Cars196, SOP): the paper's geometry and training protocol."""
-
-    published = True
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
 
 
 def folder_key(kind: type[Dataset], root: Path) -> str:

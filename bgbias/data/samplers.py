@@ -1,21 +1,12 @@
 """Training batches of ``m`` images from each of ``batch_size // m`` classes that see every image, on any
-number of ranks.
+number of ranks (pytorch-metric-learning's ``MPerClassSampler`` does neither: docs/design.md, *Sampler*).
 
-pytorch-metric-learning's ``MPerClassSampler`` (docs/design.md, *Sampler*) draws from the global
-``np.random``, gives no guarantee that an epoch sees every image, and is not distributed-aware. Here batches
-come from *coverage passes*: each class's images are shuffled and cut into chunks of ``m`` (a short last chunk
-is topped up with other images of the class), and every chunk of the pass is used exactly once. Each batch
-takes one chunk from each of ``batch_size // m`` distinct classes, chosen with probability proportional to the
-chunks they have left, so large classes are spread over the whole pass instead of crowding its end. When fewer
-classes than a batch needs still have chunks, the batch is filled with fresh chunks of other classes.
-
-Pass ``p`` is a pure function of ``(seed, p)``. With ``batches_per_epoch=None`` epoch ``e`` is pass ``e``;
-with ``batches_per_epoch=n`` the passes form one stream that epochs cut into consecutive slices of ``n``
-batches per rank, so coverage also holds across short epochs (SOP needs ~2 000 batches to see every image, the
-protocol's epoch is 100). Every rank builds the same global list and takes every ``world_size``-th batch.
-
-Each draw carries its own augmentation seed, so the paired transform of an image does not depend on which
-worker runs it, and an image drawn twice gets two different transforms.
+Batches come from *coverage passes*: each class's images are shuffled and cut into chunks of ``m`` (a short
+last one topped up), every chunk used once, each batch taking chunks of distinct classes with probability
+proportional to the chunks they have left. Pass ``p`` is a pure function of ``(seed, p)``; with
+``batches_per_epoch=n`` epochs cut one stream of passes into slices of ``n`` batches per rank, so coverage
+holds across short epochs. Every rank builds the same list and takes every ``world_size``-th batch. Each draw
+carries its own augmentation seed, so a transform does not depend on the worker that runs it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (
 
 from __future__ import annotations
 
-from bgbias.data.items import Catalog, Item, KnownSize, PublishedDataset, make_item
+from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines
 from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError
@@ -29,12 +29,13 @@ TEST_FILE = "Ebay_test.txt"
 
 
 @register_dataset("sop")
-class SopDataset(PublishedDataset):
+class SopDataset(Dataset):
     index_file = TRAIN_FILE
     obtain = (
         "download Stanford_Online_Products.zip and extract it; the dataset root is Stanford_Online_Products"
     )
     default_folder = "Stanford_Online_Products"
+    published = True
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:

@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bgbias.data.folder import folder_split_sizes
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.registry import register_dataset
@@ -45,9 +44,6 @@ class ImageTable(Dataset):
     obtain = ("give a CSV file with the columns path,label[,mask] as the dataset's root, or rows of "
               "(path, label[, mask]) in Python")
     default_folder = None
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
 
     def __init__(self, root: str | os.PathLike[str]):
         path = Path(root).expanduser().resolve()
