@@ -1,8 +1,6 @@
 """A user's own dataset: ``root/<class_name>/<image>``, one sub-folder per class, images directly inside.
-
-Labels are the indices of the class folders in sorted order; the folders' names are the classes' names.
-Split: the first half of the sorted classes (rounded up) is trainval, of which the first 75 % (rounded,
-leaving at least one class each) train and the rest validate; the second half is test.
+Labels are the class folders' indices in sorted order. Split: the first half of the classes (rounded up) is
+trainval, its first 75 % train (at least one class each); the second half is test.
 """
 
 from __future__ import annotations
@@ -33,9 +31,8 @@ class FolderDataset(Dataset):
                 if looks_like_one_class
                 else self.obtain,
             )
-        items = [
-            item for label, folder in enumerate(class_folders) for item in self._class_items(folder, label)
-        ]
+        items = [item for label, folder in enumerate(class_folders)
+                 for item in self._class_items(folder, label)]
         classes = list(range(len(class_folders)))
         trainval_count, train_count = folder_split_sizes(len(classes))
         names = {label: folder.name for label, folder in enumerate(class_folders)}
@@ -51,9 +48,8 @@ class FolderDataset(Dataset):
                 if nested
                 else "add images to it or remove it"
             )
-            raise DatasetError(
-                f"class folder {folder.name!r} has no images directly inside", path=folder, fix=fix
-            )
+            raise DatasetError(f"class folder {folder.name!r} has no images directly inside", path=folder,
+                               fix=fix)
         return [make_item(self.root, f"{folder.name}/{name}", label) for name in files]
 
 

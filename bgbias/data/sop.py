@@ -1,11 +1,7 @@
 """Stanford Online Products in its official layout: ``Ebay_train.txt`` and ``Ebay_test.txt`` (header
-``image_id class_id super_class_id path``, paths relative to the root) and one image folder per super class.
-
-Fixed split, as read in the paper's code (LSX-UniWue/background-bias-in-dml,
-src/datamodules/stanford_online_products.py): it loads ``class_id - 1`` (0-based labels), keeps
-``label < 8489`` of Ebay_train for training and ``label >= 8489`` for validation. In the dataset's own 1-based
-class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (2829 classes); Ebay_test
-(class_id 11319..22634) is the test split. Labels here stay the dataset's own 1-based class ids.
+``image_id class_id super_class_id path``) and one image folder per super class. Fixed split as the paper's
+code reads it (``label < 8489`` of 0-based labels trains): in the dataset's own 1-based class ids, train =
+1..8489, val = 8490..11318, test = Ebay_test (11319..22634); labels stay 1-based.
 """
 
 from __future__ import annotations
