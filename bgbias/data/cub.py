@@ -34,22 +34,13 @@ class CubDataset(Dataset):
         relpaths = self._image_paths()
         labels = self._class_labels()
         labels_file = self.root / "image_class_labels.txt"
-        unlabelled = sorted(set(relpaths) - set(labels))
-        if unlabelled:
-            raise DatasetError(
-                f"{len(unlabelled)} image ids of images.txt have no line in image_class_labels.txt "
-                f"(first: {unlabelled[0]})",
-                path=labels_file,
-                fix="use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive",
-            )
-        unknown = sorted(set(labels) - set(relpaths))
-        if unknown:
-            raise DatasetError(
-                f"{len(unknown)} image ids of image_class_labels.txt are not in images.txt "
-                f"(first: {unknown[0]})",
-                path=labels_file,
-                fix="use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive",
-            )
+        same = "use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive"
+        if unlabelled := sorted(set(relpaths) - set(labels)):
+            raise DatasetError(f"{len(unlabelled)} image ids of images.txt have no line in "
+                               f"image_class_labels.txt (first: {unlabelled[0]})", path=labels_file, fix=same)
+        if unknown := sorted(set(labels) - set(relpaths)):
+            raise DatasetError(f"{len(unknown)} image ids of image_class_labels.txt are not in images.txt "
+                               f"(first: {unknown[0]})", path=labels_file, fix=same)
         masks_dir = self.root / "segmentations"
         has_masks = masks_dir.is_dir()
         items = [
@@ -62,16 +53,11 @@ class CubDataset(Dataset):
             for image_id, relpath in relpaths.items()
         ]
         if has_masks:
-            require_files(
-                [item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
-                "ground-truth masks",
-                masks_dir,
-                fix=f"extract segmentations.tgz completely into {self.root}, or remove the incomplete "
-                "segmentations folder",
-            )
-        trainval, test, val_start = partition_by_class_id(
-            labels.values(), LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS
-        )
+            require_files([item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
+                          "ground-truth masks", masks_dir, fix=f"extract segmentations.tgz completely into "
+                          f"{self.root}, or remove the incomplete segmentations folder")
+        trainval, test, val_start = partition_by_class_id(labels.values(), LAST_TRAIN_CLASS,
+                                                          LAST_TRAINVAL_CLASS)
         # A class's folder under images/ is its name (``001.Black_footed_Albatross``), as in classes.txt.
         names = {labels[image_id]: PurePosixPath(relpath).parent.name or str(labels[image_id])
                  for image_id, relpath in relpaths.items()}

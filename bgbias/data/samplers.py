@@ -26,13 +26,9 @@ SEED_BOUND = 2**63
 
 
 class MPerClassBatchSampler:
-    """A torch ``batch_sampler``: yields lists of :data:`Draw`, one list per batch of this rank.
-
-    Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``); ``len()`` is the number of
-    batches this rank yields in the current epoch. With ``batches_per_epoch=n`` every rank yields exactly
-    ``n`` batches (the global step consumes ``n × world_size``); without it, one coverage pass is shared out,
-    padded by repeating its first batches so that every rank yields the same number.
-    """
+    """A torch ``batch_sampler`` yielding lists of :data:`Draw`, one per batch of this rank; call
+    :meth:`set_epoch` before each epoch. Without ``batches_per_epoch`` one coverage pass is shared out, padded
+    by repeating its first batches so every rank yields the same number."""
 
     def __init__(
         self,
@@ -138,9 +134,8 @@ def check_sampler_options(
     if seed < 0:
         raise OptionError(f"the seed must be non-negative, got {seed}", fix="pass a seed >= 0")
     if world_size < 1 or not 0 <= rank < world_size:
-        raise OptionError(
-            f"rank {rank} is not one of the {world_size} ranks", fix="pass 0 <= rank < world_size"
-        )
+        raise OptionError(f"rank {rank} is not one of the {world_size} ranks",
+                          fix="pass 0 <= rank < world_size")
     if batches_per_epoch is not None and batches_per_epoch < 1:
         raise OptionError(
             f"batches per epoch must be at least 1, got {batches_per_epoch}",
@@ -159,21 +154,16 @@ def class_members(labels: Sequence[int]) -> list[np.ndarray]:
 def coverage_pass(
     members: Sequence[np.ndarray], m: int, classes_per_batch: int, rng: np.random.Generator
 ) -> list[list[Draw]]:
-    """One pass: every index of ``members`` (the indices of each class) in at least one batch.
-
-    Classes are distinct within a batch when there are at least ``classes_per_batch`` of them; otherwise
-    (allowed only for ``m = 1``) a batch is any ``classes_per_batch`` images.
-    """
+    """One pass: every index of ``members`` (the indices of each class) in at least one batch, of distinct
+    classes where there are ``classes_per_batch`` of them (else, only for ``m = 1``, any images)."""
     if len(members) >= classes_per_batch:
         batches = distinct_class_batches(members, m, classes_per_batch, rng)
     else:
         batches = shuffled_chunks(np.concatenate(members), classes_per_batch, rng)
     indices = np.stack(batches)
     seeds = rng.integers(0, SEED_BOUND, size=indices.shape, dtype=np.int64)
-    return [
-        list(zip(row, row_seeds, strict=True))
-        for row, row_seeds in zip(indices.tolist(), seeds.tolist(), strict=True)
-    ]
+    return [list(zip(row, row_seeds, strict=True)) for row, row_seeds in zip(indices.tolist(), seeds.tolist(),
+                                                                              strict=True)]
 
 
 def distinct_class_batches(
@@ -202,11 +192,8 @@ def distinct_class_batches(
 
 
 def shuffled_chunks(indices: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``indices`` shuffled and cut into chunks of ``size``.
-
-    A short last chunk is topped up with indices from the other chunks, without repeats, or with repeats from
-    all of ``indices`` when there are fewer than ``size`` of them.
-    """
+    """``indices`` shuffled and cut into chunks of ``size``; a short last chunk is topped up from the other
+    chunks without repeats (with repeats when there are fewer than ``size`` indices)."""
     order = rng.permutation(indices)
     chunks = [order[i : i + size] for i in range(0, len(order), size)]
     missing = size - len(chunks[-1])
