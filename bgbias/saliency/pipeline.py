@@ -93,16 +93,12 @@ class MaskRun:
 
     def describe(self) -> str:
         """What the run did, for the terminal."""
-        text = (
-            f"{self.images} images ({self.model}, {self.backend} on {self.provider}): "
-            f"{self.written} written, {self.skipped} already done, {self.failed} failed, "
-            f"{self.empty} flagged empty; {self.images_per_second:.2f} images/s"
-        )
+        text = (f"{self.images} images ({self.model}, {self.backend} on {self.provider}): {self.written} "
+                f"written, {self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
+                f"{self.images_per_second:.2f} images/s")
         if self.remade:
-            text += (
-                f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
-                "since the earlier mask"
-            )
+            text += (f"\n{self.remade} of the written masks were re-made: their image or ground truth had "
+                     "changed since the earlier mask")
         return text
 
     def describe_failures(self) -> str:
@@ -119,8 +115,7 @@ class MaskRun:
 
 
 Outcome = Literal["kept", "made", "remade"]
-"""What happened to an image: its mask from an earlier run kept, or a record made now (a mask or a failure),
-``remade`` where an earlier mask was of other content."""
+"""An image's earlier mask kept, or a record made now (``remade``: the earlier mask was of other content)."""
 
 
 @dataclass(frozen=True)
@@ -154,9 +149,8 @@ def make_masks(
     """
     check_shard(shard)
     session = open_session(model, continuing(Path(out_dir), model, inference or Inference()))
-    return write_masks(
-        items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers, progress=progress
-    )
+    return write_masks(items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers,
+                       progress=progress)
 
 
 def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
@@ -237,21 +231,11 @@ def write_masks(
             )
             if report is not None:
                 write_quality(out_dir, report)
-    return MaskRun(
-        out_dir=out_dir,
-        manifest=manifest,
-        model=session.info.name,
-        backend=session.info.backend,
-        provider=session.info.provider,
-        images=len(mine),
-        written=counts["made"] + counts["remade"],
-        remade=counts["remade"],
-        skipped=counts["kept"],
-        failures=tuple(failures),
-        empty=counts["empty"],
-        seconds=seconds,
-        quality=report,
-    )
+    info = session.info
+    return MaskRun(out_dir=out_dir, manifest=manifest, model=info.name, backend=info.backend,
+                   provider=info.provider, images=len(mine), written=counts["made"] + counts["remade"],
+                   remade=counts["remade"], skipped=counts["kept"], failures=tuple(failures),
+                   empty=counts["empty"], seconds=seconds, quality=report)
 
 
 class _Steps:
@@ -302,17 +286,10 @@ class _Steps:
         write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
         truth = ready.item.ground_truth_mask
         quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
-        return MaskRecord(
-            ready.item.id,
-            ok=True,
-            size=ready.size,
-            raw_min=soft.raw_min,
-            raw_max=soft.raw_max,
-            empty=None if soft.raw_max is None else soft.raw_max < self.empty_below,
-            quality=quality,
-            image_sha256=ready.image_sha256,
-            truth_sha256=truth_sha256,
-        )
+        empty = None if soft.raw_max is None else soft.raw_max < self.empty_below
+        return MaskRecord(ready.item.id, ok=True, size=ready.size, raw_min=soft.raw_min, raw_max=soft.raw_max,
+                          empty=empty, quality=quality, image_sha256=ready.image_sha256,
+                          truth_sha256=truth_sha256)
 
 
 def _run(
@@ -396,19 +373,13 @@ def _settle(slot: Future, done: Future, outcome: Outcome) -> None:
         slot.set_result((done.result(), outcome))
 
 
-def _write_manifest(
-    out_dir: Path,
-    items: Sequence[Item],
-    known: dict[str, MaskRecord],
-    session: MaskSession,
-    empty_below: float,
-) -> Path:
+def _write_manifest(out_dir: Path, items: Sequence[Item], known: dict[str, MaskRecord], session: MaskSession,
+                    empty_below: float) -> Path:
     ids = sorted(item.id for item in items)
     files = [path.relative_to(out_dir).as_posix() for path in record_files(out_dir)]
     return write_manifest(out_dir, build_manifest(ids, known, session.info, empty_below, files))
 
 
 def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
-    return tqdm(
-        total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled, smoothing=0.1
-    )
+    return tqdm(total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled,
+                smoothing=0.1)

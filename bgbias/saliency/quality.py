@@ -105,25 +105,17 @@ class QualityReport:
     """Image id → why its ground truth could not be compared."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "threshold": FOREGROUND_FROM,
-            "images": self.images,
-            "iou": self.iou,
-            "overlap": self.overlap,
-            "errors": dict(sorted(self.errors.items())),
-        }
+        return {"threshold": FOREGROUND_FROM, "images": self.images, "iou": self.iou, "overlap": self.overlap,
+                "errors": dict(sorted(self.errors.items()))}
 
     def describe(self) -> str:
         """Two short lines for the terminal."""
-        lines = [
-            f"mask quality vs ground truth ({self.images} images, foreground = value >= {FOREGROUND_FROM}):"
-        ]
+        lines = [f"mask quality vs ground truth ({self.images} images, foreground = value >= "
+                 f"{FOREGROUND_FROM}):"]
         for name, stats in (("IoU", self.iou), ("overlap", self.overlap)):
             if stats.get("n"):
-                lines.append(
-                    f"  {name:8s} mean {stats['mean']:.3f}  median {stats['median']:.3f}  "
-                    f"quartiles {stats['q25']:.3f}–{stats['q75']:.3f}  (n={stats['n']})"
-                )
+                lines.append(f"  {name:8s} mean {stats['mean']:.3f}  median {stats['median']:.3f}  "
+                             f"quartiles {stats['q25']:.3f}–{stats['q75']:.3f}  (n={stats['n']})")
         if self.errors:
             lines.append(f"  {len(self.errors)} ground-truth masks could not be read")
         return "\n".join(lines)

@@ -98,9 +98,8 @@ class MaskRecord:
     def to_json(self) -> dict[str, Any]:
         if not self.ok:
             return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
-        data: dict[str, Any] = {
-            "id": self.id, "status": "ok", "size": list(self.size or ()), "image_sha256": self.image_sha256
-        }
+        data: dict[str, Any] = {"id": self.id, "status": "ok", "size": list(self.size or ()),
+                                "image_sha256": self.image_sha256}
         if self.raw_max is not None:
             data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
         if self.quality is not None:
@@ -120,17 +119,10 @@ class MaskRecord:
             return None
         width, height = line.size
         quality = line.quality
-        return cls(
-            line.id,
-            ok=True,
-            size=(width, height),
-            raw_min=line.raw_min,
-            raw_max=line.raw_max,
-            empty=line.empty,
-            quality=None if quality is None else Agreement(quality.iou, quality.overlap, quality.error),
-            image_sha256=line.image_sha256,
-            truth_sha256=line.truth_sha256,
-        )
+        agreement = None if quality is None else Agreement(quality.iou, quality.overlap, quality.error)
+        return cls(line.id, ok=True, size=(width, height), raw_min=line.raw_min, raw_max=line.raw_max,
+                   empty=line.empty, quality=agreement, image_sha256=line.image_sha256,
+                   truth_sha256=line.truth_sha256)
 
 
 def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
@@ -144,11 +136,9 @@ def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
     """Hold ``shard``'s record file for a whole run; ``BusyError`` at once if another process holds it."""
     path = records_path(out_dir, shard).with_suffix(".lock")
     index, count = shard
-    busy = BusyError(
-        f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
-        path=path,
-        fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
-    )
+    busy = BusyError(f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
+                     path=path,
+                     fix="wait for it to finish, or pass another --out (other shards may run at the same time)")
     with exclusive_lock(path, wait=False, busy=busy):
         yield
 
@@ -281,13 +271,8 @@ def shown_mask_maker(maker: Mapping[str, Any] | None) -> str:
     return f"{made} on {maker['provider']}" if maker.get("provider") else made
 
 
-def build_manifest(
-    image_ids: Sequence[str],
-    records: Mapping[str, MaskRecord],
-    info: ModelInfo,
-    empty_below: float,
-    files: Sequence[str],
-) -> dict[str, Any]:
+def build_manifest(image_ids: Sequence[str], records: Mapping[str, MaskRecord], info: ModelInfo,
+                   empty_below: float, files: Sequence[str]) -> dict[str, Any]:
     """The folder's manifest, from the records of ``image_ids`` only, no clock or host: equal records, equal
     bytes."""
     present = [records[image_id] for image_id in image_ids if image_id in records]
@@ -296,28 +281,17 @@ def build_manifest(
     return {
         **format_header(MANIFEST_FORMAT),
         "producer": {"bgbias": __version__, **dict(info.versions)},
-        "model": {
-            "name": info.name,
-            "file": info.file.name,
-            "bytes": info.bytes,
-            "md5": info.md5,
-            "sha256": info.sha256,
-        },
+        "model": {"name": info.name, "file": info.file.name, "bytes": info.bytes, "md5": info.md5,
+                  "sha256": info.sha256},
         "inference": {"backend": info.backend, "provider": info.provider, "precision": info.precision,
                       "batch": info.batch, "streams": info.streams, "threads": info.threads},
         "settings": mask_settings(info, empty_below),
         "masks": "8-bit PNG at the image's size, in the orientation load_image gives (EXIF applied); "
         "u2net family: min-max normalised per image, as rembg only_mask",
-        "counts": {
-            "images": len(image_ids),
-            "masks": len(masks),
-            "failed": len(failures),
-            "missing": len(image_ids) - len(present),
-            "empty": sum(1 for record in masks if record.empty),
-        },
-        "failures": [
-            {"id": r.id, "error": r.error, "fix": r.fix} for r in sorted(failures, key=lambda r: r.id)
-        ],
+        "counts": {"images": len(image_ids), "masks": len(masks), "failed": len(failures),
+                   "missing": len(image_ids) - len(present), "empty": sum(1 for r in masks if r.empty)},
+        "failures": [{"id": r.id, "error": r.error, "fix": r.fix}
+                     for r in sorted(failures, key=lambda r: r.id)],
         "records": list(files),
     }
 
