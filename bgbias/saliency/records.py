@@ -136,9 +136,9 @@ def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
     """Hold ``shard``'s record file for a whole run; ``BusyError`` at once if another process holds it."""
     path = records_path(out_dir, shard).with_suffix(".lock")
     index, count = shard
-    busy = BusyError(f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
-                     path=path,
-                     fix="wait for it to finish, or pass another --out (other shards may run at the same time)")
+    busy = BusyError(
+        f"another bgbias masks process is writing shard {index}/{count} of {out_dir}", path=path,
+        fix="wait for it to finish, or pass another --out (other shards may run at the same time)")
     with exclusive_lock(path, wait=False, busy=busy):
         yield
 
