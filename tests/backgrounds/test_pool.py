@@ -253,10 +253,11 @@ def test_missing_default_pools_are_made_in_the_working_folder_once(tmp_path: Pat
 
 def test_missing_default_pools_without_installed_photos_name_the_fetch_command(tmp_path: Path,
                                                                                 monkeypatch) -> None:
-    import bgbias.backgrounds.sources
+    import bgbias.backgrounds.pool
     from bgbias.corrupted.manifests import split_pool_dir
 
-    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: [])
+    # pool.py binds the name at import, so the patch goes where it is looked up.
+    monkeypatch.setattr(bgbias.backgrounds.pool, "background_sources", lambda: [])
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AssetError, match="no background photographs are installed") as raised:
         split_pool_dir("test")
