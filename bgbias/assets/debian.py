@@ -1,8 +1,5 @@
-"""Read the files of a Debian package (.deb) in pure Python, so that no dpkg and no root are needed.
-
-A .deb is an ``ar`` archive of ``debian-binary``, ``control.tar.*`` and ``data.tar.*``; the installed files
-are in ``data.tar.*``, compressed with xz, gzip, bzip2 or (newer Ubuntu) zstd. The tar is streamed, never held
-in memory.
+"""Read the files of a Debian package (.deb) in pure Python, so that no dpkg and no root are needed: an ``ar``
+archive whose ``data.tar.*`` (xz, gzip, bzip2 or zstd) is streamed, never held in memory.
 """
 
 from __future__ import annotations
@@ -82,21 +79,17 @@ def _zstd_reader(raw: BinaryIO, path: Path) -> BinaryIO:
     try:
         import zstandard  # type: ignore[import-not-found]
     except ImportError:
-        raise AssetError(
-            "this .deb compresses its files with zstd, which this Python cannot read",
-            path=path,
-            fix=f"`pip install zstandard`, or {_UNPACK}",
-        ) from None
+        raise AssetError("this .deb compresses its files with zstd, which this Python cannot read", path=path,
+                         fix=f"`pip install zstandard`, or {_UNPACK}") from None
     return zstandard.ZstdDecompressor().stream_reader(raw)
 
 
+_OPENERS = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
+
+
 def _decompressed(name: str, raw: BinaryIO, path: Path) -> BinaryIO:
-    if name.endswith(".xz"):
-        return lzma.open(raw)  # type: ignore[return-value]
-    if name.endswith(".gz"):
-        return gzip.open(raw)  # type: ignore[return-value]
-    if name.endswith(".bz2"):
-        return bz2.open(raw)  # type: ignore[return-value]
+    if (suffix := Path(name).suffix) in _OPENERS:
+        return _OPENERS[suffix](raw)  # type: ignore[return-value]
     if name.endswith(".zst"):
         return _zstd_reader(raw, path)
     if name.endswith(".tar"):
@@ -113,10 +106,8 @@ def normalise_member_path(name: str) -> str | None:
 
 
 def deb_files(path: str | os.PathLike[str]) -> Iterator[tuple[str, BinaryIO]]:
-    """Stream the regular files of a .deb's ``data.tar.*`` as ``(relative path, readable stream)``.
-
-    Each stream is valid only until the iterator moves on (tar streaming). Links and folders are skipped.
-    """
+    """Stream the regular files of a .deb's ``data.tar.*`` as ``(relative path, readable stream)``, each valid
+    only until the iterator moves on; links and folders are skipped."""
     path = Path(path)
     data = [m for m in ar_members(path) if m.name.startswith("data.tar")]
     if not data:

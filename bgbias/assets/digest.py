@@ -42,11 +42,8 @@ def copy_with_sha256(source: BinaryIO, target: str | os.PathLike[str]) -> tuple[
 
 
 def tree_digest(entries: Iterable[tuple[str, str]]) -> str:
-    """Digest of a folder from its ``(relative POSIX path, file SHA-256)`` pairs.
-
-    It is the SHA-256 of the ``sha256sum``-style listing ``"<sha256>  <path>\\n"`` sorted by path, so one
-    number pins hundreds of files, and ``sha256sum`` output sorted by path reproduces it by hand.
-    """
+    """Digest of a folder from its ``(relative POSIX path, file SHA-256)`` pairs: the SHA-256 of the
+    ``sha256sum`` listing ``"<sha256>  <path>\\n"`` sorted by path, so it can be reproduced by hand."""
     listing = "".join(f"{sha}  {rel}\n" for rel, sha in sorted(entries))
     return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 

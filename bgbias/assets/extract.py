@@ -1,7 +1,5 @@
-"""Write an asset's members into a staging folder, from its archive or from loose files, checking digests.
-
-The staging folder is swapped into the cache only when every member has arrived intact, so a failure here
-never leaves a half-installed asset.
+"""Write an asset's members into a staging folder, from its archive or from loose files, checking digests; the
+folder is swapped into the cache only when every member arrived intact.
 """
 
 from __future__ import annotations
@@ -102,24 +100,17 @@ def _copy(stream: BinaryIO, target: Path) -> tuple[str, int]:
 
 def _check_file(member: FileMember, sha: str, size: int, label: str, path: Path, fix: str) -> None:
     if sha != member.sha256:
-        raise AssetError(
-            f"checksum mismatch for {label}: expected sha256 {member.sha256}, got {sha} ({size} bytes)",
-            path=path,
-            fix=fix,
-        )
+        raise AssetError(f"checksum mismatch for {label}: expected sha256 {member.sha256}, got {sha} ({size} "
+                         "bytes)", path=path, fix=fix)
 
 
 def _check_tree(tree: TreeMember, entries: list[tuple[str, str, int]], path: Path, fix: str) -> None:
     size = sum(entry[2] for entry in entries)
     digest = tree_digest((rel, sha) for rel, sha, _ in entries)
     if digest != tree.sha256:
-        raise AssetError(
-            f"checksum mismatch for the folder {tree.source}: "
-            f"expected tree sha256 {tree.sha256}, got {digest} "
-            f"({len(entries)} files / {size} bytes, expected {tree.count} / {tree.size})",
-            path=path,
-            fix=fix,
-        )
+        raise AssetError(f"checksum mismatch for the folder {tree.source}: expected tree sha256 "
+                         f"{tree.sha256}, got {digest} ({len(entries)} files / {size} bytes, expected "
+                         f"{tree.count} / {tree.size})", path=path, fix=fix)
 
 
 def _progress_bar(spec: AssetSpec, progress: bool):

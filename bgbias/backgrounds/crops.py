@@ -1,7 +1,5 @@
-"""Deterministic crops of source photographs: sample a crop box from an rng, then cut and resize it.
-
-The box is sampled separately from the cut so that a manifest can record it and the crop can be redone
-from the source file alone.
+"""Deterministic crops of source photographs: a crop box sampled from an rng (a manifest records it), then cut
+and resized, so the crop can be redone from the source file alone.
 """
 
 from __future__ import annotations
@@ -29,16 +27,10 @@ def output_size(aspect: float, long_side: int) -> tuple[int, int]:
     return max(1, round(long_side * aspect)), long_side
 
 
-def sample_crop_box(
-    rng: np.random.Generator,
-    source_size: tuple[int, int],
-    aspect: float,
-    area: tuple[float, float] = (0.15, 0.6),
-) -> Box:
-    """A box of width/height ratio ``aspect`` covering a random fraction ``area`` of the source.
-
-    A box that would not fit (a portrait box on a wide panorama) is shrunk to fit, keeping its aspect.
-    """
+def sample_crop_box(rng: np.random.Generator, source_size: tuple[int, int], aspect: float,
+                    area: tuple[float, float] = (0.15, 0.6)) -> Box:
+    """A box of width/height ratio ``aspect`` covering a random fraction ``area`` of the source, shrunk to fit
+    where it would not (a portrait box on a panorama)."""
     width, height = source_size
     fraction = rng.uniform(*area)
     box_w = math.sqrt(fraction * width * height * aspect)

@@ -1,9 +1,6 @@
 """Generated backgrounds: solid colours, colour gradients and abstract patterns (three of the paper's kinds).
-
-Sampling (``sample_generated``) is kept apart from rendering (``render_generated``): the sampled parameters
-are plain JSON values, so a manifest can record them and any image can be re-rendered from its entry alone.
-Rendering uses only element-wise numpy arithmetic on a pixel grid normalised by the long side, so a pattern
-looks the same at any image size.
+Sampled parameters are plain JSON values, so a manifest records them and any image can be re-rendered from its
+entry alone; rendering works on a grid normalised by the long side, so a pattern looks alike at any size.
 """
 
 from __future__ import annotations
@@ -140,11 +137,8 @@ def _render_linear_gradient(params: Params, x: np.ndarray, y: np.ndarray) -> np.
 
 
 def _sample_radial_gradient(rng: np.random.Generator) -> Params:
-    return {
-        "colours": _colours(rng, 2, 3),
-        "centre": [_num(rng.uniform(0, 1)), _num(rng.uniform(0, 1))],
-        "radius": _num(rng.uniform(0.5, 1.2)),
-    }
+    return {"colours": _colours(rng, 2, 3), "centre": [_num(rng.uniform(0, 1)), _num(rng.uniform(0, 1))],
+            "radius": _num(rng.uniform(0.5, 1.2))}
 
 
 def _render_radial_gradient(params: Params, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -179,12 +173,8 @@ def _render_checks(params: Params, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _sample_dots(rng: np.random.Generator) -> Params:
     spacing = rng.uniform(0.05, 0.2)
-    return {
-        "colours": _colours(rng, 2, 2),
-        "angle_deg": _angle(rng) / 2,
-        "spacing": _num(spacing),
-        "radius": _num(spacing * rng.uniform(0.15, 0.45)),
-    }
+    return {"colours": _colours(rng, 2, 2), "angle_deg": _angle(rng) / 2, "spacing": _num(spacing),
+            "radius": _num(spacing * rng.uniform(0.15, 0.45))}
 
 
 def _render_dots(params: Params, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -198,15 +188,8 @@ def _render_dots(params: Params, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _sample_blobs(rng: np.random.Generator) -> Params:
     count = int(rng.integers(6, 16))
-    bumps = [
-        [
-            _num(rng.uniform(-0.1, 1.1)),
-            _num(rng.uniform(-0.1, 1.1)),
-            _num(rng.uniform(0.06, 0.3)),
-            _num(rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.0)),
-        ]
-        for _ in range(count)
-    ]
+    bumps = [[_num(rng.uniform(-0.1, 1.1)), _num(rng.uniform(-0.1, 1.1)), _num(rng.uniform(0.06, 0.3)),
+              _num(rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.0))] for _ in range(count)]
     return {"colours": _colours(rng, 2, 4), "bumps": bumps, "levels": int(rng.choice([0, 0, 3, 4, 5, 6]))}
 
 

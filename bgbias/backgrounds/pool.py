@@ -1,10 +1,7 @@
 """The background pools: which source pictures go where, building ``train/`` and ``test/``, reading a pool.
-
-Source *families* (all variants of one picture) are dealt three ways, to the bench's own scenes, the ``train``
-pool (BGAugment, corrupted validation) and the ``test`` pool (corrupted test sets), so no picture is seen in
-two roles. Each pool mixes the paper's four kinds of background: solid colours, colour gradients, real
-photographs of scenes or objects and abstract patterns. Generated images are our own work and are committed
-to the repository; crops of packaged photographs are rebuilt at set-up by the same function, byte for byte.
+Source *families* are dealt to the bench's scenes, the ``train`` pool (BGAugment, corrupted validation) and
+the ``test`` pool (corrupted test sets), so no picture serves two roles; each pool mixes the paper's four
+kinds. Generated images are committed; photo crops are rebuilt at set-up byte for byte.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import io
 import os
 import re
 import sys
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,12 +56,8 @@ _OWN_FILE = re.compile(r"^(gen-\d{4}\.png|photo-\d{4}\.jpg)$")
 
 
 def assign_families(sources: Sequence[PhotoSource]) -> dict[str, list[PhotoSource]]:
-    """Deal source families to ``bench``, ``train`` and ``test`` so each gets photos and patterns.
-
-    The order comes from a hash of each family's name, so the split does not depend on the order of
-    ``sources``. Photo families are dealt first; pattern families continue the same
-    rotation, so the group left short of photos is first in line for patterns.
-    """
+    """Deal source families to ``bench``, ``train`` and ``test``, in the order of a hash of their names (not
+    of ``sources``): photo families first, pattern families continuing the rotation."""
     members: dict[str, list[PhotoSource]] = defaultdict(list)
     for source in sources:
         members[source.family].append(source)
@@ -98,12 +90,9 @@ def build_pools(
     images_per_pool: int = 100,
     long_side: int = 640,
 ) -> dict[str, Any]:
-    """Write ``out_dir/train/``, ``out_dir/test/`` and ``out_dir/manifest.json``; return the manifest.
-
-    Rerunning with the same inputs gives the same bytes. A file whose manifest entry and checksum already
-    match is not redone (so committed generated images are kept even where another zlib would compress
-    them differently); files of ours that the new plan no longer lists are removed.
-    """
+    """Write ``out_dir/train/``, ``out_dir/test/`` and ``out_dir/manifest.json``; return the manifest. Same
+    inputs, same bytes; a file whose entry and checksum match is kept (another zlib may compress committed
+    images differently); our files the plan no longer lists are removed."""
     out_dir = Path(out_dir)
     with folder_lock(out_dir):  # another process completing the pools is waited for, then its files kept
         return _build_pools(out_dir, sources, seed, images_per_pool, long_side)
@@ -113,7 +102,7 @@ def _build_pools(
     out_dir: Path, sources: Sequence[PhotoSource], seed: int, images_per_pool: int, long_side: int
 ) -> dict[str, Any]:
     groups = assign_families(sources)
-    try:  # an unreadable manifest, or one of a pre-release bgbias, just means everything is redone
+    try:  # an unreadable manifest just means everything is redone
         previous = _read_manifest(out_dir / MANIFEST_NAME)
     except RecordError:
         previous = {}
@@ -137,12 +126,8 @@ def _build_pools(
 
 
 def default_pools() -> Path:
-    """``./backgrounds`` (``paths.backgrounds_root``), its ``train/`` and ``test/`` made first where either is
-    missing, from the installed background photos, as ``bgbias assets backgrounds`` and the study make them.
-
-    The pools belong to the working folder, so the first evaluation or training in a new one makes them
-    (docs/datasets.md, *Background pools*); without installed photos the error names the command that
-    installs them."""
+    """``./backgrounds``, its ``train/`` and ``test/`` made first from the installed photos where missing, as
+    ``bgbias assets backgrounds`` makes them (docs/datasets.md, *Background pools*)."""
     root = backgrounds_root()
     if all((root / pool).is_dir() for pool in POOLS):
         return root
@@ -202,11 +187,8 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
 
 
 def _check_complete(folder: Path, files: list[Path]) -> None:
-    """A pool built by bgbias (its manifest beside it) must hold every image the manifest lists.
-
-    Its photographs are cut at set-up from fetched packages; a pool used before that would silently hold
-    only the generated images and give other backgrounds, and so other numbers.
-    """
+    """A pool built by bgbias must hold every image its manifest lists: one used before its photographs were
+    cut would silently give other backgrounds, and so other numbers."""
     manifest = folder.parent / MANIFEST_NAME
     if not manifest.is_file():
         return
@@ -232,28 +214,6 @@ def pool_folder(backgrounds: str | os.PathLike[str], pool: str) -> Path:
     return nested if nested.is_dir() else backgrounds
 
 
-def check_disjoint(
-    first: Sequence[Path], second: Sequence[Path], *, allow_overlap: bool = False
-) -> list[tuple[Path, Path]]:
-    """Pairs of files with the same content in two pools; an error unless ``allow_overlap``, then a warning.
-
-    A background seen in training and again in a corrupted test set hides part of the bias being measured.
-    """
-    digests = {sha256_file(path): path for path in first}
-    shared = [(digests[digest], path) for path in second if (digest := sha256_file(path)) in digests]
-    if shared:
-        a, b = shared[0]
-        problem = f"{len(shared)} background image(s) appear in both pools, e.g. {a} and {b}"
-        if not allow_overlap:
-            raise DatasetError(
-                problem,
-                path=b,
-                fix="remove the copies from one pool, or allow shared backgrounds explicitly if intended",
-            )
-        warnings.warn(problem + "; corrupted results will understate the background bias", stacklevel=2)
-    return shared
-
-
 # --- planning -----------------------------------------------------------------------------------------------
 
 
@@ -269,12 +229,7 @@ class _PlannedImage:
 
 
 def _plan_pool(
-    pool: str,
-    pool_index: int,
-    sources: list[PhotoSource],
-    counts: dict[str, int],
-    seed: int,
-    long_side: int,
+    pool: str, pool_index: int, sources: list[PhotoSource], counts: dict[str, int], seed: int, long_side: int
 ) -> list[_PlannedImage]:
     """Decide every image of a pool; each gets its own rng from (seed, pool, slot), independent of others."""
     generated_patterns = round(counts["pattern"] * GENERATED_PATTERN_SHARE)
@@ -336,10 +291,8 @@ def _families_of_kind(sources: list[PhotoSource], kind: str) -> list[list[PhotoS
 
 
 def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, dict[str, Any]]) -> list[dict]:
-    """Draw and write each planned image unless the file on disk already is it; return the manifest entries.
-
-    Crops are grouped by source so each source photo is decoded once.
-    """
+    """Draw and write each planned image unless the file on disk already is it (each source photo decoded
+    once); return the manifest entries."""
     source_info = _source_info({item.source for item in plan if item.source is not None})
     for item in plan:
         if item.source is not None:
@@ -361,11 +314,7 @@ def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, di
         for item in by_source[path]:
             crop = crop_resized(image, tuple(item.entry["crop_box"]), tuple(item.entry["size"]))
             _write_if_changed(out_dir / item.entry["file"], _jpeg_bytes(crop))
-    entries = []
-    for item in plan:
-        entry = dict(item.entry, sha256=sha256_file(out_dir / item.entry["file"]))
-        entries.append(entry)
-    return entries
+    return [dict(item.entry, sha256=sha256_file(out_dir / item.entry["file"])) for item in plan]
 
 
 def _is_current(out_dir: Path, entry: dict[str, Any], previous: dict[str, dict[str, Any]]) -> bool:

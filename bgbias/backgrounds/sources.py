@@ -14,11 +14,8 @@ from bgbias.assets.store import Catalog, check_asset, install_root, resolve_home
 
 @dataclass(frozen=True)
 class PhotoSource:
-    """One source image that backgrounds are cropped from.
-
-    ``family`` names images that are variants of one picture (the light and dark version of a wallpaper, the
-    same photo at several sizes): a family never straddles two pools, so the pools stay disjoint in content.
-    """
+    """One source image that backgrounds are cropped from; ``family`` groups the variants of one picture,
+    which never straddle two pools (the pools stay disjoint in content)."""
 
     path: Path
     origin: str  # e.g. "deb:mate-backgrounds=1.26.0-1:usr/share/backgrounds/mate/nature/Garden.jpg"

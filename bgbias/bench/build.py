@@ -1,12 +1,7 @@
-"""Build the bench: Tux Paint photo cut-outs composited on real scenes, with exact masks and home scenes.
-
-One stamp is one class. Each class has a *home* background, a crop of one of the bench's scene pictures; each
-view shows the home background (slightly shifted and zoomed) with probability ρ and a random scene crop
-otherwise, which reproduces the per-class shared context that makes Stanford Online Products so biased (ρ = 0
-removes it). Classes are split into train / val / test; test classes have home backgrounds too, as in SOP.
-
-Every random choice of a view comes from its own rng, derived from (seed, class index, view index), so the
-files do not depend on the order or the number of worker processes that render them.
+"""Build the bench: Tux Paint photo cut-outs composited on real scenes, with exact masks and home scenes
+(docs/bench-dataset.md). One stamp is one class; each view shows the class's *home* background (slightly
+shifted and zoomed) with probability ρ, else a random scene crop: SOP's per-class shared context. Every view's
+randomness comes from (seed, class, view), so the files do not depend on the order or number of workers.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from PIL import Image
 
 import bgbias
 from bgbias.assets.digest import sha256_file
+from bgbias.backgrounds.crops import crop_resized
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.bench.stamps import load_stamp, select_stamps
 from bgbias.bench.views import VIEW_PRESETS, ViewPreset, render_view, sample_view_params
@@ -55,12 +51,11 @@ BENCH_PRESETS: dict[str, BenchPreset] = {
     "large": BenchPreset(views_per_class=16, image_size=224, view_preset="hard"),
     "mild": BenchPreset(views_per_class=8, image_size=128, view_preset="mild"),
 }
-"""``small`` is the default: the setting in which the prototype saw the paper's effect
-(docs/bench-dataset.md)."""
+"""``small`` is the default: where the prototype saw the paper's effect (docs/bench-dataset.md)."""
 
 SPLIT_SHARES = {"train": 0.4, "val": 0.2, "test": 0.4}
-"""Share of classes in each split; every split gets at least one class. Validation gets a fifth: with a
-tenth (25 classes, 200 images) the epoch it selected was mostly noise (docs/results.md)."""
+"""Share of classes in each split (at least one each); with a tenth for validation the epoch it selected was
+mostly noise (docs/results.md)."""
 
 MIN_SCENE_FAMILIES = 2
 """Fewest distinct scene pictures (families) the bench accepts: with one, every view has the same scene."""
@@ -90,12 +85,9 @@ def build_bench(
     preset: str = "small",
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """Write the bench to ``out_dir`` (atomically, as a whole) and return its summary.
-
-    ``scene_sources`` are the bench's own scene pictures (``assign_families(...)["bench"]``), disjoint from
-    the pools used for BGAugment and corrupted sets. ``workers`` processes render the views (default: up to
-    2); the files are byte-identical for any number of workers. As with any multiprocessing code, a script
-    that calls this with workers > 1 needs an ``if __name__ == "__main__":`` guard.
+    """Write the bench to ``out_dir`` (atomically, as a whole) and return its summary. ``scene_sources`` are
+    the bench's own scenes (``assign_families(...)["bench"]``); ``workers`` processes (default: up to 2) give
+    the same bytes as one; a script calling this with more needs an ``if __name__ == "__main__":`` guard.
     """
     settings = _settings(preset, rho)
     stamps = select_stamps(stamps_root)
@@ -116,9 +108,8 @@ def build_bench(
     with folder_lock(out_dir), atomic_dir(out_dir) as tmp:
         canvases = _map(_scene_canvas_task, [(s.path, canvas_short) for s in sources], workers)
         view_ranges = VIEW_PRESETS[settings.view_preset]
-        context = _RenderContext(
-            str(tmp), canvases, _family_members(sources), settings, view_ranges, rho, seed
-        )
+        context = _RenderContext(str(tmp), canvases, _family_members(sources), settings, view_ranges, rho,
+                                 seed)
         records = [r for rs in _map(_render_class, jobs, workers, context) for r in rs]
         records.sort(key=lambda r: r["image"])
         _write_index(tmp / "index.csv", records)
@@ -127,27 +118,11 @@ def build_bench(
         description = {
             **format_header(BENCH_FORMAT),
             "parameters": _parameters(preset, settings, rho, seed, canvas_short),
-            "stamps": [
-                {
-                    "relpath": s.relpath,
-                    "class_name": s.class_name,
-                    "label": i,
-                    "split": splits[i],
-                    "sha256": sha256_file(s.path),
-                }
-                for i, s in enumerate(stamps)
-            ],
-            "scene_sources": [
-                {
-                    "origin": s.origin,
-                    "family": s.family,
-                    "kind": s.kind,
-                    "licence": s.licence,
-                    "sha256": sha256_file(s.path),
-                    "canvas_size": list(canvases[i].shape[1::-1]),
-                }
-                for i, s in enumerate(sources)
-            ],
+            "stamps": [{"relpath": s.relpath, "class_name": s.class_name, "label": i, "split": splits[i],
+                        "sha256": sha256_file(s.path)} for i, s in enumerate(stamps)],
+            "scene_sources": [{"origin": s.origin, "family": s.family, "kind": s.kind, "licence": s.licence,
+                               "sha256": sha256_file(s.path), "canvas_size": list(canvases[i].shape[1::-1])}
+                              for i, s in enumerate(sources)],
             "summary": summary,
             "versions": _versions(),
         }
@@ -158,11 +133,8 @@ def build_bench(
 def split_classes(count: int, seed: int) -> list[str]:
     """The split of each class index: a seeded shuffle cut at the shares of ``SPLIT_SHARES``."""
     if count < len(SPLIT_SHARES):
-        raise AssetError(
-            f"the bench needs at least {len(SPLIT_SHARES)} usable stamps (one class per split), "
-            f"found {count}",
-            fix="point at the full stamps root of tuxpaint-stamps-default",
-        )
+        raise AssetError(f"the bench needs at least {len(SPLIT_SHARES)} usable stamps (one class per split), "
+                         f"found {count}", fix="point at the full stamps root of tuxpaint-stamps-default")
     names = list(SPLIT_SHARES)
     sizes, left = {}, count
     for position, name in enumerate(names[:-1]):
@@ -216,10 +188,8 @@ def jitter_home_box(rng: np.random.Generator, home: Box, canvas_size: tuple[int,
 
 
 def pick_scene(rng: np.random.Generator, families: list[list[int]]) -> int:
-    """A scene index: a family uniformly, then one of its members.
-
-    A picture shipped at three sizes is then not three times as likely as another.
-    """
+    """A scene index: a family uniformly, then one of its members (a picture shipped at three sizes is not
+    three times as likely)."""
     members = families[int(rng.integers(len(families)))]
     return members[int(rng.integers(len(members)))]
 
@@ -242,7 +212,7 @@ def scene_canvas(path: str | os.PathLike[str], short_side: int) -> np.ndarray:
 
 def crop_scene(scene: Image.Image, box: Box, size: int) -> np.ndarray:
     """The view's background: ``box`` of a scene canvas resized to size × size."""
-    return np.asarray(scene.resize((size, size), Image.Resampling.LANCZOS, box=box))
+    return np.asarray(crop_resized(scene, box, (size, size)))
 
 
 def _scene_canvas_task(task: tuple[Path, int]) -> np.ndarray:
@@ -308,25 +278,13 @@ def _render_class(job: _ClassJob) -> list[dict[str, Any]]:
         out = Path(context.out_dir)
         _save(Image.fromarray(rgb), out / image_rel, format="JPEG", quality=JPEG_QUALITY, subsampling=0)
         _save(Image.fromarray(alpha, mode="L"), out / mask_rel, format="PNG")
-        records.append(
-            {
-                "image": image_rel,
-                "ground_truth_mask": mask_rel,
-                "label": job.index,
-                "class_name": job.class_name,
-                "split": job.split,
-                "view": view,
-                "home": at_home,
-                "background": {
-                    "source": source,
-                    "box": list(box),
-                    "home_source": home_source,
-                    "home_box": list(home_box),
-                },
-                "params": asdict(params),
-                "foreground_fraction": round(float(alpha.mean()) / 255, 6),
-            }
-        )
+        records.append({
+            "image": image_rel, "ground_truth_mask": mask_rel, "label": job.index,
+            "class_name": job.class_name, "split": job.split, "view": view, "home": at_home,
+            "background": {"source": source, "box": list(box), "home_source": home_source,
+                           "home_box": list(home_box)},
+            "params": asdict(params), "foreground_fraction": round(float(alpha.mean()) / 255, 6),
+        })
     return records
 
 
@@ -391,40 +349,22 @@ def _summary(records: list[dict[str, Any]], jobs: list[_ClassJob], rho: float) -
 
 def _settings(preset: str, rho: float) -> BenchPreset:
     if preset not in BENCH_PRESETS:
-        raise OptionError(
-            f"unknown bench preset {preset!r}",
-            fix=f"use one of: {', '.join(BENCH_PRESETS)}",
-        )
+        raise OptionError(f"unknown bench preset {preset!r}", fix=f"use one of: {', '.join(BENCH_PRESETS)}")
     if not 0.0 <= rho <= 1.0:
         raise OptionError(f"rho must lie in [0, 1], got {rho}", fix="pass a probability such as 0.9")
     return BENCH_PRESETS[preset]
 
 
-def _parameters(
-    preset: str, settings: BenchPreset, rho: float, seed: int, canvas_short: int
-) -> dict[str, Any]:
-    return {
-        "preset": preset,
-        "seed": seed,
-        "rho": rho,
-        "views_per_class": settings.views_per_class,
-        "image_size": settings.image_size,
-        "view_preset": settings.view_preset,
-        "view_ranges": asdict(VIEW_PRESETS[settings.view_preset]),
-        "split_shares": SPLIT_SHARES,
-        "scene_box_side": list(SCENE_BOX_SIDE),
-        "scene_canvas_short_side": canvas_short,
-        "home_shift": HOME_SHIFT,
-        "home_zoom": HOME_ZOOM,
-        "jpeg_quality": JPEG_QUALITY,
-    }
+def _parameters(preset: str, settings: BenchPreset, rho: float, seed: int,
+                canvas_short: int) -> dict[str, Any]:
+    return {"preset": preset, "seed": seed, "rho": rho, "views_per_class": settings.views_per_class,
+            "image_size": settings.image_size, "view_preset": settings.view_preset,
+            "view_ranges": asdict(VIEW_PRESETS[settings.view_preset]), "split_shares": SPLIT_SHARES,
+            "scene_box_side": list(SCENE_BOX_SIDE), "scene_canvas_short_side": canvas_short,
+            "home_shift": HOME_SHIFT, "home_zoom": HOME_ZOOM, "jpeg_quality": JPEG_QUALITY}
 
 
 def _versions() -> dict[str, str]:
     """Libraries whose encoders and resamplers fix the output bytes."""
-    return {
-        "bgbias": bgbias.__version__,
-        "numpy": np.__version__,
-        "pillow": PIL.__version__,
-        "opencv": cv2.__version__,
-    }
+    return {"bgbias": bgbias.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
+            "opencv": cv2.__version__}

@@ -1,13 +1,7 @@
 """One view of a bench object: its cut-out photo warped onto a background, with the exact foreground mask.
-
-``sample_view_params`` draws every random choice of a view as plain numbers; ``render_view`` applies them. The
-colour layer and the alpha channel travel together through one crop, one resize, one perspective warp and one
-blur, so the returned alpha is exactly the weight with which the object was composited onto the background.
-
-Two presets (docs/bench-dataset.md, *Views and presets*): *mild* views move, turn and recolour the whole
-object a little; *hard* views are SOP-like viewpoint changes (a partial window of the object, a perspective
-warp, larger rotations and colour changes, occasional blur), the setting in which models lean on the shared
-background.
+``sample_view_params`` draws every random choice as plain numbers, ``render_view`` applies them; colour and
+alpha travel together through one crop, resize, warp and blur, so the alpha is exactly the compositing
+weight. Presets *mild* and *hard* (SOP-like viewpoint changes): docs/bench-dataset.md, *Views and presets*.
 """
 
 from __future__ import annotations
@@ -34,24 +28,10 @@ class ViewPreset:
 
 
 VIEW_PRESETS: dict[str, ViewPreset] = {
-    "mild": ViewPreset(
-        window_min=1.0,
-        scale=(0.4, 0.8),
-        rotation_deg=15.0,
-        perspective=0.0,
-        jitter=0.1,
-        blur_p=0.0,
-        blur_sigma=(0.0, 0.0),
-    ),
-    "hard": ViewPreset(
-        window_min=0.6,
-        scale=(0.4, 0.8),
-        rotation_deg=30.0,
-        perspective=0.12,
-        jitter=0.3,
-        blur_p=0.25,
-        blur_sigma=(0.004, 0.012),
-    ),
+    "mild": ViewPreset(window_min=1.0, scale=(0.4, 0.8), rotation_deg=15.0, perspective=0.0, jitter=0.1,
+                       blur_p=0.0, blur_sigma=(0.0, 0.0)),
+    "hard": ViewPreset(window_min=0.6, scale=(0.4, 0.8), rotation_deg=30.0, perspective=0.12, jitter=0.3,
+                       blur_p=0.25, blur_sigma=(0.004, 0.012)),
 }
 
 
@@ -100,11 +80,8 @@ def sample_view_params(rng: np.random.Generator, preset: str | ViewPreset) -> Vi
 def render_view(
     stamp_rgba: np.ndarray, background_rgb: np.ndarray, params: ViewParams, size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Composite the stamp onto a (size, size, 3) background; return (RGB, alpha), uint8, size × size.
-
-    The alpha returned is the compositing weight itself: ``rgb = α·object + (1 − α)·background`` holds exactly
-    (up to rounding to 8 bits) with that α, so it is the exact foreground mask of the view.
-    """
+    """Composite the stamp onto a (size, size, 3) background; return (RGB, alpha), uint8, size × size. The
+    alpha is the compositing weight itself (``rgb = α·object + (1 − α)·background`` up to 8-bit rounding)."""
     if background_rgb.shape != (size, size, 3):
         raise ValueError(f"background must be {size}×{size}×3, got {background_rgb.shape}")
     target = params.scale * size
@@ -147,11 +124,8 @@ _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
 def _jittered(layer: np.ndarray, params: ViewParams) -> np.ndarray:
-    """Brightness, contrast (around the object's mean grey) and saturation on a premultiplied layer.
-
-    All three are affine in the colour, so applying them to colour × alpha (with the mean grey times alpha as
-    the pivot) equals applying them to the straight colour; clipping to [0, α] is clipping colour to [0, 1].
-    """
+    """Brightness, contrast (around the object's mean grey) and saturation on a premultiplied layer: all
+    affine in the colour, so equal to applying them to the straight colour (clip to [0, α] = to [0, 1])."""
     rgb, alpha = layer[..., :3] * params.brightness, layer[..., 3:]
     mean = float((rgb @ _LUMA).sum() / max(float(alpha.sum()), 1e-6))
     rgb = (rgb - mean * alpha) * params.contrast + mean * alpha

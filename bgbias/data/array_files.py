@@ -1,11 +1,7 @@
-"""Numpy's ``.npy`` and ``.npz`` files read without trusting their headers.
-
-A ``.npy`` header declares its array's shape and dtype, and numpy allocates that much before it reads a byte
-of data: a damaged or hostile header claiming 2³³ columns ends in an ``_ArrayMemoryError`` traceback, not in
-an error naming the file. Here each array's declared size is checked against the bytes its file (or its zip
-member) holds first, and a ``ValueError`` says which array declares what, as numpy's own ``ValueError`` for a
-pickled array does; callers turn both into their errors. Pickled (object) arrays are refused, as
-``allow_pickle=False`` refuses them.
+"""Numpy's ``.npy`` and ``.npz`` files read without trusting their headers: numpy allocates what a header
+declares before reading a byte, so a hostile header ends in a memory error, not one naming the file. Each
+array's declared size is checked against the bytes that follow it (a ``ValueError`` saying which array
+declares what); pickled arrays are refused.
 """
 
 from __future__ import annotations

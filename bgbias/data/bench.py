@@ -1,9 +1,6 @@
-"""The bench built by ``bgbias assets``: ``index.csv`` (columns
-``image,label,class_name,split,ground_truth_mask``; paths relative to the root, split one of train/val/test,
-exact ground-truth masks) beside ``bench.json``.
-
-The split column is the split: trainval classes are the train classes then the val classes (each sorted), so
-the fixed split's validation starts after the last train class.
+"""The bench built by ``bgbias assets``: ``index.csv`` (columns ``image,label,class_name,split,
+ground_truth_mask``, paths relative to the root) beside ``bench.json``. Trainval classes are the train classes
+then the val classes (each sorted), so the fixed split's validation starts after the last train class.
 """
 
 from __future__ import annotations
@@ -26,9 +23,7 @@ class BenchDataset(Dataset):
     index_file = "index.csv"
     obtain = "build the bench with `bgbias assets bench`"
     default_folder = "bench"
-    # The views are 128 × 128 px already: up-sampling them to 227 adds no information and makes every forward
-    # pass about 3× dearer (160 px was twice as slow as 128 px: docs/bench-dataset.md, *Cost*), so the bench
-    # is trained and evaluated at its native size.
+    # Native size: up-sampling the 128 px views adds nothing and costs ~3× (docs/bench-dataset.md, *Cost*).
     eval_geometry = EvalGeometry(resize=128, crop=128)
     train_geometry = TrainGeometry(resize=None, crop=128)
     protocol = "bench"
@@ -44,25 +39,16 @@ class BenchDataset(Dataset):
             label = parse_int(row["label"], path, number, "label", fix)
             split = row["split"]
             if split not in BENCH_SPLITS:
-                raise malformed_line(
-                    path, number, f"split {split!r} is not one of {', '.join(BENCH_SPLITS)}", fix
-                )
+                raise malformed_line(path, number, f"split {split!r} is not one of {', '.join(BENCH_SPLITS)}",
+                                     fix)
             if split_of.setdefault(label, split) != split:
-                raise malformed_line(
-                    path,
-                    number,
-                    f"class {label} is in split {split!r} here but in {split_of[label]!r} before",
-                    fix,
-                )
+                raise malformed_line(path, number, f"class {label} is in split {split!r} here but in "
+                                     f"{split_of[label]!r} before", fix)
             names.setdefault(label, row["class_name"])
             mask = row["ground_truth_mask"]
             items.append(make_item(self.root, row["image"], label, self._absolute(mask) if mask else None))
-        require_files(
-            [item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
-            "ground-truth masks listed in index.csv",
-            path,
-            fix,
-        )
+        require_files([item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
+                      "ground-truth masks listed in index.csv", path, fix)
         train, val, test = ([c for c in sorted(split_of) if split_of[c] == name] for name in BENCH_SPLITS)
         return Catalog(items, train + val, test, len(train), names)
 
@@ -79,9 +65,8 @@ class BenchDataset(Dataset):
             try:
                 header = next(reader, [])
                 if header != HEADER:
-                    raise malformed_line(
-                        path, 1, f"expected the header {','.join(HEADER)}, found {header}", fix
-                    )
+                    raise malformed_line(path, 1, f"expected the header {','.join(HEADER)}, found {header}",
+                                         fix)
                 rows = []
                 for fields in reader:
                     if not fields:

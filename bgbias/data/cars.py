@@ -1,12 +1,10 @@
-"""Cars196 in its official layout: ``cars_annos.mat`` (one struct per image with ``relative_im_path`` such as
-``car_ims/000001.jpg``, ``class`` 1..196, bounding box and the unused train/test flag; ``class_names``, the
-196 models' names, where present) and ``car_ims/``."""
+"""Cars196 in its official layout: ``cars_annos.mat`` (a struct per image with ``relative_im_path``, ``class``
+1..196 and the unused train/test flag; ``class_names`` where present) and ``car_ims/``."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.registry import register_dataset
 from bgbias.data.splits import partition_by_class_id
@@ -30,22 +28,17 @@ class CarsDataset(Dataset):
     obtain = "download car_ims.tgz and cars_annos.mat into one folder and extract car_ims.tgz there"
     default_folder = "cars196"
     published = True
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
         annotations, names = self._annotations()
         items = [self._item(number, record) for number, record in enumerate(annotations, start=1)]
-        trainval, test, val_start = partition_by_class_id(
-            (item.label for item in items), LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS
-        )
+        trainval, test, val_start = partition_by_class_id((item.label for item in items), LAST_TRAIN_CLASS,
+                                                          LAST_TRAINVAL_CLASS)
         return Catalog(items, trainval, test, val_start, names)
 
     def _annotations(self) -> tuple[np.ndarray, dict[int, str]]:
-        """The ``annotations`` struct array as a 1-D record array, and the classes' names by class id (none
-        where the file has no ``class_names`` of strings)."""
+        """The ``annotations`` struct array as a 1-D record array, and the classes' names by class id."""
         # Imported here for start-up: the CLI imports every layout to list --dataset (docs/design.md).
         from scipy.io import loadmat
 
@@ -54,18 +47,14 @@ class CarsDataset(Dataset):
         try:
             contents = loadmat(path, squeeze_me=True)
         except Exception as exc:  # scipy raises MatReadError, ValueError, IndexError, ... on damaged files
-            raise DatasetError(
-                f"cannot read {path.name} as a MATLAB file ({exc})", path=path, fix=fix
-            ) from exc
+            raise DatasetError(f"cannot read {path.name} as a MATLAB file ({exc})", path=path,
+                               fix=fix) from exc
         annotations = contents.get("annotations")
         fields = getattr(getattr(annotations, "dtype", None), "names", None) or ()
         missing = [field for field in REQUIRED_FIELDS if field not in fields]
         if missing:
-            raise DatasetError(
-                f"{path.name} has no 'annotations' struct array with the fields {', '.join(missing)}",
-                path=path,
-                fix=fix,
-            )
+            raise DatasetError(f"{path.name} has no 'annotations' struct array with the fields "
+                               f"{', '.join(missing)}", path=path, fix=fix)
         names = np.atleast_1d(contents.get("class_names", []))
         named = {index: name for index, name in enumerate(names.tolist(), start=1) if isinstance(name, str)}
         return np.atleast_1d(annotations), named
@@ -74,19 +63,13 @@ class CarsDataset(Dataset):
         path = self.root / self.index_file
         relpath = record["relative_im_path"]
         if not isinstance(relpath, str) or not relpath:
-            raise DatasetError(
-                f"annotation {number} of {path.name} has no relative_im_path string (found {relpath!r})",
-                path=path,
-                fix="download cars_annos.mat again",
-            )
+            raise DatasetError(f"annotation {number} of {path.name} has no relative_im_path string (found "
+                               f"{relpath!r})", path=path, fix="download cars_annos.mat again")
         label = class_id(record["class"])
         if label is None:
-            raise DatasetError(
-                f"annotation {number} of {path.name} ({relpath}) has class {record['class']!r}, "
-                f"not an integer in 1..{NUM_CLASSES}",
-                path=path,
-                fix="download cars_annos.mat again",
-            )
+            raise DatasetError(f"annotation {number} of {path.name} ({relpath}) has class "
+                               f"{record['class']!r}, not an integer in 1..{NUM_CLASSES}", path=path,
+                               fix="download cars_annos.mat again")
         return make_item(self.root, relpath, label)
 
 

@@ -1,9 +1,6 @@
-"""What the evaluation embeds of a clean split: its images at the evaluation geometry.
-
-A map-style dataset for a ``torch.utils.data.DataLoader`` (``__len__`` and ``__getitem__`` are all it needs),
-decoding in CPU workers and handing over ``uint8`` tensors; the model's own input convention (scaling,
-normalisation) is applied on the device. The corrupted counterpart, which composites, is
-:class:`bgbias.corrupted.corrupted_images.CorruptedImages`.
+"""What the evaluation embeds of a clean split: its images at the evaluation geometry, decoded in loader
+workers as ``uint8`` tensors (the model's input convention is applied on the device). The corrupted
+counterpart is :class:`bgbias.corrupted.corrupted_images.CorruptedImages`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """A user's own dataset: ``root/<class_name>/<image>``, one sub-folder per class, images directly inside.
-
-Labels are the indices of the class folders in sorted order; the folders' names are the classes' names.
-Split: the first half of the sorted classes (rounded up) is trainval, of which the first 75 % (rounded,
-leaving at least one class each) train and the rest validate; the second half is test.
+Labels are the class folders' indices in sorted order. Split: the first half of the classes (rounded up) is
+trainval, its first 75 % train (at least one class each); the second half is test.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.images import image_files
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.layout import subfolders
@@ -22,9 +19,6 @@ class FolderDataset(Dataset):
     index_file = ""
     obtain = "put one sub-folder per class under the dataset root, with the images directly inside"
     default_folder = None  # a user's own dataset has no usual place: its root is always given
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
 
     def _read_catalog(self) -> Catalog:
         class_folders = subfolders(self.root)
@@ -37,9 +31,8 @@ class FolderDataset(Dataset):
                 if looks_like_one_class
                 else self.obtain,
             )
-        items = [
-            item for label, folder in enumerate(class_folders) for item in self._class_items(folder, label)
-        ]
+        items = [item for label, folder in enumerate(class_folders)
+                 for item in self._class_items(folder, label)]
         classes = list(range(len(class_folders)))
         trainval_count, train_count = folder_split_sizes(len(classes))
         names = {label: folder.name for label, folder in enumerate(class_folders)}
@@ -55,9 +48,8 @@ class FolderDataset(Dataset):
                 if nested
                 else "add images to it or remove it"
             )
-            raise DatasetError(
-                f"class folder {folder.name!r} has no images directly inside", path=folder, fix=fix
-            )
+            raise DatasetError(f"class folder {folder.name!r} has no images directly inside", path=folder,
+                               fix=fix)
         return [make_item(self.root, f"{folder.name}/{name}", label) for name in files]
 
 

@@ -1,10 +1,6 @@
 """The sizes a dataset's images are brought to: ``EvalGeometry`` for evaluation (and corrupted sets and
-explanations), ``TrainGeometry`` for training.
-
-Each dataset layout states its own defaults beside its name (``Dataset.eval_geometry`` and
-``Dataset.train_geometry``); the transforms that apply them are in ``bgbias.data.transforms`` and
-``bgbias.data.train_geometry``. This module imports nothing heavy, so the layouts (and the command line,
-which lists them) stay cheap to import.
+explanations), ``TrainGeometry`` for training; each layout states its defaults. Nothing heavy is imported
+here, so the layouts (and the command line, which lists them) stay cheap to import.
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ class EvalGeometry:
             )
 
     def as_dict(self) -> dict[str, Any]:
-        """What records and cache keys hold: the interpolation only where it is not the default bilinear, so
-        every geometry of before keeps its records, keys and folders."""
+        """What records and cache keys hold: the interpolation only where it is not the default bilinear."""
         recorded: dict[str, Any] = {"resize": self.resize, "crop": self.crop}
         if self.interpolation != INTERPOLATIONS[0]:
             recorded["interpolation"] = self.interpolation
@@ -85,8 +80,7 @@ class TrainGeometry:
 
 
 PAPER_EVAL_GEOMETRY = EvalGeometry(resize=256, crop=227)
-"""The paper's code's ``Resize(256)`` → ``CenterCrop(227)``: how the real benchmarks and user folders are
-evaluated."""
+"""The paper's code's ``Resize(256)`` → ``CenterCrop(227)``."""
 
 PAPER_TRAIN_GEOMETRY = TrainGeometry(resize=256, crop=227)
 """The paper's code's ``Resize(256)`` then ``RandomResizedCrop(227)`` and a flip: their training."""

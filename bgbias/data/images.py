@@ -1,8 +1,5 @@
-"""Read images and masks the same way everywhere: fully decoded, EXIF orientation applied, 8 bit, with every
-failure turned into an ``ImageError`` that names the file.
-
-Loading and mask generation must agree on orientation (rembg applies EXIF transpose since 2023, the paper's
-rembg 2.0.19 did not: docs/design.md, *Masks*), so both go through ``exif_transpose`` here.
+"""Read images and masks the same way everywhere: fully decoded, EXIF orientation applied (loading and masks
+must agree: docs/design.md, *Masks*), 8 bit, every failure an ``ImageError`` that names the file.
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ MAX_IMAGE_PIXELS = 2 * PIL_DEFAULT_MAX_PIXELS
 """Largest image (width × height) bgbias decodes, about 13 400 × 13 400: far above any benchmark photo, far
 below what would exhaust memory. Larger files are treated as decompression bombs."""
 
-# Pillow checks sizes itself in open(), seek() and load() (GIF frames, TIFF tiles, ...). Set its limit to ours
-# so those checks agree with the explicit one in ``_decode``, which reports both Pillow's warning (limit
-# exceeded) and its error (twice the limit) as ImageError.
+# Pillow checks sizes itself in open(), seek() and load(): its limit is ours, so those checks agree with ours.
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
@@ -60,32 +55,16 @@ def read_image_bytes(path: str | os.PathLike[str]) -> bytes:
 
 
 def load_image(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None = None) -> Image.Image:
-    """An RGB image, fully loaded, upright according to its EXIF orientation; decoded from ``data``, the
-    file's bytes, where the caller has read them already (``path`` then only names it in errors). An
-    :class:`~bgbias.data.memory.InMemoryImage` is read from its dataset and converted alike.
-
-    Palette, greyscale, CMYK and 16-bit files are converted to 8-bit RGB. An alpha channel (LA, RGBA, palette
-    transparency) is dropped: the colour stored under transparent pixels is kept as it is, because the object
-    masks come from the saliency model, not from the alpha channel.
+    """An 8-bit RGB image, fully loaded, upright by its EXIF orientation; decoded from ``data``, the file's
+    bytes, where the caller has read them already (``path`` then only names it in errors). An alpha channel is
+    dropped, the colour under transparent pixels kept: the object masks come from the saliency model.
     """
-    image = _opened(path, data)
-    try:
-        return to_rgb(image)
-    except ValueError as exc:
-        raise _unsupported_mode(str(path), image.mode) from exc
+    return _loaded(path, data, "RGB")
 
 
 def load_mask(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None = None) -> Image.Image:
-    """A greyscale ("L") mask, fully loaded, oriented like ``load_image`` orients its image (``data``: as
-    there).
-
-    16-bit masks are scaled to 8 bit; colour masks become their luminance; an alpha channel is dropped.
-    """
-    image = _opened(path, data)
-    try:
-        return to_grey(image)
-    except ValueError as exc:
-        raise _unsupported_mode(str(path), image.mode) from exc
+    """A greyscale ("L") mask as ``load_image`` loads an image: colour masks become their luminance."""
+    return _loaded(path, data, "L")
 
 
 def load_matching_mask(
@@ -108,9 +87,12 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return _to_eight_bit(image, "RGB")
 
 
-def to_grey(image: Image.Image) -> Image.Image:
-    """Convert any mode Pillow can read to 8-bit greyscale ("L")."""
-    return _to_eight_bit(image, "L")
+def _loaded(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None, mode: str) -> Image.Image:
+    image = _opened(path, data)
+    try:
+        return _to_eight_bit(image, mode)
+    except ValueError as exc:
+        raise _unsupported_mode(str(path), image.mode) from exc
 
 
 def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
@@ -124,12 +106,8 @@ def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
 
 
 def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
-    """Scale 16-bit greyscale to 8 bit by keeping the high byte.
-
-    Pillow's own ``convert("L")`` clips such images (every value above 255 becomes white). The high byte is
-    what Pillow 13 itself keeps when it opens a 16-bit-per-channel RGB(A) PNG (raw mode "RGB;16B"), so a
-    16-bit grey file and the same picture saved as 48-bit RGB load to the same 8-bit values.
-    """
+    """Scale 16-bit greyscale to 8 bit by keeping the high byte, as Pillow 13 does for 48-bit RGB PNGs (its
+    ``convert("L")`` clips every value above 255 to white)."""
     if image.mode not in SIXTEEN_BIT_GREY_MODES:
         return image
     values = np.asarray(image).astype(np.int64)
@@ -189,9 +167,8 @@ def _read_error(path: Path, exc: OSError) -> ImageError:
             fix="restore the file, or check that the dataset root and its index file belong together",
         )
     if isinstance(exc, IsADirectoryError):
-        return ImageError(
-            "expected an image file but found a folder", path=path, fix="point at an image file"
-        )
+        return ImageError("expected an image file but found a folder", path=path,
+                          fix="point at an image file")
     if isinstance(exc, PermissionError):
         return ImageError(
             "image file cannot be read: permission denied",

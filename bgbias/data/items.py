@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
-from bgbias.data.geometry import EvalGeometry, TrainGeometry
+from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY, EvalGeometry, TrainGeometry
 from bgbias.data.layout import locate_root, require_files
 from bgbias.errors import DatasetError
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -24,14 +24,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Item:
-    """One image of a dataset.
-
-    ``id`` is the image path relative to the dataset root as a posix string, so it is stable across machines
-    and usable as a key in manifests; ``relpath`` is the same path as a ``PurePosixPath``. ``label`` is the
-    dataset's own class id. ``ground_truth_mask`` is an absolute path where the dataset ships object masks,
-    else ``None``. ``saliency_mask`` is the image's own saliency mask where it came with it (a table's mask
-    column, a dataset's samples); else masks are looked up in a masks folder (:func:`mask_source`). ``image``
-    is a file, or for a dataset's samples an :class:`~bgbias.data.memory.InMemoryImage`.
+    """One image of a dataset. ``id`` is its posix path relative to the dataset root (stable across machines,
+    a key in manifests); ``label`` the dataset's own class id; ``ground_truth_mask`` the shipped object mask,
+    if any; ``saliency_mask`` the image's own saliency mask where it came with one (else the masks folder's:
+    :func:`mask_source`). ``image`` is a file or, for a dataset's samples, an ``InMemoryImage``.
     """
 
     id: str
@@ -45,13 +41,8 @@ class Item:
 def make_item(root: Path, relpath: str, label: int, ground_truth_mask: Path | None = None) -> Item:
     """An ``Item`` for ``relpath`` (posix, relative to the absolute ``root``)."""
     posix = PurePosixPath(relpath)
-    return Item(
-        id=str(posix),
-        image=Path(root, posix),
-        label=label,
-        relpath=posix,
-        ground_truth_mask=ground_truth_mask,
-    )
+    return Item(id=str(posix), image=Path(root, posix), label=label, relpath=posix,
+                ground_truth_mask=ground_truth_mask)
 
 
 def mask_path(item: Item, masks_dir: Path) -> Path:
@@ -72,12 +63,8 @@ def mask_relpath(item: Item) -> str:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Everything a layout's index says: the items, the ordered class partition and the classes' names.
-
-    The fixed split trains on ``trainval_classes[:val_start]`` and validates on the rest of trainval.
-    ``class_names`` holds the name the dataset gives a class (its folder, a table's label, the bench's
-    ``class_name``) by its label; a layout without names leaves it empty.
-    """
+    """Everything a layout's index says: the items, the ordered class partition (the fixed split trains on
+    ``trainval_classes[:val_start]``) and the names the dataset gives its classes, by label (may be empty)."""
 
     items: list[Item]
     trainval_classes: list[int]
@@ -88,10 +75,9 @@ class Catalog:
 
 @dataclass(frozen=True)
 class KnownSize:
-    """A published benchmark's size as its papers give it: ``images`` in ``classes`` classes with ids 1 …
-    ``classes``, ``test_images`` of them in the test classes, its fixed split cut by class id (train ≤
-    ``last_train_class`` < val ≤ ``last_trainval_class`` < test, as the layout's index is split). What a
-    study's dry run prices the dataset from before it is downloaded (docs/study.md, *--dry-run*)."""
+    """A published benchmark's size as its papers give it, its fixed split cut by class id (train ≤
+    ``last_train_class`` < val ≤ ``last_trainval_class`` < test): what a study's dry run prices it from
+    before it is downloaded (docs/study.md, *--dry-run*)."""
 
     images: int
     classes: int
@@ -109,13 +95,9 @@ def shown_class(name: str | None, label: int | str) -> str:
 
 
 class Dataset(ABC):
-    """A dataset in its official layout under ``root``.
-
-    A layout is registered by name with ``@register_dataset("name")`` (``bgbias.data.registry``), which sets
-    ``name``; its class attributes below are everything else bgbias knows about the dataset.
-
-    The constructor only checks that the root holds the layout's index file; the index is read, and every
-    listed image checked on disk, on the first call that needs it, then kept.
+    """A dataset in its official layout under ``root``, registered with ``@register_dataset("name")``; its
+    class attributes are everything else bgbias knows about it. The constructor only checks the root holds
+    the index file; the index is read, and every listed image checked, on the first call that needs it.
     """
 
     name: ClassVar[str]
@@ -128,11 +110,11 @@ class Dataset(ABC):
     published: ClassVar[bool] = False
     """True for a published benchmark (CUB, Cars196, SOP): every copy of it is the same dataset, so its
     default output folders are named by the dataset alone, wherever its root is."""
-    eval_geometry: ClassVar[EvalGeometry]
+    eval_geometry: ClassVar[EvalGeometry] = PAPER_EVAL_GEOMETRY
     """Resize and centre crop of evaluation, corrupted sets and explanations."""
-    train_geometry: ClassVar[TrainGeometry]
+    train_geometry: ClassVar[TrainGeometry] = PAPER_TRAIN_GEOMETRY
     """Resize and random crop of training, unless the configuration's ``data`` section changes them."""
-    protocol: ClassVar[str]
+    protocol: ClassVar[str] = "paper"
     """The training protocol: ``configs/protocols/<protocol>.json`` is the configuration's first layer."""
     known_size: ClassVar[KnownSize | None] = None
     """A published benchmark's size, for pricing a study before the dataset is there (``None``: unknown)."""
@@ -150,16 +132,14 @@ class Dataset(ABC):
 
     @property
     def key(self) -> str:
-        """The name of this dataset's default output folders (``masks/<key>``, ``corrupted/<key>``,
-        ``<run>/eval/<key>-<split>``): the dataset's name for a published benchmark or a dataset in its usual
-        folder, else the name, the root's folder name and a digest of the root's path, so two user datasets
-        never share (and overwrite) each other's masks, corrupted sets or reports."""
+        """The name of this dataset's default output folders (``masks/<key>``, ``corrupted/<key>``, …): the
+        dataset's name for a published benchmark or one in its usual folder, else with the root's folder name
+        and a digest of its path, so two user datasets never overwrite each other's outputs."""
         return folder_key(type(self), self.root)
 
     def identity(self) -> str:
-        """sha256 of the image ids and labels: equal for two copies of the same images in the same classes,
-        different as soon as an image is added, removed, renamed or relabelled. Runs record it, so a model is
-        never scored on another dataset than it was trained on without saying so."""
+        """sha256 of the image ids and labels: runs record it, so a model is never scored on another dataset
+        than it was trained on without saying so."""
         return items_digest(self.items())
 
     def trainval_classes(self) -> list[int]:
@@ -171,8 +151,7 @@ class Dataset(ABC):
         return self._loaded().test_classes
 
     def class_names(self) -> dict[int, str]:
-        """Every class's name as the dataset gives it, by label: what reports show, since a user knows
-        ``galaxy``, not class 3. A class the layout gives no name is named by its label."""
+        """Every class's name as the dataset gives it (else its label), by label: what reports show."""
         catalog = self._loaded()
         labels = sorted({*catalog.trainval_classes, *catalog.test_classes})
         return {label: catalog.class_names.get(label, str(label)) for label in labels}
@@ -202,8 +181,7 @@ class Dataset(ABC):
 
 
 def folder_key(kind: type[Dataset], root: Path) -> str:
-    """:attr:`Dataset.key` of a dataset of class ``kind`` at ``root`` (resolved), before it exists: a study
-    plans the masks folder of a bench it has yet to build."""
+    """:attr:`Dataset.key` of a dataset of class ``kind`` at ``root`` (resolved), before it exists."""
     folder = kind.default_folder
     usual = None if folder is None else (data_root() / folder).expanduser().resolve()
     at_default = root == usual
@@ -231,9 +209,8 @@ def items_digest(items: Sequence[Item]) -> str:
 
 
 def check_inside(items: Sequence[Item], index: Path) -> None:
-    """No item whose id leads out of the dataset's folder: its mask, renders and maps are named by it under
-    their own folders (:func:`mask_path`), and would land outside them; a ``DatasetError`` naming
-    ``index``."""
+    """No item whose id leads out of the dataset's folder: its mask and renders, named by it, would land
+    outside their folders; a ``DatasetError`` naming ``index``."""
     for item in items:
         reason = leaves_folder(item.id)
         if reason is not None:

@@ -51,11 +51,9 @@ def visible_entries(
     folder: str | os.PathLike[str], kind: Literal["file", "dir"], suffixes: Set[str] | None = None
 ) -> list[str]:
     """Names of the visible (not dot-) files or sub-folders directly in ``folder``, sorted, optionally only
-    those whose lower-case suffix is in ``suffixes``; [] if ``folder`` itself cannot be listed.
-
-    Checked entry by entry: an entry that cannot be stat'ed (a looping or dangling link, no permission) or
-    whose name is not valid UTF-8 (ids, records and manifests are UTF-8 text) is left out and named in one
-    ``SkippedEntriesWarning`` for the folder, instead of hiding the whole folder or failing later.
+    those whose lower-case suffix is in ``suffixes``; [] if ``folder`` itself cannot be listed. An entry that
+    cannot be stat'ed or whose name is not UTF-8 (ids and records are UTF-8 text) is left out and named in
+    one ``SkippedEntriesWarning``, instead of hiding the whole folder or failing later.
     """
     names: list[str] = []
     skipped: list[tuple[str, str]] = []
@@ -84,10 +82,8 @@ def visible_entries(
 
 
 def read_index_lines(path: Path, fix: str) -> Iterator[tuple[int, list[str]]]:
-    """The non-blank lines of a whitespace-separated index file as (1-based line number, fields).
-
-    The file is read and decoded at once (errors surface on the first ``next``); lines are split lazily, which
-    keeps the garbage collector's work small on 120k-line indexes."""
+    """The non-blank lines of a whitespace-separated index file as (1-based line number, fields); split
+    lazily, which keeps the garbage collector's work small on 120k-line indexes."""
     if not path.is_file():
         raise DatasetError(f"index file {path.name} not found", path=path, fix=fix)
     try:
@@ -116,11 +112,8 @@ def require_files(paths: Sequence[Path], what: str, where: Path, fix: str) -> No
     """Raise if any of ``paths`` is not on disk, naming the first few and the count."""
     missing = missing_files(paths)
     if missing:
-        raise DatasetError(
-            f"{len(missing)} of {len(paths)} {what} are missing on disk: {describe_paths(missing)}",
-            path=where,
-            fix=fix,
-        )
+        raise DatasetError(f"{len(missing)} of {len(paths)} {what} are missing on disk: "
+                           f"{describe_paths(missing)}", path=where, fix=fix)
 
 
 def missing_files(paths: Iterable[Path]) -> list[Path]:

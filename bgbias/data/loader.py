@@ -1,9 +1,6 @@
-"""A DataLoader whose workers report an unreadable image as the project's error, not as a worker traceback.
-
-torch re-raises an exception from a worker process by calling its class with the formatted traceback as the
-only argument, so a ``BgbiasError`` arrives without its file and its fix, inside 30 lines of worker stack.
-Here the worker catches the error while reading a sample and sends it (it pickles whole) in place of the
-batch; the main process raises it again, so commands print the file and the fix.
+"""A DataLoader whose workers report an unreadable image as the project's error, not as a worker traceback:
+torch re-raises a worker's exception by calling its class with the traceback text, so a ``BgbiasError`` would
+lose its file and fix. The worker sends the error (it pickles whole) in place of the batch instead.
 """
 
 from __future__ import annotations
@@ -18,17 +15,14 @@ from torch.utils.data import DataLoader, default_collate
 from bgbias.errors import BgbiasError
 from bgbias.signals import sigterm_as_interrupt_in_worker
 
-FIND_UNREADABLE = (
-    "`bgbias masks --dataset NAME` reads every image of a dataset and lists each one it cannot read in its "
-    "manifest"
-)
+FIND_UNREADABLE = ("`bgbias masks --dataset NAME` reads every image of a dataset and lists each one it "
+                   "cannot read in its manifest")
 """How a user finds all unreadable images at once (added to the fix of an error met while loading)."""
 
 
 @dataclass(frozen=True)
 class LoadFailure:
-    """What a worker sends back instead of a batch: the error met while reading a sample (a ``BgbiasError``
-    pickles whole, with its file and fix)."""
+    """What a worker sends back instead of a batch: the error met while reading a sample."""
 
     error: BgbiasError
 
@@ -76,9 +70,7 @@ class ImageLoader(DataLoader):
             yield batch
 
     def close(self) -> None:
-        """End the worker processes now. Persistent ones (``persistent_workers``, the training loader's) live
-        as long as the loader otherwise, and one still alive when the interpreter exits can hang it there
-        (the study's dry run on CUDA did, after printing its estimate)."""
+        """End the worker processes now: a persistent one alive when the interpreter exits can hang it."""
         iterator = getattr(self, "_iterator", None)
         self._iterator = None
         shutdown = getattr(iterator, "_shutdown_workers", None)

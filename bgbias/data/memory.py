@@ -1,9 +1,6 @@
-"""Images that are no file: the samples of a torch ``Dataset`` (or any sequence) a user hands to bgbias.
-
-An :class:`InMemoryImage` stands where an image path stands (``Item.image``, ``Item.saliency_mask``): it
-reads its sample when the image is loaded, so a dataset of a million images is never held twice, and it
-pickles with its dataset into loader workers. :func:`~bgbias.data.images.load_image` and ``load_mask`` read
-it as they read a file, with the same conversions and the same errors, naming ``dataset[i]``.
+"""Images that are no file: the samples of a torch ``Dataset`` (or any sequence) a user hands to bgbias. An
+:class:`InMemoryImage` stands where an image path stands and reads its sample when loaded (a million images
+are never held twice); it pickles with its dataset into loader workers.
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ class InMemoryImage:
 
 def as_pil(value: Any, name: str) -> Image.Image:
     """``value`` (PIL image, numpy array or torch tensor) as a PIL image; ``ImageError`` naming ``name``
-    for anything else, and for pixel values outside [0, 1] (floats) or 0..255 (integers): such values
-    would otherwise be clipped or wrapped into another picture without a word."""
+    for anything else and for pixel values outside [0, 1] (floats) or 0..255 (integers), never clipped."""
     if isinstance(value, Image.Image):
         return value
     if hasattr(value, "detach"):  # a torch tensor: (C, H, W) or (H, W)

@@ -1,9 +1,6 @@
-"""Datasets by name: ``@register_dataset("name")`` on a :class:`~bgbias.data.items.Dataset` layout, which
-states beside its name where the dataset lives by default, its evaluation and training geometry and its
-training protocol; here, how to open one and what it holds.
-
-Names are what ``--dataset`` accepts, in the order of ``DATASETS``' modules. Adding a dataset takes a module
-with its layout class, decorated, and that module's name in ``DATASETS``' module list.
+"""Datasets by name: ``@register_dataset("name")`` on a :class:`~bgbias.data.items.Dataset` layout; here, how
+to open one and what it holds. Adding a dataset takes a module with its decorated layout class, and the
+module's name in ``DATASETS``' list (whose order ``--dataset`` lists them in).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Training batches of ``m`` images from each of ``batch_size // m`` classes that see every image, on any
-number of ranks.
+number of ranks (pytorch-metric-learning's ``MPerClassSampler`` does neither: docs/design.md, *Sampler*).
 
-pytorch-metric-learning's ``MPerClassSampler`` (docs/design.md, *Sampler*) draws from the global
-``np.random``, gives no guarantee that an epoch sees every image, and is not distributed-aware. Here batches
-come from *coverage passes*: each class's images are shuffled and cut into chunks of ``m`` (a short last chunk
-is topped up with other images of the class), and every chunk of the pass is used exactly once. Each batch
-takes one chunk from each of ``batch_size // m`` distinct classes, chosen with probability proportional to the
-chunks they have left, so large classes are spread over the whole pass instead of crowding its end. When fewer
-classes than a batch needs still have chunks, the batch is filled with fresh chunks of other classes.
-
-Pass ``p`` is a pure function of ``(seed, p)``. With ``batches_per_epoch=None`` epoch ``e`` is pass ``e``;
-with ``batches_per_epoch=n`` the passes form one stream that epochs cut into consecutive slices of ``n``
-batches per rank, so coverage also holds across short epochs (SOP needs ~2 000 batches to see every image, the
-protocol's epoch is 100). Every rank builds the same global list and takes every ``world_size``-th batch.
-
-Each draw carries its own augmentation seed, so the paired transform of an image does not depend on which
-worker runs it, and an image drawn twice gets two different transforms.
+Batches come from *coverage passes*: each class's images are shuffled and cut into chunks of ``m`` (a short
+last one topped up), every chunk used once, each batch taking chunks of distinct classes with probability
+proportional to the chunks they have left. Pass ``p`` is a pure function of ``(seed, p)``; with
+``batches_per_epoch=n`` epochs cut one stream of passes into slices of ``n`` batches per rank, so coverage
+holds across short epochs. Every rank builds the same list and takes every ``world_size``-th batch. Each draw
+carries its own augmentation seed, so a transform does not depend on the worker that runs it.
 """
 
 from __future__ import annotations
@@ -35,13 +26,9 @@ SEED_BOUND = 2**63
 
 
 class MPerClassBatchSampler:
-    """A torch ``batch_sampler``: yields lists of :data:`Draw`, one list per batch of this rank.
-
-    Call :meth:`set_epoch` before each epoch (as with ``DistributedSampler``); ``len()`` is the number of
-    batches this rank yields in the current epoch. With ``batches_per_epoch=n`` every rank yields exactly
-    ``n`` batches (the global step consumes ``n × world_size``); without it, one coverage pass is shared out,
-    padded by repeating its first batches so that every rank yields the same number.
-    """
+    """A torch ``batch_sampler`` yielding lists of :data:`Draw`, one per batch of this rank; call
+    :meth:`set_epoch` before each epoch. Without ``batches_per_epoch`` one coverage pass is shared out, padded
+    by repeating its first batches so every rank yields the same number."""
 
     def __init__(
         self,
@@ -147,9 +134,8 @@ def check_sampler_options(
     if seed < 0:
         raise OptionError(f"the seed must be non-negative, got {seed}", fix="pass a seed >= 0")
     if world_size < 1 or not 0 <= rank < world_size:
-        raise OptionError(
-            f"rank {rank} is not one of the {world_size} ranks", fix="pass 0 <= rank < world_size"
-        )
+        raise OptionError(f"rank {rank} is not one of the {world_size} ranks",
+                          fix="pass 0 <= rank < world_size")
     if batches_per_epoch is not None and batches_per_epoch < 1:
         raise OptionError(
             f"batches per epoch must be at least 1, got {batches_per_epoch}",
@@ -168,21 +154,16 @@ def class_members(labels: Sequence[int]) -> list[np.ndarray]:
 def coverage_pass(
     members: Sequence[np.ndarray], m: int, classes_per_batch: int, rng: np.random.Generator
 ) -> list[list[Draw]]:
-    """One pass: every index of ``members`` (the indices of each class) in at least one batch.
-
-    Classes are distinct within a batch when there are at least ``classes_per_batch`` of them; otherwise
-    (allowed only for ``m = 1``) a batch is any ``classes_per_batch`` images.
-    """
+    """One pass: every index of ``members`` (the indices of each class) in at least one batch, of distinct
+    classes where there are ``classes_per_batch`` of them (else, only for ``m = 1``, any images)."""
     if len(members) >= classes_per_batch:
         batches = distinct_class_batches(members, m, classes_per_batch, rng)
     else:
         batches = shuffled_chunks(np.concatenate(members), classes_per_batch, rng)
     indices = np.stack(batches)
     seeds = rng.integers(0, SEED_BOUND, size=indices.shape, dtype=np.int64)
-    return [
-        list(zip(row, row_seeds, strict=True))
-        for row, row_seeds in zip(indices.tolist(), seeds.tolist(), strict=True)
-    ]
+    return [list(zip(row, row_seeds, strict=True)) for row, row_seeds in zip(indices.tolist(), seeds.tolist(),
+                                                                              strict=True)]
 
 
 def distinct_class_batches(
@@ -211,11 +192,8 @@ def distinct_class_batches(
 
 
 def shuffled_chunks(indices: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``indices`` shuffled and cut into chunks of ``size``.
-
-    A short last chunk is topped up with indices from the other chunks, without repeats, or with repeats from
-    all of ``indices`` when there are fewer than ``size`` of them.
-    """
+    """``indices`` shuffled and cut into chunks of ``size``; a short last chunk is topped up from the other
+    chunks without repeats (with repeats when there are fewer than ``size`` indices)."""
     order = rng.permutation(indices)
     chunks = [order[i : i + size] for i in range(0, len(order), size)]
     missing = size - len(chunks[-1])

@@ -1,16 +1,11 @@
 """Stanford Online Products in its official layout: ``Ebay_train.txt`` and ``Ebay_test.txt`` (header
-``image_id class_id super_class_id path``, paths relative to the root) and one image folder per super class.
-
-Fixed split, as read in the paper's code (LSX-UniWue/background-bias-in-dml,
-src/datamodules/stanford_online_products.py): it loads ``class_id - 1`` (0-based labels), keeps
-``label < 8489`` of Ebay_train for training and ``label >= 8489`` for validation. In the dataset's own 1-based
-class ids: train = class_id 1..8489 (8489 classes), val = class_id 8490..11318 (2829 classes); Ebay_test
-(class_id 11319..22634) is the test split. Labels here stay the dataset's own 1-based class ids.
+``image_id class_id super_class_id path``) and one image folder per super class. Fixed split as the paper's
+code reads it (``label < 8489`` of 0-based labels trains): in the dataset's own 1-based class ids, train =
+1..8489, val = 8490..11318, test = Ebay_test (11319..22634); labels stay 1-based.
 """
 
 from __future__ import annotations
 
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, KnownSize, make_item
 from bgbias.data.layout import malformed_line, parse_int, read_index_lines
 from bgbias.data.registry import register_dataset
@@ -37,9 +32,6 @@ class SopDataset(Dataset):
     )
     default_folder = "Stanford_Online_Products"
     published = True
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:

@@ -1,8 +1,6 @@
-"""Class-disjoint splits: the paper's fixed split, and 4-fold cross-validation over trainval classes; and
-``all``, every class of the dataset, for scoring a model on a whole set of one's own (queries and gallery
-the same images), where no class needs to be held out.
-
-The fixed split is the one the paper's code uses (docs/design.md, *Datasets and splits*)."""
+"""Class-disjoint splits: the paper's fixed split (docs/design.md, *Datasets and splits*), 4-fold
+cross-validation over trainval classes, and ``all``, every class (queries and gallery the same images).
+"""
 
 from __future__ import annotations
 
@@ -103,6 +101,5 @@ def check_split_options(split: str, protocol: str, fold: int) -> None:
             fix=f"leave out {PARAMETER}, or use the cv4 protocol", parameter="fold",
         )
     if protocol == "cv4" and not 0 <= fold < CV_FOLDS:
-        raise OptionError(
-            f"cv4 has folds 0..{CV_FOLDS - 1}, got fold {fold}", fix=f"use a fold in 0..{CV_FOLDS - 1}"
-        )
+        raise OptionError(f"cv4 has folds 0..{CV_FOLDS - 1}, got fold {fold}",
+                          fix=f"use a fold in 0..{CV_FOLDS - 1}")

@@ -1,15 +1,10 @@
 """A dataset of one's own given as a table: rows of (image, label[, mask]), columns of such a table (a
 mapping or a pandas DataFrame), a CSV file, or a torch ``Dataset`` whose samples are (image, label[, mask]).
 
-It is what a retrieval team has at hand: a list of files and product ids, a DataFrame, the ``Dataset`` its
-training already uses. Labels may be any values (ints, strings, tensors); classes are their distinct values
-in sorted order, each named by its label as given. Split as a class-folder dataset splits
-(``bgbias.data.folder``): the first half of the classes trainval, the second half test; ``split="all"`` is
-every image, as queries and as gallery. A row's mask, where it gives one, is that image's saliency mask;
-without one, masks come from a masks folder.
-
-On the command line, ``--dataset table --root images.csv``: a CSV with a header naming the columns ``path``
-(or ``image``), ``label`` and optionally ``mask``; relative paths are relative to the CSV's folder.
+Classes are the labels' distinct values in sorted order, each named by its label; split as a folder dataset
+(:mod:`bgbias.data.folder`). A row's mask is that image's saliency mask; without one, masks come from a masks
+folder. On the command line, ``--dataset table --root images.csv`` (columns ``path`` or ``image``, ``label``,
+optionally ``mask``; paths relative to the CSV's folder).
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bgbias.data.folder import folder_split_sizes
-from bgbias.data.geometry import PAPER_EVAL_GEOMETRY, PAPER_TRAIN_GEOMETRY
 from bgbias.data.items import Catalog, Dataset, Item, make_item
 from bgbias.data.memory import InMemoryImage
 from bgbias.data.registry import register_dataset
@@ -45,9 +39,6 @@ class ImageTable(Dataset):
     obtain = ("give a CSV file with the columns path,label[,mask] as the dataset's root, or rows of "
               "(path, label[, mask]) in Python")
     default_folder = None
-    eval_geometry = PAPER_EVAL_GEOMETRY
-    train_geometry = PAPER_TRAIN_GEOMETRY
-    protocol = "paper"
 
     def __init__(self, root: str | os.PathLike[str]):
         path = Path(root).expanduser().resolve()

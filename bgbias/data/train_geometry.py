@@ -1,16 +1,11 @@
 """The training geometry: shorter side resized, a random resized crop and a horizontal flip, applied to an
-image and its mask together by one albumentations pipeline.
+image and its mask together by one albumentations pipeline: the paper's code's ``Resize(256)``,
+``RandomResizedCrop(227, scale=(0.16, 1), ratio=(3/4, 4/3))`` and flip (docs/design.md, *Geometry*), bilinear
+with area averaging when shrinking, so the mask stays soft.
 
-These are the paper's code's training transforms (docs/design.md, *Geometry*): ``Resize(256)`` then
-``RandomResizedCrop(227, scale=(0.16, 1), ratio=(3/4, 4/3))`` and a flip with p = 0.5. Image and mask are
-resampled bilinearly, with area averaging when the resize shrinks (as PIL's antialiased resize in the paper's
-code and in our evaluation geometry): the mask stays soft, never thresholded.
-
-Randomness comes from one seed per draw (see ``bgbias.data.samplers``). It is fed to the pipeline with
-``set_random_state``, one generator shared by all its transforms. albumentations' own ``Compose(seed=...)`` /
-``set_random_seed`` gives every transform a generator of the same seed, so the flip re-uses the crop's first
-random number: in albumentations 2.0.8 small crops come out mirrored ~88 % of the time and large crops almost
-never. Tests check that crop size and flip are independent here.
+Each draw's seed feeds one generator shared by all transforms (``set_random_state``): albumentations' own
+``Compose(seed=...)`` gives every transform a generator of the same seed, so in 2.0.8 the flip re-used the
+crop's first random number (small crops mirrored ~88 % of the time). Tests check crop and flip independent.
 """
 
 from __future__ import annotations
@@ -18,6 +13,9 @@ from __future__ import annotations
 import os
 import random
 from typing import Any
+
+# Before the import: albumentations otherwise asks PyPI for a newer version (and advises its AGPL successor).
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 import albumentations
 import cv2
@@ -39,23 +37,12 @@ def train_geometry(dataset_name: str) -> TrainGeometry:
         ) from None
 
 
-def import_albumentations() -> Any:
-    """albumentations without its import-time request to PyPI (a network call, a warning when offline, and
-    advice to upgrade to the AGPL successor)."""
-    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-
-    return albumentations
-
-
 def make_train_transform(geometry: TrainGeometry) -> Any:
     """The albumentations ``Compose`` of ``geometry``, for an RGB image with an optional ``mask`` target.
 
-    Area averaging is used only by the shorter-side resize, where albumentations applies one rule to image and
-    mask. ``RandomResizedCrop(area_for_downscale="image_mask")`` in 2.0.8 area-averages the mask also when
-    it enlarges the crop, so the mask would come out sharper than its image; the crop is therefore plain
-    bilinear for both (it shrinks by at most 256/227 after the resize, too little to alias).
+    Only the resize area-averages: ``RandomResizedCrop(area_for_downscale="image_mask")`` in 2.0.8 also
+    area-averages the mask when it enlarges, so the crop is plain bilinear (it shrinks by at most 256/227).
     """
-    albumentations = import_albumentations()
     bilinear = {"interpolation": cv2.INTER_LINEAR, "mask_interpolation": cv2.INTER_LINEAR}
     steps = []
     if geometry.resize is not None:

@@ -1,13 +1,7 @@
-"""Training images for the DataLoader workers: decode, one paired random geometry for image and mask, uint8
-tensors out.
-
-Workers hand over ``uint8`` (4× less to copy than float); the device converts and normalises. A draw is
-``(index, seed)`` (see ``bgbias.data.samplers``), so the result depends on the draw alone, not on the worker
-that ran it or on the order of draws. Batches are stacked by torch's ``default_collate``: every field is a
-tensor or an ``int``, so no custom collate is needed.
-
-``TrainImages`` is a plain map-style dataset (``__getitem__`` and ``__len__``), which is all a DataLoader
-needs; not subclassing ``torch.utils.data.Dataset`` keeps torch out of this module's import.
+"""Training images for the DataLoader workers: decode, one paired random geometry for image and mask,
+``uint8`` tensors out (4× less to copy than float; the device converts). A draw is ``(index, seed)``
+(:mod:`bgbias.data.samplers`), so the result depends on the draw alone. ``TrainImages`` is a plain map-style
+dataset, which keeps torch out of this module's import.
 """
 
 from __future__ import annotations
@@ -27,10 +21,8 @@ from bgbias.data.train_geometry import TrainGeometry, apply_train_transform, mak
 
 class TrainImages:
     """Training view of ``items``: ``dataset[(index, seed)]`` is a dict with ``image`` (uint8, 3×crop×crop),
-    ``label``, ``index`` and, when ``masks`` (one path per item) are given, ``mask`` (uint8, 1×crop×crop).
-
-    ``dataset_name`` only makes error messages name the command that remakes the masks.
-    """
+    ``label``, ``index`` and, with ``masks`` (one path per item), ``mask`` (uint8, 1×crop×crop).
+    ``dataset_name`` names the dataset in the command that remakes the masks."""
 
     def __init__(
         self,

@@ -1,12 +1,8 @@
-"""The evaluation geometry: shorter side resized to ``resize``, then a centred ``crop × crop`` square.
-
-It is applied identically to an image and its mask, so a mask pixel stays on its image pixel. Both are resized
-bilinearly by default (PIL, antialiased when shrinking, as torchvision's ``Resize`` does on PIL images): the
-mask stays soft, as in the paper's code. A geometry may resize the image bicubically instead, as a model's own
-preprocessing does (``bgbias.ModelInput.from_timm``); its mask is still resized bilinearly, so the masks of
-every model at one size are the same. Sizes and offsets follow torchvision's ``Resize(int)`` and
-``CenterCrop`` rules (long side truncated, offset rounded), so crops land on the pixels of the paper's code's
-Resize(256)/CenterCrop(227).
+"""The evaluation geometry: shorter side resized to ``resize``, then a centred ``crop × crop`` square, on an
+image and its mask alike. The mask is always resized bilinearly (antialiased, so it stays soft, as in the
+paper's code), also where a model's preprocessing resizes the image bicubically (``ModelInput.from_timm``), so
+every model's masks at one size are the same. Sizes and offsets follow torchvision's ``Resize(int)`` and
+``CenterCrop`` (long side truncated, offset rounded): the crops of the paper's Resize(256)/CenterCrop(227).
 """
 
 from __future__ import annotations

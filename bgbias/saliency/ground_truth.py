@@ -1,7 +1,5 @@
-"""The masks a dataset ships (the bench's exact alpha masks) laid out as ``bgbias masks`` lays out U²-Net's,
-so that every command that reads masks takes them with ``--masks DIR``: BGAugment, the corrupted sets, the
-profile's variants, the foreground score. With them a bench measures the model's background reliance without
-U²-Net's errors (``bgbias masks --dataset bench --model ground-truth``).
+"""A dataset's shipped masks (the bench's exact alpha) laid out as ``bgbias masks`` lays out U²-Net's, so
+every command takes them with ``--masks DIR`` (``bgbias masks --dataset bench --model ground-truth``).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ GROUND_TRUTH = "ground-truth"
 
 
 def default_ground_truth_dir(dataset: Dataset) -> Path:
-    """Where ``bgbias masks --model ground-truth`` lays out the dataset's shipped masks by default: beside its
-    U²-Net masks, so the two never mix."""
+    """Where ``bgbias masks --model ground-truth`` puts the shipped masks: beside the U²-Net ones."""
     return default_masks_dir(dataset, GROUND_TRUTH)
 
 

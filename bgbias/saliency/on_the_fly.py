@@ -1,8 +1,6 @@
-"""Saliency masks made when they are first needed, for a table of one's own images that came without masks
-(``masks=bgbias.U2NetMasks()``): each image of the table goes through U²-Net once per process, when the
-table is first audited, and its mask is kept in memory for the next call (the next epoch's audit), never
-written to disk. ``bgbias masks`` is the way for a whole dataset, resumable and checked; this one is for a
-notebook.
+"""Saliency masks made when first needed, for a table of one's own images without masks
+(``masks=bgbias.U2NetMasks()``): made once per process and image, kept in memory, never written. ``bgbias
+masks`` is the way for a whole dataset; this one is for a notebook.
 """
 
 from __future__ import annotations
@@ -21,16 +19,14 @@ from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.saliency.sessions import Inference, MaskSession, check_model, chosen_backend, open_session
 
 _KEPT: dict[tuple[str, Any], Image.Image] = {}
-"""Masks made in this process, by model and image (a file's path, size and modification time; a sample's
-pixels' sha256: an object's id would be reused once the dataset is freed, and another dataset's sample at
-the same index would get this one's mask)."""
+"""Masks made in this process, by model and image (a file's path, size and mtime; a sample's pixels' sha256,
+as an object's id is reused once freed)."""
 
 
 @dataclass(frozen=True)
 class U2NetMasks:
-    """``masks=`` that makes each image's saliency mask with ``model`` (``u2net``, ``u2netp``, …) on
-    ``device`` by ``backend`` (``auto``, ``torch``, ``onnxruntime``) the first time its table is audited, and
-    keeps it in memory for this process."""
+    """``masks=`` that makes each image's mask with ``model`` on ``device`` by ``backend`` when its table is
+    first audited, and keeps it in memory for this process."""
 
     model: str = DEFAULT_MASK_MODEL
     device: str = "auto"
@@ -46,9 +42,8 @@ class U2NetMasks:
 
 
 def with_u2net_masks(table: ImageTable, spec: U2NetMasks) -> ImageTable:
-    """``table`` with a U²-Net mask for every image that has none of its own. They are made here, in this
-    process, once per image and model (:data:`_KEPT`), so loader workers receive them made and a second call
-    makes none."""
+    """``table`` with a U²-Net mask for every image without one, made here once per image and model
+    (:data:`_KEPT`), so loader workers receive them made."""
     items = table.items()
     session: MaskSession | None = None
     masks: list[Image.Image | None] = []

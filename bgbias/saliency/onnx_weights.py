@@ -1,13 +1,10 @@
-"""rembg's U²-Net ONNX files as weights of :class:`bgbias.saliency.u2net_network.U2Net`, read without running
-anything: the file is parsed as the protobuf it is (the ``onnx`` package), no graph is executed and nothing
-is unpickled, so a file from anyone can be checked and loaded.
+"""rembg's U²-Net ONNX files as weights of :class:`~bgbias.saliency.u2net_network.U2Net`, parsed as protobuf:
+nothing is executed or unpickled, so a file from anyone can be checked and loaded.
 
-The exporter folded each batch normalisation into its convolution and named those tensors by number; only the
-side and fusion convolutions kept their module's name. So a convolution of the file is matched to one of the
-module's by name where it has one, and otherwise by the order the graph runs them in (the exporter writes
-nodes in the order the forward pass ran), and every match is checked: weight and bias shapes, kernel,
-dilation, padding, stride and groups. Every initializer of the file must land on exactly one parameter and
-every parameter must get one, or the file is refused with the reason.
+The exporter folded each batch norm into its convolution and numbered those tensors; only the side and fusion
+convolutions kept their names. So convolutions match by name where they have one, else in graph order, and
+every match is checked (shapes, kernel, dilation, padding, stride, groups); every initializer must land on
+exactly one parameter and every parameter get one.
 """
 
 from __future__ import annotations
@@ -43,8 +40,7 @@ class FileConv:
 
 CONV_ATTRIBUTE_TYPES = {"kernel_shape": "INTS", "dilations": "INTS", "pads": "INTS", "strides": "INTS",
                         "group": "INT"}
-"""The ONNX type of each Conv attribute that is read: another type is a damaged file, refused before its
-value is compared."""
+"""The ONNX type of each Conv attribute read: another type is a damaged file."""
 
 NAMED = {f"side{index}": f"side.{index - 1}" for index in range(1, 7)} | {"outconv": "fuse"}
 """The convolutions the file names (U²-Net's side and fusion layers) and what the module calls them."""
@@ -94,15 +90,13 @@ def read_onnx(path: Path, *, fix: str) -> tuple[dict[str, np.ndarray], list[File
 
 GRAPH_OPS = {"Conv", "Relu", "MaxPool", "Resize", "Concat", "Add", "Sigmoid", "Constant", "Shape", "Gather",
              "Unsqueeze", "Slice", "Cast"}
-"""Every operation rembg's U²-Net graphs use: the network's own, and those the exporter wrote to compute each
-resize's target size."""
+"""Every operation rembg's U²-Net graphs use (with those computing each resize's target size)."""
 
 NODE_ATTRIBUTES = {
     "MaxPool": {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
     "Resize": {"mode": b"linear", "coordinate_transformation_mode": b"pytorch_half_pixel"},
 }
-"""The attributes the module's pooling and resizing have (halving with ceil mode; bilinear with half-pixel
-centres): a file whose graph pools or resizes otherwise computes another function with the same weights."""
+"""The module's pooling and resizing: a graph that pools or resizes otherwise computes another function."""
 
 
 def _check_other_nodes(nodes, *, path: Path, fix: str) -> None:

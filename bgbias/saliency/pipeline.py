@@ -1,14 +1,9 @@
 """``bgbias masks``: a soft saliency mask for every image of a dataset, resumable, shardable and recorded.
 
-Each image is read, hashed, decoded and shrunk on a worker thread; the images ready are gathered in order into
-batches of the session's ``batch`` size, each batch goes through the network on one of ``streams`` network
-threads (torch and onnxruntime release the GIL), and each output is stretched back to its image's size and
-written as a PNG on a worker thread again. So the workers decode and encode while the device computes; results
-are taken in order through a bounded window, so memory stays flat on any dataset size and records come out in
-id order.
-
-Every image file is read once and hashed; a mask from an earlier run is kept only when its record names these
-very bytes (and the same ground truth), so an image replaced under the same name gets a new mask.
+Worker threads read, hash, decode and shrink each image; batches go through the network on ``streams`` threads
+(torch and onnxruntime release the GIL); workers stretch and write each output. Results are taken in order
+through a bounded window, so memory stays flat and records come out in id order. A mask of an earlier run is
+kept only when its record names the image's current bytes (and ground truth).
 """
 
 from __future__ import annotations
@@ -61,15 +56,9 @@ from bgbias.saliency.sessions import AMP_OF, Inference, MaskSession, open_sessio
 from bgbias.signals import sigterm_as_interrupt
 
 EMPTY_BELOW = 0.5
-"""A u2net-family mask is flagged empty when the network's raw output never reaches this value.
-
-The output is a per-pixel foreground probability, so 0.5 is where no pixel is more likely object than not.
-Measured with u2netp and u2net on 2 × 60 photo cut-outs (Tux Paint stamps) pasted on photo backgrounds, at
-128² and about 400 px: the raw maximum was at least 0.71 (u2netp) and 0.999 (u2net) on every one. On 2 × 70
-images without a cut-out (60 crops of the same background photos and 10 solid colours or gradients per size)
-it stayed below 0.5 on 57–74 % of them and below 0.03 on every plain one; the crops above 0.5 showed
-flowers, a ladybird or a bird.
-"""
+"""A u2net-family mask is flagged empty when the raw output (a foreground probability) never reaches this.
+Measured on 2 × 60 Tux Paint cut-outs on photos: the maximum was ≥ 0.71 (u2netp), ≥ 0.999 (u2net); on 2 × 70
+images without one it stayed below 0.5 on 57–74 %, below 0.03 on every plain one."""
 
 
 FAILURES_SHOWN = 5
@@ -85,18 +74,12 @@ class MaskRun:
     model: str
     backend: str
     provider: str
-    images: int
-    """Images of this shard."""
+    images: int  # of this shard
     written: int
-    remade: int
-    """Of ``written``: masks made again because their image or ground truth changed since the last run."""
-    skipped: int
-    """Intact masks from earlier runs, made from the image as it is now."""
-    failures: tuple[MaskRecord, ...]
-    """Images of this shard that have no mask because they could not be read, in id order (also in the
-    manifest's failures)."""
-    empty: int
-    """Masks of this shard flagged as likely empty."""
+    remade: int  # of written: their image or ground truth changed since the last run
+    skipped: int  # intact masks from earlier runs, of the image as it is now
+    failures: tuple[MaskRecord, ...]  # unreadable images, in id order
+    empty: int  # masks flagged as likely empty
     seconds: float
     quality: QualityReport | None
 
@@ -110,16 +93,12 @@ class MaskRun:
 
     def describe(self) -> str:
         """What the run did, for the terminal."""
-        text = (
-            f"{self.images} images ({self.model}, {self.backend} on {self.provider}): "
-            f"{self.written} written, {self.skipped} already done, {self.failed} failed, "
-            f"{self.empty} flagged empty; {self.images_per_second:.2f} images/s"
-        )
+        text = (f"{self.images} images ({self.model}, {self.backend} on {self.provider}): {self.written} "
+                f"written, {self.skipped} already done, {self.failed} failed, {self.empty} flagged empty; "
+                f"{self.images_per_second:.2f} images/s")
         if self.remade:
-            text += (
-                f"\n{self.remade} of the written masks were re-made: their image or ground truth had changed "
-                "since the earlier mask"
-            )
+            text += (f"\n{self.remade} of the written masks were re-made: their image or ground truth had "
+                     "changed since the earlier mask")
         return text
 
     def describe_failures(self) -> str:
@@ -136,8 +115,7 @@ class MaskRun:
 
 
 Outcome = Literal["kept", "made", "remade"]
-"""What happened to an image: its mask from an earlier run kept, or a record made now (a mask or a failure),
-``remade`` where an earlier mask was of other content."""
+"""An image's earlier mask kept, or a record made now (``remade``: the earlier mask was of other content)."""
 
 
 @dataclass(frozen=True)
@@ -163,20 +141,16 @@ def make_masks(
     empty_below: float = EMPTY_BELOW,
     progress: bool = True,
 ) -> MaskRun:
-    """Write the mask of every image of ``items`` (this ``shard`` of them) under ``out_dir``.
+    """Write the mask of every image of this ``shard`` (``(index, count)``) of ``items`` under ``out_dir``.
 
-    ``model``: a rembg model name (default ``u2netp``); ``inference``: the backend, device, amp, batch
-    size, streams and threads (:class:`~bgbias.saliency.sessions.Inference`; an ``auto`` backend or amp
-    goes on with those of the masks already in ``out_dir``); ``workers``: threads that decode and encode
-    besides the network's (default: all cores, at most :data:`MAX_WORKERS`); ``shard``: ``(index, count)`` to
-    split a dataset across machines; ``empty_below``: raw-output maximum under which a mask is flagged empty.
-    A missing model raises ``AssetError`` before any image is read.
+    An ``auto`` backend or amp goes on with those of the masks already there (:func:`continuing`);
+    ``workers`` decode and encode (default: all cores, at most :data:`MAX_WORKERS`). A missing model raises
+    ``AssetError`` before any image is read.
     """
     check_shard(shard)
     session = open_session(model, continuing(Path(out_dir), model, inference or Inference()))
-    return write_masks(
-        items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers, progress=progress
-    )
+    return write_masks(items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers,
+                       progress=progress)
 
 
 def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
@@ -192,8 +166,8 @@ def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
 
 
 MAX_WORKERS = 16
-"""Default cap of the decode and encode threads: a GPU makes masks of a few hundred images a second, and each
-image takes a worker about 10–30 ms to read, decode, shrink, stretch back and write."""
+"""Default cap of the decode and encode threads: a GPU makes a few hundred masks a second, a worker takes
+10–30 ms per image."""
 
 
 def write_masks(
@@ -207,12 +181,9 @@ def write_masks(
     progress: bool = True,
     on_record: OnRecord | None = None,
 ) -> MaskRun:
-    """``make_masks`` with an open session (reuse one across calls; tests pass a fake).
-
-    The run holds its shard of ``out_dir`` (``BusyError`` if another process does; other shards may run at
-    the same time). ``on_record`` is called on the calling thread after each record is logged; an exception
-    it raises stops the run the way an interruption would (already written masks and records stay).
-    """
+    """``make_masks`` with an open session. The run holds its shard of ``out_dir`` (``BusyError`` if another
+    process does). ``on_record`` runs on the calling thread after each record is logged; an exception it
+    raises stops the run as an interruption would."""
     out_dir = Path(out_dir)
     mine = shard_items(items, shard)
     settings = mask_settings(session.info, empty_below)
@@ -260,21 +231,11 @@ def write_masks(
             )
             if report is not None:
                 write_quality(out_dir, report)
-    return MaskRun(
-        out_dir=out_dir,
-        manifest=manifest,
-        model=session.info.name,
-        backend=session.info.backend,
-        provider=session.info.provider,
-        images=len(mine),
-        written=counts["made"] + counts["remade"],
-        remade=counts["remade"],
-        skipped=counts["kept"],
-        failures=tuple(failures),
-        empty=counts["empty"],
-        seconds=seconds,
-        quality=report,
-    )
+    info = session.info
+    return MaskRun(out_dir=out_dir, manifest=manifest, model=info.name, backend=info.backend,
+                   provider=info.provider, images=len(mine), written=counts["made"] + counts["remade"],
+                   remade=counts["remade"], skipped=counts["kept"], failures=tuple(failures),
+                   empty=counts["empty"], seconds=seconds, quality=report)
 
 
 class _Steps:
@@ -288,10 +249,8 @@ class _Steps:
         self.empty_below = empty_below
 
     def prepare(self, item: Item) -> _Ready | MaskRecord:
-        """The earlier record to keep (the only ``ok`` record returned), a failure, or the network input.
-
-        The image file is read once: hashed to check the earlier record, and decoded from the same bytes.
-        """
+        """The earlier record to keep (the only ``ok`` record returned), a failure, or the network input; the
+        file is read once, hashed and decoded from the same bytes."""
         try:
             data = read_image_bytes(item.image)
         except ImageError as err:
@@ -327,29 +286,18 @@ class _Steps:
         write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
         truth = ready.item.ground_truth_mask
         quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
-        return MaskRecord(
-            ready.item.id,
-            ok=True,
-            size=ready.size,
-            raw_min=soft.raw_min,
-            raw_max=soft.raw_max,
-            empty=None if soft.raw_max is None else soft.raw_max < self.empty_below,
-            quality=quality,
-            image_sha256=ready.image_sha256,
-            truth_sha256=truth_sha256,
-        )
+        empty = None if soft.raw_max is None else soft.raw_max < self.empty_below
+        return MaskRecord(ready.item.id, ok=True, size=ready.size, raw_min=soft.raw_min, raw_max=soft.raw_max,
+                          empty=empty, quality=quality, image_sha256=ready.image_sha256,
+                          truth_sha256=truth_sha256)
 
 
 def _run(
     items: Sequence[Item], steps: _Steps, workers: int, bar: Any
 ) -> Iterator[tuple[MaskRecord, Outcome]]:
-    """Yield ``(record, outcome)`` per image in the order of ``items``.
-
-    ``workers`` threads prepare images in order; the main loop gathers those ready into batches in that order
-    (so a batch holds the same images on every run) and hands each full batch, or the last one, to the
-    network threads; each output is finished on a worker. At most ``window`` images are in flight: enough to
-    fill every network stream and the batch being gathered, and to keep every worker busy.
-    """
+    """Yield ``(record, outcome)`` per image in the order of ``items``. Batches are gathered in that order (a
+    batch holds the same images on every run); at most ``window`` images are in flight, enough to fill every
+    network stream and the batch being gathered and keep every worker busy."""
     info = steps.session.info
     window = max(2 * workers, info.batch * (info.streams + 1) + workers)
     todo = iter(items)
@@ -425,19 +373,13 @@ def _settle(slot: Future, done: Future, outcome: Outcome) -> None:
         slot.set_result((done.result(), outcome))
 
 
-def _write_manifest(
-    out_dir: Path,
-    items: Sequence[Item],
-    known: dict[str, MaskRecord],
-    session: MaskSession,
-    empty_below: float,
-) -> Path:
+def _write_manifest(out_dir: Path, items: Sequence[Item], known: dict[str, MaskRecord], session: MaskSession,
+                    empty_below: float) -> Path:
     ids = sorted(item.id for item in items)
     files = [path.relative_to(out_dir).as_posix() for path in record_files(out_dir)]
     return write_manifest(out_dir, build_manifest(ids, known, session.info, empty_below, files))
 
 
 def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
-    return tqdm(
-        total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled, smoothing=0.1
-    )
+    return tqdm(total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled,
+                smoothing=0.1)

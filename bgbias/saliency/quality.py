@@ -27,11 +27,8 @@ QUALITY_NAME = "quality.json"
 
 @dataclass(frozen=True)
 class Agreement:
-    """IoU and overlap of one predicted mask with its ground truth.
-
-    Either is ``None`` where it is undefined (both masks empty for IoU, an empty ground truth for overlap);
-    ``error`` says why the ground truth could not be compared at all.
-    """
+    """IoU and overlap of one predicted mask with its ground truth (``None`` where undefined); ``error``
+    says why the ground truth could not be compared."""
 
     iou: float | None = None
     overlap: float | None = None
@@ -57,18 +54,13 @@ def agreement(predicted: np.ndarray, truth: np.ndarray) -> Agreement:
     union = int(np.count_nonzero(pred | true))
     true_area = int(np.count_nonzero(true))
     return Agreement(
-        iou=intersection / union if union else None,
-        overlap=intersection / true_area if true_area else None,
+        iou=intersection / union if union else None, overlap=intersection / true_area if true_area else None
     )
 
 
 def compare_with_truth(mask: Image.Image, truth_path: str | os.PathLike[str]) -> tuple[Agreement, str | None]:
-    """Agreement of ``mask`` with the ground-truth file, and the sha256 of the file as read (as
-    ``truth_digest``: the record keeps it, so a rerun sees a changed ground truth). A file that cannot be read
-    or decoded becomes ``Agreement.error``.
-
-    A ground truth of another size than the image is resized to it (nearest neighbour, so it stays a mask).
-    """
+    """Agreement of ``mask`` with the ground-truth file (resized by nearest neighbour where its size
+    differs) and the file's sha256 as read; an unreadable file becomes ``Agreement.error``."""
     try:
         data = read_image_bytes(truth_path)
     except ImageError as err:
@@ -97,16 +89,9 @@ def summarise(values: Sequence[float]) -> dict[str, float | int]:
     if array.size == 0:
         return {"n": 0}
     q25, median, q75 = np.percentile(array, [25, 50, 75])
-    return {
-        "n": int(array.size),
-        "mean": float(array.mean()),
-        "std": float(array.std()),
-        "min": float(array.min()),
-        "q25": float(q25),
-        "median": float(median),
-        "q75": float(q75),
-        "max": float(array.max()),
-    }
+    return {"n": int(array.size), "mean": float(array.mean()), "std": float(array.std()),
+            "min": float(array.min()), "q25": float(q25), "median": float(median), "q75": float(q75),
+            "max": float(array.max())}
 
 
 @dataclass(frozen=True)
@@ -120,25 +105,17 @@ class QualityReport:
     """Image id → why its ground truth could not be compared."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "threshold": FOREGROUND_FROM,
-            "images": self.images,
-            "iou": self.iou,
-            "overlap": self.overlap,
-            "errors": dict(sorted(self.errors.items())),
-        }
+        return {"threshold": FOREGROUND_FROM, "images": self.images, "iou": self.iou, "overlap": self.overlap,
+                "errors": dict(sorted(self.errors.items()))}
 
     def describe(self) -> str:
         """Two short lines for the terminal."""
-        lines = [
-            f"mask quality vs ground truth ({self.images} images, foreground = value >= {FOREGROUND_FROM}):"
-        ]
+        lines = [f"mask quality vs ground truth ({self.images} images, foreground = value >= "
+                 f"{FOREGROUND_FROM}):"]
         for name, stats in (("IoU", self.iou), ("overlap", self.overlap)):
             if stats.get("n"):
-                lines.append(
-                    f"  {name:8s} mean {stats['mean']:.3f}  median {stats['median']:.3f}  "
-                    f"quartiles {stats['q25']:.3f}–{stats['q75']:.3f}  (n={stats['n']})"
-                )
+                lines.append(f"  {name:8s} mean {stats['mean']:.3f}  median {stats['median']:.3f}  "
+                             f"quartiles {stats['q25']:.3f}–{stats['q75']:.3f}  (n={stats['n']})")
         if self.errors:
             lines.append(f"  {len(self.errors)} ground-truth masks could not be read")
         return "\n".join(lines)

@@ -1,19 +1,10 @@
-"""What a mask run leaves beside the masks: one JSON line per image in a per-shard record file, and a manifest
-that summarises every record file of the folder.
+"""What a mask run leaves beside the masks: a per-shard record file (one JSON line per image, by
+:mod:`bgbias.ledger`: appended during a run, rewritten in id order at its end) and a manifest derived from the
+records alone, so a resumed run ends with the same bytes as an uninterrupted one. A record names the sha256 of
+the image it was made from, so a mask of a since-replaced image is made again.
 
-During a run the record file is only appended to (a line per finished image, flushed at once), so a killed run
-loses at most the line being written; a torn last line is ignored on reading. At the end of a run the file is
-rewritten atomically in id order, and the manifest is derived from the records alone, so an interrupted and
-resumed run ends with the same bytes as an uninterrupted one. Reading, appending and rewriting are
-:mod:`bgbias.ledger`'s.
-
-A record names the sha256 of the image (and ground truth) it was made from, so a rerun can tell a mask of the
-current image from one of an image since replaced under the same name.
-
-Two locks keep concurrent runs on one folder apart: one per shard record file, held for the whole run (a
-second run of the same shard is refused, as it would rewrite the file under the first one's appends), and a
-short one around reading every record file and writing the manifest and quality report from them (different
-shards run at once, and a manifest must never be written from records another shard has since finished).
+Two locks: one per shard record file, for the whole run (a second run of the shard would rewrite the file
+under the first one's appends), and a short one around deriving the manifest (shards run at once).
 """
 
 from __future__ import annotations
@@ -85,9 +76,8 @@ class MaskManifest(Record):
 
 @dataclass(frozen=True)
 class MaskRecord:
-    """The outcome for one image: a mask (the sha256 of the image file it was made from, its size, raw output
-    range, empty flag and, where a ground truth exists, its agreement with it and that file's sha256) or a
-    failure with the reason and the fix."""
+    """The outcome for one image: a mask (with the sha256 of the image and ground truth it was made from) or
+    a failure with the reason and the fix."""
 
     id: str
     ok: bool
@@ -98,10 +88,8 @@ class MaskRecord:
     quality: Agreement | None = None
     error: str | None = None
     fix: str | None = None
-    image_sha256: str | None = None
-    """``None`` for a failure: no mask was made."""
-    truth_sha256: str | None = None
-    """``None`` also where the ground truth could not be read (``quality.error`` says why)."""
+    image_sha256: str | None = None  # None for a failure
+    truth_sha256: str | None = None  # None also where the ground truth could not be read
 
     @classmethod
     def failure(cls, image_id: str, err: BgbiasError) -> MaskRecord:
@@ -110,12 +98,8 @@ class MaskRecord:
     def to_json(self) -> dict[str, Any]:
         if not self.ok:
             return {"id": self.id, "status": "failed", "error": self.error, "fix": self.fix}
-        data: dict[str, Any] = {
-            "id": self.id,
-            "status": "ok",
-            "size": list(self.size or ()),
-            "image_sha256": self.image_sha256,
-        }
+        data: dict[str, Any] = {"id": self.id, "status": "ok", "size": list(self.size or ()),
+                                "image_sha256": self.image_sha256}
         if self.raw_max is not None:
             data.update(raw_min=self.raw_min, raw_max=self.raw_max, empty=self.empty)
         if self.quality is not None:
@@ -135,17 +119,10 @@ class MaskRecord:
             return None
         width, height = line.size
         quality = line.quality
-        return cls(
-            line.id,
-            ok=True,
-            size=(width, height),
-            raw_min=line.raw_min,
-            raw_max=line.raw_max,
-            empty=line.empty,
-            quality=None if quality is None else Agreement(quality.iou, quality.overlap, quality.error),
-            image_sha256=line.image_sha256,
-            truth_sha256=line.truth_sha256,
-        )
+        agreement = None if quality is None else Agreement(quality.iou, quality.overlap, quality.error)
+        return cls(line.id, ok=True, size=(width, height), raw_min=line.raw_min, raw_max=line.raw_max,
+                   empty=line.empty, quality=agreement, image_sha256=line.image_sha256,
+                   truth_sha256=line.truth_sha256)
 
 
 def records_path(out_dir: Path, shard: tuple[int, int]) -> Path:
@@ -160,10 +137,8 @@ def shard_lock(out_dir: Path, shard: tuple[int, int]) -> Iterator[None]:
     path = records_path(out_dir, shard).with_suffix(".lock")
     index, count = shard
     busy = BusyError(
-        f"another bgbias masks process is writing shard {index}/{count} of {out_dir}",
-        path=path,
-        fix="wait for it to finish, or pass another --out (other shards may run at the same time)",
-    )
+        f"another bgbias masks process is writing shard {index}/{count} of {out_dir}", path=path,
+        fix="wait for it to finish, or pass another --out (other shards may run at the same time)")
     with exclusive_lock(path, wait=False, busy=busy):
         yield
 
@@ -182,9 +157,8 @@ def record_files(out_dir: Path) -> list[Path]:
 
 
 MASK_LEDGER: Ledger[MaskRecord] = Ledger(MaskRecord.to_json, MaskRecord.from_json)
-"""A shard's record file: no header (the folder's manifest holds the settings), one canonical JSON line per
-image; any image id can be written, also one that is not valid UTF-8. Reading skips lines a killed writer left
-torn, and a later line of an id wins."""
+"""A shard's record file: no header (the manifest holds the settings), one JSON line per image, the later
+line of an id winning."""
 
 
 def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
@@ -200,10 +174,8 @@ def read_all_records(out_dir: Path) -> dict[str, MaskRecord]:
 
 
 def stale_masks(items: Sequence[Item], out_dir: Path) -> list[Item]:
-    """The items whose mask in ``out_dir`` was made from other bytes than their image file holds now, by the
-    records of ``bgbias masks`` (every image is hashed; items without a record, e.g. masks a user brought,
-    cannot be checked and are not listed)."""
-
+    """The items whose mask in ``out_dir`` was made from other bytes than their image file holds now (items
+    without a record, e.g. masks a user brought, cannot be checked and are not listed)."""
     records = read_all_records(out_dir)
     recorded = [(item, records[item.id].image_sha256) for item in items
                 if item.id in records and records[item.id].ok and records[item.id].image_sha256]
@@ -218,8 +190,8 @@ def write_records(path: Path, records: Iterable[MaskRecord]) -> None:
 
 
 def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
-    """What must be the same for masks to share a folder: the model file, what ran it (the backend and its
-    precision: their masks differ in a few pixel values) and the empty threshold."""
+    """What must be the same for masks to share a folder: the model file, the backend and precision (their
+    masks differ in a few pixel values) and the empty threshold."""
     return {"model": info.name, "md5": info.md5, "sha256": info.sha256, "backend": info.backend,
             "precision": info.precision, "empty_below": empty_below}
 
@@ -256,8 +228,7 @@ MASK_MAKER = "mask_maker"
 
 
 class MaskMaker(Record):
-    """What made a masks folder, as a report recorded :func:`mask_maker`'s answer and reads it back: the
-    model, backend, precision and provider, or only ``error`` where the folder's manifest was damaged."""
+    """:func:`mask_maker`'s answer as a report reads it back."""
 
     model: str | None = None
     backend: str | None = None
@@ -267,10 +238,9 @@ class MaskMaker(Record):
 
 
 def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """What made the masks of ``out_dir``, for the reports that used them to record beside the folder: model,
-    backend, precision and provider from its ``manifest.json``. ``None`` for a folder without one
-    (ground-truth masks, a user's own); a damaged manifest gives ``{"error": why}``: the masks themselves were
-    checked on their own, and a report must not fail over a summary it only quotes."""
+    """What made the masks of ``out_dir`` (model, backend, precision, provider), for reports to record.
+    ``None`` without a manifest (a user's own masks); a damaged one gives ``{"error": why}``: a report must
+    not fail over a summary it only quotes."""
     path = Path(out_dir) / MANIFEST_NAME
     if not path.is_file():
         return None
@@ -285,16 +255,14 @@ def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def masks_record(folder: str | os.PathLike[str] | None) -> dict[str, Any]:
-    """The masks folder a result was made with and what made its masks, as its record holds them side by
-    side (``masks``, ``mask_maker``); both ``None`` where it used none."""
+    """``masks`` and ``mask_maker`` as a result's record holds them; both ``None`` where it used none."""
     if folder is None:
         return {"masks": None, MASK_MAKER: None}
     return {"masks": os.fspath(folder), MASK_MAKER: mask_maker(folder)}
 
 
 def shown_mask_maker(maker: Mapping[str, Any] | None) -> str:
-    """How a page or the console names what made a masks folder (:func:`mask_maker`'s answer, or a report's
-    :class:`MaskMaker` dumped): ``u2netp, torch fp32 on cpu``."""
+    """:func:`mask_maker`'s answer as pages and the console show it: ``u2netp, torch fp32 on cpu``."""
     if maker is None:
         return "no bgbias masks manifest (the dataset's own masks, or a user's)"
     if maker.get("error") is not None or maker.get("model") is None:
@@ -303,45 +271,27 @@ def shown_mask_maker(maker: Mapping[str, Any] | None) -> str:
     return f"{made} on {maker['provider']}" if maker.get("provider") else made
 
 
-def build_manifest(
-    image_ids: Sequence[str],
-    records: Mapping[str, MaskRecord],
-    info: ModelInfo,
-    empty_below: float,
-    files: Sequence[str],
-) -> dict[str, Any]:
-    """The folder's manifest: what made the masks and how many of the dataset's images have one.
-
-    Built from the records of ``image_ids`` only, with no clock or host in it: equal records, equal bytes.
-    """
+def build_manifest(image_ids: Sequence[str], records: Mapping[str, MaskRecord], info: ModelInfo,
+                   empty_below: float, files: Sequence[str]) -> dict[str, Any]:
+    """The folder's manifest, from the records of ``image_ids`` only, no clock or host: equal records, equal
+    bytes."""
     present = [records[image_id] for image_id in image_ids if image_id in records]
     masks = [record for record in present if record.ok]
     failures = [record for record in present if not record.ok]
     return {
         **format_header(MANIFEST_FORMAT),
         "producer": {"bgbias": __version__, **dict(info.versions)},
-        "model": {
-            "name": info.name,
-            "file": info.file.name,
-            "bytes": info.bytes,
-            "md5": info.md5,
-            "sha256": info.sha256,
-        },
+        "model": {"name": info.name, "file": info.file.name, "bytes": info.bytes, "md5": info.md5,
+                  "sha256": info.sha256},
         "inference": {"backend": info.backend, "provider": info.provider, "precision": info.precision,
                       "batch": info.batch, "streams": info.streams, "threads": info.threads},
         "settings": mask_settings(info, empty_below),
         "masks": "8-bit PNG at the image's size, in the orientation load_image gives (EXIF applied); "
         "u2net family: min-max normalised per image, as rembg only_mask",
-        "counts": {
-            "images": len(image_ids),
-            "masks": len(masks),
-            "failed": len(failures),
-            "missing": len(image_ids) - len(present),
-            "empty": sum(1 for record in masks if record.empty),
-        },
-        "failures": [
-            {"id": r.id, "error": r.error, "fix": r.fix} for r in sorted(failures, key=lambda r: r.id)
-        ],
+        "counts": {"images": len(image_ids), "masks": len(masks), "failed": len(failures),
+                   "missing": len(image_ids) - len(present), "empty": sum(1 for r in masks if r.empty)},
+        "failures": [{"id": r.id, "error": r.error, "fix": r.fix}
+                     for r in sorted(failures, key=lambda r: r.id)],
         "records": list(files),
     }
 
@@ -357,8 +307,7 @@ def read_manifest(out_dir: Path) -> MaskManifest | None:
 
 
 def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
-    """Refuse to add masks of another model, backend, precision or threshold to a folder that already holds
-    masks."""
+    """Refuse to add masks of other settings (:func:`mask_settings`) to a folder that holds masks."""
     previous = folder_settings(out_dir)
     if previous is None or previous == dict(settings):
         return
@@ -382,8 +331,7 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
 
 
 def _folder_options(settings: Mapping[str, Any], keys: Collection[str]) -> list[tuple[str, Any]]:
-    """The command-line options, with the folder's values, that give ``settings`` for those of ``keys``
-    that an option sets (the model file's digests are none of them)."""
+    """The command-line options, with the folder's values, that set those of ``keys`` an option sets."""
     values = {"backend": ("--backend", settings.get("backend")),
               "precision": ("--amp", AMP_OF.get(settings.get("precision"), settings.get("precision"))),
               "empty_below": ("--empty-below", settings.get("empty_below"))}

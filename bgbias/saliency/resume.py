@@ -22,10 +22,7 @@ def check_shard(shard: tuple[int, int]) -> None:
 
 
 def shard_items(items: Sequence[Item], shard: tuple[int, int]) -> list[Item]:
-    """Shard ``index`` of ``count``: every ``count``-th image of the id-sorted list, starting at ``index``.
-
-    Stable for a given dataset, disjoint between shards, covering the dataset together, and balanced.
-    """
+    """Shard ``index`` of ``count``: every ``count``-th image of the id-sorted list, from ``index``."""
     check_shard(shard)
     index, count = shard
     return sorted(items, key=lambda item: item.id)[index::count]

@@ -1,21 +1,9 @@
-"""One mask session per run, on an explicitly chosen backend and device, split into the three steps the
-pipeline runs: ``prepare`` (each image, before the network), ``infer`` (the network, on a batch of at most
-``batch`` images, at most ``streams`` batches at once) and ``finish`` (each image, after it). All three are
-called from worker threads.
+"""One mask session per run, on an explicitly chosen backend and device, split into ``prepare`` (each image,
+on a worker thread), ``infer`` (the network on a batch) and ``finish`` (each image, on a worker thread).
 
-Two backends run the u2net family from the same pinned ONNX file (``bgbias.assets.store.u2net_model_path``;
-a missing file raises the ``AssetError`` before any image is touched):
-
-- ``torch``: bgbias's own PyTorch U²-Net with the file's weights (:mod:`bgbias.saliency.torch_session`),
-  batched, on the CPU or CUDA, with the torch bgbias already needs: no other package on a GPU.
-- ``onnxruntime``: the file itself in an onnxruntime session, one image per call (the file takes a batch of
-  one), as rembg runs it; rembg's public API gives only its min-max-scaled mask, never the raw output the
-  pipeline records, so bgbias opens the session itself. The other rembg models run through rembg's public
-  ``new_session`` and ``predict``, the file handed over through ``U2NET_HOME`` so that rembg never downloads.
-
-``auto`` picks by measurement per device (docs/benchmarks.md, *Mask backends*): ``torch`` on CUDA, batched;
-``onnxruntime`` on the CPU, where it ran U²-Net about 1.1× as fast as the torch network on 2 cores and gives
-rembg's masks byte for byte (torch there only where onnxruntime is not installed).
+``torch`` runs bgbias's own U²-Net with the pinned ONNX file's weights; ``onnxruntime`` runs the file itself,
+as rembg does (rembg's API hides the raw output the records keep); other rembg models run through rembg's
+``new_session``/``predict``. How ``auto`` picks, and why: docs/masks.md, *Backends*.
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ from bgbias.saliency.u2net import SoftMask, u2net_input, u2net_mask
 from bgbias.saliency.u2net_network import U2NET, U2NETP
 
 U2NET_FAMILY = ("u2net", "u2netp", "u2net_human_seg", "silueta")
-"""rembg models that share U²-Net's transforms (``bgbias.saliency.u2net``): the pipeline runs their network
-itself, keeps the raw output range and flags likely-empty masks."""
+"""rembg models with U²-Net's transforms: the pipeline runs their network itself and keeps the raw range."""
 
 PREDICT_MODELS = (
     "isnet-general-use",
@@ -61,23 +48,19 @@ PREDICT_MODELS = (
     "birefnet-massive",
     "bria-rmbg",
 )
-"""Other local rembg models with one mask per image: they run whole through rembg's ``session.predict``.
-(``sam`` needs prompts, ``u2net_cloth_seg`` gives three masks, ``*_custom`` need a path, and the remote models
-send images away: none of them fits a dataset-wide mask run.)"""
+"""Other local rembg models with one mask per image, run whole by rembg's ``predict`` (``sam`` needs prompts,
+``u2net_cloth_seg`` gives three masks, ``*_custom`` need a path, remote models send images away)."""
 
 MODELS = U2NET_FAMILY + PREDICT_MODELS
 
 TORCH_MODELS = ("u2net", "u2netp", "u2net_human_seg")
-"""The models the torch backend has a network for: the full U²-Net (``u2net`` and the same network trained on
-people, ``u2net_human_seg``) and U²-Netp. ``silueta`` (another, smaller layout) and the rest run on
-onnxruntime."""
+"""The models the torch backend has a network for (``silueta`` has another layout: onnxruntime only)."""
 
 BACKENDS = ("auto", "torch", "onnxruntime")
 DEVICES = ("auto", "cpu", "cuda")
 AMPS = ("auto", "off", "bf16", "fp16")
-"""Autocast of the torch network, as ``--amp`` says it everywhere: ``off`` computes in float32, ``bf16`` and
-``fp16`` autocast on CUDA; ``auto`` is ``off`` (mixed precision must first prove on a GPU that it keeps the
-masks: docs/masks.md, *Backends*)."""
+"""``--amp``: ``off`` computes in float32, ``bf16``/``fp16`` autocast on CUDA, ``auto`` is ``off``
+(docs/masks.md, *Backends*)."""
 PRECISION = {"off": "fp32", "bf16": "bf16", "fp16": "fp16"}
 """The precision a manifest records for each ``--amp``."""
 AMP_OF = {precision: amp for amp, precision in PRECISION.items()}
@@ -102,20 +85,13 @@ class ModelInfo:
     bytes: int
     md5: str
     sha256: str
-    backend: str
-    """``torch`` or ``onnxruntime``."""
-    provider: str
-    """Where the network runs: onnxruntime's provider, or the torch device (``cpu``, ``cuda:0``)."""
-    precision: str
-    """What the network computes in: ``fp32``, ``bf16`` or ``fp16``."""
-    batch: int
-    """Images per network call."""
-    streams: int
-    """Network calls running at once."""
-    threads: int
-    """CPU threads of each of those calls."""
-    versions: tuple[tuple[str, str], ...]
-    """The packages that ran it and their versions (rembg, onnxruntime or torch)."""
+    backend: str  # torch or onnxruntime
+    provider: str  # onnxruntime's provider, or the torch device (cpu, cuda:0)
+    precision: str  # fp32, bf16 or fp16
+    batch: int  # images per network call
+    streams: int  # network calls at once
+    threads: int  # CPU threads of each call
+    versions: tuple[tuple[str, str], ...]  # the packages that ran it (rembg, onnxruntime or torch)
 
 
 class MaskSession(Protocol):
@@ -204,15 +180,11 @@ class Inference:
 
 
 def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = None) -> MaskSession:
-    """Open ``model`` once for a whole run, as ``inference`` asks.
+    """Open ``model`` once for a whole run, as ``inference`` asks (backend by :func:`chosen_backend`).
 
-    ``backend``: ``torch`` (the u2net family but silueta), ``onnxruntime`` or ``auto``
-    (:func:`chosen_backend`). ``device``: ``cpu``, ``cuda`` (an error unless the backend really runs there)
-    or ``auto`` (CUDA where the backend can use it). ``amp``: ``off`` (``auto``: float32), or
-    ``bf16``/``fp16`` autocast on CUDA with the torch backend. ``batch``: images per network call (default:
-    1 on the CPU, where larger batches were slower, :data:`DEFAULT_CUDA_BATCH` on a GPU; onnxruntime's files
-    take one). ``streams``: calls at once, each with ``threads`` CPU threads (defaults: one stream per core on
-    the CPU, up to :data:`MAX_DEFAULT_STREAMS`, one on a GPU; the cores shared out among the streams).
+    Defaults: a batch of 1 on the CPU (larger ones were slower), :data:`DEFAULT_CUDA_BATCH` on a GPU; one
+    stream per core on the CPU (up to :data:`MAX_DEFAULT_STREAMS`), one on a GPU; the cores shared out among
+    the streams. ``cuda`` is an error unless the backend really runs there.
     """
     check_model(model)
     inference = inference or Inference()
@@ -222,11 +194,9 @@ def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = 
 
 
 def chosen_backend(model: str, inference: Inference) -> str:
-    """The backend that runs ``model`` as ``inference`` asks. An ``auto`` backend is torch on CUDA where it
-    has the model's network (whole batches at once), and wherever mixed precision is asked for (only torch
-    has it); on the CPU onnxruntime, which ran both U²-Nets 1.1× as fast as the torch network end to end on
-    2 cores (docs/benchmarks.md, *Mask backends*), unless it is not installed; onnxruntime for every model
-    torch has no network for."""
+    """The backend that runs ``model`` as ``inference`` asks. ``auto``: torch on CUDA or for mixed precision
+    (where it has the model's network), else onnxruntime where installed (1.1× as fast on 2 cores,
+    docs/benchmarks.md, *Mask backends*)."""
     backend = inference.backend
     if backend == "auto":
         if model not in TORCH_MODELS:
@@ -261,7 +231,7 @@ def _torch_session(model: str, inference: Inference) -> MaskSession:
     if precision != "fp32" and device.type != "cuda":
         raise OptionError(f"{PARAMETER}{inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
                           "float32", fix=f"leave {PARAMETER} at auto (or off) on the CPU", parameter="amp")
-    path = _model_path(model)
+    path = u2net_model_path(model)
     fix = f"delete the file and fetch it again: `bgbias assets fetch {model} --force`"
     network = load_u2net(path, U2NETP if model == "u2netp" else U2NET, fix=fix)
     on_gpu = device.type == "cuda"
@@ -301,7 +271,7 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
         raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
                           fix=f"use {PARAMETER}torch to batch, or leave the batch size out",
                           parameter="backend")
-    path = _model_path(model)
+    path = u2net_model_path(model)
     ort = import_onnxruntime()
     providers = choose_providers(inference.device, ort.get_available_providers())
     streams = inference.streams or (default_streams(providers[0]) if model in U2NET_FAMILY else 1)
@@ -337,10 +307,6 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
     return PredictSession(session, info)
 
 
-def _model_path(model: str) -> Path:
-    return u2net_model_path(model)
-
-
 def _model_info(model: str, path: Path, **how: Any) -> ModelInfo:
     md5, sha256 = file_digests(path)
     return ModelInfo(name=model, file=path, bytes=path.stat().st_size, md5=md5, sha256=sha256, **how)
@@ -360,9 +326,8 @@ REMBG_TESTED = "rembg>=2.0.86,<2.1"
 
 
 def rembg_onnx_session(rembg_session: Any) -> Any:
-    """The onnxruntime session inside a rembg session, to read the provider it really runs on: rembg's
-    public API does not say, so this reads its sessions' ``inner_session`` attribute, which it does not
-    document. pyproject.toml pins rembg to the series tests/saliency/test_rembg_contract.py checks."""
+    """The onnxruntime session inside a rembg session (its undocumented ``inner_session``), to read the
+    provider it really runs on; tests/saliency/test_rembg_contract.py checks the pinned series keeps it."""
     onnx_session = getattr(rembg_session, "inner_session", None)
     if not callable(getattr(onnx_session, "get_providers", None)):
         raise AssetError(
@@ -375,11 +340,9 @@ def rembg_onnx_session(rembg_session: Any) -> Any:
 
 @contextlib.contextmanager
 def keeping_torch_threads() -> Iterator[None]:
-    """Restore torch's intra-op thread count after the block. Importing rembg loads pymatting's cached numba
-    functions, which start numba's OpenMP layer, and that resets OpenMP's thread count (torch's) to the
-    machine's cores: a process that set fewer, or a study that trains after making masks in the same process,
-    would then compute with another count than it asked for, and sums split over another number of threads
-    round differently (the same seed, other digits)."""
+    """Restore torch's intra-op thread count after the block: importing rembg starts numba's OpenMP layer,
+    which resets it to the machine's cores, and sums split over another number of threads round differently
+    (the same seed, other digits)."""
     threads = torch.get_num_threads()
     try:
         yield
@@ -419,11 +382,7 @@ def choose_providers(device: str, available: Sequence[str]) -> list[str]:
 
 def default_streams(provider: str) -> int:
     """Images in the network at once: one per core on CPU (at most ``MAX_DEFAULT_STREAMS``), one on a GPU.
-
-    Measured on 2 CPU cores (benchmarks/masks_speed.py, raw ``session.run``): two concurrent runs of one
-    thread each beat one run of two threads by about 5 % (u2netp 8.47 vs 8.04 images/s, u2net 3.48 vs 3.33),
-    because a batch-1 320² network does not keep two intra-op threads busy between its many small operators.
-    """
+    Two one-thread runs beat one two-thread run on 2 cores (docs/benchmarks.md, *Mask backends*)."""
     if provider != CPU:
         return 1
     return min(usable_cores(), MAX_DEFAULT_STREAMS)

@@ -1,12 +1,6 @@
-"""U²-Net masks by bgbias's own PyTorch network (:mod:`bgbias.saliency.u2net_network`), in batches, on the
-CPU or a CUDA device: the same input and output transforms as :mod:`bgbias.saliency.u2net` (rembg's), with
-the arithmetic after decoding moved onto the device.
-
-A worker thread only decodes and shrinks each image to 320² (``prepare``: 8-bit pixels). The network call
-takes a whole batch: scaling by each image's maximum, ImageNet normalisation, the network, and the per-image
-min-max stretch to 8 bits all run on the device, in float32 (the network itself in ``precision``), so only
-320² bytes per image come back. ``finish`` resizes that back to the image's size with the same LANCZOS
-filter rembg uses.
+"""U²-Net masks by bgbias's own PyTorch network, in batches, on the CPU or CUDA, with rembg's transforms
+(:mod:`bgbias.saliency.u2net`): workers only shrink each image to 320²; the scaling, normalisation, network
+and min-max stretch to 8 bits run on the device, so only 320² bytes per image come back.
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ from bgbias.saliency.u2net import IMAGENET_MEAN, IMAGENET_STD, INPUT_SIZE, SoftM
 from bgbias.saliency.u2net_network import U2Net
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-"""What the network autocasts to for a precision other than ``fp32``; everything around the network (the
-normalisation, the min-max stretch) stays float32."""
+"""What the network autocasts to for a precision other than ``fp32``; everything around it stays float32."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +51,9 @@ class TorchU2netSession:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """For the run, then back to the process's own settings: on the CPU torch computes each call with
-        ``info.threads`` threads (``streams`` calls share the cores); on CUDA cuDNN picks each convolution's
-        fastest algorithm once, as every batch but the last has the same shape, and float32 convolutions
-        stay float32: cuDNN's default TF32 (10-bit mantissas on Ampere and later) moved masks by up to 12 gray
-        levels from the CPU's on an H100 (docs/benchmarks.md)."""
+        """For the run, then back: on the CPU ``info.threads`` threads per call; on CUDA cuDNN's benchmark
+        mode (every batch has one shape) and no TF32, which moved masks by up to 12 gray levels from the
+        CPU's on an H100 (docs/benchmarks.md)."""
         if self._device.type == "cuda":
             previous = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
             torch.backends.cudnn.benchmark = True
@@ -80,11 +71,8 @@ class TorchU2netSession:
             torch.set_num_threads(previous_threads)
 
     def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
-        """One network call for the whole batch; the stretched output of each image.
-
-        On CUDA a short last batch is padded to ``info.batch`` with copies of its last image (their outputs
-        are dropped; each image's mask depends on that image alone), so the network sees one shape only
-        and cuDNN's search for the fastest convolutions runs once."""
+        """One network call for the whole batch. On CUDA a short last batch is padded with copies of its last
+        image (outputs dropped), so cuDNN's search for the fastest convolutions runs for one shape only."""
         if self._cuda_thread is None:
             return self._infer(batch)
         padding = [batch[-1]] * (self.info.batch - len(batch))

@@ -1,11 +1,7 @@
-"""U²-Net's input and output transforms exactly as rembg applies them to the u2net family (rembg 2.0.86:
-``BaseSession.normalize`` and ``U2netSession.predict``), as two pure functions.
-
-Split out of rembg's ``predict`` so that the pipeline can run them in worker threads on either side of the
-network, and keep the raw output's range, which rembg discards by normalising every mask to 0–255. The
-arithmetic (float64 normalisation, float32 min-max, truncation to uint8, LANCZOS both ways) mirrors rembg's
-step for step, so the masks are bit-identical to ``rembg.remove(image, session=..., only_mask=True)``; a test
-checks that on real photos with the real model.
+"""U²-Net's input and output transforms exactly as rembg 2.0.86 applies them to the u2net family
+(``BaseSession.normalize``, ``U2netSession.predict``), split so the pipeline runs them on worker threads and
+keeps the raw output's range. The arithmetic mirrors rembg's step for step: masks are bit-identical to
+``rembg.remove(..., only_mask=True)`` (a test checks it with the real model).
 """
 
 from __future__ import annotations
@@ -24,10 +20,8 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225])
 
 @dataclass(frozen=True)
 class SoftMask:
-    """A saliency mask at the image's size, and the range of the network output it was stretched from.
-
-    ``raw_min``/``raw_max`` are ``None`` for models whose raw output the pipeline does not see.
-    """
+    """A saliency mask at the image's size and the raw output range it was stretched from (``None`` for
+    models whose raw output the pipeline does not see)."""
 
     image: Image.Image
     raw_min: float | None
@@ -44,12 +38,9 @@ def u2net_input(image: Image.Image) -> np.ndarray:
 
 
 def u2net_mask(raw: np.ndarray, size: tuple[int, int]) -> SoftMask:
-    """The 8-bit mask at ``size`` (width, height) from the network's first output ``(1, 1, 320, 320)``.
-
-    The output is min-max normalised per image, so every mask spans 0–255 even when nothing is salient; the
-    raw range kept in the result is what tells such masks apart. A constant output (no range at all), where
-    rembg divides zero by zero and casts NaN, gives an all-zero mask.
-    """
+    """The 8-bit mask at ``size`` (width, height) from the network's first output ``(1, 1, 320, 320)``,
+    min-max normalised per image (the kept raw range tells empty masks apart). A constant output, where rembg
+    casts 0/0, gives an all-zero mask."""
     prediction = raw[:, 0, :, :]
     low, high = np.min(prediction), np.max(prediction)
     if high > low:

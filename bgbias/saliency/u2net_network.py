@@ -1,12 +1,7 @@
-"""U²-Net and U²-Netp (Qin et al., "U²-Net: Going deeper with nested U-structure for salient object
-detection", Pattern Recognition 2020) as PyTorch modules, written from the paper's description: a two-level
-nested U-structure whose stages are residual U-blocks (RSU-L, with L - 1 levels of downsampling, and RSU-4F,
-which dilates instead of downsampling).
-
-The modules hold what rembg's ONNX files hold: every convolution with its batch normalisation folded in (a
-bias), so the weights of those files load onto them as they are (:mod:`bgbias.saliency.onnx_weights`). Their
-forward pass gives only the fused saliency map the masks are made from (the graph's first output, after its
-sigmoid); the six side outputs only feed it.
+"""U²-Net and U²-Netp (Qin et al., Pattern Recognition 2020) as PyTorch modules, written from the paper:
+nested U-structures of residual U-blocks (RSU-L; RSU-4F dilates instead of downsampling). Each convolution
+has its batch norm folded into a bias, as rembg's ONNX files hold them (:mod:`~bgbias.saliency.onnx_weights`);
+``forward`` gives only the fused saliency map the masks are made from.
 """
 
 from __future__ import annotations
@@ -97,10 +92,7 @@ U2NET = U2NetShape(
 )
 """The full model (the paper's, 44 M parameters; rembg's ``u2net``, ``u2net_human_seg``)."""
 
-U2NETP = U2NetShape(
-    encoder=((3, 16, 64),) + ((64, 16, 64),) * 5,
-    decoder=((128, 16, 64),) * 5,
-)
+U2NETP = U2NetShape(encoder=((3, 16, 64),) + ((64, 16, 64),) * 5, decoder=((128, 16, 64),) * 5)
 """The small model (1.1 M parameters; rembg's ``u2netp``)."""
 
 _LEVELS = (7, 6, 5, 4, 4, 4)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +163,18 @@ def test_workers_give_the_same_batches_as_the_main_process(tmp_path):
         assert a["image"].shape == (4, 3, 16, 16) and a["mask"].shape == (4, 1, 16, 16)
         for key in ("image", "mask", "label", "index"):
             assert torch.equal(a[key], b[key])
+
+
+def test_importing_the_training_geometry_asks_pypi_nothing() -> None:
+    """albumentations asks PyPI for a newer version when imported unless told not to: a network call on every
+    start (a warning offline), and advice to upgrade to its AGPL successor."""
+    script = (
+        "import os, urllib.request\n"
+        "os.environ.pop('NO_ALBUMENTATIONS_UPDATE', None)\n"
+        "def refuse(self, url, *args, **kwargs):\n"
+        "    raise SystemExit(f'asked the network for {getattr(url, \"full_url\", url)}')\n"
+        "urllib.request.OpenerDirector.open = refuse\n"
+        "import bgbias.data.train_geometry\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
