@@ -1,20 +1,9 @@
 """The dataset's background leakage meter: how much of the class the background alone gives away, before
-any model is trained on the dataset (issue 34; docs/leakage.md).
+any model is trained on the dataset (docs/leakage.md, *How it is computed*).
 
-Every image of a split is seen twice, by one frozen encoder: with its object removed and the hole filled
-(background-only) and with its object alone on black (foreground-only), both at the geometry the encoder is
-measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against chance by retrieval (MAP@R and
-P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
-cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
-what the two retrieve above chance, with a bootstrap interval over images
-(:mod:`bgbias.leakage_meter.headline`), and the ρ at which the bias dial's bench leaks as much
-(:mod:`bgbias.leakage_meter.calibration`). Nothing is written unless ``out`` is given: then the record, the
-summary and the picture of the classes whose background gives them away most
-(:mod:`bgbias.leakage_meter.class_gallery`).
-
-An image whose mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) keeps its object in
-the background-only view and is black in the object-only one, so its class reads as leaking: such images are
-counted, per class and in all, and the page says so.
+An image whose mask shows no object keeps its object in the background-only view and is black in the
+object-only one, so its class reads as leaking: such images are counted, per class and in all, and the page
+says so.
 """
 
 from __future__ import annotations

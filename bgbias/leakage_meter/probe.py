@@ -1,11 +1,6 @@
-"""A cross-validated linear probe of the class: how well a linear read-out of one view's embeddings names an
-image's class, beside retrieval (which only asks whether an image's neighbours share it).
-
-The probe is a nearest class mean in squared L2 (a linear classifier: ``argmax_c 2·μ_c·x − |μ_c|²``), fitted
-on the other folds' images and read on each fold's: no step size, no iterations, nothing random but the
-folds, so it is exact and deterministic, and it costs one pass over the embeddings per fold. Folds are cut
-by image, class by class (each class's images shuffled by ``seed`` and dealt out in turn), so every class
-with at least ``folds`` images is in every fold's training part.
+"""A cross-validated linear probe of the class: a nearest class mean in squared L2, fitted on the other folds
+and read on each fold's images; exact and deterministic (nothing random but the folds). Folds are cut class
+by class, so every class with at least ``folds`` images is in every fold's training part.
 """
 
 from __future__ import annotations

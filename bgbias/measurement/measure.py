@@ -1,14 +1,6 @@
-"""The paper's measurement in one pass down the layers: a request in, the typed report and its scores out.
-
-:func:`measure` resolves the request once (:mod:`bgbias.measurement.request`: the dataset, split, images,
-geometry, retrieval), makes the sets it scores where their manifests are missing
-(:mod:`bgbias.measurement.sets`: the corrupted repeats shared by every model in
-``corrupted/<dataset>/<split>/seed-S``, the profile's variants), embeds each set once through the model's
-evaluation cache (:class:`~bgbias.engine.split_states.SplitStates`), ranks every set by the model's own
-retrieval and scores it (:mod:`bgbias.measurement.scoring`), and summarises the scores into the typed
-report (:mod:`bgbias.measurement.summary`). :func:`measure_files` does the same with one's own embeddings of
-the rendered sets in place of the model (``bgbias score --embeddings``). Writing the report is the report
-layer's (:mod:`bgbias.report.evaluate`).
+"""The paper's measurement in one pass down the layers: a request in, the typed report and its scores out
+(docs/design.md, *The evaluation's data path*). :func:`measure_files` does the same with one's own
+embeddings of the rendered sets in place of the model; writing the report is :mod:`bgbias.report.evaluate`'s.
 """
 
 from __future__ import annotations

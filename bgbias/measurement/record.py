@@ -1,9 +1,6 @@
 """The typed record of one evaluation, ``report.json``'s declared shape (:mod:`bgbias.schema`): clean vs
 corrupted retrieval scores, their drop, who suffers most and the profile, with the evaluation's metadata.
-
-The measurement returns it (:mod:`bgbias.measurement.summary` makes it from the scores, checked once), the
-report folder is written from it (``report.json`` is its own dump), and every table, plot and page reads it
-by attribute (``report.corrupted.mean.map_at_r``). Values that do not exist are ``None`` (JSON has no NaN).
+``report.json`` is its own dump; values that do not exist are ``None`` (JSON has no NaN).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What to measure a model on: one request shared by ``bgbias eval``, ``score``, ``explain`` and ``study``,
-and that request made concrete once.
-
-The command line, the study and library callers fill one :class:`MeasureRequest`; evaluation reads its data
-and corrupted-set fields, explanation its data and attribution fields. :func:`requested_split` turns its data
-fields into the images to score, defaulting to the dataset the model was trained on; :func:`resolve` turns a
-whole evaluation request into a :class:`ResolvedRequest` (the dataset, split, images, geometry, retrieval
-and the report's folder name), which the rest of the measurement reads instead of resolving again.
+"""What to measure a model on: one :class:`MeasureRequest` shared by ``bgbias eval``, ``score``, ``explain``
+and ``study``, and made concrete once (:func:`resolve`: the dataset, split, images, geometry, retrieval and
+the report's folder name), which the rest of the measurement reads instead of resolving again.
 """
 
 from __future__ import annotations

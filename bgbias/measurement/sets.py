@@ -1,10 +1,7 @@
 """The image sets an evaluation scores beside the clean split: the paper's corrupted repeats and the profile's
-variant sets, each fixed by a manifest, in the order the evaluation scores them.
-
-A model's evaluation embeds them (:mod:`bgbias.measurement.measure`); ``bgbias score --embeddings`` reads a
-user's embeddings of the same sets from files (:mod:`bgbias.measurement.embedding_files`), each set under the
-name ``bgbias corrupt --render`` gives its folder (:func:`layout_name`). Both take the sets from here, so they
-agree on which sets exist, their order and their images.
+variant sets, each fixed by a manifest, in the order the evaluation scores them. A model's evaluation and
+``bgbias score --embeddings`` both take the sets from here, so they agree on which sets exist, their order
+and their images.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""From scores to the typed record of an evaluation (:class:`~bgbias.measurement.record.EvaluationReport`).
+"""From scores to the typed record of an evaluation (:class:`~bgbias.measurement.record.EvaluationReport`),
+checked once against its declared shape (docs/design.md, *Reports*).
 
-The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
-images lose most when the background changes (docs/design.md, *Reports*). :func:`summarize` turns the
-:class:`~bgbias.retrieval.metrics.RetrievalScores` of the clean split, of each corrupted repeat and of the
-profile's sets into the report, checked once against its declared shape.
-
-Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
-standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
-alone in their class have no score and are left out of every mean, per class included.
-
-Images whose saliency mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) have a
-corrupted copy that is the new background alone, so their drop says nothing about background reliance. They
-are scored as every image is (the paper's number stays the paper's), and flagged: counted per class, marked
-per image, and the headline is given a second time over the other queries (they stay in the gallery, so no
-other query's ranking changes).
-
-The profile's rows: beside the clean, random-background, query-side and worst-case scores and the variants
-(:mod:`bgbias.measurement.scoring`), the **BG-gap**, mixed-same − mixed-rand per repeat, and **chance**, the
-expected scores of a random ranking, the floor to read only-bg and mixed-rand against.
+Conventions, as in the paper's code: the corrupted value is the mean over repeats ± the sample std
+(``ddof=1``, pandas' ``.std()``); queries alone in their class have no score and are left out of every mean.
+Images whose mask shows no object are scored as every image is (the paper's number stays the paper's) and
+flagged; the headline is given again over the other queries, which keep them in the gallery.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Several runs' attribution maps side by side on the same images: where does BGAugment move the attention?
-
-Each ``bgbias explain`` keeps the maps of its gallery images (``maps/``); images are picked evenly over the
-split, so runs explained with the same settings share them. This draws image | mask | one overlay per run,
-captioned with each run's foreground score, in column order. A gallery compares one attribution (its label,
-the end of the explain folder's name) across runs: by default SmoothGrad at its default options.
+image | mask | one overlay per run, captioned with each run's foreground score, for one attribution (its
+label, the end of the explain folder's name; by default SmoothGrad at its default options).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """The bias dial: the clean → corrupted drop of one method, without and with BGAugment, on the bench rebuilt
-at several background–class correlations ρ (``bgbias study --dial``).
-
-At ρ = 0 a background says nothing about the class and replacing it should cost nothing; as ρ grows a model
-can lean on it, and the drop shows how far it does. With the bench's exact alpha masks the corrupted sets and
-BGAugment cut the object out perfectly, so the curve measures the model alone; with U²-Net masks it also pays
-for the masks' errors, and the distance between the two curves is what mask quality costs.
+at several background–class correlations ρ (``bgbias study --dial``; docs/study.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Evaluating a model (``bgbias eval``) or one's own embeddings (``bgbias score --embeddings``): the
-measurement (:mod:`bgbias.measurement`), then its report folder.
-
-The measurement returns the typed report and the scores behind it; this module writes them (JSON, CSV,
-Markdown, plots, a retrieval gallery) to ``<model home>/eval/<measured>-<split>/`` (a run's folder for runs
-bgbias trained), or for embeddings to the folder asked for.
+measurement (:mod:`bgbias.measurement`), then its report folder, ``<model home>/eval/<measured>-<split>/``
+(or, for embeddings, the folder asked for).
 """
 
 from __future__ import annotations

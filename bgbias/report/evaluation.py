@@ -1,11 +1,6 @@
-"""The evaluation report's files and text: ``report.json``, the CSV tables and ``report.md`` of one
-evaluation, written from its typed record (:class:`~bgbias.measurement.record.EvaluationReport`), and the
-record read back from ``report.json``.
-
-``report.json`` is the record's own dump (what was set, nothing added), so it reads back to an equal record.
-``report.md`` reads from what a user asks first to what they check last: the headline (clean vs corrupted,
-the drop, what was scored), then the classes and images, then the profile, and the setup (versions,
-options, checksums) last. Classes are shown by the names the dataset gives them, as text.
+"""The evaluation report's files and text: ``report.json`` (the record's own dump, what was set and nothing
+added, so it reads back to an equal record), the CSV tables and ``report.md`` of one evaluation, written from
+its typed record, and the record read back from ``report.json``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""A report folder is written all at once or not at all.
-
-A report is read as a whole: ``study.html`` beside the ``table.md`` of another set of runs, or a new
-``report.json`` beside the plots of the evaluation before, says things no run measured. So every report folder
-(``bgbias eval``'s ``eval/<measured>-<split>/``, ``bgbias report``'s and the study's page, the dial's) is
-written into an empty folder beside it, and that folder replaces the old one only once every file of the new
-report is written (:func:`bgbias.fileio.atomic_dir`); a failure on the way (a figure that cannot be drawn,
-masks that are gone, a full disk) leaves the older report as it was and no part of the new one.
-
-Replacing a folder removes what else it holds, so a folder with anything a report does not write (``--out``
-pointing at a folder of one's own) is refused before any work, naming what is in the way.
+"""A report folder is written all at once or not at all: into an empty folder beside it that replaces the old
+one only once every file is written (:func:`bgbias.fileio.atomic_dir`), so a report never mixes files of two
+measurements. Replacing removes what else the folder holds, so a folder with anything a report does not
+write is refused before any work, naming what is in the way.
 """
 
 from __future__ import annotations

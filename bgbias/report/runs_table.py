@@ -1,14 +1,7 @@
-"""Several runs in the layout of the paper's Table 1 (``bgbias report RUN...``).
-
-One row per method followed by its ``+ BGAugment`` row; per dataset the clean MAP@R and the corrupted MAP@R
-(mean ± std over the background draws) in %, and, when foreground scores from ``bgbias explain`` are given,
-one "fg score" column per dataset and attribution (the paper's Table 2, mean ± std over images): ``<dataset>
-fg score`` for SmoothGrad at its default options, ``<dataset> fg score (<label>)`` for another attribution
-label. Methods, datasets and labels keep the order in which they are first named; a run that was not given
-leaves its cells empty.
-
-Runs evaluated with ``--profile`` get a second table, one row per run: the MAP@R of every set of their
-background-reliance profile (:mod:`bgbias.measurement.scoring`).
+"""Several runs in the layout of the paper's Table 1 (``bgbias report RUN...``; docs/evaluation.md): one row
+per method and its ``+ BGAugment`` row, clean and corrupted MAP@R per dataset, a foreground-score column per
+dataset and attribution where scores are given, and a second table of every profiled run's sets. Methods,
+datasets and labels keep the order in which they are first named; a run not given leaves its cells empty.
 """
 
 from __future__ import annotations

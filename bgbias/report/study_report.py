@@ -1,12 +1,7 @@
-"""The study's report: every run of a study (methods × BGAugment × training seeds) in one page, Markdown and
-self-contained HTML (``study.md``, ``study.html``), answering the study's three questions with the seed
-spread: do models lose MAP@R when backgrounds are replaced, does BGAugment shrink the loss, and does a
-method's own mechanism shrink it without BGAugment.
-
-Spreads: a cell ``m ± s`` is the mean and sample std over training seeds; the corrupted score of one run is
-itself a mean over its corrupted repeats, whose std is reported apart (``seeds.md``). Comparisons are made
-against the seed spread: BGAugment's effect paired by seed (:mod:`bgbias.report.seeds`), a method against the
-reference losses unpaired (difference of means against twice its standard error).
+"""The study's page (``study.md``, ``study.html``): every run of a study in one page, answering with the seed
+spread whether models lose MAP@R when backgrounds are replaced, whether BGAugment shrinks the loss (paired by
+seed, :mod:`bgbias.report.seeds`), and whether a method's own mechanism shrinks it without BGAugment
+(against the reference losses, unpaired: difference of means against twice its standard error).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """What a study will cost on a device, for ``bgbias study --dry-run``: seconds per step, device-hours per
-method and in total.
-
-A run step's cost is its planned work (:class:`PlannedWork`: epochs × batches, validation passes, evaluation
-passes, attributed images, counted from its configuration and its dataset's splits) times what each unit of
-work takes on the target device, timed once per distinct configuration
-(:func:`~bgbias.study.cost_timing.time_config`: a few steps of each through the engine's own code); a run
-that finished its training only has its measurement left. The steps around the runs (prepare, the U²-Net
-masks, the page) are costed from their own timings or from what they took on the reference machine.
+method and in total. A run step's cost is its planned work (:class:`PlannedWork`) times what each unit of
+work takes on the device, timed once per distinct configuration (:mod:`~bgbias.study.cost_timing`).
 
 Early stopping cannot be foreseen: a run is costed for all its epochs, so a run that stops early costs less.
 """

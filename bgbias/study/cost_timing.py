@@ -1,16 +1,10 @@
-"""Timing one training configuration on the target device, for the dry run's cost
-(:mod:`~bgbias.study.cost`): a few training steps, epochs, embedding batches, an evaluation and attributed
-images, each through the engine's own code, on a small stand-in of the dataset written to a temporary folder.
+"""Timing one training configuration on the target device, for the dry run's cost (:mod:`~bgbias.study.cost`):
+a few steps of each kind of work through the engine's own code, on a small bench-layout stand-in of the
+dataset in a temporary folder.
 
-The stand-in is a bench-layout dataset (``index.csv``, exact masks) of a few classes: a study's own folders
-are never read for writing, and the timing needs neither the dataset, its masks nor its pools to exist yet (a
-study's dry run comes before its prepare and masks steps, and may come before the download), nor the
-backbone's pretrained weights (random ones cost the same steps; a machine without network has none). Its
-images are copies of the dataset's first images where the dataset is there (their decoding is part of a step),
-else synthetic pictures of the dataset's size; the pools are the study's where they exist, else synthetic
-ones. The configuration keeps everything that sets a step's cost (backbone, batch size, method and its
-options, precision, layout, BGAugment) and takes the dataset's training and evaluation geometry explicitly, so
-a stand-in of CUB crops what CUB would.
+The stand-in needs neither the dataset, its masks, its pools nor pretrained weights to exist yet (a dry run
+may come before all of them; random weights cost the same steps), and keeps everything that sets a step's
+cost (backbone, batch size, method, precision, layout, BGAugment, the dataset's geometry).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``--executor local``: the study's workers on this machine, one per device (or ``--workers`` on a CPU, its
-cores split between them); ``--gpus-per-run k`` gives each worker k devices and trains each run under
-torchrun on them.
-
-One worker on one device runs in this process. Several run as child processes (``python -m
-bgbias.study.worker``), each with its own log in ``<study>/logs/``; this process watches them and the plan:
-it prints each step as it starts and ends, starts a worker again that died (its step is taken over at once:
-the claim names a pid that is gone), and stops them when it is stopped. A worker whose parent dies stops too.
+"""``--executor local``: the study's workers on this machine, one per device (or several on a CPU, its cores
+split between them), each a child process with its own log in ``<study>/logs/`` (one worker on one device
+runs in this process). This process prints each step as it starts and ends, starts a worker again that
+died, and stops them when it is stopped; a worker whose parent dies stops too.
 """
 
 from __future__ import annotations

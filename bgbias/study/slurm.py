@@ -1,20 +1,11 @@
 """``bgbias study --executor slurm``: the study's pending steps as SLURM job arrays, through submitit.
 
-One array per stage (the masks shards, then the runs), each task one step of the study folder's plan
-(:class:`StudyTask`, which calls the worker with ``only=<step>``); a later stage starts after the one before
-it (``--dependency=afterany``), and a task also waits for its own step's dependencies in the worker, so
-executors that ignore dependencies (submitit's local and debug ones) run the same arrays. State lives in the
-study folder, never in a task: a task that SLURM or submitit requeues runs its step again, and the step's
-training resumes from its last checkpoint.
-
-Preemption and time limits: submitit asks SLURM for its signal (USR2) 90 s before the time limit, and on
-preemption where the cluster sends it (``SlurmctldParameters=preempt_send_user_signal``). A task takes it as
-the worker takes SIGTERM (:class:`~bgbias.signals.Terminated`: the step's claim is released, its training
-records "interrupted"), then hands it to submitit, which requeues the task (:meth:`StudyTask.checkpoint`).
-SIGTERM itself is left to submitit, which ignores it, since some clusters send it before their preemption
-signal.
-
-submitit is an optional dependency (``pip install 'bgbias[slurm]'``), imported by the functions that need it.
+One array per stage, each task one step (:class:`StudyTask`); a later stage waits for the one before
+(``afterany``), and a task also waits for its step's dependencies in the worker, so executors that ignore
+dependencies run the same arrays. State lives in the study folder, never in a task: a requeued task runs its
+step again, and its training resumes. submitit's preemption signal (USR2, before the time limit or on
+preemption) ends the step as SIGTERM ends a worker, then submitit requeues the task; SIGTERM itself is left
+to submitit, which ignores it, since some clusters send it before their preemption signal.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A worker of a study: takes the next step of the plan that is ready, claims it, does it while renewing the
-claim, records it done or failed, and goes on until nothing it may do is left.
-
-Every executor runs this loop: the local pool (one worker per device), a second ``bgbias study`` on the
-same folder, and each SLURM array task (``only``: its own step). Workers never talk to each other: the plan
-(:mod:`bgbias.study.ledger`) is all they share, so they may run on several machines that share the folder.
+"""A worker of a study: takes the next ready step of the plan, claims it, does it while renewing the claim,
+records it done or failed, and goes on until nothing it may do is left. Every executor runs this loop;
+workers share nothing but the plan (:mod:`bgbias.study.ledger`), so they may run on several machines.
 """
 
 from __future__ import annotations
