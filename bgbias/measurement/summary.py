@@ -96,12 +96,10 @@ def summarize_evaluation(
     class_names: Mapping[Any, str] | None = None,
     empty_masks: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, when there are
-    corrupted repeats, each repeat's scores, their mean and std, the drop, the per-class drop of MAP@R
-    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order;
-    ``class_names`` names classes by label (a label without one is named by itself); ``empty_masks`` are the
-    ids of the images whose saliency mask shows no object (None: not checked), flagged per class and image,
-    the headline also given without them."""
+    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, with corrupted
+    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most. ``labels`` and
+    ``ids`` follow the query order; ``empty_masks`` are the ids of the images whose mask shows no object
+    (None: not checked)."""
     labels = np.asarray(labels)
     check_scores(clean, corrupted, labels, ids)
     clashes = sorted(COMPUTED_KEYS & set(meta))

@@ -40,14 +40,9 @@ def compare_attributions(
     count: int = 8,
     label: str = DEFAULT_ATTRIBUTION,
 ) -> Path:
-    """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
-
-    ``dataset_key``/``split``/``label`` name the explained set
-    (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options). The
-    images and masks are the ones the first run's explanation recorded: the dataset's folder its summary
-    names (none: the dataset's default folder) and the saliency masks its ledger names (``bgbias explain
-    --masks DIR``).
-    """
+    """Write a gallery of up to ``count`` images that every run has a saved map for
+    (``<run>/explain/<dataset key>-<split>-<label>/``), and return its path; the images and masks are the ones
+    the first run's explanation recorded."""
     runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
     missing = [(run, folder) for run, folder in zip(runs, folders, strict=True)

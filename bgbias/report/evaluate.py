@@ -69,21 +69,10 @@ def evaluate(
     log: Callable[[str], None] = print,
     write: bool = True,
 ) -> EvaluationResult:
-    """Score ``model`` on the split ``request`` names (default:
-    :func:`~bgbias.measurement.request.chosen_split`'s, the test split of the dataset it was trained on for a
-    run), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
-    ``request.seed`` (:func:`~bgbias.measurement.measure.measure`), and write its report; with
-    ``request.profile`` also its background-reliance profile (:mod:`bgbias.measurement.scoring`), whose worst
-    case takes the first ``request.worst_k`` copies.
-
-    The masks (default ``masks/<dataset>``) and backgrounds (default ``./backgrounds``; the test pool is its
-    ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
-    ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing (in memory instead inside
-    :func:`~bgbias.corrupted.manifest_store.manifests_in_memory`).
-
-    Without ``write`` nothing goes to disk: no embedding cache, no report folder; the result holds it all
-    (``out_dir`` None).
-    """
+    """Score ``model`` on the split ``request`` names (:func:`~bgbias.measurement.measure.measure`: clean, the
+    corrupted repeats and the profile it asks for) and write its report folder,
+    ``<home>/eval/<measured>-<split>``. Without ``write`` nothing goes to disk: no embedding cache, no report
+    folder; the result holds it all (``out_dir`` None)."""
     measured = measure(model, request or MeasureRequest(), log=log, cache=write)
     if not write:
         return _result(None, measured, {})
@@ -107,11 +96,9 @@ def score_embedding_folder(
     out: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> EvaluationResult:
-    """``bgbias score --embeddings`` (docs/embeddings.md): the embeddings in ``folder`` of ``request.split``
-    of ``dataset`` scored as ``bgbias eval`` scores a model's
-    (:func:`~bgbias.measurement.measure.measure_files`), the same embeddings giving the same report, number
-    for number; the report records that its embeddings came from files, and each file's sha256. Its files go
-    to ``out`` (none without it), which may not lie in a run folder or a model's home."""
+    """``bgbias score --embeddings`` (docs/embeddings.md): the embeddings in ``folder`` scored as ``bgbias
+    eval`` scores a model's, the same embeddings giving the same report; its files go to ``out`` (none without
+    it), which may not lie in a run folder or a model's home."""
     if out is not None:
         _check_report_folder(Path(out))
     measured = measure_files(Path(folder), dataset, request, protocol=protocol, fold=fold,

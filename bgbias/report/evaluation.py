@@ -54,10 +54,9 @@ def write_evaluation_report(
     ids: Sequence[str],
 ) -> dict[str, Path]:
     """Write ``report.json`` (the typed ``record`` as it was made), ``report.csv``, ``per_query.csv`` (from
-    the scores it was made from), ``report.md`` and, when the report has corrupted repeats,
-    ``per_class.csv``, and a background-reliance profile, ``profile.csv``, into ``out_dir``, each
-    atomically; return their paths keyed by file name with ``_`` for ``.`` (``report_json``,
-    ``report_csv``, ``per_query_csv``, ``report_md``, ``per_class_csv``, ``profile_csv``)."""
+    the scores it was made from), ``report.md``, and ``per_class.csv`` and ``profile.csv`` where the report
+    has them, into ``out_dir``, each atomically; return their paths keyed by file name with ``_`` for ``.``.
+    """
     labels = np.asarray(labels)
     check_scores(clean, corrupted, labels, ids)
     repeats = len(record.corrupted.repeats) if record.corrupted else 0

@@ -104,11 +104,9 @@ def write_runs_report(
     foreground: Foreground | None,
     out_dir: str | os.PathLike[str],
 ) -> dict[str, Path]:
-    """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
-    ``runs.png`` into ``out_dir``, each atomically, and ``profile.csv`` where a run has a profile (its table
-    in ``table.md`` too); return their paths keyed by file name, ``_`` for ``.`` (``table_md``,
-    ``table_csv``, ``table_json``, ``runs_png``, ``profile_csv``). ``out_dir`` is a new report folder
-    (:func:`report_runs` and the study write one, :mod:`bgbias.report.folder`)."""
+    """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers),
+    ``runs.png`` and, where a run has a profile, ``profile.csv`` into the new report folder ``out_dir``, each
+    atomically; return their paths keyed by file name with ``_`` for ``.``."""
     headers, rows = table_one(reports, foreground)
     profile_headers, profile_rows = profile_table(reports)
     out = Path(out_dir)

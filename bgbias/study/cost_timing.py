@@ -69,11 +69,9 @@ STAND_IN_POOL = 6
 
 @dataclass(frozen=True)
 class MeasureTiming:
-    """What measuring a trained model adds to its embedding passes, in seconds: ``evaluation_overhead``,
-    one evaluation's manifests, ranking, report files and plots; ``attribution_images``, one image of each
-    attribution the study scores (SmoothGrad, then the method's own where it has one); ``explain_overhead``,
-    what their ``explain`` calls add to their images, all together (probe, ledger, gallery). BGAugment
-    does not change it: a configuration's twin without BGAugment shares it."""
+    """What measuring a trained model adds to its embedding passes, in seconds (one evaluation's overhead, one
+    image of each attribution, what the ``explain`` calls add); a configuration's twin without BGAugment
+    shares it."""
 
     evaluation_overhead: float
     attribution_images: tuple[float, ...]
@@ -82,15 +80,9 @@ class MeasureTiming:
 
 @dataclass(frozen=True)
 class ConfigTiming:
-    """Seconds of the units a run's work is made of, measured for one configuration on one device.
-
-    ``setup``: building the run (dataset, model, loader, session) once; ``train_batch``: one loader batch's
-    optimiser steps; ``epoch_overhead``: what an epoch adds to its steps and validation (checkpoints, curves,
-    records); ``epoch_start``: the method's epoch-start hooks over the whole schedule (DCML re-learns its
-    environments over the training split every few epochs), per training image;
-    ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size (corrupted and
-    profile sets composite their backgrounds on the way); ``measure``: the rest of measuring the trained
-    model."""
+    """Seconds of the units a run's work is made of, measured for one configuration on one device: building
+    the run (``setup``), one loader batch's optimiser steps, what an epoch adds (``epoch_overhead``), the
+    method's epoch-start hooks per training image, embedding one clean or corrupted image, and ``measure``."""
 
     setup: float
     train_batch: float
