@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from bgbias.engine.device import cuda_devices, missing_cuda
-from bgbias.errors import BgbiasError, OptionError
+from bgbias.errors import PARAMETER, BgbiasError, OptionError
 from bgbias.hardware import usable_cores
 from bgbias.study.ledger import Plan, read_plan
 from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
@@ -46,13 +46,10 @@ def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run:
     default the cores split between the workers (one worker: torch's own default, every core). CPU kernels
     sum in an order that depends on their thread count, so runs give the same bits under any number of
     workers only with the same ``threads``."""
-    if workers is not None and workers < 1:
-        raise OptionError(f"--workers must be at least 1, not {workers}", fix="pass --workers 1 or more")
-    if threads is not None and threads < 1:
-        raise OptionError(f"--threads must be at least 1, not {threads}", fix="pass --threads 1 or more")
-    if gpus_per_run < 1:
-        raise OptionError(f"--gpus-per-run must be at least 1, not {gpus_per_run}",
-                          fix="pass --gpus-per-run 1 or more")
+    for name, value in (("workers", workers), ("threads", threads), ("gpus_per_run", gpus_per_run)):
+        if value is not None and value < 1:
+            raise OptionError(f"{PARAMETER}{value} is less than 1", fix=f"pass {PARAMETER}1 or more",
+                              parameter=name)
     gpus = _gpus(devices)
     if not gpus:
         count = workers or 1
