@@ -53,11 +53,9 @@ class RunCost:
 
 @dataclass(frozen=True)
 class PlannedWork:
-    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``
-    (what a method's epoch-start hook goes over); ``validations`` passes over
-    ``validation_clean`` clean and ``validation_corrupted`` corrupted images (epoch 0's included when the
-    untrained model is validated); an evaluation of ``evaluation_clean`` clean and ``evaluation_corrupted``
-    corrupted images (the repeats, and the profile's sets); ``attributed`` images for each attribution."""
+    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``,
+    ``validations`` passes over that many clean and corrupted images (epoch 0's included), an evaluation of
+    that many clean and corrupted images, and ``attributed`` images for each attribution."""
 
     epochs: int
     batches: int
@@ -72,10 +70,8 @@ class PlannedWork:
 
 def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
                  explain_images: int = EXPLAIN_IMAGES) -> PlannedWork:
-    """The work of a run of ``config`` on a dataset of ``sizes``, measured as the study measures it
-    (:func:`~bgbias.study.runs.measure_run`): the clean test split and :data:`~bgbias.study.runs.REPEATS`
-    corrupted repeats, with ``profile`` the profile's sets too, and ``explain_images`` test images per
-    attribution."""
+    """The work of a run of ``config`` on a dataset of ``sizes``, measured as
+    :func:`~bgbias.study.runs.measure_run` measures it (with ``profile``, the profile's sets too)."""
     d, schedule = config.data, config.schedule
     if d.batches_per_epoch is not None:
         batches = d.batches_per_epoch
@@ -134,11 +130,10 @@ def estimate_runs(
     log: Callable[[str], None] = print,
     timer: Callable[..., ConfigTiming] = time_config,
 ) -> dict[str, RunCost]:
-    """The cost of each of ``runs`` of the study ``spec`` on ``device``, by folder name; ``profile``: the plan
-    measures profiles. Each distinct configuration (:func:`timing_key`) is timed once by ``timer``
-    (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration and its twin
-    without BGAugment; a run in ``trained`` (folder names of runs whose training finished) costs its
-    measurement alone. The estimate is for all epochs: early stopping cannot be foreseen."""
+    """The cost of each of ``runs`` on ``device``, by folder name. Each distinct configuration
+    (:func:`timing_key`) is timed once by ``timer``, its measurement once for it and its twin without
+    BGAugment; a run in ``trained`` (folder names of runs whose training finished) costs its measurement
+    alone."""
     sizes = split_sizes(spec)
     images = sample_images(spec)
     size = picture_size(spec)
@@ -222,12 +217,10 @@ MASK_TIMING_IMAGES = 2
 
 
 def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
-    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: its session timed on one of
-    its batches, filled from :data:`MASK_TIMING_IMAGES` of the dataset's images (synthetic pictures of its
-    size where it is not there), after one batch that warms it up, and on those images' decoding and
-    writing, which the pipeline's workers do while the network computes (:mod:`~bgbias.saliency.pipeline`).
-    A missing model file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its
-    masks."""
+    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: one warmed-up batch of the
+    dataset's first images (synthetic ones where it is not there) through its session, against the images'
+    decoding and writing, which the pipeline's workers do meanwhile. A missing model file is the
+    ``AssetError`` of ``bgbias masks``; 0 when the study does not make its masks."""
     if not spec.made_masks or images == 0:
         return 0.0
     session = open_session(spec.masks, Inference(device="cpu" if device == "cpu" else "auto"))

@@ -126,12 +126,10 @@ def time_config(
     measure: MeasureTiming | None = None,
     log: Callable[[str], None] = print,
 ) -> ConfigTiming:
-    """Time ``config`` (a run's resolved configuration) on ``device``: its stand-in is made of copies of
-    ``images`` (cycled; synthetic pictures of ``image_size`` (width, height) when none), the pools of
-    ``backgrounds`` (``train/`` and ``test/``; synthetic when None); ``attributions`` are timed in that order,
-    unless ``measure`` is given (the measurement of a configuration that differs only in BGAugment).
-    The backbone starts from random weights: no weight file is read or fetched. Everything is written into a
-    temporary folder, removed on return; no process or thread is left behind."""
+    """Time ``config`` (a run's resolved configuration) on ``device`` on a stand-in made of copies of
+    ``images`` (synthetic pictures of ``image_size`` when none) and the pools of ``backgrounds`` (synthetic
+    when None); the measurement too unless ``measure`` is given (that of its twin without BGAugment). No
+    weight file is read or fetched, and nothing is left behind: no file, process or thread."""
     train_geometry = train_geometry_of(config, config.dataset)
     eval_geometry = dataset_class(config.dataset).eval_geometry
     with tempfile.TemporaryDirectory(prefix="bgbias-cost-") as folder:
@@ -227,10 +225,9 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
 
 def _attribution_seconds(model: Any, stand_in: StandIn,
                          attributions: Sequence[str]) -> tuple[list[float], float]:
-    """Seconds per image of each attribution, through ``bgbias explain`` itself: one image to warm up,
-    then one and 1 + :data:`EXPLAINED_IMAGES` without a gallery (their difference is the images'), the
-    latter again with its gallery (whose rows are scaled to the study's gallery); and what the explains add
-    to their images, all together."""
+    """Seconds per image of each attribution, through ``bgbias explain`` itself (the difference of two
+    warmed-up runs of 1 and 1 + :data:`EXPLAINED_IMAGES` images), and what the explains add to their images,
+    galleries included."""
     per_image, overheads = [], []
     for attribution in attributions:
         base = MeasureRequest(attribution=attribution, masks=stand_in.masks, progress=False)
@@ -287,10 +284,9 @@ def _released() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------- stand-in
 def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], image_size: tuple[int, int],
                    backgrounds: Path | None) -> StandIn:
-    """The stand-in of ``config``'s dataset in ``folder``: train classes enough for a batch of
-    :data:`STAND_IN_BATCHES` of ``config``'s (``m_per_class`` images each), :data:`EMBED_IMAGES` validation
-    images, a test split as large, exact masks laid out where BGAugment reads them, and pools
-    (``backgrounds`` when it holds both, else synthetic)."""
+    """The stand-in of ``config``'s dataset in ``folder``: enough train classes for :data:`STAND_IN_BATCHES`
+    batches, :data:`EMBED_IMAGES` validation and test images each, exact masks where BGAugment reads them, and
+    the pools (``backgrounds`` when it holds both, else synthetic)."""
     root = folder / "bench"
     m = config.data.m_per_class
     classes = max(2, STAND_IN_BATCHES * config.data.batch_size // m) + 1

@@ -40,12 +40,10 @@ class Slot:
 
 def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run: int = 1,
                 threads: int | None = None) -> list[Slot]:
-    """The workers of ``--devices``/``--workers``/``--gpus-per-run``/``--threads``: ``auto`` is every GPU
-    when CUDA is present (``gpus_per_run`` to a worker), else the CPU; ``cpu`` is ``workers`` CPU workers
-    (default 1); ``cuda:0,1,…`` names the GPUs. Each worker's runs compute with ``threads`` CPU threads,
-    default the cores split between the workers (one worker: torch's own default, every core). CPU kernels
-    sum in an order that depends on their thread count, so runs give the same bits under any number of
-    workers only with the same ``threads``."""
+    """The workers of the options ``devices``, ``workers``, ``gpus_per_run`` and ``threads`` (docs/study.md).
+    ``threads`` defaults to the cores split between the workers; CPU kernels sum in an order that depends on
+    their thread count, so runs give the same bits under any number of workers only with the same ``threads``.
+    """
     for name, value in (("workers", workers), ("threads", threads), ("gpus_per_run", gpus_per_run)):
         if value is not None and value < 1:
             raise OptionError(f"{PARAMETER}{value} is less than 1", fix=f"pass {PARAMETER}1 or more",

@@ -79,11 +79,9 @@ folder names stay readable and within file systems' limits."""
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1,
-    with masks from ``masks`` (:data:`MASK_SOURCES`); the runs of the ``watched`` methods also score the
-    test split after every epoch; ``profile`` adds every run's background-reliance profile; ``settings``
-    (``--set``) train every run as a variant of its method; ``explain_images`` test images of each run get
-    foreground scores."""
+    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1; the
+    ``watched`` methods' runs also score the test split each epoch, ``profile`` adds each run's profile, and
+    ``settings`` (``--set``) make every run a variant of its method."""
 
     methods: tuple[str, ...]
     seeds: int

@@ -72,9 +72,8 @@ SET_BY_THE_STUDY = {
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """Where and how the study's tasks run on SLURM: the partition (None: the cluster's default), the time
-    limit of one task in minutes, GPUs and CPUs of a task (None: the cluster's default), how many tasks of an
-    array run at once (None: submitit's default, 256), and further submitit parameters (``--slurm-opt``)."""
+    """Where and how the study's tasks run on SLURM (None: the cluster's or submitit's default); ``time`` in
+    minutes, ``extra`` the further submitit parameters (``--slurm-opt``)."""
 
     partition: str | None = None
     time: int = DEFAULT_TIME
@@ -375,11 +374,9 @@ def submit_study(
     executor: submitit.Executor | None = None,
     worker: Worker | None = None,
 ) -> list[submitit.Job[Any]]:
-    """Submit one job array per stage of ``stages`` (step ids; empty stages are skipped), each waiting for the
-    one before it (``afterany``), each task a :class:`StudyTask` toward ``goals``; through ``executor`` (None:
-    :func:`slurm_executor` with ``options``; another executor is used as it is configured) and ``worker``
-    (None: :func:`bgbias.study.worker.work`). Records the submission in :data:`SUBMITTED`; returns the jobs,
-    the stages' tasks in order."""
+    """Submit one job array per non-empty stage of ``stages`` (step ids), each waiting for the one before
+    (``afterany``), through ``executor`` (None: :func:`slurm_executor` with ``options``); record the
+    submission in :data:`SUBMITTED` and return the jobs, the stages' tasks in order."""
     folder = Path(folder).absolute()
     script_value(str(folder), "the study folder's path", path=folder)
     arrays = [list(steps) for steps in stages if steps]

@@ -107,11 +107,9 @@ def work(
 ) -> WorkOutcome:
     """Do the ready steps among ``goals`` and what they need, until none is left that this worker may do.
 
-    ``only``: do just that step (waiting until what it needs is done), then a page among ``goals`` if it has
-    become ready (the last run of a job array writes the page). ``threads``: torch's CPU threads;
-    ``processes``: how many processes train each run (torchrun, one per visible device). A SIGTERM
-    or Ctrl-C during a step gives its claim back (the step is taken again, a run resumes from its last
-    checkpoint) and is raised on.
+    ``only``: do just that step (waiting for what it needs), then a page among ``goals`` if it has become
+    ready (the last run of a job array writes the page). A SIGTERM or Ctrl-C during a step gives its claim
+    back and is raised on.
     """
     if threads is not None:
         torch.set_num_threads(threads)
