@@ -120,11 +120,8 @@ def corrupted_manifests(
     geometry: EvalGeometry,
 ) -> list[CorruptedManifest]:
     """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
-
-    Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
-    written, so a manifest made with another pool is reported, never silently replaced; each must be the
-    split, seed and repeat its file name stands for, so no repeat is counted twice.
-    """
+    Existing manifests are loaded (and so checked) before any is written, so one made with another pool is
+    reported, never silently replaced; each must be the split, seed and repeat its file name stands for."""
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)

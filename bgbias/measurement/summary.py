@@ -56,10 +56,9 @@ PROFILE_SETS: dict[str, str] = {
 def summarize(
     scored: ScoredSets, sets: EvaluationSets, resolved: ResolvedRequest, source: Mapping[str, Any]
 ) -> EvaluationReport:
-    """The typed report of an evaluation: where its states came from (``source``: the model and how it
-    ran, or the files), what the resolved request measured (the dataset, split, geometry, retrieval, the
-    corrupted sets), the scores of every set in ``scored`` summarised, and with the profile its rows;
-    checked once against the report's declared shape."""
+    """The typed report of an evaluation: where its states came from (``source``), what the resolved request
+    measured, and the scores of every set in ``scored`` summarised; checked once against its declared shape.
+    """
     request, items, dataset, retrieval = (resolved.request, resolved.items, resolved.dataset,
                                           resolved.retrieval)
     meta = {**source, "dataset": dataset.name, "measured": resolved.measured,
@@ -253,10 +252,8 @@ def per_query_table(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
     empty_masks: Collection[str] | None = None,
 ) -> dict[str, list[Any]]:
-    """The per-query table by column: id, label, R, with ``empty_masks`` (the ids of images whose mask shows
-    no object) whether the image's is empty, then each metric for the clean set and each repeat
-    (``clean_map_at_r``, ``repeat0_map_at_r``, …); a lone query's scores are None. ``per_query.csv`` holds
-    it, and ``pandas.DataFrame(table)`` reads it."""
+    """The per-query table by column (``per_query.csv``): id, label, R, whether the image's mask is empty
+    (with ``empty_masks``), then each metric for the clean set and each repeat (``repeat0_map_at_r``, …)."""
     sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
     table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
                                    "r": clean.per_query["r"].astype(int).tolist()}

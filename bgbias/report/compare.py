@@ -106,10 +106,8 @@ def compare_runs(
     out_dir: str | os.PathLike[str],
     label: str = DEFAULT_ATTRIBUTION,
 ) -> list[Path]:
-    """``out_dir/foreground-<dataset>-<split>.png`` for every dataset that two or more of the runs explained
-    with the attribution ``label`` (with shared gallery images) at the dataset's evaluation geometry,
-    ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
-    written."""
+    """``out_dir/foreground-<dataset>-<split>[-<label>].png`` for every dataset that two or more of the runs
+    explained with the attribution ``label``; returns the galleries written."""
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):
         for explained in explained_sets(run, split):

@@ -68,10 +68,8 @@ def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method:
 
 @dataclass(frozen=True)
 class DialMark:
-    """One point of a dial curve as drawn: its ρ, and the relative drop and the corrupted MAP@R as (mean,
-    std over training seeds) in %, the std 0 for one seed and the pair None where no run has the score. The
-    plot takes these rather than runs so that a results record (docs/results.md's dial) draws the same
-    figure."""
+    """One point of a dial curve as drawn: ρ, and the relative drop and the corrupted MAP@R as (mean, std over
+    seeds) in %, None where no run has the score; a results record (docs/results.md) draws the same figure."""
 
     rho: float
     drop: tuple[float, float] | None
@@ -108,9 +106,8 @@ def _percent(spread: Spread) -> tuple[float, float] | None:
 def write_dial_report(
     points: Sequence[DialPoint], out_dir: str | os.PathLike[str], method: str
 ) -> dict[str, Path]:
-    """``dial.md`` (the table and how to read it), ``dial.json`` (the same cells and every run) and
-    ``dial.png`` in ``out_dir``, which they replace all at once or not at all
-    (:mod:`bgbias.report.folder`)."""
+    """``dial.md``, ``dial.json`` (the same cells and every run) and ``dial.png`` in ``out_dir``, which they
+    replace all at once or not at all."""
     return write_report_folder(out_dir, lambda stage: _write_dial(points, stage, method), DIAL_FILES)
 
 

@@ -37,9 +37,8 @@ GALLERY_NEIGHBOURS = 5
 
 @dataclass
 class EvaluationResult:
-    """Scores of the clean set and of each corrupted repeat, the report (typed: ``report.clean.map_at_r``, as
-    ``report.json`` reads back) and where its files are (None: the report was not written, e.g. precomputed
-    embeddings without an output folder)."""
+    """Scores of the clean set and of each corrupted repeat, the typed report, and where its files are (None:
+    not written)."""
 
     out_dir: Path | None
     report: EvaluationReport
@@ -52,9 +51,8 @@ class EvaluationResult:
     labels: np.ndarray
 
     def per_query(self) -> dict[str, list[Any]]:
-        """The per-query table by column (``per_query.csv``): id, label, R, each metric clean and per
-        corrupted repeat; ``pandas.DataFrame(result.per_query())`` where pandas is at hand. The per-class
-        table is ``report.per_class``, the profile's rows ``report.profile.sets``."""
+        """The per-query table by column (``per_query.csv``); ``pandas.DataFrame(result.per_query())`` reads
+        it."""
         return per_query_table(self.clean, self.corrupted, self.labels, self.ids)
 
     def summary(self) -> str:
@@ -124,9 +122,8 @@ def _check_report_folder(out: Path) -> None:
 
 
 def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, Path]:
-    """The report folder of a measurement, from its typed report, replacing the one of an earlier evaluation
-    whole (:mod:`bgbias.report.folder`): a clean-only evaluation after a corrupted one keeps none of its
-    files, and a failed one leaves it as it was."""
+    """The report folder of a measurement, replacing an earlier evaluation's whole
+    (:mod:`bgbias.report.folder`)."""
     record, clean, corrupted = measured.report, measured.clean, measured.corrupted
 
     def write(stage: Path) -> dict[str, Path]:

@@ -30,10 +30,9 @@ drop into a folder they show."""
 def write_report_folder(
     out_dir: str | os.PathLike[str], write: Callable[[Path], Mapping[str, Path]], owns: Sequence[str]
 ) -> dict[str, Path]:
-    """Call ``write(stage)`` with an empty folder beside ``out_dir``, then put that folder in its place; the
-    files ``write`` returns are returned as they lie in ``out_dir`` afterwards. An ``out_dir`` holding an
-    entry that none of the patterns ``owns`` matches (a report's own files) is refused before ``write``
-    runs."""
+    """Call ``write(stage)`` with an empty folder beside ``out_dir``, then put that folder in its place;
+    return the files ``write`` returns as they lie in ``out_dir``. An ``out_dir`` holding an entry none of the
+    patterns ``owns`` matches is refused before ``write`` runs."""
     out = Path(out_dir)
     where = Path(os.path.abspath(out))
     _check_replaceable(where, owns)

@@ -162,9 +162,8 @@ def report_runs(
     split: str = "test",
     label: str = DEFAULT_ATTRIBUTION,
 ) -> RunsReport:
-    """``bgbias report``: the table of the runs' evaluations on ``split`` (:func:`write_runs_report`) and the
-    galleries of their attribution maps (``label``) side by side (:func:`~bgbias.report.compare.compare_runs`)
-    in ``out_dir``, which they replace all at once or not at all (:mod:`bgbias.report.folder`)."""
+    """``bgbias report``: the table of the runs' evaluations on ``split`` and the galleries of their
+    attribution maps (``label``) side by side in ``out_dir``, which they replace all at once or not at all."""
     reports, foreground = collect_runs(run_dirs, split)
 
     def write(stage: Path) -> dict[str, Path]:
@@ -181,10 +180,9 @@ def report_runs(
 def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
 ) -> tuple[list[EvaluationReport], dict[ForegroundKey, ExplainSummary]]:
-    """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
-    run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
-    per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
-    any evaluation report is an error that says how to make one."""
+    """The evaluation reports on ``split`` and foreground-score summaries of run folders and external models'
+    folders, keyed (method, bgaugment, dataset key, label); a folder without any evaluation report is an error
+    that says how to make one."""
     reports: list[EvaluationReport] = []
     foreground: dict[ForegroundKey, ExplainSummary] = {}
     for path in run_dirs:

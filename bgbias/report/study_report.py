@@ -326,8 +326,7 @@ PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "only-
 
 def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
     """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` as mean ± std over the seeds'
-    profiles (each run's value being the mean over that set's repeats); :data:`NOT_MEASURED` where no
-    seed's record has the set."""
+    profiles; :data:`NOT_MEASURED` where no seed's record has the set."""
     rows = []
     for key, runs in seeds_by_setting(reports).items():
         profiled = [run for run in runs.values() if run.profile]
@@ -461,9 +460,8 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[EvaluationRe
 
 # ------------------------------------------------------------------------------------------------ figures
 def plot_over_seeds(reports: Sequence[EvaluationReport], path: str | os.PathLike[str]) -> Path:
-    """The side-by-side table as a picture: per method, clean and corrupted MAP@R (%) without and with
-    BGAugment, a bar at the mean over training seeds and a dot for each seed, so that BGAugment's effect is
-    seen beside the seed spread."""
+    """The side-by-side table as a picture: a bar at the mean over training seeds and a dot per seed, so that
+    BGAugment's effect is seen beside the seed spread."""
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     series = [(bgaugment, value, label) for bgaugment in SETTINGS
