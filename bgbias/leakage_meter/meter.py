@@ -58,12 +58,9 @@ def measure_leakage(
     progress: bool = False,
     out: str | Path | None = None,
 ) -> DatasetLeakage:
-    """The background leakage of ``split`` of ``dataset`` seen through ``model`` (frozen; put in eval mode).
-
-    Masks come with the items or from ``masks_dir`` (default: the dataset's masks folder); ``geometry``
-    defaults to the one ``model`` is measured at. ``seed`` fixes the probe's folds and the bootstrap. With
-    ``out``, ``leakage.json``, ``leakage.md`` and the per-class picture it links are written there.
-    """
+    """The background leakage of ``split`` of ``dataset`` seen through ``model`` (frozen; put in eval mode),
+    at its measured geometry unless ``geometry`` is given; ``seed`` fixes the probe's folds and the bootstrap.
+    With ``out``, ``leakage.json``, ``leakage.md`` and the per-class picture are written there."""
     items = split_items(dataset, split)
     labels = np.array([item.label for item in items], np.int64)
     if len(np.unique(labels)) < 2:

@@ -71,9 +71,8 @@ def profile_columns(outcomes: Sequence[ModelOutcome]) -> list[str]:
 
 
 def table(page: AuditPage) -> Table:
-    """The ranked table: rank, model, clean MAP@R and P@1, corrupted MAP@R (mean ± std over its repeats), the
-    relative drop, the profile's MAP@R by set, the leakage with its interval; an ``error`` column where a
-    model failed."""
+    """The ranked table: one row per model, its scores, profile and leakage; an ``error`` column where a model
+    failed."""
     columns = profile_columns(page.ranked)
     headers = ["rank", "model", "clean MAP@R", "clean P@1", "corrupted MAP@R", "relative drop (%)", *columns,
                "leakage (%) [95 % interval]"]
