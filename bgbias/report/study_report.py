@@ -547,11 +547,6 @@ def empty_mask_blocks(results: Sequence[StudyRunResult]) -> list[Block]:
         "them."))]
 
 
-def _table_or(table: TableCells, note: str, instead: str) -> list[Block]:
-    """The note and the table, or the sentence ``instead`` where the table has no rows."""
-    return [Paragraph(note), Table(*table)] if table[1] else [Paragraph(instead)]
-
-
 def write_study_report(
     results: Sequence[StudyRunResult],
     out_dir: str | os.PathLike[str],
@@ -592,9 +587,9 @@ def write_study_report(
         Heading("BGAugment's effect, paired by seed"),
         Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
-        *(_table_or(mechanism, f"Each method outside the reference losses ({', '.join(reference)}) without "
-                    "BGAugment, against the pooled seeds of the reference losses without BGAugment.",
-                    MECHANISM_NOT_MEASURED)),
+        *([Paragraph(f"Each method outside the reference losses ({', '.join(reference)}) without "
+                     "BGAugment, against the pooled seeds of the reference losses without BGAugment."),
+           Table(*mechanism)] if mechanism[1] else [Paragraph(MECHANISM_NOT_MEASURED)]),
         Heading("Rankings"),
         *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
         Heading("Background-reliance profile"),

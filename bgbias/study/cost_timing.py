@@ -218,7 +218,7 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
     request = MeasureRequest(corrupted=True, repeats=1, masks=stand_in.masks,
                              backgrounds=stand_in.backgrounds, manifests=folder / "corrupted-test",
                              progress=False)
-    test = _split_size(stand_in.root, "test")
+    test = len(split_items(open_dataset("bench", stand_in.root), "test", "fixed", 0))
     seconds = _timed(lambda: evaluate(model, request, log=_quiet), model.device)
     return max(0.0, seconds - test * (clean + corrupted))
 
@@ -244,11 +244,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
         per_image.append(image)
         overheads.append(max(0.0, one - image) + base.gallery_count * row)
     return per_image, sum(overheads)
-
-
-def _split_size(root: Path, split: str) -> int:
-
-    return len(split_items(open_dataset("bench", root), split, "fixed", 0))
 
 
 def _quiet(message: str) -> None:

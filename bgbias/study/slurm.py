@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic
@@ -237,13 +237,6 @@ def _offline_executor(folder: Path) -> submitit.SlurmExecutor:
     return OfflineSlurmExecutor(folder)
 
 
-class Worker(Protocol):
-    """What a task calls: :func:`bgbias.study.worker.work`, or a stand-in of its signature in tests."""
-
-    def __call__(self, folder: Path, goals: Sequence[str], *, only: str | None = None,
-                 device: str = "auto") -> object: ...
-
-
 @dataclass(frozen=True)
 class StudyTask:
     """One array task: execute the step ``only`` of the study folder's plan (after its dependencies) toward
@@ -254,7 +247,7 @@ class StudyTask:
     goals: tuple[str, ...]
     only: str
     device: str = "auto"
-    worker: Worker | None = None
+    worker: Callable[..., object] | None = None  # None: bgbias.study.worker.work
 
     def __call__(self) -> object:
         """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
@@ -372,7 +365,7 @@ def submit_study(
     options: SlurmOptions,
     *,
     executor: submitit.Executor | None = None,
-    worker: Worker | None = None,
+    worker: Callable[..., object] | None = None,
 ) -> list[submitit.Job[Any]]:
     """Submit one job array per non-empty stage of ``stages`` (step ids), each waiting for the one before
     (``afterany``), through ``executor`` (None: :func:`slurm_executor` with ``options``); record the
