@@ -39,9 +39,8 @@ PROFILE_NOTE = (
 NOT_MEASURED = "–"
 """The cell of a profile set that a run's record lacks: the run was profiled before the set existed."""
 
-ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
-"""Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
-SmoothGrad at its default options, or (method, bgaugment, dataset, attribution label)."""
+ForegroundKey = tuple[str, bool, str, str]
+"""Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset, label)."""
 
 Foreground = Mapping[ForegroundKey, "ExplainSummary"]
 """Foreground-score summaries (``summary.json`` of ``bgbias explain``) by run and attribution."""
@@ -50,11 +49,10 @@ Foreground = Mapping[ForegroundKey, "ExplainSummary"]
 def table_one(
     reports: Sequence[EvaluationReport], foreground: Foreground | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
-    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to the
-    explanation's summary; one column per dataset and label."""
+    """Headers and rows of the Table-1 layout, a foreground-score column per dataset and label; two reports
+    of one (method, bgaugment, dataset, split) are an error naming both runs."""
     by_key = index_reports(reports)
-    foreground = _checked_foreground(foreground or {})
+    foreground = foreground or {}
     methods = list(dict.fromkeys([key[0] for key in by_key] + [key[0] for key in foreground]))
     groups = list(dict.fromkeys(key[2:] for key in by_key))
     datasets = [dataset for dataset, _ in groups] + [key[2] for key in foreground]
@@ -140,7 +138,7 @@ def write_runs_report(
         "foreground": [{"method": m, "bgaugment": b, "dataset": d,
                         **summary.model_dump(exclude_unset=True,
                                              exclude={"dataset_root", "format", "version"})}
-                       for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
+                       for (m, b, d, _label), summary in (foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])
     return paths
@@ -216,24 +214,6 @@ def _foreground_cell(summary: ExplainSummary | None) -> str:
         return ""
     std = summary.std
     return f"{summary.mean:.2f}" if std is None else f"{summary.mean:.2f} ± {std:.2f}"
-
-
-def _checked_foreground(foreground: Foreground) -> dict[tuple[str, bool, str, str], ExplainSummary]:
-    """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
-    given; a malformed entry is an ``OptionError``."""
-    checked = {}
-    for key, summary in foreground.items():
-        well_formed = isinstance(key, tuple) and len(key) in (3, 4)
-        if not (well_formed and isinstance(summary, ExplainSummary)):
-            raise OptionError(
-                f"foreground score entry {key!r} is not (method, bgaugment, dataset[, attribution label]) -> "
-                "the explanation's summary",
-                fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset) "
-                    "or (method, bgaugment, dataset, attribution label)",
-            )
-        label = str(key[3]) if len(key) == 4 else DEFAULT_ATTRIBUTION
-        checked[str(key[0]), bool(key[1]), str(key[2]), label] = summary
-    return checked
 
 
 def _run_numbers(report: EvaluationReport) -> dict[str, Any]:
