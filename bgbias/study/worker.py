@@ -287,11 +287,8 @@ def _asked_device(device: str) -> str:
 
 
 def _device_label(device: str) -> str:
-    """The device as ``--status`` shows it (``auto`` resolved), with the GPUs this process sees when they are
-    limited."""
-    resolved = str(resolve_device(device))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return resolved if visible is None or resolved == "cpu" else f"{resolved} (GPU {visible})"
+    """The device as ``--status`` shows it: :func:`_asked_device` with ``auto`` resolved."""
+    return _asked_device(str(resolve_device(device)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
