@@ -90,8 +90,7 @@ def score_sets(
     states: SetStates, sets: EvaluationSets, resolved: ResolvedRequest, log: Callable[[str], None]
 ) -> ScoredSets:
     """Each set of ``sets`` from ``states`` (a model's, or files of embeddings) scored against itself by the
-    resolved request's retrieval: the clean split, the paper's ``repeats`` corrupted repeats and, with
-    ``profile``, every repeat's queries against the clean gallery and the variants."""
+    resolved request's retrieval, and with the profile each repeat's queries against the clean gallery."""
     request, retrieval, labels = resolved.request, resolved.retrieval, states.labels
     max_memory = request.max_memory or MAX_MEMORY
     recalls: list[Any] = []

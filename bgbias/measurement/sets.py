@@ -89,9 +89,8 @@ class EvaluationSets:
 
 
 def evaluation_sets(resolved: ResolvedRequest) -> EvaluationSets:
-    """The sets a resolved request scores on its images at its geometry: ``repeats`` corrupted sets with
-    ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets. Their
-    manifests are made where missing (see :func:`missing_manifests`)."""
+    """The sets a resolved request scores: its corrupted repeats and, with the profile, the worst case's extra
+    repeats and every variant's sets; their manifests made where missing."""
     request, dataset, items = resolved.request, resolved.dataset, resolved.items
     masks_dir = resolved.masks_dir
     if not (request.corrupted or request.profile):

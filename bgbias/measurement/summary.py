@@ -274,9 +274,8 @@ def summarize_profile(
     sets: Sequence[VariantImages],
     worst_manifests: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The profile as the report keeps it: for each of :data:`PROFILE_SETS` in order, its name, title, how
-    many sets it averages, and the mean and sample std (ddof 1; None for one set) of each metric; then how it
-    was made."""
+    """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
+    over its sets, then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),

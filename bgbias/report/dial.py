@@ -56,9 +56,8 @@ def dial_table(points: Sequence[DialPoint], method: str) -> tuple[list[str], lis
 
 
 def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method: str) -> Path:
-    """Two panels against ρ: the relative drop of MAP@R (%) and the corrupted MAP@R (%); vanilla and
-    BGAugment in two colours, exact masks solid and U²-Net masks dashed; error bars are the std over
-    training seeds."""
+    """Two panels against ρ, the relative drop and the corrupted MAP@R (%): vanilla and BGAugment in two
+    colours, exact masks solid and U²-Net masks dashed, error bars the std over training seeds."""
     if not points:
         raise OptionError("the dial has no evaluated runs to plot", fix="run `bgbias study --dial` first")
     curves = {key: [DialMark(p.rho, _percent(p.spread(relative_drop)), _percent(p.spread(corrupted_map)))

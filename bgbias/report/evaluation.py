@@ -170,8 +170,8 @@ def _scores_table(clean: Scores, corrupted: CorruptedScores | Scores | None,
 
 
 def _empty_mask_headline(report: EvaluationReport) -> list[Block]:
-    """How many images have masks that show no object, how they were counted, and the headline without
-    them; a sentence saying the masks were not checked where a corrupted score could not check them."""
+    """The images whose masks show no object and the headline without them, or that the masks were not
+    checked."""
     empty = report.empty_masks
     if report.corrupted is None:
         return []
@@ -334,9 +334,7 @@ def approximate_note(report: EvaluationReport) -> str:
 
 
 def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:
-    """A metadata entry as list items: a mapping nests its entries in a list under the key, a list of
-    mappings gets one nested item per mapping, anything else stays on the key's line; what made the masks
-    in words."""
+    """A metadata entry as list items, mappings nested under their key; what made the masks in words."""
     if key == MASK_MAKER and (value is None or isinstance(value, Mapping)):
         return (f"{key}: {shown_mask_maker(value)}",)
     if isinstance(value, Mapping) and value:

@@ -197,9 +197,8 @@ Groups = Mapping[tuple[str, bool], Mapping[int, EvaluationReport]]
 
 
 def answers(reports: Sequence[EvaluationReport], reference: Sequence[str]) -> tuple[tuple[Strong, str], ...]:
-    """The study's three questions answered in a sentence each from the runs, with the seed spread: is MAP@R
-    lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism. Each is
-    (the question, `` `` + its answer)."""
+    """The study's three questions, each answered in a sentence from the runs with the seed spread: (the
+    question, `` `` + its answer)."""
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     return (
@@ -556,9 +555,9 @@ def write_study_report(
     figures: Sequence[Figure] = (),
     failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """``study.md`` and ``study.html`` in ``out_dir`` (with ``over-seeds.png`` and ``per-class-drop.png``):
-    the tables above, ``figures`` (the runs' plot, galleries, the dial where made), the selection analysis
-    and the runs that failed (``failures``: run folder name → error), which the tables leave out."""
+    """``study.md`` and ``study.html`` (with ``over-seeds.png`` and ``per-class-drop.png``) in ``out_dir``,
+    with ``figures`` and the runs that failed (``failures``: run folder name → error), which the tables leave
+    out."""
     out = Path(out_dir)
     methods = list(dict.fromkeys(result.key[0] for result in results))
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.

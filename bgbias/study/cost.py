@@ -109,10 +109,8 @@ def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
 
 
 def timing_key(config: TrainConfig, *, measured: bool = False) -> str:
-    """What makes two runs' steps cost the same: their configuration but the seed (which draws other batches
-    of the same size), the schedule (how much work, not what it costs) and the device (the one timed); with
-    ``measured``, what makes measuring them cost the same: BGAugment left out too (it is not in the trained
-    model)."""
+    """What makes two runs' steps cost the same: their configuration but the seed, the schedule and the
+    device; with ``measured`` (measuring them), BGAugment left out too, as it is not in the trained model."""
     settings = config.as_dict()
     for key in ("seed", "device", "schedule", *(("bgaugment",) if measured else ())):
         settings.pop(key, None)
@@ -173,9 +171,8 @@ def sample_images(spec: StudySpec) -> list[Path]:
 
 
 def picture_size(spec: StudySpec) -> tuple[int, int]:
-    """(width, height) of the synthetic pictures standing in for a dataset that is not there yet: the
-    bench preset's view size, else a typical photograph of the datasets (CUB's and Cars196's are about
-    500 × 375)."""
+    """(width, height) of synthetic pictures standing in for a dataset not there yet: the bench's view size,
+    else CUB's and Cars196's typical 500 × 375."""
     if spec.bench is not None:
         side = BENCH_PRESETS[spec.bench.preset].image_size
         return side, side

@@ -126,10 +126,9 @@ def study_plan(
     dataset: str = "bench",
     explain_images: int = EXPLAIN_IMAGES,
 ) -> StudyPlan:
-    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given, and
-    ``settings`` (``key=value``, as ``bgbias train --set``) for every run; unknown names, fewer than one seed,
-    a setting the study makes itself and settings a method refuses on ``dataset`` are an ``OptionError``
-    before any work; ``explain_images``: test images of each run whose foreground is scored."""
+    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in its own's place where given and
+    ``settings`` (as ``bgbias train --set``) for every run; what cannot be trained is an ``OptionError``
+    before any work."""
     if preset not in PRESETS:
         raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
     if masks is not None and masks not in MASK_SOURCES:

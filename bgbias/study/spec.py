@@ -144,9 +144,8 @@ def bench_spec(preset: str, rho: float, seed: int, masks: str,
 
 
 def study_bench_root(preset: str, rho: float, seed: int) -> Path:
-    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
-    ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
-    (and their masks and runs) live side by side instead of replacing one another."""
+    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the defaults, else
+    ``<data-root>/bench-<preset>-rho<rho>-seed<seed>``, so the dial's benches live side by side."""
     default = default_root("bench")
     if (preset, rho, seed) == ("small", 0.9, 0):
         return default
