@@ -1,13 +1,8 @@
 """The ρ at which the bias dial's bench leaks as much as a measured dataset (docs/leakage.md, "Calibration
-on the bias dial").
+on the bias dial"): the curve of ``bgbias/configs/leakage_dial.json`` read back and inverted.
 
-The dial's benches have a known background–class correlation ρ. ``benchmarks/leakage_dial.py`` measures the
-meter on them and writes what it read at each ρ, per encoder and fill, to
-``bgbias/configs/leakage_dial.json``; this module reads that curve back and inverts it, so a dataset's
-leakage can be said in the bench's terms: "it leaks as much as the bench at ρ ≈ 0.6". Between two measured
-ρ the curve is a straight line; it is only ever inverted where it rises (the file is refused otherwise), and
-a reading beyond either end is said as such, not extrapolated. A curve holds for the encoder and fill it
-was measured with: any other pair gets no ρ, since another encoder reads other numbers off the same images.
+It is only ever inverted where it rises (the file is refused otherwise), a reading beyond either end is said
+as such, not extrapolated, and a curve holds only for the encoder and fill it was measured with.
 """
 
 from __future__ import annotations

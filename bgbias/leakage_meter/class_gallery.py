@@ -1,9 +1,6 @@
 """The picture of the classes whose background gives them away most: for each, a few of its background-only
-images, each with its nearest background-only neighbours, framed green where they share its class.
-
-A number says how much the background retrieves; the picture shows what: a shared room, a colour, a texture
-the object was photographed against. It is the evaluation's retrieval gallery
-(:mod:`bgbias.retrieval.gallery`) with one block per class and one row per image.
+images with their nearest background-only neighbours, framed green where they share its class
+(:mod:`bgbias.retrieval.gallery`, one block per class).
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""The meter's one number and its confidence interval.
-
-**Background leakage** is the background's share of what the background and the object retrieve above
-chance, in MAP@R: ``b / (b + f)`` with ``b = max(0, MAP@R(background-only) − chance)`` and ``f`` the same
-for the foreground-only images. It is 0 where the background retrieves nothing of the class that chance
-would not, 1 where the object retrieves nothing and the background does, ½ where both retrieve alike; it is
-undefined (NaN) where neither retrieves above chance. A share rather than the background's MAP@R alone
-because it compares across datasets and encoders: a hard dataset (many classes, fine-grained) or a weak
-encoder lowers both views, and the share asks only which of the two carries more of the class
-(docs/leakage.md says more, and what it does not say).
-
-The interval resamples the images (with replacement, ``seed`` fixed): each draw's means of the images'
-own MAP@R in both views give one share; its 2.5th and 97.5th percentiles bound 95 % of them.
+"""The meter's one number, the background's share ``b / (b + f)`` of what the two views retrieve above chance
+in MAP@R, and its bootstrap confidence interval over images (docs/leakage.md, *The headline number*).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The dataset's background leakage meter: how much of the class the background alone gives away, before
-any model is trained on the dataset (issue 34; docs/leakage.md).
+any model is trained on the dataset (docs/leakage.md, *How it is computed*).
 
-Every image of a split is seen twice, by one frozen encoder: with its object removed and the hole filled
-(background-only) and with its object alone on black (foreground-only), both at the geometry the encoder is
-measured at (:mod:`bgbias.leakage_meter.views`). Each view is scored against chance by retrieval (MAP@R and
-P@1 of the split against itself, :func:`~bgbias.retrieval.metrics.score_embeddings`) and by a
-cross-validated linear probe (:mod:`bgbias.leakage_meter.probe`); the headline is the background's share of
-what the two retrieve above chance, with a bootstrap interval over images
-(:mod:`bgbias.leakage_meter.headline`), and the ρ at which the bias dial's bench leaks as much
-(:mod:`bgbias.leakage_meter.calibration`). Nothing is written unless ``out`` is given: then the record, the
-summary and the picture of the classes whose background gives them away most
-(:mod:`bgbias.leakage_meter.class_gallery`).
-
-An image whose mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) keeps its object in
-the background-only view and is black in the object-only one, so its class reads as leaking: such images are
-counted, per class and in all, and the page says so.
+An image whose mask shows no object keeps its object in the background-only view and is black in the
+object-only one, so its class reads as leaking: such images are counted, per class and in all, and the page
+says so.
 """
 
 from __future__ import annotations
@@ -69,12 +58,9 @@ def measure_leakage(
     progress: bool = False,
     out: str | Path | None = None,
 ) -> DatasetLeakage:
-    """The background leakage of ``split`` of ``dataset`` seen through ``model`` (frozen; put in eval mode).
-
-    Masks come with the items or from ``masks_dir`` (default: the dataset's masks folder); ``geometry``
-    defaults to the one ``model`` is measured at. ``seed`` fixes the probe's folds and the bootstrap. With
-    ``out``, ``leakage.json``, ``leakage.md`` and the per-class picture it links are written there.
-    """
+    """The background leakage of ``split`` of ``dataset`` seen through ``model`` (frozen; put in eval mode),
+    at its measured geometry unless ``geometry`` is given; ``seed`` fixes the probe's folds and the bootstrap.
+    With ``out``, ``leakage.json``, ``leakage.md`` and the per-class picture are written there."""
     items = split_items(dataset, split)
     labels = np.array([item.label for item in items], np.int64)
     if len(np.unique(labels)) < 2:

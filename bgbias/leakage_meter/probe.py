@@ -1,11 +1,6 @@
-"""A cross-validated linear probe of the class: how well a linear read-out of one view's embeddings names an
-image's class, beside retrieval (which only asks whether an image's neighbours share it).
-
-The probe is a nearest class mean in squared L2 (a linear classifier: ``argmax_c 2·μ_c·x − |μ_c|²``), fitted
-on the other folds' images and read on each fold's: no step size, no iterations, nothing random but the
-folds, so it is exact and deterministic, and it costs one pass over the embeddings per fold. Folds are cut
-by image, class by class (each class's images shuffled by ``seed`` and dealt out in turn), so every class
-with at least ``folds`` images is in every fold's training part.
+"""A cross-validated linear probe of the class: a nearest class mean in squared L2, fitted on the other folds
+and read on each fold's images; exact and deterministic (nothing random but the folds). Folds are cut class
+by class, so every class with at least :data:`PROBE_FOLDS` images is in every fold's training part.
 """
 
 from __future__ import annotations
@@ -29,17 +24,15 @@ def probe_folds(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
     return fold_of
 
 
-def probe_predictions(
-    embeddings: np.ndarray, labels: np.ndarray, *, folds: int = PROBE_FOLDS, seed: int = 0
-) -> np.ndarray:
+def probe_predictions(embeddings: np.ndarray, labels: np.ndarray, *, seed: int = 0) -> np.ndarray:
     """Each image's predicted class, by the nearest class mean of the other folds' images (labels as
     given). A fold whose training part lacks a class never predicts it."""
     embeddings = np.asarray(embeddings, np.float64)
     labels = np.asarray(labels)
     classes = np.unique(labels)
-    fold_of = probe_folds(labels, folds, seed)
+    fold_of = probe_folds(labels, PROBE_FOLDS, seed)
     predicted = np.empty_like(labels)
-    for fold in range(folds):
+    for fold in range(PROBE_FOLDS):
         held_out = fold_of == fold
         if not held_out.any():
             continue

@@ -60,12 +60,9 @@ class ClassLeakage:
 
 @dataclass(frozen=True)
 class DatasetLeakage:
-    """The background leakage of one split of a dataset, seen through one frozen encoder
-    (docs/leakage.md): the headline ``leakage`` with its bootstrap ``interval``, both views' scores beside
-    chance, ``per_class``, the classes whose background gives them away most first, and ``bench_rho``, the
-    ρ at which the bias dial's bench leaks as much (None where the dial was not calibrated for this encoder
-    and fill). ``empty_masks``: the images whose mask shows no object (their object stays in the
-    background-only view)."""
+    """The background leakage of one split of a dataset, seen through one frozen encoder (docs/leakage.md):
+    the headline with its bootstrap interval, both views' scores beside chance, the classes that leak most
+    first, and ``bench_rho`` (None where the dial was not calibrated for this encoder and fill)."""
 
     dataset: str
     split: str

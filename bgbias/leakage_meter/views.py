@@ -1,12 +1,6 @@
-"""What the leakage meter embeds: a split's images with the object removed (background-only) or alone on
-black (foreground-only), at the evaluation geometry.
-
-A map-style dataset like :class:`~bgbias.variants.variant_images.VariantImages` (decoding in CPU workers,
-``uint8`` tensors out). The background-only image removes the object with its mask dilated by 2 % of the
-crop's side (:func:`~bgbias.variants.variants.background_only`), so the soft edge's halo leaves with it, and
-fills the hole with one of :data:`~bgbias.variants.variants.FILLS` (inpainted, it is the profile's
-``only-bg-inpainted`` variant); the foreground-only image is the profile's ``only-fg`` variant, the soft mask
-as it is.
+"""What the leakage meter embeds: a split's images with the object removed (background-only, the mask dilated
+by 2 % of the crop's side so the soft edge's halo leaves with it) or alone on black (foreground-only), at
+the evaluation geometry; the profile's ``only-bg-*`` and ``only-fg`` variants.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """A user's embeddings of an evaluation's sets, read from files laid out as ``bgbias corrupt --render`` lays
-out the images (docs/embeddings.md): one file per set, rows keyed by image, checked strictly.
+out the images (docs/embeddings.md, *The layout*): one file per set, rows keyed by image, checked strictly.
 
-The folder holds ``clean`` (the split's own images), ``repeat-<r>`` (the paper's corrupted repeats) and
-``<variant>/repeat-<r>`` (the profile's variants), each as one of
-
-- ``<set>.npz`` with exactly the arrays ``ids`` (N strings) and ``embeddings`` (N, D);
-- ``<set>.npy`` holding the (N, D) array, beside ``<set>.ids.txt`` with the N ids, one per line, in row order;
-- ``<set>.parquet`` with exactly the columns ``id`` (string) and ``embedding`` (a list of D numbers per
-  row), read only where pyarrow is installed.
-
-An image's id is its path inside its set without the file's suffix: what a rendered set's
-``images/a/b.png`` and the dataset's own ``images/a/b.jpg`` both give, ``images/a/b``. Rows come in any order;
-every image of the split must have exactly one, of finite real numbers, as wide in every set. Hidden entries
-and a top-level ``report/`` (where ``bgbias score`` writes by default) are not read; anything else that is
-not a set of the layout is refused, so a misnamed file never goes unscored in silence.
+Anything that is not a set of the layout is refused (hidden entries and a top-level ``report/`` aside), so a
+misnamed file never goes unscored in silence.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""The paper's measurement in one pass down the layers: a request in, the typed report and its scores out.
-
-:func:`measure` resolves the request once (:mod:`bgbias.measurement.request`: the dataset, split, images,
-geometry, retrieval), makes the sets it scores where their manifests are missing
-(:mod:`bgbias.measurement.sets`: the corrupted repeats shared by every model in
-``corrupted/<dataset>/<split>/seed-S``, the profile's variants), embeds each set once through the model's
-evaluation cache (:class:`~bgbias.engine.split_states.SplitStates`), ranks every set by the model's own
-retrieval and scores it (:mod:`bgbias.measurement.scoring`), and summarises the scores into the typed
-report (:mod:`bgbias.measurement.summary`). :func:`measure_files` does the same with one's own embeddings of
-the rendered sets in place of the model (``bgbias score --embeddings``). Writing the report is the report
-layer's (:mod:`bgbias.report.evaluate`).
+"""The paper's measurement in one pass down the layers: a request in, the typed report and its scores out
+(docs/design.md, *The evaluation's data path*). :func:`measure_files` does the same with one's own
+embeddings of the rendered sets in place of the model; writing the report is :mod:`bgbias.report.evaluate`'s.
 """
 
 from __future__ import annotations
@@ -56,10 +48,8 @@ class Measurement:
 def measure(
     model: EmbeddingModel, request: MeasureRequest, *, log: Callable[[str], None] = print, cache: bool = True
 ) -> Measurement:
-    """Score ``model`` on the split ``request`` names, clean and, with ``request.corrupted``, on
-    ``request.repeats`` background-replaced copies fixed by ``request.seed``; with ``request.profile`` also
-    its background-reliance profile, whose worst case takes the first ``request.worst_k`` copies. Without
-    ``cache`` no embedding is read from or written to the model's evaluation cache."""
+    """Score ``model`` on the split ``request`` names: clean, the corrupted repeats and the profile it asks
+    for. Without ``cache`` no embedding is read from or written to the model's evaluation cache."""
     resolved = resolve(model, request)
     request, dataset, items = resolved.request, resolved.dataset, resolved.items
     sets = evaluation_sets(resolved)
@@ -120,11 +110,9 @@ def measure_files(
     name: str | None = None,
     log: Callable[[str], None] = print,
 ) -> Measurement:
-    """Score the embeddings in ``folder`` of ``request.split`` of ``dataset`` (under ``protocol`` and
-    ``fold``) as :func:`measure` scores a model's: clean, the ``request.repeats`` corrupted repeats and, with
-    ``request.profile``, the background-reliance profile. The manifests must exist (those the sets were
-    rendered from; none is made here). ``l2_normalize`` scales every row to unit length first (what bgbias
-    does to a model's output by default); ``name`` is the report's ``method`` (default the folder's name)."""
+    """Score the embeddings in ``folder`` of ``request.split`` of ``dataset`` as :func:`measure` scores a
+    model's; the manifests the sets were rendered from must exist (none is made here). ``l2_normalize`` scales
+    every row to unit length first; ``name`` is the report's ``method`` (default the folder's name)."""
     resolved = resolve_files(dataset, request, protocol, fold)
     request, items = resolved.request, resolved.items
     missing = missing_manifests(resolved)

@@ -1,9 +1,6 @@
 """The typed record of one evaluation, ``report.json``'s declared shape (:mod:`bgbias.schema`): clean vs
 corrupted retrieval scores, their drop, who suffers most and the profile, with the evaluation's metadata.
-
-The measurement returns it (:mod:`bgbias.measurement.summary` makes it from the scores, checked once), the
-report folder is written from it (``report.json`` is its own dump), and every table, plot and page reads it
-by attribute (``report.corrupted.mean.map_at_r``). Values that do not exist are ``None`` (JSON has no NaN).
+``report.json`` is its own dump; values that do not exist are ``None`` (JSON has no NaN).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bgbias.installation import InstallationRecord
-from bgbias.saliency.records import MASK_MAKER, MaskMaker, shown_mask_maker
+from bgbias.saliency.records import MaskMaker, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem
 
 REPORT_FORMAT = "bgbias-eval-report"
@@ -53,7 +50,7 @@ class Drop(Record):
 
 class ClassDrop(Record):
     label: int | str
-    name: str | None = None  # the class's name as the dataset gives it; reports made before names lack it
+    name: str | None = None
     images: int
     empty_masks: int | None = None  # its images whose mask shows no object; None: not checked
     clean_map_at_r: float | None
@@ -120,29 +117,27 @@ class ShortlistRecall(Record):
 
 class UsedMasks(Record):
     """The masks an evaluation's corrupted sets were cut out with, from its ``corrupted_sets``: the folder and
-    what made them (``mask_maker``; not set in a report from before bgbias recorded it)."""
+    what made them."""
 
     masks: str
-    mask_maker: MaskMaker | None = None
+    mask_maker: MaskMaker | None
 
     def words(self) -> str:
         """What made the masks, as a page says it."""
-        if MASK_MAKER not in self.model_fields_set:
-            return "not recorded (an evaluation from before bgbias recorded it)"
         return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
 
 
 class EvaluationReport(Record):
     """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
     and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
-    Fields that reports of earlier versions lack are ``None`` (or empty)."""
+    Fields an evaluation from embeddings or the API does not set are ``None`` (or empty)."""
 
     format: Literal["bgbias-eval-report"]
     version: int
     method: str
     bgaugment: bool | None = None  # a model bgbias neither trained nor described has no setting
     dataset: str
-    measured: str | None = None  # reports made before "measured" existed lack it
+    measured: str | None = None
     split: str
     run: str | None = None
     seed: int | None = None
@@ -158,10 +153,10 @@ class EvaluationReport(Record):
     profile: Profile | None = None
     empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
     approximate: bool = False
-    retrieval: str | None = None  # how the images were ranked; reports of precomputed embeddings lack it
+    retrieval: str | None = None  # how the images were ranked
     shortlist_recall: ShortlistRecall | None = None
-    installation: InstallationRecord | None = None  # reports from before bgbias recorded it lack it
-    split_reason: str | None = None  # which split was scored and why; reports from before it lack it
+    installation: InstallationRecord | None = None
+    split_reason: str | None = None  # which split was scored and why
 
     @property
     def key(self) -> ReportKey:

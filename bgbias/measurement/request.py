@@ -1,11 +1,6 @@
-"""What to measure a model on: one request shared by ``bgbias eval``, ``score``, ``explain`` and ``study``,
-and that request made concrete once.
-
-The command line, the study and library callers fill one :class:`MeasureRequest`; evaluation reads its data
-and corrupted-set fields, explanation its data and attribution fields. :func:`requested_split` turns its data
-fields into the images to score, defaulting to the dataset the model was trained on; :func:`resolve` turns a
-whole evaluation request into a :class:`ResolvedRequest` (the dataset, split, images, geometry, retrieval
-and the report's folder name), which the rest of the measurement reads instead of resolving again.
+"""What to measure a model on: one :class:`MeasureRequest` shared by ``bgbias eval``, ``score``, ``explain``
+and ``study``, and made concrete once (:func:`resolve`: the dataset, split, images, geometry, retrieval and
+the report's folder name), which the rest of the measurement reads instead of resolving again.
 """
 
 from __future__ import annotations
@@ -104,12 +99,8 @@ def chosen_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[str, s
 
 def requested_split(model: EmbeddingModel, request: MeasureRequest) -> tuple[Dataset, list[Item]]:
     """The dataset and split items ``request`` names, under the split protocol and fold the model trained
-    with (the paper's fixed split for a model trained elsewhere).
-
-    Without ``request.dataset`` and ``request.root`` the dataset must still be the one the model was trained
-    on (the image ids and labels its run recorded): a changed or replaced folder is a ``DatasetError``, never
-    a score of another dataset. Naming a dataset or root is how a user asks for another one on purpose.
-    """
+    with. Without ``request.dataset`` and ``request.root`` the dataset must still be the one the model was
+    trained on: a changed or replaced folder is a ``DatasetError``, never a score of another dataset."""
     trained = model.trained_on()
     split = chosen_split(model, request)[0]
     if isinstance(request.dataset, Dataset):  # opened by the caller: asked for on purpose
@@ -148,9 +139,9 @@ def measured_geometry(model: EmbeddingModel, dataset_name: str) -> EvalGeometry:
 
 @dataclass(frozen=True)
 class ResolvedRequest:
-    """An evaluation request made concrete once: the request (its split chosen), why that split, the dataset
-    and its images in query order, the split protocol, the geometry, the retrieval that ranks them, the masks
-    folder of the corrupted sets, and what the report names the measurement (:func:`measured_label`)."""
+    """An evaluation request made concrete once (its split chosen, and why), with what it measures: the
+    dataset's images in query order, protocol, geometry, retrieval, masks folder and label
+    (:func:`measured_label`)."""
 
     request: MeasureRequest
     split_reason: str
@@ -205,11 +196,9 @@ def _masks_dir(dataset: Dataset, request: MeasureRequest) -> Path:
 
 
 def measured_label(dataset: Dataset, request: MeasureRequest, retrieval: Retrieval | None = None) -> str:
-    """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and
-    for corrupted sets the masks folder (``exact-masks`` for the shipped masks in their default folder),
-    background pool and seed wherever they are not the defaults, and an
-    approximate retrieval's shortlist, so two datasets, pools, mask models, seeds or searches never write
-    over each other's report."""
+    """What an evaluation measured, as its report folder and table columns name it: the dataset's key, and the
+    masks, pool, seed and approximate shortlist wherever they are not the defaults, so two measurements never
+    write over each other's report."""
     parts = [dataset.key]
     if request.corrupted or request.profile:
         masks, backgrounds = request.masks, request.backgrounds

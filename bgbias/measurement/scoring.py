@@ -1,19 +1,9 @@
 """Scoring every set of an evaluation: the clean split and the paper's corrupted repeats, each against itself,
-and with the background-reliance profile (``bgbias eval --profile``):
+and the background-reliance profile's sets (docs/design.md, *The background-reliance profile*).
 
-- **query-side**: each random-background repeat's corrupted queries against the *clean* split as gallery
-  (catalogue photos clean, user photos anywhere), each query's own clean image left out, so R and the
-  per-query scores are those of the paper's protocol;
-- **worst case**: per query, the lowest score over the first ``worst_k`` random-background repeats
-  (``worst_k`` backgrounds of the test pool), query-side, averaged over queries; it costs ``worst_k``
-  embeddings of every image, of which the paper's repeats are the first (cached);
-- **the variants** of :mod:`bgbias.variants.variants` (only-fg, only-bg tiled, black and inpainted,
-  mixed-same, mixed-rand), each a set scored against itself like the paper's corrupted sets.
-
-Every set is a fixed manifest whose state comes from a :class:`~bgbias.measurement.sets.SetStates` (a
-model's evaluation cache, or files of one's own embeddings), so the profile of a model costs its sets'
-embedding passes and a few searches. An approximate retrieval's shortlist is checked against the exact
-ranking on the clean split and on each of the paper's repeats.
+Every set is a fixed manifest whose state comes from a :class:`~bgbias.measurement.sets.SetStates`, so a
+model's profile costs its sets' embedding passes and a few searches. An approximate retrieval's shortlist is
+checked against the exact ranking on the clean split and on each of the paper's repeats.
 """
 
 from __future__ import annotations
@@ -100,8 +90,7 @@ def score_sets(
     states: SetStates, sets: EvaluationSets, resolved: ResolvedRequest, log: Callable[[str], None]
 ) -> ScoredSets:
     """Each set of ``sets`` from ``states`` (a model's, or files of embeddings) scored against itself by the
-    resolved request's retrieval: the clean split, the paper's ``repeats`` corrupted repeats and, with
-    ``profile``, every repeat's queries against the clean gallery and the variants."""
+    resolved request's retrieval, and with the profile each repeat's queries against the clean gallery."""
     request, retrieval, labels = resolved.request, resolved.retrieval, states.labels
     max_memory = request.max_memory or MAX_MEMORY
     recalls: list[Any] = []

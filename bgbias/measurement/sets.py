@@ -1,10 +1,7 @@
 """The image sets an evaluation scores beside the clean split: the paper's corrupted repeats and the profile's
-variant sets, each fixed by a manifest, in the order the evaluation scores them.
-
-A model's evaluation embeds them (:mod:`bgbias.measurement.measure`); ``bgbias score --embeddings`` reads a
-user's embeddings of the same sets from files (:mod:`bgbias.measurement.embedding_files`), each set under the
-name ``bgbias corrupt --render`` gives its folder (:func:`layout_name`). Both take the sets from here, so they
-agree on which sets exist, their order and their images.
+variant sets, each fixed by a manifest, in the order the evaluation scores them. A model's evaluation and
+``bgbias score --embeddings`` both take the sets from here, so they agree on which sets exist, their order
+and their images.
 """
 
 from __future__ import annotations
@@ -92,9 +89,8 @@ class EvaluationSets:
 
 
 def evaluation_sets(resolved: ResolvedRequest) -> EvaluationSets:
-    """The sets a resolved request scores on its images at its geometry: ``repeats`` corrupted sets with
-    ``corrupted``; with ``profile`` the first ``max(repeats, worst_k)`` and every variant's sets. Their
-    manifests are made where missing (see :func:`missing_manifests`)."""
+    """The sets a resolved request scores: its corrupted repeats and, with the profile, the worst case's extra
+    repeats and every variant's sets; their manifests made where missing."""
     request, dataset, items = resolved.request, resolved.dataset, resolved.items
     masks_dir = resolved.masks_dir
     if not (request.corrupted or request.profile):
@@ -123,11 +119,8 @@ def corrupted_manifests(
     geometry: EvalGeometry,
 ) -> list[CorruptedManifest]:
     """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
-
-    Existing manifests are loaded (and so checked against the dataset, geometry and pool) before any is
-    written, so a manifest made with another pool is reported, never silently replaced; each must be the
-    split, seed and repeat its file name stands for, so no repeat is counted twice.
-    """
+    Existing manifests are loaded (and so checked) before any is written, so one made with another pool is
+    reported, never silently replaced; each must be the split, seed and repeat its file name stands for."""
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)

@@ -1,23 +1,10 @@
-"""From scores to the typed record of an evaluation (:class:`~bgbias.measurement.record.EvaluationReport`).
+"""From scores to the typed record of an evaluation (:class:`~bgbias.measurement.record.EvaluationReport`),
+checked once against its declared shape (docs/design.md, *Reports*).
 
-The paper's code needed two notebooks to turn test logs into its Table 1 and never said which classes or
-images lose most when the background changes (docs/design.md, *Reports*). :func:`summarize` turns the
-:class:`~bgbias.retrieval.metrics.RetrievalScores` of the clean split, of each corrupted repeat and of the
-profile's sets into the report, checked once against its declared shape.
-
-Conventions, as in the paper and the paper's code: the corrupted value is the mean over repeats ± the sample
-standard deviation (``ddof=1``, what pandas' ``.std()`` gives); the clean value is a single number; queries
-alone in their class have no score and are left out of every mean, per class included.
-
-Images whose saliency mask shows no object (:func:`~bgbias.bgaugment.mask_check.empty_masks`) have a
-corrupted copy that is the new background alone, so their drop says nothing about background reliance. They
-are scored as every image is (the paper's number stays the paper's), and flagged: counted per class, marked
-per image, and the headline is given a second time over the other queries (they stay in the gallery, so no
-other query's ranking changes).
-
-The profile's rows: beside the clean, random-background, query-side and worst-case scores and the variants
-(:mod:`bgbias.measurement.scoring`), the **BG-gap**, mixed-same − mixed-rand per repeat, and **chance**, the
-expected scores of a random ranking, the floor to read only-bg and mixed-rand against.
+Conventions, as in the paper's code: the corrupted value is the mean over repeats ± the sample std
+(``ddof=1``, pandas' ``.std()``); queries alone in their class have no score and are left out of every mean.
+Images whose mask shows no object are scored as every image is (the paper's number stays the paper's) and
+flagged; the headline is given again over the other queries, which keep them in the gallery.
 """
 
 from __future__ import annotations
@@ -69,10 +56,9 @@ PROFILE_SETS: dict[str, str] = {
 def summarize(
     scored: ScoredSets, sets: EvaluationSets, resolved: ResolvedRequest, source: Mapping[str, Any]
 ) -> EvaluationReport:
-    """The typed report of an evaluation: where its states came from (``source``: the model and how it
-    ran, or the files), what the resolved request measured (the dataset, split, geometry, retrieval, the
-    corrupted sets), the scores of every set in ``scored`` summarised, and with the profile its rows;
-    checked once against the report's declared shape."""
+    """The typed report of an evaluation: where its states came from (``source``), what the resolved request
+    measured, and the scores of every set in ``scored`` summarised; checked once against its declared shape.
+    """
     request, items, dataset, retrieval = (resolved.request, resolved.items, resolved.dataset,
                                           resolved.retrieval)
     meta = {**source, "dataset": dataset.name, "measured": resolved.measured,
@@ -109,12 +95,10 @@ def summarize_evaluation(
     class_names: Mapping[Any, str] | None = None,
     empty_masks: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, when there are
-    corrupted repeats, each repeat's scores, their mean and std, the drop, the per-class drop of MAP@R
-    (largest first) and the images whose MAP@R dropped most. ``labels`` and ``ids`` follow the query order;
-    ``class_names`` names classes by label (a label without one is named by itself); ``empty_masks`` are the
-    ids of the images whose saliency mask shows no object (None: not checked), flagged per class and image,
-    the headline also given without them."""
+    """The report dict of one evaluation: ``meta`` passed through, the clean scores and, with corrupted
+    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most. ``labels`` and
+    ``ids`` follow the query order; ``empty_masks`` are the ids of the images whose mask shows no object
+    (None: not checked)."""
     labels = np.asarray(labels)
     check_scores(clean, corrupted, labels, ids)
     clashes = sorted(COMPUTED_KEYS & set(meta))
@@ -268,10 +252,8 @@ def per_query_table(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
     empty_masks: Collection[str] | None = None,
 ) -> dict[str, list[Any]]:
-    """The per-query table by column: id, label, R, with ``empty_masks`` (the ids of images whose mask shows
-    no object) whether the image's is empty, then each metric for the clean set and each repeat
-    (``clean_map_at_r``, ``repeat0_map_at_r``, …); a lone query's scores are None. ``per_query.csv`` holds
-    it, and ``pandas.DataFrame(table)`` reads it."""
+    """The per-query table by column (``per_query.csv``): id, label, R, whether the image's mask is empty
+    (with ``empty_masks``), then each metric for the clean set and each repeat (``repeat0_map_at_r``, …)."""
     sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
     table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
                                    "r": clean.per_query["r"].astype(int).tolist()}
@@ -292,9 +274,8 @@ def summarize_profile(
     sets: Sequence[VariantImages],
     worst_manifests: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The profile as the report keeps it: for each of :data:`PROFILE_SETS` in order, its name, title, how
-    many sets it averages, and the mean and sample std (ddof 1; None for one set) of each metric; then how it
-    was made."""
+    """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
+    over its sets, then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),

@@ -1,15 +1,9 @@
 """Which models an audit scores, and under which labels: ``--model`` values, the lines of a ``--models`` list
-file, or (from Python) models in memory.
+file (``[LABEL =] SPEC [KEY=VALUE ...]``, split as a shell splits words; docs/audit.md), or models in memory.
 
-An entry is written ``[LABEL =] SPEC [KEY=VALUE ...]``, split as a shell splits words (quotes keep spaces,
-``#`` starts a comment in a list file): the label, where given, is the first word followed by a lone ``=``;
-the spec is what ``bgbias eval --model`` takes (a factory ``package.module:callable``, a TorchScript or ONNX
-file, a run folder); the words after it are a factory's keyword arguments, as ``--model-arg`` reads them.
-Without a label, the entry as written is its label. Labels and specs come from a user's file, so they are
-only ever shown as text, and a model's folder is named by a slug of its label and a digest, never by the label
-itself (:meth:`ModelEntry.folder_name`). A list file may come from someone else: a factory it names is Python
-that loading would import and call, so such a line is refused unless its user trusts the file
-(``--trust-model``), as a TorchScript file's code is checked unless they trust it.
+Labels and specs come from a user's file, so they are only ever shown as text, and a model's folder is named
+by a slug of its label and a digest, never by the label itself. A factory a list file names is Python that
+loading would import and call, so such a line is refused unless its user trusts the file (``--trust-model``).
 """
 
 from __future__ import annotations

@@ -16,11 +16,9 @@ OUTCOME_FORMAT = "bgbias-audit-model"
 
 
 class AuditScores(Record):
-    """One model's numbers (fractions; None where undefined): clean MAP@R and P@1, corrupted MAP@R (mean and
-    std over its repeats), the relative drop of MAP@R, the profile's MAP@R by set, and the dataset's
-    leakage through the model with its interval and its two views' MAP@R beside chance; how many of the
-    split's images were scored and how many of them have a mask that shows no object (None where the masks
-    were not checked)."""
+    """One model's numbers (fractions; None where undefined): clean and corrupted scores, the drop, the
+    profile's MAP@R by set and the dataset's leakage through the model, with how many images were scored and
+    how many have an empty mask (None: not checked)."""
 
     clean_map_at_r: float | None
     clean_precision_at_1: float | None

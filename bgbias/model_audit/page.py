@@ -1,10 +1,6 @@
-"""The audit's page: every model in one table ranked by corrupted MAP@R, as ``audit.md``, a self-contained
-``audit.html`` (:mod:`bgbias.report.document`: every label and spec shown as text) and ``audit.json`` (every
-number, each model's spec, label and folder).
-
-Why corrupted MAP@R ranks: it is what a retrieval system keeps of its ranking when the backgrounds of its
-images change, the clean score and the loss in one number; a model that scores high clean only through the
-backgrounds ranks low, and one that loses little but retrieves little ranks low too (docs/audit.md).
+"""The audit's page: every model in one table ranked by corrupted MAP@R (why: docs/audit.md), as ``audit.md``,
+a self-contained ``audit.html`` (every label and spec shown as text) and ``audit.json`` (every number, each
+model's spec, label and folder).
 """
 
 from __future__ import annotations
@@ -75,9 +71,8 @@ def profile_columns(outcomes: Sequence[ModelOutcome]) -> list[str]:
 
 
 def table(page: AuditPage) -> Table:
-    """The ranked table: rank, model, clean MAP@R and P@1, corrupted MAP@R (mean ± std over its repeats), the
-    relative drop, the profile's MAP@R by set, the leakage with its interval; an ``error`` column where a
-    model failed."""
+    """The ranked table: one row per model, its scores, profile and leakage; an ``error`` column where a model
+    failed."""
     columns = profile_columns(page.ranked)
     headers = ["rank", "model", "clean MAP@R", "clean P@1", "corrupted MAP@R", "relative drop (%)", *columns,
                "leakage (%) [95 % interval]"]

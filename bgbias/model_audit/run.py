@@ -1,17 +1,9 @@
-"""``bgbias audit``: several models bgbias did not train (or did) scored side by side on one split of one
-dataset, each through the paths ``bgbias eval --profile`` and ``bgbias leakage`` take, into one ranked page
-(docs/audit.md).
+"""``bgbias audit``: several models scored side by side on one split of one dataset, each through the paths
+``bgbias eval --profile`` and ``bgbias leakage`` take, into one ranked page (docs/audit.md).
 
-Every model meets the same images: the dataset's masks (checked once, before any model, with the error and
-fix ``bgbias eval --corrupted`` gives), the shared corrupted and variant manifests of ``bgbias corrupt``
-(``corrupted/<dataset>/<split>/seed-<S>``), and its own evaluation cache. Each model gets a folder under the
-audit's (:meth:`~bgbias.model_audit.entries.ModelEntry.folder_name`) with its record
-(``audit-model.json``), its leakage record (``leakage/``) and, for a model that is not a bgbias run, its home
-with the evaluation report (a run's report goes into the run's own folder, as ``bgbias eval`` puts it).
-
-A long audit survives what goes wrong in it: a model that fails is recorded with its error and the others
-go on; a finished model is kept by the key of what determined its numbers (its fingerprint, the images,
-masks and labels, and the settings), so running the same command again after a kill measures only the rest.
+Every model meets the same images (masks checked once, before any model). A model that fails is recorded
+with its error and the others go on; a finished model is kept by the key of what determined its numbers, so
+running the same command again after a kill measures only the rest.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Several runs' attribution maps side by side on the same images: where does BGAugment move the attention?
-
-Each ``bgbias explain`` keeps the maps of its gallery images (``maps/``); images are picked evenly over the
-split, so runs explained with the same settings share them. This draws image | mask | one overlay per run,
-captioned with each run's foreground score, in column order. A gallery compares one attribution (its label,
-the end of the explain folder's name) across runs: by default SmoothGrad at its default options.
+image | mask | one overlay per run, captioned with each run's foreground score, for one attribution (its
+label, the end of the explain folder's name; by default SmoothGrad at its default options).
 """
 
 from __future__ import annotations
@@ -43,14 +40,9 @@ def compare_attributions(
     count: int = 8,
     label: str = DEFAULT_ATTRIBUTION,
 ) -> Path:
-    """Write a gallery of up to ``count`` images that every run has a saved map for, and return its path.
-
-    ``dataset_key``/``split``/``label`` name the explained set
-    (``<run>/explain/<dataset key>-<split>-<label>/``, ``label`` naming the attribution and its options). The
-    images and masks are the ones the first run's explanation recorded: the dataset's folder its summary
-    names (none: the dataset's default folder) and the saliency masks its ledger names (``bgbias explain
-    --masks DIR``).
-    """
+    """Write a gallery of up to ``count`` images that every run has a saved map for
+    (``<run>/explain/<dataset key>-<split>-<label>/``), and return its path; the images and masks are the ones
+    the first run's explanation recorded."""
     runs = [open_model_folder(path) for path in run_dirs]
     folders = [explain_dir(run.root, dataset_key, split, label) for run in runs]
     missing = [(run, folder) for run, folder in zip(runs, folders, strict=True)
@@ -114,10 +106,8 @@ def compare_runs(
     out_dir: str | os.PathLike[str],
     label: str = DEFAULT_ATTRIBUTION,
 ) -> list[Path]:
-    """``out_dir/foreground-<dataset>-<split>.png`` for every dataset that two or more of the runs explained
-    with the attribution ``label`` (with shared gallery images) at the dataset's evaluation geometry,
-    ``foreground-<dataset>-<split>-<label>.png`` for another label than the default; returns the galleries
-    written."""
+    """``out_dir/foreground-<dataset>-<split>[-<label>].png`` for every dataset that two or more of the runs
+    explained with the attribution ``label``; returns the galleries written."""
     by_dataset: dict[str, list[Path]] = {}
     for run in map(Path, run_dirs):
         for explained in explained_sets(run, split):

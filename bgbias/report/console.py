@@ -24,10 +24,8 @@ def format_dataset_summary(summary: Mapping[str, Any]) -> str:
 
 
 def format_asset_status(rows: Sequence[AssetStatus]) -> str:
-    """One line per asset: state, size, pinned checksum, licence, location; problems listed underneath.
-
-    The checksum is the file's for single-file assets and the registry archive's for the others.
-    """
+    """One line per asset: state, size, pinned checksum (the file's, or the registry archive's), licence,
+    location; problems listed underneath."""
     rows_out = [
         [r.name, _asset_state(r), f"{r.size / 1e6:.1f}", r.sha256[:16], r.licence, str(r.path)] for r in rows
     ]

@@ -1,10 +1,5 @@
 """The bias dial: the clean → corrupted drop of one method, without and with BGAugment, on the bench rebuilt
-at several background–class correlations ρ (``bgbias study --dial``).
-
-At ρ = 0 a background says nothing about the class and replacing it should cost nothing; as ρ grows a model
-can lean on it, and the drop shows how far it does. With the bench's exact alpha masks the corrupted sets and
-BGAugment cut the object out perfectly, so the curve measures the model alone; with U²-Net masks it also pays
-for the masks' errors, and the distance between the two curves is what mask quality costs.
+at several background–class correlations ρ (``bgbias study --dial``; docs/study.md).
 """
 
 from __future__ import annotations
@@ -61,9 +56,8 @@ def dial_table(points: Sequence[DialPoint], method: str) -> tuple[list[str], lis
 
 
 def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method: str) -> Path:
-    """Two panels against ρ: the relative drop of MAP@R (%) and the corrupted MAP@R (%); vanilla and
-    BGAugment in two colours, exact masks solid and U²-Net masks dashed; error bars are the std over
-    training seeds."""
+    """Two panels against ρ, the relative drop and the corrupted MAP@R (%): vanilla and BGAugment in two
+    colours, exact masks solid and U²-Net masks dashed, error bars the std over training seeds."""
     if not points:
         raise OptionError("the dial has no evaluated runs to plot", fix="run `bgbias study --dial` first")
     curves = {key: [DialMark(p.rho, _percent(p.spread(relative_drop)), _percent(p.spread(corrupted_map)))
@@ -73,10 +67,8 @@ def plot_dial(points: Sequence[DialPoint], path: str | os.PathLike[str], method:
 
 @dataclass(frozen=True)
 class DialMark:
-    """One point of a dial curve as drawn: its ρ, and the relative drop and the corrupted MAP@R as (mean,
-    std over training seeds) in %, the std 0 for one seed and the pair None where no run has the score. The
-    plot takes these rather than runs so that a results record (docs/results.md's dial) draws the same
-    figure."""
+    """One point of a dial curve as drawn: ρ, and the relative drop and the corrupted MAP@R as (mean, std over
+    seeds) in %, None where no run has the score; a results record (docs/results.md) draws the same figure."""
 
     rho: float
     drop: tuple[float, float] | None
@@ -113,9 +105,8 @@ def _percent(spread: Spread) -> tuple[float, float] | None:
 def write_dial_report(
     points: Sequence[DialPoint], out_dir: str | os.PathLike[str], method: str
 ) -> dict[str, Path]:
-    """``dial.md`` (the table and how to read it), ``dial.json`` (the same cells and every run) and
-    ``dial.png`` in ``out_dir``, which they replace all at once or not at all
-    (:mod:`bgbias.report.folder`)."""
+    """``dial.md``, ``dial.json`` (the same cells and every run) and ``dial.png`` in ``out_dir``, which they
+    replace all at once or not at all."""
     return write_report_folder(out_dir, lambda stage: _write_dial(points, stage, method), DIAL_FILES)
 
 

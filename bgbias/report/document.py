@@ -1,16 +1,9 @@
-"""A report as a list of blocks, written as Markdown and as one self-contained HTML page.
-
-A study's results are read in two places: Markdown beside the runs (GitHub renders it, figures linked by
-relative path), and an HTML page a reader opens in a browser or gets as an email attachment, where nothing
-beside the file can be reached. So the page carries everything itself: its style inline, its figures as
-``data:`` URIs, and no link to any other resource. Both renderings come from the same blocks, so they cannot
-disagree, and the same blocks give the same bytes.
+"""A report as a list of blocks, written as Markdown and as one self-contained HTML page (style inline,
+figures as ``data:`` URIs, no link to any other resource), both from the same blocks so they cannot disagree.
 
 Text is always text: a ``str`` is shown as its characters in both renderings, whatever it holds (a
-``<script>`` in a class folder's name, ``**`` or ``|`` in a run folder's), and the only markup is typed, a
-:class:`Code`, :class:`Strong` or :class:`Link` span that the report's own code puts around a string. So a
-writer cannot forget to escape what it shows, and a name cannot become markup in one rendering and not in
-the other (:mod:`bgbias.report.markdown` writes the Markdown, :func:`html.escape` the HTML).
+``<script>`` in a class folder's name), and the only markup is typed (:class:`Code`, :class:`Strong`,
+:class:`Link`), so a writer cannot forget to escape what it shows.
 """
 
 from __future__ import annotations

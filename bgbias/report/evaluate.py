@@ -1,9 +1,6 @@
 """Evaluating a model (``bgbias eval``) or one's own embeddings (``bgbias score --embeddings``): the
-measurement (:mod:`bgbias.measurement`), then its report folder.
-
-The measurement returns the typed report and the scores behind it; this module writes them (JSON, CSV,
-Markdown, plots, a retrieval gallery) to ``<model home>/eval/<measured>-<split>/`` (a run's folder for runs
-bgbias trained), or for embeddings to the folder asked for.
+measurement (:mod:`bgbias.measurement`), then its report folder, ``<model home>/eval/<measured>-<split>/``
+(or, for embeddings, the folder asked for).
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ GALLERY_NEIGHBOURS = 5
 
 @dataclass
 class EvaluationResult:
-    """Scores of the clean set and of each corrupted repeat, the report (typed: ``report.clean.map_at_r``, as
-    ``report.json`` reads back) and where its files are (None: the report was not written, e.g. precomputed
-    embeddings without an output folder)."""
+    """Scores of the clean set and of each corrupted repeat, the typed report, and where its files are (None:
+    not written)."""
 
     out_dir: Path | None
     report: EvaluationReport
@@ -55,9 +51,8 @@ class EvaluationResult:
     labels: np.ndarray
 
     def per_query(self) -> dict[str, list[Any]]:
-        """The per-query table by column (``per_query.csv``): id, label, R, each metric clean and per
-        corrupted repeat; ``pandas.DataFrame(result.per_query())`` where pandas is at hand. The per-class
-        table is ``report.per_class``, the profile's rows ``report.profile.sets``."""
+        """The per-query table by column (``per_query.csv``); ``pandas.DataFrame(result.per_query())`` reads
+        it."""
         return per_query_table(self.clean, self.corrupted, self.labels, self.ids)
 
     def summary(self) -> str:
@@ -72,21 +67,10 @@ def evaluate(
     log: Callable[[str], None] = print,
     write: bool = True,
 ) -> EvaluationResult:
-    """Score ``model`` on the split ``request`` names (default:
-    :func:`~bgbias.measurement.request.chosen_split`'s, the test split of the dataset it was trained on for a
-    run), clean and, with ``request.corrupted``, on ``request.repeats`` background-replaced copies fixed by
-    ``request.seed`` (:func:`~bgbias.measurement.measure.measure`), and write its report; with
-    ``request.profile`` also its background-reliance profile (:mod:`bgbias.measurement.scoring`), whose worst
-    case takes the first ``request.worst_k`` copies.
-
-    The masks (default ``masks/<dataset>``) and backgrounds (default ``./backgrounds``; the test pool is its
-    ``test/``) feed the corrupted sets, whose manifests live in ``request.manifests`` (default the shared
-    ``corrupted/<dataset>/<split>/seed-<seed>``) and are made there when missing (in memory instead inside
-    :func:`~bgbias.corrupted.manifest_store.manifests_in_memory`).
-
-    Without ``write`` nothing goes to disk: no embedding cache, no report folder; the result holds it all
-    (``out_dir`` None).
-    """
+    """Score ``model`` on the split ``request`` names (:func:`~bgbias.measurement.measure.measure`: clean, the
+    corrupted repeats and the profile it asks for) and write its report folder,
+    ``<home>/eval/<measured>-<split>``. Without ``write`` nothing goes to disk: no embedding cache, no report
+    folder; the result holds it all (``out_dir`` None)."""
     measured = measure(model, request or MeasureRequest(), log=log, cache=write)
     if not write:
         return _result(None, measured, {})
@@ -110,11 +94,9 @@ def score_embedding_folder(
     out: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> EvaluationResult:
-    """``bgbias score --embeddings`` (docs/embeddings.md): the embeddings in ``folder`` of ``request.split``
-    of ``dataset`` scored as ``bgbias eval`` scores a model's
-    (:func:`~bgbias.measurement.measure.measure_files`), the same embeddings giving the same report, number
-    for number; the report records that its embeddings came from files, and each file's sha256. Its files go
-    to ``out`` (none without it), which may not lie in a run folder or a model's home."""
+    """``bgbias score --embeddings`` (docs/embeddings.md): the embeddings in ``folder`` scored as ``bgbias
+    eval`` scores a model's, the same embeddings giving the same report; its files go to ``out`` (none without
+    it), which may not lie in a run folder or a model's home."""
     if out is not None:
         _check_report_folder(Path(out))
     measured = measure_files(Path(folder), dataset, request, protocol=protocol, fold=fold,
@@ -140,9 +122,8 @@ def _check_report_folder(out: Path) -> None:
 
 
 def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, Path]:
-    """The report folder of a measurement, from its typed report, replacing the one of an earlier evaluation
-    whole (:mod:`bgbias.report.folder`): a clean-only evaluation after a corrupted one keeps none of its
-    files, and a failed one leaves it as it was."""
+    """The report folder of a measurement, replacing an earlier evaluation's whole
+    (:mod:`bgbias.report.folder`)."""
     record, clean, corrupted = measured.report, measured.clean, measured.corrupted
 
     def write(stage: Path) -> dict[str, Path]:

@@ -1,11 +1,6 @@
-"""The evaluation report's files and text: ``report.json``, the CSV tables and ``report.md`` of one
-evaluation, written from its typed record (:class:`~bgbias.measurement.record.EvaluationReport`), and the
-record read back from ``report.json``.
-
-``report.json`` is the record's own dump (what was set, nothing added), so it reads back to an equal record.
-``report.md`` reads from what a user asks first to what they check last: the headline (clean vs corrupted,
-the drop, what was scored), then the classes and images, then the profile, and the setup (versions,
-options, checksums) last. Classes are shown by the names the dataset gives them, as text.
+"""The evaluation report's files and text: ``report.json`` (the record's own dump, what was set and nothing
+added, so it reads back to an equal record), the CSV tables and ``report.md`` of one evaluation, written from
+its typed record, and the record read back from ``report.json``.
 """
 
 from __future__ import annotations
@@ -59,10 +54,9 @@ def write_evaluation_report(
     ids: Sequence[str],
 ) -> dict[str, Path]:
     """Write ``report.json`` (the typed ``record`` as it was made), ``report.csv``, ``per_query.csv`` (from
-    the scores it was made from), ``report.md`` and, when the report has corrupted repeats,
-    ``per_class.csv``, and a background-reliance profile, ``profile.csv``, into ``out_dir``, each
-    atomically; return their paths keyed by file name with ``_`` for ``.`` (``report_json``,
-    ``report_csv``, ``per_query_csv``, ``report_md``, ``per_class_csv``, ``profile_csv``)."""
+    the scores it was made from), ``report.md``, and ``per_class.csv`` and ``profile.csv`` where the report
+    has them, into ``out_dir``, each atomically; return their paths keyed by file name with ``_`` for ``.``.
+    """
     labels = np.asarray(labels)
     check_scores(clean, corrupted, labels, ids)
     repeats = len(record.corrupted.repeats) if record.corrupted else 0
@@ -176,8 +170,8 @@ def _scores_table(clean: Scores, corrupted: CorruptedScores | Scores | None,
 
 
 def _empty_mask_headline(report: EvaluationReport) -> list[Block]:
-    """How many images have masks that show no object, how they were counted, and the headline without
-    them; a sentence saying the masks were not checked where a corrupted score could not check them."""
+    """The images whose masks show no object and the headline without them, or that the masks were not
+    checked."""
     empty = report.empty_masks
     if report.corrupted is None:
         return []
@@ -340,9 +334,7 @@ def approximate_note(report: EvaluationReport) -> str:
 
 
 def _setup_items(key: str, value: Any) -> tuple[str | Bullets, ...]:
-    """A metadata entry as list items: a mapping nests its entries in a list under the key, a list of
-    mappings gets one nested item per mapping, anything else stays on the key's line; what made the masks
-    in words."""
+    """A metadata entry as list items, mappings nested under their key; what made the masks in words."""
     if key == MASK_MAKER and (value is None or isinstance(value, Mapping)):
         return (f"{key}: {shown_mask_maker(value)}",)
     if isinstance(value, Mapping) and value:

@@ -1,14 +1,7 @@
-"""A report folder is written all at once or not at all.
-
-A report is read as a whole: ``study.html`` beside the ``table.md`` of another set of runs, or a new
-``report.json`` beside the plots of the evaluation before, says things no run measured. So every report folder
-(``bgbias eval``'s ``eval/<measured>-<split>/``, ``bgbias report``'s and the study's page, the dial's) is
-written into an empty folder beside it, and that folder replaces the old one only once every file of the new
-report is written (:func:`bgbias.fileio.atomic_dir`); a failure on the way (a figure that cannot be drawn,
-masks that are gone, a full disk) leaves the older report as it was and no part of the new one.
-
-Replacing a folder removes what else it holds, so a folder with anything a report does not write (``--out``
-pointing at a folder of one's own) is refused before any work, naming what is in the way.
+"""A report folder is written all at once or not at all: into an empty folder beside it that replaces the old
+one only once every file is written (:func:`bgbias.fileio.atomic_dir`), so a report never mixes files of two
+measurements. Replacing removes what else the folder holds, so a folder with anything a report does not
+write is refused before any work, naming what is in the way.
 """
 
 from __future__ import annotations
@@ -37,10 +30,9 @@ drop into a folder they show."""
 def write_report_folder(
     out_dir: str | os.PathLike[str], write: Callable[[Path], Mapping[str, Path]], owns: Sequence[str]
 ) -> dict[str, Path]:
-    """Call ``write(stage)`` with an empty folder beside ``out_dir``, then put that folder in its place; the
-    files ``write`` returns are returned as they lie in ``out_dir`` afterwards. An ``out_dir`` holding an
-    entry that none of the patterns ``owns`` matches (a report's own files) is refused before ``write``
-    runs."""
+    """Call ``write(stage)`` with an empty folder beside ``out_dir``, then put that folder in its place;
+    return the files ``write`` returns as they lie in ``out_dir``. An ``out_dir`` holding an entry none of the
+    patterns ``owns`` matches is refused before ``write`` runs."""
     out = Path(out_dir)
     where = Path(os.path.abspath(out))
     _check_replaceable(where, owns)

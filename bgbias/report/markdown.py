@@ -1,21 +1,10 @@
 """Markdown that holds only the markup bgbias wrote: every string from elsewhere is written as text.
 
-Class folders, image names, run folders, model specs and titles are the user's (or a downloaded dataset's),
-and a report must show them, never obey them: ``<img src=x onerror=...>`` in a class folder's name is
-HTML to a Markdown renderer, ``](javascript:...)`` a link, ``|`` a new table column and a line break a new
-block. Every Markdown file bgbias writes is made by these functions (through
-:func:`bgbias.report.document.to_markdown`), so a new writer cannot forget the escaping:
-
-- :func:`text`: ``&``, ``<``, ``>`` as HTML entities (so no tag and no autolink can form), the characters
-  that open inline markup (``\\ ` * [ ] | ~``, and ``_`` where it could open emphasis) backslash-escaped,
-  line breaks as spaces; with ``starts_block`` also what would open a block at a line's start (a heading
-  ``#``, a list ``-``/``+``/``1.``).
-- :func:`code`: a code span; one holding characters a code span cannot carry safely (a backtick, ``|``,
-  a line break), or that would be markup to a renderer that does not keep code spans literal (``<``, ``>``,
-  ``&``, ``[``, ``]``), is written as ``<code>`` around escaped text instead.
-- :func:`image` and :func:`link`: an image or a link whose target is a relative path, percent-encoded, so
-  no scheme (``javascript:``) can ever be its target.
-- :func:`table`: a table whose every cell is :func:`text`, so a name never adds a column or ends the table.
+Class folders, image names, run folders, model specs and titles are the user's, and a report must show them,
+never obey them (``<img onerror=...>``, ``](javascript:...)``, a ``|`` or a line break). Every Markdown file
+bgbias writes is made by these functions, so a new writer cannot forget the escaping: :func:`text`,
+:func:`code` (``<code>`` around escaped text where a code span cannot carry it safely), :func:`image` and
+:func:`link` (relative, percent-encoded targets only, so no scheme) and :func:`table`.
 """
 
 from __future__ import annotations

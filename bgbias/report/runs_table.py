@@ -1,14 +1,7 @@
-"""Several runs in the layout of the paper's Table 1 (``bgbias report RUN...``).
-
-One row per method followed by its ``+ BGAugment`` row; per dataset the clean MAP@R and the corrupted MAP@R
-(mean ± std over the background draws) in %, and, when foreground scores from ``bgbias explain`` are given,
-one "fg score" column per dataset and attribution (the paper's Table 2, mean ± std over images): ``<dataset>
-fg score`` for SmoothGrad at its default options, ``<dataset> fg score (<label>)`` for another attribution
-label. Methods, datasets and labels keep the order in which they are first named; a run that was not given
-leaves its cells empty.
-
-Runs evaluated with ``--profile`` get a second table, one row per run: the MAP@R of every set of their
-background-reliance profile (:mod:`bgbias.measurement.scoring`).
+"""Several runs in the layout of the paper's Table 1 (``bgbias report RUN...``; docs/evaluation.md): one row
+per method and its ``+ BGAugment`` row, clean and corrupted MAP@R per dataset, a foreground-score column per
+dataset and attribution where scores are given, and a second table of every profiled run's sets. Methods,
+datasets and labels keep the order in which they are first named; a run not given leaves its cells empty.
 """
 
 from __future__ import annotations
@@ -46,9 +39,8 @@ PROFILE_NOTE = (
 NOT_MEASURED = "–"
 """The cell of a profile set that a run's record lacks: the run was profiled before the set existed."""
 
-ForegroundKey = tuple[str, bool, str] | tuple[str, bool, str, str]
-"""Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset) for
-SmoothGrad at its default options, or (method, bgaugment, dataset, attribution label)."""
+ForegroundKey = tuple[str, bool, str, str]
+"""Which run and attribution a foreground-score summary belongs to: (method, bgaugment, dataset, label)."""
 
 Foreground = Mapping[ForegroundKey, "ExplainSummary"]
 """Foreground-score summaries (``summary.json`` of ``bgbias explain``) by run and attribution."""
@@ -57,11 +49,10 @@ Foreground = Mapping[ForegroundKey, "ExplainSummary"]
 def table_one(
     reports: Sequence[EvaluationReport], foreground: Foreground | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the Table-1 layout; two reports of one (method, bgaugment, dataset, split) are
-    an error naming both runs. ``foreground`` maps (method, bgaugment, dataset[, attribution label]) to the
-    explanation's summary; one column per dataset and label."""
+    """Headers and rows of the Table-1 layout, a foreground-score column per dataset and label; two reports
+    of one (method, bgaugment, dataset, split) are an error naming both runs."""
     by_key = index_reports(reports)
-    foreground = _checked_foreground(foreground or {})
+    foreground = foreground or {}
     methods = list(dict.fromkeys([key[0] for key in by_key] + [key[0] for key in foreground]))
     groups = list(dict.fromkeys(key[2:] for key in by_key))
     datasets = [dataset for dataset, _ in groups] + [key[2] for key in foreground]
@@ -111,11 +102,9 @@ def write_runs_report(
     foreground: Foreground | None,
     out_dir: str | os.PathLike[str],
 ) -> dict[str, Path]:
-    """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers) and
-    ``runs.png`` into ``out_dir``, each atomically, and ``profile.csv`` where a run has a profile (its table
-    in ``table.md`` too); return their paths keyed by file name, ``_`` for ``.`` (``table_md``,
-    ``table_csv``, ``table_json``, ``runs_png``, ``profile_csv``). ``out_dir`` is a new report folder
-    (:func:`report_runs` and the study write one, :mod:`bgbias.report.folder`)."""
+    """Write ``table.md``, ``table.csv``, ``table.json`` (the table plus every run's raw numbers),
+    ``runs.png`` and, where a run has a profile, ``profile.csv`` into the new report folder ``out_dir``, each
+    atomically; return their paths keyed by file name with ``_`` for ``.``."""
     headers, rows = table_one(reports, foreground)
     profile_headers, profile_rows = profile_table(reports)
     out = Path(out_dir)
@@ -149,7 +138,7 @@ def write_runs_report(
         "foreground": [{"method": m, "bgaugment": b, "dataset": d,
                         **summary.model_dump(exclude_unset=True,
                                              exclude={"dataset_root", "format", "version"})}
-                       for (m, b, d, _label), summary in _checked_foreground(foreground or {}).items()],
+                       for (m, b, d, _label), summary in (foreground or {}).items()],
     })
     plot_runs(reports, paths["runs_png"])
     return paths
@@ -171,9 +160,8 @@ def report_runs(
     split: str = "test",
     label: str = DEFAULT_ATTRIBUTION,
 ) -> RunsReport:
-    """``bgbias report``: the table of the runs' evaluations on ``split`` (:func:`write_runs_report`) and the
-    galleries of their attribution maps (``label``) side by side (:func:`~bgbias.report.compare.compare_runs`)
-    in ``out_dir``, which they replace all at once or not at all (:mod:`bgbias.report.folder`)."""
+    """``bgbias report``: the table of the runs' evaluations on ``split`` and the galleries of their
+    attribution maps (``label``) side by side in ``out_dir``, which they replace all at once or not at all."""
     reports, foreground = collect_runs(run_dirs, split)
 
     def write(stage: Path) -> dict[str, Path]:
@@ -190,10 +178,9 @@ def report_runs(
 def collect_runs(
     run_dirs: Sequence[str | os.PathLike[str]], split: str = "test"
 ) -> tuple[list[EvaluationReport], dict[ForegroundKey, ExplainSummary]]:
-    """The evaluation reports (every dataset evaluated on ``split``) and foreground-score summaries found in
-    run folders and external models' folders (:func:`~bgbias.engine.model_folders.open_model_folder`), one
-    per (folder, dataset, attribution label), keyed (method, bgaugment, dataset key, label); a folder without
-    any evaluation report is an error that says how to make one."""
+    """The evaluation reports on ``split`` and foreground-score summaries of run folders and external models'
+    folders, keyed (method, bgaugment, dataset key, label); a folder without any evaluation report is an error
+    that says how to make one."""
     reports: list[EvaluationReport] = []
     foreground: dict[ForegroundKey, ExplainSummary] = {}
     for path in run_dirs:
@@ -227,24 +214,6 @@ def _foreground_cell(summary: ExplainSummary | None) -> str:
         return ""
     std = summary.std
     return f"{summary.mean:.2f}" if std is None else f"{summary.mean:.2f} ± {std:.2f}"
-
-
-def _checked_foreground(foreground: Foreground) -> dict[tuple[str, bool, str, str], ExplainSummary]:
-    """The entries keyed (method, bgaugment, dataset, label), the label SmoothGrad's default where not
-    given; a malformed entry is an ``OptionError``."""
-    checked = {}
-    for key, summary in foreground.items():
-        well_formed = isinstance(key, tuple) and len(key) in (3, 4)
-        if not (well_formed and isinstance(summary, ExplainSummary)):
-            raise OptionError(
-                f"foreground score entry {key!r} is not (method, bgaugment, dataset[, attribution label]) -> "
-                "the explanation's summary",
-                fix="pass the summaries that `bgbias explain` writes, keyed by (method, bgaugment, dataset) "
-                    "or (method, bgaugment, dataset, attribution label)",
-            )
-        label = str(key[3]) if len(key) == 4 else DEFAULT_ATTRIBUTION
-        checked[str(key[0]), bool(key[1]), str(key[2]), label] = summary
-    return checked
 
 
 def _run_numbers(report: EvaluationReport) -> dict[str, Any]:

@@ -1,12 +1,9 @@
 """Runs of several training seeds, aggregated: how much of a difference between methods, or BGAugment's
 effect, is larger than what another training seed changes.
 
-Two spreads are kept apart everywhere. Inside one run, the corrupted score is a mean over its corrupted
-repeats (the background draws), with their std; across runs of one (method, BGAugment) setting, each score is
-a mean over training seeds with the sample std over seeds (ddof 1). BGAugment's effect is paired: per seed,
-the BGAugment run's score minus the vanilla run's, then the mean and std of those differences over seeds; it
-is *larger than the seed spread* when its mean is more than twice that std (and there are at least two
-pairs).
+Two spreads are kept apart everywhere: inside one run, over its corrupted repeats; across runs of one
+setting, the sample std over training seeds (ddof 1). BGAugment's effect is paired by seed, and *larger than
+the seed spread* when its mean is more than twice the std of the differences (with at least two pairs).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The study's report: every run of a study (methods × BGAugment × training seeds) in one page, Markdown and
-self-contained HTML (``study.md``, ``study.html``), answering the study's three questions with the seed
-spread: do models lose MAP@R when backgrounds are replaced, does BGAugment shrink the loss, and does a
-method's own mechanism shrink it without BGAugment.
-
-Spreads: a cell ``m ± s`` is the mean and sample std over training seeds; the corrupted score of one run is
-itself a mean over its corrupted repeats, whose std is reported apart (``seeds.md``). Comparisons are made
-against the seed spread: BGAugment's effect paired by seed (:mod:`bgbias.report.seeds`), a method against the
-reference losses unpaired (difference of means against twice its standard error).
+"""The study's page (``study.md``, ``study.html``): every run of a study in one page, answering with the seed
+spread whether models lose MAP@R when backgrounds are replaced, whether BGAugment shrinks the loss (paired by
+seed, :mod:`bgbias.report.seeds`), and whether a method's own mechanism shrinks it without BGAugment
+(against the reference losses, unpaired: difference of means against twice its standard error).
 """
 
 from __future__ import annotations
@@ -202,9 +197,8 @@ Groups = Mapping[tuple[str, bool], Mapping[int, EvaluationReport]]
 
 
 def answers(reports: Sequence[EvaluationReport], reference: Sequence[str]) -> tuple[tuple[Strong, str], ...]:
-    """The study's three questions answered in a sentence each from the runs, with the seed spread: is MAP@R
-    lost when backgrounds are replaced, does BGAugment shrink the loss, does a method's own mechanism. Each is
-    (the question, `` `` + its answer)."""
+    """The study's three questions, each answered in a sentence from the runs with the seed spread: (the
+    question, `` `` + its answer)."""
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     return (
@@ -331,8 +325,7 @@ PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "only-
 
 def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
     """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` as mean ± std over the seeds'
-    profiles (each run's value being the mean over that set's repeats); :data:`NOT_MEASURED` where no
-    seed's record has the set."""
+    profiles; :data:`NOT_MEASURED` where no seed's record has the set."""
     rows = []
     for key, runs in seeds_by_setting(reports).items():
         profiled = [run for run in runs.values() if run.profile]
@@ -466,9 +459,8 @@ def selection_summary(found: Sequence[Selection], reports: Sequence[EvaluationRe
 
 # ------------------------------------------------------------------------------------------------ figures
 def plot_over_seeds(reports: Sequence[EvaluationReport], path: str | os.PathLike[str]) -> Path:
-    """The side-by-side table as a picture: per method, clean and corrupted MAP@R (%) without and with
-    BGAugment, a bar at the mean over training seeds and a dot for each seed, so that BGAugment's effect is
-    seen beside the seed spread."""
+    """The side-by-side table as a picture: a bar at the mean over training seeds and a dot per seed, so that
+    BGAugment's effect is seen beside the seed spread."""
     groups = seeds_by_setting(reports)
     methods = list(dict.fromkeys(method for method, _ in groups))
     series = [(bgaugment, value, label) for bgaugment in SETTINGS
@@ -554,11 +546,6 @@ def empty_mask_blocks(results: Sequence[StudyRunResult]) -> list[Block]:
         "them."))]
 
 
-def _table_or(table: TableCells, note: str, instead: str) -> list[Block]:
-    """The note and the table, or the sentence ``instead`` where the table has no rows."""
-    return [Paragraph(note), Table(*table)] if table[1] else [Paragraph(instead)]
-
-
 def write_study_report(
     results: Sequence[StudyRunResult],
     out_dir: str | os.PathLike[str],
@@ -568,9 +555,9 @@ def write_study_report(
     figures: Sequence[Figure] = (),
     failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """``study.md`` and ``study.html`` in ``out_dir`` (with ``over-seeds.png`` and ``per-class-drop.png``):
-    the tables above, ``figures`` (the runs' plot, galleries, the dial where made), the selection analysis
-    and the runs that failed (``failures``: run folder name → error), which the tables leave out."""
+    """``study.md`` and ``study.html`` (with ``over-seeds.png`` and ``per-class-drop.png``) in ``out_dir``,
+    with ``figures`` and the runs that failed (``failures``: run folder name → error), which the tables leave
+    out."""
     out = Path(out_dir)
     methods = list(dict.fromkeys(result.key[0] for result in results))
     # Each method's runs together, vanilla before BGAugment, by seed, whatever order the folders came in.
@@ -599,9 +586,9 @@ def write_study_report(
         Heading("BGAugment's effect, paired by seed"),
         Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
-        *(_table_or(mechanism, f"Each method outside the reference losses ({', '.join(reference)}) without "
-                    "BGAugment, against the pooled seeds of the reference losses without BGAugment.",
-                    MECHANISM_NOT_MEASURED)),
+        *([Paragraph(f"Each method outside the reference losses ({', '.join(reference)}) without "
+                     "BGAugment, against the pooled seeds of the reference losses without BGAugment."),
+           Table(*mechanism)] if mechanism[1] else [Paragraph(MECHANISM_NOT_MEASURED)]),
         Heading("Rankings"),
         *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
         Heading("Background-reliance profile"),

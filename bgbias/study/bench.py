@@ -35,10 +35,8 @@ def prepare_bench(
     rho: float = 0.9,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Build the bench into ``out`` (default ``<data-root>/bench``) from the installed stamps and scenes.
-
-    The bench's scenes are the ``"bench"`` share of the background families, disjoint from both pools.
-    """
+    """Build the bench into ``out`` (default ``<data-root>/bench``) from the installed stamps and scenes (the
+    background families' ``"bench"`` share, disjoint from both pools)."""
     stamps = asset_dir("tuxpaint_stamps") / "stamps"
     scenes = assign_families(_installed_sources())["bench"]
     target = default_root("bench") if out is None else Path(out)
@@ -47,12 +45,9 @@ def prepare_bench(
 
 
 def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, Any] | None:
-    """The summary of the bench at ``root`` when its ``bench.json`` states its format and these settings,
-    else None (one missing or damaged, or of a pre-release bgbias, too: the bench is then built again).
-
-    Rebuilding would give the same bytes but new files, which would void the masks and embeddings made of
-    them; the study therefore keeps a bench that matches.
-    """
+    """The summary of the bench at ``root`` when its ``bench.json`` states its format and these settings, else
+    None (then the bench is built again). A matching bench is kept: rebuilding gives the same bytes but new
+    files, which would void the masks and embeddings made of them."""
 
 
     try:

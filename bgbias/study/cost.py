@@ -1,12 +1,6 @@
 """What a study will cost on a device, for ``bgbias study --dry-run``: seconds per step, device-hours per
-method and in total.
-
-A run step's cost is its planned work (:class:`PlannedWork`: epochs × batches, validation passes, evaluation
-passes, attributed images, counted from its configuration and its dataset's splits) times what each unit of
-work takes on the target device, timed once per distinct configuration
-(:func:`~bgbias.study.cost_timing.time_config`: a few steps of each through the engine's own code); a run
-that finished its training only has its measurement left. The steps around the runs (prepare, the U²-Net
-masks, the page) are costed from their own timings or from what they took on the reference machine.
+method and in total. A run step's cost is its planned work (:class:`PlannedWork`) times what each unit of
+work takes on the device, timed once per distinct configuration (:mod:`~bgbias.study.cost_timing`).
 
 Early stopping cannot be foreseen: a run is costed for all its epochs, so a run that stops early costs less.
 """
@@ -59,11 +53,9 @@ class RunCost:
 
 @dataclass(frozen=True)
 class PlannedWork:
-    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``
-    (what a method's epoch-start hook goes over); ``validations`` passes over
-    ``validation_clean`` clean and ``validation_corrupted`` corrupted images (epoch 0's included when the
-    untrained model is validated); an evaluation of ``evaluation_clean`` clean and ``evaluation_corrupted``
-    corrupted images (the repeats, and the profile's sets); ``attributed`` images for each attribution."""
+    """What one run step does, counted: ``epochs`` of ``batches`` loader batches over ``train_images``,
+    ``validations`` passes over that many clean and corrupted images (epoch 0's included), an evaluation of
+    that many clean and corrupted images, and ``attributed`` images for each attribution."""
 
     epochs: int
     batches: int
@@ -78,10 +70,8 @@ class PlannedWork:
 
 def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
                  explain_images: int = EXPLAIN_IMAGES) -> PlannedWork:
-    """The work of a run of ``config`` on a dataset of ``sizes``, measured as the study measures it
-    (:func:`~bgbias.study.runs.measure_run`): the clean test split and :data:`~bgbias.study.runs.REPEATS`
-    corrupted repeats, with ``profile`` the profile's sets too, and ``explain_images`` test images per
-    attribution."""
+    """The work of a run of ``config`` on a dataset of ``sizes``, measured as
+    :func:`~bgbias.study.runs.measure_run` measures it (with ``profile``, the profile's sets too)."""
     d, schedule = config.data, config.schedule
     if d.batches_per_epoch is not None:
         batches = d.batches_per_epoch
@@ -119,10 +109,8 @@ def run_seconds(work: PlannedWork, timing: ConfigTiming) -> tuple[float, float]:
 
 
 def timing_key(config: TrainConfig, *, measured: bool = False) -> str:
-    """What makes two runs' steps cost the same: their configuration but the seed (which draws other batches
-    of the same size), the schedule (how much work, not what it costs) and the device (the one timed); with
-    ``measured``, what makes measuring them cost the same: BGAugment left out too (it is not in the trained
-    model)."""
+    """What makes two runs' steps cost the same: their configuration but the seed, the schedule and the
+    device; with ``measured`` (measuring them), BGAugment left out too, as it is not in the trained model."""
     settings = config.as_dict()
     for key in ("seed", "device", "schedule", *(("bgaugment",) if measured else ())):
         settings.pop(key, None)
@@ -140,11 +128,10 @@ def estimate_runs(
     log: Callable[[str], None] = print,
     timer: Callable[..., ConfigTiming] = time_config,
 ) -> dict[str, RunCost]:
-    """The cost of each of ``runs`` of the study ``spec`` on ``device``, by folder name; ``profile``: the plan
-    measures profiles. Each distinct configuration (:func:`timing_key`) is timed once by ``timer``
-    (:func:`~bgbias.study.cost_timing.time_config`), its measurement once for a configuration and its twin
-    without BGAugment; a run in ``trained`` (folder names of runs whose training finished) costs its
-    measurement alone. The estimate is for all epochs: early stopping cannot be foreseen."""
+    """The cost of each of ``runs`` on ``device``, by folder name. Each distinct configuration
+    (:func:`timing_key`) is timed once by ``timer``, its measurement once for it and its twin without
+    BGAugment; a run in ``trained`` (folder names of runs whose training finished) costs its measurement
+    alone."""
     sizes = split_sizes(spec)
     images = sample_images(spec)
     size = picture_size(spec)
@@ -184,9 +171,8 @@ def sample_images(spec: StudySpec) -> list[Path]:
 
 
 def picture_size(spec: StudySpec) -> tuple[int, int]:
-    """(width, height) of the synthetic pictures standing in for a dataset that is not there yet: the
-    bench preset's view size, else a typical photograph of the datasets (CUB's and Cars196's are about
-    500 × 375)."""
+    """(width, height) of synthetic pictures standing in for a dataset not there yet: the bench's view size,
+    else CUB's and Cars196's typical 500 × 375."""
     if spec.bench is not None:
         side = BENCH_PRESETS[spec.bench.preset].image_size
         return side, side
@@ -228,12 +214,10 @@ MASK_TIMING_IMAGES = 2
 
 
 def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
-    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: its session timed on one of
-    its batches, filled from :data:`MASK_TIMING_IMAGES` of the dataset's images (synthetic pictures of its
-    size where it is not there), after one batch that warms it up, and on those images' decoding and
-    writing, which the pipeline's workers do while the network computes (:mod:`~bgbias.saliency.pipeline`).
-    A missing model file is the ``AssetError`` of ``bgbias masks``; 0 when the study does not make its
-    masks."""
+    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: one warmed-up batch of the
+    dataset's first images (synthetic ones where it is not there) through its session, against the images'
+    decoding and writing, which the pipeline's workers do meanwhile. A missing model file is the
+    ``AssetError`` of ``bgbias masks``; 0 when the study does not make its masks."""
     if not spec.made_masks or images == 0:
         return 0.0
     session = open_session(spec.masks, Inference(device="cpu" if device == "cpu" else "auto"))

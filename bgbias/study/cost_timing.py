@@ -1,16 +1,10 @@
-"""Timing one training configuration on the target device, for the dry run's cost
-(:mod:`~bgbias.study.cost`): a few training steps, epochs, embedding batches, an evaluation and attributed
-images, each through the engine's own code, on a small stand-in of the dataset written to a temporary folder.
+"""Timing one training configuration on the target device, for the dry run's cost (:mod:`~bgbias.study.cost`):
+a few steps of each kind of work through the engine's own code, on a small bench-layout stand-in of the
+dataset in a temporary folder.
 
-The stand-in is a bench-layout dataset (``index.csv``, exact masks) of a few classes: a study's own folders
-are never read for writing, and the timing needs neither the dataset, its masks nor its pools to exist yet (a
-study's dry run comes before its prepare and masks steps, and may come before the download), nor the
-backbone's pretrained weights (random ones cost the same steps; a machine without network has none). Its
-images are copies of the dataset's first images where the dataset is there (their decoding is part of a step),
-else synthetic pictures of the dataset's size; the pools are the study's where they exist, else synthetic
-ones. The configuration keeps everything that sets a step's cost (backbone, batch size, method and its
-options, precision, layout, BGAugment) and takes the dataset's training and evaluation geometry explicitly, so
-a stand-in of CUB crops what CUB would.
+The stand-in needs neither the dataset, its masks, its pools nor pretrained weights to exist yet (a dry run
+may come before all of them; random weights cost the same steps), and keeps everything that sets a step's
+cost (backbone, batch size, method, precision, layout, BGAugment, the dataset's geometry).
 """
 
 from __future__ import annotations
@@ -75,11 +69,9 @@ STAND_IN_POOL = 6
 
 @dataclass(frozen=True)
 class MeasureTiming:
-    """What measuring a trained model adds to its embedding passes, in seconds: ``evaluation_overhead``,
-    one evaluation's manifests, ranking, report files and plots; ``attribution_images``, one image of each
-    attribution the study scores (SmoothGrad, then the method's own where it has one); ``explain_overhead``,
-    what their ``explain`` calls add to their images, all together (probe, ledger, gallery). BGAugment
-    does not change it: a configuration's twin without BGAugment shares it."""
+    """What measuring a trained model adds to its embedding passes, in seconds (one evaluation's overhead, one
+    image of each attribution, what the ``explain`` calls add); a configuration's twin without BGAugment
+    shares it."""
 
     evaluation_overhead: float
     attribution_images: tuple[float, ...]
@@ -88,15 +80,9 @@ class MeasureTiming:
 
 @dataclass(frozen=True)
 class ConfigTiming:
-    """Seconds of the units a run's work is made of, measured for one configuration on one device.
-
-    ``setup``: building the run (dataset, model, loader, session) once; ``train_batch``: one loader batch's
-    optimiser steps; ``epoch_overhead``: what an epoch adds to its steps and validation (checkpoints, curves,
-    records); ``epoch_start``: the method's epoch-start hooks over the whole schedule (DCML re-learns its
-    environments over the training split every few epochs), per training image;
-    ``clean_image`` and ``corrupted_image``: embedding one image at evaluation batch size (corrupted and
-    profile sets composite their backgrounds on the way); ``measure``: the rest of measuring the trained
-    model."""
+    """Seconds of the units a run's work is made of, measured for one configuration on one device: building
+    the run (``setup``), one loader batch's optimiser steps, what an epoch adds (``epoch_overhead``), the
+    method's epoch-start hooks per training image, embedding one clean or corrupted image, and ``measure``."""
 
     setup: float
     train_batch: float
@@ -140,12 +126,10 @@ def time_config(
     measure: MeasureTiming | None = None,
     log: Callable[[str], None] = print,
 ) -> ConfigTiming:
-    """Time ``config`` (a run's resolved configuration) on ``device``: its stand-in is made of copies of
-    ``images`` (cycled; synthetic pictures of ``image_size`` (width, height) when none), the pools of
-    ``backgrounds`` (``train/`` and ``test/``; synthetic when None); ``attributions`` are timed in that order,
-    unless ``measure`` is given (the measurement of a configuration that differs only in BGAugment).
-    The backbone starts from random weights: no weight file is read or fetched. Everything is written into a
-    temporary folder, removed on return; no process or thread is left behind."""
+    """Time ``config`` (a run's resolved configuration) on ``device`` on a stand-in made of copies of
+    ``images`` (synthetic pictures of ``image_size`` when none) and the pools of ``backgrounds`` (synthetic
+    when None); the measurement too unless ``measure`` is given (that of its twin without BGAugment). No
+    weight file is read or fetched, and nothing is left behind: no file, process or thread."""
     train_geometry = train_geometry_of(config, config.dataset)
     eval_geometry = dataset_class(config.dataset).eval_geometry
     with tempfile.TemporaryDirectory(prefix="bgbias-cost-") as folder:
@@ -234,17 +218,16 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
     request = MeasureRequest(corrupted=True, repeats=1, masks=stand_in.masks,
                              backgrounds=stand_in.backgrounds, manifests=folder / "corrupted-test",
                              progress=False)
-    test = _split_size(stand_in.root, "test")
+    test = len(split_items(open_dataset("bench", stand_in.root), "test", "fixed", 0))
     seconds = _timed(lambda: evaluate(model, request, log=_quiet), model.device)
     return max(0.0, seconds - test * (clean + corrupted))
 
 
 def _attribution_seconds(model: Any, stand_in: StandIn,
                          attributions: Sequence[str]) -> tuple[list[float], float]:
-    """Seconds per image of each attribution, through ``bgbias explain`` itself: one image to warm up,
-    then one and 1 + :data:`EXPLAINED_IMAGES` without a gallery (their difference is the images'), the
-    latter again with its gallery (whose rows are scaled to the study's gallery); and what the explains add
-    to their images, all together."""
+    """Seconds per image of each attribution, through ``bgbias explain`` itself (the difference of two
+    warmed-up runs of 1 and 1 + :data:`EXPLAINED_IMAGES` images), and what the explains add to their images,
+    galleries included."""
     per_image, overheads = [], []
     for attribution in attributions:
         base = MeasureRequest(attribution=attribution, masks=stand_in.masks, progress=False)
@@ -261,11 +244,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
         per_image.append(image)
         overheads.append(max(0.0, one - image) + base.gallery_count * row)
     return per_image, sum(overheads)
-
-
-def _split_size(root: Path, split: str) -> int:
-
-    return len(split_items(open_dataset("bench", root), split, "fixed", 0))
 
 
 def _quiet(message: str) -> None:
@@ -301,10 +279,9 @@ def _released() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------- stand-in
 def write_stand_in(folder: Path, config: TrainConfig, images: Sequence[Path], image_size: tuple[int, int],
                    backgrounds: Path | None) -> StandIn:
-    """The stand-in of ``config``'s dataset in ``folder``: train classes enough for a batch of
-    :data:`STAND_IN_BATCHES` of ``config``'s (``m_per_class`` images each), :data:`EMBED_IMAGES` validation
-    images, a test split as large, exact masks laid out where BGAugment reads them, and pools
-    (``backgrounds`` when it holds both, else synthetic)."""
+    """The stand-in of ``config``'s dataset in ``folder``: enough train classes for :data:`STAND_IN_BATCHES`
+    batches, :data:`EMBED_IMAGES` validation and test images each, exact masks where BGAugment reads them, and
+    the pools (``backgrounds`` when it holds both, else synthetic)."""
     root = folder / "bench"
     m = config.data.m_per_class
     classes = max(2, STAND_IN_BATCHES * config.data.batch_size // m) + 1

@@ -49,11 +49,9 @@ def run_dial(
     log: Callable[[str], None] = print,
 ) -> DialResult:
     """The bias dial (:mod:`bgbias.report.dial`): for each mask source and ρ, the study of ``method`` on the
-    bench built at ρ (its own folder, :func:`~bgbias.study.spec.study_bench_root`), then ``dial.md`` /
-    ``dial.png`` / ``dial.json`` in ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a
-    study of its own (added to the plan of that bench's study folder), so a point the full study or an
-    earlier dial made is reused, and a killed dial resumes; ``explain_images``: test images of each run whose
-    foreground is scored."""
+    bench built at ρ, then ``dial.md``/``.png``/``.json`` in
+    ``<runs>/study/dial-<method>-bench-<preset>-seed<S>``. Each point is a study of its own, so a point made
+    before is reused and a killed dial resumes."""
     runs = Path(runs) if runs is not None else runs_root()
     points, failures = [], {}
     settings = [(source, rho) for source in masks for rho in rhos]

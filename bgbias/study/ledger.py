@@ -1,12 +1,10 @@
 """The study folder's plan (``plan.json``): every step, what it needs, its state, who holds it, where and when
 it ran, its inputs' digests and its error.
 
-Several processes (a pool of workers, a second ``bgbias study``, SLURM array tasks on other machines) work on
-one plan. Each change is read, modified and written while holding ``.plan.lock`` (the kernel's lock, which
-NFS forwards), and the file is replaced atomically, so a reader without the lock (``--status``) always sees a
-whole plan. A step is *claimed* before it runs: the claim names its process and is renewed while the step
-runs; a claim whose process is gone (same machine) or that was not renewed for :data:`STALE_AFTER` seconds
-(another machine) is dead, and its step is taken over, up to :data:`MAX_ATTEMPTS` times.
+Several processes, on several machines, work on one plan: each change is made holding ``.plan.lock`` (which
+NFS forwards) and replaces the file atomically, so a reader without the lock always sees a whole plan. A
+claim whose process is gone (same machine) or that was not renewed for :data:`STALE_AFTER` seconds (another
+machine) is dead, and its step is taken over, up to :data:`MAX_ATTEMPTS` times.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``--executor local``: the study's workers on this machine, one per device (or ``--workers`` on a CPU, its
-cores split between them); ``--gpus-per-run k`` gives each worker k devices and trains each run under
-torchrun on them.
-
-One worker on one device runs in this process. Several run as child processes (``python -m
-bgbias.study.worker``), each with its own log in ``<study>/logs/``; this process watches them and the plan:
-it prints each step as it starts and ends, starts a worker again that died (its step is taken over at once:
-the claim names a pid that is gone), and stops them when it is stopped. A worker whose parent dies stops too.
+"""``--executor local``: the study's workers on this machine, one per device (or several on a CPU, its cores
+split between them), each a child process with its own log in ``<study>/logs/`` (one worker on one device
+runs in this process). This process prints each step as it starts and ends, starts a worker again that
+died, and stops them when it is stopped; a worker whose parent dies stops too.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from pathlib import Path
 import torch
 
 from bgbias.engine.device import cuda_devices, missing_cuda
-from bgbias.errors import BgbiasError, OptionError
+from bgbias.errors import PARAMETER, BgbiasError, OptionError
 from bgbias.hardware import usable_cores
 from bgbias.study.ledger import Plan, read_plan
 from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
@@ -44,19 +40,14 @@ class Slot:
 
 def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run: int = 1,
                 threads: int | None = None) -> list[Slot]:
-    """The workers of ``--devices``/``--workers``/``--gpus-per-run``/``--threads``: ``auto`` is every GPU
-    when CUDA is present (``gpus_per_run`` to a worker), else the CPU; ``cpu`` is ``workers`` CPU workers
-    (default 1); ``cuda:0,1,…`` names the GPUs. Each worker's runs compute with ``threads`` CPU threads,
-    default the cores split between the workers (one worker: torch's own default, every core). CPU kernels
-    sum in an order that depends on their thread count, so runs give the same bits under any number of
-    workers only with the same ``threads``."""
-    if workers is not None and workers < 1:
-        raise OptionError(f"--workers must be at least 1, not {workers}", fix="pass --workers 1 or more")
-    if threads is not None and threads < 1:
-        raise OptionError(f"--threads must be at least 1, not {threads}", fix="pass --threads 1 or more")
-    if gpus_per_run < 1:
-        raise OptionError(f"--gpus-per-run must be at least 1, not {gpus_per_run}",
-                          fix="pass --gpus-per-run 1 or more")
+    """The workers of the options ``devices``, ``workers``, ``gpus_per_run`` and ``threads`` (docs/study.md).
+    ``threads`` defaults to the cores split between the workers; CPU kernels sum in an order that depends on
+    their thread count, so runs give the same bits under any number of workers only with the same ``threads``.
+    """
+    for name, value in (("workers", workers), ("threads", threads), ("gpus_per_run", gpus_per_run)):
+        if value is not None and value < 1:
+            raise OptionError(f"{PARAMETER}{value} is less than 1", fix=f"pass {PARAMETER}1 or more",
+                              parameter=name)
     gpus = _gpus(devices)
     if not gpus:
         count = workers or 1

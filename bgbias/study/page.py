@@ -26,11 +26,9 @@ def report_study(
     dials: Sequence[Path] = (),
     failures: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """Step 7, also ``bgbias report --study``: Table 1 of the first training seed's runs (``table.md``,
-    ``runs.png``, the foreground galleries), the seeds' aggregate (``seeds.md``) and the study page
-    (``study.md``, ``study.html``) with the figures of the first method's pair, the ``dials`` given and the
-    runs that ``failures`` names; the files by name. They replace ``out_dir`` all at once or not at all
-    (:mod:`bgbias.report.folder`): a failure leaves an older report as it was."""
+    """Step 7, also ``bgbias report --study``: Table 1 of the first training seed's runs, the seeds' aggregate
+    (``seeds.md``) and the study page with the ``dials`` given and the runs that ``failures`` names; the files
+    by name. They replace ``out_dir`` all at once or not at all (:mod:`bgbias.report.folder`)."""
     results = collect_study_runs(run_dirs, split)
     return write_report_folder(
         out_dir, lambda stage: _write_study(results, stage, title, split, dials, failures or {}),

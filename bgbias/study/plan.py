@@ -79,11 +79,9 @@ folder names stay readable and within file systems' limits."""
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1,
-    with masks from ``masks`` (:data:`MASK_SOURCES`); the runs of the ``watched`` methods also score the
-    test split after every epoch; ``profile`` adds every run's background-reliance profile; ``settings``
-    (``--set``) train every run as a variant of its method; ``explain_images`` test images of each run get
-    foreground scores."""
+    """Which runs a study trains: every method without and with BGAugment, for training seeds 0 … seeds−1; the
+    ``watched`` methods' runs also score the test split each epoch, ``profile`` adds each run's profile, and
+    ``settings`` (``--set``) make every run a variant of its method."""
 
     methods: tuple[str, ...]
     seeds: int
@@ -128,10 +126,9 @@ def study_plan(
     dataset: str = "bench",
     explain_images: int = EXPLAIN_IMAGES,
 ) -> StudyPlan:
-    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in place of its own where given, and
-    ``settings`` (``key=value``, as ``bgbias train --set``) for every run; unknown names, fewer than one seed,
-    a setting the study makes itself and settings a method refuses on ``dataset`` are an ``OptionError``
-    before any work; ``explain_images``: test images of each run whose foreground is scored."""
+    """The preset's plan, with ``methods``, ``seeds`` and ``masks`` in its own's place where given and
+    ``settings`` (as ``bgbias train --set``) for every run; what cannot be trained is an ``OptionError``
+    before any work."""
     if preset not in PRESETS:
         raise OptionError(f"unknown study preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
     if masks is not None and masks not in MASK_SOURCES:

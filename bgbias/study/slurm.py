@@ -1,20 +1,11 @@
 """``bgbias study --executor slurm``: the study's pending steps as SLURM job arrays, through submitit.
 
-One array per stage (the masks shards, then the runs), each task one step of the study folder's plan
-(:class:`StudyTask`, which calls the worker with ``only=<step>``); a later stage starts after the one before
-it (``--dependency=afterany``), and a task also waits for its own step's dependencies in the worker, so
-executors that ignore dependencies (submitit's local and debug ones) run the same arrays. State lives in the
-study folder, never in a task: a task that SLURM or submitit requeues runs its step again, and the step's
-training resumes from its last checkpoint.
-
-Preemption and time limits: submitit asks SLURM for its signal (USR2) 90 s before the time limit, and on
-preemption where the cluster sends it (``SlurmctldParameters=preempt_send_user_signal``). A task takes it as
-the worker takes SIGTERM (:class:`~bgbias.signals.Terminated`: the step's claim is released, its training
-records "interrupted"), then hands it to submitit, which requeues the task (:meth:`StudyTask.checkpoint`).
-SIGTERM itself is left to submitit, which ignores it, since some clusters send it before their preemption
-signal.
-
-submitit is an optional dependency (``pip install 'bgbias[slurm]'``), imported by the functions that need it.
+One array per stage, each task one step (:class:`StudyTask`); a later stage waits for the one before
+(``afterany``), and a task also waits for its step's dependencies in the worker, so executors that ignore
+dependencies run the same arrays. State lives in the study folder, never in a task: a requeued task runs its
+step again, and its training resumes. submitit's preemption signal (USR2, before the time limit or on
+preemption) ends the step as SIGTERM ends a worker, then submitit requeues the task; SIGTERM itself is left
+to submitit, which ignores it, since some clusters send it before their preemption signal.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic
@@ -81,9 +72,8 @@ SET_BY_THE_STUDY = {
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """Where and how the study's tasks run on SLURM: the partition (None: the cluster's default), the time
-    limit of one task in minutes, GPUs and CPUs of a task (None: the cluster's default), how many tasks of an
-    array run at once (None: submitit's default, 256), and further submitit parameters (``--slurm-opt``)."""
+    """Where and how the study's tasks run on SLURM (None: the cluster's or submitit's default); ``time`` in
+    minutes, ``extra`` the further submitit parameters (``--slurm-opt``)."""
 
     partition: str | None = None
     time: int = DEFAULT_TIME
@@ -247,13 +237,6 @@ def _offline_executor(folder: Path) -> submitit.SlurmExecutor:
     return OfflineSlurmExecutor(folder)
 
 
-class Worker(Protocol):
-    """What a task calls: :func:`bgbias.study.worker.work`, or a stand-in of its signature in tests."""
-
-    def __call__(self, folder: Path, goals: Sequence[str], *, only: str | None = None,
-                 device: str = "auto") -> object: ...
-
-
 @dataclass(frozen=True)
 class StudyTask:
     """One array task: execute the step ``only`` of the study folder's plan (after its dependencies) toward
@@ -264,7 +247,7 @@ class StudyTask:
     goals: tuple[str, ...]
     only: str
     device: str = "auto"
-    worker: Worker | None = None
+    worker: Callable[..., object] | None = None  # None: bgbias.study.worker.work
 
     def __call__(self) -> object:
         """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
@@ -382,13 +365,11 @@ def submit_study(
     options: SlurmOptions,
     *,
     executor: submitit.Executor | None = None,
-    worker: Worker | None = None,
+    worker: Callable[..., object] | None = None,
 ) -> list[submitit.Job[Any]]:
-    """Submit one job array per stage of ``stages`` (step ids; empty stages are skipped), each waiting for the
-    one before it (``afterany``), each task a :class:`StudyTask` toward ``goals``; through ``executor`` (None:
-    :func:`slurm_executor` with ``options``; another executor is used as it is configured) and ``worker``
-    (None: :func:`bgbias.study.worker.work`). Records the submission in :data:`SUBMITTED`; returns the jobs,
-    the stages' tasks in order."""
+    """Submit one job array per non-empty stage of ``stages`` (step ids), each waiting for the one before
+    (``afterany``), through ``executor`` (None: :func:`slurm_executor` with ``options``); record the
+    submission in :data:`SUBMITTED` and return the jobs, the stages' tasks in order."""
     folder = Path(folder).absolute()
     script_value(str(folder), "the study folder's path", path=folder)
     arrays = [list(steps) for steps in stages if steps]

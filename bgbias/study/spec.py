@@ -98,11 +98,9 @@ def dataset_spec(
     *,
     dry_run: bool = False,
 ) -> StudySpec:
-    """The spec of a study on a real dataset (``cub``, ``cars``, ``sop``, ``folder``): ``root`` (default the
-    dataset's default folder), masks from ``masks`` (a model of :data:`MASK_MODELS`, default ``u2netp``,
-    :data:`~bgbias.options.DEFAULT_MASK_MODEL`; or a folder of masks), the pools in ``backgrounds`` (default
-    ``./backgrounds``). A root that is not a folder is refused, but for a ``dry_run`` on a dataset of known
-    size (:attr:`~bgbias.data.items.Dataset.known_size`), which it prices from that size
+    """The spec of a study on a real dataset (``cub``, ``cars``, ``sop``, ``folder``), its masks from
+    ``masks`` (a model of :data:`MASK_MODELS` or a folder of masks). A root that is not a folder is refused,
+    but for a ``dry_run`` on a dataset of known size, which it prices from that size
     (:mod:`bgbias.study.sizes`)."""
     layout = dataset_class(dataset)  # an unknown name is an OptionError listing the known ones
     if dataset == "bench":
@@ -132,9 +130,7 @@ def dataset_spec(
 
 def bench_spec(preset: str, rho: float, seed: int, masks: str,
                backgrounds: str | os.PathLike[str] | None = None) -> StudySpec:
-    """The spec of a study on the bench built with these settings
-    (:func:`study_bench_root`) and its masks from ``masks`` (``ground-truth``, a U²-Net
-    model, or a folder)."""
+    """The spec of a study on the bench built with these settings (:func:`study_bench_root`)."""
     root = study_bench_root(preset, rho, seed).expanduser().resolve()
     if masks == BENCH_MASKS or masks in MASK_MODELS:  # where `bgbias masks --model MASKS` puts them
         masks_dir = model_masks_dir(masks_root() / folder_key(dataset_class("bench"), root), masks)
@@ -148,9 +144,8 @@ def bench_spec(preset: str, rho: float, seed: int, masks: str,
 
 
 def study_bench_root(preset: str, rho: float, seed: int) -> Path:
-    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the default ones (small,
-    ρ 0.9, seed 0), ``<data-root>/bench-<preset>-rho<rho>-seed<seed>`` for others, so that the dial's benches
-    (and their masks and runs) live side by side instead of replacing one another."""
+    """Where a study keeps the bench of these settings: ``<data-root>/bench`` for the defaults, else
+    ``<data-root>/bench-<preset>-rho<rho>-seed<seed>``, so the dial's benches live side by side."""
     default = default_root("bench")
     if (preset, rho, seed) == ("small", 0.9, 0):
         return default

@@ -28,9 +28,9 @@ class StepStatus:
     error: str
 
 
-def plan_status(folder: Path, plan: Plan, now: float | None = None) -> list[StepStatus]:
+def plan_status(folder: Path, plan: Plan) -> list[StepStatus]:
     """A row per step of ``plan``, in its order."""
-    now = time.time() if now is None else now
+    now = time.time()
     return [_step_status(folder, step_id, step, now) for step_id, step in plan.steps.items()]
 
 
@@ -82,9 +82,9 @@ def read_status(folder: Path) -> str:
     return format_status(folder, plan)
 
 
-def format_status(folder: Path, plan: Plan, now: float | None = None) -> str:
+def format_status(folder: Path, plan: Plan) -> str:
     """The status table as text, then each failure's error, then the counts of steps by state."""
-    rows = plan_status(folder, plan, now)
+    rows = plan_status(folder, plan)
     cells = [[row.step, row.state, row.where, row.progress, _duration(row.elapsed), _duration(row.left)]
              for row in rows]
     text = table(["step", "state", "where", "progress", "elapsed", "left (training)"], cells)

@@ -102,15 +102,11 @@ def prepare(spec: StudySpec, log: Callable[[str], None]) -> dict[str, str]:
             log("fetching assets (verified against pinned checksums) and completing the background pools")
             fetch(DEFAULT_ASSETS)
             prepare_pools()
-        _check_pools(spec)
+        for pool in ("train", "test"):
+            list_pool(pool_folder(spec.backgrounds, pool))
         log(f"checking the {spec.dataset} dataset at {spec.root}")
         open_dataset(spec.dataset, spec.root).items()
     return {"spec": _digest(spec.model_dump_json().encode())}
-
-
-def _check_pools(spec: StudySpec) -> None:
-    for pool in ("train", "test"):
-        list_pool(pool_folder(spec.backgrounds, pool))
 
 
 def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,

@@ -1,9 +1,6 @@
-"""A worker of a study: takes the next step of the plan that is ready, claims it, does it while renewing the
-claim, records it done or failed, and goes on until nothing it may do is left.
-
-Every executor runs this loop: the local pool (one worker per device), a second ``bgbias study`` on the
-same folder, and each SLURM array task (``only``: its own step). Workers never talk to each other: the plan
-(:mod:`bgbias.study.ledger`) is all they share, so they may run on several machines that share the folder.
+"""A worker of a study: takes the next ready step of the plan, claims it, does it while renewing the claim,
+records it done or failed, and goes on until nothing it may do is left. Every executor runs this loop;
+workers share nothing but the plan (:mod:`bgbias.study.ledger`), so they may run on several machines.
 """
 
 from __future__ import annotations
@@ -110,11 +107,9 @@ def work(
 ) -> WorkOutcome:
     """Do the ready steps among ``goals`` and what they need, until none is left that this worker may do.
 
-    ``only``: do just that step (waiting until what it needs is done), then a page among ``goals`` if it has
-    become ready (the last run of a job array writes the page). ``threads``: torch's CPU threads;
-    ``processes``: how many processes train each run (torchrun, one per visible device). A SIGTERM
-    or Ctrl-C during a step gives its claim back (the step is taken again, a run resumes from its last
-    checkpoint) and is raised on.
+    ``only``: do just that step (waiting for what it needs), then a page among ``goals`` if it has become
+    ready (the last run of a job array writes the page). A SIGTERM or Ctrl-C during a step gives its claim
+    back and is raised on.
     """
     if threads is not None:
         torch.set_num_threads(threads)
@@ -292,11 +287,8 @@ def _asked_device(device: str) -> str:
 
 
 def _device_label(device: str) -> str:
-    """The device as ``--status`` shows it (``auto`` resolved), with the GPUs this process sees when they are
-    limited."""
-    resolved = str(resolve_device(device))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return resolved if visible is None or resolved == "cpu" else f"{resolved} (GPU {visible})"
+    """The device as ``--status`` shows it: :func:`_asked_device` with ``auto`` resolved."""
+    return _asked_device(str(resolve_device(device)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -273,8 +273,11 @@ def test_devices_and_workers_make_the_slots(monkeypatch):
     assert local_slots("cpu")[0].threads is None  # one worker keeps torch's own threads
     assert [slot.threads for slot in local_slots("cpu", 2, threads=1)] == [1, 1]  # as one worker with 1
     assert local_slots("cpu", threads=3)[0].threads == 3
-    with pytest.raises(OptionError, match="--threads must be at least 1"):
+    with pytest.raises(OptionError, match="threads=0 is less than 1") as raised:  # in Python's words
         local_slots("cpu", threads=0)
+    assert raised.value.render({}).startswith("--threads 0 is less than 1")  # the command line's
+    with pytest.raises(OptionError, match="pass gpus_per_run=1 or more"):
+        local_slots("cpu", gpus_per_run=0)
     _cuda(monkeypatch, 4)
     assert [slot.gpus for slot in local_slots("cuda:0,cuda:3")] == ["0", "3"]
     pairs = local_slots("cuda:0,cuda:1,cuda:2,cuda:3", gpus_per_run=2)
