@@ -1,26 +1,10 @@
 """Score how much of a model's attribution falls on the object, image by image (the paper's Table 2).
 
-For each item: its eval crop and soft mask (the dataset's ground-truth mask where it ships one, else the
-U²-Net saliency mask), an attribution map of the crop, and the foreground score of the map against the mask.
-The output folder holds::
-
-    records.jsonl   the ledger: settings, then one line per image (resume reads it)
-    scores.csv      id, label, mask_source, foreground_fraction, attribution_on_foreground, score
-    summary.json    settings (the dataset's folder too), counts, mean / std / median of the defined scores
-    gallery.png     image | mask | overlay rows for images spread evenly over the items
-    maps/           the gallery images' maps as 8-bit PNGs, mirroring the image paths
-
-Every image's noise comes from a generator seeded by (seed, image id), so maps do not depend on the batch
-size, on resuming, or on which other images are scored.
-
-An attribution that explains each image against a reference image (``needs_references``, SAM's similarity
-attention) gets each image's nearest classmate in the whole split (``bgbias.attribution.references``); then
-``scores.csv`` and the ledger lines also name the reference and its label, the settings the rule and the
-reference images, the gallery adds the reference and its map of the pair, and ``reference-maps/`` keeps those
-maps under the explained image's name.
-
-One image's mask, crop, noise, map and score are :mod:`~bgbias.attribution.scoring`'s; the files of the folder
-(their names, writing them, reading them back) are :mod:`~bgbias.attribution.outputs`'.
+Each item's eval crop and soft mask (ground truth where the dataset ships one, else U²-Net's), its attribution
+map and the map's foreground score; the folder's files are :mod:`~bgbias.attribution.outputs`'. Noise is
+seeded by (seed, image id), so maps do not depend on the batch size, on resuming, or on which other images are
+scored. An attribution that ``needs_references`` explains each image against its nearest classmate in the
+whole split (:mod:`bgbias.attribution.references`).
 """
 
 from __future__ import annotations

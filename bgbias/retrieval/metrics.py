@@ -1,11 +1,7 @@
-"""MAP@R, R-precision and P@1 per query, as pytorch-metric-learning's ``AccuracyCalculator`` defines them.
-
-For a query with ``R`` other items of its class (docs/design.md, *Retrieval and metrics*): P@1 says whether
-the nearest other item shares the class, R-precision is the share of same-class items among the ``R`` nearest,
-and MAP@R averages P(i) over the ranks ``i <= R`` that hold a same-class item, divided by ``R``. A query alone
-in its class (``R = 0``) has nothing to retrieve; like PML, its scores are left out of the means. Unlike
-PML, neighbours at exactly equal distances count at their expected value over every order (docs/design.md,
-*Ties*), so no score depends on the order of the rows.
+"""MAP@R, R-precision and P@1 per query, as pytorch-metric-learning's ``AccuracyCalculator`` defines them
+(docs/design.md, *Retrieval and metrics*): a query alone in its class has no score and is left out of the
+means. Unlike PML, neighbours at exactly equal distances count at their expected value over every order
+(docs/design.md, *Ties*), so no score depends on the order of the rows.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference.
+"""Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference
+(with ``references``, row ``i`` is the query's own image in another form and is left out likewise).
 
-A search may also take ``references``: the same images in another form (a clean gallery for corrupted
-queries), row ``i`` the query's own image, which is left out just as the query itself is in a search of one
-set.
-
-The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
-query and reference (docs/design.md, *Retrieval and metrics*): faiss ``IndexFlatL2`` (exact squared L2) asked
-for ``k + 1`` neighbours, from which each row's own index is removed, or, when ties pushed the row's own index
-out of the ``k + 1``, its last column. Both backends here apply that rule, so scores equal PML's on the same
-embeddings. The torch backend is the fallback where faiss is not installed; it ranks by the same float32
-distances.
+Both backends (faiss, torch where faiss is missing) drop each row's own index from ``k + 1`` neighbours, or
+the last column where ties pushed it out, as pytorch-metric-learning's ``AccuracyCalculator`` does, so scores
+equal the paper's on the same embeddings (docs/design.md, *Retrieval and metrics*).
 """
 
 from __future__ import annotations
