@@ -128,21 +128,14 @@ def explain_items(
     *,
     log: Callable[[str], None] = print,
 ) -> ExplainResult:
-    """Attribution maps and foreground scores of ``inputs.items`` with ``model`` (on its device), with the
-    attribution, options, seed, batch size, gallery size and progress bars of ``request`` (its data fields
-    are what ``inputs`` holds; ``request.batch_size`` defaults to 1 on the CPU, 8 on CUDA).
+    """Attribution maps and foreground scores of ``inputs.items`` with ``model`` and the settings of
+    ``request`` (``batch_size`` defaults to 1 on the CPU, 8 on CUDA).
 
-    Resumes the results of an interrupted run with the same settings in ``inputs.out_dir``; results of other
-    settings there are an ``OptionError`` unless ``request.force``, which starts over. An attribution that
-    does not support ``model``, and missing masks, fail before any work. ``request.gallery_count = 0`` writes
-    no gallery. For an attribution that ``needs_references``, each item's reference is picked from
-    ``inputs.reference_items``; their state comes from the model's evaluation cache where it fits (``log``
-    says whether it did), embedded in the model's own precision (``amp``) as evaluation embeds them.
-
-    The maps themselves are made in float32, without autocast, whatever the model's ``amp``
-    (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision, the device
-    and the model's memory format.
-    """
+    Resumes an interrupted run with the same settings in ``inputs.out_dir``; results of other settings there
+    are an ``OptionError`` unless ``request.force``. An unsupported attribution and missing masks fail before
+    any work. References (``needs_references``) are picked from ``inputs.reference_items``, their state from
+    the evaluation cache where it fits. The maps are made in float32 without autocast whatever the model's
+    ``amp`` (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision."""
     request = request or MeasureRequest()
     items, geometry, dataset_name = list(inputs.items), inputs.geometry, inputs.dataset_name
     masks_dir, reference_items = Path(inputs.masks_dir), inputs.reference_items
@@ -274,18 +267,10 @@ def explain(
     write: bool = True,
 ) -> ExplainResult:
     """``bgbias explain``: foreground scores of ``model`` on the split ``request`` names (default: the test
-    split of the dataset it was trained on) with the request's attribution and options, into
-    ``<model home>/explain/<dataset key>-<split>-<label>/``
-    (:func:`~bgbias.attribution.outputs.explain_dir`), so each attribution and setting keeps its own folder
-    and ``request.force`` starts over in that one only.
-
-    ``request.limit`` scores that many images spread evenly over the split instead of all (an attribution
-    with reference images still picks them from the whole split, so an image's reference does not depend on
-    the limit); saliency masks
-    (``request.masks``, default ``masks/<dataset>``) stand in for images without a ground-truth mask;
-    ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
-    fastest, 8 on CUDA). Without ``write`` nothing goes to disk and the result holds every map.
-    """
+    split of the dataset it was trained on) into :func:`~bgbias.attribution.outputs.explain_dir`, a folder per
+    attribution and setting (``request.force`` starts over in that one only). ``request.limit`` scores that
+    many images spread evenly (references are still picked from the whole split, so they do not depend on the
+    limit). Without ``write`` nothing goes to disk and the result holds every map."""
     request = request or MeasureRequest()
     request = dataclasses.replace(request, split=chosen_split(model, request)[0])
     attribution, options = request.attribution, request.attribution_options

@@ -258,19 +258,12 @@ def torch_ranking(
     queries: np.ndarray | None = None,
     references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
 ) -> Ranking:
-    """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
+    """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query, so memory
+    stays bounded whatever the split's size; on ``device`` (default: where the arrays are), without gradients.
 
-    ``queries`` (indices into the split) searches for those items only, each against the whole split (a
-    sample to check an approximate search against); by default every item is a query. ``references`` (the
-    same images in another form) are searched instead of the split itself, each query's own row left out.
-
-    ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
-    squared L2 distance in float32. ``embeddings`` may be a mapping of named per-image arrays, whose row
-    blocks ``distance`` then gets as mappings. A block is ``query_rows`` queries against ``reference_rows``
-    references (by default about :data:`CHUNK_ELEMENTS` entries), so memory stays bounded whatever the
-    split's size: each query keeps only its ``k + 1`` nearest so far. Runs on ``device`` (default: where the
-    arrays are), without gradients.
-    """
+    ``queries`` and ``references`` are as for :func:`ranking`. ``distance(queries, references) -> (q, r)``
+    (smaller is nearer; default squared L2 in float32) gets row blocks as mappings where ``embeddings`` is
+    one. A block is ``query_rows`` × ``reference_rows`` (default about :data:`CHUNK_ELEMENTS` entries)."""
     k = checked_k(embeddings, k, references)
     named = isinstance(embeddings, Mapping)
 
