@@ -1,19 +1,9 @@
 """bgbias: measure how much a deep metric learning model relies on image backgrounds, and train it to rely
 less.
 
-The package is grouped by pipeline stage: ``assets`` (offline provisioning), ``data`` (datasets and images),
-``backgrounds`` and ``bench`` (background pools and the embedded bench dataset), ``saliency`` (U²-Net masks),
-``bgaugment`` (compositing), ``corrupted`` (the corrupted test sets), ``variants`` (the profile's
-variants), ``models``, ``methods``, ``engine``, ``attribution``, ``report`` and ``leakage_meter`` (the
-dataset's background leakage meter).
-
-The public API (docs/api.md) is importable from here: :class:`BGAugment` and :class:`MaskedImages` for
-anyone's training loop, :func:`evaluate` for any embedding model, :func:`evaluate_embeddings` and
-:func:`score_embeddings` for precomputed embeddings, :func:`score` for one's own embeddings of the
-rendered corrupted sets (docs/embeddings.md), :func:`make_masks` and :func:`make_corrupted_sets`,
-:func:`leakage` for a dataset's background leakage before training (docs/leakage.md), :func:`audit` for
-several outside encoders side by side (docs/audit.md), and :class:`ModelInput`. Importing the package is
-cheap: each name is imported on first use (docs/design.md, *Where imports are*).
+The public API (docs/api.md) is importable from here; each name is imported on first use, so importing the
+package is cheap (docs/design.md, *Where imports are*). The packages follow the pipeline's stages
+(docs/design.md, *Pipeline and layers*).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The public Python API, re-exported lazily by ``bgbias`` (docs/api.md): audit any embedding model, score
-embeddings, make masks and corrupted sets as the command line does. BGAugment and the dataset wrapper for
-anyone's training loop are :class:`bgbias.BGAugment` and :class:`bgbias.MaskedImages`.
-
-Each function here opens a dataset by name and fills the request the command line fills, then calls the
-library function the command calls, so a result from Python is the result of the command. Its arguments are
-validated first (``@checked``) against the declarations the command's options are typed from
-(``bgbias.options``): a wrong one is an ``OptionError`` that names it as Python does (``repeats=5``), before
-any work; an error from below that concerns an argument carries it (``parameter``) and reads in Python's
-words too.
+"""The public API, re-exported lazily by ``bgbias`` (docs/api.md). Each function opens a dataset by name and
+fills the request the command line fills, then calls the library function the command calls, so a result from
+Python is the result of the command. Arguments are validated first (``@checked``) against the declarations
+the command's options are typed from (``bgbias.options``): a wrong one is an ``OptionError`` naming it as
+Python does (``repeats=5``), before any work.
 """
 
 from __future__ import annotations
@@ -136,39 +131,16 @@ def evaluate(
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
     """``bgbias eval``: clean and (with ``corrupted``) corrupted MAP@R, R-precision and P@1 of ``model`` on
-    ``split`` of ``dataset``; the result's ``report`` is the typed report the command prints
-    (``result.summary()``; ``result.report.corrupted.mean.map_at_r``). With ``profile``, also the
-    background-reliance profile (``result.report.profile``; its worst case over ``worst_k`` backgrounds per
-    query), as ``bgbias eval --profile``.
+    ``split`` of ``dataset``; ``result.report`` is the typed report the command prints, with ``profile`` the
+    background-reliance profile too. docs/api.md gives what ``model`` and ``dataset`` may be and how the split
+    is chosen (``report.split_reason``).
 
-    ``dataset`` is a dataset's name (with ``root``), or one's own images: rows of ``(path, label[, mask])``,
-    a table of such columns (a dict or a pandas DataFrame; ``path`` or ``image``, ``label``, ``mask``), or a
-    torch ``Dataset`` of ``(image, label[, mask])`` samples (:mod:`bgbias.data.table`); relative paths are
-    relative to ``root``. ``split="all"`` scores every image as query and gallery; the default is ``all`` for
-    a model bgbias did not train on one's own images (none of their classes was held out from its training),
-    else ``test``, and the report says which and why (``report.split_reason``). ``masks`` is the folder
-    of the saliency masks (default ``masks/<dataset>``; a row's own mask comes first), or for one's own
-    images :class:`bgbias.U2NetMasks` to make each missing one when first needed, kept in memory.
-
-    Nothing is written unless asked: without ``out`` the result is all there is (no report folder, no
-    embedding cache), and the corrupted sets are made in memory (kept for the next call in this process)
-    unless ``manifests`` names their folder. With ``out``, the report, the cache and ``model.json`` go
-    there (a run's own folder for a run: ``out`` must then be that folder).
-
-    ``model`` is any of: a run folder (or its checkpoint file); a ``--model`` spec (TorchScript or ONNX
-    file, ``package.module:callable``); a ``torch.nn.Module`` (scored where its parameters are); a function
-    of a batch, with a ``fingerprint`` that changes whenever its embeddings would (it has no weights to
-    hash); or an :class:`~bgbias.methods.embedding_model.EmbeddingModel`. All but a run read their input as
-    ``model_input`` states (default :class:`~bgbias.models.model_input.ModelInput`: the dataset's geometry,
-    ImageNet normalisation, L2-normalised output). A TorchScript file is checked before it runs (tensor
-    operators only) unless ``trust_model`` (for one's own files); a factory is imported and called, so it
-    runs as any Python does. ``amp`` (``auto``, ``off``, ``bf16``, ``fp16``) and ``memory_format``
-    (``contiguous``, ``channels_last``) choose the precision and layout it embeds in: by default a run's own,
-    and for any other torch model autocast ``auto`` and channels-last (a module's weights, converted in
-    place, and its input; a function's input is left contiguous); an ONNX file runs in float32.
-    ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1 GiB; a larger split is
-    scored in blocks of queries, with the same scores). The other arguments are the command's options.
-    """
+    Nothing is written unless asked: without ``out`` the result is all there is, and the corrupted sets are
+    made in memory (kept for the next call in this process) unless ``manifests`` names their folder. With
+    ``out``, the report, the cache and ``model.json`` go there (for a run, ``out`` must be its own folder). A
+    TorchScript file is checked before it runs unless ``trust_model``; a factory is imported and called, so it
+    runs as any Python does. ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1
+    GiB; the same scores in blocks). The other arguments are the command's options."""
     _check_model_input_and_log(model_input, log)
     request = MeasureRequest(
         **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
@@ -327,15 +299,16 @@ def as_embedding_model(
     if isinstance(model, nn.Module):
         where = next((p.device for p in model.parameters()), None)
         network = network_from_module(model, type(model).__name__)
-        return external_model(network, model_input, where or _device(device), out, homes=homes, **compute)
+        return external_model(network, model_input, where or resolve_device(device), out, homes=homes,
+                              **compute)
     if callable(model):
         if fingerprint is None:
             raise ModelError("a plain function has no weights bgbias could pin its embeddings by",
                              fix="pass fingerprint= with any text that changes whenever the function's "
                                  "embeddings would, or pass the torch.nn.Module itself")
         name = getattr(model, "__qualname__", type(model).__name__)
-        return external_model(network_from_callable(model, name, fingerprint), model_input, _device(device),
-                              out, homes=homes, **compute)
+        network = network_from_callable(model, name, fingerprint)
+        return external_model(network, model_input, resolve_device(device), out, homes=homes, **compute)
     raise ModelError(f"cannot score a {type(model).__name__}",
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 
@@ -509,10 +482,6 @@ def _array(values: Any) -> np.ndarray:
     return values.detach().cpu().numpy() if hasattr(values, "detach") else np.asarray(values)
 
 
-def _device(device: str) -> Any:
-    return resolve_device(device)
-
-
 @checked(embeddings=Annotated[PATH_TEXT, Field(examples=["embeddings"])], dataset=TEXT, root=PATH,
          split=SPLIT, protocol=PROTOCOL, fold=FOLD, repeats=REPEATS, seed=SEED, profile=FLAG,
          worst_k=WORST_K, masks=PATH, backgrounds=PATH, manifests=PATH, l2_normalize=FLAG,
@@ -538,14 +507,11 @@ def score(
     out: PathLike | None = None,
     log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
-    """``bgbias score --embeddings``: the report of :func:`evaluate` (with ``profile``, its profile too) from
-    one's own embeddings of the sets :func:`make_corrupted_sets` renders, read from the folder ``embeddings``
-    as docs/embeddings.md lays it out (a file per set, rows keyed by image id, checked strictly). The sets,
-    their images and labels come from ``split`` of ``dataset`` and the manifests in ``manifests`` (default
-    the shared folder, as for :func:`evaluate`), which must exist; the masks and backgrounds draw the
-    report's retrieval gallery. ``l2_normalize`` scales each row to unit length first (bgbias's default for a
-    model's output); ``name`` is the report's method (default the folder's name). No file is written unless
-    ``out`` names the report's folder."""
+    """``bgbias score --embeddings``: the report of :func:`evaluate` from one's own embeddings of the sets
+    :func:`make_corrupted_sets` renders, read strictly from the folder ``embeddings`` (docs/embeddings.md).
+    The sets come from ``split`` of ``dataset`` and the existing manifests in ``manifests`` (default as for
+    :func:`evaluate`). ``l2_normalize`` scales each row to unit length first; ``name`` is the report's method
+    (default the folder's name). No file is written unless ``out`` names the report's folder."""
     _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
@@ -578,17 +544,12 @@ def leakage(
     progress: bool = False,
 ) -> DatasetLeakage:
     """``bgbias leakage``: how much of the class the background alone gives away in ``split`` of ``dataset``,
-    before any model is trained on it (docs/leakage.md). Each image's background-only view (the object
-    removed with a dilated mask, the hole filled by ``fill``: ``inpainted``, ``tiled`` or ``black``, which
-    keeps the silhouette) and foreground-only view (the object on black) are embedded by ``model``, frozen
-    (default the ImageNet MobileNetV2 of the offline assets; anything :func:`evaluate` takes), and scored
-    against chance by retrieval and a cross-validated probe; ``result.leakage`` is the background's share of
-    what the two retrieve above chance, ``result.interval`` its bootstrap interval, ``result.per_class``
-    the classes whose background gives them away most, ``result.bench_rho`` the bias dial's ρ that leaks as
-    much (for the default encoder, whose curve the dial measured; None for another). ``dataset``, ``root``,
+    before any model is trained on it (docs/leakage.md): background-only views (the hole filled by ``fill``)
+    and foreground-only views embedded by ``model``, frozen (default the offline assets' ImageNet
+    MobileNetV2), scored against chance by retrieval and a cross-validated probe. ``dataset``, ``root``,
     ``masks`` and ``model_input`` are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the
-    bootstrap. Nothing is written unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and the
-    picture of the classes whose background gives them away most, ``leakage-classes.png``."""
+    bootstrap. Nothing is written unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and
+    ``leakage-classes.png``."""
     _check_model_input_and_log(model_input, None)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
@@ -627,18 +588,13 @@ def audit(
     log: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """``bgbias audit``: several models scored side by side on ``split`` of ``dataset`` (docs/audit.md; by
-    default chosen as :func:`evaluate` chooses it, ``test`` where a model is a run bgbias trained):
-    clean and corrupted MAP@R (``repeats`` corrupted sets fixed by ``seed``), the background-reliance profile
-    and the dataset's background leakage seen through each (hole filled by ``fill``), ranked by corrupted
-    MAP@R in one page. ``models`` are specs (``"[LABEL =] SPEC [KEY=VALUE ...]"``, as ``--model`` takes
-    them), models in memory (anything :func:`evaluate` takes), or a mapping of label to either;
-    ``models_file`` adds the lines of a list file (a factory in it only with ``trust_model``). Every model
-    reads its input as ``model_input`` states.
+    default chosen as :func:`evaluate` chooses it), ranked by corrupted MAP@R in one page. ``models`` are
+    specs (as ``--model`` takes them), models in memory, or a mapping of label to either; ``models_file`` adds
+    the lines of a list file (a factory in it only with ``trust_model``).
 
-    Unlike :func:`evaluate`, an audit's job is files, and it resumes: its page (``audit.md``, ``audit.html``,
-    ``audit.json``) and a folder per model go to ``out`` (default ``runs/audit/<dataset key>-<split>``), and a
-    second call with the same models and settings reuses every finished model. A model that fails is
-    recorded with its error while the others go on: ``result.failed`` lists them."""
+    Unlike :func:`evaluate`, an audit's job is files, and it resumes: its page and a folder per model go to
+    ``out`` (default ``runs/audit/<dataset key>-<split>``), and a second call reuses every finished model. A
+    model that fails is recorded with its error while the others go on (``result.failed``)."""
     _check_model_input_and_log(model_input, log)
     entries = entries_of(models) + (read_list_file(models_file, trust=trust_model) if models_file is not None
                                     else [])

@@ -1,15 +1,7 @@
-"""Resumable JSON-lines ledgers, shared by every stage whose work is long enough to be killed half-way (mask
-records, rendered corrupted sets, attribution scores).
-
-A ledger is a file of one JSON value per line: optionally a header first (its format, and the settings the
-results belong to), then one line per finished item. During a run lines are only appended, each flushed as its
-item finishes, so a killed run loses at most the line being written; on reading, a line that does not parse
-(the torn last line a kill leaves) is skipped and its item is simply done again. At the end of a run the stage
-rewrites the file atomically in its own item order, so a resumed run ends with the same bytes as an
-uninterrupted one.
-
-A stage describes its records once, as a :class:`Ledger` (how a record becomes JSON and back, and the format
-its header states); reading, appending, rewriting and claiming an output folder are the same for all.
+"""Resumable JSON-lines ledgers for every stage long enough to be killed half-way (masks, rendered sets,
+attribution scores): an optional header (format, settings), then one line per finished item, appended and
+flushed. A torn last line is skipped and its item done again; at the end the file is rewritten atomically
+in item order, so a resumed run ends with the same bytes as an uninterrupted one.
 """
 
 from __future__ import annotations

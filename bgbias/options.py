@@ -1,16 +1,10 @@
 """Typed settings: a value from JSON, the command line or a Python call checked against what it must be.
 
-Configuration sections, a method's loss options and an attribution's options are declared as
-:class:`Settings` (pydantic models): each field carries its default, its type, its limits and, as metadata,
-:class:`Must` (what its value must be, in the words an error uses); :func:`setting_problem` reads a validation
-error back in those words.
-
-The arguments the commands and the Python API share (a split, a number of repeats, a seed, a path) are each
-declared once, as a pydantic type (``REPEATS``: an integer of at least 1): the command line builds its option
-types from it (``bgbias.cli.options.option_type``), and a function of the API declares its arguments with
-:func:`checked`, which validates them when it is called. A wrong one is an ``OptionError`` whose
-``parameter`` it is, so whoever reports it names it as its user writes it (``repeats=5`` in Python,
-``--repeats 5`` on the command line). These declarations live below every layer that reads settings.
+Configuration sections and a method's or attribution's options are :class:`Settings` (pydantic models whose
+fields carry :class:`Must` words for errors). The arguments the commands and the Python API share are each
+declared once, as a pydantic type (``REPEATS``): the command line types its options from it
+(``bgbias.cli.options.option_type``) and the API validates with :func:`checked`; a wrong one is an
+``OptionError`` whose ``parameter`` it is, so each front end names it in its own words.
 """
 
 from __future__ import annotations
@@ -162,12 +156,10 @@ def _path(value: Any) -> Any:
 INTEGER = Annotated[int, BeforeValidator(_integer)]
 NUMBER = Annotated[float, BeforeValidator(_number)]
 PATH_TEXT = Annotated[Any, AfterValidator(_path), Must("a path (str or os.PathLike)")]
-"""A file or folder, as text or path-like."""
 PATH = Annotated[PATH_TEXT | None, Field(examples=["folder"])]
 """A file or folder that has a default."""
 FLAG = Annotated[bool, Field(examples=[True])]
 SPLIT = Annotated[Literal["test", "val", "all"], Field(examples=["test"])]
-"""The evaluated split: the paper's test split, or the validation split."""
 CHOSEN_SPLIT = Annotated[Literal["test", "val", "all"] | None, Field(examples=["all"])]
 """The evaluated split of ``bgbias eval`` and ``audit``; None: ``all`` for a model bgbias did not train on
 one's own images, else ``test`` (``measurement.request.chosen_split``)."""
@@ -177,7 +169,6 @@ FILL = Annotated[Literal["black", "tiled", "inpainted"], Field(examples=["inpain
 """How an object's hole is filled (``bgbias.variants.variants.without_object``): black keeps the object's
 silhouette (a shape a model can read), tiling and inpainting hide it."""
 PROTOCOL = Annotated[Literal["fixed", "cv4"], Field(examples=["fixed"])]
-"""The paper's fixed split, or 4-fold class-disjoint cross-validation."""
 FOLD = Annotated[INTEGER, Field(ge=0, le=3, examples=[0])]
 REPEATS = Annotated[INTEGER, Field(ge=1, examples=[5])]
 """Corrupted repeats: at least one (no corrupted sets at all is ``corrupted=False``)."""
@@ -210,13 +201,11 @@ small model, the one ``bgbias assets fetch`` installs (4.6 MB; the paper's ``u2n
 only when named). Its masks go to ``masks/<dataset key>``, another model's beside them
 (``data.items.default_masks_dir``)."""
 MASK_DEVICE = Annotated[Literal["auto", "cpu", "cuda"], Field(examples=["cpu"])]
-"""Where the mask network computes."""
 MASK_BACKEND = Annotated[Literal["auto", "torch", "onnxruntime"], Field(examples=["torch"])]
 """What runs the mask network (``bgbias.saliency.sessions``): bgbias's PyTorch U²-Net, batched, or the ONNX
 file in onnxruntime; auto: torch on CUDA where it has the model's network, else onnxruntime
 (``bgbias.saliency.sessions.chosen_backend``)."""
 PIXELS = Annotated[Annotated[INTEGER, Field(ge=1)] | None, Field(examples=[224])]
-"""A side in pixels that has a default."""
 INTERPOLATION = Annotated[Literal["bilinear", "bicubic"], Field(examples=["bicubic"])]
 """How an image is resized for evaluation (``bgbias.data.geometry``); bilinear, the first, is the default."""
 TEXT = Annotated[str, Field(examples=["name"])]

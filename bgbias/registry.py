@@ -1,14 +1,8 @@
 """One registry for everything chosen by name: methods, backbones, attribution methods and datasets.
 
-A ``Registry`` maps names to objects (classes or factories). Modules add to it with the ``register(name)``
-decorator; callers look a name up with ``registry[name]``, which raises an ``OptionError`` listing the known
-names (and suggesting the closest) for a name nobody registered.
-
-The built-in entries live in the modules named when the registry is made; they are imported on the first
-read, so a registry can be made where its entries import heavy libraries (torch) without loading them.
-Names come out in the order of those modules, each module's entries in the order it registers them, and
-entries from elsewhere (plugins, tests) after them: the order does not depend on which module a program
-happened to import first.
+Built-in entries are imported on the first read (a registry can name modules that import torch without
+loading them), and come out in the order of those modules, then entries from elsewhere: the order never
+depends on which module a program imported first. An unknown name is an ``OptionError`` listing the known.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Reading back a JSON record bgbias wrote, checked against its declared shape.
 
-Every stage reads the files of an earlier one (docs/design.md, *Pipeline and layers*): an evaluation's
-``report.json``, a run's ``run.json``, an explanation's ``summary.json`` and ledger header, a model's
-``model.json``, a study's ``failures.json``. A file edited by hand, damaged, or written by another tool
-holds ``"map_at_r": "0.99"`` as easily as ``0.99``; read on trust, it ends in a traceback far from the file,
-or, worse, in a table that prints it. So a record's shape is declared once, as a :class:`Record` (a pydantic
-model: nested records, ``list``, ``dict[str, …]``, ``X | None``, ``Literal``, defaults), and checked as it is
-read into a typed object (``report.corrupted.mean.map_at_r``): a wrong field is a
-:class:`~bgbias.errors.RecordError` naming the file, the field (``corrupted.mean.map_at_r``), what it must be,
-what it holds, and the fix (making the file again). Fields a record has beyond its declaration are kept as
-they are (a report carries its model's description), and nothing is coerced: ``"3"`` is not a number, ``1`` is
-not ``true``, and NaN is no number at all.
-
-Every file bgbias writes and reads back states what it is: its ``format`` (an identifier such as
-``bgbias-eval-report``) and ``version`` 1 (:func:`format_header`), checked by :func:`check_format` before its
-shape. A file without them, or with others, was written by a pre-release bgbias or by another tool and is
-refused. A format that changes gets a new identifier, at version 1 again, so that no older file reads as a
-newer one.
-
-The same reader takes any type pydantic validates (``dict[str, int]``, a union of records), so one set of
-words describes every problem; :class:`ClosedRecord` refuses unknown keys, for files whose every key bgbias
-defines (the corrupted-set manifests).
+A record's shape is declared once, as a :class:`Record` (a pydantic model), and checked strictly as it is read
+into a typed object: a file edited by hand or damaged is a :class:`~bgbias.errors.RecordError` naming the
+file, the field, what it must be, what it holds and the fix, never a traceback far from the file or a table
+that prints a wrong value. Every file states its ``format`` and ``version`` 1 (:func:`format_header`); any
+other is refused. Unknown keys are kept (:class:`Record`) or refused (:class:`ClosedRecord`).
 """
 
 from __future__ import annotations
@@ -146,7 +130,7 @@ def explain_problem(error: ValidationError, shape: Any) -> tuple[str, str, str]:
             first = {**first, "type": "union", "input": _value_at(problems, depth)}
     found = "nothing (the field is missing)" if first["type"] == "missing" else _shown(first["input"])
     limit = _LIMITS.get(first["type"])
-    wanted = limit.format(**first.get("ctx", {})) if limit else _describe(declared)
+    wanted = limit.format(**first.get("ctx", {})) if limit else describe_type(declared)
     return where, wanted, found
 
 
@@ -222,17 +206,19 @@ def _adapter(shape: Any) -> TypeAdapter[Any]:
     return TypeAdapter(shape)
 
 
-def _describe(kind: Any) -> str:
+def describe_type(kind: Any) -> str:
+    """What a value of type ``kind`` is, in the words of bgbias's errors ("a finite number"); settings word
+    their type errors as records do."""
     if typing.get_origin(kind) is typing.Annotated:
-        return _describe(typing.get_args(kind)[0])
+        return describe_type(typing.get_args(kind)[0])
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(option) for option in typing.get_args(kind))
+        return " or ".join(describe_type(option) for option in typing.get_args(kind))
     if origin is Literal:
         values = [json.dumps(value) for value in typing.get_args(kind)]
         return values[0] if len(values) == 1 else "one of " + ", ".join(values)
     if origin is list:
-        return f"a list of {_plural(_describe(typing.get_args(kind)[0]))}"
+        return f"a list of {_plural(describe_type(typing.get_args(kind)[0]))}"
     if origin is dict or _is_record(kind):
         return "an object"
     names = {None: "null", type(None): "null", bool: "true or false", int: "an integer",
@@ -266,9 +252,3 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         twice = sorted({key for key, _ in pairs if sum(k == key for k, _ in pairs) > 1})
         raise ValueError(f"a key is given twice in one object: {', '.join(twice)}")
     return found
-
-
-def describe_type(kind: Any) -> str:
-    """What a value of type ``kind`` is, in the words of bgbias's errors ("a finite number", "an integer or
-    null"): settings (bgbias.options) word their type errors as records do."""
-    return _describe(kind)

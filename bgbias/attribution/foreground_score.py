@@ -1,12 +1,8 @@
 """The paper's foreground attribution score (Kobs & Hotho, eqs. 2–4), as pure numpy functions.
 
-Raw "attribution on the foreground" rewards large objects: a map spread evenly over an image whose object
-fills 80 % of it already puts 80 % on the foreground. The score subtracts that chance level and rescales, so
-1 means all attribution is on the object, 0 means no preference, and negative means the background draws
-more attention than its area would.
-
-Undefined cases come back as NaN rather than raising, so a caller scoring thousands of images can count them
-and report how many were left out: a mask that covers the whole image (f = 1) and a map with no attribution.
+The score subtracts the chance level (the object's area share) and rescales: 1 is all attribution on the
+object, 0 no preference, negative the background drawing more than its area. Undefined cases (a mask covering
+the whole image, a map with no attribution) are NaN, not an error, so a caller can count them.
 """
 
 from __future__ import annotations

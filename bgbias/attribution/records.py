@@ -1,11 +1,7 @@
 """The ledger of an explain run (``records.jsonl``): a settings header, then one JSON line per scored image.
-
-Attribution maps cost a backward pass through dozens of noisy copies per image, so a long run must survive
-being killed. Lines are appended and flushed as images finish; a torn last line is ignored on reading. The
-header names everything that changes the numbers (model weights, attribution and its options, seed,
-geometry, images, masks), so a re-run resumes only into results it would itself have produced. At the end
-the file is rewritten atomically in item order, so a resumed run ends with the same bytes as an
-uninterrupted one. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
+The header names everything that changes the numbers (weights, attribution and options, seed, geometry,
+images, masks), so a re-run resumes only into results it would itself have produced. Reading, appending,
+rewriting and claiming are :mod:`bgbias.ledger`'s.
 """
 
 from __future__ import annotations

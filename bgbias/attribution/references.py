@@ -1,14 +1,9 @@
 """Reference images for an attribution that explains an image against another (SAM's similarity attention).
 
-An image's reference is its nearest other image of its own class among the reference images (the whole split
-being explained, also when only some of its images are scored), ranked by the model's own retrieval: the
-match of the right class that a retrieval system built on the model would show first, so the map says what
-makes the model find that match. Only an image alone in its class takes its nearest image of any class.
-
-Ranking an image's classmates alone gives the first classmate of its full ranking (the ranking is by
-distance), and costs a search per class instead of one over the whole split, which on a split of tens of
-thousands of images with a few per class is what keeps it cheap. The searches are exact and deterministic, so
-a re-run, or a run with another ``--limit``, gives every image the same reference.
+An image's reference is its nearest other classmate in the whole split, by the model's own retrieval (the
+match a retrieval system would show first); an image alone in its class takes its nearest of any class.
+Ranking classmates alone gives the same first classmate at a search per class instead of one over the split;
+the searches are exact, so a re-run or another ``--limit`` gives every image the same reference.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Score how much of a model's attribution falls on the object, image by image (the paper's Table 2).
 
-For each item: its eval crop and soft mask (the dataset's ground-truth mask where it ships one, else the
-U²-Net saliency mask), an attribution map of the crop, and the foreground score of the map against the mask.
-The output folder holds::
-
-    records.jsonl   the ledger: settings, then one line per image (resume reads it)
-    scores.csv      id, label, mask_source, foreground_fraction, attribution_on_foreground, score
-    summary.json    settings (the dataset's folder too), counts, mean / std / median of the defined scores
-    gallery.png     image | mask | overlay rows for images spread evenly over the items
-    maps/           the gallery images' maps as 8-bit PNGs, mirroring the image paths
-
-Every image's noise comes from a generator seeded by (seed, image id), so maps do not depend on the batch
-size, on resuming, or on which other images are scored.
-
-An attribution that explains each image against a reference image (``needs_references``, SAM's similarity
-attention) gets each image's nearest classmate in the whole split (``bgbias.attribution.references``); then
-``scores.csv`` and the ledger lines also name the reference and its label, the settings the rule and the
-reference images, the gallery adds the reference and its map of the pair, and ``reference-maps/`` keeps those
-maps under the explained image's name.
-
-One image's mask, crop, noise, map and score are :mod:`~bgbias.attribution.scoring`'s; the files of the folder
-(their names, writing them, reading them back) are :mod:`~bgbias.attribution.outputs`'.
+Each item's eval crop and soft mask (ground truth where the dataset ships one, else U²-Net's), its attribution
+map and the map's foreground score; the folder's files are :mod:`~bgbias.attribution.outputs`'. Noise is
+seeded by (seed, image id), so maps do not depend on the batch size, on resuming, or on which other images are
+scored. An attribution that ``needs_references`` explains each image against its nearest classmate in the
+whole split (:mod:`bgbias.attribution.references`).
 """
 
 from __future__ import annotations
@@ -144,21 +128,14 @@ def explain_items(
     *,
     log: Callable[[str], None] = print,
 ) -> ExplainResult:
-    """Attribution maps and foreground scores of ``inputs.items`` with ``model`` (on its device), with the
-    attribution, options, seed, batch size, gallery size and progress bars of ``request`` (its data fields
-    are what ``inputs`` holds; ``request.batch_size`` defaults to 1 on the CPU, 8 on CUDA).
+    """Attribution maps and foreground scores of ``inputs.items`` with ``model`` and the settings of
+    ``request`` (``batch_size`` defaults to 1 on the CPU, 8 on CUDA).
 
-    Resumes the results of an interrupted run with the same settings in ``inputs.out_dir``; results of other
-    settings there are an ``OptionError`` unless ``request.force``, which starts over. An attribution that
-    does not support ``model``, and missing masks, fail before any work. ``request.gallery_count = 0`` writes
-    no gallery. For an attribution that ``needs_references``, each item's reference is picked from
-    ``inputs.reference_items``; their state comes from the model's evaluation cache where it fits (``log``
-    says whether it did), embedded in the model's own precision (``amp``) as evaluation embeds them.
-
-    The maps themselves are made in float32, without autocast, whatever the model's ``amp``
-    (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision, the device
-    and the model's memory format.
-    """
+    Resumes an interrupted run with the same settings in ``inputs.out_dir``; results of other settings there
+    are an ``OptionError`` unless ``request.force``. An unsupported attribution and missing masks fail before
+    any work. References (``needs_references``) are picked from ``inputs.reference_items``, their state from
+    the evaluation cache where it fits. The maps are made in float32 without autocast whatever the model's
+    ``amp`` (:class:`~bgbias.attribution.scoring.ImageScorer`); ``summary.json`` records that precision."""
     request = request or MeasureRequest()
     items, geometry, dataset_name = list(inputs.items), inputs.geometry, inputs.dataset_name
     masks_dir, reference_items = Path(inputs.masks_dir), inputs.reference_items
@@ -290,18 +267,10 @@ def explain(
     write: bool = True,
 ) -> ExplainResult:
     """``bgbias explain``: foreground scores of ``model`` on the split ``request`` names (default: the test
-    split of the dataset it was trained on) with the request's attribution and options, into
-    ``<model home>/explain/<dataset key>-<split>-<label>/``
-    (:func:`~bgbias.attribution.outputs.explain_dir`), so each attribution and setting keeps its own folder
-    and ``request.force`` starts over in that one only.
-
-    ``request.limit`` scores that many images spread evenly over the split instead of all (an attribution
-    with reference images still picks them from the whole split, so an image's reference does not depend on
-    the limit); saliency masks
-    (``request.masks``, default ``masks/<dataset>``) stand in for images without a ground-truth mask;
-    ``request.batch_size`` images go through the attribution at once (default 1 on the CPU, where it is
-    fastest, 8 on CUDA). Without ``write`` nothing goes to disk and the result holds every map.
-    """
+    split of the dataset it was trained on) into :func:`~bgbias.attribution.outputs.explain_dir`, a folder per
+    attribution and setting (``request.force`` starts over in that one only). ``request.limit`` scores that
+    many images spread evenly (references are still picked from the whole split, so they do not depend on the
+    limit). Without ``write`` nothing goes to disk and the result holds every map."""
     request = request or MeasureRequest()
     request = dataclasses.replace(request, split=chosen_split(model, request)[0])
     attribution, options = request.attribution, request.attribution_options

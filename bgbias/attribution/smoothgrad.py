@@ -1,17 +1,10 @@
-"""SmoothGrad for embeddings, as the paper's code computes its attribution maps (docs/design.md,
-*Attribution and the foreground score*).
+"""SmoothGrad for embeddings, as the paper's code computes its attribution maps (docs/design.md, *Attribution
+and the foreground score*).
 
-An embedding has no class score to differentiate, so the paper's code differentiates the distance to a
-reference embedding, that of an all-black image: pixels whose change moves the embedding most, relative to
-"nothing there", are the ones the model looks at. Gradients of one input are noisy, so they are summed over
-noisy copies of it (SmoothGrad), then stretched to [0, 1] with the top percent clipped, so a few extreme
-pixels do not wash out the rest of the map.
-
-The paper's code adds the noise to the normalised network input and differentiates there. Here the noisy input
-is mapped back to [0, 1] with the model's ``InputConvention.invert`` before its ``embed`` (which applies the
-convention again), so the same holds for every backbone's convention. The distance is the model's own
-(``pairwise_distance``; a method's is its loss's), as the paper's code used its loss's distance. Any
-:class:`~bgbias.methods.embedding_model.EmbeddingModel` serves, whatever per-image state it keeps.
+An embedding has no class score, so the distance to the embedding of an all-black image is differentiated,
+summed over noisy copies and stretched to [0, 1] with the top percent clipped. The noisy input is mapped back
+to [0, 1] with ``InputConvention.invert`` before ``embed`` (which applies the convention again), so the
+paper's noise in normalised space holds for every backbone's convention; the distance is the model's own.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The ``bgbias`` command line: parses options and calls library functions, nothing more.
-
-Heavy libraries are imported inside the commands, so ``bgbias --help`` answers at once. The commands live by
-group: :mod:`~bgbias.cli.assets`, :mod:`~bgbias.cli.data` (``datasets``, ``masks``, ``corrupt``),
-:mod:`~bgbias.cli.models` (``train``, ``eval``, ``explain``), :mod:`~bgbias.cli.embeddings` (``score``:
-one's own embeddings), :mod:`~bgbias.cli.leakage` (``leakage``: a dataset's background leakage),
-:mod:`~bgbias.cli.audit` (``audit``: several models side by side), :mod:`~bgbias.cli.reports` (``report``,
-``study``) and :mod:`~bgbias.cli.info` (``methods``); :func:`main` is the ``bgbias`` command itself.
+"""The ``bgbias`` command line: parses options and calls library functions, nothing more. Heavy libraries are
+imported inside the commands, so ``bgbias --help`` answers at once; :func:`main` is the ``bgbias`` command.
 """
 
 from __future__ import annotations

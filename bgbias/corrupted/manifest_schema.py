@@ -1,13 +1,8 @@
-"""The shared skeleton of every manifest of a split, declared once: header, file, reader and writer.
-
-The corrupted sets' manifests (:mod:`bgbias.corrupted.manifests`) and the profile's variant manifests
-(:mod:`bgbias.variants.variant_manifests`) are one JSON object: a header recording what the set was made from
-and one line per image. Each kind declares its header and its image line as a
-:class:`~bgbias.schema.ClosedRecord` (strict, unknown keys refused, ranges as field metadata), so a manifest
-edited by hand or damaged names its bad field in :func:`~bgbias.schema.explain_problem`'s words instead of
-silently giving other images: ``"no"`` is not a flip, ``"3"`` not a seed, a key given twice is refused.
-What a declaration cannot say (crop within resize, the fold within the protocol's, the image list against
-the header's count and checksum) is checked here once, for both kinds.
+"""The shared skeleton of every manifest of a split (corrupted sets and the profile's variants): header, file,
+reader and writer. Each kind declares its header and image line as a :class:`~bgbias.schema.ClosedRecord`, so
+a manifest edited by hand names its bad field instead of silently giving other images (``"no"`` is not a flip,
+``"3"`` not a seed); what a declaration cannot say (crop within resize, fold, the image list against the
+header's count and checksum) is checked here once for both.
 """
 
 from __future__ import annotations

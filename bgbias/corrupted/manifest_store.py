@@ -54,10 +54,5 @@ def write_manifest(path: Path, text: str) -> None:
         write_text_atomic(path, text)
 
 
-def kept_in_memory(path: Path) -> bool:
-    """Whether the manifest at ``path`` was made in memory (no file holds it)."""
-    return _key(path) in _KEPT and not path.is_file()
-
-
 def _key(path: Path) -> str:
     return os.path.abspath(path)

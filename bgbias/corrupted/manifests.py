@@ -1,12 +1,8 @@
-"""Fixed corrupted sets: per (seed, repeat), one JSON manifest fixing every image's replacement background.
-
-The paper's code drew test backgrounds from whatever state the random generator was in after training, so no
-two methods saw the same corrupted set (docs/design.md, *Corrupted sets*). Here a manifest records, for every
-image of a split, the pool file, the crop box and the flip; its header records what it was made from (dataset,
-split, ids checksum, pool files with sha256, seed, repeat, evaluation geometry), so a manifest that no longer
-matches its dataset, pool or evaluation geometry is refused instead of silently giving other numbers. Every
-field is read back strictly (a JSON bool is a flip, ``"no"`` is an error), never coerced. Rendering a manifest
-into images is :mod:`bgbias.corrupted.render`.
+"""Fixed corrupted sets: per (seed, repeat), one JSON manifest fixing every image's pool file, crop and flip,
+so every method meets the same corrupted set (docs/design.md, *Corrupted sets*). Its header records what it
+was made from (dataset, split, ids checksum, pool files with sha256, seed, repeat, geometry), so a manifest
+that no longer matches is refused instead of silently giving other numbers. Rendering is
+:mod:`bgbias.corrupted.render`.
 """
 
 from __future__ import annotations

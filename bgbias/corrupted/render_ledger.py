@@ -1,13 +1,7 @@
-"""The ledger of a rendered corrupted set (``render.jsonl``): which manifest the folder renders, then one JSON
-line per rendered image with the sha256 of the image and of the mask it was made from, and of the PNG written.
-An image made from several (a mixed variant's, with its donor's) records the sha256 of their digests, one per
-line, for its images and likewise for its masks.
-
-A rendered image is kept on resume only while all three digests still hold, so an image rendered from a mask
-or a photo that has changed since is rendered again, and so is a PNG changed by hand. Lines are appended and
-flushed as images finish; a torn or malformed line is ignored on reading (that image is rendered again). At
-the end the file is rewritten atomically in manifest order, so a resumed run ends with the same bytes as an
-uninterrupted one. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
+"""The ledger of a rendered corrupted set (``render.jsonl``): the manifest it renders, then per image the
+sha256 of its photo, its mask and the PNG written (for a mixed variant, the sha256 of the digests, one per
+line). A rendered image is kept on resume only while all three still hold, so a changed photo, mask or PNG is
+rendered again. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Retrieval galleries: queries and their nearest neighbours, each framed by whether it shares the query's
-class. The paper's Fig. 1 for any run (a query's clean and corrupted rows: whether the neighbours of a
-corrupted query are now images that share its new background instead of its class), and the leakage meter's
-classes whose background gives them away (a class's background-only images and their background-only
-neighbours).
-
-Each query block is a caption line and one or more named rows: the row's query image, a gap, then its top-k
-neighbours (nearest first), each framed green when it is of the query's class and red when it is not. PIL
-only.
+"""Retrieval galleries (the paper's Fig. 1, the leakage meter's telling classes): each query block is a
+caption and rows of a query image, a gap, and its top-k neighbours, framed green when of the query's class and
+red when not. PIL only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""MAP@R, R-precision and P@1 per query, as pytorch-metric-learning's ``AccuracyCalculator`` defines them.
-
-For a query with ``R`` other items of its class (docs/design.md, *Retrieval and metrics*): P@1 says whether
-the nearest other item shares the class, R-precision is the share of same-class items among the ``R`` nearest,
-and MAP@R averages P(i) over the ranks ``i <= R`` that hold a same-class item, divided by ``R``. A query alone
-in its class (``R = 0``) has nothing to retrieve; like PML, its scores are left out of the means. Unlike
-PML, neighbours at exactly equal distances count at their expected value over every order (docs/design.md,
-*Ties*), so no score depends on the order of the rows.
+"""MAP@R, R-precision and P@1 per query, as pytorch-metric-learning's ``AccuracyCalculator`` defines them
+(docs/design.md, *Retrieval and metrics*): a query alone in its class has no score and is left out of the
+means. Unlike PML, neighbours at exactly equal distances count at their expected value over every order
+(docs/design.md, *Ties*), so no score depends on the order of the rows.
 """
 
 from __future__ import annotations
@@ -193,19 +189,13 @@ def score_embeddings(
 ) -> RetrievalScores:
     """Score a split against itself: every item a query, every other item a reference.
 
-    ``embeddings`` is the per-image state: a ``(N, D)`` array, or a mapping of names to ``(N, …)`` arrays.
-    ``R`` is the size of the query's class minus one; each query is scored on its ``R`` nearest (PML's
-    ``"max_bin_count"`` with the query among the references, which asks every query for the largest class's
-    ``R``), and ``retrieval`` ranks the items (default
-    :class:`~bgbias.retrieval.retrievers.ExactL2`, squared L2 with faiss). ``references``, a state of the
-    same images in another form (a clean gallery), makes ``embeddings`` the queries and the references the
-    items they retrieve, each query's own image left out: the same R, so the scores compare query by query.
-    Queries are searched and scored in blocks whose neighbour lists fit ``max_memory`` bytes (at least
-    :data:`MIN_BLOCK` queries each; see :func:`query_blocks`), each block searched for the largest ``R`` of
-    its own queries (and one more); every query's scores are exact, and the same bits, whatever the blocks.
-    Each score is its expected value over every order of the neighbours tied at exactly one distance (of
-    those the retrieval ranked by), so it does not depend on the order of the rows (docs/design.md, *Ties*).
-    """
+    ``embeddings``: a ``(N, D)`` array, or a mapping of names to ``(N, …)`` arrays. Each query is scored on
+    its ``R`` nearest (``R``: its class's size minus one, PML's ``"max_bin_count"``), ranked by ``retrieval``
+    (default :class:`~bgbias.retrieval.retrievers.ExactL2`). With ``references`` (the same images in another
+    form) ``embeddings`` are the queries and each query's own image is left out: the same R, so scores compare
+    query by query. Queries go in blocks whose neighbour lists fit ``max_memory`` bytes
+    (:func:`query_blocks`); every score is the same bits whatever the blocks, and tied neighbours count at
+    their expected value (docs/design.md, *Ties*)."""
     count = state_length(named_arrays(embeddings))
     labels = labels.detach().cpu().numpy() if hasattr(labels, "detach") else np.asarray(labels)
     if labels.shape != (count,) or len(labels) == 0:

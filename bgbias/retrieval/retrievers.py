@@ -1,16 +1,8 @@
-"""How a model's images are ranked: one object the model supplies, used alike by validation and evaluation.
-
-As pytorch-metric-learning's ``AccuracyCalculator`` takes a ``knn_func``, scoring here takes a
-:class:`Retrieval`: given every image's state, each image's ``k`` nearest other images, nearest first; or,
-given a second state of the same images (``references``: corrupted queries against a clean gallery), each
-query's ``k`` nearest references other than its own image.
-
-- :class:`ExactL2` (the default): exact squared L2 over one embedding per image, with faiss (or torch where
-  faiss is missing); on unit vectors it ranks as cosine similarity does.
-- :class:`LearnedDistance`: the model's own pairwise distance over all of its named per-image arrays, exact,
-  in bounded blocks with a streaming top-k (AVSL's graph similarity).
-- :class:`ShortlistRerank`: an exact-L2 shortlist by one array, re-ranked by the learned distance. It is
-  approximate (an item outside the shortlist is never found) and every report says so.
+"""How a model's images are ranked: one :class:`Retrieval` the model supplies, used alike by validation and
+evaluation (as pytorch-metric-learning's ``knn_func``): each image's ``k`` nearest other images, or with
+``references`` (corrupted queries against a clean gallery) each query's nearest references but its own image.
+:class:`ExactL2` is the default; :class:`LearnedDistance` ranks by the model's own distance, exactly;
+:class:`ShortlistRerank` re-ranks an L2 shortlist, approximate, and every report says so.
 """
 
 from __future__ import annotations

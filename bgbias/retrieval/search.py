@@ -1,15 +1,9 @@
-"""Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference.
+"""Exact k-nearest-neighbour searches over one split, every item a query and every other item a reference
+(with ``references``, row ``i`` is the query's own image in another form and is left out likewise).
 
-A search may also take ``references``: the same images in another form (a clean gallery for corrupted
-queries), row ``i`` the query's own image, which is left out just as the query itself is in a search of one
-set.
-
-The paper's numbers come from pytorch-metric-learning's ``AccuracyCalculator`` with the whole split as both
-query and reference (docs/design.md, *Retrieval and metrics*): faiss ``IndexFlatL2`` (exact squared L2) asked
-for ``k + 1`` neighbours, from which each row's own index is removed, or, when ties pushed the row's own index
-out of the ``k + 1``, its last column. Both backends here apply that rule, so scores equal PML's on the same
-embeddings. The torch backend is the fallback where faiss is not installed; it ranks by the same float32
-distances.
+Both backends (faiss, torch where faiss is missing) drop each row's own index from ``k + 1`` neighbours, or
+the last column where ties pushed it out, as pytorch-metric-learning's ``AccuracyCalculator`` does, so scores
+equal the paper's on the same embeddings (docs/design.md, *Retrieval and metrics*).
 """
 
 from __future__ import annotations
@@ -264,19 +258,12 @@ def torch_ranking(
     queries: np.ndarray | None = None,
     references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
 ) -> Ranking:
-    """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query.
+    """The torch backend: exact distances, block by block, with a streaming top-``k + 1`` per query, so memory
+    stays bounded whatever the split's size; on ``device`` (default: where the arrays are), without gradients.
 
-    ``queries`` (indices into the split) searches for those items only, each against the whole split (a
-    sample to check an approximate search against); by default every item is a query. ``references`` (the
-    same images in another form) are searched instead of the split itself, each query's own row left out.
-
-    ``distance(queries, references) -> (q, r)`` ranks the items (smaller is nearer); the default is the
-    squared L2 distance in float32. ``embeddings`` may be a mapping of named per-image arrays, whose row
-    blocks ``distance`` then gets as mappings. A block is ``query_rows`` queries against ``reference_rows``
-    references (by default about :data:`CHUNK_ELEMENTS` entries), so memory stays bounded whatever the
-    split's size: each query keeps only its ``k + 1`` nearest so far. Runs on ``device`` (default: where the
-    arrays are), without gradients.
-    """
+    ``queries`` and ``references`` are as for :func:`ranking`. ``distance(queries, references) -> (q, r)``
+    (smaller is nearer; default squared L2 in float32) gets row blocks as mappings where ``embeddings`` is
+    one. A block is ``query_rows`` × ``reference_rows`` (default about :data:`CHUNK_ELEMENTS` entries)."""
     k = checked_k(embeddings, k, references)
     named = isinstance(embeddings, Mapping)
 

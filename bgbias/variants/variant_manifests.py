@@ -1,12 +1,8 @@
-"""Fixed variant sets of the background-reliance profile: one JSON manifest per (variant, seed, repeat).
-
-The same design as the corrupted sets' manifests (:mod:`bgbias.corrupted.manifests`): a header recording what
-the set was made from (variant and its rule, dataset, split, ids checksum, seed, repeat, evaluation geometry)
-and one line per image, read back strictly and checked against the dataset, so every model meets the same
-images and a manifest that no longer fits is refused. The one random choice of a variant, a mixed variant's
-donor image, is drawn from a stream keyed by (seed, repeat, variant, image id), so it depends neither on
-order nor on the number of repeats. Variants without a donor are one fixed set (repeat 0). They live beside
-the paper's repeats, in ``<manifest folder>/<variant>/repeat-<r>.json``.
+"""Fixed variant sets of the background-reliance profile: one JSON manifest per (variant, seed, repeat), in
+``<manifest folder>/<variant>/repeat-<r>.json``, made and checked as the corrupted sets' are
+(:mod:`bgbias.corrupted.manifests`). A mixed variant's donor is drawn from a stream keyed by (seed, repeat,
+variant, image id), so it depends neither on order nor on the number of repeats; variants without a donor are
+one fixed set (repeat 0).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The background-reliance profile's variants of an image: pure functions of pixels, nothing random.
-
-After Xiao et al.'s backgrounds challenge (ImageNet-9): **only-fg** keeps the object on black; **only-bg**
-removes it and fills the hole from the image's own background (**tiled**, as their Only-BG-T, or **black**),
-or removes it with its mask dilated and paints the hole in from around it (**inpainted**,
-:func:`background_only`, the leakage meter's background view);
-**mixed-same** / **mixed-rand** paste the object on the background of a donor image of the same / another
-class, the donor's own object removed by tiling. Which donor is the one random choice; it is sampled apart
-(:mod:`bgbias.variants.variant_manifests`, recorded in a manifest) and given to :func:`render_variant`, as
-background crops are sampled apart from being applied. Every blend is the one
-:func:`~bgbias.bgaugment.composite.composite`, with the soft mask as it is, on pixels at the evaluation crop.
+"""The background-reliance profile's variants of an image, after Xiao et al.'s backgrounds challenge: pure
+functions of pixels, nothing random. A mixed variant's donor, the one random choice, is sampled apart
+(:mod:`bgbias.variants.variant_manifests`) and given to :func:`render_variant`; every blend is
+:func:`~bgbias.bgaugment.composite.composite` with the soft mask as it is, at the evaluation crop.
 """
 
 from __future__ import annotations
