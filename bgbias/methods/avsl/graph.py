@@ -53,9 +53,8 @@ def activation_maps(features: Tensor, conv: nn.Conv2d) -> Tensor:
 
 
 CERTAINTY_MINIMA = ("row", "global")
-"""What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*): ``row``, each row's
-own minimum along the width (the authors' code, which produced the published numbers); ``global``, the
-minimum over all positions."""
+"""What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*); ``row`` is the
+authors' code, which produced the published numbers."""
 
 
 def certainty(maps: Tensor, minimum: str = "row") -> Tensor:
@@ -131,8 +130,6 @@ class Graph:
     gain: float
 
     def to(self, dtype: torch.dtype) -> Graph:
-        """The same graph in ``dtype`` (the dtype of the states it compares)."""
-
         def cast(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
             return tuple(t.to(dtype) for t in tensors)
 

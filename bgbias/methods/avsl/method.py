@@ -1,19 +1,8 @@
 """AVSL (Zhang et al., CVPR 2022), as specified in docs/methods/avsl.md: a similarity graph over the
-embedding dimensions of three backbone levels.
-
-- **Embedder** (the ``head`` group): per level l a 1×1 convolution of GAP + GMP of the level's map, e^l,
-  L2-normalised. The same convolution applied at every position of the linearised map gives the node's
-  class-activation map u^l, whose spatial spread is the node's certainty η^l.
-- **Collector** (the ``loss`` group): the reliability slope α and bias β of levels 2 … L, the base loss's
-  proxies (ProxyAnchor) or per-class boundaries (margin), and the edges ω, an EMA of the batches' map overlaps
-  kept as buffers (saved in checkpoints, never trained).
-- **Training**: Σ_l λ_l L(d^l) + λ_f L(d̂). The level losses train the backbone, the embedder and the proxies;
-  the final loss reaches only α and β, as d̂'s node values are detached (the authors' code). At the start of
-  every training forward the edges move towards the batch's ω̂ (copied from the first batch), before that
-  batch's distances are computed, so its own ω̂ already counts.
-- **Retrieval**: an image's state is its three unit level embeddings, concatenated (``embedding``, (B, 3r):
-  what an approximate shortlist searches by L2), and the certainties of levels 2 … L (``certainty``,
-  (B, 2r)); images are ranked by d̂, exactly, in bounded blocks (:class:`LearnedDistance`).
+embedding dimensions of three backbone levels. The embedder is the ``head`` group, the :class:`Collector`
+the ``loss`` group; the final loss reaches only α and β (d̂'s nodes are detached, as in the authors' code).
+An image's state is its unit level embeddings side by side (``embedding``, (B, 3r)) and the certainties of
+levels 2 … L (``certainty``, (B, 2r)); images are ranked by d̂, exactly, in bounded blocks.
 """
 
 from __future__ import annotations
@@ -69,9 +58,8 @@ REFERENCE_ROWS = 4096
 """References per block of the exact ranking on a GPU; the queries per block follow from the node entries."""
 
 CPU_NODE_ELEMENTS, CPU_REFERENCE_ROWS = 1 << 20, 1024
-"""The same on a CPU: a block's 4 MiB node tensors stay in the caches through the ten elementwise passes
-over them, which run at memory speed. On the 2-core development machine 64 MiB blocks reached 0.40 of a
-plain matmul's FLOP rate and these 0.81 (docs/benchmarks.md)."""
+"""The same on a CPU: 4 MiB node tensors stay in the caches through the elementwise passes over them (0.81
+of a plain matmul's FLOP rate against 0.40 for 64 MiB blocks, docs/benchmarks.md)."""
 
 
 def block_shape(device: torch.device) -> tuple[int, int]:
@@ -149,7 +137,7 @@ class Collector(nn.Module):
 
 @register_method("avsl")
 class AVSL(Method):
-    """See the module docstring; options are the ``loss`` section (``configs/methods/avsl.json``)."""
+    """See the module docstring (per-dataset options: ``configs/methods/avsl.json``)."""
 
     loss_modules = ("collector",)
     own_attribution = "avsl"
@@ -158,8 +146,6 @@ class AVSL(Method):
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
-        """Refuse, while the configuration is resolved, a top-k larger than the per-level embedding size r
-        (each high node keeps k of the r lower nodes)."""
         top_k = options.get("top_k", cls.Options.model_fields["top_k"].default)
         if top_k is not None and top_k > embedding_dim:
             raise OptionError(
