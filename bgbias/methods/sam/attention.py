@@ -21,11 +21,8 @@ VARIANTS = ("triplet", "siamese", "quadruplet")
 """Tuple shapes of the paper: (anchor, positive, negative), (image, image) with a same-class flag, and
 (anchor, positive, negative, negative)."""
 
-ROLES = {"triplet": 3, "siamese": 2, "quadruplet": 4}
-
 
 def check_variant(variant: str) -> str:
-    """``variant`` where it is one of :data:`VARIANTS`."""
     if variant not in VARIANTS:
         raise OptionError(f"unknown SAM variant {variant!r}", fix=f"use one of {', '.join(VARIANTS)}")
     return variant
@@ -58,7 +55,6 @@ literal ``wᵀf``; the two agree for non-negative embeddings (docs/methods/sam.m
 
 
 def check_score(score: str) -> str:
-    """``score`` where it is one of :data:`SCORES`."""
     if score not in SCORES:
         raise OptionError(f"unknown SAM score {score!r}", fix=f"use one of {', '.join(SCORES)}")
     return score
@@ -67,14 +63,9 @@ def check_score(score: str) -> str:
 def similarity_scores(
     embeddings: Tensor, tuples: Tensor, weights: Tensor, score: str = "magnitude"
 ) -> Tensor:
-    """The sum over tuples and roles of ``s = wᵀ|f|`` (``score="magnitude"``) or ``s = wᵀf``
-    (``"projection"``), with ``w`` held constant (detached): a projection on fixed important directions, as a
-    Grad-CAM class score is, and an image in several tuples gets one map summed over them.
-
-    The paper's ``wᵀf`` assumes non-negative embeddings. A linear head's are signed, and flipping the sign of
-    one embedding axis (which changes no distance) would then turn that axis's evidence into counter-evidence
-    and change the maps; ``|f|`` scores each axis by the evidence that puts the image where it is, whatever
-    its sign, and equals ``wᵀf`` when ``f ≥ 0``."""
+    """The sum over tuples and roles of ``s = wᵀ|f|`` (``"magnitude"``) or ``wᵀf`` (``"projection"``), ``w``
+    detached as a Grad-CAM class score is. ``|f|``: with a signed linear head, flipping an axis's sign
+    (which changes no distance) must not turn its evidence into counter-evidence."""
     check_score(score)
     fixed = weights.detach()
     if score == "magnitude":
