@@ -9,7 +9,8 @@ import torch
 from tqdm import tqdm
 
 from bgbias.data.loader import ImageLoader
-from bgbias.engine.device import loader_workers, mixed_precision
+from bgbias.engine.device import loader_workers
+from bgbias.models.precision import network_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def embed_images(
     with torch.inference_mode():
         for batch in tqdm(loader, desc=desc, unit="batch", leave=False, disable=not progress):
             pixels = batch["image"].to(device, non_blocking=True).float().div_(255)
-            with mixed_precision(amp):
+            with network_precision(amp):
                 out = named_arrays(model.embed(pixels))
             for name, array in out.items():
                 parts.setdefault(name, []).append(array.float().cpu())

@@ -20,10 +20,11 @@ import torch
 
 from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
-from bgbias.engine.device import mixed_precision, precision_name
+from bgbias.engine.device import precision_name
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
 from bgbias.methods.embedding_model import claim_home
+from bgbias.models.precision import network_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...
     image of ``images``."""
 
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
-    with torch.inference_mode(), mixed_precision(model.amp):
+    with torch.inference_mode(), network_precision(model.amp):
         return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
 
 

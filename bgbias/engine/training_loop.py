@@ -15,7 +15,7 @@ from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.curves import plot_training_curves
-from bgbias.engine.device import mixed_precision, resolve_amp
+from bgbias.engine.device import resolve_amp
 from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate, time_left
 from bgbias.engine.loss_watch import LossWatch
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
@@ -30,6 +30,7 @@ from bgbias.engine.training_validation import (
     validation_sets,
 )
 from bgbias.fileio import write_json_atomic
+from bgbias.models.precision import network_precision
 
 if TYPE_CHECKING:
     from bgbias.methods.base import Batch, Method
@@ -228,7 +229,7 @@ class TrainingSession:
         """One optimiser step on ``batch``: forward (the method's ``loss``), the finite-loss watch, backward,
         clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
         ``on_step_end``; returns the loss terms."""
-        with mixed_precision(self.amp):
+        with network_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
         self.loss_watch.see(loss, self.state.epoch, step)
