@@ -1,11 +1,9 @@
 """Per-image states kept on disk, keyed by everything that determines them, so re-scoring costs no forward
 pass.
 
-A key is a JSON-able dict: the model's fingerprint (a run's: the digest of its weights), the dataset, split
-and image ids, the evaluation geometry, and for a corrupted set the manifest's sha256 and the masks. Image and
-mask files enter by a cheap stat fingerprint (path, size, modification time), as build tools do: hashing every
-pixel of SOP on each run would cost more than it saves. The key is stored inside the file and compared on
-load, so a digest collision or a file copied from elsewhere can never hand back the wrong embeddings.
+Image and mask files enter the key by a stat fingerprint (path, size, modification time), as build tools do:
+hashing SOP's pixels on each run would cost more than it saves. The key is stored in the file and compared on
+load, so a digest collision or a copied file never hands back the wrong embeddings.
 """
 
 from __future__ import annotations

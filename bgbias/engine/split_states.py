@@ -1,11 +1,6 @@
 """The per-image states of one split's image sets (clean, corrupted repeats) for one model, each embedded once
 and kept in the model's evaluation cache, so evaluating, re-scoring and picking attribution references share
-one forward pass per set.
-
-A set's cache key is the model's fingerprint, the dataset, the images (their ids and a stat fingerprint of
-their files), the evaluation geometry, and what the caller adds (which set: clean, or a corrupted manifest's
-sha256 and masks). A cached state is used only when its arrays fit the model and the set; otherwise the set
-is embedded again.
+one forward pass per set. A cached state is used only when its arrays fit the model and the set.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Optional TensorBoard logging (``--set log.tensorboard=true``): every epoch's row of ``metrics.jsonl`` as
-scalars in ``<run>/tensorboard/``, since TensorBoard is where many DML users watch training. The package is
-an optional extra (``pip install 'bgbias[tensorboard]'``); a run that asks for it without it stops before its
-folder exists.
+scalars in ``<run>/tensorboard/`` (the ``tensorboard`` extra; a run that asks without it stops first).
 
-The event files are written by a thread of TensorBoard's writer; an error there (a full disk) surfaces at the
-next flush, which follows every row, as an ``OutputError`` naming the folder: the run stops as on any other
-write it cannot make (``run.json``: failed, with the reason), instead of training on with a log that silently
-ends. The thread's own report of that error is not printed: it would put a traceback before the clear error.
+An error in the writer's thread (a full disk) surfaces at the next flush, after every row, as an
+``OutputError``: the run stops as on any write it cannot make, instead of training on with a log that
+silently ends. The thread's own traceback is not printed.
 """
 
 from __future__ import annotations

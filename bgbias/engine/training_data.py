@@ -1,13 +1,9 @@
 """The training images, and the training split as a method sees it between epochs.
 
-The training loop and :class:`TrainingPasses` draw from the same :func:`train_images`: the dataset's items
-with contiguous labels and the configured paired geometry.
-
-DCML re-learns its environment weights every few epochs with the model frozen: it needs fresh training
-batches (the same images, augmentation and BGAugment compositing as the training steps, with their dataset
-indices) and randomness of its own. :class:`TrainingPasses` gives both, keyed by (run seed, stream, epoch,
-pass), so a resumed run repeats exactly what an uninterrupted one did, and every rank of a distributed run
-sees the same batches (each rank then computes the same update).
+The training loop and :class:`TrainingPasses` draw from the same :func:`train_images`. DCML re-learns its
+environment weights between epochs from fresh batches and randomness of its own: :class:`TrainingPasses` keys
+both by (run seed, stream, epoch, pass), so a resumed run repeats an uninterrupted one and every rank of a
+distributed run sees the same batches.
 """
 
 from __future__ import annotations

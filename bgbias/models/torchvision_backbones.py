@@ -1,20 +1,14 @@
 """MobileNetV2, ResNet-50 and GoogLeNet from torchvision, cut into named stages.
 
-Weights are loaded into the whole torchvision model under its own key names (the ImageNet classifier may be
-absent from a file; it is never used), then the model is cut: a stage is one torchvision module, or a
-``Sequential`` of torchvision's named modules when it spans several, so our keys are
+Weights load into the whole torchvision model under its own keys, then the model is cut, so our keys are
 ``blocks.<stage>.<torchvision's key>``. ResNet-50 and GoogLeNet take ImageNet weights from ``--weights PATH``
-or from torchvision's download, which torch hub caches in its own folder (so their builders ignore ``home``).
+or torchvision's download (torch hub's cache, so their builders ignore ``home``). Stages (channels):
 
-Stages (spatial size at a 224 input in brackets):
-
-- ``mobilenet_v2``, named by output stride: ``stride2`` 16 ch (112), ``stride4`` 24 (56), ``stride8`` 32 (28),
-  ``stride16`` 96 (14), ``stride32`` 320 (7), ``final`` 1280 (7, the last 1×1 conv).
-- ``resnet50``: ``stem`` 64 (56), ``layer1`` 256 (56), ``layer2`` 512 (28), ``layer3`` 1024 (14),
-  ``layer4`` 2048 (7).
-- ``googlenet``: ``stem`` 192 (28), ``inception3a`` … ``inception5b`` 1024 (7); the max-pools between
-  groups open the next stage (``inception4a``, ``inception5a``), so ``inception3b`` is at stride 8 and
-  ``inception4e`` at stride 16, like ResNet's ``layer2`` and ``layer3``.
+- ``mobilenet_v2``, by output stride: ``stride2`` 16, ``stride4`` 24, ``stride8`` 32, ``stride16`` 96,
+  ``stride32`` 320, ``final`` 1280 (the last 1×1 conv).
+- ``resnet50``: ``stem`` 64, ``layer1`` 256, ``layer2`` 512, ``layer3`` 1024, ``layer4`` 2048.
+- ``googlenet``: ``stem`` 192, ``inception3a`` … ``inception5b`` 1024; the max-pools between groups open the
+  next stage, so ``inception3b`` is at stride 8 and ``inception4e`` at 16, like ``layer2`` and ``layer3``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """DCML, Deep Causal Metric Learning (Deng & Zhang, ICML 2022), as specified in docs/methods/dcml.md.
 
-Training: backbone map h → for each of k environments its own attention copy → shared head (pool, BN,
-linear) → shared CosFace proxies, each environment's terms weighted by the learned per-image environment
-weights; plus an ERM branch with its own attention net and proxies (the authors' code):
-
-    L = mean_j [ L_env_j + α ‖∇_v L_env_j‖² + γ compactness_j ] + β spread(θ_1 … θ_k) + L_erm
-
-Inference: one attention net whose weights are the mean of the k copies → head → L2-normalised embedding,
-compared by cosine (faiss on unit vectors). Every e epochs, starting before the first, the environment
-weights are re-learned from fresh training batches with the model frozen (``environments.py``).
-
-With ``paired_halves`` (the authors' SOP code) a batch of same-class pairs is trained in two optimiser steps,
-one per half (even positions, then odd): each step forwards the whole batch, takes every loss term on its
-half only, and γ pulls each image towards its fixed pair partner in the other half instead of a class mean.
+Training: k environment attention copies → shared head → shared CosFace proxies, each environment's terms
+weighted by learned per-image environment weights, plus an ERM branch (the authors' code). Inference: one
+attention net with the mean of the k copies' weights. ``paired_halves`` (the authors' SOP code) trains a batch
+of same-class pairs in two optimiser steps, one per half.
 """
 
 from __future__ import annotations
