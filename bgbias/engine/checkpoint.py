@@ -1,8 +1,6 @@
-"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``.
-
-``last.pt`` holds everything ``--resume`` needs to continue exactly (model, optimizer, scaler, RNG state,
-early-stopping state and the metrics so far); ``best.pt`` holds the selected model only. Both are plain dicts
-of tensors, numbers and strings, so the safe loader reads them.
+"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``. ``last.pt`` holds all that
+``--resume`` needs to continue exactly, ``best.pt`` the selected model; both plain dicts of tensors, numbers
+and strings, so the safe loader reads them.
 """
 
 from __future__ import annotations

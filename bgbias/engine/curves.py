@@ -1,7 +1,5 @@
-"""A run's training curves (``curves.png`` in the run folder), redrawn after every epoch from the rows of
-``metrics.jsonl``: every term the method logs, and clean and corrupted validation MAP@R with the selected
-epoch marked, which is where DML users look first when a run goes wrong.
-"""
+"""A run's training curves (``curves.png``), redrawn after every epoch from ``metrics.jsonl``: every term the
+method logs and validation MAP@R with the selected epoch marked, where DML users look first."""
 
 from __future__ import annotations
 

@@ -51,9 +51,8 @@ class MethodBacked:
         return self.method.retrieval()
 
     def fingerprint(self) -> str:
-        """The digest of the method's weights and buffers (:func:`weights_sha256`), of the options that
-        change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`), and
-        of its memory format where it is not the contiguous one (convolutions round differently in it)."""
+        """The digest of the weights and buffers, the :meth:`Method.embedding_options`, and the memory format
+        where it is not contiguous (convolutions round differently in it)."""
         weights = weights_sha256(self.method)
         layout = memory_format_name(self.memory_format)
         identity = {"options": self.method.embedding_options(),

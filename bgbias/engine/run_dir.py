@@ -1,20 +1,6 @@
-"""A run folder: the resolved configuration, the metrics of every epoch, the log and the checkpoints.
-
-::
-
-    runs/<dataset>-<method>[-bgaugment]-seed<S>-<YYYYmmdd-HHMMSS>/
-        config.json            resolved configuration (``--resume`` reads it back)
-        run.json               status, best epoch and metric, installation, command line
-        metrics.jsonl / .csv   one row per epoch (epoch 0 = the untrained model)
-        curves.png             training terms and validation MAP@R per epoch, the selected epoch marked
-        train.log              what the run printed, with times
-        checkpoints/last.pt    everything needed to resume
-        checkpoints/best.pt    the selected model
-        .training.lock         held by the process training the run (:func:`claim_run`)
-        eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
-        eval/cache/                 embeddings of every evaluated set
-        explain/<dataset>-<split>-<attribution label>/  bgbias explain: foreground scores, summary, gallery
-    runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
+"""A run folder (layout: docs/training.md, *Run folder*): the resolved configuration, the metrics of every
+epoch, the log, the checkpoints, and ``.training.lock``, held by the process training the run
+(:func:`claim_run`); ``runs/latest`` names the newest run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A trained model back from its run folder: the method rebuilt from the saved configuration and spec, with
-the selected (or last) checkpoint's weights, ready to embed.
-
-The backbone is built without pretrained weights (the checkpoint holds all of them), so evaluating needs no
-download and no ImageNet file, only the run folder.
+the selected (or last) checkpoint's weights. The backbone is built without pretrained weights (the
+checkpoint holds them all), so evaluating needs only the run folder.
 """
 
 from __future__ import annotations
@@ -105,11 +103,9 @@ def load_trained(
     amp: str | None = None,
     memory_format: str | None = None,
 ) -> TrainedModel:
-    """Rebuild the method of ``run`` (default: the latest run) with the weights of its ``best`` or ``last``
-    checkpoint, on ``device``, in eval mode. ``run`` may also name the checkpoint file itself
-    (``<run>/checkpoints/last.pt``). It embeds under autocast ``amp`` with its weights and inputs in
-    ``memory_format`` (``bgbias.options.AMP``, ``MEMORY_FORMAT``), by default its run's ``amp`` and
-    ``model.memory_format``; an ``amp`` this device cannot run is refused here."""
+    """Rebuild the method of ``run`` (a run folder or its checkpoint file; default: the latest run) with its
+    ``best`` or ``last`` weights, on ``device``, in eval mode; ``amp`` and ``memory_format`` default to the
+    run's, and an ``amp`` this device cannot run is refused here."""
     if run is not None and Path(run).suffix == ".pt":
         run, checkpoint = Path(run).parent.parent, Path(run).stem
     if checkpoint not in CHECKPOINTS:

@@ -54,13 +54,9 @@ def fit_state(
     path: str | os.PathLike[str] | None,
     fix: str,
 ) -> dict[str, Any]:
-    """The tensors of ``file_state`` for the keys of ``model_state``, ready for ``load_state_dict``.
-
-    ``source_key`` maps a model key to its name in the file. Keys for which ``unused`` holds are skipped on
-    both sides. ``num_batches_tracked`` may be absent (files from before PyTorch 0.4.1); the model then keeps
-    its own. A missing key, a shape that differs or a key of the file that no model key asks for raises an
-    AssetError naming it.
-    """
+    """The tensors of ``file_state`` for the keys of ``model_state`` (``source_key`` maps a model key to its
+    name in the file; ``unused`` keys are skipped on both sides). ``num_batches_tracked`` may be absent (files
+    from before PyTorch 0.4.1). Any other key or shape that does not fit is an AssetError naming it."""
     fitted: dict[str, Any] = {}
     taken: set[str] = set()
     for key, tensor in model_state.items():
