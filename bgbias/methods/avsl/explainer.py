@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from bgbias.errors import OptionError
 from bgbias.methods.attribution import check_references, register_attribution
-from bgbias.methods.avsl.graph import node_weights
+from bgbias.methods.avsl.graph import node_contributions, node_weights
 from bgbias.methods.avsl.method import AVSL, LEVELS
 from bgbias.methods.sam.attention import normalise_maps
 
@@ -89,10 +89,9 @@ def pair_shares(
     certainties = method.certainties([m.float() for m in maps])
     reliable = [torch.sigmoid(graph.gain * (graph.slope[i] * c[:count] * c[count:] + graph.bias[i]))
                 for i, c in enumerate(certainties)]
-    weights = node_weights(reliable, graph.edges)
     if weigh == "weight":
-        return weights
-    return [w * delta for w, delta in zip(weights, nodes, strict=True)]
+        return node_weights(reliable, graph.edges)
+    return node_contributions(nodes, reliable, graph.edges)
 
 
 def spread_over_maps(shares: list[Tensor], maps: list[Tensor], size: torch.Size, level: int | None) -> Tensor:

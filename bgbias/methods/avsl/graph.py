@@ -153,16 +153,6 @@ def rectify(lower: Tensor, nodes: Tensor, reliable: Tensor, edges: Tensor) -> Te
     return torch.lerp(lower @ edges.T, nodes, reliable)
 
 
-def rectified_distance(nodes: Sequence[Tensor], reliabilities: Sequence[Tensor],
-                       edges: Sequence[Tensor]) -> Tensor:
-    """d̂ (…) = Σ_i δ̂^L_i from every level's nodes δ^l (…, r), the reliabilities p^l of levels 2 … L and
-    their W̃^l; δ̂^1 = δ^1. Smaller is more alike."""
-    hat = nodes[0]
-    for delta, p, w in zip(nodes[1:], reliabilities, edges, strict=True):
-        hat = rectify(hat, delta, p, w)
-    return hat.sum(dim=-1)
-
-
 def graph_distance(rows: Levels, cols: Levels, graph: Graph, *,
                    detach_nodes: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """(d̂ (B1, B2), every level's d^l = Σ_i δ^l_i (B1, B2), every link's mean reliability p^l (scalars)).

@@ -28,11 +28,8 @@ from bgbias.methods.avsl.graph import (
     certainty,
     graph_distance,
     moving_edges,
-    node_contributions,
-    node_differences,
     normalised_edges,
     pooled_embedding,
-    reliability,
 )
 from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
@@ -227,19 +224,6 @@ class AVSL(Method):
                     for c0 in range(0, len(cols), col_step)
                 ], dim=1))
             return torch.cat(blocks, dim=0)
-
-    def node_contributions(self, queries: Mapping[str, Tensor],
-                           references: Mapping[str, Tensor]) -> list[Tensor]:
-        """Every level's per-node share λ^l (Nq, Nr, r) of d̂ (Property 1): summed over levels and nodes they
-        give ``pairwise_distance``. Not chunked: the caller picks sizes that fit."""
-        rows, cols = self.state_levels(queries), self.state_levels(references)
-        graph = self.graph().to(rows.units[0].dtype)
-        nodes = [node_differences(a, b) for a, b in zip(rows.units, cols.units, strict=True)]
-        reliable = [
-            reliability(rows.certainty[i], cols.certainty[i], graph.slope[i], graph.bias[i], graph.gain)
-            for i in range(LEVELS - 1)
-        ]
-        return node_contributions(nodes, reliable, graph.edges)
 
     def retrieval(self) -> Retrieval:
         """Exact ranking by d̂, in blocks of :func:`block_shape` on the model's device, with the graph as it is
