@@ -12,9 +12,7 @@ from bgbias.engine.run_dir import is_metric_number
 from bgbias.figures import new_figure, save_png
 
 TIMING_TERMS = ("train_seconds", "train_images_per_second")
-"""Columns of the rows that are not training terms."""
 VALIDATION_CURVES = {"val_map_at_r": "clean", "val_corrupted_map_at_r": "corrupted (train-pool backgrounds)"}
-"""The validation MAP@R columns, with their labels."""
 WATCHED_CURVES = {"test_map_at_r": "test, clean (watched)",
                   "test_corrupted_map_at_r": "test, corrupted (watched)"}
 """The test MAP@R columns of ``schedule.watch_test``: drawn dotted, since nothing is selected on them."""

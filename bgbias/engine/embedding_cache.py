@@ -30,13 +30,11 @@ is never used. It gets a new identifier when what is embedded for the same key c
 code) or the file's layout does."""
 
 _ARRAY = "state."
-"""Prefix of the stored arrays' names in the file, beside its ``key``."""
 
 
 def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -> str | None:
-    """sha256 over each file's path, size and modification time (ns), in the given order; None where any is
-    a dataset's sample in memory (nothing bgbias could tell another version of it by: such sets are not
-    cached on disk)."""
+    """sha256 over each file's path, size and modification time (ns); None where any is a sample in memory
+    (no version to tell it by: such sets are not cached on disk)."""
     digest = hashlib.sha256()
     for path in paths:
         if isinstance(path, InMemoryImage):
@@ -53,12 +51,8 @@ def key_digest(key: dict[str, Any]) -> str:
 
 
 class EmbeddingCache:
-    """``folder/<digest>.npz`` files holding the per-image state of a set (every named array) and the key it
-    was made for.
-
-    Only the state is kept: labels always come from the dataset, and whoever loads a file checks its arrays
-    against the set and the model, so a file that fits the key but not the model is never used as it is.
-    """
+    """``folder/<digest>.npz`` files holding a set's per-image state and the key it was made for; labels
+    always come from the dataset, and a loader checks the arrays against the set and the model."""
 
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)

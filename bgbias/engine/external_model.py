@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from bgbias.retrieval.retrievers import Retrieval
 
 EXTERNAL_FOLDER = "external"
-"""Under the runs folder: the default homes of external models."""
 MODEL_RECORD = "model.json"
 RECORD_FORMAT = "bgbias-external-model"
 

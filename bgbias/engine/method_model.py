@@ -89,7 +89,6 @@ class MethodModel(MethodBacked):
     amp: torch.dtype | None = None
     trained: TrainedOn | None = None
     about: dict[str, Any] = field(default_factory=dict)
-    """Anything else its reports should record."""
 
     def describe(self) -> dict[str, Any]:
         return {"method": self.method.name, **self.about}

@@ -37,7 +37,6 @@ from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
 TRAINING_LOCK = ".training.lock"
-"""In a run folder: the lock its trainer holds (:func:`claim_run`)."""
 
 
 class RunStatus(StrEnum):

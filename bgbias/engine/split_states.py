@@ -50,7 +50,6 @@ class SplitStates:
     """Keep the states in the model's cache folder (False: nothing is read from or written to disk; a set
     of a dataset's samples in memory is never cached there, having no file to tell its versions by)."""
     embedded: int = field(default=0, init=False)
-    """Sets embedded now (the others came from the cache)."""
 
     def __post_init__(self) -> None:
         self.labels = np.array([item.label for item in self.items], dtype=np.int64)

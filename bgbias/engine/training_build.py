@@ -118,11 +118,7 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
 
 def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
     """Drop the gradients of parameter group ``name``, so the coming ``optimizer.step()`` leaves its
-    parameters and their optimiser state (moments, step counts) untouched, weight decay included: a warm-up
-    epoch.
-
-    The epoch number alone decides it, so a resumed run holds the same steps an uninterrupted one did.
-    """
+    parameters and optimiser state untouched, weight decay included: a warm-up epoch."""
     for group in optimizer.param_groups:
         if group.get("name") == name:
             for parameter in group["params"]:

@@ -52,11 +52,8 @@ class TrainResult:
 
 @dataclass
 class TrainingSession:
-    """A run in progress: its inputs, model, optimizer and validation sets, where it writes, and its state.
-
-    The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at their one place each:
-    ``on_epoch_start`` before an epoch's steps, ``loss`` inside a step, ``on_step_end`` after its update.
-    """
+    """A run in progress. The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at
+    one place each: ``on_epoch_start`` before an epoch's steps, ``loss`` in a step, ``on_step_end`` after."""
 
     config: TrainConfig
     run: RunDir
@@ -74,7 +71,6 @@ class TrainingSession:
     state: TrainingState
     scalars: EpochScalars | None = None
     estimated: bool = False
-    """Whether this session has logged its estimate of an epoch (after its first timed batches)."""
     epoch_seconds: list[float] = field(default_factory=list)
     """Wall time of each epoch this session trained, validation included: the pace of its time left."""
     loss_watch: LossWatch = field(default_factory=LossWatch)
@@ -139,10 +135,8 @@ class TrainingSession:
         return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
 
     def close(self) -> None:
-        """Let go of the DistributedDataParallel wrapper, whose reducer holds the process group, so that
-        leaving the group releases it (:func:`~bgbias.engine.distributed.process_group`), and close the
-        TensorBoard writer and its thread, if any, and end the training loader's worker processes; also when
-        the run stops on an error. The session cannot train after it."""
+        """Let go of the DistributedDataParallel wrapper (its reducer holds the process group:
+        :func:`~bgbias.engine.distributed.process_group`), the TensorBoard writer and the loader's workers."""
         self.model = None
         self.inputs.loader.close()
         scalars, self.scalars = self.scalars, None
@@ -226,9 +220,7 @@ class TrainingSession:
         return means, images_seen
 
     def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One optimiser step on ``batch``: forward (the method's ``loss``), the finite-loss watch, backward,
-        clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
-        ``on_step_end``; returns the loss terms."""
+        """One optimiser step on ``batch``; returns the loss terms."""
         with network_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
@@ -250,9 +242,8 @@ class TrainingSession:
         return terms
 
     def clips(self, batch: Batch, step: int) -> bool:
-        """Whether this optimiser step clips its gradients: every step with ``optim.grad_clip``, or the run's
-        first alone with ``grad_clip_first_step_only`` (epoch 1, its first batch's first part; the epoch
-        and step decide, so a resumed run clips exactly what an uninterrupted one did)."""
+        """Whether this optimiser step clips its gradients; the epoch and step decide, so a resumed run clips
+        exactly what an uninterrupted one did."""
         o = self.config.optim
         if o.grad_clip is None:
             return False

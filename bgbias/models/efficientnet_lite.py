@@ -128,7 +128,6 @@ class ImageNetInput(nn.Module):
 _UNITS = {"stem": ("_conv_stem", "_bn0"), "expand": ("_expand_conv", "_bn0"),
           "depthwise": ("_depthwise_conv", "_bn1"), "project": ("_project_conv", "_bn2"),
           "head": ("_conv_head", "_bn1")}
-"""Our unit → the reference's names of its convolution and its BatchNorm."""
 
 
 def reference_key(key: str) -> str:

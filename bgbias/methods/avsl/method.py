@@ -226,9 +226,7 @@ class AVSL(Method):
             return torch.cat(blocks, dim=0)
 
     def retrieval(self) -> Retrieval:
-        """Exact ranking by d̂, in blocks of :func:`block_shape` on the model's device, with the graph as it is
-        now (W̃ computed once for the whole ranking); ``embedding`` is what an approximate shortlist may
-        search."""
+        """Exact ranking by d̂, in blocks of :func:`block_shape`, W̃ computed once for the whole ranking."""
         device = next(self.parameters()).device
         elements, reference_rows = block_shape(device)
         query_rows = max(1, elements // (reference_rows * self.dim))
