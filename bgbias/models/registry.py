@@ -50,15 +50,9 @@ def build_backbone(
     ``home`` the bgbias home holding offline assets and downloaded weights."""
     builder = BACKBONES[name]
     if weights is not None and not pretrained:
-        raise OptionError(
-            "a weight file was given together with random initialisation",
-            path=weights,
-            fix="drop the weight file, or ask for pretrained weights",
-        )
-    backbone = builder(
-        pretrained=pretrained,
-        weights=None if weights is None else Path(weights),
-        home=None if home is None else Path(home),
-    )
+        raise OptionError("a weight file was given together with random initialisation", path=weights,
+                          fix="drop the weight file, or ask for pretrained weights")
+    backbone = builder(pretrained=pretrained, weights=None if weights is None else Path(weights),
+                       home=None if home is None else Path(home))
     backbone.freeze_batchnorm = freeze_batchnorm
     return backbone

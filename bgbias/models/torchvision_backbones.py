@@ -66,42 +66,23 @@ def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None
     """torchvision GoogLeNet without its auxiliary heads, fed ``(x − 0.5) / 0.5`` as its weights expect."""
 
     # aux heads exist only so that torchvision's weight file loads; they are not part of any stage
-    model = torchvision.models.googlenet(
-        weights=None, aux_logits=True, transform_input=False, init_weights=not pretrained
-    )
+    model = torchvision.models.googlenet(weights=None, aux_logits=True, transform_input=False,
+                                         init_weights=not pretrained)
     if pretrained:
         heads = ("fc.", "aux1.", "aux2.")
         _load_imagenet(model, weights, torchvision.models.GoogLeNet_Weights.IMAGENET1K_V1, "googlenet", heads)
-    blocks = [
-        ("stem", _sequence(model, "conv1", "maxpool1", "conv2", "conv3", "maxpool2")),
-        ("inception3a", model.inception3a),
-        ("inception3b", model.inception3b),
-        ("inception4a", _sequence(model, "maxpool3", "inception4a")),
-        ("inception4b", model.inception4b),
-        ("inception4c", model.inception4c),
-        ("inception4d", model.inception4d),
-        ("inception4e", model.inception4e),
-        ("inception5a", _sequence(model, "maxpool4", "inception5a")),
-        ("inception5b", model.inception5b),
-    ]
-    channels = {
-        "stem": 192,
-        "inception3a": 256,
-        "inception3b": 480,
-        "inception4a": 512,
-        "inception4b": 512,
-        "inception4c": 512,
-        "inception4d": 528,
-        "inception4e": 832,
-        "inception5a": 832,
-        "inception5b": 1024,
-    }
+    channels = {"stem": 192, "inception3a": 256, "inception3b": 480, "inception4a": 512,
+                "inception4b": 512, "inception4c": 512, "inception4d": 528, "inception4e": 832,
+                "inception5a": 832, "inception5b": 1024}
+    opened_by = {"inception4a": "maxpool3", "inception5a": "maxpool4"}  # the max-pool between groups
+    blocks = [("stem", _sequence(model, "conv1", "maxpool1", "conv2", "conv3", "maxpool2"))]
+    blocks += [(name, _sequence(model, opened_by[name], name) if name in opened_by else getattr(model, name))
+               for name in list(channels)[1:]]
     levels = ("inception3b", "inception4e", "inception5b")
     return Backbone(blocks, channels=channels, levels=levels, convention=SYMMETRIC)
 
 
 def _sequence(model: nn.Module, *names: str) -> nn.Sequential:
-
     return nn.Sequential(OrderedDict((name, getattr(model, name)) for name in names))
 
 
@@ -128,9 +109,8 @@ def _load_file(model: nn.Module, path: Path, *, name: str, heads: tuple[str, ...
 
 
 def _fit(model: nn.Module, state: Any, *, path: Path | None, heads: tuple[str, ...], fix: str) -> None:
-    fitted = weight_files.fit_state(
-        model.state_dict(), state, unused=lambda key: key.startswith(heads), path=path, fix=fix
-    )
+    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
+                                    path=path, fix=fix)
     model.load_state_dict(fitted, strict=False)
 
 
