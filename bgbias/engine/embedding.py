@@ -31,7 +31,6 @@ def embed_images(
     """``(per-image state, labels int64 (N,))`` in the dataset's order; the state maps array names to float32
     ``(N, …)`` (``{"embedding": (N, D)}`` for one tensor). ``images`` yields dicts with a uint8 ``image``
     and a ``label``; ``model`` is put in eval mode and left there."""
-
     # Its own generator: a DataLoader otherwise draws its worker seed from torch's global RNG, which would
     # make validation shift the random state that training and an exact resume depend on.
     loader = ImageLoader(

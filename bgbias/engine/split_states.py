@@ -98,7 +98,6 @@ class SplitStates:
 def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
     """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
     image of ``images``."""
-
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
     with torch.inference_mode(), network_precision(model.amp):
         return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}

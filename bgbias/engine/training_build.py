@@ -56,7 +56,6 @@ class RunInputs:
 
 def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> RunInputs:
     """Everything that can fail on the user's input, checked and built before the run folder exists."""
-
     dataset = open_dataset(config.dataset, config.root)
     train_items = split_items(dataset, "train", config.protocol, config.fold)
     val_items = split_items(dataset, "val", config.protocol, config.fold)
@@ -159,7 +158,6 @@ def make_train_loader(
 ):
     """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
     before each epoch)."""
-
     d = config.data
     workers = loader_workers(d.workers, device)
     sampler = MPerClassBatchSampler(

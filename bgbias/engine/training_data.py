@@ -98,7 +98,6 @@ class TrainingPasses:
                 desc: str = "") -> Iterator[Batch]:
         """One coverage pass of m-per-class batches of ``batch_size`` (m from the configuration), every
         image at least once, in an order and with augmentations keyed by (seed, stream, epoch, pass)."""
-
         key = [self.config.seed, stream, epoch, pass_index]
         if self.log is not None and desc:
             self.log(f"epoch {epoch}, before its steps: {desc} over the {len(self.images)} training images")

@@ -81,7 +81,6 @@ class TrainingSession:
               device: torch.device, dist: distributed.Distributed, progress: bool,
               echo: bool) -> TrainingSession:
         """Set up the run in its folder: a new one, or one continued from ``checkpoint``."""
-
         amp = resolve_amp(config.amp, device)
         log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
         if dist.is_main and checkpoint is None:

@@ -89,7 +89,6 @@ def imagenet_efficientnet_lite0(home: str | None = None) -> torch.nn.Module:
     """EfficientNet-Lite0 with ImageNet weights as an offline ``--model`` factory: ImageNet-normalised images
     in (re-normalised inside, :class:`~bgbias.models.efficientnet_lite.ImageNetInput`), (B, 1280) out; its
     own resolution: docs/offline.md."""
-
     model = load_efficientnet_lite0_imagenet(home)
     model.classifier = nn.Identity()
     return ImageNetInput(model)

@@ -26,7 +26,6 @@ _NO_WEIGHTS_FIX = "set model.pretrained=false (tiny_cnn is for smoke runs and te
 @register_backbone("tiny_cnn")
 def build_tiny_cnn(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """Random (Kaiming) weights from torch's generator, or with ``pretrained`` a tiny_cnn weight file."""
-
     blocks, previous = [], 3
     for stage, channels in CHANNELS.items():
         conv = nn.Conv2d(previous, channels, 3, stride=_STRIDES[stage], padding=1, bias=False)

@@ -31,7 +31,6 @@ from bgbias.models.registry import register_backbone
 @register_backbone("mobilenet_v2")
 def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision MobileNetV2; ImageNet weights from the offline asset (or torchvision's download)."""
-
     model = torchvision.models.mobilenet_v2(weights=None)
     if pretrained and weights is not None:
         url = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.url
@@ -49,7 +48,6 @@ def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | N
 @register_backbone("resnet50")
 def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision ResNet-50; ImageNet weights (IMAGENET1K_V1) from ``weights`` or torchvision's download."""
-
     model = torchvision.models.resnet50(weights=None)
     if pretrained:
         imagenet = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
@@ -64,7 +62,6 @@ def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None)
 @register_backbone("googlenet")
 def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision GoogLeNet without its auxiliary heads, fed ``(x − 0.5) / 0.5`` as its weights expect."""
-
     # aux heads exist only so that torchvision's weight file loads; they are not part of any stage
     model = torchvision.models.googlenet(weights=None, aux_logits=True, transform_input=False,
                                          init_weights=not pretrained)
