@@ -1,7 +1,5 @@
-"""Multi-process training with torchrun: one process per device, DistributedDataParallel, rank 0 writes.
-
-``torchrun --nproc_per_node N -m bgbias train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK; without them the
-run is a single process and nothing here costs anything. The backend is NCCL on CUDA and gloo on the CPU.
+"""Multi-process training with torchrun (which sets RANK, WORLD_SIZE, LOCAL_RANK): one process per device,
+DistributedDataParallel, rank 0 writes; NCCL on CUDA, gloo on the CPU. A single process costs nothing here.
 """
 
 from __future__ import annotations

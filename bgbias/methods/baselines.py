@@ -1,10 +1,7 @@
-"""The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning.
-
-Each is one backbone + embedding head trained with one PML loss; the loss object is injected with the
-hyperparameters of the configuration's ``loss`` section (per-dataset values in ``configs/methods/``), whose
-options are the loss's keyword arguments as the library's signature declares them, with its defaults. Proxy
-and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own parameters, which get the
-``lr_loss`` learning rate.
+"""The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning: a backbone
+and embedding head trained with one loss, whose options are the loss's keyword arguments as the library
+declares them (per-dataset values in ``configs/methods/``). Proxy and classifier losses' parameters get
+``lr_loss``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""How an RGB image in [0, 1] becomes a network's input: channel order, value range, mean and std.
-
-Pretrained weights only work on the input their training used. Keeping that as data beside each backbone lets
-every data pipeline hand over plain RGB in [0, 1] and never know which network comes next.
+"""How an RGB image in [0, 1] becomes a network's input: channel order, value range, mean and std. Kept as
+data beside each backbone, so every data pipeline hands over plain RGB in [0, 1] whatever network comes next.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Backbones by name: ``@register_backbone("name")`` on a builder, ``build_backbone("name")`` to get one.
-
-A builder is ``fn(*, pretrained, weights, home) -> Backbone``. ``pretrained=False`` gives random weights
-(only when the user asks for it); ``pretrained=True`` loads ``weights`` (a file) or the architecture's usual
-ImageNet weights, and raises AssetError when it cannot: a builder never falls back to random weights.
+"""Backbones by name: ``@register_backbone("name")`` on a builder ``fn(*, pretrained, weights, home)``,
+``build_backbone("name")`` to get one. With ``pretrained`` a builder loads ``weights`` or the usual ImageNet
+weights, or raises AssetError: it never falls back to random weights.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Weight files: read a state dict safely, fit it onto a model key by key, fetch the files we may download.
-
-A pretrained backbone that silently kept some random tensors would give plausible but wrong numbers, so every
-key of the model must be found in the file with the same shape, and every key of the file must be used
-(``unused`` names the exceptions, such as an ImageNet classifier); the first one that does not fit is named.
+A backbone that silently kept some random tensors would give plausible but wrong numbers, so every key must
+fit both ways (``unused`` names the exceptions); the first one that does not is named.
 """
 
 from __future__ import annotations

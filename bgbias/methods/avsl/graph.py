@@ -1,11 +1,5 @@
 """AVSL's similarity graph as pure tensor functions (docs/methods/avsl.md, *What is implemented*).
 
-Each embedding dimension of each of the L = 3 levels is a node. For a pair of images a node's value is the
-squared difference of their unit level embeddings on that dimension. Edges link each node of level l to the
-nodes of level l − 1 whose class-activation maps overlap with its own. Going up, a node whose maps are not
-peaked in both images (low certainty) is partly replaced by the edge-weighted mean of its lower nodes, which
-were rectified the same way; the sum of the rectified top-level nodes is the dissimilarity d̂.
-
 Shapes: B images, C channels of a level's feature map, r nodes per level (the per-level embedding size),
 ``…`` any leading shape, e.g. (B1, B2) for every pair of two sets. The edges ω are stored low × high (ω[m, n]:
 low node m, high node n), as the authors store them; the normalised edges W̃ are high × low, the paper's

@@ -1,9 +1,6 @@
-"""DCML's attention net: a spatial gate, then a channel gate, on the backbone's last feature map.
-
-There is one copy per environment. The copies are bias-free MLPs whose weights are stacked on a leading axis,
-so that the inference net, whose weights are the *mean* of the copies (not the mean of their outputs), and the
-β term that keeps the copies near that mean are one reduction each (docs/methods/dcml.md, *What is
-implemented* and *Ambiguities*, item 3).
+"""DCML's attention net: a spatial gate, then a channel gate, on the backbone's last feature map; one copy per
+environment, bias-free MLPs stacked on a leading axis, so the inference net (the *mean* of the copies'
+weights) and the β term are one reduction each (docs/methods/dcml.md, *Ambiguities*, item 3).
 """
 
 from __future__ import annotations

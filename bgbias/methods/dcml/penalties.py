@@ -1,8 +1,5 @@
-"""DCML's loss terms that are not the plain proxy loss, as pure functions of one environment's batch.
-
-``weights`` are the environment's per-sample weights w_·j (B,); every term is a weighted mean over the batch,
-``Σ_i w_ij t_i / Σ_i w_ij``, as in the authors' code (docs/methods/dcml.md, *What is implemented*).
-"""
+"""DCML's loss terms besides the plain proxy loss, as pure functions of one environment's batch: each a mean
+weighted by the environment's per-sample weights (B,), as in the authors' code (docs/methods/dcml.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Similarity attention: Grad-CAM maps for an embedding model, from a score built out of the embeddings.
-
-An embedding has no class score to differentiate. SAM weights each dimension by how much it keeps images of a
-tuple together (positives, ``1 − |f_a − f_p|``) and apart (negatives, ``|f_a − f_n|``), projects each image's
-embedding on those weights (``s = wᵀ|f|``, which is the paper's ``wᵀf`` for non-negative embeddings), and
-takes Grad-CAM's channel weights from ``∂s/∂A`` at an intermediate feature map ``A``:
-``M = ReLU(Σ_k GAP(∂s/∂A_k) · A_k)``. Training (the mining loss) and explanation
-(``bgbias explain --attribution sam``) share these functions. docs/methods/sam.md says what comes from the
-paper and what was decided here.
+"""Similarity attention: Grad-CAM maps for an embedding model, from a score built out of the embeddings
+(docs/methods/sam.md). An embedding has no class score, so each dimension is weighted by how much it keeps a
+tuple's images together or apart, and Grad-CAM differentiates the embeddings projected on those weights.
+Training (the mining loss) and explanation (``bgbias explain --attribution sam``) share these functions.
 """
 
 from __future__ import annotations
