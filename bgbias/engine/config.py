@@ -128,8 +128,7 @@ class ScheduleConfig(Settings):
 
 
 class LogConfig(Settings):
-    """``tensorboard``: every epoch's row also as scalars in ``<run>/tensorboard/`` (the ``tensorboard``
-    extra)."""
+    """``tensorboard``: every epoch's row also as scalars in ``<run>/tensorboard/``."""
 
     tensorboard: bool = False
 

@@ -37,8 +37,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def missing_cuda(index: int | None) -> str | None:
-    """Why CUDA device ``index`` (None: any) cannot be used here, or None: checked before a command writes
-    anything."""
+    """Why CUDA device ``index`` (None: any) cannot be used here, or None."""
     if not torch.cuda.is_available():
         return "CUDA is not available"
     count = torch.cuda.device_count()

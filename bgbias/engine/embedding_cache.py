@@ -61,8 +61,7 @@ class EmbeddingCache:
         return self.folder / f"{key_digest(key)[:24]}.npz"
 
     def load(self, key: dict[str, Any]) -> dict[str, np.ndarray] | None:
-        """The named arrays stored for ``key``, or None when there are none (or the file is unreadable or
-        made for another key: they are then simply made again)."""
+        """The named arrays stored for ``key``, or None (then they are simply made again)."""
         path = self.path(key)
         if not path.is_file():
             return None

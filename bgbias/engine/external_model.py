@@ -183,8 +183,7 @@ class ExternalModel:
 
 
 def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
-    """The embedding tensor of a network's output: the output itself, or its entry ``key`` (a dict's key or
-    a tuple's position)."""
+    """The embedding tensor of a network's output: itself, or its entry ``key`` (dict key or position)."""
     if isinstance(output, torch.Tensor):
         if key is not None:
             raise ModelError(f"{PARAMETER}{key!r} given, but {name} returns a single tensor",
@@ -278,8 +277,7 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
 
 
 def compute_identity(amp: torch.dtype | None, layout: torch.memory_format) -> dict[str, str]:
-    """The precision and memory format, as a fingerprint and home name record them: only those that are not
-    float32 and contiguous."""
+    """Precision and memory format, as fingerprints and home names record them (not float32/contiguous)."""
     identity = {"precision": precision_name(amp), "memory_format": memory_format_name(layout)}
     return {key: value for key, value in identity.items() if value not in ("float32", "contiguous")}
 
@@ -311,8 +309,7 @@ class Owner:
 
 
 def check_home(model: ExternalModel) -> None:
-    """A ``ModelError`` unless the home is new, empty or this very model's, and lies in no run folder or
-    other model's home."""
+    """A ``ModelError`` unless the home is new, empty or this very model's, inside no other owner's."""
     home = model.home
     owner = folder_owner(home)
     if owner is not None and owner.folder == home and owner.fingerprint == model.fingerprint():

@@ -64,8 +64,7 @@ class MethodBacked:
                               ).hexdigest()
 
     def feature_stages(self) -> tuple[str, ...]:
-        """The backbone's named stages, input side first (the
-        :class:`~bgbias.methods.embedding_model.FeatureMaps` capability)."""
+        """The backbone's named stages, input side first."""
         return tuple(self.method.backbone.stages)
 
     def feature_module(self, stage: str | None = None) -> nn.Module:
@@ -80,8 +79,7 @@ class MethodBacked:
 
 @dataclass
 class MethodModel(MethodBacked):
-    """A method in memory on ``device``, its reports under ``home``; ``trained`` names its training data
-    where it is known."""
+    """A method in memory on ``device``, its reports under ``home``."""
 
     method: Method
     device: torch.device

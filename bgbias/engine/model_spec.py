@@ -244,8 +244,7 @@ def network_from_module(
 
 
 def network_from_callable(function: Callable[[torch.Tensor], Any], name: str, fingerprint: str) -> Network:
-    """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for (it has no
-    weights bgbias could hash)."""
+    """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for."""
     return Network("callable", name, "<in memory>", _digest({"callable": name, "fingerprint": fingerprint}),
                    function)
 

@@ -250,8 +250,7 @@ def write_record(run: RunDir, record: dict[str, Any]) -> None:
 
 
 def read_record(run: RunDir) -> RunRecord | None:
-    """``run.json``, or None when it is missing or damaged: callers then treat the run as unfinished, and
-    resuming it writes the record again."""
+    """``run.json``, or None when it is missing or damaged (the run then counts as unfinished)."""
     try:
         return read_json_record(run.record, RunRecord, what="the run's record", fix=RESUME_TO_REWRITE,
                                 file_format=RUN_FORMAT)

@@ -96,8 +96,7 @@ class SplitStates:
 
 
 def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
-    """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
-    image of ``images``."""
+    """Each of the model's per-image arrays' shape (no image axis), from the first of ``images``."""
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
     with torch.inference_mode(), network_precision(model.amp):
         return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
@@ -106,8 +105,7 @@ def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...
 def cache_mismatch(
     state: dict[str, np.ndarray], count: int, shapes: dict[str, tuple[int, ...]]
 ) -> str | None:
-    """Why a cached state cannot stand for ``count`` images of a model whose arrays have ``shapes`` per image
-    (None: it can)."""
+    """Why a cached state cannot stand for ``count`` images of arrays ``shapes`` (None: it can)."""
     if set(state) != set(shapes):
         return f"arrays {sorted(state)}, expected {sorted(shapes)}"
     for name, array in state.items():

@@ -56,8 +56,7 @@ class TrainedModel(MethodBacked):
         return resolve_amp(self.amp_setting or self.config.amp, self.device)
 
     def trained_on(self) -> TrainedOn:
-        """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
-        where the record is missing or damaged)."""
+        """The run's dataset, as its config and ``run.json`` record it."""
         recorded = read_trained_on(self.run)
         root = Path(self.config.root) if self.config.root is not None else None
         return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,
@@ -65,8 +64,7 @@ class TrainedModel(MethodBacked):
                          None if recorded is None else recorded.images, self.run.record)
 
     def describe(self) -> dict[str, Any]:
-        """What a report records about the model: run, method, BGAugment, training seed and the checkpoint's
-        identity."""
+        """What a report records: run, method, BGAugment, seed and the checkpoint's identity."""
         return {
             "run": str(self.run.root),
             "method": self.config.method,
@@ -80,8 +78,7 @@ class TrainedModel(MethodBacked):
 
 
 def is_run_path(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a run bgbias trained: its folder (``config.json`` inside) or a checkpoint in its
-    ``checkpoints/``."""
+    """Whether ``path`` is a run's folder (``config.json`` inside) or a checkpoint in its ``checkpoints/``."""
     path = Path(path)
     return (path / "config.json").is_file() or (
         path.parent.name == "checkpoints" and (path.parent.parent / "config.json").is_file())

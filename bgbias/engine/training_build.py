@@ -156,8 +156,7 @@ def make_train_loader(
     config: TrainConfig, images: TrainImages, device: torch.device,
     dist: distributed.Distributed | None = None,
 ):
-    """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
-    before each epoch)."""
+    """The training DataLoader and its batch sampler (``set_epoch`` it before each epoch)."""
     d = config.data
     workers = loader_workers(d.workers, device)
     sampler = MPerClassBatchSampler(

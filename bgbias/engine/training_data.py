@@ -68,8 +68,7 @@ def train_images(
 
 
 class TrainingPasses:
-    """Keyed passes over the training split (see the module docstring); what methods get as their
-    :class:`~bgbias.methods.base.TrainingData`."""
+    """Keyed passes over the training split: what methods get as their ``TrainingData``."""
 
     def __init__(
         self,

@@ -190,8 +190,7 @@ class TrainingSession:
                              best_epoch=self.state.best_epoch or None, monitor=config.monitor)
 
     def train_steps(self) -> tuple[dict[str, float], int]:
-        """One pass over the loader; the mean of every loss term over the optimiser steps and the number of
-        images this process saw."""
+        """One pass over the loader: every loss term's mean and the number of images seen."""
         epoch, method = self.state.epoch, self.method
         self.inputs.sampler.set_epoch(epoch)
         method.train()
@@ -241,8 +240,7 @@ class TrainingSession:
         return terms
 
     def clips(self, batch: Batch, step: int) -> bool:
-        """Whether this optimiser step clips its gradients; the epoch and step decide, so a resumed run clips
-        exactly what an uninterrupted one did."""
+        """Whether this optimiser step clips; epoch and step decide, so a resumed run clips alike."""
         o = self.config.optim
         if o.grad_clip is None:
             return False

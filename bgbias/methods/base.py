@@ -154,8 +154,7 @@ class Method(nn.Module, ABC):
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
-        """Refuse options that do not fit the rest of the configuration (e.g. MetricFormer's neighbour count
-        against the batch size) with an OptionError."""
+        """Refuse options that do not fit the rest of the configuration with an OptionError."""
 
     @abstractmethod
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:

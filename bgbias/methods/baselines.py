@@ -47,8 +47,7 @@ class MetricLossMethod(Method):
 
     @classmethod
     def recorded_options(cls) -> dict[str, Any]:
-        """None: a run records the loss options its protocol or its user set, and the library keeps the
-        defaults of the others."""
+        """None: the library keeps the defaults of the options no protocol or user set."""
         return {}
 
     @classmethod

@@ -39,8 +39,7 @@ class TrainedOn:
 
 @runtime_checkable
 class EmbeddingModel(Protocol):
-    """A model to score and explain: ``amp`` is the autocast dtype it embeds under (None: full precision),
-    ``home`` the folder its reports and caches go under."""
+    """A model to score and explain; ``amp``: its autocast dtype (None: full precision)."""
 
     device: torch.device
     amp: torch.dtype | None
@@ -100,8 +99,7 @@ class OwnGeometry(Protocol):
 
 @runtime_checkable
 class ClaimsHome(Protocol):
-    """A model whose home becomes its own only with its first result (a run's folder is its own from the
-    start)."""
+    """A model whose home becomes its own only with its first result."""
 
     def claim_home(self) -> None:
         """Mark the home as this model's (once); a home that is not its to write is an error."""

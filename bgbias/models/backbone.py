@@ -83,8 +83,7 @@ class Backbone(nn.Module):
     def forward_from(
         self, stage: str, features: Tensor, taps: Sequence[str] | None = None
     ) -> dict[str, Tensor]:
-        """Continue from ``features`` as the output of ``stage`` (possibly modified, or a leaf to
-        differentiate against) through the later stages; ``stage`` itself may be requested."""
+        """Continue from ``features`` as the output of ``stage`` (which may itself be requested)."""
         start = self._index(stage)
         wanted = self._select(taps, first=start)
         outputs = {stage: features} if start in wanted else {}

@@ -32,8 +32,7 @@ LEVELS = ("inception_3c", "inception_4e", "inception_5b")
 
 @dataclass(frozen=True)
 class InceptionSpec:
-    """Widths of one inception block. Reduction blocks (stride 2) have no 1×1 branch and an unprojected
-    max-pool branch."""
+    """Widths of one inception block; reduction blocks (stride 2) have no 1×1 branch."""
 
     in_channels: int
     c1x1: int | None
@@ -70,8 +69,7 @@ def conv_bn_relu(in_channels: int, out_channels: int, kernel: int, stride: int =
 
 
 class InceptionBlock(nn.ModuleDict):
-    """Parallel branches (1×1; 3×3; double 3×3; pool [+ 1×1 projection]) concatenated along channels; the
-    units are named as in the port."""
+    """Parallel branches concatenated along channels; the units are named as in the port."""
 
     def __init__(self, spec: InceptionSpec):
         units: dict[str, nn.Module] = {}
@@ -144,8 +142,7 @@ def pretrainedmodels_key(key: str) -> str:
 
 
 def load_pretrainedmodels_weights(backbone: Backbone, path: str | Path) -> Backbone:
-    """Load pretrainedmodels' ``bn_inception-52deb4733.pth`` into ``backbone``, matched by name and shape
-    (the ImageNet classifier ignored)."""
+    """Load pretrainedmodels' BN-Inception file into ``backbone``, matched by name and shape."""
     fix = f"pass pretrainedmodels' BN-Inception ImageNet weights ({URL}) with --weights PATH"
     state = weight_files.read_state_file(path, fix=fix)
     fitted = weight_files.fit_state(backbone.state_dict(), state, source_key=pretrainedmodels_key,

@@ -63,8 +63,7 @@ class SamePaddedConv2d(nn.Conv2d):
 
 def conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1, groups: int = 1,
             relu6: bool = True) -> nn.Sequential:
-    """The unit the network is made of: bias-free ``SAME`` convolution, BatchNorm, then ReLU6 unless it is a
-    projection."""
+    """Bias-free ``SAME`` convolution, BatchNorm, then ReLU6 unless it is a projection."""
     units: OrderedDict[str, nn.Module] = OrderedDict(
         conv=SamePaddedConv2d(in_channels, out_channels, kernel, stride=stride, groups=groups, bias=False),
         bn=nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM),
@@ -75,8 +74,7 @@ def conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1, g
 
 
 class InvertedResidual(nn.Module):
-    """1×1 expansion (where ``expand`` > 1), depthwise k×k, 1×1 projection; the input added back where the
-    block keeps its size and width."""
+    """Expansion, depthwise k×k, projection; the input added back where size and width stay."""
 
     def __init__(self, in_channels: int, out_channels: int, expand: int, kernel: int, stride: int):
         super().__init__()

@@ -59,8 +59,7 @@ class ModelInput:
 
     @classmethod
     def from_torchvision(cls, weights: Any, **overrides: Any) -> ModelInput:
-        """The input a torchvision weights enum member's ``transforms()`` preset gives its model (nothing is
-        downloaded); ``overrides`` as for :meth:`from_timm`."""
+        """The input a torchvision weights enum's ``transforms()`` preset gives (nothing downloaded)."""
         return cls._of(torchvision_preprocessing(weights), overrides, "ModelInput.from_torchvision")
 
     @classmethod

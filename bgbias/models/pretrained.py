@@ -50,8 +50,7 @@ def load_mobilenet_v2_imagenet(
 
 
 def _verified_file(asset: str, root: Path) -> Path:
-    """The single file of an installed ``asset`` under ``root``, refused unless its SHA-256 is the pinned one
-    (``bgbias assets`` checks only sizes on every use)."""
+    """The installed ``asset``'s file, refused unless its SHA-256 is the pinned one."""
     member = CATALOG[asset].members[0]
     path = root / member.target
     if (actual := sha256_file(path)) != member.sha256:

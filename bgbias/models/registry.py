@@ -44,8 +44,7 @@ def build_backbone(
     home: str | os.PathLike[str] | None = None,
     freeze_batchnorm: bool = True,
 ) -> Backbone:
-    """Build backbone ``name``; ``weights`` is a weight file to load instead of the default download,
-    ``home`` the bgbias home holding offline assets and downloaded weights."""
+    """Build backbone ``name``; ``weights`` replaces the default download, ``home`` holds assets."""
     builder = BACKBONES[name]
     if weights is not None and not pretrained:
         raise OptionError("a weight file was given together with random initialisation", path=weights,

@@ -161,8 +161,7 @@ class DCML(Method):
         return slice(batch.part, None, 2), slice(1 - batch.part, None, 2)
 
     def environment_objective(self, batch: Batch, weights: Tensor) -> Tensor:
-        """Eq. 11 on one batch with the model frozen: the mean over environments of the dummy-scale and
-        dummy-attention penalties, differentiable in ``weights`` (B, k) only."""
+        """Eq. 11 on one batch, model frozen: differentiable in ``weights`` (B, k) only."""
         with torch.no_grad():
             feature_map = self.backbone(batch.images)[self.backbone.final]
             attended = [self.attention(feature_map, j) for j in range(self.attention.copies)]

@@ -78,8 +78,7 @@ def attention_maps(features: Tensor, score: Tensor, *, create_graph: bool) -> Te
 
 
 def normalise_maps(maps: Tensor, eps: float = 1e-12) -> Tensor:
-    """Each map divided by its maximum, so it lies in [0, 1] and a fixed threshold means the same for every
-    image; an all-zero map stays zero."""
+    """Each map divided by its maximum, so a fixed threshold means the same for every image."""
     peak = maps.flatten(1).amax(dim=1).clamp_min(eps)
     return maps / peak.view(-1, *([1] * (maps.dim() - 1)))
 

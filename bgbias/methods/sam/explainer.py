@@ -52,8 +52,7 @@ class SimilarityAttention:
         return {"stage": self.stage}
 
     def supports(self, model: EmbeddingModel) -> bool:
-        """Any model with the ``FeatureMaps`` capability; one without ``stage`` among its stages is an
-        ``OptionError`` naming them."""
+        """Any model with ``FeatureMaps``; one without ``stage`` is an ``OptionError`` naming its stages."""
         if not isinstance(model, FeatureMaps):
             return False
         stages = tuple(model.feature_stages())

@@ -150,8 +150,7 @@ class SAM(Method):
         return attention_maps(features, score, create_graph=create_graph)
 
     def erase(self, images: Tensor, mask: Tensor) -> Tensor:
-        """Soft-erase ``mask`` from ``images`` in the network's input space (erased pixels take the
-        convention's mean colour)."""
+        """Soft-erase ``mask`` from ``images`` in the network's input space (to the convention's mean)."""
         return self.convention.invert(erase(self.convention.apply(images), mask))
 
     def metric_loss(self, embeddings: Tensor, tuples: Tuples) -> Tensor:

@@ -20,8 +20,7 @@ from bgbias.methods.sam.attention import check_variant
 
 @dataclass(frozen=True)
 class Tuples:
-    """``rows`` (T, roles) int64 row indices into the batch; ``same`` (T,) bool for Siamese pairs (which share
-    a class), else None."""
+    """``rows`` (T, roles) row indices into the batch; ``same`` (T,) bool for Siamese pairs, else None."""
 
     rows: Tensor
     same: Tensor | None = None
