@@ -24,8 +24,7 @@ _ATTEMPTS = 10
 
 
 class Draws(Protocol):
-    """The draws the sampling rules make, one number at a time, with numpy's names and ranges: a
-    ``numpy.random.Generator`` is one as it is."""
+    """The draws the crop rules make, with numpy's names: a ``numpy.random.Generator`` is one."""
 
     def random(self) -> float: ...
 

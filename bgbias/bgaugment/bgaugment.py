@@ -56,8 +56,7 @@ def sample_bgaugment(
 def apply_bgaugment(
     images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor, apply: torch.Tensor
 ) -> torch.Tensor:
-    """``composite(images, masks, backgrounds)`` where ``apply`` (bool, (B,)) is true, ``images`` elsewhere;
-    all float in [0, 1]."""
+    """``composite(images, masks, backgrounds)`` where ``apply`` (bool, (B,)), else ``images``."""
     if apply.dtype != torch.bool or apply.shape != images.shape[:1] or apply.device != images.device:
         raise ValueError(
             f"apply must be a bool tensor of shape ({images.shape[0]},) on {images.device}, got "

@@ -358,8 +358,7 @@ def _check_config(config: TrainConfig) -> None:
 
 
 def config_json_schema(method: str | None = None) -> dict[str, Any]:
-    """The JSON Schema of a configuration file, for editors; ``loss`` holds the options of ``method``, or
-    of every registered method as alternatives."""
+    """The JSON Schema of a configuration file, for editors (``loss``: ``method``'s options, or all)."""
     schema = TrainConfig.model_json_schema()
     options = []
     for name in [method] if method is not None else method_names():

@@ -19,8 +19,7 @@ WATCHED_CURVES = {"test_map_at_r": "test, clean (watched)",
 
 
 def training_terms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The ``train_*`` columns of ``rows`` that hold numbers (the loss and the method's own terms), sorted,
-    the total ``train_loss`` first."""
+    """The numeric ``train_*`` columns of ``rows``, sorted, the total ``train_loss`` first."""
     names = {name for row in rows for name, value in row.items()
              if name.startswith("train_") and name not in TIMING_TERMS and is_metric_number(value)}
     return sorted(names, key=lambda name: (name != "train_loss", name))

@@ -147,8 +147,7 @@ class ExternalModel:
         return ModelError(problem, path=self.network.spec if in_file else None, fix=fix, parameter=parameter)
 
     def claim_home(self) -> None:
-        """Write ``model.json`` into the home (once, checked again) before the first result goes there, so
-        a model that fails before leaves no folder of its own behind."""
+        """Write ``model.json`` into the home (once, checked again) before the first result goes there."""
         if self.claimed:
             return
         check_home(self)

@@ -96,8 +96,7 @@ class MethodModel(MethodBacked):
 
 
 def weights_sha256(model: nn.Module) -> str:
-    """Checksum of a model's state (names, dtypes, shapes and bytes): equal for equal weights, whichever
-    checkpoint file or optimiser state they came with."""
+    """Checksum of a model's state: equal for equal weights, whatever file or optimiser they came with."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)

@@ -62,8 +62,7 @@ def is_factory(spec: str) -> bool:
 
 
 def load_network(spec: str, args: Mapping[str, Any], device: torch.device, *, trust: bool = False) -> Network:
-    """The network ``spec`` names, on ``device``: a factory called with ``args``, else a file (which takes
-    no arguments); a TorchScript file is checked first unless ``trust``."""
+    """The network ``spec`` names on ``device``: a factory called with ``args``, else a checked file."""
     if is_factory(spec):
         return load_factory(spec, args, device)
     path = Path(spec)

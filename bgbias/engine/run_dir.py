@@ -106,8 +106,7 @@ def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float 
 
 
 def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
-    """A new, empty run folder under ``runs``, ``-2``, ``-3`` … appended when the name is taken (the folder is
-    created, not looked for, so two processes at the same moment get two)."""
+    """A new run folder under ``runs``, ``-2``, ``-3`` … appended when taken (created, not looked for)."""
     runs = runs if runs is not None else runs_root()
     make_dirs(runs)
     n = 1

@@ -32,8 +32,7 @@ def check_tensorboard() -> None:
 
 
 def scalar_tag(column: str) -> str:
-    """A metrics column as a TensorBoard tag, grouped by its prefix: ``train_loss`` → ``train/loss``,
-    ``val_corrupted_map_at_r`` → ``val/corrupted_map_at_r``, others under ``run/``."""
+    """A metrics column as a TensorBoard tag: ``train_loss`` → ``train/loss``, others under ``run/``."""
     prefix, _, rest = column.partition("_")
     return f"{prefix}/{rest}" if prefix in ("train", "val") and rest else f"run/{column}"
 

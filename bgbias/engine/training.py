@@ -45,8 +45,7 @@ def resume_training(
     progress: bool = True,
     echo: bool = True,
 ) -> TrainResult:
-    """Continue a run from its ``last.pt`` with its saved configuration (from the start where it has none); a
-    ``BusyError`` where another process trains it."""
+    """Continue a run from its ``last.pt`` (or its start) with its saved configuration."""
     run = open_run_dir(run_dir)
     dist = distributed.from_environment()
 

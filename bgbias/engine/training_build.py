@@ -76,8 +76,7 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 
 
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
-    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
-    square images of side ``input_size`` (the training crop)."""
+    """The configured method on its backbone, sized for ``train_items`` and square ``input_size`` images."""
     cls = method_class(config.method)
     backbone = build_backbone(
         config.model.backbone, pretrained=config.model.pretrained,

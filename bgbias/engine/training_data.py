@@ -61,8 +61,7 @@ def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
 def train_images(
     config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None
 ) -> TrainImages:
-    """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
-    losses index classes 0 … C−1."""
+    """The training images with the paired geometry and contiguous labels (proxy losses index 0 … C−1)."""
     return TrainImages(with_contiguous_labels(items), train_geometry_of(config, dataset.name), masks,
                        dataset_name=dataset.name)
 

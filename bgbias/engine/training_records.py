@@ -58,8 +58,7 @@ def make_run_dir(
     config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
     dist: distributed.Distributed, held: contextlib.ExitStack,
 ) -> RunDir:
-    """The new run's folder, claimed in ``held`` (rank 0) before it is checked, so that of two processes
-    starting the same run one trains it and the other is refused."""
+    """The new run's folder, claimed before it is checked, so of two processes only one trains it."""
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)

@@ -183,8 +183,7 @@ class Method(nn.Module, ABC):
 
     @property
     def steps_per_batch(self) -> int:
-        """Optimiser steps per training batch: ``loss`` is called once per step with ``batch.part`` = 0, 1, …
-        (more than one only for DCML's paired-halves option)."""
+        """Optimiser steps per training batch (``batch.part`` = 0, 1, …; two for DCML's paired halves)."""
         return 1
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:

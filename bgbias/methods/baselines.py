@@ -69,8 +69,7 @@ class MetricLossMethod(Method):
         return self.head(self.backbone(images)[self.backbone.final])
 
     def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
-        """The loss's own distance (the paper's attribution differentiates it): L2 for the pair and triplet
-        losses, negated cosine similarity for those that compare by similarity."""
+        """The loss's own distance: L2, or negated cosine similarity for losses that compare by it."""
         distance = getattr(self.loss_fn, "distance", None)
         if distance is None:
             return super().pairwise_distance(queries, references)

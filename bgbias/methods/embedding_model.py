@@ -84,8 +84,7 @@ class FeatureMaps(Protocol):
         ...
 
     def feature_module(self, stage: str | None = None) -> nn.Module:
-        """The module whose output is the feature map of ``stage`` (default: the last); it must run exactly
-        once per ``embed`` call. An unknown stage is an ``OptionError``."""
+        """The module whose output is ``stage``'s map (default: the last); it runs once per ``embed``."""
         ...
 
 

@@ -56,8 +56,7 @@ class Backbone(nn.Module):
 
     @property
     def freeze_batchnorm(self) -> bool:
-        """Whether BatchNorm layers stay in eval mode even in training mode (their affine parameters still
-        train); setting it takes effect at once."""
+        """Whether BatchNorm layers stay in eval mode even in training mode (affine parameters train)."""
         return self._freeze_batchnorm
 
     @freeze_batchnorm.setter

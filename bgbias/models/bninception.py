@@ -134,8 +134,7 @@ def bninception(*, freeze_batchnorm: bool = True) -> Backbone:
 
 
 def pretrainedmodels_key(key: str) -> str:
-    """``blocks.<stage>.<unit>.<conv|bn>.<tensor>`` -> pretrainedmodels' ``[<stage>_]<unit>[_bn].<tensor>``
-    (the stem's units carry no stage prefix)."""
+    """``blocks.<stage>.<unit>.<conv|bn>.<tensor>`` → pretrainedmodels' ``[<stage>_]<unit>[_bn].<tensor>``."""
     _, stage, unit, layer, tensor = key.split(".")
     name = unit if stage == "stem" else f"{stage}_{unit}"
     return f"{name}_bn.{tensor}" if layer == "bn" else f"{name}.{tensor}"

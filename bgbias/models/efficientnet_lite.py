@@ -90,8 +90,7 @@ class InvertedResidual(nn.Module):
 
 
 class EfficientNetLite0(nn.Module):
-    """EfficientNet-Lite0: input (B, 3, H, W) normalised as the module docstring says → (B, 1000) ImageNet
-    logits; with ``classifier`` replaced by ``nn.Identity()``, the pooled (B, 1280) features."""
+    """EfficientNet-Lite0: (B, 3, H, W) → (B, 1000) logits, or (B, 1280) with ``classifier`` removed."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -98,8 +98,7 @@ class ModelInput:
         return EvalGeometry(resize, crop, self.interpolation)
 
     def as_dict(self) -> dict[str, Any]:
-        """What a report records and the fingerprint covers; the interpolation only where it is not the
-        default, which keeps fingerprints of bilinear models as they are."""
+        """What a report records and the fingerprint covers (interpolation only where not bilinear)."""
         convention = self.convention
         recorded = {"input_size": self.input_size, "resize": self.resize, "normalize": self.normalize,
                     "mean": list(convention.mean), "std": list(convention.std), "output_key": self.output_key,

@@ -71,8 +71,7 @@ def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
 
 
 def load_efficientnet_lite0_imagenet(home: str | os.PathLike[str] | None = None) -> EfficientNetLite0:
-    """EfficientNet-Lite0 with the ImageNet weights of the offline asset, classifier included; an
-    AssetError with the fetch command where the asset is missing, damaged or not Lite0's file."""
+    """EfficientNet-Lite0 with the offline asset's ImageNet weights, or an AssetError to fetch it."""
     try:
         root = asset_dir(LITE0_ASSET, home)
     except AssetError as missing:

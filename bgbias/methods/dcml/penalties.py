@@ -20,8 +20,7 @@ def environment_loss(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
 
 
 def logit_scale_penalty(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
-    """The IRM penalty ‖∇_v L_env(ℓ ⊙ v)‖² at the dummy v = 1 (eq. 7, IRMv1); it back-propagates into the
-    network and ``weights``."""
+    """The IRM penalty ‖∇_v L_env(ℓ ⊙ v)‖² at the dummy v = 1 (eq. 7, IRMv1), with its graph."""
     scale = torch.ones(1, logits.shape[1], device=logits.device, dtype=logits.dtype, requires_grad=True)
     return _squared_gradients(environment_loss(logits * scale, labels, weights), [scale])[0]
 

@@ -66,8 +66,7 @@ class SimilarityAttention:
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         references01: Tensor | None = None,
     ) -> Tensor:
-        """(B, H, W) maps in [0, 1] of ``images01`` (B, 3, H, W in [0, 1]), image i explained against
-        ``references01[i]``; no randomness, so ``generator`` is unused. The model is left in eval mode."""
+        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; eval mode."""
         references01 = check_references("sam", images01, references01)
         model.eval()
         return pair_maps(model, model.feature_module(self.stage), images01, references01)[0]

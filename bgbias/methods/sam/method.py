@@ -142,8 +142,7 @@ class SAM(Method):
     def attention(
         self, features: Tensor, embeddings: Tensor, tuples: Tuples, *, create_graph: bool
     ) -> Tensor:
-        """Raw similarity-attention maps (B, m, n) at ``features``: one per image, summed over the tuples it
-        is in (an image in no tuple gets zeros)."""
+        """Raw similarity-attention maps (B, m, n) at ``features``, summed over each image's tuples."""
         o = self.options
         weights = similarity_weights(embeddings, tuples.rows, o["variant"], tuples.same)
         score = similarity_scores(embeddings, tuples.rows, weights, o["score"])
