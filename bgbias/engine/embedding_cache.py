@@ -33,8 +33,7 @@ _ARRAY = "state."
 
 
 def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -> str | None:
-    """sha256 over each file's path, size and modification time (ns); None where any is a sample in memory
-    (no version to tell it by: such sets are not cached on disk)."""
+    """sha256 over each file's path, size and mtime (ns); None where any is a sample in memory."""
     digest = hashlib.sha256()
     for path in paths:
         if isinstance(path, InMemoryImage):

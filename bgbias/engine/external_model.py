@@ -80,8 +80,7 @@ class ExternalModel:
         return self.model_input.geometry(dataset_name)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, D) embeddings of float RGB images in [0, 1], checked and L2-normalised where the convention
-        says so; whatever the network raises is a ``ModelError`` naming the input."""
+        """(B, D) checked embeddings of float RGB images in [0, 1]; any failure is a ``ModelError``."""
         inputs = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         shape = tuple(inputs.shape)
         try:
@@ -336,8 +335,7 @@ def check_home(model: ExternalModel) -> None:
 
 
 def folder_owner(path: Path) -> Owner | None:
-    """The run folder or model home that ``path`` is or lies inside, or None. Above ``path``, a
-    ``model.json`` that is not bgbias's (another tool's) does not make a home."""
+    """The run folder or model home that ``path`` is or lies inside (another tool's ``model.json``: none)."""
     for folder in [path, *path.resolve().parents]:
         if is_run_folder(folder):
             return Owner(folder, folder.name, None)

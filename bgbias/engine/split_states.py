@@ -70,8 +70,7 @@ class SplitStates:
         return self.state(EvalImages(self.items, self.geometry), {"set": "clean"}, "clean")
 
     def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
-        """The state of ``images`` (a dataset of ``items``' images, as ``key`` describes them), from the
-        cache where it fits this model and these images, else embedded now and cached."""
+        """The state of ``images``: from the cache where it fits this model and images, else embedded."""
         key = {**self.base_key, **key}
         stored = None if self.cache is None else self.cache.load(key)
         if stored is not None:

@@ -38,8 +38,7 @@ def scalar_tag(column: str) -> str:
 
 
 def _quieting_writer_errors(printing: Any) -> Any:
-    """``threading.excepthook`` ``printing`` with the ``OSError`` of TensorBoard's writer thread left out
-    (:meth:`EpochScalars.add` raises it again, as an ``OutputError``)."""
+    """``threading.excepthook`` without the writer thread's ``OSError`` (``add`` raises it again)."""
 
     def hook(report: Any) -> None:
         writer_thread = type(report.thread).__name__ == "_AsyncWriterThread"

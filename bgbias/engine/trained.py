@@ -32,8 +32,7 @@ CHECKPOINTS = ("best", "last")
 
 @dataclass
 class TrainedModel(MethodBacked):
-    """A run's method in eval mode on ``device``, and which checkpoint it came from: the embedding model
-    (:class:`~bgbias.methods.embedding_model.EmbeddingModel`) of a run bgbias trained."""
+    """A run's method in eval mode on ``device``, and the checkpoint it came from."""
 
     run: RunDir
     config: TrainConfig

@@ -65,8 +65,7 @@ def _run(
     progress: bool,
     echo: bool,
 ) -> TrainResult:
-    """Train in the folder and from the checkpoint ``make_run`` gives. SIGTERM is taken like Ctrl-C, so a
-    preempted run records "interrupted" and resumes exactly."""
+    """Train in the folder and from the checkpoint ``make_run`` gives; SIGTERM counts as Ctrl-C."""
     device = resolve_device(config.device, dist.local_rank)
     with distributed.process_group(dist, device.type), sigterm_as_interrupt(), contextlib.ExitStack() as held:
         inputs = prepare_inputs(config, device, dist)

@@ -115,8 +115,7 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
 
 
 def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
-    """Drop the gradients of parameter group ``name``, so the coming ``optimizer.step()`` leaves its
-    parameters and optimiser state untouched, weight decay included: a warm-up epoch."""
+    """Drop group ``name``'s gradients so the coming step leaves it untouched: a warm-up epoch."""
     for group in optimizer.param_groups:
         if group.get("name") == name:
             for parameter in group["params"]:

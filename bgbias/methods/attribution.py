@@ -118,8 +118,7 @@ def check_references(name: str, images01: torch.Tensor, references01: torch.Tens
 
 
 def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
-    """An ``OptionError`` unless the attribution ``supports`` ``model`` and the model is ``differentiable``
-    (every attribution differentiates it)."""
+    """An ``OptionError`` unless the attribution ``supports`` ``model`` and it is ``differentiable``."""
     what = model.describe().get("method") or type(model).__name__
     if not getattr(model, "differentiable", True):
         raise OptionError(
@@ -155,8 +154,7 @@ def attribution_label(name: str, options: Mapping[str, Any] | None = None) -> st
 
 
 def parse_attribution_options(name: str, pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` texts (``--attribution-option``) as the checked options of attribution ``name``
-    (:func:`parse_option_value`)."""
+    """``--attribution-option`` ``key=value`` texts as the checked options of attribution ``name``."""
     options: dict[str, Any] = {}
     known = attribution_defaults(name)
     for pair in pairs:

@@ -44,8 +44,7 @@ class Batch:
 
 
 class TrainingData(Protocol):
-    """The training split as a method sees it between epochs: fresh batches and randomness of its own, both
-    keyed so that a resumed run repeats what an uninterrupted one did."""
+    """The training split between epochs: fresh batches and randomness, keyed so resumes repeat them."""
 
     @property
     def num_samples(self) -> int:
@@ -53,8 +52,7 @@ class TrainingData(Protocol):
 
     def batches(self, *, stream: int, epoch: int, pass_index: int, batch_size: int,
                 desc: str = "") -> Iterator[Batch]:
-        """One pass over the split in m-per-class batches, every image at least once, keyed by (run seed,
-        stream, epoch, pass)."""
+        """One pass of m-per-class batches, every image at least once, keyed by seed, stream, epoch, pass."""
         ...
 
     def generator(self, *, stream: int, epoch: int) -> torch.Generator:
@@ -64,8 +62,7 @@ class TrainingData(Protocol):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """What a method is built from besides its backbone; ``input_size`` (the side of its square images)
-    sizes layers by the feature map, as DCML's spatial attention."""
+    """What a method is built from besides its backbone; ``input_size`` sizes DCML's spatial attention."""
 
     embedding_dim: int
     num_classes: int
@@ -114,8 +111,7 @@ class Method(nn.Module, ABC):
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` in the form their fields take (ints given for floats as floats, lists as tuples); an
-        OptionError for an unknown option or a bad value."""
+        """``options`` in their fields' form (ints for floats as floats); an OptionError for a bad one."""
         model = cls.options_model()
         try:
             checked = model.model_validate(options)

@@ -53,8 +53,7 @@ class EmbeddingModel(Protocol):
         ...
 
     def embed(self, images: torch.Tensor) -> ImageState:
-        """Each image's retrieval state from float RGB images in [0, 1] on :attr:`device`, independent of
-        the rest of the batch; differentiable where gradients are enabled."""
+        """Each image's retrieval state, independent of the rest of its batch; differentiable."""
         ...
 
     def pairwise_distance(self, queries: ImageState, references: ImageState) -> torch.Tensor:

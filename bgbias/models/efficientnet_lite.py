@@ -111,8 +111,7 @@ class EfficientNetLite0(nn.Module):
 
 
 class ImageNetInput(nn.Module):
-    """``network`` fed ImageNet-normalised images (what every ``--model`` gets by default), re-normalised
-    inside as Lite0 wants, so a spec alone scores it right."""
+    """``network`` fed ImageNet-normalised images (every ``--model``'s default), re-normalised inside."""
 
     def __init__(self, network: nn.Module):
         super().__init__()

@@ -53,8 +53,7 @@ class ModelInput:
 
     @classmethod
     def from_timm(cls, model: Any, **overrides: Any) -> ModelInput:
-        """The input a timm model's own evaluation transform gives it (its ``pretrained_cfg``); ``overrides``
-        are fields of this class. An ``input_size`` override alone takes the resize ``crop_pct`` gives."""
+        """The input a timm model's ``pretrained_cfg`` gives it; ``overrides`` are fields of this class."""
         return cls._of(timm_preprocessing(model), overrides, "ModelInput.from_timm")
 
     @classmethod

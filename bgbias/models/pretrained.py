@@ -112,8 +112,7 @@ def load_old_layout_features(model: torch.nn.Module, path: Path) -> torch.nn.Mod
 def map_features_by_order(
     old: Mapping[str, Any], target: Mapping[str, Any], *, path: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
-    """Rename the old layout's tensors to the ``features.*`` keys of ``target``, one-to-one in order; an
-    AssetError names the first pair whose kind (weight, bias, …) or shape differs."""
+    """The old layout's tensors under ``target``'s ``features.*`` keys in order, kinds and shapes checked."""
     feature_keys = [key for key in target if key.startswith("features.")]
     if len(old) != len(feature_keys):
         raise AssetError(

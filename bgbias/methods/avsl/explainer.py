@@ -65,8 +65,7 @@ class NodeAttribution:
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         references01: Tensor | None = None,
     ) -> Tensor:
-        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; no randomness, so
-        ``generator`` is unused. The model is left in eval mode."""
+        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; eval mode."""
         references01 = check_references("avsl", images01, references01)
         model.eval()
         method: AVSL = model.method  # type: ignore[attr-defined]

@@ -68,8 +68,7 @@ def certainty(maps: Tensor, minimum: str = "row") -> Tensor:
 
 # ---------------------------------------------------------------------------------------------- edges
 def batch_edges(low_maps: Tensor, high_maps: Tensor) -> Tensor:
-    """ω̂ (r_low, r_high): the batch mean of the cosine between low node m's map, average-pooled to the high
-    level's size, and high node n's map; both raw maps, flattened over positions."""
+    """ω̂ (r_low, r_high): the batch mean of the cosine between low maps (pooled to size) and high maps."""
     low, high = low_maps.detach(), high_maps.detach()
     if low.shape[2:] != high.shape[2:]:
         low = F.adaptive_avg_pool2d(low, high.shape[2:])
@@ -79,8 +78,7 @@ def batch_edges(low_maps: Tensor, high_maps: Tensor) -> Tensor:
 
 
 def moving_edges(edges: Tensor, batch: Tensor, momentum: float, first: Tensor | bool) -> Tensor:
-    """ω ← γ ω + (1 − γ) ω̂, or ω̂ itself for the first batch (``first``, a bool tensor keeps it on the
-    device)."""
+    """ω ← γ ω + (1 − γ) ω̂, or ω̂ itself for the first batch (``first`` may be a bool tensor)."""
     mixed = momentum * edges + (1.0 - momentum) * batch
     if isinstance(first, bool):
         return batch.clone() if first else mixed

@@ -166,8 +166,7 @@ class AVSL(Method):
 
     # ----------------------------------------------------------------------------------------- inference
     def forward_levels(self, images: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """(unit e^l (B, r), activation maps u^l (B, r, h_l, w_l)) of every level; the maps in float32
-        without gradient."""
+        """(unit e^l (B, r), float32 activation maps u^l without gradient) of every level."""
         features = self.backbone(images, self.backbone.levels)
         units, maps = [], []
         for stage, conv in zip(self.backbone.levels, self.embedder, strict=True):
@@ -237,8 +236,7 @@ class AVSL(Method):
 
     # ------------------------------------------------------------------------------------------ training
     def update_edges(self, maps: list[Tensor]) -> None:
-        """Fold the batch's ω̂ of every link into the edge buffers (averaged over processes first, so every
-        rank keeps the same edges: those of the global batch)."""
+        """Fold the batch's ω̂ into the edge buffers (averaged over processes: every rank keeps the same)."""
         with torch.no_grad():
             fresh = torch.stack([batch_edges(low, high) for low, high in itertools.pairwise(maps)])
             if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -264,8 +262,7 @@ class AVSL(Method):
         return Levels(units, certainty_of), classes
 
     def loss_terms(self, batch: Batch) -> dict[str, Tensor]:
-        """Every term, undetached: ``level1_loss`` … ``level3_loss``, ``final_loss`` and their weighted sum
-        ``loss``, plus the mean reliability of links 2 and 3 (``reliability2``, ``reliability3``)."""
+        """Every loss term, undetached, with the mean reliability of links 2 and 3 (``reliability2``, …)."""
         o, labels = self.options, batch.labels
         units, maps = self.forward_levels(batch.images)
         certainties = self.certainties(maps)

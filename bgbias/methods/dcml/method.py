@@ -34,8 +34,7 @@ from bgbias.options import Must
 
 
 class BatchNormHead(nn.Module):
-    """Attended map (B, C, H, W) → global pool → BatchNorm → linear → z (B, D), not normalised (the γ term
-    compares raw z; the proxies and retrieval normalise)."""
+    """Attended map → pool → BatchNorm → linear → z (B, D), not normalised (the γ term compares raw z)."""
 
     def __init__(self, channels: int, dim: int, pooling: str):
         super().__init__()
@@ -149,8 +148,7 @@ class DCML(Method):
 
     @staticmethod
     def _halves(batch: Batch) -> tuple[slice, slice]:
-        """(this step's half, the other half) of a batch whose even and odd positions pair images of one
-        class, as m-per-class batches with an even m do: part 0 trains the even positions, part 1 the odd."""
+        """(this step's half, the other) of a batch pairing even and odd positions: part 0 trains the even."""
         labels = batch.labels
         if batch.part not in (0, 1) or len(labels) % 2 or not torch.equal(labels[0::2], labels[1::2]):
             raise OptionError(

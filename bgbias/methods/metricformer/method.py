@@ -65,8 +65,7 @@ class MetricFormer(Method):
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
-        """Refuse, while the configuration is resolved, a batch smaller than the neighbour count n (a BCB's
-        top-n graph needs n samples) and an embedding size that k slots do not divide."""
+        """Refuse a batch smaller than ``neighbours`` and an embedding size that k slots do not divide."""
         o = {**cls.Options().model_dump(), **options}
         if batch_size < o["neighbours"]:
             raise OptionError(

@@ -84,15 +84,13 @@ def normalise_maps(maps: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 def erasing_mask(maps: Tensor, size: tuple[int, int], sharpness: float, threshold: float) -> Tensor:
-    """(N, 1, H, W) soft erasing mask ``sigmoid(sharpness · (M − threshold))`` of normalised maps (N, m, n),
-    upsampled bilinearly to the input size: near 1 where attention is high."""
+    """(N, 1, H, W) soft mask ``sigmoid(sharpness · (M − threshold))`` of normalised maps, upsampled."""
     upsampled = F.interpolate(maps.unsqueeze(1), size=size, mode="bilinear", align_corners=False)
     return torch.sigmoid(sharpness * (upsampled - threshold))
 
 
 def erase(inputs: Tensor, mask: Tensor) -> Tensor:
-    """``x̂ = x ⊙ (1 − mask)`` over the channels; in the network's input space, so erased pixels take the
-    convention's mean colour (0 there), with or without BGAugment."""
+    """``x̂ = x ⊙ (1 − mask)`` in the network's input space: erased pixels take the convention's mean."""
     return inputs * (1 - mask)
 
 

@@ -74,8 +74,7 @@ class SimilarityAttention:
 
 def pair_maps(model: EmbeddingModel, module: nn.Module, images01: Tensor, references01: Tensor
               ) -> tuple[Tensor, Tensor]:
-    """The (B, H, W) maps of each image and of its reference, as pairs of a Siamese same-class tuple, taken
-    at the output of ``module`` (which the model's ``embed`` must run exactly once)."""
+    """The (B, H, W) maps of each image and its reference, at ``module``'s output (run once per embed)."""
     count = len(images01)
     if count == 0:
         empty = images01.new_zeros(0, *images01.shape[2:])

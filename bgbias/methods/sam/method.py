@@ -168,8 +168,7 @@ class SAM(Method):
 
 @contextlib.contextmanager
 def running_statistics_kept(module: nn.Module) -> Iterator[None]:
-    """Inside, BatchNorm layers in training mode normalise with batch statistics as usual but leave their
-    running statistics (and batch count) as they were; frozen (eval-mode) layers are untouched anyway."""
+    """Inside, training-mode BatchNorm layers leave their running statistics and batch count as they were."""
     saved = []
     for layer in module.modules():
         if isinstance(layer, _BATCHNORMS) and layer.training and layer.track_running_stats:
