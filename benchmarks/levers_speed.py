@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.method_speed import alternate, build, random_batch, step, step_memory
 from benchmarks.timing import timed
-from bgbias.engine.device import cpu_has_native_bf16, memory_format, mixed_precision, resolve_device
+from bgbias.engine.device import cpu_has_native_bf16, memory_format, resolve_device
 from bgbias.methods.registry import method_names
+from bgbias.models.precision import network_precision
 
 ANCHOR = "fp32"
 LEVERS = ((ANCHOR, "off", "contiguous"),
@@ -131,7 +132,7 @@ def _first_calls(model, batch, device) -> tuple[float, float]:
     import torch
 
     method, optimizer, dtype = model
-    with mixed_precision(dtype):
+    with network_precision(dtype):
         step_seconds = timed(lambda: step(method, optimizer, batch), device)
         method.eval()
         with torch.inference_mode():
@@ -142,7 +143,7 @@ def _first_calls(model, batch, device) -> tuple[float, float]:
 
 def _memory(model, batch, device) -> int:
     method, optimizer, dtype = model
-    with mixed_precision(dtype):
+    with network_precision(dtype):
         return step_memory(method, optimizer, batch, device)
 
 
@@ -196,7 +197,7 @@ def _pairs(models):
 def _in_precision(call):
     def with_amp(entry, optimizer, batch):
         method, dtype = entry
-        with mixed_precision(dtype):
+        with network_precision(dtype):
             return call(method, optimizer, batch)
     return with_amp
 

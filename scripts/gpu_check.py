@@ -196,7 +196,7 @@ def training(scale: dict, device: torch.device, methods: list[str]) -> dict[str,
 
 
 def embedding(scale: dict, device: torch.device) -> dict[str, Any]:
-    from bgbias.engine.device import mixed_precision
+    from bgbias.models.precision import network_precision
 
     rows = []
     for setting in scale["settings"]:
@@ -208,7 +208,7 @@ def embedding(scale: dict, device: torch.device) -> dict[str, Any]:
         bare.eval()
 
         def ours(index, method=method, images=images, amp=amp):
-            with torch.inference_mode(), mixed_precision(amp):
+            with torch.inference_mode(), network_precision(amp):
                 method.embed(images[index % 4])
 
         def floor(index, bare=bare, images=images):

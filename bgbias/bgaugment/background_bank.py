@@ -1,18 +1,9 @@
 """A background pool decoded once and held on the training device, cut into crops there for a whole batch.
 
-The paper's code resized, cropped and flipped every background in PIL, one sample at a time, in the main
-process (docs/design.md, *Compositing and BGAugment*). Here the pool is decoded once into one padded ``uint8``
-tensor on the device; each step cuts the sampled boxes straight out of it and resizes them with torch's
-antialiased bilinear ``interpolate``, which is what PIL's bilinear resize in
-:func:`~bgbias.bgaugment.background_crops.apply_crop` does, so training backgrounds look like the fixed
-corrupted sets' backgrounds at any shrink factor.
-
-The loop runs over the crops of a batch, never over pixels. Measured on one CPU thread for 32 crops at
-227 px from 640-px backgrounds, it took ~11 ms (~62 ms resizing float instead of ``uint8``), where one
-batched four-tap gather over all crops (bilinear without antialiasing) took ~360 ms and ``grid_sample`` on
-the gathered backgrounds ~125 ms: per-pixel index arithmetic costs more than the resize itself. On CPU the
-resize runs on ``uint8`` (torch's vectorised kernel, which wants channels-last); CUDA has no ``uint8``
-resize and resizes float.
+Crops are resized with torch's antialiased bilinear ``interpolate``, as PIL's bilinear resize does for the
+fixed corrupted sets, so training backgrounds look like theirs. The loop runs over crops, never pixels: on one
+CPU thread 32 crops took ~11 ms, a batched gather ~360 ms and ``grid_sample`` ~125 ms. On CPU the resize runs
+on ``uint8`` (the vectorised kernel wants channels-last); CUDA has no ``uint8`` resize and resizes float.
 """
 
 from __future__ import annotations
@@ -41,12 +32,8 @@ TRAIN_SHORTER_SIDE = 256
 
 
 class BackgroundBank:
-    """``pixels``: ``uint8`` (N, 3, Hmax, Wmax), background ``i`` in its top-left ``sizes[i]`` (width,
-    height) corner; ``names``: the file name of each, for reports.
-
-    The pixels are kept channels-last in memory: torch's fast ``uint8`` resize wants that layout, and a box
-    cut from it is then a few contiguous row copies.
-    """
+    """``pixels``: ``uint8`` (N, 3, Hmax, Wmax), channels-last, background ``i`` in its top-left ``sizes[i]``
+    (width, height) corner; ``names``: the file name of each, for reports."""
 
     def __init__(self, pixels: torch.Tensor, sizes: Sequence[tuple[int, int]], names: Sequence[str]):
         if pixels.dtype != torch.uint8 or pixels.dim() != 4 or pixels.shape[1] != 3:
@@ -64,8 +51,7 @@ class BackgroundBank:
     def from_folder(
         cls, folder: Path, device: torch.device | str, shorter_side: int | None = None
     ) -> BackgroundBank:
-        """Decode every image of the pool ``folder`` (``list_pool``, ``load_image``), optionally resize its
-        shorter side to ``shorter_side`` (PIL bilinear, antialiased), and move the pool to ``device``."""
+        """Decode the pool ``folder`` onto ``device``, shorter sides resized to ``shorter_side`` if given."""
         if shorter_side is not None and shorter_side < 1:
             raise OptionError(
                 f"the background size (shorter side) must be positive, got {shorter_side}",
@@ -74,10 +60,8 @@ class BackgroundBank:
         paths = list_pool(folder)
         images = [load_image(path) for path in paths]
         if shorter_side is not None:
-            images = [
-                image.resize(resized_size(image.size, shorter_side), Image.Resampling.BILINEAR)
-                for image in images
-            ]
+            images = [image.resize(resized_size(image.size, shorter_side), Image.Resampling.BILINEAR)
+                      for image in images]
         pixels = pad_stack([np.asarray(image) for image in images])
         sizes = [image.size for image in images]
         return cls(torch.from_numpy(pixels).to(device), sizes, [path.name for path in paths])
@@ -87,7 +71,6 @@ class BackgroundBank:
         return self.pixels.device
 
     def to(self, device: torch.device | str) -> BackgroundBank:
-        """The same backgrounds on ``device`` (this bank itself when they are there already)."""
         if torch.device(device) == self.device:
             return self
         return BackgroundBank(self.pixels.to(device), self.sizes, self.names)
@@ -98,8 +81,7 @@ class BackgroundBank:
     def render(
         self, crops: Sequence[BackgroundCrop], size: int, dtype: torch.dtype | None = None
     ) -> torch.Tensor:
-        """The crops as ``(n, 3, size, size)`` in [0, 1] on the bank's device: each box resized bilinearly to
-        ``size × size`` and mirrored where ``flip`` (``dtype`` defaults to float32)."""
+        """The crops as ``(n, 3, size, size)`` in [0, 1] on the bank's device (:func:`render_crops`)."""
         dtype = torch.float32 if dtype is None else dtype
         if size < 1:
             raise ValueError(f"render size must be positive, got {size}")
@@ -111,8 +93,7 @@ class BackgroundBank:
 
 
 def train_bank(backgrounds: str | os.PathLike[str], device: torch.device | str) -> BackgroundBank:
-    """The training pool of ``backgrounds`` (its ``train/``, or the folder itself when it has none), decoded
-    at shorter side :data:`TRAIN_SHORTER_SIDE` onto ``device``: what BGAugment draws from in training."""
+    """The training pool of ``backgrounds`` (its ``train/``, else the folder), as BGAugment draws from it."""
     return BackgroundBank.from_folder(pool_folder(backgrounds, "train"), device, TRAIN_SHORTER_SIDE)
 
 
@@ -129,25 +110,16 @@ def pad_stack(arrays: Sequence[np.ndarray]) -> np.ndarray:
 def render_crops(
     pixels: torch.Tensor, crops: Sequence[BackgroundCrop], size: int, *, uint8_kernel: bool
 ) -> torch.Tensor:
-    """Renders (float32, 0–255) of ``crops`` from the ``uint8`` pool ``pixels``: each box resized to
-    ``size × size`` by bilinear interpolation with antialiasing, then mirrored where ``flip``.
-
-    ``uint8_kernel`` resizes the ``uint8`` box directly (torch's fast CPU kernel, rounded like PIL); otherwise
-    the box is converted to float first.
-    """
+    """Renders (float32, 0–255) of ``crops`` from the ``uint8`` pool ``pixels``, resized (antialiased
+    bilinear) and mirrored where ``flip``; ``uint8_kernel`` resizes ``uint8`` directly (rounded like PIL)."""
     out = torch.empty((len(crops), 3, size, size), dtype=torch.float32, device=pixels.device)
     for i, crop in enumerate(crops):
         box = crop.box
-        region = pixels[
-            crop.background : crop.background + 1,
-            :,
-            box.top : box.top + box.height,
-            box.left : box.left + box.width,
-        ].contiguous(memory_format=torch.channels_last)
+        region = pixels[crop.background : crop.background + 1, :, box.top : box.top + box.height,
+                        box.left : box.left + box.width].contiguous(memory_format=torch.channels_last)
         if not uint8_kernel:
             region = region.float()
-        resized = F.interpolate(
-            region, size=(size, size), mode="bilinear", align_corners=False, antialias=True
-        )
+        resized = F.interpolate(region, size=(size, size), mode="bilinear", align_corners=False,
+                                antialias=True)
         out[i] = resized[0].flip(-1) if crop.flip else resized[0]
     return out

@@ -1,13 +1,9 @@
 """Background crops: which pool image, which box of it and whether to mirror it, sampled apart from applying.
 
-Sampling gives plain numbers (a :class:`BackgroundCrop`) that a manifest can record and a renderer can replay,
-drawn from any :class:`Draws` (the corrupted sets: a numpy generator per image; BGAugment: a torch generator,
-:class:`~bgbias.bgaugment.generators.TorchDraws`); applying cuts the box from the background photo and resizes
-it to the image's square crop. The sampling rules are the paper's code's: the background drawn uniformly with
-replacement, a random-resized-crop box with area scale 0.16–1 and aspect ratio 3/4–4/3 (the rules of
-torchvision's ``RandomResizedCrop.get_params``: ten tries, then a centred crop with the ratio clamped) and a
-horizontal flip with p = 0.5. The box is drawn on the background's own size rather than on a 256-px resize of
-it: the same relative crop, resampled once, not twice.
+A :class:`BackgroundCrop` is plain numbers that a manifest records and a renderer replays, drawn from any
+:class:`Draws`. The rules are the paper's code's: background uniform with replacement, torchvision's
+``RandomResizedCrop.get_params`` box (scale 0.16–1, ratio 3/4–4/3), flip with p = 0.5. The box is drawn on
+the background's own size rather than a 256-px resize: the same relative crop, resampled once, not twice.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ _ATTEMPTS = 10
 
 
 class Draws(Protocol):
-    """The draws the sampling rules make, one number at a time, with numpy's names and ranges: a
-    ``numpy.random.Generator`` is one as it is."""
+    """The draws the crop rules make, with numpy's names: a ``numpy.random.Generator`` is one."""
 
     def random(self) -> float: ...
 

@@ -1,12 +1,9 @@
 """BGAugment: each training image (with probability ``p``) gets a fresh random background behind its mask.
 
-Sampling (which background, which box, which flip, applied or not) is a few numbers drawn on the CPU from a
-``torch.Generator``; applying renders the crops from a :class:`BackgroundBank` on the device and blends them
-with the one :func:`~bgbias.bgaugment.composite.composite`, after the paired geometry the workers already gave
-image and mask. The two halves are public (:meth:`BGAugment.sample`, :meth:`BGAugment.apply`, and the pure
-:func:`sample_bgaugment` and :func:`apply_bgaugment` under them), so a caller can record, replay or share the
-draws of a batch. The paper's code applied it to every sample (p = 1, the default) with its validation pool.
-The training engine and anyone's own training loop call the same :class:`BGAugment`.
+Sampling draws a few numbers on the CPU from a ``torch.Generator``; applying renders the crops from a
+:class:`BackgroundBank` on the device and composites them. The halves are public (:meth:`BGAugment.sample`,
+:meth:`BGAugment.apply`), so a caller can record, replay or share a batch's draws. The training engine and
+anyone's own training loop call the same :class:`BGAugment`.
 """
 
 from __future__ import annotations
@@ -59,10 +56,7 @@ def sample_bgaugment(
 def apply_bgaugment(
     images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor, apply: torch.Tensor
 ) -> torch.Tensor:
-    """``composite(images, masks, backgrounds)`` where ``apply`` (bool, (B,)) is true, ``images`` elsewhere.
-
-    ``images`` and ``backgrounds`` are float (B, 3, H, W) in [0, 1], ``masks`` float (B, 1, H, W) in [0, 1].
-    """
+    """``composite(images, masks, backgrounds)`` where ``apply`` (bool, (B,)), else ``images``."""
     if apply.dtype != torch.bool or apply.shape != images.shape[:1] or apply.device != images.device:
         raise ValueError(
             f"apply must be a bool tensor of shape ({images.shape[0]},) on {images.device}, got "
@@ -74,28 +68,16 @@ def apply_bgaugment(
 ARGUMENTS = Arguments(backgrounds=Annotated[PATH_TEXT, Field(examples=["backgrounds"])],
                       p=Annotated[NUMBER, Field(examples=[1.0])],
                       seed=Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[0])])
-"""What :class:`BGAugment` takes (a background folder unless it is given a :class:`BackgroundBank`; the
-range of ``p`` is :func:`check_probability`'s)."""
 
 
 class BGAugment(torch.nn.Module):
-    """BGAugment as a module: images and their masks in, the composited float images in [0, 1] out, on the
-    images' device.
+    """BGAugment as a module: images and masks in (``uint8`` or float in [0, 1], a batch or one image), the
+    composited float images in [0, 1] out, on the images' device; ``backgrounds`` is a bank or a background
+    folder (:func:`~bgbias.bgaugment.background_bank.train_bank`). Usage: docs/api.md.
 
-    ``backgrounds`` is a :class:`BackgroundBank` or a background folder (its ``train/`` pool, or the folder
-    itself when it has none; :func:`~bgbias.bgaugment.background_bank.train_bank`). The bank is a buffer:
-    ``.to(device)`` moves it (and a call moves the module to its images' device). Images are ``uint8``
-    (0–255) or float in [0, 1], a batch (B, 3, S, S) or one image (3, S, S); masks likewise, (B, 1, S, S) or
-    (1, S, S), so the module is both a batch transform on the device and a per-sample transform in a
-    Dataset (on the CPU, in DataLoader workers).
-
-    Draws come from ``generator`` when a call gives one (the training engine passes one keyed by seed, epoch
-    and step, so a resumed run repeats its draws), else from the module's own: ``generator=`` at
-    construction, or one seeded by ``seed`` (default 0). The same seed and the same images give the same
-    composites. In a DataLoader worker, the module's own generator is first re-keyed by the worker's seed
-    (``torch.utils.data.get_worker_info()``): every worker starts from a copy of one generator, and would
-    otherwise draw what the others draw; the worker seeds come from the loader's generator, so the draws
-    stay reproducible and change from epoch to epoch.
+    Draws come from a call's ``generator``, else the module's own (``generator=`` or ``seed``, default 0).
+    In a DataLoader worker the module's own is first re-keyed by the worker's seed: every worker starts from
+    a copy of one generator and would otherwise draw what the others draw.
     """
 
     background_pixels: torch.Tensor
@@ -127,7 +109,6 @@ class BGAugment(torch.nn.Module):
 
     @property
     def bank(self) -> BackgroundBank:
-        """The backgrounds, on the module's device."""
         return BackgroundBank(self.background_pixels, self.sizes, self.names)
 
     def extra_repr(self) -> str:
@@ -135,13 +116,11 @@ class BGAugment(torch.nn.Module):
 
     @checked(batch_size=BATCH_SIZE)
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> BGAugmentParams:
-        """The draws of a batch of ``batch_size`` images (a crop each, and whether it is used), on the CPU,
-        from ``generator`` or else the module's own (see the class)."""
+        """The draws of a batch of ``batch_size`` images (see the class for the generator)."""
         return sample_bgaugment(self.sizes, batch_size, self.p, self._generator(generator))
 
     def apply(self, images: torch.Tensor, masks: torch.Tensor, params: BGAugmentParams) -> torch.Tensor:
-        """Composite ``images`` with the drawn backgrounds of ``params`` where it says so (the images as float
-        elsewhere); ``params`` holds one draw per image (one for a single image)."""
+        """Composite ``images`` with the backgrounds ``params`` drew for them (one draw per image)."""
         batch, mask_batch, single = as_batch(images, masks)
         if len(params.crops) != batch.shape[0] or len(params.apply) != batch.shape[0]:
             raise ValueError(
@@ -165,7 +144,6 @@ class BGAugment(torch.nn.Module):
         return self.apply(images, masks, self.sample(batch.shape[0], generator))
 
     def _generator(self, generator: torch.Generator | None) -> torch.Generator:
-        """The caller's ``generator``, else the module's own, re-keyed once per DataLoader worker."""
         if generator is not None:
             check_generator(generator)
             return generator
@@ -178,8 +156,7 @@ class BGAugment(torch.nn.Module):
 
 
 def as_batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """``images`` (B, 3, S, S) and ``masks`` (B, 1, S, S), or one image (3, S, S) and its mask (1, S, S),
-    each ``uint8`` or float, on one device, checked; as a batch, and whether they were one image."""
+    """Checked images and masks as a batch, and whether they were one image."""
     single = images.dim() == 3
     batch_images, batch_masks = (images[None], masks[None]) if single else (images, masks)
     batch = batch_images.shape[0] if batch_images.dim() == 4 else -1
@@ -198,5 +175,4 @@ def as_batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def _unit_float(pixels: torch.Tensor) -> torch.Tensor:
-    """``uint8`` pixels as float in [0, 1]; float pixels as they are."""
     return pixels if pixels.is_floating_point() else pixels.float().div_(255)

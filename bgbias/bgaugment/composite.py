@@ -1,9 +1,8 @@
-"""The one compositing function: a foreground kept by its soft mask over a replacement background.
+"""The one compositing function, which BGAugment and the fixed corrupted sets both call so they never drift.
 
-BGAugment in training and the fixed corrupted sets both call it, so the two can never drift apart. It is the
-paper's code's ``x·m + b·(1−m)`` (paper eq. 1 with its typo fixed), on batches, with the mask used as is: the
-paper's code never thresholds U²-Net's soft saliency, so neither do we. Because the blend is affine and its
-weights sum to one, it gives the same result on raw pixels as on per-channel normalised tensors.
+It is the paper's code's ``x·m + b·(1−m)`` (paper eq. 1 with its typo fixed), with the soft mask used as is
+(the paper's code never thresholds it). The blend is affine with weights summing to one, so it gives the same
+result on raw pixels as on per-channel normalised tensors.
 """
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ import torch
 
 
 def composite(images: torch.Tensor, masks: torch.Tensor, backgrounds: torch.Tensor) -> torch.Tensor:
-    """Return ``masks·images + (1 − masks)·backgrounds`` in the dtype and on the device of ``images``.
-
-    ``images`` and ``backgrounds`` are ``(B, C, H, W)``, ``masks`` is ``(B, 1, H, W)`` with values in [0, 1]
-    (1 = foreground); all three floating point, of one dtype, on one device. The values of the mask are not
-    checked: that would force a device synchronisation on every training step.
-    """
+    """``masks·images + (1 − masks)·backgrounds``: (B, C, H, W) images and backgrounds, (B, 1, H, W) masks in
+    [0, 1] (1 = foreground), one float dtype and device. Mask values are not checked: that would force a
+    device synchronisation on every training step."""
     tensors = {"images": images, "masks": masks, "backgrounds": backgrounds}
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):

@@ -1,11 +1,9 @@
-"""Where BGAugment's randomness comes from: a ``torch.Generator`` on the CPU, the one kind of generator that a
-user's code, the training engine and DataLoader workers all share.
+"""Where BGAugment's randomness comes from: a CPU ``torch.Generator``, the one kind that a user's code, the
+training engine and DataLoader workers all share.
 
-The crop rules (:func:`~bgbias.bgaugment.background_crops.sample_background_crop`) draw lazily, a number at a
-time, through numpy's ``random``/``uniform``/``integers``: the corrupted sets' manifests keep drawing from
-numpy, unchanged, and :class:`TorchDraws` gives a torch generator the same three calls. Sampling stays on the
-CPU because it is a few dozen numbers per batch that become Python crop boxes; a device generator would
-synchronise on every one of them.
+The crop rules draw through numpy's ``random``/``uniform``/``integers`` (the corrupted sets' manifests keep
+drawing from numpy); :class:`TorchDraws` gives a torch generator the same calls. Sampling stays on the CPU: a
+device generator would synchronise on each of the few dozen numbers per batch.
 """
 
 from __future__ import annotations

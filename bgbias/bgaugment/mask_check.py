@@ -1,9 +1,6 @@
-"""Preflight for everything that composites: each image needs its saliency mask before the first one is used.
-
-BGAugment training, corrupted validation and rendering corrupted sets all check here, so a missing mask is
-one error naming all of them, before any work starts, rather than a failure half-way through. The masks that
-show no object are found here too (:func:`empty_masks`): an image composited with one is background, not
-its object on another background, so every report that scores such images flags them.
+"""Preflight for everything that composites: each image needs its saliency mask before the first one is used,
+so a missing mask is one error naming all of them before any work starts. Masks that show no object are found
+here too (:func:`empty_masks`): an image composited with one is background alone, so reports flag it.
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ if TYPE_CHECKING:
 def saliency_masks(
     items: Sequence[Item], masks_dir: Path, dataset_name: str
 ) -> list[Path | InMemoryImage]:
-    """The mask of every item, in order (:func:`~bgbias.data.items.mask_source`: its own, else its file in
-    ``masks_dir``); ``ImageError`` naming the missing files when any is absent, and the stale ones when
-    ``bgbias masks`` recorded that a mask was made from another version of its image."""
+    """The mask of every item, in order (:func:`~bgbias.data.items.mask_source`); an ``ImageError`` naming
+    the missing ones, and the stale ones (made from another version of their image)."""
     masks_dir = Path(masks_dir)
     paths = [mask_source(item, masks_dir) for item in items]
     missing = missing_files([path for path in paths if isinstance(path, Path)])
@@ -59,11 +55,8 @@ def saliency_masks(
 
 
 def empty_masks(items: Sequence[Item], masks_dir: Path) -> list[str]:
-    """The ids of ``items`` whose saliency mask shows no object, in item order: those ``bgbias masks``
-    flagged empty (the network's raw output never reached ``--empty-below``; the mask is stretched to 0–255
-    all the same, so its pixels cannot tell), and, among masks without that flag (masks brought along, a
-    table's mask column, models whose raw output bgbias does not see), those with no pixel at
-    :data:`HALF_STRENGTH`."""
+    """The ids of ``items`` whose saliency mask shows no object: those ``bgbias masks`` flagged empty (the
+    stretched mask cannot tell), and among the others those with no pixel at :data:`HALF_STRENGTH`."""
     records = read_all_records(Path(masks_dir))
     flags: dict[str, bool] = {}
     unflagged = []

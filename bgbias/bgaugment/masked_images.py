@@ -1,10 +1,6 @@
-"""A dataset split as ``(image, mask, label)`` samples, for BGAugment in anyone's training loop.
-
-It is the training engine's own view of a split (:class:`~bgbias.data.train_images.TrainImages`: decode, one
-paired random geometry for image and mask, ``uint8`` tensors out) behind a plain integer index, so a
-``torch.utils.data.DataLoader`` with its default collate batches it: ``images`` uint8 (B, 3, S, S), ``masks``
-uint8 (B, 1, S, S), ``labels`` int64 (B,), ready for :class:`~bgbias.bgaugment.bgaugment.BGAugment` on the
-device; or, with ``transform=BGAugment(...)``, composited per sample in the loader's workers.
+"""A dataset split as ``(image, mask, label)`` samples, for BGAugment in anyone's training loop: the training
+engine's own view of a split behind a plain integer index, so a DataLoader's default collate batches it for
+:class:`~bgbias.bgaugment.bgaugment.BGAugment` on the device (or composites per sample with ``transform=``).
 """
 
 from __future__ import annotations
@@ -29,18 +25,10 @@ from bgbias.options import FOLD, PATH, PIXELS, PROTOCOL, TEXT, checked
 
 
 class MaskedImages:
-    """The ``split`` of dataset ``dataset`` (a registered layout name, at ``root`` or its usual folder) with
-    each image's saliency mask from ``masks`` (default ``masks/<dataset key>``, as ``bgbias masks`` writes).
-
-    Labels are renumbered 0 … ``num_classes`` − 1 (what proxy losses index). Each access draws a fresh
-    random resized crop (side ``crop``, default the dataset's training crop) and flip from torch's random
-    generator, so ``torch.manual_seed`` or a DataLoader's ``generator`` makes the crops reproducible. A
-    missing or stale mask is an error naming it before the first sample, with the command that makes it.
-
-    ``transform``, when given, is called as ``transform(image, mask)`` on each sample after the crop
-    (``uint8`` (3, S, S) and (1, S, S)), and what it returns replaces the image: a
-    :class:`~bgbias.bgaugment.bgaugment.BGAugment` there composites each image on its own, on the CPU.
-    """
+    """The ``split`` of ``dataset`` with each image's saliency mask from ``masks`` (default
+    ``masks/<dataset key>``); labels renumbered 0 … ``num_classes`` − 1. Each access draws a fresh crop and
+    flip from torch's global generator (``torch.manual_seed`` makes them reproducible). A missing or stale
+    mask is an error before the first sample. ``transform(image, mask)``, when given, replaces the image."""
 
     @checked(dataset=TEXT, root=PATH,
              split=Annotated[Literal["train", "val", "test"], Field(examples=["train"])], masks=PATH,

@@ -1,8 +1,6 @@
-"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``.
-
-``last.pt`` holds everything ``--resume`` needs to continue exactly (model, optimizer, scaler, RNG state,
-early-stopping state and the metrics so far); ``best.pt`` holds the selected model only. Both are plain dicts
-of tensors, numbers and strings, so the safe loader reads them.
+"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)``. ``last.pt`` holds all that
+``--resume`` needs to continue exactly, ``best.pt`` the selected model; both plain dicts of tensors, numbers
+and strings, so the safe loader reads them.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ class CheckpointError(BgbiasError):
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write ``state`` (plus the format number) to ``path`` atomically; a full disk is an ``OutputError``
-    naming ``path``."""
+    """Write ``state`` (plus the format number) to ``path`` atomically."""
     # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
     # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
     with atomic_file(path) as handle:

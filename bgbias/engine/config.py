@@ -1,25 +1,10 @@
 """The training configuration: typed sections, layered from files and ``--set key=value`` overrides.
 
-A run's configuration is resolved once, in this order, each layer overriding the one before:
-
-1. the defaults of the sections below, and the options a method records with their defaults
-   (:meth:`Method.recorded_options`);
-2. the protocol of the dataset, named by its layout (``configs/protocols/paper.json`` for CUB, Cars196, SOP
-   and folders: the paper's BN-Inception / RMSprop 1e-6 setting; ``bench.json`` for the bench: MobileNetV2 /
-   Adam);
-3. the method's file (``configs/methods/<method>.json``): its defaults, then its section for the dataset
-   (the per-dataset loss hyperparameters of the protocol);
-4. a user's ``--config FILE`` (JSON, the same nested layout);
-5. command-line options (``--backbone``, ``--epochs``, ``--bgaugment``, …) and ``--set key=value``.
-
-Each layer is checked as it is applied, so an error names the file (or ``--set``) a bad value comes from:
-every key known, every section a section, every value of its field's type (finite where a number) and within
-its limits (each section is a pydantic model whose fields declare them), and the method's options its own
-(:meth:`Method.check_options`). Paths become absolute.
-
-The resolved configuration is written to the run folder, and ``--resume``, ``bgbias eval`` and ``explain``
-read it back from there, complete (a run's configuration is not a layer: nothing fills in a missing key), so
-a resumed run cannot drift from the one it continues.
+Layers, each overriding the one before: section defaults and the method's recorded options, the dataset's
+protocol file, the method's file (and its section for the dataset), ``--config FILE``, then command-line
+options and ``--set`` (docs/training.md). Each layer is checked as it is applied, so an error names the file
+(or ``--set``) a bad value comes from. A run's saved configuration is complete and is not a layer: nothing
+fills in a missing key, so a resumed run cannot drift from the one it continues.
 """
 
 from __future__ import annotations
@@ -65,11 +50,8 @@ def one_of(*choices: str) -> Any:
 
 
 class ModelConfig(Settings):
-    """The network: backbone, its weights and the embedding head. ``memory_format``: the layout of its
-    4-D weights and of the images it is given; ``channels_last`` is what CPU and GPU convolution kernels run
-    fastest on, and may round differently from ``contiguous``. ``compile``: each backbone stage through
-    ``torch.compile`` (off by default: on a CPU its first step took a minute and the compiled step was no
-    faster, docs/benchmarks.md; where the compiler fails the stage runs eagerly)."""
+    """The network: backbone, its weights and the embedding head. ``compile`` is off by default: on a CPU
+    its first step took a minute and the compiled step was no faster (docs/benchmarks.md)."""
 
     backbone: str = "mobilenet_v2"
     pretrained: bool = True
@@ -84,13 +66,9 @@ class ModelConfig(Settings):
 class OptimConfig(Settings):
     """Optimizer and learning rates of the three parameter groups (backbone, head, loss parameters).
 
-    ``warmup_epochs``: for the first N epochs the backbone group does not step (its parameters still get
-    gradients, as in AVSL's code, but the optimiser skips them and keeps no state for them), so a new head
-    and loss parameters settle before they move a pretrained backbone.
-
-    ``grad_clip``: the largest gradient norm, over all parameters together, or over each group on its own
-    with ``grad_clip_per_group``; ``grad_clip_first_step_only`` clips the run's first optimiser step alone
-    (what AVSL's code does: its clipper is used up by its first call).
+    ``warmup_epochs``: the backbone group does not step for the first N epochs (it still gets gradients, as
+    in AVSL's code), so a new head settles before it moves a pretrained backbone.
+    ``grad_clip_first_step_only`` clips the first optimiser step alone, as AVSL's code does.
     """
 
     name: one_of("adam", "adamw", "rmsprop", "sgd") = "adam"
@@ -137,13 +115,9 @@ class BGAugmentConfig(Settings):
 
 
 class ScheduleConfig(Settings):
-    """Epochs, model selection and early stopping.
-
-    ``monitor`` is the validation MAP@R that picks the best checkpoint: ``auto`` means corrupted validation
-    (backgrounds from the train pool) for BGAugment runs and clean validation otherwise, as in the paper's
-    code. ``watch_test`` also scores the test split, clean and its first corrupted repeat (the one
-    ``bgbias eval`` scores first), after every epoch; those columns never select anything: they are there to
-    measure how much the selected epoch costs against the best one in hindsight (selection noise).
+    """Epochs, model selection and early stopping. ``monitor`` ``auto``: corrupted validation for BGAugment
+    runs, clean otherwise (the paper's code). ``watch_test`` columns never select anything: they measure
+    selection noise (docs/design.md).
     """
 
     epochs: AtLeastOne = 8
@@ -154,8 +128,7 @@ class ScheduleConfig(Settings):
 
 
 class LogConfig(Settings):
-    """Where a run reports besides its own files: ``tensorboard`` also writes every epoch's row as scalars
-    into ``<run>/tensorboard/`` (needs the ``tensorboard`` extra)."""
+    """``tensorboard``: every epoch's row also as scalars in ``<run>/tensorboard/``."""
 
     tensorboard: bool = False
 
@@ -205,12 +178,8 @@ def resolve_config(
     options: dict[str, Any] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
 ) -> TrainConfig:
-    """Layer defaults, protocol, method file, ``config_file``, ``options`` (dotted keys) and ``overrides``.
-
-    ``overrides`` are ``key=value`` strings (``--set``); values are parsed as JSON where they parse
-    (numbers, true/false, null, lists), else taken as strings. Each layer is checked as it is applied, so an
-    error names the layer (file or ``--set``) the bad value comes from; paths become absolute.
-    """
+    """Layer defaults, protocol, method file, ``config_file``, ``options`` (dotted keys) and ``overrides``
+    (``--set`` strings, :func:`parse_override`); paths become absolute."""
     method_cls = method_class(method)
     layers: list[tuple[str, Path | None, dict[str, Any]]] = [("protocol", None, protocol_layer(dataset))]
     layers += [(f"method {method}", None, layer) for layer in method_layers(method, dataset)]
@@ -241,8 +210,7 @@ def resolve_config(
 
 
 def protocol_layer(dataset: str) -> dict[str, Any]:
-    """The protocol file of a dataset, named by its layout's ``protocol`` (``paper`` for the real benchmarks
-    and folders, ``bench`` for the bench); an unknown dataset is an OptionError listing the known ones."""
+    """The protocol file named by the dataset's layout (``paper`` or ``bench``)."""
     return _package_json("protocols", dataset_class(dataset).protocol)
 
 
@@ -301,8 +269,7 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A TrainConfig from a complete nested dict (a run's ``config.json``): every key present, every value
-    of its field's type and within its limits, the names registered and the method's options its own."""
+    """A checked TrainConfig from a complete nested dict (a run's ``config.json``): no key may be missing."""
     config = _checked(data)
     missing = _missing(config)
     if missing:
@@ -343,8 +310,7 @@ def _merged(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _checked(data: Mapping[str, Any]) -> TrainConfig:
-    """``data`` as a TrainConfig: every key known, every section a section and every value of its field's
-    type and within its limits (an OptionError naming the first that is not)."""
+    """``data`` as a TrainConfig; an OptionError names the first unknown key or bad value."""
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
@@ -373,8 +339,7 @@ def _missing(settings: BaseModel, prefix: str = "") -> list[str]:
 
 
 def _check_config(config: TrainConfig) -> None:
-    """What no single value shows: the names against their registries, the method's options, and settings
-    that must agree with each other."""
+    """What no single value shows: registered names, the method's options, settings that must agree."""
     dataset_class(config.dataset)
     method_class(config.method).check_options(config.loss)
     method_class(config.method).check_training(
@@ -393,9 +358,7 @@ def _check_config(config: TrainConfig) -> None:
 
 
 def config_json_schema(method: str | None = None) -> dict[str, Any]:
-    """The JSON Schema of a run's configuration (its ``config.json``, or a ``--config`` file, which may leave
-    settings out), for editors: the sections with their types, limits and defaults, and as ``loss`` the
-    options of ``method``, or of every registered method as alternatives where none is named."""
+    """The JSON Schema of a configuration file, for editors (``loss``: ``method``'s options, or all)."""
     schema = TrainConfig.model_json_schema()
     options = []
     for name in [method] if method is not None else method_names():

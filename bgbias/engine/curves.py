@@ -1,7 +1,5 @@
-"""A run's training curves (``curves.png`` in the run folder), redrawn after every epoch from the rows of
-``metrics.jsonl``: every term the method logs, and clean and corrupted validation MAP@R with the selected
-epoch marked, which is where DML users look first when a run goes wrong.
-"""
+"""A run's training curves (``curves.png``), redrawn after every epoch from ``metrics.jsonl``: every term the
+method logs and validation MAP@R with the selected epoch marked, where DML users look first."""
 
 from __future__ import annotations
 
@@ -14,17 +12,14 @@ from bgbias.engine.run_dir import is_metric_number
 from bgbias.figures import new_figure, save_png
 
 TIMING_TERMS = ("train_seconds", "train_images_per_second")
-"""Columns of the rows that are not training terms."""
 VALIDATION_CURVES = {"val_map_at_r": "clean", "val_corrupted_map_at_r": "corrupted (train-pool backgrounds)"}
-"""The validation MAP@R columns, with their labels."""
 WATCHED_CURVES = {"test_map_at_r": "test, clean (watched)",
                   "test_corrupted_map_at_r": "test, corrupted (watched)"}
 """The test MAP@R columns of ``schedule.watch_test``: drawn dotted, since nothing is selected on them."""
 
 
 def training_terms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The ``train_*`` columns of ``rows`` that hold numbers (the loss and the method's own terms), sorted,
-    the total ``train_loss`` first."""
+    """The numeric ``train_*`` columns of ``rows``, sorted, the total ``train_loss`` first."""
     names = {name for row in rows for name, value in row.items()
              if name.startswith("train_") and name not in TIMING_TERMS and is_metric_number(value)}
     return sorted(names, key=lambda name: (name != "train_loss", name))

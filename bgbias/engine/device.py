@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from bgbias.errors import PARAMETER, OptionError
 from bgbias.hardware import default_loader_workers
-from bgbias.models.precision import network_precision
 from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
@@ -39,8 +37,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def missing_cuda(index: int | None) -> str | None:
-    """Why CUDA device ``index`` (None: any) cannot be used here, or None when it can: checked before any
-    work starts, so that a device this machine lacks stops a command before it writes anything."""
+    """Why CUDA device ``index`` (None: any) cannot be used here, or None."""
     if not torch.cuda.is_available():
         return "CUDA is not available"
     count = torch.cuda.device_count()
@@ -50,19 +47,15 @@ def missing_cuda(index: int | None) -> str | None:
 
 
 def cuda_devices() -> list[str]:
-    """The CUDA devices this process sees (``cuda:0`` …), none without CUDA."""
     if not torch.cuda.is_available():
         return []
     return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of the networks (:mod:`bgbias.models.precision`). ``auto`` is bfloat16 on CUDA
-    that supports it (else float16) and float32 on a CPU: there bfloat16 moves a trained model's embeddings
-    beyond rounding and does not speed up the bench's training step (docs/hardware.md), so a CPU computes in
-    bfloat16 only when asked. ``bf16`` runs on a CPU only where it has
-    native bfloat16 arithmetic (:func:`cpu_has_native_bf16`): elsewhere torch emulates it, slower than
-    float32. ``fp16`` needs CUDA."""
+    """The autocast dtype of the networks. ``auto``: bfloat16 on CUDA that supports it (else float16), float32
+    on a CPU, where bfloat16 moves embeddings beyond rounding without speeding training up (docs/hardware.md).
+    ``bf16`` on a CPU needs native bfloat16 arithmetic (emulated it is slower than float32)."""
     if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
     if device.type != "cuda":
@@ -79,14 +72,11 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
 
 
 def precision_name(dtype: torch.dtype | None) -> str:
-    """How records name the precision a model computed in: ``float32``, ``bfloat16`` or ``float16``."""
     return "float32" if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
-    """What a run records of how it used the machine: the precision its ``amp`` resolved to here, the
-    memory format, whether it compiled, the loader workers and the CPU threads (docs/hardware.md says which
-    of them change bits)."""
+    """What a run records of how it used the machine (docs/hardware.md says which of these change bits)."""
     return {"precision": precision_name(resolve_amp(config.amp, device)),
             "memory_format": config.model.memory_format, "compile": config.model.compile,
             "loader_workers": loader_workers(config.data.workers, device),
@@ -94,37 +84,25 @@ def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (AVX-512 BF16 or AMX tiles), as torch's own CPU
-    dispatch detects it: only there does bfloat16 autocast pay."""
+    """Whether this CPU computes bfloat16 in hardware (AVX-512 BF16 or AMX), as torch detects it."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def mixed_precision(dtype: torch.dtype | None) -> AbstractContextManager:
-    """Run the networks called inside (backbones, outside models) under ``dtype`` autocast, and what methods
-    compute from their outputs (heads, distances, losses) in float32 (:mod:`bgbias.models.precision`);
-    nothing changes when ``dtype`` is None."""
-    return network_precision(dtype)
-
-
 def loader_workers(setting: int | str | None, device: torch.device) -> int:
-    """Data-loader worker processes: a number as given; ``auto`` (or None) sized to the machine and the
-    device (:func:`bgbias.hardware.default_loader_workers`)."""
+    """Data-loader worker processes: a number as given; ``auto`` (or None) sized to the machine."""
     return default_loader_workers(device.type) if setting in ("auto", None) else int(setting)
 
 
 def memory_format(name: str) -> torch.memory_format:
-    """The torch memory format a configuration's ``model.memory_format`` names."""
     return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
 
 
 def memory_format_name(layout: torch.memory_format) -> str:
-    """How configurations and records name a torch memory format (the inverse of :func:`memory_format`)."""
     return next(name for name in choices(MEMORY_FORMAT) if memory_format(name) == layout)
 
 
 def model_memory_format(model: Any) -> str | None:
-    """The layout a model computes in, as records name it: its ``memory_format`` attribute (runs, methods in
-    memory and outside models have one), or None for a model that does not say."""
+    """A model's ``memory_format`` as records name it, or None for a model that does not say."""
     layout = getattr(model, "memory_format", None)
     return None if layout is None else memory_format_name(layout)

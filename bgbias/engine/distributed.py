@@ -1,7 +1,5 @@
-"""Multi-process training with torchrun: one process per device, DistributedDataParallel, rank 0 writes.
-
-``torchrun --nproc_per_node N -m bgbias train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK; without them the
-run is a single process and nothing here costs anything. The backend is NCCL on CUDA and gloo on the CPU.
+"""Multi-process training with torchrun (which sets RANK, WORLD_SIZE, LOCAL_RANK): one process per device,
+DistributedDataParallel, rank 0 writes; NCCL on CUDA, gloo on the CPU. A single process costs nothing here.
 """
 
 from __future__ import annotations
@@ -42,16 +40,12 @@ def from_environment() -> Distributed:
 
 @contextlib.contextmanager
 def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
-    """The process group for the block (nothing for a single process): joined on entry, destroyed on exit,
-    also when the block raises.
+    """The process group for the block (nothing for a single process), destroyed on exit; one the caller
+    initialised is used and left as it is.
 
-    Destroying the group releases it only if nothing else still holds it; then its gloo threads and sockets
-    end here, while the interpreter is alive. A group still held (by a DistributedDataParallel wrapper, or
-    by a torch module that bound it at import) outlives ``destroy_process_group`` and is torn down during
-    interpreter shutdown, racing gloo's own threads: a rank aborted there ("terminate called without an
-    active exception"). So the block must let go of its wrappers before it ends, and the modules that
-    DistributedDataParallel imports are imported before the group exists (:func:`_import_before_group`).
-    A group that was already initialised (by the caller) is used and left as it is.
+    A group still held at exit (by a DistributedDataParallel wrapper, or a module that bound it at import)
+    is torn down at interpreter shutdown, racing gloo's threads ("terminate called without an active
+    exception"). So the block must drop its wrappers before it ends, and :func:`_import_before_group` runs.
     """
     if not dist.enabled:
         yield
@@ -69,10 +63,8 @@ def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
 
 
 def _import_before_group() -> None:
-    """Import what DistributedDataParallel imports (``torch._dynamo``, and through it
-    ``torch.distributed.nn.functional`` and FSDP's grad scaler) while no group exists: those modules bind
-    ``group.WORLD`` as a default argument when they are imported, and would keep the group alive for good
-    if they were imported after it was made."""
+    """Import what DistributedDataParallel imports (``torch._dynamo`` and through it others) while no group
+    exists: they bind ``group.WORLD`` as a default argument and would keep a group alive for good."""
 
 def broadcast(dist: Distributed, value: Any) -> Any:
     """Rank 0's ``value`` on every rank (any picklable object)."""

@@ -9,7 +9,8 @@ import torch
 from tqdm import tqdm
 
 from bgbias.data.loader import ImageLoader
-from bgbias.engine.device import loader_workers, mixed_precision
+from bgbias.engine.device import loader_workers
+from bgbias.models.precision import network_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -27,14 +28,9 @@ def embed_images(
     progress: bool = False,
     desc: str = "embed",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """``(per-image state, labels int64 (N,))`` in the dataset's order; the state maps each of the model's
-    arrays' names to float32 ``(N, …)`` (``{"embedding": (N, D)}`` for a model that returns one tensor).
-
-    ``images`` yields dicts with a uint8 ``image`` (3, H, W) and a ``label`` (EvalImages, CorruptedImages).
-    ``model`` is a method or an embedding model; it is put in eval mode and left there. ``workers``: loader
-    processes (None: sized to the machine, :func:`~bgbias.engine.device.loader_workers`).
-    """
-
+    """``(per-image state, labels int64 (N,))`` in the dataset's order; the state maps array names to float32
+    ``(N, …)`` (``{"embedding": (N, D)}`` for one tensor). ``images`` yields dicts with a uint8 ``image``
+    and a ``label``; ``model`` is put in eval mode and left there."""
     # Its own generator: a DataLoader otherwise draws its worker seed from torch's global RNG, which would
     # make validation shift the random state that training and an exact resume depend on.
     loader = ImageLoader(
@@ -47,7 +43,7 @@ def embed_images(
     with torch.inference_mode():
         for batch in tqdm(loader, desc=desc, unit="batch", leave=False, disable=not progress):
             pixels = batch["image"].to(device, non_blocking=True).float().div_(255)
-            with mixed_precision(amp):
+            with network_precision(amp):
                 out = named_arrays(model.embed(pixels))
             for name, array in out.items():
                 parts.setdefault(name, []).append(array.float().cpu())

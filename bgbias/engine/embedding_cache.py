@@ -1,11 +1,9 @@
 """Per-image states kept on disk, keyed by everything that determines them, so re-scoring costs no forward
 pass.
 
-A key is a JSON-able dict: the model's fingerprint (a run's: the digest of its weights), the dataset, split
-and image ids, the evaluation geometry, and for a corrupted set the manifest's sha256 and the masks. Image and
-mask files enter by a cheap stat fingerprint (path, size, modification time), as build tools do: hashing every
-pixel of SOP on each run would cost more than it saves. The key is stored inside the file and compared on
-load, so a digest collision or a file copied from elsewhere can never hand back the wrong embeddings.
+Image and mask files enter the key by a stat fingerprint (path, size, modification time), as build tools do:
+hashing SOP's pixels on each run would cost more than it saves. The key is stored in the file and compared on
+load, so a digest collision or a copied file never hands back the wrong embeddings.
 """
 
 from __future__ import annotations
@@ -32,13 +30,10 @@ is never used. It gets a new identifier when what is embedded for the same key c
 code) or the file's layout does."""
 
 _ARRAY = "state."
-"""Prefix of the stored arrays' names in the file, beside its ``key``."""
 
 
 def files_fingerprint(paths: Iterable[str | os.PathLike[str] | InMemoryImage]) -> str | None:
-    """sha256 over each file's path, size and modification time (ns), in the given order; None where any is
-    a dataset's sample in memory (nothing bgbias could tell another version of it by: such sets are not
-    cached on disk)."""
+    """sha256 over each file's path, size and mtime (ns); None where any is a sample in memory."""
     digest = hashlib.sha256()
     for path in paths:
         if isinstance(path, InMemoryImage):
@@ -55,12 +50,8 @@ def key_digest(key: dict[str, Any]) -> str:
 
 
 class EmbeddingCache:
-    """``folder/<digest>.npz`` files holding the per-image state of a set (every named array) and the key it
-    was made for.
-
-    Only the state is kept: labels always come from the dataset, and whoever loads a file checks its arrays
-    against the set and the model, so a file that fits the key but not the model is never used as it is.
-    """
+    """``folder/<digest>.npz`` files holding a set's per-image state and the key it was made for; labels
+    always come from the dataset, and a loader checks the arrays against the set and the model."""
 
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)
@@ -69,8 +60,7 @@ class EmbeddingCache:
         return self.folder / f"{key_digest(key)[:24]}.npz"
 
     def load(self, key: dict[str, Any]) -> dict[str, np.ndarray] | None:
-        """The named arrays stored for ``key``, or None when there are none (or the file is unreadable or
-        made for another key: they are then simply made again)."""
+        """The named arrays stored for ``key``, or None (then they are simply made again)."""
         path = self.path(key)
         if not path.is_file():
             return None

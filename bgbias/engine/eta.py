@@ -17,8 +17,7 @@ def duration(seconds: float) -> str:
 
 
 def time_left(done: int, total: int, elapsed: float) -> str:
-    """``about 3m05s left for 4 more``: the rest of ``total`` units at the pace of the ``done`` ones that took
-    ``elapsed`` seconds."""
+    """``about 3m05s left for 4 more``: the rest of ``total`` at the pace of the ``done`` ones."""
     left = total - done
     return f"about {duration(elapsed / done * left)} left for {left} more" if done and left else "none left"
 

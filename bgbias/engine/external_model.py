@@ -1,22 +1,10 @@
 """A model bgbias did not train, as an :class:`~bgbias.methods.embedding_model.EmbeddingModel`: a TorchScript
-or ONNX file, a factory's module, or any function of a batch, with the input convention its user states
-(:class:`~bgbias.models.model_input.ModelInput`).
+or ONNX file, a factory's module, or any function of a batch, with the input convention its user states.
 
-Everything after the embedding is the path every trained run takes: the same clean and corrupted images
-(at the model's geometry), the evaluation cache (keyed by the model's digest and its convention), the report
-files, ``bgbias report`` tables and ``bgbias explain``. By default it embeds under autocast ``auto``
-(bfloat16 on CUDA and on a CPU that computes it natively), its module and input channels-last; ``--amp`` and
-``--memory-format`` choose otherwise (:func:`network_compute`; an ONNX model runs in float32). Its reports
-go to its *home*: ``--out``, or by default ``runs/external/<name>-<model digest>-<convention digest>``, with
-its precision and layout appended where they are not float32 and contiguous, so two models, or one model
-under two conventions, precisions or layouts, never share one. The home's ``model.json`` says whose reports
-it holds; it is written with the first result (:meth:`ExternalModel.claim_home`), so a model that fails
-leaves no folder of its own behind. A home must be a new or empty folder or this very model's, and never
-lie inside a run folder or another model's home (:func:`check_home`): a model's numbers never land under a
-run's name.
-
-The model is someone else's code: whatever it raises, and every output that is not one finite real vector of
-one width per image, is a ``ModelError`` naming the model, what was wrong and the input it was given.
+After the embedding it takes every trained run's path (images, cache, reports, explain; docs/models.md). Its
+reports go to its *home*, named after its model, convention, precision and layout, which never lies inside a
+run folder or another model's home (:func:`check_home`). The model is someone else's code: whatever it raises,
+and every output that is not one finite real vector of one width per image, is a ``ModelError``.
 """
 
 from __future__ import annotations
@@ -50,27 +38,23 @@ if TYPE_CHECKING:
     from bgbias.retrieval.retrievers import Retrieval
 
 EXTERNAL_FOLDER = "external"
-"""Under the runs folder: the default homes of external models."""
 MODEL_RECORD = "model.json"
 RECORD_FORMAT = "bgbias-external-model"
 
 
 @dataclass
 class ExternalModel:
-    """``network`` read as ``model_input`` states, on ``device``; its reports under ``home``."""
+    """``network`` read as ``model_input`` states, on ``device``; its reports under ``home``. ``amp``: the
+    autocast dtype it embeds under (None: float32); ``width``: its embeddings' width, from the first batch."""
 
     network: Network
     model_input: ModelInput
     device: torch.device
     home: Path
     amp: torch.dtype | None
-    """The autocast dtype it embeds under (None: float32); attribution never autocasts."""
     memory_format: torch.memory_format
-    """The layout its input is put in (and its weights were converted to, where it has them)."""
     width: int | None = field(default=None, init=False)
-    """The width of its embeddings, from the first batch: every later batch must have it."""
     claimed: bool = field(default=False, init=False)
-    """Whether ``model.json`` is in its home (written with the first result)."""
 
     @property
     def convention(self) -> InputConvention:
@@ -96,10 +80,7 @@ class ExternalModel:
         return self.model_input.geometry(dataset_name)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, D) embeddings of float RGB images in [0, 1]: the convention applied, the network run, its
-        output read, checked (one finite real row of the model's one width per image) and L2-normalised
-        where the convention says so. Whatever the network raises is a ``ModelError`` naming the input."""
-
+        """(B, D) checked embeddings of float RGB images in [0, 1]; any failure is a ``ModelError``."""
         inputs = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         shape = tuple(inputs.shape)
         try:
@@ -161,13 +142,11 @@ class ExternalModel:
         return embeddings
 
     def _error(self, problem: str, fix: str, parameter: str | None = None) -> ModelError:
-        """A ``ModelError`` about the network, naming its file where it has one."""
         in_file = self.network.kind in ("torchscript", "onnx")
         return ModelError(problem, path=self.network.spec if in_file else None, fix=fix, parameter=parameter)
 
     def claim_home(self) -> None:
-        """Write ``model.json`` into the home (once), checking it again first: called before the first
-        result goes there, so a model that fails before leaves no folder of its own behind."""
+        """Write ``model.json`` into the home (once, checked again) before the first result goes there."""
         if self.claimed:
             return
         check_home(self)
@@ -184,15 +163,13 @@ class ExternalModel:
         return ExactL2(device=self.device)
 
     def fingerprint(self) -> str:
-        """The network's digest, the convention, and its precision and memory format where they are not
-        float32 and contiguous (:func:`compute_identity`): equal fingerprints embed alike."""
+        """Equal fingerprints embed alike: the network's digest, convention and :func:`compute_identity`."""
         identity = {"network": self.network.sha256, "input": self.model_input.as_dict(),
                     **compute_identity(self.amp, self.memory_format)}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        """What a report records: the label, no BGAugment setting (unknown: bgbias did not train it), the
-        network and the convention."""
+        """What a report records (BGAugment unknown: bgbias did not train it)."""
         model = {"kind": self.network.kind, "name": self.network.name, "spec": self.network.spec,
                  "sha256": self.network.sha256, "input": self.model_input.as_dict()}
         if self.network.args:
@@ -204,8 +181,7 @@ class ExternalModel:
 
 
 def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
-    """The embedding tensor of a network's output: the output itself, or its entry ``key`` (a dict's key, or
-    a tuple's position)."""
+    """The embedding tensor of a network's output: itself, or its entry ``key`` (dict key or position)."""
     if isinstance(output, torch.Tensor):
         if key is not None:
             raise ModelError(f"{PARAMETER}{key!r} given, but {name} returns a single tensor",
@@ -249,9 +225,7 @@ def load_external_model(
     memory_format: str | None = None,
     homes: str | os.PathLike[str] | None = None,
 ) -> ExternalModel:
-    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`; a TorchScript file checked
-    unless ``trust``) on ``device``, in the precision and layout ``amp`` and ``memory_format`` choose, with
-    its home claimed (:func:`external_model`)."""
+    """The model ``spec`` names (:func:`~bgbias.engine.model_spec.load_network`) as :func:`external_model`."""
     resolved = resolve_device(device)
     return external_model(load_network(spec, args or {}, resolved, trust=trust), model_input, resolved, out,
                           amp=amp, memory_format=memory_format, homes=homes)
@@ -267,11 +241,8 @@ def external_model(
     memory_format: str | None = None,
     homes: str | os.PathLike[str] | None = None,
 ) -> ExternalModel:
-    """``network`` as an embedding model in the precision and layout ``amp`` and ``memory_format`` choose
-    (:func:`network_compute`), whose home is ``out`` (default :func:`default_home_name` under ``homes``,
-    itself by default ``runs/external``; ``bgbias audit`` keeps each model's homes in its own folder),
-    checked (:func:`check_home`) but not yet written to: its ``model.json`` comes with its first result
-    (:meth:`ExternalModel.claim_home`)."""
+    """``network`` as an embedding model whose home is ``out`` (default :func:`default_home_name` under
+    ``homes``, by default ``runs/external``), checked; :meth:`ExternalModel.claim_home` writes it."""
     dtype, layout = network_compute(network, device, amp, memory_format)
     parent = Path(homes) if homes is not None else runs_root() / EXTERNAL_FOLDER
     home = Path(out) if out is not None else parent / default_home_name(
@@ -283,16 +254,9 @@ def external_model(
 
 def network_compute(network: Network, device: torch.device, amp: str | None,
                     memory_format: str | None) -> tuple[torch.dtype | None, torch.memory_format]:
-    """The autocast dtype and memory format ``network`` runs in, its module converted to that format.
-
-    By default (None) a torch network gets ``amp`` ``auto`` (bfloat16 on CUDA, float32 on a CPU,
-    :func:`~bgbias.engine.device.resolve_amp`) and, where it is a module (TorchScript, a factory's, one in
-    memory), ``channels_last``: its weights are converted once, here, in place, and its input in every
-    :meth:`ExternalModel.embed`. A plain function has no weights bgbias could convert, so it gets its input
-    contiguous, unless ``channels_last`` is asked for: then its input alone is converted. An ONNX model runs
-    in onnxruntime, in float32 and its own layout: any other ``amp`` than ``off``, or ``memory_format`` than
-    ``contiguous``, is refused."""
-
+    """The autocast dtype and memory format ``network`` runs in, its module converted in place. Defaults:
+    ``amp`` ``auto``; ``channels_last`` for a module, ``contiguous`` for a plain function (no weights to
+    convert). ONNX runs in float32 in its own layout: any other choice is refused."""
     if network.kind == "onnx":
         for option, value, only in (("amp", amp, "off"), ("memory_format", memory_format, "contiguous")):
             if value not in (None, only):
@@ -311,17 +275,14 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
 
 
 def compute_identity(amp: torch.dtype | None, layout: torch.memory_format) -> dict[str, str]:
-    """What of an outside model's precision and layout changes its embeddings, as its fingerprint and home
-    name record it: the precision where it is not float32, the memory format where it is not contiguous (so a
-    model scored in float32 and contiguous keeps the fingerprint and home it had before either was chosen)."""
+    """Precision and memory format, as fingerprints and home names record them (not float32/contiguous)."""
     identity = {"precision": precision_name(amp), "memory_format": memory_format_name(layout)}
     return {key: value for key, value in identity.items() if value not in ("float32", "contiguous")}
 
 
 def default_home_name(network: Network, model_input: ModelInput, compute: Mapping[str, str]) -> str:
-    """``<name>-<8 hex of the network>-<8 hex of the convention>``, the name made safe for a folder, then
-    the precision and the memory format where ``compute`` (:func:`compute_identity`) names them, as in
-    ``model.pt-1a2b3c4d-5e6f7a8b-bfloat16-channels_last``."""
+    """E.g. ``model.pt-1a2b3c4d-5e6f7a8b-bfloat16-channels_last``: the name made safe for a folder, 8 hex of
+    the network and of the convention, then ``compute`` (:func:`compute_identity`)."""
     name = re.sub(r"[^A-Za-z0-9_.+-]", "_", network.name).strip(".")[:60] or "model"
     convention = hashlib.sha256(json.dumps(model_input.as_dict(), sort_keys=True).encode()).hexdigest()
     return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
@@ -334,8 +295,7 @@ HOME_FIX = (f"pass another {PARAMETER}DIR: a new or empty folder; or leave it ou
 
 @dataclass(frozen=True)
 class Owner:
-    """A folder whose reports are one model's: a bgbias run's (``fingerprint`` None) or an external
-    model's home."""
+    """A bgbias run's folder (``fingerprint`` None) or an external model's home."""
 
     folder: Path
     label: str
@@ -347,9 +307,7 @@ class Owner:
 
 
 def check_home(model: ExternalModel) -> None:
-    """Refuse a home that is not the model's to write: one that is, or lies inside, a bgbias run folder or
-    another model's home, or that holds anything but this very model's reports (a ``ModelError`` saying
-    what it holds)."""
+    """A ``ModelError`` unless the home is new, empty or this very model's, inside no other owner's."""
     home = model.home
     owner = folder_owner(home)
     if owner is not None and owner.folder == home and owner.fingerprint == model.fingerprint():
@@ -377,9 +335,7 @@ def check_home(model: ExternalModel) -> None:
 
 
 def folder_owner(path: Path) -> Owner | None:
-    """The bgbias run folder or external model's home that ``path`` is or lies inside, or None. A damaged
-    ``model.json`` in ``path`` itself is a ``RecordError``; above it, a ``model.json`` that is not a bgbias
-    record (another tool's, in a project folder) does not make a home."""
+    """The run folder or model home that ``path`` is or lies inside (another tool's ``model.json``: none)."""
     for folder in [path, *path.resolve().parents]:
         if is_run_folder(folder):
             return Owner(folder, folder.name, None)
@@ -395,14 +351,12 @@ def folder_owner(path: Path) -> Owner | None:
 
 
 def is_run_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a run's folder: its ``config.json`` beside ``run.json`` or ``checkpoints/``."""
     return (folder / "config.json").is_file() and ((folder / "run.json").is_file()
                                                    or (folder / "checkpoints").is_dir())
 
 
 class ModelRecord(Record):
-    """``model.json`` as bgbias reads it back (:mod:`bgbias.schema`): the description of :meth:`describe`
-    rides along."""
+    """``model.json`` as bgbias reads it back; :meth:`ExternalModel.describe` rides along."""
 
     label: str
     fingerprint: str
@@ -411,8 +365,7 @@ class ModelRecord(Record):
 
 
 def read_model_record(path: Path) -> ModelRecord | None:
-    """An external model's ``model.json``, or None where there is none; one that is damaged or not a model's
-    record is a ``RecordError`` naming it."""
+    """An external model's ``model.json``, or None where there is none."""
     if not path.is_file():
         return None
     return read_record(path, ModelRecord, what="the external model's record", file_format=RECORD_FORMAT,

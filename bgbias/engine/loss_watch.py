@@ -1,10 +1,8 @@
 """The finite-loss check of training, without a device synchronisation per step.
 
-Reading a CUDA tensor on the host waits for every kernel queued before it, so checking ``isfinite(loss)`` on
-the host after each forward pass stalls the GPU once a step. :class:`LossWatch` keeps the first non-finite
-loss (its step and value) on the loss's device and reads it every ``every`` steps and at the end of each
-epoch, before anything of the epoch is validated or saved: a run that diverges stops at most ``every`` steps
-later, with the same error naming the step where the loss first became NaN or infinite.
+Reading a CUDA tensor on the host waits for every queued kernel, so :class:`LossWatch` keeps the first
+non-finite loss on the device and reads it every ``every`` steps and at the end of each epoch, before
+anything of the epoch is validated or saved; the error names the step where the loss first diverged.
 """
 
 from __future__ import annotations

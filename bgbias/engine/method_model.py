@@ -51,9 +51,8 @@ class MethodBacked:
         return self.method.retrieval()
 
     def fingerprint(self) -> str:
-        """The digest of the method's weights and buffers (:func:`weights_sha256`), of the options that
-        change its embeddings for the same weights where it has any (:meth:`Method.embedding_options`), and
-        of its memory format where it is not the contiguous one (convolutions round differently in it)."""
+        """The digest of the weights and buffers, the :meth:`Method.embedding_options`, and the memory format
+        where it is not contiguous (convolutions round differently in it)."""
         weights = weights_sha256(self.method)
         layout = memory_format_name(self.memory_format)
         identity = {"options": self.method.embedding_options(),
@@ -65,8 +64,7 @@ class MethodBacked:
                               ).hexdigest()
 
     def feature_stages(self) -> tuple[str, ...]:
-        """The backbone's named stages, input side first (the
-        :class:`~bgbias.methods.embedding_model.FeatureMaps` capability)."""
+        """The backbone's named stages, input side first."""
         return tuple(self.method.backbone.stages)
 
     def feature_module(self, stage: str | None = None) -> nn.Module:
@@ -81,8 +79,7 @@ class MethodBacked:
 
 @dataclass
 class MethodModel(MethodBacked):
-    """A method in memory on ``device``, its reports under ``home``; ``trained`` names its training data
-    where it is known."""
+    """A method in memory on ``device``, its reports under ``home``."""
 
     method: Method
     device: torch.device
@@ -90,7 +87,6 @@ class MethodModel(MethodBacked):
     amp: torch.dtype | None = None
     trained: TrainedOn | None = None
     about: dict[str, Any] = field(default_factory=dict)
-    """Anything else its reports should record."""
 
     def describe(self) -> dict[str, Any]:
         return {"method": self.method.name, **self.about}
@@ -100,8 +96,7 @@ class MethodModel(MethodBacked):
 
 
 def weights_sha256(model: nn.Module) -> str:
-    """Checksum of a model's state (names, dtypes, shapes and bytes): equal for equal weights, whichever
-    checkpoint file or optimiser state they came with."""
+    """Checksum of a model's state: equal for equal weights, whatever file or optimiser they came with."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)

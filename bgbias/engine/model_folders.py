@@ -39,8 +39,7 @@ class ModelFolder:
 
 
 def open_model_folder(path: str | os.PathLike[str]) -> ModelFolder:
-    """The run folder or external model's home at ``path``; anything else is an ``OptionError``, a damaged
-    ``model.json`` a ``RecordError``."""
+    """The run folder or external model's home at ``path``; anything else is an ``OptionError``."""
     root = Path(path)
     if (root / "config.json").is_file():
         config = load_run_config(root / "config.json")

@@ -1,14 +1,10 @@
 """What ``--model SPEC`` names, loaded without unpickling anything: a TorchScript file, an ONNX file, or a
 Python factory ``package.module:callable`` (with keyword arguments) that returns a ``torch.nn.Module``.
 
-A file's kind is read from its bytes, not its name. TorchScript archives are zip files with a ``code/``
-folder; their code is a program, so an archive is checked before it is loaded and again before it runs
-(:mod:`bgbias.engine.torchscript_guard`: tensor operators only), unless its user vouches for it (``trust``).
-A ``torch.save`` file (a zip with ``data.pkl`` but no ``code/``, or a bare pickle) is refused: unpickling it
-can run any code it holds. Anything else is handed to onnxruntime. A factory is imported and called: it is
-Python, and runs as any Python does. Each loaded network comes with a digest that pins it (the file's
-sha256; for a factory, its name, arguments and the weights it returned), which the evaluation cache is keyed
-by.
+A file's kind is read from its bytes, not its name. A TorchScript archive's code is a program, so it is
+checked before it is loaded and before it runs (:mod:`bgbias.engine.torchscript_guard`) unless ``trust``; a
+``torch.save`` pickle is refused (unpickling can run any code). Each network carries a digest that pins it,
+which the evaluation cache is keyed by.
 """
 
 from __future__ import annotations
@@ -43,27 +39,21 @@ TO_TORCHSCRIPT = (
     "the file (torch.jit.trace(model, example_images) where scripting fails), then pass --model model.pt; or "
     "pass --model package.module:factory, a function that builds the model and loads its state dict"
 )
-"""The one-line recipe for a refused pickle."""
 
 
 @dataclass(frozen=True)
 class Network:
     """A loaded model: ``call`` maps a (B, 3, H, W) float batch of network input to its output (a tensor,
-    or a dict or tuple of them)."""
+    or a dict or tuple of them). ``kind``: ``torchscript``, ``onnx``, ``factory``, ``module`` or ``callable``
+    (the last two in memory); ``spec``: the file's absolute path, the factory, or ``<in memory>``."""
 
     kind: str
-    """``torchscript``, ``onnx``, ``factory``, ``module`` (in memory) or ``callable`` (in memory)."""
     name: str
-    """How reports name it: the file name, the factory, or the module's class."""
     spec: str
-    """What it was loaded from: the file's absolute path, the factory, or ``<in memory>``."""
     sha256: str
-    """The digest that pins it (see the module docstring)."""
     call: Callable[[torch.Tensor], Any]
     args: dict[str, Any] = field(default_factory=dict)
-    """A factory's keyword arguments."""
     differentiable: bool = True
-    """False where gradients cannot flow through it (onnxruntime)."""
 
 
 def is_factory(spec: str) -> bool:
@@ -72,8 +62,7 @@ def is_factory(spec: str) -> bool:
 
 
 def load_network(spec: str, args: Mapping[str, Any], device: torch.device, *, trust: bool = False) -> Network:
-    """The network ``spec`` names, on ``device``: a factory called with ``args``, else a file (which takes
-    no arguments); a TorchScript file is checked first unless ``trust``."""
+    """The network ``spec`` names on ``device``: a factory called with ``args``, else a checked file."""
     if is_factory(spec):
         return load_factory(spec, args, device)
     path = Path(spec)
@@ -89,8 +78,7 @@ def load_network(spec: str, args: Mapping[str, Any], device: torch.device, *, tr
 
 
 def file_kind(path: Path) -> str:
-    """``torchscript`` or ``onnx`` (the latter unchecked until onnxruntime reads it); a ``torch.save`` pickle
-    is a ``ModelError`` with the recipe to convert it."""
+    """``torchscript`` or ``onnx`` (unchecked until onnxruntime reads it); a pickle is a ``ModelError``."""
     if zipfile.is_zipfile(path):
         try:
             with zipfile.ZipFile(path) as archive:
@@ -120,10 +108,7 @@ def _pickle_error(path: Path) -> ModelError:
 
 
 def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -> Network:
-    """A TorchScript archive in eval mode on ``device``; unless ``trust``, one whose loading would run code of
-    its own is refused unopened, and one that uses an operator other than tensor computations is refused
-    before any call (:mod:`bgbias.engine.torchscript_guard`)."""
-
+    """A TorchScript archive in eval mode on ``device``, checked unless ``trust``."""
     if not trust:
         check_archive(path)
     try:
@@ -141,8 +126,7 @@ def load_torchscript(path: Path, device: torch.device, *, trust: bool = False) -
 
 
 def load_onnx(path: Path, device: torch.device) -> Network:
-    """An ONNX model in an onnxruntime session: the CPU provider, or CUDA's for a CUDA ``device``."""
-
+    """An ONNX model in an onnxruntime session (CUDA's provider for a CUDA ``device``)."""
     onnxruntime = import_onnxruntime()
 
     providers = ["CPUExecutionProvider"]
@@ -215,14 +199,12 @@ class OnnxCall:
 
 
 def _padded(array: np.ndarray, size: int) -> np.ndarray:
-    """``array`` with its last row repeated up to ``size`` rows (a fixed-batch model's last chunk)."""
     missing = size - len(array)
     return array if missing == 0 else np.concatenate([array, np.repeat(array[-1:], missing, axis=0)])
 
 
 def load_factory(spec: str, args: Mapping[str, Any], device: torch.device) -> Network:
-    """``module:attribute`` imported and called with ``args``; it must return a ``torch.nn.Module``, which is
-    moved to ``device`` and put in eval mode."""
+    """``module:attribute`` imported and called with ``args``; it must return a ``torch.nn.Module``."""
     module_name, _, attribute = spec.partition(":")
     try:
         factory: Any = importlib.import_module(module_name)
@@ -249,9 +231,7 @@ def network_from_module(
     module: Any, name: str, *, kind: str = "module", spec: str = "<in memory>",
     args: dict[str, Any] | None = None, device: torch.device | None = None,
 ) -> Network:
-    """A ``torch.nn.Module`` as a network in eval mode (on ``device`` where given), pinned by its class,
-    ``spec``, ``args`` and weights."""
-
+    """A ``torch.nn.Module`` as a network in eval mode, pinned by its class, spec, arguments and weights."""
     if not isinstance(module, nn.Module):
         raise ModelError(f"{name} returned {type(module).__name__}, not a torch.nn.Module",
                          fix="return the torch.nn.Module that maps a batch of images to their embeddings")
@@ -263,8 +243,7 @@ def network_from_module(
 
 
 def network_from_callable(function: Callable[[torch.Tensor], Any], name: str, fingerprint: str) -> Network:
-    """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for (it has no
-    weights bgbias could hash)."""
+    """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for."""
     return Network("callable", name, "<in memory>", _digest({"callable": name, "fingerprint": fingerprint}),
                    function)
 
@@ -274,8 +253,7 @@ def _digest(identity: dict[str, Any]) -> str:
 
 
 def parse_model_args(pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` texts (``--model-arg``) as a factory's keyword arguments: each value an int, else a
-    float, else ``true``/``false``, else the text; a pair without ``=`` is a ``ModelError``."""
+    """``key=value`` texts (``--model-arg``) as a factory's keyword arguments (:func:`parse_option_value`)."""
     args: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

@@ -1,20 +1,6 @@
-"""A run folder: the resolved configuration, the metrics of every epoch, the log and the checkpoints.
-
-::
-
-    runs/<dataset>-<method>[-bgaugment]-seed<S>-<YYYYmmdd-HHMMSS>/
-        config.json            resolved configuration (``--resume`` reads it back)
-        run.json               status, best epoch and metric, installation, command line
-        metrics.jsonl / .csv   one row per epoch (epoch 0 = the untrained model)
-        curves.png             training terms and validation MAP@R per epoch, the selected epoch marked
-        train.log              what the run printed, with times
-        checkpoints/last.pt    everything needed to resume
-        checkpoints/best.pt    the selected model
-        .training.lock         held by the process training the run (:func:`claim_run`)
-        eval/<dataset>-<split>/     bgbias eval: report.json/.csv/.md, per-query scores, plots
-        eval/cache/                 embeddings of every evaluated set
-        explain/<dataset>-<split>-<attribution label>/  bgbias explain: foreground scores, summary, gallery
-    runs/latest                name of the newest run (what ``bgbias eval`` uses by default)
+"""A run folder (layout: docs/training.md, *Run folder*): the resolved configuration, the metrics of every
+epoch, the log, the checkpoints, and ``.training.lock``, held by the process training the run
+(:func:`claim_run`); ``runs/latest`` names the newest run.
 """
 
 from __future__ import annotations
@@ -39,7 +25,6 @@ from tqdm import tqdm
 from bgbias.errors import BusyError, OptionError, RecordError, output_error
 from bgbias.fileio import (
     exclusive_lock,
-    holds_files,
     make_dirs,
     reporting_write_errors,
     write_json_atomic,
@@ -52,7 +37,6 @@ from bgbias.schema import read_record as read_json_record
 
 LATEST = "latest"
 TRAINING_LOCK = ".training.lock"
-"""In a run folder: the lock its trainer holds (:func:`claim_run`)."""
 
 
 class RunStatus(StrEnum):
@@ -109,13 +93,10 @@ class RunDir:
 
     @property
     def corrupted_val(self) -> Path:
-        """Where the run's fixed corrupted validation set (train-pool backgrounds) is described."""
-        return self.root / "corrupted-val"
+            return self.root / "corrupted-val"
 
     @property
     def corrupted_test(self) -> Path:
-        """Where the watched test split's corrupted set (``schedule.watch_test``) is described: repeat 0 of
-        seed 0 from the test pool, the same set ``bgbias eval`` scores first."""
         return self.root / "corrupted-test"
 
 
@@ -125,8 +106,7 @@ def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float 
 
 
 def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
-    """A new, empty run folder under ``runs`` (``-2``, ``-3`` … appended when the name is taken, also by a
-    process that creates the same name at the same moment: the folder itself is created, not looked for)."""
+    """A new run folder under ``runs``, ``-2``, ``-3`` … appended when taken (created, not looked for)."""
     runs = runs if runs is not None else runs_root()
     make_dirs(runs)
     n = 1
@@ -145,12 +125,9 @@ def create_run_dir(name: str, runs: Path | None = None) -> RunDir:
 
 @contextlib.contextmanager
 def claim_run(root: str | os.PathLike[str], *, wait: bool = False) -> Iterator[RunDir]:
-    """Hold the run folder ``root`` (created if missing) for training, between processes: ``train``,
-    ``train --resume`` and each run of ``bgbias study`` train a run only while they hold it. Another
-    process's claim is a ``BusyError`` at once naming the run and, where its ``run.json`` says so, that
-    process; ``wait=True`` waits for it instead. The same thread may claim a run it holds again (the study
-    claims a run for its training and measurement, training claims it again). The lock is the kernel's, so
-    a killed trainer leaves nothing to clean up."""
+    """Hold the run folder ``root`` (created if missing) for training, between processes: another process's
+    claim is a ``BusyError`` at once (``wait=True``: wait for it). The same thread may claim a run it holds
+    again (the study, then training). The lock is the kernel's: a killed trainer leaves nothing behind."""
     run = RunDir(Path(root))
     busy = BusyError(
         f"another process is training this run{_holder(run)}",
@@ -174,14 +151,6 @@ def _holder(run: RunDir) -> str:
 def this_process() -> dict[str, Any]:
     """What ``run.json`` records of the process training a run, for the message a second trainer gets."""
     return {"pid": os.getpid(), "host": socket.gethostname()}
-
-
-def holds_results(root: Path) -> bool:
-    """Whether the folder ``root`` holds anything but what :func:`create_run_dir` and :func:`claim_run` put
-    there (an empty ``checkpoints`` folder, the lock; :func:`~bgbias.fileio.holds_files`): a run folder whose
-    training never wrote a file is still empty, so a run killed that early starts again instead of being
-    refused for good."""
-    return holds_files(root)
 
 
 def open_run_dir(path: str | os.PathLike[str]) -> RunDir:
@@ -209,8 +178,7 @@ def latest_run(runs: Path | None = None) -> RunDir:
 
 
 def is_metric_number(value: Any) -> bool:
-    """Whether a cell of a metrics row holds a finite number (not a bool, None, NaN or text): what the
-    training curves and TensorBoard plot."""
+    """Whether a metrics cell holds a finite number (not a bool, None, NaN or text): what curves plot."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -264,8 +232,7 @@ RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it agai
 
 
 def read_metrics(run: RunDir) -> list[MetricsRow]:
-    """Every epoch's metrics row as :func:`write_metrics` wrote them (``metrics.jsonl``); a ``RecordError``
-    naming the file when it is missing or damaged."""
+    """Every epoch's metrics row from ``metrics.jsonl``; a ``RecordError`` when it is missing or damaged."""
     try:
         lines = run.metrics_jsonl.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
@@ -282,9 +249,7 @@ def write_record(run: RunDir, record: dict[str, Any]) -> None:
 
 
 def read_record(run: RunDir) -> RunRecord | None:
-    """``run.json`` as written by training, or None when it is missing or damaged (a run killed while it was
-    first written, or a file edited by hand, a field of another type included: :class:`RunRecord`): callers
-    then treat the run as unfinished, and resuming it writes the record again."""
+    """``run.json``, or None when it is missing or damaged (the run then counts as unfinished)."""
     try:
         return read_json_record(run.record, RunRecord, what="the run's record", fix=RESUME_TO_REWRITE,
                                 file_format=RUN_FORMAT)
@@ -293,8 +258,7 @@ def read_record(run: RunDir) -> RunRecord | None:
 
 
 def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
-    """The dataset a run trained on as its record names it (``name``, ``root``, ``identity``, ``images``), or
-    None for a run whose record is missing or damaged."""
+    """The dataset a run trained on, as its record names it, or None (:func:`read_record`)."""
     record = read_record(run)
     return None if record is None else record.trained_on
 

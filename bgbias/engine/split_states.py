@@ -1,11 +1,6 @@
 """The per-image states of one split's image sets (clean, corrupted repeats) for one model, each embedded once
 and kept in the model's evaluation cache, so evaluating, re-scoring and picking attribution references share
-one forward pass per set.
-
-A set's cache key is the model's fingerprint, the dataset, the images (their ids and a stat fingerprint of
-their files), the evaluation geometry, and what the caller adds (which set: clean, or a corrupted manifest's
-sha256 and masks). A cached state is used only when its arrays fit the model and the set; otherwise the set
-is embedded again.
+one forward pass per set. A cached state is used only when its arrays fit the model and the set.
 """
 
 from __future__ import annotations
@@ -20,10 +15,11 @@ import torch
 
 from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
-from bgbias.engine.device import mixed_precision, precision_name
+from bgbias.engine.device import precision_name
 from bgbias.engine.embedding import embed_images
 from bgbias.engine.embedding_cache import EmbeddingCache, files_fingerprint
 from bgbias.methods.embedding_model import claim_home
+from bgbias.models.precision import network_precision
 from bgbias.retrieval.state import named_arrays
 
 if TYPE_CHECKING:
@@ -54,7 +50,6 @@ class SplitStates:
     """Keep the states in the model's cache folder (False: nothing is read from or written to disk; a set
     of a dataset's samples in memory is never cached there, having no file to tell its versions by)."""
     embedded: int = field(default=0, init=False)
-    """Sets embedded now (the others came from the cache)."""
 
     def __post_init__(self) -> None:
         self.labels = np.array([item.label for item in self.items], dtype=np.int64)
@@ -75,8 +70,7 @@ class SplitStates:
         return self.state(EvalImages(self.items, self.geometry), {"set": "clean"}, "clean")
 
     def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:
-        """The state of ``images`` (a dataset of ``items``' images, as ``key`` describes them), from the
-        cache where it fits this model and these images, else embedded now and cached."""
+        """The state of ``images``: from the cache where it fits this model and images, else embedded."""
         key = {**self.base_key, **key}
         stored = None if self.cache is None else self.cache.load(key)
         if stored is not None:
@@ -101,19 +95,16 @@ class SplitStates:
 
 
 def probe_shapes(model: EmbeddingModel, images: Any) -> dict[str, tuple[int, ...]]:
-    """Each of the model's per-image arrays' shape for one image (without the image axis), from the first
-    image of ``images``."""
-
+    """Each of the model's per-image arrays' shape (no image axis), from the first of ``images``."""
     pixels = images[0]["image"][None].to(model.device).float().div_(255)
-    with torch.inference_mode(), mixed_precision(model.amp):
+    with torch.inference_mode(), network_precision(model.amp):
         return {name: tuple(array.shape[1:]) for name, array in named_arrays(model.embed(pixels)).items()}
 
 
 def cache_mismatch(
     state: dict[str, np.ndarray], count: int, shapes: dict[str, tuple[int, ...]]
 ) -> str | None:
-    """Why a cached state cannot stand for ``count`` images of a model whose arrays have ``shapes`` per image
-    (None: it can)."""
+    """Why a cached state cannot stand for ``count`` images of arrays ``shapes`` (None: it can)."""
     if set(state) != set(shapes):
         return f"arrays {sorted(state)}, expected {sorted(shapes)}"
     for name, array in state.items():

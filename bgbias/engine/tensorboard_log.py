@@ -1,12 +1,9 @@
 """Optional TensorBoard logging (``--set log.tensorboard=true``): every epoch's row of ``metrics.jsonl`` as
-scalars in ``<run>/tensorboard/``, since TensorBoard is where many DML users watch training. The package is
-an optional extra (``pip install 'bgbias[tensorboard]'``); a run that asks for it without it stops before its
-folder exists.
+scalars in ``<run>/tensorboard/`` (the ``tensorboard`` extra; a run that asks without it stops first).
 
-The event files are written by a thread of TensorBoard's writer; an error there (a full disk) surfaces at the
-next flush, which follows every row, as an ``OutputError`` naming the folder: the run stops as on any other
-write it cannot make (``run.json``: failed, with the reason), instead of training on with a log that silently
-ends. The thread's own report of that error is not printed: it would put a traceback before the clear error.
+An error in the writer's thread (a full disk) surfaces at the next flush, after every row, as an
+``OutputError``: the run stops as on any write it cannot make, instead of training on with a log that
+silently ends. The thread's own traceback is not printed.
 """
 
 from __future__ import annotations
@@ -35,15 +32,13 @@ def check_tensorboard() -> None:
 
 
 def scalar_tag(column: str) -> str:
-    """A metrics column as a TensorBoard tag, grouped by its prefix: ``train_loss`` → ``train/loss``,
-    ``val_corrupted_map_at_r`` → ``val/corrupted_map_at_r``, others under ``run/``."""
+    """A metrics column as a TensorBoard tag: ``train_loss`` → ``train/loss``, others under ``run/``."""
     prefix, _, rest = column.partition("_")
     return f"{prefix}/{rest}" if prefix in ("train", "val") and rest else f"run/{column}"
 
 
 def _quieting_writer_errors(printing: Any) -> Any:
-    """``threading.excepthook`` ``printing`` with the ``OSError`` of TensorBoard's writer thread left out
-    (:meth:`EpochScalars.add` raises it again, as an ``OutputError``)."""
+    """``threading.excepthook`` without the writer thread's ``OSError`` (``add`` raises it again)."""
 
     def hook(report: Any) -> None:
         writer_thread = type(report.thread).__name__ == "_AsyncWriterThread"

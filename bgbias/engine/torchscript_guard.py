@@ -1,23 +1,11 @@
 """A TorchScript file from elsewhere, checked before bgbias runs any of it: it may compute with tensors and
 nothing else (docs/design.md, *Models bgbias did not train*).
 
-TorchScript is a program, not data. A scripted module can call ``torch.from_file`` (read and overwrite any
-file the user can write), ``torch.save``, RPC and distributed operators; and ``torch.jit.load`` already runs
-part of the file while loading: the ``__setstate__`` of any class or module in its code, and that of torch's
-C++ classes (``torch.classes.*``) whose objects its pickles hold, one of which (``aten.OpaqueObject``)
-unpickles a Python object, so it runs any code the file brings. Hence two checks:
-
-1. before loading (:func:`check_archive`), reading the records with torch's own archive reader, so exactly
-   what ``torch.jit.load`` will read: no ``__setstate__`` in the archive's code, and no C++ class among the
-   objects of its pickles;
-2. after loading and before any call (:func:`check_operators`): every operator of every method and hook of
-   every submodule, with the calls between them inlined, must be on the allowlist
-   ``bgbias/configs/torchscript-operators.json``: the operators that the classification models of torchvision
-   (every family, scripted and traced) and bgbias's own exported models use, as
-   ``scripts/torchscript_operators.py`` collects them. An allowlist rather than a list of dangerous
-   operators: torch adds operators with every release, and an operator nobody listed is refused, not run.
-
-``--trust-model`` (``trust_model=True``) skips both for one's own files.
+``torch.jit.load`` already runs part of the file: ``__setstate__`` in its code and that of torch's C++ classes
+its pickles hold (``aten.OpaqueObject`` unpickles any Python object). So :func:`check_archive` refuses those
+before loading, and :func:`check_operators` checks every operator, calls inlined, against an allowlist
+(``bgbias/configs/torchscript-operators.json``, from ``scripts/torchscript_operators.py``) before any call: an
+operator torch adds later is refused, not run. ``--trust-model`` skips both for one's own files.
 """
 
 from __future__ import annotations
@@ -33,23 +21,17 @@ import torch
 from bgbias.errors import PARAMETER, ModelError
 
 OPERATORS_FILE = Path(__file__).resolve().parents[1] / "configs" / "torchscript-operators.json"
-"""The allowlist: ``{"torch": the version it was made with, "models": [...], "operators": {name: the first
-model using it}}``."""
 
 CPP_CLASSES = "__torch__.torch.classes"
-"""The qualified-name prefix of torch's C++ classes, whose ``__setstate__`` runs while an archive loads."""
 
 TRUST = ("if you made this file yourself, or trust whoever did as you would trust their Python code, pass "
          f"{PARAMETER}True to run it unchecked; otherwise do not run it")
-"""The fix of every refusal."""
 
 SHOWN = 5
-"""Refused operators named in one message."""
 
 
 @functools.cache
 def allowed_operators() -> frozenset[str]:
-    """The operator names an outside TorchScript model may use."""
     return frozenset(json.loads(OPERATORS_FILE.read_text(encoding="utf-8"))["operators"])
 
 
@@ -75,9 +57,8 @@ def check_archive(path: Path) -> None:
 
 
 def _pickle_problems(data: bytes) -> list[str]:
-    """What in one of the archive's pickles would run code while loading: an object of a C++ class (its
-    ``__setstate__`` runs on the file's data), a global given by ``STACK_GLOBAL`` (which ``torch.jit.save``
-    never writes and which would hide the name), or bytes that are no pickle."""
+    """What in one of the archive's pickles would run code while loading, or hide a name (``STACK_GLOBAL``,
+    which ``torch.jit.save`` never writes)."""
     try:
         operations = list(pickletools.genops(data))
     except Exception as err:  # pickletools raises ValueError and friends on damaged or crafted bytes
@@ -94,8 +75,7 @@ def _pickle_problems(data: bytes) -> list[str]:
 
 
 def check_operators(module: torch.jit.ScriptModule, path: Path) -> None:
-    """Refuse a loaded archive any of whose methods uses an operator off the allowlist, naming each such
-    operator and where it sits."""
+    """Refuse a loaded archive that uses an operator off the allowlist, naming each and where it sits."""
     allowed = allowed_operators()
     refused = {op: where for op, where in script_operators(module).items() if op not in allowed}
     if not refused:
@@ -109,9 +89,8 @@ def check_operators(module: torch.jit.ScriptModule, path: Path) -> None:
 
 
 def script_operators(module: torch.jit.ScriptModule) -> dict[str, str]:
-    """Every operator a scripted or traced module's code can run, each with the first place it sits
-    (``submodule.method``, the top module as ``<model>``): every method and forward hook of every submodule,
-    with the calls between them inlined, including the blocks of branches and loops and any subgraph."""
+    """Every operator a scripted or traced module's code can run (every method and hook of every submodule,
+    inlined, with blocks and subgraphs), each with the first ``submodule.method`` it sits in."""
     found: dict[str, str] = {}
     for name, sub in module.named_modules():
         owner = name or "<model>"
@@ -126,7 +105,6 @@ def script_operators(module: torch.jit.ScriptModule) -> dict[str, str]:
 
 
 def _collect(graph: Any, found: dict[str, str], where: str) -> None:
-    """Add the operator of every node of ``graph`` (or a block), its blocks and its subgraphs."""
     for node in graph.nodes():
         found.setdefault(node.kind(), where)
         for block in node.blocks():

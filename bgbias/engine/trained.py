@@ -1,8 +1,6 @@
 """A trained model back from its run folder: the method rebuilt from the saved configuration and spec, with
-the selected (or last) checkpoint's weights, ready to embed.
-
-The backbone is built without pretrained weights (the checkpoint holds all of them), so evaluating needs no
-download and no ImageNet file, only the run folder.
+the selected (or last) checkpoint's weights. The backbone is built without pretrained weights (the
+checkpoint holds them all), so evaluating needs only the run folder.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ CHECKPOINTS = ("best", "last")
 
 @dataclass
 class TrainedModel(MethodBacked):
-    """A run's method in eval mode on ``device``, and which checkpoint it came from: the embedding model
-    (:class:`~bgbias.methods.embedding_model.EmbeddingModel`) of a run bgbias trained."""
+    """A run's method in eval mode on ``device``, and the checkpoint it came from."""
 
     run: RunDir
     config: TrainConfig
@@ -58,8 +55,7 @@ class TrainedModel(MethodBacked):
         return resolve_amp(self.amp_setting or self.config.amp, self.device)
 
     def trained_on(self) -> TrainedOn:
-        """The run's dataset, folder, protocol and fold, with the identity its ``run.json`` recorded (none
-        where the record is missing or damaged)."""
+        """The run's dataset, as its config and ``run.json`` record it."""
         recorded = read_trained_on(self.run)
         root = Path(self.config.root) if self.config.root is not None else None
         return TrainedOn(self.config.dataset, root, self.config.protocol, self.config.fold,
@@ -67,8 +63,7 @@ class TrainedModel(MethodBacked):
                          None if recorded is None else recorded.images, self.run.record)
 
     def describe(self) -> dict[str, Any]:
-        """What a report records about the model: run, method, BGAugment, training seed and the checkpoint's
-        identity."""
+        """What a report records: run, method, BGAugment, seed and the checkpoint's identity."""
         return {
             "run": str(self.run.root),
             "method": self.config.method,
@@ -82,8 +77,7 @@ class TrainedModel(MethodBacked):
 
 
 def is_run_path(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a run bgbias trained: its folder (``config.json`` inside) or a checkpoint in its
-    ``checkpoints/``."""
+    """Whether ``path`` is a run's folder (``config.json`` inside) or a checkpoint in its ``checkpoints/``."""
     path = Path(path)
     return (path / "config.json").is_file() or (
         path.parent.name == "checkpoints" and (path.parent.parent / "config.json").is_file())
@@ -105,11 +99,9 @@ def load_trained(
     amp: str | None = None,
     memory_format: str | None = None,
 ) -> TrainedModel:
-    """Rebuild the method of ``run`` (default: the latest run) with the weights of its ``best`` or ``last``
-    checkpoint, on ``device``, in eval mode. ``run`` may also name the checkpoint file itself
-    (``<run>/checkpoints/last.pt``). It embeds under autocast ``amp`` with its weights and inputs in
-    ``memory_format`` (``bgbias.options.AMP``, ``MEMORY_FORMAT``), by default its run's ``amp`` and
-    ``model.memory_format``; an ``amp`` this device cannot run is refused here."""
+    """Rebuild the method of ``run`` (a run folder or its checkpoint file; default: the latest run) with its
+    ``best`` or ``last`` weights, on ``device``, in eval mode; ``amp`` and ``memory_format`` default to the
+    run's, and an ``amp`` this device cannot run is refused here."""
     if run is not None and Path(run).suffix == ".pt":
         run, checkpoint = Path(run).parent.parent, Path(run).stem
     if checkpoint not in CHECKPOINTS:

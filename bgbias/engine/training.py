@@ -1,19 +1,9 @@
-"""The training loop: any registered method, with or without BGAugment, on one device or many.
+"""Start or resume a training run: any registered method, with or without BGAugment, on one device or many.
 
-One epoch: sampler → CPU workers (decode + one paired geometric transform of image and mask, uint8) →
-device (BGAugment composite, input convention inside the backbone) → ``method.loss`` → optimizer. After every
-epoch the validation split is embedded (clean, and corrupted with train-pool backgrounds when that selects
-the model), the best checkpoint is kept, early stopping is checked and ``last.pt`` is written, so a killed run
-continues exactly with :func:`resume_training`.
-
-Randomness is keyed, never drawn from shared state: batches by (seed, epoch), each image's augmentation by
-the seed its draw carries, BGAugment's backgrounds by (seed, epoch, step, rank). A resumed run therefore
-sees exactly the batches, crops and backgrounds of an uninterrupted one.
-
-The jobs have modules of their own: building what a run is made of (:mod:`~bgbias.engine.training_build`),
-the loop (:mod:`~bgbias.engine.training_loop`), validation and checkpoint selection
-(:mod:`~bgbias.engine.training_validation`) and what a run writes about itself
-(:mod:`~bgbias.engine.training_records`); this one starts or resumes a run.
+Randomness is keyed, never drawn from shared state (batches by (seed, epoch), BGAugment by (seed, epoch,
+step, rank)), so a resumed run sees exactly the batches, crops and backgrounds of an uninterrupted one
+(docs/training.md). The jobs live in ``training_build``, ``training_loop``, ``training_validation`` and
+``training_records``.
 """
 
 from __future__ import annotations
@@ -55,11 +45,7 @@ def resume_training(
     progress: bool = True,
     echo: bool = True,
 ) -> TrainResult:
-    """Continue a run from its ``last.pt`` with the configuration saved in its folder.
-
-    A run killed before its first checkpoint starts again from the beginning. A run that another process is
-    training is a ``BusyError`` (:func:`~bgbias.engine.run_dir.claim_run`).
-    """
+    """Continue a run from its ``last.pt`` (or its start) with its saved configuration."""
     run = open_run_dir(run_dir)
     dist = distributed.from_environment()
 
@@ -79,9 +65,7 @@ def _run(
     progress: bool,
     echo: bool,
 ) -> TrainResult:
-    """Train in the folder ``make_run`` gives, claimed in the stack it is handed, from the checkpoint it
-    gives (None: from the start). SIGTERM is taken like Ctrl-C meanwhile (:mod:`bgbias.signals`), so a
-    preempted run records "interrupted" and resumes exactly."""
+    """Train in the folder and from the checkpoint ``make_run`` gives; SIGTERM counts as Ctrl-C."""
     device = resolve_device(config.device, dist.local_rank)
     with distributed.process_group(dist, device.type), sigterm_as_interrupt(), contextlib.ExitStack() as held:
         inputs = prepare_inputs(config, device, dist)

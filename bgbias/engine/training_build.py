@@ -56,7 +56,6 @@ class RunInputs:
 
 def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.Distributed) -> RunInputs:
     """Everything that can fail on the user's input, checked and built before the run folder exists."""
-
     dataset = open_dataset(config.dataset, config.root)
     train_items = split_items(dataset, "train", config.protocol, config.fold)
     val_items = split_items(dataset, "val", config.protocol, config.fold)
@@ -77,8 +76,7 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 
 
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
-    """The configured method on its backbone, sized for ``train_items`` (labels made contiguous) and for
-    square images of side ``input_size`` (the training crop)."""
+    """The configured method on its backbone, sized for ``train_items`` and square ``input_size`` images."""
     cls = method_class(config.method)
     backbone = build_backbone(
         config.model.backbone, pretrained=config.model.pretrained,
@@ -117,12 +115,7 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
 
 
 def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
-    """Drop the gradients of parameter group ``name``, so the coming ``optimizer.step()`` leaves its
-    parameters and their optimiser state (moments, step counts) untouched, weight decay included: a warm-up
-    epoch.
-
-    The epoch number alone decides it, so a resumed run holds the same steps an uninterrupted one did.
-    """
+    """Drop group ``name``'s gradients so the coming step leaves it untouched: a warm-up epoch."""
     for group in optimizer.param_groups:
         if group.get("name") == name:
             for parameter in group["params"]:
@@ -161,9 +154,7 @@ def make_train_loader(
     config: TrainConfig, images: TrainImages, device: torch.device,
     dist: distributed.Distributed | None = None,
 ):
-    """The training DataLoader over ``images`` (:func:`train_images`) and its batch sampler (``set_epoch`` it
-    before each epoch)."""
-
+    """The training DataLoader and its batch sampler (``set_epoch`` it before each epoch)."""
     d = config.data
     workers = loader_workers(d.workers, device)
     sampler = MPerClassBatchSampler(

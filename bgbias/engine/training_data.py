@@ -1,13 +1,9 @@
 """The training images, and the training split as a method sees it between epochs.
 
-The training loop and :class:`TrainingPasses` draw from the same :func:`train_images`: the dataset's items
-with contiguous labels and the configured paired geometry.
-
-DCML re-learns its environment weights every few epochs with the model frozen: it needs fresh training
-batches (the same images, augmentation and BGAugment compositing as the training steps, with their dataset
-indices) and randomness of its own. :class:`TrainingPasses` gives both, keyed by (run seed, stream, epoch,
-pass), so a resumed run repeats exactly what an uninterrupted one did, and every rank of a distributed run
-sees the same batches (each rank then computes the same update).
+The training loop and :class:`TrainingPasses` draw from the same :func:`train_images`. DCML re-learns its
+environment weights between epochs from fresh batches and randomness of its own: :class:`TrainingPasses` keys
+both by (run seed, stream, epoch, pass), so a resumed run repeats an uninterrupted one and every rank of a
+distributed run sees the same batches.
 """
 
 from __future__ import annotations
@@ -65,15 +61,13 @@ def train_geometry_of(config: TrainConfig, dataset_name: str) -> TrainGeometry:
 def train_images(
     config: TrainConfig, dataset: Dataset, items: list[Item], masks: list[Path] | None
 ) -> TrainImages:
-    """The training images that samplers draw from, with the paired geometry and contiguous labels: proxy
-    losses index classes 0 … C−1."""
+    """The training images with the paired geometry and contiguous labels (proxy losses index 0 … C−1)."""
     return TrainImages(with_contiguous_labels(items), train_geometry_of(config, dataset.name), masks,
                        dataset_name=dataset.name)
 
 
 class TrainingPasses:
-    """Keyed passes over the training split (see the module docstring); what methods get as their
-    :class:`~bgbias.methods.base.TrainingData`."""
+    """Keyed passes over the training split: what methods get as their ``TrainingData``."""
 
     def __init__(
         self,
@@ -102,7 +96,6 @@ class TrainingPasses:
                 desc: str = "") -> Iterator[Batch]:
         """One coverage pass of m-per-class batches of ``batch_size`` (m from the configuration), every
         image at least once, in an order and with augmentations keyed by (seed, stream, epoch, pass)."""
-
         key = [self.config.seed, stream, epoch, pass_index]
         if self.log is not None and desc:
             self.log(f"epoch {epoch}, before its steps: {desc} over the {len(self.images)} training images")

@@ -15,7 +15,7 @@ from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.curves import plot_training_curves
-from bgbias.engine.device import mixed_precision, resolve_amp
+from bgbias.engine.device import resolve_amp
 from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate, time_left
 from bgbias.engine.loss_watch import LossWatch
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
@@ -30,6 +30,7 @@ from bgbias.engine.training_validation import (
     validation_sets,
 )
 from bgbias.fileio import write_json_atomic
+from bgbias.models.precision import network_precision
 
 if TYPE_CHECKING:
     from bgbias.methods.base import Batch, Method
@@ -51,11 +52,8 @@ class TrainResult:
 
 @dataclass
 class TrainingSession:
-    """A run in progress: its inputs, model, optimizer and validation sets, where it writes, and its state.
-
-    The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at their one place each:
-    ``on_epoch_start`` before an epoch's steps, ``loss`` inside a step, ``on_step_end`` after its update.
-    """
+    """A run in progress. The loop is :meth:`train` → :meth:`epoch` → :meth:`step`; a method's hooks run at
+    one place each: ``on_epoch_start`` before an epoch's steps, ``loss`` in a step, ``on_step_end`` after."""
 
     config: TrainConfig
     run: RunDir
@@ -73,7 +71,6 @@ class TrainingSession:
     state: TrainingState
     scalars: EpochScalars | None = None
     estimated: bool = False
-    """Whether this session has logged its estimate of an epoch (after its first timed batches)."""
     epoch_seconds: list[float] = field(default_factory=list)
     """Wall time of each epoch this session trained, validation included: the pace of its time left."""
     loss_watch: LossWatch = field(default_factory=LossWatch)
@@ -84,7 +81,6 @@ class TrainingSession:
               device: torch.device, dist: distributed.Distributed, progress: bool,
               echo: bool) -> TrainingSession:
         """Set up the run in its folder: a new one, or one continued from ``checkpoint``."""
-
         amp = resolve_amp(config.amp, device)
         log = RunLog(run.log if dist.is_main else None, echo=echo and dist.is_main)
         if dist.is_main and checkpoint is None:
@@ -138,10 +134,8 @@ class TrainingSession:
         return TrainResult(self.run, state.history, state.best_epoch, state.best_value, state.status)
 
     def close(self) -> None:
-        """Let go of the DistributedDataParallel wrapper, whose reducer holds the process group, so that
-        leaving the group releases it (:func:`~bgbias.engine.distributed.process_group`), and close the
-        TensorBoard writer and its thread, if any, and end the training loader's worker processes; also when
-        the run stops on an error. The session cannot train after it."""
+        """Let go of the DistributedDataParallel wrapper (its reducer holds the process group:
+        :func:`~bgbias.engine.distributed.process_group`), the TensorBoard writer and the loader's workers."""
         self.model = None
         self.inputs.loader.close()
         scalars, self.scalars = self.scalars, None
@@ -196,8 +190,7 @@ class TrainingSession:
                              best_epoch=self.state.best_epoch or None, monitor=config.monitor)
 
     def train_steps(self) -> tuple[dict[str, float], int]:
-        """One pass over the loader; the mean of every loss term over the optimiser steps and the number of
-        images this process saw."""
+        """One pass over the loader: every loss term's mean and the number of images seen."""
         epoch, method = self.state.epoch, self.method
         self.inputs.sampler.set_epoch(epoch)
         method.train()
@@ -225,10 +218,8 @@ class TrainingSession:
         return means, images_seen
 
     def step(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One optimiser step on ``batch``: forward (the method's ``loss``), the finite-loss watch, backward,
-        clipping, the update (without the backbone group during ``optim.warmup_epochs``), then the method's
-        ``on_step_end``; returns the loss terms."""
-        with mixed_precision(self.amp):
+        """One optimiser step on ``batch``; returns the loss terms."""
+        with network_precision(self.amp):
             terms = self.model(batch)
         loss = terms["loss"]
         self.loss_watch.see(loss, self.state.epoch, step)
@@ -249,9 +240,7 @@ class TrainingSession:
         return terms
 
     def clips(self, batch: Batch, step: int) -> bool:
-        """Whether this optimiser step clips its gradients: every step with ``optim.grad_clip``, or the run's
-        first alone with ``grad_clip_first_step_only`` (epoch 1, its first batch's first part; the epoch
-        and step decide, so a resumed run clips exactly what an uninterrupted one did)."""
+        """Whether this optimiser step clips; epoch and step decide, so a resumed run clips alike."""
         o = self.config.optim
         if o.grad_clip is None:
             return False

@@ -21,14 +21,13 @@ from bgbias.engine.run_dir import (
     RunStatus,
     claim_run,
     create_run_dir,
-    holds_results,
     read_trained_on,
     run_name,
     this_process,
     write_record,
 )
 from bgbias.errors import BgbiasError, DatasetError, OptionError
-from bgbias.fileio import make_dirs
+from bgbias.fileio import holds_files, make_dirs
 from bgbias.installation import installation
 
 
@@ -59,13 +58,12 @@ def make_run_dir(
     config: TrainConfig, run_dir: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None,
     dist: distributed.Distributed, held: contextlib.ExitStack,
 ) -> RunDir:
-    """The new run's folder, claimed in ``held`` (rank 0) before it is checked, so that of two processes
-    starting the same run one trains it and the other is refused."""
+    """The new run's folder, claimed before it is checked, so of two processes only one trains it."""
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
             held.enter_context(claim_run(path))
-            if holds_results(path):
+            if holds_files(path):  # the lock and an empty checkpoints/ do not count
                 raise OptionError("the run folder exists and is not empty", path=path,
                                   fix="choose a new folder, or continue it with --resume")
             make_dirs(path / "checkpoints")

@@ -60,8 +60,7 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSe
 
 
 def validate_sets(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
-    """MAP@R, R-precision and P@1 of every set of ``validation`` (:class:`ValidationSets`), ranked by the
-    method's own retrieval as evaluation ranks; rank 0 only."""
+    """MAP@R, R-precision and P@1 of every validation set, ranked as evaluation ranks; rank 0 only."""
     row: dict[str, float] = {}
     if dist.is_main:
         for prefix, images in validation.sets.items():

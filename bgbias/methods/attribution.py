@@ -1,36 +1,12 @@
 """Pluggable attribution methods: which pixels of an image a model's embedding depends on.
 
-An attribution is a callable ``(model, images01, generator) -> maps``:
-
-- ``model``: the model to explain, an :class:`~bgbias.methods.embedding_model.EmbeddingModel` (the
-  attribution puts it in eval mode);
-- ``images01``: (B, 3, H, W) float RGB in [0, 1] on the model's device;
-- ``generator``: a ``torch.Generator`` for any randomness, drawn from image by image in batch order, or a
-  sequence of B generators, one per image, so that a map depends only on its own image's stream and not on
-  which images share its batch (the runner passes one per image);
-- returns (B, H, W) float maps in [0, 1] on the same device, one per image.
-
-It also has ``options() -> dict``: every setting that changes its maps, defaults included, which the runner
-records beside the scores and compares on resume; ``supports(model) -> bool``: whether it can explain that
-model (the runner refuses the others before any work; it may instead raise an ``OptionError`` where the model
-could be explained with other options, e.g. a feature stage it does not have); and ``serves``: the models it
-supports, in words, for that refusal.
-
-**References** (optional): an attribution that explains an image *against another one*, as SAM's similarity
-attention explains why two images look alike, sets the class attribute ``needs_references = True``. The
-runner then picks one reference image per explained image (:data:`REFERENCE_RULE`) and calls it as
-``(model, images01, generator, references01)``, ``references01`` being the (B, 3, H, W) references in [0, 1],
-row i the reference of image i; it still returns the maps of ``images01``. Without the attribute (SmoothGrad)
-the call keeps its three arguments.
-
-Adding one takes a factory or class decorated with ``@register_attribution("name")`` (its keyword arguments
-are the options) in a module the registry imports on first use: one of :data:`ATTRIBUTION_MODULES`
-(SmoothGrad's, SAM's and AVSL's explainers) or a built-in method's module (the method registry's
-``METHOD_MODULES``), so a method package registers the attribution that belongs to it next to the method,
-and nothing central changes. The runner, the score and the gallery only see the callable.
-
-This module is the method contract's layer: it imports nothing above ``bgbias.methods``, so a method package
-may import it.
+An attribution is a callable ``(model, images01, generator) -> maps``: (B, 3, H, W) float RGB in [0, 1] on
+the model's device in, (B, H, W) maps in [0, 1] out; ``generator`` is one ``torch.Generator`` drawn from image
+by image, or one per image, so that a map depends only on its own image's stream. It also has ``options()``
+(every setting that changes its maps, recorded and compared on resume), ``supports(model)`` and ``serves``
+(the models it supports, in words). One with ``needs_references = True`` also gets ``references01``, row i
+the reference of image i (:data:`REFERENCE_RULE`). Adding one: docs/contributing.md. This module imports
+nothing above ``bgbias.methods``, so a method package may import it.
 """
 
 from __future__ import annotations
@@ -62,13 +38,10 @@ REFERENCE_RULE = (
     "each image's nearest other image of its own class among the reference images, ranked by the model's own "
     "retrieval; the nearest image of any class where it is alone in its class"
 )
-"""How the runner picks the reference of an image for an attribution that ``needs_references`` (recorded in
-its ledger settings with the retrieval's own description)."""
 
 
 class Attribution(Protocol):
-    """What ``build_attribution`` returns (see the module docstring); one that ``needs_references`` takes
-    ``references01`` as a fourth argument."""
+    """What ``build_attribution`` returns (the module docstring)."""
 
     serves: str
 
@@ -85,8 +58,7 @@ class Attribution(Protocol):
 ATTRIBUTION_MODULES = (
     "bgbias.attribution.smoothgrad", "bgbias.methods.sam.explainer", "bgbias.methods.avsl.explainer",
 )
-"""The modules of the built-in attributions that no method module imports; the registry imports these and
-every method module (``METHOD_MODULES``) on first use."""
+"""The built-in attributions' modules that no method module (``METHOD_MODULES``) imports."""
 
 ATTRIBUTIONS: Registry[Callable[..., Attribution]] = Registry(
     "attribution method", tuple(dict.fromkeys((*ATTRIBUTION_MODULES, *METHOD_MODULES)))
@@ -106,14 +78,8 @@ def register_attribution(name: str) -> Callable[[F], F]:
     return ATTRIBUTIONS.register(name)
 
 
-def attribution_names() -> list[str]:
-    """Every registered attribution method, sorted."""
-    return sorted(ATTRIBUTIONS)
-
-
 def attribution_defaults(name: str) -> dict[str, Any]:
-    """The options of the attribution registered as ``name`` with their defaults (``inspect.Parameter.empty``
-    for one without a default), in the factory's order."""
+    """The options of attribution ``name`` with their defaults (``inspect.Parameter.empty`` where none)."""
     return {
         key: parameter.default
         for key, parameter in inspect.signature(ATTRIBUTIONS[name]).parameters.items()
@@ -122,8 +88,7 @@ def attribution_defaults(name: str) -> dict[str, Any]:
 
 
 def build_attribution(name: str, **options: Any) -> Attribution:
-    """The attribution registered as ``name`` with ``options``; an unknown name or option is an
-    ``OptionError`` listing the known ones."""
+    """The attribution registered as ``name`` with ``options``; an ``OptionError`` for unknown ones."""
     factory = ATTRIBUTIONS[name]
     signature = inspect.signature(factory)
     try:
@@ -142,8 +107,7 @@ def needs_references(attribution: Attribution) -> bool:
 
 
 def check_references(name: str, images01: torch.Tensor, references01: torch.Tensor | None) -> torch.Tensor:
-    """``references01`` of an attribution that ``needs_references``, once known to be one reference image per
-    image of ``images01``; an ``OptionError`` naming attribution ``name`` where none was given."""
+    """``references01``, checked to be one reference image per image of ``images01``."""
     if references01 is None:
         raise OptionError(f"{name} explains each image against a reference image, and none was given",
                           fix="pass references01, one reference image per image")
@@ -154,9 +118,7 @@ def check_references(name: str, images01: torch.Tensor, references01: torch.Tens
 
 
 def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) -> None:
-    """An ``OptionError`` naming the attribution and the models it serves unless it ``supports`` ``model``;
-    every attribution differentiates the model, so one that is not ``differentiable`` (an ONNX model) is
-    refused with the way to a differentiable copy."""
+    """An ``OptionError`` unless the attribution ``supports`` ``model`` and it is ``differentiable``."""
     what = model.describe().get("method") or type(model).__name__
     if not getattr(model, "differentiable", True):
         raise OptionError(
@@ -173,15 +135,10 @@ def check_supported(name: str, attribution: Attribution, model: EmbeddingModel) 
 
 
 def attribution_label(name: str, options: Mapping[str, Any] | None = None) -> str:
-    """The name of an attribution with ``options``, as explain output folders carry it: the registered name,
-    then each option that differs from its default as ``<key><value>``, sorted by key, joined by ``-``
-    (``smoothgrad``, ``smoothgrad-copies50-noise0.3``).
-
-    Numbers are written in their shortest form, a whole float as an integer (95.0 and 95 are the same
-    setting), booleans as ``true``/``false``. Where a value's text is not filename-safe (letters, digits,
-    ``_ . + -``) or the label would be longer than ``MAX_LABEL_LENGTH``, the options are written as an 8-hex
-    digest instead: ``<name>-<digest>``.
-    """
+    """The name of an attribution with ``options``, as explain output folders carry it: the name, then each
+    non-default option as ``<key><value>``, sorted, joined by ``-`` (``smoothgrad-copies50-noise0.3``; a
+    whole float as an integer: 95.0 and 95 are one setting). Where that is not filename-safe or longer than
+    ``MAX_LABEL_LENGTH``: ``<name>-<8 hex digest of the options>``."""
     defaults = attribution_defaults(name)
     changed = {
         key: _option_text(value)
@@ -197,9 +154,7 @@ def attribution_label(name: str, options: Mapping[str, Any] | None = None) -> st
 
 
 def parse_attribution_options(name: str, pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` texts (``--attribution-option``) as the options of attribution ``name``: each value an
-    int, else a float, else ``true``/``false``, else the string. A malformed pair, an unknown key or a value
-    the attribution refuses is an ``OptionError`` naming the options it takes."""
+    """``--attribution-option`` ``key=value`` texts as the checked options of attribution ``name``."""
     options: dict[str, Any] = {}
     known = attribution_defaults(name)
     for pair in pairs:
@@ -233,8 +188,7 @@ def parse_option_value(text: str) -> Any:
 
 
 def describe_attributions() -> list[tuple[str, str, str]]:
-    """``(name, options with defaults, one-line description)`` of every registered attribution, in the
-    registry's order; the description is the first paragraph of the factory's docstring, on one line."""
+    """``(name, options with defaults, first paragraph of its docstring)`` of every attribution."""
     rows = []
     for name, factory in ATTRIBUTIONS.items():
         options = ", ".join(
@@ -249,8 +203,7 @@ def describe_attributions() -> list[tuple[str, str, str]]:
 def per_image_generators(
     generator: torch.Generator | Sequence[torch.Generator], count: int
 ) -> list[torch.Generator]:
-    """One generator per image: the given sequence (which must have ``count`` of them), or ``count`` times
-    the single generator, so images draw from it one after another."""
+    """One generator per image: the given ``count`` of them, or the single one ``count`` times."""
     if isinstance(generator, torch.Generator):
         return [generator] * count
     generators = list(generator)
@@ -264,7 +217,6 @@ def _known_options(name: str) -> str:
 
 
 def _option_text(value: Any) -> str:
-    """An option value as a label writes it (see :func:`attribution_label`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -1,10 +1,7 @@
-"""The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning.
-
-Each is one backbone + embedding head trained with one PML loss; the loss object is injected with the
-hyperparameters of the configuration's ``loss`` section (per-dataset values in ``configs/methods/``), whose
-options are the loss's keyword arguments as the library's signature declares them, with its defaults. Proxy
-and classifier losses (ArcFace, normalized softmax, CosFace, ProxyAnchor) own parameters, which get the
-``lr_loss`` learning rate.
+"""The classic DML losses of the paper's Table 1 (and three more), from pytorch-metric-learning: a backbone
+and embedding head trained with one loss, whose options are the loss's keyword arguments as the library
+declares them (per-dataset values in ``configs/methods/``). Proxy and classifier losses' parameters get
+``lr_loss``.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ class MetricLossMethod(Method):
 
     @classmethod
     def recorded_options(cls) -> dict[str, Any]:
-        """None: a run records the loss options its protocol or its user set, and the library keeps the
-        defaults of the others."""
+        """None: the library keeps the defaults of the options no protocol or user set."""
         return {}
 
     @classmethod
@@ -73,8 +69,7 @@ class MetricLossMethod(Method):
         return self.head(self.backbone(images)[self.backbone.final])
 
     def pairwise_distance(self, queries: torch.Tensor, references: torch.Tensor) -> torch.Tensor:
-        """The loss's own distance (the paper's attribution differentiates it): L2 for the pair and triplet
-        losses, negated cosine similarity for those that compare by similarity."""
+        """The loss's own distance: L2, or negated cosine similarity for losses that compare by it."""
         distance = getattr(self.loss_fn, "distance", None)
         if distance is None:
             return super().pairwise_distance(queries, references)

@@ -1,8 +1,5 @@
-"""The method registry: ``@register_method("name")`` on a :class:`~bgbias.methods.base.Method` subclass.
-
-Names are what ``bgbias train --method`` accepts. The modules that define methods are imported on first
-use, so registering a new method means adding its module to ``METHOD_MODULES``.
-"""
+"""The method registry: ``@register_method("name")`` on a :class:`~bgbias.methods.base.Method` subclass; a new
+method's module goes into ``METHOD_MODULES``, which are imported on first use."""
 
 from __future__ import annotations
 

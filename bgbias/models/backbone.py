@@ -1,11 +1,6 @@
-"""A CNN cut into named stages, so that every method taps the feature maps it needs by name.
-
-DCML and MetricFormer read the last map, SAM the map of a configurable stage (the last by default; it
-differentiates the rest of the network with respect to it), AVSL three levels. One class serves them all:
-each architecture only says how it cuts itself into blocks; running, tapping, stopping early and resuming
-from a stage are written once here.
-
-This module defines an ``nn.Module`` and so imports torch at load time; only model-building code imports it.
+"""A CNN cut into named stages, so that every method taps the feature maps it needs by name (DCML and
+MetricFormer the last map, SAM a configurable stage, AVSL three levels). Each architecture only says how it
+cuts itself into blocks; running, tapping, stopping early and resuming from a stage are written once here.
 """
 
 from __future__ import annotations
@@ -24,11 +19,8 @@ _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class Backbone(nn.Module):
-    """Named stages run in order; ``forward`` returns the requested stage outputs.
-
-    The state-dict keys are ``blocks.<stage>.<the block's own keys>``; they go into checkpoints, so an
-    architecture must keep its cut stable.
-    """
+    """Named stages run in order. The state-dict keys, ``blocks.<stage>.<the block's own keys>``, go into
+    checkpoints, so an architecture must keep its cut stable."""
 
     def __init__(
         self,
@@ -53,25 +45,18 @@ class Backbone(nn.Module):
         self.levels = levels
         self.convention = convention
         self.memory_format = torch.contiguous_format
-        """The layout the images are put in after normalising (see :meth:`Method.set_memory_format`)."""
         self.compiled: dict[str, nn.Module] = {}
-        """Each stage's ``torch.compile`` form while compiling is on (:meth:`compile_stages`); a plain dict,
-        so state dicts, checkpoints and weight digests stay those of the blocks themselves."""
+        """A plain dict, so state dicts and weight digests stay those of the blocks themselves."""
         self._freeze_batchnorm = freeze_batchnorm
         self.train(self.training)
 
     @property
     def final(self) -> str:
-        """The last stage: the feature map that embedding heads pool."""
         return self.stages[-1]
 
     @property
     def freeze_batchnorm(self) -> bool:
-        """Whether BatchNorm layers stay in eval mode (running stats fixed) even in training mode.
-
-        Only the mode is pinned; affine parameters keep their ``requires_grad``. Setting it takes effect
-        at once.
-        """
+        """Whether BatchNorm layers stay in eval mode even in training mode (affine parameters train)."""
         return self._freeze_batchnorm
 
     @freeze_batchnorm.setter
@@ -88,9 +73,8 @@ class Backbone(nn.Module):
         return self
 
     def forward(self, images: Tensor, taps: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """Normalise ``images`` (float RGB in [0, 1], (B, 3, H, W)) with the convention, then run the stages
-        up to the last requested tap (default: the final stage) and return ``{stage: output}`` in stage order.
-        """
+        """``{stage: output}`` of the requested taps (default: the final stage) for float RGB ``images`` in
+        [0, 1], normalised with the convention; stages after the last tap do not run."""
         wanted = self._select(taps, first=0)
         normalised = self.convention.apply(images).contiguous(memory_format=self.memory_format)
         return self._run(normalised, 0, wanted)
@@ -98,10 +82,7 @@ class Backbone(nn.Module):
     def forward_from(
         self, stage: str, features: Tensor, taps: Sequence[str] | None = None
     ) -> dict[str, Tensor]:
-        """Continue from ``features``, taken as the output of ``stage`` (possibly modified, or a leaf to
-        differentiate against), through the later stages; return the requested taps (default: the final
-        stage). ``stage`` itself may be requested and maps to ``features`` unchanged.
-        """
+        """Continue from ``features`` as the output of ``stage`` (which may itself be requested)."""
         start = self._index(stage)
         wanted = self._select(taps, first=start)
         outputs = {stage: features} if start in wanted else {}
@@ -109,8 +90,7 @@ class Backbone(nn.Module):
         return outputs
 
     def feature_shape(self, input_size: int, stage: str | None = None) -> tuple[int, int, int]:
-        """(C, H, W) of ``stage`` (default: the final one) for square ``input_size``-px images, measured by
-        one forward pass of a blank image in eval mode (layers sized by the map are built from it)."""
+        """(C, H, W) of ``stage`` (default: the final one) for square ``input_size``-px images, measured."""
         stage = stage or self.final
         parameter = next(self.parameters(), None)
         blank = torch.zeros(1, 3, input_size, input_size,
@@ -125,10 +105,8 @@ class Backbone(nn.Module):
         return int(shape[1]), int(shape[2]), int(shape[3])
 
     def compile_stages(self, enabled: bool) -> None:
-        """Run every stage through ``torch.compile`` (each stage a graph of its own, so taps and
-        :meth:`forward_from` work as before), or eagerly again. Compiling happens at a stage's first call;
-        where the compiler fails there, the backbone warns once and runs eagerly from then on, so a run never
-        fails for having asked to compile."""
+        """Run every stage through ``torch.compile`` (a graph each, so taps still work), or eagerly again.
+        Where the compiler fails, the backbone warns once and runs eagerly: a run never fails for it."""
         self.compiled = {name: torch.compile(block) for name, block in self.blocks.items()} if enabled else {}
 
     def _run(self, x: Tensor, start: int, wanted: set[int]) -> dict[str, Tensor]:

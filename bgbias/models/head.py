@@ -1,7 +1,4 @@
-"""The embedding head of the baselines: global pooling, one linear layer, L2 normalisation.
-
-This module defines an ``nn.Module`` and so imports torch at load time; only model-building code imports it.
-"""
+"""The embedding head of the baselines: global pooling, one linear layer, L2 normalisation."""
 
 from __future__ import annotations
 
@@ -25,19 +22,17 @@ def global_pool(feature_map: Tensor, pooling: str) -> Tensor:
 
 
 class EmbeddingHead(nn.Module):
-    """Feature map (B, C, H, W) -> embedding (B, dim), unit length when ``normalize`` (cosine retrieval)."""
+    """Feature map (B, C, H, W) -> unit-length embedding (B, dim) (cosine retrieval)."""
 
-    def __init__(self, in_channels: int, dim: int, pooling: str = "avg", normalize: bool = True):
+    def __init__(self, in_channels: int, dim: int, pooling: str = "avg"):
         super().__init__()
         if pooling not in POOLINGS:
             raise OptionError(f"unknown pooling {pooling!r}", fix=f"choose from: {', '.join(POOLINGS)}")
         self.pooling = pooling
-        self.normalize = normalize
         self.linear = nn.Linear(in_channels, dim)
 
     def forward(self, feature_map: Tensor) -> Tensor:
-        embedding = self.linear(global_pool(feature_map, self.pooling))
-        return F.normalize(embedding, dim=1) if self.normalize else embedding
+        return F.normalize(self.linear(global_pool(feature_map, self.pooling)), dim=1)
 
     def extra_repr(self) -> str:
-        return f"pooling={self.pooling!r}, normalize={self.normalize}"
+        return f"pooling={self.pooling!r}"

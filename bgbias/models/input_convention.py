@@ -1,7 +1,5 @@
-"""How an RGB image in [0, 1] becomes a network's input: channel order, value range, mean and std.
-
-Pretrained weights only work on the input their training used. Keeping that as data beside each backbone lets
-every data pipeline hand over plain RGB in [0, 1] and never know which network comes next.
+"""How an RGB image in [0, 1] becomes a network's input: channel order, value range, mean and std. Kept as
+data beside each backbone, so every data pipeline hands over plain RGB in [0, 1] whatever network comes next.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ class InputConvention:
         return (images * self.scale - mean) / std
 
     def invert(self, inputs: Tensor) -> Tensor:
-        """The network's input -> (B, 3, H, W) float RGB in [0, 1]: the inverse of :meth:`apply`, same dtype
-        and device, and differentiable, so gradients can be taken in the network's input space."""
+        """The network's input → float RGB in [0, 1]: the differentiable inverse of :meth:`apply`."""
         _check_batch(inputs, "float network inputs")
         mean = inputs.new_tensor(self.mean).view(1, 3, 1, 1)
         std = inputs.new_tensor(self.std).view(1, 3, 1, 1)

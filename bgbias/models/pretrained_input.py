@@ -1,11 +1,8 @@
 """The preprocessing a timm model or a torchvision weights enum declares, read so that bgbias reproduces it.
 
-timm records it in each model's ``pretrained_cfg`` (input size, interpolation, crop fraction and mode, mean
-and std), torchvision in each weights enum member's ``transforms()`` preset. Both resize the shorter side of a
-PIL image, centre-crop a square and normalise: bgbias's evaluation geometry (``bgbias.data.transforms``) with
-that interpolation gives the same pixels. What it cannot give (another crop mode, a non-square input, another
-filter, a preset of another task) is refused here, naming the argument, rather than scored on other pixels
-than the model's own pipeline would give it.
+Both resize the shorter side, centre-crop a square and normalise: bgbias's evaluation geometry with that
+interpolation gives the same pixels. What it cannot give (another crop mode, a non-square input, another
+filter, a preset of another task) is refused, naming the argument, rather than scored on other pixels.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Backbones by name: ``@register_backbone("name")`` on a builder, ``build_backbone("name")`` to get one.
-
-A builder is ``fn(*, pretrained, weights, home) -> Backbone``. ``pretrained=False`` gives random weights
-(only when the user asks for it); ``pretrained=True`` loads ``weights`` (a file) or the architecture's usual
-ImageNet weights, and raises AssetError when it cannot: a builder never falls back to random weights.
+"""Backbones by name: ``@register_backbone("name")`` on a builder ``fn(*, pretrained, weights, home)``,
+``build_backbone("name")`` to get one. With ``pretrained`` a builder loads ``weights`` or the usual ImageNet
+weights, or raises AssetError: it never falls back to random weights.
 """
 
 from __future__ import annotations
@@ -46,19 +44,12 @@ def build_backbone(
     home: str | os.PathLike[str] | None = None,
     freeze_batchnorm: bool = True,
 ) -> Backbone:
-    """Build backbone ``name``; ``weights`` is a weight file to load instead of the default download,
-    ``home`` the bgbias home holding offline assets and downloaded weights."""
+    """Build backbone ``name``; ``weights`` replaces the default download, ``home`` holds assets."""
     builder = BACKBONES[name]
     if weights is not None and not pretrained:
-        raise OptionError(
-            "a weight file was given together with random initialisation",
-            path=weights,
-            fix="drop the weight file, or ask for pretrained weights",
-        )
-    backbone = builder(
-        pretrained=pretrained,
-        weights=None if weights is None else Path(weights),
-        home=None if home is None else Path(home),
-    )
+        raise OptionError("a weight file was given together with random initialisation", path=weights,
+                          fix="drop the weight file, or ask for pretrained weights")
+    backbone = builder(pretrained=pretrained, weights=None if weights is None else Path(weights),
+                       home=None if home is None else Path(home))
     backbone.freeze_batchnorm = freeze_batchnorm
     return backbone

@@ -1,13 +1,9 @@
 """``tiny_cnn``: a three-stage CNN of about 6,000 parameters for smoke runs and tests, never for results.
 
-It keeps the whole backbone contract (named stages, three levels, BatchNorm, an input convention) at a small
-fraction of MobileNetV2's cost, so a method or the training engine can be exercised end to end in seconds:
-``bgbias train --backbone tiny_cnn --set model.pretrained=false``. It has no pretrained weights; with
-``pretrained`` it only loads a weight file of its own (a saved ``Backbone.state_dict()``).
-
-Stages (spatial size at a 32-px input in brackets), each a 3×3 convolution, BatchNorm and ReLU, named by
-output stride like MobileNetV2's: ``stride2`` 8 ch (16), ``stride4`` 16 ch (8), ``final`` 32 ch (8, stride 1).
-Input: ``(x − 0.5) / 0.5``.
+It keeps the whole backbone contract, so a method or the engine runs end to end in seconds (``bgbias train
+--backbone tiny_cnn --set model.pretrained=false``). With ``pretrained`` it only loads a saved
+``Backbone.state_dict()`` of its own. Stages: ``stride2`` 8 ch, ``stride4`` 16, ``final`` 32 (stride 1);
+input ``(x − 0.5) / 0.5``.
 """
 
 from __future__ import annotations
@@ -30,7 +26,6 @@ _NO_WEIGHTS_FIX = "set model.pretrained=false (tiny_cnn is for smoke runs and te
 @register_backbone("tiny_cnn")
 def build_tiny_cnn(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """Random (Kaiming) weights from torch's generator, or with ``pretrained`` a tiny_cnn weight file."""
-
     blocks, previous = [], 3
     for stage, channels in CHANNELS.items():
         conv = nn.Conv2d(previous, channels, 3, stride=_STRIDES[stage], padding=1, bias=False)

@@ -1,20 +1,14 @@
 """MobileNetV2, ResNet-50 and GoogLeNet from torchvision, cut into named stages.
 
-Weights are loaded into the whole torchvision model under its own key names (the ImageNet classifier may be
-absent from a file; it is never used), then the model is cut: a stage is one torchvision module, or a
-``Sequential`` of torchvision's named modules when it spans several, so our keys are
+Weights load into the whole torchvision model under its own keys, then the model is cut, so our keys are
 ``blocks.<stage>.<torchvision's key>``. ResNet-50 and GoogLeNet take ImageNet weights from ``--weights PATH``
-or from torchvision's download, which torch hub caches in its own folder (so their builders ignore ``home``).
+or torchvision's download (torch hub's cache, so their builders ignore ``home``). Stages (channels):
 
-Stages (spatial size at a 224 input in brackets):
-
-- ``mobilenet_v2``, named by output stride: ``stride2`` 16 ch (112), ``stride4`` 24 (56), ``stride8`` 32 (28),
-  ``stride16`` 96 (14), ``stride32`` 320 (7), ``final`` 1280 (7, the last 1×1 conv).
-- ``resnet50``: ``stem`` 64 (56), ``layer1`` 256 (56), ``layer2`` 512 (28), ``layer3`` 1024 (14),
-  ``layer4`` 2048 (7).
-- ``googlenet``: ``stem`` 192 (28), ``inception3a`` … ``inception5b`` 1024 (7); the max-pools between
-  groups open the next stage (``inception4a``, ``inception5a``), so ``inception3b`` is at stride 8 and
-  ``inception4e`` at stride 16, like ResNet's ``layer2`` and ``layer3``.
+- ``mobilenet_v2``, by output stride: ``stride2`` 16, ``stride4`` 24, ``stride8`` 32, ``stride16`` 96,
+  ``stride32`` 320, ``final`` 1280 (the last 1×1 conv).
+- ``resnet50``: ``stem`` 64, ``layer1`` 256, ``layer2`` 512, ``layer3`` 1024, ``layer4`` 2048.
+- ``googlenet``: ``stem`` 192, ``inception3a`` … ``inception5b`` 1024; the max-pools between groups open the
+  next stage, so ``inception3b`` is at stride 8 and ``inception4e`` at 16, like ``layer2`` and ``layer3``.
 """
 
 from __future__ import annotations
@@ -37,7 +31,6 @@ from bgbias.models.registry import register_backbone
 @register_backbone("mobilenet_v2")
 def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision MobileNetV2; ImageNet weights from the offline asset (or torchvision's download)."""
-
     model = torchvision.models.mobilenet_v2(weights=None)
     if pretrained and weights is not None:
         url = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.url
@@ -55,7 +48,6 @@ def build_mobilenet_v2(*, pretrained: bool, weights: Path | None, home: Path | N
 @register_backbone("resnet50")
 def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision ResNet-50; ImageNet weights (IMAGENET1K_V1) from ``weights`` or torchvision's download."""
-
     model = torchvision.models.resnet50(weights=None)
     if pretrained:
         imagenet = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
@@ -70,44 +62,24 @@ def build_resnet50(*, pretrained: bool, weights: Path | None, home: Path | None)
 @register_backbone("googlenet")
 def build_googlenet(*, pretrained: bool, weights: Path | None, home: Path | None) -> Backbone:
     """torchvision GoogLeNet without its auxiliary heads, fed ``(x − 0.5) / 0.5`` as its weights expect."""
-
     # aux heads exist only so that torchvision's weight file loads; they are not part of any stage
-    model = torchvision.models.googlenet(
-        weights=None, aux_logits=True, transform_input=False, init_weights=not pretrained
-    )
+    model = torchvision.models.googlenet(weights=None, aux_logits=True, transform_input=False,
+                                         init_weights=not pretrained)
     if pretrained:
         heads = ("fc.", "aux1.", "aux2.")
         _load_imagenet(model, weights, torchvision.models.GoogLeNet_Weights.IMAGENET1K_V1, "googlenet", heads)
-    blocks = [
-        ("stem", _sequence(model, "conv1", "maxpool1", "conv2", "conv3", "maxpool2")),
-        ("inception3a", model.inception3a),
-        ("inception3b", model.inception3b),
-        ("inception4a", _sequence(model, "maxpool3", "inception4a")),
-        ("inception4b", model.inception4b),
-        ("inception4c", model.inception4c),
-        ("inception4d", model.inception4d),
-        ("inception4e", model.inception4e),
-        ("inception5a", _sequence(model, "maxpool4", "inception5a")),
-        ("inception5b", model.inception5b),
-    ]
-    channels = {
-        "stem": 192,
-        "inception3a": 256,
-        "inception3b": 480,
-        "inception4a": 512,
-        "inception4b": 512,
-        "inception4c": 512,
-        "inception4d": 528,
-        "inception4e": 832,
-        "inception5a": 832,
-        "inception5b": 1024,
-    }
+    channels = {"stem": 192, "inception3a": 256, "inception3b": 480, "inception4a": 512,
+                "inception4b": 512, "inception4c": 512, "inception4d": 528, "inception4e": 832,
+                "inception5a": 832, "inception5b": 1024}
+    opened_by = {"inception4a": "maxpool3", "inception5a": "maxpool4"}  # the max-pool between groups
+    blocks = [("stem", _sequence(model, "conv1", "maxpool1", "conv2", "conv3", "maxpool2"))]
+    blocks += [(name, _sequence(model, opened_by[name], name) if name in opened_by else getattr(model, name))
+               for name in list(channels)[1:]]
     levels = ("inception3b", "inception4e", "inception5b")
     return Backbone(blocks, channels=channels, levels=levels, convention=SYMMETRIC)
 
 
 def _sequence(model: nn.Module, *names: str) -> nn.Sequential:
-
     return nn.Sequential(OrderedDict((name, getattr(model, name)) for name in names))
 
 
@@ -134,9 +106,8 @@ def _load_file(model: nn.Module, path: Path, *, name: str, heads: tuple[str, ...
 
 
 def _fit(model: nn.Module, state: Any, *, path: Path | None, heads: tuple[str, ...], fix: str) -> None:
-    fitted = weight_files.fit_state(
-        model.state_dict(), state, unused=lambda key: key.startswith(heads), path=path, fix=fix
-    )
+    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
+                                    path=path, fix=fix)
     model.load_state_dict(fitted, strict=False)
 
 

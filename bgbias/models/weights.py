@@ -1,8 +1,6 @@
 """Weight files: read a state dict safely, fit it onto a model key by key, fetch the files we may download.
-
-A pretrained backbone that silently kept some random tensors would give plausible but wrong numbers, so every
-key of the model must be found in the file with the same shape, and every key of the file must be used
-(``unused`` names the exceptions, such as an ImageNet classifier); the first one that does not fit is named.
+A backbone that silently kept some random tensors would give plausible but wrong numbers, so every key must
+fit both ways (``unused`` names the exceptions); the first one that does not is named.
 """
 
 from __future__ import annotations
@@ -54,13 +52,9 @@ def fit_state(
     path: str | os.PathLike[str] | None,
     fix: str,
 ) -> dict[str, Any]:
-    """The tensors of ``file_state`` for the keys of ``model_state``, ready for ``load_state_dict``.
-
-    ``source_key`` maps a model key to its name in the file. Keys for which ``unused`` holds are skipped on
-    both sides. ``num_batches_tracked`` may be absent (files from before PyTorch 0.4.1); the model then keeps
-    its own. A missing key, a shape that differs or a key of the file that no model key asks for raises an
-    AssetError naming it.
-    """
+    """The tensors of ``file_state`` for the keys of ``model_state`` (``source_key`` maps a model key to its
+    name in the file; ``unused`` keys are skipped on both sides). ``num_batches_tracked`` may be absent (files
+    from before PyTorch 0.4.1). Any other key or shape that does not fit is an AssetError naming it."""
     fitted: dict[str, Any] = {}
     taken: set[str] = set()
     for key, tensor in model_state.items():

@@ -188,7 +188,7 @@ def test_an_attribution_registered_in_a_method_module_is_found_by_name(tmp_path,
     assert PLUGIN not in sys.modules
     built = build_attribution("package_attention", heads=2)
     assert built.options() == {"heads": 2} and PLUGIN in sys.modules
-    assert "package_attention" in contract.attribution_names()
+    assert "package_attention" in contract.ATTRIBUTIONS
     assert attribution_label("package_attention", {"heads": 2}) == "package_attention-heads2"
     with pytest.raises(OptionError, match="cannot explain 'contrastive'") as raised:
         outside = MethodModel(build("contrastive"), torch.device("cpu"))

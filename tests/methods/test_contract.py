@@ -9,7 +9,7 @@ import torch
 from bgbias.data.registry import dataset_names
 from bgbias.engine.config import resolve_config
 from bgbias.errors import OptionError
-from bgbias.methods.attribution import attribution_names
+from bgbias.methods.attribution import ATTRIBUTIONS
 from bgbias.methods.base import Batch, Method, MethodSpec
 from bgbias.methods.registry import method_class, method_names, register_method
 from bgbias.models.registry import build_backbone
@@ -176,4 +176,4 @@ def test_registering_a_name_twice_is_refused():
 @pytest.mark.parametrize("name", method_names())
 def test_a_methods_own_attribution_is_registered(name):
     own = method_class(name).own_attribution
-    assert own is None or own in attribution_names()
+    assert own is None or own in ATTRIBUTIONS

@@ -21,13 +21,6 @@ def test_shape_and_unit_norm(feature_map, pooling):
     torch.testing.assert_close(embedding.norm(dim=1), torch.ones(3))
 
 
-def test_without_normalisation_the_linear_output_is_returned(feature_map):
-    head = EmbeddingHead(16, 8, normalize=False)
-    expected = head.linear(feature_map.mean(dim=(2, 3)))
-    torch.testing.assert_close(head(feature_map), expected)
-    assert not torch.allclose(head(feature_map).norm(dim=1), torch.ones(3))
-
-
 def test_pooling_variants(feature_map):
     flat = feature_map.flatten(2)
     torch.testing.assert_close(global_pool(feature_map, "avg"), flat.mean(2))

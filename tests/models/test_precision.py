@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bgbias.engine.device import mixed_precision
 from bgbias.methods.base import Batch, MethodSpec
 from bgbias.methods.registry import method_class
+from bgbias.models.precision import network_precision
 from bgbias.models.registry import build_backbone
 
 
@@ -35,7 +35,7 @@ def _dtypes_seen(module: torch.nn.Module, kind: type) -> list[torch.dtype]:
 def test_the_backbone_computes_in_the_precision_and_hands_on_float32(dtype):
     method = _method()
     convolutions = _dtypes_seen(method.backbone, torch.nn.Conv2d)
-    with mixed_precision(dtype):
+    with network_precision(dtype):
         embeddings = method.embed(_batch().images)
     assert convolutions and set(convolutions) == {dtype or torch.float32}
     assert embeddings.dtype == torch.float32
@@ -52,7 +52,7 @@ def test_heads_and_losses_run_in_float32_under_bf16(monkeypatch):
         return real_loss(embeddings, labels, *rest)
 
     monkeypatch.setattr(method.loss_fn, "forward", recording_loss)
-    with mixed_precision(torch.bfloat16):
+    with network_precision(torch.bfloat16):
         loss = method.loss(_batch())["loss"]
     loss.backward()
     assert heads and set(heads) == {torch.float32}
@@ -62,7 +62,7 @@ def test_heads_and_losses_run_in_float32_under_bf16(monkeypatch):
 def test_precision_is_a_context_that_ends_with_it():
     method = _method()
     convolutions = _dtypes_seen(method.backbone, torch.nn.Conv2d)
-    with mixed_precision(torch.bfloat16):
+    with network_precision(torch.bfloat16):
         pass
     method.embed(_batch().images)
     assert set(convolutions) == {torch.float32}

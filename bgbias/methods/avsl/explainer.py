@@ -1,19 +1,10 @@
-"""AVSL's own attribution: ``bgbias explain --attribution avsl`` on an AVSL run.
+"""AVSL's own attribution: ``bgbias explain --attribution avsl`` on an AVSL run (docs/methods/avsl.md).
 
-AVSL's dissimilarity of two images is linear in its node values once the reliabilities are fixed, so it splits
-exactly into one share per node (Property 1, :func:`~bgbias.methods.avsl.graph.node_contributions`): d̂ = Σ_l
-Σ_i λ^l_i. Each node is an embedding dimension of one level, and its activation map u^l_i says where in the
-image that dimension's value comes from: the value is the map's spatial mean. Spreading every node's share
-over where its map is positive (in proportion to the activation, summing to 1) and adding the levels up,
-each upsampled to the image, draws where the dissimilarity between an image and its reference lies.
-(Shifting each map by its global minimum instead, as the certainty once read a map, spread every share over
-the whole image: on the bench the maps came out flat, a foreground score of 0.01 against 0.09 for the
-positive parts; docs/results.md.)
-
-The reference is the runner's (docs/methods/avsl.md): the image's nearest classmate by d̂. ``weigh=weight``
-draws the node weights w^l_i instead of the shares w^l_i δ^l_i: how much each node counts for this pair,
-whatever the two images' values on it, i.e. where the model looks when it compares them. ``level`` keeps a
-single level (1, 2 or 3) instead of all three.
+AVSL's dissimilarity splits exactly into one share per node (Property 1,
+:func:`~bgbias.methods.avsl.graph.node_contributions`); each node's share is spread over where its activation
+map is positive, levels added up at image size. (Shifting maps by their global minimum instead spread every
+share over the whole image: foreground score 0.01 against 0.09 on the bench, docs/results.md.)
+``weigh=weight`` draws the node weights instead of the shares; ``level`` keeps a single level.
 """
 
 from __future__ import annotations
@@ -27,7 +18,7 @@ import torch.nn.functional as F
 
 from bgbias.errors import OptionError
 from bgbias.methods.attribution import check_references, register_attribution
-from bgbias.methods.avsl.graph import node_weights
+from bgbias.methods.avsl.graph import node_contributions, node_weights
 from bgbias.methods.avsl.method import AVSL, LEVELS
 from bgbias.methods.sam.attention import normalise_maps
 
@@ -74,8 +65,7 @@ class NodeAttribution:
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         references01: Tensor | None = None,
     ) -> Tensor:
-        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; no randomness, so
-        ``generator`` is unused. The model is left in eval mode."""
+        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; eval mode."""
         references01 = check_references("avsl", images01, references01)
         model.eval()
         method: AVSL = model.method  # type: ignore[attr-defined]
@@ -98,10 +88,9 @@ def pair_shares(
     certainties = method.certainties([m.float() for m in maps])
     reliable = [torch.sigmoid(graph.gain * (graph.slope[i] * c[:count] * c[count:] + graph.bias[i]))
                 for i, c in enumerate(certainties)]
-    weights = node_weights(reliable, graph.edges)
     if weigh == "weight":
-        return weights
-    return [w * delta for w, delta in zip(weights, nodes, strict=True)]
+        return node_weights(reliable, graph.edges)
+    return node_contributions(nodes, reliable, graph.edges)
 
 
 def spread_over_maps(shares: list[Tensor], maps: list[Tensor], size: torch.Size, level: int | None) -> Tensor:

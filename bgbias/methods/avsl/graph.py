@@ -1,11 +1,5 @@
 """AVSL's similarity graph as pure tensor functions (docs/methods/avsl.md, *What is implemented*).
 
-Each embedding dimension of each of the L = 3 levels is a node. For a pair of images a node's value is the
-squared difference of their unit level embeddings on that dimension. Edges link each node of level l to the
-nodes of level l − 1 whose class-activation maps overlap with its own. Going up, a node whose maps are not
-peaked in both images (low certainty) is partly replaced by the edge-weighted mean of its lower nodes, which
-were rectified the same way; the sum of the rectified top-level nodes is the dissimilarity d̂.
-
 Shapes: B images, C channels of a level's feature map, r nodes per level (the per-level embedding size),
 ``…`` any leading shape, e.g. (B1, B2) for every pair of two sets. The edges ω are stored low × high (ω[m, n]:
 low node m, high node n), as the authors store them; the normalised edges W̃ are high × low, the paper's
@@ -53,9 +47,8 @@ def activation_maps(features: Tensor, conv: nn.Conv2d) -> Tensor:
 
 
 CERTAINTY_MINIMA = ("row", "global")
-"""What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*): ``row``, each row's
-own minimum along the width (the authors' code, which produced the published numbers); ``global``, the
-minimum over all positions."""
+"""What a map is shifted by before its spread is read (docs/methods/avsl.md, *Certainty*); ``row`` is the
+authors' code, which produced the published numbers."""
 
 
 def certainty(maps: Tensor, minimum: str = "row") -> Tensor:
@@ -75,8 +68,7 @@ def certainty(maps: Tensor, minimum: str = "row") -> Tensor:
 
 # ---------------------------------------------------------------------------------------------- edges
 def batch_edges(low_maps: Tensor, high_maps: Tensor) -> Tensor:
-    """ω̂ (r_low, r_high): the batch mean of the cosine between low node m's map, average-pooled to the high
-    level's size, and high node n's map; both raw maps, flattened over positions."""
+    """ω̂ (r_low, r_high): the batch mean of the cosine between low maps (pooled to size) and high maps."""
     low, high = low_maps.detach(), high_maps.detach()
     if low.shape[2:] != high.shape[2:]:
         low = F.adaptive_avg_pool2d(low, high.shape[2:])
@@ -86,8 +78,7 @@ def batch_edges(low_maps: Tensor, high_maps: Tensor) -> Tensor:
 
 
 def moving_edges(edges: Tensor, batch: Tensor, momentum: float, first: Tensor | bool) -> Tensor:
-    """ω ← γ ω + (1 − γ) ω̂, or ω̂ itself for the first batch (``first``, a bool tensor keeps it on the
-    device)."""
+    """ω ← γ ω + (1 − γ) ω̂, or ω̂ itself for the first batch (``first`` may be a bool tensor)."""
     mixed = momentum * edges + (1.0 - momentum) * batch
     if isinstance(first, bool):
         return batch.clone() if first else mixed
@@ -131,8 +122,6 @@ class Graph:
     gain: float
 
     def to(self, dtype: torch.dtype) -> Graph:
-        """The same graph in ``dtype`` (the dtype of the states it compares)."""
-
         def cast(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
             return tuple(t.to(dtype) for t in tensors)
 
@@ -154,16 +143,6 @@ def reliability(rows: Tensor, cols: Tensor, slope: Tensor, bias: Tensor, gain: f
 def rectify(lower: Tensor, nodes: Tensor, reliable: Tensor, edges: Tensor) -> Tensor:
     """δ̂^l = p^l ⊙ δ^l + (1 − p^l) ⊙ W̃^l δ̂^{l−1}, with ``lower`` the rectified δ̂^{l−1} (…, r_low)."""
     return torch.lerp(lower @ edges.T, nodes, reliable)
-
-
-def rectified_distance(nodes: Sequence[Tensor], reliabilities: Sequence[Tensor],
-                       edges: Sequence[Tensor]) -> Tensor:
-    """d̂ (…) = Σ_i δ̂^L_i from every level's nodes δ^l (…, r), the reliabilities p^l of levels 2 … L and
-    their W̃^l; δ̂^1 = δ^1. Smaller is more alike."""
-    hat = nodes[0]
-    for delta, p, w in zip(nodes[1:], reliabilities, edges, strict=True):
-        hat = rectify(hat, delta, p, w)
-    return hat.sum(dim=-1)
 
 
 def graph_distance(rows: Levels, cols: Levels, graph: Graph, *,

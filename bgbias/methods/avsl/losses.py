@@ -9,8 +9,7 @@ from torch import Tensor
 
 
 def log1p_sum_exp(x: Tensor, keep: Tensor, dim: int = 0) -> Tensor:
-    """log(1 + Σ exp(x)) over the entries ``keep`` marks along ``dim``, computed stably; 0 where none is
-    kept."""
+    """log(1 + Σ exp(x)) over the entries ``keep`` marks along ``dim``, stably; 0 where none is kept."""
     masked = x.masked_fill(~keep, float("-inf"))
     one = torch.zeros_like(masked.narrow(dim, 0, 1))
     return torch.logsumexp(torch.cat([masked, one], dim=dim), dim=dim)

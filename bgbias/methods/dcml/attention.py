@@ -1,9 +1,6 @@
-"""DCML's attention net: a spatial gate, then a channel gate, on the backbone's last feature map.
-
-There is one copy per environment. The copies are bias-free MLPs whose weights are stacked on a leading axis,
-so that the inference net, whose weights are the *mean* of the copies (not the mean of their outputs), and the
-β term that keeps the copies near that mean are one reduction each (docs/methods/dcml.md, *What is
-implemented* and *Ambiguities*, item 3).
+"""DCML's attention net: a spatial gate, then a channel gate, on the backbone's last feature map; one copy per
+environment, bias-free MLPs stacked on a leading axis, so the inference net (the *mean* of the copies'
+weights) and the β term are one reduction each (docs/methods/dcml.md, *Ambiguities*, item 3).
 """
 
 from __future__ import annotations
@@ -23,14 +20,10 @@ GateWeights = tuple[Tensor, Tensor, Tensor, Tensor]
 def attend(
     feature_map: Tensor, weights: GateWeights, grid: tuple[int, int] | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(attended, spatial, channel)``: ``feature_map`` (B, C, H, W) gated first by one spatial map
-    (B, 1, H, W) computed from its channel mean, then by a channel vector (B, C, 1, 1) computed from the
-    spatially gated map's global mean. Both gates lie in (0, 1); ``attended`` has the input's shape.
-
-    The spatial MLP works on a fixed ``grid`` of cells (default: the map's own H × W). A map of another size
-    (images larger or smaller than the training crop) has its channel mean area-resampled to the grid and
-    the gate resized back bilinearly; at the grid's size nothing is resampled.
-    """
+    """``(attended, spatial, channel)``: ``feature_map`` (B, C, H, W) gated by a spatial map (B, 1, H, W)
+    from its channel mean, then by a channel vector (B, C, 1, 1) from the gated map's mean; gates in (0, 1).
+    A map of another size than ``grid`` (the training map's) has its channel mean area-resampled to the grid
+    and the gate resized back bilinearly."""
     spatial_in, spatial_out, channel_in, channel_out = weights
     b, _, h, w = feature_map.shape
     grid = grid or (h, w)

@@ -1,14 +1,9 @@
 """DCML's environment learner: per-image soft environment weights chosen adversarially (eq. 11).
 
-With the model frozen, free logits ω (one row per training image, one column per environment; weights are
-``softmax(ω_i·)``) are re-initialised ~N(0, 1) and moved by Adam to *maximise* the dummy-gradient penalties,
-so that the environments are those in which the current model is furthest from being optimal in all at once.
-The ω of the pass with the best mean objective is kept.
-
-The authors' code means to run 5 passes but returns after the first (docs/methods/dcml.md, *Ambiguities*,
-item 4); ``passes``
-chooses, and the run's configuration records it. Their MultiStepLR at passes 10 and 15 never fires within
-5 passes and is left out.
+With the model frozen, free logits ω (images × environments, weights ``softmax(ω_i·)``) start ~N(0, 1) and
+Adam moves them to *maximise* the dummy-gradient penalties; the ω of the pass with the best mean objective is
+kept. The authors' code means 5 passes but returns after the first (docs/methods/dcml.md, *Ambiguities*,
+item 4): ``passes`` chooses.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """DCML, Deep Causal Metric Learning (Deng & Zhang, ICML 2022), as specified in docs/methods/dcml.md.
 
-Training: backbone map h → for each of k environments its own attention copy → shared head (pool, BN,
-linear) → shared CosFace proxies, each environment's terms weighted by the learned per-image environment
-weights; plus an ERM branch with its own attention net and proxies (the authors' code):
-
-    L = mean_j [ L_env_j + α ‖∇_v L_env_j‖² + γ compactness_j ] + β spread(θ_1 … θ_k) + L_erm
-
-Inference: one attention net whose weights are the mean of the k copies → head → L2-normalised embedding,
-compared by cosine (faiss on unit vectors). Every e epochs, starting before the first, the environment
-weights are re-learned from fresh training batches with the model frozen (``environments.py``).
-
-With ``paired_halves`` (the authors' SOP code) a batch of same-class pairs is trained in two optimiser steps,
-one per half (even positions, then odd): each step forwards the whole batch, takes every loss term on its
-half only, and γ pulls each image towards its fixed pair partner in the other half instead of a class mean.
+Training: k environment attention copies → shared head → shared CosFace proxies, each environment's terms
+weighted by learned per-image environment weights, plus an ERM branch (the authors' code). Inference: one
+attention net with the mean of the k copies' weights. ``paired_halves`` (the authors' SOP code) trains a batch
+of same-class pairs in two optimiser steps, one per half.
 """
 
 from __future__ import annotations
@@ -43,8 +34,7 @@ from bgbias.options import Must
 
 
 class BatchNormHead(nn.Module):
-    """Attended map (B, C, H, W) → global pool → BatchNorm → linear → z (B, D), not normalised (the γ term
-    compares raw z; the proxies and retrieval normalise)."""
+    """Attended map → pool → BatchNorm → linear → z (B, D), not normalised (the γ term compares raw z)."""
 
     def __init__(self, channels: int, dim: int, pooling: str):
         super().__init__()
@@ -158,8 +148,7 @@ class DCML(Method):
 
     @staticmethod
     def _halves(batch: Batch) -> tuple[slice, slice]:
-        """(this step's half, the other half) of a batch whose even and odd positions pair images of one
-        class, as m-per-class batches with an even m do: part 0 trains the even positions, part 1 the odd."""
+        """(this step's half, the other) of a batch pairing even and odd positions: part 0 trains the even."""
         labels = batch.labels
         if batch.part not in (0, 1) or len(labels) % 2 or not torch.equal(labels[0::2], labels[1::2]):
             raise OptionError(
@@ -170,8 +159,7 @@ class DCML(Method):
         return slice(batch.part, None, 2), slice(1 - batch.part, None, 2)
 
     def environment_objective(self, batch: Batch, weights: Tensor) -> Tensor:
-        """Eq. 11 on one batch with the model frozen: the mean over environments of the dummy-scale and
-        dummy-attention penalties, differentiable in ``weights`` (B, k) only."""
+        """Eq. 11 on one batch, model frozen: differentiable in ``weights`` (B, k) only."""
         with torch.no_grad():
             feature_map = self.backbone(batch.images)[self.backbone.final]
             attended = [self.attention(feature_map, j) for j in range(self.attention.copies)]

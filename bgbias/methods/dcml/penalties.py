@@ -1,8 +1,5 @@
-"""DCML's loss terms that are not the plain proxy loss, as pure functions of one environment's batch.
-
-``weights`` are the environment's per-sample weights w_·j (B,); every term is a weighted mean over the batch,
-``Σ_i w_ij t_i / Σ_i w_ij``, as in the authors' code (docs/methods/dcml.md, *What is implemented*).
-"""
+"""DCML's loss terms besides the plain proxy loss, as pure functions of one environment's batch: each a mean
+weighted by the environment's per-sample weights (B,), as in the authors' code (docs/methods/dcml.md)."""
 
 from __future__ import annotations
 
@@ -23,10 +20,7 @@ def environment_loss(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
 
 
 def logit_scale_penalty(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
-    """The IRM penalty ‖∇_v L_env(ℓ ⊙ v)‖² at the dummy v = 1 (eq. 7, IRMv1).
-
-    The gradient keeps its graph, so the penalty back-propagates into the network (and into ``weights``).
-    """
+    """The IRM penalty ‖∇_v L_env(ℓ ⊙ v)‖² at the dummy v = 1 (eq. 7, IRMv1), with its graph."""
     scale = torch.ones(1, logits.shape[1], device=logits.device, dtype=logits.dtype, requires_grad=True)
     return _squared_gradients(environment_loss(logits * scale, labels, weights), [scale])[0]
 
@@ -34,13 +28,9 @@ def logit_scale_penalty(logits: Tensor, labels: Tensor, weights: Tensor) -> Tens
 def dummy_penalties(
     attended: Tensor, classify: Callable[[Tensor], Tensor], labels: Tensor, weights: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """The two penalties the environment learner maximises (eq. 11): ‖∇_v L‖² for a dummy scale v on the
-    logits, and ‖∇_{u_s} L‖² + ‖∇_{u_c} L‖² for a dummy spatial map u_s (1, 1, H, W) and a dummy channel
-    vector u_c (1, C, 1, 1) on the attended map (the "θ_j = 1" dummy attention); all dummies are 1.
-
-    ``classify`` maps an attended map to logits (head, then proxies). One forward serves both penalties,
-    since multiplying by the dummies changes no value.
-    """
+    """The two penalties the environment learner maximises (eq. 11): ‖∇_v L‖² for a dummy logit scale v,
+    and ‖∇_{u_s} L‖² + ‖∇_{u_c} L‖² for a dummy spatial map and channel vector on the attended map (the
+    "θ_j = 1" attention); all dummies are 1, so one forward of ``classify`` serves both."""
     _, c, h, w = attended.shape
     options = {"device": attended.device, "dtype": attended.dtype, "requires_grad": True}
     spatial, channel = torch.ones(1, 1, h, w, **options), torch.ones(1, c, 1, 1, **options)

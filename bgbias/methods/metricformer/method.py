@@ -1,19 +1,7 @@
 """MetricFormer, as specified in docs/methods/metricformer.md: a small transformer on the backbone's last
-feature map.
-
-- the feature decoupling block (FDB) turns the map into k sub-features of d = embedding_dim / k dimensions;
-- T batch-wise correlation blocks (BCB) let each sample attend to its top-n most similar samples in the batch,
-  per sub-feature slot (training only);
-- the feature-wise correlation block (FCB) lets a sample's sub-features attend to each other; its output,
-  flattened and L2-normalised, is the (k·d = embedding_dim) embedding.
-
-A training step computes the embedding on two paths, ``z_bcb`` (FDB → BCB×T → FCB) and ``z_plain``
-(FDB → FCB), and minimises
-
-    mean_i L_M(Z⁰_i) + L_M(z_bcb) + L_M(z_plain) + λ_div · L_div + λ_cons · L_cons
-
-with the base loss L_M the margin loss (distance-weighted sampling) or ProxyAnchor. Evaluation uses the plain
-path only, so an image's embedding does not depend on the rest of its batch.
+feature map (feature decoupling, batch-wise and feature-wise correlation blocks). Training takes the loss on
+two paths, with and without the batch-wise blocks; evaluation uses the plain path only, so an image's
+embedding does not depend on the rest of its batch.
 """
 
 from __future__ import annotations
@@ -77,8 +65,7 @@ class MetricFormer(Method):
 
     @classmethod
     def check_training(cls, options: dict[str, Any], *, batch_size: int, embedding_dim: int) -> None:
-        """Refuse, while the configuration is resolved, a batch smaller than the neighbour count n (a BCB's
-        top-n graph needs n samples) and an embedding size that k slots do not divide."""
+        """Refuse a batch smaller than ``neighbours`` and an embedding size that k slots do not divide."""
         o = {**cls.Options().model_dump(), **options}
         if batch_size < o["neighbours"]:
             raise OptionError(

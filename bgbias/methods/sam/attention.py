@@ -1,12 +1,7 @@
-"""Similarity attention: Grad-CAM maps for an embedding model, from a score built out of the embeddings.
-
-An embedding has no class score to differentiate. SAM weights each dimension by how much it keeps images of a
-tuple together (positives, ``1 − |f_a − f_p|``) and apart (negatives, ``|f_a − f_n|``), projects each image's
-embedding on those weights (``s = wᵀ|f|``, which is the paper's ``wᵀf`` for non-negative embeddings), and
-takes Grad-CAM's channel weights from ``∂s/∂A`` at an intermediate feature map ``A``:
-``M = ReLU(Σ_k GAP(∂s/∂A_k) · A_k)``. Training (the mining loss) and explanation
-(``bgbias explain --attribution sam``) share these functions. docs/methods/sam.md says what comes from the
-paper and what was decided here.
+"""Similarity attention: Grad-CAM maps for an embedding model, from a score built out of the embeddings
+(docs/methods/sam.md). An embedding has no class score, so each dimension is weighted by how much it keeps a
+tuple's images together or apart, and Grad-CAM differentiates the embeddings projected on those weights.
+Training (the mining loss) and explanation (``bgbias explain --attribution sam``) share these functions.
 """
 
 from __future__ import annotations
@@ -21,11 +16,8 @@ VARIANTS = ("triplet", "siamese", "quadruplet")
 """Tuple shapes of the paper: (anchor, positive, negative), (image, image) with a same-class flag, and
 (anchor, positive, negative, negative)."""
 
-ROLES = {"triplet": 3, "siamese": 2, "quadruplet": 4}
-
 
 def check_variant(variant: str) -> str:
-    """``variant`` where it is one of :data:`VARIANTS`."""
     if variant not in VARIANTS:
         raise OptionError(f"unknown SAM variant {variant!r}", fix=f"use one of {', '.join(VARIANTS)}")
     return variant
@@ -58,7 +50,6 @@ literal ``wᵀf``; the two agree for non-negative embeddings (docs/methods/sam.m
 
 
 def check_score(score: str) -> str:
-    """``score`` where it is one of :data:`SCORES`."""
     if score not in SCORES:
         raise OptionError(f"unknown SAM score {score!r}", fix=f"use one of {', '.join(SCORES)}")
     return score
@@ -67,14 +58,9 @@ def check_score(score: str) -> str:
 def similarity_scores(
     embeddings: Tensor, tuples: Tensor, weights: Tensor, score: str = "magnitude"
 ) -> Tensor:
-    """The sum over tuples and roles of ``s = wᵀ|f|`` (``score="magnitude"``) or ``s = wᵀf``
-    (``"projection"``), with ``w`` held constant (detached): a projection on fixed important directions, as a
-    Grad-CAM class score is, and an image in several tuples gets one map summed over them.
-
-    The paper's ``wᵀf`` assumes non-negative embeddings. A linear head's are signed, and flipping the sign of
-    one embedding axis (which changes no distance) would then turn that axis's evidence into counter-evidence
-    and change the maps; ``|f|`` scores each axis by the evidence that puts the image where it is, whatever
-    its sign, and equals ``wᵀf`` when ``f ≥ 0``."""
+    """The sum over tuples and roles of ``s = wᵀ|f|`` (``"magnitude"``) or ``wᵀf`` (``"projection"``), ``w``
+    detached as a Grad-CAM class score is. ``|f|``: with a signed linear head, flipping an axis's sign
+    (which changes no distance) must not turn its evidence into counter-evidence."""
     check_score(score)
     fixed = weights.detach()
     if score == "magnitude":
@@ -92,22 +78,19 @@ def attention_maps(features: Tensor, score: Tensor, *, create_graph: bool) -> Te
 
 
 def normalise_maps(maps: Tensor, eps: float = 1e-12) -> Tensor:
-    """Each map divided by its maximum, so it lies in [0, 1] and a fixed threshold means the same for every
-    image; an all-zero map stays zero."""
+    """Each map divided by its maximum, so a fixed threshold means the same for every image."""
     peak = maps.flatten(1).amax(dim=1).clamp_min(eps)
     return maps / peak.view(-1, *([1] * (maps.dim() - 1)))
 
 
 def erasing_mask(maps: Tensor, size: tuple[int, int], sharpness: float, threshold: float) -> Tensor:
-    """(N, 1, H, W) soft erasing mask ``sigmoid(sharpness · (M − threshold))`` of normalised maps (N, m, n),
-    upsampled bilinearly to the input size: near 1 where attention is high."""
+    """(N, 1, H, W) soft mask ``sigmoid(sharpness · (M − threshold))`` of normalised maps, upsampled."""
     upsampled = F.interpolate(maps.unsqueeze(1), size=size, mode="bilinear", align_corners=False)
     return torch.sigmoid(sharpness * (upsampled - threshold))
 
 
 def erase(inputs: Tensor, mask: Tensor) -> Tensor:
-    """``x̂ = x ⊙ (1 − mask)`` over the channels; in the network's input space, so erased pixels take the
-    convention's mean colour (0 there), with or without BGAugment."""
+    """``x̂ = x ⊙ (1 − mask)`` in the network's input space: erased pixels take the convention's mean."""
     return inputs * (1 - mask)
 
 

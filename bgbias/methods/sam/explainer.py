@@ -1,17 +1,10 @@
 """SAM's similarity attention as an attribution for any embedding model: ``bgbias explain --attribution sam``.
 
-Similarity attention needs no training of its own: only an embedding, a second image to be similar to, and a
-feature map to take Grad-CAM at. So it explains a run of any method (a baseline, DCML, SAM itself) through the
-:class:`~bgbias.methods.embedding_model.FeatureMaps` capability, which every model a method backs has: the
-map ``A`` is the output of the module the model names for a stage, caught by a forward hook while the model's
-own ``embed`` runs, so no method needs code for it.
-
-For an image q and its reference r (the runner's choice, docs/methods/sam.md): unit-normalised embeddings
-``f_q``, ``f_r`` (the array named ``embedding`` of a model with several), the Siamese same-class weights
-``w = 1 − |f_q − f_r|`` (the dimensions on which the two agree), the scores ``s = wᵀf`` of both images with
-``w`` held constant, Grad-CAM maps ``ReLU(Σ_k GAP(∂s/∂A_k) · A_k)``, upsampled bilinearly to the input size
-and divided by their maximum. The weights are symmetric in q and r, so the reference's map of the pair is the
-attribution with the two roles swapped.
+It needs no training of its own, only an embedding, a reference image and a feature map, so it explains a run
+of any method through :class:`~bgbias.methods.embedding_model.FeatureMaps` (a forward hook catches the map
+while the model's own ``embed`` runs). The maps are the Siamese same-class Grad-CAM of docs/methods/sam.md
+on the ``embedding`` array (of a model with several), upsampled and divided by their maximum; the weights are
+symmetric in image and reference.
 """
 
 from __future__ import annotations
@@ -59,8 +52,7 @@ class SimilarityAttention:
         return {"stage": self.stage}
 
     def supports(self, model: EmbeddingModel) -> bool:
-        """Any model with the ``FeatureMaps`` capability; one without ``stage`` among its stages is an
-        ``OptionError`` naming them."""
+        """Any model with ``FeatureMaps``; one without ``stage`` is an ``OptionError`` naming its stages."""
         if not isinstance(model, FeatureMaps):
             return False
         stages = tuple(model.feature_stages())
@@ -74,8 +66,7 @@ class SimilarityAttention:
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         references01: Tensor | None = None,
     ) -> Tensor:
-        """(B, H, W) maps in [0, 1] of ``images01`` (B, 3, H, W in [0, 1]), image i explained against
-        ``references01[i]``; no randomness, so ``generator`` is unused. The model is left in eval mode."""
+        """(B, H, W) maps in [0, 1] of ``images01``, image i against ``references01[i]``; eval mode."""
         references01 = check_references("sam", images01, references01)
         model.eval()
         return pair_maps(model, model.feature_module(self.stage), images01, references01)[0]
@@ -83,8 +74,7 @@ class SimilarityAttention:
 
 def pair_maps(model: EmbeddingModel, module: nn.Module, images01: Tensor, references01: Tensor
               ) -> tuple[Tensor, Tensor]:
-    """The (B, H, W) maps of each image and of its reference, as pairs of a Siamese same-class tuple, taken
-    at the output of ``module`` (which the model's ``embed`` must run exactly once)."""
+    """The (B, H, W) maps of each image and its reference, at ``module``'s output (run once per embed)."""
     count = len(images01)
     if count == 0:
         empty = images01.new_zeros(0, *images01.shape[2:])

@@ -1,19 +1,9 @@
 """SAM, similarity attention and similarity mining (Zheng et al.), as specified in docs/methods/sam.md.
 
-The network is the baselines': backbone → embedding head (pool, linear, L2 normalisation); SAM adds no
-parameters and inference is a plain embedding. A training step on an m-per-class batch:
-
-1. mine at most ``max_tuples`` tuples (``mining.py``, seeded by the batch's image indices);
-2. A = the backbone's map at ``stage``, f = the unit embedding continued from A;
-3. L_ml, the base metric loss over the tuples (triplet, contrastive or quadruplet);
-4. per image a similarity-attention map (``attention.py``): each tuple's dimension weights w (held
-   constant), the score Σ wᵀ|f| summed over tuples, Grad-CAM at A with the graph kept (second order);
-5. each map normalised to [0, 1], soft-erased from the image in the network's input space,
-   ``x̂ = x ⊙ (1 − sigmoid(sharpness · (M − threshold)))``, and x̂ re-embedded by the same encoder → f*;
-6. L_sm, the similarity mining loss of f* over the same tuples; the total is ``L_ml + gamma · L_sm``.
-
-The erased pass never moves BatchNorm running statistics (frozen BatchNorm, the protocol's default, does not
-anyway), so the erased images cannot shift what evaluation normalises with.
+The network is the baselines' and inference a plain embedding. A training step mines tuples, takes the
+similarity-attention map of every image at ``stage`` (second order), soft-erases it and re-embeds the image;
+the total loss is ``L_ml + gamma · L_sm``. The erased pass never moves BatchNorm running statistics, so the
+erased images cannot shift what evaluation normalises with.
 """
 
 from __future__ import annotations
@@ -52,8 +42,7 @@ ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
 
 
 class SAMOptions(MethodOptions):
-    """SAM's options (the ``loss`` section); whether ``stage`` exists depends on the backbone, checked when
-    the method is built."""
+    """SAM's options; whether ``stage`` exists depends on the backbone, checked when the method is built."""
 
     variant: Annotated[str, AfterValidator(check_variant)] = "triplet"  # triplet | siamese | quadruplet
     # s = wᵀ|f| | projection: the paper's literal s = wᵀf
@@ -89,7 +78,7 @@ class SamStep:
 
 @register_method("sam")
 class SAM(Method):
-    """See the module docstring; options are the ``loss`` section (``configs/methods/sam.json``)."""
+    """See the module docstring (per-dataset options: ``configs/methods/sam.json``)."""
 
     own_attribution = "sam"
     Options = SAMOptions
@@ -128,9 +117,8 @@ class SAM(Method):
         }
 
     def step(self, images: Tensor, tuples: Tuples, *, create_graph: bool = True) -> SamStep:
-        """Steps 2 and 4–5 of the module docstring on ``images`` (float RGB in [0, 1]) and ``tuples`` (on
-        their device). ``create_graph`` keeps the maps differentiable (training); without it the maps, the
-        mask and the erased images are constants, and the graph of ``embeddings`` is spent (measuring)."""
+        """Features, maps, mask and erased embeddings of ``images`` and ``tuples``. Without ``create_graph``
+        (measuring) the maps, mask and erased images are constants; the graph of ``embeddings`` is spent."""
         o = self.options
         features, embeddings = self.features_and_embeddings(images)
         maps = self.attention(features, embeddings, tuples, create_graph=create_graph)
@@ -154,22 +142,19 @@ class SAM(Method):
     def attention(
         self, features: Tensor, embeddings: Tensor, tuples: Tuples, *, create_graph: bool
     ) -> Tensor:
-        """Raw similarity-attention maps (B, m, n) at ``features``: one per image, summed over the tuples it
-        is in (an image in no tuple gets zeros)."""
+        """Raw similarity-attention maps (B, m, n) at ``features``, summed over each image's tuples."""
         o = self.options
         weights = similarity_weights(embeddings, tuples.rows, o["variant"], tuples.same)
         score = similarity_scores(embeddings, tuples.rows, weights, o["score"])
         return attention_maps(features, score, create_graph=create_graph)
 
     def erase(self, images: Tensor, mask: Tensor) -> Tensor:
-        """Soft-erase ``mask`` from float RGB ``images`` in the network's input space (erased pixels take the
-        convention's mean colour), back in [0, 1]."""
+        """Soft-erase ``mask`` from ``images`` in the network's input space (to the convention's mean)."""
         return self.convention.invert(erase(self.convention.apply(images), mask))
 
     def metric_loss(self, embeddings: Tensor, tuples: Tuples) -> Tensor:
-        """L_ml, a mean over the tuples: triplet ``[d(a,p) − d(a,n) + margin]₊``; quadruplet the sum of that
-        for n1 and n2; Siamese (contrastive) ``d`` for same-class pairs and ``[negative_margin − d]₊`` for
-        the others."""
+        """L_ml, a mean over the tuples: triplet ``[d(a,p) − d(a,n) + margin]₊`` (quadruplet: summed over both
+        negatives); Siamese ``d`` for same-class pairs and ``[negative_margin − d]₊`` for the others."""
         o, rows = self.options, tuples.rows
         anchor = embeddings[rows[:, 0]]
         first = (anchor - embeddings[rows[:, 1]]).norm(dim=1)
@@ -183,8 +168,7 @@ class SAM(Method):
 
 @contextlib.contextmanager
 def running_statistics_kept(module: nn.Module) -> Iterator[None]:
-    """Inside, BatchNorm layers in training mode normalise with batch statistics as usual but leave their
-    running statistics (and batch count) as they were; frozen (eval-mode) layers are untouched anyway."""
+    """Inside, training-mode BatchNorm layers leave their running statistics and batch count as they were."""
     saved = []
     for layer in module.modules():
         if isinstance(layer, _BATCHNORMS) and layer.training and layer.track_running_stats:

@@ -1,15 +1,9 @@
 """SAM's tuples: which (anchor, positive, negative…) rows of an m-per-class batch a training step uses.
 
-Every valid tuple of the batch is a candidate; a bounded number (``max_tuples``) is drawn from them with a
-generator seeded by the batch's image indices, so the same batch always gives the same tuples (a resumed run
-repeats an uninterrupted one) and global random state is left alone. Mining runs on the CPU on the labels
-only, so the tuples do not depend on the device either.
-
-- triplet: (a, p, n), every a ≠ p of one class and n of another, drawn uniformly;
-- quadruplet: a drawn triplet plus a second negative n2 of a, from a class other than n1's when the batch has
-  one (as in Chen et al.'s quadruplet), else another image than n1;
-- siamese: unordered pairs, up to half of them (rounded up) same-class and the rest different-class, so the
-  positive pairs, the only ones the mining loss uses, are not drowned by the many negative ones.
+At most ``max_tuples`` valid tuples are drawn with a generator seeded by the batch's image indices, on the
+CPU from the labels alone: the same batch gives the same tuples on any device, and a resumed run repeats an
+uninterrupted one. Siamese pairs are up to half same-class, so the positive pairs (the only ones the mining
+loss uses) are not drowned by the negative ones.
 """
 
 from __future__ import annotations
@@ -26,8 +20,7 @@ from bgbias.methods.sam.attention import check_variant
 
 @dataclass(frozen=True)
 class Tuples:
-    """``rows`` (T, roles) int64 row indices into the batch; ``same`` (T,) bool for Siamese pairs (which share
-    a class), else None."""
+    """``rows`` (T, roles) row indices into the batch; ``same`` (T,) bool for Siamese pairs, else None."""
 
     rows: Tensor
     same: Tensor | None = None
