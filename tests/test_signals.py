@@ -69,6 +69,21 @@ def _without_timing(run: Path) -> list[dict]:
     return [{key: value for key, value in row.items() if key not in TIMING} for row in rows]
 
 
+@pytest.fixture(scope="module")
+def undisturbed(tiny_bench, tmp_path_factory):
+    """The run of ``_train_args`` with ``workers`` data-loader workers, trained once without a signal: the
+    runs signalled with the same workers resume to it."""
+    runs: dict[int, Path] = {}
+
+    def run(workers: int) -> Path:
+        if workers not in runs:
+            runs[workers] = tmp_path_factory.mktemp(f"undisturbed-{workers}") / "run"
+            whole = run_cli([*_train_args(tiny_bench, workers), "--run-dir", str(runs[workers])])
+            assert whole.returncode == 0, whole.stderr
+        return runs[workers]
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "group", "workers", "pause", "status"),
@@ -81,8 +96,8 @@ def _without_timing(run: Path) -> list[dict]:
     ],
     ids=["sigterm", "sigterm-to-group-with-workers", "sigint"],
 )
-def test_a_signalled_training_says_interrupted_and_resumes_exactly(tiny_bench, tmp_path, signum, group,
-                                                                   workers, pause, status):
+def test_a_signalled_training_says_interrupted_and_resumes_exactly(tiny_bench, undisturbed, tmp_path, signum,
+                                                                   group, workers, pause, status):
     args = _train_args(tiny_bench, workers)
     killed = tmp_path / "killed"
     child, _ = start_paused(tmp_path, pause + cli([*args, "--run-dir", str(killed)]))
@@ -98,11 +113,10 @@ def test_a_signalled_training_says_interrupted_and_resumes_exactly(tiny_bench, t
 
     resumed = run_cli(["train", "--resume", str(killed), "--no-progress"])
     assert resumed.returncode == 0, resumed.stderr
-    whole = run_cli([*args, "--run-dir", str(tmp_path / "whole")])
-    assert whole.returncode == 0, whole.stderr
-    assert _without_timing(killed) == _without_timing(tmp_path / "whole")
+    whole = undisturbed(workers)
+    assert _without_timing(killed) == _without_timing(whole)
     a = load_checkpoint(killed / "checkpoints" / "last.pt")["model"]
-    b = load_checkpoint(tmp_path / "whole" / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(whole / "checkpoints" / "last.pt")["model"]
     assert all(torch.equal(a[key], b[key]) for key in a)
     assert json.loads((killed / "run.json").read_text())["status"] == "finished"
 
