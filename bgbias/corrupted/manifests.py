@@ -7,10 +7,10 @@ that no longer matches is refused instead of silently giving other numbers. Rend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.pool import default_pools, list_pool, pool_folder, upright_size
@@ -43,7 +43,7 @@ from bgbias.corrupted.manifest_schema import (
     read_manifest,
     shown,
 )
-from bgbias.corrupted.manifest_store import write_manifest
+from bgbias.corrupted.manifest_store import manifest_exists, write_manifest
 from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
@@ -98,6 +98,7 @@ class CorruptedHeader(ManifestHeader):
 
 
 CorruptedFile = ManifestFile[CorruptedHeader, CorruptedEntry]
+ManifestT = TypeVar("ManifestT", bound=SplitManifest)
 
 
 @dataclass(frozen=True)
@@ -192,32 +193,91 @@ def make_corrupted_manifests(
     :func:`default_manifest_dir`, ``geometry`` to the dataset's evaluation geometry. Repeat ``r`` of seed
     ``S`` is the same whatever ``repeats`` is, so asking for more repeats later keeps the earlier ones.
     """
-    check_corrupted_split(split)
-    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:
         out_dir = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
-    items = split_items(dataset, split, protocol, fold)
+    items, skeleton = split_skeleton(dataset, split, seed, protocol, fold, geometry)
     pool = describe_pool(pool_dir)
-    sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)
-    paths = []
-    for repeat in range(repeats):
-        header = CorruptedHeader(
-            format=MANIFEST_FORMAT, version=FORMAT_VERSION, dataset=dataset.name, split=split,
-            protocol=protocol, fold=fold, count=len(items), ids_sha256=ids_sha256(items), seed=seed,
-            repeat=repeat, geometry=ManifestGeometry.of(geometry),
-            background_crop=BACKGROUND_CROP, pool=pool,
-        )
-        entries = sample_entries(items, pool, seed, repeat)
-        path = out_dir / manifest_name(repeat)
-        write_manifest(path, manifest_text(header, entries))
-        paths.append(path)
+
+    def text(repeat: int) -> str:
+        header = CorruptedHeader(format=MANIFEST_FORMAT, **skeleton, repeat=repeat,
+                                 background_crop=BACKGROUND_CROP, pool=pool)
+        return manifest_text(header, sample_entries(items, pool, seed, repeat))
+
+    return write_repeats(out_dir, repeats, text)
+
+
+def split_skeleton(
+    dataset: Dataset, split: str, seed: int, protocol: str, fold: int, geometry: EvalGeometry | None
+) -> tuple[list[Item], dict[str, Any]]:
+    """The split's items, and the header fields every manifest of its sets (corrupted or variant) records
+    of it, all but the repeat and the kind's own keys; ``geometry`` defaults to the dataset's."""
+    check_corrupted_split(split)
+    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
+    items = split_items(dataset, split, protocol, fold)
+    return items, {"version": FORMAT_VERSION, "dataset": dataset.name, "split": split, "protocol": protocol,
+                   "fold": fold, "count": len(items), "ids_sha256": ids_sha256(items), "seed": seed,
+                   "geometry": ManifestGeometry.of(geometry)}
+
+
+def write_repeats(out_dir: Path, count: int, text: Callable[[int], str]) -> list[Path]:
+    """Write ``text(r)`` as ``out_dir/repeat-<r>.json`` for each of ``count`` repeats, once the temporaries
+    killed runs left beside them are swept, and return their paths."""
+    paths = [Path(out_dir) / manifest_name(r) for r in range(count)]
+    sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
+    for repeat, path in enumerate(paths):
+        write_manifest(path, text(repeat))
     return paths
 
 
 def ids_sha256(items: Sequence[Item]) -> str:
     """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
     return ids_digest(item.id for item in items)
+
+
+# ------------------------------------------------------------------------------------------------- resolving
+def ensure_manifests(
+    paths: Sequence[Path],
+    split: str,
+    seed: int,
+    variant: str | None,
+    load: Callable[[Path], ManifestT],
+    make: Callable[[], object],
+) -> list[ManifestT]:
+    """The manifests at ``paths`` (repeat ``r`` at ``paths[r]``) of the split's corrupted sets, or of its
+    ``variant``, made first by ``make`` where any is missing. Existing ones are loaded (and so checked) before
+    any is written, so one made with another pool or rule is reported, never silently replaced; each must be
+    the split, seed, repeat and variant its file name stands for."""
+    loaded = {path: load(path) for path in paths if manifest_exists(path)}
+    for repeat, path in enumerate(paths):
+        if path in loaded:
+            _check_named(loaded[path], path, (split, repeat, variant), seed)
+    if len(loaded) == len(paths):
+        return [loaded[path] for path in paths]
+    # Writes every repeat (repeat r of a seed does not depend on the count, but the header records this
+    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
+    make()
+    return [load(path) for path in paths]
+
+
+def _check_named(manifest: SplitManifest, path: Path, named: tuple[str, int, str | None], seed: int) -> None:
+    """``manifest`` is of ``seed`` and the (split, repeat, variant) its file ``path`` is ``named`` for."""
+    if manifest.seed != seed:
+        raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                         fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                             "folder", parameter="seed")
+    held = (manifest.split, manifest.repeat, variant_name(manifest))
+    if held != named:
+        raise AssetError(
+            f"the file is named for {_set_description(*named)} but holds {_set_description(*held)}",
+            path=path,
+            fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+        )
+
+
+def _set_description(split: str, repeat: int, variant: str | None) -> str:
+    kind = "" if variant is None else f"{variant} variant of the "
+    return f"repeat {repeat} of the {kind}{split} split"
 
 
 # ------------------------------------------------------------------------------------------------- loading
@@ -276,9 +336,15 @@ def remake_command(manifest: SplitManifest, dataset_name: str) -> str:
     split = f"--split {manifest.split}"
     if manifest.protocol != "fixed":
         split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
-    variant = getattr(manifest, "variant", None)
+    variant = variant_name(manifest)
     return (f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
-            + ("" if variant is None else f" --variant {variant.name}"))
+            + ("" if variant is None else f" --variant {variant}"))
+
+
+def variant_name(manifest: SplitManifest) -> str | None:
+    """The variant a manifest is of, None for a corrupted set."""
+    variant = getattr(manifest, "variant", None)
+    return None if variant is None else variant.name
 
 
 def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
