@@ -144,6 +144,11 @@ def manifest_name(repeat: int) -> str:
     return f"repeat-{repeat}.json"
 
 
+def repeat_paths(folder: Path, count: int) -> list[Path]:
+    """The files of repeats ``0 … count-1`` in ``folder``."""
+    return [Path(folder) / manifest_name(r) for r in range(count)]
+
+
 def check_corrupted_split(split: str) -> None:
     if split not in CORRUPTED_SPLITS:
         raise OptionError(
@@ -223,7 +228,7 @@ def split_skeleton(
 def write_repeats(out_dir: Path, count: int, text: Callable[[int], str]) -> list[Path]:
     """Write ``text(r)`` as ``out_dir/repeat-<r>.json`` for each of ``count`` repeats, once the temporaries
     killed runs left beside them are swept, and return their paths."""
-    paths = [Path(out_dir) / manifest_name(r) for r in range(count)]
+    paths = repeat_paths(out_dir, count)
     sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
     for repeat, path in enumerate(paths):
         write_manifest(path, text(repeat))
@@ -237,17 +242,19 @@ def ids_sha256(items: Sequence[Item]) -> str:
 
 # ------------------------------------------------------------------------------------------------- resolving
 def ensure_manifests(
-    paths: Sequence[Path],
+    folder: Path,
+    count: int,
     split: str,
     seed: int,
     variant: str | None,
     load: Callable[[Path], ManifestT],
     make: Callable[[], object],
 ) -> list[ManifestT]:
-    """The manifests at ``paths`` (repeat ``r`` at ``paths[r]``) of the split's corrupted sets, or of its
-    ``variant``, made first by ``make`` where any is missing. Existing ones are loaded (and so checked) before
-    any is written, so one made with another pool or rule is reported, never silently replaced; each must be
-    the split, seed, repeat and variant its file name stands for."""
+    """Repeats ``0 … count-1`` in ``folder`` of the split's corrupted sets, or of its ``variant``, made first
+    by ``make`` where any is missing. Existing ones are loaded (and so checked) before any is written, so one
+    made with another pool or rule is reported, never silently replaced; each must be the split, seed, repeat
+    and variant its file name stands for."""
+    paths = repeat_paths(folder, count)
     loaded = {path: load(path) for path in paths if manifest_exists(path)}
     for repeat, path in enumerate(paths):
         if path in loaded:

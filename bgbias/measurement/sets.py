@@ -20,6 +20,7 @@ from bgbias.corrupted.manifests import (
     load_manifest,
     make_corrupted_manifests,
     manifest_name,
+    repeat_paths,
 )
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.saliency.records import masks_record
@@ -123,12 +124,12 @@ def corrupted_manifests(
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
+    folder = Path(folder)
     return ensure_manifests(
-        [Path(folder) / manifest_name(r) for r in range(repeats)], split, seed, None,
+        folder, repeats, split, seed, None,
         load=lambda path: load_manifest(path, dataset, pool, geometry),
-        make=lambda: make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool,
-                                              out_dir=Path(folder), protocol=protocol, fold=fold,
-                                              geometry=geometry),
+        make=lambda: make_corrupted_manifests(dataset, split, repeats, seed, pool, folder, protocol, fold,
+                                              geometry),
     )
 
 
@@ -168,10 +169,10 @@ def missing_manifests(resolved: ResolvedRequest) -> list[Path]:
         return []
     folder = Path(request.manifests) if request.manifests is not None else default_manifest_dir(
         resolved.dataset, resolved.split, request.seed, resolved.protocol, resolved.fold, resolved.geometry)
-    paths = [folder / manifest_name(r) for r in range(corrupted_count(request))]
+    paths = repeat_paths(folder, corrupted_count(request))
     if request.profile:
-        paths += [variant_dir(folder, name) / manifest_name(r)
-                  for name in VARIANTS for r in range(variant_repeats(name, request.repeats))]
+        paths += [path for name in VARIANTS
+                  for path in repeat_paths(variant_dir(folder, name), variant_repeats(name, request.repeats))]
     return [path for path in paths if not manifest_exists(path)]
 
 

@@ -34,7 +34,6 @@ from bgbias.corrupted.manifests import (
     default_manifest_dir,
     ensure_manifests,
     make_corrupted_manifests,
-    manifest_name,
     remake_command,
     split_skeleton,
     write_repeats,
@@ -208,7 +207,7 @@ def ensure_variant_manifests(
     """Variant ``name``'s sets of the split at ``geometry`` from ``folder``, made there first where any is
     missing (as :func:`~bgbias.corrupted.manifests.ensure_manifests` checks and makes them)."""
     return ensure_manifests(
-        [Path(folder) / manifest_name(r) for r in range(variant_repeats(name, repeats))], split, seed, name,
+        folder, variant_repeats(name, repeats), split, seed, name,
         load=lambda path: load_variant_manifest(path, dataset, geometry),
         make=lambda: make_variant_manifests(dataset, name, folder, split, repeats, seed, protocol, fold,
                                             geometry),
