@@ -37,11 +37,11 @@ from bgbias.corrupted.manifest_schema import (
     canonical,
     check_manifest,
     expected,
-    header_fields,
     ids_digest,
     manifest_text,
     read_manifest,
     shown,
+    split_fields,
 )
 from bgbias.corrupted.manifest_store import manifest_exists, write_manifest
 from bgbias.data.geometry import INTERPOLATIONS
@@ -97,7 +97,6 @@ class CorruptedHeader(ManifestHeader):
     pool: Annotated[list[PoolFile], expected("a non-empty list", bool)]
 
 
-CorruptedFile = ManifestFile[CorruptedHeader, CorruptedEntry]
 ManifestT = TypeVar("ManifestT", bound=SplitManifest)
 
 
@@ -242,13 +241,8 @@ def ids_sha256(items: Sequence[Item]) -> str:
 
 # ------------------------------------------------------------------------------------------------- resolving
 def ensure_manifests(
-    folder: Path,
-    count: int,
-    split: str,
-    seed: int,
-    variant: str | None,
-    load: Callable[[Path], ManifestT],
-    make: Callable[[], object],
+    folder: Path, count: int, split: str, seed: int, variant: str | None,
+    load: Callable[[Path], ManifestT], make: Callable[[], object],
 ) -> list[ManifestT]:
     """Repeats ``0 … count-1`` in ``folder`` of the split's corrupted sets, or of its ``variant``, made first
     by ``make`` where any is missing. Existing ones are loaded (and so checked) before any is written, so one
@@ -257,29 +251,27 @@ def ensure_manifests(
     paths = repeat_paths(folder, count)
     loaded = {path: load(path) for path in paths if manifest_exists(path)}
     for repeat, path in enumerate(paths):
-        if path in loaded:
-            _check_named(loaded[path], path, (split, repeat, variant), seed)
-    if len(loaded) == len(paths):
+        manifest = loaded.get(path)
+        if manifest is None:
+            continue
+        if manifest.seed != seed:
+            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                                 "folder", parameter="seed")
+        held = (manifest.split, manifest.repeat, variant_name(manifest))
+        if held != (split, repeat, variant):
+            raise AssetError(
+                f"the file is named for {_set_description(split, repeat, variant)} but holds "
+                f"{_set_description(*held)}",
+                path=path,
+                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+            )
+    if len(loaded) == count:
         return [loaded[path] for path in paths]
     # Writes every repeat (repeat r of a seed does not depend on the count, but the header records this
     # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
     make()
     return [load(path) for path in paths]
-
-
-def _check_named(manifest: SplitManifest, path: Path, named: tuple[str, int, str | None], seed: int) -> None:
-    """``manifest`` is of ``seed`` and the (split, repeat, variant) its file ``path`` is ``named`` for."""
-    if manifest.seed != seed:
-        raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                         fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
-                             "folder", parameter="seed")
-    held = (manifest.split, manifest.repeat, variant_name(manifest))
-    if held != named:
-        raise AssetError(
-            f"the file is named for {_set_description(*named)} but holds {_set_description(*held)}",
-            path=path,
-            fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
-        )
 
 
 def _set_description(split: str, repeat: int, variant: str | None) -> str:
@@ -359,7 +351,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
     field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
     data, digest = read_manifest(path, MANIFEST_FORMAT, "the corrupted-set manifest")
-    manifest = check_manifest(data, CorruptedFile, path)
+    manifest = check_manifest(data, ManifestFile[CorruptedHeader, CorruptedEntry], path)
     header = manifest.header
     if canonical(header.background_crop) != canonical(BACKGROUND_CROP):
         raise bad_field("header.background_crop", f"the current sampling rules {canonical(BACKGROUND_CROP)}",
@@ -367,9 +359,8 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     if len({f.name for f in header.pool}) != len(header.pool):
         raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
     _check_entries(manifest.images, header.pool, path)
-    return CorruptedManifest(path=path, sha256=digest, **header_fields(header),
-                             pool_dir=split_pool_dir(header.split, backgrounds), pool=tuple(header.pool),
-                             entries=tuple(manifest.images))
+    return CorruptedManifest(**split_fields(manifest, path, digest),
+                             pool_dir=split_pool_dir(header.split, backgrounds), pool=tuple(header.pool))
 
 
 def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], path: Path) -> None:

@@ -24,10 +24,10 @@ from bgbias.corrupted.manifest_schema import (
     bad_field,
     check_fields,
     check_manifest,
-    header_fields,
     manifest_text,
     read_manifest,
     shown,
+    split_fields,
 )
 from bgbias.corrupted.manifests import (
     check_describes_split,
@@ -259,5 +259,4 @@ def _parse(path: Path) -> VariantManifest:
     if header.rule != kind.rule:
         raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", shown(header.rule),
                         path)
-    return VariantManifest(path=path, sha256=digest, variant=kind, **header_fields(header),
-                           entries=tuple(manifest.images))
+    return VariantManifest(**split_fields(manifest, path, digest), variant=kind)
