@@ -138,7 +138,8 @@ def test_ensure_makes_missing_sets_and_refuses_a_renamed_one(bench4, tmp_path):
     assert ensure_variant_manifests(bench4, "mixed-same", tmp_path / "v", "test", 2, 0, "fixed", 0,
                                     geometry)[1].path.read_bytes() == before
     os.replace(made[0].path, made[1].path)
-    with pytest.raises(AssetError, match="named for repeat 1"):
+    with pytest.raises(AssetError, match="named for repeat 1 of the mixed-same variant of the test split but "
+                                         "holds repeat 0 of the mixed-same variant of the test split"):
         ensure_variant_manifests(bench4, "mixed-same", tmp_path / "v", "test", 2, 0, "fixed", 0, geometry)
 
 
