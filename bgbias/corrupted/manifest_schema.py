@@ -166,11 +166,13 @@ class SplitManifest:
     entries: tuple[Any, ...]
 
 
-def header_fields(header: ManifestHeader) -> dict[str, Any]:
-    """What a :class:`SplitManifest` keeps of a header's skeleton, by field name."""
-    return {"dataset": header.dataset, "split": header.split, "protocol": header.protocol,
-            "fold": header.fold, "seed": header.seed, "repeat": header.repeat,
-            "geometry": header.geometry.eval_geometry()}
+def split_fields(manifest: ManifestFile[Any, Any], path: Path, digest: str) -> dict[str, Any]:
+    """The :class:`SplitManifest` fields of a checked manifest read from ``path`` (``digest``: its bytes'),
+    by name."""
+    header = manifest.header
+    return {"path": path, "sha256": digest, "dataset": header.dataset, "split": header.split,
+            "protocol": header.protocol, "fold": header.fold, "seed": header.seed, "repeat": header.repeat,
+            "geometry": header.geometry.eval_geometry(), "entries": tuple(manifest.images)}
 
 
 def manifest_text(header: Record, lines: Sequence[Record]) -> str:

@@ -7,10 +7,10 @@ that no longer matches is refused instead of silently giving other numbers. Rend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.pool import default_pools, list_pool, pool_folder, upright_size
@@ -37,13 +37,13 @@ from bgbias.corrupted.manifest_schema import (
     canonical,
     check_manifest,
     expected,
-    header_fields,
     ids_digest,
     manifest_text,
     read_manifest,
     shown,
+    split_fields,
 )
-from bgbias.corrupted.manifest_store import write_manifest
+from bgbias.corrupted.manifest_store import manifest_exists, write_manifest
 from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
@@ -97,7 +97,7 @@ class CorruptedHeader(ManifestHeader):
     pool: Annotated[list[PoolFile], expected("a non-empty list", bool)]
 
 
-CorruptedFile = ManifestFile[CorruptedHeader, CorruptedEntry]
+ManifestT = TypeVar("ManifestT", bound=SplitManifest)
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,11 @@ def default_manifest_dir(
 
 def manifest_name(repeat: int) -> str:
     return f"repeat-{repeat}.json"
+
+
+def repeat_paths(folder: Path, count: int) -> list[Path]:
+    """The files of repeats ``0 … count-1`` in ``folder``."""
+    return [Path(folder) / manifest_name(r) for r in range(count)]
 
 
 def check_corrupted_split(split: str) -> None:
@@ -192,32 +197,86 @@ def make_corrupted_manifests(
     :func:`default_manifest_dir`, ``geometry`` to the dataset's evaluation geometry. Repeat ``r`` of seed
     ``S`` is the same whatever ``repeats`` is, so asking for more repeats later keeps the earlier ones.
     """
-    check_corrupted_split(split)
-    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:
         out_dir = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
-    items = split_items(dataset, split, protocol, fold)
+    items, skeleton = split_skeleton(dataset, split, seed, protocol, fold, geometry)
     pool = describe_pool(pool_dir)
-    sweep_stale_temps([out_dir / manifest_name(r) for r in range(repeats)], older_than=SHARED_TEMP_AGE_S)
-    paths = []
-    for repeat in range(repeats):
-        header = CorruptedHeader(
-            format=MANIFEST_FORMAT, version=FORMAT_VERSION, dataset=dataset.name, split=split,
-            protocol=protocol, fold=fold, count=len(items), ids_sha256=ids_sha256(items), seed=seed,
-            repeat=repeat, geometry=ManifestGeometry.of(geometry),
-            background_crop=BACKGROUND_CROP, pool=pool,
-        )
-        entries = sample_entries(items, pool, seed, repeat)
-        path = out_dir / manifest_name(repeat)
-        write_manifest(path, manifest_text(header, entries))
-        paths.append(path)
+
+    def text(repeat: int) -> str:
+        header = CorruptedHeader(format=MANIFEST_FORMAT, **skeleton, repeat=repeat,
+                                 background_crop=BACKGROUND_CROP, pool=pool)
+        return manifest_text(header, sample_entries(items, pool, seed, repeat))
+
+    return write_repeats(out_dir, repeats, text)
+
+
+def split_skeleton(
+    dataset: Dataset, split: str, seed: int, protocol: str, fold: int, geometry: EvalGeometry | None
+) -> tuple[list[Item], dict[str, Any]]:
+    """The split's items, and the header fields every manifest of its sets (corrupted or variant) records
+    of it, all but the repeat and the kind's own keys; ``geometry`` defaults to the dataset's."""
+    check_corrupted_split(split)
+    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
+    items = split_items(dataset, split, protocol, fold)
+    return items, {"version": FORMAT_VERSION, "dataset": dataset.name, "split": split, "protocol": protocol,
+                   "fold": fold, "count": len(items), "ids_sha256": ids_sha256(items), "seed": seed,
+                   "geometry": ManifestGeometry.of(geometry)}
+
+
+def write_repeats(out_dir: Path, count: int, text: Callable[[int], str]) -> list[Path]:
+    """Write ``text(r)`` as ``out_dir/repeat-<r>.json`` for each of ``count`` repeats, once the temporaries
+    killed runs left beside them are swept, and return their paths."""
+    paths = repeat_paths(out_dir, count)
+    sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
+    for repeat, path in enumerate(paths):
+        write_manifest(path, text(repeat))
     return paths
 
 
 def ids_sha256(items: Sequence[Item]) -> str:
     """Checksum of the ordered image ids of a split: changes when an image is added, removed or renamed."""
     return ids_digest(item.id for item in items)
+
+
+# ------------------------------------------------------------------------------------------------- resolving
+def ensure_manifests(
+    folder: Path, count: int, split: str, seed: int, variant: str | None,
+    load: Callable[[Path], ManifestT], make: Callable[[], object],
+) -> list[ManifestT]:
+    """Repeats ``0 … count-1`` in ``folder`` of the split's corrupted sets, or of its ``variant``, made first
+    by ``make`` where any is missing. Existing ones are loaded (and so checked) before any is written, so one
+    made with another pool or rule is reported, never silently replaced; each must be the split, seed, repeat
+    and variant its file name stands for."""
+    paths = repeat_paths(folder, count)
+    loaded = {path: load(path) for path in paths if manifest_exists(path)}
+    for repeat, path in enumerate(paths):
+        manifest = loaded.get(path)
+        if manifest is None:
+            continue
+        if manifest.seed != seed:
+            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
+                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                                 "folder", parameter="seed")
+        held = (manifest.split, manifest.repeat, variant_name(manifest))
+        if held != (split, repeat, variant):
+            raise AssetError(
+                f"the file is named for {_set_description(split, repeat, variant)} but holds "
+                f"{_set_description(*held)}",
+                path=path,
+                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
+            )
+    if len(loaded) == count:
+        return [loaded[path] for path in paths]
+    # Writes every repeat (repeat r of a seed does not depend on the count, but the header records this
+    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
+    make()
+    return [load(path) for path in paths]
+
+
+def _set_description(split: str, repeat: int, variant: str | None) -> str:
+    kind = "" if variant is None else f"{variant} variant of the "
+    return f"repeat {repeat} of the {kind}{split} split"
 
 
 # ------------------------------------------------------------------------------------------------- loading
@@ -276,9 +335,15 @@ def remake_command(manifest: SplitManifest, dataset_name: str) -> str:
     split = f"--split {manifest.split}"
     if manifest.protocol != "fixed":
         split += f" --protocol {manifest.protocol} --fold {manifest.fold}"
-    variant = getattr(manifest, "variant", None)
+    variant = variant_name(manifest)
     return (f"bgbias corrupt --dataset {dataset_name} {split} --seed {manifest.seed}"
-            + ("" if variant is None else f" --variant {variant.name}"))
+            + ("" if variant is None else f" --variant {variant}"))
+
+
+def variant_name(manifest: SplitManifest) -> str | None:
+    """The variant a manifest is of, None for a corrupted set."""
+    variant = getattr(manifest, "variant", None)
+    return None if variant is None else variant.name
 
 
 def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
@@ -286,7 +351,7 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     with each other (count, ids checksum, backgrounds and boxes within the pool); ``AssetError`` naming the
     field otherwise. Nothing is coerced: ``"no"`` is not a flip and ``"3"`` not a seed."""
     data, digest = read_manifest(path, MANIFEST_FORMAT, "the corrupted-set manifest")
-    manifest = check_manifest(data, CorruptedFile, path)
+    manifest = check_manifest(data, ManifestFile[CorruptedHeader, CorruptedEntry], path)
     header = manifest.header
     if canonical(header.background_crop) != canonical(BACKGROUND_CROP):
         raise bad_field("header.background_crop", f"the current sampling rules {canonical(BACKGROUND_CROP)}",
@@ -294,9 +359,8 @@ def _parse_manifest(path: Path, backgrounds: Path | None) -> CorruptedManifest:
     if len({f.name for f in header.pool}) != len(header.pool):
         raise AssetError("the manifest's pool lists a background twice", path=path, fix=DAMAGED)
     _check_entries(manifest.images, header.pool, path)
-    return CorruptedManifest(path=path, sha256=digest, **header_fields(header),
-                             pool_dir=split_pool_dir(header.split, backgrounds), pool=tuple(header.pool),
-                             entries=tuple(manifest.images))
+    return CorruptedManifest(**split_fields(manifest, path, digest),
+                             pool_dir=split_pool_dir(header.split, backgrounds), pool=tuple(header.pool))
 
 
 def _check_entries(entries: Sequence[CorruptedEntry], pool: Sequence[PoolFile], path: Path) -> None:

@@ -16,12 +16,13 @@ from bgbias.corrupted.corrupted_images import CorruptedImages
 from bgbias.corrupted.manifest_store import manifest_exists
 from bgbias.corrupted.manifests import (
     default_manifest_dir,
+    ensure_manifests,
     load_manifest,
     make_corrupted_manifests,
     manifest_name,
+    repeat_paths,
 )
 from bgbias.engine.embedding_cache import files_fingerprint
-from bgbias.errors import PARAMETER, AssetError
 from bgbias.saliency.records import masks_record
 from bgbias.variants.variant_images import VariantImages
 from bgbias.variants.variant_manifests import (
@@ -118,35 +119,18 @@ def corrupted_manifests(
     fold: int,
     geometry: EvalGeometry,
 ) -> list[CorruptedManifest]:
-    """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing.
-    Existing manifests are loaded (and so checked) before any is written, so one made with another pool is
-    reported, never silently replaced; each must be the split, seed and repeat its file name stands for."""
+    """Repeats ``0 … repeats-1`` of the split's corrupted sets at ``geometry``, made first where missing (as
+    :func:`~bgbias.corrupted.manifests.ensure_manifests` checks and makes them)."""
     pool = Path(backgrounds) if backgrounds is not None else None
     if folder is None:
         folder = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
     folder = Path(folder)
-    paths = [folder / manifest_name(r) for r in range(repeats)]
-    loaded = {path: load_manifest(path, dataset, pool, geometry) for path in paths if manifest_exists(path)}
-    for repeat, path in enumerate(paths):
-        manifest = loaded.get(path)
-        if manifest is not None and manifest.seed != seed:
-            raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
-                                 "folder", parameter="seed")
-        if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
-            raise AssetError(
-                f"the file is named for repeat {repeat} of the {split} split but holds repeat "
-                f"{manifest.repeat} of the {manifest.split} split",
-                path=path,
-                fix="use a manifests folder made by bgbias corrupt for this split, without renamed files",
-            )
-    if len(loaded) == repeats:
-        return [loaded[path] for path in paths]
-    # Writes every repeat (repeat r of a seed does not depend on ``repeats``, but the header records this
-    # run's protocol) and reads them all back, so each digest is of the bytes now on disk.
-    make_corrupted_manifests(dataset, split, repeats=repeats, seed=seed, backgrounds=pool, out_dir=folder,
-                             protocol=protocol, fold=fold, geometry=geometry)
-    return [load_manifest(path, dataset, pool, geometry) for path in paths]
+    return ensure_manifests(
+        folder, repeats, split, seed, None,
+        load=lambda path: load_manifest(path, dataset, pool, geometry),
+        make=lambda: make_corrupted_manifests(dataset, split, repeats, seed, pool, folder, protocol, fold,
+                                              geometry),
+    )
 
 
 def variant_sets(
@@ -185,10 +169,10 @@ def missing_manifests(resolved: ResolvedRequest) -> list[Path]:
         return []
     folder = Path(request.manifests) if request.manifests is not None else default_manifest_dir(
         resolved.dataset, resolved.split, request.seed, resolved.protocol, resolved.fold, resolved.geometry)
-    paths = [folder / manifest_name(r) for r in range(corrupted_count(request))]
+    paths = repeat_paths(folder, corrupted_count(request))
     if request.profile:
-        paths += [variant_dir(folder, name) / manifest_name(r)
-                  for name in VARIANTS for r in range(variant_repeats(name, request.repeats))]
+        paths += [path for name in VARIANTS
+                  for path in repeat_paths(variant_dir(folder, name), variant_repeats(name, request.repeats))]
     return [path for path in paths if not manifest_exists(path)]
 
 

@@ -18,34 +18,29 @@ import numpy as np
 
 from bgbias.corrupted.manifest_schema import (
     ManifestFile,
-    ManifestGeometry,
     ManifestHeader,
     SplitManifest,
     Text,
     bad_field,
     check_fields,
     check_manifest,
-    header_fields,
     manifest_text,
     read_manifest,
     shown,
+    split_fields,
 )
-from bgbias.corrupted.manifest_store import manifest_exists, write_manifest
 from bgbias.corrupted.manifests import (
-    SHARED_TEMP_AGE_S,
-    check_corrupted_split,
     check_describes_split,
     default_manifest_dir,
-    ids_sha256,
+    ensure_manifests,
     make_corrupted_manifests,
-    manifest_name,
     remake_command,
+    split_skeleton,
+    write_repeats,
 )
 from bgbias.data.items import Dataset, Item
-from bgbias.data.splits import split_items
-from bgbias.data.transforms import EvalGeometry, eval_geometry
+from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError, OptionError
-from bgbias.fileio import sweep_stale_temps
 from bgbias.schema import FORMAT_VERSION, ClosedRecord
 from bgbias.variants.variants import VARIANTS, Variant, variant
 
@@ -188,21 +183,14 @@ def make_variant_manifests(
     :func:`variant_repeats`) and return their paths; repeat ``r`` of a seed is the same whatever
     ``repeats`` is."""
     kind = variant(name)
-    check_corrupted_split(split)
-    geometry = geometry if geometry is not None else eval_geometry(dataset.name)
-    items = split_items(dataset, split, protocol, fold)
-    count = variant_repeats(name, repeats)
-    paths = [Path(out_dir) / manifest_name(r) for r in range(count)]
-    sweep_stale_temps(paths, older_than=SHARED_TEMP_AGE_S)
-    for repeat, path in enumerate(paths):
-        header = VariantHeader(
-            format=VARIANT_FORMAT, version=FORMAT_VERSION, variant=kind.name, rule=kind.rule,
-            dataset=dataset.name, split=split, protocol=protocol, fold=fold, count=len(items),
-            ids_sha256=ids_sha256(items), seed=seed, repeat=repeat,
-            geometry=ManifestGeometry.of(geometry),
-        )
-        write_manifest(path, manifest_text(header, sample_entries(items, name, seed, repeat)))
-    return paths
+    items, skeleton = split_skeleton(dataset, split, seed, protocol, fold, geometry)
+
+    def text(repeat: int) -> str:
+        header = VariantHeader(format=VARIANT_FORMAT, variant=kind.name, rule=kind.rule, **skeleton,
+                               repeat=repeat)
+        return manifest_text(header, sample_entries(items, name, seed, repeat))
+
+    return write_repeats(out_dir, variant_repeats(name, repeats), text)
 
 
 def ensure_variant_manifests(
@@ -217,27 +205,13 @@ def ensure_variant_manifests(
     geometry: EvalGeometry,
 ) -> list[VariantManifest]:
     """Variant ``name``'s sets of the split at ``geometry`` from ``folder``, made there first where any is
-    missing. Existing ones are loaded (and so checked) before any is written; each must be the seed, split
-    and repeat its file name stands for."""
-    paths = [Path(folder) / manifest_name(r) for r in range(variant_repeats(name, repeats))]
-    loaded = {path: load_variant_manifest(path, dataset, geometry) for path in paths if manifest_exists(path)}
-    for repeat, path in enumerate(paths):
-        manifest = loaded.get(path)
-        if manifest is None:
-            continue
-        found = (manifest.variant.name, manifest.split, manifest.repeat, manifest.seed)
-        if found != (name, split, repeat, seed):
-            raise AssetError(
-                f"the file is named for repeat {repeat} of the {name} variant of the {split} split, seed "
-                f"{seed}, but holds repeat {manifest.repeat} of the {manifest.variant.name} variant of the "
-                f"{manifest.split} split, seed {manifest.seed}",
-                path=path,
-                fix="use a manifests folder made by bgbias corrupt for this split and seed, without renamed "
-                    "files",
-            )
-    if len(loaded) < len(paths):
-        make_variant_manifests(dataset, name, folder, split, repeats, seed, protocol, fold, geometry)
-    return [load_variant_manifest(path, dataset, geometry) for path in paths]
+    missing (as :func:`~bgbias.corrupted.manifests.ensure_manifests` checks and makes them)."""
+    return ensure_manifests(
+        folder, variant_repeats(name, repeats), split, seed, name,
+        load=lambda path: load_variant_manifest(path, dataset, geometry),
+        make=lambda: make_variant_manifests(dataset, name, folder, split, repeats, seed, protocol, fold,
+                                            geometry),
+    )
 
 
 # ------------------------------------------------------------------------------------------------- loading
@@ -285,5 +259,4 @@ def _parse(path: Path) -> VariantManifest:
     if header.rule != kind.rule:
         raise bad_field("header.rule", f"the current rule of {kind.name}: {kind.rule}", shown(header.rule),
                         path)
-    return VariantManifest(path=path, sha256=digest, variant=kind, **header_fields(header),
-                           entries=tuple(manifest.images))
+    return VariantManifest(**split_fields(manifest, path, digest), variant=kind)

@@ -138,9 +138,20 @@ def test_ensure_makes_missing_sets_and_refuses_a_renamed_one(bench4, tmp_path):
     assert ensure_variant_manifests(bench4, "mixed-same", tmp_path / "v", "test", 2, 0, "fixed", 0,
                                     geometry)[1].path.read_bytes() == before
     os.replace(made[0].path, made[1].path)
-    with pytest.raises(AssetError, match="named for repeat 1"):
+    with pytest.raises(AssetError, match="named for repeat 1 of the mixed-same variant of the test split but "
+                                         "holds repeat 0 of the mixed-same variant of the test split"):
         ensure_variant_manifests(bench4, "mixed-same", tmp_path / "v", "test", 2, 0, "fixed", 0, geometry)
 
+
+
+def test_ensure_refuses_a_set_of_another_seed_as_the_corrupted_sets_do(bench4, tmp_path):
+    geometry = eval_geometry("bench")
+    ensure_variant_manifests(bench4, "only-fg", tmp_path / "v", "test", 1, 3, "fixed", 0, geometry)
+    written = (tmp_path / "v" / "repeat-0.json").read_bytes()
+    with pytest.raises(AssetError, match="made with another seed than 0") as err:
+        ensure_variant_manifests(bench4, "only-fg", tmp_path / "v", "test", 1, 0, "fixed", 0, geometry)
+    assert err.value.parameter == "seed"
+    assert (tmp_path / "v" / "repeat-0.json").read_bytes() == written
 
 def test_variant_images_are_the_variant_of_the_cropped_image_and_donor(bench4, tmp_path):
     (path,) = make_variant_manifests(bench4, "mixed-rand", tmp_path / "m", repeats=1)
