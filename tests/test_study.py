@@ -113,7 +113,6 @@ def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkey
 
 
 def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_path, monkeypatch):
-    from bgbias.report import runs_table
     from bgbias.study import dial
     from bgbias.study.pipeline import StudyResult
     from bgbias.study.runs import study_folder
@@ -138,7 +137,7 @@ def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_pa
                           "drop": {"map_at_r": {"relative": (0.6 - corrupted) / 0.6}}})], {}
 
     monkeypatch.setattr(dial, "run_study", fake_study)
-    monkeypatch.setattr(runs_table, "collect_runs", fake_collect)
+    monkeypatch.setattr(dial, "collect_runs", fake_collect)
     result = dial.run_dial(method="ms", rhos=(0.0, 1.0), runs=tmp_path, slots=CPU, log=lambda _: None)
     assert calls == [("ground-truth", 0.0, ("ms",), 1), ("ground-truth", 1.0, ("ms",), 1),
                      ("u2netp", 0.0, ("ms",), 1), ("u2netp", 1.0, ("ms",), 1)]
@@ -152,7 +151,7 @@ def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",),
     """One ``run_study`` of ``methods`` (one seed) in ``tmp_path/study``, the bench's preparation and every
     run's training, measurement and page replaced by stand-ins; the runs named in ``failing`` raise while
     training. Returns the result, the log and the pages written (the keyword arguments of each)."""
-    from bgbias.study import page, runs, steps
+    from bgbias.study import steps
     from bgbias.study.pipeline import run_study
     from bgbias.study.plan import StudyPlan
 
@@ -163,9 +162,9 @@ def _failing_pass(tmp_path, monkeypatch, failing, methods=("multi_similarity",),
 
     pages = []
     monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
-    monkeypatch.setattr(runs, "train_study_run", fake_train)
-    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
-    monkeypatch.setattr(page, "report_study", lambda runs, out, **options: pages.append(options) or {})
+    monkeypatch.setattr(steps, "train_study_run", fake_train)
+    monkeypatch.setattr(steps, "measure_run", lambda *args: None)
+    monkeypatch.setattr(steps, "report_study", lambda runs, out, **options: pages.append(options) or {})
     lines = []
     result = run_study(tmp_path / "study", _spec(tmp_path), StudyPlan(tuple(methods), 1), slots=CPU,
                        extend=extend, log=lines.append)
@@ -265,17 +264,17 @@ def test_the_study_command_names_the_page_s_error_when_only_the_page_failed(tmp_
     from click.testing import CliRunner
 
     from bgbias.cli import main
-    from bgbias.study import page, runs, steps
+    from bgbias.study import steps
 
     def full_disk(*args, **options):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
-    monkeypatch.setattr(runs, "train_study_run",
+    monkeypatch.setattr(steps, "train_study_run",
                         lambda folder, run, *args, **options: folder / run.folder_name)
-    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
-    monkeypatch.setattr(page, "report_study", full_disk)
+    monkeypatch.setattr(steps, "measure_run", lambda *args: None)
+    monkeypatch.setattr(steps, "report_study", full_disk)
     result = CliRunner().invoke(main, ["study", "--devices", "cpu", "--out", str(tmp_path / "study")])
     assert result.exit_code == 2 and "Traceback" not in result.output
     error = result.output[result.output.index("error:"):]  # after the log, which names it as it happens
@@ -337,16 +336,16 @@ def test_the_dial_takes_no_settings():
 
 
 def test_a_variant_s_page_names_its_settings_in_its_title(tmp_path, monkeypatch):
-    from bgbias.study import page, runs, steps
+    from bgbias.study import steps
     from bgbias.study.pipeline import run_study
 
     titles = []
     monkeypatch.setattr(steps, "prepare", lambda spec, log: {})
     monkeypatch.setattr(steps, "make_mask_shard", lambda *args: {})
-    monkeypatch.setattr(runs, "train_study_run",
+    monkeypatch.setattr(steps, "train_study_run",
                         lambda folder, run, *args, **options: folder / run.folder_name)
-    monkeypatch.setattr(runs, "measure_run", lambda *args: None)
-    monkeypatch.setattr(page, "report_study",
+    monkeypatch.setattr(steps, "measure_run", lambda *args: None)
+    monkeypatch.setattr(steps, "report_study",
                         lambda runs, out, title, **_: titles.append((out, title)) or {})
     plan = study_plan("full", ["avsl"], 1, settings=["loss.certainty_min=global"])
     run_study(tmp_path / "study", _spec(tmp_path, "u2netp"), plan, slots=CPU, log=lambda line: None)

@@ -18,13 +18,13 @@ from bgbias.study.cost import (
     format_cost,
 )
 from bgbias.study.cost_timing import ConfigTiming, time_config
-from bgbias.study.ledger import FINISHED, Plan, read_plan
-from bgbias.study.pipeline import merged_plan, slurm_stages
+from bgbias.study.ledger import FINISHED, Plan, read_plan, state_counts
+from bgbias.study.pipeline import merged_plan, planned_shards, slurm_stages
 from bgbias.study.plan import StudyPlan, StudyRun
 from bgbias.study.sizes import known_size_note, split_sizes
 from bgbias.study.slurm import SlurmOptions, submission_text
 from bgbias.study.spec import StudySpec
-from bgbias.study.steps import mask_shards, page_step_id
+from bgbias.study.steps import page_step_id
 from bgbias.study.worker import needed_steps
 
 
@@ -33,8 +33,7 @@ def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: 
     """The dry run's text: the steps with their states, the cost of what is left (timed on ``device``), and
     with ``slurm`` the job arrays and their #SBATCH lines."""
     current = read_plan(folder)
-    shards = sum(step.kind == "masks" for step in current.steps.values()) if current else mask_shards(spec)
-    merged = merged_plan(current, folder, spec, plan, shards, extend=extend)
+    merged = merged_plan(current, folder, spec, plan, planned_shards(current, spec), extend=extend)
     goals = [page_step_id(plan)]
     note = known_size_note(spec)
     parts = [f"study folder {folder} ({spec.title}){'' if current else ': a new plan'}",
@@ -49,9 +48,8 @@ def describe_dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: 
 
 def _steps_text(plan: Plan, goals: list[str]) -> str:
     needed = needed_steps(plan, goals)
-    counts = {state: sum(plan.steps[step_id].state == state for step_id in needed)
-              for state in ("done", "failed", "running", "pending")}
-    summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
+    summary = state_counts([plan.steps[step_id] for step_id in needed], ("done", "failed", "running",
+                                                                          "pending"))
     lines = [f"{len(needed)} steps: {summary}"]
     lines += [f"  {step_id}: {plan.steps[step_id].state}" for step_id in needed]
     left = [step_id for step_id in needed if plan.steps[step_id].state not in FINISHED]

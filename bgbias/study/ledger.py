@@ -9,13 +9,12 @@ machine) is dead, and its step is taken over, up to :data:`MAX_ATTEMPTS` times.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -162,24 +161,20 @@ def check_plan(plan: Plan, path: Path) -> None:
                               "id", path=path, fix=REMAKE)
 
 
-@contextlib.contextmanager
-def plan_lock(folder: Path) -> Iterator[None]:
-    with exclusive_lock(folder / PLAN_LOCK, wait=True):
-        yield
-
-
 def update_plan(folder: Path, change: Callable[[Plan | None], Plan]) -> Plan:
-    """Replace the plan by ``change(plan)`` while holding its lock; the new plan."""
-    with plan_lock(folder):
+    """Replace the plan by ``change(plan)`` while holding its lock, atomically and with its steps in their
+    order (the order they are taken in); the new plan."""
+    with exclusive_lock(folder / PLAN_LOCK, wait=True):
         plan = change(read_plan(folder))
-        write_plan(folder, plan)
+        text = json.dumps(plan.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        write_bytes_atomic(folder / PLAN, json_bytes(text))
     return plan
 
 
-def write_plan(folder: Path, plan: Plan) -> None:
-    """Write ``plan`` atomically, its steps in their order (the order they are taken in)."""
-    text = json.dumps(plan.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-    write_bytes_atomic(folder / PLAN, json_bytes(text))
+def state_counts(steps: Iterable[Step], order: tuple[StepState, ...]) -> str:
+    """``3 done, 1 failed``: how many of ``steps`` are in each state of ``order`` that any is in."""
+    states = [step.state for step in steps]
+    return ", ".join(f"{states.count(state)} {state}" for state in order if state in states)
 
 
 def with_step(plan: Plan, step_id: str, **changes: object) -> Plan:

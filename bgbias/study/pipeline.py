@@ -32,8 +32,7 @@ class StudyResult:
 def plan_study(folder: Path, spec: StudySpec, plan: StudyPlan, *, extend: bool = False) -> list[str]:
     """Record ``plan`` in the study folder's plan (:func:`merged_plan`) and return its goals (the page
     step)."""
-    recorded = read_plan(folder)
-    shards = _recorded_shards(recorded) if recorded is not None else mask_shards(spec)
+    shards = planned_shards(read_plan(folder), spec)
     update_plan(folder, lambda current: merged_plan(current, folder, spec, plan, shards, extend=extend))
     return [page_step_id(plan)]
 
@@ -157,8 +156,11 @@ def _run_args(step: Step) -> RunArgs:
     return step.run
 
 
-def _recorded_shards(plan: Plan) -> int:
-    return sum(step.kind == "masks" for step in plan.steps.values())
+def planned_shards(recorded: Plan | None, spec: StudySpec) -> int:
+    """The masks steps of the folder's plan ``recorded``, or of a new one (:func:`mask_shards`)."""
+    if recorded is None:
+        return mask_shards(spec)
+    return sum(step.kind == "masks" for step in recorded.steps.values())
 
 
 def run_study(

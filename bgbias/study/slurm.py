@@ -380,7 +380,7 @@ def submit_study(
     try:
         for steps in arrays:
             assert executor is not None
-            dependency = f"afterany:{':'.join(array_ids(submitted))}" if submitted else None
+            dependency = f"afterany:{submitted[-1].job_id}" if submitted else None
             if dependency is not None:
                 executor.update_parameters(dependency=dependency)
             tasks = [StudyTask(folder, tuple(goals), step, worker=worker) for step in steps]
@@ -388,23 +388,14 @@ def submit_study(
             jobs += array
             recorded = [SubmittedTask(job_id=job.job_id, step=step)
                           for job, step in zip(array, steps, strict=True)]
-            submitted.append(SubmittedArray(job_id=":".join(array_ids_of(array)), dependency=dependency,
-                                            tasks=recorded))
+            # A dependency names an array by its job id, without the task index (SLURM: ``1234_5`` →
+            # ``1234``); a local executor's tasks are jobs of their own.
+            ids = dict.fromkeys(job.job_id.split("_")[0] for job in array)
+            submitted.append(SubmittedArray(job_id=":".join(ids), dependency=dependency, tasks=recorded))
     finally:
         if submitted:
             record_submission(folder / SLURM_FOLDER / SUBMITTED, submitted)
     return jobs
-
-
-def array_ids_of(jobs: Sequence[submitit.Job[Any]]) -> list[str]:
-    """The job ids of an array's tasks without their task index (SLURM: ``1234_5`` → ``1234``), once each:
-    what a dependency names (a local executor's tasks are jobs of their own)."""
-    return list(dict.fromkeys(job.job_id.split("_")[0] for job in jobs))
-
-
-def array_ids(arrays: Sequence[SubmittedArray]) -> list[str]:
-    """The job ids the last of ``arrays`` submitted, for the next array's dependency."""
-    return arrays[-1].job_id.split(":")
 
 
 def record_submission(path: Path, arrays: Sequence[SubmittedArray]) -> None:

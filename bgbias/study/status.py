@@ -5,7 +5,6 @@ error. It only reads (the plan and the runs' metrics), so it can be run while wo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from bgbias.engine.config import load_run_config
@@ -13,28 +12,12 @@ from bgbias.engine.eta import duration
 from bgbias.engine.run_dir import RunDir, read_metrics
 from bgbias.errors import BgbiasError
 from bgbias.report.markdown import table
-from bgbias.study.ledger import Plan, Step, plan_error, read_plan
+from bgbias.study.ledger import Plan, Step, plan_error, read_plan, state_counts
 from bgbias.study.worker import runs_progress
 
 
-@dataclass(frozen=True)
-class StepStatus:
-    step: str
-    state: str
-    where: str
-    progress: str
-    elapsed: float | None
-    left: float | None
-    error: str
-
-
-def plan_status(folder: Path, plan: Plan) -> list[StepStatus]:
-    """A row per step of ``plan``, in its order."""
-    now = time.time()
-    return [_step_status(folder, step_id, step, now) for step_id, step in plan.steps.items()]
-
-
-def _step_status(folder: Path, step_id: str, step: Step, now: float) -> StepStatus:
+def _step_cells(folder: Path, step_id: str, step: Step, now: float) -> list[str]:
+    """The status table's row of one step."""
     where = f"{step.device} on {step.host}" if step.host else ""
     if step.state == "running" and step.claim is not None:
         where += f" (pid {step.claim.pid})"
@@ -45,8 +28,7 @@ def _step_status(folder: Path, step_id: str, step: Step, now: float) -> StepStat
     progress, left = "", None
     if step.run is not None:
         progress, left = _run_progress(folder / step.run.study_run().folder_name, step, elapsed)
-    error = (step.error or "").splitlines()[0] if step.state == "failed" else ""
-    return StepStatus(step_id, step.state, where, progress, elapsed, left, error)
+    return [step_id, step.state, where, progress, _duration(elapsed), _duration(left)]
 
 
 def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str, float | None]:
@@ -84,15 +66,12 @@ def read_status(folder: Path) -> str:
 
 def format_status(folder: Path, plan: Plan) -> str:
     """The status table as text, then each failure's error, then the counts of steps by state."""
-    rows = plan_status(folder, plan)
-    cells = [[row.step, row.state, row.where, row.progress, _duration(row.elapsed), _duration(row.left)]
-             for row in rows]
+    now = time.time()
+    cells = [_step_cells(folder, step_id, step, now) for step_id, step in plan.steps.items()]
     text = table(["step", "state", "where", "progress", "elapsed", "left (training)"], cells)
-    failures = [f"- {row.step}: {row.error}" for row in rows if row.state == "failed"]
-    counts = {state: sum(row.state == state for row in rows)
-              for state in ("done", "running", "pending", "failed")}
-    summary = ", ".join(f"{count} {state}" for state, count in counts.items() if count)
-
+    failures = [f"- {step_id}: {(step.error or '').splitlines()[0]}" for step_id, step in plan.steps.items()
+                if step.state == "failed"]
+    summary = state_counts(plan.steps.values(), ("done", "running", "pending", "failed"))
     pages = [step_id for step_id, step in plan.steps.items() if step.kind == "page"]
     progress = runs_progress(plan, pages)
     parts = [f"study {folder} ({plan.spec.title}): {summary}{f'; {progress}' if progress else ''}", text]

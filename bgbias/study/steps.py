@@ -21,7 +21,7 @@ from bgbias.saliency.sessions import Inference
 from bgbias.study.bench import prepare_pools, prepare_study_bench
 from bgbias.study.ledger import PageArgs, Plan, RunArgs, Step
 from bgbias.study.page import report_study
-from bgbias.study.plan import StudyPlan, StudyRun
+from bgbias.study.plan import StudyPlan
 from bgbias.study.runs import REPEATS, measure_run, train_study_run
 from bgbias.study.sizes import split_sizes
 from bgbias.study.spec import StudySpec
@@ -30,14 +30,6 @@ PREPARE = "prepare"
 
 IMAGES_PER_SHARD = 5000
 """Images per masks step: SOP's 120,053 make 25 shards that workers and array tasks share; a bench, one."""
-
-
-def masks_step_ids(count: int) -> list[str]:
-    return [f"masks-{index + 1}of{count}" for index in range(count)]
-
-
-def run_step_id(run: StudyRun) -> str:
-    return f"run/{run.folder_name}"
 
 
 def page_step_id(plan: StudyPlan) -> str:
@@ -57,7 +49,7 @@ def mask_shards(spec: StudySpec) -> int:
 def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, Step]:
     """The steps ``plan`` asks for, in the order they are taken: prepare, the masks shards, the runs seed by
     seed, the page."""
-    masks = masks_step_ids(shards)
+    masks = [f"masks-{index + 1}of{shards}" for index in range(shards)]
     steps = {PREPARE: Step(kind="prepare")}
     steps.update({step_id: Step(kind="masks", needs=[PREPARE], shard=[index, shards])
                   for index, step_id in enumerate(masks)})
@@ -66,7 +58,7 @@ def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, St
         args = RunArgs(method=run.method, bgaugment=run.bgaugment, seed=run.seed, watch_test=run.watch_test,
                        settings=list(run.settings), profile=plan.profile,
                        explain_images=plan.explain_images)
-        runs[run_step_id(run)] = Step(kind="run", needs=[PREPARE, *masks], run=args)
+        runs[f"run/{run.folder_name}"] = Step(kind="run", needs=[PREPARE, *masks], run=args)
     steps.update(runs)
     variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
     steps[page_step_id(plan)] = Step(kind="page", needs=list(runs),
