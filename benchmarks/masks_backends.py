@@ -304,7 +304,7 @@ def random_weight_sessions(model: str, configs: list[Config], device: str, folde
         return U2Net(shape)
 
     with mock.patch.dict("os.environ", {"U2NET_HOME": str(folder)}), \
-            mock.patch("bgbias.saliency.onnx_weights.load_u2net", random_network):
+            mock.patch("bgbias.saliency.sessions.load_u2net", random_network):
         return {config: open_session(model, config.inference(device)) for config in configs}
 
 

@@ -134,7 +134,7 @@ def test_a_damaged_run_record_makes_the_study_resume_the_run(tmp_path, monkeypat
     (run / "config.json").write_text("{}")
     (run / "run.json").write_text('{"status": "finish')  # torn by a kill
     resumed = []
-    monkeypatch.setattr("bgbias.engine.training.resume_training", resumed.append)
+    monkeypatch.setattr("bgbias.study.runs.resume_training", resumed.append)
     planned = StudyRun("multi_similarity", False, 0)
     spec = bench_spec("small", 0.9, 0, "ground-truth", tmp_path / "pools")
     assert train_study_run(tmp_path / "study", planned, spec, "cpu", lambda _: None) == run

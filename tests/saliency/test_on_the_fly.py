@@ -52,7 +52,7 @@ def test_torch_masks_are_made_on_the_fly(tmp_path, u2netp_file, monkeypatch):
         opened.append(original(*args, **kwargs))
         return opened[-1]
 
-    monkeypatch.setattr(sessions, "open_session", spy)
+    monkeypatch.setattr(on_the_fly, "open_session", spy)
     write_picture(tmp_path / "a.jpg", 1)
     table = ImageTable.from_rows([("a.jpg", "a", None)], tmp_path)
     masked = on_the_fly.with_u2net_masks(table, U2NetMasks("u2netp", device="cpu", backend="torch"))
