@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from bgbias.errors import PARAMETER, OptionError
+from bgbias.errors import OptionError, given
 from bgbias.schema import Must
 
 T = TypeVar("T")
@@ -211,15 +211,15 @@ class Arguments:
     def valid(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The declared arguments of ``values``, validated (a numpy integer as an int); the first wrong one
         is an ``OptionError`` whose ``parameter`` it is, naming a value it could take."""
-        given = {name: values[name] for name in self.declared if name in values}
+        passed = {name: values[name] for name in self.declared if name in values}
         try:
-            valid = self._model.model_validate(given)
+            valid = self._model.model_validate(passed)
         except ValidationError as error:
             name = str(error.errors(include_url=False)[0]["loc"][0])
             declared = self.declared[name]
-            raise OptionError(f"{PARAMETER}{given[name]!r} is invalid: it must be {expected(declared)}",
-                              fix=f"pass {PARAMETER}{example(declared)!r}", parameter=name) from None
-        return {name: getattr(valid, name) for name in given}
+            raise OptionError(f"{given(repr(passed[name]))} is invalid: it must be {expected(declared)}",
+                              fix=f"pass {given(repr(example(declared)))}", parameter=name) from None
+        return {name: getattr(valid, name) for name in passed}
 
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True)

@@ -49,7 +49,7 @@ from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
-from bgbias.errors import PARAMETER, AssetError, DatasetError, OptionError
+from bgbias.errors import AssetError, DatasetError, OptionError, given
 from bgbias.fileio import sweep_stale_temps
 from bgbias.paths import corrupted_root
 from bgbias.schema import FORMAT_VERSION, ClosedRecord
@@ -147,7 +147,7 @@ def check_corrupted_split(split: str) -> None:
     if split not in CORRUPTED_SPLITS:
         raise OptionError(
             f"corrupted sets are made for the val and test splits, not {split!r}",
-            fix=f"use {PARAMETER}val or {PARAMETER}test",
+            fix=f"use {given('val')} or {given('test')}",
             parameter="split",
         )
 

@@ -21,7 +21,7 @@ from bgbias.corrupted.manifests import (
     manifest_name,
 )
 from bgbias.engine.embedding_cache import files_fingerprint
-from bgbias.errors import PARAMETER, AssetError
+from bgbias.errors import AssetError, given
 from bgbias.saliency.records import masks_record
 from bgbias.variants.variant_images import VariantImages
 from bgbias.variants.variant_manifests import (
@@ -131,7 +131,7 @@ def corrupted_manifests(
         manifest = loaded.get(path)
         if manifest is not None and manifest.seed != seed:
             raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                             fix=f"pass {given(manifest.seed)} to match it, or use another manifests "
                                  "folder", parameter="seed")
         if manifest is not None and (manifest.split, manifest.repeat) != (split, repeat):
             raise AssetError(
