@@ -231,11 +231,11 @@ def test_a_command_reports_an_error_from_below_with_its_option(tmp_path):
 
 def test_a_first_evaluation_in_a_new_folder_without_installed_photos_names_the_fetch_command(
         forty, tmp_path, monkeypatch):
-    import bgbias.backgrounds.sources
+    import bgbias.backgrounds.pool
     from bgbias.errors import AssetError
 
     _, rows = forty
-    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: [])
+    monkeypatch.setattr(bgbias.backgrounds.pool, "background_sources", lambda: [])
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AssetError, match="no background photographs are installed") as raised:
         bgbias.evaluate(tiny_embedder().eval(), rows, split="all", repeats=1, workers=0, device="cpu")
