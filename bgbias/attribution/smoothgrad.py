@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 import torch
 from pydantic import Field, ValidationError, model_validator
 
-from bgbias.errors import OptionError
 from bgbias.methods.attribution import per_image_generators, register_attribution
 from bgbias.options import Must, Settings, bad_value
 from bgbias.retrieval.state import model_form, named_arrays, take_rows
-from bgbias.schema import UNKNOWN_KEY, explain_problem
+from bgbias.schema import explain_problem
 
 if TYPE_CHECKING:
     from bgbias.methods.base import ImageState
@@ -53,9 +52,6 @@ class SmoothGrad(Settings):
             return handler(data)
         except ValidationError as error:
             problem = explain_problem(error, cls)
-        if problem.wanted == UNKNOWN_KEY:
-            raise OptionError(f"smoothgrad has no option {problem.field!r}",
-                              fix=f"its options are: {', '.join(cls.model_fields)}")
         raise bad_value(f"smoothgrad.{problem.field}", problem.found, problem.wanted)
 
     def options(self) -> dict[str, Any]:
