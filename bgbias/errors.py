@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 EXIT_PARTIAL = 3
@@ -30,9 +31,18 @@ def is_utf8(text: str) -> bool:
 
 PARAMETER = "{parameter}"
 """Where an error's text names the argument it concerns (its ``parameter``), filled in by whoever reports it:
-``max_memory=`` for Python, ``--max-memory`` on the command line; followed by a value (``{parameter}5``),
-``max_memory=5`` and ``--max-memory 5``; a switch turned on (``{parameter}True``), ``trust_model=True`` and
-``--trust-model``. A command quoted as a fix (``bgbias masks --dataset cub``) is written as it is."""
+``max_memory=`` for Python, ``--max-memory`` on the command line (:func:`given` adds a value). A command
+quoted as a fix (``bgbias masks --dataset cub``) is written as it is."""
+
+_NAMED = re.compile(r"\{parameter(?:=((?:[^}]|\}\})*))?\}")
+""":data:`PARAMETER`, or :func:`given`'s form of it with its value (a ``}`` in it doubled)."""
+
+
+def given(value: object) -> str:
+    """Where an error's text names its argument with ``value`` (as shown: ``repr`` a string),
+    ``max_memory=5`` for Python and ``--max-memory 5`` on the command line; a switch turned on (``True``):
+    ``--trust-model``."""
+    return "{parameter=" + str(value).replace("}", "}}") + "}"
 
 
 class BgbiasError(Exception):
@@ -70,18 +80,16 @@ class BgbiasError(Exception):
     def _worded(self, text: str, options: Mapping[str, str] | None = None) -> str:
         if self.parameter is None:
             return text
-        head, *pieces = text.split(PARAMETER)
-        words = [head]
-        for piece in pieces:
-            valued = piece[:1] not in ("", *" \n,.;:)/")
-            if options is None:
-                words.append(f"{self.parameter}={piece}")
-                continue
-            option = options.get(self.parameter, "--" + self.parameter.replace("_", "-"))
-            if valued and piece.startswith("True"):  # a switch turned on
-                piece, valued = piece[4:], False
-            words.append(f"{option} {piece}" if valued else option + piece)
-        return "".join(words)
+        dashed = "--" + self.parameter.replace("_", "-")
+        option = None if options is None else options.get(self.parameter, dashed)
+
+        def named(match: re.Match[str]) -> str:
+            value = None if match[1] is None else match[1].replace("}}", "}")
+            if option is None:
+                return f"{self.parameter}={value or ''}"
+            return option if value in (None, "True") else f"{option} {value}"
+
+        return _NAMED.sub(named, text)
 
 
 def _rebuild(kind: type[BgbiasError], problem: str, fix: str | None, path: str | None,

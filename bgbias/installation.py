@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from packaging.requirements import Requirement
 
-from bgbias.errors import PARAMETER, AssetError
+from bgbias.errors import AssetError, given
 from bgbias.schema import Record
 
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
@@ -69,7 +69,7 @@ def import_onnx() -> ModuleType:
         raise AssetError("onnx is not installed: the torch backend of bgbias masks reads the U²-Net weights "
                          "with it",
                          fix="pip install onnx (a requirement of bgbias: reinstalling bgbias brings it), or "
-                             f"pass {PARAMETER}onnxruntime", parameter="backend") from None
+                             f"pass {given('onnxruntime')}", parameter="backend") from None
     return onnx
 
 

@@ -16,7 +16,6 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -25,15 +24,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    GetJsonSchemaHandler,
     ValidationError,
     create_model,
 )
 from pydantic.fields import FieldInfo
-from pydantic.json_schema import JsonSchemaValue
 
-from bgbias.errors import PARAMETER, OptionError
-from bgbias.schema import describe_type
+from bgbias.errors import OptionError, given
+from bgbias.schema import Must
 
 T = TypeVar("T")
 
@@ -45,91 +42,15 @@ class Settings(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-@dataclass(frozen=True)
-class Must:
-    """Field metadata: what a setting's value must be beyond its type, in the words its error uses (and its
-    JSON Schema's description, which editors show)."""
-
-    words: str
-
-    def __get_pydantic_json_schema__(self, core_schema: Any,
-                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {**handler(core_schema), "description": f"must be {self.words}"}
-
-
 def must(settings: type[BaseModel], name: str) -> str | None:
     """The :class:`Must` words of field ``name``, if it has them."""
     return next((m.words for m in settings.model_fields[name].metadata if isinstance(m, Must)), None)
 
 
-_LIMIT_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal",
-                           "literal_error", "string_pattern_mismatch", "string_too_short", "value_error"})
-"""pydantic's errors of a value of the right type outside its field's limits (its :class:`Must` words)."""
-
-
-@dataclass(frozen=True)
-class SettingProblem:
-    """The first problem of a validation error, in words: ``kind`` is ``unknown`` (a key the settings do
-    not declare; ``known`` lists those they do), ``section`` (a section given as a single value), ``single``
-    (a single setting given as a section), ``limit`` (the right type, outside the field's limits) or
-    ``type``; ``key`` is dotted from the validated settings, ``value`` the one given, ``expected`` what it
-    must be, ``annotation`` the field's type."""
-
-    kind: str
-    key: str
-    value: Any
-    expected: str
-    known: tuple[str, ...] = ()
-    annotation: Any = None
-
-
-def setting_problem(error: ValidationError, settings: type[BaseModel],
-                    data: Mapping[str, Any]) -> SettingProblem:
-    """The first problem of ``error``, raised validating ``data`` as ``settings`` (nested settings are
-    sections): the field it is in, walked down the sections, with the value ``data`` holds there."""
-    first = error.errors(include_url=False)[0]
-    model, value, parts = settings, data, []
-    for part in first["loc"]:
-        name = str(part)
-        parts.append(name)
-        value = value.get(name) if isinstance(value, Mapping) else None
-        field = model.model_fields.get(name)
-        if field is None:
-            return SettingProblem("unknown", ".".join(parts), value, "", tuple(model.model_fields))
-        kind = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            if not isinstance(value, Mapping):
-                return SettingProblem("section", ".".join(parts), value,
-                                      f'a section, e.g. {{"{next(iter(kind.model_fields))}": ...}}')
-            model = kind
-            continue
-        key = ".".join(parts)
-        if isinstance(value, Mapping) and not _is_mapping(kind):
-            return SettingProblem("single", key, value, _type_words(kind), annotation=kind)
-        words = must(model, name)
-        if first["type"] in _LIMIT_ERRORS and words is not None:
-            return SettingProblem("limit", key, value, words, annotation=kind)
-        return SettingProblem("type", key, value, _type_words(kind), annotation=kind)
-    raise AssertionError(f"no field in {first['loc']}")  # pragma: no cover (pydantic names a field)
-
-
-def _is_mapping(kind: Any) -> bool:
-    return getattr(kind, "__origin__", kind) is dict
-
-
-def _type_words(kind: Any) -> str:
-    """What a value of annotation ``kind`` is: a section for a dict, a list of numbers for a tuple of them,
-    else the words of records (bgbias.schema)."""
-    if _is_mapping(kind):
-        return "a section of key=value settings"
-    if getattr(kind, "__origin__", None) is tuple:
-        return f"a list of {len(kind.__args__)} finite numbers"
-    return describe_type(kind)
-
-
-def bad_value(key: str, value: Any, expected: str) -> OptionError:
-    """The error of a setting whose value is not what it must be."""
-    return OptionError(f"setting {key} = {value!r} is invalid", fix=f"{key} must be {expected}")
+def bad_value(key: str, found: str, expected: str) -> OptionError:
+    """The error of a setting whose value (``found``, as :func:`bgbias.schema.shown` shows it) is not what
+    it must be."""
+    return OptionError(f"setting {key} = {found} is invalid", fix=f"{key} must be {expected}")
 
 
 Declared = Any
@@ -290,15 +211,15 @@ class Arguments:
     def valid(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The declared arguments of ``values``, validated (a numpy integer as an int); the first wrong one
         is an ``OptionError`` whose ``parameter`` it is, naming a value it could take."""
-        given = {name: values[name] for name in self.declared if name in values}
+        passed = {name: values[name] for name in self.declared if name in values}
         try:
-            valid = self._model.model_validate(given)
+            valid = self._model.model_validate(passed)
         except ValidationError as error:
             name = str(error.errors(include_url=False)[0]["loc"][0])
             declared = self.declared[name]
-            raise OptionError(f"{PARAMETER}{given[name]!r} is invalid: it must be {expected(declared)}",
-                              fix=f"pass {PARAMETER}{example(declared)!r}", parameter=name) from None
-        return {name: getattr(valid, name) for name in given}
+            raise OptionError(f"{given(repr(passed[name]))} is invalid: it must be {expected(declared)}",
+                              fix=f"pass {given(repr(example(declared)))}", parameter=name) from None
+        return {name: getattr(valid, name) for name in passed}
 
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True)

@@ -14,10 +14,12 @@ import json
 import os
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, TypeAdapter, ValidationError
+from pydantic.json_schema import JsonSchemaValue
 
 from bgbias.errors import RecordError
 
@@ -55,7 +57,7 @@ def check_format(value: Any, file_format: str, *, path: str | os.PathLike[str] |
     stated = value if isinstance(value, dict) else {}
     version = stated.get("version")
     if stated.get("format") != file_format or type(version) is not int or version != FORMAT_VERSION:
-        found = f"format {_shown(stated.get('format'))}, version {_shown(version)}"
+        found = f"format {shown(stated.get('format'))}, version {shown(version)}"
         raise RecordError(f"{what} was written by a pre-release bgbias (or another tool): it states {found}, "
                           f"not format {json.dumps(file_format)}, version {FORMAT_VERSION}",
                           path=path, fix=fix, parameter=parameter)
@@ -95,9 +97,9 @@ def check_record(value: Any, shape: Any, *, path: str | os.PathLike[str] | None,
     try:
         return _adapter(shape).validate_python(value, strict=True)
     except ValidationError as error:
-        where, wanted, found = explain_problem(error, shape)
-    field = f"field {where}" if where else "the file"
-    raise RecordError(f"{what}: {field} must be {wanted}, got {found}", path=path, fix=fix)
+        problem = explain_problem(error, shape)
+    field = f"field {problem.field}" if problem.field else "the file"
+    raise RecordError(f"{what}: {field} must be {problem.wanted}, got {problem.found}", path=path, fix=fix)
 
 
 def field_problem(value: Any, shape: Any) -> tuple[str, str, str] | None:
@@ -106,64 +108,105 @@ def field_problem(value: Any, shape: Any) -> tuple[str, str, str] | None:
     try:
         _adapter(shape).validate_python(value, strict=True)
     except ValidationError as error:
-        return explain_problem(error, shape)
+        return explain_problem(error, shape)[:3]
     return None
 
 
-def explain_problem(error: ValidationError, shape: Any) -> tuple[str, str, str]:
-    """A pydantic error in bgbias's words: ``(field, what it must be, what it holds)`` of its first problem.
+@dataclass(frozen=True)
+class Must:
+    """Field metadata: what a value must be beyond its type, in the words its errors use (and its JSON
+    Schema's description, which editors show)."""
 
-    Where the field is a union (``int | str``), its members each report a problem; when the value is a
+    words: str
+
+    def __get_pydantic_json_schema__(self, core_schema: Any,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(core_schema), "description": f"must be {self.words}"}
+
+
+class Problem(NamedTuple):
+    """The first problem of a validation error in bgbias's words: the dotted ``field``, what it must be,
+    what it holds (JSON, shortened), and the fields of the record it is in (for an unknown key)."""
+
+    field: str
+    wanted: str
+    found: str
+    known: tuple[str, ...]
+
+
+def explain_problem(error: ValidationError, shape: Any) -> Problem:
+    """The first problem of ``error``, raised validating a value as ``shape`` (records, settings, their
+    lists, dicts and unions), found by walking its location down the declared types.
+
+    A value of the right type outside its field's limits is worded by the field's :class:`Must` where it has
+    one. Where the field is a union (``int | str``), its members each report a problem; when the value is a
     container one member declares (an object for a record), the problem inside it is the news, else the
     union is."""
     problems = error.errors(include_url=False)
     first = problems[0]
-    declared, where, depth = _declared(shape, first["loc"])
+    declared, where, depth, known = _declared(shape, first["loc"])
     if depth < len(first["loc"]):  # the walk stopped at a union: look for a problem inside one of its members
         union, at = first["loc"][:depth], depth + 1
         inside = [p for p in problems if p["loc"][:depth] == union and len(p["loc"]) > at]
         if inside:
             first = max(inside, key=lambda p: len(p["loc"]))
-            declared, inner, _ = _declared(_member(declared, first["loc"][depth]), first["loc"][at:])
+            member = _member(_strip(declared), first["loc"][depth])
+            declared, inner, _, known = _declared(member, first["loc"][at:])
             where = _join(where, inner)
         else:
             first = {**first, "type": "union", "input": _value_at(problems, depth)}
-    found = "nothing (the field is missing)" if first["type"] == "missing" else _shown(first["input"])
+    found = "nothing (the field is missing)" if first["type"] == "missing" else shown(first["input"])
+    words = next((note.words for note in _metadata(declared) if isinstance(note, Must)), None)
     limit = _LIMITS.get(first["type"])
-    wanted = limit.format(**first.get("ctx", {})) if limit else describe_type(declared)
-    return where, wanted, found
+    if words is None or first["type"] not in _OUT_OF_LIMITS:
+        words = limit.format(**first.get("ctx", {})) if limit else describe_type(declared)
+    return Problem(where, words, found, known)
 
+
+UNKNOWN_KEY = "absent (the key is unknown)"
+"""What a key the record does not declare must be: an explained problem's ``wanted``."""
 
 _LIMITS = {"greater_than": "greater than {gt}", "greater_than_equal": "at least {ge}",
            "less_than": "less than {lt}", "less_than_equal": "at most {le}",
            "too_short": "at least {min_length} long", "too_long": "at most {max_length} long",
-           "extra_forbidden": "absent (the key is unknown)", "value_error": "{error}"}
+           "extra_forbidden": UNKNOWN_KEY, "value_error": "{error}"}
 """Words for the errors of a field's limits (its type is right, its value out of range); a validator's
 ``ValueError`` says itself what the value must be."""
 
+_OUT_OF_LIMITS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error",
+                  "string_pattern_mismatch", "string_too_short", "value_error", "union"}
+"""The errors a field's :class:`Must` words, where it has them, tell better than their own words."""
 
-def _declared(shape: Any, loc: tuple[int | str, ...]) -> tuple[Any, str, int]:
-    """The type declared at ``loc`` inside ``shape``, that field's dotted name, and how many parts of ``loc``
-    the walk used: it stops at a union, whose members pydantic names in ``loc``."""
-    where = ""
+
+def _declared(shape: Any, loc: tuple[int | str, ...]) -> tuple[Any, str, int, tuple[str, ...]]:
+    """The type declared at ``loc`` inside ``shape`` (with its field's metadata), that field's dotted name,
+    how many parts of ``loc`` the walk used (it stops at a union, whose members pydantic names in ``loc``),
+    and the fields of the record the walk ended in."""
+    where, known = "", ()
     for depth, part in enumerate(loc):
+        if _is_union(_strip(shape)):
+            return shape, where, depth, known
         shape = _strip(shape)
-        if _is_union(shape):
-            return shape, where, depth
         origin = typing.get_origin(shape)
         if _is_record(shape):
+            known = tuple(shape.model_fields)
             field = shape.model_fields.get(str(part))
-            shape = field.annotation if field is not None else Any
+            shape = Any if field is None else (
+                Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation)
             where = _join(where, part)
-        elif origin is list:
-            (shape,) = typing.get_args(shape)
+        elif origin in (list, tuple):
+            shape = typing.get_args(shape)[int(part) if origin is tuple else 0]
             where = f"{where}[{part}]"
         elif origin is dict:
             shape = typing.get_args(shape)[1]
             where = _join(where, part)
         else:  # a key pydantic names beyond the declaration (an extra key of a closed record)
             shape, where = Any, _join(where, part)
-    return shape, where, len(loc)
+    return shape, where, len(loc), known
+
+
+def _metadata(declared: Any) -> tuple[Any, ...]:
+    return typing.get_args(declared)[1:] if typing.get_origin(declared) is Annotated else ()
 
 
 def _is_record(shape: Any) -> bool:
@@ -219,6 +262,8 @@ def describe_type(kind: Any) -> str:
         return values[0] if len(values) == 1 else "one of " + ", ".join(values)
     if origin is list:
         return f"a list of {_plural(describe_type(typing.get_args(kind)[0]))}"
+    if origin is tuple:
+        return f"a list of {len(typing.get_args(kind))} {_plural(describe_type(typing.get_args(kind)[0]))}"
     if origin is dict or _is_record(kind):
         return "an object"
     names = {None: "null", type(None): "null", bool: "true or false", int: "an integer",
@@ -239,7 +284,8 @@ def _join(where: str, key: Any) -> str:
     return f"{where}.{key}" if where and key and not key.startswith("[") else where + key
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as an error shows it: JSON, shortened."""
     shown = json.dumps(value, ensure_ascii=False, default=repr)
     return shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."
 

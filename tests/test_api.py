@@ -191,7 +191,7 @@ def test_arguments_checked_where_they_are_read_are_refused_with_their_python_nam
         (lambda: bgbias.score_embeddings([[1.0, 2.0]], [0, 1]), r"labels= must give one label per embedding"),
         (lambda: bgbias.score_embeddings("x", [0]), "embeddings= must be a 2-D array"),
         (lambda: bgbias.BGAugment("backgrounds", seed=-1), "seed=-1 is invalid"),
-        (lambda: bgbias.BGAugment("backgrounds", p="0.5"), "p='0.5' is invalid: it must be a number"),
+        (lambda: bgbias.BGAugment("backgrounds", p="0.5"), "p='0.5' is invalid: it must be a probability in"),
         (lambda: bgbias.MaskedImages("bench", crop=0), "crop=0 is invalid"),
         (lambda: bgbias.MaskedImages("bench", fold=4), "fold=4 is invalid: it must be an integer from 0"),
     ]

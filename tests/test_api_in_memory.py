@@ -195,11 +195,10 @@ def test_errors_from_below_carry_their_parameter_and_read_in_python_words(forty)
 def test_the_command_line_words_the_parameter_as_its_option_and_keeps_quoted_commands():
     import pickle
 
-    from bgbias.errors import PARAMETER, DatasetError
+    from bgbias.errors import PARAMETER, DatasetError, given
 
-    error = DatasetError(f"{PARAMETER}2048 is too small for {PARAMETER}", path="x", parameter="max_memory",
-                         fix=f"pass {PARAMETER}4096, or {PARAMETER}True; then run `bgbias masks --dataset "
-                             "cub`")
+    error = DatasetError(f"{given(2048)} is too small for {PARAMETER}", path="x", parameter="max_memory",
+                         fix=f"pass {given(4096)}, or {given(True)}; then run `bgbias masks --dataset cub`")
     assert error.problem == "max_memory=2048 is too small for max_memory="
     assert error.fix == "pass max_memory=4096, or max_memory=True; then run `bgbias masks --dataset cub`"
     assert error.render({}) == ("--max-memory 2048 is too small for --max-memory\n  file: x\n  fix:  pass "
@@ -208,6 +207,15 @@ def test_the_command_line_words_the_parameter_as_its_option_and_keeps_quoted_com
     again = pickle.loads(pickle.dumps(error))
     assert (again.parameter, again.problem, again.fix, again.path) == (
         error.parameter, error.problem, error.fix, error.path)
+
+
+def test_a_value_is_worded_as_given_whatever_its_first_character():
+    from bgbias.errors import OptionError, given
+
+    error = OptionError(f"{given('/data/cub')} and {given('.5')} and {given(repr('a}b'))} are wrong",
+                        parameter="out")
+    assert error.problem == "out=/data/cub and out=.5 and out='a}b' are wrong"
+    assert error.render({}) == "--out /data/cub and --out .5 and --out 'a}b' are wrong"
 
 
 def test_a_command_reports_an_error_from_below_with_its_option(tmp_path):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from bgbias.errors import PARAMETER, RecordError
+from bgbias.errors import RecordError, given
 from bgbias.ledger import Ledger, differing_keys
 from bgbias.schema import Record, check_format, check_record, format_header
 
@@ -127,8 +127,8 @@ def claim_out_dir(out_dir: Path, settings: Mapping[str, Any], force: bool) -> di
         force=force,
         other=lambda header: _other_settings(header, settings),
         foreign=_NO_RESULTS,
-        fix=f"pass another output folder, or {PARAMETER}True to discard them and start over",
-        foreign_fix=f"pass a new or empty output folder, or {PARAMETER}True to write into this one",
+        fix=f"pass another output folder, or {given(True)} to discard them and start over",
+        foreign_fix=f"pass a new or empty output folder, or {given(True)} to write into this one",
     )
 
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 import torch
 from pydantic import Field, ValidationError, model_validator
 
-from bgbias.errors import OptionError
 from bgbias.methods.attribution import per_image_generators, register_attribution
-from bgbias.options import Must, Settings, must, setting_problem
+from bgbias.options import Must, Settings, bad_value
 from bgbias.retrieval.state import model_form, named_arrays, take_rows
+from bgbias.schema import explain_problem
 
 if TYPE_CHECKING:
     from bgbias.methods.base import ImageState
@@ -51,12 +51,8 @@ class SmoothGrad(Settings):
         try:
             return handler(data)
         except ValidationError as error:
-            problem = setting_problem(error, cls, data)
-        if problem.kind == "unknown":
-            raise OptionError(f"smoothgrad has no option {problem.key!r}",
-                              fix=f"its options are: {', '.join(cls.model_fields)}")
-        raise OptionError(f"smoothgrad option {problem.key}={problem.value!r} is invalid",
-                          fix=f"give {problem.key} as {must(cls, problem.key)}")
+            problem = explain_problem(error, cls)
+        raise bad_value(f"smoothgrad.{problem.field}", problem.found, problem.wanted)
 
     def options(self) -> dict[str, Any]:
         return self.model_dump()

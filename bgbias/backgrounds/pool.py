@@ -25,7 +25,7 @@ from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, s
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource, background_sources
 from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
-from bgbias.errors import PARAMETER, AssetError, DatasetError, ImageError, OptionError, RecordError
+from bgbias.errors import AssetError, DatasetError, ImageError, OptionError, RecordError, given
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
 from bgbias.paths import backgrounds_root
 from bgbias.schema import Record, format_header, read_record
@@ -139,7 +139,7 @@ def default_pools() -> Path:
             path=root.resolve(),
             fix="run `bgbias assets fetch` (offline: add --from DIR holding the .deb archives); the pools "
                 "are then made here on first use (or at once by `bgbias assets backgrounds`); or pass "
-                f"{PARAMETER}DIR (a folder of pictures, or one with train/ and test/)",
+                f"{given('DIR')} (a folder of pictures, or one with train/ and test/)",
             parameter="backgrounds",
         )
     print(f"making the background pools in {root.resolve()} from the installed photos (once per working "
@@ -170,7 +170,7 @@ def list_pool(folder: str | os.PathLike[str]) -> list[Path]:
         raise DatasetError(
             "background pool folder not found",
             path=folder,
-            fix=f"pass {PARAMETER}DIR (a folder of images, or one with train/ and test/), or build the "
+            fix=f"pass {given('DIR')} (a folder of images, or one with train/ and test/), or build the "
                 "default pools with `bgbias assets backgrounds`",
             parameter="backgrounds",
         )

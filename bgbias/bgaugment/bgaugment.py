@@ -21,7 +21,7 @@ from bgbias.bgaugment.background_crops import BackgroundCrop, sample_background_
 from bgbias.bgaugment.composite import composite
 from bgbias.bgaugment.generators import TorchDraws, check_generator, keyed_generator
 from bgbias.errors import OptionError
-from bgbias.options import BATCH_SIZE, INTEGER, NUMBER, PATH_TEXT, Arguments, checked
+from bgbias.options import BATCH_SIZE, INTEGER, NUMBER, PATH_TEXT, Must, checked
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,6 @@ def apply_bgaugment(
     return torch.where(apply[:, None, None, None], composite(images, masks, backgrounds), images)
 
 
-ARGUMENTS = Arguments(backgrounds=Annotated[PATH_TEXT, Field(examples=["backgrounds"])],
-                      p=Annotated[NUMBER, Field(examples=[1.0])],
-                      seed=Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[0])])
-
-
 class BGAugment(torch.nn.Module):
     """BGAugment as a module: images and masks in (``uint8`` or float in [0, 1], a batch or one image), the
     composited float images in [0, 1] out, on the images' device; ``backgrounds`` is a bank or a background
@@ -82,6 +77,9 @@ class BGAugment(torch.nn.Module):
 
     background_pixels: torch.Tensor
 
+    @checked(backgrounds=Annotated[BackgroundBank | PATH_TEXT, Field(examples=["backgrounds"])],
+             p=Annotated[NUMBER, Field(ge=0, le=1, examples=[1.0]), Must("a probability in [0, 1]")],
+             seed=Annotated[Annotated[INTEGER, Field(ge=0)] | None, Field(examples=[0])])
     def __init__(
         self,
         backgrounds: BackgroundBank | str | os.PathLike[str],
@@ -91,9 +89,6 @@ class BGAugment(torch.nn.Module):
         generator: torch.Generator | None = None,
     ):
         super().__init__()
-        folder = {} if isinstance(backgrounds, BackgroundBank) else {"backgrounds": backgrounds}
-        ARGUMENTS.valid({**folder, "p": p, "seed": seed})
-        check_probability(p)
         if generator is not None:
             check_generator(generator)
             if seed is not None:

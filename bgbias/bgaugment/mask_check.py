@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_source
 from bgbias.data.layout import describe_paths, missing_files
-from bgbias.errors import PARAMETER, ImageError
+from bgbias.errors import ImageError, given
 from bgbias.saliency.records import read_all_records, stale_masks
 
 HALF_STRENGTH = 128
@@ -39,7 +39,7 @@ def saliency_masks(
             f"{describe_paths(missing)}",
             path=masks_dir,
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or name the folder that holds them "
-            f"({PARAMETER}DIR)",
+            f"({given('DIR')})",
             parameter="masks",
         )
     files = [item for item in items if item.saliency_mask is None and isinstance(item.image, Path)]

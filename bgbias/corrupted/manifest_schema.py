@@ -22,7 +22,7 @@ from bgbias.data.geometry import INTERPOLATIONS
 from bgbias.data.splits import CV_FOLDS, PROTOCOLS
 from bgbias.data.transforms import EvalGeometry
 from bgbias.errors import AssetError
-from bgbias.schema import ClosedRecord, Record, check_format, explain_problem, unique_keys
+from bgbias.schema import ClosedRecord, Record, check_format, explain_problem, shown, unique_keys
 
 DAMAGED = "make the manifest again with bgbias corrupt (a manifest is never edited by hand)"
 CORRUPTED_SPLITS = ("val", "test", "all")
@@ -126,7 +126,7 @@ def check_fields(data: dict[str, Any], shape: type[FileT], path: Path) -> FileT:
     try:
         return shape.model_validate(data, strict=True)
     except ValidationError as error:
-        where, wanted, value = explain_problem(error, shape)
+        where, wanted, value, _ = explain_problem(error, shape)
         raise bad_field(where, wanted, value, path) from None
 
 
@@ -192,12 +192,6 @@ def ids_digest(ids: Iterable[str]) -> str:
 def canonical(value: Any) -> str:
     """JSON text that tells ``1``, ``1.0`` and ``true`` apart, for comparing recorded values exactly."""
     return json.dumps(value, sort_keys=True)
-
-
-def shown(value: Any) -> str:
-    """A value as an error shows it."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def bad_field(where: str, wanted: str, value: str, path: Path) -> AssetError:

@@ -49,7 +49,7 @@ from bgbias.data.images import load_image
 from bgbias.data.items import Dataset, Item
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_geometry
-from bgbias.errors import PARAMETER, AssetError, DatasetError, OptionError
+from bgbias.errors import AssetError, DatasetError, OptionError, given
 from bgbias.fileio import sweep_stale_temps
 from bgbias.paths import corrupted_root
 from bgbias.schema import FORMAT_VERSION, ClosedRecord
@@ -152,7 +152,7 @@ def check_corrupted_split(split: str) -> None:
     if split not in CORRUPTED_SPLITS:
         raise OptionError(
             f"corrupted sets are made for the val and test splits, not {split!r}",
-            fix=f"use {PARAMETER}val or {PARAMETER}test",
+            fix=f"use {given('val')} or {given('test')}",
             parameter="split",
         )
 
@@ -256,7 +256,7 @@ def ensure_manifests(
             continue
         if manifest.seed != seed:
             raise AssetError(f"the manifest was made with another seed than {seed}", path=path,
-                             fix=f"pass {PARAMETER}{manifest.seed} to match it, or use another manifests "
+                             fix=f"pass {given(manifest.seed)} to match it, or use another manifests "
                                  "folder", parameter="seed")
         held = (manifest.split, manifest.repeat, variant_name(manifest))
         if held != (split, repeat, variant):

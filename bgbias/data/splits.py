@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from bgbias.data.items import Dataset, Item
-from bgbias.errors import PARAMETER, DatasetError, OptionError
+from bgbias.errors import PARAMETER, DatasetError, OptionError, given
 
 SPLITS = ("train", "val", "trainval", "test", "all")
 PROTOCOLS = ("fixed", "cv4")
@@ -54,7 +54,7 @@ def split_classes(dataset: Dataset, split: str, protocol: str = "fixed", fold: i
                 f"cv4 needs at least {CV_FOLDS} trainval classes; "
                 f"the {dataset.name} dataset has {len(trainval)}",
                 path=dataset.root,
-                fix=f"use {PARAMETER}fixed, or add classes to the dataset",
+                fix=f"use {given('fixed')}, or add classes to the dataset",
                 parameter="protocol",
             )
         partitions = contiguous_partitions(trainval, CV_FOLDS)
@@ -97,7 +97,7 @@ def check_split_options(split: str, protocol: str, fold: int) -> None:
         raise OptionError(f"fold must be an integer, got {fold!r}", fix=f"use a fold in 0..{CV_FOLDS - 1}")
     if protocol == "fixed" and fold != 0:
         raise OptionError(
-            f"the fixed split has a single fold, got {PARAMETER}{fold}",
+            f"the fixed split has a single fold, got {given(fold)}",
             fix=f"leave out {PARAMETER}, or use the cv4 protocol", parameter="fold",
         )
     if protocol == "cv4" and not 0 <= fold < CV_FOLDS:

@@ -32,8 +32,8 @@ from bgbias.options import (
     Settings,
     bad_value,
     choices,
-    setting_problem,
 )
+from bgbias.schema import UNKNOWN_KEY, explain_problem, shown
 
 # What values must be beyond their types, with the words an error uses (None passes where allowed). Names of
 # methods, datasets and backbones are checked against their registries (_check_config).
@@ -314,16 +314,10 @@ def _checked(data: Mapping[str, Any]) -> TrainConfig:
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
-        problem = setting_problem(error, TrainConfig, data)
-    if problem.kind == "unknown":
-        raise _unknown_key(problem.key, list(problem.known))
-    if problem.kind == "single":
-        raise OptionError(f"{problem.key} is a single setting, not a section: {problem.value!r}",
-                          fix=f"set {problem.key} itself, e.g. {problem.key}=<value>")
-    value = problem.value
-    if problem.kind == "limit" and problem.annotation is float and type(value) is int:
-        value = float(value)  # as the setting holds it
-    raise bad_value(problem.key, value, problem.expected)
+        problem = explain_problem(error, TrainConfig)
+    if problem.wanted == UNKNOWN_KEY:
+        raise _unknown_key(problem.field, list(problem.known))
+    raise bad_value(problem.field, problem.found, problem.wanted)
 
 
 def _missing(settings: BaseModel, prefix: str = "") -> list[str]:
@@ -345,7 +339,8 @@ def _check_config(config: TrainConfig) -> None:
     method_class(config.method).check_training(
         config.loss, batch_size=config.data.batch_size, embedding_dim=config.model.embedding_dim)
     if config.model.backbone not in backbone_names():
-        raise bad_value("model.backbone", config.model.backbone, "one of " + ", ".join(backbone_names()))
+        raise bad_value("model.backbone", shown(config.model.backbone),
+                        "one of " + ", ".join(backbone_names()))
     batch, m = config.data.batch_size, config.data.m_per_class
     if batch % m:
         raise OptionError(

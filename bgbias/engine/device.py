@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bgbias.errors import PARAMETER, OptionError
+from bgbias.errors import OptionError, given
 from bgbias.hardware import default_loader_workers
 from bgbias.options import MEMORY_FORMAT, choices
 
@@ -27,7 +27,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if missing is not None:
             present = cuda_devices()
             raise OptionError(f"device {name!r} was asked for, but {missing}",
-                              fix=f"use {PARAMETER}cpu (or auto){', or one of ' if present else ''}"
+                              fix=f"use {given('cpu')} (or auto){', or one of ' if present else ''}"
                                   f"{', '.join(present)}", parameter="device")
         if device.index is None:
             device = torch.device(f"cuda:{local_rank}")
@@ -64,7 +64,7 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
         needs = ("a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) or a CUDA device"
                  if amp == "bf16" else "a CUDA device")
         raise OptionError(f"amp={amp!r} needs {needs}",
-                          fix=f"use {PARAMETER}off (or auto) on this CPU (a training: its setting amp=off)",
+                          fix=f"use {given('off')} (or auto) on this CPU (a training: its setting amp=off)",
                           parameter="amp")
     if amp == "fp16" or (amp == "auto" and not torch.cuda.is_bf16_supported()):
         return torch.float16

@@ -23,7 +23,7 @@ import torch
 from bgbias.engine.device import memory_format as torch_layout
 from bgbias.engine.device import memory_format_name, precision_name, resolve_amp, resolve_device
 from bgbias.engine.model_spec import Network, load_network
-from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, RecordError
+from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, RecordError, given
 from bgbias.fileio import holds_files, write_json_atomic
 from bgbias.models.precision import network_autocast
 from bgbias.paths import runs_root
@@ -184,7 +184,7 @@ def read_output(output: Any, key: str | None, name: str) -> torch.Tensor:
     """The embedding tensor of a network's output: itself, or its entry ``key`` (dict key or position)."""
     if isinstance(output, torch.Tensor):
         if key is not None:
-            raise ModelError(f"{PARAMETER}{key!r} given, but {name} returns a single tensor",
+            raise ModelError(f"{given(repr(key))} given, but {name} returns a single tensor",
                              fix=f"leave out {PARAMETER}", parameter="output_key")
         return output
     if isinstance(output, Mapping):
@@ -261,9 +261,9 @@ def network_compute(network: Network, device: torch.device, amp: str | None,
         for option, value, only in (("amp", amp, "off"), ("memory_format", memory_format, "contiguous")):
             if value not in (None, only):
                 raise OptionError(
-                    f"{PARAMETER}{value} does not apply to an ONNX model: onnxruntime runs it in float32, "
+                    f"{given(value)} does not apply to an ONNX model: onnxruntime runs it in float32, "
                     "in a layout of its own",
-                    fix=f"leave out {PARAMETER} for an ONNX model, or pass {PARAMETER}{only}; to score it in "
+                    fix=f"leave out {PARAMETER} for an ONNX model, or pass {given(only)}; to score it in "
                         "another precision or layout, pass a TorchScript export or a factory of it",
                     parameter=option)
         return None, torch.contiguous_format
@@ -288,7 +288,7 @@ def default_home_name(network: Network, model_input: ModelInput, compute: Mappin
     return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
 
 
-HOME_FIX = (f"pass another {PARAMETER}DIR: a new or empty folder; or leave it out (on the command line each "
+HOME_FIX = (f"pass another {given('DIR')}: a new or empty folder; or leave it out (on the command line each "
             "model and convention then gets a folder of its own under runs/external/; in Python nothing is "
             "written)")
 

@@ -28,7 +28,7 @@ from torch import nn
 from bgbias.assets.digest import sha256_file
 from bgbias.engine.method_model import weights_sha256
 from bgbias.engine.torchscript_guard import check_archive, check_operators
-from bgbias.errors import PARAMETER, ModelError
+from bgbias.errors import PARAMETER, ModelError, given
 from bgbias.installation import import_onnxruntime
 from bgbias.methods.attribution import parse_option_value
 
@@ -134,7 +134,7 @@ def load_onnx(path: Path, device: torch.device) -> Network:
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             raise ModelError("this onnxruntime cannot run on CUDA", path=path,
                              fix="install onnxruntime-gpu in place of onnxruntime (docs/install.md, GPU "
-                                 f"builds), or pass {PARAMETER}cpu", parameter="device")
+                                 f"builds), or pass {given('cpu')}", parameter="device")
         providers.insert(0, "CUDAExecutionProvider")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()

@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from bgbias.errors import PARAMETER, ModelError
+from bgbias.errors import ModelError, given
 
 OPERATORS_FILE = Path(__file__).resolve().parents[1] / "configs" / "torchscript-operators.json"
 
 CPP_CLASSES = "__torch__.torch.classes"
 
 TRUST = ("if you made this file yourself, or trust whoever did as you would trust their Python code, pass "
-         f"{PARAMETER}True to run it unchecked; otherwise do not run it")
+         f"{given(True)} to run it unchecked; otherwise do not run it")
 
 SHOWN = 5
 

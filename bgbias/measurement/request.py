@@ -14,7 +14,7 @@ from bgbias.data.items import Dataset, default_masks_dir
 from bgbias.data.registry import open_dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_geometry
-from bgbias.errors import PARAMETER, DatasetError, OptionError
+from bgbias.errors import PARAMETER, DatasetError, OptionError, given
 from bgbias.methods.embedding_model import OwnGeometry
 from bgbias.paths import backgrounds_root, located_key
 from bgbias.retrieval.retrievers import ExactL2, with_shortlist
@@ -169,7 +169,7 @@ def resolve(model: EmbeddingModel, request: MeasureRequest) -> ResolvedRequest:
     request = dataclasses.replace(request, split=split)
     if request.profile and request.worst_k < 1:
         raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
-                          fix=f"pass {PARAMETER}1 or more", parameter="worst_k")
+                          fix=f"pass {given(1)} or more", parameter="worst_k")
     dataset, items = requested_split(model, request)
     protocol, fold = split_protocol(model.trained_on())
     retrieval = with_shortlist(model.retrieval(), request.shortlist)

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from torch import nn
 
 from bgbias.errors import OptionError
-from bgbias.options import Settings, bad_value, must, setting_problem
+from bgbias.options import Settings, bad_value, must
 from bgbias.retrieval.retrievers import ExactL2, Retrieval
+from bgbias.schema import explain_problem
 
 if TYPE_CHECKING:
     from bgbias.models.backbone import Backbone
@@ -121,11 +122,8 @@ class Method(nn.Module, ABC):
                 known = ", ".join(sorted(model.model_fields)) or "(none)"
                 raise OptionError(f"{cls.name} does not know the options {unknown}",
                                   fix=f"use some of: {known}") from None
-            problem = setting_problem(error, model, options)
-            if problem.kind == "limit":
-                raise OptionError(f"{cls.name} option {problem.key} = {problem.value!r} is invalid",
-                                  fix=f"set loss.{problem.key} to {problem.expected}") from None
-            raise bad_value(f"loss.{problem.key}", problem.value, problem.expected) from None
+            problem = explain_problem(error, model)
+            raise bad_value(f"loss.{problem.field}", problem.found, problem.wanted) from None
         return {name: getattr(checked, name) for name in options}
 
     @classmethod

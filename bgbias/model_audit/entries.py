@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bgbias.engine.model_spec import is_factory, parse_model_args
-from bgbias.errors import PARAMETER, BgbiasError, OptionError
+from bgbias.errors import PARAMETER, BgbiasError, OptionError, given
 
 SLUG_LENGTH = 40
 ENTRY_FORM = "[LABEL =] SPEC [KEY=VALUE ...]"
@@ -91,7 +91,7 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
             raise OptionError(
                 f"line {number} names the factory {entry.model}, which loading it would import and call: "
                 "Python code, and a list file may come from someone else", path=path,
-                fix=f"pass {PARAMETER}True if you wrote this file or trust every factory it names as you "
+                fix=f"pass {given(True)} if you wrote this file or trust every factory it names as you "
                     "would its Python code; or give that model on its own", parameter="trust_model")
         if entry is not None:
             entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
@@ -132,7 +132,7 @@ def entries_of(models: Iterable[Any] | Mapping[str, Any]) -> list[ModelEntry]:
 def check_labels(entries: list[ModelEntry]) -> None:
     """No model without a label, and no label twice: an ``OptionError`` naming both places."""
     if not entries:
-        raise OptionError("no model to audit", fix=f"name the models, or pass {PARAMETER}FILE listing them",
+        raise OptionError("no model to audit", fix=f"name the models, or pass {given('FILE')} listing them",
                           parameter="models_file")
     seen: dict[str, ModelEntry] = {}
     for entry in entries:

@@ -26,7 +26,7 @@ from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.eta import duration, time_left
 from bgbias.engine.external_model import folder_owner
 from bgbias.engine.trained import is_run_path
-from bgbias.errors import PARAMETER, OptionError
+from bgbias.errors import OptionError, given
 from bgbias.fileio import holds_files, make_dirs
 from bgbias.leakage_meter.meter import measure_leakage
 from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
@@ -273,16 +273,16 @@ def check_audit_folder(out: Path) -> None:
     owner = folder_owner(out)
     if owner is not None:
         raise OptionError(f"the audit's folder is or lies inside {owner.describe()}: its pages would read as "
-                          "that model's", path=out, fix=f"pass {PARAMETER}DIR outside runs and model folders",
+                          "that model's", path=out, fix=f"pass {given('DIR')} outside runs and model folders",
                           parameter="out")
     if out.exists() and not out.is_dir():
         raise OptionError("the audit's folder is a file", path=out,
-                          fix=f"pass {PARAMETER}DIR, a new or empty folder", parameter="out")
+                          fix=f"pass {given('DIR')}, a new or empty folder", parameter="out")
     ours = {AUDIT_NAME + suffix for suffix in (".md", ".html", ".json")} | {MODELS_FOLDER}
     others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours) if out.is_dir() else []
     if holds_files(out) and others and not (out / MODELS_FOLDER).is_dir():
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise OptionError(f"the audit's folder is neither new, nor empty, nor an earlier audit's: it holds "
                           f"{shown}", path=out,
-                          fix=f"pass {PARAMETER}DIR, a new or empty folder or an earlier audit's",
+                          fix=f"pass {given('DIR')}, a new or empty folder or an earlier audit's",
                           parameter="out")

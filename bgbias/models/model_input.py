@@ -18,7 +18,7 @@ from pydantic import Field
 
 from bgbias.data.geometry import INTERPOLATIONS, EvalGeometry
 from bgbias.data.transforms import eval_geometry
-from bgbias.errors import PARAMETER, OptionError
+from bgbias.errors import PARAMETER, OptionError, given
 from bgbias.models.input_convention import CLIP, IMAGENET, UNIT, InputConvention
 from bgbias.models.pretrained_input import Preprocessing, timm_preprocessing, torchvision_preprocessing
 from bgbias.options import FLAG, INTERPOLATION, OPTIONAL_TEXT, PIXELS, Arguments
@@ -65,8 +65,8 @@ class ModelInput:
     def _of(cls, preprocessing: Preprocessing, overrides: dict[str, Any], caller: str) -> ModelInput:
         unknown = sorted(set(overrides) - set(ARGUMENTS.declared))
         if unknown:
-            given = f"{unknown[0]}={overrides[unknown[0]]!r}"
-            raise OptionError(f"{caller} got {given}, which is not a field of bgbias.ModelInput",
+            extra = f"{unknown[0]}={overrides[unknown[0]]!r}"
+            raise OptionError(f"{caller} got {extra}, which is not a field of bgbias.ModelInput",
                               fix=f"pass only {', '.join(f'{key}=' for key in ARGUMENTS.declared)}")
         size = overrides.get("input_size", preprocessing.crop)
         if "input_size" in overrides and "resize" not in overrides and size is not None:
@@ -130,8 +130,8 @@ def check_model_input(values: Mapping[str, Any]) -> None:
     ARGUMENTS.valid(values)
     input_size, resize = values.get("input_size"), values.get("resize")
     if input_size is not None and resize is not None and resize < input_size:
-        raise OptionError(f"{PARAMETER}{resize!r} is smaller than the input size {input_size}",
-                          fix=f"the centre crop is cut from the resized image: pass {PARAMETER}{input_size} "
+        raise OptionError(f"{given(repr(resize))} is smaller than the input size {input_size}",
+                          fix=f"the centre crop is cut from the resized image: pass {given(input_size)} "
                               "or more", parameter="resize")
     parse_normalization(values.get("normalize", "imagenet"))
 
@@ -152,17 +152,17 @@ def parse_normalization(text: str) -> InputConvention:
     if named is not None:
         return named
     fix = (f"pass {PARAMETER} as imagenet, clip or none, or MEAN,STD as two numbers (all channels) or six "
-           f"(three means, then three stds), e.g. {PARAMETER}'0.5,0.5'")
+           f"(three means, then three stds), e.g. {given(repr('0.5,0.5'))}")
     try:
         values = [float(part) for part in text.split(",")]
     except ValueError:
-        raise OptionError(f"{PARAMETER}{text!r} is neither a known normalisation nor numbers", fix=fix,
+        raise OptionError(f"{given(repr(text))} is neither a known normalisation nor numbers", fix=fix,
                           parameter="normalize") from None
     if len(values) not in (2, 6) or not all(math.isfinite(n) for n in values):
-        raise OptionError(f"{PARAMETER}{text!r} must give two or six finite numbers", fix=fix,
+        raise OptionError(f"{given(repr(text))} must give two or six finite numbers", fix=fix,
                           parameter="normalize")
     mean, std = (values[:1] * 3, values[1:] * 3) if len(values) == 2 else (values[:3], values[3:])
     if min(std) <= 0:
-        raise OptionError(f"{PARAMETER}{text!r} has a std that is not positive", fix=fix,
+        raise OptionError(f"{given(repr(text))} has a std that is not positive", fix=fix,
                           parameter="normalize")
     return InputConvention(mean=tuple(mean), std=tuple(std))

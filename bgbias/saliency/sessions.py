@@ -23,7 +23,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, Inva
 from PIL import Image
 
 from bgbias.assets.store import u2net_model_path
-from bgbias.errors import PARAMETER, AssetError, OptionError
+from bgbias.errors import PARAMETER, AssetError, OptionError, given
 from bgbias.hardware import usable_cores
 from bgbias.installation import import_onnxruntime
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -205,7 +205,7 @@ def chosen_backend(model: str, inference: Inference) -> str:
         return "torch" if wants_torch or not _onnxruntime_installed() else "onnxruntime"
     if backend == "torch" and model not in TORCH_MODELS:
         raise OptionError(f"the torch backend has no network for {model}",
-                          fix=f"use {PARAMETER}onnxruntime (or auto) for {model}; torch runs "
+                          fix=f"use {given('onnxruntime')} (or auto) for {model}; torch runs "
                               f"{', '.join(TORCH_MODELS)}", parameter="backend")
     return backend
 
@@ -229,7 +229,7 @@ def _torch_session(model: str, inference: Inference) -> MaskSession:
     device = torch_device(inference.device)
     precision = PRECISION["off" if inference.amp == "auto" else inference.amp]
     if precision != "fp32" and device.type != "cuda":
-        raise OptionError(f"{PARAMETER}{inference.amp} runs U²-Net on CUDA only; on the CPU it computes in "
+        raise OptionError(f"{given(inference.amp)} runs U²-Net on CUDA only; on the CPU it computes in "
                           "float32", fix=f"leave {PARAMETER} at auto (or off) on the CPU", parameter="amp")
     path = u2net_model_path(model)
     fix = f"delete the file and fetch it again: `bgbias assets fetch {model} --force`"
@@ -256,7 +256,7 @@ def torch_device(device: str):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise OptionError(f"CUDA was asked for, but this torch ({torch.__version__}) sees no CUDA device",
-                          fix=f"install a CUDA build of torch (docs/install.md, GPU), or use {PARAMETER}cpu",
+                          fix=f"install a CUDA build of torch (docs/install.md, GPU), or use {given('cpu')}",
                           parameter="device")
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -264,12 +264,12 @@ def torch_device(device: str):
 def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
     """As :func:`_torch_session`, the options are checked before the model file is looked for."""
     if inference.amp not in ("auto", "off"):
-        raise OptionError(f"onnxruntime runs the model file in float32, without {PARAMETER}{inference.amp}",
+        raise OptionError(f"onnxruntime runs the model file in float32, without {given(inference.amp)}",
                           fix=f"use the torch backend for bf16 or fp16, or leave {PARAMETER} at auto",
                           parameter="amp")
     if inference.batch not in (None, 1):
         raise OptionError(f"the {model} file takes one image per call on onnxruntime, not {inference.batch}",
-                          fix=f"use {PARAMETER}torch to batch, or leave the batch size out",
+                          fix=f"use {given('torch')} to batch, or leave the batch size out",
                           parameter="backend")
     path = u2net_model_path(model)
     ort = import_onnxruntime()

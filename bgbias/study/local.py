@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from bgbias.engine.device import cuda_devices, missing_cuda
-from bgbias.errors import PARAMETER, BgbiasError, OptionError
+from bgbias.errors import BgbiasError, OptionError, given
 from bgbias.hardware import usable_cores
 from bgbias.study.ledger import Plan, read_plan
 from bgbias.study.worker import CANNOT_WORK, DEFAULT_TIMING, Timing, runs_progress, work
@@ -46,7 +46,7 @@ def local_slots(devices: str = "auto", workers: int | None = None, gpus_per_run:
     """
     for name, value in (("workers", workers), ("threads", threads), ("gpus_per_run", gpus_per_run)):
         if value is not None and value < 1:
-            raise OptionError(f"{PARAMETER}{value} is less than 1", fix=f"pass {PARAMETER}1 or more",
+            raise OptionError(f"{given(value)} is less than 1", fix=f"pass {given(1)} or more",
                               parameter=name)
     gpus = _gpus(devices)
     if not gpus:

@@ -179,7 +179,7 @@ def test_explain_takes_attribution_options(tiny_run, key, tmp_path):
     ("pair", "message"),
     [("copies", "--attribution-option expects key=value, got 'copies'"),
      ("sigma=0.2", "attribution 'smoothgrad' has no option 'sigma'"),
-     ("copies=0", "smoothgrad option copies=0 is invalid")],
+     ("copies=0", "setting smoothgrad.copies = 0 is invalid")],
 )
 def test_bad_attribution_options_fail_before_the_model_is_loaded(pair, message, tmp_path):
     # No run exists here: the options are checked first.

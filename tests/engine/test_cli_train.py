@@ -52,7 +52,7 @@ def test_a_bad_loss_option_stops_before_the_run_folder(tiny_bench, tmp_path):
             str(tmp_path / "run"), *TINY, "--set", "loss.margin=abc"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "error: --set: setting loss.margin = 'abc' is invalid" in result.output
+    assert 'error: --set: setting loss.margin = "abc" is invalid' in result.output
     assert not (tmp_path / "run").exists()
 
 

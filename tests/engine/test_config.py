@@ -108,11 +108,11 @@ def test_round_trip_through_run_folder(tmp_path):
 @pytest.mark.parametrize(
     ("override", "key", "expected"),
     [
-        ("optim=3", "optim", "a section"),
-        ("model=[1, 2]", "model", "a section"),
-        ("loss=3", "loss", "a section"),
-        ("seed.x=1", "seed", "a single setting, not a section"),
-        ("model.backbone.name=resnet50", "model.backbone", "a single setting, not a section"),
+        ("optim=3", "optim", "optim must be an object"),
+        ("model=[1, 2]", "model", "model must be an object"),
+        ("loss=3", "loss", "loss must be an object"),
+        ("seed.x=1", "seed", "seed must be an integer"),
+        ("model.backbone.name=resnet50", "model.backbone", "model.backbone must be a string"),
         ("optim.lr_head=fast", "optim.lr_head", "a finite number"),
     ],
 )
@@ -125,8 +125,8 @@ def test_a_value_of_the_wrong_type_names_key_source_and_type(override, key, expe
 
 @pytest.mark.parametrize(
     ("content", "key", "expected"),
-    [({"model": 5}, "model", "a section"), ({"data": [1]}, "data", "a section"),
-     ({"optim": {"lr_head": {"x": 1}}}, "optim.lr_head", "not a section"),
+    [({"model": 5}, "model", "an object"), ({"data": [1]}, "data", "an object"),
+     ({"optim": {"lr_head": {"x": 1}}}, "optim.lr_head", "a finite number"),
      ({"schedule": {"epochs": "8"}}, "schedule.epochs", "an integer")],
 )
 def test_a_config_file_of_the_wrong_shape_is_named(tmp_path, content, key, expected):
@@ -155,10 +155,11 @@ def test_a_config_file_of_the_wrong_shape_is_named(tmp_path, content, key, expec
         ("data.crop_scale=[0.8, 0.5]", "0 < low <= high <= 1"),
         ("data.crop_scale=[0, 1]", "0 < low <= high <= 1"),
         ("data.crop_scale=[0.5, 1.5]", "0 < low <= high <= 1"),
-        ("data.crop_scale=[0.5, NaN]", "finite"),
+        ("data.crop_scale=[0.5, NaN]", "data.crop_scale[1] must be a finite number"),
         ("data.resize=0", "at least 1"),
         ("data.crop=-32", "at least 1"),
         ("data.workers=-1", "0 or more"),
+        ("data.workers=many", "0 or more, or auto (sized"),
         ("data.batch_size=30", "multiple of data.m_per_class"),
         ("schedule.patience=0", "at least 1"),
         ("schedule.epochs=0", "at least 1"),
@@ -201,7 +202,7 @@ def test_method_and_dataset_come_from_the_command_line(tmp_path):
 @pytest.mark.parametrize(
     ("method", "override", "words"),
     [
-        ("cosface", "loss.margin=abc", "loss.margin = 'abc'"),
+        ("cosface", "loss.margin=abc", 'loss.margin = "abc"'),
         ("cosface", "loss.scale=NaN", "finite"),
         ("cosface", "loss.scale.x=1", "loss.scale must be a finite number"),
         ("cosface", "loss.margn=0.3", "use some of: margin, scale"),

@@ -109,8 +109,8 @@ def test_options_parse_into_the_attributions_settings():
 @pytest.mark.parametrize(
     ("pair", "message"),
     [("copies", "expects key=value, got 'copies'"), ("=5", "expects key=value"),
-     ("sigma=0.2", "has no option 'sigma'"), ("copies=abc", "copies='abc' is invalid"),
-     ("copies=0", "copies=0 is invalid")],
+     ("sigma=0.2", "has no option 'sigma'"), ("copies=abc", 'smoothgrad.copies = "abc" is invalid'),
+     ("copies=0", "smoothgrad.copies = 0 is invalid")],
 )
 def test_bad_options_are_option_errors_naming_the_options(pair, message):
     with pytest.raises(OptionError, match=re.escape(message)) as raised:
