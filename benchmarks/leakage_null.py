@@ -30,8 +30,8 @@ from leakage_dial import prepared_bench
 
 from bgbias.api import as_embedding_model
 from bgbias.corrupted.render import load_pair
-from bgbias.data.images import chw_tensor
 from bgbias.data.splits import split_items
+from bgbias.data.tensors import chw_tensor
 from bgbias.data.transforms import eval_transform_pair
 from bgbias.engine.embedding import embed_images
 from bgbias.leakage_meter.meter import DEFAULT_ENCODER
