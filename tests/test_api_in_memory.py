@@ -18,6 +18,7 @@ import bgbias
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.registry import open_dataset
 from bgbias.errors import ModelError, OptionError
+from bgbias.models.model_input import ModelInput
 from tests.engine.external import tiny_embedder
 from tests.replicas import copy_ground_truth_masks, make_bench
 
@@ -45,9 +46,13 @@ def _tree(folder: Path) -> dict[str, int]:
     return {str(path): path.stat().st_mtime_ns for path in folder.rglob("*")}
 
 
+SMALL = ModelInput(input_size=32)
+"""The bench images' own size: variants rendered and embedded at 32 px, not the default 227 (8× faster)."""
+
+
 def _score(data, base: Path, **options):
     return bgbias.evaluate(tiny_embedder().eval(), data, split="all", backgrounds=base / "backgrounds",
-                           repeats=2, workers=0, device="cpu", **options)
+                           repeats=2, workers=0, device="cpu", **{"model_input": SMALL, **options})
 
 
 def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_the_report(
@@ -163,14 +168,14 @@ def test_explain_keeps_maps_and_scores_in_memory_and_writes_only_into_out(forty,
     monkeypatch.chdir(tmp_path)
     before = {**_tree(tmp_path), **_tree(base)}
     explained = bgbias.explain(tiny_embedder().eval(), rows, split="all", limit=5, device="cpu",
-                               attribution_options={"copies": 2})
+                               attribution_options={"copies": 2}, model_input=SMALL)
     assert {**_tree(tmp_path), **_tree(base)} == before
     assert explained.out_dir is None and len(explained.scores) == 5 and len(explained.maps) == 5
     first = explained.scores[0]
-    assert first.mask_source == "saliency" and explained.maps[first.id].shape == (227, 227)  # paper's crop
+    assert first.mask_source == "saliency" and explained.maps[first.id].shape == (32, 32)  # the model's crop
     assert explained.summary["scored"] == 5
     written = bgbias.explain(tiny_embedder().eval(), rows, split="all", limit=5, device="cpu",
-                             attribution_options={"copies": 2}, out=tmp_path / "out")
+                             attribution_options={"copies": 2}, model_input=SMALL, out=tmp_path / "out")
     assert [score.score for score in written.scores] == [score.score for score in explained.scores]
     assert (written.out_dir / "summary.json").is_file() and written.out_dir.is_relative_to(tmp_path / "out")
     with pytest.raises(OptionError, match="attribution 'smoothgrad' has no option 'samples'"):
@@ -178,7 +183,6 @@ def test_explain_keeps_maps_and_scores_in_memory_and_writes_only_into_out(forty,
 
 
 def test_errors_from_below_carry_their_parameter_and_read_in_python_words(forty):
-    from bgbias.models.model_input import ModelInput
 
     _, rows = forty
     with pytest.raises(ModelError) as raised:
@@ -263,9 +267,10 @@ def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
                                       out=tmp_path / "sets")
     assert [path.name for path in made["random-bg"]] == ["repeat-0.json", "repeat-1.json"]
     assert made["random-bg"][0].parent == tmp_path / "sets"
-    # The very manifests an in-memory evaluation of the rows makes, so their scores agree.
-    on_disk = _score(rows, base, manifests=tmp_path / "sets").report
-    assert on_disk.corrupted.mean == _score(rows, base).report.corrupted.mean
+    # The very manifests an in-memory evaluation of the rows makes, so their scores agree (at the default
+    # geometry, the one make_corrupted_sets makes them for).
+    on_disk = _score(rows, base, manifests=tmp_path / "sets", model_input=ModelInput()).report
+    assert on_disk.corrupted.mean == _score(rows, base, model_input=ModelInput()).report.corrupted.mean
 
 
 def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
@@ -279,9 +284,9 @@ def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
     table.write_text(f"path,label,mask\n{lines}")
     result = CliRunner().invoke(main, [
         "eval", "--model", "tests.engine.external:tiny_embedder", "--dataset", "table", "--root", str(table),
-        "--split", "all", "--corrupted", "--repeats", "2", "--backgrounds", str(base / "backgrounds"),
-        "--manifests", str(tmp_path / "sets"), "--out", str(tmp_path / "out"), "--device", "cpu",
-        "--workers", "0"])
+        "--split", "all", "--corrupted", "--repeats", "2", "--input-size", "32",
+        "--backgrounds", str(base / "backgrounds"), "--manifests", str(tmp_path / "sets"),
+        "--out", str(tmp_path / "out"), "--device", "cpu", "--workers", "0"])
     assert result.exit_code == 0, result.output
     written = json.loads(next((tmp_path / "out" / "eval").glob("table-*-all/report.json")).read_text())
     in_python = _score(rows, base, manifests=tmp_path / "sets").report

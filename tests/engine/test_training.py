@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bgbias.engine import training_build
+from bgbias.engine import training_build, training_loop
 from bgbias.engine.checkpoint import load_checkpoint
 from bgbias.engine.config import load_run_config
 from bgbias.engine.run_dir import latest_run
@@ -17,6 +17,16 @@ from bgbias.errors import AssetError, DatasetError, ImageError, OptionError
 from tests.conftest import tiny_config
 
 TIMING = ("train_seconds", "train_images_per_second", "epoch_start_seconds")
+DRAWS_CURVES = {"test_a_run_writes_its_folder"}
+"""The test here that needs the real ``curves.png`` (tests/engine/test_curves.py checks the drawing)."""
+
+
+@pytest.fixture(autouse=True)
+def _curves_unplotted(request, monkeypatch):
+    """``curves.png`` is redrawn after every epoch, and matplotlib's layout took ~90 % of these tiny runs'
+    time: outside :data:`DRAWS_CURVES` the runs here skip it (it feeds nothing back into training)."""
+    if request.function.__name__ not in DRAWS_CURVES:
+        monkeypatch.setattr(training_loop, "plot_training_curves", lambda *args, **kwargs: None)
 
 
 def without_timing(history):
