@@ -235,11 +235,10 @@ def test_missing_default_pools_are_made_in_the_working_folder_once(tmp_path: Pat
     import functools
 
     import bgbias.backgrounds.pool
-    import bgbias.backgrounds.sources
     from bgbias.corrupted.manifests import split_pool_dir
 
     sources = make_sources(tmp_path / "sources")
-    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: sources)
+    monkeypatch.setattr(bgbias.backgrounds.pool, "background_sources", lambda: sources)
     monkeypatch.setattr(bgbias.backgrounds.pool, "build_pools", functools.partial(build_pools, **SMALL))
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
@@ -247,7 +246,7 @@ def test_missing_default_pools_are_made_in_the_working_folder_once(tmp_path: Pat
     assert folder.resolve() == (tmp_path / "work" / "backgrounds" / "test").resolve()
     assert len(list_pool(folder)) == len(list_pool(split_pool_dir("val"))) == SMALL["images_per_pool"]
     made = _tree(tmp_path / "work" / "backgrounds")
-    monkeypatch.setattr(bgbias.backgrounds.sources, "background_sources", lambda: pytest.fail("built twice"))
+    monkeypatch.setattr(bgbias.backgrounds.pool, "background_sources", lambda: pytest.fail("built twice"))
     assert split_pool_dir("test") == folder and _tree(tmp_path / "work" / "backgrounds") == made
 
 
