@@ -144,8 +144,12 @@ def explain_problem(error: ValidationError, shape: Any) -> Problem:
     union is."""
     problems = error.errors(include_url=False)
     first = problems[0]
-    declared, where, depth, known = _declared(shape, first["loc"])
-    if depth < len(first["loc"]):  # the walk stopped at a union: look for a problem inside one of its members
+    loc = first["loc"]
+    if first["type"] == "missing" and loc and isinstance(loc[-1], int):
+        # A fixed-length list that is too short: its length is the news, not the element it lacks.
+        loc, first = loc[:-1], {**first, "type": "length"}
+    declared, where, depth, known = _declared(shape, loc)
+    if depth < len(loc):  # the walk stopped at a union: look for a problem inside one of its members
         union, at = first["loc"][:depth], depth + 1
         inside = [p for p in problems if p["loc"][:depth] == union and len(p["loc"]) > at]
         if inside:
