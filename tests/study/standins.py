@@ -87,7 +87,7 @@ def recording_steps(folder: Path, pause_before: str | None = None,
     """Stand-ins of the work of a study's steps, keyed by (module, name) for ``setattr``: the bench's
     preparation, a run's training and measurement and the page each append a line to :data:`CALLS` and do
     nothing else; the training of the run ``pause_before`` calls ``pause`` first."""
-    from bgbias.study import page, runs, steps
+    from bgbias.study import steps
 
     def record(what: str) -> None:
         with open(folder / CALLS, "a", encoding="utf-8") as calls:
@@ -111,5 +111,6 @@ def recording_steps(folder: Path, pause_before: str | None = None,
         record(f"page {len(run_dirs)} runs")
         return {}
 
-    return {(steps, "prepare"): prepare, (runs, "train_study_run"): train_study_run,
-            (runs, "measure_run"): measure_run, (page, "report_study"): report_study}
+    # Keyed where the steps look the names up (bgbias.study.steps imports them at its top).
+    return {(steps, "prepare"): prepare, (steps, "train_study_run"): train_study_run,
+            (steps, "measure_run"): measure_run, (steps, "report_study"): report_study}
