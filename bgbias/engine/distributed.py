@@ -5,6 +5,7 @@ DistributedDataParallel, rank 0 writes; NCCL on CUDA, gloo on the CPU. A single 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ def from_environment() -> Distributed:
     return Distributed(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
+_GROUPS_JOINED = itertools.count()
+
+
 @contextlib.contextmanager
 def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
     """The process group for the block (nothing for a single process), destroyed on exit; one the caller
@@ -55,7 +59,13 @@ def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
         yield
         return
     _import_before_group()
-    td.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    store, rank, world_size = next(td.rendezvous("env://"))
+    # torch names every new default group "0" again, and torchrun's store outlives the group: a second
+    # group in this process (a second ``train`` from Python) would read the first one's addresses from it.
+    # Each group in the process gets keys of its own; every rank joins as often, so the prefixes agree.
+    store = td.PrefixStore(f"bgbias-group-{next(_GROUPS_JOINED)}/", store)
+    td.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank,
+                          world_size=world_size)
     try:
         yield
     finally:
@@ -65,6 +75,8 @@ def process_group(dist: Distributed, device_type: str) -> Iterator[None]:
 def _import_before_group() -> None:
     """Import what DistributedDataParallel imports (``torch._dynamo`` and through it others) while no group
     exists: they bind ``group.WORLD`` as a default argument and would keep a group alive for good."""
+    import torch._dynamo  # noqa: F401  (1.8 s: only a run with several processes pays it)
+
 
 def broadcast(dist: Distributed, value: Any) -> Any:
     """Rank 0's ``value`` on every rank (any picklable object)."""
