@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,10 @@ from tests.replicas import copy_ground_truth_masks, make_bench
 # busy cores `pytest -m "not slow"` took 6 min with torch's default of 2 threads, 48 s with one.
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
+
+# The test modules' compiled, assertion-rewritten form is cached even where PYTHONDONTWRITEBYTECODE is set (as
+# on the machines this project is checked on): compiling every module anew in each worker doubled collection.
+sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own ordering by fixtures
