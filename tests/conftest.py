@@ -22,6 +22,7 @@ from tests.replicas import copy_ground_truth_masks, make_bench
 # busy cores `pytest -m "not slow"` took 6 min with torch's default of 2 threads, 48 s with one.
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
+THREADS = torch.get_num_threads()
 
 # The test modules' compiled, assertion-rewritten form is cached even where PYTHONDONTWRITEBYTECODE is set (as
 # on the machines this project is checked on): compiling every module anew in each worker doubled collection.
@@ -44,6 +45,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(needs_cuda)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """Each test starts with the worker's thread count, whatever a fixture or an earlier test did: a fixture
+    that imported rembg (which resets torch to the machine's cores) left two threads fighting the other
+    worker for two cores, and every later test of that worker ran up to nine times slower."""
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
 
 
 @pytest.hookimpl(hookwrapper=True)

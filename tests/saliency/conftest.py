@@ -45,8 +45,10 @@ def u2netp_torch(u2netp_file):
 @pytest.fixture(scope="session")
 def rembg_u2netp(u2netp_file):
     """rembg's own session on the same file, as users create it."""
-    import rembg
+    from bgbias.saliency.sessions import keeping_torch_threads
 
+    with keeping_torch_threads():
+        import rembg
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("U2NET_HOME", str(u2netp_file.parent))
         return rembg.new_session("u2netp", providers=["CPUExecutionProvider"])
