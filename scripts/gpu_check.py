@@ -75,7 +75,7 @@ FULL = {"settings": (Setting("bench", "bench", "mobilenet_v2", 128, 32),
         "steps": 10, "scoring": (250_000, 1_000_000), "masks": 400}
 SMALL = {"settings": (Setting("bench", "bench", "tiny_cnn", 32, 8),
                       Setting("paper", "cub", "tiny_cnn", 40, 8)),
-         "steps": 2, "scoring": (4_000,), "masks": 6}
+         "steps": 1, "scoring": (4_000,), "masks": 4}
 
 
 def alternate(calls: dict[str, Callable[[int], object]], n: int, device: torch.device) -> dict[str, float]:

@@ -69,11 +69,11 @@ def start_paused(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
     return child, go
 
 
-def run_cli(args: list[str]) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], prelude: str = "") -> subprocess.CompletedProcess:
     """The command line with ``args`` in a fresh child process, as a killed run's was. Trainings whose
     weights a test compares bit for bit run each in a fresh process: run inside a pytest-xdist worker that had
     run other tests first, a resumed and an uninterrupted training once ended with weights that differed in
     the last bits (all three signal cases, in one worker, in a full run of the suite), which fresh processes
-    do not show."""
-    return subprocess.run([sys.executable, "-c", cli(args)], env=_child_environment(), capture_output=True,
-                          text=True, timeout=600)
+    do not show. ``prelude``: code run before the command line (a patch)."""
+    return subprocess.run([sys.executable, "-c", prelude + cli(args)], env=_child_environment(),
+                          capture_output=True, text=True, timeout=600)
