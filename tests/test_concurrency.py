@@ -38,7 +38,8 @@ def _train_args(tiny_bench: Path) -> list[str]:
     return ["train", "--method", "triplet", "--root", str(tiny_bench / "bench"), "--epochs", "1",
             "--device", "cpu", "--workers", "0", "--no-progress", "--backbone", "tiny_cnn",
             "--set", "model.pretrained=false", "--set", "data.crop=32", "--set", "data.batch_size=8",
-            "--set", "data.m_per_class=2"]
+            "--set", "data.m_per_class=2", "--set", "data.batches_per_epoch=1",
+            "--set", "schedule.validate_untrained=false"]
 
 
 @pytest.mark.slow

@@ -364,8 +364,11 @@ def test_the_page_of_one_finished_run_says_one_run(tmp_path, monkeypatch):
 
 
 TINY_RUN = ("model.backbone=tiny_cnn", "model.pretrained=false", "model.embedding_dim=16",
-            "data.batch_size=8", "data.m_per_class=2", "data.crop=32", "data.workers=0", "schedule.epochs=1")
-"""A run's settings for the tiny bench (tests/conftest.py): a random-weight backbone on 32-px crops."""
+            "data.batch_size=8", "data.m_per_class=2", "data.crop=32", "data.workers=0", "schedule.epochs=1",
+            "data.batches_per_epoch=1", "schedule.validate_untrained=false")
+"""A run's settings for the tiny bench (tests/conftest.py): a random-weight backbone on 32-px crops, one batch
+and one validation: the check is of the study launching torchrun, not of training under it
+(tests/engine/test_distributed.py trains the methods under torchrun)."""
 
 
 @pytest.mark.slow

@@ -69,10 +69,17 @@ def _study_page(folder: Path, methods: int, seeds: int) -> Path:
                               reference=PAPER_BASELINES, figures=figures)["study_html"]
 
 
-@pytest.mark.parametrize(("methods", "seeds"), [(1, 1), (10, 3)])
+@pytest.fixture(scope="module", params=[(1, 1), (10, 3)], ids=["1-1", "10-3"])
+def study_page(request, tmp_path_factory) -> tuple[Path, int]:
+    """A page of (methods, seeds), written once and read at each width; the number of its methods."""
+    methods, seeds = request.param
+    return _study_page(tmp_path_factory.mktemp("study-page"), methods, seeds), methods
+
+
 @pytest.mark.parametrize("width", [1280, 600])
-def test_the_study_page_reads_whole_in_chromium(tmp_path, methods, seeds, width):
-    view = inspect_page(_study_page(tmp_path, methods, seeds), width=width)
+def test_the_study_page_reads_whole_in_chromium(study_page, width):
+    page_file, methods = study_page
+    view = inspect_page(page_file, width=width)
     page = view.probe
     assert view.errors == []
     assert page["headings"] == SECTIONS
