@@ -29,17 +29,6 @@ THREADS = torch.get_num_threads()
 sys.dont_write_bytecode = False
 
 
-@pytest.fixture(autouse=True)
-def _torch_threads_kept():
-    """The thread count comes back after every test: one that loads rembg's numba functions (the rembg
-    comparison in tests/saliency/test_masks_backends_benchmark.py) leaves torch on every core, and every test
-    after it in that xdist worker ran 10-100x slower (SAM's toy 7 s -> 129 s in a full run)."""
-    threads = torch.get_num_threads()
-    yield
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-
-
 @pytest.hookimpl(trylast=True)  # after pytest's own ordering by fixtures
 def pytest_collection_modifyitems(config, items):
     """A test marked ``cuda`` needs a CUDA device: skipped without one (``scripts/gpu_check.py`` runs them
