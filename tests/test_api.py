@@ -38,6 +38,7 @@ def _options(bench):
                 workers=0)
 
 
+@pytest.mark.slow
 def test_a_run_folder_is_scored_as_bgbias_eval_scores_it(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -160,6 +161,7 @@ def test_a_wrong_argument_is_an_option_error_named_as_python_names_it(name, argu
     assert err.value.parameter == argument
 
 
+@pytest.mark.slow
 def test_the_issues_repeats_are_refused_before_any_work(tiny_bench, tmp_path):
     module = tiny_embedder().eval()
     for repeats, message in [(0, "repeats=0 is invalid: it must be an integer of at least 1"),
@@ -236,6 +238,7 @@ def test_the_command_line_types_its_options_from_the_api_s_declarations():
     assert checked == 47, checked
 
 
+@pytest.mark.slow
 def test_the_memory_ceiling_reaches_every_scoring_of_an_evaluation(tiny_bench, tmp_path, monkeypatch):
     from bgbias.measurement import scoring
     from bgbias.retrieval import metrics
@@ -280,6 +283,7 @@ def _own_preprocessing_scores(model, transform, bench: Path):
     return score_embeddings(embeddings, np.array([item.label for item in items]))
 
 
+@pytest.mark.slow
 def test_a_timm_model_is_scored_on_the_pixels_of_its_own_preprocessing(tiny_bench, tmp_path, monkeypatch):
     timm = pytest.importorskip("timm")
     monkeypatch.chdir(tmp_path)
@@ -300,6 +304,7 @@ def test_a_timm_model_is_scored_on_the_pixels_of_its_own_preprocessing(tiny_benc
     assert again.embedded == 0
 
 
+@pytest.mark.slow
 def test_a_torchvision_model_is_scored_on_the_pixels_of_its_weights_preset(tiny_bench, tmp_path):
     import torchvision
 

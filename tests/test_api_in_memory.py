@@ -55,6 +55,7 @@ def _score(data, base: Path, **options):
                            repeats=2, workers=0, device="cpu", **{"model_input": SMALL, **options})
 
 
+@pytest.mark.slow
 def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_the_report(
         forty, tmp_path, monkeypatch):
     base, rows = forty
@@ -86,6 +87,7 @@ def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_t
     assert os.listdir(tmp_path / "cwd") == [] and os.listdir(tmp_path / "temp") == []
 
 
+@pytest.mark.slow
 def test_columns_and_a_torch_dataset_of_the_same_images_give_the_same_scores(forty):
     base, rows = forty
     by_rows = _score(rows, base).report
@@ -261,6 +263,7 @@ def test_an_outside_model_on_ones_own_images_scores_every_image_by_default_and_s
     assert len(asked.clean.per_query["map_at_r"]) < len(rows)
 
 
+@pytest.mark.slow
 def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     base, rows = forty
     made = bgbias.make_corrupted_sets(rows, split="all", repeats=2, backgrounds=base / "backgrounds",
@@ -273,6 +276,7 @@ def test_corrupted_sets_of_ones_own_rows_are_made_where_asked(forty, tmp_path):
     assert on_disk.corrupted.mean == _score(rows, base, model_input=ModelInput()).report.corrupted.mean
 
 
+@pytest.mark.slow
 def test_bgbias_eval_reads_the_same_rows_from_a_csv(forty, tmp_path):
     from click.testing import CliRunner
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 BROWSER_TEST = "tests/report/test_study_page_browser.py"
 
@@ -22,12 +24,14 @@ def _browser_tests_without_chromium(ci: str) -> subprocess.CompletedProcess[str]
                            BROWSER_TEST], cwd=REPO, env=env, capture_output=True, text=True, check=False)
 
 
+@pytest.mark.slow
 def test_outside_ci_a_required_test_without_its_tool_skips():
     """CI=false: anything but ``true`` is outside CI, as an unset CI is (one pytest run fewer than both)."""
     done = _browser_tests_without_chromium("false")
     assert done.returncode == 0 and " skipped" in done.stdout and "failed" not in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_under_ci_a_required_test_that_skips_fails_naming_the_set_up():
     done = _browser_tests_without_chromium("true")
     assert done.returncode == 1, done.stdout

@@ -76,6 +76,7 @@ assert not result.failures and len(result.runs) == 2, result
 """
 
 
+@pytest.mark.slow
 def test_two_studies_on_one_folder_share_the_steps_and_each_runs_once(tmp_path, monkeypatch):
     """The same `bgbias study` twice on one folder (two terminals, or two machines sharing it): the second
     takes the run the first is not on instead of waiting for it, each step runs once, and the page is
@@ -150,6 +151,7 @@ bench.prepare_study_bench(StudySpec.model_validate_json({spec!r}), print)
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_waits_for_the_bench_and_keeps_it(tmp_path, monkeypatch):
     import bgbias.assets.fetch
     from bgbias.study import bench as study_bench

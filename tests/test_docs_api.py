@@ -36,6 +36,7 @@ def run_examples(blocks: list[CodeBlock], namespace: dict | None = None) -> dict
     return namespace
 
 
+@pytest.mark.slow
 def test_the_examples_run_and_do_what_the_page_says(study_folder):
     blocks = fast_examples()
     assert [block.line for block in blocks] == sorted(block.line for block in blocks)

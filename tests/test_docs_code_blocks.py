@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import markdown
+import pytest
 import yaml
 
 from tests.docs_blocks import ROOT, CodeBlock, code_blocks, pages, parse_blocks
@@ -88,6 +89,7 @@ def test_every_code_block_is_run_or_says_why_not():
     assert marker_problems(policy_blocks()) == []
 
 
+@pytest.mark.slow
 def test_every_code_block_the_site_shows_is_a_fenced_one():
     """An indented code block (four spaces) has no line above it for a marker; and a count that differs
     from the site's also catches a fence the parser reads otherwise than the site does."""

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 docs_records = load_script("scripts/docs_records.py")
 
 
+@pytest.mark.slow
 def test_the_pages_hold_what_their_records_say():
     problems = [str(problem) for problem in docs_records.problems()]
     assert not problems, "\n".join(problems)

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bgbias.report.evaluation import load_evaluation_report
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_with_bgaugment.py"
 
 
+@pytest.mark.slow
 def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
     monkeypatch.chdir(tmp_path)  # the example's corrupted sets go to the working folder's corrupted/
@@ -30,6 +33,7 @@ def test_the_example_trains_one_epoch_and_scores_the_model(tiny_bench, tmp_path,
     assert len(report.corrupted.repeats) == 2 and report.images == 12
 
 
+@pytest.mark.slow
 def test_the_example_starts_in_a_fresh_interpreter():
     """Its imports as a reader's run meets them (in the suite's process much is imported already)."""
     started = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True,

@@ -94,6 +94,7 @@ def _train_args(tiny_bench: Path, run: Path, *extra: str) -> list[str]:
             "--set", "data.m_per_class=2", "--run-dir", str(run), *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("full", "named", "extra"),
     [
@@ -210,6 +211,7 @@ def test_an_error_a_writer_raises_while_handling_the_full_disk_is_reported_as_th
     assert caught.value.path == str(tmp_path / "last.pt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["100k", "330k"])
 def test_training_on_a_really_full_disk(tiny_bench, tmp_path, size):
     """A small tmpfs fills up for real (root only, where mounting is allowed)."""

@@ -14,6 +14,7 @@ def _check():
     return load_script("scripts/gpu_check.py")
 
 
+@pytest.mark.slow
 def test_training_embedding_and_scoring_write_their_tables(tmp_path):
     record = tmp_path / "check.json"
     code = _check().main(["--device", "cpu", "--small", "--sections", "training,embedding,scoring",

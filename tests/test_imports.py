@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +36,7 @@ def _imports_in_functions(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_import_inside_a_function_is_a_documented_exception():
     allowed = _documented()
     assert "bgbias/data/cars.py" in allowed and allowed["bgbias/data/cars.py"] == {"scipy"}

@@ -80,6 +80,7 @@ embeddings (bgbias/measurement/embedding_files.py, docs/embeddings.md); timm for
 (bgbias/models/pretrained_input.py)."""
 
 
+@pytest.mark.slow
 def test_every_package_bgbias_imports_is_a_requirement():
     """A package bgbias imports but does not declare comes only while another requirement happens to pull it
     in (pydantic came through albumentations): a user's install would break when that one changes."""

@@ -42,6 +42,7 @@ def run_python_block(block: CodeBlock) -> dict:
     return namespace
 
 
+@pytest.mark.slow
 def test_the_python_audit_scores_a_model_on_clean_and_five_corrupted_sets(after_quick_study):
     done = run_python_block(code_block("README.md", "readme-audit-python"))
     report = done["result"].report
@@ -82,12 +83,14 @@ def run_shell_block(block: CodeBlock, between: Callable[[], None]) -> None:
         assert ran.exit_code == 0, f"{block.page}:{number}: {line}\n{ran.output}\n{ran.exception!r}"
 
 
+@pytest.mark.slow
 def test_the_own_embeddings_are_scored_without_the_model(after_quick_study):
     run_shell_block(code_block("README.md", "readme-own-embeddings"), between=_embed_rendered_sets)
     report = load_evaluation_report(after_quick_study / "emb" / "report" / "report.json")
     assert len(report.corrupted.repeats) == 5 and 0 <= report.clean.map_at_r <= 1
 
 
+@pytest.mark.slow
 def test_the_bgaugment_loop_composites_every_batch_on_the_device(after_quick_study):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

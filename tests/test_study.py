@@ -112,6 +112,7 @@ def test_each_bench_setting_has_its_own_folder_and_study_folder(tmp_path, monkey
     assert study_folder(tmp_path, bench_spec("small", 0.5, 0, "ground-truth")) != folder
 
 
+@pytest.mark.slow
 def test_the_dial_runs_one_study_per_mask_source_and_rho_and_reports_them(tmp_path, monkeypatch):
     from bgbias.study import dial
     from bgbias.study.pipeline import StudyResult

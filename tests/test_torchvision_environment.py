@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CODE = """
 import torch, torchvision
 model = torchvision.models.resnet18().eval()
@@ -17,6 +19,7 @@ print(torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist())
 """
 
 
+@pytest.mark.slow
 def test_torchvision_imports_and_runs_a_model_and_its_operators_in_a_fresh_interpreter():
     done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -35,6 +35,7 @@ def _wrong_modes(folder: Path, mask: int) -> list[str]:
     return wrong
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=["022", "077", "002"])
 def test_every_output_of_train_eval_and_report_follows_the_umask(tiny_bench, tmp_path, mask):
     out = tmp_path / "out"

@@ -158,6 +158,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**{name: value for name, value in os.environ.items() if name not in CHECKOUT_VARIABLES}, **extra}
 
 
+@pytest.mark.slow
 def test_the_sdist_holds_what_a_build_needs_and_builds_the_checkouts_wheel(tmp_path):
     """The release's files, without installing them: quick, and on any platform."""
     assert zipfile.is_zipfile(_build_release(tmp_path))

@@ -241,6 +241,7 @@ def test_without_apt_get_the_message_says_what_to_run(registry, home, monkeypatc
     assert "apt-get download fake-walls=2.0-1" in err.fix and "--from DIR" in err.fix
 
 
+@pytest.mark.slow
 def test_failing_pip_gives_the_manual_command(tmp_path, home, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip fails at once, without touching the network
     wheel = PyPIWheel("bgbias-no-such-package==0.0.1", "bgbias_no_such_package-0.0.1-py3-none-any.whl")

@@ -179,6 +179,7 @@ def test_the_random_control_is_one_model_and_leaves_the_callers_random_state_alo
     assert first.eval()(torch.rand(2, 3, 32, 32)).shape == (2, 1280)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", ["random_mobilenet_v2", "imagenet_efficientnet_lite0"])
 def test_the_factories_are_scored_by_bgbias_eval_model(factory, generated_lite0_asset, tiny_bench, tmp_path):
     """What `bgbias eval --model bgbias.models.pretrained:<factory>` needs: an importable factory giving

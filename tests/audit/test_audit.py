@@ -30,6 +30,7 @@ def _audit(bench, out, models, **extra):
                         amp="off", workers=0)
 
 
+@pytest.mark.slow
 def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finished(tiny_bench, tmp_path):
     out = tmp_path / "audit"
     models = {"seed one": "tests.audit.models:tiny seed=1", HOSTILE: "tests.audit.models:tiny seed=2",
@@ -70,6 +71,7 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
     assert f"[folder]({seed_one['folder']})" in markdown and "/leakage/leakage.md)" in markdown
 
 
+@pytest.mark.slow
 def test_other_settings_measure_a_kept_model_again(tiny_bench, tmp_path):
     out = tmp_path / "audit"
     _audit(tiny_bench, out, ["tests.audit.models:tiny seed=3"])
@@ -95,6 +97,7 @@ def test_ranking_is_by_corrupted_map_then_label_with_failures_last():
     assert [item.label for item in order] == ["d", "b", "a2", "c", "a"]
 
 
+@pytest.mark.slow
 def test_the_command_scores_a_list_and_exits_3_when_a_model_failed(tiny_bench, tiny_run, tmp_path):
     run = shutil.copytree(tiny_run, tmp_path / "runs" / "run")
     listed = tmp_path / "models.txt"
@@ -149,6 +152,7 @@ def test_a_folder_holding_something_else_is_refused(tiny_bench, tmp_path):
         _audit(tiny_bench, out, ["tests.audit.models:tiny"])
 
 
+@pytest.mark.slow
 def test_the_page_and_record_say_what_made_the_masks_and_a_manifests_markup_stays_text(tiny_bench, tmp_path):
     masks = made_masks(tiny_bench / "masks", tmp_path / "masks", model=HOSTILE)
     out = tmp_path / "audit"

@@ -131,6 +131,7 @@ def _iou(a: list[int], b: list[int]) -> float:
     return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
+@pytest.mark.slow
 def test_rho_one_always_uses_the_home_region_and_rho_zero_never_forces_it(
     inputs: tuple[Path, list], tmp_path: Path
 ) -> None:

@@ -213,6 +213,7 @@ def loaded(dataset: Dataset, seed: int) -> torch.Tensor:
     return torch.cat(list(DataLoader(dataset, batch_size=1, num_workers=2, generator=generator(seed))))
 
 
+@pytest.mark.slow
 def test_dataloader_workers_draw_streams_of_their_own_reproducibly(bank):
     dataset = BackgroundsOnly(BGAugment(bank, seed=0), 6)
     first = loaded(dataset, 0)

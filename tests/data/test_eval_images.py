@@ -89,6 +89,7 @@ def test_corrupted_images_equal_render_entry(test_items, manifest, masks_dir):
     assert not torch.equal(dataset[0]["image"], clean[0]["image"])
 
 
+@pytest.mark.slow
 def test_two_workers_give_what_the_main_process_gives(test_items, manifest, masks_dir):
     for dataset in (
         EvalImages(test_items, manifest.geometry),

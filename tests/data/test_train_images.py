@@ -165,6 +165,7 @@ def test_workers_give_the_same_batches_as_the_main_process(tmp_path):
             assert torch.equal(a[key], b[key])
 
 
+@pytest.mark.slow
 def test_importing_the_training_geometry_asks_pypi_nothing() -> None:
     """albumentations asks PyPI for a newer version when imported unless told not to: a network call on every
     start (a warning offline), and advice to upgrade to its AGPL successor."""

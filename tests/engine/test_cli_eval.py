@@ -73,6 +73,7 @@ def test_report_draws_two_explained_runs_side_by_side(tiny_run, tiny_bench, tmp_
     assert width > 4 * 100 and height > 3 * 100  # image | mask | two overlays; three rows
 
 
+@pytest.mark.slow
 def test_eval_profile_prints_it_and_report_gives_it_a_row(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "runs" / "run"
     shutil.copytree(tiny_run, run)

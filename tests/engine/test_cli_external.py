@@ -25,6 +25,7 @@ def _eval_args(bench, tmp_path):
             str(bench / "backgrounds"), "--manifests", str(tmp_path / "manifests")]
 
 
+@pytest.mark.slow
 def test_a_torchscript_model_and_a_run_share_one_report_table(tiny_run, tiny_bench, tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(tiny_run, runs / "run")
@@ -86,6 +87,7 @@ def test_explain_takes_a_factory_and_refuses_an_onnx_file(tiny_run, tiny_bench, 
     assert refused.exit_code == 2 and "differentiates the model" in refused.output
 
 
+@pytest.mark.slow
 def test_an_exported_model_has_its_runs_profile(tiny_run, tiny_bench, tmp_path):
     """The profile is measured for any model: a TorchScript export of a run gets the run's profile."""
     runs = tmp_path / "runs"
@@ -151,6 +153,7 @@ def test_explain_refuses_a_model_that_raises_or_blocks_gradients_and_leaves_no_f
         assert not home.exists()
 
 
+@pytest.mark.slow
 def test_a_working_model_claims_its_home_with_its_first_result(tiny_bench, tmp_path):
     home = tmp_path / "home"
     result = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), "--model",
@@ -160,6 +163,7 @@ def test_a_working_model_claims_its_home_with_its_first_result(tiny_bench, tmp_p
     assert json.loads((home / "model.json").read_text())["spec"] == "tests.engine.external:tiny_embedder"
 
 
+@pytest.mark.slow
 def test_interpolation_reaches_the_geometry_the_report_and_the_corrupted_sets(tiny_bench, tmp_path):
     home = tmp_path / "home"
     result = CliRunner().invoke(main, [*_eval_args(tiny_bench, tmp_path), "--model",
@@ -180,6 +184,7 @@ def _run_report(run):
     return report
 
 
+@pytest.mark.slow
 def test_out_is_never_a_run_folder_inside_one_or_a_folder_of_runs(tiny_run, tiny_bench, tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(tiny_run, runs / "run")

@@ -288,6 +288,7 @@ def test_an_option_of_several_types_takes_each_of_them():
         resolve_config("triplet", "bench", overrides=["loss.triplets_per_anchor=1.5"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", method_names())
 def test_a_run_config_validates_against_the_json_schema(name):
     """Editors read the schema (``bgbias methods --schema``): a run's config.json is valid under its method's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from PIL import Image
 
 from bgbias.engine.curves import plot_training_curves, training_terms
@@ -22,6 +23,7 @@ def test_training_terms_are_the_numeric_train_columns_total_first():
     assert training_terms(ROWS[:1]) == []
 
 
+@pytest.mark.slow
 def test_the_curves_are_a_png_with_the_same_bytes_for_the_same_rows(tmp_path):
     first = plot_training_curves(ROWS, tmp_path / "a.png", title="t", best_epoch=2, monitor="corrupted")
     second = plot_training_curves(ROWS, tmp_path / "b.png", title="t", best_epoch=2, monitor="corrupted")
@@ -30,6 +32,7 @@ def test_the_curves_are_a_png_with_the_same_bytes_for_the_same_rows(tmp_path):
     assert width > 2 * height > 0
 
 
+@pytest.mark.slow
 def test_curves_are_drawn_before_any_epoch_and_with_negative_terms(tmp_path):
     rows = [ROWS[0], {**ROWS[1], "train_erm": -1.0}]
     plot_training_curves(ROWS[:1], tmp_path / "untrained.png", title="t", best_epoch=None, monitor="clean")

@@ -44,6 +44,7 @@ def test_auto_loader_workers_follow_the_cores_each_process_has(monkeypatch, core
     assert loader_workers(3, torch.device(device)) == 3
 
 
+@pytest.mark.slow
 def test_a_run_records_how_it_used_the_machine(tiny_bench, tmp_path):
     result = train(tiny_config(tiny_bench, "triplet", "amp=off", "model.memory_format=contiguous", epochs=1),
                    runs=tmp_path, progress=False, echo=False)
@@ -79,6 +80,7 @@ def test_a_bf16_training_on_the_cpu_trains_and_scores_in_float32(tiny_bench, tmp
     assert all(tensor.dtype != torch.bfloat16 for tensor in weights.values())
 
 
+@pytest.mark.slow
 def test_a_channels_last_run_trains_and_is_rebuilt_channels_last(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "triplet", "model.memory_format=channels_last", epochs=1)
     result = train(config, runs=tmp_path, progress=False, echo=False)

@@ -52,6 +52,7 @@ def _same_scores(result, expected, tolerance):
         assert mine.map_at_r == pytest.approx(theirs.map_at_r, abs=tolerance)
 
 
+@pytest.mark.slow
 def test_a_torchscript_export_scores_as_its_run_and_is_cached(tiny_run, tiny_bench, run_scores, tmp_path):
     expected, shared = run_scores
     path = export_torchscript(tiny_run, tmp_path / "run.pt")
@@ -70,6 +71,7 @@ def test_a_torchscript_export_scores_as_its_run_and_is_cached(tiny_run, tiny_ben
     assert load_external_model(str(path), other, device="cpu").fingerprint() != model.fingerprint()
 
 
+@pytest.mark.slow
 def test_an_onnx_export_scores_as_its_run(tiny_run, tiny_bench, run_scores, tmp_path):
     expected, shared = run_scores
     path = export_onnx(exported_run(tiny_run), tmp_path / "run.onnx")
@@ -209,6 +211,7 @@ def test_a_factory_spec_is_told_from_a_file(tmp_path):
     assert not is_factory("model.pt") and not is_factory("models/model.onnx")
 
 
+@pytest.mark.slow
 def test_another_input_size_brings_its_own_images_and_manifests(tiny_bench, run_scores, tmp_path,
                                                                 monkeypatch):
     _, shared = run_scores
@@ -229,6 +232,7 @@ def test_a_plain_callable_is_scored_under_the_fingerprint_its_caller_gives(tiny_
     assert result.report.model["kind"] == "callable" and 0 <= result.clean.map_at_r <= 1
 
 
+@pytest.mark.slow
 def test_smoothgrad_explains_a_torchscript_model_and_refuses_an_onnx_one(tiny_run, tiny_bench, tmp_path):
     request = _request(tiny_bench, tmp_path, limit=2, gallery_count=1, corrupted=False)
     scripted = load_external_model(str(export_torchscript(tiny_run, tmp_path / "run.pt")), AS_THE_RUN,

@@ -58,6 +58,7 @@ def test_a_run_without_masks_records_none(run):
     assert record["bgaugment"] is False and (record["masks"], record["mask_maker"]) == (None, None)
 
 
+@pytest.mark.slow
 def test_a_bgaugment_run_records_its_masks_folder_and_what_made_them(tiny_bench, tmp_path):
     base = tmp_path / "base"
     base.mkdir()

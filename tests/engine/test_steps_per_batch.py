@@ -15,6 +15,7 @@ from tests.conftest import tiny_config
 FAST = ("loss.env_passes=1", "loss.env_batch_size=8", "bgaugment.enabled=true")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("paired", "parts"), [(False, [0]), (True, [0, 1])])
 def test_each_batch_gets_the_methods_optimiser_steps(tiny_bench, tmp_path, monkeypatch, paired, parts):
     seen, epochs = [], []

@@ -19,6 +19,7 @@ def test_columns_become_tags_grouped_by_prefix():
     assert scalar_tag("env_passes") == "run/env_passes"
 
 
+@pytest.mark.slow
 def test_a_run_writes_every_epoch_as_scalars(tiny_bench, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -213,6 +213,7 @@ SLOW_TO_COMPILE = [pytest.param(name, marks=pytest.mark.slow) for name in ("effi
 
 
 # The larger models take seconds each to compile: the full suite checks them, the quick loop the small ones.
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scripted", "traced"])
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", *SLOW_TO_COMPILE])
 def test_torchvision_models_pass(name, how, tmp_path):

@@ -33,6 +33,7 @@ def without_timing(history):
     return [{k: v for k, v in row.items() if k not in TIMING} for row in history]
 
 
+@pytest.mark.slow
 def test_a_run_writes_its_folder(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench)
     result = train(config, runs=tmp_path / "runs", progress=False, echo=False)
@@ -66,6 +67,7 @@ RESUMED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(RESUMED))
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_bench, tmp_path, monkeypatch, method):
     config = tiny_config(tiny_bench, method, *RESUMED[method], epochs=3)
@@ -101,6 +103,7 @@ def test_bgaugment_selects_on_corrupted_validation(tiny_bench, tmp_path):
     assert load_checkpoint(result.run.best)["monitor"] == "val_corrupted_map_at_r"
 
 
+@pytest.mark.slow
 def test_a_watched_test_split_is_scored_but_never_selects(tiny_bench, tmp_path):
     from bgbias.engine.trained import load_trained
     from bgbias.measurement.request import MeasureRequest

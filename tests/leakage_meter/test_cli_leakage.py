@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from PIL import Image
 
@@ -12,6 +13,7 @@ from bgbias.cli import main
 from tests.leakage_meter.scenes import scene_samples
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_summary_and_writes_only_with_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rows = ["path,label,mask"]

@@ -59,6 +59,7 @@ def test_a_black_fill_leaks_the_silhouette_that_inpainting_and_tiling_hide(tmp_p
         assert black.interval[0] > hidden.leakage and black.leakage > hidden.interval[1]
 
 
+@pytest.mark.slow
 def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tmp_path, encoder):
     table = scenes("class", "random", root=tmp_path)
     before = sorted(tmp_path.rglob("*"))
@@ -79,6 +80,7 @@ def test_nothing_is_written_without_out_and_out_gets_the_record_and_the_table(tm
     assert "](leakage-classes.png)" in page
 
 
+@pytest.mark.slow
 def test_out_gets_the_picture_of_the_classes_whose_background_gives_them_away(tmp_path, encoder):
     table = scenes("class", "random", root=tmp_path)
     measure_leakage(table, encoder, split="all", workers=0, out=tmp_path / "leakage")
@@ -163,6 +165,7 @@ def test_a_view_whose_images_all_embed_alike_is_reported_degenerate_not_read(tmp
     assert "% of what the background" not in page
 
 
+@pytest.mark.slow
 def test_classes_are_named_as_given_and_a_class_whose_masks_are_empty_is_flagged(tmp_path, encoder):
     samples = scene_samples("class", "random").samples
     names = ["galaxy", *HOSTILE_CLASSES[:3]]

@@ -69,6 +69,7 @@ def test_the_documented_path_is_short_and_goes_down_the_layers():
     assert layers == sorted(layers)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", [False, True])
 def test_an_evaluation_enters_each_module_of_the_documented_path_once_going_down(tiny_run, tiny_bench,
                                                                                  tmp_path, profile):

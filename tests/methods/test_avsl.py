@@ -479,6 +479,7 @@ def test_the_default_top_k_is_a_quarter_of_the_embedding_size():
 
 
 # ---------------------------------------------------------------------------------------------------- run
+@pytest.mark.slow
 def test_an_avsl_run_records_every_loss_term_and_keeps_its_edges(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "avsl", epochs=1)
     result = train(config, run_dir=tmp_path / "avsl", progress=False, echo=False)
@@ -499,6 +500,7 @@ def test_every_configuration_clips_each_group_on_the_first_step_alone_as_the_aut
     assert (optim.grad_clip, optim.grad_clip_per_group, optim.grad_clip_first_step_only) == (10.0, True, True)
 
 
+@pytest.mark.slow
 def test_a_run_that_does_not_name_the_certainty_option_is_read_with_today_s_default(tiny_bench, tmp_path):
     """No value reproduces runs of pre-release versions: an option a run does not name takes its default."""
     result = train(tiny_config(tiny_bench, "avsl", epochs=1), run_dir=tmp_path / "avsl", progress=False,

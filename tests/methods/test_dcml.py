@@ -273,6 +273,7 @@ def test_paired_halves_refuse_batches_that_are_not_same_class_pairs():
         method.loss(dataclasses.replace(toy_batch(), part=2))
 
 
+@pytest.mark.slow
 def test_loss_terms_are_finite_and_training_lowers_the_loss_on_two_toy_classes():
     method = toy_dcml(environments=2)
     method.env_logits.normal_(generator=torch.Generator().manual_seed(0))

@@ -126,6 +126,7 @@ def test_the_neighbour_graph_keeps_the_top_n_including_self_above_epsilon():
 
 
 # ------------------------------------------------------------------------------------------- consistency
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{"epsilon": 1.5}, {"blocks": 0}], ids=["empty-graph", "no-bcb"])
 def test_with_an_empty_graph_or_no_batch_wise_block_the_consistency_loss_is_zero(options):
     method = toy_metricformer(**options).train()
@@ -155,6 +156,7 @@ def test_diversity_drops_when_sub_features_are_orthogonalised_and_vanishes_well_
 
 
 # --------------------------------------------------------------------------------------------- toy run
+@pytest.mark.slow
 @pytest.mark.parametrize("base", ["margin", "proxy_anchor"])
 def test_a_toy_run_lowers_every_loss_term_and_the_attention_maps_differ(base):
     method = toy_metricformer(base=base).train()
@@ -213,6 +215,7 @@ def test_every_parameter_group_trains_with_proxy_anchor():
 
 
 # ------------------------------------------------------------------------------------------------- run
+@pytest.mark.slow
 def test_a_metricformer_run_records_its_loss_terms(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "metricformer", epochs=1)
     result = train(config, run_dir=tmp_path / "metricformer", progress=False, echo=False)

@@ -171,6 +171,7 @@ def patch_batch(generator: torch.Generator, per_class: int, offset: int = 0):
     return Batch(images, labels, torch.arange(len(labels)) + offset), patches
 
 
+@pytest.mark.slow
 def test_on_a_toy_the_attention_finds_the_patch_and_both_losses_fall():
     """The spec's toy (docs/methods/sam.md, *Self-tests*): the only difference between the classes is a
     small coloured patch at a random place. After 300 steps the attention region (normalised map ≥ the
@@ -341,6 +342,7 @@ def test_the_default_stage_is_the_backbone_s_last_and_configurations_take_the_pa
 
 
 # ------------------------------------------------------------------------------------------------ run
+@pytest.mark.slow
 def test_a_sam_run_records_its_loss_terms(tiny_bench, tmp_path):
     config = tiny_config(tiny_bench, "sam", epochs=1)
     result = train(config, run_dir=tmp_path / "sam", progress=False, echo=False)

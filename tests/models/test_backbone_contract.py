@@ -33,6 +33,7 @@ def test_the_four_backbones_are_registered():
     assert set(EXPECTED_CONVENTIONS) <= set(backbone_names())
 
 
+@pytest.mark.slow
 def test_every_tap_has_the_declared_channels(backbone, images):
     outputs = backbone(images, taps=backbone.stages)
     assert list(outputs) == list(backbone.stages)
@@ -50,6 +51,7 @@ def test_levels_are_three_stages_from_low_to_high(backbone):
     assert backbone.levels[-1] == backbone.final
 
 
+@pytest.mark.slow
 def test_forward_from_continues_exactly_where_the_full_pass_was(backbone, images):
     """One 32-px image (BN-Inception's smallest): a pass from every stage costs about one full pass each."""
     backbone.eval()
@@ -67,6 +69,7 @@ def test_forward_from_continues_exactly_where_the_full_pass_was(backbone, images
         assert final[backbone.final] is full[backbone.final]
 
 
+@pytest.mark.slow
 def test_forward_from_supports_second_order_gradients(backbone, images):
     """SAM differentiates the similarity w.r.t. a feature map and trains through that gradient."""
     middle = backbone.levels[1]

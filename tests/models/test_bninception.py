@@ -89,6 +89,7 @@ def test_the_layout_matches_pretrainedmodels():
     assert {bn.pretrainedmodels_key(key) for key in ours} >= set(layout)
 
 
+@pytest.mark.slow
 def test_pretrainedmodels_file_round_trip(weight_file):
     path, source, _ = weight_file
     loaded = build_backbone("bninception", weights=path).eval()
@@ -101,6 +102,7 @@ def test_pretrainedmodels_file_round_trip(weight_file):
         torch.testing.assert_close(loaded(images)["inception_5b"], source(images)["inception_5b"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "named"),
     [
@@ -151,6 +153,7 @@ def test_no_file_and_no_network_is_an_asset_error_naming_the_url(tmp_path, monke
     assert caught.value.path == str(tmp_path / "weights" / bn.FILENAME)
 
 
+@pytest.mark.slow
 def test_the_file_in_home_is_used_without_downloading(tmp_path, monkeypatch, weight_file):
     path, source, _ = weight_file
     cached = tmp_path / "home" / "weights" / bn.FILENAME
@@ -162,6 +165,7 @@ def test_the_file_in_home_is_used_without_downloading(tmp_path, monkeypatch, wei
     assert torch.equal(loaded.state_dict()[key], source.state_dict()[key])
 
 
+@pytest.mark.slow
 def test_a_missing_file_is_downloaded_into_home(tmp_path, monkeypatch, weight_file):
     path, source, _ = weight_file
     requested = []

@@ -26,6 +26,7 @@ def torchvision_model(name: str, **kwargs):
     return getattr(torchvision.models, name)(weights=None, **kwargs)
 
 
+@pytest.mark.slow
 def test_googlenet_equals_torchvisions_pretrained_pipeline(tmp_path):
     """torchvision feeds its GoogLeNet weights ImageNet-normalised input through transform_input; our
     convention must give the same network input from plain RGB."""
@@ -58,6 +59,7 @@ def test_no_file_and_no_download_is_an_asset_error_with_the_url(name, monkeypatc
     assert "--weights PATH" in caught.value.fix
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(IMAGENET_WEIGHTS))
 def test_torchvisions_download_is_loaded(name, monkeypatch):
     enum_name, builder, kwargs = IMAGENET_WEIGHTS[name]
@@ -115,6 +117,7 @@ def test_mobilenet_v2_never_falls_back_to_random_weights(monkeypatch):
         build_backbone("mobilenet_v2")
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_loads_a_torchvision_file_without_its_classifier(tmp_path, monkeypatch):
     def unexpected(model, *, home=None):
         raise AssertionError("the offline asset must not be used when a file is given")

@@ -36,6 +36,7 @@ def test_rows_go_by_masks_then_rho_then_vanilla_first_with_seed_spreads():
     assert dict(zip(headers, rows[2], strict=True))["relative drop (%)"] == "60.0"
 
 
+@pytest.mark.slow
 def test_the_report_files_are_written_and_the_plot_is_deterministic(tmp_path):
     paths = write_dial_report(POINTS, tmp_path / "dial", "ms")
     assert set(paths) == {"dial_md", "dial_json", "dial_png"}

@@ -47,6 +47,7 @@ def run(tiny_run, tmp_path):
     return copy
 
 
+@pytest.mark.slow
 def test_clean_scores_equal_scoring_a_fresh_embedding(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     result = _evaluate(trained, tiny_bench, tmp_path)
@@ -66,6 +67,7 @@ def test_clean_scores_equal_scoring_a_fresh_embedding(run, tiny_bench, tmp_path)
     assert load_evaluation_report(result.files["report_json"]) == result.report
 
 
+@pytest.mark.slow
 def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, tmp_path):
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
     cache = sorted((run / "eval" / "cache").glob("*.npz"))
@@ -75,6 +77,7 @@ def test_corrupted_sets_change_the_images_and_differ_by_repeat(run, tiny_bench, 
     assert result.report.corrupted.std.map_at_r is not None
 
 
+@pytest.mark.slow
 def test_the_report_is_checked_once_and_report_json_is_its_own_dump(run, tiny_bench, tmp_path, monkeypatch):
     from bgbias import schema
 
@@ -92,6 +95,7 @@ def test_the_report_is_checked_once_and_report_json_is_its_own_dump(run, tiny_be
     assert written == json.loads(json.dumps(result.report.model_dump(exclude_unset=True)))
 
 
+@pytest.mark.slow
 def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     first = _evaluate(trained, tiny_bench, tmp_path)
@@ -101,6 +105,7 @@ def test_a_second_evaluation_reuses_the_cache_and_repeats_every_number(run, tiny
     assert {name: path.read_bytes() for name, path in second.files.items()} == before
 
 
+@pytest.mark.slow
 def test_a_changed_mask_embeds_the_corrupted_sets_again_but_not_the_clean_one(run, tiny_bench, tmp_path):
     masks = tmp_path / "masks"
     shutil.copytree(tiny_bench / "masks", masks)
@@ -128,6 +133,7 @@ def _default_inputs(trained, tiny_bench, tmp_path, monkeypatch):
     return dataset
 
 
+@pytest.mark.slow
 def test_a_clean_only_evaluation_removes_the_corrupted_files_of_an_earlier_one(run, tiny_bench, tmp_path,
                                                                               monkeypatch):
     trained = load_trained(run, device="cpu")
@@ -139,6 +145,7 @@ def test_a_clean_only_evaluation_removes_the_corrupted_files_of_an_earlier_one(r
     assert not earlier.files["per_class_drop"].exists()
 
 
+@pytest.mark.slow
 def test_other_pools_masks_and_seeds_get_report_folders_of_their_own(run, tiny_bench, tmp_path, monkeypatch):
     trained = load_trained(run, device="cpu")
     dataset = _default_inputs(trained, tiny_bench, tmp_path, monkeypatch)
@@ -217,6 +224,7 @@ def test_a_manifest_copied_under_another_repeat_is_not_counted_twice(run, tiny_b
     assert err.value.path == str(folder / "repeat-1.json")
 
 
+@pytest.mark.slow
 def test_reported_manifest_digests_are_of_the_files_left_on_disk(run, tiny_bench, tmp_path):
     dataset = open_dataset("bench", tiny_bench / "bench")
     folder = tmp_path / "manifests"
@@ -255,6 +263,7 @@ def test_an_unknown_checkpoint_name_is_an_option_error(run):
         load_trained(run, checkpoint="first")
 
 
+@pytest.mark.slow
 def test_the_report_file_names_the_run_and_pool(run, tiny_bench, tmp_path):
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path)
     report = json.loads(result.files["report_json"].read_text())
@@ -263,6 +272,7 @@ def test_the_report_file_names_the_run_and_pool(run, tiny_bench, tmp_path):
     assert report["corrupted_sets"]["mask_maker"] is None  # the bench's exact masks: no bgbias manifest
 
 
+@pytest.mark.slow
 def test_the_report_records_what_made_the_masks(run, tiny_bench, tmp_path):
     masks = made_masks(tiny_bench / "masks", tmp_path / "u2netp-masks")
     result = _evaluate(load_trained(run, device="cpu"), tiny_bench, tmp_path, masks=masks)
@@ -273,6 +283,7 @@ def test_the_report_records_what_made_the_masks(run, tiny_bench, tmp_path):
     assert "mask_maker: u2netp, torch fp32 on CPUExecutionProvider" in result.files["report_md"].read_text()
 
 
+@pytest.mark.slow
 def test_a_model_bgbias_did_not_train_is_scored_by_the_same_evaluation(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     outside = MethodModel(trained.method, trained.device, home=tmp_path / "outside", about={"source": "mine"})
@@ -286,6 +297,7 @@ def test_a_model_bgbias_did_not_train_is_scored_by_the_same_evaluation(run, tiny
     assert result.report.source == "mine" and result.report.same_dataset_as_training is None
 
 
+@pytest.mark.slow
 def test_an_approximate_search_is_labelled_and_kept_apart(run, tiny_bench, tmp_path):
     trained = load_trained(run, device="cpu")
     with pytest.raises(OptionError, match="only serves a learned distance"):
@@ -316,6 +328,7 @@ def test_the_shipped_masks_in_their_default_folder_are_named_exact_masks(tiny_be
     assert elsewhere.startswith(f"{dataset.key}-masks-exact-")
 
 
+@pytest.mark.slow
 def test_a_class_whose_masks_show_nothing_is_flagged_by_its_name(run, tiny_bench, tmp_path):
     from PIL import Image
 

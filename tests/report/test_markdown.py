@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from bgbias.measurement.record import evaluation_record
@@ -53,6 +54,7 @@ def test_report_md_shows_image_names_run_folders_and_setup_as_text():
     assert shown == [row["id"].replace("\n", " ") for row in report["images_hurt_most"]]
 
 
+@pytest.mark.slow
 def test_tables_seeds_dial_and_study_page_show_names_as_text(tmp_path):
     reports = [complete({**make_report(HOSTILE_METHOD, bgaugment, "folder", seed=seed,
                                        run=f"runs/{HOSTILE_RUNS[seed]}"), "seed": seed})

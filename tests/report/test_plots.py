@@ -18,6 +18,7 @@ def _png(path):
     return image
 
 
+@pytest.mark.slow
 def test_clean_vs_corrupted_and_per_class_drop_are_stable_pngs(tmp_path):
     report = complete(make_report("arcface", True, "cars"))
     for plot in (plot_clean_vs_corrupted, plot_per_class_drop):
@@ -41,6 +42,7 @@ def test_clean_only_report_plots_and_has_no_per_class_drop(tmp_path):
                    tmp_path / "runs.png"))
 
 
+@pytest.mark.slow
 def test_runs_plot_groups_datasets_and_refuses_duplicates(tmp_path):
     reports = [complete(make_report(method, bgaugment, dataset, seed=seed))
                for seed, (dataset, method, bgaugment) in enumerate(

@@ -134,6 +134,7 @@ def _seeing_nothing(labels) -> float:
     return score_embeddings(np.zeros((len(labels), 1), np.float32), labels).map_at_r
 
 
+@pytest.mark.slow
 def test_a_model_that_sees_only_the_object_keeps_everything_but_the_object_removed(profile_bench, tmp_path):
     result = _profile(RegionModel("object-only", 0, CENTRE, tmp_path / "fg"), profile_bench, tmp_path)
     got, nothing = _maps(result.report), _seeing_nothing(_labels(profile_bench))
@@ -143,6 +144,7 @@ def test_a_model_that_sees_only_the_object_keeps_everything_but_the_object_remov
     assert got["bg-gap"] == pytest.approx(0.0)
 
 
+@pytest.mark.slow
 def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_background_reliance(profile_bench,
                                                                                           tmp_path):
     result = _profile(RegionModel("background-only", 2, BORDER, tmp_path / "bg"), profile_bench, tmp_path)
@@ -168,6 +170,7 @@ def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_backgroun
     assert got["chance"] == pytest.approx(chance_scores(labels)["map_at_r"])
 
 
+@pytest.mark.slow
 def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_bench, tmp_path):
     model = RegionModel("background-only", 2, BORDER, tmp_path / "bg")
     first = _profile(model, profile_bench, tmp_path)
@@ -198,6 +201,7 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     assert not (plain.out_dir / "profile.png").exists() and not (plain.out_dir / "profile.csv").exists()
 
 
+@pytest.mark.slow
 def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_older_one_lacks(
     profile_bench, tmp_path
 ):
@@ -232,6 +236,7 @@ def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_o
     assert plot_profile(reports[2], tmp_path / "older.png").is_file()
 
 
+@pytest.mark.slow
 def test_query_side_ranks_by_a_learned_distance_as_the_exact_search_does(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)

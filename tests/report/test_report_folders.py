@@ -69,6 +69,7 @@ def _report_study(runs, out):
                                      *map(str, runs)])
 
 
+@pytest.mark.slow
 def test_every_markdown_file_shows_hostile_names_as_text(hostile, tmp_path):
     out = tmp_path / "report"
     result = _report_study([hostile["vanilla"], hostile["bgaugment"]], out)
@@ -95,6 +96,7 @@ def test_every_markdown_file_shows_hostile_names_as_text(hostile, tmp_path):
     assert "<script" not in page and "<img src=x" not in page and "&lt;script&gt;alert(5)" in page
 
 
+@pytest.mark.slow
 def test_the_gallery_takes_the_masks_and_dataset_the_explanation_recorded(hostile, tmp_path):
     out = tmp_path / "report"
     result = _report_study([hostile["vanilla"], hostile["bgaugment"]], out)
@@ -114,6 +116,7 @@ def test_the_gallery_takes_the_masks_and_dataset_the_explanation_recorded(hostil
     assert "pass --masks" not in failed.output
 
 
+@pytest.mark.slow
 def test_a_failed_report_leaves_the_older_one_as_it_was(hostile, tmp_path):
     runs = _copies(hostile, tmp_path)
     for run in runs:  # no galleries: this report needs no explanation

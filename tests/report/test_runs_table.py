@@ -79,6 +79,7 @@ def test_markdown_table():
     assert text.splitlines() == ["| method | a\\|b |", "|---|---:|", "| x | 1.00 |", "| y |  |"]
 
 
+@pytest.mark.slow
 def test_written_runs_report_parses_and_is_stable(tmp_path):
     reports = _reports()
     paths = write_runs_report(reports, FOREGROUND, tmp_path / "a")
@@ -103,6 +104,7 @@ def test_written_runs_report_parses_and_is_stable(tmp_path):
     assert paths["runs_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_the_table_holds_no_folder_of_the_machine_that_explained(tmp_path):
     """An explanation's summary names where its dataset lay (for the gallery); two clones in different
     folders must still write the same report bytes."""

@@ -83,6 +83,7 @@ def differences(a, b, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
 
 
+@pytest.mark.slow
 def test_score_of_a_runs_cached_states_reproduces_its_eval_profile_report(tiny_run, tiny_bench, tmp_path):
     run = tmp_path / "runs" / "run"
     shutil.copytree(tiny_run, run)
@@ -146,6 +147,7 @@ def _copy(base: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(base / "good", tmp_path / "embeddings"))
 
 
+@pytest.mark.slow
 def test_rows_in_any_order_and_either_format_score_alike_and_nothing_is_written(scored_split, tiny_bench,
                                                                                 tmp_path):
     base, _ = scored_split
@@ -283,6 +285,7 @@ def test_each_layout_error_names_the_file_and_the_fix(scored_split, tiny_bench, 
     assert err.value.path == str(folder / file if file is not None else folder)
 
 
+@pytest.mark.slow
 def test_the_command_writes_into_the_folders_report_which_a_second_run_leaves_unread(scored_split,
                                                                                      tiny_bench, tmp_path):
     base, _ = scored_split
@@ -308,6 +311,7 @@ def test_sets_need_the_manifests_they_were_rendered_from(scored_split, tiny_benc
     assert err.value.fix.startswith("pass manifests=, the folder") and not (tmp_path / "none").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.required_in_ci
 def test_parquet_is_read_where_pyarrow_is_installed(scored_split, tiny_bench, tmp_path):
     pa = pytest.importorskip("pyarrow")

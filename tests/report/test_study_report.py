@@ -114,6 +114,7 @@ def test_selection_is_scored_against_the_best_epoch_in_hindsight(tmp_path):
     assert "not measured" in selection_summary([], REPORTS)
 
 
+@pytest.mark.slow
 def test_the_page_is_written_as_markdown_and_html(tmp_path):
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     paths = write_study_report(results, tmp_path / "report", title="a study", reference=["ms"])
@@ -126,6 +127,7 @@ def test_the_page_is_written_as_markdown_and_html(tmp_path):
     assert "Failed runs" not in markdown
 
 
+@pytest.mark.slow
 def test_the_page_names_the_runs_that_failed(tmp_path):
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     failures = {"dcml-bgaugment-seed1": "the loss became nan at epoch 3, step 7\n  fix:  lower the rates"}
@@ -202,6 +204,7 @@ def test_a_consistent_loss_of_corrupted_map_from_bgaugment_is_beyond_the_spread_
         "The gain differs from zero by more than twice its std over seeds for every method.")
 
 
+@pytest.mark.slow
 def test_the_one_seed_figures_take_the_smallest_seed_present(tmp_path):
     from bgbias.report.study_report import first_seed
 
@@ -220,6 +223,7 @@ def test_a_run_without_any_foreground_score_leaves_its_cell_empty(tmp_path):
     assert foreground_scores(results)[1] == (("ms", "smoothgrad", "", "0.250"),)
 
 
+@pytest.mark.slow
 def test_the_seed_plot_is_stable_and_draws_each_seed(tmp_path):
     # dcml has no BGAugment run of seed 1 and one report has no corrupted repeats: both still draw.
     reports = [*REPORTS, changed(_report("ms", False, 2, 0.61, 0.2), corrupted=None)]
@@ -239,6 +243,7 @@ def test_a_method_whose_clean_score_is_zero_loses_points_but_has_no_relative_dro
                              "clean MAP@R by +0.0 points.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("methods", [1, 10])
 def test_the_seed_plot_holds_its_whole_title_and_every_legend_entry(tmp_path, monkeypatch, methods):
     # The quick preset's one-method chart was cut at both sides: "…rs: mean over training seeds; dots: one",
@@ -274,6 +279,7 @@ def test_the_answers_name_a_lone_method_and_count_the_others_in_words():
     assert "for 3 of the 4 methods" in gained
 
 
+@pytest.mark.slow
 def test_the_page_says_when_runs_were_scored_with_empty_masks(tmp_path):
     empty = {"images": 2, "ids": ["a.jpg", "b.jpg"]}
     flagged = [changed(report, images=40, empty_masks=empty) if report.bgaugment else report
@@ -288,6 +294,7 @@ def test_the_page_says_when_runs_were_scored_with_empty_masks(tmp_path):
     assert "shows no object" not in clear.read_text()
 
 
+@pytest.mark.slow
 def test_the_page_says_which_masks_the_runs_were_scored_with_and_what_made_them(tmp_path):
     maker = {"model": "u2netp", "backend": "torch", "precision": "fp32", "provider": "cuda:0"}
     sets = {"seed": 0, "pool": "backgrounds/test", "masks": "masks/bench-u2netp", "mask_maker": maker}
@@ -310,6 +317,7 @@ def test_the_page_says_which_masks_the_runs_were_scored_with_and_what_made_them(
     assert "&lt;script&gt;alert(1)&lt;/script&gt;, torch fp32 on cuda:0): 3 runs" in page
 
 
+@pytest.mark.slow
 def test_a_clean_only_study_says_nothing_of_masks(tmp_path):
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     markdown = write_study_report(results, tmp_path / "report", title="t", reference=["ms"])["study_md"]

@@ -152,6 +152,7 @@ def test_exact_duplicates_score_in_blocks_as_in_one_search():
               score_embeddings(vectors, labels, retrieval=retrieval, max_memory=TINY_CEILING))
 
 
+@pytest.mark.slow
 def test_the_torch_path_has_no_cap_on_k():
     """faiss's GPU index stops at k = 2,048 (bgbias then searches with faiss on the CPU); torch.topk has no
     such cap, and the torch path's streaming top-k finds more than that exactly."""

@@ -68,6 +68,7 @@ def test_hits_beyond_rank_r_do_not_count():
     assert (scores.map_at_r, scores.r_precision, scores.precision_at_1) == (0.0, 0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_one_dimensional_embeddings_with_a_lone_query():
     embeddings = np.array([[0.0], [1.0], [6.0], [10.0], [13.0], [30.0]], dtype=np.float32)
     labels = np.array([0, 0, 1, 1, 1, 2])
@@ -127,6 +128,7 @@ def _random_split(seed: int, classes: int, count: int, tied: bool) -> tuple[np.n
     return embeddings, labels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("seed", "classes", "count"), [(0, 2, 400), (1, 11, 500), (2, 60, 700), (3, 150, 600)]
 )
@@ -178,6 +180,7 @@ def test_inconsistent_inputs_are_option_errors():
         retrieval_scores(np.array([0, 0]), np.array([0]), np.array([1]))
 
 
+@pytest.mark.slow
 def test_chance_scores_are_the_means_of_random_rankings():
     labels = np.repeat(np.arange(5), [2, 3, 5, 8, 1])
     rng = np.random.default_rng(0)

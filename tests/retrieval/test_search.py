@@ -151,6 +151,7 @@ def test_bad_inputs_are_bgbias_errors():
         nearest_neighbours(torch.from_numpy(broken), 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("k", "on_gpu"), [(5, True), (2048, False)])
 def test_faiss_searches_on_the_gpus_it_sees_up_to_their_k_limit(monkeypatch, k, on_gpu):
     import faiss

@@ -56,6 +56,7 @@ def opened_sessions(monkeypatch) -> list:
     return sessions
 
 
+@pytest.mark.slow
 def test_the_manifest_records_how_the_network_ran_and_the_versions_of_what_ran_it(three_items, tmp_path,
                                                                                   u2netp_torch,
                                                                                   u2netp_session):
@@ -84,6 +85,7 @@ def bgbias_version(package: str) -> str:
     return version(package)
 
 
+@pytest.mark.slow
 def test_a_folder_of_onnxruntime_masks_refuses_torch_ones_with_the_fix(three_items, onnxruntime_folder):
     before = (onnxruntime_folder / MANIFEST_NAME).read_bytes()
     with pytest.raises(OptionError) as caught:
@@ -95,6 +97,7 @@ def test_a_folder_of_onnxruntime_masks_refuses_torch_ones_with_the_fix(three_ite
     assert (onnxruntime_folder / MANIFEST_NAME).read_bytes() == before
 
 
+@pytest.mark.slow
 def test_auto_goes_on_with_the_folders_onnxruntime(three_items, onnxruntime_folder, monkeypatch):
     sessions = opened_sessions(monkeypatch)
     result = make_masks(three_items, onnxruntime_folder, model="u2netp", progress=False,

@@ -103,6 +103,7 @@ def test_random_weights_open_seeded_torch_sessions_without_the_model_file(tmp_pa
     assert not (tmp_path / "no-models-here").exists()
 
 
+@pytest.mark.slow
 def test_random_weights_refuse_onnxruntime_which_runs_the_file(tmp_path):
     command = [sys.executable, str(ROOT / "benchmarks" / "masks_backends.py"), "--random-weights",
                "--configs", "onnxruntime,torch-b1", "--images", str(tmp_path)]

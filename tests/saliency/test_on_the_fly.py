@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from bgbias.saliency.on_the_fly import _image_key
@@ -36,6 +37,7 @@ def test_the_backend_is_checked_when_the_spec_is_made():
     assert "backend=onnxruntime (or auto) for silueta" in caught.value.fix
 
 
+@pytest.mark.slow
 def test_torch_masks_are_made_on_the_fly(tmp_path, u2netp_file, monkeypatch):
     from bgbias import U2NetMasks
     from bgbias.data.table import ImageTable

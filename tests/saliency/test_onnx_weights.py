@@ -69,11 +69,13 @@ def test_every_initializer_feeds_exactly_one_parameter(u2netp_file):
     assert np.array_equal(state["fuse.weight"].numpy(), tensors["outconv.weight"])
 
 
+@pytest.mark.slow
 def test_gives_what_onnxruntime_gives_on_random_input(u2netp_model, onnxruntime_u2netp):
     image = np.random.default_rng(0).standard_normal((1, 3, 320, 320)).astype(np.float32)
     assert np.abs(_ours(u2netp_model, image) - onnxruntime_u2netp(image)).max() <= TOLERANCE
 
 
+@pytest.mark.slow
 def test_gives_what_onnxruntime_gives_on_pictures_in_one_batch(u2netp_model, onnxruntime_u2netp):
     images = np.concatenate([u2net_input(picture(index, size=(131, 97))[0]) for index in range(2)])
     ours = _ours(u2netp_model, images)

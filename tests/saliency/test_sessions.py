@@ -112,6 +112,7 @@ def test_other_models_run_whole_through_rembg_predict():
     assert (soft.image.mode, soft.image.size, soft.raw_min, soft.raw_max) == ("L", (40, 30), None, None)
 
 
+@pytest.mark.slow
 def test_importing_rembg_keeps_the_torch_thread_count_a_process_set():
     """pymatting's numba functions, loaded with rembg, reset OpenMP's (torch's) thread count; a study that
     made masks and then trained in one process computed with another count than it set (other digits)."""

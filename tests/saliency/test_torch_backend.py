@@ -72,6 +72,7 @@ def pixels(soft: SoftMask) -> np.ndarray:
     return np.asarray(soft.image, dtype=np.int16)
 
 
+@pytest.mark.slow
 def test_torch_masks_match_onnxruntime_within_two_gray_levels(images, torch_outputs, u2netp_torch,
                                                                u2netp_session):
     for index, (image, output) in enumerate(zip(images, torch_outputs, strict=True)):
@@ -85,6 +86,7 @@ def test_torch_masks_match_onnxruntime_within_two_gray_levels(images, torch_outp
         assert ours.raw_max == pytest.approx(theirs.raw_max, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_a_batch_of_three_equals_three_single_calls(images, torch_outputs, u2netp_torch_batch3):
     chosen = (0, 3, 4)  # a bench image and both photos
     batch = u2netp_torch_batch3.infer([u2netp_torch_batch3.prepare(images[i]) for i in chosen])
@@ -97,6 +99,7 @@ def test_a_batch_of_three_equals_three_single_calls(images, torch_outputs, u2net
         assert together.high == pytest.approx(alone.high, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_short_batch_on_the_session_thread_is_padded_and_gives_the_unpadded_outputs(
         images, torch_outputs, u2netp_torch_batch3, monkeypatch):
     """The CUDA path (one session thread, short batches padded to the full size) run on the CPU. A full batch
@@ -141,6 +144,7 @@ def test_an_interrupted_torch_run_resumed_ends_byte_identical(six_items, whole_r
     assert snapshot(tmp_path) == whole_run
 
 
+@pytest.mark.slow
 def test_torch_masks_need_no_onnxruntime(six_items, tmp_path, u2netp_file, monkeypatch):
     monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError

@@ -21,6 +21,7 @@ def test_parameter_counts_are_those_of_rembgs_files(shape, parameters):
     assert sum(parameter.numel() for parameter in U2Net(shape).parameters()) == parameters
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [U2NETP, U2NET], ids=["u2netp", "u2net"])
 @pytest.mark.parametrize(("height", "width"), [(97, 131), (45, 29)])
 def test_odd_sizes_come_back_at_their_own_size_as_probabilities(shape, height, width):
@@ -31,6 +32,7 @@ def test_odd_sizes_come_back_at_their_own_size_as_probabilities(shape, height, w
     assert saliency.min() >= 0 and saliency.max() <= 1
 
 
+@pytest.mark.slow
 def test_each_image_of_a_batch_gives_what_it_gives_alone():
     model = _seeded(U2NETP)
     torch.manual_seed(1)

@@ -125,6 +125,7 @@ def test_a_run_whose_training_finished_costs_its_measurement_alone(tiny_bench):
     assert trained == RunCost(0.0, fresh.measure) and fresh.train > 0
 
 
+@pytest.mark.slow
 def test_a_bench_still_to_build_is_counted_from_its_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     sizes = split_sizes(bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path))
@@ -132,6 +133,7 @@ def test_a_bench_still_to_build_is_counted_from_its_settings(tmp_path, monkeypat
     assert (sum(sizes.train_classes), len(sizes.train_classes), sizes.val, sizes.test) == (792, 99, 400, 792)
 
 
+@pytest.mark.slow
 def test_prepare_costs_what_is_still_to_make(tiny_bench, tmp_path, monkeypatch):
     monkeypatch.setenv("BGBIAS_DATA", str(tmp_path / "data"))
     fresh = bench_spec("small", 0.9, 0, "ground-truth", backgrounds=tmp_path / "no-pools")
@@ -184,6 +186,7 @@ def _time_tiny(tiny_bench: Path, *settings: str) -> ConfigTiming:
                        image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=lambda _: None)
 
 
+@pytest.mark.slow
 def test_timing_a_configuration_needs_no_weight_file_writes_only_a_temporary_folder_and_leaves_nothing(
         tiny_bench, tmp_path, tmp_path_factory, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where a command would write ./runs, ./corrupted
@@ -207,6 +210,7 @@ def test_timing_a_configuration_needs_no_weight_file_writes_only_a_temporary_fol
     assert threading.active_count() == threads
 
 
+@pytest.mark.slow
 def test_the_stand_in_s_masks_have_the_upright_size_of_an_exif_rotated_image(tmp_path):
     from PIL import Image
 

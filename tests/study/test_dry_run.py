@@ -27,6 +27,7 @@ def fake_timing(monkeypatch):
     return asked
 
 
+@pytest.mark.slow
 def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, monkeypatch, fake_timing):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["study", "--methods", "multi_similarity,dcml", "--seeds", "2",
@@ -43,6 +44,7 @@ def test_the_dry_run_prints_the_plan_and_its_cost_and_records_nothing(tmp_path, 
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_the_slurm_dry_run_prints_each_array_s_sbatch_lines(tmp_path, monkeypatch, fake_timing):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["study", "--dry-run", "--executor", "slurm", "--slurm-partition",
@@ -156,6 +158,7 @@ def test_a_dataset_folder_that_is_there_is_read_not_replaced_by_its_known_size(t
     assert result.exit_code == 2 and "images.txt" in result.output and "known size" not in result.output
 
 
+@pytest.mark.slow
 def test_a_run_whose_training_finished_is_costed_for_its_measurement_alone(tmp_path, monkeypatch):
     """Its step trains nothing more (the run is kept), so the rest of it costs its measurement."""
     from bgbias.study.dry_run import plan_cost

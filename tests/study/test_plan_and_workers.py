@@ -179,6 +179,7 @@ def test_a_step_whose_need_failed_fails_without_running(tmp_path, monkeypatch):
     assert plan.steps[goals[0]].state == "done"  # the stand-in's page (the real one fails: no run is done)
 
 
+@pytest.mark.slow
 def test_workers_on_threads_share_the_plan_and_do_each_step_once(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls, pause=0.05))
@@ -220,6 +221,7 @@ def test_a_step_whose_worker_died_is_taken_over(tmp_path, monkeypatch):
     assert f"[prepare] its worker (pid {2**22 + 7} on here) died: taken over" in lines
 
 
+@pytest.mark.slow
 def test_a_claim_from_another_machine_goes_stale_when_it_is_not_renewed(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls))
@@ -389,6 +391,7 @@ def test_a_study_on_missing_devices_leaves_no_plan_behind(tmp_path, monkeypatch)
     assert not (tmp_path / "study").exists()
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(tmp_path, monkeypatch):
     import torch
 
@@ -416,6 +419,7 @@ def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(
     assert [worker.device for worker in read_plan(tmp_path).unstarted] == ["cuda (GPU 0)"]
 
 
+@pytest.mark.slow
 def test_the_study_says_what_is_left_and_the_runs_time_left_as_it_goes(tmp_path, monkeypatch):
     from bgbias.study.pipeline import steps_left
 

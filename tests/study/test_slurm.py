@@ -365,6 +365,7 @@ def _local_executor(folder: Path, monkeypatch) -> submitit.LocalExecutor:
     return executor
 
 
+@pytest.mark.slow
 def test_local_executor_runs_each_step_once_in_stage_order(tmp_path, monkeypatch):
     """Two masks tasks, then one run (a task imports torch: each one costs seconds); the debug executor's
     test above runs the stages of two tasks each."""
@@ -379,6 +380,7 @@ def test_local_executor_runs_each_step_once_in_stage_order(tmp_path, monkeypatch
     assert submitted[1]["dependency"] == f"afterany:{':'.join(job.job_id for job in jobs[:2])}"
 
 
+@pytest.mark.slow
 def test_a_preempted_local_task_requeues_and_completes(tmp_path, monkeypatch):
     folder = _study_folder(tmp_path)
     [job] = submit_study(folder, GOALS, [["run/x"]], SlurmOptions(),
@@ -404,7 +406,9 @@ def test_a_local_task_at_its_time_limit_requeues_and_completes(tmp_path, monkeyp
     ``timeout_min``, as SLURM does (``--signal=USR2@90``)."""
     folder = _study_folder(tmp_path)
     executor = _local_executor(folder, monkeypatch)
-    executor.update_parameters(timeout_min=0.5, signal_delay_s=20)  # the signal 10 s in, the kill at 30 s
+    # The signal 10 s in, the kill at 60 s: under load (a full suite beside other work) the interrupted
+    # task took more than the 20 s left of a 30 s limit to hand back its step and be requeued.
+    executor.update_parameters(timeout_min=1, signal_delay_s=50)
     [job] = submit_study(folder, GOALS, [["run/x"]], SlurmOptions(), executor=executor,
                          worker=standins.preemptible_work)
     assert job.result() == "resumed run/x at attempt 2"

@@ -195,6 +195,7 @@ def test_rendering_writes_the_images_scored_and_redoes_those_whose_donor_changed
     assert {p: p.read_bytes() for p in out.rglob("*.png")} != before
 
 
+@pytest.mark.slow
 def test_corrupt_command_makes_renders_and_shows_every_variant(bench4, tmp_path):
     from tests.bgaugment.conftest import write_pool
 
