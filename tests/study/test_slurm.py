@@ -406,9 +406,7 @@ def test_a_local_task_at_its_time_limit_requeues_and_completes(tmp_path, monkeyp
     ``timeout_min``, as SLURM does (``--signal=USR2@90``)."""
     folder = _study_folder(tmp_path)
     executor = _local_executor(folder, monkeypatch)
-    # The signal 10 s in, the kill at 60 s: under load (a full suite beside other work) the interrupted
-    # task took more than the 20 s left of a 30 s limit to hand back its step and be requeued.
-    executor.update_parameters(timeout_min=1, signal_delay_s=50)
+    executor.update_parameters(timeout_min=0.5, signal_delay_s=20)  # the signal 10 s in, the kill at 30 s
     [job] = submit_study(folder, GOALS, [["run/x"]], SlurmOptions(), executor=executor,
                          worker=standins.preemptible_work)
     assert job.result() == "resumed run/x at attempt 2"
