@@ -188,27 +188,31 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
     assert bgbias("--version") == f"bgbias {VERSION}\n"
     assert "triplet" in bgbias("methods")
     assert str(home / "u2net" / "u2netp.onnx") in bgbias("assets", "status")
-    # The torch backend, its weights read by onnx; the default on the CPU is onnxruntime, run next.
-    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "torch")
+    # The commands that import torch run in one process of the venv's Python (an import of torch costs
+    # seconds): the torch backend, its weights read by onnx; onnxruntime, the default on the CPU, on a third
+    # of the images; a training (faiss, for validation) and its evaluation. Then bgbias itself must be the
+    # installed wheel's, and its faiss backend must answer.
+    commands = [["masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "torch"],
+                ["masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend",
+                 "onnxruntime", "--out", "masks/bench-onnxruntime", "--shard", "0/3"],
+                ["train", "--method", "triplet", "--dataset", "bench", *TINY_TRAINING], ["eval"]]
+    code = ("import bgbias, numpy\n"
+            "from bgbias.cli import main\n"
+            "from bgbias.retrieval.search import faiss_ranking\n"
+            f"for args in {commands!r}:\n"
+            "    main(args, prog_name='bgbias', standalone_mode=False)\n"
+            "print(bgbias.__file__)\n"
+            "print(faiss_ranking(numpy.array([[0, 0], [0, 1], [5, 5]], 'float32'), 1).indices.tolist())\n")
+    where, neighbours = _run([venv / "bin" / "python", "-c", code], cwd=project,
+                             env=env).stdout.splitlines()[-2:]
+    assert Path(where).is_relative_to(venv) and neighbours == "[[1], [0], [1]]"
     manifest = json.loads((project / "masks" / "bench" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["counts"]["masks"] == 18 and manifest["inference"]["backend"] == "torch"
-    bgbias("masks", "--dataset", "bench", "--model", "u2netp", "--device", "cpu", "--backend", "onnxruntime",
-           "--out", "masks/bench-onnxruntime")
     manifest = json.loads((project / "masks" / "bench-onnxruntime" / "manifest.json").read_text("utf-8"))
-    assert manifest["counts"]["masks"] == 18 and manifest["producer"]["onnxruntime"] != "unknown"
-    bgbias("train", "--method", "triplet", "--dataset", "bench", *TINY_TRAINING)  # faiss, for validation
-    bgbias("eval")
+    assert manifest["counts"]["masks"] == 6 and manifest["producer"]["onnxruntime"] != "unknown"
     (report,) = (project / "runs").glob("bench-triplet-seed0-*/eval/bench-test/report.json")
     packages = json.loads(report.read_text(encoding="utf-8"))["installation"]["packages"]
     assert {"onnxruntime", "faiss-cpu"} <= set(packages)
-
-    # bgbias itself is the installed wheel's, and its faiss backend answers.
-    code = ("import bgbias, numpy\n"
-            "from bgbias.retrieval.search import faiss_nearest_neighbours\n"
-            "print(bgbias.__file__)\n"
-            "print(faiss_nearest_neighbours(numpy.array([[0, 0], [0, 1], [5, 5]], 'float32'), 1).tolist())\n")
-    where, neighbours = _run([venv / "bin" / "python", "-c", code], cwd=project, env=env).stdout.splitlines()
-    assert Path(where).is_relative_to(venv) and neighbours == "[[1], [0], [1]]"
     assert sorted(p.name for p in project.iterdir()) == ["data", "masks", "runs"]
 
     # Without $BGBIAS_HOME, assets go to the user cache folder: on Linux (the locked platform), XDG's.
