@@ -6,7 +6,8 @@ Run it first whenever a GPU machine is available (at most 8 minutes on one GPU);
 runs the same code on a 2-core CPU in a few minutes with tiny settings (the test suite runs it, so it cannot
 rot between GPU runs). Sections (``--sections``, comma-separated; default all):
 
-- ``tests``: the CUDA-marked tests (``pytest -m cuda``), their counts;
+- ``tests``: the CUDA-marked tests (``pytest -m cuda``), their counts; with ``--small``, from the test files
+  that name the marker (``mark.cuda``) only, so that the suite is not collected whole on a CPU;
 - ``training``: every bundled method's training step at the bench's setting (MobileNetV2, 128 px) and the
   paper's (BN-Inception, 227 px, the protocol's batch of 32), as images/s through bgbias's engine (its step,
   the finite-loss watch, its precision and memory-format defaults on this device, uint8 images made floats as
@@ -296,9 +297,11 @@ def study(device: torch.device) -> dict[str, Any]:
                       f"{took / 60:.1f}", f"{3600 * hours / took:.2f}×"]]}
 
 
-def tests(device: torch.device) -> dict[str, Any]:
+def tests(device: torch.device, small: bool) -> dict[str, Any]:
+    where = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("test_*.py")
+                   if "mark.cuda" in path.read_text(encoding="utf-8")) if small else ["tests"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
-                           "-n", "0", "tests"], capture_output=True, text=True, cwd=ROOT)
+                           "-n", "0", *where], capture_output=True, text=True, cwd=ROOT)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     rows = [["pytest -m cuda", summary], *[["failed", line.removeprefix("FAILED ")] for line in failed]]
@@ -351,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.remove("study")  # minutes of training: not part of the small check
     device = torch.device(args.device)
     scale = SMALL if args.small else FULL
-    runs = {"tests": lambda: tests(device), "training": lambda: training(scale, device, methods),
+    runs = {"tests": lambda: tests(device, args.small), "training": lambda: training(scale, device, methods),
             "embedding": lambda: embedding(scale, device), "masks": lambda: masks(scale, device),
             "scoring": lambda: scoring(scale, device), "study": lambda: study(device)}
     tables, failures = {}, {}
