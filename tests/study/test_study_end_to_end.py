@@ -153,8 +153,8 @@ def _running_run(cwd: Path, other_than: int | None = None):
 @SHARES_THE_REFERENCE
 def test_a_killed_worker_and_a_killed_command_then_two_commands_at_once_write_the_bytes_of_one_worker(
         replicas, one_worker, tmp_path):
-    """Two workers, one killed while it trains, then the command itself; the same command again and, at
-    the same time on the same folder, the study with one worker end the study: both succeed, every claim
+    """Two workers, one killed while it trains, then the command itself; the study with one worker (in the
+    command's own process), twice at the same time on the same folder, ends it: both succeed, every claim
     is given back, and the page and every run's reports are one worker's bytes. (That two commands at once
     each take other steps and do each once is tests/test_concurrency.py's check, with stand-ins of the
     steps' work: one study of real training here serves both cases.)"""
@@ -173,8 +173,8 @@ def test_a_killed_worker_and_a_killed_command_then_two_commands_at_once_write_th
             coordinator.kill()
     plan = json.loads((_folder(tmp_path) / "plan.json").read_text())
     assert any(step["state"] != "done" for step in plan["steps"].values())
-    again, beside = (subprocess.Popen(arguments, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True) for arguments in (command, one))
+    again, beside = (subprocess.Popen(one, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True) for _ in range(2))
     outputs = [process.communicate(timeout=600)[0] for process in (again, beside)]
     assert [again.returncode, beside.returncode] == [0, 0], [output[-3000:] for output in outputs]
     logs = "".join(path.read_text() for path in (_folder(tmp_path) / "logs").glob("worker-*.log"))
