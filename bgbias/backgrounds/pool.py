@@ -7,7 +7,6 @@ kinds. Generated images are committed; photo crops are rebuilt at set-up byte fo
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import sys
@@ -24,7 +23,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, sample_crop_box
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource, background_sources
-from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
+from bgbias.data.images import IMAGE_SUFFIXES, encoded, image_files, load_image
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError, RecordError, given
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
 from bgbias.paths import backgrounds_root
@@ -303,8 +302,8 @@ def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, di
     todo = [item for item in plan if not _is_current(out_dir, item.entry, previous)]
     for item in todo:
         if item.spec is not None:
-            pixels = render_generated(item.spec, tuple(item.entry["size"]))
-            _write_if_changed(out_dir / item.entry["file"], _png_bytes(Image.fromarray(pixels)))
+            pixels = Image.fromarray(render_generated(item.spec, tuple(item.entry["size"])))
+            _write_if_changed(out_dir / item.entry["file"], pixels, format="PNG", optimize=True)
     by_source: dict[Path, list[_PlannedImage]] = defaultdict(list)
     for item in todo:
         if item.source is not None:
@@ -313,7 +312,7 @@ def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, di
         image = load_image(path)
         for item in by_source[path]:
             crop = crop_resized(image, tuple(item.entry["crop_box"]), tuple(item.entry["size"]))
-            _write_if_changed(out_dir / item.entry["file"], _jpeg_bytes(crop))
+            _write_if_changed(out_dir / item.entry["file"], crop, format="JPEG", quality=PHOTO_JPEG_QUALITY)
     return [dict(item.entry, sha256=sha256_file(out_dir / item.entry["file"])) for item in plan]
 
 
@@ -326,7 +325,8 @@ def _is_current(out_dir: Path, entry: dict[str, Any], previous: dict[str, dict[s
     return path.is_file() and sha256_file(path) == old.get("sha256")
 
 
-def _write_if_changed(path: Path, data: bytes) -> None:
+def _write_if_changed(path: Path, image: Image.Image, **options: Any) -> None:
+    data = encoded(image, **options)
     if path.is_file() and sha256_file(path) == hashlib.sha256(data).hexdigest():
         return
     write_bytes_atomic(path, data)
@@ -351,18 +351,6 @@ def upright_size(path: Path) -> tuple[int, int]:
                 "source",
         ) from exc
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
-
-
-def _png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=True)
-    return buffer.getvalue()
-
-
-def _jpeg_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=PHOTO_JPEG_QUALITY)
-    return buffer.getvalue()
 
 
 def _remove_stale(folder: Path, keep: set[str]) -> None:

@@ -7,7 +7,6 @@ randomness comes from (seed, class, view), so the files do not depend on the ord
 from __future__ import annotations
 
 import csv
-import io
 import json
 import multiprocessing
 import os
@@ -28,7 +27,7 @@ from bgbias.backgrounds.crops import crop_resized
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.bench.stamps import load_stamp, select_stamps
 from bgbias.bench.views import VIEW_PRESETS, ViewPreset, render_view, sample_view_params
-from bgbias.data.images import load_image
+from bgbias.data.images import encoded, load_image
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import atomic_dir, folder_lock, make_dirs, reporting_write_errors, write_json_atomic
 from bgbias.schema import format_header
@@ -290,11 +289,10 @@ def _render_class(job: _ClassJob) -> list[dict[str, Any]]:
 
 def _save(image: Image.Image, path: Path, **options: Any) -> None:
     """Encode in memory, then write; ``build_bench`` swaps the whole bench folder in atomically."""
-    buffer = io.BytesIO()
-    image.save(buffer, **options)
+    data = encoded(image, **options)
     make_dirs(path.parent)
     with reporting_write_errors(path):
-        path.write_bytes(buffer.getvalue())
+        path.write_bytes(data)
 
 
 def _map(

@@ -8,13 +8,13 @@ every variant of the profile) by :func:`bgbias.variants.render_variants.variants
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from bgbias.data.images import encoded
 from bgbias.figures import one_line
 from bgbias.fileio import write_bytes_atomic
 
@@ -78,9 +78,7 @@ def write_gallery(
     columns: Sequence[str] = COLUMNS,
 ) -> Path:
     """Save :func:`gallery_image` as a PNG, atomically."""
-    buffer = io.BytesIO()
-    gallery_image(rows, captions, cell, groups, columns).save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
+    write_bytes_atomic(path, encoded(gallery_image(rows, captions, cell, groups, columns), format="PNG"))
     return Path(path)
 
 

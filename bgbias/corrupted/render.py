@@ -9,7 +9,6 @@ look over.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from bgbias.corrupted.render_ledger import (
     claim_out_dir,
     write_ledger,
 )
-from bgbias.data.images import load_image, load_matching_mask
+from bgbias.data.images import encoded, load_image, load_matching_mask
 from bgbias.data.items import Dataset, Item, mask_source
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
@@ -169,7 +168,7 @@ def _render_into(
             if record is not None and _still_holds(record, image_sha256, mask_sha256, job.target):
                 kept += 1
             else:
-                png = _png_bytes(pixels(index))
+                png = encoded(Image.fromarray(pixels(index)), format="PNG")
                 write_bytes_atomic(job.target, png)
                 record = RenderRecord(job.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
                 log.append(record)
@@ -201,12 +200,6 @@ def _files_sha256(paths: Sequence[Path]) -> str:
             raise ImageError(f"file cannot be read ({exc.strerror or exc})", path=path,
                              fix="restore the file (an image of the dataset, or its saliency mask)") from exc
     return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
-
-
-def _png_bytes(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def render_corrupted_sets(

@@ -8,7 +8,7 @@ import os
 import warnings
 from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -80,6 +80,13 @@ def load_matching_mask(
             "its mask was made, or the masks folder belongs to another dataset)",
         )
     return mask
+
+
+def encoded(image: Image.Image, **options: Any) -> bytes:
+    """``image`` saved in memory with Pillow's ``options`` (``format=...``): the bytes its file gets."""
+    buffer = BytesIO()
+    image.save(buffer, **options)
+    return buffer.getvalue()
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

@@ -15,13 +15,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
 from tqdm import tqdm
 
-from bgbias.data.images import load_image, read_image_bytes
+from bgbias.data.images import encoded, load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
 from bgbias.errors import ImageError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
@@ -281,9 +280,7 @@ class _Steps:
 
     def finish(self, ready: _Ready, raw: Any) -> MaskRecord:
         soft = self.session.finish(raw, ready.size)
-        buffer = BytesIO()
-        soft.image.save(buffer, format="PNG")
-        write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
+        write_bytes_atomic(mask_path(ready.item, self.out_dir), encoded(soft.image, format="PNG"))
         truth = ready.item.ground_truth_mask
         quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
         empty = None if soft.raw_max is None else soft.raw_max < self.empty_below
