@@ -329,6 +329,24 @@ def check_describes_split(
     return items
 
 
+def manifest_entries(
+    manifest: SplitManifest, items: Sequence[Item], dataset_name: str, what: str, remake: str
+) -> list[Any]:
+    """The entries of ``items`` (matched by id, in their order) in ``manifest``, a ``what`` manifest
+    ("corrupted-set") that must be of ``dataset_name`` and name every one of them; a ``DatasetError`` saying
+    to ``remake`` ("make the ... again") with the command otherwise."""
+    fix = f"{remake}: {remake_command(manifest, dataset_name)}"
+    if manifest.dataset != dataset_name:
+        raise DatasetError(f"the {what} manifest is for the {manifest.dataset} dataset, not {dataset_name}",
+                           path=manifest.path, fix=fix)
+    entry_of = {entry.id: entry for entry in manifest.entries}
+    missing = [item.id for item in items if item.id not in entry_of]
+    if missing:
+        raise DatasetError(f"the {what} manifest has no entry for {len(missing)} of the {len(items)} images "
+                           f"to evaluate (first: {', '.join(missing[:3])})", path=manifest.path, fix=fix)
+    return [entry_of[item.id] for item in items]
+
+
 def remake_command(manifest: SplitManifest, dataset_name: str) -> str:
     """The ``bgbias corrupt`` call that makes the manifests of ``manifest``'s split again (a variant
     manifest's with its ``--variant``)."""
