@@ -170,7 +170,8 @@ def _render_into(
             else:
                 png = encoded(Image.fromarray(pixels(index)), format="PNG")
                 write_bytes_atomic(job.target, png)
-                record = RenderRecord(job.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
+                record = RenderRecord(id=job.id, image_sha256=image_sha256, mask_sha256=mask_sha256,
+                                      png_sha256=hashlib.sha256(png).hexdigest())
                 log.append(record)
                 written += 1
             records[job.id] = record

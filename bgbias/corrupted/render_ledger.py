@@ -7,40 +7,25 @@ rendered again. Reading, appending, rewriting and claiming are :mod:`bgbias.ledg
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgbias.assets.digest import is_sha256
+from bgbias.corrupted.manifest_schema import Sha256
 from bgbias.ledger import Ledger
-from bgbias.schema import format_header
+from bgbias.schema import ClosedRecord, format_header
 
 LEDGER_NAME = "render.jsonl"
 LEDGER_FORMAT = "bgbias-corrupted-render"
-_RECORD_KEYS = frozenset({"id", "image_sha256", "mask_sha256", "png_sha256"})
 
 
-@dataclass(frozen=True)
-class RenderRecord:
-    """What one rendered image was made from (image and mask file digests) and what was written (PNG)."""
+class RenderRecord(ClosedRecord):
+    """What one rendered image was made from (image and mask file digests) and what was written (PNG); a
+    ledger line with any other field, or without one of these, is no record (its image is rendered again)."""
 
     id: str
-    image_sha256: str
-    mask_sha256: str
-    png_sha256: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "image_sha256": self.image_sha256, "mask_sha256": self.mask_sha256,
-                "png_sha256": self.png_sha256}
-
-    @classmethod
-    def from_json(cls, data: Any) -> RenderRecord | None:
-        """The record a ledger line holds, or ``None`` unless it has exactly the fields ``to_json`` writes."""
-        if not isinstance(data, dict) or set(data) != _RECORD_KEYS or not isinstance(data["id"], str):
-            return None
-        if not all(is_sha256(data[key]) for key in ("image_sha256", "mask_sha256", "png_sha256")):
-            return None
-        return cls(data["id"], data["image_sha256"], data["mask_sha256"], data["png_sha256"])
+    image_sha256: Sha256
+    mask_sha256: Sha256
+    png_sha256: Sha256
 
 
 def ledger_header(manifest_sha256: str) -> dict[str, Any]:
@@ -48,7 +33,7 @@ def ledger_header(manifest_sha256: str) -> dict[str, Any]:
     return {**format_header(LEDGER_FORMAT), "manifest_sha256": manifest_sha256}
 
 
-RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.to_json, RenderRecord.from_json,
+RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.model_dump, RenderRecord.model_validate,
                                              file_format=LEDGER_FORMAT)
 """``render.jsonl``: the header of :func:`ledger_header`, then :class:`RenderRecord` lines, canonical JSON."""
 
