@@ -67,13 +67,6 @@ _LEDGER_LINE: TypeAdapter[MaskLine | FailureLine] = TypeAdapter(MaskLine | Failu
 """A shard's ledger line: a made mask or a failure."""
 
 
-class MaskManifest(Record):
-    """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with
-    (the rest rides along)."""
-
-    settings: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class MaskRecord:
     """The outcome for one image: a mask (with the sha256 of the image and ground truth it was made from) or
@@ -199,7 +192,7 @@ def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
 def folder_settings(out_dir: Path) -> dict[str, Any] | None:
     """The settings the masks of ``out_dir`` were made with (``None`` where it has none yet)."""
     manifest = read_manifest(out_dir)
-    return None if manifest is None else manifest.settings
+    return None if manifest is None else manifest.settings.model_dump()
 
 
 Shown = Annotated[str, StringConstraints(max_length=200)]
@@ -216,8 +209,9 @@ class MakerInference(Record):
     provider: Shown | None = None
 
 
-class MakerManifest(Record):
-    """The part of ``manifest.json`` that says what made the masks (:func:`mask_maker`)."""
+class MaskManifest(Record):
+    """``manifest.json`` as a later ``bgbias masks`` and reports read it back: the settings the masks were
+    made with, what ran the model (:func:`mask_maker`); the rest rides along."""
 
     settings: MakerSettings
     inference: MakerInference
@@ -241,14 +235,12 @@ def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """What made the masks of ``out_dir`` (model, backend, precision, provider), for reports to record.
     ``None`` without a manifest (a user's own masks); a damaged one gives ``{"error": why}``: a report must
     not fail over a summary it only quotes."""
-    path = Path(out_dir) / MANIFEST_NAME
-    if not path.is_file():
-        return None
     try:
-        manifest = read_record(path, MakerManifest, what="the mask manifest", fix="",
-                               file_format=MANIFEST_FORMAT)
+        manifest = read_manifest(Path(out_dir))
     except RecordError as error:
-        return {"error": f"{path}: {error.problem}"}
+        return {"error": f"{error.path}: {error.problem}"}
+    if manifest is None:
+        return None
     settings = manifest.settings
     return {"model": settings.model, "backend": settings.backend, "precision": settings.precision,
             "provider": manifest.inference.provider}
