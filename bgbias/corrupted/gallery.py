@@ -9,14 +9,11 @@ every variant of the profile) by :func:`bgbias.variants.render_variants.variants
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from bgbias.data.images import encoded
 from bgbias.figures import one_line
-from bgbias.fileio import write_bytes_atomic
 
 COLUMNS = ("image", "mask", "corrupted")
 _GAP = 4
@@ -67,19 +64,6 @@ def gallery_image(
         if captions is not None:
             draw.text((left + _GAP, top + cell + 1), _fit(captions[index], block_w), fill=_INK, font=font)
     return sheet
-
-
-def write_gallery(
-    path: Path,
-    rows: Sequence[Row],
-    captions: Sequence[str] | None = None,
-    cell: int = 128,
-    groups: int = 2,
-    columns: Sequence[str] = COLUMNS,
-) -> Path:
-    """Save :func:`gallery_image` as a PNG, atomically."""
-    write_bytes_atomic(path, encoded(gallery_image(rows, captions, cell, groups, columns), format="PNG"))
-    return Path(path)
 
 
 def evenly_spread(count: int, wanted: int) -> list[int]:

@@ -21,7 +21,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.bgaugment.background_crops import apply_crop
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.bgaugment.mask_check import saliency_masks
-from bgbias.corrupted.gallery import evenly_spread, write_gallery
+from bgbias.corrupted.gallery import evenly_spread, gallery_image
 from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, load_manifest
 from bgbias.corrupted.render_ledger import (
     LEDGER_NAME,
@@ -248,4 +248,5 @@ def manifest_gallery(
         background = load_image(manifest.pool_dir / entry.background)
         rows.append(render_entry(image, mask, background, entry, manifest.geometry))
         captions.append(f"{entry.id} | {entry.background}{' (flipped)' if entry.flip else ''}")
-    return write_gallery(path, rows, captions, cell, groups)
+    write_bytes_atomic(path, encoded(gallery_image(rows, captions, cell, groups), format="PNG"))
+    return path
