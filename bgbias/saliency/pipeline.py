@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from PIL import Image
 from tqdm import tqdm
 
 from bgbias.data.images import encoded, load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
-from bgbias.errors import ImageError, printable_path
+from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.hardware import usable_cores
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -50,7 +51,6 @@ from bgbias.saliency.records import (
     write_manifest,
     write_records,
 )
-from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
 from bgbias.saliency.sessions import AMP_OF, Inference, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
@@ -162,6 +162,36 @@ def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
     return replace(inference,
                    backend=folder["backend"] if inference.backend == "auto" else inference.backend,
                    amp=amp if inference.amp == "auto" else inference.amp)
+
+
+def check_shard(shard: tuple[int, int]) -> None:
+    index, count = shard
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(
+            f"shard {index} of {count} does not exist",
+            fix="give the shard as (index, count) with 0 <= index < count, e.g. 0 of 4 … 3 of 4",
+        )
+
+
+def shard_items(items: Sequence[Item], shard: tuple[int, int]) -> list[Item]:
+    """Shard ``index`` of ``count``: every ``count``-th image of the id-sorted list, from ``index``."""
+    check_shard(shard)
+    index, count = shard
+    return sorted(items, key=lambda item: item.id)[index::count]
+
+
+def mask_is_intact(path: Path, size: tuple[int, int] | None) -> bool:
+    """A mask counts as finished only if it decodes completely as an 8-bit greyscale image of ``size``."""
+    if size is None:
+        return False
+    try:
+        with Image.open(path) as mask:
+            if mask.mode != "L" or mask.size != tuple(size):
+                return False
+            mask.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return False
+    return True
 
 
 MAX_WORKERS = 16
