@@ -292,7 +292,9 @@ def _families_of_kind(sources: list[PhotoSource], kind: str) -> list[list[PhotoS
 def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, dict[str, Any]]) -> list[dict]:
     """Draw and write each planned image unless the file on disk already is it (each source photo decoded
     once); return the manifest entries."""
-    source_info = _source_info({item.source for item in plan if item.source is not None})
+    # Checksum and upright size of each source, read without decoding the pixels.
+    source_info = {path: (sha256_file(path), upright_size(path))
+                   for path in {item.source.path for item in plan if item.source is not None}}
     for item in plan:
         if item.source is not None:
             digest, size = source_info[item.source.path]
@@ -330,11 +332,6 @@ def _write_if_changed(path: Path, image: Image.Image, **options: Any) -> None:
     if path.is_file() and sha256_file(path) == hashlib.sha256(data).hexdigest():
         return
     write_bytes_atomic(path, data)
-
-
-def _source_info(sources: set[PhotoSource]) -> dict[Path, tuple[str, tuple[int, int]]]:
-    """Checksum and upright (width, height) of each source, read without decoding the pixels."""
-    return {source.path: (sha256_file(source.path), upright_size(source.path)) for source in sources}
 
 
 def upright_size(path: Path) -> tuple[int, int]:

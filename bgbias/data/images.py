@@ -89,11 +89,6 @@ def encoded(image: Image.Image, **options: Any) -> bytes:
     return buffer.getvalue()
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Convert any mode Pillow can read to 8-bit RGB (see ``load_image`` for the policy)."""
-    return _to_eight_bit(image, "RGB")
-
-
 def _loaded(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None, mode: str) -> Image.Image:
     image = _opened(path, data)
     try:

@@ -201,18 +201,14 @@ def chosen_backend(model: str, inference: Inference) -> str:
     if backend == "auto":
         if model not in TORCH_MODELS:
             return "onnxruntime"
-        wants_torch = inference.amp in ("bf16", "fp16") or _on_cuda(inference.device)
+        on_cuda = inference.device == "cuda" or (inference.device == "auto" and torch.cuda.is_available())
+        wants_torch = inference.amp in ("bf16", "fp16") or on_cuda
         return "torch" if wants_torch or not _onnxruntime_installed() else "onnxruntime"
     if backend == "torch" and model not in TORCH_MODELS:
         raise OptionError(f"the torch backend has no network for {model}",
                           fix=f"use {given('onnxruntime')} (or auto) for {model}; torch runs "
                               f"{', '.join(TORCH_MODELS)}", parameter="backend")
     return backend
-
-
-def _on_cuda(device: str) -> bool:
-    """Whether torch computes on CUDA for ``device`` (``auto``: where it sees a GPU)."""
-    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
 def _onnxruntime_installed() -> bool:
