@@ -69,16 +69,17 @@ class BackgroundCrop:
     flip: bool
 
 
-def image_rng(seed: int, repeat: int, image_id: str) -> np.random.Generator:
-    """A generator owned by one image of one repeat, so its draw does not depend on the images before it.
+def image_rng(seed: int, repeat: int, *names: str) -> np.random.Generator:
+    """A generator owned by one image of one repeat (``names``: its id, after a variant's name where a variant
+    draws), so its draw does not depend on the images before it.
 
     The image enters by a hash of its id rather than its position, so adding or reordering images leaves the
     draws of the others unchanged.
     """
     if seed < 0 or repeat < 0:
         raise ValueError(f"seed ({seed}) and repeat ({repeat}) must be non-negative")
-    key = int.from_bytes(hashlib.sha256(image_id.encode("utf-8")).digest()[:8], "big")
-    return np.random.default_rng(np.random.SeedSequence([seed, repeat, key]))
+    keys = [int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") for name in names]
+    return np.random.default_rng(np.random.SeedSequence([seed, repeat, *keys]))
 
 
 def random_resized_box(
