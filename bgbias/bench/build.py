@@ -116,14 +116,21 @@ def build_bench(
         summary = _summary(records, jobs, rho)
         description = {
             **format_header(BENCH_FORMAT),
-            "parameters": _parameters(preset, settings, rho, seed, canvas_short),
+            "parameters": {
+                "preset": preset, "seed": seed, "rho": rho, "views_per_class": settings.views_per_class,
+                "image_size": settings.image_size, "view_preset": settings.view_preset,
+                "view_ranges": asdict(view_ranges), "split_shares": SPLIT_SHARES,
+                "scene_box_side": list(SCENE_BOX_SIDE), "scene_canvas_short_side": canvas_short,
+                "home_shift": HOME_SHIFT, "home_zoom": HOME_ZOOM, "jpeg_quality": JPEG_QUALITY},
             "stamps": [{"relpath": s.relpath, "class_name": s.class_name, "label": i, "split": splits[i],
                         "sha256": sha256_file(s.path)} for i, s in enumerate(stamps)],
             "scene_sources": [{"origin": s.origin, "family": s.family, "kind": s.kind, "licence": s.licence,
                                "sha256": sha256_file(s.path), "canvas_size": list(canvases[i].shape[1::-1])}
                               for i, s in enumerate(sources)],
             "summary": summary,
-            "versions": _versions(),
+            # The libraries whose encoders and resamplers fix the output bytes.
+            "versions": {"bgbias": bgbias.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
+                         "opencv": cv2.__version__},
         }
         write_json_atomic(tmp / "bench.json", description)
     return summary
@@ -352,17 +359,3 @@ def _settings(preset: str, rho: float) -> BenchPreset:
         raise OptionError(f"rho must lie in [0, 1], got {rho}", fix="pass a probability such as 0.9")
     return BENCH_PRESETS[preset]
 
-
-def _parameters(preset: str, settings: BenchPreset, rho: float, seed: int,
-                canvas_short: int) -> dict[str, Any]:
-    return {"preset": preset, "seed": seed, "rho": rho, "views_per_class": settings.views_per_class,
-            "image_size": settings.image_size, "view_preset": settings.view_preset,
-            "view_ranges": asdict(VIEW_PRESETS[settings.view_preset]), "split_shares": SPLIT_SHARES,
-            "scene_box_side": list(SCENE_BOX_SIDE), "scene_canvas_short_side": canvas_short,
-            "home_shift": HOME_SHIFT, "home_zoom": HOME_ZOOM, "jpeg_quality": JPEG_QUALITY}
-
-
-def _versions() -> dict[str, str]:
-    """Libraries whose encoders and resamplers fix the output bytes."""
-    return {"bgbias": bgbias.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
-            "opencv": cv2.__version__}
