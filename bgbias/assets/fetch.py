@@ -160,14 +160,11 @@ def _install_from_local(spec: AssetSpec, home: Path, local: LocalFiles, progress
         expected = spec.archive_sha256 if path.name == spec.source.filename else spec.members[0].sha256
         raise AssetError(f"checksum mismatch for {path.name}: got sha256 {actual}, expected {expected}",
                          path=path, fix=fix)
-    missing = [_wanted_name(m) for m in spec.members if m.target not in located]
+    missing = [Path(m.source).name + ("/" if isinstance(m, TreeMember) else "") for m in spec.members
+               if m.target not in located]
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
     raise AssetError(f"{spec.name}: neither {spec.source.filename} nor its files ({shown}) were found under "
                      f"{local.root}", path=local.root, fix=manual_fix(spec.name, spec.source))
-
-
-def _wanted_name(member: Member) -> str:
-    return Path(member.source).name + ("/" if isinstance(member, TreeMember) else "")
 
 
 @contextlib.contextmanager

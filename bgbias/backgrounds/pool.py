@@ -75,7 +75,7 @@ def assign_families(sources: Sequence[PhotoSource]) -> dict[str, list[PhotoSourc
     groups: dict[str, list[PhotoSource]] = {group: [] for group in GROUPS}
     turn = 0
     for kind in ("photo", "pattern"):
-        for family in sorted(by_kind[kind], key=_family_order):
+        for family in sorted(by_kind[kind], key=lambda name: hashlib.sha256(name.encode()).hexdigest()):
             groups[GROUPS[turn % len(GROUPS)]].extend(sorted(members[family], key=lambda s: s.origin))
             turn += 1
     return groups
@@ -384,10 +384,6 @@ def _family_kind(family_sources: list[PhotoSource]) -> str:
     """A family is a photo family when most of its members are photos (ties count as photos)."""
     photos = sum(source.kind == "photo" for source in family_sources)
     return "photo" if 2 * photos >= len(family_sources) else "pattern"
-
-
-def _family_order(family: str) -> str:
-    return hashlib.sha256(family.encode("utf-8")).hexdigest()
 
 
 def _common_folder(sources: Sequence[PhotoSource]) -> Path | None:

@@ -94,7 +94,8 @@ def _loaded(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None, mo
     try:
         return _to_eight_bit(image, mode)
     except ValueError as exc:
-        raise _unsupported_mode(str(path), image.mode) from exc
+        raise ImageError(f"image mode {image.mode!r} cannot be converted to 8-bit RGB or greyscale",
+                         path=str(path), fix="convert the file to an 8-bit RGB JPEG or PNG") from exc
 
 
 def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
@@ -196,12 +197,4 @@ def _bomb(path: Path | str, detail: str) -> ImageError:
         f"image is too large to decode safely (possible decompression bomb): {detail}",
         path=path,
         fix=f"downscale the image below {MAX_IMAGE_PIXELS} pixels, or remove it from the dataset",
-    )
-
-
-def _unsupported_mode(path: str | os.PathLike[str], mode: str) -> ImageError:
-    return ImageError(
-        f"image mode {mode!r} cannot be converted to 8-bit RGB or greyscale",
-        path=path,
-        fix="convert the file to an 8-bit RGB JPEG or PNG",
     )

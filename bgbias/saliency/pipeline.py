@@ -233,7 +233,8 @@ def write_masks(
         started = time.perf_counter()
         log = MASK_LEDGER.log(log_path)
         outcomes = _run(mine, steps, workers or min(MAX_WORKERS, usable_cores()),
-                        _progress_bar(len(mine), session, progress))
+                        tqdm(total=len(mine), unit="img", desc=f"masks ({session.info.name})",
+                             disable=not progress, smoothing=0.1))
         try:
             for record, outcome in outcomes:
                 if outcome != "kept":
@@ -405,8 +406,3 @@ def _write_manifest(out_dir: Path, items: Sequence[Item], known: dict[str, MaskR
     ids = sorted(item.id for item in items)
     files = [path.relative_to(out_dir).as_posix() for path in record_files(out_dir)]
     return write_manifest(out_dir, build_manifest(ids, known, session.info, empty_below, files))
-
-
-def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
-    return tqdm(total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled,
-                smoothing=0.1)
