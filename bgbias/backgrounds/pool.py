@@ -239,7 +239,12 @@ def _plan_pool(
         + [("photo", False)] * counts["photo"]
         + [("pattern", False)] * (counts["pattern"] - generated_patterns)
     )
-    families = {kind: _families_of_kind(sources, kind) for kind in ("photo", "pattern")}
+    members: dict[str, list[PhotoSource]] = defaultdict(list)
+    for source in sources:
+        members[source.family].append(source)
+    # assign_families gives every group at least one family of each kind.
+    families = {kind: [members[f] for f in sorted(members) if _family_kind(members[f]) == kind]
+                for kind in ("photo", "pattern")}
     used = Counter[str]()
     plan = []
     for slot, (kind, generated) in enumerate(slots):
@@ -276,14 +281,6 @@ def _plan_pool(
             }
             plan.append(_PlannedImage(entry, rng, source=source, aspect=aspect))
     return plan
-
-
-def _families_of_kind(sources: list[PhotoSource], kind: str) -> list[list[PhotoSource]]:
-    members: dict[str, list[PhotoSource]] = defaultdict(list)
-    for source in sources:
-        members[source.family].append(source)
-    # assign_families gives every group at least one family of each kind.
-    return [members[f] for f in sorted(members) if _family_kind(members[f]) == kind]
 
 
 # --- drawing ------------------------------------------------------------------------------------------------

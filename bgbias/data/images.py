@@ -90,22 +90,15 @@ def encoded(image: Image.Image, **options: Any) -> bytes:
 
 
 def _loaded(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None, mode: str) -> Image.Image:
-    image = _opened(path, data)
+    image = _sixteen_bit_to_l(_opened(path, data))
     try:
-        return _to_eight_bit(image, mode)
+        if image.mode == "P" and "transparency" in image.info:
+            # Going through RGBA resolves the palette's transparency entry instead of warning about it.
+            return image.convert("RGBA").convert(mode)
+        return image if image.mode == mode else image.convert(mode)
     except ValueError as exc:
         raise ImageError(f"image mode {image.mode!r} cannot be converted to 8-bit RGB or greyscale",
                          path=str(path), fix="convert the file to an 8-bit RGB JPEG or PNG") from exc
-
-
-def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
-    image = _sixteen_bit_to_l(image)
-    if image.mode == mode:
-        return image
-    if image.mode == "P" and "transparency" in image.info:
-        # Going through RGBA resolves the palette's transparency entry instead of warning about it.
-        image = image.convert("RGBA")
-    return image.convert(mode)
 
 
 def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:

@@ -10,7 +10,7 @@ under the first one's appends), and a short one around deriving the manifest (sh
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -314,20 +314,16 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
             fix=f"each mask model has a folder of its own: move this one to {beside} (where `bgbias masks "
                 f"--model {previous.get('model')}` puts them by default) and run again, or pass --out DIR, "
                 f"or --model {previous.get('model')} to go on with it")
-    same = " ".join(f"{flag} {value}" for flag, value in _folder_options(previous, differ))
+    # The command-line options, with the folder's values, that set those of the differing keys an option sets.
+    options = {"backend": ("--backend", previous.get("backend")),
+               "precision": ("--amp", AMP_OF.get(previous.get("precision"), previous.get("precision"))),
+               "empty_below": ("--empty-below", previous.get("empty_below"))}
+    same = " ".join(f"{flag} {value}" for key, (flag, value) in options.items() if key in differ)
     raise OptionError(
         f"the masks in this folder were made with other settings ({said})", path=folder / MANIFEST_NAME,
         fix=(f"pass {same} to go on with it" if same else "use the model file its masks were made with")
             + " (--backend auto and --amp auto go on with the folder's), choose another output folder, or "
               "delete this one")
-
-
-def _folder_options(settings: Mapping[str, Any], keys: Collection[str]) -> list[tuple[str, Any]]:
-    """The command-line options, with the folder's values, that set those of ``keys`` an option sets."""
-    values = {"backend": ("--backend", settings.get("backend")),
-              "precision": ("--amp", AMP_OF.get(settings.get("precision"), settings.get("precision"))),
-              "empty_below": ("--empty-below", settings.get("empty_below"))}
-    return [option for key, option in values.items() if key in keys]
 
 
 def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:

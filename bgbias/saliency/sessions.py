@@ -280,7 +280,10 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
         if model in U2NET_FAMILY:
             session = onnx_session = ort.InferenceSession(str(path), options, providers=providers)
         else:
-            session = _rembg_session(model, path.parent, options, providers)
+            with keeping_torch_threads():
+                import rembg
+            with _rembg_home(path.parent):
+                session = rembg.new_session(model, sess_opts=options, providers=providers)
             onnx_session = rembg_onnx_session(session)
     except (Fail, InvalidGraph, InvalidProtobuf, NoSuchFile) as exc:
         raise AssetError(
@@ -306,15 +309,6 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
 def _model_info(model: str, path: Path, **how: Any) -> ModelInfo:
     md5, sha256 = file_digests(path)
     return ModelInfo(name=model, file=path, bytes=path.stat().st_size, md5=md5, sha256=sha256, **how)
-
-
-def _rembg_session(model: str, folder: Path, options: Any, providers: list[str]) -> Any:
-    """rembg's session for ``model``, its file found in ``folder``."""
-    with keeping_torch_threads():
-        import rembg
-
-    with _rembg_home(folder):
-        return rembg.new_session(model, sess_opts=options, providers=providers)
 
 
 REMBG_TESTED = "rembg>=2.0.86,<2.1"
