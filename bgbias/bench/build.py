@@ -91,11 +91,13 @@ def build_bench(
     settings = _settings(preset, rho)
     stamps = select_stamps(stamps_root)
     sources = sorted(scene_sources, key=lambda s: s.origin)
-    families = len({s.family for s in sources})
-    if families < MIN_SCENE_FAMILIES:
+    members: dict[str, list[int]] = {}  # the indexes of each family's scenes
+    for index, source in enumerate(sources):
+        members.setdefault(source.family, []).append(index)
+    if len(members) < MIN_SCENE_FAMILIES:
         raise AssetError(
             f"the bench needs at least {MIN_SCENE_FAMILIES} distinct scene pictures (families), "
-            f"got {families}",
+            f"got {len(members)}",
             path=Path(sources[0].path).parent if sources else None,
             fix="install the background packages with `bgbias assets fetch`, or pass more scene sources",
         )
@@ -107,8 +109,8 @@ def build_bench(
     with folder_lock(out_dir), atomic_dir(out_dir) as tmp:
         canvases = _map(_scene_canvas_task, [(s.path, canvas_short) for s in sources], workers)
         view_ranges = VIEW_PRESETS[settings.view_preset]
-        context = _RenderContext(str(tmp), canvases, _family_members(sources), settings, view_ranges, rho,
-                                 seed)
+        context = _RenderContext(str(tmp), canvases, [members[name] for name in sorted(members)], settings,
+                                 view_ranges, rho, seed)
         records = [r for rs in _map(_render_class, jobs, workers, context) for r in rs]
         records.sort(key=lambda r: r["image"])
         _write_index(tmp / "index.csv", records)
@@ -198,13 +200,6 @@ def pick_scene(rng: np.random.Generator, families: list[list[int]]) -> int:
     three times as likely)."""
     members = families[int(rng.integers(len(families)))]
     return members[int(rng.integers(len(members)))]
-
-
-def _family_members(sources: list[PhotoSource]) -> list[list[int]]:
-    members: dict[str, list[int]] = {}
-    for index, source in enumerate(sources):
-        members.setdefault(source.family, []).append(index)
-    return [members[family] for family in sorted(members)]
 
 
 def scene_canvas(path: str | os.PathLike[str], short_side: int) -> np.ndarray:
