@@ -21,12 +21,9 @@ from bgbias.data.tensors import chw_tensor
 
 
 class CorruptedImages:
-    """The images of ``items`` with their backgrounds replaced as ``manifest`` fixes it.
-
-    Items are matched to manifest entries by id, so ``items`` may be any part of the manifest's split, in any
-    order. Saliency masks come from ``masks_dir`` (:func:`load_pair`). Each worker decodes a pool background
-    the first time one of its images needs it and keeps it: a pool is a few hundred photos at most.
-    """
+    """The images of ``items`` (any part of the manifest's split, matched by id) with their backgrounds
+    replaced as ``manifest`` fixes it, masks from ``masks_dir``. Each worker decodes a pool background the
+    first time one of its images needs it and keeps it: a pool is a few hundred photos at most."""
 
     def __init__(
         self, items: Sequence[Item], manifest: CorruptedManifest, masks_dir: Path, dataset_name: str

@@ -34,10 +34,7 @@ def gallery_image(
     columns: Sequence[str] = COLUMNS,
 ) -> Image.Image:
     """Draw ``rows`` as ``groups`` side-by-side blocks of ``columns`` (image | mask | corrupted), cells
-    ``cell`` px square.
-
-    A caption (e.g. the image id) is written under each row; column names head every block.
-    """
+    ``cell`` px square, a caption (e.g. the image id) under each row, the column names heading each block."""
     if not rows:
         raise ValueError("a gallery needs at least one row")
     if captions is not None and len(captions) != len(rows):

@@ -72,12 +72,9 @@ RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.model_dump, RenderReco
 
 
 def claim_out_dir(out_dir: Path, manifest_sha256: str, force: bool) -> dict[str, RenderRecord]:
-    """The records already in ``out_dir`` for this manifest (by id), ready to be appended to.
-
-    A ledger of another manifest, or a non-empty folder without a ledger, is an ``OptionError`` unless
-    ``force``, which starts a fresh ledger (every image is then rendered again). The ledger is written before
-    the first image, so every PNG in the folder belongs to it.
-    """
+    """The records already in ``out_dir`` for this manifest (by id), ready to be appended to. A ledger of
+    another manifest, or a non-empty folder without a ledger, is an ``OptionError`` unless ``force`` (a fresh
+    ledger). The ledger is written before the first image, so every PNG in the folder belongs to it."""
     return RENDER_LEDGER.claim(
         Path(out_dir) / LEDGER_NAME,
         ledger_header(manifest_sha256),
@@ -117,14 +114,8 @@ def render_corrupted(
     force: bool = False,
     progress: bool = False,
 ) -> RenderResult:
-    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
-
-    ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
-    run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
-    its ledger, above) still matches the image, the mask and the PNG, so images whose
-    photo or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left
-    are removed first.
-    """
+    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png`` (default ``out_dir``:
+    the manifest's path without ``.json``), resuming as :func:`render_set` does."""
     masks_dir = Path(masks_dir)
     out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")
     by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
@@ -254,11 +245,7 @@ def render_corrupted_sets(
     force: bool = False,
 ) -> tuple[list[RenderResult], Path]:
     """Render every repeat into ``out_dir/repeat-<r>/`` (``force``: every image again) and write
-    ``out_dir/gallery.png`` from the first.
-
-    Returns what each repeat wrote and kept, and the gallery's path: image | mask | corrupted rows that a
-    person can look over.
-    """
+    ``out_dir/gallery.png`` from the first; what each repeat wrote and kept, and the gallery's path."""
     manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
     results = [
         render_corrupted(dataset, m, masks_dir, Path(out_dir) / m.path.stem, force=force, progress=True)

@@ -141,11 +141,8 @@ def make_masks(
     progress: bool = True,
 ) -> MaskRun:
     """Write the mask of every image of this ``shard`` (``(index, count)``) of ``items`` under ``out_dir``.
-
-    An ``auto`` backend or amp goes on with those of the masks already there (:func:`continuing`);
-    ``workers`` decode and encode (default: all cores, at most :data:`MAX_WORKERS`). A missing model raises
-    ``AssetError`` before any image is read.
-    """
+    An ``auto`` backend or amp goes on with those of the masks already there (:func:`continuing`); ``workers``
+    decode and encode (default: all cores, at most :data:`MAX_WORKERS`); a missing model fails first."""
     check_shard(shard)
     session = open_session(model, continuing(Path(out_dir), model, inference or Inference()))
     return write_masks(items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers,

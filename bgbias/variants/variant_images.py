@@ -24,11 +24,8 @@ from bgbias.variants.variants import render_variant
 
 
 class VariantImages:
-    """The images of ``items`` in ``manifest``'s variant, their masks from ``masks_dir``.
-
-    Items are matched to entries by id, so ``items`` may be any part of the manifest's split in any order,
-    as long as it holds every donor its images name.
-    """
+    """The images of ``items`` in ``manifest``'s variant, masks from ``masks_dir``; ``items`` (matched by id)
+    may be any part of the manifest's split that holds every donor its images name."""
 
     def __init__(
         self, items: Sequence[Item], manifest: VariantManifest, masks_dir: Path, dataset_name: str
