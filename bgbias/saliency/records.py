@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import StringConstraints, TypeAdapter, ValidationError
+from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from bgbias import __version__
 from bgbias.assets.digest import sha256_file
@@ -47,7 +47,7 @@ class MaskLine(Record):
 
     id: str
     status: Literal["ok"]
-    size: list[int]
+    size: Annotated[list[int], Field(min_length=2, max_length=2)]
     image_sha256: str
     raw_min: float | None = None
     raw_max: float | None = None
@@ -108,8 +108,6 @@ class MaskRecord:
             return None
         if isinstance(line, FailureLine):
             return cls(line.id, ok=False, error=line.error, fix=line.fix)
-        if len(line.size) != 2:
-            return None
         width, height = line.size
         quality = line.quality
         agreement = None if quality is None else Agreement(quality.iou, quality.overlap, quality.error)
