@@ -158,8 +158,9 @@ from pathlib import Path
 import bgbias.corrupted.render as render
 from bgbias.corrupted.manifests import load_manifest
 from bgbias.data.registry import open_dataset
-png_bytes = render._png_bytes
-render._png_bytes = lambda pixels: (time.sleep(0.15), png_bytes(pixels))[1]  # room to be interrupted
+encoded = render.encoded
+# room to be interrupted:
+render.encoded = lambda *args, **options: (time.sleep(0.15), encoded(*args, **options))[1]
 dataset = open_dataset("bench", sys.argv[1])
 manifest = load_manifest(Path(sys.argv[2]), dataset, Path(sys.argv[3]))
 render.render_corrupted(dataset, manifest, Path(sys.argv[4]), Path(sys.argv[5]))

@@ -15,7 +15,7 @@ from bgbias.attribution.records import claim_out_dir as claim_explain_dir
 from bgbias.attribution.records import read_results
 from bgbias.backgrounds.pool import list_pool
 from bgbias.corrupted.manifests import load_manifest
-from bgbias.corrupted.render_ledger import claim_out_dir as claim_render_dir
+from bgbias.corrupted.render import claim_out_dir as claim_render_dir
 from bgbias.engine.embedding_cache import EmbeddingCache
 from bgbias.engine.external_model import read_model_record
 from bgbias.engine.run_dir import RunDir, read_record

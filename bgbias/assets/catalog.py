@@ -39,10 +39,8 @@ ArchiveSource = PyPIWheel | DebianPackage
 
 @dataclass(frozen=True)
 class Background:
-    """What a background image is, for the pools: its licence, whether it is a photograph, and its family.
-
-    A family groups variants of one picture (light/dark, colourways, sizes): it never straddles two pools.
-    """
+    """What a background image is, for the pools: its licence, whether it is a photograph, and its family
+    (the variants of one picture: light/dark, colourways, sizes), which never straddles two pools."""
 
     licence: str  # SPDX identifier read from the package's copyright file
     kind: Literal["photo", "pattern"]

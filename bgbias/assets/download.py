@@ -67,7 +67,8 @@ def apt_download(source: DebianPackage, dest: Path, *, apt_dir: Path, progress: 
         raise _unreachable(source, "apt-get is not available on this system (it is not Debian or Ubuntu)", "")
     options = _apt_options(apt_dir)
     download = ["apt-get", *options, "download", f"{source.package}={source.version}"]
-    if _has_lists(apt_dir):
+    lists = apt_dir / "lists"
+    if any("_Packages" in path.name for path in lists.iterdir()):  # often .lz4/.xz
         code, tail = run_client(download, cwd=dest, progress=progress)
         if code == 0:
             return _single_download(dest, source, ".deb")
@@ -86,11 +87,6 @@ def _apt_options(apt_dir: Path) -> list[str]:
     settings = {"Dir::State::Lists": apt_dir / "lists", "Dir::Cache": apt_dir / "cache",
                 "Debug::NoLocking": "1"}
     return [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
-
-
-def _has_lists(apt_dir: Path) -> bool:
-    lists = apt_dir / "lists"
-    return lists.is_dir() and any("_Packages" in path.name for path in lists.iterdir())  # often .lz4/.xz
 
 
 def run_client(command: Sequence[str], *, cwd: Path, progress: bool) -> tuple[int, str]:

@@ -157,22 +157,14 @@ def _install_from_local(spec: AssetSpec, home: Path, local: LocalFiles, progress
     mismatched = archive_mismatches or (member_mismatches if len(spec.members) == 1 else [])
     if mismatched:
         path, actual = mismatched[0]
-        raise AssetError(f"checksum mismatch for {path.name}: got sha256 {actual}, expected "
-                         f"{_expected(spec, path)}", path=path, fix=fix)
-    missing = [_wanted_name(m) for m in spec.members if m.target not in located]
+        expected = spec.archive_sha256 if path.name == spec.source.filename else spec.members[0].sha256
+        raise AssetError(f"checksum mismatch for {path.name}: got sha256 {actual}, expected {expected}",
+                         path=path, fix=fix)
+    missing = [Path(m.source).name + ("/" if isinstance(m, TreeMember) else "") for m in spec.members
+               if m.target not in located]
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
     raise AssetError(f"{spec.name}: neither {spec.source.filename} nor its files ({shown}) were found under "
                      f"{local.root}", path=local.root, fix=manual_fix(spec.name, spec.source))
-
-
-def _expected(spec: AssetSpec, path: Path) -> str:
-    if path.name == spec.source.filename:
-        return spec.archive_sha256
-    return spec.members[0].sha256
-
-
-def _wanted_name(member: Member) -> str:
-    return Path(member.source).name + ("/" if isinstance(member, TreeMember) else "")
 
 
 @contextlib.contextmanager

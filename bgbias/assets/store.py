@@ -63,13 +63,6 @@ def install_root(spec: AssetSpec, home: Path) -> Path:
     return home / spec.install_dir
 
 
-def display_path(spec: AssetSpec, home: Path) -> Path:
-    root = install_root(spec, home)
-    if not spec.owns_dir and len(spec.members) == 1:
-        return root / spec.members[0].target
-    return root
-
-
 def downloads_dir(home: Path) -> Path:
     return home / "downloads"
 
@@ -124,7 +117,7 @@ def check_asset(spec: AssetSpec, home: Path, *, verify: bool) -> AssetStatus:
     return AssetStatus(
         name=spec.name,
         description=spec.description,
-        path=display_path(spec, home),
+        path=root / spec.members[0].target if not spec.owns_dir and len(spec.members) == 1 else root,
         present=present,
         verified=verified,
         size=spec.size,

@@ -7,7 +7,6 @@ kinds. Generated images are committed; photo crops are rebuilt at set-up byte fo
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import sys
@@ -24,7 +23,7 @@ from bgbias.assets.digest import sha256_file
 from bgbias.backgrounds.crops import crop_resized, output_size, sample_aspect, sample_crop_box
 from bgbias.backgrounds.generate import GeneratedSpec, render_generated, sample_generated
 from bgbias.backgrounds.sources import PhotoSource, background_sources
-from bgbias.data.images import IMAGE_SUFFIXES, image_files, load_image
+from bgbias.data.images import IMAGE_SUFFIXES, encoded, image_files, load_image
 from bgbias.errors import AssetError, DatasetError, ImageError, OptionError, RecordError, given
 from bgbias.fileio import folder_lock, write_bytes_atomic, write_json_atomic
 from bgbias.paths import backgrounds_root
@@ -76,7 +75,7 @@ def assign_families(sources: Sequence[PhotoSource]) -> dict[str, list[PhotoSourc
     groups: dict[str, list[PhotoSource]] = {group: [] for group in GROUPS}
     turn = 0
     for kind in ("photo", "pattern"):
-        for family in sorted(by_kind[kind], key=_family_order):
+        for family in sorted(by_kind[kind], key=lambda name: hashlib.sha256(name.encode()).hexdigest()):
             groups[GROUPS[turn % len(GROUPS)]].extend(sorted(members[family], key=lambda s: s.origin))
             turn += 1
     return groups
@@ -240,7 +239,12 @@ def _plan_pool(
         + [("photo", False)] * counts["photo"]
         + [("pattern", False)] * (counts["pattern"] - generated_patterns)
     )
-    families = {kind: _families_of_kind(sources, kind) for kind in ("photo", "pattern")}
+    members: dict[str, list[PhotoSource]] = defaultdict(list)
+    for source in sources:
+        members[source.family].append(source)
+    # assign_families gives every group at least one family of each kind.
+    families = {kind: [members[f] for f in sorted(members) if _family_kind(members[f]) == kind]
+                for kind in ("photo", "pattern")}
     used = Counter[str]()
     plan = []
     for slot, (kind, generated) in enumerate(slots):
@@ -279,21 +283,15 @@ def _plan_pool(
     return plan
 
 
-def _families_of_kind(sources: list[PhotoSource], kind: str) -> list[list[PhotoSource]]:
-    members: dict[str, list[PhotoSource]] = defaultdict(list)
-    for source in sources:
-        members[source.family].append(source)
-    # assign_families gives every group at least one family of each kind.
-    return [members[f] for f in sorted(members) if _family_kind(members[f]) == kind]
-
-
 # --- drawing ------------------------------------------------------------------------------------------------
 
 
 def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, dict[str, Any]]) -> list[dict]:
     """Draw and write each planned image unless the file on disk already is it (each source photo decoded
     once); return the manifest entries."""
-    source_info = _source_info({item.source for item in plan if item.source is not None})
+    # Checksum and upright size of each source, read without decoding the pixels.
+    source_info = {path: (sha256_file(path), upright_size(path))
+                   for path in {item.source.path for item in plan if item.source is not None}}
     for item in plan:
         if item.source is not None:
             digest, size = source_info[item.source.path]
@@ -303,8 +301,8 @@ def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, di
     todo = [item for item in plan if not _is_current(out_dir, item.entry, previous)]
     for item in todo:
         if item.spec is not None:
-            pixels = render_generated(item.spec, tuple(item.entry["size"]))
-            _write_if_changed(out_dir / item.entry["file"], _png_bytes(Image.fromarray(pixels)))
+            pixels = Image.fromarray(render_generated(item.spec, tuple(item.entry["size"])))
+            _write_if_changed(out_dir / item.entry["file"], pixels, format="PNG", optimize=True)
     by_source: dict[Path, list[_PlannedImage]] = defaultdict(list)
     for item in todo:
         if item.source is not None:
@@ -313,7 +311,7 @@ def _write_pool(out_dir: Path, plan: list[_PlannedImage], previous: dict[str, di
         image = load_image(path)
         for item in by_source[path]:
             crop = crop_resized(image, tuple(item.entry["crop_box"]), tuple(item.entry["size"]))
-            _write_if_changed(out_dir / item.entry["file"], _jpeg_bytes(crop))
+            _write_if_changed(out_dir / item.entry["file"], crop, format="JPEG", quality=PHOTO_JPEG_QUALITY)
     return [dict(item.entry, sha256=sha256_file(out_dir / item.entry["file"])) for item in plan]
 
 
@@ -326,15 +324,11 @@ def _is_current(out_dir: Path, entry: dict[str, Any], previous: dict[str, dict[s
     return path.is_file() and sha256_file(path) == old.get("sha256")
 
 
-def _write_if_changed(path: Path, data: bytes) -> None:
+def _write_if_changed(path: Path, image: Image.Image, **options: Any) -> None:
+    data = encoded(image, **options)
     if path.is_file() and sha256_file(path) == hashlib.sha256(data).hexdigest():
         return
     write_bytes_atomic(path, data)
-
-
-def _source_info(sources: set[PhotoSource]) -> dict[Path, tuple[str, tuple[int, int]]]:
-    """Checksum and upright (width, height) of each source, read without decoding the pixels."""
-    return {source.path: (sha256_file(source.path), upright_size(source.path)) for source in sources}
 
 
 def upright_size(path: Path) -> tuple[int, int]:
@@ -351,18 +345,6 @@ def upright_size(path: Path) -> tuple[int, int]:
                 "source",
         ) from exc
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
-
-
-def _png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=True)
-    return buffer.getvalue()
-
-
-def _jpeg_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=PHOTO_JPEG_QUALITY)
-    return buffer.getvalue()
 
 
 def _remove_stale(folder: Path, keep: set[str]) -> None:
@@ -399,10 +381,6 @@ def _family_kind(family_sources: list[PhotoSource]) -> str:
     """A family is a photo family when most of its members are photos (ties count as photos)."""
     photos = sum(source.kind == "photo" for source in family_sources)
     return "photo" if 2 * photos >= len(family_sources) else "pattern"
-
-
-def _family_order(family: str) -> str:
-    return hashlib.sha256(family.encode("utf-8")).hexdigest()
 
 
 def _common_folder(sources: Sequence[PhotoSource]) -> Path | None:

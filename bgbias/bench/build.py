@@ -7,7 +7,6 @@ randomness comes from (seed, class, view), so the files do not depend on the ord
 from __future__ import annotations
 
 import csv
-import io
 import json
 import multiprocessing
 import os
@@ -28,7 +27,7 @@ from bgbias.backgrounds.crops import crop_resized
 from bgbias.backgrounds.sources import PhotoSource
 from bgbias.bench.stamps import load_stamp, select_stamps
 from bgbias.bench.views import VIEW_PRESETS, ViewPreset, render_view, sample_view_params
-from bgbias.data.images import load_image
+from bgbias.data.images import encoded, load_image
 from bgbias.errors import AssetError, OptionError
 from bgbias.fileio import atomic_dir, folder_lock, make_dirs, reporting_write_errors, write_json_atomic
 from bgbias.schema import format_header
@@ -92,11 +91,13 @@ def build_bench(
     settings = _settings(preset, rho)
     stamps = select_stamps(stamps_root)
     sources = sorted(scene_sources, key=lambda s: s.origin)
-    families = len({s.family for s in sources})
-    if families < MIN_SCENE_FAMILIES:
+    members: dict[str, list[int]] = {}  # the indexes of each family's scenes
+    for index, source in enumerate(sources):
+        members.setdefault(source.family, []).append(index)
+    if len(members) < MIN_SCENE_FAMILIES:
         raise AssetError(
             f"the bench needs at least {MIN_SCENE_FAMILIES} distinct scene pictures (families), "
-            f"got {families}",
+            f"got {len(members)}",
             path=Path(sources[0].path).parent if sources else None,
             fix="install the background packages with `bgbias assets fetch`, or pass more scene sources",
         )
@@ -108,8 +109,8 @@ def build_bench(
     with folder_lock(out_dir), atomic_dir(out_dir) as tmp:
         canvases = _map(_scene_canvas_task, [(s.path, canvas_short) for s in sources], workers)
         view_ranges = VIEW_PRESETS[settings.view_preset]
-        context = _RenderContext(str(tmp), canvases, _family_members(sources), settings, view_ranges, rho,
-                                 seed)
+        context = _RenderContext(str(tmp), canvases, [members[name] for name in sorted(members)], settings,
+                                 view_ranges, rho, seed)
         records = [r for rs in _map(_render_class, jobs, workers, context) for r in rs]
         records.sort(key=lambda r: r["image"])
         _write_index(tmp / "index.csv", records)
@@ -117,14 +118,21 @@ def build_bench(
         summary = _summary(records, jobs, rho)
         description = {
             **format_header(BENCH_FORMAT),
-            "parameters": _parameters(preset, settings, rho, seed, canvas_short),
+            "parameters": {
+                "preset": preset, "seed": seed, "rho": rho, "views_per_class": settings.views_per_class,
+                "image_size": settings.image_size, "view_preset": settings.view_preset,
+                "view_ranges": asdict(view_ranges), "split_shares": SPLIT_SHARES,
+                "scene_box_side": list(SCENE_BOX_SIDE), "scene_canvas_short_side": canvas_short,
+                "home_shift": HOME_SHIFT, "home_zoom": HOME_ZOOM, "jpeg_quality": JPEG_QUALITY},
             "stamps": [{"relpath": s.relpath, "class_name": s.class_name, "label": i, "split": splits[i],
                         "sha256": sha256_file(s.path)} for i, s in enumerate(stamps)],
             "scene_sources": [{"origin": s.origin, "family": s.family, "kind": s.kind, "licence": s.licence,
                                "sha256": sha256_file(s.path), "canvas_size": list(canvases[i].shape[1::-1])}
                               for i, s in enumerate(sources)],
             "summary": summary,
-            "versions": _versions(),
+            # The libraries whose encoders and resamplers fix the output bytes.
+            "versions": {"bgbias": bgbias.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
+                         "opencv": cv2.__version__},
         }
         write_json_atomic(tmp / "bench.json", description)
     return summary
@@ -192,13 +200,6 @@ def pick_scene(rng: np.random.Generator, families: list[list[int]]) -> int:
     three times as likely)."""
     members = families[int(rng.integers(len(families)))]
     return members[int(rng.integers(len(members)))]
-
-
-def _family_members(sources: list[PhotoSource]) -> list[list[int]]:
-    members: dict[str, list[int]] = {}
-    for index, source in enumerate(sources):
-        members.setdefault(source.family, []).append(index)
-    return [members[family] for family in sorted(members)]
 
 
 def scene_canvas(path: str | os.PathLike[str], short_side: int) -> np.ndarray:
@@ -290,11 +291,10 @@ def _render_class(job: _ClassJob) -> list[dict[str, Any]]:
 
 def _save(image: Image.Image, path: Path, **options: Any) -> None:
     """Encode in memory, then write; ``build_bench`` swaps the whole bench folder in atomically."""
-    buffer = io.BytesIO()
-    image.save(buffer, **options)
+    data = encoded(image, **options)
     make_dirs(path.parent)
     with reporting_write_errors(path):
-        path.write_bytes(buffer.getvalue())
+        path.write_bytes(data)
 
 
 def _map(
@@ -354,17 +354,3 @@ def _settings(preset: str, rho: float) -> BenchPreset:
         raise OptionError(f"rho must lie in [0, 1], got {rho}", fix="pass a probability such as 0.9")
     return BENCH_PRESETS[preset]
 
-
-def _parameters(preset: str, settings: BenchPreset, rho: float, seed: int,
-                canvas_short: int) -> dict[str, Any]:
-    return {"preset": preset, "seed": seed, "rho": rho, "views_per_class": settings.views_per_class,
-            "image_size": settings.image_size, "view_preset": settings.view_preset,
-            "view_ranges": asdict(VIEW_PRESETS[settings.view_preset]), "split_shares": SPLIT_SHARES,
-            "scene_box_side": list(SCENE_BOX_SIDE), "scene_canvas_short_side": canvas_short,
-            "home_shift": HOME_SHIFT, "home_zoom": HOME_ZOOM, "jpeg_quality": JPEG_QUALITY}
-
-
-def _versions() -> dict[str, str]:
-    """Libraries whose encoders and resamplers fix the output bytes."""
-    return {"bgbias": bgbias.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
-            "opencv": cv2.__version__}

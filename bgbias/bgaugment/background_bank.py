@@ -62,7 +62,10 @@ class BackgroundBank:
         if shorter_side is not None:
             images = [image.resize(resized_size(image.size, shorter_side), Image.Resampling.BILINEAR)
                       for image in images]
-        pixels = pad_stack([np.asarray(image) for image in images])
+        height, width = max(image.height for image in images), max(image.width for image in images)
+        pixels = np.zeros((len(images), 3, height, width), dtype=np.uint8)  # each zero-padded
+        for index, image in enumerate(images):
+            pixels[index, :, : image.height, : image.width] = np.asarray(image).transpose(2, 0, 1)
         sizes = [image.size for image in images]
         return cls(torch.from_numpy(pixels).to(device), sizes, [path.name for path in paths])
 
@@ -95,16 +98,6 @@ class BackgroundBank:
 def train_bank(backgrounds: str | os.PathLike[str], device: torch.device | str) -> BackgroundBank:
     """The training pool of ``backgrounds`` (its ``train/``, else the folder), as BGAugment draws from it."""
     return BackgroundBank.from_folder(pool_folder(backgrounds, "train"), device, TRAIN_SHORTER_SIDE)
-
-
-def pad_stack(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """H×W×3 ``uint8`` arrays of any sizes as one zero-padded (N, 3, Hmax, Wmax) array."""
-    height = max(a.shape[0] for a in arrays)
-    width = max(a.shape[1] for a in arrays)
-    out = np.zeros((len(arrays), 3, height, width), dtype=np.uint8)
-    for i, array in enumerate(arrays):
-        out[i, :, : array.shape[0], : array.shape[1]] = array.transpose(2, 0, 1)
-    return out
 
 
 def render_crops(

@@ -69,16 +69,14 @@ class BackgroundCrop:
     flip: bool
 
 
-def image_rng(seed: int, repeat: int, image_id: str) -> np.random.Generator:
-    """A generator owned by one image of one repeat, so its draw does not depend on the images before it.
-
-    The image enters by a hash of its id rather than its position, so adding or reordering images leaves the
-    draws of the others unchanged.
-    """
+def image_rng(seed: int, repeat: int, *names: str) -> np.random.Generator:
+    """A generator owned by one image of one repeat (``names``: its id, after a variant's name where a variant
+    draws). The image enters by a hash of its id, not its position, so adding or reordering images leaves the
+    draws of the others unchanged."""
     if seed < 0 or repeat < 0:
         raise ValueError(f"seed ({seed}) and repeat ({repeat}) must be non-negative")
-    key = int.from_bytes(hashlib.sha256(image_id.encode("utf-8")).digest()[:8], "big")
-    return np.random.default_rng(np.random.SeedSequence([seed, repeat, key]))
+    keys = [int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") for name in names]
+    return np.random.default_rng(np.random.SeedSequence([seed, repeat, *keys]))
 
 
 def random_resized_box(
@@ -128,10 +126,8 @@ def sample_background_crop(
 
 
 def apply_crop(background: Image.Image, box: CropBox, flip: bool, size: int) -> np.ndarray:
-    """Cut ``box`` from an RGB background, resize it bilinearly to ``size × size`` and mirror it if ``flip``.
-
-    Returns ``uint8`` ``(size, size, 3)``.
-    """
+    """Cut ``box`` from an RGB background, resize it bilinearly to ``size × size`` and mirror it if ``flip``:
+    ``uint8`` ``(size, size, 3)``."""
     if not box.fits(background.size):
         raise ValueError(f"crop box {box.as_list()} does not fit in a background of size {background.size}")
     crop = background.resize((size, size), Image.Resampling.BILINEAR, box=box.pil_box())

@@ -13,43 +13,24 @@ from typing import Any
 
 from PIL import Image
 
-from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, remake_command
+from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, manifest_entries
 from bgbias.corrupted.render import load_pair, render_entry
 from bgbias.data.images import load_image
 from bgbias.data.items import Item
 from bgbias.data.tensors import chw_tensor
-from bgbias.errors import DatasetError
 
 
 class CorruptedImages:
-    """The images of ``items`` with their backgrounds replaced as ``manifest`` fixes it.
-
-    Items are matched to manifest entries by id, so ``items`` may be any part of the manifest's split, in any
-    order. Saliency masks come from ``masks_dir`` (:func:`load_pair`). Each worker decodes a pool background
-    the first time one of its images needs it and keeps it: a pool is a few hundred photos at most.
-    """
+    """The images of ``items`` (any part of the manifest's split, matched by id) with their backgrounds
+    replaced as ``manifest`` fixes it, masks from ``masks_dir``. Each worker decodes a pool background the
+    first time one of its images needs it and keeps it: a pool is a few hundred photos at most."""
 
     def __init__(
         self, items: Sequence[Item], manifest: CorruptedManifest, masks_dir: Path, dataset_name: str
     ) -> None:
-        remake = remake_command(manifest, dataset_name)
-        if manifest.dataset != dataset_name:
-            raise DatasetError(
-                f"the corrupted-set manifest is for the {manifest.dataset} dataset, not {dataset_name}",
-                path=manifest.path,
-                fix=f"pass a manifest of {dataset_name}, made with: {remake}",
-            )
-        entry_of = {entry.id: entry for entry in manifest.entries}
-        missing = [item.id for item in items if item.id not in entry_of]
-        if missing:
-            raise DatasetError(
-                f"the corrupted-set manifest has no entry for {len(missing)} of the {len(items)} images to "
-                f"evaluate (first: {', '.join(missing[:3])})",
-                path=manifest.path,
-                fix=f"make the manifests for this split again: {remake}",
-            )
         self.items = list(items)
-        self.entries: list[CorruptedEntry] = [entry_of[item.id] for item in self.items]
+        self.entries: list[CorruptedEntry] = manifest_entries(manifest, self.items, dataset_name,
+                                                              "corrupted-set", "make the manifests again")
         self.manifest = manifest
         self.masks_dir = Path(masks_dir)
         self.dataset_name = dataset_name

@@ -8,15 +8,12 @@ every variant of the profile) by :func:`bgbias.variants.render_variants.variants
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from bgbias.figures import one_line
-from bgbias.fileio import write_bytes_atomic
 
 COLUMNS = ("image", "mask", "corrupted")
 _GAP = 4
@@ -37,10 +34,7 @@ def gallery_image(
     columns: Sequence[str] = COLUMNS,
 ) -> Image.Image:
     """Draw ``rows`` as ``groups`` side-by-side blocks of ``columns`` (image | mask | corrupted), cells
-    ``cell`` px square.
-
-    A caption (e.g. the image id) is written under each row; column names head every block.
-    """
+    ``cell`` px square, a caption (e.g. the image id) under each row, the column names heading each block."""
     if not rows:
         raise ValueError("a gallery needs at least one row")
     if captions is not None and len(captions) != len(rows):
@@ -67,21 +61,6 @@ def gallery_image(
         if captions is not None:
             draw.text((left + _GAP, top + cell + 1), _fit(captions[index], block_w), fill=_INK, font=font)
     return sheet
-
-
-def write_gallery(
-    path: Path,
-    rows: Sequence[Row],
-    captions: Sequence[str] | None = None,
-    cell: int = 128,
-    groups: int = 2,
-    columns: Sequence[str] = COLUMNS,
-) -> Path:
-    """Save :func:`gallery_image` as a PNG, atomically."""
-    buffer = io.BytesIO()
-    gallery_image(rows, captions, cell, groups, columns).save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
-    return Path(path)
 
 
 def evenly_spread(count: int, wanted: int) -> list[int]:

@@ -112,12 +112,9 @@ class CorruptedManifest(SplitManifest):
 
 # ------------------------------------------------------------------------------------------------- locations
 def split_pool_dir(split: str, backgrounds: Path | None = None) -> Path:
-    """The pool a split's corrupted set draws from.
-
-    ``<backgrounds>/train`` for val, ``<backgrounds>/test`` for test, or ``backgrounds`` itself when it has no
-    such sub-folder (a single pool); ``backgrounds`` defaults to ``./backgrounds``, made first where it lacks
-    its pools (:func:`~bgbias.backgrounds.pool.default_pools`).
-    """
+    """The pool a split's corrupted set draws from: ``<backgrounds>/train`` for val, ``<backgrounds>/test``
+    for test, or ``backgrounds`` itself when it has no such sub-folder; by default ``./backgrounds``, made
+    first where it lacks its pools (:func:`~bgbias.backgrounds.pool.default_pools`)."""
     check_corrupted_split(split)
     return pool_folder(backgrounds if backgrounds is not None else default_pools(), POOL_OF_SPLIT[split])
 
@@ -191,12 +188,9 @@ def make_corrupted_manifests(
     fold: int = 0,
     geometry: EvalGeometry | None = None,
 ) -> list[Path]:
-    """Write ``repeat-0.json … repeat-<repeats-1>.json`` for one split of ``dataset`` and return their paths.
-
-    The pool is the split's pool in ``backgrounds`` (:func:`split_pool_dir`), ``out_dir`` defaults to
-    :func:`default_manifest_dir`, ``geometry`` to the dataset's evaluation geometry. Repeat ``r`` of seed
-    ``S`` is the same whatever ``repeats`` is, so asking for more repeats later keeps the earlier ones.
-    """
+    """Write ``repeat-0.json … repeat-<repeats-1>.json`` for one split of ``dataset`` (the pool of
+    :func:`split_pool_dir`, ``out_dir`` by default :func:`default_manifest_dir`) and return their paths.
+    Repeat ``r`` of seed ``S`` is the same whatever ``repeats`` is, so asking for more keeps the earlier."""
     pool_dir = split_pool_dir(split, backgrounds)
     if out_dir is None:
         out_dir = default_manifest_dir(dataset, split, seed, protocol, fold, geometry)
@@ -283,13 +277,9 @@ def _set_description(split: str, repeat: int, variant: str | None) -> str:
 def load_manifest(
     path: Path, dataset: Dataset, backgrounds: Path | None = None, geometry: EvalGeometry | None = None
 ) -> CorruptedManifest:
-    """Read a manifest, check every field, and check it still describes ``dataset``, the evaluation geometry
-    and the split's pool in ``backgrounds``.
-
-    ``backgrounds`` is as for :func:`split_pool_dir`; ``geometry`` defaults to the dataset's evaluation
-    geometry. Any mismatch is an error that says how to fix it: restore the dataset or pool it was made from,
-    or make the manifests again.
-    """
+    """Read a manifest, check every field, and check it still describes ``dataset``, the evaluation
+    ``geometry`` (default the dataset's) and the split's pool in ``backgrounds`` (as for
+    :func:`split_pool_dir`); any mismatch is an error that says how to fix it."""
     path = Path(path)
     manifest = _parse_manifest(path, backgrounds)
     remake = f"make the manifests again: {remake_command(manifest, dataset.name)}"
@@ -327,6 +317,24 @@ def check_describes_split(
             fix=f"restore the dataset the manifest was made from, or {remake}",
         )
     return items
+
+
+def manifest_entries(
+    manifest: SplitManifest, items: Sequence[Item], dataset_name: str, what: str, remake: str
+) -> list[Any]:
+    """The entries of ``items`` (matched by id, in their order) in ``manifest``, a ``what`` manifest
+    ("corrupted-set") that must be of ``dataset_name`` and name every one of them; a ``DatasetError`` saying
+    to ``remake`` ("make the ... again") with the command otherwise."""
+    fix = f"{remake}: {remake_command(manifest, dataset_name)}"
+    if manifest.dataset != dataset_name:
+        raise DatasetError(f"the {what} manifest is for the {manifest.dataset} dataset, not {dataset_name}",
+                           path=manifest.path, fix=fix)
+    entry_of = {entry.id: entry for entry in manifest.entries}
+    missing = [item.id for item in items if item.id not in entry_of]
+    if missing:
+        raise DatasetError(f"the {what} manifest has no entry for {len(missing)} of the {len(items)} images "
+                           f"to evaluate (first: {', '.join(missing[:3])})", path=manifest.path, fix=fix)
+    return [entry_of[item.id] for item in items]
 
 
 def remake_command(manifest: SplitManifest, dataset_name: str) -> str:

@@ -1,18 +1,20 @@
 """Rendering corrupted sets: a manifest (:mod:`bgbias.corrupted.manifests`) replayed into images.
 
 Replaying an entry is the evaluation geometry on image and mask, the background crop, then the shared
-:func:`composite`. ``bgbias corrupt --render`` writes every image of a manifest as a PNG, with a ledger
-(:mod:`bgbias.corrupted.render_ledger`) that lets an interrupted render resume, and a gallery for a person to
-look over.
+:func:`composite`. ``bgbias corrupt --render`` writes every image of a manifest as a PNG, and a gallery for a
+person to look over. Its ledger (``render.jsonl``) names the manifest it renders, then per image the sha256 of
+its photo, its mask and the PNG written (for a mixed variant, the sha256 of the digests, one per line): a
+rendered image is kept on resume only while all three still hold, so a changed photo, mask or PNG is rendered
+again. Reading, appending, rewriting and claiming are :mod:`bgbias.ledger`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -22,21 +24,17 @@ from bgbias.assets.digest import sha256_file
 from bgbias.bgaugment.background_crops import apply_crop
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.bgaugment.mask_check import saliency_masks
-from bgbias.corrupted.gallery import evenly_spread, write_gallery
+from bgbias.corrupted.gallery import evenly_spread, gallery_image
+from bgbias.corrupted.manifest_schema import Sha256
 from bgbias.corrupted.manifests import CorruptedEntry, CorruptedManifest, load_manifest
-from bgbias.corrupted.render_ledger import (
-    LEDGER_NAME,
-    RENDER_LEDGER,
-    RenderRecord,
-    claim_out_dir,
-    write_ledger,
-)
-from bgbias.data.images import load_image, load_matching_mask
+from bgbias.data.images import encoded, load_image, load_matching_mask
 from bgbias.data.items import Dataset, Item, mask_source
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import EvalGeometry, eval_transform_pair
 from bgbias.errors import BusyError, DatasetError, ImageError
 from bgbias.fileio import exclusive_lock, folder_lock_path, sweep_stale_temps, write_bytes_atomic
+from bgbias.ledger import Ledger
+from bgbias.schema import ClosedRecord, format_header
 from bgbias.signals import sigterm_as_interrupt
 
 
@@ -47,6 +45,45 @@ class RenderResult:
     out_dir: Path
     written: int
     kept: int
+
+
+LEDGER_NAME = "render.jsonl"
+LEDGER_FORMAT = "bgbias-corrupted-render"
+
+
+class RenderRecord(ClosedRecord):
+    """What one rendered image was made from (image and mask file digests) and what was written (PNG); a
+    ledger line with any other field, or without one of these, is no record (its image is rendered again)."""
+
+    id: str
+    image_sha256: Sha256
+    mask_sha256: Sha256
+    png_sha256: Sha256
+
+
+def ledger_header(manifest_sha256: str) -> dict[str, Any]:
+    """The first line: the folder renders the manifest with this digest and no other."""
+    return {**format_header(LEDGER_FORMAT), "manifest_sha256": manifest_sha256}
+
+
+RENDER_LEDGER: Ledger[RenderRecord] = Ledger(RenderRecord.model_dump, RenderRecord.model_validate,
+                                             file_format=LEDGER_FORMAT)
+"""``render.jsonl``: the header of :func:`ledger_header`, then :class:`RenderRecord` lines, canonical JSON."""
+
+
+def claim_out_dir(out_dir: Path, manifest_sha256: str, force: bool) -> dict[str, RenderRecord]:
+    """The records already in ``out_dir`` for this manifest (by id), ready to be appended to. A ledger of
+    another manifest, or a non-empty folder without a ledger, is an ``OptionError`` unless ``force`` (a fresh
+    ledger). The ledger is written before the first image, so every PNG in the folder belongs to it."""
+    return RENDER_LEDGER.claim(
+        Path(out_dir) / LEDGER_NAME,
+        ledger_header(manifest_sha256),
+        force=force,
+        other=lambda _header: "the output folder holds a render of another corrupted-set manifest",
+        foreign="the output folder is not empty and holds no render of a corrupted set",
+        fix="pass another output folder, or start this one over (`bgbias corrupt ... --render DIR --force` "
+            "renders every image again)",
+    )
 
 
 def render_entry(
@@ -77,14 +114,8 @@ def render_corrupted(
     force: bool = False,
     progress: bool = False,
 ) -> RenderResult:
-    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png``.
-
-    ``out_dir`` defaults to the manifest's path without ``.json`` (``…/seed-S/repeat-r/``). An interrupted
-    run resumes, and a finished one can be run again: an image is kept only while its ledger line (see
-    :mod:`bgbias.corrupted.render_ledger`) still matches the image, the mask and the PNG, so images whose
-    photo or mask changed are rendered again. ``force`` renders them all again. Temporaries a killed run left
-    are removed first.
-    """
+    """Write the corrupted image of every entry as ``<out_dir>/<image relpath>.png`` (default ``out_dir``:
+    the manifest's path without ``.json``), resuming as :func:`render_set` does."""
     masks_dir = Path(masks_dir)
     out_dir = Path(out_dir) if out_dir is not None else manifest.path.with_suffix("")
     by_id = {item.id: item for item in split_items(dataset, manifest.split, manifest.protocol, manifest.fold)}
@@ -169,14 +200,15 @@ def _render_into(
             if record is not None and _still_holds(record, image_sha256, mask_sha256, job.target):
                 kept += 1
             else:
-                png = _png_bytes(pixels(index))
+                png = encoded(Image.fromarray(pixels(index)), format="PNG")
                 write_bytes_atomic(job.target, png)
-                record = RenderRecord(job.id, image_sha256, mask_sha256, hashlib.sha256(png).hexdigest())
+                record = RenderRecord(id=job.id, image_sha256=image_sha256, mask_sha256=mask_sha256,
+                                      png_sha256=hashlib.sha256(png).hexdigest())
                 log.append(record)
                 written += 1
             records[job.id] = record
             bar.update()
-    write_ledger(ledger, manifest_sha256, [records[job.id] for job in jobs])
+    RENDER_LEDGER.write(ledger, [records[job.id] for job in jobs], header=ledger_header(manifest_sha256))
     return RenderResult(out_dir, written, kept)
 
 
@@ -203,12 +235,6 @@ def _files_sha256(paths: Sequence[Path]) -> str:
     return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def _png_bytes(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def render_corrupted_sets(
     dataset: Dataset,
     manifest_paths: Sequence[Path],
@@ -219,11 +245,7 @@ def render_corrupted_sets(
     force: bool = False,
 ) -> tuple[list[RenderResult], Path]:
     """Render every repeat into ``out_dir/repeat-<r>/`` (``force``: every image again) and write
-    ``out_dir/gallery.png`` from the first.
-
-    Returns what each repeat wrote and kept, and the gallery's path: image | mask | corrupted rows that a
-    person can look over.
-    """
+    ``out_dir/gallery.png`` from the first; what each repeat wrote and kept, and the gallery's path."""
     manifests = [load_manifest(Path(path), dataset, backgrounds) for path in manifest_paths]
     results = [
         render_corrupted(dataset, m, masks_dir, Path(out_dir) / m.path.stem, force=force, progress=True)
@@ -254,4 +276,5 @@ def manifest_gallery(
         background = load_image(manifest.pool_dir / entry.background)
         rows.append(render_entry(image, mask, background, entry, manifest.geometry))
         captions.append(f"{entry.id} | {entry.background}{' (flipped)' if entry.flip else ''}")
-    return write_gallery(path, rows, captions, cell, groups)
+    write_bytes_atomic(path, encoded(gallery_image(rows, captions, cell, groups), format="PNG"))
+    return path

@@ -46,14 +46,12 @@ class BenchDataset(Dataset):
                                      f"{split_of[label]!r} before", fix)
             names.setdefault(label, row["class_name"])
             mask = row["ground_truth_mask"]
-            items.append(make_item(self.root, row["image"], label, self._absolute(mask) if mask else None))
+            items.append(make_item(self.root, row["image"], label,
+                                   self.root.joinpath(*mask.split("/")) if mask else None))
         require_files([item.ground_truth_mask for item in items if item.ground_truth_mask is not None],
                       "ground-truth masks listed in index.csv", path, fix)
         train, val, test = ([c for c in sorted(split_of) if split_of[c] == name] for name in BENCH_SPLITS)
         return Catalog(items, train + val, test, len(train), names)
-
-    def _absolute(self, relpath: str) -> Path:
-        return self.root.joinpath(*relpath.split("/"))
 
     @staticmethod
     def _rows(path: Path, fix: str) -> list[tuple[int, dict[str, str]]]:

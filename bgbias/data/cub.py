@@ -31,7 +31,8 @@ class CubDataset(Dataset):
     known_size = KnownSize(IMAGES, NUM_CLASSES, TEST_IMAGES, LAST_TRAIN_CLASS, LAST_TRAINVAL_CLASS)
 
     def _read_catalog(self) -> Catalog:
-        relpaths = self._image_paths()
+        fix = "restore images.txt from the CUB_200_2011 archive (lines: '<image id> <path under images/>')"
+        relpaths = {image_id: value for image_id, (_, value) in self._by_image_id("images.txt", fix).items()}
         labels = self._class_labels()
         labels_file = self.root / "image_class_labels.txt"
         same = "use the images.txt and image_class_labels.txt of the same CUB_200_2011 archive"
@@ -62,11 +63,6 @@ class CubDataset(Dataset):
         names = {labels[image_id]: PurePosixPath(relpath).parent.name or str(labels[image_id])
                  for image_id, relpath in relpaths.items()}
         return Catalog(items, trainval, test, val_start, names)
-
-    def _image_paths(self) -> dict[int, str]:
-        """images.txt: ``<image id> <path under images/>``."""
-        fix = "restore images.txt from the CUB_200_2011 archive (lines: '<image id> <path under images/>')"
-        return {image_id: value for image_id, (_, value) in self._by_image_id("images.txt", fix).items()}
 
     def _class_labels(self) -> dict[int, int]:
         """image_class_labels.txt: ``<image id> <class id 1..200>``."""

@@ -8,7 +8,7 @@ import os
 import warnings
 from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -82,27 +82,23 @@ def load_matching_mask(
     return mask
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Convert any mode Pillow can read to 8-bit RGB (see ``load_image`` for the policy)."""
-    return _to_eight_bit(image, "RGB")
+def encoded(image: Image.Image, **options: Any) -> bytes:
+    """``image`` saved in memory with Pillow's ``options`` (``format=...``): the bytes its file gets."""
+    buffer = BytesIO()
+    image.save(buffer, **options)
+    return buffer.getvalue()
 
 
 def _loaded(path: str | os.PathLike[str] | InMemoryImage, data: bytes | None, mode: str) -> Image.Image:
-    image = _opened(path, data)
+    image = _sixteen_bit_to_l(_opened(path, data))
     try:
-        return _to_eight_bit(image, mode)
+        if image.mode == "P" and "transparency" in image.info:
+            # Going through RGBA resolves the palette's transparency entry instead of warning about it.
+            return image.convert("RGBA").convert(mode)
+        return image if image.mode == mode else image.convert(mode)
     except ValueError as exc:
-        raise _unsupported_mode(str(path), image.mode) from exc
-
-
-def _to_eight_bit(image: Image.Image, mode: str) -> Image.Image:
-    image = _sixteen_bit_to_l(image)
-    if image.mode == mode:
-        return image
-    if image.mode == "P" and "transparency" in image.info:
-        # Going through RGBA resolves the palette's transparency entry instead of warning about it.
-        image = image.convert("RGBA")
-    return image.convert(mode)
+        raise ImageError(f"image mode {image.mode!r} cannot be converted to 8-bit RGB or greyscale",
+                         path=str(path), fix="convert the file to an 8-bit RGB JPEG or PNG") from exc
 
 
 def _sixteen_bit_to_l(image: Image.Image) -> Image.Image:
@@ -194,12 +190,4 @@ def _bomb(path: Path | str, detail: str) -> ImageError:
         f"image is too large to decode safely (possible decompression bomb): {detail}",
         path=path,
         fix=f"downscale the image below {MAX_IMAGE_PIXELS} pixels, or remove it from the dataset",
-    )
-
-
-def _unsupported_mode(path: str | os.PathLike[str], mode: str) -> ImageError:
-    return ImageError(
-        f"image mode {mode!r} cannot be converted to 8-bit RGB or greyscale",
-        path=path,
-        fix="convert the file to an 8-bit RGB JPEG or PNG",
     )

@@ -6,6 +6,7 @@ module's name in ``DATASETS``' list (whose order ``--dataset`` lists them in).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,13 +61,11 @@ def open_dataset(name: str, root: str | os.PathLike[str] | None = None) -> Datas
 def summarize(dataset: Dataset, protocol: str = "fixed", fold: int = 0) -> dict[str, Any]:
     """Classes and images per split of ``protocol``/``fold``, and how many images have ground-truth masks."""
     items = dataset.items()
-    images_per_class: dict[int, int] = {}
-    for item in items:
-        images_per_class[item.label] = images_per_class.get(item.label, 0) + 1
+    images_per_class = Counter(item.label for item in items)
     splits = {}
     for split in ("train", "val", "test"):
         classes = split_classes(dataset, split, protocol, fold)
-        splits[split] = {"classes": len(classes), "images": sum(images_per_class.get(c, 0) for c in classes)}
+        splits[split] = {"classes": len(classes), "images": sum(images_per_class[c] for c in classes)}
     return {
         "name": dataset.name,
         "root": str(dataset.root),

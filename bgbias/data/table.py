@@ -25,7 +25,8 @@ from bgbias.data.registry import register_dataset
 from bgbias.errors import DatasetError, OptionError
 
 PLAIN_INTEGER = re.compile(r"-?[1-9][0-9]*|0")
-"""An integer as ``str(int)`` writes it."""
+"""An integer as ``str(int)`` writes it: no sign but ``-``, no leading zero, no space, so no two such texts
+name one number."""
 
 IMAGE_COLUMNS = ("path", "image")
 """A table's image column, by either name."""
@@ -210,15 +211,9 @@ def _class_ids(labels: Sequence[Any], source: Path | None) -> dict[Any, int]:
                           fix="give labels as ints or strings, one per image") from None
     if all(isinstance(value, int) and not isinstance(value, bool) for value in distinct):
         return {value: value for value in distinct}
-    if source and all(isinstance(value, str) and _plain_integer(value) for value in distinct):
+    if source and all(isinstance(value, str) and PLAIN_INTEGER.fullmatch(value) for value in distinct):
         return {value: int(value) for value in distinct}
     return {value: index for index, value in enumerate(sorted(distinct, key=str))}
-
-
-def _plain_integer(text: str) -> bool:
-    """Whether ``text`` is an integer as ``str(int)`` writes it: no sign but ``-``, no leading zero, no
-    space, so no two such texts name one number."""
-    return PLAIN_INTEGER.fullmatch(text) is not None
 
 
 def _is_data_frame(data: Any) -> bool:

@@ -15,15 +15,15 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
+from PIL import Image
 from tqdm import tqdm
 
-from bgbias.data.images import load_image, read_image_bytes
+from bgbias.data.images import encoded, load_image, read_image_bytes
 from bgbias.data.items import Item, mask_path
-from bgbias.errors import ImageError, printable_path
+from bgbias.errors import ImageError, OptionError, printable_path
 from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.hardware import usable_cores
 from bgbias.options import DEFAULT_MASK_MODEL
@@ -51,7 +51,6 @@ from bgbias.saliency.records import (
     write_manifest,
     write_records,
 )
-from bgbias.saliency.resume import check_shard, mask_is_intact, shard_items
 from bgbias.saliency.sessions import AMP_OF, Inference, MaskSession, open_session
 from bgbias.signals import sigterm_as_interrupt
 
@@ -142,11 +141,8 @@ def make_masks(
     progress: bool = True,
 ) -> MaskRun:
     """Write the mask of every image of this ``shard`` (``(index, count)``) of ``items`` under ``out_dir``.
-
-    An ``auto`` backend or amp goes on with those of the masks already there (:func:`continuing`);
-    ``workers`` decode and encode (default: all cores, at most :data:`MAX_WORKERS`). A missing model raises
-    ``AssetError`` before any image is read.
-    """
+    An ``auto`` backend or amp goes on with those of the masks already there (:func:`continuing`); ``workers``
+    decode and encode (default: all cores, at most :data:`MAX_WORKERS`); a missing model fails first."""
     check_shard(shard)
     session = open_session(model, continuing(Path(out_dir), model, inference or Inference()))
     return write_masks(items, out_dir, session, shard=shard, empty_below=empty_below, workers=workers,
@@ -163,6 +159,36 @@ def continuing(out_dir: Path, model: str, inference: Inference) -> Inference:
     return replace(inference,
                    backend=folder["backend"] if inference.backend == "auto" else inference.backend,
                    amp=amp if inference.amp == "auto" else inference.amp)
+
+
+def check_shard(shard: tuple[int, int]) -> None:
+    index, count = shard
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(
+            f"shard {index} of {count} does not exist",
+            fix="give the shard as (index, count) with 0 <= index < count, e.g. 0 of 4 … 3 of 4",
+        )
+
+
+def shard_items(items: Sequence[Item], shard: tuple[int, int]) -> list[Item]:
+    """Shard ``index`` of ``count``: every ``count``-th image of the id-sorted list, from ``index``."""
+    check_shard(shard)
+    index, count = shard
+    return sorted(items, key=lambda item: item.id)[index::count]
+
+
+def mask_is_intact(path: Path, size: tuple[int, int] | None) -> bool:
+    """A mask counts as finished only if it decodes completely as an 8-bit greyscale image of ``size``."""
+    if size is None:
+        return False
+    try:
+        with Image.open(path) as mask:
+            if mask.mode != "L" or mask.size != tuple(size):
+                return False
+            mask.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return False
+    return True
 
 
 MAX_WORKERS = 16
@@ -204,7 +230,8 @@ def write_masks(
         started = time.perf_counter()
         log = MASK_LEDGER.log(log_path)
         outcomes = _run(mine, steps, workers or min(MAX_WORKERS, usable_cores()),
-                        _progress_bar(len(mine), session, progress))
+                        tqdm(total=len(mine), unit="img", desc=f"masks ({session.info.name})",
+                             disable=not progress, smoothing=0.1))
         try:
             for record, outcome in outcomes:
                 if outcome != "kept":
@@ -281,9 +308,7 @@ class _Steps:
 
     def finish(self, ready: _Ready, raw: Any) -> MaskRecord:
         soft = self.session.finish(raw, ready.size)
-        buffer = BytesIO()
-        soft.image.save(buffer, format="PNG")
-        write_bytes_atomic(mask_path(ready.item, self.out_dir), buffer.getvalue())
+        write_bytes_atomic(mask_path(ready.item, self.out_dir), encoded(soft.image, format="PNG"))
         truth = ready.item.ground_truth_mask
         quality, truth_sha256 = (None, None) if truth is None else compare_with_truth(soft.image, truth)
         empty = None if soft.raw_max is None else soft.raw_max < self.empty_below
@@ -378,8 +403,3 @@ def _write_manifest(out_dir: Path, items: Sequence[Item], known: dict[str, MaskR
     ids = sorted(item.id for item in items)
     files = [path.relative_to(out_dir).as_posix() for path in record_files(out_dir)]
     return write_manifest(out_dir, build_manifest(ids, known, session.info, empty_below, files))
-
-
-def _progress_bar(total: int, session: MaskSession, enabled: bool) -> Any:
-    return tqdm(total=total, unit="img", desc=f"masks ({session.info.name})", disable=not enabled,
-                smoothing=0.1)

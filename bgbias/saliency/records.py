@@ -10,14 +10,14 @@ under the first one's appends), and a short one around deriving the manifest (sh
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import StringConstraints, TypeAdapter, ValidationError
+from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from bgbias import __version__
 from bgbias.assets.digest import sha256_file
@@ -47,7 +47,7 @@ class MaskLine(Record):
 
     id: str
     status: Literal["ok"]
-    size: list[int]
+    size: Annotated[list[int], Field(min_length=2, max_length=2)]
     image_sha256: str
     raw_min: float | None = None
     raw_max: float | None = None
@@ -65,13 +65,6 @@ class FailureLine(Record):
 
 _LEDGER_LINE: TypeAdapter[MaskLine | FailureLine] = TypeAdapter(MaskLine | FailureLine)
 """A shard's ledger line: a made mask or a failure."""
-
-
-class MaskManifest(Record):
-    """``manifest.json`` as a later ``bgbias masks`` reads it back: the settings the masks were made with
-    (the rest rides along)."""
-
-    settings: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -115,8 +108,6 @@ class MaskRecord:
             return None
         if isinstance(line, FailureLine):
             return cls(line.id, ok=False, error=line.error, fix=line.fix)
-        if len(line.size) != 2:
-            return None
         width, height = line.size
         quality = line.quality
         agreement = None if quality is None else Agreement(quality.iou, quality.overlap, quality.error)
@@ -199,7 +190,7 @@ def mask_settings(info: ModelInfo, empty_below: float) -> dict[str, Any]:
 def folder_settings(out_dir: Path) -> dict[str, Any] | None:
     """The settings the masks of ``out_dir`` were made with (``None`` where it has none yet)."""
     manifest = read_manifest(out_dir)
-    return None if manifest is None else manifest.settings
+    return None if manifest is None else manifest.settings.model_dump()
 
 
 Shown = Annotated[str, StringConstraints(max_length=200)]
@@ -216,8 +207,9 @@ class MakerInference(Record):
     provider: Shown | None = None
 
 
-class MakerManifest(Record):
-    """The part of ``manifest.json`` that says what made the masks (:func:`mask_maker`)."""
+class MaskManifest(Record):
+    """``manifest.json`` as a later ``bgbias masks`` and reports read it back: the settings the masks were
+    made with, what ran the model (:func:`mask_maker`); the rest rides along."""
 
     settings: MakerSettings
     inference: MakerInference
@@ -241,14 +233,12 @@ def mask_maker(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """What made the masks of ``out_dir`` (model, backend, precision, provider), for reports to record.
     ``None`` without a manifest (a user's own masks); a damaged one gives ``{"error": why}``: a report must
     not fail over a summary it only quotes."""
-    path = Path(out_dir) / MANIFEST_NAME
-    if not path.is_file():
-        return None
     try:
-        manifest = read_record(path, MakerManifest, what="the mask manifest", fix="",
-                               file_format=MANIFEST_FORMAT)
+        manifest = read_manifest(Path(out_dir))
     except RecordError as error:
-        return {"error": f"{path}: {error.problem}"}
+        return {"error": f"{error.path}: {error.problem}"}
+    if manifest is None:
+        return None
     settings = manifest.settings
     return {"model": settings.model, "backend": settings.backend, "precision": settings.precision,
             "provider": manifest.inference.provider}
@@ -322,20 +312,16 @@ def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
             fix=f"each mask model has a folder of its own: move this one to {beside} (where `bgbias masks "
                 f"--model {previous.get('model')}` puts them by default) and run again, or pass --out DIR, "
                 f"or --model {previous.get('model')} to go on with it")
-    same = " ".join(f"{flag} {value}" for flag, value in _folder_options(previous, differ))
+    # The command-line options, with the folder's values, that set those of the differing keys an option sets.
+    options = {"backend": ("--backend", previous.get("backend")),
+               "precision": ("--amp", AMP_OF.get(previous.get("precision"), previous.get("precision"))),
+               "empty_below": ("--empty-below", previous.get("empty_below"))}
+    same = " ".join(f"{flag} {value}" for key, (flag, value) in options.items() if key in differ)
     raise OptionError(
         f"the masks in this folder were made with other settings ({said})", path=folder / MANIFEST_NAME,
         fix=(f"pass {same} to go on with it" if same else "use the model file its masks were made with")
             + " (--backend auto and --amp auto go on with the folder's), choose another output folder, or "
               "delete this one")
-
-
-def _folder_options(settings: Mapping[str, Any], keys: Collection[str]) -> list[tuple[str, Any]]:
-    """The command-line options, with the folder's values, that set those of ``keys`` an option sets."""
-    values = {"backend": ("--backend", settings.get("backend")),
-              "precision": ("--amp", AMP_OF.get(settings.get("precision"), settings.get("precision"))),
-              "empty_below": ("--empty-below", settings.get("empty_below"))}
-    return [option for key, option in values.items() if key in keys]
 
 
 def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:

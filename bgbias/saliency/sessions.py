@@ -201,18 +201,14 @@ def chosen_backend(model: str, inference: Inference) -> str:
     if backend == "auto":
         if model not in TORCH_MODELS:
             return "onnxruntime"
-        wants_torch = inference.amp in ("bf16", "fp16") or _on_cuda(inference.device)
+        on_cuda = inference.device == "cuda" or (inference.device == "auto" and torch.cuda.is_available())
+        wants_torch = inference.amp in ("bf16", "fp16") or on_cuda
         return "torch" if wants_torch or not _onnxruntime_installed() else "onnxruntime"
     if backend == "torch" and model not in TORCH_MODELS:
         raise OptionError(f"the torch backend has no network for {model}",
                           fix=f"use {given('onnxruntime')} (or auto) for {model}; torch runs "
                               f"{', '.join(TORCH_MODELS)}", parameter="backend")
     return backend
-
-
-def _on_cuda(device: str) -> bool:
-    """Whether torch computes on CUDA for ``device`` (``auto``: where it sees a GPU)."""
-    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
 def _onnxruntime_installed() -> bool:
@@ -284,7 +280,10 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
         if model in U2NET_FAMILY:
             session = onnx_session = ort.InferenceSession(str(path), options, providers=providers)
         else:
-            session = _rembg_session(model, path.parent, options, providers)
+            with keeping_torch_threads():
+                import rembg
+            with _rembg_home(path.parent):
+                session = rembg.new_session(model, sess_opts=options, providers=providers)
             onnx_session = rembg_onnx_session(session)
     except (Fail, InvalidGraph, InvalidProtobuf, NoSuchFile) as exc:
         raise AssetError(
@@ -310,15 +309,6 @@ def _onnxruntime_session(model: str, inference: Inference) -> MaskSession:
 def _model_info(model: str, path: Path, **how: Any) -> ModelInfo:
     md5, sha256 = file_digests(path)
     return ModelInfo(name=model, file=path, bytes=path.stat().st_size, md5=md5, sha256=sha256, **how)
-
-
-def _rembg_session(model: str, folder: Path, options: Any, providers: list[str]) -> Any:
-    """rembg's session for ``model``, its file found in ``folder``."""
-    with keeping_torch_threads():
-        import rembg
-
-    with _rembg_home(folder):
-        return rembg.new_session(model, sess_opts=options, providers=providers)
 
 
 REMBG_TESTED = "rembg>=2.0.86,<2.1"

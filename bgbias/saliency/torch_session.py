@@ -87,7 +87,7 @@ class TorchU2netSession:
             x = pixels.permute(0, 3, 1, 2).float()
             peak = x.amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
             x = ((x / peak) - self._mean) / self._std
-            with self._autocast():
+            with torch.autocast(self._device.type, _AUTOCAST.get(self._precision), self._precision != "fp32"):
                 output = self._network(x)
             output = output.float()[:, 0]
             low = output.amin(dim=(1, 2), keepdim=True)
@@ -102,8 +102,3 @@ class TorchU2netSession:
     def finish(self, raw: Stretched, size: tuple[int, int]) -> SoftMask:
         small = Image.fromarray(raw.pixels)
         return SoftMask(small.resize(size, Image.Resampling.LANCZOS), raw.low, raw.high)
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self._precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self._device.type, dtype=_AUTOCAST[self._precision])

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bgbias.bgaugment.mask_check import saliency_masks
-from bgbias.corrupted.gallery import evenly_spread, write_gallery
+from bgbias.corrupted.gallery import evenly_spread, gallery_image
 from bgbias.corrupted.manifests import CorruptedManifest, load_manifest
 from bgbias.corrupted.render import (
     RenderJob,
@@ -23,11 +23,11 @@ from bgbias.corrupted.render import (
     render_entry,
     render_set,
 )
-from bgbias.data.images import load_image
+from bgbias.data.images import encoded, load_image
 from bgbias.data.items import Dataset
 from bgbias.data.splits import split_items
 from bgbias.data.transforms import eval_transform_pair
-from bgbias.fileio import sweep_stale_temps
+from bgbias.fileio import sweep_stale_temps, write_bytes_atomic
 from bgbias.variants.variant_images import VariantImages
 from bgbias.variants.variant_manifests import PAPER_SET, VariantManifest, load_variant_manifest
 
@@ -124,4 +124,5 @@ def variants_gallery(
                                     corrupted.geometry)[2])
         rows.append([*row, *(images.pixels(index) for images in sets)])
         captions.append(items[index].id)
-    return write_gallery(path, rows, captions, cell=96, groups=1, columns=columns)
+    write_bytes_atomic(path, encoded(gallery_image(rows, captions, 96, 1, columns), format="PNG"))
+    return path

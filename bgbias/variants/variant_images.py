@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.corrupted.manifests import remake_command
+from bgbias.corrupted.manifests import manifest_entries
 from bgbias.corrupted.render import load_pair
 from bgbias.data.items import Item, mask_source
 from bgbias.data.tensors import chw_tensor
@@ -24,40 +24,23 @@ from bgbias.variants.variants import render_variant
 
 
 class VariantImages:
-    """The images of ``items`` in ``manifest``'s variant, their masks from ``masks_dir``.
-
-    Items are matched to entries by id, so ``items`` may be any part of the manifest's split in any order,
-    as long as it holds every donor its images name.
-    """
+    """The images of ``items`` in ``manifest``'s variant, masks from ``masks_dir``; ``items`` (matched by id)
+    may be any part of the manifest's split that holds every donor its images name."""
 
     def __init__(
         self, items: Sequence[Item], manifest: VariantManifest, masks_dir: Path, dataset_name: str
     ) -> None:
-        fix = f"make the variant sets of this split again: {remake_command(manifest, dataset_name)}"
-        if manifest.dataset != dataset_name:
-            raise DatasetError(
-                f"the variant manifest is for the {manifest.dataset} dataset, not {dataset_name}",
-                path=manifest.path, fix=fix,
-            )
-        entry_of = {entry.id: entry for entry in manifest.entries}
-        by_id = {item.id: item for item in items}
-        missing = [item.id for item in items if item.id not in entry_of]
-        if missing:
-            raise DatasetError(
-                f"the variant manifest has no entry for {len(missing)} of the {len(items)} images to "
-                f"evaluate (first: {', '.join(missing[:3])})",
-                path=manifest.path, fix=fix,
-            )
-        outside = sorted({entry_of[i].donor for i in by_id} - {None} - set(by_id))
+        self.items = list(items)
+        self.entries = manifest_entries(manifest, self.items, dataset_name, "variant",
+                                        "make the variant sets of this split again")
+        self.by_id = {item.id: item for item in items}
+        outside = sorted({entry.donor for entry in self.entries} - {None} - set(self.by_id))
         if outside:
             raise DatasetError(
                 f"{len(outside)} donor images of the variant are not among the images to evaluate (first: "
                 f"{', '.join(str(d) for d in outside[:3])})",
                 path=manifest.path, fix="evaluate the whole split: mixed variants take backgrounds from it",
             )
-        self.items = list(items)
-        self.entries = [entry_of[item.id] for item in self.items]
-        self.by_id = by_id
         self.manifest = manifest
         self.masks_dir = Path(masks_dir)
         self.dataset_name = dataset_name

@@ -7,15 +7,13 @@ one fixed set (repeat 0).
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import numpy as np
-
+from bgbias.bgaugment.background_crops import image_rng
 from bgbias.corrupted.manifest_schema import (
     ManifestFile,
     ManifestHeader,
@@ -125,13 +123,6 @@ def variant_dir(folder: Path, name: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------- sampling
-def variant_rng(seed: int, repeat: int, name: str, image_id: str) -> np.random.Generator:
-    """A generator owned by one image of one repeat of one variant (its draw independent of the others)."""
-    keys = [int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
-            for text in (name, image_id)]
-    return np.random.default_rng(np.random.SeedSequence([seed, repeat, *keys]))
-
-
 def sample_entries(
     items: Sequence[Item], name: str, seed: int, repeat: int
 ) -> list[VariantEntry | DonorEntry]:
@@ -151,7 +142,7 @@ def sample_entries(
     label_index = {label: index for index, label in enumerate(labels)}
     entries: list[VariantEntry | DonorEntry] = []
     for item in items:
-        rng = variant_rng(seed, repeat, name, item.id)
+        rng = image_rng(seed, repeat, name, item.id)
         if kind.donor == "same":
             classmates = members[item.label]
             if len(classmates) == 1:

@@ -22,8 +22,7 @@ from bgbias.corrupted.manifests import (
     sample_entries,
     split_pool_dir,
 )
-from bgbias.corrupted.render import render_corrupted, render_corrupted_sets
-from bgbias.corrupted.render_ledger import LEDGER_NAME
+from bgbias.corrupted.render import LEDGER_NAME, render_corrupted, render_corrupted_sets
 from bgbias.data.images import load_image, load_mask
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset

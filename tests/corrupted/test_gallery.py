@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from PIL import Image
 
-from bgbias.corrupted.gallery import gallery_image, write_gallery
+from bgbias.corrupted.gallery import gallery_image
 from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests
 from bgbias.corrupted.render import manifest_gallery
+from bgbias.data.images import encoded
 
 
 def _solid_rows(count: int, side: int = 20):
@@ -46,10 +49,9 @@ def test_bad_rows_or_captions_raise():
 
 
 def test_written_gallery_is_a_png_with_stable_bytes(tmp_path):
-    a = write_gallery(tmp_path / "a.png", _solid_rows(4), [str(i) for i in range(4)])
-    b = write_gallery(tmp_path / "b.png", _solid_rows(4), [str(i) for i in range(4)])
-    assert a.read_bytes() == b.read_bytes()
-    assert Image.open(a).format == "PNG"
+    a, b = (encoded(gallery_image(_solid_rows(4), [str(i) for i in range(4)]), format="PNG") for _ in "ab")
+    assert a == b
+    assert Image.open(io.BytesIO(a)).format == "PNG"
 
 
 def test_manifest_gallery_draws_a_corrupted_set(bench, backgrounds, masks_dir, tmp_path):

@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from bgbias.data import images
-from bgbias.data.images import load_image, load_mask, read_image_bytes, to_rgb
+from bgbias.data.images import load_image, load_mask, read_image_bytes
+from bgbias.data.memory import InMemoryImage
 from bgbias.errors import ImageError
 
 EXIF_ORIENTATION = 0x0112
@@ -177,10 +178,11 @@ def test_sixteen_bit_rgb_png_is_scaled_not_clipped(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["I;16", "I;16B", "I;16L"])
-def test_to_rgb_scales_every_sixteen_bit_grey_mode(mode):
+def test_every_sixteen_bit_grey_mode_is_scaled_to_eight_bit_rgb(mode):
     values = np.array([[0, 511, 40000, 65535]], dtype=">u2" if mode == "I;16B" else "<u2")
     image = Image.frombytes(mode, (4, 1), values.tobytes())
-    np.testing.assert_array_equal(np.asarray(to_rgb(image))[0, :, 0], [0, 1, 156, 255])
+    loaded = load_image(InMemoryImage([image], 0, None, "dataset[0]"))
+    np.testing.assert_array_equal(np.asarray(loaded)[0, :, 0], [0, 1, 156, 255])
 
 
 def test_thirty_two_bit_integer_grey_is_read_as_sixteen_bit(tmp_path):

@@ -14,9 +14,8 @@ from bgbias.assets.digest import sha256_file
 from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
 from bgbias.errors import OptionError, SkippedEntriesWarning
-from bgbias.saliency.pipeline import write_masks
+from bgbias.saliency.pipeline import shard_items, write_masks
 from bgbias.saliency.records import MANIFEST_NAME, read_all_records, records_path
-from bgbias.saliency.resume import shard_items
 from tests.replicas import make_folder, write_picture
 from tests.saliency.fakes import FakeSession, fake_info
 
