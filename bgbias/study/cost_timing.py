@@ -124,7 +124,6 @@ def time_config(
     backgrounds: Path | None = None,
     attributions: Sequence[str] = ("smoothgrad",),
     measure: MeasureTiming | None = None,
-    log: Callable[[str], None] = print,
 ) -> ConfigTiming:
     """Time ``config`` (a run's resolved configuration) on ``device`` on a stand-in made of copies of
     ``images`` (synthetic pictures of ``image_size`` when none) and the pools of ``backgrounds`` (synthetic
@@ -146,14 +145,11 @@ def time_config(
             "log": config.log.model_copy(update={"tensorboard": False}),
         })
         with _released():
-            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure,
-                                  log)
+            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure)
 
 
 def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
-                   attributions: Sequence[str], measure: MeasureTiming | None,
-                   log: Callable[[str], None]) -> ConfigTiming:
-
+                   attributions: Sequence[str], measure: MeasureTiming | None) -> ConfigTiming:
     device = resolve_device(config.device)
     dist = distributed.Distributed()
     run = RunDir(folder / "runs" / "run")
@@ -173,10 +169,11 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
         validated = len(session.validation.sets.get("val", ())) * clean + len(
             session.validation.sets.get("val_corrupted", ())) * corrupted
         epoch_overhead = max(0.0, epoch - TRAIN_STEPS * train_batch - validated)
-        log(f"timed {config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {device}: "
-            f"{train_batch:.3f} s per training batch, {clean * 1000:.1f} ms per embedded image")
         if measure is None:
-            model = _measured_model(session, config, device, eval_geometry)
+            # The method as evaluation and attribution see a trained run, at the stand-in's geometry.
+            model = StandInModel(session.method, device, home=session.run.root,
+                                 amp=resolve_amp(config.amp, device),
+                                 trained=TrainedOn("bench", Path(config.root)), geometry=eval_geometry)
             evaluation = _evaluation_overhead(model, stand_in, folder, clean, corrupted)
             per_image, explain_overhead = _attribution_seconds(model, stand_in, attributions)
             measure = MeasureTiming(evaluation, tuple(per_image), explain_overhead)
@@ -194,21 +191,11 @@ def _embedding_seconds(session: Any, inputs: Any, eval_geometry: EvalGeometry, s
                                       out_dir=folder / "corrupted", geometry=eval_geometry)
     manifest = load_manifest(path, inputs.dataset, stand_in.backgrounds, eval_geometry)
     sets = (EvalImages(items, eval_geometry), CorruptedImages(items, manifest, stand_in.masks, "bench"))
-    seconds = []
-    for images in sets:
-        seconds.append(_timed(lambda images=images: embed_images(
-            session.method, images, session.device, batch_size=EVAL_BATCH_SIZE,
-            workers=session.config.data.workers, amp=session.amp), session.device) / len(items))
-    return seconds[0], seconds[1]
-
-
-def _measured_model(session: Any, config: TrainConfig, device: torch.device,
-                    eval_geometry: EvalGeometry) -> Any:
-    """The session's method as evaluation and attribution see a trained run, measured at the geometry of
-    the dataset it stands in for (the :class:`~bgbias.methods.embedding_model.OwnGeometry` capability)."""
-    trained = TrainedOn("bench", Path(config.root))
-    return StandInModel(session.method, device, home=session.run.root, amp=resolve_amp(config.amp, device),
-                        trained=trained, geometry=eval_geometry)
+    clean, corrupted = (_timed(lambda images=images: embed_images(
+        session.method, images, session.device, batch_size=EVAL_BATCH_SIZE,
+        workers=session.config.data.workers, amp=session.amp), session.device) / len(items)
+        for images in sets)
+    return clean, corrupted
 
 
 def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: float,
