@@ -12,7 +12,7 @@ from bgbias.engine.eta import duration
 from bgbias.engine.run_dir import RunDir, read_metrics
 from bgbias.errors import BgbiasError
 from bgbias.report.markdown import table
-from bgbias.study.ledger import Plan, Step, plan_error, read_plan, state_counts
+from bgbias.study.ledger import Plan, Step, read_plan, required_plan, state_counts
 from bgbias.study.worker import runs_progress
 
 
@@ -58,10 +58,7 @@ def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str
 
 def read_status(folder: Path) -> str:
     """The status of the study in ``folder`` as text (:func:`format_status`)."""
-    plan = read_plan(folder)
-    if plan is None:
-        raise plan_error(folder)
-    return format_status(folder, plan)
+    return format_status(folder, required_plan(read_plan(folder), folder))
 
 
 def format_status(folder: Path, plan: Plan) -> str:

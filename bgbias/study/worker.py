@@ -33,8 +33,8 @@ from bgbias.study.ledger import (
     UnstartedWorker,
     claim_is_dead,
     new_claim,
-    plan_error,
     read_plan,
+    required_plan,
     update_plan,
     with_step,
 )
@@ -138,9 +138,7 @@ def _claim_next(folder: Path, goals: Sequence[str], only: str | None, claim: Cla
     picked: list[str | None] = [None]
 
     def change(plan: Plan | None) -> Plan:
-        if plan is None:
-            raise BgbiasError("the study's plan is gone", path=folder,
-                              fix="run `bgbias study` with the study's options again")
+        plan = required_plan(plan, folder)
         now = time.time()
         wanted = needed_steps(plan, goals)
         if only is not None:
@@ -198,8 +196,7 @@ def _settle_dead_claim(plan: Plan, step_id: str, now: float, timing: Timing,
 def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, device: str, processes: int,
              log: Callable[[str], None], timing: Timing, outcome: WorkOutcome) -> None:
     """Do the claimed step, renewing the claim meanwhile, and record how it ended."""
-    plan = read_plan(folder)
-    assert plan is not None
+    plan = required_plan(read_plan(folder), folder)
 
     def step_log(message: str) -> None:
         log(f"[{step_id}] {message}")
@@ -274,8 +271,7 @@ def _started_on(folder: Path, device: str) -> str:
 def _with_unstarted(folder: Path, plan: Plan | None, host: str, device: str,
                     records: list[UnstartedWorker]) -> Plan:
     """``plan`` with ``records`` in place of its unstarted workers of ``host`` and ``device``."""
-    if plan is None:
-        raise plan_error(folder)
+    plan = required_plan(plan, folder)
     kept = [w for w in plan.unstarted if (w.host, w.device) != (host, device)]
     return plan.model_copy(update={"unstarted": kept + records})
 
