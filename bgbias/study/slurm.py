@@ -52,10 +52,11 @@ INSTALL = "pip install 'bgbias[slurm]'"
 
 OWN_OPTIONS = {"partition": "--slurm-partition", "time": "--slurm-time",
                "gpus_per_task": "--slurm-gpus-per-task", "cpus_per_task": "--slurm-cpus-per-task",
-               "array_parallelism": "--slurm-array-parallelism", "job_name": None}
-"""submitit's parameters that ``--slurm-opt`` may not set: the option of each (None: the study sets it)."""
+               "array_parallelism": "--slurm-array-parallelism"}
+"""submitit's parameters that ``--slurm-opt`` may not set: the option of each."""
 
 SET_BY_THE_STUDY = {
+    "job_name": "the study names its jobs itself",
     "nodes": "a task is one process on one node",
     "ntasks_per_node": "a task is one process on one node",
     "num_gpus": "a task's GPUs are --slurm-gpus-per-task",
@@ -166,12 +167,11 @@ def parse_slurm_opts(opts: Sequence[str]) -> dict[str, str | int | bool]:
                               fix="pass e.g. --slurm-opt qos=high --slurm-opt mem=64G")
         if not value:
             raise OptionError(f"--slurm-opt {key} has no value", fix=f"pass --slurm-opt {key}=VALUE")
-        if OWN_OPTIONS.get(key):
+        if key in OWN_OPTIONS:
             raise OptionError(f"--slurm-opt {key} is set with an option of its own",
                               fix=f"pass {OWN_OPTIONS[key]} instead")
-        if key in SET_BY_THE_STUDY or key in OWN_OPTIONS:
-            reason = SET_BY_THE_STUDY.get(key, "the study names its jobs itself")
-            raise OptionError(f"--slurm-opt cannot set {key}: {reason}",
+        if key in SET_BY_THE_STUDY:
+            raise OptionError(f"--slurm-opt cannot set {key}: {SET_BY_THE_STUDY[key]}",
                               fix="leave it out; --slurm-opt takes submitit's other SLURM parameters, e.g. "
                                   "qos, mem, account, constraint, mail_type")
         if key in parsed:
