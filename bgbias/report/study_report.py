@@ -336,16 +336,10 @@ def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
 
 
 def _profile_cell(profiled: Sequence[EvaluationReport], name: str) -> str:
-    if not any(row.set == name for report in profiled for row in report.profile.sets):
+    rows = [row for report in profiled for row in report.profile.sets if row.set == name]
+    if not rows:
         return NOT_MEASURED
-    return over_seeds(profiled, _profile_map(name)).cell()
-
-
-def _profile_map(name: str) -> Any:
-    def value(report: EvaluationReport) -> float | None:
-        sets = {row.set: row for row in report.profile.sets} if report.profile else {}
-        return sets[name].mean.map_at_r if name in sets else None
-    return value
+    return Spread(tuple(row.mean.map_at_r for row in rows if row.mean.map_at_r is not None)).cell()
 
 
 def profiles(reports: Sequence[EvaluationReport]) -> TableCells:
