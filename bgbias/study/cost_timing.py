@@ -9,14 +9,13 @@ cost (backbone, batch size, method, precision, layout, BGAugment, the dataset's 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import gc
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,8 +143,17 @@ def time_config(
             "schedule": config.schedule.model_copy(update={"watch_test": False}),
             "log": config.log.model_copy(update={"tensorboard": False}),
         })
-        with _released():
+        # Nothing of the timing is left behind: tqdm's monitor thread is not started meanwhile (its
+        # ``monitor_interval`` 0), loader workers end with their loaders, collected on the way out, and the
+        # device's cached memory goes back for the run that follows.
+        interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
+        try:
             return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure)
+        finally:
+            tqdm.monitor_interval = interval
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
 
 def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
@@ -206,7 +214,7 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
                              backgrounds=stand_in.backgrounds, manifests=folder / "corrupted-test",
                              progress=False)
     test = len(split_items(open_dataset("bench", stand_in.root), "test", "fixed", 0))
-    seconds = _timed(lambda: evaluate(model, request, log=_quiet), model.device)
+    seconds = _timed(lambda: evaluate(model, request, log=lambda _: None), model.device)
     return max(0.0, seconds - test * (clean + corrupted))
 
 
@@ -221,7 +229,7 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
 
         def explained(images: int, gallery: int, base: MeasureRequest = base) -> float:
             request = dataclasses.replace(base, limit=images, gallery_count=gallery, force=True)
-            return _timed(lambda: explain(model, request, log=_quiet), model.device)
+            return _timed(lambda: explain(model, request, log=lambda _: None), model.device)
 
         several = 1 + EXPLAINED_IMAGES
         explained(1, 0)  # warm-up: the attribution's first passes allocate
@@ -233,10 +241,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     return per_image, sum(overheads)
 
 
-def _quiet(message: str) -> None:
-    """A log that drops what the timed commands report."""
-
-
 def _timed(function: Callable[[], object], device: torch.device) -> float:
     """Wall seconds of ``function()`` on ``device`` (CUDA work waited for at both ends)."""
     if device.type == "cuda":
@@ -246,21 +250,6 @@ def _timed(function: Callable[[], object], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - started
-
-
-@contextlib.contextmanager
-def _released() -> Iterator[None]:
-    """Leave nothing of the timing behind: tqdm's monitor thread is not started meanwhile (its
-    ``monitor_interval`` 0), loader workers end with their loaders, collected on the way out, and the
-    device's cached memory goes back for the run that follows."""
-    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
-    try:
-        yield
-    finally:
-        tqdm.monitor_interval = interval
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------------------------- stand-in

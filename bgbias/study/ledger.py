@@ -46,7 +46,6 @@ StepState = Literal["pending", "running", "done", "failed"]
 FINISHED: tuple[StepState, ...] = ("done", "failed")
 
 
-
 class Claim(ClosedRecord):
     """The process running a step: ``machine`` is the kernel's boot id, which tells two hosts of one name
     (containers) apart; ``started`` is the process's start time, which tells a reused pid apart."""
