@@ -195,16 +195,12 @@ def estimate_prepare(spec: StudySpec, *, done: bool) -> float:
     bench = spec.bench
     if bench is None:
         return seconds
-    seconds += PREPARE_SECONDS["assets verified" if _assets_installed() else "assets fetched"]
+    # Every default asset with its install record: ``prepare`` only verifies them.
+    installed = all(record_path(name, resolve_home(None)).is_file() for name in DEFAULT_ASSETS)
+    seconds += PREPARE_SECONDS["assets verified" if installed else "assets fetched"]
     if built_bench(Path(spec.root), preset=bench.preset, rho=bench.rho, seed=bench.seed) is None:
         seconds += split_sizes(spec).images * PREPARE_SECONDS["bench per image"]
     return seconds
-
-
-def _assets_installed() -> bool:
-    """Whether every default asset has its install record (then ``prepare`` only verifies them)."""
-    home = resolve_home(None)
-    return all(record_path(name, home).is_file() for name in DEFAULT_ASSETS)
 
 
 MASK_TIMING_IMAGES = 2

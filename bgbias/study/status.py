@@ -75,15 +75,11 @@ def format_status(folder: Path, plan: Plan) -> str:
     if failures:
         parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
     if plan.unstarted:
-        lines = [f"- {worker.device} on {worker.host}, {_when(worker.at)}: {worker.error.splitlines()[0]}"
-                 for worker in plan.unstarted]
+        lines = [f"- {w.device} on {w.host}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(w.at))}: "
+                 f"{w.error.splitlines()[0]}" for w in plan.unstarted]
         parts.append("workers that could not start:\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
 def _duration(seconds: float | None) -> str:
     return "" if seconds is None else duration(seconds)
-
-
-def _when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))

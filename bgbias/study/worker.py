@@ -251,13 +251,13 @@ def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, ever
 
 
 def _started_on(folder: Path, device: str) -> str:
-    """The device as ``--status`` shows it (:func:`_device_label`), once this worker could start on it: an
-    error it cannot start with is recorded in the plan (then raised), and a record of an earlier worker of
-    this host that could not start on it is cleared."""
+    """The device as ``--status`` shows it (:func:`_asked_device` with ``auto`` resolved), once this worker
+    could start on it: an error it cannot start with is recorded in the plan (then raised), and a record of an
+    earlier worker of this host that could not start on it is cleared."""
     asked = _asked_device(device)
     host = socket.gethostname()
     try:
-        label = _device_label(device)
+        label = _asked_device(str(resolve_device(device)))
     except BgbiasError as error:
         record = UnstartedWorker(host=host, device=asked, error=str(error), at=time.time())
         update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, [record]))
@@ -280,11 +280,6 @@ def _asked_device(device: str) -> str:
     """The device a worker was asked for, with the GPUs it was given (``cuda (GPU 1)``)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
-
-
-def _device_label(device: str) -> str:
-    """The device as ``--status`` shows it: :func:`_asked_device` with ``auto`` resolved."""
-    return _asked_device(str(resolve_device(device)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
