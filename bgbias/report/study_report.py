@@ -95,8 +95,7 @@ def collect_study_runs(
 def first_seed(results: Sequence[StudyRunResult]) -> tuple[int, list[StudyRunResult]]:
     """The smallest training seed among ``results`` and its runs: what the one-seed figures and Table 1 show
     (seed 0 in a study; a set of runs made by hand may lack it)."""
-    seeds = [result.report.seed for result in results]
-    seed = min((s for s in seeds if s is not None), default=0)
+    seed = min((r.report.seed for r in results if r.report.seed is not None), default=0)
     return seed, [result for result in results if result.report.seed == seed]
 
 
