@@ -236,11 +236,9 @@ def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> 
     """Change the step this worker holds (renew its claim, record its end), unless another worker has taken
     it over meanwhile (this one was thought dead): then the other's record stands."""
     def change(plan: Plan | None) -> Plan:
-        assert plan is not None
+        plan = required_plan(plan, folder)
         held = plan.steps[step_id].claim
-        if held is None or held.token != mine.token:
-            return plan
-        return with_step(plan, step_id, **changes)
+        return with_step(plan, step_id, **changes) if held is not None and held.token == mine.token else plan
 
     update_plan(folder, change)
 
