@@ -95,8 +95,7 @@ def collect_study_runs(
 def first_seed(results: Sequence[StudyRunResult]) -> tuple[int, list[StudyRunResult]]:
     """The smallest training seed among ``results`` and its runs: what the one-seed figures and Table 1 show
     (seed 0 in a study; a set of runs made by hand may lack it)."""
-    seeds = [result.report.seed for result in results]
-    seed = min((s for s in seeds if s is not None), default=0)
+    seed = min((r.report.seed for r in results if r.report.seed is not None), default=0)
     return seed, [result for result in results if result.report.seed == seed]
 
 
@@ -336,16 +335,10 @@ def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
 
 
 def _profile_cell(profiled: Sequence[EvaluationReport], name: str) -> str:
-    if not any(row.set == name for report in profiled for row in report.profile.sets):
+    rows = [row for report in profiled for row in report.profile.sets if row.set == name]
+    if not rows:
         return NOT_MEASURED
-    return over_seeds(profiled, _profile_map(name)).cell()
-
-
-def _profile_map(name: str) -> Any:
-    def value(report: EvaluationReport) -> float | None:
-        sets = {row.set: row for row in report.profile.sets} if report.profile else {}
-        return sets[name].mean.map_at_r if name in sets else None
-    return value
+    return Spread(tuple(row.mean.map_at_r for row in rows if row.mean.map_at_r is not None)).cell()
 
 
 def profiles(reports: Sequence[EvaluationReport]) -> TableCells:

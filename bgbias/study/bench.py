@@ -48,8 +48,6 @@ def built_bench(root: Path, *, preset: str, rho: float, seed: int) -> dict[str, 
     """The summary of the bench at ``root`` when its ``bench.json`` states its format and these settings, else
     None (then the bench is built again). A matching bench is kept: rebuilding gives the same bytes but new
     files, which would void the masks and embeddings made of them."""
-
-
     try:
         description = read_record(root / "bench.json", BenchDescription, what="the bench's description",
                                   fix="re-run `bgbias assets bench`", file_format=BENCH_FORMAT)

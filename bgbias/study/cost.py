@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,7 +125,6 @@ def estimate_runs(
     device: str,
     explain_images: int = EXPLAIN_IMAGES,
     trained: Collection[str] = (),
-    log: Callable[[str], None] = print,
     timer: Callable[..., ConfigTiming] = time_config,
 ) -> dict[str, RunCost]:
     """The cost of each of ``runs`` on ``device``, by folder name. Each distinct configuration
@@ -146,9 +145,8 @@ def estimate_runs(
             own = method_class(config.method).own_attribution
             attributions = ("smoothgrad",) if own is None else ("smoothgrad", own)
             measured = timing_key(config, measured=True)
-            log(f"timing {run.label} on {device}")
             timings[key] = timer(config, device, images=images, image_size=size, backgrounds=backgrounds,
-                                 attributions=attributions, measure=measures.get(measured), log=log)
+                                 attributions=attributions, measure=measures.get(measured))
             measures[measured] = timings[key].measure
         work = planned_work(config, sizes, profile=profile, explain_images=explain_images)
         train, measure = run_seconds(work, timings[key])
@@ -197,16 +195,12 @@ def estimate_prepare(spec: StudySpec, *, done: bool) -> float:
     bench = spec.bench
     if bench is None:
         return seconds
-    seconds += PREPARE_SECONDS["assets verified" if _assets_installed() else "assets fetched"]
+    # Every default asset with its install record: ``prepare`` only verifies them.
+    installed = all(record_path(name, resolve_home(None)).is_file() for name in DEFAULT_ASSETS)
+    seconds += PREPARE_SECONDS["assets verified" if installed else "assets fetched"]
     if built_bench(Path(spec.root), preset=bench.preset, rho=bench.rho, seed=bench.seed) is None:
         seconds += split_sizes(spec).images * PREPARE_SECONDS["bench per image"]
     return seconds
-
-
-def _assets_installed() -> bool:
-    """Whether every default asset has its install record (then ``prepare`` only verifies them)."""
-    home = resolve_home(None)
-    return all(record_path(name, home).is_file() for name in DEFAULT_ASSETS)
 
 
 MASK_TIMING_IMAGES = 2
@@ -254,36 +248,43 @@ def estimate_page(runs: int) -> float:
 
 
 # --------------------------------------------------------------------------------------------------- table
-def format_cost(
-    runs: Sequence[StudyRun],
-    costs: Mapping[str, RunCost],
-    *,
-    prepare: float,
-    masks: float,
-    page: float,
-    device: str,
-) -> str:
-    """The dry run's cost table: per method the device-hours of its runs (training, measurement, total),
-    then prepare, masks, the page and the total; minutes beside hours under an hour."""
-    by_method: dict[str, list[RunCost]] = {}
-    for run in runs:
-        by_method.setdefault(run.method, []).append(costs[run.folder_name])
-    rows = [("step", "runs", "train", "measure", "total")]
-    for method, method_costs in by_method.items():
-        seconds = [sum(c.train for c in method_costs), sum(c.measure for c in method_costs),
-                   sum(c.total for c in method_costs)]
-        rows.append((method, str(len(method_costs)), *map(_hours, seconds)))
-    for name, seconds in (("prepare", prepare), ("masks", masks), ("page", page)):
-        rows.append((name, "", "", "", _hours(seconds)))
-    total = prepare + masks + page + sum(costs[run.folder_name].total for run in runs)
-    rows.append(("total", str(len(runs)), "", "", _hours(total)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"cost on {device} (device-hours; early stopping not foreseen: every epoch counted)"]
-    for row in rows:
-        cells = [row[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in zip(row[1:], widths[1:],
-                                                                                    strict=True))]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class PlanCost:
+    """What the steps left of a plan will cost on ``device``: each run's (by folder name), the prepare step,
+    the masks shards left and the pages, in seconds."""
+
+    runs: list[StudyRun]
+    costs: dict[str, RunCost]
+    prepare: float
+    masks: float
+    page: float
+    device: str
+
+    @property
+    def total(self) -> float:
+        return self.prepare + self.masks + self.page + sum(cost.total for cost in self.costs.values())
+
+    def table(self) -> str:
+        """The dry run's cost table: per method the device-hours of its runs (training, measurement, total),
+        then prepare, masks, the page and the total; minutes beside hours under an hour."""
+        by_method: dict[str, list[RunCost]] = {}
+        for run in self.runs:
+            by_method.setdefault(run.method, []).append(self.costs[run.folder_name])
+        rows = [("step", "runs", "train", "measure", "total")]
+        for method, method_costs in by_method.items():
+            seconds = [sum(c.train for c in method_costs), sum(c.measure for c in method_costs),
+                       sum(c.total for c in method_costs)]
+            rows.append((method, str(len(method_costs)), *map(_hours, seconds)))
+        for name, seconds in (("prepare", self.prepare), ("masks", self.masks), ("page", self.page)):
+            rows.append((name, "", "", "", _hours(seconds)))
+        rows.append(("total", str(len(self.runs)), "", "", _hours(self.total)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [f"cost on {self.device} (device-hours; early stopping not foreseen: every epoch counted)"]
+        for row in rows:
+            cells = [row[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in zip(row[1:], widths[1:],
+                                                                                        strict=True))]
+            lines.append("  ".join(cells).rstrip())
+        return "\n".join(lines)
 
 
 def _hours(seconds: float) -> str:

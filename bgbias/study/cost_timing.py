@@ -9,14 +9,13 @@ cost (backbone, batch size, method, precision, layout, BGAugment, the dataset's 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import gc
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,7 +123,6 @@ def time_config(
     backgrounds: Path | None = None,
     attributions: Sequence[str] = ("smoothgrad",),
     measure: MeasureTiming | None = None,
-    log: Callable[[str], None] = print,
 ) -> ConfigTiming:
     """Time ``config`` (a run's resolved configuration) on ``device`` on a stand-in made of copies of
     ``images`` (synthetic pictures of ``image_size`` when none) and the pools of ``backgrounds`` (synthetic
@@ -145,15 +143,21 @@ def time_config(
             "schedule": config.schedule.model_copy(update={"watch_test": False}),
             "log": config.log.model_copy(update={"tensorboard": False}),
         })
-        with _released():
-            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure,
-                                  log)
+        # Nothing of the timing is left behind: tqdm's monitor thread is not started meanwhile (its
+        # ``monitor_interval`` 0), loader workers end with their loaders, collected on the way out, and the
+        # device's cached memory goes back for the run that follows.
+        interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
+        try:
+            return _time_stand_in(timing_config, stand_in, eval_geometry, Path(folder), attributions, measure)
+        finally:
+            tqdm.monitor_interval = interval
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
 
 def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGeometry, folder: Path,
-                   attributions: Sequence[str], measure: MeasureTiming | None,
-                   log: Callable[[str], None]) -> ConfigTiming:
-
+                   attributions: Sequence[str], measure: MeasureTiming | None) -> ConfigTiming:
     device = resolve_device(config.device)
     dist = distributed.Distributed()
     run = RunDir(folder / "runs" / "run")
@@ -173,10 +177,11 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
         validated = len(session.validation.sets.get("val", ())) * clean + len(
             session.validation.sets.get("val_corrupted", ())) * corrupted
         epoch_overhead = max(0.0, epoch - TRAIN_STEPS * train_batch - validated)
-        log(f"timed {config.method}{' + BGAugment' if config.bgaugment.enabled else ''} on {device}: "
-            f"{train_batch:.3f} s per training batch, {clean * 1000:.1f} ms per embedded image")
         if measure is None:
-            model = _measured_model(session, config, device, eval_geometry)
+            # The method as evaluation and attribution see a trained run, at the stand-in's geometry.
+            model = StandInModel(session.method, device, home=session.run.root,
+                                 amp=resolve_amp(config.amp, device),
+                                 trained=TrainedOn("bench", Path(config.root)), geometry=eval_geometry)
             evaluation = _evaluation_overhead(model, stand_in, folder, clean, corrupted)
             per_image, explain_overhead = _attribution_seconds(model, stand_in, attributions)
             measure = MeasureTiming(evaluation, tuple(per_image), explain_overhead)
@@ -194,21 +199,11 @@ def _embedding_seconds(session: Any, inputs: Any, eval_geometry: EvalGeometry, s
                                       out_dir=folder / "corrupted", geometry=eval_geometry)
     manifest = load_manifest(path, inputs.dataset, stand_in.backgrounds, eval_geometry)
     sets = (EvalImages(items, eval_geometry), CorruptedImages(items, manifest, stand_in.masks, "bench"))
-    seconds = []
-    for images in sets:
-        seconds.append(_timed(lambda images=images: embed_images(
-            session.method, images, session.device, batch_size=EVAL_BATCH_SIZE,
-            workers=session.config.data.workers, amp=session.amp), session.device) / len(items))
-    return seconds[0], seconds[1]
-
-
-def _measured_model(session: Any, config: TrainConfig, device: torch.device,
-                    eval_geometry: EvalGeometry) -> Any:
-    """The session's method as evaluation and attribution see a trained run, measured at the geometry of
-    the dataset it stands in for (the :class:`~bgbias.methods.embedding_model.OwnGeometry` capability)."""
-    trained = TrainedOn("bench", Path(config.root))
-    return StandInModel(session.method, device, home=session.run.root, amp=resolve_amp(config.amp, device),
-                        trained=trained, geometry=eval_geometry)
+    clean, corrupted = (_timed(lambda images=images: embed_images(
+        session.method, images, session.device, batch_size=EVAL_BATCH_SIZE,
+        workers=session.config.data.workers, amp=session.amp), session.device) / len(items)
+        for images in sets)
+    return clean, corrupted
 
 
 def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: float,
@@ -219,7 +214,7 @@ def _evaluation_overhead(model: Any, stand_in: StandIn, folder: Path, clean: flo
                              backgrounds=stand_in.backgrounds, manifests=folder / "corrupted-test",
                              progress=False)
     test = len(split_items(open_dataset("bench", stand_in.root), "test", "fixed", 0))
-    seconds = _timed(lambda: evaluate(model, request, log=_quiet), model.device)
+    seconds = _timed(lambda: evaluate(model, request, log=lambda _: None), model.device)
     return max(0.0, seconds - test * (clean + corrupted))
 
 
@@ -234,7 +229,7 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
 
         def explained(images: int, gallery: int, base: MeasureRequest = base) -> float:
             request = dataclasses.replace(base, limit=images, gallery_count=gallery, force=True)
-            return _timed(lambda: explain(model, request, log=_quiet), model.device)
+            return _timed(lambda: explain(model, request, log=lambda _: None), model.device)
 
         several = 1 + EXPLAINED_IMAGES
         explained(1, 0)  # warm-up: the attribution's first passes allocate
@@ -246,10 +241,6 @@ def _attribution_seconds(model: Any, stand_in: StandIn,
     return per_image, sum(overheads)
 
 
-def _quiet(message: str) -> None:
-    """A log that drops what the timed commands report."""
-
-
 def _timed(function: Callable[[], object], device: torch.device) -> float:
     """Wall seconds of ``function()`` on ``device`` (CUDA work waited for at both ends)."""
     if device.type == "cuda":
@@ -259,21 +250,6 @@ def _timed(function: Callable[[], object], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - started
-
-
-@contextlib.contextmanager
-def _released() -> Iterator[None]:
-    """Leave nothing of the timing behind: tqdm's monitor thread is not started meanwhile (its
-    ``monitor_interval`` 0), loader workers end with their loaders, collected on the way out, and the
-    device's cached memory goes back for the run that follows."""
-    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
-    try:
-        yield
-    finally:
-        tqdm.monitor_interval = interval
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------------------------- stand-in

@@ -4,23 +4,15 @@ the target device, and for SLURM the submission it would make. Nothing is record
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from bgbias.engine.device import resolve_device
 from bgbias.engine.run_dir import DONE, RunDir, read_record
-from bgbias.study.cost import (
-    RunCost,
-    estimate_masks,
-    estimate_page,
-    estimate_prepare,
-    estimate_runs,
-    format_cost,
-)
+from bgbias.study.cost import PlanCost, estimate_masks, estimate_page, estimate_prepare, estimate_runs
 from bgbias.study.cost_timing import ConfigTiming, time_config
 from bgbias.study.ledger import FINISHED, Plan, read_plan, state_counts
 from bgbias.study.pipeline import merged_plan, planned_shards, slurm_stages
-from bgbias.study.plan import StudyPlan, StudyRun
+from bgbias.study.plan import StudyPlan
 from bgbias.study.sizes import known_size_note, split_sizes
 from bgbias.study.slurm import SlurmOptions, submission_text
 from bgbias.study.spec import StudySpec
@@ -58,28 +50,6 @@ def _steps_text(plan: Plan, goals: list[str]) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class PlanCost:
-    """What the steps left of a plan will cost on ``device``: each run's (by folder name), the prepare step,
-    the masks shards left and the pages, in seconds."""
-
-    runs: list[StudyRun]
-    costs: dict[str, RunCost]
-    prepare: float
-    masks: float
-    page: float
-    device: str
-
-    @property
-    def total(self) -> float:
-        return self.prepare + self.masks + self.page + sum(cost.total for cost in self.costs.values())
-
-    def table(self) -> str:
-        """The cost table the dry run prints (:func:`~bgbias.study.cost.format_cost`)."""
-        return format_cost(self.runs, self.costs, prepare=self.prepare, masks=self.masks, page=self.page,
-                           device=self.device)
-
-
 def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
               timer: Callable[..., ConfigTiming] | None = None) -> PlanCost:
     """What the steps of ``goals`` that are not done will cost on ``device`` (:mod:`bgbias.study.cost`):
@@ -94,16 +64,14 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
     trained = [run.folder_name for run in runs if _trained(folder / run.folder_name)]
     costs = estimate_runs(plan.spec, runs, profile=any(arg.profile for arg in args), device=device,
                           explain_images=max((arg.explain_images for arg in args), default=0),
-                          trained=trained, log=lambda _: None, timer=timer or time_config) if runs else {}
+                          trained=trained, timer=timer or time_config) if runs else {}
     shards = [plan.steps[step_id] for step_id in needed if plan.steps[step_id].kind == "masks"]
     masks_left = sum(step.state != "done" for step in shards)
-    masks = 0.0
-    if masks_left:
-        images = split_sizes(plan.spec).images
-        masks = estimate_masks(plan.spec, images * masks_left // len(shards), device=device)
-    pages = [plan.steps[step_id] for step_id in left if plan.steps[step_id].kind == "page"]
+    masks = 0.0 if not masks_left else estimate_masks(
+        plan.spec, split_sizes(plan.spec).images * masks_left // len(shards), device=device)
     prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done")
-    page = sum(estimate_page(len(step.needs)) for step in pages)
+    page = sum(estimate_page(len(plan.steps[step_id].needs)) for step_id in left
+               if plan.steps[step_id].kind == "page")
     return PlanCost(runs, costs, prepare, masks, page, device)
 
 

@@ -46,7 +46,6 @@ StepState = Literal["pending", "running", "done", "failed"]
 FINISHED: tuple[StepState, ...] = ("done", "failed")
 
 
-
 class Claim(ClosedRecord):
     """The process running a step: ``machine`` is the kernel's boot id, which tells two hosts of one name
     (containers) apart; ``started`` is the process's start time, which tells a reused pid apart."""
@@ -229,7 +228,9 @@ def process_start(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 else 0
 
 
-def plan_error(folder: Path) -> RecordError:
-    """The error for a study folder that has no plan where one is needed."""
-    return RecordError("this folder holds no study plan", path=folder / PLAN,
-                       fix="run `bgbias study` with the study's options first")
+def required_plan(plan: Plan | None, folder: Path) -> Plan:
+    """``plan``, read from the study folder where one is needed: None is a ``RecordError``."""
+    if plan is None:
+        raise RecordError("this folder holds no study plan", path=folder / PLAN,
+                          fix="run `bgbias study` with the study's options first")
+    return plan

@@ -80,19 +80,15 @@ def _gpus(devices: str) -> list[str]:
     if not names or not valid:
         raise OptionError(f"--devices {devices!r} is not auto, cpu or a list like cuda:0,cuda:1",
                           fix="pass --devices auto, cpu, or cuda:0,1,… (the GPUs to use)")
-    _check_gpus(devices, indices)
-    return indices
-
-
-def _check_gpus(devices: str, indices: Sequence[str]) -> None:
-    """An ``OptionError`` naming ``--devices`` when this machine lacks one of the GPUs, before the study
-    writes anything (a worker on a missing GPU would only fail once started)."""
+    # A GPU this machine lacks is refused before the study writes anything: a worker on it would only fail
+    # once started.
     for index in indices:
         missing = missing_cuda(int(index))
         if missing is not None:
             present = ",".join(cuda_devices())
             other = f", or --devices {present}" if present else ""
             raise OptionError(f"--devices {devices}: {missing}", fix=f"pass --devices cpu (or auto){other}")
+    return indices
 
 
 def run_local(folder: Path, goals: Sequence[str], slots: Sequence[Slot], *,

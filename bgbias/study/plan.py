@@ -32,8 +32,6 @@ small model) or the bench's exact alpha masks (no mask errors, and no 6 minutes 
 study on a real dataset may also name a folder of masks (:mod:`bgbias.study.spec`)."""
 
 
-
-
 @dataclass(frozen=True)
 class StudyRun:
     """One training run of a study: a method, with or without BGAugment, one training seed; ``watch_test``

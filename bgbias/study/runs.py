@@ -87,7 +87,6 @@ def train_study_run(folder: Path, run: StudyRun, spec: StudySpec, device: str, l
 def _torchrun(processes: int, train_args: list[str]) -> None:
     """``torchrun --standalone --nproc_per_node PROCESSES -m bgbias train ARGS``; a failure names the run's
     log."""
-
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                str(processes), "-m", "bgbias", "train", *train_args, "--no-progress"]
     trainers = subprocess.Popen(command)

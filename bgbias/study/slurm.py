@@ -10,7 +10,6 @@ to submitit, which ignores it, since some clusters send it before their preempti
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import math
@@ -20,10 +19,10 @@ import signal
 import threading
 import types
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic
@@ -53,10 +52,11 @@ INSTALL = "pip install 'bgbias[slurm]'"
 
 OWN_OPTIONS = {"partition": "--slurm-partition", "time": "--slurm-time",
                "gpus_per_task": "--slurm-gpus-per-task", "cpus_per_task": "--slurm-cpus-per-task",
-               "array_parallelism": "--slurm-array-parallelism", "job_name": None}
-"""submitit's parameters that ``--slurm-opt`` may not set: the option of each (None: the study sets it)."""
+               "array_parallelism": "--slurm-array-parallelism"}
+"""submitit's parameters that ``--slurm-opt`` may not set: the option of each."""
 
 SET_BY_THE_STUDY = {
+    "job_name": "the study names its jobs itself",
     "nodes": "a task is one process on one node",
     "ntasks_per_node": "a task is one process on one node",
     "num_gpus": "a task's GPUs are --slurm-gpus-per-task",
@@ -167,12 +167,11 @@ def parse_slurm_opts(opts: Sequence[str]) -> dict[str, str | int | bool]:
                               fix="pass e.g. --slurm-opt qos=high --slurm-opt mem=64G")
         if not value:
             raise OptionError(f"--slurm-opt {key} has no value", fix=f"pass --slurm-opt {key}=VALUE")
-        if OWN_OPTIONS.get(key):
+        if key in OWN_OPTIONS:
             raise OptionError(f"--slurm-opt {key} is set with an option of its own",
                               fix=f"pass {OWN_OPTIONS[key]} instead")
-        if key in SET_BY_THE_STUDY or key in OWN_OPTIONS:
-            reason = SET_BY_THE_STUDY.get(key, "the study names its jobs itself")
-            raise OptionError(f"--slurm-opt cannot set {key}: {reason}",
+        if key in SET_BY_THE_STUDY:
+            raise OptionError(f"--slurm-opt cannot set {key}: {SET_BY_THE_STUDY[key]}",
                               fix="leave it out; --slurm-opt takes submitit's other SLURM parameters, e.g. "
                                   "qos, mem, account, constraint, mail_type")
         if key in parsed:
@@ -250,19 +249,38 @@ class StudyTask:
     worker: Callable[..., object] | None = None  # None: bgbias.study.worker.work
 
     def __call__(self) -> object:
-        """The worker's outcome; after submitit's preemption signal, once the worker has let go of the step
-        (whether it raised :class:`~bgbias.signals.Terminated` or returned), submitit requeues the task: a
-        requeued task whose step is done finds nothing to do."""
+        """The worker's outcome. In a submitit job, submitit's preemption signal raises
+        :class:`~bgbias.signals.Terminated` (once: a second signal must not break the first one's clean-up)
+        instead of calling submitit's handler, which runs once the worker has let go of the step (whether it
+        raised or returned): it checkpoints and requeues the task, which ends the process (or raises
+        submitit's error when it has requeued too often; a task other than the job's first returns from it,
+        and the interruption goes on). A requeued task whose step is done finds nothing to do. Outside a
+        submitit job (no handler of that signal) and outside the main thread nothing changes."""
         work = self.worker if self.worker is not None else study_work
-        with _preemption_as_interruption() as preemption:
-            try:
-                outcome = work(self.folder, self.goals, only=self.only, device=self.device)
-            except Terminated:
-                if preemption.signum is None:  # a SIGTERM or Ctrl-C the worker let through: no requeue
-                    raise
-        if preemption.signum is None:
+        signum = preemption_signal()
+        handler = signal.getsignal(signum) if threading.current_thread() is threading.main_thread() else None
+        if not callable(handler):
+            return work(self.folder, self.goals, only=self.only, device=self.device)
+        caught: list[tuple[int, types.FrameType | None]] = []
+
+        def interrupt(number: int, frame: types.FrameType | None) -> None:
+            if not caught:
+                caught.append((number, frame))
+                name = signal.Signals(number).name
+                raise Terminated(f"stopped by {name} (preempted, or at the time limit)")
+
+        signal.signal(signum, interrupt)
+        try:
+            outcome = work(self.folder, self.goals, only=self.only, device=self.device)
+        except Terminated:
+            if not caught:  # a SIGTERM or Ctrl-C the worker let through: no requeue
+                raise
+        finally:
+            signal.signal(signum, handler)
+        if not caught:
             return outcome
-        preemption.hand_over()
+        handler(*caught[0])
+        raise Terminated(f"stopped by {signal.Signals(caught[0][0]).name}")
 
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:
         """What submitit requeues after a preemption or a time limit: the same task; its step's state is in
@@ -270,52 +288,10 @@ class StudyTask:
         return import_submitit().helpers.DelayedSubmission(self)
 
 
-@dataclass
-class _Preemption:
-    """submitit's handler of its preemption signal, and the signal once it came."""
-
-    handler: Callable[[int, types.FrameType | None], Any] | None = None
-    signum: int | None = None
-    frame: types.FrameType | None = None
-
-    def hand_over(self) -> NoReturn:
-        """Let submitit's handler do what the signal asked: checkpoint the task and requeue it, which ends the
-        process (or raises submitit's error when it has requeued too often). A task other than the job's
-        first returns from it: the interruption goes on."""
-        assert self.handler is not None and self.signum is not None
-        self.handler(self.signum, self.frame)
-        raise Terminated(f"stopped by {signal.Signals(self.signum).name}")
-
-
 def preemption_signal() -> signal.Signals:
     """The signal submitit asks SLURM for before a time limit or a preemption (USR2 unless the environment
     says otherwise, ``SUBMITIT_PREEMPT_SIGNAL``)."""
     return signal.Signals[f"SIG{import_submitit().JobEnvironment.USR_SIG}"]
-
-
-@contextlib.contextmanager
-def _preemption_as_interruption() -> Iterator[_Preemption]:
-    """For the block, submitit's preemption signal raises :class:`~bgbias.signals.Terminated` (once) instead
-    of calling submitit's handler, which is kept to :meth:`~_Preemption.hand_over` after the block. Outside a
-    submitit job (no handler of that signal) and outside the main thread nothing changes."""
-    preemption = _Preemption()
-    signum = preemption_signal()
-    handler = signal.getsignal(signum) if threading.current_thread() is threading.main_thread() else None
-    if not callable(handler):
-        yield preemption
-        return
-    preemption.handler = handler
-
-    def interrupt(number: int, frame: types.FrameType | None) -> None:
-        if preemption.signum is None:  # a second signal must not break the first one's clean-up
-            preemption.signum, preemption.frame = number, frame
-            raise Terminated(f"stopped by {signal.Signals(number).name} (preempted, or at the time limit)")
-
-    signal.signal(signum, interrupt)
-    try:
-        yield preemption
-    finally:
-        signal.signal(signum, handler)
 
 
 class SubmittedTask(ClosedRecord):

@@ -12,7 +12,7 @@ from bgbias.engine.eta import duration
 from bgbias.engine.run_dir import RunDir, read_metrics
 from bgbias.errors import BgbiasError
 from bgbias.report.markdown import table
-from bgbias.study.ledger import Plan, Step, plan_error, read_plan, state_counts
+from bgbias.study.ledger import Plan, Step, read_plan, required_plan, state_counts
 from bgbias.study.worker import runs_progress
 
 
@@ -58,10 +58,7 @@ def _run_progress(run_dir: Path, step: Step, elapsed: float | None) -> tuple[str
 
 def read_status(folder: Path) -> str:
     """The status of the study in ``folder`` as text (:func:`format_status`)."""
-    plan = read_plan(folder)
-    if plan is None:
-        raise plan_error(folder)
-    return format_status(folder, plan)
+    return format_status(folder, required_plan(read_plan(folder), folder))
 
 
 def format_status(folder: Path, plan: Plan) -> str:
@@ -78,15 +75,11 @@ def format_status(folder: Path, plan: Plan) -> str:
     if failures:
         parts.append("failures (tracebacks in plan.json):\n" + "\n".join(failures))
     if plan.unstarted:
-        lines = [f"- {worker.device} on {worker.host}, {_when(worker.at)}: {worker.error.splitlines()[0]}"
-                 for worker in plan.unstarted]
+        lines = [f"- {w.device} on {w.host}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(w.at))}: "
+                 f"{w.error.splitlines()[0]}" for w in plan.unstarted]
         parts.append("workers that could not start:\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
 def _duration(seconds: float | None) -> str:
     return "" if seconds is None else duration(seconds)
-
-
-def _when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))

@@ -33,8 +33,8 @@ from bgbias.study.ledger import (
     UnstartedWorker,
     claim_is_dead,
     new_claim,
-    plan_error,
     read_plan,
+    required_plan,
     update_plan,
     with_step,
 )
@@ -138,9 +138,7 @@ def _claim_next(folder: Path, goals: Sequence[str], only: str | None, claim: Cla
     picked: list[str | None] = [None]
 
     def change(plan: Plan | None) -> Plan:
-        if plan is None:
-            raise BgbiasError("the study's plan is gone", path=folder,
-                              fix="run `bgbias study` with the study's options again")
+        plan = required_plan(plan, folder)
         now = time.time()
         wanted = needed_steps(plan, goals)
         if only is not None:
@@ -198,8 +196,7 @@ def _settle_dead_claim(plan: Plan, step_id: str, now: float, timing: Timing,
 def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, device: str, processes: int,
              log: Callable[[str], None], timing: Timing, outcome: WorkOutcome) -> None:
     """Do the claimed step, renewing the claim meanwhile, and record how it ended."""
-    plan = read_plan(folder)
-    assert plan is not None
+    plan = required_plan(read_plan(folder), folder)
 
     def step_log(message: str) -> None:
         log(f"[{step_id}] {message}")
@@ -239,11 +236,9 @@ def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> 
     """Change the step this worker holds (renew its claim, record its end), unless another worker has taken
     it over meanwhile (this one was thought dead): then the other's record stands."""
     def change(plan: Plan | None) -> Plan:
-        assert plan is not None
+        plan = required_plan(plan, folder)
         held = plan.steps[step_id].claim
-        if held is None or held.token != mine.token:
-            return plan
-        return with_step(plan, step_id, **changes)
+        return with_step(plan, step_id, **changes) if held is not None and held.token == mine.token else plan
 
     update_plan(folder, change)
 
@@ -254,13 +249,13 @@ def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, ever
 
 
 def _started_on(folder: Path, device: str) -> str:
-    """The device as ``--status`` shows it (:func:`_device_label`), once this worker could start on it: an
-    error it cannot start with is recorded in the plan (then raised), and a record of an earlier worker of
-    this host that could not start on it is cleared."""
+    """The device as ``--status`` shows it (:func:`_asked_device` with ``auto`` resolved), once this worker
+    could start on it: an error it cannot start with is recorded in the plan (then raised), and a record of an
+    earlier worker of this host that could not start on it is cleared."""
     asked = _asked_device(device)
     host = socket.gethostname()
     try:
-        label = _device_label(device)
+        label = _asked_device(str(resolve_device(device)))
     except BgbiasError as error:
         record = UnstartedWorker(host=host, device=asked, error=str(error), at=time.time())
         update_plan(folder, lambda plan: _with_unstarted(folder, plan, host, asked, [record]))
@@ -274,8 +269,7 @@ def _started_on(folder: Path, device: str) -> str:
 def _with_unstarted(folder: Path, plan: Plan | None, host: str, device: str,
                     records: list[UnstartedWorker]) -> Plan:
     """``plan`` with ``records`` in place of its unstarted workers of ``host`` and ``device``."""
-    if plan is None:
-        raise plan_error(folder)
+    plan = required_plan(plan, folder)
     kept = [w for w in plan.unstarted if (w.host, w.device) != (host, device)]
     return plan.model_copy(update={"unstarted": kept + records})
 
@@ -284,11 +278,6 @@ def _asked_device(device: str) -> str:
     """The device a worker was asked for, with the GPUs it was given (``cuda (GPU 1)``)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return device if visible is None or device == "cpu" else f"{device} (GPU {visible})"
-
-
-def _device_label(device: str) -> str:
-    """The device as ``--status`` shows it: :func:`_asked_device` with ``auto`` resolved."""
-    return _asked_device(str(resolve_device(device)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

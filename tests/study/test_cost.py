@@ -17,13 +17,13 @@ from bgbias.errors import AssetError
 from bgbias.options import EXPLAIN_IMAGES
 from bgbias.study.cost import (
     PREPARE_SECONDS,
+    PlanCost,
     PlannedWork,
     RunCost,
     SplitSizes,
     estimate_masks,
     estimate_prepare,
     estimate_runs,
-    format_cost,
     planned_work,
     run_seconds,
     split_sizes,
@@ -92,8 +92,7 @@ def test_each_distinct_configuration_is_timed_once(tiny_bench):
     runs = [StudyRun("triplet", bgaugment, seed, settings=SMALL)
             for seed in (0, 1) for bgaugment in (False, True)]
     runs.append(StudyRun("triplet", False, 2, watch_test=True, settings=SMALL))
-    costs = estimate_runs(_spec(tiny_bench), runs, profile=False, device="cpu", timer=fake_timer,
-                          log=lambda _: None)
+    costs = estimate_runs(_spec(tiny_bench), runs, profile=False, device="cpu", timer=fake_timer)
     # Seeds and the schedule draw other batches of the same cost; BGAugment composites: a configuration of
     # its own.
     # Measuring does not depend on BGAugment: the twin reuses the first one's.
@@ -113,14 +112,14 @@ def test_a_method_with_its_own_attribution_is_timed_with_it(tiny_bench):
         return FAKE
 
     estimate_runs(_spec(tiny_bench), [StudyRun("sam", False, 0, settings=SMALL)], profile=False, device="cpu",
-                  timer=fake_timer, log=lambda _: None)
+                  timer=fake_timer)
     assert timed == [("smoothgrad", "sam")]
 
 
 def test_a_run_whose_training_finished_costs_its_measurement_alone(tiny_bench):
     runs = [StudyRun("triplet", False, 0, settings=SMALL), StudyRun("triplet", False, 1, settings=SMALL)]
     costs = estimate_runs(_spec(tiny_bench), runs, profile=False, device="cpu", timer=lambda *_, **__: FAKE,
-                          trained=[runs[0].folder_name], log=lambda _: None)
+                          trained=[runs[0].folder_name])
     trained, fresh = costs[runs[0].folder_name], costs[runs[1].folder_name]
     assert trained == RunCost(0.0, fresh.measure) and fresh.train > 0
 
@@ -171,7 +170,7 @@ def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
     runs = [StudyRun("triplet", False, 0), StudyRun("triplet", True, 0), StudyRun("dcml", False, 0)]
     costs = {runs[0].folder_name: RunCost(600, 300), runs[1].folder_name: RunCost(900, 300),
              runs[2].folder_name: RunCost(7200, 1800)}
-    table = format_cost(runs, costs, prepare=20, masks=0, page=10, device="cpu").splitlines()
+    table = PlanCost(runs, costs, prepare=20, masks=0, page=10, device="cpu").table().splitlines()
     assert table[0].startswith("cost on cpu (device-hours")
     triplet = next(line for line in table if line.startswith("triplet"))
     assert triplet.endswith("0.42 h (25.0 min)  0.17 h (10.0 min)  0.58 h (35.0 min)")
@@ -183,7 +182,7 @@ def test_the_cost_table_gives_hours_per_method_the_steps_around_and_the_total():
 
 def _time_tiny(tiny_bench: Path, *settings: str) -> ConfigTiming:
     return time_config(tiny_config(tiny_bench, "triplet", "bgaugment.enabled=true", *settings), "cpu",
-                       image_size=(40, 40), backgrounds=tiny_bench / "backgrounds", log=lambda _: None)
+                       image_size=(40, 40), backgrounds=tiny_bench / "backgrounds")
 
 
 @pytest.mark.slow

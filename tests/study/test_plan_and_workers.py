@@ -414,7 +414,7 @@ def test_a_worker_that_cannot_start_on_its_device_is_recorded_and_not_restarted(
     # A worker that starts on that device later clears its record, and only its own.
     monkeypatch.setattr(worker_module, "execute_step", _recording([]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    monkeypatch.setattr(worker_module, "_device_label", lambda device: "cuda:0 (GPU 1)")
+    monkeypatch.setattr(worker_module, "resolve_device", lambda device: "cuda:0")
     work(tmp_path, goals, device="cuda", log=lambda _: None, timing=FAST)
     assert [worker.device for worker in read_plan(tmp_path).unstarted] == ["cuda (GPU 0)"]
 
