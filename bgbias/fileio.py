@@ -266,7 +266,6 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     make_dirs(path.parent)
     with reporting_write_errors(path):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        tmp.chmod(0o777 & ~_umask())
     try:
         with reporting_write_errors(path):
             tmp.chmod(folder_mode())
@@ -282,13 +281,6 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
                 os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it, then putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def sweep_stale_temps(paths: Iterable[Path], older_than: float = 0.0) -> int:

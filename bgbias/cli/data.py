@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, dataset_options, option_type, split_options
+from bgbias.cli.options import PATH_DIR, dataset_options, given_options, option_type, split_options
 from bgbias.errors import EXIT_PARTIAL, OptionError
 
 
@@ -126,8 +126,11 @@ def masks(
     from bgbias.saliency.pipeline import make_masks
     from bgbias.saliency.sessions import Inference
 
-    if model == GROUND_TRUTH:
-        _refuse_network_options(click.get_current_context())
+    network = ("backend", "device", "amp", "batch_size", "shard", "streams", "threads", "empty_below")
+    if model == GROUND_TRUTH and (given := given_options(click.get_current_context(), network)):
+        raise OptionError(f"{', '.join(given)} and --model ground-truth together",
+                          fix="leave them out: the dataset's own masks are copied, all of them, without a "
+                              "network")
     dataset = open_dataset(dataset_name, root)
     if model == GROUND_TRUTH:
         copied = copy_ground_truth_masks(dataset.items(), out or default_ground_truth_dir(dataset))
@@ -151,17 +154,6 @@ def masks(
     if run.failures:
         click.secho(f"error: {run.describe_failures()}", err=True, fg="red")
         click.get_current_context().exit(EXIT_PARTIAL)
-
-
-def _refuse_network_options(ctx: click.Context) -> None:
-    """--model ground-truth copies the dataset's masks: an option of a network run would be ignored."""
-    given = [f"--{name.replace('_', '-')}" for name in
-             ("backend", "device", "amp", "batch_size", "shard", "streams", "threads", "empty_below")
-             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
-    if given:
-        raise OptionError(f"{', '.join(given)} and --model ground-truth together",
-                          fix="leave them out: the dataset's own masks are copied, all of them, without a "
-                              "network")
 
 
 @click.command("corrupt")

@@ -17,6 +17,7 @@ from bgbias.cli.options import (
     MEMORY_FORMAT_OPTION,
     PATH_DIR,
     TRUST_MODEL_OPTION,
+    given_options,
     option_type,
     split_options,
 )
@@ -62,9 +63,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 
     if resume is not None:
         ctx = click.get_current_context()
-        given = [name for name, value in ctx.params.items()
-                 if name not in ("resume", "no_progress")
-                 and ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        given = given_options(ctx, set(ctx.params) - {"resume", "no_progress"})
         if given:
             raise OptionError(f"--resume continues a run with its saved settings; remove {', '.join(given)}",
                               fix="pass only --resume RUN (and --no-progress)")
@@ -88,12 +87,9 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
     click.echo(format_training_summary(result))
 
 
-_EXTERNAL_PARAMS = {
-    "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
-    "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
-    "interpolation": "--interpolation", "out": "--out", "trust_model": "--trust-model",
-}
-"""The options that describe a --model, by parameter name."""
+_EXTERNAL_PARAMS = ("model_args", "input_size", "resize", "normalize", "output_key", "l2_normalize",
+                    "interpolation", "out", "trust_model")
+"""The parameters of the options that describe a --model."""
 
 
 def _model_options(command):
@@ -154,9 +150,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
     ``memory_format`` (None: the model's default)."""
     from bgbias.engine.trained import load_trained
 
-    ctx = click.get_current_context()
-    given = [option for name, option in _EXTERNAL_PARAMS.items()
-             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    given = given_options(click.get_current_context(), _EXTERNAL_PARAMS)
     if model is None:
         if given:
             raise OptionError(f"{', '.join(given)} describe a model given with --model",

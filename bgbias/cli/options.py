@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,13 @@ from bgbias import options as rules
 from bgbias.data.registry import dataset_names
 
 PATH_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+def given_options(ctx: click.Context, names: Iterable[str]) -> list[str]:
+    """The options among the parameters ``names`` that the command line set, as the command spells them:
+    for a refusal of options that another one makes pointless."""
+    return [param.opts[0] for param in ctx.command.params if param.name in names
+            and ctx.get_parameter_source(param.name) != click.core.ParameterSource.DEFAULT]
 
 
 def option_type(declared: rules.Declared) -> click.ParamType:
@@ -104,10 +112,6 @@ def bench_options(command, prefix: str = ""):
         show_default=True,
         help="small: 8 views of 128 px per class; large: 16 views of 224 px.",
     )(command)
-
-
-def study_bench_options(command):
-    return bench_options(command, prefix="bench-")
 
 
 TRUST_MODEL_OPTION = click.option(
