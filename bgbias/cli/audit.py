@@ -8,14 +8,12 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, option_type
 from bgbias.errors import EXIT_PARTIAL
 
 
 @click.command("audit")
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
-              help="Dataset to score every model on.")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to score every model on.")
 @click.option("--model", "models", multiple=True, metavar="[LABEL =] SPEC [KEY=VALUE ...]",
               help="A model, as bgbias eval --model takes it (a factory package.module:callable, a "
                    "TorchScript or ONNX file, a run folder), with its label and a factory's keyword "

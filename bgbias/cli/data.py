@@ -13,7 +13,7 @@ from bgbias.errors import EXIT_PARTIAL, OptionError
 
 
 @click.command("datasets")
-@dataset_options
+@dataset_options()
 @split_options
 def datasets(dataset_name: str, root: Path | None, protocol: str, fold: int) -> None:
     """Check a dataset's layout and print its splits (classes and images per split)."""
@@ -37,7 +37,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "with its reason and fix. Other runs may work on other shards of the same --out at the same time, not "
     "on the same one.",
 )
-@dataset_options
+@dataset_options()
 @click.option("--out", type=PATH_DIR, default=None,
               help="Output folder (default masks/<dataset key> for u2netp, where every command looks; "
                    "masks/<dataset key>-<model> for another model). The key is the dataset's name, or for a "
@@ -157,7 +157,7 @@ def masks(
 
 
 @click.command("corrupt")
-@dataset_options
+@dataset_options()
 @click.option(
     "--split",
     type=option_type(rules.SPLIT),

@@ -8,13 +8,11 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, option_type
 
 
 @click.command("leakage")
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
-              help="Dataset to measure.")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to measure.")
 @click.option("--split", type=option_type(rules.LEAKAGE_SPLIT), default="test", show_default=True)
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--fill", type=option_type(rules.FILL), default="inpainted", show_default=True,

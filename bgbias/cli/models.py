@@ -12,11 +12,11 @@ from bgbias import options as rules
 from bgbias.cli.options import (
     AMP_OPTION,
     BYTES,
-    DATASETS,
     DEVICE_OPTION,
     MEMORY_FORMAT_OPTION,
     PATH_DIR,
     TRUST_MODEL_OPTION,
+    dataset_options,
     given_options,
     option_type,
     split_options,
@@ -26,11 +26,7 @@ from bgbias.errors import OptionError
 
 @click.command("train")
 @click.option("--method", default="multi_similarity", show_default=True, help="See `bgbias methods`.")
-@click.option(
-    "--dataset", "dataset_name", type=click.Choice(DATASETS), default="bench", show_default=True,
-    help="Dataset to train on.",
-)
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to train on.", default="bench")
 @split_options
 @click.option("--bgaugment", is_flag=True, help="Composite training images onto train-pool backgrounds.")
 @click.option("--backbone", default=None, help="Backbone (default: the protocol's; see `bgbias methods`).")
@@ -177,9 +173,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 
 @click.command("eval")
 @_model_options
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
-              help="Dataset to evaluate on (default: the run's; a --model needs it).")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to evaluate on (default: the run's; a --model needs it).", required=False)
 @click.option("--split", type=option_type(rules.CHOSEN_SPLIT), default=None,
               help="Split to score (default: all for a --model on one's own folder or table, which bgbias "
                    "did not train; else test). The report says which and why.")
@@ -230,9 +224,7 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 
 @click.command("explain")
 @_model_options
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
-              help="Dataset to explain (default: the run's; a --model needs it).")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to explain (default: the run's; a --model needs it).", required=False)
 @click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
 @click.option("--limit", type=option_type(rules.COUNT), default=None,
               help="Score this many images spread evenly over the split (default: all).")

@@ -63,18 +63,19 @@ BYTES = ByteSize()
 DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
 
 
-def dataset_options(command):
-    """--dataset and --root, shared by every command that reads a dataset."""
-    command = click.option(
-        "--root",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).",
-    )(command)
-    choice = click.Choice(DATASETS)
-    return click.option("--dataset", "dataset_name", required=True, type=choice, help="Dataset layout.")(
-        command
-    )
+def dataset_options(help: str = "Dataset layout.", default: str | None = None, required: bool = True):
+    """--dataset and --root, shared by every command that reads a dataset: --dataset is required unless it
+    has a ``default`` or the command has one of its own (a run's dataset)."""
+
+    def decorate(command):
+        command = click.option("--root", type=click.Path(path_type=Path), default=None,
+                               help="Dataset folder (default: <data-root>/<the dataset's usual folder "
+                                    "name>).")(command)
+        return click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=default,
+                            required=required and default is None, show_default=default is not None,
+                            help=help)(command)
+
+    return decorate
 
 
 def split_options(command):
@@ -138,28 +139,3 @@ def compute_options(command):
         command = option(command)
     return command
 
-
-def slurm_options(command):
-    """``bgbias study --executor slurm``'s settings, gathered by :func:`slurm_settings`."""
-    for option in reversed([
-        click.option("--slurm-partition", default=None, help="SLURM partition of the job arrays."),
-        click.option("--slurm-time", default=None,
-                     help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches "
-                          "it is requeued and its run resumes)."),
-        click.option("--slurm-gpus-per-task", default=None, help="GPUs of each task (default 1)."),
-        click.option("--slurm-cpus-per-task", default=None, help="CPU cores of each task."),
-        click.option("--slurm-array-parallelism", default=None, help="Tasks of an array running at once."),
-        click.option("--slurm-opt", "slurm_opt", multiple=True, metavar="KEY=VALUE",
-                     help="Another submitit SLURM parameter, e.g. --slurm-opt mem=64G (repeatable)."),
-    ]):
-        command = option(command)
-    return command
-
-
-def slurm_settings(values: dict[str, Any]) -> Any:
-    """The :func:`slurm_options` a command got, as :class:`~bgbias.study.slurm.SlurmOptions`."""
-    from bgbias.study.slurm import slurm_options as parsed
-
-    return parsed(partition=values["slurm_partition"], time=values["slurm_time"],
-                  gpus_per_task=values["slurm_gpus_per_task"], cpus_per_task=values["slurm_cpus_per_task"],
-                  array_parallelism=values["slurm_array_parallelism"], opts=values["slurm_opt"])

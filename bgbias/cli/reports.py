@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bgbias.cli.options import DATASETS, PATH_DIR, bench_options, given_options, slurm_options, slurm_settings
+from bgbias.cli.options import DATASETS, PATH_DIR, bench_options, given_options
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
 from bgbias.options import EXPLAIN_IMAGES
 
@@ -119,7 +119,17 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads of each run (default: the cores split between the workers). Runs give the "
                    "same bits under any number of workers only with the same --threads.")
-@slurm_options
+# The --slurm-* options, by the names of bgbias.study.slurm.slurm_options's arguments:
+@click.option("--slurm-partition", "partition", default=None, help="SLURM partition of the job arrays.")
+@click.option("--slurm-time", "time", default=None,
+              help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches it is "
+                   "requeued and its run resumes).")
+@click.option("--slurm-gpus-per-task", "gpus_per_task", default=None, help="GPUs of each task (default 1).")
+@click.option("--slurm-cpus-per-task", "cpus_per_task", default=None, help="CPU cores of each task.")
+@click.option("--slurm-array-parallelism", "array_parallelism", default=None,
+              help="Tasks of an array running at once.")
+@click.option("--slurm-opt", "opts", multiple=True, metavar="KEY=VALUE",
+              help="Another submitit SLURM parameter, e.g. --slurm-opt mem=64G (repeatable).")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
                    "steps here; CUB, Cars196 or SOP not downloaded yet: from its known size); with "
@@ -132,7 +142,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
           seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
           settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int,
           out: Path | None, extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
-          threads: int | None, dry_run: bool, show_status: bool, **slurm: object) -> None:
+          threads: int | None, dry_run: bool, show_status: bool, **slurm: Any) -> None:
     """The paper's measurement as one command, from nothing to one report page: the bench (or a dataset's
     check), the masks, every planned run trained without and with BGAugment, clean vs corrupted MAP@R,
     foreground scores, and study.md / a self-contained study.html with the spread over training seeds. The
@@ -143,6 +153,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     from bgbias.study.pipeline import run_study, submit_study_to_slurm
     from bgbias.study.plan import MASK_SOURCES, study_plan
     from bgbias.study.runs import study_folder
+    from bgbias.study.slurm import slurm_options
     from bgbias.study.spec import study_spec
     from bgbias.study.status import read_status
 
@@ -159,14 +170,14 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     if show_status:
         click.echo(read_status(folder))
         return
+    slurm_settings = slurm_options(**slurm) if executor == "slurm" else None
     if dry_run:
         from bgbias.study.dry_run import describe_dry_run
 
-        click.echo(describe_dry_run(folder, spec, plan, extend=extend,
-                                    slurm=slurm_settings(slurm) if executor == "slurm" else None))
+        click.echo(describe_dry_run(folder, spec, plan, extend=extend, slurm=slurm_settings))
         return
-    if executor == "slurm":
-        click.echo(submit_study_to_slurm(folder, spec, plan, slurm_settings(slurm), extend=extend))
+    if slurm_settings is not None:
+        click.echo(submit_study_to_slurm(folder, spec, plan, slurm_settings, extend=extend))
         return
     slots = local_slots(devices, workers, gpus_per_run, threads)  # devices checked before the plan is written
     result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
