@@ -184,9 +184,12 @@ def exclusive_lock(
                 _HELD[key] -= 1
         return
     make_dirs(path.parent)
-    lock = _native_lock(path)
+    lock, taken = _native_lock(path), True
     with reporting_write_errors(path):
-        taken = _acquire(lock, wait)
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except filelock.Timeout:  # another holder has it: an OSError, but no write error
+            taken = False
     if not taken:
         if busy is None:
             raise BlockingIOError(f"another process holds the lock {path}")
@@ -235,16 +238,6 @@ def folder_lock(folder: str | os.PathLike[str]) -> contextlib.AbstractContextMan
     shared folders that a second process should find built (the assets, the pools, the bench), not build at
     the same time."""
     return exclusive_lock(folder_lock_path(folder), wait=True)
-
-
-def _acquire(lock: Any, wait: bool) -> bool:
-    """Take ``lock`` (waiting for it when ``wait``); False when another holder has it and not ``wait``.
-    (filelock's ``Timeout`` is an ``OSError``, which must not be reported as a write error.)"""
-    try:
-        lock.acquire(timeout=-1 if wait else 0)
-    except filelock.Timeout:
-        return False
-    return True
 
 
 def _native_lock(path: Path) -> Any:

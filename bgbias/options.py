@@ -178,7 +178,7 @@ def expected(declared: Declared) -> str:
             words += f" from {least} to {greatest}"
         elif least is not None:
             words += f" of at least {least}"
-    return words + (", or None" if _optional(declared) else "")
+    return words + (", or None" if type(None) in _parts(declared) else "")
 
 
 def _notes(declared: Declared) -> list[Any]:
@@ -203,10 +203,6 @@ def bare_type(declared: Declared) -> Any:
     """The type an argument holds, without its notes and without None."""
     return next(part for part in _parts(declared)
                 if typing.get_origin(part) is not Annotated and part is not type(None))
-
-
-def _optional(declared: Declared) -> bool:
-    return type(None) in _parts(declared)
 
 
 def example(declared: Declared) -> Any:
