@@ -151,10 +151,10 @@ def json_bytes(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-_HELD: dict[tuple[str, int], int] = {}
-"""The locks this process holds, by (path, thread): a nested hold of the same lock on the same thread counts
-up instead of locking again, which on a second file handle would wait for (or be refused by) itself."""
-_HELD_GUARD = threading.Lock()
+_HELD: set[tuple[str, int]] = set()
+"""The locks this process holds, by (path, thread): a nested hold of the same lock on the same thread does
+not lock again, which on a second file handle would wait for (or be refused by) itself. Each key is only
+ever touched by its own thread."""
 
 
 @contextlib.contextmanager
@@ -172,16 +172,8 @@ def exclusive_lock(
     """
     path = Path(path)
     key = (os.path.abspath(path), threading.get_ident())
-    with _HELD_GUARD:
-        nested = key in _HELD
-        if nested:
-            _HELD[key] += 1
-    if nested:
-        try:
-            yield
-        finally:
-            with _HELD_GUARD:
-                _HELD[key] -= 1
+    if key in _HELD:  # the enclosing hold releases it
+        yield
         return
     make_dirs(path.parent)
     lock, taken = _native_lock(path), True
@@ -194,13 +186,11 @@ def exclusive_lock(
         if busy is None:
             raise BlockingIOError(f"another process holds the lock {path}")
         raise busy
-    with _HELD_GUARD:
-        _HELD[key] = 1
+    _HELD.add(key)
     try:
         yield
     finally:
-        with _HELD_GUARD:
-            del _HELD[key]
+        _HELD.discard(key)
         lock.release()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, loader_options, option_type
 from bgbias.errors import EXIT_PARTIAL
 
 
@@ -38,9 +38,7 @@ from bgbias.errors import EXIT_PARTIAL
 @compute_options
 @click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets, the leakage probe's folds and its bootstrap.")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine).")
+@loader_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None,
           split: str | None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, loader_options, option_type
 
 
 @click.command("leakage")
@@ -25,9 +25,7 @@ from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, optio
 @compute_options
 @click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the probe's folds and of the bootstrap.")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine).")
+@loader_options
 @click.option("--out", type=PATH_DIR, default=None,
               help="Folder for leakage.json, leakage.md and leakage-classes.png, the picture of the classes "
                    "whose background gives them away most (default: print the summary only).")

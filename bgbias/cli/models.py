@@ -18,7 +18,9 @@ from bgbias.cli.options import (
     TRUST_MODEL_OPTION,
     dataset_options,
     given_options,
+    loader_options,
     option_type,
+    options,
     split_options,
 )
 from bgbias.errors import OptionError
@@ -68,7 +70,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
         from bgbias.engine.config import resolve_config
         from bgbias.engine.training import train as train_run
 
-        options = {
+        settings = {
             "root": str(root) if root else None, "protocol": protocol, "fold": fold,
             "bgaugment.enabled": bgaugment or None, "model.backbone": backbone,
             "model.weights": str(weights) if weights else None, "schedule.epochs": epochs, "seed": seed,
@@ -77,7 +79,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
         }
         config = resolve_config(
             method, dataset_name, config_file=config_file,
-            options={key: value for key, value in options.items() if value is not None}, overrides=overrides,
+            options={key: value for key, value in settings.items() if value is not None}, overrides=overrides,
         )
         result = train_run(config, run_dir=run_dir, progress=not no_progress)
     click.echo(format_training_summary(result))
@@ -98,7 +100,7 @@ def _model_options(command):
                                                       "model", *_EXTERNAL_PARAMS)}
         return command(load_model=functools.partial(_load_model, **chosen), **params)
 
-    options = [
+    return options(
         click.option("--checkpoint", type=click.Path(path_type=Path), default=None, metavar="RUN",
                      help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run."),
         click.option("--runs", type=PATH_DIR, default=None,
@@ -133,10 +135,7 @@ def _model_options(command):
                      help="--model: scale each embedding to unit length (rank by cosine similarity)."),
         click.option("--out", type=PATH_DIR, default=None,
                      help="--model: folder for its reports (default runs/external/<name>-<digests>)."),
-    ]
-    for option in reversed(options):
-        with_model = option(with_model)
-    return with_model
+    )(with_model)
 
 
 def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: str | None,
@@ -194,10 +193,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
 @click.option("--worst-k", type=option_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
-                   "cores, every core but one on a GPU, up to 8).")
+@loader_options
 @click.option("--max-memory", type=BYTES, default=None,
               help="Memory the scoring's neighbour lists may take at once, e.g. 512M or 4G (default 1G): a "
                    "larger split is scored in blocks of queries, with the same scores.")

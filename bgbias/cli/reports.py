@@ -3,7 +3,6 @@ measurement on the bench, and the bias dial)."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +102,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--explain-images", type=click.IntRange(min=1), default=EXPLAIN_IMAGES, show_default=True,
               help="Test images of each run whose foreground scores are computed (SmoothGrad, 25 passes "
                    "each).")
-@functools.partial(bench_options, prefix="bench-")
+@bench_options("bench-")
 @click.option("--out", type=PATH_DIR, default=None,
               help="The study folder: its plan, runs and page (default runs/study/<dataset and masks>).")
 @click.option("--extend", is_flag=True,
