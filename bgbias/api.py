@@ -163,7 +163,12 @@ def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, A
     folder, or one's own images as a table (their masks made on the fly for :class:`bgbias.U2NetMasks`)."""
     images = _images(dataset, root)
     if isinstance(masks, U2NetMasks):
-        return {"dataset": _with_u2net_masks(images, masks), "root": None, "masks": None}
+        if not isinstance(images, ImageTable):
+            raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
+                              f"torch Dataset), not for the {images or 'run'!s} dataset",
+                              fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= "
+                                  "their folder")
+        return {"dataset": with_u2net_masks(images, masks), "root": None, "masks": None}
     return {"dataset": images, "root": None if _is_data(dataset) else _path(root), "masks": _path(masks)}
 
 
@@ -174,15 +179,6 @@ def _images(dataset: Any, root: PathLike | None) -> Any:
                           fix=f'pass dataset="folder", root={os.fspath(dataset)!r} for a folder of class '
                               "folders, or rows of (path, label[, mask])")
     return image_table(dataset, root) if _is_data(dataset) else dataset
-
-
-def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
-    if not isinstance(images, ImageTable):
-        raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
-                          f"torch Dataset), not for the {images or 'run'!s} dataset",
-                          fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= their "
-                              "folder")
-    return with_u2net_masks(images, spec)
 
 
 def _opened(dataset: Any, root: PathLike | None) -> Dataset:
