@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, Field
+from pydantic import Field
 from torch import nn
 
 from bgbias.attribution.run import explain as explain_model
@@ -49,6 +49,7 @@ from bgbias.options import (
     FOLD,
     GALLERY_COUNT,
     LEAKAGE_SPLIT,
+    LOG,
     MASK_BACKEND,
     MASK_DEVICE,
     MAX_MEMORY,
@@ -63,8 +64,10 @@ from bgbias.options import (
     TEXT,
     WORKERS,
     WORST_K,
+    Code,
     Must,
     checked,
+    instance_of,
 )
 from bgbias.report.evaluate import EvaluationResult, score_embedding_folder
 from bgbias.report.evaluate import evaluate as evaluate_model
@@ -86,23 +89,22 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike[str]
 
-def _masks(value: Any) -> Any:
-    if value is not None and not isinstance(value, str | os.PathLike | U2NetMasks):
-        raise ValueError("not a masks folder")
-    return value
-
-
-MASKS = Annotated[Any, AfterValidator(_masks), Must("a folder (str or os.PathLike) or a bgbias.U2NetMasks"),
+MASKS = Annotated[instance_of(str | os.PathLike | U2NetMasks,
+                              "a folder (str or os.PathLike) or a bgbias.U2NetMasks") | None,
                   Field(examples=["masks/bench"])]
 """``masks=``: a folder, or :class:`bgbias.U2NetMasks` to make them on the fly; None: the default folder."""
-EMBEDDING_MODEL = {"device": DEVICE, "fingerprint": OPTIONAL_TEXT, "trust_model": FLAG}
+MODEL_INPUT = Annotated[instance_of(ModelInput, "a bgbias.ModelInput") | None,
+                        Field(examples=[Code("bgbias.ModelInput()")])]
+"""How an outside model reads its images; None: the defaults."""
+EMBEDDING_MODEL = {"model_input": MODEL_INPUT, "device": DEVICE, "fingerprint": OPTIONAL_TEXT,
+                   "trust_model": FLAG}
 """The arguments :func:`as_embedding_model` takes from every function that loads a model."""
 COMPUTE = {"amp": AMP, "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE, "workers": WORKERS}
 
 
 @checked(root=PATH, split=CHOSEN_SPLIT, corrupted=FLAG, repeats=REPEATS, seed=SEED, masks=MASKS,
          backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH, **EMBEDDING_MODEL,
-         **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG)
+         **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG, log=LOG)
 def evaluate(
     model: Any,
     dataset: Any = None,
@@ -141,7 +143,6 @@ def evaluate(
     TorchScript file is checked before it runs unless ``trust_model``; a factory is imported and called, so it
     runs as any Python does. ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1
     GiB; the same scores in blocks). The other arguments are the command's options."""
-    _check_model_input_and_log(model_input, log)
     request = MeasureRequest(
         **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
         backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile, worst_k=worst_k,
@@ -162,7 +163,12 @@ def _data_fields(dataset: Any, root: PathLike | None, masks: Any) -> dict[str, A
     folder, or one's own images as a table (their masks made on the fly for :class:`bgbias.U2NetMasks`)."""
     images = _images(dataset, root)
     if isinstance(masks, U2NetMasks):
-        return {"dataset": _with_u2net_masks(images, masks), "root": None, "masks": None}
+        if not isinstance(images, ImageTable):
+            raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
+                              f"torch Dataset), not for the {images or 'run'!s} dataset",
+                              fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= "
+                                  "their folder")
+        return {"dataset": with_u2net_masks(images, masks), "root": None, "masks": None}
     return {"dataset": images, "root": None if _is_data(dataset) else _path(root), "masks": _path(masks)}
 
 
@@ -173,15 +179,6 @@ def _images(dataset: Any, root: PathLike | None) -> Any:
                           fix=f'pass dataset="folder", root={os.fspath(dataset)!r} for a folder of class '
                               "folders, or rows of (path, label[, mask])")
     return image_table(dataset, root) if _is_data(dataset) else dataset
-
-
-def _with_u2net_masks(images: Any, spec: U2NetMasks) -> Any:
-    if not isinstance(images, ImageTable):
-        raise OptionError("masks=bgbias.U2NetMasks() makes masks for one's own images (rows, a table, a "
-                          f"torch Dataset), not for the {images or 'run'!s} dataset",
-                          fix="make a dataset's masks once with bgbias.make_masks(...) and pass masks= their "
-                              "folder")
-    return with_u2net_masks(images, spec)
 
 
 def _opened(dataset: Any, root: PathLike | None) -> Dataset:
@@ -206,8 +203,10 @@ def _check_run_out(model: EmbeddingModel, out: PathLike | None) -> None:
 
 
 @checked(root=PATH, split=SPLIT, masks=MASKS, attribution=Annotated[str, Field(examples=["smoothgrad"])],
+         attribution_options=Annotated[dict[str, Any] | None, Must("a dict of the attribution's options"),
+                                       Field(examples=[{"copies": 8}])],
          limit=COUNT, seed=SEED, batch_size=COUNT, gallery_count=GALLERY_COUNT, out=PATH, **EMBEDDING_MODEL,
-         progress=FLAG)
+         progress=FLAG, log=LOG)
 def explain(
     model: Any,
     dataset: Any = None,
@@ -237,10 +236,6 @@ def explain(
     split), ``result.scores`` every score; with ``out`` the maps of a gallery, the scores and the summary go
     there, and an interrupted call resumes. ``attribution_options`` are the attribution's own
     (``{"copies": 8}``)."""
-    _check_model_input_and_log(model_input, log)
-    if attribution_options is not None and not isinstance(attribution_options, dict):
-        raise OptionError(f"attribution_options={attribution_options!r} is not a dict",
-                          fix='pass attribution_options={"copies": 8}, or leave it out')
     options = parse_attribution_options(attribution, [f"{key}={value}" for key, value
                                                       in (attribution_options or {}).items()])
     request = MeasureRequest(
@@ -252,14 +247,6 @@ def explain(
                                          trust_model=trust_model)
     _check_run_out(embedding_model, out)
     return explain_model(embedding_model, request, log=log or (lambda _line: None), write=out is not None)
-
-
-def _check_model_input_and_log(model_input: Any, log: Any) -> None:
-    if model_input is not None and not isinstance(model_input, ModelInput):
-        raise OptionError(f"model_input={model_input!r} is not a bgbias.ModelInput",
-                          fix="pass model_input=bgbias.ModelInput(...), or leave it out for the defaults")
-    if log is not None and not callable(log):
-        raise OptionError(f"log={log!r} is not callable", fix="pass log=print, or leave it out")
 
 
 def as_embedding_model(
@@ -313,7 +300,10 @@ def as_embedding_model(
                      fix="pass a run folder, a model file or factory spec, a torch.nn.Module or a function")
 
 
-@checked(out=PATH)
+@checked(ids=Annotated[Sequence[str] | None, Must("a list of strings, one per embedding"),
+                       Field(examples=[["image-0", "image-1"]])],
+         out=PATH, about=Annotated[dict[str, Any] | None, Must("a dict of the report's fields"),
+                                   Field(examples=[{"method": "mine", "dataset": "toy"}])])
 def evaluate_embeddings(
     clean: Any,
     labels: Any,
@@ -336,12 +326,9 @@ def evaluate_embeddings(
                           f"{type(corrupted).__name__}",
                           fix="pass corrupted=[repeat_0, repeat_1, ...], each of the shape of clean")
     corrupted = [_embeddings(state, f"corrupted[{i}]", clean.shape) for i, state in enumerate(corrupted)]
-    if ids is not None and (isinstance(ids, str) or not isinstance(ids, Sequence) or len(ids) != len(clean)
-                            or not all(isinstance(i, str) for i in ids)):
+    if ids is not None and len(ids) != len(clean):
         raise OptionError(f"ids= must be a list of {len(clean)} strings, one per embedding",
                           fix="pass ids=[...] naming each image, or leave it out for their positions")
-    if about is not None and not isinstance(about, dict):
-        raise OptionError(f"about={about!r} is not a dict", fix='pass about={"method": ..., "dataset": ...}')
     problem = metadata_problem(about or {})
     if problem is not None:
         field, wanted, found = problem
@@ -390,8 +377,10 @@ def make_masks(
     return write_masks(opened.items(), folder, model=model, inference=inference, progress=progress)
 
 
-@checked(root=PATH, split=SPLIT, repeats=REPEATS, seed=SEED, backgrounds=PATH, out=PATH, render=PATH,
-         masks=PATH)
+@checked(root=PATH, split=SPLIT, repeats=REPEATS, seed=SEED,
+         variants=Annotated[Sequence[str], Must("a list of set names: random-bg (the paper's), the profile's "
+                                                "variants, or all"), Field(examples=[["random-bg"]])],
+         backgrounds=PATH, out=PATH, render=PATH, masks=PATH)
 def make_corrupted_sets(
     dataset: Any,
     root: PathLike | None = None,
@@ -411,11 +400,6 @@ def make_corrupted_sets(
     ``out/<variant>``. With ``render``, also their images (from the masks in ``masks``, default
     ``masks/<dataset key>``) and galleries in that folder. ``dataset`` is a name, or one's own images as
     :func:`evaluate` takes them."""
-    if isinstance(variants, str) or not isinstance(variants, Sequence) or not all(
-            isinstance(name, str) for name in variants):
-        raise OptionError(f"variants={variants!r} is not a list of set names",
-                          fix="pass variants=['random-bg'] (the paper's), a list of the profile's "
-                              "variants, or ['all']")
     opened = _opened(dataset, root)
     made = make_sets(opened, list(variants), split, repeats, seed, _path(backgrounds), _path(out))
     if render is not None:
@@ -485,7 +469,7 @@ def _array(values: Any) -> np.ndarray:
 @checked(embeddings=Annotated[PATH_TEXT, Field(examples=["embeddings"])], dataset=TEXT, root=PATH,
          split=SPLIT, protocol=PROTOCOL, fold=FOLD, repeats=REPEATS, seed=SEED, profile=FLAG,
          worst_k=WORST_K, masks=PATH, backgrounds=PATH, manifests=PATH, l2_normalize=FLAG,
-         name=OPTIONAL_TEXT, max_memory=MAX_MEMORY, out=PATH)
+         name=OPTIONAL_TEXT, max_memory=MAX_MEMORY, out=PATH, log=LOG)
 def score(
     embeddings: PathLike,
     dataset: str,
@@ -512,7 +496,6 @@ def score(
     The sets come from ``split`` of ``dataset`` and the existing manifests in ``manifests`` (default as for
     :func:`evaluate`). ``l2_normalize`` scales each row to unit length first; ``name`` is the report's method
     (default the folder's name). No file is written unless ``out`` names the report's folder."""
-    _check_model_input_and_log(None, log)
     request = MeasureRequest(split=split, masks=_path(masks), repeats=repeats, seed=seed,
                              backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile,
                              worst_k=worst_k, max_memory=max_memory)
@@ -550,7 +533,6 @@ def leakage(
     ``masks`` and ``model_input`` are as for :func:`evaluate`; ``seed`` fixes the probe's folds and the
     bootstrap. Nothing is written unless ``out`` names a folder for ``leakage.json``, ``leakage.md`` and
     ``leakage-classes.png``."""
-    _check_model_input_and_log(model_input, None)
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
     if out is not None:
@@ -563,7 +545,8 @@ def leakage(
 
 
 @checked(models_file=PATH, root=PATH, split=CHOSEN_SPLIT, masks=MASKS, backgrounds=PATH, repeats=REPEATS,
-         fill=FILL, seed=SEED, out=PATH, device=DEVICE, trust_model=FLAG, **COMPUTE, progress=FLAG)
+         fill=FILL, seed=SEED, model_input=MODEL_INPUT, out=PATH, device=DEVICE, trust_model=FLAG, **COMPUTE,
+         progress=FLAG, log=LOG)
 def audit(
     dataset: Any,
     models: Any = (),
@@ -595,7 +578,6 @@ def audit(
     Unlike :func:`evaluate`, an audit's job is files, and it resumes: its page and a folder per model go to
     ``out`` (default ``runs/audit/<dataset key>-<split>``), and a second call reuses every finished model. A
     model that fails is recorded with its error while the others go on (``result.failed``)."""
-    _check_model_input_and_log(model_input, log)
     entries = entries_of(models) + (read_list_file(models_file, trust=trust_model) if models_file is not None
                                     else [])
     check_labels(entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -63,7 +64,8 @@ class BgbiasError(Exception):
 
     def __reduce__(self):
         # Pickled whole (texts, file, parameter), so an error raised in a worker process keeps its parts.
-        return _rebuild, (type(self), *self.texts, self.path, self.parameter)
+        rebuild = functools.partial(type(self), path=self.path, fix=self.texts[1], parameter=self.parameter)
+        return rebuild, (self.texts[0],)
 
     def render(self, options: Mapping[str, str] | None = None) -> str:
         """The error's lines: in Python's words, or with ``options`` (the command line's, each parameter's
@@ -90,11 +92,6 @@ class BgbiasError(Exception):
             return option if value in (None, "True") else f"{option} {value}"
 
         return _NAMED.sub(named, text)
-
-
-def _rebuild(kind: type[BgbiasError], problem: str, fix: str | None, path: str | None,
-             parameter: str | None) -> BgbiasError:
-    return kind(problem, path=path, fix=fix, parameter=parameter)
 
 
 class AssetError(BgbiasError):

@@ -151,10 +151,10 @@ def json_bytes(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-_HELD: dict[tuple[str, int], int] = {}
-"""The locks this process holds, by (path, thread): a nested hold of the same lock on the same thread counts
-up instead of locking again, which on a second file handle would wait for (or be refused by) itself."""
-_HELD_GUARD = threading.Lock()
+_HELD: set[tuple[str, int]] = set()
+"""The locks this process holds, by (path, thread): a nested hold of the same lock on the same thread does
+not lock again, which on a second file handle would wait for (or be refused by) itself. Each key is only
+ever touched by its own thread."""
 
 
 @contextlib.contextmanager
@@ -172,32 +172,25 @@ def exclusive_lock(
     """
     path = Path(path)
     key = (os.path.abspath(path), threading.get_ident())
-    with _HELD_GUARD:
-        nested = key in _HELD
-        if nested:
-            _HELD[key] += 1
-    if nested:
-        try:
-            yield
-        finally:
-            with _HELD_GUARD:
-                _HELD[key] -= 1
+    if key in _HELD:  # the enclosing hold releases it
+        yield
         return
     make_dirs(path.parent)
-    lock = _native_lock(path)
+    lock, taken = _native_lock(path), True
     with reporting_write_errors(path):
-        taken = _acquire(lock, wait)
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except filelock.Timeout:  # another holder has it: an OSError, but no write error
+            taken = False
     if not taken:
         if busy is None:
             raise BlockingIOError(f"another process holds the lock {path}")
         raise busy
-    with _HELD_GUARD:
-        _HELD[key] = 1
+    _HELD.add(key)
     try:
         yield
     finally:
-        with _HELD_GUARD:
-            del _HELD[key]
+        _HELD.discard(key)
         lock.release()
 
 
@@ -237,16 +230,6 @@ def folder_lock(folder: str | os.PathLike[str]) -> contextlib.AbstractContextMan
     return exclusive_lock(folder_lock_path(folder), wait=True)
 
 
-def _acquire(lock: Any, wait: bool) -> bool:
-    """Take ``lock`` (waiting for it when ``wait``); False when another holder has it and not ``wait``.
-    (filelock's ``Timeout`` is an ``OSError``, which must not be reported as a write error.)"""
-    try:
-        lock.acquire(timeout=-1 if wait else 0)
-    except filelock.Timeout:
-        return False
-    return True
-
-
 def _native_lock(path: Path) -> Any:
     """``filelock``'s lock of this system on ``path``, with the mode the umask gives a new file, and without
     the fallback to a soft lock that filelock 4 offers where a file system lacks ``flock``."""
@@ -266,7 +249,6 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     make_dirs(path.parent)
     with reporting_write_errors(path):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        tmp.chmod(0o777 & ~_umask())
     try:
         with reporting_write_errors(path):
             tmp.chmod(folder_mode())
@@ -282,13 +264,6 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
                 os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it, then putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def sweep_stale_temps(paths: Iterable[Path], older_than: float = 0.0) -> int:

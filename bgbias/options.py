@@ -13,6 +13,7 @@ import functools
 import inspect
 import numbers
 import os
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -68,15 +69,28 @@ def _number(value: Any) -> Any:
     return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
 
 
-def _path(value: Any) -> Any:
-    if not isinstance(value, str | os.PathLike):
-        raise ValueError("not a path")
-    return value
+def instance_of(kind: Any, words: str) -> Declared:
+    """An argument that must be an instance of ``kind`` (a class, or a union of classes), in ``words``: what
+    strict pydantic types cannot say (a path is a str or any ``os.PathLike``)."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, kind):
+            raise ValueError(f"not {words}")
+        return value
+
+    return Annotated[Any, AfterValidator(check), Must(words)]
+
+
+class Code(str):
+    """An example shown as the code it is (``log=print``), not as a string (``log='print'``)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 INTEGER = Annotated[int, BeforeValidator(_integer)]
 NUMBER = Annotated[float, BeforeValidator(_number)]
-PATH_TEXT = Annotated[Any, AfterValidator(_path), Must("a path (str or os.PathLike)")]
+PATH_TEXT = instance_of(str | os.PathLike, "a path (str or os.PathLike)")
 PATH = Annotated[PATH_TEXT | None, Field(examples=["folder"])]
 """A file or folder that has a default."""
 FLAG = Annotated[bool, Field(examples=[True])]
@@ -131,6 +145,9 @@ INTERPOLATION = Annotated[Literal["bilinear", "bicubic"], Field(examples=["bicub
 """How an image is resized for evaluation (``bgbias.data.geometry``); bilinear, the first, is the default."""
 TEXT = Annotated[str, Field(examples=["name"])]
 OPTIONAL_TEXT = Annotated[str | None, Field(examples=["name"])]
+LOG = Annotated[Callable[[str], None] | None, Must("a function that takes each line (print, say)"),
+                Field(examples=[Code("print")])]
+"""Where a long job's progress lines go; None: nowhere."""
 
 
 def choices(declared: Declared) -> tuple[Any, ...]:
@@ -161,7 +178,7 @@ def expected(declared: Declared) -> str:
             words += f" from {least} to {greatest}"
         elif least is not None:
             words += f" of at least {least}"
-    return words + (", or None" if _optional(declared) else "")
+    return words + (", or None" if type(None) in _parts(declared) else "")
 
 
 def _notes(declared: Declared) -> list[Any]:
@@ -186,10 +203,6 @@ def bare_type(declared: Declared) -> Any:
     """The type an argument holds, without its notes and without None."""
     return next(part for part in _parts(declared)
                 if typing.get_origin(part) is not Annotated and part is not type(None))
-
-
-def _optional(declared: Declared) -> bool:
-    return type(None) in _parts(declared)
 
 
 def example(declared: Declared) -> Any:
@@ -217,11 +230,15 @@ class Arguments:
         except ValidationError as error:
             name = str(error.errors(include_url=False)[0]["loc"][0])
             declared = self.declared[name]
-            raise OptionError(f"{given(repr(passed[name]))} is invalid: it must be {expected(declared)}",
-                              fix=f"pass {given(repr(example(declared)))}", parameter=name) from None
+            raise OptionError(f"{given(_SHOWN.repr(passed[name]))} is invalid: it must be "
+                              f"{expected(declared)}", fix=f"pass {given(repr(example(declared)))}",
+                              parameter=name) from None
         return {name: getattr(valid, name) for name in passed}
 
 
+_SHOWN = reprlib.Repr()
+"""A wrong value as an error shows it: a list of ten thousand ids as its first few."""
+_SHOWN.maxstring = _SHOWN.maxother = 60
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True)
 
 

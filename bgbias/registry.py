@@ -89,15 +89,9 @@ class Registry(Generic[T]):
         """Every registered name: the built-in modules' entries in module order, then the others."""
         self._load()
         rank = {module: index for index, module in enumerate(self.modules)}
-        order = {name: position for position, name in enumerate(self._entries)}
-        return tuple(
-            sorted(
-                self._entries,
-                key=lambda name: (
-                    rank.get(getattr(self._entries[name], "__module__", None), len(rank)), order[name]
-                ),
-            )
-        )
+        # sorted() is stable: the entries of one module (or from elsewhere) keep the order of registration
+        return tuple(sorted(self._entries, key=lambda name: rank.get(
+            getattr(self._entries[name], "__module__", None), len(rank))))
 
     def items(self) -> list[tuple[str, T]]:
         """``(name, object)`` pairs in the order of :meth:`names`."""

@@ -74,7 +74,7 @@ def assets_backgrounds(out: Path | None, seed: int) -> None:
 
 @assets.command("bench")
 @click.option("--out", type=PATH_DIR, default=None, help="Output folder (default <data-root>/bench).")
-@bench_options
+@bench_options()
 def assets_bench(out: Path | None, bench_preset: str, rho: float, bench_seed: int) -> None:
     """Build the bench: Tux Paint photo stamps on real background photos, with exact masks."""
     from bgbias.report.console import format_bench_summary

@@ -8,14 +8,12 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, loader_options, option_type
 from bgbias.errors import EXIT_PARTIAL
 
 
 @click.command("audit")
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
-              help="Dataset to score every model on.")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to score every model on.")
 @click.option("--model", "models", multiple=True, metavar="[LABEL =] SPEC [KEY=VALUE ...]",
               help="A model, as bgbias eval --model takes it (a factory package.module:callable, a "
                    "TorchScript or ONNX file, a run folder), with its label and a factory's keyword "
@@ -40,9 +38,7 @@ from bgbias.errors import EXIT_PARTIAL
 @compute_options
 @click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets, the leakage probe's folds and its bootstrap.")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine).")
+@loader_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def audit(dataset_name: str, root: Path | None, models: tuple[str, ...], models_file: Path | None,
           split: str | None,

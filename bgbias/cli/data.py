@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import PATH_DIR, dataset_options, option_type, split_options
+from bgbias.cli.options import PATH_DIR, dataset_options, given_options, option_type, split_options
 from bgbias.errors import EXIT_PARTIAL, OptionError
 
 
 @click.command("datasets")
-@dataset_options
+@dataset_options()
 @split_options
 def datasets(dataset_name: str, root: Path | None, protocol: str, fold: int) -> None:
     """Check a dataset's layout and print its splits (classes and images per split)."""
@@ -37,7 +37,7 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "with its reason and fix. Other runs may work on other shards of the same --out at the same time, not "
     "on the same one.",
 )
-@dataset_options
+@dataset_options()
 @click.option("--out", type=PATH_DIR, default=None,
               help="Output folder (default masks/<dataset key> for u2netp, where every command looks; "
                    "masks/<dataset key>-<model> for another model). The key is the dataset's name, or for a "
@@ -126,8 +126,11 @@ def masks(
     from bgbias.saliency.pipeline import make_masks
     from bgbias.saliency.sessions import Inference
 
-    if model == GROUND_TRUTH:
-        _refuse_network_options(click.get_current_context())
+    network = ("backend", "device", "amp", "batch_size", "shard", "streams", "threads", "empty_below")
+    if model == GROUND_TRUTH and (given := given_options(click.get_current_context(), network)):
+        raise OptionError(f"{', '.join(given)} and --model ground-truth together",
+                          fix="leave them out: the dataset's own masks are copied, all of them, without a "
+                              "network")
     dataset = open_dataset(dataset_name, root)
     if model == GROUND_TRUTH:
         copied = copy_ground_truth_masks(dataset.items(), out or default_ground_truth_dir(dataset))
@@ -153,19 +156,8 @@ def masks(
         click.get_current_context().exit(EXIT_PARTIAL)
 
 
-def _refuse_network_options(ctx: click.Context) -> None:
-    """--model ground-truth copies the dataset's masks: an option of a network run would be ignored."""
-    given = [f"--{name.replace('_', '-')}" for name in
-             ("backend", "device", "amp", "batch_size", "shard", "streams", "threads", "empty_below")
-             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
-    if given:
-        raise OptionError(f"{', '.join(given)} and --model ground-truth together",
-                          fix="leave them out: the dataset's own masks are copied, all of them, without a "
-                              "network")
-
-
 @click.command("corrupt")
-@dataset_options
+@dataset_options()
 @click.option(
     "--split",
     type=option_type(rules.SPLIT),

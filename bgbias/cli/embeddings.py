@@ -16,7 +16,7 @@ from bgbias.cli.options import BYTES, PATH_DIR, dataset_options, option_type, sp
               required=True,
               help="Folder of embeddings: clean.npz, repeat-<r>.npz, <variant>/repeat-<r>.npz (or .npy with "
                    ".ids.txt, or .parquet), rows keyed by image id (docs/embeddings.md).")
-@dataset_options
+@dataset_options()
 @click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
 @split_options
 @click.option("--repeats", type=option_type(rules.REPEATS), default=5, show_default=True,
@@ -49,16 +49,12 @@ def score(folder: Path, dataset_name: str, root: Path | None, split: str, protoc
           max_memory: int | None) -> None:
     """The report (and with --profile the profile) of `bgbias eval` from your own embeddings of the sets
     `bgbias corrupt --render` writes, with the same files."""
-    from bgbias.data.registry import open_dataset
+    from bgbias.api import score as score_folder
     from bgbias.measurement.embedding_files import REPORT_FOLDER
-    from bgbias.measurement.request import MeasureRequest
-    from bgbias.report.evaluate import score_embedding_folder
 
-    request = MeasureRequest(split=split, masks=masks, repeats=repeats, seed=seed,
-                             backgrounds=backgrounds, manifests=manifests, profile=profile, worst_k=worst_k,
-                             max_memory=max_memory)
-    result = score_embedding_folder(folder, open_dataset(dataset_name, root), request, protocol=protocol,
-                                    fold=fold, l2_normalize=l2_normalize, name=name,
-                                    out=out if out is not None else folder / REPORT_FOLDER,
-                                    log=lambda line: click.echo(line, err=True))
+    result = score_folder(folder, dataset_name, root, split=split, protocol=protocol, fold=fold,
+                          repeats=repeats, seed=seed, profile=profile, worst_k=worst_k, masks=masks,
+                          backgrounds=backgrounds, manifests=manifests, l2_normalize=l2_normalize, name=name,
+                          max_memory=max_memory, out=out if out is not None else folder / REPORT_FOLDER,
+                          log=lambda line: click.echo(line, err=True))
     click.echo(result.summary())

@@ -8,13 +8,11 @@ from pathlib import Path
 import click
 
 from bgbias import options as rules
-from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
+from bgbias.cli.options import PATH_DIR, compute_options, dataset_options, loader_options, option_type
 
 
 @click.command("leakage")
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), required=True,
-              help="Dataset to measure.")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to measure.")
 @click.option("--split", type=option_type(rules.LEAKAGE_SPLIT), default="test", show_default=True)
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
 @click.option("--fill", type=option_type(rules.FILL), default="inpainted", show_default=True,
@@ -27,9 +25,7 @@ from bgbias.cli.options import DATASETS, PATH_DIR, compute_options, option_type
 @compute_options
 @click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the probe's folds and of the bootstrap.")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine).")
+@loader_options
 @click.option("--out", type=PATH_DIR, default=None,
               help="Folder for leakage.json, leakage.md and leakage-classes.png, the picture of the classes "
                    "whose background gives them away most (default: print the summary only).")

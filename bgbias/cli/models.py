@@ -12,12 +12,15 @@ from bgbias import options as rules
 from bgbias.cli.options import (
     AMP_OPTION,
     BYTES,
-    DATASETS,
     DEVICE_OPTION,
     MEMORY_FORMAT_OPTION,
     PATH_DIR,
     TRUST_MODEL_OPTION,
+    dataset_options,
+    given_options,
+    loader_options,
     option_type,
+    options,
     split_options,
 )
 from bgbias.errors import OptionError
@@ -25,11 +28,7 @@ from bgbias.errors import OptionError
 
 @click.command("train")
 @click.option("--method", default="multi_similarity", show_default=True, help="See `bgbias methods`.")
-@click.option(
-    "--dataset", "dataset_name", type=click.Choice(DATASETS), default="bench", show_default=True,
-    help="Dataset to train on.",
-)
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to train on.", default="bench")
 @split_options
 @click.option("--bgaugment", is_flag=True, help="Composite training images onto train-pool backgrounds.")
 @click.option("--backbone", default=None, help="Backbone (default: the protocol's; see `bgbias methods`).")
@@ -62,9 +61,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
 
     if resume is not None:
         ctx = click.get_current_context()
-        given = [name for name, value in ctx.params.items()
-                 if name not in ("resume", "no_progress")
-                 and ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        given = given_options(ctx, set(ctx.params) - {"resume", "no_progress"})
         if given:
             raise OptionError(f"--resume continues a run with its saved settings; remove {', '.join(given)}",
                               fix="pass only --resume RUN (and --no-progress)")
@@ -73,7 +70,7 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
         from bgbias.engine.config import resolve_config
         from bgbias.engine.training import train as train_run
 
-        options = {
+        settings = {
             "root": str(root) if root else None, "protocol": protocol, "fold": fold,
             "bgaugment.enabled": bgaugment or None, "model.backbone": backbone,
             "model.weights": str(weights) if weights else None, "schedule.epochs": epochs, "seed": seed,
@@ -82,18 +79,15 @@ def train(method: str, dataset_name: str, root: Path | None, protocol: str, fold
         }
         config = resolve_config(
             method, dataset_name, config_file=config_file,
-            options={key: value for key, value in options.items() if value is not None}, overrides=overrides,
+            options={key: value for key, value in settings.items() if value is not None}, overrides=overrides,
         )
         result = train_run(config, run_dir=run_dir, progress=not no_progress)
     click.echo(format_training_summary(result))
 
 
-_EXTERNAL_PARAMS = {
-    "model_args": "--model-arg", "input_size": "--input-size", "resize": "--resize",
-    "normalize": "--normalize", "output_key": "--output-key", "l2_normalize": "--l2-normalize",
-    "interpolation": "--interpolation", "out": "--out", "trust_model": "--trust-model",
-}
-"""The options that describe a --model, by parameter name."""
+_EXTERNAL_PARAMS = ("model_args", "input_size", "resize", "normalize", "output_key", "l2_normalize",
+                    "interpolation", "out", "trust_model")
+"""The parameters of the options that describe a --model."""
 
 
 def _model_options(command):
@@ -106,7 +100,7 @@ def _model_options(command):
                                                       "model", *_EXTERNAL_PARAMS)}
         return command(load_model=functools.partial(_load_model, **chosen), **params)
 
-    options = [
+    return options(
         click.option("--checkpoint", type=click.Path(path_type=Path), default=None, metavar="RUN",
                      help="Run folder (its best checkpoint) or a checkpoint file; default: the latest run."),
         click.option("--runs", type=PATH_DIR, default=None,
@@ -141,10 +135,7 @@ def _model_options(command):
                      help="--model: scale each embedding to unit length (rank by cosine similarity)."),
         click.option("--out", type=PATH_DIR, default=None,
                      help="--model: folder for its reports (default runs/external/<name>-<digests>)."),
-    ]
-    for option in reversed(options):
-        with_model = option(with_model)
-    return with_model
+    )(with_model)
 
 
 def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: str | None,
@@ -154,9 +145,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
     ``memory_format`` (None: the model's default)."""
     from bgbias.engine.trained import load_trained
 
-    ctx = click.get_current_context()
-    given = [option for name, option in _EXTERNAL_PARAMS.items()
-             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    given = given_options(click.get_current_context(), _EXTERNAL_PARAMS)
     if model is None:
         if given:
             raise OptionError(f"{', '.join(given)} describe a model given with --model",
@@ -183,9 +172,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 
 @click.command("eval")
 @_model_options
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
-              help="Dataset to evaluate on (default: the run's; a --model needs it).")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to evaluate on (default: the run's; a --model needs it).", required=False)
 @click.option("--split", type=option_type(rules.CHOSEN_SPLIT), default=None,
               help="Split to score (default: all for a --model on one's own folder or table, which bgbias "
                    "did not train; else test). The report says which and why.")
@@ -206,10 +193,7 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
                    "only-fg, only-bg, mixed-same/-rand and the BG-gap.")
 @click.option("--worst-k", type=option_type(rules.WORST_K), default=10, show_default=True,
               help="Backgrounds per query of the profile's worst case (K embeddings of every image).")
-@click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True)
-@click.option("--workers", type=option_type(rules.WORKERS), default=None,
-              help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
-                   "cores, every core but one on a GPU, up to 8).")
+@loader_options
 @click.option("--max-memory", type=BYTES, default=None,
               help="Memory the scoring's neighbour lists may take at once, e.g. 512M or 4G (default 1G): a "
                    "larger split is scored in blocks of queries, with the same scores.")
@@ -236,9 +220,7 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 
 @click.command("explain")
 @_model_options
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=None,
-              help="Dataset to explain (default: the run's; a --model needs it).")
-@click.option("--root", type=click.Path(path_type=Path), default=None, help="Dataset folder.")
+@dataset_options("Dataset to explain (default: the run's; a --model needs it).", required=False)
 @click.option("--split", type=option_type(rules.SPLIT), default="test", show_default=True)
 @click.option("--limit", type=option_type(rules.COUNT), default=None,
               help="Score this many images spread evenly over the split (default: all).")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,13 @@ from bgbias import options as rules
 from bgbias.data.registry import dataset_names
 
 PATH_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+def given_options(ctx: click.Context, names: Iterable[str]) -> list[str]:
+    """The options among the parameters ``names`` that the command line set, as the command spells them:
+    for a refusal of options that another one makes pointless."""
+    return [param.opts[0] for param in ctx.command.params if param.name in names
+            and ctx.get_parameter_source(param.name) != click.core.ParameterSource.DEFAULT]
 
 
 def option_type(declared: rules.Declared) -> click.ParamType:
@@ -55,59 +63,46 @@ BYTES = ByteSize()
 DATASETS = dataset_names()  # the layout modules are light: no numpy, PIL or torch
 
 
-def dataset_options(command):
-    """--dataset and --root, shared by every command that reads a dataset."""
-    command = click.option(
-        "--root",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Dataset folder (default: <data-root>/<the dataset's usual folder name>).",
-    )(command)
-    choice = click.Choice(DATASETS)
-    return click.option("--dataset", "dataset_name", required=True, type=choice, help="Dataset layout.")(
-        command
-    )
+def options(*declared):
+    """A decorator that adds the click options ``declared`` to a command, in this order: a group of options
+    that several commands share."""
+
+    def decorate(command):
+        for option in reversed(declared):
+            command = option(command)
+        return command
+
+    return decorate
 
 
-def split_options(command):
-    """--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
-    command = click.option("--fold", type=option_type(rules.FOLD), default=0, show_default=True,
-                           help="cv4 fold.")(command)
-    return click.option("--protocol", type=option_type(rules.PROTOCOL), default="fixed",
-                        show_default=True)(command)
+def dataset_options(help: str = "Dataset layout.", default: str | None = None, required: bool = True):
+    """--dataset and --root, shared by every command that reads a dataset: --dataset is required unless it
+    has a ``default`` or the command has one of its own (a run's dataset)."""
+    return options(
+        click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default=default,
+                     required=required and default is None, show_default=default is not None, help=help),
+        click.option("--root", type=click.Path(path_type=Path), default=None,
+                     help="Dataset folder (default: <data-root>/<the dataset's usual folder name>)."))
 
 
-def bench_options(command, prefix: str = ""):
+split_options = options(
+    click.option("--protocol", type=option_type(rules.PROTOCOL), default="fixed", show_default=True),
+    click.option("--fold", type=option_type(rules.FOLD), default=0, show_default=True, help="cv4 fold."))
+"""--protocol and --fold: the fixed split of the paper, or one fold of 4-fold cross-validation."""
+
+
+def bench_options(prefix: str = ""):
     """The bench's size preset, ρ and seed: ``--preset``, ``--rho``, ``--seed`` for `assets bench`;
     ``--bench-preset``, ``--rho``, ``--bench-seed`` for `study`, whose ``--preset`` and ``--seeds`` are the
     study's own."""
-    command = click.option(
-        f"--{prefix}seed",
-        "bench_seed",
-        type=click.IntRange(min=0),
-        default=0,
-        show_default=True,
-        help="Seed of the bench's class split and views.",
-    )(command)
-    command = click.option(
-        "--rho",
-        type=click.FloatRange(0.0, 1.0),
-        default=0.9,
-        show_default=True,
-        help="Share of a class's views that show the class's home background.",
-    )(command)
-    return click.option(
-        f"--{prefix}preset",
-        "bench_preset",
-        type=click.Choice(["small", "large"]),
-        default="small",
-        show_default=True,
-        help="small: 8 views of 128 px per class; large: 16 views of 224 px.",
-    )(command)
-
-
-def study_bench_options(command):
-    return bench_options(command, prefix="bench-")
+    return options(
+        click.option(f"--{prefix}preset", "bench_preset", type=click.Choice(["small", "large"]),
+                     default="small", show_default=True,
+                     help="small: 8 views of 128 px per class; large: 16 views of 224 px."),
+        click.option("--rho", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True,
+                     help="Share of a class's views that show the class's home background."),
+        click.option(f"--{prefix}seed", "bench_seed", type=click.IntRange(min=0), default=0,
+                     show_default=True, help="Seed of the bench's class split and views."))
 
 
 TRUST_MODEL_OPTION = click.option(
@@ -125,37 +120,13 @@ MEMORY_FORMAT_OPTION = click.option(
     "--memory-format", type=option_type(rules.MEMORY_FORMAT), default=None,
     help="Layout of the weights and inputs. Default: a run's own model.memory_format; channels_last for any "
          "other model (an ONNX one runs in onnxruntime's own).")
+compute_options = options(TRUST_MODEL_OPTION, DEVICE_OPTION, AMP_OPTION, MEMORY_FORMAT_OPTION)
+"""How the commands that embed with a frozen encoder (``leakage``, ``audit``) run it, declared once for them
+and ``eval``/``explain``."""
+loader_options = options(
+    click.option("--batch-size", type=option_type(rules.BATCH_SIZE), default=64, show_default=True),
+    click.option("--workers", type=option_type(rules.WORKERS), default=None,
+                 help="Data loader worker processes (default: sized to the machine: none on a CPU of up to 4 "
+                      "cores, every core but one on a GPU, up to 8)."))
+"""The loader of the commands that embed a dataset (``eval``, ``leakage``, ``audit``)."""
 
-
-def compute_options(command):
-    """How the commands that embed with a frozen encoder (``leakage``, ``audit``) run it: --trust-model,
-    --device, --amp and --memory-format, declared once for them and ``eval``/``explain``."""
-    for option in reversed([TRUST_MODEL_OPTION, DEVICE_OPTION, AMP_OPTION, MEMORY_FORMAT_OPTION]):
-        command = option(command)
-    return command
-
-
-def slurm_options(command):
-    """``bgbias study --executor slurm``'s settings, gathered by :func:`slurm_settings`."""
-    for option in reversed([
-        click.option("--slurm-partition", default=None, help="SLURM partition of the job arrays."),
-        click.option("--slurm-time", default=None,
-                     help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches "
-                          "it is requeued and its run resumes)."),
-        click.option("--slurm-gpus-per-task", default=None, help="GPUs of each task (default 1)."),
-        click.option("--slurm-cpus-per-task", default=None, help="CPU cores of each task."),
-        click.option("--slurm-array-parallelism", default=None, help="Tasks of an array running at once."),
-        click.option("--slurm-opt", "slurm_opt", multiple=True, metavar="KEY=VALUE",
-                     help="Another submitit SLURM parameter, e.g. --slurm-opt mem=64G (repeatable)."),
-    ]):
-        command = option(command)
-    return command
-
-
-def slurm_settings(values: dict[str, Any]) -> Any:
-    """The :func:`slurm_options` a command got, as :class:`~bgbias.study.slurm.SlurmOptions`."""
-    from bgbias.study.slurm import slurm_options as parsed
-
-    return parsed(partition=values["slurm_partition"], time=values["slurm_time"],
-                  gpus_per_task=values["slurm_gpus_per_task"], cpus_per_task=values["slurm_cpus_per_task"],
-                  array_parallelism=values["slurm_array_parallelism"], opts=values["slurm_opt"])

@@ -4,18 +4,17 @@ measurement on the bench, and the bias dial)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bgbias.cli.options import DATASETS, PATH_DIR, slurm_options, slurm_settings, study_bench_options
+from bgbias.cli.options import DATASETS, PATH_DIR, bench_options, given_options
 from bgbias.errors import EXIT_PARTIAL, BgbiasError, OptionError
 from bgbias.options import EXPLAIN_IMAGES
 
 if TYPE_CHECKING:
     from bgbias.study.local import Slot
     from bgbias.study.plan import StudyPlan
-    from bgbias.study.spec import StudySpec
 
 
 @click.command("report")
@@ -103,7 +102,7 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--explain-images", type=click.IntRange(min=1), default=EXPLAIN_IMAGES, show_default=True,
               help="Test images of each run whose foreground scores are computed (SmoothGrad, 25 passes "
                    "each).")
-@study_bench_options
+@bench_options("bench-")
 @click.option("--out", type=PATH_DIR, default=None,
               help="The study folder: its plan, runs and page (default runs/study/<dataset and masks>).")
 @click.option("--extend", is_flag=True,
@@ -119,7 +118,17 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads of each run (default: the cores split between the workers). Runs give the "
                    "same bits under any number of workers only with the same --threads.")
-@slurm_options
+# The --slurm-* options, by the names of bgbias.study.slurm.slurm_options's arguments:
+@click.option("--slurm-partition", "partition", default=None, help="SLURM partition of the job arrays.")
+@click.option("--slurm-time", "time", default=None,
+              help="Time limit of each task: minutes or HH:MM:SS (default 24 h; a task that reaches it is "
+                   "requeued and its run resumes).")
+@click.option("--slurm-gpus-per-task", "gpus_per_task", default=None, help="GPUs of each task (default 1).")
+@click.option("--slurm-cpus-per-task", "cpus_per_task", default=None, help="CPU cores of each task.")
+@click.option("--slurm-array-parallelism", "array_parallelism", default=None,
+              help="Tasks of an array running at once.")
+@click.option("--slurm-opt", "opts", multiple=True, metavar="KEY=VALUE",
+              help="Another submitit SLURM parameter, e.g. --slurm-opt mem=64G (repeatable).")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan, what is done and what the rest costs (device-hours, from timing a few "
                    "steps here; CUB, Cars196 or SOP not downloaded yet: from its known size); with "
@@ -132,7 +141,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
           seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
           settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int,
           out: Path | None, extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
-          threads: int | None, dry_run: bool, show_status: bool, **slurm: object) -> None:
+          threads: int | None, dry_run: bool, show_status: bool, **slurm: Any) -> None:
     """The paper's measurement as one command, from nothing to one report page: the bench (or a dataset's
     check), the masks, every planned run trained without and with BGAugment, clean vs corrupted MAP@R,
     foreground scores, and study.md / a self-contained study.html with the spread over training seeds. The
@@ -140,9 +149,10 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     the folder) work on one plan together."""
     from bgbias.paths import runs_root
     from bgbias.study.local import local_slots
-    from bgbias.study.pipeline import run_study
+    from bgbias.study.pipeline import run_study, submit_study_to_slurm
     from bgbias.study.plan import MASK_SOURCES, study_plan
     from bgbias.study.runs import study_folder
+    from bgbias.study.slurm import slurm_options
     from bgbias.study.spec import study_spec
     from bgbias.study.status import read_status
 
@@ -151,7 +161,7 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
                       dataset=dataset_name, explain_images=explain_images)
     if dial:
         slots = local_slots(devices, workers, gpus_per_run, threads) if executor == "local" else None
-        _dial(ctx, plan, masks, seeds, settings, bench_preset, bench_seed, slots)
+        _dial(ctx, plan, masks, seeds, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
                       backgrounds, bench=(bench_preset, rho, bench_seed), dry_run=dry_run)
@@ -159,11 +169,14 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     if show_status:
         click.echo(read_status(folder))
         return
+    slurm_settings = slurm_options(**slurm) if executor == "slurm" else None
     if dry_run:
-        click.echo(_dry_run(folder, spec, plan, extend, executor, slurm))
+        from bgbias.study.dry_run import describe_dry_run
+
+        click.echo(describe_dry_run(folder, spec, plan, extend=extend, slurm=slurm_settings))
         return
-    if executor == "slurm":
-        click.echo(_submit(folder, spec, plan, extend, slurm))
+    if slurm_settings is not None:
+        click.echo(submit_study_to_slurm(folder, spec, plan, slurm_settings, extend=extend))
         return
     slots = local_slots(devices, workers, gpus_per_run, threads)  # devices checked before the plan is written
     result = run_study(folder, spec, plan, slots=slots, extend=extend, log=click.echo)
@@ -182,16 +195,14 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
     _exit_partial_on(result.failures)
 
 
-def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | None,
-          settings: tuple[str, ...], bench_preset: str, bench_seed: int, slots: list[Slot] | None) -> None:
+def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | None, bench_preset: str,
+          bench_seed: int, slots: list[Slot] | None) -> None:
     from bgbias.study.dial import DIAL_MASKS, run_dial
 
-    given = [name for name in ("dataset_name", "root", "rho", "out", "backgrounds", "dry_run", "show_status")
-             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
-    if settings or given:
-        named = ["--set" if settings else "", *(f"--{name.removesuffix('_name').replace('_', '-')}"
-                                                 for name in given)]
-        raise OptionError(f"{', '.join(filter(None, named))} and --dial together",
+    given = given_options(ctx, ("dataset_name", "root", "backgrounds", "settings", "rho", "out", "dry_run",
+                                "show_status"))
+    if given:
+        raise OptionError(f"{', '.join(given)} and --dial together",
                           fix="leave them out: the dial studies a method as configured, on benches it builds "
                               "at the rhos it sets")
     if slots is None:
@@ -207,20 +218,6 @@ def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | N
     click.echo("\n" + dialled.report["dial_md"].read_text(encoding="utf-8"))
     click.echo(f"report: {dialled.report['dial_md']} and {dialled.report['dial_png']}")
     _exit_partial_on(dialled.failures)
-
-
-def _dry_run(folder: Path, spec: StudySpec, plan: StudyPlan, extend: bool, executor: str,
-             slurm: dict[str, object]) -> str:
-    from bgbias.study.dry_run import describe_dry_run
-
-    return describe_dry_run(folder, spec, plan, extend=extend,
-                            slurm=slurm_settings(slurm) if executor == "slurm" else None)
-
-
-def _submit(folder: Path, spec: StudySpec, plan: StudyPlan, extend: bool, slurm: dict[str, object]) -> str:
-    from bgbias.study.pipeline import submit_study_to_slurm
-
-    return submit_study_to_slurm(folder, spec, plan, slurm_settings(slurm), extend=extend)
 
 
 def _nothing_measured(failures: dict[str, str]) -> BgbiasError:
