@@ -204,9 +204,9 @@ def test_the_wheel_alone_runs_the_readme_commands_outside_a_checkout(tmp_path):
 
     # bgbias itself is the installed wheel's, and its faiss backend answers.
     code = ("import bgbias, numpy\n"
-            "from bgbias.retrieval.search import faiss_nearest_neighbours\n"
+            "from bgbias.retrieval.search import faiss_ranking\n"
             "print(bgbias.__file__)\n"
-            "print(faiss_nearest_neighbours(numpy.array([[0, 0], [0, 1], [5, 5]], 'float32'), 1).tolist())\n")
+            "print(faiss_ranking(numpy.array([[0, 0], [0, 1], [5, 5]], 'float32'), 1).indices.tolist())\n")
     where, neighbours = _run([venv / "bin" / "python", "-c", code], cwd=project, env=env).stdout.splitlines()
     assert Path(where).is_relative_to(venv) and neighbours == "[[1], [0], [1]]"
     assert sorted(p.name for p in project.iterdir()) == ["data", "masks", "runs"]

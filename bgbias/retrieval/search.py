@@ -189,14 +189,6 @@ def remove_self_matches(found: Ranking, items: np.ndarray | None = None) -> Rank
     return kept.on_host() if on_host else kept
 
 
-def faiss_nearest_neighbours(
-    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
-    queries: np.ndarray | None = None,
-) -> np.ndarray:
-    """The indices of :func:`faiss_ranking`."""
-    return faiss_ranking(embeddings, k, references=references, queries=queries).indices
-
-
 def faiss_ranking(
     embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
     queries: np.ndarray | None = None,
@@ -228,23 +220,6 @@ def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
     if hasattr(embeddings, "detach"):
         embeddings = embeddings.detach().cpu().numpy()
     return np.ascontiguousarray(embeddings, dtype=np.float32)
-
-
-def torch_nearest_neighbours(
-    embeddings: np.ndarray | Tensor | Mapping[str, Any],
-    k: int,
-    *,
-    distance: Distance | None = None,
-    device: Any = None,
-    query_rows: int | None = None,
-    reference_rows: int | None = None,
-    queries: np.ndarray | None = None,
-    references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
-) -> np.ndarray:
-    """The indices of :func:`torch_ranking`, on the host."""
-    return torch_ranking(embeddings, k, distance=distance, device=device, query_rows=query_rows,
-                         reference_rows=reference_rows, queries=queries,
-                         references=references).on_host().indices
 
 
 def torch_ranking(
