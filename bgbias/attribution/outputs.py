@@ -26,27 +26,13 @@ from bgbias.saliency.records import masks_record
 from bgbias.schema import Record, format_header, read_record
 
 EXPLAIN_FOLDER = "explain"
-
-
 SCORES_CSV = "scores.csv"
-
-
 SUMMARY_JSON = "summary.json"
 SUMMARY_FORMAT = "bgbias-explain-summary"
-
-
 GALLERY_PNG = "gallery.png"
-
-
 MAPS_DIR = "maps"
-
-
 REFERENCE_MAPS_DIR = "reference-maps"
-
-
 CSV_COLUMNS = ("id", "label", "mask_source", "foreground_fraction", "attribution_on_foreground", "score")
-
-
 REFERENCE_COLUMNS = ("reference", "reference_label")
 """The columns ``scores.csv`` adds for an attribution with reference images."""
 

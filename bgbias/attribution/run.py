@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import itertools
 import os
 import shutil
@@ -89,17 +88,6 @@ def _holding_out_dir(out_dir: Path) -> contextlib.AbstractContextManager[None]:
     return exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy)
 
 
-def _sigterm_as_interrupt(explain_into: Callable[..., ExplainResult]) -> Callable[..., ExplainResult]:
-    """``explain_into`` with SIGTERM taken like Ctrl-C (bgbias.signals)."""
-
-    @functools.wraps(explain_into)
-    def taking_sigterm(*args: Any, **options: Any) -> ExplainResult:
-        with sigterm_as_interrupt():
-            return explain_into(*args, **options)
-
-    return taking_sigterm
-
-
 @dataclass(frozen=True)
 class ExplainInputs:
     """What an explanation's request resolves to (:func:`explain` resolves it): the images to explain at
@@ -120,7 +108,7 @@ class ExplainInputs:
     opens the images that were explained."""
 
 
-@_sigterm_as_interrupt
+@sigterm_as_interrupt()  # SIGTERM taken like Ctrl-C (bgbias.signals)
 def explain_items(
     model: EmbeddingModel,
     inputs: ExplainInputs,
