@@ -24,7 +24,6 @@ from bgbias.data.items import default_masks_dir
 from bgbias.data.splits import split_items
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.eta import duration, time_left
-from bgbias.engine.external_model import folder_owner
 from bgbias.engine.trained import is_run_path
 from bgbias.errors import OptionError, given
 from bgbias.fileio import holds_files, make_dirs
@@ -36,6 +35,7 @@ from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_o
 from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
 from bgbias.paths import runs_root
 from bgbias.report.evaluate import evaluate
+from bgbias.report.folder import refuse_model_folder
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
@@ -270,11 +270,8 @@ def default_audit_folder(dataset: Dataset, split: str) -> Path:
 def check_audit_folder(out: Path) -> None:
     """Refuse an audit folder that is, or lies inside, a run's or a model's folder, or that holds anything but
     an earlier audit."""
-    owner = folder_owner(out)
-    if owner is not None:
-        raise OptionError(f"the audit's folder is or lies inside {owner.describe()}: its pages would read as "
-                          "that model's", path=out, fix=f"pass {given('DIR')} outside runs and model folders",
-                          parameter="out")
+    refuse_model_folder(out, "the audit's folder", "its pages", parameter="out",
+                        fix=f"pass {given('DIR')} outside runs and model folders")
     if out.exists() and not out.is_dir():
         raise OptionError("the audit's folder is a file", path=out,
                           fix=f"pass {given('DIR')}, a new or empty folder", parameter="out")

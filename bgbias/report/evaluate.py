@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.external_model import folder_owner
 from bgbias.engine.split_states import EVAL_FOLDER
-from bgbias.errors import OptionError
 from bgbias.fileio import folder_lock
 from bgbias.measurement.measure import Measurement, measure, measure_files
 from bgbias.measurement.request import MeasureRequest
 from bgbias.measurement.summary import per_query_table
 from bgbias.report.console import format_evaluation_summary
 from bgbias.report.evaluation import write_evaluation_report
-from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
+from bgbias.report.folder import EVAL_REPORT_FILES, refuse_model_folder, write_report_folder
 from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_profile
 from bgbias.retrieval.gallery import GalleryQuery, GalleryRow, write_retrieval_gallery
 
@@ -98,7 +96,8 @@ def score_embedding_folder(
     eval`` scores a model's, the same embeddings giving the same report; its files go to ``out`` (none without
     it), which may not lie in a run folder or a model's home."""
     if out is not None:
-        _check_report_folder(Path(out))
+        refuse_model_folder(Path(out), "the report folder", "a report there",
+                            fix="write the report to a folder outside runs and model folders")
     measured = measure_files(Path(folder), dataset, request, protocol=protocol, fold=fold,
                              l2_normalize=l2_normalize, name=name, log=log)
     if out is None:
@@ -110,15 +109,6 @@ def score_embedding_folder(
 def _result(out_dir: Path | None, measured: Measurement, files: dict[str, Path]) -> EvaluationResult:
     return EvaluationResult(out_dir, measured.report, files, measured.clean, measured.corrupted,
                             measured.embedded, measured.ids, measured.labels)
-
-
-def _check_report_folder(out: Path) -> None:
-    """Refuse a report folder in or inside a run folder or a model's home: the report would read as theirs."""
-    owner = folder_owner(out)
-    if owner is not None:
-        raise OptionError(f"the report folder is or lies inside {owner.describe()}: a report there would "
-                          "read as that model's", path=out,
-                          fix="write the report to a folder outside runs and model folders")
 
 
 def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, Path]:
