@@ -20,7 +20,7 @@ from bgbias.attribution.records import EXPLAIN_AGAIN, MASK_SOURCES, ImageScore
 from bgbias.attribution.scoring import ImageScorer
 from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
-from bgbias.fileio import write_bytes_atomic
+from bgbias.fileio import atomic_file
 from bgbias.installation import InstallationRecord, installation
 from bgbias.saliency.records import masks_record
 from bgbias.schema import Record, format_header, read_record
@@ -118,9 +118,8 @@ def reference_map_path(item: Item, out_dir: Path) -> Path:
 def save_map(path: Path, attribution_map: np.ndarray) -> None:
     """A map in [0, 1] as an 8-bit greyscale PNG, atomically."""
     pixels = np.rint(np.clip(attribution_map, 0.0, 1.0) * 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
+    with atomic_file(path) as handle:
+        Image.fromarray(pixels).save(handle, format="PNG")
 
 
 def load_map(path: Path) -> np.ndarray:

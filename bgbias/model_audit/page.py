@@ -80,14 +80,11 @@ def table(page: AuditPage) -> Table:
     if failed:
         headers.append("error")
     rows = []
-    rank = 0
-    for outcome in page.ranked:
+    for rank, outcome in _ranks(page.ranked):
         scores = outcome.scores
-        if outcome.status == "failed" or scores is None:
-            cells = ["failed", outcome.label, *[""] * (len(headers) - 3)]
-            rows.append(tuple([*cells, _first_line(outcome.error)]))
+        if rank is None or scores is None:
+            rows.append(("failed", outcome.label, *[""] * (len(headers) - 3), _first_line(outcome.error)))
             continue
-        rank += 1
         cells = [str(rank), outcome.label, percent(scores.clean_map_at_r),
                  percent(scores.clean_precision_at_1),
                  percent_spread(scores.corrupted_map_at_r, scores.corrupted_map_at_r_std),

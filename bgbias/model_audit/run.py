@@ -29,9 +29,10 @@ from bgbias.errors import OptionError, given
 from bgbias.fileio import holds_files, make_dirs
 from bgbias.leakage_meter.meter import measure_leakage
 from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
+from bgbias.measurement.summary import finite_or_none
 from bgbias.methods.embedding_model import EmbeddingModel
 from bgbias.model_audit.entries import ModelEntry
-from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
+from bgbias.model_audit.outcome import AuditScores, ModelOutcome, read_outcome, write_outcome
 from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
 from bgbias.paths import runs_root
 from bgbias.report.evaluate import evaluate
@@ -187,10 +188,11 @@ def scores_of(report: EvaluationReport, leakage: DatasetLeakage) -> AuditScores:
         corrupted_map_at_r_std=None if corrupted is None else corrupted.std.map_at_r,
         corrupted_repeats=0 if corrupted is None else len(corrupted.repeats),
         relative_drop=None if drop is None else drop.relative, profile=profile,
-        leakage=finite(leakage.leakage), leakage_interval=[finite(value) for value in leakage.interval],
-        background_map_at_r=finite(leakage.background.map_at_r),
-        foreground_map_at_r=finite(leakage.foreground.map_at_r),
-        chance_map_at_r=finite(leakage.chance.map_at_r),
+        leakage=finite_or_none(leakage.leakage),
+        leakage_interval=[finite_or_none(value) for value in leakage.interval],
+        background_map_at_r=finite_or_none(leakage.background.map_at_r),
+        foreground_map_at_r=finite_or_none(leakage.foreground.map_at_r),
+        chance_map_at_r=finite_or_none(leakage.chance.map_at_r),
         images=report.images, empty_masks=None if report.empty_masks is None else report.empty_masks.images,
     )
 

@@ -5,6 +5,7 @@ measurement (:mod:`bgbias.measurement`), then its report folder, ``<model home>/
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,17 +142,13 @@ def _retrieval_gallery(
     picks = np.argsort(-drop, kind="stable")[:GALLERY_QUERIES]
     queries = []
     for q in picks.tolist():
-        clean_nn = clean.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
-        corrupted_nn = corrupted.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
         queries.append(GalleryQuery(
             caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
                     f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
-            rows=(GalleryRow("clean", _pixels(clean_images, q), [_pixels(clean_images, n) for n in clean_nn],
-                             [bool(labels[n] == labels[q]) for n in clean_nn]),
-                  GalleryRow("corrupted", _pixels(corrupted_images, q),
-                             [_pixels(corrupted_images, n) for n in corrupted_nn],
-                             [bool(labels[n] == labels[q]) for n in corrupted_nn])),
-        ))
+            rows=tuple(GalleryRow.ranked(name, functools.partial(_pixels, images), labels, q,
+                                         scores.neighbours[q, :GALLERY_NEIGHBOURS])
+                       for name, scores, images in (("clean", clean, clean_images),
+                                                    ("corrupted", corrupted, corrupted_images)))))
     return write_retrieval_gallery(path, queries)
 
 
