@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,8 @@ def write_evaluation_report(
     write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
     write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
     empty = None if record.empty_masks is None else record.empty_masks.ids
-    write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids, empty))
+    table = per_query_table(clean, corrupted, labels, ids, empty)
+    write_text_atomic(paths["per_query_csv"], csv_text(list(table), zip(*table.values(), strict=True)))
     write_text_atomic(paths["report_md"], format_evaluation_markdown(record))
     if record.corrupted:
         paths["per_class_csv"] = out / "per_class.csv"
@@ -288,14 +289,6 @@ def _set_rows(report: EvaluationReport) -> list[list[Any]]:
 
 def _metric_values(scores: Scores) -> list[float | None]:
     return [getattr(scores, name) for name in METRICS]
-
-
-def _per_query_csv(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
-    empty_masks: Collection[str] | None,
-) -> str:
-    table = per_query_table(clean, corrupted, labels, ids, empty_masks)
-    return csv_text(list(table), zip(*table.values(), strict=True))
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
