@@ -160,54 +160,49 @@ def explain_items(
     # The maps' precision: attribution never autocasts (ImageScorer).
     compute = {"device": str(device), "precision": precision_name(None),
                "memory_format": model_memory_format(model)}
-    if inputs.out_dir is None:
-        references = pick_references(model, pool, items, geometry, dataset_name, progress=progress, log=log,
-                                     on_disk=False) if referenced else None
-        step = ImageScorer(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-        scores, maps = [], {}
-        with tqdm(total=len(items), desc="explain", unit="img", disable=not progress) as bar:
-            for batch in _batches(range(len(items)), batch_size):
-                for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
-                    maps[items[index].id] = attribution_map
-                    scores.append(score)
-                bar.update(len(batch))
-        return ExplainResult(None, run_summary(settings, scores, compute), None, None, scores, maps)
-    out_dir = Path(inputs.out_dir)
-    claim_home(model)
-    # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
-    with _holding_out_dir(out_dir):
-        if force:
-            shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
-            shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
-        done = claim_out_dir(out_dir, settings, force)
+    out_dir = None if inputs.out_dir is None else Path(inputs.out_dir)
+    with contextlib.ExitStack() as held:
+        done: dict[str, ImageScore] = {}
+        if out_dir is not None:
+            claim_home(model)
+            # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
+            held.enter_context(_holding_out_dir(out_dir))
+            if force:
+                shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
+                shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
+            done = claim_out_dir(out_dir, settings, force)
         picks = evenly_spread(len(items), gallery_count)
         picked = set(picks)
         todo = [index for index, item in enumerate(items) if item.id not in done]
-        batches = _batches(todo, batch_size)
         references: dict[str, Item] | None = None
         if referenced:
             by_id = {item.id: item for item in pool}
             references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
             references.update(pick_references(model, pool, [items[i] for i in todo], geometry, dataset_name,
-                                              progress=progress, log=log))
+                                              progress=progress, log=log, on_disk=out_dir is not None))
         step = ImageScorer(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-        with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as ledger, tqdm(
-            total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
-        ) as bar:
-            for batch in batches:
+        ledger = None if out_dir is None else held.enter_context(SCORE_LEDGER.log(out_dir / RECORDS_NAME))
+        maps: dict[str, np.ndarray] = {}
+        with tqdm(total=len(items), initial=len(items) - len(todo), desc="explain", unit="img",
+                  disable=not progress) as bar:
+            for batch in _batches(todo, batch_size):
                 for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
-                    if index in picked:
+                    if out_dir is None:  # nothing written: the result holds every map
+                        maps[items[index].id] = attribution_map
+                    elif index in picked:
                         save_map(map_path(items[index], out_dir), attribution_map)
                         if referenced:
                             save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
-                    ledger.append(score)
+                    if ledger is not None:
+                        ledger.append(score)
                     done[score.id] = score
                 bar.update(len(batch))
-
         scores = [done[item.id] for item in items]
+        summary = run_summary(settings, scores, compute)
+        if out_dir is None:
+            return ExplainResult(None, summary, None, None, scores, maps)
         write_ledger(out_dir / RECORDS_NAME, settings, scores)
         write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
-        summary = run_summary(settings, scores, compute)
         if inputs.dataset_root is not None:
             summary["dataset_root"] = os.fspath(Path(inputs.dataset_root).resolve())
         write_json_atomic(out_dir / SUMMARY_JSON, summary)
