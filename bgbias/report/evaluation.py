@@ -66,29 +66,24 @@ def write_evaluation_report(
             f"made from ({record.images} images, {repeats} repeats)",
             fix="pass the same scores to summarize_evaluation and write_evaluation_report",
         )
-    out = Path(out_dir)
-    paths = {
-        "report_json": out / "report.json",
-        "report_csv": out / "report.csv",
-        "per_query_csv": out / "per_query.csv",
-        "report_md": out / "report.md",
-    }
-    write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
-    write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
     empty = None if record.empty_masks is None else record.empty_masks.ids
     table = per_query_table(clean, corrupted, labels, ids, empty)
-    write_text_atomic(paths["per_query_csv"], csv_text(list(table), zip(*table.values(), strict=True)))
-    write_text_atomic(paths["report_md"], format_evaluation_markdown(record))
+    texts = {"report.csv": csv_text(("set", *METRICS), _set_rows(record)),
+             "per_query.csv": csv_text(list(table), zip(*table.values(), strict=True)),
+             "report.md": format_evaluation_markdown(record)}
     if record.corrupted:
-        paths["per_class_csv"] = out / "per_class.csv"
-        rows = ([getattr(row, key) for key in PER_CLASS_COLUMNS] for row in record.per_class)
-        write_text_atomic(paths["per_class_csv"], csv_text(PER_CLASS_COLUMNS, rows))
+        texts["per_class.csv"] = csv_text(PER_CLASS_COLUMNS, ([getattr(row, key) for key in PER_CLASS_COLUMNS]
+                                                              for row in record.per_class))
     if record.profile is not None:
-        paths["profile_csv"] = out / "profile.csv"
-        rows = ([row.set, row.title, row.repeats,
-                 *(getattr(getattr(row, which), metric) for metric in METRICS for which in ("mean", "std"))]
-                for row in record.profile.sets)
-        write_text_atomic(paths["profile_csv"], csv_text(PROFILE_COLUMNS, rows))
+        texts["profile.csv"] = csv_text(PROFILE_COLUMNS, (
+            [row.set, row.title, row.repeats,
+             *(getattr(getattr(row, which), metric) for metric in METRICS for which in ("mean", "std"))]
+            for row in record.profile.sets))
+    paths = {"report_json": Path(out_dir) / "report.json"}
+    write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
+    for name, text in texts.items():
+        path = paths[name.replace(".", "_")] = Path(out_dir) / name
+        write_text_atomic(path, text)
     return paths
 
 
