@@ -85,9 +85,7 @@ class DatasetLeakage:
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
-        return _json_safe({**format_header(RECORD_FORMAT), **asdict(self),
-                           "interval": list(self.interval),
-                           "bench_rho": None if self.bench_rho is None else self.bench_rho.as_dict()})
+        return _json_safe({**format_header(RECORD_FORMAT), **asdict(self)})
 
     def markdown(self, top: int = 20, picture: str | None = None) -> str:
         """The summary (with the images whose masks are empty), the ``top`` classes whose background gives
