@@ -137,11 +137,6 @@ class ShortlistRerank(Retrieval):
             raise OptionError(f"a shortlist of {self.shortlist} images is too short",
                               fix="use a shortlist of at least the largest class size")
 
-    def ranking(self, state: Any, k: int, references: Any = None,
-                queries: np.ndarray | None = None) -> Ranking:
-        chosen = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
-        return self._rerank(state, k, chosen, references)
-
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
         ``seed``, the mean fraction of each one's exact top R (R: the other images of its class) that its
@@ -154,16 +149,15 @@ class ShortlistRerank(Retrieval):
         if len(chosen) == 0:
             return ShortlistRecall(None, 0, seed)
         k = int(r[chosen].max())
-        exact = torch_ranking(model_form(named_arrays(state)), k, distance=self.exact.distance,
-                              device=self.exact.device, queries=chosen).on_host().indices
-        approximate = self._rerank(state, k, chosen).on_host().indices
+        exact, approximate = (search.neighbours(state, k, queries=chosen) for search in (self.exact, self))
         kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
         return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
 
-    def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> Ranking:
-        """The ``k`` nearest other images of ``queries`` (among ``references`` where given): the L2
-        shortlist re-ranked, with its learned distances."""
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
+        """The L2 shortlist re-ranked, with its learned distances."""
         k = checked_k(state, k, references)
+        queries = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
         gallery = state if references is None else references
         key = self.exact.shortlist_key
         size = min(max(self.shortlist, k), len(_array(state, key)) - 1)
