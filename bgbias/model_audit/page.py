@@ -22,7 +22,6 @@ from bgbias.report.document import (
     Paragraph,
     Strong,
     Table,
-    to_markdown,
     write_document,
 )
 from bgbias.report.evaluation import percent, percent_spread
@@ -182,11 +181,6 @@ def write_audit_page(page: AuditPage, out: Path) -> dict[str, Path]:
                    for rank, outcome in _ranks(page.ranked)],
     })
     return files
-
-
-def summary(page: AuditPage, out: Path) -> str:
-    """The ranked table as Markdown, for the terminal."""
-    return to_markdown([table(page)], out)
 
 
 def _ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutcome]]:

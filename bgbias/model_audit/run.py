@@ -33,8 +33,9 @@ from bgbias.measurement.summary import finite_or_none
 from bgbias.methods.embedding_model import EmbeddingModel
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, read_outcome, write_outcome
-from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
+from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, table, write_audit_page
 from bgbias.paths import runs_root
+from bgbias.report.document import to_markdown
 from bgbias.report.evaluate import evaluate
 from bgbias.report.folder import refuse_model_folder
 from bgbias.saliency.records import masks_record
@@ -223,7 +224,7 @@ class AuditResult:
 
     def summary(self) -> str:
         """The ranked table as Markdown, for the terminal."""
-        return summary(self.page, self.out_dir)
+        return to_markdown([table(self.page)], self.out_dir)
 
 
 def run_audit(
