@@ -104,15 +104,10 @@ def scores_csv_text(scores: Sequence[ImageScore]) -> str:
     return buffer.getvalue()
 
 
-def map_path(item: Item, out_dir: Path) -> Path:
-    """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG."""
-    return mask_path(item, Path(out_dir) / MAPS_DIR)
-
-
-def reference_map_path(item: Item, out_dir: Path) -> Path:
-    """Where the map of a gallery image's reference (made with that image) is kept: the image's path
-    mirrored under ``out_dir/reference-maps`` as a PNG."""
-    return mask_path(item, Path(out_dir) / REFERENCE_MAPS_DIR)
+def map_path(item: Item, out_dir: Path, folder: str = MAPS_DIR) -> Path:
+    """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG; with
+    :data:`REFERENCE_MAPS_DIR`, where the map of its reference (made with that image) is kept."""
+    return mask_path(item, Path(out_dir) / folder)
 
 
 def save_map(path: Path, attribution_map: np.ndarray) -> None:
@@ -152,7 +147,7 @@ def write_gallery(
         caption = f"{step.items[index].id}  score {score_text(scores[index].score)}"
         reference = step.reference(index)
         if reference is not None:
-            reference_path = reference_map_path(step.items[index], out_dir)
+            reference_path = map_path(step.items[index], out_dir, REFERENCE_MAPS_DIR)
             if not reference_path.is_file():
                 save_map(reference_path, step.reference_map(index))
             picture = step.load_reference(index)

@@ -30,7 +30,6 @@ from bgbias.attribution.outputs import (
     SUMMARY_JSON,
     explain_dir,
     map_path,
-    reference_map_path,
     run_summary,
     save_map,
     scores_csv_text,
@@ -192,7 +191,8 @@ def explain_items(
                     elif index in picked:
                         save_map(map_path(items[index], out_dir), attribution_map)
                         if referenced:
-                            save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
+                            save_map(map_path(items[index], out_dir, REFERENCE_MAPS_DIR),
+                                     step.reference_map(index))
                     if ledger is not None:
                         ledger.append(score)
                     done[score.id] = score

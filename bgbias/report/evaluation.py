@@ -274,16 +274,11 @@ def _profile_blocks(profile: Profile) -> list[Block]:
 
 def _set_rows(report: EvaluationReport) -> list[list[Any]]:
     """report.csv: the clean set, every repeat, then the repeats' mean and std."""
-    rows = [["clean", *_metric_values(report.clean)]]
-    corrupted = report.corrupted
-    if corrupted:
-        rows += [[f"repeat-{row.repeat}", *_metric_values(row)] for row in corrupted.repeats]
-        rows += [["mean", *_metric_values(corrupted.mean)], ["std", *_metric_values(corrupted.std)]]
-    return rows
-
-
-def _metric_values(scores: Scores) -> list[float | None]:
-    return [getattr(scores, name) for name in METRICS]
+    sets: list[tuple[str, Scores]] = [("clean", report.clean)]
+    if report.corrupted:
+        sets += [(f"repeat-{row.repeat}", row) for row in report.corrupted.repeats]
+        sets += [("mean", report.corrupted.mean), ("std", report.corrupted.std)]
+    return [[name, *(getattr(scores, metric) for metric in METRICS)] for name, scores in sets]
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
