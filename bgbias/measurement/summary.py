@@ -179,7 +179,7 @@ def _per_class(
         clean_value = _nanmean(clean.per_query["map_at_r"][members])
         corrupted_value = _mean([_nanmean(scores.per_query["map_at_r"][members]) for scores in corrupted])
         drop = _drop(clean_value, corrupted_value)
-        rows.append({"label": label.item(), "name": _class_name(names, label.item()),
+        rows.append({"label": label.item(), "name": names.get(label.item(), str(label)),
                      "images": int((labels == label).sum()),
                      "empty_masks": None if empty is None else int(empty[labels == label].sum()),
                      "clean_map_at_r": clean_value, "corrupted_map_at_r": corrupted_value,
@@ -191,10 +191,6 @@ def _flags(ids: Sequence[str], flagged: Collection[str]) -> np.ndarray:
     """Per image, whether its id is among ``flagged``."""
     flagged = set(flagged)
     return np.array([str(image_id) in flagged for image_id in ids], dtype=bool)
-
-
-def _class_name(names: Mapping[Any, str], label: Any) -> str:
-    return names.get(label, str(label))
 
 
 def _empty_masks(
@@ -228,7 +224,8 @@ def _images_hurt_most(
     drop = before - after
     scored = np.flatnonzero(~np.isnan(drop))
     order = scored[np.argsort(-drop[scored], kind="stable")][:HURT_MOST]
-    return [{"id": str(ids[i]), "label": labels[i].item(), "class_name": _class_name(names, labels[i].item()),
+    return [{"id": str(ids[i]), "label": labels[i].item(),
+             "class_name": names.get(labels[i].item(), str(labels[i])),
              "empty_mask": None if empty is None else bool(empty[i]), "clean_map_at_r": float(before[i]),
              "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
 
@@ -270,8 +267,8 @@ def summarize_profile(
     for name, scores in variants.items():
         rows[name] = _row([metric_means(s) for s in scores])
     same, other = variants["mixed-same"], variants["mixed-rand"]
-    rows["bg-gap"] = _row([{name: _difference(a, b, name) for name in METRICS}
-                           for a, b in zip(same, other, strict=True)])
+    rows["bg-gap"] = _row([{name: _drop(a[name], b[name])["absolute"] for name in METRICS}
+                           for a, b in zip(map(metric_means, same), map(metric_means, other), strict=True)])
     rows["chance"] = _row([chance_scores(labels)])
     return {
         # A list, not a mapping: the report's JSON sorts mapping keys, and the order is the reading order.
@@ -292,11 +289,6 @@ def _row(values: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
     return {"repeats": len(values), "mean": {name: _mean(column) for name, column in columns.items()},
             "std": {name: None if len(column) < 2 or None in column else float(np.std(column, ddof=1))
                     for name, column in columns.items()}}
-
-
-def _difference(a: RetrievalScores, b: RetrievalScores, name: str) -> float | None:
-    first, second = finite_or_none(getattr(a, name)), finite_or_none(getattr(b, name))
-    return None if first is None or second is None else first - second
 
 
 def _nanmean(values: np.ndarray) -> float | None:
