@@ -15,7 +15,6 @@ import torch
 
 from bgbias.errors import OptionError
 from bgbias.retrieval.search import (
-    BACKENDS,
     Distance,
     Ranking,
     checked_k,
@@ -68,11 +67,6 @@ class ExactL2(Retrieval):
     key: str = EMBEDDING
     approximate: bool = False
     device: Any = None
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise OptionError(f"unknown retrieval backend {self.backend!r}",
-                              fix=f"use one of {', '.join(BACKENDS)}")
 
     def ranking(self, state: Any, k: int, references: Any = None,
                 queries: np.ndarray | None = None) -> Ranking:
