@@ -44,7 +44,7 @@ from bgbias.attribution.records import (
     write_ledger,
 )
 from bgbias.attribution.references import check_reference_pool, pick_references, reference_rule
-from bgbias.attribution.scoring import ImageScorer, MaskFile, mask_files
+from bgbias.attribution.scoring import ImageScorer, mask_files
 from bgbias.corrupted.gallery import evenly_spread
 from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
@@ -145,7 +145,8 @@ def explain_items(
         "geometry": geometry.as_dict(),
         "items_sha256": ids_sha256(items),
         "model_sha256": model.fingerprint(),
-        "masks_dir": _saliency_dir(masks, masks_dir),
+        # The saliency masks folder where any item uses it (its masks change the scores).
+        "masks_dir": os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None,
     }
     if referenced:
         settings.update(references=reference_rule(model), reference_items_sha256=ids_sha256(pool))
@@ -206,7 +207,8 @@ def explain_items(
         if inputs.dataset_root is not None:
             summary["dataset_root"] = os.fspath(Path(inputs.dataset_root).resolve())
         write_json_atomic(out_dir / SUMMARY_JSON, summary)
-        gallery = write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
+        name = str(model.describe().get("method", type(model).__name__))  # the gallery's name of the model
+        gallery = write_gallery(step, out_dir, picks, scores, name) if picks else None
         return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery, scores, {})
 
 
@@ -230,16 +232,6 @@ def _check_request(items: Sequence[Item], batch_size: int, gallery_count: int, s
         raise OptionError(f"gallery count {gallery_count} is negative", fix="use 0 for no gallery")
     if seed < 0:
         raise OptionError(f"seed {seed} is negative", fix="use a seed >= 0")
-
-
-def _saliency_dir(masks: Sequence[MaskFile], masks_dir: Path) -> str | None:
-    """The saliency masks folder when any item uses it (its masks change the scores), else ``None``."""
-    return os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None
-
-
-def _model_name(model: EmbeddingModel) -> str:
-    """How the gallery names the model: its method where its description says it."""
-    return str(model.describe().get("method", type(model).__name__))
 
 
 def explain(

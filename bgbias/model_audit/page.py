@@ -82,12 +82,13 @@ def table(page: AuditPage) -> Table:
     for rank, outcome in _ranks(page.ranked):
         scores = outcome.scores
         if rank is None or scores is None:
-            rows.append(("failed", outcome.label, *[""] * (len(headers) - 3), _first_line(outcome.error)))
+            error = outcome.error.splitlines()[0] if outcome.error else ""
+            rows.append(("failed", outcome.label, *[""] * (len(headers) - 3), error))
             continue
         cells = [str(rank), outcome.label, percent(scores.clean_map_at_r),
                  percent(scores.clean_precision_at_1),
                  percent_spread(scores.corrupted_map_at_r, scores.corrupted_map_at_r_std),
-                 _one_decimal(scores.relative_drop),
+                 "" if scores.relative_drop is None else f"{100 * scores.relative_drop:.1f}",
                  *(percent(scores.profile.get(name)) for name in columns),
                  _leakage(scores.leakage, scores.leakage_interval)]
         rows.append(tuple(cells + ([""] if failed else [])))
@@ -194,17 +195,9 @@ def _ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutc
     return ranks
 
 
-def _one_decimal(fraction: float | None) -> str:
-    return "" if fraction is None else f"{100 * fraction:.1f}"
-
-
 def _leakage(value: float | None, interval: Sequence[float | None]) -> str:
     if value is None:
         return "–"
     low, high = interval
     bounds = "" if low is None or high is None else f" [{100 * low:.1f}, {100 * high:.1f}]"
     return f"{100 * value:.1f}{bounds}"
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").splitlines()[0] if text else ""

@@ -142,7 +142,9 @@ def _audit_one(
             log(f"{entry.label}: kept from an earlier audit (same model, data and settings)")
             return kept, True
         report_dir, report, leakage = _measure(dataset, model, settings, masks_dir, folder, log)
-        outcome = ModelOutcome(**given, status="done", key=key, model=_json_safe(model.describe()),
+        # The model's description as JSON holds it (paths and other objects as text).
+        described = json.loads(json.dumps(model.describe(), sort_keys=True, default=str))
+        outcome = ModelOutcome(**given, status="done", key=key, model=described,
                                report=_shown_path(report_dir, out),
                                leakage_record=_shown_path(folder / LEAKAGE_FOLDER / "leakage.json", out),
                                scores=scores_of(report, leakage))
@@ -202,11 +204,6 @@ def _shown_path(path: Path, out: Path) -> str:
     """``path`` relative to the audit's folder where it lies inside (so the folder can move), else as is."""
     path, out = path.resolve(), out.resolve()
     return path.relative_to(out).as_posix() if path.is_relative_to(out) else str(path)
-
-
-def _json_safe(value: Any) -> Any:
-    """A model's description as JSON holds it (paths and other objects as text)."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,8 @@ def _per_class_blocks(report: EvaluationReport) -> list[Block]:
         headers = ("image", "class", *(("empty mask",) if flagged else ()), "clean", "corrupted",
                    "drop (points)")
         blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(headers, tuple(
-            (row.id, shown_class(row.class_name, row.label), *((_yes(row.empty_mask),) if flagged else ()),
+            (row.id, shown_class(row.class_name, row.label),
+             *(({None: "", True: "yes", False: "no"}[row.empty_mask],) if flagged else ()),
              percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop))
             for row in hurt_images))]
     if flagged:
@@ -246,10 +247,6 @@ def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
         Paragraph(f"In query order{more_images}."),
         Bullets(tuple((Code(image_id),) for image_id in empty.ids[:EMPTY_LISTED])),
     ]
-
-
-def _yes(flag: bool | None) -> str:
-    return "" if flag is None else "yes" if flag else "no"
 
 
 def _profile_blocks(profile: Profile) -> list[Block]:

@@ -233,7 +233,8 @@ def score_embeddings(
             k = int(asked[queries].max())
             found = _search(search, embeddings, k, references, None if whole else queries)
             # Scored where the search left its neighbour lists (a GPU): only per-query figures travel.
-            indices, distances = _tensors_of(found)
+            indices = torch.as_tensor(found.indices).long()  # numpy arrays as tensors without a copy
+            distances = None if found.distances is None else torch.as_tensor(found.distances)
             classes, r_of = on_device(indices.device)
             chosen = torch.from_numpy(queries).to(indices.device)
             done = ~_open_ended(distances, r_of[chosen], count)
@@ -247,12 +248,6 @@ def score_embeddings(
             again.append(queries[~finished])
         pending = np.concatenate(again)
     return dataclasses.replace(_scores_of(per_query), neighbours=kept)
-
-
-def _tensors_of(found: Ranking) -> tuple[Tensor, Tensor | None]:
-    """A ranking's indices (int64) and distances as tensors where they are (numpy arrays without a copy)."""
-    indices = torch.as_tensor(found.indices).long()
-    return indices, None if found.distances is None else torch.as_tensor(found.distances)
 
 
 def _open_ended(distances: Tensor | None, r: Tensor, count: int) -> Tensor:
