@@ -99,7 +99,8 @@ def scores_csv_text(scores: Sequence[ImageScore]) -> str:
     writer.writerow(CSV_COLUMNS + REFERENCE_COLUMNS if referenced else CSV_COLUMNS)
     for score in scores:
         numbers = (score.foreground_fraction, score.attribution_on_foreground, score.score)
-        row = [score.id, score.label, score.mask_source, *(_cell(value) for value in numbers)]
+        row = [score.id, score.label, score.mask_source,
+               *("" if np.isnan(value) else f"{value:.6f}" for value in numbers)]
         writer.writerow([*row, score.reference, score.reference_label] if referenced else row)
     return buffer.getvalue()
 
@@ -158,10 +159,6 @@ def write_gallery(
     extra = {"reference": referenced, "its map": reference_overlays} if referenced else None
     return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions,
                                extra_columns=extra)
-
-
-def _cell(value: float) -> str:
-    return "" if np.isnan(value) else f"{value:.6f}"
 
 
 def explain_dir(home: str | os.PathLike[str], dataset_key: str, split: str, label: str) -> Path:

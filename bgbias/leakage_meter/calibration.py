@@ -63,11 +63,7 @@ class BenchRho:
     def words(self) -> str:
         if math.isnan(self.rho):
             return "–"
-        if self.below:
-            return f"≤ {self.rho:.2f}"
-        if self.above:
-            return f"≥ {self.rho:.2f}"
-        return f"{self.rho:.2f}"
+        return ("≤ " if self.below else "≥ " if self.above else "") + f"{self.rho:.2f}"
 
 
 @dataclass(frozen=True)
