@@ -140,16 +140,14 @@ def _retrieval_gallery(
     """The paper's Fig. 1 for the queries whose AP@R fell most in the first corrupted repeat."""
     drop = np.nan_to_num(clean.per_query["map_at_r"] - corrupted.per_query["map_at_r"], nan=-np.inf)
     picks = np.argsort(-drop, kind="stable")[:GALLERY_QUERIES]
-    queries = []
-    for q in picks.tolist():
-        queries.append(GalleryQuery(
-            caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
-                    f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
-            rows=tuple(GalleryRow.ranked(name, functools.partial(_pixels, images), labels, q,
-                                         scores.neighbours[q, :GALLERY_NEIGHBOURS])
-                       for name, scores, images in (("clean", clean, clean_images),
-                                                    ("corrupted", corrupted, corrupted_images)))))
-    return write_retrieval_gallery(path, queries)
+    sides = (("clean", clean, clean_images), ("corrupted", corrupted, corrupted_images))
+    return write_retrieval_gallery(path, [GalleryQuery(
+        caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
+                f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
+        rows=tuple(GalleryRow.ranked(name, functools.partial(_pixels, images), labels, q,
+                                     scores.neighbours[q, :GALLERY_NEIGHBOURS])
+                   for name, scores, images in sides),
+    ) for q in picks.tolist()])
 
 
 def _pixels(images: Any, index: int) -> np.ndarray:
