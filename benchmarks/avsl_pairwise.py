@@ -61,12 +61,11 @@ def main() -> None:
     state = random_state(args.n, args.r, device, seed=0)
     queries = torch.arange(args.queries).numpy()
     search = method.retrieval()
-    from bgbias.retrieval.search import torch_nearest_neighbours
+    from bgbias.retrieval.search import torch_ranking
 
     def avsl() -> None:
-        torch_nearest_neighbours(state, 10, distance=search.distance, device=device,
-                                 query_rows=search.query_rows, reference_rows=search.reference_rows,
-                                 queries=queries)
+        torch_ranking(state, 10, distance=search.distance, device=device, query_rows=search.query_rows,
+                      reference_rows=search.reference_rows, queries=queries).on_host()
 
     pairs = args.queries * args.n
     edges = method.graph().edges
@@ -143,7 +142,7 @@ def search_memory(args, device, size: int) -> int:
     """Peak bytes the search over ``size`` images adds (see the module docstring)."""
     import torch
 
-    from bgbias.retrieval.search import torch_nearest_neighbours
+    from bgbias.retrieval.search import torch_ranking
 
     method = random_avsl(args.r, device)
     state = random_state(size, args.r, device, seed=1)
@@ -151,9 +150,8 @@ def search_memory(args, device, size: int) -> int:
     queries = torch.arange(min(args.queries, size)).numpy()
 
     def run() -> None:
-        torch_nearest_neighbours(state, 10, distance=search.distance, device=device,
-                                 query_rows=search.query_rows, reference_rows=search.reference_rows,
-                                 queries=queries)
+        torch_ranking(state, 10, distance=search.distance, device=device, query_rows=search.query_rows,
+                      reference_rows=search.reference_rows, queries=queries).on_host()
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)

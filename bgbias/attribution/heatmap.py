@@ -8,7 +8,6 @@ brighter always means more attribution, also in greyscale print.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from bgbias.figures import INK, PAPER, SHEET_GAP, SHEET_TEXT, one_line
-from bgbias.fileio import write_bytes_atomic
+from bgbias.fileio import atomic_file
 
 _RAMP_STOPS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 _RAMP_COLOURS = np.array(
@@ -112,10 +111,9 @@ def attribution_gallery(
     extra_columns: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> Path:
     """Save :func:`attribution_gallery_image` as a PNG, atomically."""
-    buffer = io.BytesIO()
     sheet = attribution_gallery_image(images, masks, maps_by_model, captions, cell, extra_columns)
-    sheet.save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
+    with atomic_file(path) as handle:
+        sheet.save(handle, format="PNG")
     return Path(path)
 
 

@@ -20,33 +20,19 @@ from bgbias.attribution.records import EXPLAIN_AGAIN, MASK_SOURCES, ImageScore
 from bgbias.attribution.scoring import ImageScorer
 from bgbias.data.images import load_mask
 from bgbias.data.items import Item, mask_path
-from bgbias.fileio import write_bytes_atomic
+from bgbias.fileio import atomic_file
 from bgbias.installation import InstallationRecord, installation
 from bgbias.saliency.records import masks_record
 from bgbias.schema import Record, format_header, read_record
 
 EXPLAIN_FOLDER = "explain"
-
-
 SCORES_CSV = "scores.csv"
-
-
 SUMMARY_JSON = "summary.json"
 SUMMARY_FORMAT = "bgbias-explain-summary"
-
-
 GALLERY_PNG = "gallery.png"
-
-
 MAPS_DIR = "maps"
-
-
 REFERENCE_MAPS_DIR = "reference-maps"
-
-
 CSV_COLUMNS = ("id", "label", "mask_source", "foreground_fraction", "attribution_on_foreground", "score")
-
-
 REFERENCE_COLUMNS = ("reference", "reference_label")
 """The columns ``scores.csv`` adds for an attribution with reference images."""
 
@@ -113,28 +99,23 @@ def scores_csv_text(scores: Sequence[ImageScore]) -> str:
     writer.writerow(CSV_COLUMNS + REFERENCE_COLUMNS if referenced else CSV_COLUMNS)
     for score in scores:
         numbers = (score.foreground_fraction, score.attribution_on_foreground, score.score)
-        row = [score.id, score.label, score.mask_source, *(_cell(value) for value in numbers)]
+        row = [score.id, score.label, score.mask_source,
+               *("" if np.isnan(value) else f"{value:.6f}" for value in numbers)]
         writer.writerow([*row, score.reference, score.reference_label] if referenced else row)
     return buffer.getvalue()
 
 
-def map_path(item: Item, out_dir: Path) -> Path:
-    """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG."""
-    return mask_path(item, Path(out_dir) / MAPS_DIR)
-
-
-def reference_map_path(item: Item, out_dir: Path) -> Path:
-    """Where the map of a gallery image's reference (made with that image) is kept: the image's path
-    mirrored under ``out_dir/reference-maps`` as a PNG."""
-    return mask_path(item, Path(out_dir) / REFERENCE_MAPS_DIR)
+def map_path(item: Item, out_dir: Path, folder: str = MAPS_DIR) -> Path:
+    """Where a gallery image's map is kept: its path mirrored under ``out_dir/maps`` as a PNG; with
+    :data:`REFERENCE_MAPS_DIR`, where the map of its reference (made with that image) is kept."""
+    return mask_path(item, Path(out_dir) / folder)
 
 
 def save_map(path: Path, attribution_map: np.ndarray) -> None:
     """A map in [0, 1] as an 8-bit greyscale PNG, atomically."""
     pixels = np.rint(np.clip(attribution_map, 0.0, 1.0) * 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
+    with atomic_file(path) as handle:
+        Image.fromarray(pixels).save(handle, format="PNG")
 
 
 def load_map(path: Path) -> np.ndarray:
@@ -167,7 +148,7 @@ def write_gallery(
         caption = f"{step.items[index].id}  score {score_text(scores[index].score)}"
         reference = step.reference(index)
         if reference is not None:
-            reference_path = reference_map_path(step.items[index], out_dir)
+            reference_path = map_path(step.items[index], out_dir, REFERENCE_MAPS_DIR)
             if not reference_path.is_file():
                 save_map(reference_path, step.reference_map(index))
             picture = step.load_reference(index)
@@ -178,10 +159,6 @@ def write_gallery(
     extra = {"reference": referenced, "its map": reference_overlays} if referenced else None
     return attribution_gallery(out_dir / GALLERY_PNG, images, masks, {model: maps}, captions,
                                extra_columns=extra)
-
-
-def _cell(value: float) -> str:
-    return "" if np.isnan(value) else f"{value:.6f}"
 
 
 def explain_dir(home: str | os.PathLike[str], dataset_key: str, split: str, label: str) -> Path:

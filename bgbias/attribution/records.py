@@ -6,6 +6,7 @@ rewriting and claiming are :mod:`bgbias.ledger`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -69,16 +70,10 @@ class ImageScore:
     reference_label: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        line = {
-            "id": self.id,
-            "label": self.label,
-            "mask_source": self.mask_source,
-            "foreground_fraction": _number(self.foreground_fraction),
-            "attribution_on_foreground": _number(self.attribution_on_foreground),
-            "score": _number(self.score),
-        }
-        if self.reference is not None:
-            line.update(reference=self.reference, reference_label=self.reference_label)
+        line = {key: _number(value) if key in _NUMBERS else value
+                for key, value in dataclasses.asdict(self).items()}
+        if self.reference is None:
+            del line["reference"], line["reference_label"]
         return line
 
     @classmethod
@@ -91,16 +86,12 @@ class ImageScore:
             return None
         if (line.reference is None) != (line.reference_label is None):
             return None
-        return cls(
-            id=line.id,
-            label=line.label,
-            mask_source=line.mask_source,
-            foreground_fraction=_float(line.foreground_fraction),
-            attribution_on_foreground=_float(line.attribution_on_foreground),
-            score=_float(line.score),
-            reference=line.reference,
-            reference_label=line.reference_label,
-        )
+        return cls(**{key: _float(getattr(line, key)) if key in _NUMBERS else getattr(line, key)
+                      for key in ScoreLine.model_fields})
+
+
+_NUMBERS = ("foreground_fraction", "attribution_on_foreground", "score")
+"""The fields of a score that are NaN where undefined (``null`` in the ledger)."""
 
 
 LEDGER_FORMAT = "bgbias-explain-ledger"

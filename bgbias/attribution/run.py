@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import itertools
 import os
 import shutil
@@ -31,7 +30,6 @@ from bgbias.attribution.outputs import (
     SUMMARY_JSON,
     explain_dir,
     map_path,
-    reference_map_path,
     run_summary,
     save_map,
     scores_csv_text,
@@ -46,7 +44,7 @@ from bgbias.attribution.records import (
     write_ledger,
 )
 from bgbias.attribution.references import check_reference_pool, pick_references, reference_rule
-from bgbias.attribution.scoring import ImageScorer, MaskFile, mask_files
+from bgbias.attribution.scoring import ImageScorer, mask_files
 from bgbias.corrupted.gallery import evenly_spread
 from bgbias.corrupted.manifests import ids_sha256
 from bgbias.data.eval_images import EvalImages
@@ -89,17 +87,6 @@ def _holding_out_dir(out_dir: Path) -> contextlib.AbstractContextManager[None]:
     return exclusive_lock(folder_lock_path(out_dir), wait=False, busy=busy)
 
 
-def _sigterm_as_interrupt(explain_into: Callable[..., ExplainResult]) -> Callable[..., ExplainResult]:
-    """``explain_into`` with SIGTERM taken like Ctrl-C (bgbias.signals)."""
-
-    @functools.wraps(explain_into)
-    def taking_sigterm(*args: Any, **options: Any) -> ExplainResult:
-        with sigterm_as_interrupt():
-            return explain_into(*args, **options)
-
-    return taking_sigterm
-
-
 @dataclass(frozen=True)
 class ExplainInputs:
     """What an explanation's request resolves to (:func:`explain` resolves it): the images to explain at
@@ -120,7 +107,7 @@ class ExplainInputs:
     opens the images that were explained."""
 
 
-@_sigterm_as_interrupt
+@sigterm_as_interrupt()  # SIGTERM taken like Ctrl-C (bgbias.signals)
 def explain_items(
     model: EmbeddingModel,
     inputs: ExplainInputs,
@@ -158,7 +145,8 @@ def explain_items(
         "geometry": geometry.as_dict(),
         "items_sha256": ids_sha256(items),
         "model_sha256": model.fingerprint(),
-        "masks_dir": _saliency_dir(masks, masks_dir),
+        # The saliency masks folder where any item uses it (its masks change the scores).
+        "masks_dir": os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None,
     }
     if referenced:
         settings.update(references=reference_rule(model), reference_items_sha256=ids_sha256(pool))
@@ -172,58 +160,55 @@ def explain_items(
     # The maps' precision: attribution never autocasts (ImageScorer).
     compute = {"device": str(device), "precision": precision_name(None),
                "memory_format": model_memory_format(model)}
-    if inputs.out_dir is None:
-        references = pick_references(model, pool, items, geometry, dataset_name, progress=progress, log=log,
-                                     on_disk=False) if referenced else None
-        step = ImageScorer(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-        scores, maps = [], {}
-        with tqdm(total=len(items), desc="explain", unit="img", disable=not progress) as bar:
-            for batch in _batches(range(len(items)), batch_size):
-                for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
-                    maps[items[index].id] = attribution_map
-                    scores.append(score)
-                bar.update(len(batch))
-        return ExplainResult(None, run_summary(settings, scores, compute), None, None, scores, maps)
-    out_dir = Path(inputs.out_dir)
-    claim_home(model)
-    # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
-    with _holding_out_dir(out_dir):
-        if force:
-            shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
-            shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
-        done = claim_out_dir(out_dir, settings, force)
+    out_dir = None if inputs.out_dir is None else Path(inputs.out_dir)
+    with contextlib.ExitStack() as held:
+        done: dict[str, ImageScore] = {}
+        if out_dir is not None:
+            claim_home(model)
+            # The folder's lock only now: a model that failed the probe leaves no folder, not even a lock's.
+            held.enter_context(_holding_out_dir(out_dir))
+            if force:
+                shutil.rmtree(out_dir / MAPS_DIR, ignore_errors=True)
+                shutil.rmtree(out_dir / REFERENCE_MAPS_DIR, ignore_errors=True)
+            done = claim_out_dir(out_dir, settings, force)
         picks = evenly_spread(len(items), gallery_count)
         picked = set(picks)
         todo = [index for index, item in enumerate(items) if item.id not in done]
-        batches = _batches(todo, batch_size)
         references: dict[str, Item] | None = None
         if referenced:
             by_id = {item.id: item for item in pool}
             references = {score.id: by_id[score.reference] for score in done.values() if score.reference}
             references.update(pick_references(model, pool, [items[i] for i in todo], geometry, dataset_name,
-                                              progress=progress, log=log))
+                                              progress=progress, log=log, on_disk=out_dir is not None))
         step = ImageScorer(model, attributor, items, masks, geometry, dataset_name, device, seed, references)
-        with SCORE_LEDGER.log(out_dir / RECORDS_NAME) as ledger, tqdm(
-            total=len(items), initial=len(items) - len(todo), desc="explain", unit="img", disable=not progress
-        ) as bar:
-            for batch in batches:
+        ledger = None if out_dir is None else held.enter_context(SCORE_LEDGER.log(out_dir / RECORDS_NAME))
+        maps: dict[str, np.ndarray] = {}
+        with tqdm(total=len(items), initial=len(items) - len(todo), desc="explain", unit="img",
+                  disable=not progress) as bar:
+            for batch in _batches(todo, batch_size):
                 for index, (_image, _mask, attribution_map, score) in zip(batch, step(batch), strict=True):
-                    if index in picked:
+                    if out_dir is None:  # nothing written: the result holds every map
+                        maps[items[index].id] = attribution_map
+                    elif index in picked:
                         save_map(map_path(items[index], out_dir), attribution_map)
                         if referenced:
-                            save_map(reference_map_path(items[index], out_dir), step.reference_map(index))
-                    ledger.append(score)
+                            save_map(map_path(items[index], out_dir, REFERENCE_MAPS_DIR),
+                                     step.reference_map(index))
+                    if ledger is not None:
+                        ledger.append(score)
                     done[score.id] = score
                 bar.update(len(batch))
-
         scores = [done[item.id] for item in items]
+        summary = run_summary(settings, scores, compute)
+        if out_dir is None:
+            return ExplainResult(None, summary, None, None, scores, maps)
         write_ledger(out_dir / RECORDS_NAME, settings, scores)
         write_text_atomic(out_dir / SCORES_CSV, scores_csv_text(scores))
-        summary = run_summary(settings, scores, compute)
         if inputs.dataset_root is not None:
             summary["dataset_root"] = os.fspath(Path(inputs.dataset_root).resolve())
         write_json_atomic(out_dir / SUMMARY_JSON, summary)
-        gallery = write_gallery(step, out_dir, picks, scores, _model_name(model)) if picks else None
+        name = str(model.describe().get("method", type(model).__name__))  # the gallery's name of the model
+        gallery = write_gallery(step, out_dir, picks, scores, name) if picks else None
         return ExplainResult(out_dir, summary, out_dir / SCORES_CSV, gallery, scores, {})
 
 
@@ -247,16 +232,6 @@ def _check_request(items: Sequence[Item], batch_size: int, gallery_count: int, s
         raise OptionError(f"gallery count {gallery_count} is negative", fix="use 0 for no gallery")
     if seed < 0:
         raise OptionError(f"seed {seed} is negative", fix="use a seed >= 0")
-
-
-def _saliency_dir(masks: Sequence[MaskFile], masks_dir: Path) -> str | None:
-    """The saliency masks folder when any item uses it (its masks change the scores), else ``None``."""
-    return os.fspath(masks_dir.resolve()) if any(m.source == SALIENCY for m in masks) else None
-
-
-def _model_name(model: EmbeddingModel) -> str:
-    """How the gallery names the model: its method where its description says it."""
-    return str(model.describe().get("method", type(model).__name__))
 
 
 def explain(

@@ -104,6 +104,7 @@ def score_image(
     )
 
 
+@dataclass(eq=False)
 class ImageScorer:
     """Loads, attributes and scores a list of item positions; shared by the main loop and the gallery.
 
@@ -113,22 +114,16 @@ class ImageScorer:
     attribution from its neighbour's. The model's memory format applies as it is (a layout changes only the
     order of the additions)."""
 
-    def __init__(
-        self,
-        model: EmbeddingModel,
-        attributor: Attribution,
-        items: Sequence[Item],
-        masks: Sequence[MaskFile],
-        geometry: EvalGeometry,
-        dataset_name: str,
-        device: torch.device,
-        seed: int,
-        references: dict[str, Item] | None = None,
-    ):
-        self.model, self.attributor, self.items, self.masks = model, attributor, items, masks
-        self.geometry, self.dataset_name, self.device, self.seed = geometry, dataset_name, device, seed
-        self.references = references
-        """Each item's reference image by id, for an attribution that needs them (else None)."""
+    model: EmbeddingModel
+    attributor: Attribution
+    items: Sequence[Item]
+    masks: Sequence[MaskFile]
+    geometry: EvalGeometry
+    dataset_name: str
+    device: torch.device
+    seed: int
+    references: dict[str, Item] | None = None
+    """Each item's reference image by id, for an attribution that needs them (else None)."""
 
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         return load_example(self.items[index], self.masks[index], self.geometry, self.dataset_name)

@@ -63,11 +63,7 @@ class BenchRho:
     def words(self) -> str:
         if math.isnan(self.rho):
             return "–"
-        if self.below:
-            return f"≤ {self.rho:.2f}"
-        if self.above:
-            return f"≥ {self.rho:.2f}"
-        return f"{self.rho:.2f}"
+        return ("≤ " if self.below else "≥ " if self.above else "") + f"{self.rho:.2f}"
 
 
 @dataclass(frozen=True)
@@ -82,10 +78,6 @@ class BenchEquivalent:
 
     def words(self) -> str:
         return f"ρ {self.rho.words()} ({self.low.words()}–{self.high.words()})"
-
-    def as_dict(self) -> dict[str, object]:
-        return {"rho": _json_rho(self.rho), "low": _json_rho(self.low), "high": _json_rho(self.high),
-                "masks": self.masks}
 
 
 def bench_equivalent(leakage: float, interval: tuple[float, float], *, encoder: str, fill: str,
@@ -111,7 +103,3 @@ def dial_curves(path: Path = CALIBRATION_FILE) -> dict[tuple[str, str, str], Dia
     curves = [DialCurve(c["encoder"], c["fill"], c["masks"], tuple(map(float, c["rhos"])),
                         tuple(map(float, c["leakage"]))) for c in record["curves"]]
     return {(c.encoder, c.fill, c.masks): c for c in curves}
-
-
-def _json_rho(value: BenchRho) -> dict[str, object]:
-    return {"rho": None if math.isnan(value.rho) else value.rho, "below": value.below, "above": value.above}

@@ -35,16 +35,9 @@ def write_class_gallery(
         queries.append(GalleryQuery(
             caption=f"class {row.name} ({row.images} images): background MAP@R {row.background_map_at_r:.2f}"
                     f" (chance {row.chance_map_at_r:.2f}), object {row.foreground_map_at_r:.2f}",
-            rows=tuple(_row(background, labels, int(q), float(per_query_map_at_r[q]),
-                            neighbours[q, :GALLERY_NEIGHBOURS]) for q in members),
+            # A row per background-only image (named by its AP@R) and its nearest background-only neighbours.
+            rows=tuple(GalleryRow.ranked(f"AP@R {per_query_map_at_r[q]:.2f}", background.pixels, labels,
+                                         int(q), neighbours[q, :GALLERY_NEIGHBOURS]) for q in members),
         ))
     return write_retrieval_gallery(path, queries)
 
-
-def _row(background: ViewImages, labels: np.ndarray, query: int, average_precision: float,
-         nearest: np.ndarray) -> GalleryRow:
-    """One background-only image (named by its AP@R) and its nearest background-only neighbours."""
-    nearest = [int(n) for n in nearest]
-    return GalleryRow(f"AP@R {average_precision:.2f}", background.pixels(query),
-                      [background.pixels(n) for n in nearest],
-                      [bool(labels[n] == labels[query]) for n in nearest])

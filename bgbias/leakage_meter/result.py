@@ -48,11 +48,6 @@ class ClassLeakage:
     empty_masks: int = 0
 
     @property
-    def shown(self) -> str:
-        """The class as the page names it: its name, and its label where the two differ."""
-        return shown_class(self.name, self.label)
-
-    @property
     def background_above_chance(self) -> float:
         """What the background alone retrieves of the class beyond chance: the per-class table's order."""
         return self.background_map_at_r - self.chance_map_at_r
@@ -85,9 +80,7 @@ class DatasetLeakage:
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, JSON-able (NaN as None: JSON has none)."""
-        return _json_safe({**format_header(RECORD_FORMAT), **asdict(self),
-                           "interval": list(self.interval),
-                           "bench_rho": None if self.bench_rho is None else self.bench_rho.as_dict()})
+        return _json_safe({**format_header(RECORD_FORMAT), **asdict(self)})
 
     def markdown(self, top: int = 20, picture: str | None = None) -> str:
         """The summary (with the images whose masks are empty), the ``top`` classes whose background gives
@@ -119,7 +112,8 @@ class DatasetLeakage:
             Heading(f"The {min(top, len(self.per_class))} classes whose background gives them away most"),
             Table(("class", "images", *(("empty masks",) if flagged else ()), "background MAP@R",
                    "object MAP@R", "chance", "leakage"), tuple(
-                (row.shown, str(row.images), *((str(row.empty_masks),) if flagged else ()),
+                (shown_class(row.name, row.label), str(row.images),
+                 *((str(row.empty_masks),) if flagged else ()),
                  *(_pct(value) for value in (row.background_map_at_r, row.foreground_map_at_r,
                                              row.chance_map_at_r, row.leakage)))
                 for row in self.per_class[:top])),

@@ -138,9 +138,8 @@ def find_set_files(folder: Path, names: Sequence[str]) -> dict[str, SetFiles]:
     found: dict[str, dict[str, Path]] = {}
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
-        if any(part.startswith(".") for part in relative.parts) or relative.parts[0] == REPORT_FOLDER:
-            continue
-        if path.is_dir():
+        hidden = any(part.startswith(".") for part in relative.parts)
+        if hidden or relative.parts[0] == REPORT_FOLDER or path.is_dir():
             continue
         posix = relative.as_posix()
         suffix = next((s for s in SUFFIXES if posix.endswith(s)), None)

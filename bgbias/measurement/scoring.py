@@ -8,7 +8,7 @@ checked against the exact ranking on the clean split and on each of the paper's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from bgbias.measurement.request import ResolvedRequest
     from bgbias.measurement.sets import EvaluationSets, SetStates
     from bgbias.retrieval.retrievers import Retrieval
-    from bgbias.variants.variant_images import VariantImages
 
 
 @dataclass
@@ -48,28 +47,6 @@ class QuerySide:
             self.worst = {name: np.fmin(self.worst[name], scores.per_query[name]) if self.worst
                           else scores.per_query[name].copy() for name in METRICS}
         return scores
-
-
-def score_variants(
-    states: SetStates,
-    sets: Sequence[VariantImages],
-    retrieval: Retrieval,
-    masks_print: str | None,
-    log: Callable[[str], None],
-    max_memory: int,
-) -> dict[str, list[RetrievalScores]]:
-    """Each variant set's state (embedded through the cache, keyed by its manifest's sha256 and the masks; or
-    read from files) scored against itself, by variant in repeat order."""
-    scores: dict[str, list[RetrievalScores]] = {}
-    for images in sets:
-        manifest = images.manifest
-        key = {"set": manifest.variant.name, "manifest_sha256": manifest.sha256, "masks": masks_print}
-        desc = f"{manifest.variant.name} repeat {manifest.repeat}"
-        state = states.state(images, key, desc)
-        scores.setdefault(manifest.variant.name, []).append(
-            score_embeddings(state, states.labels, retrieval=retrieval, max_memory=max_memory))
-        log(f"{desc} MAP@R {scores[manifest.variant.name][-1].map_at_r:.4f}")
-    return scores
 
 
 @dataclass(frozen=True)
@@ -122,5 +99,12 @@ def score_sets(
         if request.profile:
             query_map = query_side.add(index, state).map_at_r
             log(f"corrupted repeat {manifest.repeat} query-side MAP@R {query_map:.4f}")
-    variants = score_variants(states, sets.variants, retrieval, sets.masks_print, log, max_memory)
+    # Each variant set by its name, in repeat order (its state keyed by its manifest and the masks).
+    variants: dict[str, list[RetrievalScores]] = {}
+    for images in sets.variants:
+        name, manifest = images.manifest.variant.name, images.manifest
+        desc = f"{name} repeat {manifest.repeat}"
+        key = {"set": name, "manifest_sha256": manifest.sha256, "masks": sets.masks_print}
+        variants.setdefault(name, []).append(scored(states.state(images, key, desc)))
+        log(f"{desc} MAP@R {variants[name][-1].map_at_r:.4f}")
     return ScoredSets(clean_state, clean, corrupted, query_side, variants, recalls)

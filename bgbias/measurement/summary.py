@@ -116,10 +116,9 @@ def summarize_evaluation(
     if not corrupted:
         return report
     repeats = [{"repeat": index, **metric_means(scores)} for index, scores in enumerate(corrupted)]
-    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
-    std = {name: _sample_std([row[name] for row in repeats]) for name in METRICS}
-    report["corrupted"] = {"repeats": repeats, "mean": mean, "std": std}
-    report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
+    spread = _row(repeats)
+    report["corrupted"] = {"repeats": repeats, "mean": spread["mean"], "std": spread["std"]}
+    report["drop"] = {name: _drop(report["clean"][name], spread["mean"][name]) for name in METRICS}
     names = {} if class_names is None else dict(class_names)
     empty = None if empty_masks is None else _flags(ids, empty_masks)
     report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
@@ -160,10 +159,6 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return None if not values or None in values else float(np.mean(values))
 
 
-def _sample_std(values: Sequence[float | None]) -> float | None:
-    return None if len(values) < 2 or None in values else float(np.std(values, ddof=1))
-
-
 def _drop(clean: float | None, corrupted: float | None) -> dict[str, float | None]:
     absolute = None if clean is None or corrupted is None else clean - corrupted
     relative = None if absolute is None or clean == 0 else absolute / clean
@@ -181,10 +176,10 @@ def _per_class(
     scored = ~np.isnan(clean.per_query["map_at_r"])
     for label in np.unique(labels):
         members = (labels == label) & scored
-        clean_value = _class_mean(clean, members)
-        corrupted_value = _mean([_class_mean(scores, members) for scores in corrupted])
+        clean_value = _nanmean(clean.per_query["map_at_r"][members])
+        corrupted_value = _mean([_nanmean(scores.per_query["map_at_r"][members]) for scores in corrupted])
         drop = _drop(clean_value, corrupted_value)
-        rows.append({"label": label.item(), "name": _class_name(names, label.item()),
+        rows.append({"label": label.item(), "name": names.get(label.item(), str(label)),
                      "images": int((labels == label).sum()),
                      "empty_masks": None if empty is None else int(empty[labels == label].sum()),
                      "clean_map_at_r": clean_value, "corrupted_map_at_r": corrupted_value,
@@ -198,10 +193,6 @@ def _flags(ids: Sequence[str], flagged: Collection[str]) -> np.ndarray:
     return np.array([str(image_id) in flagged for image_id in ids], dtype=bool)
 
 
-def _class_name(names: Mapping[Any, str], label: Any) -> str:
-    return names.get(label, str(label))
-
-
 def _empty_masks(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], ids: Sequence[str], empty: np.ndarray
 ) -> dict[str, Any]:
@@ -211,8 +202,7 @@ def _empty_masks(
         return {"images": 0, "ids": [], "without": None}
     kept = ~empty
     clean_means = _subset_means(clean, kept)
-    repeats = [_subset_means(scores, kept) for scores in corrupted]
-    mean = {name: _mean([row[name] for row in repeats]) for name in METRICS}
+    mean = _row([_subset_means(scores, kept) for scores in corrupted])["mean"]
     return {"images": len(flagged), "ids": flagged, "without": {
         "scored": int((kept & ~np.isnan(clean.per_query["map_at_r"])).sum()),
         "clean": clean_means, "corrupted": mean,
@@ -221,16 +211,7 @@ def _empty_masks(
 
 def _subset_means(scores: RetrievalScores, kept: np.ndarray) -> dict[str, float | None]:
     """Each metric's mean over the scored queries among ``kept``, None where none is scored."""
-    means = {}
-    for name in METRICS:
-        values = scores.per_query[name][kept]
-        values = values[~np.isnan(values)]
-        means[name] = float(values.mean()) if len(values) else None
-    return means
-
-
-def _class_mean(scores: RetrievalScores, members: np.ndarray) -> float | None:
-    return float(scores.per_query["map_at_r"][members].mean()) if members.any() else None
+    return {name: _nanmean(scores.per_query[name][kept]) for name in METRICS}
 
 
 def _images_hurt_most(
@@ -243,7 +224,8 @@ def _images_hurt_most(
     drop = before - after
     scored = np.flatnonzero(~np.isnan(drop))
     order = scored[np.argsort(-drop[scored], kind="stable")][:HURT_MOST]
-    return [{"id": str(ids[i]), "label": labels[i].item(), "class_name": _class_name(names, labels[i].item()),
+    return [{"id": str(ids[i]), "label": labels[i].item(),
+             "class_name": names.get(labels[i].item(), str(labels[i])),
              "empty_mask": None if empty is None else bool(empty[i]), "clean_map_at_r": float(before[i]),
              "corrupted_map_at_r": float(after[i]), "drop": float(drop[i])} for i in order]
 
@@ -285,8 +267,8 @@ def summarize_profile(
     for name, scores in variants.items():
         rows[name] = _row([metric_means(s) for s in scores])
     same, other = variants["mixed-same"], variants["mixed-rand"]
-    rows["bg-gap"] = _row([{name: _difference(a, b, name) for name in METRICS}
-                           for a, b in zip(same, other, strict=True)])
+    rows["bg-gap"] = _row([{name: _drop(a[name], b[name])["absolute"] for name in METRICS}
+                           for a, b in zip(map(metric_means, same), map(metric_means, other), strict=True)])
     rows["chance"] = _row([chance_scores(labels)])
     return {
         # A list, not a mapping: the report's JSON sorts mapping keys, and the order is the reading order.
@@ -303,20 +285,10 @@ def summarize_profile(
 
 def _row(values: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
     """Mean and sample std over sets of each metric (None where a set has no value, std None for one set)."""
-    def spread(name: str) -> tuple[float | None, float | None]:
-        column = [value[name] for value in values]
-        if None in column:
-            return None, None
-        return float(np.mean(column)), float(np.std(column, ddof=1)) if len(column) > 1 else None
-
-    spreads = {name: spread(name) for name in METRICS}
-    return {"repeats": len(values), "mean": {name: spreads[name][0] for name in METRICS},
-            "std": {name: spreads[name][1] for name in METRICS}}
-
-
-def _difference(a: RetrievalScores, b: RetrievalScores, name: str) -> float | None:
-    first, second = finite_or_none(getattr(a, name)), finite_or_none(getattr(b, name))
-    return None if first is None or second is None else first - second
+    columns = {name: [value[name] for value in values] for name in METRICS}
+    return {"repeats": len(values), "mean": {name: _mean(column) for name, column in columns.items()},
+            "std": {name: None if len(column) < 2 or None in column else float(np.std(column, ddof=1))
+                    for name, column in columns.items()}}
 
 
 def _nanmean(values: np.ndarray) -> float | None:

@@ -8,6 +8,7 @@ loading would import and call, so such a line is refused unless its user trusts 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -94,8 +95,7 @@ def read_list_file(path: str | os.PathLike[str], *, trust: bool = False) -> list
                 fix=f"pass {given(True)} if you wrote this file or trust every factory it names as you "
                     "would its Python code; or give that model on its own", parameter="trust_model")
         if entry is not None:
-            entries.append(ModelEntry(entry.label, entry.model, entry.spec, f"{path}, line {number}",
-                                      entry.args))
+            entries.append(dataclasses.replace(entry, where=f"{path}, line {number}"))
     return entries
 
 
@@ -106,7 +106,7 @@ def in_memory_entry(label: str | None, model: Any, where: str) -> ModelEntry:
         entry = parse_entry(os.fspath(model), where)
         if entry is None:
             raise OptionError(f"{where} is empty", fix="name a model spec, or leave the entry out")
-        return entry if label is None else ModelEntry(label, entry.model, entry.spec, where, entry.args)
+        return entry if label is None else dataclasses.replace(entry, label=label)
     name = type(model).__name__
     describe = getattr(model, "describe", None)
     if callable(describe):

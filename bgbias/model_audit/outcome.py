@@ -4,7 +4,6 @@ a finished model instead of measuring it again; or the error it failed with."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,11 +55,6 @@ class ModelOutcome(Record):
     scores: AuditScores | None = None
     error: str | None = None
     traceback: str | None = None
-
-
-def finite(value: float | None) -> float | None:
-    """``value``, or None where it is missing or not a number (JSON has no NaN)."""
-    return None if value is None or math.isnan(value) else float(value)
 
 
 def write_outcome(folder: Path, outcome: ModelOutcome) -> Path:

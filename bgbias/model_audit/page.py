@@ -22,7 +22,6 @@ from bgbias.report.document import (
     Paragraph,
     Strong,
     Table,
-    to_markdown,
     write_document,
 )
 from bgbias.report.evaluation import percent, percent_spread
@@ -80,18 +79,16 @@ def table(page: AuditPage) -> Table:
     if failed:
         headers.append("error")
     rows = []
-    rank = 0
-    for outcome in page.ranked:
+    for rank, outcome in _ranks(page.ranked):
         scores = outcome.scores
-        if outcome.status == "failed" or scores is None:
-            cells = ["failed", outcome.label, *[""] * (len(headers) - 3)]
-            rows.append(tuple([*cells, _first_line(outcome.error)]))
+        if rank is None or scores is None:
+            error = outcome.error.splitlines()[0] if outcome.error else ""
+            rows.append(("failed", outcome.label, *[""] * (len(headers) - 3), error))
             continue
-        rank += 1
         cells = [str(rank), outcome.label, percent(scores.clean_map_at_r),
                  percent(scores.clean_precision_at_1),
                  percent_spread(scores.corrupted_map_at_r, scores.corrupted_map_at_r_std),
-                 _one_decimal(scores.relative_drop),
+                 "" if scores.relative_drop is None else f"{100 * scores.relative_drop:.1f}",
                  *(percent(scores.profile.get(name)) for name in columns),
                  _leakage(scores.leakage, scores.leakage_interval)]
         rows.append(tuple(cells + ([""] if failed else [])))
@@ -187,11 +184,6 @@ def write_audit_page(page: AuditPage, out: Path) -> dict[str, Path]:
     return files
 
 
-def summary(page: AuditPage, out: Path) -> str:
-    """The ranked table as Markdown, for the terminal."""
-    return to_markdown([table(page)], out)
-
-
 def _ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutcome]]:
     ranks, rank = [], 0
     for outcome in outcomes:
@@ -203,17 +195,9 @@ def _ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutc
     return ranks
 
 
-def _one_decimal(fraction: float | None) -> str:
-    return "" if fraction is None else f"{100 * fraction:.1f}"
-
-
 def _leakage(value: float | None, interval: Sequence[float | None]) -> str:
     if value is None:
         return "–"
     low, high = interval
     bounds = "" if low is None or high is None else f" [{100 * low:.1f}, {100 * high:.1f}]"
     return f"{100 * value:.1f}{bounds}"
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").splitlines()[0] if text else ""

@@ -24,18 +24,20 @@ from bgbias.data.items import default_masks_dir
 from bgbias.data.splits import split_items
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.engine.eta import duration, time_left
-from bgbias.engine.external_model import folder_owner
 from bgbias.engine.trained import is_run_path
 from bgbias.errors import OptionError, given
 from bgbias.fileio import holds_files, make_dirs
 from bgbias.leakage_meter.meter import measure_leakage
 from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
+from bgbias.measurement.summary import finite_or_none
 from bgbias.methods.embedding_model import EmbeddingModel
 from bgbias.model_audit.entries import ModelEntry
-from bgbias.model_audit.outcome import AuditScores, ModelOutcome, finite, read_outcome, write_outcome
-from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, summary, write_audit_page
+from bgbias.model_audit.outcome import AuditScores, ModelOutcome, read_outcome, write_outcome
+from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, table, write_audit_page
 from bgbias.paths import runs_root
+from bgbias.report.document import to_markdown
 from bgbias.report.evaluate import evaluate
+from bgbias.report.folder import refuse_model_folder
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
@@ -140,7 +142,9 @@ def _audit_one(
             log(f"{entry.label}: kept from an earlier audit (same model, data and settings)")
             return kept, True
         report_dir, report, leakage = _measure(dataset, model, settings, masks_dir, folder, log)
-        outcome = ModelOutcome(**given, status="done", key=key, model=_json_safe(model.describe()),
+        # The model's description as JSON holds it (paths and other objects as text).
+        described = json.loads(json.dumps(model.describe(), sort_keys=True, default=str))
+        outcome = ModelOutcome(**given, status="done", key=key, model=described,
                                report=_shown_path(report_dir, out),
                                leakage_record=_shown_path(folder / LEAKAGE_FOLDER / "leakage.json", out),
                                scores=scores_of(report, leakage))
@@ -187,10 +191,11 @@ def scores_of(report: EvaluationReport, leakage: DatasetLeakage) -> AuditScores:
         corrupted_map_at_r_std=None if corrupted is None else corrupted.std.map_at_r,
         corrupted_repeats=0 if corrupted is None else len(corrupted.repeats),
         relative_drop=None if drop is None else drop.relative, profile=profile,
-        leakage=finite(leakage.leakage), leakage_interval=[finite(value) for value in leakage.interval],
-        background_map_at_r=finite(leakage.background.map_at_r),
-        foreground_map_at_r=finite(leakage.foreground.map_at_r),
-        chance_map_at_r=finite(leakage.chance.map_at_r),
+        leakage=finite_or_none(leakage.leakage),
+        leakage_interval=[finite_or_none(value) for value in leakage.interval],
+        background_map_at_r=finite_or_none(leakage.background.map_at_r),
+        foreground_map_at_r=finite_or_none(leakage.foreground.map_at_r),
+        chance_map_at_r=finite_or_none(leakage.chance.map_at_r),
         images=report.images, empty_masks=None if report.empty_masks is None else report.empty_masks.images,
     )
 
@@ -199,11 +204,6 @@ def _shown_path(path: Path, out: Path) -> str:
     """``path`` relative to the audit's folder where it lies inside (so the folder can move), else as is."""
     path, out = path.resolve(), out.resolve()
     return path.relative_to(out).as_posix() if path.is_relative_to(out) else str(path)
-
-
-def _json_safe(value: Any) -> Any:
-    """A model's description as JSON holds it (paths and other objects as text)."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class AuditResult:
 
     def summary(self) -> str:
         """The ranked table as Markdown, for the terminal."""
-        return summary(self.page, self.out_dir)
+        return to_markdown([table(self.page)], self.out_dir)
 
 
 def run_audit(
@@ -270,11 +270,8 @@ def default_audit_folder(dataset: Dataset, split: str) -> Path:
 def check_audit_folder(out: Path) -> None:
     """Refuse an audit folder that is, or lies inside, a run's or a model's folder, or that holds anything but
     an earlier audit."""
-    owner = folder_owner(out)
-    if owner is not None:
-        raise OptionError(f"the audit's folder is or lies inside {owner.describe()}: its pages would read as "
-                          "that model's", path=out, fix=f"pass {given('DIR')} outside runs and model folders",
-                          parameter="out")
+    refuse_model_folder(out, "the audit's folder", "its pages", parameter="out",
+                        fix=f"pass {given('DIR')} outside runs and model folders")
     if out.exists() and not out.is_dir():
         raise OptionError("the audit's folder is a file", path=out,
                           fix=f"pass {given('DIR')}, a new or empty folder", parameter="out")

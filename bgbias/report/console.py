@@ -110,8 +110,7 @@ def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]
             row += [_mean_and_spread(getattr(corrupted.mean, key), getattr(corrupted.std, key)),
                     drop[key].absolute, "" if relative is None else f"{100 * relative:.1f} %"]
         rows.append(row)
-    variant = " + BGAugment" if report.bgaugment else ""
-    title = (f"{report.method}{variant} on {report.dataset} {report.split} "
+    title = (f"{report.label} on {report.dataset} {report.split} "
              f"({report.images} images{_model_origin(report)})")
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if report.scored == 0:

@@ -284,7 +284,8 @@ def _heading_ids(blocks: Sequence[Block]) -> dict[int, str]:
     taken: set[str] = set()
     for index, block in enumerate(blocks):
         if isinstance(block, Heading):
-            base = _slug(block.text)
+            # Lower case, runs of anything but letters and digits as one ``-``.
+            base = re.sub(r"[\W_]+", "-", block.text.lower()).strip("-") or "section"
             anchor, count = base, 1
             while anchor in taken:
                 count += 1
@@ -292,11 +293,6 @@ def _heading_ids(blocks: Sequence[Block]) -> dict[int, str]:
             ids[index] = anchor
             taken.add(anchor)
     return ids
-
-
-def _slug(text: str) -> str:
-    """``text`` as an HTML id: lower case, runs of anything but letters and digits as one ``-``."""
-    return re.sub(r"[\W_]+", "-", text.lower()).strip("-") or "section"
 
 
 def _inline_html(text: Text) -> str:

@@ -5,6 +5,7 @@ measurement (:mod:`bgbias.measurement`), then its report folder, ``<model home>/
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,16 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bgbias.engine.external_model import folder_owner
 from bgbias.engine.split_states import EVAL_FOLDER
-from bgbias.errors import OptionError
 from bgbias.fileio import folder_lock
 from bgbias.measurement.measure import Measurement, measure, measure_files
 from bgbias.measurement.request import MeasureRequest
 from bgbias.measurement.summary import per_query_table
 from bgbias.report.console import format_evaluation_summary
 from bgbias.report.evaluation import write_evaluation_report
-from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
+from bgbias.report.folder import EVAL_REPORT_FILES, refuse_model_folder, write_report_folder
 from bgbias.report.plots import plot_clean_vs_corrupted, plot_per_class_drop, plot_profile
 from bgbias.retrieval.gallery import GalleryQuery, GalleryRow, write_retrieval_gallery
 
@@ -98,7 +97,8 @@ def score_embedding_folder(
     eval`` scores a model's, the same embeddings giving the same report; its files go to ``out`` (none without
     it), which may not lie in a run folder or a model's home."""
     if out is not None:
-        _check_report_folder(Path(out))
+        refuse_model_folder(Path(out), "the report folder", "a report there",
+                            fix="write the report to a folder outside runs and model folders")
     measured = measure_files(Path(folder), dataset, request, protocol=protocol, fold=fold,
                              l2_normalize=l2_normalize, name=name, log=log)
     if out is None:
@@ -110,15 +110,6 @@ def score_embedding_folder(
 def _result(out_dir: Path | None, measured: Measurement, files: dict[str, Path]) -> EvaluationResult:
     return EvaluationResult(out_dir, measured.report, files, measured.clean, measured.corrupted,
                             measured.embedded, measured.ids, measured.labels)
-
-
-def _check_report_folder(out: Path) -> None:
-    """Refuse a report folder in or inside a run folder or a model's home: the report would read as theirs."""
-    owner = folder_owner(out)
-    if owner is not None:
-        raise OptionError(f"the report folder is or lies inside {owner.describe()}: a report there would "
-                          "read as that model's", path=out,
-                          fix="write the report to a folder outside runs and model folders")
 
 
 def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, Path]:
@@ -149,20 +140,14 @@ def _retrieval_gallery(
     """The paper's Fig. 1 for the queries whose AP@R fell most in the first corrupted repeat."""
     drop = np.nan_to_num(clean.per_query["map_at_r"] - corrupted.per_query["map_at_r"], nan=-np.inf)
     picks = np.argsort(-drop, kind="stable")[:GALLERY_QUERIES]
-    queries = []
-    for q in picks.tolist():
-        clean_nn = clean.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
-        corrupted_nn = corrupted.neighbours[q, :GALLERY_NEIGHBOURS].tolist()
-        queries.append(GalleryQuery(
-            caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
-                    f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
-            rows=(GalleryRow("clean", _pixels(clean_images, q), [_pixels(clean_images, n) for n in clean_nn],
-                             [bool(labels[n] == labels[q]) for n in clean_nn]),
-                  GalleryRow("corrupted", _pixels(corrupted_images, q),
-                             [_pixels(corrupted_images, n) for n in corrupted_nn],
-                             [bool(labels[n] == labels[q]) for n in corrupted_nn])),
-        ))
-    return write_retrieval_gallery(path, queries)
+    sides = (("clean", clean, clean_images), ("corrupted", corrupted, corrupted_images))
+    return write_retrieval_gallery(path, [GalleryQuery(
+        caption=f"{clean_images.items[q].id}: AP@R {clean.per_query['map_at_r'][q]:.2f} clean, "
+                f"{corrupted.per_query['map_at_r'][q]:.2f} corrupted",
+        rows=tuple(GalleryRow.ranked(name, functools.partial(_pixels, images), labels, q,
+                                     scores.neighbours[q, :GALLERY_NEIGHBOURS])
+                   for name, scores, images in sides),
+    ) for q in picks.tolist()])
 
 
 def _pixels(images: Any, index: int) -> np.ndarray:

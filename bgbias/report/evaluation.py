@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,28 +66,24 @@ def write_evaluation_report(
             f"made from ({record.images} images, {repeats} repeats)",
             fix="pass the same scores to summarize_evaluation and write_evaluation_report",
         )
-    out = Path(out_dir)
-    paths = {
-        "report_json": out / "report.json",
-        "report_csv": out / "report.csv",
-        "per_query_csv": out / "per_query.csv",
-        "report_md": out / "report.md",
-    }
-    write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
-    write_text_atomic(paths["report_csv"], csv_text(("set", *METRICS), _set_rows(record)))
     empty = None if record.empty_masks is None else record.empty_masks.ids
-    write_text_atomic(paths["per_query_csv"], _per_query_csv(clean, corrupted, labels, ids, empty))
-    write_text_atomic(paths["report_md"], format_evaluation_markdown(record))
+    table = per_query_table(clean, corrupted, labels, ids, empty)
+    texts = {"report.csv": csv_text(("set", *METRICS), _set_rows(record)),
+             "per_query.csv": csv_text(list(table), zip(*table.values(), strict=True)),
+             "report.md": format_evaluation_markdown(record)}
     if record.corrupted:
-        paths["per_class_csv"] = out / "per_class.csv"
-        rows = ([getattr(row, key) for key in PER_CLASS_COLUMNS] for row in record.per_class)
-        write_text_atomic(paths["per_class_csv"], csv_text(PER_CLASS_COLUMNS, rows))
+        texts["per_class.csv"] = csv_text(PER_CLASS_COLUMNS, ([getattr(row, key) for key in PER_CLASS_COLUMNS]
+                                                              for row in record.per_class))
     if record.profile is not None:
-        paths["profile_csv"] = out / "profile.csv"
-        rows = ([row.set, row.title, row.repeats,
-                 *(getattr(getattr(row, which), metric) for metric in METRICS for which in ("mean", "std"))]
-                for row in record.profile.sets)
-        write_text_atomic(paths["profile_csv"], csv_text(PROFILE_COLUMNS, rows))
+        texts["profile.csv"] = csv_text(PROFILE_COLUMNS, (
+            [row.set, row.title, row.repeats,
+             *(getattr(getattr(row, which), metric) for metric in METRICS for which in ("mean", "std"))]
+            for row in record.profile.sets))
+    paths = {"report_json": Path(out_dir) / "report.json"}
+    write_json_atomic(paths["report_json"], record.model_dump(exclude_unset=True))
+    for name, text in texts.items():
+        path = paths[name.replace(".", "_")] = Path(out_dir) / name
+        write_text_atomic(path, text)
     return paths
 
 
@@ -211,7 +207,8 @@ def _per_class_blocks(report: EvaluationReport) -> list[Block]:
         headers = ("image", "class", *(("empty mask",) if flagged else ()), "clean", "corrupted",
                    "drop (points)")
         blocks += [Heading(f"The {len(hurt_images)} images hurt most (MAP@R, %)"), Table(headers, tuple(
-            (row.id, shown_class(row.class_name, row.label), *((_yes(row.empty_mask),) if flagged else ()),
+            (row.id, shown_class(row.class_name, row.label),
+             *(({None: "", True: "yes", False: "no"}[row.empty_mask],) if flagged else ()),
              percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop))
             for row in hurt_images))]
     if flagged:
@@ -252,10 +249,6 @@ def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
     ]
 
 
-def _yes(flag: bool | None) -> str:
-    return "" if flag is None else "yes" if flag else "no"
-
-
 def _profile_blocks(profile: Profile) -> list[Block]:
     """The background-reliance profile as a titled table (%, mean ± std over its sets) and notes."""
     rows = tuple((row.title, str(row.repeats),
@@ -278,24 +271,11 @@ def _profile_blocks(profile: Profile) -> list[Block]:
 
 def _set_rows(report: EvaluationReport) -> list[list[Any]]:
     """report.csv: the clean set, every repeat, then the repeats' mean and std."""
-    rows = [["clean", *_metric_values(report.clean)]]
-    corrupted = report.corrupted
-    if corrupted:
-        rows += [[f"repeat-{row.repeat}", *_metric_values(row)] for row in corrupted.repeats]
-        rows += [["mean", *_metric_values(corrupted.mean)], ["std", *_metric_values(corrupted.std)]]
-    return rows
-
-
-def _metric_values(scores: Scores) -> list[float | None]:
-    return [getattr(scores, name) for name in METRICS]
-
-
-def _per_query_csv(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
-    empty_masks: Collection[str] | None,
-) -> str:
-    table = per_query_table(clean, corrupted, labels, ids, empty_masks)
-    return csv_text(list(table), zip(*table.values(), strict=True))
+    sets: list[tuple[str, Scores]] = [("clean", report.clean)]
+    if report.corrupted:
+        sets += [(f"repeat-{row.repeat}", row) for row in report.corrupted.repeats]
+        sets += [("mean", report.corrupted.mean), ("std", report.corrupted.std)]
+    return [[name, *(getattr(scores, metric) for metric in METRICS)] for name, scores in sets]
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

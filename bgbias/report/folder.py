@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from bgbias.engine.external_model import folder_owner
 from bgbias.errors import OptionError, OutputError, output_error
 from bgbias.fileio import atomic_dir
 
@@ -46,6 +47,15 @@ def write_report_folder(
         raise output_error(error, where) from error  # putting the new folder in place failed
     return {name: out / path.relative_to(stage) if path.is_relative_to(stage) else path
             for name, path in written.items()}
+
+
+def refuse_model_folder(out: Path, folder: str, writes: str, fix: str, parameter: str | None = None) -> None:
+    """Refuse ``out`` (``folder``, as the error calls it) where it is, or lies inside, a run folder or a
+    model's home: ``writes`` (what would go there) would read as that model's."""
+    owner = folder_owner(out)
+    if owner is not None:
+        raise OptionError(f"{folder} is or lies inside {owner.describe()}: {writes} would read as that "
+                          "model's", path=out, fix=fix, parameter=parameter)
 
 
 def _check_replaceable(out: Path, owns: Sequence[str]) -> None:

@@ -63,17 +63,15 @@ def heading(value: str, level: int) -> str:
 
 
 def image(alt: str, target: str) -> str:
-    """An image of the file at the relative POSIX path ``target``, percent-encoded: ``:`` becomes ``%3A``,
-    so the target is a relative path whatever the file is called."""
-    if target.startswith("/"):
-        raise ValueError(f"an image target must be a relative path, got {target!r}")
-    return f"![{text(alt)}]({urllib.parse.quote(target)})"
+    """An image of the file at the relative POSIX path ``target``, linked as :func:`link` links it."""
+    return "!" + link(alt, target)
 
 
 def link(label: str, target: str) -> str:
-    """A link to the relative POSIX path ``target``, percent-encoded as :func:`image`'s, its text escaped."""
+    """A link to the relative POSIX path ``target``, percent-encoded (``:`` becomes ``%3A``, so the target is
+    a relative path whatever the file is called), its text escaped."""
     if target.startswith("/"):
-        raise ValueError(f"a link target must be a relative path, got {target!r}")
+        raise ValueError(f"a link or image target must be a relative path, got {target!r}")
     return f"[{text(label)}]({urllib.parse.quote(target)})"
 
 

@@ -30,18 +30,14 @@ def plot_clean_vs_corrupted(report: EvaluationReport, path: str | os.PathLike[st
     figure = new_figure(6.4, 4.0)
     axes = figure.add_subplot()
     corrupted = report.corrupted
-    series: list[tuple[str, str, list[float | None], list[float | None] | None]] = [
-        ("clean", CLEAN_COLOUR, [getattr(report.clean, name) for name in METRICS], None)]
+    x, width = np.arange(len(METRICS)), 0.4 if corrupted else 0.8  # side by side, or clean alone
+    _bars(axes, x - width / 2 if corrupted else x, [getattr(report.clean, name) for name in METRICS], None,
+          width, "clean", CLEAN_COLOUR)
     if corrupted:
         repeats = len(corrupted.repeats)
-        series.append((f"corrupted (mean ± std, {repeats} repeat{'s' * (repeats > 1)})", CORRUPTED_COLOUR,
-                       [getattr(corrupted.mean, name) for name in METRICS],
-                       [getattr(corrupted.std, name) for name in METRICS]))
-    width = 0.8 / len(series)
-    x = np.arange(len(METRICS))
-    for index, (label, colour, means, stds) in enumerate(series):
-        offset = (index - (len(series) - 1) / 2) * width
-        _bars(axes, x + offset, means, stds, width, label, colour)
+        _bars(axes, x + width / 2, [getattr(corrupted.mean, name) for name in METRICS],
+              [getattr(corrupted.std, name) for name in METRICS], width,
+              f"corrupted (mean ± std, {repeats} repeat{'s' * (repeats > 1)})", CORRUPTED_COLOUR)
     axes.set_xticks(x, [METRIC_TITLES[name] for name in METRICS])
     axes.set_ylabel("%")
     axes.set_title(_report_title(report), fontsize=10)

@@ -5,9 +5,8 @@ red when not. PIL only.
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from bgbias.errors import OptionError
 from bgbias.figures import INK, PAPER, SHEET_GAP, SHEET_TEXT, one_line
-from bgbias.fileio import write_bytes_atomic
+from bgbias.fileio import atomic_file
 
 CORRECT = (30, 150, 60)
 WRONG = (210, 40, 40)
@@ -33,6 +32,15 @@ class GalleryRow:
     query: np.ndarray
     neighbours: list[np.ndarray]
     correct: list[bool]
+
+    @classmethod
+    def ranked(cls, name: str, pixels: Callable[[int], np.ndarray], labels: np.ndarray, query: int,
+               nearest: Sequence[int]) -> GalleryRow:
+        """Image ``query`` and its ``nearest`` (indices, nearest first), their pictures from ``pixels``, each
+        framed by whether its label is the query's."""
+        nearest = [int(n) for n in nearest]
+        return cls(name, pixels(query), [pixels(n) for n in nearest],
+                   [bool(labels[n] == labels[query]) for n in nearest])
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,9 +87,8 @@ def write_retrieval_gallery(
     path: str | os.PathLike[str], queries: Sequence[GalleryQuery], cell: int = 96
 ) -> Path:
     """Save :func:`retrieval_gallery_image` as a PNG, atomically."""
-    buffer = io.BytesIO()
-    retrieval_gallery_image(queries, cell).save(buffer, format="PNG")
-    write_bytes_atomic(path, buffer.getvalue())
+    with atomic_file(path) as handle:
+        retrieval_gallery_image(queries, cell).save(handle, format="PNG")
     return Path(path)
 
 

@@ -7,6 +7,7 @@ means. Unlike PML, neighbours at exactly equal distances count at their expected
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +218,12 @@ def score_embeddings(
     asked = np.minimum(need + 1, count - 1)
     per_query = {name: np.empty(count) for name in METRICS} | {"r": r}
     kept = np.empty((count, kept_width), dtype=np.int64)
-    on_device = _OnDevice(class_of_item, r)
+
+    @functools.cache
+    def on_device(device: torch.device) -> tuple[Tensor, Tensor]:
+        """Each item's class index and R on the device a ranking comes from, copied there once."""
+        return torch.from_numpy(class_of_item.astype(np.int64)).to(device), torch.from_numpy(r).to(device)
+
     pending = np.arange(count)
     while len(pending):
         blocks = [pending[block] for block in query_blocks(asked[pending], max_memory)]
@@ -227,8 +233,9 @@ def score_embeddings(
             k = int(asked[queries].max())
             found = _search(search, embeddings, k, references, None if whole else queries)
             # Scored where the search left its neighbour lists (a GPU): only per-query figures travel.
-            indices, distances = _tensors_of(found)
-            classes, r_of = on_device.at(indices.device)
+            indices = torch.as_tensor(found.indices).long()  # numpy arrays as tensors without a copy
+            distances = None if found.distances is None else torch.as_tensor(found.distances)
+            classes, r_of = on_device(indices.device)
             chosen = torch.from_numpy(queries).to(indices.device)
             done = ~_open_ended(distances, r_of[chosen], count)
             part = per_query_scores(classes[indices[done]], classes[chosen[done]], r_of[chosen[done]],
@@ -241,25 +248,6 @@ def score_embeddings(
             again.append(queries[~finished])
         pending = np.concatenate(again)
     return dataclasses.replace(_scores_of(per_query), neighbours=kept)
-
-
-class _OnDevice:
-    """Each item's class index and R as tensors on the devices rankings come from, copied there once."""
-
-    def __init__(self, class_of_item: np.ndarray, r: np.ndarray):
-        self._host = (torch.from_numpy(class_of_item.astype(np.int64)), torch.from_numpy(r))
-        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
-
-    def at(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        if device not in self._copies:
-            self._copies[device] = tuple(array.to(device) for array in self._host)
-        return self._copies[device]
-
-
-def _tensors_of(found: Ranking) -> tuple[Tensor, Tensor | None]:
-    """A ranking's indices (int64) and distances as tensors where they are (numpy arrays without a copy)."""
-    indices = torch.as_tensor(found.indices).long()
-    return indices, None if found.distances is None else torch.as_tensor(found.distances)
 
 
 def _open_ended(distances: Tensor | None, r: Tensor, count: int) -> Tensor:

@@ -15,14 +15,12 @@ import torch
 
 from bgbias.errors import OptionError
 from bgbias.retrieval.search import (
-    BACKENDS,
     Distance,
     Ranking,
     checked_k,
     nearest_neighbours,
     ranking,
     remove_self_matches,
-    torch_nearest_neighbours,
     torch_ranking,
 )
 from bgbias.retrieval.state import EMBEDDING, model_form, named_arrays, state_length, take_rows
@@ -48,9 +46,10 @@ class Retrieval(Protocol):
 
     def neighbours(self, state: Any, k: int, references: Any = None,
                    queries: np.ndarray | None = None) -> np.ndarray:
-        """The ``(N, k)`` indices of :meth:`ranking`. A retrieval written before rankings had distances has
-        this method only; scoring then takes its order as strict (no ties)."""
-        ...
+        """The ``(N, k)`` indices of :meth:`ranking` (the built-in retrievals subclass this protocol for it).
+        A retrieval written before rankings had distances has this method only; scoring then takes its order
+        as strict (no ties)."""
+        return self.ranking(state, k, references, queries).on_host().indices
 
     def describe(self) -> str:
         """How the images were ranked, as reports state it."""
@@ -58,7 +57,7 @@ class Retrieval(Protocol):
 
 
 @dataclass(frozen=True)
-class ExactL2:
+class ExactL2(Retrieval):
     """Exact squared L2 over the array ``key`` of the state, with ``backend`` faiss, torch or auto
     (:func:`~bgbias.retrieval.search.chosen_backend`: faiss where it is installed and searches on
     ``device``, else torch there). ``device`` is where the torch backend searches, and so where scoring
@@ -69,27 +68,18 @@ class ExactL2:
     approximate: bool = False
     device: Any = None
 
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise OptionError(f"unknown retrieval backend {self.backend!r}",
-                              fix=f"use one of {', '.join(BACKENDS)}")
-
     def ranking(self, state: Any, k: int, references: Any = None,
                 queries: np.ndarray | None = None) -> Ranking:
         gallery = None if references is None else _array(references, self.key)
         return ranking(_array(state, self.key), k, backend=self.backend, references=gallery, queries=queries,
                        device=self.device)
 
-    def neighbours(self, state: Any, k: int, references: Any = None,
-                   queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).on_host().indices
-
     def describe(self) -> str:
         return "exact squared L2"
 
 
 @dataclass(frozen=True)
-class LearnedDistance:
+class LearnedDistance(Retrieval):
     """Exact ranking by ``distance`` (the model's pairwise distance) on ``device``, in blocks of
     ``query_rows`` × ``reference_rows`` (default: about 2**26 entries) so memory stays bounded.
 
@@ -110,10 +100,6 @@ class LearnedDistance:
                              query_rows=self.query_rows, reference_rows=self.reference_rows, queries=queries,
                              references=gallery)
 
-    def neighbours(self, state: Any, k: int, references: Any = None,
-                   queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).on_host().indices
-
     def describe(self) -> str:
         return "learned pairwise distance"
 
@@ -132,7 +118,7 @@ class ShortlistRecall:
 
 
 @dataclass(frozen=True)
-class ShortlistRerank:
+class ShortlistRerank(Retrieval):
     """Each image's ``shortlist`` nearest by exact squared L2 over ``exact.shortlist_key``, re-ranked by
     ``exact``'s learned distance; approximate unless the shortlist holds every other image."""
 
@@ -144,15 +130,6 @@ class ShortlistRerank:
         if self.shortlist < 1:
             raise OptionError(f"a shortlist of {self.shortlist} images is too short",
                               fix="use a shortlist of at least the largest class size")
-
-    def ranking(self, state: Any, k: int, references: Any = None,
-                queries: np.ndarray | None = None) -> Ranking:
-        chosen = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
-        return self._rerank(state, k, chosen, references)
-
-    def neighbours(self, state: Any, k: int, references: Any = None,
-                   queries: np.ndarray | None = None) -> np.ndarray:
-        return self.ranking(state, k, references, queries).on_host().indices
 
     def recall(self, state: Any, labels: np.ndarray, *, queries: int = 200, seed: int = 0) -> ShortlistRecall:
         """How much of the exact ranking this search keeps: over up to ``queries`` images drawn with
@@ -166,16 +143,15 @@ class ShortlistRerank:
         if len(chosen) == 0:
             return ShortlistRecall(None, 0, seed)
         k = int(r[chosen].max())
-        exact = torch_nearest_neighbours(model_form(named_arrays(state)), k, distance=self.exact.distance,
-                                         device=self.exact.device, queries=chosen)
-        approximate = self._rerank(state, k, chosen).on_host().indices
+        exact, approximate = (search.neighbours(state, k, queries=chosen) for search in (self.exact, self))
         kept = [len(set(exact[i, :r[q]]) & set(approximate[i, :r[q]])) / r[q] for i, q in enumerate(chosen)]
         return ShortlistRecall(float(np.mean(kept)), len(chosen), seed)
 
-    def _rerank(self, state: Any, k: int, queries: np.ndarray, references: Any = None) -> Ranking:
-        """The ``k`` nearest other images of ``queries`` (among ``references`` where given): the L2
-        shortlist re-ranked, with its learned distances."""
+    def ranking(self, state: Any, k: int, references: Any = None,
+                queries: np.ndarray | None = None) -> Ranking:
+        """The L2 shortlist re-ranked, with its learned distances."""
         k = checked_k(state, k, references)
+        queries = np.arange(state_length(named_arrays(state))) if queries is None else np.asarray(queries)
         gallery = state if references is None else references
         key = self.exact.shortlist_key
         size = min(max(self.shortlist, k), len(_array(state, key)) - 1)

@@ -180,21 +180,13 @@ def remove_self_matches(found: Ranking, items: np.ndarray | None = None) -> Rank
     width = indices.shape[1] - 1
     if len(rows) and bool((indices[:, 0] == rows).all()):  # each its own nearest: the usual
         kept = Ranking(indices[:, 1:], None if distances is None else distances[:, 1:])
-        return kept.on_host() if on_host else kept
-    own = indices == rows[:, None]
-    dropped = torch.where(own.any(dim=1), own.byte().argmax(dim=1), width)
-    columns = torch.arange(width, device=indices.device)
-    taken = columns + (columns >= dropped[:, None])
-    kept = Ranking(indices.gather(1, taken), None if distances is None else distances.gather(1, taken))
+    else:
+        own = indices == rows[:, None]
+        dropped = torch.where(own.any(dim=1), own.byte().argmax(dim=1), width)
+        columns = torch.arange(width, device=indices.device)
+        taken = columns + (columns >= dropped[:, None])
+        kept = Ranking(indices.gather(1, taken), None if distances is None else distances.gather(1, taken))
     return kept.on_host() if on_host else kept
-
-
-def faiss_nearest_neighbours(
-    embeddings: np.ndarray | Tensor, k: int, *, references: np.ndarray | Tensor | None = None,
-    queries: np.ndarray | None = None,
-) -> np.ndarray:
-    """The indices of :func:`faiss_ranking`."""
-    return faiss_ranking(embeddings, k, references=references, queries=queries).indices
 
 
 def faiss_ranking(
@@ -228,23 +220,6 @@ def as_float32_numpy(embeddings: np.ndarray | Tensor) -> np.ndarray:
     if hasattr(embeddings, "detach"):
         embeddings = embeddings.detach().cpu().numpy()
     return np.ascontiguousarray(embeddings, dtype=np.float32)
-
-
-def torch_nearest_neighbours(
-    embeddings: np.ndarray | Tensor | Mapping[str, Any],
-    k: int,
-    *,
-    distance: Distance | None = None,
-    device: Any = None,
-    query_rows: int | None = None,
-    reference_rows: int | None = None,
-    queries: np.ndarray | None = None,
-    references: np.ndarray | Tensor | Mapping[str, Any] | None = None,
-) -> np.ndarray:
-    """The indices of :func:`torch_ranking`, on the host."""
-    return torch_ranking(embeddings, k, distance=distance, device=device, query_rows=query_rows,
-                         reference_rows=reference_rows, queries=queries,
-                         references=references).on_host().indices
 
 
 def torch_ranking(
@@ -281,8 +256,8 @@ def torch_ranking(
     l2 = distance is None
     count = state_length(arrays)
 
-    def rows(start: int, stop: int) -> Any:
-        block = take_rows(gallery, slice(start, stop))
+    def rows(state: dict[str, Any], at: Any) -> Any:
+        block = take_rows(state, at)
         return block if named else next(iter(block.values()))
 
     if reference_rows is None:
@@ -296,14 +271,14 @@ def torch_ranking(
     parts, part_distances = [], []
     with torch.inference_mode():
         # Squared L2's norms, computed once for all blocks.
-        gallery_norms = squared_norms(rows(0, count)) if l2 else None
+        gallery_norms = squared_norms(rows(gallery, slice(0, count))) if l2 else None
         for q_start in range(0, len(items), query_rows):
             chosen = items[q_start:q_start + query_rows]
-            block_queries = _rows_at(arrays, chosen, named)
+            block_queries = rows(arrays, torch.from_numpy(chosen).to(next(iter(arrays.values())).device))
             query_norms = squared_norms(block_queries) if l2 else None
             best: tuple[Tensor, Tensor] | None = None
             for r_start in range(0, count, reference_rows):
-                references_block = rows(r_start, r_start + reference_rows)
+                references_block = rows(gallery, slice(r_start, r_start + reference_rows))
                 if l2:
                     block = _norms_minus_products(block_queries, references_block, query_norms,
                                                   gallery_norms[r_start:r_start + reference_rows])
@@ -380,11 +355,6 @@ def _by_distance_then_id(distances: Tensor, ids: Tensor,
     if not non_negative:
         bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     return bits.view(torch.float32), keys & 0xFFFFFFFF
-
-
-def _rows_at(arrays: dict[str, Any], indices: np.ndarray, named: bool) -> Any:
-    block = take_rows(arrays, torch.from_numpy(indices).to(next(iter(arrays.values())).device))
-    return block if named else next(iter(block.values()))
 
 
 def squared_l2(queries: Tensor, references: Tensor) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_only_the_curve_of_the_same_encoder_and_fill_with_exact_masks_gives_a_rh
     assert found is not None and found.masks == "ground-truth"
     assert (found.rho.rho, found.low.rho, found.high.rho) == pytest.approx((0.5, 0.4, 0.6))
     assert found.words() == "ρ 0.50 (0.40–0.60)"
-    assert found.as_dict()["rho"] == {"rho": 0.5, "below": False, "above": False}
+    assert asdict(found)["rho"] == {"rho": 0.5, "below": False, "above": False}
     assert bench_equivalent(0.25, (0.2, 0.3), encoder="enc (2)", fill="inpainted", path=path) is None
     assert bench_equivalent(0.25, (0.2, 0.3), encoder="enc (1)", fill="black", path=path) is None
     assert bench_equivalent(0.25, (0.2, 0.3), encoder="enc (1)", fill="black", path=tmp_path / "none") is None

@@ -135,9 +135,9 @@ def test_ties_go_to_the_smaller_index_whatever_k_and_blocks(backend):
         np.testing.assert_array_equal(nearest_neighbours(vectors, k, backend=backend, queries=queries),
                                       longest[queries, :k])
     if backend == "torch":
-        from bgbias.retrieval.search import torch_nearest_neighbours
+        from bgbias.retrieval.search import torch_ranking
 
-        blocks = torch_nearest_neighbours(vectors, 5, query_rows=7, reference_rows=13)
+        blocks = torch_ranking(vectors, 5, query_rows=7, reference_rows=13).on_host().indices
         np.testing.assert_array_equal(blocks, longest[:, :5])
     elif faiss_available():
         np.testing.assert_array_equal(longest, nearest_neighbours(vectors, 200, backend="torch"))

@@ -10,7 +10,7 @@ import torch
 from bgbias.errors import OptionError
 from bgbias.retrieval.metrics import KEPT_NEIGHBOURS, score_embeddings
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance, ShortlistRerank, with_shortlist
-from bgbias.retrieval.search import nearest_neighbours, torch_nearest_neighbours
+from bgbias.retrieval.search import nearest_neighbours, torch_ranking
 
 
 def _levels(count: int = 40) -> dict[str, np.ndarray]:
@@ -63,7 +63,7 @@ def test_a_short_shortlist_only_finds_what_the_l2_search_put_on_it():
 def test_a_query_sample_searches_like_the_same_rows_of_the_whole_split():
     state = _levels()
     chosen = np.array([3, 17, 38])
-    sample = torch_nearest_neighbours(state, 5, distance=_weighted, queries=chosen, query_rows=2)
+    sample = torch_ranking(state, 5, distance=_weighted, queries=chosen, query_rows=2).on_host().indices
     assert np.array_equal(sample, _brute_force(state, 5)[chosen])
 
 

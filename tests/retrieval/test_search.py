@@ -11,10 +11,10 @@ import torch
 from bgbias.errors import AssetError, BgbiasError, OptionError
 from bgbias.retrieval.search import (
     Ranking,
-    faiss_nearest_neighbours,
+    faiss_ranking,
     nearest_neighbours,
     remove_self_matches,
-    torch_nearest_neighbours,
+    torch_ranking,
 )
 
 BACKENDS = ["faiss", "torch"]
@@ -22,6 +22,14 @@ BACKENDS = ["faiss", "torch"]
 LINE = np.array([[0.0], [1.0], [3.0], [7.0], [15.0]], dtype=np.float32)
 """Points on a line whose gaps all differ, so every ranking is unique."""
 LINE_NEIGHBOURS = np.array([[1, 2], [0, 2], [1, 0], [2, 1], [3, 2]])
+
+
+def faiss_nearest_neighbours(embeddings: np.ndarray, k: int) -> np.ndarray:
+    return faiss_ranking(embeddings, k).indices
+
+
+def torch_nearest_neighbours(embeddings, k: int, **options) -> np.ndarray:
+    return torch_ranking(embeddings, k, **options).on_host().indices
 
 
 def _untied(seed: int, count: int = 300, dim: int = 8) -> np.ndarray:
