@@ -24,7 +24,7 @@ from bgbias.data.memory import InMemoryImage
 from bgbias.data.registry import open_dataset
 from bgbias.data.table import ImageTable, image_table
 from bgbias.engine.device import resolve_device
-from bgbias.engine.external_model import external_model, folder_owner, load_external_model
+from bgbias.engine.external_model import external_model, load_external_model
 from bgbias.engine.model_spec import network_from_callable, network_from_module
 from bgbias.engine.trained import TrainedModel, is_run_path, load_trained
 from bgbias.errors import ModelError, OptionError
@@ -72,7 +72,7 @@ from bgbias.options import (
 from bgbias.report.evaluate import EvaluationResult, score_embedding_folder
 from bgbias.report.evaluate import evaluate as evaluate_model
 from bgbias.report.evaluation import write_evaluation_report
-from bgbias.report.folder import EVAL_REPORT_FILES, write_report_folder
+from bgbias.report.folder import EVAL_REPORT_FILES, refuse_model_folder, write_report_folder
 from bgbias.retrieval import metrics
 from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
 from bgbias.saliency.on_the_fly import U2NetMasks, with_u2net_masks
@@ -335,7 +335,8 @@ def evaluate_embeddings(
         raise OptionError(f"about= gives the report's field {field} {found}; it must be {wanted}",
                           fix=f"give {field} a value that is {wanted} in about=, or leave it out")
     if out is not None:
-        _not_a_models_folder(Path(out))
+        refuse_model_folder(Path(out), f"out={os.fspath(out)!r}", "a report there",
+                            fix="pass out= a folder outside runs and model folders")
     clean_scores = metrics.score_embeddings(clean, labels)
     corrupted_scores = [metrics.score_embeddings(state, labels) for state in corrupted]
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
@@ -448,15 +449,6 @@ def _labels(values: Any, count: int) -> np.ndarray:
     return labels
 
 
-def _not_a_models_folder(out: Path) -> None:
-    """Refuse to write a report into, or inside, a run folder or a model's home: it would read as theirs."""
-    owner = folder_owner(out)
-    if owner is not None:
-        raise OptionError(f"out={os.fspath(out)!r} is or lies inside {owner.describe()}: a report there "
-                          "would read as that model's",
-                          fix="pass out= a folder outside runs and model folders")
-
-
 def _path(value: PathLike | None) -> Path | None:
     return None if value is None else Path(value)
 
@@ -536,7 +528,8 @@ def leakage(
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
     if out is not None:
-        _not_a_models_folder(Path(out))
+        refuse_model_folder(Path(out), f"out={os.fspath(out)!r}", "a report there",
+                            fix="pass out= a folder outside runs and model folders")
     encoder = as_embedding_model(DEFAULT_ENCODER if model is None else model, model_input, device=device,
                                  fingerprint=fingerprint, trust_model=trust_model, amp=amp,
                                  memory_format=memory_format)
