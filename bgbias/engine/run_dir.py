@@ -53,51 +53,31 @@ DONE = (RunStatus.FINISHED, RunStatus.STOPPED_EARLY)
 """The statuses of a run with nothing left to train."""
 
 
+class _File:
+    """A path in the run folder, a property of :class:`RunDir`."""
+
+    def __init__(self, *parts: str):
+        self.parts = parts
+
+    def __get__(self, run: RunDir, owner: type | None = None) -> Path:
+        return run.root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The files of one run."""
 
     root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.json"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "run.json"
-
-    @property
-    def metrics_jsonl(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def metrics_csv(self) -> Path:
-        return self.root / "metrics.csv"
-
-    @property
-    def curves(self) -> Path:
-        return self.root / "curves.png"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "train.log"
-
-    @property
-    def last(self) -> Path:
-        return self.root / "checkpoints" / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "checkpoints" / "best.pt"
-
-    @property
-    def corrupted_val(self) -> Path:
-            return self.root / "corrupted-val"
-
-    @property
-    def corrupted_test(self) -> Path:
-        return self.root / "corrupted-test"
+    config = _File("config.json")
+    record = _File("run.json")
+    metrics_jsonl = _File("metrics.jsonl")
+    metrics_csv = _File("metrics.csv")
+    curves = _File("curves.png")
+    log = _File("train.log")
+    last = _File("checkpoints", "last.pt")
+    best = _File("checkpoints", "best.pt")
+    corrupted_val = _File("corrupted-val")
+    corrupted_test = _File("corrupted-test")
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:

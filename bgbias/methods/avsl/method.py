@@ -11,7 +11,7 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,7 @@ from bgbias.methods.avsl.graph import (
 )
 from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
+from bgbias.methods.limits import Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.options import Must
@@ -65,8 +66,6 @@ def block_shape(device: torch.device) -> tuple[int, int]:
         return min(NODE_ELEMENTS, CPU_NODE_ELEMENTS), min(REFERENCE_ROWS, CPU_REFERENCE_ROWS)
     return NODE_ELEMENTS, REFERENCE_ROWS
 
-Positive = Annotated[float, Field(gt=0), Must("a positive number")]
-
 
 def _non_negative(weights: tuple[float, ...]) -> tuple[float, ...]:
     if any(w < 0 for w in weights):
@@ -74,14 +73,11 @@ def _non_negative(weights: tuple[float, ...]) -> tuple[float, ...]:
     return weights
 
 
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-
-
 class AVSLOptions(MethodOptions):
     """AVSL's options (the ``loss`` section)."""
 
     # proxy_anchor | margin: the loss on every level and on d̂
-    base: Annotated[Literal[BASES], Must("one of: " + ", ".join(BASES))] = "proxy_anchor"
+    base: one_of(*BASES) = "proxy_anchor"
     level_weights: Annotated[tuple[float, float, float], Field(strict=False), AfterValidator(_non_negative),
                              Must("three weights of 0 or more")] = (1.0, 1.0, 1.0)  # λ_1, λ_2, λ_3
     final_weight: ZeroOrMore = 1.0  # the weight of the loss on d̂
@@ -100,8 +96,7 @@ class AVSLOptions(MethodOptions):
     beta: float = 1.2  # margin loss: β, the initial per-class boundary
     hard_negative_cutoff: ZeroOrMore = 0.5  # margin loss: hard negatives nearer than this count as equal
     # row | global: what a map is shifted by before its spread is read
-    certainty_min: Annotated[Literal[CERTAINTY_MINIMA],
-                             Must("one of: " + ", ".join(CERTAINTY_MINIMA))] = "row"
+    certainty_min: one_of(*CERTAINTY_MINIMA) = "row"
 
 
 class Collector(nn.Module):

@@ -11,19 +11,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
 
 import torch
-from pydantic import AfterValidator, Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
+from bgbias.methods.limits import AtLeastOne, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.methods.sam.attention import (
+    SCORES,
+    VARIANTS,
     attention_maps,
-    check_score,
-    check_variant,
     erase,
     erasing_mask,
     mining_loss,
@@ -34,28 +33,24 @@ from bgbias.methods.sam.attention import (
 from bgbias.methods.sam.mining import Tuples, mine_tuples
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import EmbeddingHead
-from bgbias.options import Must
 
 _BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-
 
 class SAMOptions(MethodOptions):
     """SAM's options; whether ``stage`` exists depends on the backbone, checked when the method is built."""
 
-    variant: Annotated[str, AfterValidator(check_variant)] = "triplet"  # triplet | siamese | quadruplet
+    variant: one_of(*VARIANTS) = "triplet"
     # s = wᵀ|f| | projection: the paper's literal s = wᵀf
-    score: Annotated[str, AfterValidator(check_score)] = "magnitude"
+    score: one_of(*SCORES) = "magnitude"
     margin: ZeroOrMore = 0.2  # the triplet (and quadruplet) base loss's margin
     # Siamese only: different-class pairs are pushed at least this far apart
     negative_margin: ZeroOrMore = 1.0
     gamma: ZeroOrMore = 0.25  # weight of the similarity mining loss
     # the erasing sigmoid's slope (the paper's α)
-    sharpness: Annotated[float, Field(gt=0), Must("a positive number")] = 10.0
+    sharpness: Positive = 10.0
     threshold: float = 0.5  # the erasing sigmoid's centre on maps normalised to [0, 1] (the paper's β)
     # tuples drawn per batch
-    max_tuples: Annotated[int, Field(ge=1), Must("a whole number of at least 1")] = 64
+    max_tuples: AtLeastOne = 64
     stage: str | None = None  # the backbone stage of A; null: its final stage (the last conv block)
 
 
