@@ -133,16 +133,25 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
     if "spec" not in state or "model" not in state:
         raise CheckpointError("the checkpoint lacks the model or the spec it was built with", path=path,
                               fix="evaluate a checkpoint written by this version of bgbias train")
-    backbone = build_backbone(config.model.backbone, pretrained=False,
-                              freeze_batchnorm=config.model.freeze_batchnorm)
-    cls = method_class(config.method)
-    method = cls(backbone, MethodSpec(**state["spec"]))
+    method = configured_method(config, MethodSpec(**state["spec"]), layout=layout)
     try:
         method.load_state_dict(state["model"])
     except RuntimeError as err:
         raise CheckpointError(f"the checkpoint's weights do not fit {config.method} on "
                               f"{config.model.backbone}: {err}", path=path,
                               fix="keep the run's config.json as training wrote it") from None
-    method.set_memory_format(memory_format(layout or config.model.memory_format))
-    method.backbone.compile_stages(config.model.compile)
+    return method
+
+
+def configured_method(config: TrainConfig, spec: MethodSpec, *, pretrained: bool = False,
+                      layout: str | None = None) -> Method:
+    """``config``'s method on its backbone (``pretrained``: with the configured weights), in the memory format
+    ``layout`` (default: ``model.memory_format``), its stages compiled as configured."""
+    model = config.model
+    backbone = build_backbone(model.backbone, pretrained=pretrained and model.pretrained,
+                              weights=model.weights if pretrained else None,
+                              freeze_batchnorm=model.freeze_batchnorm)
+    method = method_class(config.method)(backbone, spec)
+    method.set_memory_format(memory_format(layout or model.memory_format))
+    method.backbone.compile_stages(model.compile)
     return method

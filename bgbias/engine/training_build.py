@@ -21,12 +21,11 @@ from bgbias.data.samplers import MPerClassBatchSampler
 from bgbias.data.splits import split_items
 from bgbias.engine import distributed
 from bgbias.engine.config import TrainConfig
-from bgbias.engine.device import loader_workers, memory_format
+from bgbias.engine.device import loader_workers
 from bgbias.engine.tensorboard_log import check_tensorboard
+from bgbias.engine.trained import configured_method
 from bgbias.engine.training_data import train_images
 from bgbias.methods.base import MethodSpec
-from bgbias.methods.registry import method_class
-from bgbias.models.registry import build_backbone
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
@@ -77,12 +76,6 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
     """The configured method on its backbone, sized for ``train_items`` and square ``input_size`` images."""
-    cls = method_class(config.method)
-    backbone = build_backbone(
-        config.model.backbone, pretrained=config.model.pretrained,
-        weights=Path(config.model.weights) if config.model.weights else None,
-        freeze_batchnorm=config.model.freeze_batchnorm,
-    )
     spec = MethodSpec(
         embedding_dim=config.model.embedding_dim,
         num_classes=len({item.label for item in train_items}),
@@ -91,10 +84,7 @@ def build_method(config: TrainConfig, train_items: list[Item], *, input_size: in
         options=dict(config.loss),
         input_size=input_size,
     )
-    method = cls(backbone, spec)
-    method.set_memory_format(memory_format(config.model.memory_format))
-    method.backbone.compile_stages(config.model.compile)
-    return method
+    return configured_method(config, spec, pretrained=True)
 
 
 def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:

@@ -97,18 +97,14 @@ def _load_imagenet(
             f"no ImageNet weights for {name}: torchvision's download failed ({err})",
             fix=_manual_fix(imagenet.url),
         ) from err
-    _fit(model, state, path=None, heads=heads, fix=_manual_fix(imagenet.url))
+    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
+                                    path=None, fix=_manual_fix(imagenet.url))
+    model.load_state_dict(fitted, strict=False)
 
 
 def _load_file(model: nn.Module, path: Path, *, name: str, heads: tuple[str, ...], url: str) -> None:
-    fix = f"pass a torchvision {name} state dict, such as {url}"
-    _fit(model, weight_files.read_state_file(path, fix=fix), path=path, heads=heads, fix=fix)
-
-
-def _fit(model: nn.Module, state: Any, *, path: Path | None, heads: tuple[str, ...], fix: str) -> None:
-    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
-                                    path=path, fix=fix)
-    model.load_state_dict(fitted, strict=False)
+    weight_files.load_state_file(model, path, fix=f"pass a torchvision {name} state dict, such as {url}",
+                                 unused=lambda key: key.startswith(heads))
 
 
 def _manual_fix(url: str) -> str:
