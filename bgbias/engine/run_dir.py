@@ -11,7 +11,6 @@ import io
 import json
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -128,11 +127,6 @@ def _holder(run: RunDir) -> str:
     return f" (pid {process.get('pid')} on {process.get('host')})"
 
 
-def this_process() -> dict[str, Any]:
-    """What ``run.json`` records of the process training a run, for the message a second trainer gets."""
-    return {"pid": os.getpid(), "host": socket.gethostname()}
-
-
 def open_run_dir(path: str | os.PathLike[str]) -> RunDir:
     """An existing run folder (it must hold config.json)."""
     run = RunDir(Path(path))
@@ -205,7 +199,8 @@ class RunRecord(Record):
     trained_on: TrainedOnRecord
     installation: InstallationRecord
     process: Any = None
-    """While a run trains, the process that trains it (:func:`this_process`)."""
+    """While a run trains, the process that trains it (pid and host), for the message a second trainer
+    gets."""
 
 
 RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it again"

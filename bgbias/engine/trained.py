@@ -83,13 +83,6 @@ def is_run_path(path: str | os.PathLike[str]) -> bool:
         path.parent.name == "checkpoints" and (path.parent.parent / "config.json").is_file())
 
 
-def resolve_run(run: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None = None) -> RunDir:
-    """``run`` as a run folder, or the latest run of ``runs`` (default ./runs) when it is None."""
-    if run is None:
-        return latest_run(Path(runs) if runs is not None else None)
-    return open_run_dir(run)
-
-
 def load_trained(
     run: str | os.PathLike[str] | None = None,
     *,
@@ -107,7 +100,7 @@ def load_trained(
     if checkpoint not in CHECKPOINTS:
         raise OptionError(f"unknown checkpoint {checkpoint!r}",
                           fix=f"use one of {', '.join(CHECKPOINTS)} (a run's checkpoints/best.pt or last.pt)")
-    run_dir = resolve_run(run, runs)
+    run_dir = open_run_dir(run) if run is not None else latest_run(Path(runs) if runs is not None else None)
     config = load_run_config(run_dir.config)
     path = run_dir.best if checkpoint == "best" else run_dir.last
     if not path.is_file():

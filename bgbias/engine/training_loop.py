@@ -23,12 +23,7 @@ from bgbias.engine.tensorboard_log import EpochScalars
 from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
 from bgbias.engine.training_data import TrainingPasses, device_batch
 from bgbias.engine.training_records import TrainingState, checkpoint_state, restore_state, run_record
-from bgbias.engine.training_validation import (
-    ValidationSets,
-    select_checkpoint,
-    validate_sets,
-    validation_sets,
-)
+from bgbias.engine.training_validation import select_checkpoint, validate_sets, validation_sets
 from bgbias.fileio import write_json_atomic
 from bgbias.models.precision import network_precision
 
@@ -67,7 +62,7 @@ class TrainingSession:
     optimizer: torch.optim.Optimizer
     scaler: Any
     training_data: TrainingPasses
-    validation: ValidationSets | None
+    validation: dict[str, Any] | None
     state: TrainingState
     scalars: EpochScalars | None = None
     estimated: bool = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from bgbias.engine.run_dir import (
     create_run_dir,
     read_trained_on,
     run_name,
-    this_process,
     write_record,
 )
 from bgbias.errors import BgbiasError, DatasetError, OptionError
@@ -128,7 +128,7 @@ def run_record(config: TrainConfig, state: TrainingState, device, trained_on: di
         "compute": compute_record(config, device),
         "installation": installation(),
         "command": " ".join(sys.argv),
-        "process": this_process(),
+        "process": {"pid": os.getpid(), "host": socket.gethostname()},
     }
 
 

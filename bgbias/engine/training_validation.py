@@ -3,7 +3,6 @@ MAP@R, and early stopping."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,18 +23,11 @@ if TYPE_CHECKING:
     from bgbias.data.items import Item
 
 
-@dataclass(frozen=True)
-class ValidationSets:
-    """The image sets scored after every epoch, by metrics-column prefix: ``val`` (and ``val_corrupted``
-    when selecting on it), plus ``test`` and ``test_corrupted`` when ``schedule.watch_test`` (never selected
-    on)."""
-
-    sets: dict[str, Any]
-
-
-def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSets | None:
-    """The validation images: clean, plus the run's fixed corrupted set (train pool) when it selects; and the
-    watched test split, clean and the first corrupted repeat ``bgbias eval`` scores (test pool, seed 0)."""
+def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> dict[str, Any] | None:
+    """The image sets scored after every epoch, by metrics-column prefix: ``val``, clean, and
+    ``val_corrupted``, the run's fixed corrupted set (train pool), when it selects on it; with
+    ``schedule.watch_test`` (never selected on) ``test`` and ``test_corrupted``, the first corrupted repeat
+    ``bgbias eval`` scores (test pool, seed 0)."""
     if not dist.is_main:
         return None
 
@@ -56,14 +48,14 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> ValidationSe
     if inputs.test_items:
         sets["test"] = EvalImages(inputs.test_items, geometry)
         sets["test_corrupted"] = corrupted("test", inputs.test_items, 0, run.corrupted_test)
-    return ValidationSets(sets)
+    return sets
 
 
 def validate_sets(method, validation, config, device, amp, progress, dist) -> dict[str, float]:
     """MAP@R, R-precision and P@1 of every validation set, ranked as evaluation ranks; rank 0 only."""
     row: dict[str, float] = {}
     if dist.is_main:
-        for prefix, images in validation.sets.items():
+        for prefix, images in validation.items():
             state, labels = embed_images(
                 method, images, device, batch_size=2 * config.data.batch_size, workers=config.data.workers,
                 amp=amp, progress=progress, desc=prefix,
