@@ -150,9 +150,8 @@ class AVSL(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options = self.options_with_defaults(spec.options)
+        options = self.options
         self.check_training(options, batch_size=1, embedding_dim=spec.embedding_dim)
-        self.options = options
         self.dim = spec.embedding_dim
         self.top_k = options["top_k"] if options["top_k"] is not None else default_top_k(self.dim)
         self.embedder = nn.ModuleList(

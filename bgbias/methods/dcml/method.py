@@ -75,7 +75,7 @@ class DCML(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        self.options = options = self.options_with_defaults(spec.options)
+        options = self.options
         if spec.input_size is None:
             raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
                               fix="build it with MethodSpec(input_size=<training crop side>)")

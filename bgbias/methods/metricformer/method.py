@@ -81,9 +81,8 @@ class MetricFormer(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options = self.options_with_defaults(spec.options)
-        self.options = o = options
-        self.check_training(options, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
+        o = self.options
+        self.check_training(o, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
         self.slots, self.dim = o["k"], spec.embedding_dim // o["k"]
         self.fdb = FeatureDecoupling(backbone.channels[backbone.final], self.slots, self.dim, o["key_dim"])
         self.bcbs = nn.ModuleList(

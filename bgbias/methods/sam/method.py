@@ -80,7 +80,7 @@ class SAM(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        self.options = options = self.options_with_defaults(spec.options)
+        options = self.options
         stage = options["stage"] if options["stage"] is not None else backbone.final
         if stage not in backbone.stages:
             raise OptionError(
