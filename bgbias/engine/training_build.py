@@ -60,7 +60,7 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
     val_items = split_items(dataset, "val", config.protocol, config.fold)
     watched = config.schedule.watch_test
     test_items = split_items(dataset, "test", config.protocol, config.fold) if watched else []
-    masks_dir = _masks_dir(config, dataset)
+    masks_dir = Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
     if config.log.tensorboard:
         check_tensorboard()
     train_masks = _check_masks(config, dataset, train_items, val_items, test_items, masks_dir)
@@ -110,10 +110,6 @@ def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
         if group.get("name") == name:
             for parameter in group["params"]:
                 parameter.grad = None
-
-
-def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
-    return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
 
 
 def _used_masks(config: TrainConfig, masks_dir: Path, watched: bool) -> dict[str, Any]:

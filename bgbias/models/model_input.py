@@ -206,7 +206,10 @@ def timm_preprocessing(model: Any) -> Preprocessing:
             fix="pass a model made by timm.create_model, or state its input yourself with "
                 "bgbias.ModelInput(input_size=..., resize=..., normalize=..., interpolation=...)")
     config = _timm_data_config(model, cfg)
-    channels, height, width = _three(config["input_size"], "input_size")
+    size = tuple(config["input_size"])
+    if len(size) != 3:
+        raise OptionError(f"model= has input_size={size!r}, not three values", fix=_STATE_IT)
+    channels, height, width = size
     if channels != 3 or height != width:
         raise OptionError(
             f"model= wants input of size {tuple(config['input_size'])} (channels, height, width); bgbias "
@@ -268,13 +271,6 @@ def _timm_data_config(model: Any, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     from timm.data import resolve_model_data_config
 
     return resolve_model_data_config(model)
-
-
-def _three(values: Any, key: str) -> tuple[Any, ...]:
-    values = tuple(values)
-    if len(values) != 3:
-        raise OptionError(f"model= has {key}={values!r}, not three values", fix=_STATE_IT)
-    return values
 
 
 def _rgb(values: Any, key: str, argument: str) -> tuple[float, float, float]:
