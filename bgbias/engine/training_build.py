@@ -95,13 +95,10 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
         for name, params in method.parameter_groups().items() if params
     ]
     o = config.optim
-    if o.name == "adam":
-        return torch.optim.Adam(groups, weight_decay=o.weight_decay)
-    if o.name == "adamw":
-        return torch.optim.AdamW(groups, weight_decay=o.weight_decay)
-    if o.name == "rmsprop":
-        return torch.optim.RMSprop(groups, weight_decay=o.weight_decay, momentum=o.momentum)
-    return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+    kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
+            "sgd": torch.optim.SGD}[o.name]
+    momentum = {"momentum": o.momentum} if o.name in ("rmsprop", "sgd") else {}
+    return kind(groups, weight_decay=o.weight_decay, **momentum)
 
 
 def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:

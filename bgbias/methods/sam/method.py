@@ -31,10 +31,9 @@ from bgbias.methods.sam.attention import (
     similarity_weights,
 )
 from bgbias.methods.sam.mining import Tuples, mine_tuples
-from bgbias.models.backbone import Backbone
+from bgbias.models.backbone import BATCHNORMS, Backbone
 from bgbias.models.head import EmbeddingHead
 
-_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 class SAMOptions(MethodOptions):
     """SAM's options; whether ``stage`` exists depends on the backbone, checked when the method is built."""
@@ -166,7 +165,7 @@ def running_statistics_kept(module: nn.Module) -> Iterator[None]:
     """Inside, training-mode BatchNorm layers leave their running statistics and batch count as they were."""
     saved = []
     for layer in module.modules():
-        if isinstance(layer, _BATCHNORMS) and layer.training and layer.track_running_stats:
+        if isinstance(layer, BATCHNORMS) and layer.training and layer.track_running_stats:
             count = None if layer.num_batches_tracked is None else layer.num_batches_tracked.clone()
             saved.append((layer, layer.momentum, count))
             layer.momentum = 0.0  # running = (1 − 0) · running + 0 · batch: unchanged
