@@ -237,12 +237,12 @@ def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
     record = read_record(run)
     return None if record is None else record.trained_on
 
+@dataclass
 class RunLog:
     """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""
 
-    def __init__(self, path: Path | None, echo: bool = True):
-        self.path = path
-        self.echo = echo
+    path: Path | None
+    echo: bool = True
 
     def __call__(self, message: str) -> None:
         if self.echo:
