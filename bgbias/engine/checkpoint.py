@@ -22,7 +22,6 @@ class CheckpointError(BgbiasError):
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write ``state`` (plus the format number) to ``path`` atomically."""
     # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
     # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
     with atomic_file(path) as handle:

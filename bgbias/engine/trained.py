@@ -63,7 +63,6 @@ class TrainedModel(MethodBacked):
                          None if recorded is None else recorded.images, self.run.record)
 
     def describe(self) -> dict[str, Any]:
-        """What a report records: run, method, BGAugment, seed and the checkpoint's identity."""
         return {
             "run": str(self.run.root),
             "method": self.config.method,

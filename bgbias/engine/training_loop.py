@@ -44,8 +44,6 @@ _BGAUGMENT_STREAM = 0xB6A0
 
 @dataclass
 class TrainResult:
-    """What a finished (or early-stopped) run produced."""
-
     run: RunDir
     history: list[dict[str, Any]]
     best_epoch: int

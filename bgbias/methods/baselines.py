@@ -171,7 +171,6 @@ def _loss_options(method: type[MetricLossMethod]) -> type[MethodOptions]:
 
 
 def _pml_class(kind: str, class_name: str) -> type:
-    """``pytorch_metric_learning.<kind>.<class_name>``."""
     return getattr(importlib.import_module(f"pytorch_metric_learning.{kind}"), class_name)
 
 

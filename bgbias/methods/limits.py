@@ -13,5 +13,4 @@ ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
 
 
 def one_of(*choices: str) -> Any:
-    """A setting that takes one of ``choices``."""
     return Annotated[Literal[choices], Must("one of: " + ", ".join(choices))]

@@ -3,11 +3,9 @@
 A TorchScript, ONNX or factory model carries no record of its input: its user states it (``bgbias eval
 --model … --input-size --resize --normalize …``) and reports record it. Defaults: the dataset's evaluation
 geometry, ImageNet normalisation, a single output tensor, L2-normalised. Timm and torchvision models declare
-their own preprocessing (:meth:`ModelInput.from_timm`, :meth:`ModelInput.from_torchvision`), read so that
-bgbias reproduces it: both resize the shorter side, centre-crop a square and normalise, which bgbias's
-evaluation geometry with that interpolation gives pixel for pixel. What it cannot give (another crop mode, a
-non-square input, another filter, a preset of another task) is refused, naming the argument, rather than
-scored on other pixels.
+their own preprocessing (:meth:`ModelInput.from_timm`, :meth:`ModelInput.from_torchvision`), which bgbias
+reproduces pixel for pixel (shorter side resized, centre crop, normalisation) or refuses, naming the argument
+(another crop mode, a non-square input, another filter or task), rather than score other pixels.
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 
 Weights load into the whole torchvision model under its own keys, then the model is cut, so our keys are
 ``blocks.<stage>.<torchvision's key>``. ResNet-50 and GoogLeNet take ImageNet weights from ``--weights PATH``
-or torchvision's download (torch hub's cache, so their builders ignore ``home``). Stages (channels):
-
-- ``mobilenet_v2``, by output stride: ``stride2`` 16, ``stride4`` 24, ``stride8`` 32, ``stride16`` 96,
-  ``stride32`` 320, ``final`` 1280 (the last 1×1 conv).
-- ``resnet50``: ``stem`` 64, ``layer1`` 256, ``layer2`` 512, ``layer3`` 1024, ``layer4`` 2048.
-- ``googlenet``: ``stem`` 192, ``inception3a`` … ``inception5b`` 1024; the max-pools between groups open the
-  next stage, so ``inception3b`` is at stride 8 and ``inception4e`` at 16, like ``layer2`` and ``layer3``.
+or torchvision's download (torch hub's cache, so their builders ignore ``home``). MobileNetV2's stages are
+named by output stride (``final``: the last 1×1 conv); GoogLeNet's max-pools between groups open the next
+stage: ``inception3b`` is at stride 8 and ``inception4e`` at 16, as ResNet-50's ``layer2`` and ``layer3``.
 """
 
 from __future__ import annotations
