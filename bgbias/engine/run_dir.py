@@ -159,9 +159,7 @@ def is_metric_number(value: Any) -> bool:
 def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
     """Write every epoch's metrics as JSON lines and as CSV (columns: all keys, in first-seen order)."""
     write_text_atomic(run.metrics_jsonl, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-    columns: list[str] = []
-    for row in rows:
-        columns += [key for key in row if key not in columns]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

@@ -59,6 +59,7 @@ def make_run_dir(
     dist: distributed.Distributed, held: contextlib.ExitStack,
 ) -> RunDir:
     """The new run's folder, claimed before it is checked, so of two processes only one trains it."""
+    root = None
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
@@ -73,8 +74,6 @@ def make_run_dir(
             run = create_run_dir(name, Path(runs) if runs is not None else None)
             held.enter_context(claim_run(run.root))
         root = str(run.root)
-    else:
-        root = None
     return RunDir(Path(distributed.broadcast(dist, root)))
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import AfterValidator, Field
+from pydantic import Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -67,18 +67,12 @@ def block_shape(device: torch.device) -> tuple[int, int]:
     return NODE_ELEMENTS, REFERENCE_ROWS
 
 
-def _non_negative(weights: tuple[float, ...]) -> tuple[float, ...]:
-    if any(w < 0 for w in weights):
-        raise ValueError("a weight is negative")
-    return weights
-
-
 class AVSLOptions(MethodOptions):
     """AVSL's options (the ``loss`` section)."""
 
     # proxy_anchor | margin: the loss on every level and on d̂
     base: one_of(*BASES) = "proxy_anchor"
-    level_weights: Annotated[tuple[float, float, float], Field(strict=False), AfterValidator(_non_negative),
+    level_weights: Annotated[tuple[ZeroOrMore, ZeroOrMore, ZeroOrMore], Field(strict=False),
                              Must("three weights of 0 or more")] = (1.0, 1.0, 1.0)  # λ_1, λ_2, λ_3
     final_weight: ZeroOrMore = 1.0  # the weight of the loss on d̂
     # lower nodes each high node keeps; null: a quarter of the embedding size
