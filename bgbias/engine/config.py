@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from bgbias.data.registry import dataset_class
 from bgbias.errors import OptionError
-from bgbias.methods.limits import AtLeastOne, Positive, ZeroOrMore, one_of
+from bgbias.methods.limits import AtLeastOne, Fraction, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import method_class, method_names
 from bgbias.models.registry import backbone_names
 from bgbias.options import AMP, MEMORY_FORMAT, Must, Settings, bad_value, choices
@@ -32,7 +32,6 @@ from bgbias.schema import UNKNOWN_KEY, explain_problem, shown
 # What values must be beyond their types, with the words an error uses (None passes where allowed). Names of
 # methods, datasets and backbones are checked against their registries (_check_config).
 PathSetting = Annotated[str | None, Field(min_length=1), Must("a path (or null)")]
-Fraction = Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")]
 
 
 class ModelConfig(Settings):

@@ -33,7 +33,7 @@ from bgbias.methods.avsl.graph import (
 )
 from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
-from bgbias.methods.limits import Positive, ZeroOrMore, one_of
+from bgbias.methods.limits import Fraction, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.options import Must
@@ -78,7 +78,7 @@ class AVSLOptions(MethodOptions):
     # lower nodes each high node keeps; null: a quarter of the embedding size
     top_k: Annotated[int | None, Field(ge=1),
                      Must("a whole number of at least 1 (or null: a quarter of the embedding size)")] = None
-    edge_momentum: Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")] = 0.5  # γ of the edges' EMA
+    edge_momentum: Fraction = 0.5  # γ of the edges' EMA
     reliability_gain: Positive = 10.0  # γ_p in sigmoid(γ_p (α η + β))
     pa_alpha: Positive = 16.0  # ProxyAnchor on the levels: α, γ_pos, γ_neg (dissimilarity form)
     pa_pos_margin: float = 1.8
