@@ -305,6 +305,7 @@ def test_a_run_config_validates_against_the_json_schema(name):
 
 def test_the_json_schema_says_what_each_setting_must_be():
     schema = config_json_schema("dcml")
-    assert schema["$defs"]["OptimConfig"]["properties"]["lr_head"]["description"] == "must be a positive number"
+    lr_head = schema["$defs"]["OptimConfig"]["properties"]["lr_head"]
+    assert lr_head["description"] == "must be a positive number"
     assert schema["properties"]["loss"]["properties"]["head_norm_group"]["enum"] == ["backbone", "head"]
     assert schema["properties"]["method"]["const"] == "dcml"
