@@ -93,7 +93,8 @@ class TrainingSession:
         if checkpoint is not None:
             state = restore_state(checkpoint, method, optimizer, scaler, device)
             log(f"resuming {run.root} after epoch {state.epoch}")
-        model = _wrap_distributed(method, dist, device)
+        ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(method, device_ids=ids) if dist.enabled else method
         training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
                                      progress=progress and dist.is_main, log=log)
         validation = validation_sets(config, inputs, run, dist, fresh=checkpoint is None)
@@ -303,14 +304,6 @@ def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> dict[str, An
         sets["test"] = EvalImages(inputs.test_items, geometry)
         sets["test_corrupted"] = corrupted("test", inputs.test_items, 0, run.corrupted_test)
     return sets
-
-
-def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):
-    if not dist.enabled:
-        return method
-
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(method, device_ids=ids)
 
 
 def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):
