@@ -77,7 +77,7 @@ OPTIONAL_IMPORTS = {"compression", "zstandard", "submitit", "pyarrow", "timm"}
 ``bgbias study --executor slurm`` (bgbias/study/slurm.py), the slurm extra; pyarrow for Parquet files of
 embeddings (bgbias/measurement/embedding_files.py, docs/embeddings.md); timm for
 ``ModelInput.from_timm``, which reads a timm model's ``pretrained_cfg`` itself where timm is absent
-(bgbias/models/pretrained_input.py)."""
+(bgbias/models/model_input.py)."""
 
 
 @pytest.mark.slow

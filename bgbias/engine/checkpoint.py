@@ -22,21 +22,20 @@ class CheckpointError(BgbiasError):
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write ``state`` (plus the format number) to ``path`` atomically."""
     # Through a file object: torch then names the archive's inner folder "archive", not after the temporary
     # file's random name, so equal states give equal bytes (and equal checkpoint digests in reports).
     with atomic_file(path) as handle:
         torch.save({"format": FORMAT, **state}, handle)
 
 
-def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``) and check its format."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError("the checkpoint does not exist", path=path,
                               fix="check the run folder (train writes checkpoints/last.pt and best.pt)")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # damage shows up as many exception types (pickle, zip, EOF)
         raise CheckpointError(f"cannot read the checkpoint: {err}", path=path,
                               fix="resume from an intact run, or train again") from err

@@ -23,30 +23,15 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from bgbias.data.registry import dataset_class
 from bgbias.errors import OptionError
+from bgbias.methods.limits import AtLeastOne, Fraction, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import method_class, method_names
 from bgbias.models.registry import backbone_names
-from bgbias.options import (
-    AMP,
-    MEMORY_FORMAT,
-    Must,
-    Settings,
-    bad_value,
-    choices,
-)
+from bgbias.options import AMP, MEMORY_FORMAT, Must, Settings, bad_value, choices
 from bgbias.schema import UNKNOWN_KEY, explain_problem, shown
 
 # What values must be beyond their types, with the words an error uses (None passes where allowed). Names of
 # methods, datasets and backbones are checked against their registries (_check_config).
 PathSetting = Annotated[str | None, Field(min_length=1), Must("a path (or null)")]
-Positive = Annotated[float, Field(gt=0), Must("positive")]
-AtLeastOne = Annotated[int, Field(ge=1), Must("at least 1")]
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-Fraction = Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")]
-
-
-def one_of(*choices: str) -> Any:
-    """A setting that takes one of ``choices``."""
-    return Annotated[Literal[choices], Must("one of " + ", ".join(choices))]
 
 
 class ModelConfig(Settings):
@@ -154,7 +139,7 @@ class TrainConfig(Settings):
     loss: dict[str, Any] = Field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return _jsonable(self.model_dump())
+        return self.model_dump(mode="json")
 
     @property
     def monitor(self) -> str:
@@ -380,11 +365,3 @@ def _unknown_key(key: str, known: list[str]) -> OptionError:
     return OptionError(
         f"unknown configuration key {key!r}", fix=f"{hint}known keys here: {', '.join(sorted(known))}"
     )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

@@ -49,14 +49,12 @@ def plot_training_curves(
     terms_axes.set(title="training terms (mean over the epoch's steps)", xlabel="epoch")
     if terms:
         terms_axes.legend(fontsize=7, ncols=2 if len(terms) > 6 else 1)
-    for name, label in VALIDATION_CURVES.items():
-        points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
-        if points:
-            validation_axes.plot(*zip(*points, strict=True), marker="o", label=label)
-    for name, label in WATCHED_CURVES.items():
-        points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
-        if points:
-            validation_axes.plot(*zip(*points, strict=True), marker="x", linestyle=":", label=label)
+    dotted = {"marker": "x", "linestyle": ":"}
+    for curves, style in ((VALIDATION_CURVES, {"marker": "o"}), (WATCHED_CURVES, dotted)):
+        for name, label in curves.items():
+            points = [(row["epoch"], 100 * row[name]) for row in rows if is_metric_number(row.get(name))]
+            if points:
+                validation_axes.plot(*zip(*points, strict=True), label=label, **style)
     if best_epoch is not None:
         validation_axes.axvline(best_epoch, color="grey", linestyle="--", linewidth=1.0,
                                 label=f"selected: epoch {best_epoch} (by {monitor} MAP@R)")

@@ -9,8 +9,6 @@ and every output that is not one finite real vector of one width per image, is a
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -22,6 +20,7 @@ import torch
 
 from bgbias.engine.device import memory_format as torch_layout
 from bgbias.engine.device import memory_format_name, precision_name, resolve_amp, resolve_device
+from bgbias.engine.method_model import json_digest
 from bgbias.engine.model_spec import Network, load_network
 from bgbias.errors import PARAMETER, BgbiasError, ModelError, OptionError, RecordError, given
 from bgbias.fileio import holds_files, write_json_atomic
@@ -166,7 +165,7 @@ class ExternalModel:
         """Equal fingerprints embed alike: the network's digest, convention and :func:`compute_identity`."""
         identity = {"network": self.network.sha256, "input": self.model_input.as_dict(),
                     **compute_identity(self.amp, self.memory_format)}
-        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        return json_digest(identity)
 
     def describe(self) -> dict[str, Any]:
         """What a report records (BGAugment unknown: bgbias did not train it)."""
@@ -284,8 +283,8 @@ def default_home_name(network: Network, model_input: ModelInput, compute: Mappin
     """E.g. ``model.pt-1a2b3c4d-5e6f7a8b-bfloat16-channels_last``: the name made safe for a folder, 8 hex of
     the network and of the convention, then ``compute`` (:func:`compute_identity`)."""
     name = re.sub(r"[^A-Za-z0-9_.+-]", "_", network.name).strip(".")[:60] or "model"
-    convention = hashlib.sha256(json.dumps(model_input.as_dict(), sort_keys=True).encode()).hexdigest()
-    return "-".join([name, network.sha256[:8], convention[:8], *compute.values()])
+    convention = json_digest(model_input.as_dict())[:8]
+    return "-".join([name, network.sha256[:8], convention, *compute.values()])
 
 
 HOME_FIX = (f"pass another {given('DIR')}: a new or empty folder; or leave it out (on the command line each "

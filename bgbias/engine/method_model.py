@@ -60,8 +60,7 @@ class MethodBacked:
         identity = {key: value for key, value in identity.items() if value}
         if not identity:
             return weights
-        return hashlib.sha256(json.dumps({"weights": weights, **identity}, sort_keys=True).encode()
-                              ).hexdigest()
+        return json_digest({"weights": weights, **identity})
 
     def feature_stages(self) -> tuple[str, ...]:
         """The backbone's named stages, input side first."""
@@ -93,6 +92,11 @@ class MethodModel(MethodBacked):
 
     def trained_on(self) -> TrainedOn | None:
         return self.trained
+
+
+def json_digest(identity: dict[str, Any]) -> str:
+    """The SHA-256 of ``identity`` as JSON with sorted keys (anything JSON lacks as its text)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def weights_sha256(model: nn.Module) -> str:

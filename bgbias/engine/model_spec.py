@@ -9,10 +9,8 @@ which the evaluation cache is keyed by.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
-import json
 import re
 import warnings
 import zipfile
@@ -26,7 +24,7 @@ import torch
 from torch import nn
 
 from bgbias.assets.digest import sha256_file
-from bgbias.engine.method_model import weights_sha256
+from bgbias.engine.method_model import json_digest, weights_sha256
 from bgbias.engine.torchscript_guard import check_archive, check_operators
 from bgbias.errors import PARAMETER, ModelError, given
 from bgbias.installation import import_onnxruntime
@@ -239,17 +237,13 @@ def network_from_module(
         module = module.to(device)
     identity = {"class": f"{type(module).__module__}.{type(module).__qualname__}", "spec": spec,
                 "args": args or {}, "weights": weights_sha256(module)}
-    return Network(kind, name, spec, _digest(identity), module.eval(), args or {})
+    return Network(kind, name, spec, json_digest(identity), module.eval(), args or {})
 
 
 def network_from_callable(function: Callable[[torch.Tensor], Any], name: str, fingerprint: str) -> Network:
     """Any function of a batch as a network, pinned by the ``fingerprint`` its caller vouches for."""
-    return Network("callable", name, "<in memory>", _digest({"callable": name, "fingerprint": fingerprint}),
-                   function)
-
-
-def _digest(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    identity = {"callable": name, "fingerprint": fingerprint}
+    return Network("callable", name, "<in memory>", json_digest(identity), function)
 
 
 def parse_model_args(pairs: Iterable[str]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import io
 import json
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -53,51 +52,31 @@ DONE = (RunStatus.FINISHED, RunStatus.STOPPED_EARLY)
 """The statuses of a run with nothing left to train."""
 
 
+class _File:
+    """A path in the run folder, a property of :class:`RunDir`."""
+
+    def __init__(self, *parts: str):
+        self.parts = parts
+
+    def __get__(self, run: RunDir, owner: type | None = None) -> Path:
+        return run.root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The files of one run."""
 
     root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.json"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "run.json"
-
-    @property
-    def metrics_jsonl(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def metrics_csv(self) -> Path:
-        return self.root / "metrics.csv"
-
-    @property
-    def curves(self) -> Path:
-        return self.root / "curves.png"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "train.log"
-
-    @property
-    def last(self) -> Path:
-        return self.root / "checkpoints" / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "checkpoints" / "best.pt"
-
-    @property
-    def corrupted_val(self) -> Path:
-            return self.root / "corrupted-val"
-
-    @property
-    def corrupted_test(self) -> Path:
-        return self.root / "corrupted-test"
+    config = _File("config.json")
+    record = _File("run.json")
+    metrics_jsonl = _File("metrics.jsonl")
+    metrics_csv = _File("metrics.csv")
+    curves = _File("curves.png")
+    log = _File("train.log")
+    last = _File("checkpoints", "last.pt")
+    best = _File("checkpoints", "best.pt")
+    corrupted_val = _File("corrupted-val")
+    corrupted_test = _File("corrupted-test")
 
 
 def run_name(dataset: str, method: str, bgaugment: bool, seed: int, when: float | None = None) -> str:
@@ -148,11 +127,6 @@ def _holder(run: RunDir) -> str:
     return f" (pid {process.get('pid')} on {process.get('host')})"
 
 
-def this_process() -> dict[str, Any]:
-    """What ``run.json`` records of the process training a run, for the message a second trainer gets."""
-    return {"pid": os.getpid(), "host": socket.gethostname()}
-
-
 def open_run_dir(path: str | os.PathLike[str]) -> RunDir:
     """An existing run folder (it must hold config.json)."""
     run = RunDir(Path(path))
@@ -185,9 +159,7 @@ def is_metric_number(value: Any) -> bool:
 def write_metrics(run: RunDir, rows: list[dict[str, Any]]) -> None:
     """Write every epoch's metrics as JSON lines and as CSV (columns: all keys, in first-seen order)."""
     write_text_atomic(run.metrics_jsonl, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-    columns: list[str] = []
-    for row in rows:
-        columns += [key for key in row if key not in columns]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
@@ -225,7 +197,8 @@ class RunRecord(Record):
     trained_on: TrainedOnRecord
     installation: InstallationRecord
     process: Any = None
-    """While a run trains, the process that trains it (:func:`this_process`)."""
+    """While a run trains, the process that trains it (pid and host), for the message a second trainer
+    gets."""
 
 
 RESUME_TO_REWRITE = "resume the run (bgbias train --resume RUN) to write it again"
@@ -262,12 +235,12 @@ def read_trained_on(run: RunDir) -> TrainedOnRecord | None:
     record = read_record(run)
     return None if record is None else record.trained_on
 
+@dataclass
 class RunLog:
     """Lines to ``train.log`` (appended, with a timestamp) and, when ``echo``, to the terminal."""
 
-    def __init__(self, path: Path | None, echo: bool = True):
-        self.path = path
-        self.echo = echo
+    path: Path | None
+    echo: bool = True
 
     def __call__(self, message: str) -> None:
         if self.echo:

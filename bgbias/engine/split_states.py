@@ -66,7 +66,6 @@ class SplitStates:
         self.cache = EmbeddingCache(Path(self.model.home) / EVAL_FOLDER / "cache") if cached else None
 
     def clean(self) -> dict[str, np.ndarray]:
-        """The state of the clean images."""
         return self.state(EvalImages(self.items, self.geometry), {"set": "clean"}, "clean")
 
     def state(self, images: Any, key: dict[str, Any], desc: str) -> dict[str, np.ndarray]:

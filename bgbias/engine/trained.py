@@ -63,7 +63,6 @@ class TrainedModel(MethodBacked):
                          None if recorded is None else recorded.images, self.run.record)
 
     def describe(self) -> dict[str, Any]:
-        """What a report records: run, method, BGAugment, seed and the checkpoint's identity."""
         return {
             "run": str(self.run.root),
             "method": self.config.method,
@@ -83,13 +82,6 @@ def is_run_path(path: str | os.PathLike[str]) -> bool:
         path.parent.name == "checkpoints" and (path.parent.parent / "config.json").is_file())
 
 
-def resolve_run(run: str | os.PathLike[str] | None, runs: str | os.PathLike[str] | None = None) -> RunDir:
-    """``run`` as a run folder, or the latest run of ``runs`` (default ./runs) when it is None."""
-    if run is None:
-        return latest_run(Path(runs) if runs is not None else None)
-    return open_run_dir(run)
-
-
 def load_trained(
     run: str | os.PathLike[str] | None = None,
     *,
@@ -107,7 +99,7 @@ def load_trained(
     if checkpoint not in CHECKPOINTS:
         raise OptionError(f"unknown checkpoint {checkpoint!r}",
                           fix=f"use one of {', '.join(CHECKPOINTS)} (a run's checkpoints/best.pt or last.pt)")
-    run_dir = resolve_run(run, runs)
+    run_dir = open_run_dir(run) if run is not None else latest_run(Path(runs) if runs is not None else None)
     config = load_run_config(run_dir.config)
     path = run_dir.best if checkpoint == "best" else run_dir.last
     if not path.is_file():
@@ -133,16 +125,25 @@ def build_from_spec(config: TrainConfig, state: dict[str, Any], path: Path,
     if "spec" not in state or "model" not in state:
         raise CheckpointError("the checkpoint lacks the model or the spec it was built with", path=path,
                               fix="evaluate a checkpoint written by this version of bgbias train")
-    backbone = build_backbone(config.model.backbone, pretrained=False,
-                              freeze_batchnorm=config.model.freeze_batchnorm)
-    cls = method_class(config.method)
-    method = cls(backbone, MethodSpec(**state["spec"]))
+    method = configured_method(config, MethodSpec(**state["spec"]), layout=layout)
     try:
         method.load_state_dict(state["model"])
     except RuntimeError as err:
         raise CheckpointError(f"the checkpoint's weights do not fit {config.method} on "
                               f"{config.model.backbone}: {err}", path=path,
                               fix="keep the run's config.json as training wrote it") from None
-    method.set_memory_format(memory_format(layout or config.model.memory_format))
-    method.backbone.compile_stages(config.model.compile)
+    return method
+
+
+def configured_method(config: TrainConfig, spec: MethodSpec, *, pretrained: bool = False,
+                      layout: str | None = None) -> Method:
+    """``config``'s method on its backbone (``pretrained``: with the configured weights), in the memory format
+    ``layout`` (default: ``model.memory_format``), its stages compiled as configured."""
+    model = config.model
+    backbone = build_backbone(model.backbone, pretrained=pretrained and model.pretrained,
+                              weights=model.weights if pretrained else None,
+                              freeze_batchnorm=model.freeze_batchnorm)
+    method = method_class(config.method)(backbone, spec)
+    method.set_memory_format(memory_format(layout or model.memory_format))
+    method.backbone.compile_stages(model.compile)
     return method

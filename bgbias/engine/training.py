@@ -2,8 +2,7 @@
 
 Randomness is keyed, never drawn from shared state (batches by (seed, epoch), BGAugment by (seed, epoch,
 step, rank)), so a resumed run sees exactly the batches, crops and backgrounds of an uninterrupted one
-(docs/training.md). The jobs live in ``training_build``, ``training_loop``, ``training_validation`` and
-``training_records``.
+(docs/training.md). The jobs live in ``training_build``, ``training_loop`` and ``training_records``.
 """
 
 from __future__ import annotations

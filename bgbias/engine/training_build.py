@@ -21,12 +21,11 @@ from bgbias.data.samplers import MPerClassBatchSampler
 from bgbias.data.splits import split_items
 from bgbias.engine import distributed
 from bgbias.engine.config import TrainConfig
-from bgbias.engine.device import loader_workers, memory_format
+from bgbias.engine.device import loader_workers
 from bgbias.engine.tensorboard_log import check_tensorboard
+from bgbias.engine.trained import configured_method
 from bgbias.engine.training_data import train_images
 from bgbias.methods.base import MethodSpec
-from bgbias.methods.registry import method_class
-from bgbias.models.registry import build_backbone
 from bgbias.saliency.records import masks_record
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
     val_items = split_items(dataset, "val", config.protocol, config.fold)
     watched = config.schedule.watch_test
     test_items = split_items(dataset, "test", config.protocol, config.fold) if watched else []
-    masks_dir = _masks_dir(config, dataset)
+    masks_dir = Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
     if config.log.tensorboard:
         check_tensorboard()
     train_masks = _check_masks(config, dataset, train_items, val_items, test_items, masks_dir)
@@ -77,12 +76,6 @@ def prepare_inputs(config: TrainConfig, device: torch.device, dist: distributed.
 
 def build_method(config: TrainConfig, train_items: list[Item], *, input_size: int) -> Method:
     """The configured method on its backbone, sized for ``train_items`` and square ``input_size`` images."""
-    cls = method_class(config.method)
-    backbone = build_backbone(
-        config.model.backbone, pretrained=config.model.pretrained,
-        weights=Path(config.model.weights) if config.model.weights else None,
-        freeze_batchnorm=config.model.freeze_batchnorm,
-    )
     spec = MethodSpec(
         embedding_dim=config.model.embedding_dim,
         num_classes=len({item.label for item in train_items}),
@@ -91,10 +84,7 @@ def build_method(config: TrainConfig, train_items: list[Item], *, input_size: in
         options=dict(config.loss),
         input_size=input_size,
     )
-    method = cls(backbone, spec)
-    method.set_memory_format(memory_format(config.model.memory_format))
-    method.backbone.compile_stages(config.model.compile)
-    return method
+    return configured_method(config, spec, pretrained=True)
 
 
 def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimizer:
@@ -105,13 +95,10 @@ def build_optimizer(config: TrainConfig, method: Method) -> torch.optim.Optimize
         for name, params in method.parameter_groups().items() if params
     ]
     o = config.optim
-    if o.name == "adam":
-        return torch.optim.Adam(groups, weight_decay=o.weight_decay)
-    if o.name == "adamw":
-        return torch.optim.AdamW(groups, weight_decay=o.weight_decay)
-    if o.name == "rmsprop":
-        return torch.optim.RMSprop(groups, weight_decay=o.weight_decay, momentum=o.momentum)
-    return torch.optim.SGD(groups, weight_decay=o.weight_decay, momentum=o.momentum)
+    kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
+            "sgd": torch.optim.SGD}[o.name]
+    momentum = {"momentum": o.momentum} if o.name in ("rmsprop", "sgd") else {}
+    return kind(groups, weight_decay=o.weight_decay, **momentum)
 
 
 def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
@@ -120,10 +107,6 @@ def hold_group(optimizer: torch.optim.Optimizer, name: str) -> None:
         if group.get("name") == name:
             for parameter in group["params"]:
                 parameter.grad = None
-
-
-def _masks_dir(config: TrainConfig, dataset: Dataset) -> Path:
-    return Path(config.bgaugment.masks) if config.bgaugment.masks else default_masks_dir(dataset)
 
 
 def _used_masks(config: TrainConfig, masks_dir: Path, watched: bool) -> dict[str, Any]:

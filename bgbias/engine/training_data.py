@@ -9,6 +9,7 @@ distributed run sees the same batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,27 +67,19 @@ def train_images(
                        dataset_name=dataset.name)
 
 
+@dataclass
 class TrainingPasses:
-    """Keyed passes over the training split: what methods get as their ``TrainingData``."""
+    """Keyed passes over the training split: what methods get as their ``TrainingData``. ``images``: the
+    training loop's own (:func:`train_images`); ``log``: where a pass a method makes before an epoch's steps
+    says what it does (the run's log)."""
 
-    def __init__(
-        self,
-        config: TrainConfig,
-        images: TrainImages,
-        bgaugment: BGAugment | None,
-        device: torch.device,
-        *,
-        progress: bool = False,
-        log: Callable[[str], None] | None = None,
-    ):
-        """``images``: the training loop's own (:func:`train_images`); ``log``: where a pass a method makes
-        before an epoch's steps says what it does (the run's log)."""
-        self.config = config
-        self.images = images
-        self.bgaugment = bgaugment
-        self.device = device
-        self.progress = progress
-        self.log = log
+    config: TrainConfig
+    images: TrainImages
+    bgaugment: BGAugment | None
+    device: torch.device
+    _: KW_ONLY
+    progress: bool = False
+    log: Callable[[str], None] | None = None
 
     @property
     def num_samples(self) -> int:

@@ -1,21 +1,28 @@
-"""The training loop: a run in progress, epoch by epoch and step by step, and what it ends with."""
+"""The training loop: a run in progress, epoch by epoch and step by step, validated after every epoch (the
+best checkpoint kept, early stopping), and what it ends with."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from bgbias.corrupted.corrupted_images import CorruptedImages
+from bgbias.corrupted.manifests import load_manifest, make_corrupted_manifests, manifest_name
+from bgbias.data.eval_images import EvalImages
+from bgbias.data.transforms import eval_geometry
 from bgbias.engine import distributed
 from bgbias.engine.checkpoint import save_checkpoint
 from bgbias.engine.config import TrainConfig
 from bgbias.engine.curves import plot_training_curves
 from bgbias.engine.device import resolve_amp
+from bgbias.engine.embedding import embed_images
 from bgbias.engine.eta import ESTIMATE_AFTER, epoch_estimate, time_left
 from bgbias.engine.loss_watch import LossWatch
 from bgbias.engine.run_dir import RunDir, RunLog, RunStatus, mark_latest, write_metrics, write_record
@@ -23,16 +30,12 @@ from bgbias.engine.tensorboard_log import EpochScalars
 from bgbias.engine.training_build import RunInputs, build_optimizer, hold_group
 from bgbias.engine.training_data import TrainingPasses, device_batch
 from bgbias.engine.training_records import TrainingState, checkpoint_state, restore_state, run_record
-from bgbias.engine.training_validation import (
-    ValidationSets,
-    select_checkpoint,
-    validate_sets,
-    validation_sets,
-)
 from bgbias.fileio import write_json_atomic
 from bgbias.models.precision import network_precision
+from bgbias.retrieval.metrics import score_embeddings
 
 if TYPE_CHECKING:
+    from bgbias.data.items import Item
     from bgbias.methods.base import Batch, Method
 
 
@@ -41,8 +44,6 @@ _BGAUGMENT_STREAM = 0xB6A0
 
 @dataclass
 class TrainResult:
-    """What a finished (or early-stopped) run produced."""
-
     run: RunDir
     history: list[dict[str, Any]]
     best_epoch: int
@@ -67,7 +68,7 @@ class TrainingSession:
     optimizer: torch.optim.Optimizer
     scaler: Any
     training_data: TrainingPasses
-    validation: ValidationSets | None
+    validation: dict[str, Any] | None
     state: TrainingState
     scalars: EpochScalars | None = None
     estimated: bool = False
@@ -92,7 +93,8 @@ class TrainingSession:
         if checkpoint is not None:
             state = restore_state(checkpoint, method, optimizer, scaler, device)
             log(f"resuming {run.root} after epoch {state.epoch}")
-        model = _wrap_distributed(method, dist, device)
+        ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(method, device_ids=ids) if dist.enabled else method
         training_data = TrainingPasses(config, inputs.images, inputs.bgaugment, device,
                                      progress=progress and dist.is_main, log=log)
         validation = validation_sets(config, inputs, run, dist, fresh=checkpoint is None)
@@ -158,7 +160,7 @@ class TrainingSession:
                "train_images_per_second": round(images / seconds, 2)}
         row.update(self.validate())
         state.history.append(row)
-        select_checkpoint(state, row, self.config, self.method, self.run, dist)
+        self.select(row)
         if state.epoch >= self.config.schedule.epochs:
             state.status = RunStatus.FINISHED
         self.epoch_seconds.append(time.perf_counter() - epoch_started)
@@ -247,16 +249,61 @@ class TrainingSession:
         return not o.grad_clip_first_step_only or (self.state.epoch == 1 and step == 0 and batch.part == 0)
 
     def validate(self) -> dict[str, float]:
-        return validate_sets(self.method, self.validation, self.config, self.device, self.amp, self.progress,
-                         self.dist)
+        """MAP@R, R-precision and P@1 of every validation set, ranked as evaluation ranks; rank 0 only."""
+        row: dict[str, float] = {}
+        if self.dist.is_main:
+            for prefix, images in self.validation.items():
+                state, labels = embed_images(
+                    self.method, images, self.device, batch_size=2 * self.config.data.batch_size,
+                    workers=self.config.data.workers, amp=self.amp, progress=self.progress, desc=prefix,
+                )
+                scores = score_embeddings(state, labels, retrieval=self.method.retrieval())
+                row.update({f"{prefix}_{name}": value for name, value in scores.as_dict().items()})
+        return distributed.broadcast(self.dist, row)
+
+    def select(self, row: dict[str, Any]) -> None:
+        """Keep the best checkpoint by the monitored MAP@R; stop early after ``patience`` epochs without
+        gain."""
+        state, config = self.state, self.config
+        key = "val_corrupted_map_at_r" if config.monitor == "corrupted" else "val_map_at_r"
+        value, method = row[key], self.method
+        if value > state.best_value:
+            state.best_value, state.best_epoch, state.bad_epochs = value, state.epoch, 0
+            if self.dist.is_main:
+                save_checkpoint(self.run.best, {"epoch": state.epoch, "monitor": key, "value": value,
+                                                "spec": method.spec.saved(), "model": method.state_dict()})
+        else:
+            state.bad_epochs += 1
+            if state.bad_epochs >= config.schedule.patience:
+                state.status = RunStatus.STOPPED_EARLY
 
 
-def _wrap_distributed(method: Method, dist: distributed.Distributed, device: torch.device):
-    if not dist.enabled:
-        return method
+def validation_sets(config, inputs: RunInputs, run, dist, fresh) -> dict[str, Any] | None:
+    """The image sets scored after every epoch, by metrics-column prefix: ``val``, clean, and
+    ``val_corrupted``, the run's fixed corrupted set (train pool), when it selects on it; with
+    ``schedule.watch_test`` (never selected on) ``test`` and ``test_corrupted``, the first corrupted repeat
+    ``bgbias eval`` scores (test pool, seed 0)."""
+    if not dist.is_main:
+        return None
 
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(method, device_ids=ids)
+    dataset, geometry = inputs.dataset, eval_geometry(inputs.dataset.name)
+    backgrounds = Path(config.bgaugment.backgrounds) if config.bgaugment.backgrounds else None
+
+    def corrupted(split: str, items: list[Item], seed: int, folder: Path) -> Any:
+        path = folder / manifest_name(0)
+        if fresh or not path.is_file():
+            make_corrupted_manifests(dataset, split, repeats=1, seed=seed, backgrounds=backgrounds,
+                                     out_dir=folder, protocol=config.protocol, fold=config.fold)
+        manifest = load_manifest(path, dataset, backgrounds)
+        return CorruptedImages(items, manifest, inputs.masks_dir, dataset.name)
+
+    sets: dict[str, Any] = {"val": EvalImages(inputs.val_items, geometry)}
+    if config.monitor == "corrupted":
+        sets["val_corrupted"] = corrupted("val", inputs.val_items, config.seed, run.corrupted_val)
+    if inputs.test_items:
+        sets["test"] = EvalImages(inputs.test_items, geometry)
+        sets["test_corrupted"] = corrupted("test", inputs.test_items, 0, run.corrupted_test)
+    return sets
 
 
 def _optimizer_steps(loader, method, config, bgaugment, epoch, dist, device):

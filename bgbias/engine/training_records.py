@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from bgbias.engine.run_dir import (
     create_run_dir,
     read_trained_on,
     run_name,
-    this_process,
     write_record,
 )
 from bgbias.errors import BgbiasError, DatasetError, OptionError
@@ -59,6 +59,7 @@ def make_run_dir(
     dist: distributed.Distributed, held: contextlib.ExitStack,
 ) -> RunDir:
     """The new run's folder, claimed before it is checked, so of two processes only one trains it."""
+    root = None
     if dist.is_main:
         if run_dir is not None:
             path = Path(run_dir)
@@ -73,8 +74,6 @@ def make_run_dir(
             run = create_run_dir(name, Path(runs) if runs is not None else None)
             held.enter_context(claim_run(run.root))
         root = str(run.root)
-    else:
-        root = None
     return RunDir(Path(distributed.broadcast(dist, root)))
 
 
@@ -128,7 +127,7 @@ def run_record(config: TrainConfig, state: TrainingState, device, trained_on: di
         "compute": compute_record(config, device),
         "installation": installation(),
         "command": " ".join(sys.argv),
-        "process": this_process(),
+        "process": {"pid": os.getpid(), "host": socket.gethostname()},
     }
 
 

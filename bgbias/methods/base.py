@@ -98,6 +98,7 @@ class Method(nn.Module, ABC):
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__()
         self.check_options(spec.options)
+        self.options = self.options_with_defaults(spec.options)
         self.backbone = backbone
         self.spec = spec
 

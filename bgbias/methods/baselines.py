@@ -34,7 +34,6 @@ class MetricLossMethod(Method):
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
         self.head = EmbeddingHead(backbone.channels[backbone.final], spec.embedding_dim, spec.pooling)
-        self.options = self.options_with_defaults(spec.options)
         loss_options = {key: value for key, value in spec.options.items() if key not in self.options}
         self.loss_fn = _pml_object("losses", self.loss_class, {**self.sizes(spec), **loss_options}, self.name)
         self.miner = self.build_miner()
@@ -172,7 +171,6 @@ def _loss_options(method: type[MetricLossMethod]) -> type[MethodOptions]:
 
 
 def _pml_class(kind: str, class_name: str) -> type:
-    """``pytorch_metric_learning.<kind>.<class_name>``."""
     return getattr(importlib.import_module(f"pytorch_metric_learning.{kind}"), class_name)
 
 

@@ -27,7 +27,6 @@ def register_method(name: str) -> Callable[[M], M]:
 
 
 def method_names() -> list[str]:
-    """Every registered method, sorted."""
     return sorted(METHODS)
 
 

@@ -15,7 +15,7 @@ from bgbias.errors import OptionError
 from bgbias.models.input_convention import InputConvention
 from bgbias.models.precision import network_autocast
 
-_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class Backbone(nn.Module):
@@ -68,7 +68,7 @@ class Backbone(nn.Module):
         super().train(mode)
         if self._freeze_batchnorm:
             for module in self.modules():
-                if isinstance(module, _BATCHNORMS):
+                if isinstance(module, BATCHNORMS):
                     module.eval()
         return self
 

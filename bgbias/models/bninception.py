@@ -143,10 +143,8 @@ def pretrainedmodels_key(key: str) -> str:
 def load_pretrainedmodels_weights(backbone: Backbone, path: str | Path) -> Backbone:
     """Load pretrainedmodels' BN-Inception file into ``backbone``, matched by name and shape."""
     fix = f"pass pretrainedmodels' BN-Inception ImageNet weights ({URL}) with --weights PATH"
-    state = weight_files.read_state_file(path, fix=fix)
-    fitted = weight_files.fit_state(backbone.state_dict(), state, source_key=pretrainedmodels_key,
-                                    unused=lambda key: key.startswith("last_linear."), path=path, fix=fix)
-    backbone.load_state_dict(fitted, strict=False)
+    weight_files.load_state_file(backbone, path, fix=fix, source_key=pretrainedmodels_key,
+                                 unused=lambda key: key.startswith("last_linear."))
     return backbone
 
 

@@ -143,7 +143,5 @@ def load_reference_weights(model: EfficientNetLite0, path: str | os.PathLike[str
                            fix: str) -> EfficientNetLite0:
     """Load the reference file into ``model``, classifier included, matched by :func:`reference_key` and
     shape; any key or shape that does not fit is an ``AssetError`` naming the file, the key and ``fix``."""
-    state = weight_files.read_state_file(path, fix=fix)
-    fitted = weight_files.fit_state(model.state_dict(), state, source_key=reference_key, path=path, fix=fix)
-    model.load_state_dict(fitted, strict=False)  # fit_state has checked every key; an absent counter stays
+    weight_files.load_state_file(model, path, fix=fix, source_key=reference_key)
     return model

@@ -45,7 +45,17 @@ def load_mobilenet_v2_imagenet(
     try:
         root = asset_dir(ASSET, home)
     except AssetError as missing:
-        return _load_torchvision_weights(model, missing)
+        try:
+            state = download_torchvision_state()
+        except Exception as err:  # no network shows up as URLError, OSError, HTTPError, ...
+            raise AssetError(
+                f"no ImageNet weights for MobileNetV2: {missing.problem}, "
+                f"and torchvision's download failed ({err})",
+                path=missing.path,
+                fix=f"run `bgbias assets fetch {ASSET}` (offline: add --from DIR)",
+            ) from err
+        model.load_state_dict(state)
+        return model
     return load_old_layout_features(model, _verified_file(ASSET, root))
 
 
@@ -137,17 +147,3 @@ def map_features_by_order(
 def download_torchvision_state() -> Mapping[str, Any]:
     """torchvision's ImageNet MobileNetV2 weights (needs internet; cached by torch.hub)."""
     return torchvision_state(torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1)
-
-
-def _load_torchvision_weights(model: torch.nn.Module, missing: AssetError) -> torch.nn.Module:
-    try:
-        state = download_torchvision_state()
-    except Exception as err:  # no network shows up as URLError, OSError, HTTPError, ...
-        raise AssetError(
-            f"no ImageNet weights for MobileNetV2: {missing.problem}, "
-            f"and torchvision's download failed ({err})",
-            path=missing.path,
-            fix=f"run `bgbias assets fetch {ASSET}` (offline: add --from DIR)",
-        ) from err
-    model.load_state_dict(state)
-    return model

@@ -27,7 +27,6 @@ BACKBONES: Registry[BackboneBuilder] = Registry(
 
 
 def register_backbone(name: str) -> Callable[[BackboneBuilder], BackboneBuilder]:
-    """Decorator: make ``builder`` available as ``build_backbone(name)``."""
     return BACKBONES.register(name)
 
 

@@ -38,6 +38,5 @@ def build_tiny_cnn(*, pretrained: bool, weights: Path | None, home: Path | None)
         if weights is None:
             raise AssetError("tiny_cnn has no pretrained weights", fix=_NO_WEIGHTS_FIX)
         fix = "pass a file saved from a tiny_cnn backbone's state_dict(), or " + _NO_WEIGHTS_FIX
-        state = weight_files.read_state_file(weights, fix=fix)
-        backbone.load_state_dict(weight_files.fit_state(backbone.state_dict(), state, path=weights, fix=fix))
+        weight_files.load_state_file(backbone, weights, fix=fix)
     return backbone

@@ -2,13 +2,9 @@
 
 Weights load into the whole torchvision model under its own keys, then the model is cut, so our keys are
 ``blocks.<stage>.<torchvision's key>``. ResNet-50 and GoogLeNet take ImageNet weights from ``--weights PATH``
-or torchvision's download (torch hub's cache, so their builders ignore ``home``). Stages (channels):
-
-- ``mobilenet_v2``, by output stride: ``stride2`` 16, ``stride4`` 24, ``stride8`` 32, ``stride16`` 96,
-  ``stride32`` 320, ``final`` 1280 (the last 1×1 conv).
-- ``resnet50``: ``stem`` 64, ``layer1`` 256, ``layer2`` 512, ``layer3`` 1024, ``layer4`` 2048.
-- ``googlenet``: ``stem`` 192, ``inception3a`` … ``inception5b`` 1024; the max-pools between groups open the
-  next stage, so ``inception3b`` is at stride 8 and ``inception4e`` at 16, like ``layer2`` and ``layer3``.
+or torchvision's download (torch hub's cache, so their builders ignore ``home``). MobileNetV2's stages are
+named by output stride (``final``: the last 1×1 conv); GoogLeNet's max-pools between groups open the next
+stage: ``inception3b`` is at stride 8 and ``inception4e`` at 16, as ResNet-50's ``layer2`` and ``layer3``.
 """
 
 from __future__ import annotations
@@ -97,18 +93,14 @@ def _load_imagenet(
             f"no ImageNet weights for {name}: torchvision's download failed ({err})",
             fix=_manual_fix(imagenet.url),
         ) from err
-    _fit(model, state, path=None, heads=heads, fix=_manual_fix(imagenet.url))
+    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
+                                    path=None, fix=_manual_fix(imagenet.url))
+    model.load_state_dict(fitted, strict=False)
 
 
 def _load_file(model: nn.Module, path: Path, *, name: str, heads: tuple[str, ...], url: str) -> None:
-    fix = f"pass a torchvision {name} state dict, such as {url}"
-    _fit(model, weight_files.read_state_file(path, fix=fix), path=path, heads=heads, fix=fix)
-
-
-def _fit(model: nn.Module, state: Any, *, path: Path | None, heads: tuple[str, ...], fix: str) -> None:
-    fitted = weight_files.fit_state(model.state_dict(), state, unused=lambda key: key.startswith(heads),
-                                    path=path, fix=fix)
-    model.load_state_dict(fitted, strict=False)
+    weight_files.load_state_file(model, path, fix=f"pass a torchvision {name} state dict, such as {url}",
+                                 unused=lambda key: key.startswith(heads))
 
 
 def _manual_fix(url: str) -> str:

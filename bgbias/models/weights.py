@@ -86,6 +86,21 @@ def fit_state(
     return fitted
 
 
+def load_state_file(
+    model: torch.nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    fix: str,
+    source_key: Callable[[str], str] = lambda key: key,
+    unused: Callable[[str], bool] = lambda key: False,
+) -> None:
+    """Load the state dict file at ``path`` into ``model``, every key fitted (:func:`fit_state`; an absent
+    ``num_batches_tracked`` keeps its value)."""
+    state = read_state_file(path, fix=fix)
+    fitted = fit_state(model.state_dict(), state, source_key=source_key, unused=unused, path=path, fix=fix)
+    model.load_state_dict(fitted, strict=False)
+
+
 def download_file(url: str, dest: str | os.PathLike[str]) -> Path:
     """Download ``url`` to ``dest`` (written atomically); network errors propagate to the caller."""
     dest = Path(dest)

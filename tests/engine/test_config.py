@@ -65,7 +65,7 @@ def test_monitor_follows_bgaugment_unless_set():
     ("override", "words"),
     [
         ("optim.lr_hed=1", "did you mean 'lr_head'"),
-        ("optim.name=lamb", "one of adam"),
+        ("optim.name=lamb", "one of: adam"),
         ("bgaugment.p=1.5", "probability"),
         ("data.batch_size=0", "at least 1"),
         ("data.batch_size=3.5", "an integer"),
@@ -305,6 +305,7 @@ def test_a_run_config_validates_against_the_json_schema(name):
 
 def test_the_json_schema_says_what_each_setting_must_be():
     schema = config_json_schema("dcml")
-    assert schema["$defs"]["OptimConfig"]["properties"]["lr_head"]["description"] == "must be positive"
+    lr_head = schema["$defs"]["OptimConfig"]["properties"]["lr_head"]
+    assert lr_head["description"] == "must be a positive number"
     assert schema["properties"]["loss"]["properties"]["head_norm_group"]["enum"] == ["backbone", "head"]
     assert schema["properties"]["method"]["const"] == "dcml"

@@ -11,11 +11,11 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import AfterValidator, Field
+from pydantic import Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -33,6 +33,7 @@ from bgbias.methods.avsl.graph import (
 )
 from bgbias.methods.avsl.losses import hard_triplets, margin_loss, proxy_anchor_loss
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
+from bgbias.methods.limits import Fraction, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.options import Must
@@ -65,30 +66,19 @@ def block_shape(device: torch.device) -> tuple[int, int]:
         return min(NODE_ELEMENTS, CPU_NODE_ELEMENTS), min(REFERENCE_ROWS, CPU_REFERENCE_ROWS)
     return NODE_ELEMENTS, REFERENCE_ROWS
 
-Positive = Annotated[float, Field(gt=0), Must("a positive number")]
-
-
-def _non_negative(weights: tuple[float, ...]) -> tuple[float, ...]:
-    if any(w < 0 for w in weights):
-        raise ValueError("a weight is negative")
-    return weights
-
-
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-
 
 class AVSLOptions(MethodOptions):
     """AVSL's options (the ``loss`` section)."""
 
     # proxy_anchor | margin: the loss on every level and on d̂
-    base: Annotated[Literal[BASES], Must("one of: " + ", ".join(BASES))] = "proxy_anchor"
-    level_weights: Annotated[tuple[float, float, float], Field(strict=False), AfterValidator(_non_negative),
+    base: one_of(*BASES) = "proxy_anchor"
+    level_weights: Annotated[tuple[ZeroOrMore, ZeroOrMore, ZeroOrMore], Field(strict=False),
                              Must("three weights of 0 or more")] = (1.0, 1.0, 1.0)  # λ_1, λ_2, λ_3
     final_weight: ZeroOrMore = 1.0  # the weight of the loss on d̂
     # lower nodes each high node keeps; null: a quarter of the embedding size
     top_k: Annotated[int | None, Field(ge=1),
                      Must("a whole number of at least 1 (or null: a quarter of the embedding size)")] = None
-    edge_momentum: Annotated[float, Field(ge=0, le=1), Must("in [0, 1]")] = 0.5  # γ of the edges' EMA
+    edge_momentum: Fraction = 0.5  # γ of the edges' EMA
     reliability_gain: Positive = 10.0  # γ_p in sigmoid(γ_p (α η + β))
     pa_alpha: Positive = 16.0  # ProxyAnchor on the levels: α, γ_pos, γ_neg (dissimilarity form)
     pa_pos_margin: float = 1.8
@@ -100,8 +90,7 @@ class AVSLOptions(MethodOptions):
     beta: float = 1.2  # margin loss: β, the initial per-class boundary
     hard_negative_cutoff: ZeroOrMore = 0.5  # margin loss: hard negatives nearer than this count as equal
     # row | global: what a map is shifted by before its spread is read
-    certainty_min: Annotated[Literal[CERTAINTY_MINIMA],
-                             Must("one of: " + ", ".join(CERTAINTY_MINIMA))] = "row"
+    certainty_min: one_of(*CERTAINTY_MINIMA) = "row"
 
 
 class Collector(nn.Module):
@@ -155,9 +144,8 @@ class AVSL(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options = self.options_with_defaults(spec.options)
+        options = self.options
         self.check_training(options, batch_size=1, embedding_dim=spec.embedding_dim)
-        self.options = options
         self.dim = spec.embedding_dim
         self.top_k = options["top_k"] if options["top_k"] is not None else default_top_k(self.dim)
         self.embedder = nn.ModuleList(

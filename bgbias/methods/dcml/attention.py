@@ -45,10 +45,7 @@ class AttentionCopies(nn.Module):
 
     def __init__(self, copies: int, channels: int, height: int, width: int, reduction: int = 2):
         super().__init__()
-        if copies < 1:
-            raise OptionError(f"DCML needs at least one environment, got {copies}",
-                              fix="set loss.environments to 1 or more (the paper uses 2)")
-        if reduction < 1 or channels // reduction < 1:
+        if channels // reduction < 1:
             raise OptionError(f"the channel reduction {reduction} does not fit {channels} channels",
                               fix="set loss.channel_reduction between 1 and the number of channels")
         self.map_size = (height, width)

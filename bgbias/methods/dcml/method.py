@@ -8,11 +8,8 @@ of same-class pairs in two optimiser steps, one per half.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
@@ -27,10 +24,10 @@ from bgbias.methods.dcml.penalties import (
     pair_compactness,
 )
 from bgbias.methods.dcml.proxies import CosFaceProxies
+from bgbias.methods.limits import AtLeastOne, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.models.backbone import Backbone
 from bgbias.models.head import global_pool
-from bgbias.options import Must
 
 
 class BatchNormHead(nn.Module):
@@ -49,10 +46,6 @@ class BatchNormHead(nn.Module):
 HEAD_NORM_GROUPS = ("backbone", "head")
 """The parameter group of the head's BatchNorm: the backbone's (the authors' code) or the head's."""
 
-AtLeastOne = Annotated[int, Field(ge=1), Must("a whole number of at least 1")]
-Positive = Annotated[float, Field(gt=0), Must("a positive number")]
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-
 
 class DCMLOptions(MethodOptions):
     """DCML's options (the ``loss`` section); the authors' names in brackets."""
@@ -70,8 +63,7 @@ class DCMLOptions(MethodOptions):
     env_batch_size: AtLeastOne = 64
     paired_halves: bool = False  # the authors' SOP scheme: two steps per batch, γ to the pair partner
     # The group (learning rate) of the head's BatchNorm, as the authors'
-    head_norm_group: Annotated[Literal[HEAD_NORM_GROUPS],
-                               Must("one of: " + ", ".join(HEAD_NORM_GROUPS))] = "backbone"
+    head_norm_group: one_of(*HEAD_NORM_GROUPS) = "backbone"
 
 
 @register_method("dcml")
@@ -83,7 +75,7 @@ class DCML(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        self.options = options = self.options_with_defaults(spec.options)
+        options = self.options
         if spec.input_size is None:
             raise OptionError("dcml sizes its spatial attention by the feature map, but got no input size",
                               fix="build it with MethodSpec(input_size=<training crop side>)")

@@ -6,7 +6,7 @@ embedding does not depend on the rest of its batch.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
+from bgbias.methods.limits import AtLeastOne, Positive, ZeroOrMore, one_of
 from bgbias.methods.metricformer.blocks import CorrelationBlock, FeatureDecoupling, attention_entropy
 from bgbias.methods.metricformer.losses import consistency_loss, diversity_loss
 from bgbias.methods.registry import register_method
@@ -25,16 +26,12 @@ from bgbias.options import Must
 BASES = ("margin", "proxy_anchor")
 CONSISTENCY = ("symmetric", "teacher")
 
-AtLeastOne = Annotated[int, Field(ge=1), Must("a whole number of at least 1")]
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
-Positive = Annotated[float, Field(gt=0), Must("a positive number")]
-
 
 class MetricFormerOptions(MethodOptions):
     """MetricFormer's options (the ``loss`` section)."""
 
     # the base metric loss L_M
-    base: Annotated[Literal[BASES], Must("one of: " + ", ".join(BASES))] = "margin"
+    base: one_of(*BASES) = "margin"
     k: AtLeastOne = 4  # sub-feature slots; d = embedding_dim / k
     key_dim: AtLeastOne = 256  # C_K, the FDB's query/key width
     blocks: Annotated[int, Field(ge=0), Must("a whole number of at least 0")] = 3  # T, batch-wise blocks
@@ -47,7 +44,7 @@ class MetricFormerOptions(MethodOptions):
     lambda_div: ZeroOrMore = 1.0
     lambda_cons: ZeroOrMore = 1.0
     # symmetric | teacher (stop-gradient on the batch-aware path)
-    consistency: Annotated[Literal[CONSISTENCY], Must("one of: " + ", ".join(CONSISTENCY))] = "symmetric"
+    consistency: one_of(*CONSISTENCY) = "symmetric"
     margin: ZeroOrMore = 0.2  # margin loss: α, the margin
     beta: float = 1.2  # margin loss: β, the (initial) boundary
     learn_beta: bool = True  # margin loss: one boundary β per class, a loss parameter
@@ -84,9 +81,8 @@ class MetricFormer(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        options = self.options_with_defaults(spec.options)
-        self.options = o = options
-        self.check_training(options, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
+        o = self.options
+        self.check_training(o, batch_size=o["neighbours"], embedding_dim=spec.embedding_dim)
         self.slots, self.dim = o["k"], spec.embedding_dim // o["k"]
         self.fdb = FeatureDecoupling(backbone.channels[backbone.final], self.slots, self.dim, o["key_dim"])
         self.bcbs = nn.ModuleList(

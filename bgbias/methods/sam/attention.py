@@ -17,19 +17,12 @@ VARIANTS = ("triplet", "siamese", "quadruplet")
 (anchor, positive, negative, negative)."""
 
 
-def check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise OptionError(f"unknown SAM variant {variant!r}", fix=f"use one of {', '.join(VARIANTS)}")
-    return variant
-
-
 def similarity_weights(
     embeddings: Tensor, tuples: Tensor, variant: str, same: Tensor | None = None
 ) -> Tensor:
     """(T, D) weights of each tuple's dimensions (paper eqs. in docs/methods/sam.md): positives contribute
     ``1 − |Δ|``, negatives ``|Δ|``, multiplied. ``tuples`` is (T, roles) of row indices into ``embeddings``;
     ``same`` (T,) bool says which Siamese pairs share a class."""
-    check_variant(variant)
     f = embeddings
     if variant == "siamese":
         if same is None:
@@ -49,19 +42,12 @@ SCORES = ("magnitude", "projection")
 literal ``wᵀf``; the two agree for non-negative embeddings (docs/methods/sam.md)."""
 
 
-def check_score(score: str) -> str:
-    if score not in SCORES:
-        raise OptionError(f"unknown SAM score {score!r}", fix=f"use one of {', '.join(SCORES)}")
-    return score
-
-
 def similarity_scores(
     embeddings: Tensor, tuples: Tensor, weights: Tensor, score: str = "magnitude"
 ) -> Tensor:
     """The sum over tuples and roles of ``s = wᵀ|f|`` (``"magnitude"``) or ``wᵀf`` (``"projection"``), ``w``
     detached as a Grad-CAM class score is. ``|f|``: with a signed linear head, flipping an axis's sign
     (which changes no distance) must not turn its evidence into counter-evidence."""
-    check_score(score)
     fixed = weights.detach()
     if score == "magnitude":
         embeddings = embeddings.abs()
@@ -102,7 +88,6 @@ def mining_loss(erased: Tensor, tuples: Tensor, variant: str, same: Tensor | Non
     quadruplet: the triplet term of (a, p, n1) plus that of (a, p, n2); Siamese: ``−min(‖1*−2*‖, clamp)``
     over same-class pairs only (after erasing, a positive pair should stop looking alike; a bounded reward).
     """
-    check_variant(variant)
     anchor = erased[tuples[:, 0]]
     if variant == "siamese":
         if same is None or not bool(same.any()):

@@ -11,19 +11,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
 
 import torch
-from pydantic import AfterValidator, Field
 from torch import Tensor, nn
 
 from bgbias.errors import OptionError
 from bgbias.methods.base import Batch, Method, MethodOptions, MethodSpec
+from bgbias.methods.limits import AtLeastOne, Positive, ZeroOrMore, one_of
 from bgbias.methods.registry import register_method
 from bgbias.methods.sam.attention import (
+    SCORES,
+    VARIANTS,
     attention_maps,
-    check_score,
-    check_variant,
     erase,
     erasing_mask,
     mining_loss,
@@ -32,30 +31,25 @@ from bgbias.methods.sam.attention import (
     similarity_weights,
 )
 from bgbias.methods.sam.mining import Tuples, mine_tuples
-from bgbias.models.backbone import Backbone
+from bgbias.models.backbone import BATCHNORMS, Backbone
 from bgbias.models.head import EmbeddingHead
-from bgbias.options import Must
-
-_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-ZeroOrMore = Annotated[float, Field(ge=0), Must("0 or more")]
 
 
 class SAMOptions(MethodOptions):
     """SAM's options; whether ``stage`` exists depends on the backbone, checked when the method is built."""
 
-    variant: Annotated[str, AfterValidator(check_variant)] = "triplet"  # triplet | siamese | quadruplet
+    variant: one_of(*VARIANTS) = "triplet"
     # s = wᵀ|f| | projection: the paper's literal s = wᵀf
-    score: Annotated[str, AfterValidator(check_score)] = "magnitude"
+    score: one_of(*SCORES) = "magnitude"
     margin: ZeroOrMore = 0.2  # the triplet (and quadruplet) base loss's margin
     # Siamese only: different-class pairs are pushed at least this far apart
     negative_margin: ZeroOrMore = 1.0
     gamma: ZeroOrMore = 0.25  # weight of the similarity mining loss
     # the erasing sigmoid's slope (the paper's α)
-    sharpness: Annotated[float, Field(gt=0), Must("a positive number")] = 10.0
+    sharpness: Positive = 10.0
     threshold: float = 0.5  # the erasing sigmoid's centre on maps normalised to [0, 1] (the paper's β)
     # tuples drawn per batch
-    max_tuples: Annotated[int, Field(ge=1), Must("a whole number of at least 1")] = 64
+    max_tuples: AtLeastOne = 64
     stage: str | None = None  # the backbone stage of A; null: its final stage (the last conv block)
 
 
@@ -85,7 +79,7 @@ class SAM(Method):
 
     def __init__(self, backbone: Backbone, spec: MethodSpec):
         super().__init__(backbone, spec)
-        self.options = options = self.options_with_defaults(spec.options)
+        options = self.options
         stage = options["stage"] if options["stage"] is not None else backbone.final
         if stage not in backbone.stages:
             raise OptionError(
@@ -171,7 +165,7 @@ def running_statistics_kept(module: nn.Module) -> Iterator[None]:
     """Inside, training-mode BatchNorm layers leave their running statistics and batch count as they were."""
     saved = []
     for layer in module.modules():
-        if isinstance(layer, _BATCHNORMS) and layer.training and layer.track_running_stats:
+        if isinstance(layer, BATCHNORMS) and layer.training and layer.track_running_stats:
             count = None if layer.num_batches_tracked is None else layer.num_batches_tracked.clone()
             saved.append((layer, layer.momentum, count))
             layer.momentum = 0.0  # running = (1 − 0) · running + 0 · batch: unchanged

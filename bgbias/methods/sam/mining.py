@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from bgbias.errors import OptionError
-from bgbias.methods.sam.attention import check_variant
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,6 @@ def mine_tuples(labels: Tensor, indices: Tensor, variant: str, max_tuples: int) 
     """At most ``max_tuples`` tuples of ``variant`` from a batch with these labels, drawn with
     :func:`batch_generator` (``indices``); rows in ascending order of the drawn candidates. An OptionError
     when the batch has no same-class pair (every variant needs one)."""
-    check_variant(variant)
-    if max_tuples < 1:
-        raise OptionError(f"SAM needs at least one tuple per batch, got max_tuples = {max_tuples}",
-                          fix="set loss.max_tuples to 1 or more")
     labels = labels.detach().to("cpu")
     generator = batch_generator(indices)
     same = labels[:, None] == labels[None, :]
