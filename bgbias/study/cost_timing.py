@@ -174,8 +174,8 @@ def _time_stand_in(config: TrainConfig, stand_in: StandIn, eval_geometry: EvalGe
                  for number in range(1, config.schedule.epochs + 1)]
         start = sum(_timed(hook, device) for hook in hooks) / len(inputs.train_items)
         clean, corrupted = _embedding_seconds(session, inputs, eval_geometry, stand_in, folder)
-        validated = len(session.validation.sets.get("val", ())) * clean + len(
-            session.validation.sets.get("val_corrupted", ())) * corrupted
+        sets = session.validation or {}
+        validated = len(sets.get("val", ())) * clean + len(sets.get("val_corrupted", ())) * corrupted
         epoch_overhead = max(0.0, epoch - TRAIN_STEPS * train_batch - validated)
         if measure is None:
             # The method as evaluation and attribution see a trained run, at the stand-in's geometry.
