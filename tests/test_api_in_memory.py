@@ -112,6 +112,7 @@ def test_columns_and_a_torch_dataset_of_the_same_images_give_the_same_scores(for
     assert by_samples.images_hurt_most[0].id.isdigit() and len(by_samples.corrupted.repeats) == 2
 
 
+@pytest.mark.slow
 def test_a_pandas_frame_is_a_table(forty):
     pandas = pytest.importorskip("pandas")
     base, rows = forty

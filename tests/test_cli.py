@@ -35,6 +35,7 @@ def test_every_command_answers_help(path):
     assert "Usage:" in result.output
 
 
+@pytest.mark.slow
 def test_help_imports_no_heavy_library():
     """--help must answer in well under a second; torch & co. take seconds, so they may not load at import."""
     paths = [list(path) for path in _all_command_paths()]

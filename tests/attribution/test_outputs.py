@@ -87,6 +87,7 @@ def explained_runs(tiny_run, uniform, tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_each_attribution_and_setting_gets_its_own_folder(explained_runs, key):
     folder = explained_runs / "vanilla" / "explain"
     names = {f"{key}-test-smoothgrad-copies2": "smoothgrad", f"{key}-test-{UNIFORM}": UNIFORM}
@@ -131,6 +132,7 @@ def _evaluated(runs, tmp_path, key):
     return copies
 
 
+@pytest.mark.slow
 def test_the_runs_table_has_one_entry_per_run_and_attribution(explained_runs, key, tmp_path):
     reports, foreground = collect_runs(_evaluated(explained_runs, tmp_path, key))
     assert sorted(foreground) == [("triplet", b, key, label) for b in (False, True)

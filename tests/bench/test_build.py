@@ -56,6 +56,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_index_is_well_formed_and_matches_the_files(bench: Path) -> None:
     header = (bench / "index.csv").read_text().splitlines()[0]
     assert tuple(header.split(",")) == INDEX_HEADER
@@ -83,6 +84,7 @@ def test_index_is_well_formed_and_matches_the_files(bench: Path) -> None:
     assert {split for _, split in classes.values()} == set(SPLIT_SHARES)
 
 
+@pytest.mark.slow
 def test_description_records_parameters_inputs_and_summary(bench: Path, inputs: tuple[Path, list]) -> None:
     description = json.loads((bench / "bench.json").read_text())
     parameters, summary = description["parameters"], description["summary"]

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from bgbias.report.dial import DIAL_COLUMNS
 from tests.scripts import load_script
 
@@ -41,6 +43,7 @@ def test_without_a_record_the_drops_are_the_ones_the_docs_report(tmp_path):
             assert re.search(rf"\| {rho:g} \| {label} \| multi-similarity \| .* \| {drop:.1f} % \|", results)
 
 
+@pytest.mark.slow
 def test_correlations_and_the_plot(tmp_path):
     script = _script()
     assert script.correlations([0.0, 0.1, 0.5, 0.9], [1.0, 2.0, 3.0, 10.0])["spearman"] == 1.0

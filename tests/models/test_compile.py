@@ -56,6 +56,7 @@ def test_an_error_of_the_model_itself_is_not_swallowed(monkeypatch):
     assert backbone.compiled.keys() == backbone.blocks.keys()
 
 
+@pytest.mark.slow
 def test_compiling_keeps_the_state_dict_of_the_blocks():
     backbone = _backbone()
     keys = list(backbone.state_dict())

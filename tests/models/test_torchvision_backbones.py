@@ -77,6 +77,7 @@ def test_torchvisions_download_is_loaded(name, monkeypatch):
     torch.testing.assert_close(stem.conv1.state_dict(), source.conv1.state_dict(), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_a_weight_file_of_another_architecture_names_the_first_bad_key(tmp_path):
     path = tmp_path / "mobilenet.pth"
     torch.save(torchvision_model("mobilenet_v2").state_dict(), path)

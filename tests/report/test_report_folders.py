@@ -139,6 +139,7 @@ def test_a_failed_report_leaves_the_older_one_as_it_was(hostile, tmp_path):
     assert sorted(path.name for path in out.parent.iterdir()) == ["report", "runs"]  # no half-written folder
 
 
+@pytest.mark.slow
 def test_a_report_never_replaces_a_folder_holding_other_files(hostile, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -16,6 +16,7 @@ from bgbias.saliency.sessions import CPU, REMBG_TESTED, rembg_onnx_session
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
+@pytest.mark.slow
 def test_the_installed_rembg_keeps_its_onnxruntime_session_where_bgbias_reads_it(rembg_u2netp):
     import rembg
 

@@ -47,6 +47,7 @@ def test_unknown_device_and_model_are_refused_with_the_choices():
     assert "u2netp" in caught.value.fix
 
 
+@pytest.mark.slow
 def test_every_listed_model_is_a_rembg_session():
     from rembg.sessions import sessions_names
 
