@@ -335,8 +335,7 @@ def evaluate_embeddings(
         raise OptionError(f"about= gives the report's field {field} {found}; it must be {wanted}",
                           fix=f"give {field} a value that is {wanted} in about=, or leave it out")
     if out is not None:
-        refuse_model_folder(Path(out), f"out={os.fspath(out)!r}", "a report there",
-                            fix="pass out= a folder outside runs and model folders")
+        _refuse_model_folder(out)
     clean_scores = metrics.score_embeddings(clean, labels)
     corrupted_scores = [metrics.score_embeddings(state, labels) for state in corrupted]
     ids = list(ids) if ids is not None else [str(i) for i in range(len(labels))]
@@ -449,6 +448,12 @@ def _labels(values: Any, count: int) -> np.ndarray:
     return labels
 
 
+def _refuse_model_folder(out: PathLike) -> None:
+    """A report's ``out=`` may not be, or lie inside, a run folder or a model's home."""
+    refuse_model_folder(Path(out), f"out={os.fspath(out)!r}", "a report there",
+                        fix="pass out= a folder outside runs and model folders")
+
+
 def _path(value: PathLike | None) -> Path | None:
     return None if value is None else Path(value)
 
@@ -528,8 +533,7 @@ def leakage(
     fields = _data_fields(dataset, root, masks)
     opened = _opened(fields["dataset"], fields["root"])
     if out is not None:
-        refuse_model_folder(Path(out), f"out={os.fspath(out)!r}", "a report there",
-                            fix="pass out= a folder outside runs and model folders")
+        _refuse_model_folder(out)
     encoder = as_embedding_model(DEFAULT_ENCODER if model is None else model, model_input, device=device,
                                  fingerprint=fingerprint, trust_model=trust_model, amp=amp,
                                  memory_format=memory_format)
