@@ -103,8 +103,8 @@ COMPUTE = {"amp": AMP, "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE,
 
 
 @checked(root=PATH, split=CHOSEN_SPLIT, corrupted=FLAG, repeats=REPEATS, seed=SEED, masks=MASKS,
-         backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH, **EMBEDDING_MODEL,
-         **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG, log=LOG)
+         compare_masks=PATH, backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH,
+         **EMBEDDING_MODEL, **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG, log=LOG)
 def evaluate(
     model: Any,
     dataset: Any = None,
@@ -115,6 +115,7 @@ def evaluate(
     repeats: int = 5,
     seed: int = 0,
     masks: PathLike | U2NetMasks | None = None,
+    compare_masks: PathLike | None = None,
     backgrounds: PathLike | None = None,
     manifests: PathLike | None = None,
     profile: bool = False,
@@ -142,9 +143,11 @@ def evaluate(
     ``out``, the report, the cache and ``model.json`` go there (for a run, ``out`` must be its own folder). A
     TorchScript file is checked before it runs unless ``trust_model``; a factory is imported and called, so it
     runs as any Python does. ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1
-    GiB; the same scores in blocks). The other arguments are the command's options."""
+    GiB; the same scores in blocks). ``compare_masks``: a second masks folder, the corrupted repeats cut out
+    with it too (``report.mask_sensitivity``). The other arguments are the command's options."""
     request = MeasureRequest(
-        **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
+        **_data_fields(dataset, root, masks), compare_masks=_path(compare_masks), split=split,
+        corrupted=corrupted, repeats=repeats, seed=seed,
         backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile, worst_k=worst_k,
         batch_size=batch_size, workers=workers, max_memory=max_memory, progress=progress,
     )

@@ -34,6 +34,7 @@ from bgbias.report.document import (
 )
 from bgbias.report.evaluation import percent
 from bgbias.report.installations import installation_blocks, warn_if_mixed
+from bgbias.report.mask_sensitivity import mask_sensitivity_section
 from bgbias.report.runs_table import NOT_MEASURED, PROFILE_NOTE, Foreground, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
@@ -592,6 +593,7 @@ def write_study_report(
           [Paragraph(("No run was profiled (the quick preset leaves the profile out; ",
                       Code("bgbias eval --profile"), " adds it to a run, ",
                       Code("bgbias study --preset full"), " to every run)."))]),
+        *mask_sensitivity_section(reports),
         Heading("Foreground scores (the paper's Table 2)"),
         Table(*foreground_scores(results),
               caption="share of attribution on the object; mean ± std over seeds"),
