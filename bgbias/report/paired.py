@@ -139,6 +139,12 @@ def p_value(found: PairedDifference | None) -> str:
     return "" if found is None else f"{found.p_value:.3f}"
 
 
+def draws_cell(comparison: EvaluationComparison) -> str:
+    """How the corrupted draws were resampled, in a table cell's words: ``paired by draw``, ``resampled
+    apart`` or ``none``."""
+    return comparison.draws.split(":")[0]
+
+
 def settings_words(settings: IntervalSettings) -> str:
     """How the intervals and p-values were made, in a sentence's words."""
     return (f"{settings.method}; {settings.resamples} resamples, {100 * settings.level:g} % intervals, "
