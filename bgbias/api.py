@@ -73,6 +73,8 @@ from bgbias.report.evaluate import EvaluationResult, score_embedding_folder
 from bgbias.report.evaluate import evaluate as evaluate_model
 from bgbias.report.evaluation import write_evaluation_report
 from bgbias.report.folder import EVAL_REPORT_FILES, refuse_model_folder, write_report_folder
+from bgbias.report.paired import EvaluationComparison
+from bgbias.report.paired import compare_evaluations as compare_folders
 from bgbias.retrieval import metrics
 from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
 from bgbias.saliency.on_the_fly import U2NetMasks, with_u2net_masks
@@ -542,6 +544,20 @@ def leakage(
                                  memory_format=memory_format)
     return measure_leakage(opened, encoder, split=split, masks_dir=fields["masks"], fill=fill, seed=seed,
                            batch_size=batch_size, workers=workers, progress=progress, out=_path(out))
+
+
+EVALUATION_FOLDER = Annotated[PATH_TEXT, Field(examples=["runs/<run>/eval/bench-test"])]
+"""An evaluation's report folder."""
+
+
+@checked(first=EVALUATION_FOLDER, second=EVALUATION_FOLDER)
+def compare_evaluations(first: PathLike, second: PathLike) -> EvaluationComparison:
+    """Two evaluation folders of the same queries (``report.json`` and ``per_query.csv``, as ``bgbias eval``,
+    ``evaluate(out=)`` and ``evaluate_embeddings(out=)`` write them) compared, ``second − first``: per metric
+    the clean score, the corrupted score and the drop, each with its interval over the test queries (and the
+    background draws, paired by draw where both scored the same corrupted sets) and its p-value. Nothing is
+    evaluated again; two evaluations of other queries are an ``OptionError``."""
+    return compare_folders(first, second)
 
 
 @checked(models_file=PATH, root=PATH, split=CHOSEN_SPLIT, masks=MASKS, backgrounds=PATH, repeats=REPEATS,
