@@ -43,6 +43,8 @@ def adjacent_comparisons(ranked: Sequence[tuple[int, ModelOutcome]],
         if above.report is None or below.report is None:
             continue
         comparison = compare_evaluations(out / below.report, out / above.report, metrics=("map_at_r",))
+        # The folders as the outcomes name them: audit.json holds no path of the machine it was made on.
+        comparison = comparison.model_copy(update={"first": below.report, "second": above.report})
         found.append(AdjacentComparison(rank=rank, above=above.label, below=below.label,
                                         comparison=comparison))
     return tuple(found)
