@@ -17,6 +17,7 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.installation import installation
+from bgbias.measurement import confidence
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
     REPORT_FORMAT,
@@ -81,7 +82,7 @@ def summarize(
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
-            sets.worst_case_manifests(request.repeats, request.worst_k))
+            sets.worst_case_manifests(request.repeats, request.worst_k), headline=report["confidence"])
     return evaluation_record(report)
 
 
@@ -96,7 +97,9 @@ def summarize_evaluation(
     empty_masks: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The report dict of one evaluation: ``meta`` passed through, the clean scores and, with corrupted
-    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most. ``labels`` and
+    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most, and how sure
+    each is (``confidence``, the hurt-most classes' ``drop_interval``: :mod:`bgbias.measurement.confidence`,
+    made as ``intervals`` says). ``labels`` and
     ``ids`` follow the query order; ``empty_masks`` are the ids of the images whose mask shows no object
     (None: not checked)."""
     labels = np.asarray(labels)
@@ -112,6 +115,8 @@ def summarize_evaluation(
         "classes": len(np.unique(labels)),
         "scored": clean.scored,
         "clean": metric_means(clean),
+        "confidence": confidence.headline_confidence(clean, corrupted),
+        "intervals": confidence.settings(),
     }
     if not corrupted:
         return report
@@ -121,7 +126,11 @@ def summarize_evaluation(
     report["drop"] = {name: _drop(report["clean"][name], spread["mean"][name]) for name in METRICS}
     names = {} if class_names is None else dict(class_names)
     empty = None if empty_masks is None else _flags(ids, empty_masks)
-    report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
+    report["per_class"] = per_class = _per_class(clean, corrupted, labels, names, empty)
+    hurt = [row for row in per_class if row["drop"] is not None][:HURT_MOST]
+    intervals = confidence.class_drop_intervals(hurt, clean, corrupted, labels)
+    for row, interval in zip(hurt, intervals, strict=True):
+        row["drop_interval"] = interval
     report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids, names, empty)
     if empty is not None:
         report["empty_masks"] = _empty_masks(clean, corrupted, ids, empty)
@@ -255,9 +264,12 @@ def summarize_profile(
     labels: np.ndarray,
     sets: Sequence[VariantImages],
     worst_manifests: Sequence[Mapping[str, Any]],
+    *,
+    headline: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
-    over its sets, then how it was made."""
+    over its sets and its intervals (the clean and random-bg ones are the ``headline``'s), then how it was
+    made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),
@@ -270,6 +282,13 @@ def summarize_profile(
     rows["bg-gap"] = _row([{name: _drop(a[name], b[name])["absolute"] for name in METRICS}
                            for a, b in zip(map(metric_means, same), map(metric_means, other), strict=True)])
     rows["chance"] = _row([chance_scores(labels)])
+    intervals = {"clean": headline["clean"], "random-bg": headline["corrupted"],
+                 "query-side": confidence.set_intervals(query_side.scores),
+                 "worst-case": confidence.worst_intervals(query_side.worst),
+                 **{name: confidence.set_intervals(scores) for name, scores in variants.items()}}
+    intervals["bg-gap"], rows["bg-gap"]["p_value"] = confidence.gap_intervals(same, other)
+    for name, row in rows.items():
+        row["interval"] = intervals.get(name)  # chance: no per-query scores
     return {
         # A list, not a mapping: the report's JSON sorts mapping keys, and the order is the reading order.
         "sets": [{"set": name, "title": title, **rows[name]} for name, title in PROFILE_SETS.items()],
