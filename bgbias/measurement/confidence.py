@@ -1,11 +1,12 @@
 """How sure each number of an evaluation report is (issue 50): the intervals of the headline, of the classes
 the report shows as hurt most and of the profile's rows, as report.json keeps them, made from the per-query
 scores the evaluation already has with :mod:`bgbias.measurement.intervals` at its defaults (seeded, so the
-same scores give the same numbers).
+same scores give the same numbers as its functions give on ``per_query.csv``).
 
 They are over the queries and the background draws only; training seeds are another, named source of spread
 (``bgbias.report.seeds``). The profile keeps its mean ± std over draws beside them: that std is the spread
-over background draws alone.
+over background draws alone. Every set's metrics are resampled in one call, so sets of as many draws share
+the resamples of the queries, most of the cost on a large test set.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from bgbias.measurement.intervals import IntervalSettings, paired_difference, per_query, query_interval
+from bgbias.measurement.intervals import (
+    IntervalSettings,
+    paired_difference,
+    paired_differences,
+    per_query,
+    query_intervals,
+)
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
 
 Intervals = dict[str, dict[str, Any] | None]
@@ -31,24 +38,25 @@ def headline_confidence(clean: RetrievalScores, corrupted: Sequence[RetrievalSco
     """The headline's intervals per metric: ``clean`` over the queries, ``corrupted`` over the queries and
     the repeats, and ``drop`` = clean − corrupted, paired by query (the clean side's one draw against the
     repeats, each resampled on its own); the last two None without corrupted sets."""
-    confidence: dict[str, Any] = {"clean": set_intervals([clean]), "corrupted": None, "drop": None}
+    sets = {"clean": [clean], **({"corrupted": corrupted} if corrupted else {})}
+    found = _intervals({name: _per_metric(scores) for name, scores in sets.items()})
+    drop = None
     if corrupted:
-        confidence["corrupted"] = set_intervals(corrupted)
-        confidence["drop"] = {name: _dumped(paired_difference(per_query(corrupted, name),
-                                                              per_query([clean], name)))
-                              for name in METRICS}
-    return confidence
+        drop = paired_differences({name: (per_query(corrupted, name), per_query([clean], name))
+                                   for name in METRICS})
+    return {"clean": found["clean"], "corrupted": found.get("corrupted"),
+            "drop": None if drop is None else {name: _dumped(found) for name, found in drop.items()}}
 
 
-def set_intervals(scores: Sequence[RetrievalScores]) -> Intervals:
-    """Each metric's interval over the queries and the draws ``scores`` of one set."""
-    return {name: _dumped(query_interval(per_query(scores, name))) for name in METRICS}
-
-
-def worst_intervals(worst: Mapping[str, np.ndarray]) -> Intervals:
-    """The worst case's intervals over the queries: each query's lowest score over the backgrounds is one
-    value, so its draws are not resampled."""
-    return {name: _dumped(query_interval(worst[name])) for name in METRICS}
+def profile_intervals(
+    query_side: Sequence[RetrievalScores], worst: Mapping[str, np.ndarray],
+    variants: Mapping[str, Sequence[RetrievalScores]],
+) -> dict[str, Intervals]:
+    """The intervals of the profile's own sets per metric by row name: ``query-side`` and each variant's over
+    the queries and its draws, ``worst-case`` over the queries alone (each query's lowest score over the
+    backgrounds is one value, so there are no draws to resample)."""
+    return _intervals({"query-side": _per_metric(query_side), "worst-case": dict(worst),
+                       **{name: _per_metric(scores) for name, scores in variants.items()}})
 
 
 def gap_intervals(
@@ -57,7 +65,7 @@ def gap_intervals(
     """The BG-gap (``same`` − ``other``) per metric as a paired difference, its interval and its p-value of
     no gap: the queries paired, and the draws by draw where both sets have as many (draw r of each is the same
     seed's backgrounds)."""
-    found = {name: paired_difference(per_query(other, name), per_query(same, name)) for name in METRICS}
+    found = paired_differences({name: (per_query(other, name), per_query(same, name)) for name in METRICS})
     return ({name: None if gap is None else gap.difference.model_dump() for name, gap in found.items()},
             {name: None if gap is None else gap.p_value for name, gap in found.items()})
 
@@ -67,8 +75,8 @@ def class_drop_intervals(
     labels: np.ndarray,
 ) -> list[dict[str, Any] | None]:
     """The MAP@R drop's interval of each class row in ``rows`` over its queries, clean against the repeats
-    and paired by query. Only for the rows given: one class costs about a millisecond, so the report gives it
-    to the classes it shows as hurt most, not to the 11,316 of SOP."""
+    and paired by query. Only for the rows given: a class costs about a millisecond, so the report gives it to
+    the classes it shows as hurt most, not to the 11,316 of SOP."""
     clean_map, corrupted_map = per_query([clean], "map_at_r"), per_query(corrupted, "map_at_r")
     intervals = []
     for row in rows:
@@ -76,6 +84,17 @@ def class_drop_intervals(
         found = paired_difference(corrupted_map[:, members], clean_map[:, members])
         intervals.append(None if found is None else found.difference.model_dump())
     return intervals
+
+
+def _per_metric(scores: Sequence[RetrievalScores]) -> dict[str, np.ndarray]:
+    return {metric: per_query(scores, metric) for metric in METRICS}
+
+
+def _intervals(sets: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Intervals]:
+    """Per set and metric the interval of its (draws, queries) scores, all resampled in one call."""
+    found = query_intervals({(name, metric): scores for name, by_metric in sets.items()
+                             for metric in METRICS for scores in [by_metric[metric]]})
+    return {name: {metric: _dumped(found[name, metric]) for metric in METRICS} for name in sets}
 
 
 def _dumped(found: Any) -> dict[str, Any] | None:

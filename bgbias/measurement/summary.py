@@ -283,9 +283,7 @@ def summarize_profile(
                            for a, b in zip(map(metric_means, same), map(metric_means, other), strict=True)])
     rows["chance"] = _row([chance_scores(labels)])
     intervals = {"clean": headline["clean"], "random-bg": headline["corrupted"],
-                 "query-side": confidence.set_intervals(query_side.scores),
-                 "worst-case": confidence.worst_intervals(query_side.worst),
-                 **{name: confidence.set_intervals(scores) for name, scores in variants.items()}}
+                 **confidence.profile_intervals(query_side.scores, query_side.worst, variants)}
     intervals["bg-gap"], rows["bg-gap"]["p_value"] = confidence.gap_intervals(same, other)
     for name, row in rows.items():
         row["interval"] = intervals.get(name)  # chance: no per-query scores
