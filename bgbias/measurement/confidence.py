@@ -5,8 +5,8 @@ same scores give the same numbers as its functions give on ``per_query.csv``).
 
 They are over the queries and the background draws only; training seeds are another, named source of spread
 (``bgbias.report.seeds``). The profile keeps its mean ± std over draws beside them: that std is the spread
-over background draws alone. Every set's metrics are resampled in one call, so sets of as many draws share
-the resamples of the queries, most of the cost on a large test set.
+over background draws alone. The headline's and the profile's sets are resampled in one call, so the sets of
+as many draws share the resamples of the queries: on SOP's 60,502 queries those are most of the cost.
 """
 
 from __future__ import annotations
@@ -28,46 +28,46 @@ from bgbias.retrieval.metrics import METRICS, RetrievalScores
 Intervals = dict[str, dict[str, Any] | None]
 """An interval (as its report.json mapping, None where nothing is scored) per metric."""
 
+GAP = ("mixed-same", "mixed-rand")
+"""The BG-gap's two sets: the first minus the second."""
+
 
 def settings() -> dict[str, Any]:
     """How the report's intervals were made, stated once in it (``intervals``)."""
     return IntervalSettings().model_dump()
 
 
-def headline_confidence(clean: RetrievalScores, corrupted: Sequence[RetrievalScores]) -> dict[str, Any]:
-    """The headline's intervals per metric: ``clean`` over the queries, ``corrupted`` over the queries and
-    the repeats, and ``drop`` = clean − corrupted, paired by query (the clean side's one draw against the
-    repeats, each resampled on its own); the last two None without corrupted sets."""
-    sets = {"clean": [clean], **({"corrupted": corrupted} if corrupted else {})}
-    found = _intervals({name: _per_metric(scores) for name, scores in sets.items()})
-    drop = None
-    if corrupted:
-        drop = paired_differences({name: (per_query(corrupted, name), per_query([clean], name))
-                                   for name in METRICS})
-    return {"clean": found["clean"], "corrupted": found.get("corrupted"),
-            "drop": None if drop is None else {name: _dumped(found) for name, found in drop.items()}}
-
-
-def profile_intervals(
-    query_side: Sequence[RetrievalScores], worst: Mapping[str, np.ndarray],
-    variants: Mapping[str, Sequence[RetrievalScores]],
-) -> dict[str, Intervals]:
-    """The intervals of the profile's own sets per metric by row name: ``query-side`` and each variant's over
-    the queries and its draws, ``worst-case`` over the queries alone (each query's lowest score over the
-    backgrounds is one value, so there are no draws to resample)."""
-    return _intervals({"query-side": _per_metric(query_side), "worst-case": dict(worst),
-                       **{name: _per_metric(scores) for name, scores in variants.items()}})
-
-
-def gap_intervals(
-    same: Sequence[RetrievalScores], other: Sequence[RetrievalScores]
-) -> tuple[Intervals, dict[str, float | None]]:
-    """The BG-gap (``same`` − ``other``) per metric as a paired difference, its interval and its p-value of
-    no gap: the queries paired, and the draws by draw where both sets have as many (draw r of each is the same
-    seed's backgrounds)."""
-    found = paired_differences({name: (per_query(other, name), per_query(same, name)) for name in METRICS})
-    return ({name: None if gap is None else gap.difference.model_dump() for name, gap in found.items()},
-            {name: None if gap is None else gap.p_value for name, gap in found.items()})
+def evaluation_confidence(
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], profile: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The headline's intervals per metric (``clean`` over the queries, ``corrupted`` over the queries and the
+    repeats, ``drop`` = clean − corrupted paired by query, the clean side's one draw against the repeats each
+    resampled on its own; the last two None without corrupted sets), and with the ``profile``'s own sets
+    (``query-side`` and each variant's scores by name, ``worst-case`` each metric's per-query worst) each
+    profile row's fields by row name: its ``interval`` per metric, the BG-gap's the paired difference's
+    (queries paired, and draws by draw) with its ``p_value``. The worst case is over the queries alone: each
+    query's lowest score over the backgrounds is one value, so there are no draws to resample."""
+    sets = {"clean": _per_metric([clean]), **({"random-bg": _per_metric(corrupted)} if corrupted else {})}
+    pairs = {("drop", name): (per_query(corrupted, name), per_query([clean], name))
+             for name in METRICS if corrupted}
+    if profile is not None:
+        sets |= {name: dict(scores) if name == "worst-case" else _per_metric(scores)
+                 for name, scores in profile.items()}
+        same, other = profile[GAP[0]], profile[GAP[1]]
+        pairs |= {("bg-gap", name): (per_query(other, name), per_query(same, name)) for name in METRICS}
+    found = query_intervals({(name, metric): by_metric[metric] for name, by_metric in sets.items()
+                             for metric in METRICS})
+    differences = paired_differences(pairs)
+    intervals = {name: {metric: _dumped(found[name, metric]) for metric in METRICS} for name in sets}
+    headline = {"clean": intervals["clean"], "corrupted": intervals.get("random-bg"),
+                "drop": {name: _dumped(differences["drop", name]) for name in METRICS} if corrupted else None}
+    rows: dict[str, dict[str, Any]] = {name: {"interval": by_metric} for name, by_metric in intervals.items()}
+    if profile is not None:
+        gaps = {name: differences["bg-gap", name] for name in METRICS}
+        interval = {name: None if gap is None else _dumped(gap.difference) for name, gap in gaps.items()}
+        p_value = {name: None if gap is None else gap.p_value for name, gap in gaps.items()}
+        rows["bg-gap"] = {"interval": interval, "p_value": p_value}
+    return headline, rows
 
 
 def class_drop_intervals(
@@ -88,13 +88,6 @@ def class_drop_intervals(
 
 def _per_metric(scores: Sequence[RetrievalScores]) -> dict[str, np.ndarray]:
     return {metric: per_query(scores, metric) for metric in METRICS}
-
-
-def _intervals(sets: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Intervals]:
-    """Per set and metric the interval of its (draws, queries) scores, all resampled in one call."""
-    found = query_intervals({(name, metric): scores for name, by_metric in sets.items()
-                             for metric in METRICS for scores in [by_metric[metric]]})
-    return {name: {metric: _dumped(found[name, metric]) for metric in METRICS} for name in sets}
 
 
 def _dumped(found: Any) -> dict[str, Any] | None:

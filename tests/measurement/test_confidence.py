@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from bgbias.measurement.confidence import evaluation_confidence
 from bgbias.measurement.intervals import IntervalSettings
 from bgbias.measurement.record import evaluation_record
 from bgbias.measurement.summary import HURT_MOST, PROFILE_SETS, summarize_evaluation, summarize_profile
@@ -91,10 +92,12 @@ def _profile(labels: np.ndarray = LABELS) -> dict:
     worst = {name: np.fmin(*(scores.per_query[name] for scores in query_side)) for name in METRICS}
     clean, corrupted = _scores(0.8, 200, labels), [_scores(0.4, 201 + draw, labels) for draw in range(2)]
     ids = [str(i) for i in range(len(labels))]
-    report = summarize_evaluation(clean, corrupted, labels, ids, META)
+    headline, rows = evaluation_confidence(clean, corrupted,
+                                           {"query-side": query_side, "worst-case": worst, **variants})
+    report = summarize_evaluation(clean, corrupted, labels, ids, META, confidence=headline)
+    assert report == summarize_evaluation(clean, corrupted, labels, ids, META)  # resampled alone: the same
     side = SimpleNamespace(scores=query_side, worst=worst, worst_k=2)
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [],
-                                          headline=report["confidence"])
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows)
     return report
 
 
