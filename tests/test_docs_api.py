@@ -50,6 +50,8 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     assert len(done["params"].crops) == len(done["params"].apply) == 8
     assert torch.equal(done["replayed"], done["drawn"])
     assert 0 <= done["clean_map"] <= 1 and 0 <= done["corrupted_map"] <= 1
+    drop = done["drop"]
+    assert drop.difference.holds(done["clean_map"] - done["corrupted_map"]) and 0 < drop.p_value <= 1
     assert (study_folder / "runs" / "external" / "mobilenet" / "model.json").is_file()
     assert done["gap"].repeats == 2 and -1 <= done["gap"].mean.map_at_r <= 1
     report = done["result"].report

@@ -14,8 +14,8 @@ p-value is below α (up to the resamples' granularity).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,8 @@ LEVEL = 0.95
 
 _CHUNK_VALUES = 1 << 22
 """Query counts drawn at once (4 Mi of them): bounds the memory of a large test set."""
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 class Interval(Record):
@@ -69,12 +71,29 @@ def query_interval(scores: np.ndarray, *, resamples: int = RESAMPLES, level: flo
     """The mean of per-query ``scores`` — (N,) for one set, (R, N) for R draws of the same N queries — with
     its bootstrap interval: the queries resampled with replacement, and the draws too where there are
     several. None where no query is scored."""
-    draws = _draws(scores)
-    kept = draws[:, ~np.isnan(draws).any(axis=0)]
-    if kept.shape[1] == 0:
-        return None
-    (means,) = _bootstrap([kept], resamples, seed)
-    return _interval(float(kept.mean()), means, level)
+    return query_intervals({0: scores}, resamples=resamples, level=level, seed=seed)[0]
+
+
+def query_intervals(sets: Mapping[Key, np.ndarray], *, resamples: int = RESAMPLES, level: float = LEVEL,
+                    seed: int = 0) -> dict[Key, Interval | None]:
+    """:func:`query_interval` of each of ``sets``, the same numbers at the cost of far fewer: sets of as
+    many draws over the same scored queries take the same resamples of the queries and the draws (the seed's
+    resamples depend on those counts alone), so those are drawn once for all of them. On 60,502 queries the
+    resamples of the queries are most of the cost."""
+    found: dict[Key, Interval | None] = {}
+    shared: dict[tuple[object, ...], list[tuple[Key, np.ndarray]]] = {}
+    for key, scores in sets.items():
+        draws = _draws(scores)
+        scored = ~np.isnan(draws).any(axis=0)
+        found[key] = None
+        if scored.any():
+            shared.setdefault((draws.shape, scored.tobytes()), []).append((key, draws[:, scored]))
+    for members in shared.values():
+        sides = [side for _, side in members]
+        means = _bootstrap(sides, resamples, seed, [0] * len(sides))
+        for (key, side), resampled in zip(members, means, strict=True):
+            found[key] = _interval(float(side.mean()), resampled, level)
+    return found
 
 
 def paired_difference(first: np.ndarray, second: np.ndarray, *, resamples: int = RESAMPLES,
@@ -86,22 +105,39 @@ def paired_difference(first: np.ndarray, second: np.ndarray, *, resamples: int =
     where ``paired_draws`` (False: as many draws, but of other backgrounds); otherwise (clean against its
     corrupted draws) each side's draws are resampled on their own. None where no query is scored on both
     sides."""
-    first, second = _draws(first), _draws(second)
-    if first.shape[1] != second.shape[1]:
-        raise ValueError(f"the two sides score {first.shape[1]} and {second.shape[1]} queries: a paired "
-                         "difference needs the same queries in the same order")
-    both = ~(np.isnan(first).any(axis=0) | np.isnan(second).any(axis=0))
-    if not both.any():
-        return None
-    first, second = first[:, both], second[:, both]
-    first_means, second_means = _bootstrap([first, second], resamples, seed,
-                                           paired_draws=len(first) == len(second) and paired_draws)
-    differences = second_means - first_means
-    estimate = float(second.mean() - first.mean())
-    far_side = min(np.count_nonzero(differences <= 0), np.count_nonzero(differences >= 0))
-    p_value = min(1.0, 2 * (int(far_side) + 1) / (resamples + 1))
-    return PairedDifference(difference=_interval(estimate, differences, level), p_value=p_value,
-                            queries=int(both.sum()))
+    return paired_differences({0: (first, second)}, resamples=resamples, level=level, seed=seed,
+                              paired_draws=paired_draws)[0]
+
+
+def paired_differences(pairs: Mapping[Key, tuple[np.ndarray, np.ndarray]], *, resamples: int = RESAMPLES,
+                       level: float = LEVEL, seed: int = 0,
+                       paired_draws: bool = True) -> dict[Key, PairedDifference | None]:
+    """:func:`paired_difference` of each ``(first, second)`` of ``pairs``, the same numbers, drawn once for
+    the pairs whose sides have as many draws over the same scored queries (as :func:`query_intervals`)."""
+    found: dict[Key, PairedDifference | None] = {}
+    shared: dict[tuple[object, ...], list[tuple[Key, np.ndarray, np.ndarray]]] = {}
+    for key, (first, second) in pairs.items():
+        first, second = _draws(first), _draws(second)
+        if first.shape[1] != second.shape[1]:
+            raise ValueError(f"the two sides score {first.shape[1]} and {second.shape[1]} queries: a paired "
+                             "difference needs the same queries in the same order")
+        both = ~(np.isnan(first).any(axis=0) | np.isnan(second).any(axis=0))
+        found[key] = None
+        if both.any():
+            shared.setdefault((first.shape, second.shape, both.tobytes()), []).append(
+                (key, first[:, both], second[:, both]))
+    for members in shared.values():
+        paired = paired_draws and len(members[0][1]) == len(members[0][2])
+        sides = [side for _, first, second in members for side in (first, second)]
+        means = _bootstrap(sides, resamples, seed, [0, 0 if paired else 1] * len(members))
+        for index, (key, first, second) in enumerate(members):
+            differences = means[2 * index + 1] - means[2 * index]
+            estimate = float(second.mean() - first.mean())
+            far_side = min(np.count_nonzero(differences <= 0), np.count_nonzero(differences >= 0))
+            p_value = min(1.0, 2 * (int(far_side) + 1) / (resamples + 1))
+            found[key] = PairedDifference(difference=_interval(estimate, differences, level), p_value=p_value,
+                                          queries=first.shape[1])
+    return found
 
 
 def per_query(scores: Sequence[RetrievalScores], metric: str) -> np.ndarray:
@@ -120,25 +156,25 @@ def _draws(scores: np.ndarray) -> np.ndarray:
     return array
 
 
-def _bootstrap(sides: list[np.ndarray], resamples: int, seed: int,
-               paired_draws: bool = False) -> list[np.ndarray]:
+def _bootstrap(sides: list[np.ndarray], resamples: int, seed: int, groups: Sequence[int]) -> list[np.ndarray]:
     """For each resample, each side's mean (sides are (draws, N) over the same N queries): one resample of
-    the queries shared by every side, and of the draws (shared where ``paired_draws``, else each side's
-    own). A resample of the queries is their counts, so a side's per-draw means are one matrix product."""
+    the queries shared by every side, and one of the draws per group of sides (``groups[i]`` is side i's;
+    the sides of a group have as many draws, and share them: paired), the groups drawn in order. A resample
+    of the queries is their counts, so a side's per-draw means are one matrix product (one per side: a
+    side's numbers do not depend on the sides it is drawn with)."""
     rng = np.random.default_rng(seed)
     count = sides[0].shape[1]
     means = [np.empty(resamples) for _ in sides]
+    draws = {group: len(side) for group, side in zip(groups, sides, strict=True)}
     chunk = max(1, _CHUNK_VALUES // count)
     for start in range(0, resamples, chunk):
         size = min(chunk, resamples - start)
         picks = rng.integers(0, count, size=(size, count)) + count * np.arange(size)[:, None]
         weights = np.bincount(picks.ravel(), minlength=size * count).reshape(size, count) / count
-        drawn = rng.integers(0, len(sides[0]), size=(size, len(sides[0])))
-        for side, values in zip(sides, means, strict=True):
+        drawn = {group: rng.integers(0, many, size=(size, many)) for group, many in draws.items()}
+        for side, group, values in zip(sides, groups, means, strict=True):
             per_draw = weights @ side.T  # (size, draws): each draw's mean over the resampled queries
-            if not paired_draws and side is not sides[0]:
-                drawn = rng.integers(0, len(side), size=(size, len(side)))
-            values[start:start + size] = np.take_along_axis(per_draw, drawn, axis=1).mean(axis=1)
+            values[start:start + size] = np.take_along_axis(per_draw, drawn[group], axis=1).mean(axis=1)
     return means
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bgbias.installation import InstallationRecord
-from bgbias.measurement.intervals import PairedDifference
+from bgbias.measurement.intervals import Interval, IntervalSettings, PairedDifference
 from bgbias.saliency.records import MaskMaker, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem
 
@@ -19,7 +19,7 @@ REPORT_FORMAT = "bgbias-eval-report"
 
 COMPUTED_KEYS = frozenset(
     {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
-     "images_hurt_most", "profile", "empty_masks", "mask_sensitivity"}
+     "images_hurt_most", "profile", "empty_masks", "mask_sensitivity", "confidence", "intervals"}
 )
 """The report's own fields, computed from the scores: metadata may not use these keys."""
 
@@ -58,6 +58,8 @@ class ClassDrop(Record):
     corrupted_map_at_r: float | None
     drop: float | None
     relative_drop: float | None
+    drop_interval: Interval | None = None  # over its queries, paired; only the classes the report shows
+
 
 
 class ImageDrop(Record):
@@ -90,11 +92,27 @@ class EmptyMasks(Record):
 
 
 class ProfileSet(Record):
+    """A profile row: its mean and std over its sets (the spread over background draws alone), and per
+    metric its interval over the queries and those draws (None for chance, which has no per-query scores;
+    for the BG-gap the paired difference's, with its ``p_value`` of no gap)."""
+
     set: str
     title: str
     repeats: int
     mean: Scores
     std: Scores
+    interval: dict[str, Interval | None] | None = None
+    p_value: dict[str, float | None] | None = None
+
+
+class Confidence(Record):
+    """How sure the headline is, per metric (the keys of :data:`~bgbias.retrieval.metrics.METRICS`): the
+    clean score's interval over the queries, the corrupted one's over the queries and the repeats, and the
+    drop (clean − corrupted) paired by query, with its p-value; the last two None without corrupted sets."""
+
+    clean: dict[str, Interval | None]
+    corrupted: dict[str, Interval | None] | None = None
+    drop: dict[str, PairedDifference | None] | None = None
 
 
 class Profile(Record):
@@ -182,6 +200,8 @@ class EvaluationReport(Record):
     profile: Profile | None = None
     empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
     mask_sensitivity: MaskSensitivity | None = None  # None: no second masks asked for
+    confidence: Confidence | None = None  # None: a report from before the intervals
+    intervals: IntervalSettings | None = None  # how the intervals were made
     approximate: bool = False
     retrieval: str | None = None  # how the images were ranked
     shortlist_recall: ShortlistRecall | None = None

@@ -17,6 +17,7 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.installation import installation
+from bgbias.measurement.confidence import class_drop_intervals, evaluation_confidence, settings
 from bgbias.measurement.mask_sensitivity import mask_sensitivity
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
@@ -77,8 +78,13 @@ def summarize(
     if sets.corrupted:
         meta["corrupted_sets"] = sets.corrupted_meta(request.seed, request.repeats)
     labels = np.array([item.label for item in items], dtype=np.int64)
+    side = scored.query_side  # the profile's own sets are resampled with the headline's (one call)
+    own = ({"query-side": side.scores, "worst-case": side.worst, **scored.variants} if request.profile
+           else None)
+    headline, rows = evaluation_confidence(scored.clean, scored.corrupted, own)
     report = summarize_evaluation(scored.clean, scored.corrupted, labels, [item.id for item in items], meta,
-                                  class_names=dataset.class_names(), empty_masks=sets.empty_masks)
+                                  class_names=dataset.class_names(), empty_masks=sets.empty_masks,
+                                  confidence=headline)
     if sets.compared is not None:
         report["mask_sensitivity"] = mask_sensitivity(scored.corrupted, scored.compared, sets.masks_dir,
                                                       sets.compared, corrupted_scores(scored.compared),
@@ -86,7 +92,7 @@ def summarize(
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
-            sets.worst_case_manifests(request.repeats, request.worst_k))
+            sets.worst_case_manifests(request.repeats, request.worst_k), intervals=rows)
     return evaluation_record(report)
 
 
@@ -99,9 +105,12 @@ def summarize_evaluation(
     *,
     class_names: Mapping[Any, str] | None = None,
     empty_masks: Collection[str] | None = None,
+    confidence: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report dict of one evaluation: ``meta`` passed through, the clean scores and, with corrupted
-    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most. ``labels`` and
+    repeats, their scores, mean and std, the drop, the per-class drop and the images hurt most, and how sure
+    each is (``confidence``, the hurt-most classes' ``drop_interval``: :mod:`bgbias.measurement.confidence`,
+    made as ``intervals`` says; ``confidence`` where the caller made it with the profile's). ``labels`` and
     ``ids`` follow the query order; ``empty_masks`` are the ids of the images whose mask shows no object
     (None: not checked)."""
     labels = np.asarray(labels)
@@ -117,6 +126,8 @@ def summarize_evaluation(
         "classes": len(np.unique(labels)),
         "scored": clean.scored,
         "clean": metric_means(clean),
+        "confidence": evaluation_confidence(clean, corrupted)[0] if confidence is None else dict(confidence),
+        "intervals": settings(),
     }
     if not corrupted:
         return report
@@ -125,7 +136,10 @@ def summarize_evaluation(
     report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
     names = {} if class_names is None else dict(class_names)
     empty = None if empty_masks is None else _flags(ids, empty_masks)
-    report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
+    report["per_class"] = per_class = _per_class(clean, corrupted, labels, names, empty)
+    hurt = [row for row in per_class if row["drop"] is not None][:HURT_MOST]
+    for row, interval in zip(hurt, class_drop_intervals(hurt, clean, corrupted, labels), strict=True):
+        row["drop_interval"] = interval
     report["images_hurt_most"] = _images_hurt_most(clean, corrupted, labels, ids, names, empty)
     if empty is not None:
         report["empty_masks"] = _empty_masks(clean, corrupted, ids, empty)
@@ -266,9 +280,12 @@ def summarize_profile(
     labels: np.ndarray,
     sets: Sequence[VariantImages],
     worst_manifests: Sequence[Mapping[str, Any]],
+    *,
+    intervals: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
-    over its sets, then how it was made."""
+    over its sets, its ``intervals`` (by row name, as :func:`.confidence.evaluation_confidence` makes them;
+    chance has none), then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),
@@ -281,6 +298,8 @@ def summarize_profile(
     rows["bg-gap"] = _row([{name: _drop(a[name], b[name])["absolute"] for name in METRICS}
                            for a, b in zip(map(metric_means, same), map(metric_means, other), strict=True)])
     rows["chance"] = _row([chance_scores(labels)])
+    for name, row in rows.items():
+        row.update(intervals.get(name, {"interval": None}))  # chance: no per-query scores
     return {
         # A list, not a mapping: the report's JSON sorts mapping keys, and the order is the reading order.
         "sets": [{"set": name, "title": title, **rows[name]} for name, title in PROFILE_SETS.items()],

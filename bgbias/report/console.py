@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bgbias.measurement.record import Checkpoint, EvaluationReport, Profile
-from bgbias.report.evaluation import METRIC_TITLES, approximate_note
+from bgbias.report.evaluation import METRIC_TITLES, approximate_note, shown_p_value
 from bgbias.report.table import format_table
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def _model_origin(report: EvaluationReport) -> str:
 
 
 def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]) -> str:
-    """Clean vs corrupted (mean ± std over repeats) per metric, the drop, a warning where images' masks show
-    no object, and where the report files are."""
+    """Clean vs corrupted (mean ± std over repeats) per metric, the drop and its MAP@R interval, a warning
+    where images' masks show no object, and where the report files are."""
     corrupted, drop = report.corrupted, report.drop
     headers = ["metric", "clean"]
     if corrupted:
@@ -115,6 +115,12 @@ def format_evaluation_summary(report: EvaluationReport, files: Mapping[str, Any]
     lines = [title + approximate_note(report), format_table(headers, rows)]
     if report.scored == 0:
         lines.append("no image has another of its class: no query was scored, so there is no mean")
+    paired = (report.confidence.drop or {}).get("map_at_r") if report.confidence else None
+    if paired is not None:
+        interval, p_value = paired.difference, shown_p_value(paired.p_value)
+        lines.append(f"MAP@R drop {interval.estimate:.3f}, {100 * interval.level:g} % interval "
+                     f"[{interval.low:.3f}, {interval.high:.3f}] over queries and background draws, "
+                     f"p {p_value if p_value.startswith('<') else f'= {p_value}'}")
     empty = report.empty_masks
     if empty is not None and empty.images:
         without = empty.without.drop["map_at_r"].absolute if empty.without is not None else None

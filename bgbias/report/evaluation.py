@@ -17,10 +17,12 @@ import numpy as np
 from bgbias.data.items import shown_class
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
+from bgbias.measurement.intervals import Interval, IntervalSettings
 from bgbias.measurement.record import (
     REPORT_FORMAT,
     Checkpoint,
     ClassDrop,
+    Confidence,
     CorruptedScores,
     Drop,
     EvaluationReport,
@@ -139,7 +141,8 @@ def headline_blocks(report: EvaluationReport) -> list[Block]:
     """What was measured and what it came to: clean vs corrupted scores in %, what was scored, and the
     images whose masks show no object with the headline without them."""
     blocks: list[Block] = [
-        Table(*_scores_table(report.clean, report.corrupted, report.drop)),
+        Table(*_scores_table(report.clean, report.corrupted, report.drop, report.confidence)),
+        *([Paragraph(intervals_sentence(report.intervals))] if report.intervals is not None else []),
         Paragraph(f"{report.images} images in {report.classes} classes; {report.scored} scored "
                   "(queries alone in their class have nothing to retrieve and are left out)."),
         *([Paragraph(f"Split scored: {report.split_reason}.")] if report.split_reason else []),
@@ -147,25 +150,56 @@ def headline_blocks(report: EvaluationReport) -> list[Block]:
     return blocks + _empty_mask_headline(report)
 
 
-def _scores_table(clean: Scores, corrupted: CorruptedScores | Scores | None,
-                  drop: Mapping[str, Drop] | None) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """Clean (and corrupted, with the drop) per metric in %; ``corrupted`` with repeats shows their spread."""
+def _scores_table(
+    clean: Scores, corrupted: CorruptedScores | Scores | None, drop: Mapping[str, Drop] | None,
+    confidence: Confidence | None = None,
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Clean (and corrupted, with the drop) per metric in %; ``corrupted`` with repeats shows their spread,
+    and with ``confidence`` each number its interval in brackets and the drop its p-value."""
+    known = confidence or Confidence(clean={})
+    clean_cells = [with_interval(percent(getattr(clean, name)), known.clean.get(name)) for name in METRICS]
     if corrupted is None or drop is None:
-        return ("metric", "clean (%)"), tuple((METRIC_TITLES[name], percent(getattr(clean, name)))
-                                              for name in METRICS)
+        return ("metric", "clean (%)"), tuple((METRIC_TITLES[name], cell)
+                                              for name, cell in zip(METRICS, clean_cells, strict=True))
     if isinstance(corrupted, CorruptedScores):
         repeats = len(corrupted.repeats)
         spread = "mean ± std" if repeats > 1 else "mean"
         column = f"corrupted (%, {spread} over {repeats} repeat{'s' * (repeats > 1)})"
-        cells = [percent_spread(getattr(corrupted.mean, name), getattr(corrupted.std, name))
-                 for name in METRICS]
+        cells = [with_interval(percent_spread(getattr(corrupted.mean, name), getattr(corrupted.std, name)),
+                               (known.corrupted or {}).get(name)) for name in METRICS]
     else:
         column = "corrupted (%, mean over the repeats)"
         cells = [percent(getattr(corrupted, name)) for name in METRICS]
+    drops = known.drop or {}
     headers = ("metric", "clean (%)", column, "drop (points)", "relative drop (%)")
-    return headers, tuple((METRIC_TITLES[name], percent(getattr(clean, name)), cell,
-                           percent(drop[name].absolute), percent(drop[name].relative))
-                          for name, cell in zip(METRICS, cells, strict=True))
+    rows = []
+    for name, clean_cell, cell in zip(METRICS, clean_cells, cells, strict=True):
+        paired = drops.get(name)
+        row = (METRIC_TITLES[name], clean_cell, cell,
+               with_interval(percent(drop[name].absolute), None if paired is None else paired.difference),
+               percent(drop[name].relative))
+        rows.append((*row, shown_p_value(None if paired is None else paired.p_value)) if drops else row)
+    return (*headers, "p") if drops else headers, tuple(rows)
+
+
+def with_interval(cell: str, interval: Interval | None) -> str:
+    """A cell in % followed by its interval in brackets (``57.30 [55.12, 59.41]``); the cell alone where it
+    is empty or has none."""
+    if interval is None or not cell:
+        return cell
+    return f"{cell} [{percent(interval.low)}, {percent(interval.high)}]"
+
+
+def shown_p_value(p_value: float | None) -> str:
+    """A p-value as the tables give it: three decimals, or ``< 0.001``; empty where there is none."""
+    return "" if p_value is None else "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def intervals_sentence(settings: IntervalSettings) -> str:
+    """What the brackets are over, under a table of them."""
+    return (f"In brackets: {100 * settings.level:g} % intervals over the queries and the background draws "
+            f"({settings.resamples:,} bootstrap resamples), not over training seeds; p: the paired drop's "
+            "p-value of no drop (docs/evaluation.md, How sure is a number).")
 
 
 def _empty_mask_headline(report: EvaluationReport) -> list[Block]:
@@ -220,13 +254,16 @@ def _per_class_blocks(report: EvaluationReport) -> list[Block]:
 
 
 def _class_table(rows: Sequence[ClassDrop], flagged: bool) -> Table:
-    headers = ("class", "images", *(("empty masks",) if flagged else ()), "clean", "corrupted",
-               "drop (points)", "relative drop (%)")
+    """Classes' MAP@R, clean and corrupted, and the drop with its interval over the class's queries where
+    the report gives one (the classes hurt most)."""
+    drop = "drop (points, interval)" if any(row.drop_interval for row in rows) else "drop (points)"
+    headers = ("class", "images", *(("empty masks",) if flagged else ()), "clean", "corrupted", drop,
+               "relative drop (%)")
     return Table(headers, tuple(
         (shown_class(row.name, row.label), str(row.images),
          *((str(row.empty_masks or 0),) if flagged else ()),
-         percent(row.clean_map_at_r), percent(row.corrupted_map_at_r), percent(row.drop),
-         percent(row.relative_drop)) for row in rows))
+         percent(row.clean_map_at_r), percent(row.corrupted_map_at_r),
+         with_interval(percent(row.drop), row.drop_interval), percent(row.relative_drop)) for row in rows))
 
 
 def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
@@ -253,14 +290,23 @@ def _empty_mask_blocks(report: EvaluationReport) -> list[Block]:
 
 
 def _profile_blocks(profile: Profile) -> list[Block]:
-    """The background-reliance profile as a titled table (%, mean ± std over its sets) and notes."""
+    """The background-reliance profile as a titled table (%, mean ± std over its sets, and the interval over
+    the queries and those sets) and notes."""
     rows = tuple((row.title, str(row.repeats),
-                  *(percent_spread(getattr(row.mean, name), getattr(row.std, name)) for name in METRICS))
+                  *(with_interval(percent_spread(getattr(row.mean, name), getattr(row.std, name)),
+                                  (row.interval or {}).get(name)) for name in METRICS))
                  for row in profile.sets)
+    gap = next((row for row in profile.sets if row.set == "bg-gap" and row.p_value), None)
+    gap_p = ("" if gap is None or gap.p_value is None else " The BG-gap's p-value of no gap (paired by query "
+             "and draw): " + ", ".join(f"{METRIC_TITLES[name]} {shown_p_value(gap.p_value.get(name))}"
+                                       for name in METRICS) + ".")
     fill = ", ".join(str(value) for value in profile.only_fg_fill)
     return [
         Heading("Background-reliance profile (%)"),
         Table(("set", "sets", *(METRIC_TITLES[name] for name in METRICS)), rows),
+        Paragraph(
+            "Each cell: the mean ± std over the row's sets (the spread over background draws alone), then in "
+            "brackets the interval over the queries and those sets." + gap_p),
         Paragraph(
             f"only-fg: the object on RGB ({fill}). only-bg: the object removed, the hole filled by tiling "
             "the image's own background (or black); inpainted: the object removed with its mask dilated by 2 "

@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bgbias.measurement.intervals import paired_difference, query_interval
+from bgbias.measurement.intervals import (
+    paired_difference,
+    paired_differences,
+    query_interval,
+    query_intervals,
+)
 
 
 def _scores(seed: int, queries: int = 400) -> np.ndarray:
@@ -102,3 +107,20 @@ def test_draws_of_as_many_but_other_backgrounds_are_resampled_apart_when_asked()
     apart = paired_difference(draws, draws.copy(), seed=0, paired_draws=False)
     assert (paired.difference.low, paired.difference.high) == (0.0, 0.0)
     assert apart.difference.estimate == 0.0 and apart.difference.low < -0.02 and apart.difference.high > 0.02
+
+
+def test_many_at_once_give_each_the_numbers_it_gets_alone():
+    """Sets of as many draws over the same scored queries share their resamples (drawn once, the cost of a
+    large test set), sets of other shapes or other scored queries get their own; each number is the one a
+    call of its own gives."""
+    draws = np.stack([_scores(seed) for seed in range(5)])
+    lone = _scores(7)
+    lone[3] = np.nan
+    sets = {"clean": _scores(5), "other": _scores(6), "draws": draws, "lone": lone,
+            "none": np.full(400, np.nan)}
+    assert query_intervals(sets, resamples=300) == {key: query_interval(scores, resamples=300)
+                                                    for key, scores in sets.items()}
+    pairs = {"drop": (draws, sets["clean"]), "gap": (draws, draws[::-1] + 0.01),
+             "lone": (lone, sets["other"]), "clean": (sets["clean"], sets["other"])}
+    assert paired_differences(pairs, resamples=300) == {key: paired_difference(*pair, resamples=300)
+                                                        for key, pair in pairs.items()}

@@ -184,9 +184,14 @@ def test_markdown_prints_the_paper_style_numbers(tmp_path):
     assert title == "# triplet + BGAugment on cub, test split, checkpoint best.pt (epoch 7)"
     mean, std = report["corrupted"]["mean"]["map_at_r"], report["corrupted"]["std"]["map_at_r"]
     drop = report["drop"]["map_at_r"]
-    expected_row = (f"| MAP@R | {100 * report['clean']['map_at_r']:.2f} | {100 * mean:.2f} ± "
-                    f"{100 * std:.2f} | {100 * drop['absolute']:.2f} | {100 * drop['relative']:.2f} |")
+    sure = report["confidence"]
+    shown = [_bracketed(found) for found in (sure["clean"]["map_at_r"], sure["corrupted"]["map_at_r"],
+                                             sure["drop"]["map_at_r"]["difference"])]
+    expected_row = (f"| MAP@R | {100 * report['clean']['map_at_r']:.2f} {shown[0]} | {100 * mean:.2f} ± "
+                    f"{100 * std:.2f} {shown[1]} | {100 * drop['absolute']:.2f} {shown[2]} | "
+                    f"{100 * drop['relative']:.2f} | &lt; 0.001 |")
     assert expected_row in text
+    assert "In brackets: 95 % intervals over the queries and the background draws" in text
     assert "mean ± std over 3 repeats" in text
     assert "- pool: backgrounds/test" in text and "- seeds: 11, 12, 13" in text
     assert "- checkpoint:\n  - epoch: 7\n  - path: runs/cub-triplet-seed0/best.pt\n  - sha256: " in text
@@ -196,8 +201,15 @@ def test_markdown_prints_the_paper_style_numbers(tmp_path):
     class_rows = [line for line in hurt_section.splitlines() if line.startswith("| ")][1:]
     assert len(class_rows) == 10
     for line, row in zip(class_rows, report["per_class"], strict=False):
+        interval = row["drop_interval"]
         assert line.startswith(f"| {row['label']} | {row['images']} | {100 * row['clean_map_at_r']:.2f} |")
+        assert f"| {100 * row['drop']:.2f} {_bracketed(interval)} |" in line
     assert str(report["per_class"][10]["label"]) not in [line.split("|")[1].strip() for line in class_rows]
+
+
+def _bracketed(interval):
+    """An interval as report.md shows it after its number, in %."""
+    return f"\\[{100 * interval['low']:.2f}, {100 * interval['high']:.2f}\\]"
 
 
 def test_markdown_without_repeats_has_only_clean_scores(tmp_path):
