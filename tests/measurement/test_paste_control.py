@@ -15,11 +15,10 @@ import pytest
 
 from bgbias.bgaugment.composite import composite_pixels
 from bgbias.measurement.decomposition import decompose
-from bgbias.measurement.record import evaluation_record
-from bgbias.measurement.scoring import QuerySide
-from bgbias.measurement.summary import PROFILE_SETS, summarize_evaluation, summarize_profile
+from bgbias.measurement.summary import PROFILE_SETS
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, score_embeddings
-from bgbias.variants.variants import VARIANTS, render_variant
+from bgbias.variants.variants import render_variant
+from tests.report.synthetic import profiled_report
 
 CLASSES, PER_CLASS, CROP, RIM = 4, 8, 40, 4
 BACKGROUNDS = np.array([(60, 0, 0), (0, 60, 0), (0, 0, 60), (60, 60, 0)])
@@ -131,17 +130,11 @@ def test_the_parts_add_up_to_the_drop_for_every_metric(sets):
 def test_the_profile_of_a_report_holds_the_decomposition_and_the_control_after_clean(sets):
     scores = _scores(corner_colour, sets)
     clean, corrupted = scores["clean"][0], scores["random-bg"]
-    variants = {name: scores["repasted"] if name == "repasted" else [clean] for name in VARIANTS}
-    worst = {metric: np.array(corrupted[0].per_query[metric]) for metric in METRICS}
-    side = QuerySide(retrieval=None, clean_state={}, labels=LABELS, repeats=REPEATS, worst_k=1, max_memory=0,
-                     scores=corrupted, worst=worst)
     ids = [f"i{index}" for index in range(len(LABELS))]
-    report = summarize_evaluation(clean, corrupted, LABELS, ids, {"method": "corners", "dataset": "generated",
-                                                                  "split": "test"})
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, LABELS, [], [])
-    profile = evaluation_record(report).profile
+    profile = profiled_report(clean, corrupted, scores["repasted"], LABELS, ids).profile
     assert [row.set for row in profile.sets][:3] == ["clean", "repasted", "random-bg"]
     assert list(PROFILE_SETS)[1] == "repasted"
     parts = profile.decomposition["map_at_r"]
     assert parts == decompose(clean, corrupted, scores["repasted"])["map_at_r"]
-    assert parts.drop.difference.estimate == pytest.approx(report["drop"]["map_at_r"]["absolute"])
+    repeats = [score.map_at_r for score in corrupted]
+    assert parts.drop.difference.estimate == pytest.approx(clean.map_at_r - np.mean(repeats))

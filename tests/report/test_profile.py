@@ -252,6 +252,8 @@ def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_o
     page = to_markdown(evaluation_blocks(reports[2]), tmp_path)
     assert "| only-bg, tiled |" in page and "only-bg, inpainted" not in page
     assert "Paste cost" not in page  # a record of before the paste control: no decomposition to show
+    older_first, _ = profile_table([reports[2], reports[0]])
+    assert older_first[2:5] == ["clean", "repasted", "random-bg"]  # the profile's order, not first seen
     assert plot_profile(reports[2], tmp_path / "older.png").is_file()
 
 
