@@ -36,6 +36,7 @@ _PUBLIC = {
     "ModelInput": "bgbias.models.model_input",
     "U2NetMasks": "bgbias.saliency.on_the_fly",
     "audit": "bgbias.api",
+    "compare_evaluations": "bgbias.api",
     "evaluate": "bgbias.api",
     "evaluate_embeddings": "bgbias.api",
     "explain": "bgbias.api",

@@ -73,6 +73,8 @@ from bgbias.report.evaluate import EvaluationResult, score_embedding_folder
 from bgbias.report.evaluate import evaluate as evaluate_model
 from bgbias.report.evaluation import write_evaluation_report
 from bgbias.report.folder import EVAL_REPORT_FILES, refuse_model_folder, write_report_folder
+from bgbias.report.paired import EvaluationComparison
+from bgbias.report.paired import compare_evaluations as compare_folders
 from bgbias.retrieval import metrics
 from bgbias.retrieval.metrics import MAX_MEMORY as DEFAULT
 from bgbias.saliency.on_the_fly import U2NetMasks, with_u2net_masks
@@ -103,8 +105,8 @@ COMPUTE = {"amp": AMP, "memory_format": MEMORY_FORMAT, "batch_size": BATCH_SIZE,
 
 
 @checked(root=PATH, split=CHOSEN_SPLIT, corrupted=FLAG, repeats=REPEATS, seed=SEED, masks=MASKS,
-         backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH, **EMBEDDING_MODEL,
-         **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG, log=LOG)
+         compare_masks=PATH, backgrounds=PATH, manifests=PATH, profile=FLAG, worst_k=WORST_K, out=PATH,
+         **EMBEDDING_MODEL, **COMPUTE, max_memory=MAX_MEMORY, progress=FLAG, log=LOG)
 def evaluate(
     model: Any,
     dataset: Any = None,
@@ -115,6 +117,7 @@ def evaluate(
     repeats: int = 5,
     seed: int = 0,
     masks: PathLike | U2NetMasks | None = None,
+    compare_masks: PathLike | None = None,
     backgrounds: PathLike | None = None,
     manifests: PathLike | None = None,
     profile: bool = False,
@@ -142,9 +145,11 @@ def evaluate(
     ``out``, the report, the cache and ``model.json`` go there (for a run, ``out`` must be its own folder). A
     TorchScript file is checked before it runs unless ``trust_model``; a factory is imported and called, so it
     runs as any Python does. ``max_memory``: bytes the scoring's neighbour lists may take at once (default 1
-    GiB; the same scores in blocks). The other arguments are the command's options."""
+    GiB; the same scores in blocks). ``compare_masks``: a second masks folder, the corrupted repeats cut out
+    with it too (``report.mask_sensitivity``). The other arguments are the command's options."""
     request = MeasureRequest(
-        **_data_fields(dataset, root, masks), split=split, corrupted=corrupted, repeats=repeats, seed=seed,
+        **_data_fields(dataset, root, masks), compare_masks=_path(compare_masks), split=split,
+        corrupted=corrupted, repeats=repeats, seed=seed,
         backgrounds=_path(backgrounds), manifests=_path(manifests), profile=profile, worst_k=worst_k,
         batch_size=batch_size, workers=workers, max_memory=max_memory, progress=progress,
     )
@@ -539,6 +544,20 @@ def leakage(
                                  memory_format=memory_format)
     return measure_leakage(opened, encoder, split=split, masks_dir=fields["masks"], fill=fill, seed=seed,
                            batch_size=batch_size, workers=workers, progress=progress, out=_path(out))
+
+
+EVALUATION_FOLDER = Annotated[PATH_TEXT, Field(examples=["runs/<run>/eval/bench-test"])]
+"""An evaluation's report folder."""
+
+
+@checked(first=EVALUATION_FOLDER, second=EVALUATION_FOLDER)
+def compare_evaluations(first: PathLike, second: PathLike) -> EvaluationComparison:
+    """Two evaluation folders of the same queries (``report.json`` and ``per_query.csv``, as ``bgbias eval``,
+    ``evaluate(out=)`` and ``evaluate_embeddings(out=)`` write them) compared, ``second − first``: per metric
+    the clean score, the corrupted score and the drop, each with its interval over the test queries (and the
+    background draws, paired by draw where both scored the same corrupted sets) and its p-value. Nothing is
+    evaluated again; two evaluations of other queries are an ``OptionError``."""
+    return compare_folders(first, second)
 
 
 @checked(models_file=PATH, root=PATH, split=CHOSEN_SPLIT, masks=MASKS, backgrounds=PATH, repeats=REPEATS,

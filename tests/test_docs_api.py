@@ -25,6 +25,7 @@ def fast_examples() -> list[CodeBlock]:
         code_block("docs/api.md", "api-explain"),
         code_block("docs/api.md", "api-input-conventions"),
         code_block("docs/api.md", "api-score-embeddings"),
+        code_block("docs/api.md", "api-compare"),
     ]
 
 
@@ -58,6 +59,8 @@ def test_the_examples_run_and_do_what_the_page_says(study_folder):
     assert mine.out_dir is None and len(done["table"]["id"]) == len(done["rows"]) == 12  # 3 classes of 4
     assert kept.report.clean == mine.report.clean and (kept.out_dir / "report.json").is_file()
     assert kept.out_dir.parent == Path("reports/mine/eval")
+    change = done["found"].metrics["map_at_r"].corrupted  # noisier corrupted embeddings: a lower score
+    assert change.difference.high < 0 and change.p_value < 0.05 and done["found"].queries == 50
     explained = done["explained"]
     assert explained.out_dir is None and len(explained.scores) == len(explained.maps) == 4
     assert done["heat"].dtype == np.float32 and 0 <= explained.summary["mean"] <= 1

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 
 
 def saliency_masks(
-    items: Sequence[Item], masks_dir: Path, dataset_name: str
+    items: Sequence[Item], masks_dir: Path, dataset_name: str, parameter: str = "masks"
 ) -> list[Path | InMemoryImage]:
     """The mask of every item, in order (:func:`~bgbias.data.items.mask_source`); an ``ImageError`` naming
-    the missing ones, and the stale ones (made from another version of their image)."""
+    the missing ones, and the stale ones (made from another version of their image), with the fix for the
+    argument ``parameter`` that named the folder."""
     masks_dir = Path(masks_dir)
     paths = [mask_source(item, masks_dir) for item in items]
     missing = missing_files([path for path in paths if isinstance(path, Path)])
@@ -40,7 +41,7 @@ def saliency_masks(
             path=masks_dir,
             fix=f"make them with `bgbias masks --dataset {dataset_name}`, or name the folder that holds them "
             f"({given('DIR')})",
-            parameter="masks",
+            parameter=parameter,
         )
     files = [item for item in items if item.saliency_mask is None and isinstance(item.image, Path)]
     stale = stale_masks(files, masks_dir)

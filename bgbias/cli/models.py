@@ -182,6 +182,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
 @click.option("--seed", type=option_type(rules.SEED), default=0, show_default=True,
               help="Seed of the corrupted sets (the same for every model).")
 @click.option("--masks", type=PATH_DIR, default=None, help="Saliency masks (default masks/<dataset>).")
+@click.option("--compare-masks", type=PATH_DIR, default=None, metavar="DIRECTORY",
+              help="A second source's masks (e.g. masks/<dataset>-ground-truth): the corrupted repeats cut "
+                   "out with them too, on the same backgrounds, and the report's mask sensitivity (the "
+                   "paired difference and the masks' IoU).")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
               help="Background pools: a folder with test/ (default ./backgrounds).")
 @click.option("--manifests", type=PATH_DIR, default=None,
@@ -199,9 +203,10 @@ def _load_model(checkpoint: Path | None, runs: Path | None, device: str, amp: st
                    "larger split is scored in blocks of queries, with the same scores.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str | None, corrupted: bool,
-             repeats: int, seed: int, masks: Path | None, backgrounds: Path | None, manifests: Path | None,
-             shortlist: int | None, profile: bool, worst_k: int, batch_size: int, workers: int | None,
-             max_memory: int | None, no_progress: bool) -> None:
+             repeats: int, seed: int, masks: Path | None, compare_masks: Path | None,
+             backgrounds: Path | None, manifests: Path | None, shortlist: int | None, profile: bool,
+             worst_k: int, batch_size: int, workers: int | None, max_memory: int | None,
+             no_progress: bool) -> None:
     """Clean (and corrupted) MAP@R, R-precision and P@1 of a trained run or any other model (--model); with
     --profile the background-reliance profile too; report files in <run>/eval/ (a --model's in --out)."""
     from bgbias.measurement.request import MeasureRequest
@@ -209,10 +214,10 @@ def evaluate(load_model, dataset_name: str | None, root: Path | None, split: str
 
     model = load_model()
     request = MeasureRequest(
-        dataset=dataset_name, root=root, split=split, masks=masks, corrupted=corrupted, repeats=repeats,
-        seed=seed, backgrounds=backgrounds, manifests=manifests, shortlist=shortlist, profile=profile,
-        worst_k=worst_k, batch_size=batch_size, workers=workers, max_memory=max_memory,
-        progress=not no_progress,
+        dataset=dataset_name, root=root, split=split, masks=masks, compare_masks=compare_masks,
+        corrupted=corrupted, repeats=repeats, seed=seed, backgrounds=backgrounds, manifests=manifests,
+        shortlist=shortlist, profile=profile, worst_k=worst_k, batch_size=batch_size, workers=workers,
+        max_memory=max_memory, progress=not no_progress,
     )
     result = evaluate_model(model, request, log=lambda line: click.echo(line, err=True))
     click.echo(result.summary())

@@ -62,7 +62,13 @@ def eval_transform_pair(
     bilinearly whatever the image's interpolation, so it stays soft, and a ``(crop, crop)`` array."""
     if image.size != mask.size:
         raise ValueError(f"image size {image.size} and mask size {mask.size} differ")
-    return eval_transform(image, geometry), _resize_crop(mask, geometry, Image.Resampling.BILINEAR)
+    return eval_transform(image, geometry), eval_transform_mask(mask, geometry)
+
+
+def eval_transform_mask(mask: Image.Image, geometry: EvalGeometry) -> np.ndarray:
+    """An ``L`` mask at the evaluation geometry, resized bilinearly (it stays soft): a ``(crop, crop)``
+    array, as :func:`eval_transform_pair` gives it."""
+    return _resize_crop(mask, geometry, Image.Resampling.BILINEAR)
 
 
 def _resize_crop(image: Image.Image, geometry: EvalGeometry, resample: Image.Resampling) -> np.ndarray:

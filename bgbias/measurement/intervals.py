@@ -82,12 +82,14 @@ def query_interval(scores: np.ndarray, *, resamples: int = RESAMPLES, level: flo
 
 
 def paired_difference(first: np.ndarray, second: np.ndarray, *, resamples: int = RESAMPLES,
-                      level: float = LEVEL, seed: int = 0) -> PairedDifference | None:
+                      level: float = LEVEL, seed: int = 0,
+                      paired_draws: bool = True) -> PairedDifference | None:
     """``second − first``, each (N,) or (R, N) per-query scores of the same N queries in the same order:
     the same resampled queries are taken from both (they are paired). Two sides of as many draws are paired
-    by draw too (draw r of each is the same backgrounds, as two models scored on one seed's sets have them);
-    otherwise (clean against its corrupted draws) each side's draws are resampled on their own. None where
-    no query is scored on both sides."""
+    by draw too (draw r of each is the same backgrounds, as two models scored on one seed's sets have them),
+    where ``paired_draws`` (False: as many draws, but of other backgrounds); otherwise (clean against its
+    corrupted draws) each side's draws are resampled on their own. None where no query is scored on both
+    sides."""
     first, second = _draws(first), _draws(second)
     if first.shape[1] != second.shape[1]:
         raise ValueError(f"the two sides score {first.shape[1]} and {second.shape[1]} queries: a paired "
@@ -97,7 +99,7 @@ def paired_difference(first: np.ndarray, second: np.ndarray, *, resamples: int =
         return None
     first, second = first[:, both], second[:, both]
     first_means, second_means = _bootstrap([first, second], resamples, seed,
-                                           paired_draws=len(first) == len(second))
+                                           paired_draws=len(first) == len(second) and paired_draws)
     differences = _snapped(second_means - first_means)
     estimate = float(_snapped(np.array(second.mean() - first.mean())))
     far_side = min(np.count_nonzero(differences <= 0), np.count_nonzero(differences >= 0))

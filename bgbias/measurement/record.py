@@ -12,6 +12,7 @@ from pydantic import Field
 
 from bgbias.installation import InstallationRecord
 from bgbias.measurement.decomposition import MetricDecomposition
+from bgbias.measurement.intervals import PairedDifference
 from bgbias.saliency.records import MaskMaker, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem
 
@@ -19,7 +20,7 @@ REPORT_FORMAT = "bgbias-eval-report"
 
 COMPUTED_KEYS = frozenset(
     {"format", "version", "images", "classes", "scored", "clean", "corrupted", "drop", "per_class",
-     "images_hurt_most", "profile", "empty_masks"}
+     "images_hurt_most", "profile", "empty_masks", "mask_sensitivity"}
 )
 """The report's own fields, computed from the scores: metadata may not use these keys."""
 
@@ -131,6 +132,34 @@ class UsedMasks(Record):
         return shown_mask_maker(None if self.mask_maker is None else self.mask_maker.model_dump())
 
 
+class ImageAgreement(Record):
+    id: str
+    iou: float
+
+
+class MaskAgreement(Record):
+    """How far two sources' masks agree over the scored split's images: the IoU of their foregrounds (8-bit
+    value ≥ 128) per image at the evaluation crop, 1 where both are empty; the images that agree least."""
+
+    images: int
+    mean: float
+    median: float
+    worst: float
+    worst_images: list[ImageAgreement]
+
+
+class MaskSensitivity(Record):
+    """The paper's corrupted repeats cut out with a second source's masks (``second``), from the same
+    manifests: their scores, per metric the paired difference second − first (the queries paired, and the
+    draws: the same backgrounds), and how far the two sources' masks agree."""
+
+    first: UsedMasks
+    second: UsedMasks
+    corrupted: CorruptedScores
+    difference: dict[str, PairedDifference | None]
+    agreement: MaskAgreement
+
+
 class EvaluationReport(Record):
     """``report.json`` as the tables, plots and pages read it (:mod:`bgbias.schema`); the model's description
     and the setup ride along unchecked (``model_extra``), since only ``report.md`` shows them, as text.
@@ -156,6 +185,7 @@ class EvaluationReport(Record):
     images_hurt_most: list[ImageDrop] = Field(default_factory=list)
     profile: Profile | None = None
     empty_masks: EmptyMasks | None = None  # None: masks not checked (no corrupted sets, or none given)
+    mask_sensitivity: MaskSensitivity | None = None  # None: no second masks asked for
     approximate: bool = False
     retrieval: str | None = None  # how the images were ranked
     shortlist_recall: ShortlistRecall | None = None

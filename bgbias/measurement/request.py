@@ -54,6 +54,10 @@ class MeasureRequest:
     manifests: Path | None = None
     shortlist: int | None = None
     """Rank by an L2 shortlist of this many images re-ranked by a learned distance (approximate)."""
+    compare_masks: Path | None = None
+    """A second masks folder: the paper's corrupted repeats cut out with these masks too, on the same
+    backgrounds, for the mask sensitivity (``bgbias.measurement.mask_sensitivity``); needs the corrupted
+    repeats."""
     profile: bool = False
     """Also the background-reliance profile (``bgbias.measurement.scoring``); implies the corrupted
     repeats."""
@@ -170,6 +174,10 @@ def resolve(model: EmbeddingModel, request: MeasureRequest) -> ResolvedRequest:
     if request.profile and request.worst_k < 1:
         raise OptionError(f"the worst case needs at least one background per query, not {request.worst_k}",
                           fix=f"pass {given(1)} or more", parameter="worst_k")
+    if request.compare_masks is not None and not (request.corrupted or request.profile):
+        raise OptionError("a second masks folder cuts out the corrupted repeats again, and none are scored",
+                          fix=f"score the corrupted repeats too (--corrupted; corrupted=True in Python), or "
+                              f"drop {PARAMETER}", parameter="compare_masks")
     dataset, items = requested_split(model, request)
     protocol, fold = split_protocol(model.trained_on())
     retrieval = with_shortlist(model.retrieval(), request.shortlist)
@@ -184,6 +192,10 @@ def resolve_files(dataset: Dataset, request: MeasureRequest, protocol: str, fold
     against the corrupted repeats the files were made for."""
     split = request.split
     assert split is not None  # the embeddings' split, always named
+    if request.compare_masks is not None:
+        raise OptionError("one's own embeddings are of sets cut out with one masks folder: the sets of a "
+                          "second one must be embedded by the model",
+                          fix=f"evaluate the model with {PARAMETER}", parameter="compare_masks")
     request, retrieval = dataclasses.replace(request, corrupted=True), ExactL2()
     return ResolvedRequest(request, f"{split}, the split the embeddings were made of, as given", dataset,
                            split_items(dataset, split, protocol, fold), protocol, fold,

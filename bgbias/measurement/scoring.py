@@ -52,8 +52,9 @@ class QuerySide:
 @dataclass(frozen=True)
 class ScoredSets:
     """Every set of an evaluation scored: the clean state and scores, the paper's corrupted repeats, the
-    query side (empty without the profile), the variants' scores by name, and an approximate retrieval's
-    recall of the exact top-R (clean, then per corrupted repeat; empty for an exact one)."""
+    query side (empty without the profile), the variants' scores by name, an approximate retrieval's
+    recall of the exact top-R (clean, then per corrupted repeat; empty for an exact one), and the paper's
+    repeats cut out with the second masks (empty without them)."""
 
     clean_state: dict[str, np.ndarray]
     clean: RetrievalScores
@@ -61,6 +62,7 @@ class ScoredSets:
     query_side: QuerySide
     variants: dict[str, list[RetrievalScores]]
     recalls: list[Any]
+    compared: list[RetrievalScores] = field(default_factory=list)
 
 
 def score_sets(
@@ -107,4 +109,11 @@ def score_sets(
         key = {"set": name, "manifest_sha256": manifest.sha256, "masks": sets.masks_print}
         variants.setdefault(name, []).append(scored(states.state(images, key, desc)))
         log(f"{desc} MAP@R {variants[name][-1].map_at_r:.4f}")
-    return ScoredSets(clean_state, clean, corrupted, query_side, variants, recalls)
+    # The paper's repeats again with the second masks: keyed by those masks, never the first's embeddings.
+    compared, second = [], sets.compared
+    for manifest, images in [] if second is None else second.corrupted:
+        key = {"set": "corrupted", "manifest_sha256": manifest.sha256, "masks": second.masks_print}
+        desc = f"corrupted repeat {manifest.repeat}, second masks"
+        compared.append(scored(states.state(images, key, desc)))
+        log(f"corrupted repeat {manifest.repeat} with the second masks MAP@R {compared[-1].map_at_r:.4f}")
+    return ScoredSets(clean_state, clean, corrupted, query_side, variants, recalls, compared)

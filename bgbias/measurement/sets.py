@@ -23,6 +23,7 @@ from bgbias.corrupted.manifests import (
     repeat_paths,
 )
 from bgbias.engine.embedding_cache import files_fingerprint
+from bgbias.measurement.mask_sensitivity import ComparedSets, compared_sets
 from bgbias.saliency.records import masks_record
 from bgbias.variants.variant_images import VariantImages
 from bgbias.variants.variant_manifests import (
@@ -66,13 +67,15 @@ class SetStates(Protocol):
 class EvaluationSets:
     """The corrupted repeats (the paper's, then the extra ones of the profile's worst case) and the profile's
     variant sets of a split, with the masks they are made from (``masks_print``: their files' fingerprint;
-    ``empty_masks``: the ids of the images whose mask shows no object; both None without corrupted sets)."""
+    ``empty_masks``: the ids of the images whose mask shows no object; both None without corrupted sets), and
+    the paper's repeats cut out with a second source's masks where asked (``compared``)."""
 
     masks_dir: Path
     corrupted: list[tuple[CorruptedManifest, CorruptedImages]]
     variants: list[VariantImages]
     masks_print: str | None
     empty_masks: list[str] | None = None
+    compared: ComparedSets | None = None
 
     def corrupted_meta(self, seed: int, repeats: int) -> dict[str, Any]:
         """The corrupted sets as the report's ``corrupted_sets`` records them: ``seed``, pool, masks (the
@@ -105,7 +108,10 @@ def evaluation_sets(resolved: ResolvedRequest) -> EvaluationSets:
     masks_print = files_fingerprint(saliency_masks(items, masks_dir, dataset.name))
     variants = (variant_sets(dataset, items, manifests[0].path.parent, split, request.repeats,
                              request.seed, protocol, fold, geometry, masks_dir) if request.profile else [])
-    return EvaluationSets(masks_dir, corrupted, variants, masks_print, empty_masks(items, masks_dir))
+    compared = None if request.compare_masks is None else compared_sets(
+        items, manifests[:request.repeats], masks_dir, Path(request.compare_masks), dataset.name, geometry)
+    return EvaluationSets(masks_dir, corrupted, variants, masks_print, empty_masks(items, masks_dir),
+                          compared)
 
 
 def corrupted_manifests(

@@ -18,6 +18,7 @@ import numpy as np
 from bgbias.errors import OptionError
 from bgbias.installation import installation
 from bgbias.measurement.decomposition import PASTE_CONTROL, decompose
+from bgbias.measurement.mask_sensitivity import mask_sensitivity
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
     REPORT_FORMAT,
@@ -80,6 +81,10 @@ def summarize(
     labels = np.array([item.label for item in items], dtype=np.int64)
     report = summarize_evaluation(scored.clean, scored.corrupted, labels, [item.id for item in items], meta,
                                   class_names=dataset.class_names(), empty_masks=sets.empty_masks)
+    if sets.compared is not None:
+        report["mask_sensitivity"] = mask_sensitivity(scored.corrupted, scored.compared, sets.masks_dir,
+                                                      sets.compared, corrupted_scores(scored.compared),
+                                                      [item.id for item in items])
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
@@ -117,10 +122,9 @@ def summarize_evaluation(
     }
     if not corrupted:
         return report
-    repeats = [{"repeat": index, **metric_means(scores)} for index, scores in enumerate(corrupted)]
-    spread = _row(repeats)
-    report["corrupted"] = {"repeats": repeats, "mean": spread["mean"], "std": spread["std"]}
-    report["drop"] = {name: _drop(report["clean"][name], spread["mean"][name]) for name in METRICS}
+    report["corrupted"] = corrupted_scores(corrupted)
+    mean = report["corrupted"]["mean"]
+    report["drop"] = {name: _drop(report["clean"][name], mean[name]) for name in METRICS}
     names = {} if class_names is None else dict(class_names)
     empty = None if empty_masks is None else _flags(ids, empty_masks)
     report["per_class"] = _per_class(clean, corrupted, labels, names, empty)
@@ -128,6 +132,13 @@ def summarize_evaluation(
     if empty is not None:
         report["empty_masks"] = _empty_masks(clean, corrupted, ids, empty)
     return report
+
+
+def corrupted_scores(corrupted: Sequence[RetrievalScores]) -> dict[str, Any]:
+    """Corrupted repeats' scores as the report keeps them: each repeat's, and their mean and sample std."""
+    repeats = [{"repeat": index, **metric_means(scores)} for index, scores in enumerate(corrupted)]
+    spread = _row(repeats)
+    return {"repeats": repeats, "mean": spread["mean"], "std": spread["std"]}
 
 
 def check_scores(

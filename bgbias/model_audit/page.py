@@ -12,6 +12,7 @@ from typing import Any
 
 from bgbias.fileio import write_json_atomic
 from bgbias.measurement.summary import PROFILE_SETS
+from bgbias.model_audit.adjacent import AdjacentComparison, comparison_blocks
 from bgbias.model_audit.outcome import ModelOutcome
 from bgbias.report.document import (
     Block,
@@ -46,6 +47,8 @@ class AuditPage:
     split: str
     settings: dict[str, Any]
     ranked: tuple[ModelOutcome, ...]
+    comparisons: tuple[AdjacentComparison, ...] = ()
+    """Each ranked model against the next (:mod:`bgbias.model_audit.adjacent`)."""
 
     @property
     def failed(self) -> tuple[ModelOutcome, ...]:
@@ -86,7 +89,7 @@ def table(page: AuditPage) -> Table:
     if failed:
         headers.append("error")
     rows = []
-    for rank, outcome in _ranks(page.ranked):
+    for rank, outcome in ranks(page.ranked):
         scores = outcome.scores
         if rank is None or scores is None:
             error = outcome.error.splitlines()[0] if outcome.error else ""
@@ -119,6 +122,8 @@ def blocks(page: AuditPage) -> list[Block]:
         table(page),
         *_empty_mask_note(page),
         Bullets(_column_notes(chance)),
+        *([Heading("Is each model really ahead of the next?"), *comparison_blocks(page.comparisons)]
+          if page.comparisons else []),
         Heading("Models"),
         Bullets(tuple(_model_item(outcome) for outcome in page.ranked)),
         *([Heading("Failed models"),
@@ -191,12 +196,14 @@ def write_audit_page(page: AuditPage, out: Path) -> dict[str, Path]:
         "settings": page.settings,
         "ranking": "corrupted MAP@R, best first; ties by label; failed models last",
         "models": [{"rank": rank, **outcome.model_dump(mode="json", exclude={"traceback"})}
-                   for rank, outcome in _ranks(page.ranked)],
+                   for rank, outcome in ranks(page.ranked)],
+        "adjacent_ranks": [pair.model_dump(mode="json") for pair in page.comparisons],
     })
     return files
 
 
-def _ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutcome]]:
+def ranks(outcomes: Sequence[ModelOutcome]) -> list[tuple[int | None, ModelOutcome]]:
+    """Each outcome (ranked) with its rank on the page: None for a failed model."""
     ranks, rank = [], 0
     for outcome in outcomes:
         if outcome.status == "done" and outcome.scores is not None:

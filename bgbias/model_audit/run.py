@@ -32,9 +32,10 @@ from bgbias.measurement.intervals import PairedDifference
 from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
 from bgbias.measurement.summary import finite_or_none
 from bgbias.methods.embedding_model import EmbeddingModel
+from bgbias.model_audit.adjacent import adjacent_comparisons
 from bgbias.model_audit.entries import ModelEntry
 from bgbias.model_audit.outcome import AuditScores, ModelOutcome, read_outcome, write_outcome
-from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, table, write_audit_page
+from bgbias.model_audit.page import AUDIT_NAME, AuditPage, ranked, ranks, table, write_audit_page
 from bgbias.paths import runs_root
 from bgbias.report.document import to_markdown
 from bgbias.report.evaluate import evaluate
@@ -247,7 +248,10 @@ def run_audit(
     outcomes = audit_models(dataset, entries, load, settings, out, log=log)
     masks_dir = settings.masks_dir(dataset)
     shown = {**settings.key_fields(), **masks_record(masks_dir), "split_reason": settings.split_reason}
-    page = AuditPage(dataset.name, settings.split, shown, ranked(outcomes))
+    order = ranked(outcomes)
+    adjacent = adjacent_comparisons([(rank, outcome) for rank, outcome in ranks(order) if rank is not None],
+                                    out)
+    page = AuditPage(dataset.name, settings.split, shown, order, adjacent)
     return AuditResult(out, page, write_audit_page(page, out))
 
 

@@ -24,6 +24,7 @@ from bgbias.measurement.record import (
     CorruptedScores,
     Drop,
     EvaluationReport,
+    MaskSensitivity,
     Profile,
     ReportKey,
     Scores,
@@ -127,6 +128,8 @@ def evaluation_blocks(report: EvaluationReport) -> list[Block]:
     blocks: list[Block] = [Heading(_title(report), 1), *headline_blocks(report), *_per_class_blocks(report)]
     if report.profile is not None:
         blocks += _profile_blocks(report.profile)
+    if report.mask_sensitivity is not None and report.corrupted is not None:
+        blocks += mask_sensitivity_blocks(report.mask_sensitivity, report.corrupted)
     setup = report.setup
     blocks += [Heading("Setup"),
                Bullets(tuple(item for key in sorted(setup) for item in _setup_items(key, setup[key])))]
@@ -268,6 +271,34 @@ def _profile_blocks(profile: Profile) -> list[Block]:
             f"score over {profile.worst_k} random backgrounds, queries against the clean gallery; it "
             f"costs {profile.worst_k} embeddings of every image. Chance: a random ranking."),
         *decomposition_blocks(profile),
+    ]
+
+
+def mask_sensitivity_blocks(sensitivity: MaskSensitivity, corrupted: CorruptedScores) -> list[Block]:
+    """How much the masks decide: the corrupted MAP@R with each source (``corrupted``: the first's), the
+    paired difference with its interval and p-value, and how far the masks agree, with how to read it."""
+    rows = tuple((f"{which}: {used.masks}; {used.words()}", percent_spread(scores.mean.map_at_r,
+                                                                          scores.std.map_at_r))
+                 for which, used, scores in (("first", sensitivity.first, corrupted),
+                                             ("second", sensitivity.second, sensitivity.corrupted)))
+    paired, agreement = sensitivity.difference["map_at_r"], sensitivity.agreement
+    difference = "no query was scored by both"
+    if paired is not None:
+        low, estimate, high = (100 * getattr(paired.difference, name) for name in ("low", "estimate", "high"))
+        difference = (f"{estimate:+.2f} points ({100 * paired.difference.level:g} % interval {low:+.2f} to "
+                      f"{high:+.2f}, p = {paired.p_value:.3g}, {paired.queries} queries, paired by query and "
+                      "by background draw)")
+    worst = ", ".join(f"{image.id} {image.iou:.2f}" for image in agreement.worst_images)
+    return [
+        Heading("How much do the masks decide"),
+        Table(("masks the corrupted repeats were cut out with", "corrupted MAP@R (%)"), rows),
+        Paragraph(f"Second − first, MAP@R: {difference}. The masks agree with IoU {agreement.mean:.3f} on "
+                  f"average (median {agreement.median:.3f}, worst {agreement.worst:.3f}) over "
+                  f"{agreement.images} images at the evaluation crop; least: {worst}."),
+        Paragraph("How to read it: an interval that holds 0 says these two mask sources give the same "
+                  "corrupted score up to the chance of the queries and backgrounds, so the drop is not the "
+                  "mask model's; one that excludes 0 says that much of the corrupted score depends on which "
+                  "masks cut the objects out."),
     ]
 
 

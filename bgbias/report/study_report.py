@@ -20,6 +20,7 @@ import numpy as np
 from bgbias.engine.run_dir import RESUME_TO_REWRITE, RunDir, is_metric_number, read_metrics, read_record
 from bgbias.errors import OptionError, RecordError
 from bgbias.figures import new_figure, save_png
+from bgbias.measurement.intervals import IntervalSettings
 from bgbias.measurement.record import EvaluationReport, run_label
 from bgbias.report.document import (
     Block,
@@ -34,6 +35,16 @@ from bgbias.report.document import (
 )
 from bgbias.report.evaluation import percent
 from bgbias.report.installations import installation_blocks, warn_if_mixed
+from bgbias.report.mask_sensitivity import mask_sensitivity_section
+from bgbias.report.paired import (
+    EvaluationComparison,
+    MetricDifference,
+    compare_evaluations,
+    draws_cell,
+    p_value,
+    points,
+    settings_words,
+)
 from bgbias.report.runs_table import NOT_MEASURED, PROFILE_NOTE, Foreground, collect_runs, profile_table
 from bgbias.report.seeds import (
     SEEDS_NOTE,
@@ -70,6 +81,9 @@ class StudyRunResult:
     folder: Path
     report: EvaluationReport
     foreground: Foreground
+    evaluation: Path | None = None
+    """The evaluation's folder (``report.json``, ``per_query.csv``); None for results put together by hand,
+    which the comparisons over test queries leave out."""
 
     @property
     def key(self) -> tuple[str, bool]:
@@ -88,7 +102,9 @@ def collect_study_runs(
             raise OptionError(f"the folder has {len(reports)} evaluation reports for the {split} split; a "
                               "study takes one per run", path=folder,
                               fix="remove the evaluations of other datasets or masks from its eval/ folder")
-        results.append(StudyRunResult(folder, reports[0], foreground))
+        # collect_runs found exactly one report.json of the split in the folder it names as the run.
+        evaluation = next(Path(reports[0].run or folder).glob(f"eval/*-{split}/report.json")).parent
+        results.append(StudyRunResult(folder, reports[0], foreground, evaluation))
     return results
 
 
@@ -136,6 +152,57 @@ def rankings(reports: Sequence[EvaluationReport]) -> dict[str, TableCells]:
                      for rank, (key, spread) in enumerate(scored, 1))
         tables[title] = (("rank", "run", title, "seeds"), rows)
     return tables
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """BGAugment − vanilla of one method's two runs of one training seed, over the test queries and the
+    background draws of their evaluations (:func:`~bgbias.report.paired.compare_evaluations`)."""
+
+    method: str
+    seed: int
+    comparison: EvaluationComparison
+
+    @property
+    def map_at_r(self) -> MetricDifference:
+        return self.comparison.metrics["map_at_r"]
+
+
+def bgaugment_comparisons(results: Sequence[StudyRunResult]) -> list[SeedComparison]:
+    """Each method and training seed with a vanilla and a BGAugment run whose evaluation folders are known:
+    the paired differences of MAP@R (clean, corrupted, drop) of the two, in the results' order."""
+    by_key = {(r.report.method, bool(r.report.bgaugment), r.report.seed): r.evaluation for r in results
+              if r.evaluation is not None and r.report.seed is not None}
+    return [SeedComparison(method, seed, compare_evaluations(vanilla, by_key[(method, True, seed)],
+                                                             metrics=("map_at_r",)))
+            for (method, bgaugment, seed), vanilla in by_key.items()
+            if not bgaugment and (method, True, seed) in by_key]
+
+
+def comparison_table(found: Sequence[SeedComparison]) -> TableCells:
+    """:func:`bgaugment_comparisons` as a table: the differences in points with their intervals, and
+    p-values."""
+    level = f"{100 * IntervalSettings().level:g} %"
+    headers = ("method", "training seed", f"Δ corrupted MAP@R [{level}]", "p", f"Δ clean MAP@R [{level}]",
+               "p", f"Δ drop [{level}]", "p", "background draws")
+    rows = tuple((pair.method, str(pair.seed),
+                  *(cell for part in (pair.map_at_r.corrupted, pair.map_at_r.clean, pair.map_at_r.drop)
+                    for cell in (points(part), p_value(part))),
+                  draws_cell(pair.comparison))
+                 for pair in found)
+    return headers, rows
+
+
+QUERIES_NOTE = (
+    "BGAugment run − vanilla run of one method and one training seed, in points of MAP@R (drop: clean − "
+    "corrupted): the interval is over the test queries and the background draws of that pair's evaluations, "
+    "and the p-value is that of no difference ({settings}). It says how sure a difference is on this test "
+    "set, not whether another training seed would give it: that is the spread over training seeds, in the "
+    "next table. Background draws: paired where both runs scored the same corrupted sets, else resampled "
+    "apart.")
+COMPARISON_NOT_MEASURED = (
+    "Not measured: this needs a method's vanilla and BGAugment runs of the same training seed, with their "
+    "evaluation folders.")
 
 
 @dataclass(frozen=True)
@@ -578,6 +645,7 @@ def write_study_report(
     mechanism = mechanisms(reports, reference)
     profile = profiles(reports)
     found = selections([result.folder for result in results])
+    compared = bgaugment_comparisons(results)
     blocks: list[Block] = [
         Paragraph("MAP@R and P@1 in %. " + SEEDS_NOTE.replace("column", "column of seeds.md")),
         *masks_blocks(reports),
@@ -589,8 +657,13 @@ def write_study_report(
         Table(headers, rows, caption="mean ± std over training seeds"),
         Figure(seed_bars, "clean and corrupted MAP@R without and with BGAugment: bars at the mean over "
                           "training seeds, a dot per seed"),
-        Heading("BGAugment's effect, paired by seed"),
-        Table(tuple(effect_headers), tuple(map(tuple, effect_rows)), caption="points of MAP@R"),
+        Heading("BGAugment's effect over test queries and background draws, one training seed"),
+        *([Paragraph(QUERIES_NOTE.format(settings=settings_words(IntervalSettings()))),
+           Table(*comparison_table(compared), caption="points of MAP@R, per training seed")]
+          if compared else [Paragraph(COMPARISON_NOT_MEASURED)]),
+        Heading("BGAugment's effect over training seeds, paired by seed"),
+        Table(tuple(effect_headers), tuple(map(tuple, effect_rows)),
+              caption="points of MAP@R, mean ± std over training seeds"),
         Heading("Does a method's own mechanism shrink the drop without BGAugment?"),
         *([Paragraph(f"Each method outside the reference losses ({', '.join(reference)}) without "
                      "BGAugment, against the pooled seeds of the reference losses without BGAugment."),
@@ -606,6 +679,7 @@ def write_study_report(
           [Paragraph(("No run was profiled (the quick preset leaves the profile out; ",
                       Code("bgbias eval --profile"), " adds it to a run, ",
                       Code("bgbias study --preset full"), " to every run)."))]),
+        *mask_sensitivity_section(reports),
         Heading("Foreground scores (the paper's Table 2)"),
         Table(*foreground_scores(results),
               caption="share of attribution on the object; mean ± std over seeds"),

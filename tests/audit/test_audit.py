@@ -52,6 +52,13 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
         assert scores["corrupted_repeats"] == 2
         assert {"only-fg", "mixed-same", "bg-gap"} <= set(scores["profile"])
         assert len(scores["leakage_interval"]) == 2 and scores["chance_map_at_r"] is not None
+    # #1 − #2 and #2 − #3, from the evaluation folders, on the same corrupted sets; the API's result has them.
+    adjacent = record["adjacent_ranks"]
+    assert [(pair["rank"], pair["above"], pair["below"]) for pair in adjacent] == [
+        (rank, done[rank - 1]["label"], done[rank]["label"]) for rank in (1, 2)]
+    assert first.page.comparisons[0].comparison.draws.startswith("paired by draw")
+    estimate = adjacent[0]["comparison"]["metrics"]["map_at_r"]["corrupted"]["difference"]["estimate"]
+    assert estimate == pytest.approx(corrupted[0] - corrupted[1])
     page = {name: (out / f"audit.{name}").read_bytes() for name in ("md", "html", "json")}
 
     embedded = dict(EMBEDDED)
@@ -69,6 +76,7 @@ def test_models_are_ranked_a_failure_recorded_and_a_second_run_reuses_the_finish
     seed_one = next(model for model in record["models"] if model["label"] == "seed one")
     assert f"[evaluation report]({seed_one['report']}/report.md)" in markdown
     assert f"[folder]({seed_one['folder']})" in markdown and "/leakage/leakage.md)" in markdown
+    assert "## Is each model really ahead of the next?" in markdown and "| #2 − #3 |" in markdown
 
 
 @pytest.mark.slow
@@ -82,13 +90,17 @@ def test_other_settings_measure_a_kept_model_again(tiny_bench, tmp_path):
     assert EMBEDDED[3] > before
 
 
+def _scores(corrupted):
+    return AuditScores(
+        clean_map_at_r=0.5, clean_precision_at_1=0.5, corrupted_map_at_r=corrupted,
+        corrupted_map_at_r_std=None, corrupted_repeats=2, relative_drop=0.1, profile={}, leakage=0.2,
+        leakage_interval=[0.1, 0.3], background_map_at_r=0.1, foreground_map_at_r=0.3,
+        chance_map_at_r=0.05, images=10, empty_masks=None)
+
+
 def test_ranking_is_by_corrupted_map_then_label_with_failures_last():
     def outcome(label, corrupted=None, status="done"):
-        scores = None if status == "failed" else AuditScores(
-            clean_map_at_r=0.5, clean_precision_at_1=0.5, corrupted_map_at_r=corrupted,
-            corrupted_map_at_r_std=None, corrupted_repeats=2, relative_drop=0.1, profile={}, leakage=0.2,
-            leakage_interval=[0.1, 0.3], background_map_at_r=0.1, foreground_map_at_r=0.3,
-            chance_map_at_r=0.05, images=10, empty_masks=None)
+        scores = None if status == "failed" else _scores(corrupted)
         return ModelOutcome(label=label, spec=label, args={}, folder=f"models/{label}", status=status,
                             scores=scores, error="boom" if status == "failed" else None)
 
@@ -228,3 +240,30 @@ def test_the_table_splits_the_drop_by_the_paste_control_and_an_older_audit_shows
     outcome = outcome.model_copy(update={"scores": older})
     page = write_audit_page(AuditPage("d", "test", settings, (outcome,)), tmp_path)["audit_md"].read_text()
     assert "| paste cost |" not in page
+
+
+def test_each_model_is_compared_with_the_one_ranked_above_it_on_the_page_and_in_the_record(tmp_path):
+    from bgbias.model_audit.adjacent import adjacent_comparisons
+    from bgbias.model_audit.page import AuditPage, ranks, write_audit_page
+    from tests.report.synthetic import write_evaluation
+
+    def outcome(label, pull, seed):
+        write_evaluation(tmp_path / "models" / label / "eval", pull=pull, seed=seed)
+        return ModelOutcome(label=label, spec=label, args={}, folder=f"models/{label}", status="done",
+                            report=f"models/{label}/eval", scores=_scores(0.1 + pull / 10))
+
+    order = ranked([outcome("good", 5.0, 0), outcome("twin", 5.0, 0), outcome("chance", 0.0, 1)])
+    found = adjacent_comparisons([(rank, one) for rank, one in ranks(order) if rank is not None], tmp_path)
+    assert [(pair.rank, pair.above, pair.below) for pair in found] == [(1, "good", "twin"),
+                                                                       (2, "twin", "chance")]
+    same, ahead = (pair.comparison.metrics["map_at_r"].corrupted for pair in found)
+    assert same.difference.estimate == 0.0 and same.p_value == 1.0  # the same scores: not told apart
+    assert ahead.difference.low > 0 and ahead.p_value < 0.01
+    settings = {"repeats": 2, "seed": 0, "fill": "inpainted", "masks": "masks/d", "mask_maker": None}
+    files = write_audit_page(AuditPage("d", "test", settings, order, found), tmp_path)
+    markdown = files["audit_md"].read_text()
+    assert "## Is each model really ahead of the next?" in markdown
+    assert "| #1 − #2 | good | twin | +0.0 \\[+0.0, +0.0\\] | 1.000 |" in markdown
+    record = json.loads(files["audit_json"].read_text())
+    assert record["adjacent_ranks"][1]["comparison"]["metrics"]["map_at_r"]["corrupted"]["p_value"] < 0.01
+    assert record["adjacent_ranks"][0]["comparison"]["intervals"]["resamples"] == 2000

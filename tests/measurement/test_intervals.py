@@ -100,3 +100,12 @@ def test_no_scored_query_has_no_interval_and_lone_queries_are_left_out():
     scores[2] = np.nan
     found = paired_difference(scores, scores + 0.1)
     assert found.queries == 5 and found.difference.estimate == pytest.approx(0.1)
+
+
+def test_draws_of_as_many_but_other_backgrounds_are_resampled_apart_when_asked():
+    base = _scores(0)
+    draws = base + np.array([[-0.1], [0.0], [0.1]])  # each draw shifts every query alike
+    paired = paired_difference(draws, draws.copy(), seed=0)
+    apart = paired_difference(draws, draws.copy(), seed=0, paired_draws=False)
+    assert (paired.difference.low, paired.difference.high) == (0.0, 0.0)
+    assert apart.difference.estimate == 0.0 and apart.difference.low < -0.02 and apart.difference.high > 0.02

@@ -14,6 +14,7 @@ from bgbias.installation import installation
 from bgbias.measurement.record import EvaluationReport, evaluation_record
 from bgbias.measurement.scoring import QuerySide
 from bgbias.measurement.summary import summarize_evaluation, summarize_profile
+from bgbias.report.evaluation import write_evaluation_report
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
 from bgbias.variants.variants import VARIANTS
 
@@ -115,6 +116,25 @@ def explain_summary(dataset: str, mean: float | None, std: float | None, images:
     return ExplainSummary.model_validate({"dataset": dataset, "attribution": "smoothgrad",
                                           "geometry": {"crop": 32}, "images": images, "scored": images,
                                           "mean": mean, "std": std, "installation": installation(), **fields})
+
+
+def write_evaluation(folder: Path, *, pull: float = 0.8, seed: int = 0, repeats: int = 2,
+                     manifests: str = "m", **meta: Any) -> Path:
+    """An evaluation folder (``report.json``, ``per_query.csv``, …) of synthetic scores of the
+    :func:`make_labels` queries: a ranking pulled by ``pull`` towards the right class, clean and ``repeats``
+    corrupted sets (half the pull), the corrupted sets' manifests named by ``manifests`` (the same name: the
+    same sets)."""
+    labels = make_labels()
+    ids = [f"img-{i:03d}" for i in range(len(labels))]
+    clean = ranked_scores(labels, pull, seed)
+    corrupted = [ranked_scores(labels, pull / 2, seed + 1 + r) for r in range(repeats)]
+    sets = {"seed": 0, "manifests": [{"repeat": r, "path": f"{manifests}/repeat-{r}.json",
+                                      "sha256": f"{manifests}-{r}"} for r in range(repeats)]}
+    fields = {"method": "m", "dataset": "bench", "split": "test", "corrupted_sets": sets, **meta}
+    record = evaluation_record(summarize_evaluation(clean, corrupted, labels, ids, fields))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_evaluation_report(record, folder, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
+    return folder
 
 
 def write_run_record(folder: Path, **fields: Any) -> None:

@@ -35,7 +35,8 @@ pytestmark = [
 METHODS = ("multi_similarity", "contrastive", "triplet", "proxy_anchor", "normalized_softmax", "arcface",
            "dcml", "sam", "metricformer", "avsl")
 SECTIONS = ["Answers", "Clean vs corrupted MAP@R, without and with BGAugment",
-            "BGAugment's effect, paired by seed",
+            "BGAugment's effect over test queries and background draws, one training seed",
+            "BGAugment's effect over training seeds, paired by seed",
             "Does a method's own mechanism shrink the drop without BGAugment?",
             "Rankings", "Background-reliance profile", "Foreground scores (the paper's Table 2)",
             "Model selection", "Figures", "Runs"]

@@ -11,6 +11,8 @@ from bgbias.figures import save_png
 from bgbias.report.study_report import (
     StudyRunResult,
     answers,
+    bgaugment_comparisons,
+    comparison_table,
     foreground_scores,
     mechanisms,
     plot_over_seeds,
@@ -22,7 +24,7 @@ from bgbias.report.study_report import (
     write_study_report,
 )
 from tests.ink import edge_ink
-from tests.report.synthetic import changed, complete, explain_summary, write_run_record
+from tests.report.synthetic import changed, complete, explain_summary, write_evaluation, write_run_record
 
 
 def _report(method, bgaugment, seed, clean, corrupted):
@@ -114,11 +116,41 @@ def test_selection_is_scored_against_the_best_epoch_in_hindsight(tmp_path):
     assert "not measured" in selection_summary([], REPORTS)
 
 
+def _with_evaluations(tmp_path):
+    """REPORTS as study results, the evaluation folders of ms seed 0 written: vanilla at chance, BGAugment
+    ranking right (dcml's lack theirs, as results put together by hand do)."""
+    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    for index in (0, 2):
+        evaluation = write_evaluation(tmp_path / f"run{index}" / "eval" / "bench-test",
+                                      pull=5.0 * REPORTS[index].bgaugment, seed=index)
+        results[index] = StudyRunResult(results[index].folder, REPORTS[index], {}, evaluation)
+    return results
+
+
+def test_bgaugment_is_compared_with_vanilla_per_seed_over_the_test_queries(tmp_path):
+    results = _with_evaluations(tmp_path)
+    (found,) = bgaugment_comparisons(results)  # ms seed 0: the one pair whose folders are known
+    assert (found.method, found.seed) == ("ms", 0)
+    assert found.map_at_r.corrupted.difference.low > 0 and found.map_at_r.corrupted.p_value < 0.01
+    headers, (row,) = comparison_table([found])
+    cells = dict(zip(headers, row, strict=False))
+    assert cells["method"] == "ms" and cells["training seed"] == "0"
+    assert cells["Δ corrupted MAP@R [95 %]"].startswith("+") and cells["background draws"] == "paired by draw"
+    assert row[3] == "0.001"  # the corrupted difference's p-value: the smallest 2000 resamples give
+    assert bgaugment_comparisons(results[1:]) == []  # no vanilla run of seed 0 any more
+
+
 @pytest.mark.slow
 def test_the_page_is_written_as_markdown_and_html(tmp_path):
-    results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    results = _with_evaluations(tmp_path)
     paths = write_study_report(results, tmp_path / "report", title="a study", reference=["ms"])
     markdown = paths["study_md"].read_text()
+    assert "## BGAugment's effect over test queries and background draws, one training seed" in markdown
+    assert "## BGAugment's effect over training seeds, paired by seed" in markdown
+    assert "| ms | 0 | +" in markdown and "percentile bootstrap" in markdown
+    bare = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
+    alone = write_study_report(bare, tmp_path / "bare", title="a study", reference=["ms"])["study_md"]
+    assert "Not measured: this needs a method's vanilla and BGAugment runs" in alone.read_text()
     assert markdown.startswith("# a study") and "![per-class relative drop" in markdown
     assert "![clean and corrupted MAP@R without and with BGAugment" in markdown
     assert "| dcml | within the spread" not in markdown and "smaller drop" in markdown
