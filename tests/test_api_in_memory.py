@@ -73,6 +73,7 @@ def test_forty_files_with_masks_are_scored_with_no_file_written_and_out_writes_t
     assert report.dataset == "table" and report.split == "all" and len(report.corrupted.repeats) == 2
     assert len(result.clean.per_query["map_at_r"]) == 40  # every image a query
     assert report.profile is not None and report.per_class
+    assert report.profile.decomposition["map_at_r"].paste_cost.queries == 40  # the paste control, in memory
     table = result.per_query()
     assert table["id"][0] == "stamp_000/0.jpg" and len(table["repeat1_map_at_r"]) == 40
     assert "report:" not in result.summary()

@@ -204,9 +204,9 @@ def masks(
     "variants",
     multiple=True,
     metavar="NAME",
-    help="Sets to make (repeatable): random-bg (the paper's, the default), only-fg, only-bg-tiled, "
-         "only-bg-black, only-bg-inpainted, mixed-same, mixed-rand (the profile's, in <out>/<variant>/), "
-         "or all.",
+    help="Sets to make (repeatable): random-bg (the paper's, the default), repasted (the paste "
+         "control), only-fg, only-bg-tiled, only-bg-black, only-bg-inpainted, mixed-same, mixed-rand (the "
+         "profile's, in <out>/<variant>/), or all.",
 )
 def corrupt(
     dataset_name: str,

@@ -29,6 +29,10 @@ RESAMPLES = 2000
 
 LEVEL = 0.95
 
+ROUNDING = 1e-12
+"""Differences of means closer to 0 than this are 0: the same scores averaged in another order (one draw on
+one side, several on the other) differ by rounding alone, which must not read as a difference."""
+
 _CHUNK_VALUES = 1 << 22
 """Query counts drawn at once (4 Mi of them): bounds the memory of a large test set."""
 
@@ -131,8 +135,8 @@ def paired_differences(pairs: Mapping[Key, tuple[np.ndarray, np.ndarray]], *, re
         sides = [side for _, first, second in members for side in (first, second)]
         means = _bootstrap(sides, resamples, seed, [0, 0 if paired else 1] * len(members))
         for index, (key, first, second) in enumerate(members):
-            differences = means[2 * index + 1] - means[2 * index]
-            estimate = float(second.mean() - first.mean())
+            differences = _snapped(means[2 * index + 1] - means[2 * index])
+            estimate = float(_snapped(np.array(second.mean() - first.mean())))
             far_side = min(np.count_nonzero(differences <= 0), np.count_nonzero(differences >= 0))
             p_value = min(1.0, 2 * (int(far_side) + 1) / (resamples + 1))
             found[key] = PairedDifference(difference=_interval(estimate, differences, level), p_value=p_value,
@@ -176,6 +180,11 @@ def _bootstrap(sides: list[np.ndarray], resamples: int, seed: int, groups: Seque
             per_draw = weights @ side.T  # (size, draws): each draw's mean over the resampled queries
             values[start:start + size] = np.take_along_axis(per_draw, drawn[group], axis=1).mean(axis=1)
     return means
+
+
+def _snapped(differences: np.ndarray) -> np.ndarray:
+    """``differences`` with those within :data:`ROUNDING` of 0 set to 0."""
+    return np.where(np.abs(differences) < ROUNDING, 0.0, differences)
 
 
 def _interval(estimate: float, resampled: np.ndarray, level: float) -> Interval:

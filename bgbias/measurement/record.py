@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bgbias.installation import InstallationRecord
+from bgbias.measurement.decomposition import MetricDecomposition
 from bgbias.measurement.intervals import Interval, IntervalSettings, PairedDifference
 from bgbias.saliency.records import MaskMaker, shown_mask_maker
 from bgbias.schema import Record, check_record, field_problem
@@ -119,6 +120,9 @@ class Profile(Record):
     sets: list[ProfileSet]
     worst_k: int
     only_fg_fill: list[int]
+    decomposition: dict[str, MetricDecomposition] | None = None
+    """Per metric, the drop split by the paste control into paste cost and background effect
+    (:mod:`bgbias.measurement.decomposition`); None in a report made before the control existed."""
 
 
 class Checkpoint(Record):

@@ -18,6 +18,7 @@ import numpy as np
 from bgbias.errors import OptionError
 from bgbias.installation import installation
 from bgbias.measurement.confidence import class_drop_intervals, evaluation_confidence, settings
+from bgbias.measurement.decomposition import PASTE_CONTROL, decompose
 from bgbias.measurement.mask_sensitivity import mask_sensitivity
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
@@ -40,6 +41,7 @@ HURT_MOST = 10
 
 PROFILE_SETS: dict[str, str] = {
     "clean": "clean",
+    "repasted": "repasted (paste control: the object on its own background)",
     "random-bg": "random backgrounds, both sides (the paper's)",
     "query-side": "random backgrounds, query-side (clean gallery)",
     "worst-case": "worst background per query (query-side)",
@@ -285,7 +287,8 @@ def summarize_profile(
 ) -> dict[str, Any]:
     """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
     over its sets, its ``intervals`` (by row name, as :func:`.confidence.evaluation_confidence` makes them;
-    chance has none), then how it was made."""
+    chance has none), the drop split by the paste control
+    (:func:`~bgbias.measurement.decomposition.decompose`), then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),
@@ -305,6 +308,8 @@ def summarize_profile(
         "sets": [{"set": name, "title": title, **rows[name]} for name, title in PROFILE_SETS.items()],
         "worst_k": query_side.worst_k,
         "only_fg_fill": list(ONLY_FG_FILL),
+        "decomposition": {metric: part.model_dump() for metric, part in
+                          decompose(clean, corrupted, variants[PASTE_CONTROL]).items()},
         "manifests": [
             *({"set": images.manifest.variant.name, "repeat": images.manifest.repeat,
                "path": str(images.manifest.path), "sha256": images.manifest.sha256} for images in sets),

@@ -16,8 +16,9 @@ OUTCOME_FORMAT = "bgbias-audit-model"
 
 class AuditScores(Record):
     """One model's numbers (fractions; None where undefined): clean and corrupted scores, the drop, the
-    profile's MAP@R by set and the dataset's leakage through the model, with how many images were scored and
-    how many have an empty mask (None: not checked)."""
+    profile's MAP@R by set, the drop's MAP@R split into paste cost and background effect (None: an audit of
+    before the paste control) and the dataset's leakage through the model, with how many images were scored
+    and how many have an empty mask (None: not checked)."""
 
     clean_map_at_r: float | None
     clean_precision_at_1: float | None
@@ -26,6 +27,8 @@ class AuditScores(Record):
     corrupted_repeats: int
     relative_drop: float | None
     profile: dict[str, float | None]
+    paste_cost: float | None = None
+    background_effect: float | None = None
     leakage: float | None
     leakage_interval: list[float | None]
     background_map_at_r: float | None

@@ -72,11 +72,18 @@ def profile_columns(outcomes: Sequence[ModelOutcome]) -> list[str]:
     return [name for name in PROFILE_SETS if name in present and name not in PROFILE_LEFT_OUT]
 
 
+def _split_drop(outcomes: Sequence[ModelOutcome]) -> bool:
+    """Whether some model's drop is split by the paste control (an audit of before it has no split)."""
+    return any(outcome.scores is not None and outcome.scores.paste_cost is not None for outcome in outcomes)
+
+
 def table(page: AuditPage) -> Table:
     """The ranked table: one row per model, its scores, profile and leakage; an ``error`` column where a model
     failed."""
     columns = profile_columns(page.ranked)
-    headers = ["rank", "model", "clean MAP@R", "clean P@1", "corrupted MAP@R", "relative drop (%)", *columns,
+    split = _split_drop(page.ranked)
+    headers = ["rank", "model", "clean MAP@R", "clean P@1", "corrupted MAP@R", "relative drop (%)",
+               *(["paste cost", "background effect"] if split else []), *columns,
                "leakage (%) [95 % interval]"]
     failed = bool(page.failed)
     if failed:
@@ -92,6 +99,7 @@ def table(page: AuditPage) -> Table:
                  percent(scores.clean_precision_at_1),
                  percent_spread(scores.corrupted_map_at_r, scores.corrupted_map_at_r_std),
                  "" if scores.relative_drop is None else f"{100 * scores.relative_drop:.1f}",
+                 *((percent(scores.paste_cost), percent(scores.background_effect)) if split else ()),
                  *(percent(scores.profile.get(name)) for name in columns),
                  _leakage(scores.leakage, scores.leakage_interval)]
         rows.append(tuple(cells + ([""] if failed else [])))
@@ -149,6 +157,10 @@ def _column_notes(chance: float | None) -> tuple[str, ...]:
         "clean: MAP@R and P@1 on the split as it is; corrupted: MAP@R with every image's background "
         "replaced by a photo of the test pool, mean ± std over the repeats; relative drop: (clean − "
         "corrupted) / clean.",
+        "paste cost: clean − repasted MAP@R (points), what compositing the object back onto its own "
+        "background through its mask costs; background effect: repasted − corrupted, what the new "
+        "backgrounds cost beyond it (each model's evaluation report gives both with intervals and p-values).",
+        "repasted: the paste control, the object on its own (inpainted) background; "
         "only-fg: the object alone on black; only-bg-*: the object removed, the hole filled as named; "
         "mixed-same / mixed-rand: the object on the background of another image of its class / of another "
         "class; bg-gap: mixed-same − mixed-rand (points). Each set scored against itself, MAP@R"

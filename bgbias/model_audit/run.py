@@ -28,6 +28,7 @@ from bgbias.engine.trained import is_run_path
 from bgbias.errors import OptionError, given
 from bgbias.fileio import holds_files, make_dirs
 from bgbias.leakage_meter.meter import measure_leakage
+from bgbias.measurement.intervals import PairedDifference
 from bgbias.measurement.request import OWN_IMAGES, MeasureRequest
 from bgbias.measurement.summary import finite_or_none
 from bgbias.methods.embedding_model import EmbeddingModel
@@ -50,7 +51,7 @@ MODELS_FOLDER = "models"
 """Under the audit's folder: one folder per model."""
 LEAKAGE_FOLDER = "leakage"
 """Under a model's folder: its ``leakage.json``, ``leakage.md`` and picture."""
-KEY_VERSION = 1
+KEY_VERSION = 2
 """Part of every model's key: raised when what the audit measures changes, so older outcomes are redone."""
 
 Loader = Callable[[ModelEntry, Path], "EmbeddingModel"]
@@ -186,12 +187,15 @@ def scores_of(report: EvaluationReport, leakage: DatasetLeakage) -> AuditScores:
     corrupted = report.corrupted
     drop = (report.drop or {}).get("map_at_r")
     profile = {row.set: row.mean.map_at_r for row in report.profile.sets} if report.profile else {}
+    parts = ((report.profile.decomposition or {}) if report.profile else {}).get("map_at_r")
     return AuditScores(
         clean_map_at_r=report.clean.map_at_r, clean_precision_at_1=report.clean.precision_at_1,
         corrupted_map_at_r=None if corrupted is None else corrupted.mean.map_at_r,
         corrupted_map_at_r_std=None if corrupted is None else corrupted.std.map_at_r,
         corrupted_repeats=0 if corrupted is None else len(corrupted.repeats),
         relative_drop=None if drop is None else drop.relative, profile=profile,
+        paste_cost=_estimate(None if parts is None else parts.paste_cost),
+        background_effect=_estimate(None if parts is None else parts.background_effect),
         leakage=finite_or_none(leakage.leakage),
         leakage_interval=[finite_or_none(value) for value in leakage.interval],
         background_map_at_r=finite_or_none(leakage.background.map_at_r),
@@ -199,6 +203,10 @@ def scores_of(report: EvaluationReport, leakage: DatasetLeakage) -> AuditScores:
         chance_map_at_r=finite_or_none(leakage.chance.map_at_r),
         images=report.images, empty_masks=None if report.empty_masks is None else report.empty_masks.images,
     )
+
+
+def _estimate(part: PairedDifference | None) -> float | None:
+    return None if part is None else part.difference.estimate
 
 
 def _shown_path(path: Path, out: Path) -> str:

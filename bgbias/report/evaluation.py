@@ -34,6 +34,7 @@ from bgbias.measurement.record import (
 )
 from bgbias.measurement.summary import HURT_MOST, check_scores, per_query_table
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
+from bgbias.report.paste_control import decomposition_blocks
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
 from bgbias.saliency.records import MASK_MAKER, shown_mask_maker
 from bgbias.schema import read_record
@@ -315,6 +316,7 @@ def _profile_blocks(profile: Profile) -> list[Block]:
             "background of another image of its class / of another class. Worst case: per query the lowest "
             f"score over {profile.worst_k} random backgrounds, queries against the clean gallery; it "
             f"costs {profile.worst_k} embeddings of every image. Chance: a random ranking."),
+        *decomposition_blocks(profile),
     ]
 
 

@@ -17,6 +17,7 @@ from bgbias.engine.model_folders import open_model_folder
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic, write_text_atomic
 from bgbias.measurement.record import EvaluationReport, run_label
+from bgbias.measurement.summary import PROFILE_SETS
 from bgbias.methods.attribution import DEFAULT_ATTRIBUTION
 from bgbias.report.compare import compare_runs
 from bgbias.report.document import Block, Bullets, Heading, Paragraph, Table, to_markdown
@@ -29,12 +30,14 @@ from bgbias.schema import format_header
 TABLE_FORMAT = "bgbias-runs-table"
 
 PROFILE_NOTE = (
-    "Each run's sets: clean; random backgrounds both sides (the paper's) and query-side (against the clean "
-    "gallery); the worst of K random backgrounds per query (query-side); only-fg (object on black); only-bg "
-    "(object removed, the hole tiled from the image's own background, black, or inpainted around a dilated "
-    "mask); mixed-same / mixed-rand (the object on another image's tiled background, same / other class); "
-    "the BG-gap (mixed-same − mixed-rand, points); chance (a random ranking). Mean ± std over a set's "
-    "repeats; – where a run's record has no such set (measured before it existed)."
+    "Each run's sets: clean; repasted (the paste control: the object composited back onto its own "
+    "background, the hole under it inpainted, so only the paste differs from clean); random backgrounds both "
+    "sides (the paper's) and query-side (against the clean gallery); the worst of K random backgrounds per "
+    "query (query-side); only-fg (object on black); only-bg (object removed, the hole tiled from the image's "
+    "own background, black, or inpainted around a dilated mask); mixed-same / mixed-rand (the object on "
+    "another image's tiled background, same / other class); the BG-gap (mixed-same − mixed-rand, points); "
+    "chance (a random ranking). Mean ± std over a set's repeats; – where a run's record has no such set "
+    "(measured before it existed)."
 )
 NOT_MEASURED = "–"
 """The cell of a profile set that a run's record lacks: the run was profiled before the set existed."""
@@ -86,7 +89,9 @@ def profile_table(reports: Sequence[EvaluationReport]) -> tuple[list[str], list[
     """Headers and rows of the profile table: per report with a profile, the run, what it was measured on,
     and MAP@R (%, mean ± std over its sets) of each profile set; no rows where no report has one."""
     profiled = [report for report in reports if report.profile]
-    names = list(dict.fromkeys(row.set for report in profiled for row in report.profile.sets))
+    order = list(PROFILE_SETS)  # a set an older record lacks keeps its place whichever report comes first
+    names = sorted(dict.fromkeys(row.set for report in profiled for row in report.profile.sets),
+                   key=lambda name: order.index(name) if name in order else len(order))
     rows = []
     for report in profiled:
         _method, _bgaugment, dataset, split = report.key

@@ -384,21 +384,34 @@ def foreground_scores(results: Sequence[StudyRunResult]) -> TableCells:
     return ("method", "attribution", "vanilla fg score", "BGAugment fg score"), tuple(rows)
 
 
-PROFILE_SUMMARY = ("random-bg", "worst-case", "only-fg", "only-bg-tiled", "only-bg-inpainted", "mixed-rand",
-                   "bg-gap")
-"""The profile's sets that answer "how much comes from the background", aggregated over seeds."""
+PROFILE_SUMMARY = ("repasted", "random-bg", "worst-case", "only-fg", "only-bg-tiled", "only-bg-inpainted",
+                   "mixed-rand", "bg-gap")
+"""The profile's sets that answer "how much comes from the background", aggregated over seeds; the paste
+control first."""
+DROP_PARTS = {"paste_cost": "paste cost", "background_effect": "background effect"}
+"""The parts of the drop the paste control splits it into (the profile's ``decomposition``), as columns."""
 
 
 def profile_over_seeds(reports: Sequence[EvaluationReport]) -> TableCells:
-    """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` as mean ± std over the seeds'
-    profiles; :data:`NOT_MEASURED` where no seed's record has the set."""
+    """Per (method, BGAugment), MAP@R of each set of :data:`PROFILE_SUMMARY` and each part of the drop
+    (:data:`DROP_PARTS`) as mean ± std over the seeds' profiles; :data:`NOT_MEASURED` where no seed's record
+    has it."""
     rows = []
     for key, runs in seeds_by_setting(reports).items():
         profiled = [run for run in runs.values() if run.profile]
         if profiled:
             rows.append((run_label(*key), str(len(profiled)),
-                         *(_profile_cell(profiled, name) for name in PROFILE_SUMMARY)))
-    return ("run", "seeds", *PROFILE_SUMMARY), tuple(rows)
+                         *(_profile_cell(profiled, name) for name in PROFILE_SUMMARY),
+                         *(_part_cell(profiled, part) for part in DROP_PARTS)))
+    return ("run", "seeds", *PROFILE_SUMMARY, *DROP_PARTS.values()), tuple(rows)
+
+
+def _part_cell(profiled: Sequence[EvaluationReport], part: str) -> str:
+    found = [getattr(report.profile.decomposition["map_at_r"], part) for report in profiled
+             if report.profile.decomposition]
+    if not found:
+        return NOT_MEASURED
+    return Spread(tuple(value.difference.estimate for value in found if value is not None)).cell()
 
 
 def _profile_cell(profiled: Sequence[EvaluationReport], name: str) -> str:
@@ -659,7 +672,8 @@ def write_study_report(
         *[Table(*ranked[title], caption=f"by {title}") for title in ranked],
         Heading("Background-reliance profile"),
         *([Paragraph(PROFILE_NOTE + " MAP@R in %: first over training seeds for the sets that say how much "
-                     "comes from the background, then every set of every run."),
+                     "comes from the background, with the drop split into paste cost (clean − repasted) and "
+                     "background effect (repasted − random-bg), then every set of every run."),
            Table(*profile_over_seeds(reports), caption="mean ± std over training seeds"),
            Table(*profile, caption="every run")] if profile[1] else
           [Paragraph(("No run was profiled (the quick preset leaves the profile out; ",

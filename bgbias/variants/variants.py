@@ -46,7 +46,10 @@ _TILED = (f"T tiles the largest strip of the image outside the bounding box of m
 _INPAINTED = (f"x with M painted in from around it by OpenCV's Telea inpainting (radius {INPAINT_RADIUS}); "
               f"M the mask >= {OBJECT_THRESHOLD} dilated by a disc of radius "
               f"max(1, round({DILATION} * crop)) px (black where M covers the frame)")
+_REPASTED = (f"m*x + (1-m)*B, B = only-bg-inpainted: {_INPAINTED}; the object pasted back onto its own "
+             "background as the corrupted sets paste it, so it differs from x only inside M where m < 255")
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("repasted", "repasted (the object on its own background)", _REPASTED),
     Variant("only-fg", "only-fg (object on black)", "m*x + (1-m)*black (0, 0, 0)"),
     Variant("only-bg-tiled", "only-bg, tiled", f"m*T + (1-m)*x; {_TILED}"),
     Variant("only-bg-black", "only-bg, black", "m*black + (1-m)*x"),
@@ -56,7 +59,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("mixed-rand", "mixed-rand", f"m*x + (1-m)*D, {_DONOR}; {_TILED}; donor: a class other than the "
             "image's, uniform, then an image of it, uniform", "other"),
 )}
-"""The profile's variants in the order reports list them."""
+"""The profile's variants in the order reports list them; ``repasted`` first: the paste control, which changes
+only the compositing, so the profile can tell the paste's cost from the background's effect."""
 
 
 def variant(name: str) -> Variant:
@@ -84,6 +88,8 @@ def render_variant(
         return composite_pixels(image, mask, np.broadcast_to(np.uint8(ONLY_FG_FILL), image.shape))
     if name == "only-bg-inpainted":
         return background_only(image, mask, "inpainted")
+    if name == "repasted":
+        return composite_pixels(image, mask, background_only(image, mask, "inpainted"))
     return without_object(image, mask, "tiled" if name == "only-bg-tiled" else "black")
 
 

@@ -212,6 +212,36 @@ def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the
     assert "shows no object" not in page
 
 
+def test_the_table_splits_the_drop_by_the_paste_control_and_an_older_audit_shows_no_split(tmp_path):
+    from types import SimpleNamespace
+
+    from bgbias.measurement.decomposition import decompose
+    from bgbias.model_audit.page import AuditPage, write_audit_page
+    from bgbias.model_audit.run import scores_of
+    from tests.report.synthetic import make_run, profiled_report
+
+    clean, corrupted, labels, ids = make_run(2)
+    repasted = make_run(1, seed=7)[1]
+    report = profiled_report(clean, corrupted, repasted, labels, ids)
+    views = SimpleNamespace(map_at_r=0.5)
+    leakage = SimpleNamespace(leakage=0.2, interval=(0.1, 0.3), background=views, foreground=views,
+                              chance=views)
+    scores = scores_of(report, leakage)
+    parts = decompose(clean, corrupted, repasted)["map_at_r"]
+    assert scores.paste_cost == parts.paste_cost.difference.estimate
+    assert scores.background_effect == parts.background_effect.difference.estimate
+    settings = {"repeats": 2, "seed": 0, "fill": "inpainted", "masks": "masks/d", "mask_maker": None}
+    outcome = ModelOutcome(label="m", spec="m", args={}, folder="models/m", status="done", scores=scores)
+    page = write_audit_page(AuditPage("d", "test", settings, (outcome,)), tmp_path)["audit_md"].read_text()
+    header = next(line for line in page.splitlines() if line.startswith("| rank |"))
+    assert "| relative drop (%) | paste cost | background effect | repasted | only-fg |" in header
+    assert f"| {100 * scores.paste_cost:.2f} | {100 * scores.background_effect:.2f} |" in page
+    older = scores.model_copy(update={"paste_cost": None, "background_effect": None})
+    outcome = outcome.model_copy(update={"scores": older})
+    page = write_audit_page(AuditPage("d", "test", settings, (outcome,)), tmp_path)["audit_md"].read_text()
+    assert "| paste cost |" not in page
+
+
 def test_each_model_is_compared_with_the_one_ranked_above_it_on_the_page_and_in_the_record(tmp_path):
     from bgbias.model_audit.adjacent import adjacent_comparisons
     from bgbias.model_audit.page import AuditPage, ranks, write_audit_page

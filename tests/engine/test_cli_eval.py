@@ -85,7 +85,7 @@ def test_eval_profile_prints_it_and_report_gives_it_a_row(tiny_run, tiny_bench, 
     table = CliRunner().invoke(main, ["report", "--runs", str(tmp_path / "runs")])
     assert table.exit_code == 0, table.output
     assert "background-reliance profile (MAP@R, %)" in table.output
-    assert "| method | measured on | clean | random-bg | query-side | worst-case |" in table.output
+    assert "| method | measured on | clean | repasted | random-bg | query-side | worst-case |" in table.output
 
 
 @pytest.mark.slow

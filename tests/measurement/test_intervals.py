@@ -32,6 +32,13 @@ def test_identical_models_differ_by_exactly_nothing():
     assert found.p_value == 1.0 and found.queries == 400
 
 
+def test_the_same_scores_in_one_draw_against_several_differ_by_nothing_not_by_rounding():
+    one = _scores(0)
+    found = paired_difference(np.stack([one, one, one]), one, seed=0)  # a control against identical draws
+    assert (found.difference.estimate, found.difference.low, found.difference.high) == (0.0, 0.0, 0.0)
+    assert found.p_value == 1.0
+
+
 @pytest.mark.slow
 def test_two_models_of_the_same_quality_are_not_told_apart_and_a_better_one_is():
     """100 seeded trials each; these 100 hold 0 in 95. Over 1,000 such trials the 95 % interval held 0 in

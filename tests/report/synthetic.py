@@ -12,9 +12,11 @@ from bgbias.attribution.outputs import ExplainSummary
 from bgbias.engine.run_dir import RunDir, write_record
 from bgbias.installation import installation
 from bgbias.measurement.record import EvaluationReport, evaluation_record
-from bgbias.measurement.summary import summarize_evaluation
+from bgbias.measurement.scoring import QuerySide
+from bgbias.measurement.summary import summarize_evaluation, summarize_profile
 from bgbias.report.evaluation import write_evaluation_report
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, retrieval_scores
+from bgbias.variants.variants import VARIANTS
 
 CLASS_SIZES = (4, 3, 5, 2, 1, 3, 2, 4, 2, 3, 5, 2, 3, 2)
 """14 classes, one of them a lone image (no score), so the Markdown's top 10 leaves some out."""
@@ -50,6 +52,21 @@ def make_run(
     clean = ranked_scores(labels, 0.8, seed)
     corrupted = [ranked_scores(labels, 0.3, seed + 1 + r) for r in range(repeats)]
     return clean, corrupted, labels, [f"img-{i:03d}" for i in range(len(labels))]
+
+
+def profiled_report(
+    clean: RetrievalScores, corrupted: list[RetrievalScores], repasted: list[RetrievalScores],
+    labels: np.ndarray, ids: list[str], **meta: Any,
+) -> EvaluationReport:
+    """The report of these scores with a profile whose paste control scored ``repasted``, every other variant
+    the clean scores and the query side the corrupted ones (its worst case the first repeat)."""
+    variants = {name: repasted if name == "repasted" else [clean] for name in VARIANTS}
+    side = QuerySide(retrieval=None, clean_state={}, labels=labels, repeats=len(corrupted), worst_k=1,
+                     max_memory=0, scores=corrupted, worst=dict(corrupted[0].per_query))
+    fields = {"method": "m", "dataset": "d", "split": "test", **meta}
+    report = summarize_evaluation(clean, corrupted, labels, ids, fields)
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [])
+    return evaluation_record(report)
 
 
 def make_report(method: str, bgaugment: bool, dataset: str, *, repeats: int = 3, seed: int = 0,

@@ -138,10 +138,15 @@ def _seeing_nothing(labels) -> float:
 def test_a_model_that_sees_only_the_object_keeps_everything_but_the_object_removed(profile_bench, tmp_path):
     result = _profile(RegionModel("object-only", 0, CENTRE, tmp_path / "fg"), profile_bench, tmp_path)
     got, nothing = _maps(result.report), _seeing_nothing(_labels(profile_bench))
-    for name in ("clean", "random-bg", "query-side", "worst-case", "only-fg", "mixed-same", "mixed-rand"):
+    for name in ("clean", "repasted", "random-bg", "query-side", "worst-case", "only-fg", "mixed-same",
+                 "mixed-rand"):
         assert got[name] == pytest.approx(1.0), name
     assert got["only-bg-tiled"] == got["only-bg-black"] == got["only-bg-inpainted"] == pytest.approx(nothing)
     assert got["bg-gap"] == pytest.approx(0.0)
+    parts = result.report.profile.decomposition["map_at_r"]
+    for part in (parts.drop, parts.paste_cost, parts.background_effect):
+        assert (part.difference.low, part.difference.high, part.p_value) == (0.0, 0.0, 1.0)
+    assert parts.paste_share is None  # nothing dropped: no share of it
 
 
 @pytest.mark.slow
@@ -150,9 +155,15 @@ def test_a_model_that_sees_only_the_background_has_the_profile_of_pure_backgroun
     result = _profile(RegionModel("background-only", 2, BORDER, tmp_path / "bg"), profile_bench, tmp_path)
     got, labels = _maps(result.report), _labels(profile_bench)
     nothing = _seeing_nothing(labels)
-    for name in ("clean", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same"):
+    for name in ("clean", "repasted", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same"):
         assert got[name] == pytest.approx(1.0), name
     assert got["random-bg"] == got["only-fg"] == pytest.approx(nothing)
+    # The strip it reads lies far from the object: the paste leaves it as it was, the new background does not.
+    parts = result.report.profile.decomposition["map_at_r"]
+    assert parts.paste_cost.difference.estimate == 0.0 and parts.paste_cost.p_value == 1.0
+    assert parts.background_effect.difference.estimate == pytest.approx(1.0 - nothing)
+    assert parts.background_effect.difference.low > 0 and parts.background_share == pytest.approx(1.0)
+    assert parts.background_effect_per_draw.draws == 2
     # Every corrupted query looks the same; the clean gallery ranks the class with the least blue first, so
     # only that class's queries find their class: 1 in 4, in every repeat and so in the worst case too.
     assert got["query-side"] == got["worst-case"] == pytest.approx(1 / CLASSES)
@@ -175,16 +186,22 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     model = RegionModel("background-only", 2, BORDER, tmp_path / "bg")
     first = _profile(model, profile_bench, tmp_path)
     sets = {row.set: row for row in first.report.profile.sets}
-    assert list(sets) == ["clean", "random-bg", "query-side", "worst-case", "only-fg", "only-bg-tiled",
-                          "only-bg-black", "only-bg-inpainted", "mixed-same", "mixed-rand", "bg-gap",
-                          "chance"]
-    counted = ("random-bg", "query-side", "worst-case", "only-fg", "mixed-rand")
-    assert [sets[name].repeats for name in counted] == [2, 2, 3, 1, 2]
-    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 4 fixed variants and
+    assert list(sets) == ["clean", "repasted", "random-bg", "query-side", "worst-case", "only-fg",
+                          "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same", "mixed-rand",
+                          "bg-gap", "chance"]
+    counted = ("repasted", "random-bg", "query-side", "worst-case", "only-fg", "mixed-rand")
+    assert [sets[name].repeats for name in counted] == [1, 2, 2, 3, 1, 2]
+    # clean, 3 random-background repeats (the worst case's third beyond the paper's 2), 5 fixed variants and
     # 2 repeats of each mixed variant
-    assert first.embedded == 1 + 3 + 4 + 4
+    assert first.embedded == 1 + 3 + 5 + 4
     assert len(first.report.corrupted.repeats) == 2
-    assert "## Background-reliance profile (%)" in first.files["report_md"].read_text()
+    page = first.files["report_md"].read_text()
+    assert "## Background-reliance profile (%)" in page
+    assert "## Paste cost and background effect (MAP@R, points)" in page
+    assert "| paste cost (clean − repasted) | 0.00 | \\[0.00, 0.00\\] | 1.000 | 0 % |" in page
+    saved = json.loads(first.files["report_json"].read_text())["profile"]
+    assert set(saved["decomposition"]) == {"map_at_r", "r_precision", "precision_at_1"}
+    assert [row["set"] for row in saved["manifests"]].count("repasted") == 1
     for name in ("profile", "profile_csv"):
         assert first.files[name].is_file()
     again = _profile(model, profile_bench, tmp_path)
@@ -215,7 +232,8 @@ def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_o
     record = json.loads(results[1].files["report_json"].read_text())
     record["method"] = "older"
     sets = record["profile"]["sets"]
-    record["profile"]["sets"] = [row for row in sets if row["set"] != "only-bg-inpainted"]
+    record["profile"]["sets"] = [row for row in sets if row["set"] not in ("only-bg-inpainted", "repasted")]
+    del record["profile"]["decomposition"]
     older = tmp_path / "older" / "report.json"
     older.parent.mkdir()
     older.write_text(json.dumps(record))
@@ -233,6 +251,9 @@ def test_the_runs_report_has_one_profile_row_per_model_and_a_dash_for_a_set_an_o
     assert csv_rows[0].startswith("method,measured on,clean") and ",–," in csv_rows[3]
     page = to_markdown(evaluation_blocks(reports[2]), tmp_path)
     assert "| only-bg, tiled |" in page and "only-bg, inpainted" not in page
+    assert "Paste cost" not in page  # a record of before the paste control: no decomposition to show
+    older_first, _ = profile_table([reports[2], reports[0]])
+    assert older_first[2:5] == ["clean", "repasted", "random-bg"]  # the profile's order, not first seen
     assert plot_profile(reports[2], tmp_path / "older.png").is_file()
 
 

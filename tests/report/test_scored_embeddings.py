@@ -97,8 +97,8 @@ def test_score_of_a_runs_cached_states_reproduces_its_eval_profile_report(tiny_r
     items = split_items(open_dataset("bench", tiny_bench / "bench"), "test")
     ids = [layout_id(item.relpath) for item in items]
     written = export_cached_states(run, expected, ids, tmp_path / "embeddings")
-    assert written == sorted(["clean", "repeat-0", "repeat-1", "repeat-2", "only-fg/repeat-0",
-                              "only-bg-tiled/repeat-0", "only-bg-black/repeat-0",
+    assert written == sorted(["clean", "repeat-0", "repeat-1", "repeat-2", "repasted/repeat-0",
+                              "only-fg/repeat-0", "only-bg-tiled/repeat-0", "only-bg-black/repeat-0",
                               "only-bg-inpainted/repeat-0", "mixed-same/repeat-0", "mixed-same/repeat-1",
                               "mixed-rand/repeat-0", "mixed-rand/repeat-1"])
 

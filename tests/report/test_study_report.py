@@ -187,6 +187,32 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
     cells = dict(zip(headers, row, strict=True))
     assert cells["run"] == "ms" and cells["seeds"] == "2" and cells["only-bg-tiled"] == "35.00 ± 7.07"
     assert cells["only-bg-inpainted"] == "10.00 ± 0.00"
+    assert cells["paste cost"] == cells["background effect"] == "–"  # profiled before the paste control
+
+
+def test_the_drop_split_by_the_paste_control_is_aggregated_over_seeds():
+    from bgbias.measurement.decomposition import decompose
+    from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
+    from tests.report.synthetic import make_run
+
+    def profiled(report, seed):
+        clean, corrupted, _, _ = make_run(2, seed)
+        parts = decompose(clean, corrupted, [corrupted[0]])
+        sets = [{"set": name, "title": name, "repeats": 1,
+                 "mean": {"map_at_r": 0.1, "r_precision": None, "precision_at_1": None},
+                 "std": {"map_at_r": None, "r_precision": None, "precision_at_1": None}}
+                for name in PROFILE_SUMMARY]
+        decomposition = {metric: part.model_dump() for metric, part in parts.items()}
+        return changed(report, profile={"sets": sets, "worst_k": 1, "only_fg_fill": [],
+                                        "decomposition": decomposition}), parts["map_at_r"]
+
+    (first, one), (second, two) = profiled(REPORTS[0], 0), profiled(REPORTS[1], 5)
+    headers, rows = profile_over_seeds([first, second, REPORTS[2]])
+    assert headers[2] == "repasted" and headers[-2:] == ("paste cost", "background effect")
+    cells = dict(zip(headers, rows[0], strict=True))
+    costs = [100 * parts.paste_cost.difference.estimate for parts in (one, two)]
+    assert float(cells["paste cost"].split(" ± ")[0]) == pytest.approx(sum(costs) / 2, abs=0.005)
+    assert cells["background effect"].count(" ± ") == 1
 
 
 def test_profiles_recorded_before_the_inpainted_variant_show_it_as_not_measured():

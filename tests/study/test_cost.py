@@ -63,8 +63,8 @@ def test_the_planned_work_counts_epochs_batches_validation_evaluation_and_attrib
     # Validation: val clean and corrupted (selecting on it), the watched test split clean and corrupted.
     counted = (work.batches, work.validations, work.validation_clean, work.validation_corrupted)
     assert counted == (7, 3, 40, 40)
-    # The profile adds 4 fixed variant sets and 2 drawn ones per repeat.
-    assert work.evaluation_corrupted == (REPEATS + 4 + 2 * REPEATS) * 30
+    # The profile adds 5 fixed variant sets (the paste control among them) and 2 drawn ones per repeat.
+    assert work.evaluation_corrupted == (REPEATS + 5 + 2 * REPEATS) * 30
     assert work.attributed == 30
 
 

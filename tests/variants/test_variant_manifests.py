@@ -203,15 +203,17 @@ def test_corrupt_command_makes_renders_and_shows_every_variant(bench4, tmp_path)
     args = ["corrupt", "--dataset", "bench", "--root", str(bench4.root), "--repeats", "2", "--backgrounds",
             str(tmp_path / "pools"), "--out", str(tmp_path / "m"), "--masks", str(tmp_path / "masks"),
             "--render", str(tmp_path / "r"), "--variant", "random-bg", "--variant", "only-fg", "--variant",
-            "mixed-same"]
+            "mixed-same", "--variant", "repasted"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "m" / "mixed-same").iterdir()) == ["repeat-0.json",
                                                                                  "repeat-1.json"]
     assert len(list((tmp_path / "r" / "only-fg" / "repeat-0").rglob("*.png"))) == 12
     assert len(list((tmp_path / "r" / "mixed-same" / "repeat-1").rglob("*.png"))) == 12
+    assert len(list((tmp_path / "r" / "repasted" / "repeat-0").rglob("*.png"))) == 12
+    assert not (tmp_path / "m" / "repasted" / "repeat-1.json").exists()
     gallery = Image.open(tmp_path / "r" / "variants.png")
-    assert gallery.size[0] > 5 * 96  # image, mask, random-bg, only-fg, mixed-same
+    assert gallery.size[0] > 6 * 96  # image, mask, random-bg, only-fg, mixed-same, repasted
     assert (tmp_path / "r" / "gallery.png").is_file()
     refused = CliRunner().invoke(main, [*args[:-6], "--variant", "only-bg"])
     assert refused.exit_code == 2 and "unknown variant only-bg" in refused.output
@@ -236,6 +238,26 @@ def test_the_inpainted_variant_is_one_set_of_its_rule_and_the_meters_background_
     path.write_text(json.dumps(data))
     with pytest.raises(AssetError, match=r"header\.rule"):
         load_variant_manifest(path, bench4)
+
+
+def test_the_paste_control_is_one_set_its_clean_crop_blended_onto_the_inpainted_variant(bench4, tmp_path):
+    from bgbias.bgaugment.composite import composite_pixels
+
+    (path,) = make_variant_manifests(bench4, "repasted", tmp_path / "m" / "repasted", repeats=3)
+    header = json.loads(path.read_text())["header"]
+    assert header["variant"] == "repasted" and header["rule"] == VARIANTS["repasted"].rule
+    (inpainted_path,) = make_variant_manifests(bench4, "only-bg-inpainted", tmp_path / "m" / "i", repeats=3)
+    items = split_items(bench4, "test")
+    repasted, inpainted = (VariantImages(items, load_variant_manifest(p, bench4), tmp_path / "masks", "bench")
+                           for p in (path, inpainted_path))
+    for index in (0, 5, 11):
+        image, mask = eval_transform_pair(load_image(items[index].image),
+                                          load_mask(mask_path(items[index], tmp_path / "masks")),
+                                          eval_geometry("bench"))
+        pixels = repasted.pixels(index)
+        assert np.array_equal(pixels, composite_pixels(image, mask, inpainted.pixels(index)))
+        assert np.array_equal(pixels[mask == 255], image[mask == 255])
+        assert not np.array_equal(pixels, image)  # the bench's masks are soft: the seam is there
 
 
 def test_the_other_variants_manifests_keep_their_bytes(bench4, tmp_path):

@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bgbias.bgaugment.composite import composite_pixels
 from bgbias.errors import OptionError
 from bgbias.variants.variants import (
     VARIANTS,
+    background_only,
+    dilated_mask,
+    dilation_radius,
     largest_strip,
     object_box,
     render_variant,
@@ -107,5 +111,33 @@ def test_mixed_variants_need_a_donor_and_names_are_checked():
         render_variant("mixed-rand", image, mask)
     with pytest.raises(OptionError, match="only-fg"):
         render_variant("only-bg", image, mask)
-    assert list(VARIANTS) == ["only-fg", "only-bg-tiled", "only-bg-black", "only-bg-inpainted", "mixed-same",
-                              "mixed-rand"]
+    assert list(VARIANTS) == ["repasted", "only-fg", "only-bg-tiled", "only-bg-black", "only-bg-inpainted",
+                              "mixed-same", "mixed-rand"]
+
+
+def _soft_scene():
+    """A red square on a textured background (noise), its mask soft over the square's two outer rings."""
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
+    image[6:18, 6:18] = (200, 10, 10)
+    mask = np.zeros((24, 24), np.uint8)
+    mask[6:18, 6:18] = 80
+    mask[7:17, 7:17] = 160
+    mask[8:16, 8:16] = 255
+    return image, mask
+
+
+def test_repasted_is_the_object_blended_onto_its_own_inpainted_background():
+    image, mask = _soft_scene()
+    out = render_variant("repasted", image, mask)
+    background = background_only(image, mask, "inpainted")
+    assert np.array_equal(out, composite_pixels(image, mask, background))
+    # The image itself wherever the blend cannot change it: the object's core and outside the dilated hole.
+    hole = dilated_mask(mask, dilation_radius(24)) > 0
+    assert np.array_equal(out[mask == 255], image[mask == 255])
+    assert np.array_equal(out[~hole], image[~hole])
+    # The soft rim mixes the object with the painted-in background, as a corrupted image mixes it with a new
+    # one; the ring the dilation adds outside the mask is the painted-in background.
+    rim = (mask > 0) & (mask < 255)
+    assert not np.array_equal(out[rim], image[rim])
+    assert np.array_equal(out[hole & (mask == 0)], background[hole & (mask == 0)])
