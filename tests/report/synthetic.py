@@ -11,6 +11,7 @@ import numpy as np
 from bgbias.attribution.outputs import ExplainSummary
 from bgbias.engine.run_dir import RunDir, write_record
 from bgbias.installation import installation
+from bgbias.measurement.confidence import evaluation_confidence
 from bgbias.measurement.record import EvaluationReport, evaluation_record
 from bgbias.measurement.scoring import QuerySide
 from bgbias.measurement.summary import summarize_evaluation, summarize_profile
@@ -65,7 +66,9 @@ def profiled_report(
                      max_memory=0, scores=corrupted, worst=dict(corrupted[0].per_query))
     fields = {"method": "m", "dataset": "d", "split": "test", **meta}
     report = summarize_evaluation(clean, corrupted, labels, ids, fields)
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [])
+    rows = evaluation_confidence(clean, corrupted, {"query-side": side.scores, "worst-case": side.worst,
+                                                    **variants})[1]
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows)
     return evaluation_record(report)
 
 
