@@ -11,7 +11,8 @@ empty cache: the same passes plus manifests loaded and checked, searches, scores
 The intervals of its report (every call of ``bgbias.measurement.intervals``' bootstrap, issue 50: headline,
 classes, profile rows, the paste control's decomposition) are timed inside the profile run as well, against
 its wall time (goal ≤ 5 %). Manifests are made before timing (they are shared by every model); the first
-call's cost of making them is printed apart. The two alternate, ``-n`` times each; the table shows medians and the ratio (goal ≤ 1.10).
+call's cost of making them is printed apart. The two alternate, ``-n`` times each; the table shows medians and
+the ratio (goal ≤ 1.10).
 On a machine shared with other jobs the passes' speed drifts between the two; the last rows therefore also
 time the passes *inside* each profile run (``embed_images`` as the evaluation calls it), so the profile's own
 overhead, and its ratio to its own passes, are measured under the same load.
