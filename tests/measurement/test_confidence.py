@@ -83,7 +83,8 @@ def test_the_classes_hurt_most_carry_their_drop_interval_over_their_queries():
 
 def _profile(labels: np.ndarray = LABELS) -> dict:
     """The profile of generated scores: mixed-same well above mixed-rand, so the BG-gap is far from 0."""
-    levels = {"repasted": 0.75, "only-fg": 0.6, "only-bg-tiled": 0.2, "only-bg-black": 0.1, "only-bg-inpainted": 0.2,
+    levels = {"repasted": 0.75, "only-fg": 0.6, "only-bg-tiled": 0.2, "only-bg-black": 0.1,
+              "only-bg-inpainted": 0.2,
               "mixed-same": 0.7, "mixed-rand": 0.4}
     variants = {name: [_scores(level, 10 * index + draw, labels)
                        for draw in range(2 if name.startswith("mixed") else 1)]
