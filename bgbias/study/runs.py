@@ -155,7 +155,7 @@ def _setting_text(value: Any) -> str:
 
 
 def measure_run(run_dir: Path, masks: Path, backgrounds: Path, profile: bool, explain_images: int,
-                device: str, log: Callable[[str], None], *, compare_masks: Path | None = None) -> None:
+                device: str, log: Callable[[str], None], compare_masks: Path | None = None) -> None:
     """``bgbias eval --corrupted --repeats 5 [--profile --worst-k 5] [--compare-masks COMPARE_MASKS] --masks
     MASKS --backgrounds BACKGROUNDS`` and ``bgbias explain`` of one study run (SmoothGrad, and the method's
     own attribution where it has one); what was measured before comes from the caches. The profile's worst

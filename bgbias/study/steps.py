@@ -129,7 +129,7 @@ def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, p
         f"foreground scores of {args.explain_images} test images")
     compared = None if spec.compare_masks_dir is None else Path(spec.compare_masks_dir)
     measure_run(run_dir, Path(spec.masks_dir), Path(spec.backgrounds), args.profile, args.explain_images,
-                device, log, compare_masks=compared)
+                device, log, compared)
     return {"config": _file_digest(run_dir / "config.json")}
 
 

@@ -89,7 +89,7 @@ def test_each_run_s_evaluation_is_asked_for_the_second_masks(tmp_path, monkeypat
     spec = _bench(tmp_path, compare=str(tmp_path / "second"))
     asked = []
     monkeypatch.setattr(steps, "train_study_run", lambda folder, run, *args, **kw: folder / run.folder_name)
-    monkeypatch.setattr(steps, "measure_run", lambda *args, compare_masks: asked.append(compare_masks))
+    monkeypatch.setattr(steps, "measure_run", lambda *args: asked.append(args[-1]))
     run = RunArgs(method="multi_similarity", bgaugment=False, seed=0)
     steps.run_and_measure(tmp_path, spec, run, "cpu", 1, log=lambda _line: None)
     assert asked == [tmp_path / "second"]
