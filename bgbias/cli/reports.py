@@ -89,6 +89,11 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--masks", "masks", default=None,
               help="u2netp (default on a real dataset), u2net (the paper's), ground-truth (the bench's exact "
                    "masks) or a folder of masks made before (`bgbias masks`).")
+@click.option("--compare-masks", "compare_masks", default=None,
+              help="A second mask source, named as --masks names one (made in the masks steps where it is "
+                   "a U²-Net model): each run's corrupted repeats are cut out again with it, and its report "
+                   "and the page give the corrupted score with each masks, their difference with its "
+                   "interval and the masks' IoU.")
 @click.option("--backgrounds", type=PATH_DIR, default=None,
               help="Background pools (train/ and test/) instead of ./backgrounds.")
 @click.option("--dial", is_flag=True,
@@ -138,7 +143,8 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
                    "errors (readable while workers run).")
 @click.pass_context
 def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str, methods: str | None,
-          seeds: int | None, masks: str | None, backgrounds: Path | None, dial: bool,
+          seeds: int | None, masks: str | None, compare_masks: str | None, backgrounds: Path | None,
+          dial: bool,
           settings: tuple[str, ...], explain_images: int, bench_preset: str, rho: float, bench_seed: int,
           out: Path | None, extend: bool, executor: str, devices: str, workers: int | None, gpus_per_run: int,
           threads: int | None, dry_run: bool, show_status: bool, **slurm: Any) -> None:
@@ -164,7 +170,8 @@ def study(ctx: click.Context, dataset_name: str, root: Path | None, preset: str,
         _dial(ctx, plan, masks, seeds, bench_preset, bench_seed, slots)
         return
     spec = study_spec(dataset_name, root, plan.masks if masks is None and dataset_name == "bench" else masks,
-                      backgrounds, bench=(bench_preset, rho, bench_seed), dry_run=dry_run)
+                      backgrounds, bench=(bench_preset, rho, bench_seed), compare_masks=compare_masks,
+                      dry_run=dry_run)
     folder = out if out is not None else study_folder(runs_root(), spec)
     if show_status:
         click.echo(read_status(folder))
@@ -199,8 +206,8 @@ def _dial(ctx: click.Context, plan: StudyPlan, masks: str | None, seeds: int | N
           bench_seed: int, slots: list[Slot] | None) -> None:
     from bgbias.study.dial import DIAL_MASKS, run_dial
 
-    given = given_options(ctx, ("dataset_name", "root", "backgrounds", "settings", "rho", "out", "dry_run",
-                                "show_status"))
+    given = given_options(ctx, ("dataset_name", "root", "compare_masks", "backgrounds", "settings", "rho",
+                                "out", "dry_run", "show_status"))
     if given:
         raise OptionError(f"{', '.join(given)} and --dial together",
                           fix="leave them out: the dial studies a method as configured, on benches it builds "

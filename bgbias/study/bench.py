@@ -74,7 +74,7 @@ class BenchDescription(Record):
 
 def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:
     """The assets (verified), the pools, the bench of the spec's settings (kept when it matches) and, for a
-    study on its exact masks, those masks laid out."""
+    study on its exact masks (its own or the second source), those masks laid out."""
     assert spec.bench is not None
     preset, rho, seed = spec.bench.preset, spec.bench.rho, spec.bench.seed
     log("fetching assets (verified against pinned checksums)")
@@ -92,6 +92,9 @@ def prepare_study_bench(spec: StudySpec, log: Callable[[str], None]) -> None:
         if spec.masks == BENCH_MASKS:
             log("the bench's exact masks, laid out for BGAugment and the corrupted sets")
             copy_ground_truth_masks(open_dataset("bench", root).items(), Path(spec.masks_dir))
+        if spec.compare_masks == BENCH_MASKS and spec.compare_masks_dir is not None:
+            log("the bench's exact masks, laid out for the corrupted sets cut out with the second masks")
+            copy_ground_truth_masks(open_dataset("bench", root).items(), Path(spec.compare_masks_dir))
 
 
 def _installed_sources() -> list[Any]:

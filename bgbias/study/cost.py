@@ -69,9 +69,10 @@ class PlannedWork:
 
 
 def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
-                 explain_images: int = EXPLAIN_IMAGES) -> PlannedWork:
+                 explain_images: int = EXPLAIN_IMAGES, compare_masks: bool = False) -> PlannedWork:
     """The work of a run of ``config`` on a dataset of ``sizes``, measured as
-    :func:`~bgbias.study.runs.measure_run` measures it (with ``profile``, the profile's sets too)."""
+    :func:`~bgbias.study.runs.measure_run` measures it (with ``profile``, the profile's sets too; with
+    ``compare_masks``, the corrupted repeats cut out again with the second masks)."""
     d, schedule = config.data, config.schedule
     if d.batches_per_epoch is not None:
         batches = d.batches_per_epoch
@@ -81,6 +82,7 @@ def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
     watched = sizes.test if schedule.watch_test else 0
     corrupted_val = sizes.val if config.monitor == "corrupted" else 0
     profile_sets = sum(variant_repeats(name, REPEATS) for name in VARIANTS) if profile else 0
+    compared_sets = REPEATS if compare_masks else 0
     return PlannedWork(
         epochs=schedule.epochs,
         batches=batches,
@@ -89,7 +91,7 @@ def planned_work(config: TrainConfig, sizes: SplitSizes, *, profile: bool,
         validation_clean=sizes.val + watched,
         validation_corrupted=corrupted_val + watched,
         evaluation_clean=sizes.test,
-        evaluation_corrupted=(REPEATS + profile_sets) * sizes.test,
+        evaluation_corrupted=(REPEATS + profile_sets + compared_sets) * sizes.test,
         attributed=min(explain_images, sizes.test),
     )
 
@@ -148,7 +150,8 @@ def estimate_runs(
             timings[key] = timer(config, device, images=images, image_size=size, backgrounds=backgrounds,
                                  attributions=attributions, measure=measures.get(measured))
             measures[measured] = timings[key].measure
-        work = planned_work(config, sizes, profile=profile, explain_images=explain_images)
+        work = planned_work(config, sizes, profile=profile, explain_images=explain_images,
+                            compare_masks=spec.compare_masks is not None)
         train, measure = run_seconds(work, timings[key])
         costs[run.folder_name] = RunCost(0.0 if run.folder_name in trained else train, measure)
     return costs
@@ -208,13 +211,20 @@ MASK_TIMING_IMAGES = 2
 
 
 def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
-    """Seconds of U²-Net (``spec.masks``) over ``images`` images on ``device``: one warmed-up batch of the
-    dataset's first images (synthetic ones where it is not there) through its session, against the images'
-    decoding and writing, which the pipeline's workers do meanwhile. A missing model file is the
-    ``AssetError`` of ``bgbias masks``; 0 when the study does not make its masks."""
-    if not spec.made_masks or images == 0:
+    """Seconds of the masks steps over ``images`` images on ``device``: each U²-Net model the study makes
+    masks with (its own and the second source's, :meth:`~bgbias.study.spec.StudySpec.made_sources`), timed
+    by :func:`estimate_model_masks`; 0 when it makes none."""
+    if images == 0:
         return 0.0
-    session = open_session(spec.masks, Inference(device="cpu" if device == "cpu" else "auto"))
+    return sum(estimate_model_masks(spec, model, images, device=device) for model, _ in spec.made_sources())
+
+
+def estimate_model_masks(spec: StudySpec, model: str, images: int, *, device: str) -> float:
+    """Seconds of U²-Net ``model`` over ``images`` images on ``device``: one warmed-up batch of the dataset's
+    first images (synthetic ones where it is not there) through its session, against the images' decoding
+    and writing, which the pipeline's workers do meanwhile. A missing model file is the ``AssetError`` of
+    ``bgbias masks``."""
+    session = open_session(model, Inference(device="cpu" if device == "cpu" else "auto"))
     pictures = [load_image(path) for path in sample_images(spec)[:MASK_TIMING_IMAGES]]
     if not pictures:
         pictures = [Image.new("RGB", picture_size(spec), (90, 120, 150))] * MASK_TIMING_IMAGES

@@ -41,9 +41,9 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
                 extend: bool) -> Plan:
     """The folder's plan ``current`` with ``plan``'s steps (``shards`` masks steps when it is new).
 
-    A folder holds one study: another dataset, root, masks or pools is refused. Steps the record lacks
-    (other methods, more seeds, a profile) are added only with ``extend``, so that a typo cannot start hours
-    of runs beside the planned ones. Steps of ``plan`` that failed before are tried again.
+    A folder holds one study: another dataset, root, masks, second masks or pools is refused. Steps the record
+    lacks (other methods, more seeds, a profile) are added only with ``extend``, so that a typo cannot start
+    hours of runs beside the planned ones. Steps of ``plan`` that failed before are tried again.
     """
     planned = planned_steps(spec, plan, shards)
     if current is None:
@@ -84,7 +84,8 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
 
 SPEC_FIELDS = {"dataset": "the dataset", "root": "the dataset's folder", "bench": "the bench's settings",
                "masks": "the mask source", "masks_dir": "the masks folder",
-               "backgrounds": "the background pools"}
+               "backgrounds": "the background pools", "compare_masks": "the second mask source",
+               "compare_masks_dir": "the second masks folder"}
 """Each field of a :class:`StudySpec`, as a refusal names it."""
 
 
@@ -93,9 +94,11 @@ def _refuse_other_spec(folder: Path, recorded: StudySpec, spec: StudySpec) -> No
     with ``--extend``), and the options that repeat the folder's: a folder holds one study."""
     differ = [name for name in SPEC_FIELDS if getattr(recorded, name) != getattr(spec, name)]
     if "bench" in differ or "dataset" in differ:  # the bench's folder and masks follow from its settings
-        differ = [name for name in differ if name not in ("root", "masks_dir")]
+        differ = [name for name in differ if name not in ("root", "masks_dir", "compare_masks_dir")]
     if "masks" in differ:  # a model's masks folder follows from the model
         differ = [name for name in differ if name != "masks_dir"]
+    if "compare_masks" in differ:  # likewise the second source's
+        differ = [name for name in differ if name != "compare_masks_dir"]
     if not differ:
         return
     said = "; ".join(f"{SPEC_FIELDS[name]} {_spec_value(recorded, name)} there, {_spec_value(spec, name)} "
@@ -110,7 +113,7 @@ def _spec_value(spec: StudySpec, name: str) -> str:
     value = getattr(spec, name)
     if name == "bench":
         return "none" if value is None else f"{value.preset}, rho {value.rho:g}, seed {value.seed}"
-    return str(value)
+    return "none" if value is None else str(value)
 
 
 def _spec_options(spec: StudySpec, name: str) -> str:
@@ -123,6 +126,11 @@ def _spec_options(spec: StudySpec, name: str) -> str:
         return f"--masks {spec.masks_dir}"
     if name == "masks":
         return f"--masks {spec.masks_dir if spec.masks == 'folder' else spec.masks}"
+    if name in ("compare_masks", "compare_masks_dir"):
+        if spec.compare_masks is None:
+            return "without --compare-masks"
+        second = spec.compare_masks_dir if spec.compare_masks == "folder" else spec.compare_masks
+        return f"--compare-masks {second}"
     option = {"dataset": "--dataset", "root": "--root", "backgrounds": "--backgrounds"}[name]
     return f"{option} {getattr(spec, name)}"
 

@@ -155,11 +155,12 @@ def _setting_text(value: Any) -> str:
 
 
 def measure_run(run_dir: Path, masks: Path, backgrounds: Path, profile: bool, explain_images: int,
-                device: str, log: Callable[[str], None]) -> None:
-    """``bgbias eval --corrupted --repeats 5 [--profile --worst-k 5] --masks MASKS --backgrounds BACKGROUNDS``
-    and ``bgbias explain`` of one study run (SmoothGrad, and the method's own attribution where it has one);
-    what was measured before comes from the caches. The profile's worst case is over the paper's 5 repeats,
-    which keeps it to 13 embedding passes beyond them."""
+                device: str, log: Callable[[str], None], compare_masks: Path | None = None) -> None:
+    """``bgbias eval --corrupted --repeats 5 [--profile --worst-k 5] [--compare-masks COMPARE_MASKS] --masks
+    MASKS --backgrounds BACKGROUNDS`` and ``bgbias explain`` of one study run (SmoothGrad, and the method's
+    own attribution where it has one); what was measured before comes from the caches. The profile's worst
+    case is over the paper's 5 repeats, which keeps it to 13 embedding passes beyond them; the second masks
+    add 5."""
     with claim_run(run_dir, wait=True):
         trained = load_trained(run_dir, device=device)
         # A run profiled before (the full study's, reused by the dial) keeps its profile: it comes from the
@@ -169,7 +170,7 @@ def measure_run(run_dir: Path, masks: Path, backgrounds: Path, profile: bool, ex
         pools = None if backgrounds == backgrounds_root().resolve() else backgrounds
         request = MeasureRequest(corrupted=True, repeats=REPEATS, profile=profile, worst_k=REPEATS,
                                  limit=explain_images, masks=masks, backgrounds=pools)
-        evaluate(trained, request, log=log)
+        evaluate(trained, dataclasses.replace(request, compare_masks=compare_masks), log=log)
         explain(trained, request, log=log)
         own = method_class(trained.config.method).own_attribution
         if own is not None:

@@ -37,8 +37,9 @@ def page_step_id(plan: StudyPlan) -> str:
 
 
 def mask_shards(spec: StudySpec) -> int:
-    """How many masks steps the study's images are split into (none when the masks are found, not made)."""
-    if not spec.made_masks:
+    """How many masks steps the study's images are split into (none when every masks folder is found, not
+    made)."""
+    if not spec.made_sources():
         return 0
     if spec.bench is not None:  # not built yet when the plan is made; a bench is a few thousand images
         return 1
@@ -103,16 +104,19 @@ def prepare(spec: StudySpec, log: Callable[[str], None]) -> dict[str, str]:
 
 def make_mask_shard(spec: StudySpec, shard: tuple[int, int], device: str,
                     log: Callable[[str], None]) -> dict[str, str]:
-    """The U²-Net masks of one shard of the dataset's images (those already made are kept)."""
+    """The U²-Net masks of one shard of the dataset's images, of each model the study makes masks with (its
+    own, then the second source's); those already made are kept."""
     items = open_dataset(spec.dataset, spec.root).items()
-    log(f"{spec.masks} masks of shard {shard[0] + 1}/{shard[1]} of {len(items)} images into {spec.masks_dir}")
-    made = make_masks(items, spec.masks_dir, model=spec.masks, inference=Inference(device=device),
-                      shard=shard, progress=False)
-    if made.failed:
-        raise AssetError(f"{made.failed} image(s) got no mask", path=made.manifest,
-                         fix="see the failures in the manifest (bgbias masks names each image and why), "
-                             "then run the study again")
-    return {"model": spec.masks, "items": items_digest(items)[:16]}
+    models = spec.made_sources()
+    for model, masks_dir in models:
+        log(f"{model} masks of shard {shard[0] + 1}/{shard[1]} of {len(items)} images into {masks_dir}")
+        made = make_masks(items, masks_dir, model=model, inference=Inference(device=device), shard=shard,
+                          progress=False)
+        if made.failed:
+            raise AssetError(f"{made.failed} image(s) got no mask", path=made.manifest,
+                             fix="see the failures in the manifest (bgbias masks names each image and why), "
+                                 "then run the study again")
+    return {"model": "+".join(model for model, _ in models), "items": items_digest(items)[:16]}
 
 
 def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, processes: int,
@@ -120,10 +124,12 @@ def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, p
     """Train (or resume, or keep) the run, then evaluate and explain it (:mod:`bgbias.study.runs`)."""
     run = args.study_run()
     run_dir = train_study_run(folder, run, spec, device, log, processes=processes)
-    log(f"{run.label}: clean and {REPEATS} corrupted repeats{', the profile' if args.profile else ''}, "
+    extras = f"{', the profile' if args.profile else ''}{', the second masks' if spec.compare_masks else ''}"
+    log(f"{run.label}: clean and {REPEATS} corrupted repeats{extras}, "
         f"foreground scores of {args.explain_images} test images")
+    compared = None if spec.compare_masks_dir is None else Path(spec.compare_masks_dir)
     measure_run(run_dir, Path(spec.masks_dir), Path(spec.backgrounds), args.profile, args.explain_images,
-                device, log)
+                device, log, compared)
     return {"config": _file_digest(run_dir / "config.json")}
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bgbias.data.items import mask_path
 from bgbias.data.registry import open_dataset
 from tests.replicas import copy_ground_truth_masks, make_cub, make_sop
 from tests.u2netp import provide_u2netp
@@ -198,3 +199,29 @@ def test_the_study_of_a_sop_replica_makes_its_masks_and_ends_with_the_page(repli
     plan = json.loads((folder / "plan.json").read_text())
     assert [step for step in plan["steps"] if step.startswith("masks-")] == ["masks-1of1"]
     assert "[masks-1of1] done" in done.stdout or plan["steps"]["masks-1of1"]["state"] == "done"
+
+
+def test_a_study_with_a_second_mask_source_reports_each_run_s_mask_sensitivity(replicas, tmp_path):
+    """One method, one seed, the CUB replica's segmentations (a box in the middle) against the images' left
+    halves: each run's report has the reading, and the page its table."""
+    boxes = tmp_path / "boxes"
+    for item in open_dataset("cub", replicas / "cub").items():
+        with Image.open(item.image) as image:
+            width, height = image.size
+        mask = Image.new("L", (width, height), 0)
+        mask.paste(255, (0, 0, width // 2, height))
+        mask_path(item, boxes).parent.mkdir(parents=True, exist_ok=True)
+        mask.save(mask_path(item, boxes))
+    cwd = tmp_path / "study"
+    _study(cwd, _command(replicas, "cub", "--methods", "multi_similarity", "--seeds", "1", "--compare-masks",
+                         str(boxes)))
+    folder = _folder(cwd)
+    reports = sorted(folder.glob("multi_similarity*/eval/*-test/report.json"))
+    assert len(reports) == RUNS
+    for path in reports:
+        sensitivity = json.loads(path.read_text())["mask_sensitivity"]
+        assert sensitivity["second"]["masks"] == str(boxes)
+        assert 0 < sensitivity["agreement"]["mean"] < 1
+    (page,) = folder.glob("report*/study.md")
+    assert "How much do the masks decide" in page.read_text()
+    assert json.loads((folder / "plan.json").read_text())["spec"]["compare_masks"] == "folder"
