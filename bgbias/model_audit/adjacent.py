@@ -11,13 +11,12 @@ from pathlib import Path
 
 from bgbias.measurement.intervals import IntervalSettings
 from bgbias.model_audit.outcome import ModelOutcome
+from bgbias.report.differences import p_cell, signed_points
 from bgbias.report.document import Paragraph, Table
 from bgbias.report.paired import (
     EvaluationComparison,
     compare_evaluations,
     draws_cell,
-    p_value,
-    points,
     settings_words,
 )
 from bgbias.schema import Record
@@ -58,8 +57,9 @@ def comparison_blocks(found: Sequence[AdjacentComparison]) -> list[Paragraph | T
     rows = []
     for pair in found:
         metric = pair.comparison.metrics["map_at_r"]
-        rows.append((f"#{pair.rank} − #{pair.rank + 1}", pair.above, pair.below, points(metric.corrupted),
-                     p_value(metric.corrupted), points(metric.clean), p_value(metric.clean),
+        rows.append((f"#{pair.rank} − #{pair.rank + 1}", pair.above, pair.below,
+                     signed_points(metric.corrupted), p_cell(metric.corrupted), signed_points(metric.clean),
+                     p_cell(metric.clean),
                      draws_cell(pair.comparison)))
     headers = ("ranks", "above", "below", f"Δ corrupted MAP@R [{level}]", "p", f"Δ clean MAP@R [{level}]",
                "p", "background draws")

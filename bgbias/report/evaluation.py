@@ -33,6 +33,7 @@ from bgbias.measurement.record import (
     run_label,
 )
 from bgbias.measurement.summary import HURT_MOST, check_scores, per_query_table
+from bgbias.report.differences import p_cell, shown_p_value, signed_points
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Strong, Table, to_markdown
 from bgbias.report.paste_control import decomposition_blocks
 from bgbias.retrieval.metrics import METRICS, RetrievalScores
@@ -191,11 +192,6 @@ def with_interval(cell: str, interval: Interval | None) -> str:
     return f"{cell} [{percent(interval.low)}, {percent(interval.high)}]"
 
 
-def shown_p_value(p_value: float | None) -> str:
-    """A p-value as the tables give it: three decimals, or ``< 0.001``; empty where there is none."""
-    return "" if p_value is None else "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
-
-
 def intervals_sentence(settings: IntervalSettings) -> str:
     """What the brackets are over, under a table of them."""
     return (f"In brackets: {100 * settings.level:g} % intervals over the queries and the background draws "
@@ -330,10 +326,8 @@ def mask_sensitivity_blocks(sensitivity: MaskSensitivity, corrupted: CorruptedSc
     paired, agreement = sensitivity.difference["map_at_r"], sensitivity.agreement
     difference = "no query was scored by both"
     if paired is not None:
-        low, estimate, high = (100 * getattr(paired.difference, name) for name in ("low", "estimate", "high"))
-        difference = (f"{estimate:+.2f} points ({100 * paired.difference.level:g} % interval {low:+.2f} to "
-                      f"{high:+.2f}, p = {paired.p_value:.3g}, {paired.queries} queries, paired by query and "
-                      "by background draw)")
+        difference = (f"{signed_points(paired)} points ({100 * paired.difference.level:g} % interval), p "
+                      f"{p_cell(paired)}, {paired.queries} queries, paired by query and by background draw")
     worst = ", ".join(f"{image.id} {image.iou:.2f}" for image in agreement.worst_images)
     return [
         Heading("How much do the masks decide"),

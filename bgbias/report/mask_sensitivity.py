@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from bgbias.measurement.record import EvaluationReport, MaskSensitivity
+from bgbias.report.differences import p_cell, signed_points
 from bgbias.report.document import Block, Bullets, Code, Heading, Paragraph, Table
 from bgbias.report.evaluation import percent_spread
 
@@ -37,11 +38,8 @@ def mask_sensitivity_section(reports: Sequence[EvaluationReport]) -> list[Block]
 def _row(report: EvaluationReport, sensitivity: MaskSensitivity) -> tuple[str, ...]:
     first = report.corrupted
     paired = sensitivity.difference["map_at_r"]
-    difference = "" if paired is None else (
-        f"{100 * paired.difference.estimate:+.2f} ({100 * paired.difference.low:+.2f} to "
-        f"{100 * paired.difference.high:+.2f})")
     return (f"{report.label}, seed {report.seed}",
             "" if first is None else percent_spread(first.mean.map_at_r, first.std.map_at_r),
             percent_spread(sensitivity.corrupted.mean.map_at_r, sensitivity.corrupted.std.map_at_r),
-            difference, "" if paired is None else f"{paired.p_value:.3g}",
+            signed_points(paired), p_cell(paired),
             f"{sensitivity.agreement.mean:.3f}")

@@ -126,19 +126,6 @@ def _manifest_hashes(report: EvaluationReport) -> list[str] | None:
     return hashes if all(isinstance(value, str) for value in hashes) else None
 
 
-def points(found: PairedDifference | None) -> str:
-    """A difference in points of the score (%), signed, with its interval: ``+3.1 [+1.2, +5.0]``."""
-    if found is None:
-        return ""
-    difference = found.difference
-    return f"{100 * difference.estimate:+.1f} [{100 * difference.low:+.1f}, {100 * difference.high:+.1f}]"
-
-
-def p_value(found: PairedDifference | None) -> str:
-    """The p-value as a page shows it: three decimals (its resolution is 2 / (resamples + 1))."""
-    return "" if found is None else f"{found.p_value:.3f}"
-
-
 def draws_cell(comparison: EvaluationComparison) -> str:
     """How the corrupted draws were resampled, in a table cell's words: ``paired by draw``, ``resampled
     apart`` or ``none``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from bgbias.measurement.decomposition import MetricDecomposition
 from bgbias.measurement.intervals import PairedDifference
 from bgbias.measurement.record import Profile
+from bgbias.report.differences import p_cell
 from bgbias.report.document import Block, Heading, Paragraph, Table
 
 PARTS = (("drop", "drop (clean − random-bg)"), ("paste_cost", "paste cost (clean − repasted)"),
@@ -41,7 +42,7 @@ def _cells(part: PairedDifference | None) -> tuple[str, str, str]:
         return "", "", ""
     found = part.difference
     return (_points(found.estimate), f"[{_points(found.low)}, {_points(found.high)}]",
-            f"{part.p_value:.3f}")
+            p_cell(part))
 
 
 def _share(parts: MetricDecomposition, field: str) -> str:

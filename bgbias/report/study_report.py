@@ -22,6 +22,7 @@ from bgbias.errors import OptionError, RecordError
 from bgbias.figures import new_figure, save_png
 from bgbias.measurement.intervals import IntervalSettings
 from bgbias.measurement.record import EvaluationReport, run_label
+from bgbias.report.differences import p_cell, signed_points
 from bgbias.report.document import (
     Block,
     Bullets,
@@ -41,8 +42,6 @@ from bgbias.report.paired import (
     MetricDifference,
     compare_evaluations,
     draws_cell,
-    p_value,
-    points,
     settings_words,
 )
 from bgbias.report.runs_table import NOT_MEASURED, PROFILE_NOTE, Foreground, collect_runs, profile_table
@@ -187,7 +186,7 @@ def comparison_table(found: Sequence[SeedComparison]) -> TableCells:
                "p", f"Δ drop [{level}]", "p", "background draws")
     rows = tuple((pair.method, str(pair.seed),
                   *(cell for part in (pair.map_at_r.corrupted, pair.map_at_r.clean, pair.map_at_r.drop)
-                    for cell in (points(part), p_value(part))),
+                    for cell in (signed_points(part), p_cell(part))),
                   draws_cell(pair.comparison))
                  for pair in found)
     return headers, rows

@@ -263,7 +263,7 @@ def test_each_model_is_compared_with_the_one_ranked_above_it_on_the_page_and_in_
     files = write_audit_page(AuditPage("d", "test", settings, order, found), tmp_path)
     markdown = files["audit_md"].read_text()
     assert "## Is each model really ahead of the next?" in markdown
-    assert "| #1 − #2 | good | twin | +0.0 \\[+0.0, +0.0\\] | 1.000 |" in markdown
+    assert "| #1 − #2 | good | twin | +0.00 \\[+0.00, +0.00\\] | 1.000 |" in markdown
     record = json.loads(files["audit_json"].read_text())
     assert record["adjacent_ranks"][1]["comparison"]["metrics"]["map_at_r"]["corrupted"]["p_value"] < 0.01
     assert record["adjacent_ranks"][0]["comparison"]["intervals"]["resamples"] == 2000

@@ -44,7 +44,7 @@ def test_the_evaluation_page_shows_both_sources_the_difference_and_the_agreement
     assert "| first: masks/bench-ground-truth; no bgbias masks manifest" in block
     assert "| 40.00 ± 2.00 |" in block
     assert "| second: masks/bench-u2netp; u2netp, torch fp32 | 30.00 ± 1.00 |" in block
-    assert "-10.00 points (95 % interval -15.00 to -5.00, p = 0.002, 12 queries" in block
+    assert "-10.00 \\[-15.00, -5.00\\] points (95 % interval), p 0.002, 12 queries" in block
     assert "IoU 0.812 on average (median 0.812, worst 0.250) over 12 images" in block
     assert "least: a.jpg 0.25" in block and "How to read it" in block
     assert "How much do the masks decide" not in format_evaluation_markdown(REPORT)
@@ -54,7 +54,7 @@ def test_the_study_page_gives_a_row_to_each_run_with_the_reading():
     read = changed(REPORT, mask_sensitivity=_sensitivity(0.42, 0.02, -0.01, 0.05, 0.31, 0.9))
     blocks = mask_sensitivity_section([read, changed(REPORT, seed=1)])
     table = next(block for block in blocks if isinstance(block, Table))
-    assert table.rows == (("ms, seed 0", "40.00 ± 2.00", "42.00 ± 1.00", "+2.00 (-1.00 to +5.00)", "0.31",
+    assert table.rows == (("ms, seed 0", "40.00 ± 2.00", "42.00 ± 1.00", "+2.00 [-1.00, +5.00]", "0.310",
                            "0.900"),)
     text = to_markdown(blocks, Path())
     assert "`masks/bench-ground-truth` then `masks/bench-u2netp`: 1 runs" in text
