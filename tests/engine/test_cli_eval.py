@@ -113,7 +113,7 @@ def test_report_study_aggregates_training_seeds_into_one_page(tiny_run, tiny_ben
     assert galleries == sorted(galleries) and "gallery of triplet-seed1" not in markdown
     # Both settings are copies of one run on the same corrupted sets: the same scores, told apart by nothing.
     for seed in (0, 1):
-        assert f"| triplet | {seed} | +0.0 \\[+0.0, +0.0\\] | 1.000 |" in markdown
+        assert f"| triplet | {seed} | +0.00 \\[+0.00, +0.00\\] | 1.000 |" in markdown
     assert "| paired by draw |" in markdown
     page = (tmp_path / "out" / "study.html").read_text()
     assert "<title>tiny study</title>" in page and "data:image/png;base64," in page

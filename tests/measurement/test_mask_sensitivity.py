@@ -98,8 +98,7 @@ def test_masks_that_cut_out_nothing_score_lower_beyond_chance_and_agree_nowhere(
     assert "| 100.00 ± 0.00 |" in block
     low, estimate, high = (100 * value for value in (paired.difference.low, paired.difference.estimate,
                                                      paired.difference.high))
-    assert f"{estimate:+.2f} points (95 % interval {low:+.2f} to {high:+.2f}, p = {paired.p_value:.3g}" in (
-        block)
+    assert f"{estimate:+.2f} \\[{low:+.2f}, {high:+.2f}\\] points (95 % interval), p " in block
     assert "IoU 0.000 on average (median 0.000, worst 0.000) over 12 images" in block
     assert "How to read it: an interval that holds 0" in block
 
