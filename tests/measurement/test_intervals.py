@@ -41,12 +41,13 @@ def test_the_same_scores_in_one_draw_against_several_differ_by_nothing_not_by_ro
 
 @pytest.mark.slow
 def test_two_models_of_the_same_quality_are_not_told_apart_and_a_better_one_is():
-    """100 seeded trials each; these 100 hold 0 in 95. Over 1,000 such trials the 95 % interval held 0 in
-    93.3 % of them, over 1,000 others 95.5 % (the percentile bootstrap is a little short of its level on 400
-    queries): at 0.944, 100 trials hold it fewer than 90 times with probability about 0.03."""
+    """100 seeded trials each, the issue's acceptance: two models of the same quality held 0 in at least 95
+    (these seeds: exactly 95; a change of the resampling that lowers it fails here). Over 1,000 such trials
+    the 95 % interval held 0 in 93.3 % of them, over 1,000 others 95.5 %: the percentile bootstrap is a
+    little short of its level on 400 queries."""
     same = [paired_difference(_scores(2 * trial), _scores(2 * trial + 1), resamples=1000, seed=trial)
             for trial in range(100)]
-    assert sum(found.difference.holds(0.0) for found in same) >= 90
+    assert sum(found.difference.holds(0.0) for found in same) >= 95
     better = []
     for trial in range(100):
         first = _scores(1000 + trial)
