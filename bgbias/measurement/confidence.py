@@ -58,13 +58,13 @@ def evaluation_confidence(
     found = query_intervals({(name, metric): by_metric[metric] for name, by_metric in sets.items()
                              for metric in METRICS})
     differences = paired_differences(pairs)
-    intervals = {name: {metric: _dumped(found[name, metric]) for metric in METRICS} for name in sets}
+    intervals = {name: {metric: dumped(found[name, metric]) for metric in METRICS} for name in sets}
     headline = {"clean": intervals["clean"], "corrupted": intervals.get("random-bg"),
-                "drop": {name: _dumped(differences["drop", name]) for name in METRICS} if corrupted else None}
+                "drop": {name: dumped(differences["drop", name]) for name in METRICS} if corrupted else None}
     rows: dict[str, dict[str, Any]] = {name: {"interval": by_metric} for name, by_metric in intervals.items()}
     if profile is not None:
         gaps = {name: differences["bg-gap", name] for name in METRICS}
-        interval = {name: None if gap is None else _dumped(gap.difference) for name, gap in gaps.items()}
+        interval = {name: None if gap is None else dumped(gap.difference) for name, gap in gaps.items()}
         p_value = {name: None if gap is None else gap.p_value for name, gap in gaps.items()}
         rows["bg-gap"] = {"interval": interval, "p_value": p_value}
     return headline, rows
@@ -90,5 +90,6 @@ def _per_metric(scores: Sequence[RetrievalScores]) -> dict[str, np.ndarray]:
     return {metric: per_query(scores, metric) for metric in METRICS}
 
 
-def _dumped(found: Any) -> dict[str, Any] | None:
+def dumped(found: Any) -> dict[str, Any] | None:
+    """A record (an interval, a paired difference) as report.json keeps it; None stays None."""
     return None if found is None else found.model_dump()

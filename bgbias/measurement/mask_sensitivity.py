@@ -23,6 +23,7 @@ from bgbias.data.items import mask_source
 from bgbias.data.transforms import eval_transform_mask
 from bgbias.engine.embedding_cache import files_fingerprint
 from bgbias.errors import PARAMETER, OptionError
+from bgbias.measurement.confidence import dumped
 from bgbias.measurement.intervals import paired_difference, per_query
 from bgbias.retrieval.metrics import METRICS
 from bgbias.saliency.quality import agreement
@@ -110,13 +111,9 @@ def mask_sensitivity(
         "first": masks_record(first_dir),
         "second": masks_record(compared.masks_dir),
         "corrupted": second_scores,
-        "difference": {name: _dumped(paired_difference(per_query(first, name), per_query(second, name)))
+        "difference": {name: dumped(paired_difference(per_query(first, name), per_query(second, name)))
                        for name in METRICS},
         "agreement": {"images": len(ious), "mean": float(ious.mean()), "median": float(np.median(ious)),
                       "worst": float(ious.min()),
                       "worst_images": [{"id": str(ids[i]), "iou": float(ious[i])} for i in worst]},
     }
-
-
-def _dumped(record: Any) -> dict[str, Any] | None:
-    return None if record is None else record.model_dump()
