@@ -18,6 +18,7 @@ import numpy as np
 
 from bgbias.measurement.intervals import (
     IntervalSettings,
+    PairedDifference,
     paired_difference,
     paired_differences,
     per_query,
@@ -93,3 +94,10 @@ def _per_metric(scores: Sequence[RetrievalScores]) -> dict[str, np.ndarray]:
 def dumped(found: Any) -> dict[str, Any] | None:
     """A record (an interval, a paired difference) as report.json keeps it; None stays None."""
     return None if found is None else found.model_dump()
+
+
+def differences(by_metric: Mapping[str, Mapping[str, Any] | None]) -> dict[str, PairedDifference | None]:
+    """Paired differences per metric as report.json keeps them (the headline's ``drop``) read back as
+    records, the same numbers: what the profile's decomposition takes instead of resampling them again."""
+    return {metric: None if found is None else PairedDifference.model_validate(found)
+            for metric, found in by_metric.items()}

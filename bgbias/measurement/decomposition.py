@@ -8,13 +8,14 @@ onto its own, inpainted background) has the seam without the new background. So
 
 and the two add up to the drop, clean − random-bg. Each is a paired difference over the queries with its
 interval and p-value (:mod:`bgbias.measurement.intervals`, defaults), from the per-query scores already
-computed; the background effect is also given per corrupted draw (mean and sample std over the repeats, as the
-report gives every spread), and each part as a share of the drop.
+computed (the drop is the headline's own, not resampled again); the background effect is also given per
+corrupted draw (mean and sample std over the repeats, as the report gives every spread), and each part as a
+share of the drop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,27 +52,29 @@ class MetricDecomposition(Record):
 
 
 def decompose(
-    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], repasted: Sequence[RetrievalScores]
+    clean: RetrievalScores, corrupted: Sequence[RetrievalScores], repasted: Sequence[RetrievalScores], *,
+    drop: Mapping[str, PairedDifference | None],
 ) -> dict[str, MetricDecomposition]:
     """Per metric, the drop (clean − corrupted), the paste cost (clean − repasted) and the background effect
     (repasted − corrupted), all over the same queries; ``corrupted`` are the paper's draws, ``repasted`` the
-    control's one set. The nine differences are resampled in one call: those of one shape share the
-    resamples of the queries, the cost on a large split."""
+    control's one set. ``drop`` is the headline's (``confidence.drop``, of the same scores at the same seed),
+    taken as it is rather than resampled again. The six parts are resampled in one call: those of one shape
+    share the resamples of the queries, the cost on a large split."""
     sides = {metric: (per_query([clean], metric), per_query(corrupted, metric), per_query(repasted, metric))
              for metric in METRICS}
     found = paired_differences({
         (metric, part): pair for metric, (clean_m, corrupted_m, repasted_m) in sides.items()
-        for part, pair in (("drop", (corrupted_m, clean_m)), ("paste_cost", (repasted_m, clean_m)),
+        for part, pair in (("paste_cost", (repasted_m, clean_m)),
                            ("background_effect", (corrupted_m, repasted_m)))
     })
     decomposed = {}
     for metric, (_, corrupted_m, repasted_m) in sides.items():
-        drop, paste_cost, background_effect = (found[metric, part] for part in
-                                               ("drop", "paste_cost", "background_effect"))
+        whole, paste_cost, background_effect = (drop[metric], found[metric, "paste_cost"],
+                                                found[metric, "background_effect"])
         decomposed[metric] = MetricDecomposition(
-            drop=drop, paste_cost=paste_cost, background_effect=background_effect,
+            drop=whole, paste_cost=paste_cost, background_effect=background_effect,
             background_effect_per_draw=_per_draw(repasted_m, corrupted_m),
-            paste_share=_share(paste_cost, drop), background_share=_share(background_effect, drop),
+            paste_share=_share(paste_cost, whole), background_share=_share(background_effect, whole),
         )
     return decomposed
 

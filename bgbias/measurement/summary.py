@@ -17,7 +17,7 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.installation import installation
-from bgbias.measurement.confidence import class_drop_intervals, evaluation_confidence, settings
+from bgbias.measurement.confidence import class_drop_intervals, differences, evaluation_confidence, settings
 from bgbias.measurement.decomposition import PASTE_CONTROL, decompose
 from bgbias.measurement.mask_sensitivity import mask_sensitivity
 from bgbias.measurement.record import (
@@ -94,7 +94,8 @@ def summarize(
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
-            sets.worst_case_manifests(request.repeats, request.worst_k), intervals=rows)
+            sets.worst_case_manifests(request.repeats, request.worst_k), intervals=rows,
+            drop=headline["drop"])
     return evaluation_record(report)
 
 
@@ -284,11 +285,12 @@ def summarize_profile(
     worst_manifests: Sequence[Mapping[str, Any]],
     *,
     intervals: Mapping[str, Mapping[str, Any]],
+    drop: Mapping[str, Mapping[str, Any] | None],
 ) -> dict[str, Any]:
     """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
     over its sets, its ``intervals`` (by row name, as :func:`.confidence.evaluation_confidence` makes them;
-    chance has none), the drop split by the paste control
-    (:func:`~bgbias.measurement.decomposition.decompose`), then how it was made."""
+    chance has none), the drop (``drop``: the headline's ``confidence.drop``, taken as it is) split by the
+    paste control (:func:`~bgbias.measurement.decomposition.decompose`), then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
                                        "query-side": _row([metric_means(s) for s in query_side.scores]),
@@ -308,8 +310,8 @@ def summarize_profile(
         "sets": [{"set": name, "title": title, **rows[name]} for name, title in PROFILE_SETS.items()],
         "worst_k": query_side.worst_k,
         "only_fg_fill": list(ONLY_FG_FILL),
-        "decomposition": {metric: part.model_dump() for metric, part in
-                          decompose(clean, corrupted, variants[PASTE_CONTROL]).items()},
+        "decomposition": {metric: part.model_dump() for metric, part in decompose(
+            clean, corrupted, variants[PASTE_CONTROL], drop=differences(drop)).items()},
         "manifests": [
             *({"set": images.manifest.variant.name, "repeat": images.manifest.repeat,
                "path": str(images.manifest.path), "sha256": images.manifest.sha256} for images in sets),

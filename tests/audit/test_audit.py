@@ -215,10 +215,9 @@ def test_the_page_says_how_many_images_have_empty_masks_and_the_scores_carry_the
 def test_the_table_splits_the_drop_by_the_paste_control_and_an_older_audit_shows_no_split(tmp_path):
     from types import SimpleNamespace
 
-    from bgbias.measurement.decomposition import decompose
     from bgbias.model_audit.page import AuditPage, write_audit_page
     from bgbias.model_audit.run import scores_of
-    from tests.report.synthetic import make_run, profiled_report
+    from tests.report.synthetic import decomposed, make_run, profiled_report
 
     clean, corrupted, labels, ids = make_run(2)
     repasted = make_run(1, seed=7)[1]
@@ -227,7 +226,7 @@ def test_the_table_splits_the_drop_by_the_paste_control_and_an_older_audit_shows
     leakage = SimpleNamespace(leakage=0.2, interval=(0.1, 0.3), background=views, foreground=views,
                               chance=views)
     scores = scores_of(report, leakage)
-    parts = decompose(clean, corrupted, repasted)["map_at_r"]
+    parts = decomposed(clean, corrupted, repasted)["map_at_r"]
     assert scores.paste_cost == parts.paste_cost.difference.estimate
     assert scores.background_effect == parts.background_effect.difference.estimate
     settings = {"repeats": 2, "seed": 0, "fill": "inpainted", "masks": "masks/d", "mask_maker": None}

@@ -98,7 +98,8 @@ def _profile(labels: np.ndarray = LABELS) -> dict:
     report = summarize_evaluation(clean, corrupted, labels, ids, META, confidence=headline)
     assert report == summarize_evaluation(clean, corrupted, labels, ids, META)  # resampled alone: the same
     side = SimpleNamespace(scores=query_side, worst=worst, worst_k=2)
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows)
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows,
+                                          drop=headline["drop"])
     return report
 
 

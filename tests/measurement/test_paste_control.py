@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from bgbias.bgaugment.composite import composite_pixels
-from bgbias.measurement.decomposition import decompose
+from bgbias.measurement import decomposition
+from bgbias.measurement.intervals import paired_differences
 from bgbias.measurement.summary import PROFILE_SETS
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, score_embeddings
 from bgbias.variants.variants import render_variant
-from tests.report.synthetic import profiled_report
+from tests.report.synthetic import decomposed, make_run, profiled_report
 
 CLASSES, PER_CLASS, CROP, RIM = 4, 8, 40, 4
 BACKGROUNDS = np.array([(60, 0, 0), (0, 60, 0), (0, 0, 60), (60, 60, 0)])
@@ -88,7 +89,7 @@ def test_an_encoder_of_seams_pays_the_paste_and_feels_no_background(sets):
     scores = _scores(sharp_outline, sets)
     assert scores["clean"][0].map_at_r == pytest.approx(1.0)
     assert scores["repasted"][0].map_at_r < 0.5
-    parts = decompose(scores["clean"][0], scores["random-bg"], scores["repasted"])["map_at_r"]
+    parts = decomposed(scores["clean"][0], scores["random-bg"], scores["repasted"])["map_at_r"]
     assert parts.paste_cost.difference.low > 0 and parts.paste_cost.p_value < 0.01
     assert parts.background_effect.difference.holds(0.0) and parts.background_effect.p_value > 0.05
     assert parts.background_effect_per_draw.mean == pytest.approx(0.0)
@@ -102,7 +103,7 @@ def test_an_encoder_of_the_background_colour_feels_the_background_and_pays_no_pa
     in the corrupted images the corners are a pool colour drawn apart from the class."""
     scores = _scores(corner_colour, sets)
     assert scores["clean"][0].map_at_r == pytest.approx(1.0)
-    parts = decompose(scores["clean"][0], scores["random-bg"], scores["repasted"])["map_at_r"]
+    parts = decomposed(scores["clean"][0], scores["random-bg"], scores["repasted"])["map_at_r"]
     assert parts.paste_cost.difference.holds(0.0) and parts.paste_cost.p_value > 0.05
     assert parts.background_effect.difference.low > 0 and parts.background_effect.p_value < 0.01
     per_draw = parts.background_effect_per_draw
@@ -116,7 +117,7 @@ def test_the_parts_add_up_to_the_drop_for_every_metric(sets):
         return image.reshape(8, 5, 8, 5, 3).mean(axis=(1, 3)).ravel() / 255
 
     scores = _scores(thumbnail, sets)
-    decomposition = decompose(scores["clean"][0], scores["random-bg"], scores["repasted"])
+    decomposition = decomposed(scores["clean"][0], scores["random-bg"], scores["repasted"])
     assert set(decomposition) == set(METRICS)
     for metric, parts in decomposition.items():
         drop = parts.drop.difference.estimate
@@ -135,6 +136,28 @@ def test_the_profile_of_a_report_holds_the_decomposition_and_the_control_after_c
     assert [row.set for row in profile.sets][:3] == ["clean", "repasted", "random-bg"]
     assert list(PROFILE_SETS)[1] == "repasted"
     parts = profile.decomposition["map_at_r"]
-    assert parts == decompose(clean, corrupted, scores["repasted"])["map_at_r"]
+    assert parts == decomposed(clean, corrupted, scores["repasted"])["map_at_r"]
     repeats = [score.map_at_r for score in corrupted]
     assert parts.drop.difference.estimate == pytest.approx(clean.map_at_r - np.mean(repeats))
+
+
+def test_the_decomposition_takes_the_headlines_drop_and_resamples_only_its_two_parts(monkeypatch):
+    clean, corrupted, labels, ids = make_run(3)
+    repasted = make_run(1, seed=7)[1]
+    report = profiled_report(clean, corrupted, repasted, labels, ids)
+    for metric in METRICS:
+        headline = report.confidence.drop[metric]
+        assert headline is not None
+        assert report.profile.decomposition[metric].drop.model_dump() == headline.model_dump()
+    resampled = []
+
+    def counted(pairs, **options):
+        resampled.extend(pairs)
+        return paired_differences(pairs, **options)
+
+    monkeypatch.setattr(decomposition, "paired_differences", counted)
+    drop = dict(report.confidence.drop)
+    parts = decomposition.decompose(clean, corrupted, repasted, drop=drop)
+    assert sorted(resampled) == sorted((metric, part) for metric in METRICS
+                                       for part in ("paste_cost", "background_effect"))
+    assert all(parts[metric].drop is drop[metric] for metric in METRICS)  # the headline's own, not a copy

@@ -11,7 +11,8 @@ import numpy as np
 from bgbias.attribution.outputs import ExplainSummary
 from bgbias.engine.run_dir import RunDir, write_record
 from bgbias.installation import installation
-from bgbias.measurement.confidence import evaluation_confidence
+from bgbias.measurement.confidence import differences, evaluation_confidence
+from bgbias.measurement.decomposition import MetricDecomposition, decompose
 from bgbias.measurement.record import EvaluationReport, evaluation_record
 from bgbias.measurement.scoring import QuerySide
 from bgbias.measurement.summary import summarize_evaluation, summarize_profile
@@ -68,8 +69,16 @@ def profiled_report(
     report = summarize_evaluation(clean, corrupted, labels, ids, fields)
     rows = evaluation_confidence(clean, corrupted, {"query-side": side.scores, "worst-case": side.worst,
                                                     **variants})[1]
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows)
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows,
+                                          drop=report["confidence"]["drop"])
     return evaluation_record(report)
+
+
+def decomposed(clean: RetrievalScores, corrupted: list[RetrievalScores],
+               repasted: list[RetrievalScores]) -> dict[str, MetricDecomposition]:
+    """The decomposition of these scores as a report makes it: with the headline's drop."""
+    headline = evaluation_confidence(clean, corrupted)[0]
+    return decompose(clean, corrupted, repasted, drop=differences(headline["drop"]))
 
 
 def make_report(method: str, bgaugment: bool, dataset: str, *, repeats: int = 3, seed: int = 0,

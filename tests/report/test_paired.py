@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bgbias.errors import OptionError, RecordError
-from bgbias.measurement.intervals import IntervalSettings
+from bgbias.measurement.intervals import IntervalSettings, paired_difference
 from bgbias.report.paired import APART_DRAWS, NO_DRAWS, PAIRED_DRAWS, compare_evaluations
 from bgbias.report.per_query import read_per_query
 from tests.report.synthetic import CLASS_SIZES, write_evaluation
@@ -94,3 +94,23 @@ def test_draws_are_paired_only_on_the_same_corrupted_sets(folders, tmp_path):
     found = compare_evaluations(folders["chance"], clean_only)
     assert found.draws == NO_DRAWS and found.repeats == [2, 0]
     assert found.metrics["map_at_r"].clean is not None and found.metrics["map_at_r"].corrupted is None
+
+
+@pytest.mark.parametrize("manifests", ["m", "n"])
+def test_each_difference_is_the_one_its_own_call_gives(folders, tmp_path, manifests):
+    """The comparison resamples its differences in two batched calls; each must be bit for bit what one
+    paired_difference call of its own gives, the draws paired only where the corrupted sets are the same
+    (manifests "m", as the chance folder's)."""
+    other = write_evaluation(tmp_path / "middling", pull=1.0, seed=3, manifests=manifests)
+    found = compare_evaluations(folders["chance"], other)
+    first, second = read_per_query(folders["chance"]), read_per_query(other)
+    paired = manifests == "m"
+    assert found.draws == (PAIRED_DRAWS if paired else APART_DRAWS)
+    for metric, parts in found.metrics.items():
+        drops = [scores.clean[metric][None] - scores.corrupted[metric] for scores in (first, second)]
+        assert parts.clean == paired_difference(first.clean[metric], second.clean[metric])
+        assert parts.corrupted == paired_difference(first.corrupted[metric], second.corrupted[metric],
+                                                    paired_draws=paired)
+        assert parts.drop == paired_difference(*drops, paired_draws=paired)
+        # not vacuous: the other pairing of the draws gives other numbers
+        assert parts.drop != paired_difference(*drops, paired_draws=not paired)

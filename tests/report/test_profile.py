@@ -199,8 +199,11 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     assert "## Background-reliance profile (%)" in page
     assert "## Paste cost and background effect (MAP@R, points)" in page
     assert "| paste cost (clean − repasted) | 0.00 | \\[0.00, 0.00\\] | 1.000 | 0 % |" in page
-    saved = json.loads(first.files["report_json"].read_text())["profile"]
+    record = json.loads(first.files["report_json"].read_text())
+    saved = record["profile"]
     assert set(saved["decomposition"]) == {"map_at_r", "r_precision", "precision_at_1"}
+    for metric, parts in saved["decomposition"].items():  # the headline's drop, handed over as it is
+        assert parts["drop"] == record["confidence"]["drop"][metric]
     assert [row["set"] for row in saved["manifests"]].count("repasted") == 1
     for name in ("profile", "profile_csv"):
         assert first.files[name].is_file()

@@ -191,13 +191,12 @@ def test_the_profile_is_aggregated_over_seeds_set_by_set():
 
 
 def test_the_drop_split_by_the_paste_control_is_aggregated_over_seeds():
-    from bgbias.measurement.decomposition import decompose
     from bgbias.report.study_report import PROFILE_SUMMARY, profile_over_seeds
-    from tests.report.synthetic import make_run
+    from tests.report.synthetic import decomposed, make_run
 
     def profiled(report, seed):
         clean, corrupted, _, _ = make_run(2, seed)
-        parts = decompose(clean, corrupted, [corrupted[0]])
+        parts = decomposed(clean, corrupted, [corrupted[0]])
         sets = [{"set": name, "title": name, "repeats": 1,
                  "mean": {"map_at_r": 0.1, "r_precision": None, "precision_at_1": None},
                  "std": {"map_at_r": None, "r_precision": None, "precision_at_1": None}}
