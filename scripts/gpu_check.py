@@ -317,9 +317,10 @@ def _precision(amp, layout: str) -> str:
 def machine(device: torch.device) -> dict[str, str]:
     """What ran the check, in words and versions."""
     from bgbias.hardware import usable_cores
+    from bgbias.host_memory import keep_freed_memory
 
     found = {"python": platform.python_version(), "torch": torch.__version__, "cores": str(usable_cores()),
-             "processor": platform.processor() or platform.machine()}
+             "processor": platform.processor() or platform.machine(), "host_memory": keep_freed_memory()}
     if device.type == "cuda":
         found |= {"gpu": torch.cuda.get_device_name(device), "cuda": str(torch.version.cuda),
                   "cudnn": str(torch.backends.cudnn.version())}

@@ -8,6 +8,7 @@ import torch
 
 from bgbias.errors import OptionError, given
 from bgbias.hardware import default_loader_workers
+from bgbias.host_memory import keep_freed_memory
 from bgbias.options import MEMORY_FORMAT, choices
 
 if TYPE_CHECKING:
@@ -15,7 +16,10 @@ if TYPE_CHECKING:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → ``cuda:<local_rank>`` when CUDA is available, else ``cpu``; ``cuda[:N]``/``cpu`` as is."""
+    """``auto`` → ``cuda:<local_rank>`` when CUDA is available, else ``cpu``; ``cuda[:N]``/``cpu`` as is.
+    Every run that computes settles its device here, so here its host memory is kept for reuse
+    (:mod:`bgbias.host_memory`)."""
+    keep_freed_memory()
     if name == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     try:
@@ -80,7 +84,7 @@ def compute_record(config: TrainConfig, device: torch.device) -> dict[str, Any]:
     return {"precision": precision_name(resolve_amp(config.amp, device)),
             "memory_format": config.model.memory_format, "compile": config.model.compile,
             "loader_workers": loader_workers(config.data.workers, device),
-            "cpu_threads": torch.get_num_threads()}
+            "cpu_threads": torch.get_num_threads(), "host_memory": keep_freed_memory()}
 
 
 def cpu_has_native_bf16() -> bool:

@@ -18,6 +18,7 @@ from bgbias.data.memory import InMemoryImage
 from bgbias.engine.device import loader_workers, model_memory_format, precision_name
 from bgbias.engine.split_states import SplitStates
 from bgbias.errors import PARAMETER, AssetError
+from bgbias.host_memory import keep_freed_memory
 from bgbias.measurement.embedding_files import EmbeddingFolder
 from bgbias.measurement.record import EvaluationReport
 from bgbias.measurement.request import MeasureRequest, resolve, resolve_files
@@ -65,7 +66,8 @@ def measure(
         else trained_on.identity == dataset.identity(),
         "compute": {"device": str(model.device), "precision": precision_name(model.amp),
                     "memory_format": model_memory_format(model),
-                    "loader_workers": loader_workers(request.workers, model.device)},
+                    "loader_workers": loader_workers(request.workers, model.device),
+                    "host_memory": keep_freed_memory()},
     }
     report = summarize(scored, sets, resolved, source)
     return Measurement(report, scored.clean, scored.corrupted, [item.id for item in items], states.labels,

@@ -25,6 +25,7 @@ from PIL import Image
 from bgbias.assets.store import u2net_model_path
 from bgbias.errors import PARAMETER, AssetError, OptionError, given
 from bgbias.hardware import usable_cores
+from bgbias.host_memory import keep_freed_memory
 from bgbias.installation import import_onnxruntime
 from bgbias.options import DEFAULT_MASK_MODEL
 from bgbias.saliency.onnx_weights import load_u2net
@@ -184,9 +185,11 @@ def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = 
 
     Defaults: a batch of 1 on the CPU (larger ones were slower), :data:`DEFAULT_CUDA_BATCH` on a GPU; one
     stream per core on the CPU (up to :data:`MAX_DEFAULT_STREAMS`), one on a GPU; the cores shared out among
-    the streams. ``cuda`` is an error unless the backend really runs there.
+    the streams. ``cuda`` is an error unless the backend really runs there. Host memory is kept for reuse
+    (:mod:`bgbias.host_memory`): the torch network's buffers, and every image's decode and shrink.
     """
     check_model(model)
+    keep_freed_memory()
     inference = inference or Inference()
     if chosen_backend(model, inference) == "torch":
         return _torch_session(model, inference)
@@ -195,8 +198,8 @@ def open_session(model: str = DEFAULT_MASK_MODEL, inference: Inference | None = 
 
 def chosen_backend(model: str, inference: Inference) -> str:
     """The backend that runs ``model`` as ``inference`` asks. ``auto``: torch on CUDA or for mixed precision
-    (where it has the model's network), else onnxruntime where installed (1.1× as fast on 2 cores,
-    docs/benchmarks.md, *Mask backends*)."""
+    (where it has the model's network), else onnxruntime where installed: on 2 cores neither is faster for
+    both models, and onnxruntime's masks are rembg's byte for byte (docs/benchmarks.md, *Mask backends*)."""
     backend = inference.backend
     if backend == "auto":
         if model not in TORCH_MODELS:

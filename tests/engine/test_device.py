@@ -16,6 +16,7 @@ from bgbias.engine.device import cpu_has_native_bf16, loader_workers, resolve_am
 from bgbias.engine.trained import load_trained
 from bgbias.engine.training import train
 from bgbias.errors import OptionError
+from bgbias.host_memory import keep_freed_memory
 from tests.conftest import tiny_config
 
 CPU = torch.device("cpu")
@@ -50,7 +51,8 @@ def test_a_run_records_how_it_used_the_machine(tiny_bench, tmp_path):
                    runs=tmp_path, progress=False, echo=False)
     compute = json.loads(result.run.record.read_text())["compute"]
     assert compute == {"precision": "float32", "memory_format": "contiguous", "compile": False,
-                       "loader_workers": 0, "cpu_threads": torch.get_num_threads()}
+                       "loader_workers": 0, "cpu_threads": torch.get_num_threads(),
+                       "host_memory": keep_freed_memory()}
 
 
 def test_bf16_runs_on_a_cpu_with_native_bfloat16(monkeypatch):
