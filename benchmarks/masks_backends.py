@@ -481,6 +481,8 @@ def main() -> None:
                 "steps": table(STEP_COLUMNS, steps),
                 **({"parity": table(PARITY_COLUMNS, parity_rows)} if parity_rows else {}),
             },
+            # Each configuration's ratio by name, for the pages (a table's row is named by its first cell).
+            "values": {f"{row[0]} {row[1]} {THROUGHPUT_COLUMNS[-1]}": row[-1] for row in throughput},
         }
         args.json.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"\nrecord written to {args.json}")

@@ -20,6 +20,7 @@ from bgbias.engine.external_model import MODEL_RECORD, external_model, load_exte
 from bgbias.engine.model_spec import network_from_callable
 from bgbias.engine.trained import load_trained
 from bgbias.errors import ModelError, OptionError
+from bgbias.host_memory import keep_freed_memory
 from bgbias.measurement.request import MeasureRequest
 from bgbias.models.model_input import ModelInput
 from tests.engine.external import export_onnx, export_torchscript, exported_run, tiny_embedder
@@ -82,7 +83,7 @@ def test_eval_of_a_run_embeds_and_records_the_precision_and_layout_asked_for(tin
     output, compute = evaluate()
     assert "clean: embedded" in output
     assert compute == {"device": "cpu", "precision": "float32", "memory_format": "channels_last",
-                       "loader_workers": 0}
+                       "loader_workers": 0, "host_memory": keep_freed_memory()}
     output, compute = evaluate("--amp", "bf16")
     assert "clean: embedded" in output  # a float32 state never stands for a bf16 one
     assert (compute["precision"], compute["memory_format"]) == ("bfloat16", "channels_last")
