@@ -10,8 +10,8 @@ memory*). PyTorch's performance guide suggests preloading another allocator for 
 from inside the process with glibc's ``mallopt``: every block comes from the heap (no block of its own from
 the kernel), up to 1 GiB freed at the heap's top stays for the next layer, and every thread allocates from
 the main heap (one arena: the network threads of the masks step too). The heap then holds the run's peak
-until the process ends, a little above glibc's own peak (the record says how much); results do not change,
-only where the bytes live.
+until the process ends, above glibc's own peak (up to a fifth in the runs of docs/benchmarks.md); results do
+not change, only where the bytes live.
 
 A process that chose its allocator keeps its choice: another one preloaded (``LD_PRELOAD``), or glibc's own
 settings in the environment (``GLIBC_TUNABLES`` with ``glibc.malloc``, ``MALLOC_*_``).
