@@ -37,8 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bgbias.host_memory import SWITCH, keep_freed_memory, without_allocator_choices  # noqa: E402
+
 WORKLOADS = ("train-bench", "embed-bench", "embed-paper", "train-paper", "masks-u2netp")
-VARIANTS = {"bgbias": {}, "glibc's defaults": {"BGBIAS_KEEP_FREED_MEMORY": "0"}}
+VARIANTS = {"bgbias": {}, "glibc's defaults": {SWITCH: "0"}}
+"""Each variant's allocator settings, added to an environment without any."""
 
 
 def step_function(workload: str):
@@ -91,8 +94,6 @@ def child(workload: str, steps: int) -> None:
     """Time ``workload`` in this process and print one JSON line."""
     import resource
 
-    from bgbias.host_memory import keep_freed_memory
-
     step = step_function(workload)
     for index in range(2):
         step(index)
@@ -110,11 +111,9 @@ def child(workload: str, steps: int) -> None:
 
 
 def measured(workload: str, variant: str, steps: int) -> dict:
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith(("MALLOC_", "BGBIAS_KEEP")) and key != "GLIBC_TUNABLES"}
+    environment = {**without_allocator_choices(os.environ), **VARIANTS[variant]}
     done = subprocess.run([sys.executable, __file__, "--child", workload, "--steps", str(steps)],
-                          env={**environment, **VARIANTS[variant]}, capture_output=True, text=True,
-                          check=True, cwd=ROOT)
+                          env=environment, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

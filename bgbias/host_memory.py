@@ -82,3 +82,10 @@ def allocator_chosen_by_user(environment: Mapping[str, str]) -> str | None:
         return "GLIBC_TUNABLES"
     named = [name for name in GLIBC_SETTINGS if name in environment]
     return ", ".join(named) if named else None
+
+
+def without_allocator_choices(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` less every variable :func:`allocator_chosen_by_user` reads as a choice: for a child
+    process whose allocator is to be decided by bgbias or by what the caller adds (tests, benchmarks)."""
+    return {key: value for key, value in environment.items()
+            if allocator_chosen_by_user({key: value}) is None}

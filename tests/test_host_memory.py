@@ -95,9 +95,8 @@ print(json.dumps({"outcome": outcome, "faults": resource.getrusage(resource.RUSA
 def _child(code: str, extra_environment: dict[str, str]) -> dict:
     """What a child Python running ``code`` printed (one JSON line), its allocator settings only
     ``extra_environment``'s."""
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in (*host_memory.GLIBC_SETTINGS, "GLIBC_TUNABLES", host_memory.SWITCH)}
-    done = subprocess.run([sys.executable, "-c", code], env={**environment, **extra_environment},
+    environment = {**host_memory.without_allocator_choices(os.environ), **extra_environment}
+    done = subprocess.run([sys.executable, "-c", code], env=environment,
                           capture_output=True, text=True, timeout=300, check=True)
     return json.loads(done.stdout)
 
@@ -141,3 +140,12 @@ def test_where_the_bytes_live_changes_no_result():
     runs = [_child(SAME_BYTES, extra) for extra in ({}, GLIBC_DEFAULTS)]
     assert [run["outcome"] for run in runs] == ["tuned", "left as set: BGBIAS_KEEP_FREED_MEMORY=0"]
     assert runs[0]["sha256"] == runs[1]["sha256"]
+
+
+def test_a_childs_environment_loses_exactly_the_allocator_choices():
+    environment = {"PATH": "/usr/bin", "LD_PRELOAD": "libjemalloc.so.2", "MALLOC_ARENA_MAX": "2",
+                   "GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "BGBIAS_KEEP_FREED_MEMORY": "0",
+                   "BGBIAS_DATA": "/data"}
+    assert host_memory.without_allocator_choices(environment) == {"PATH": "/usr/bin", "BGBIAS_DATA": "/data"}
+    kept = {"LD_PRELOAD": "libfaketime.so.1", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F"}
+    assert host_memory.without_allocator_choices(kept) == kept
