@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bgbias.saliency.packed_convolutions import can_pack, pack_convolutions
 from bgbias.saliency.u2net import IMAGENET_MEAN, IMAGENET_STD, INPUT_SIZE, SoftMask
 from bgbias.saliency.u2net_network import U2Net
 
@@ -38,6 +39,8 @@ class TorchU2netSession:
         self._device = device
         self._precision = precision
         self._network = network.to(device, memory_format=torch.channels_last).eval()
+        if device.type == "cpu" and precision == "fp32" and can_pack():
+            self._network = pack_convolutions(self._network, info.batch)
         self._mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         self._std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         # On CUDA every batch runs on this one thread, for the session's life: PyTorch keeps cuDNN's chosen
@@ -71,12 +74,13 @@ class TorchU2netSession:
             torch.set_num_threads(previous_threads)
 
     def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
-        """One network call for the whole batch. On CUDA a short last batch is padded with copies of its last
-        image (outputs dropped), so cuDNN's search for the fastest convolutions runs for one shape only."""
+        """One network call for the whole batch. A short last batch is padded with copies of its last image
+        (outputs dropped), so the network sees one shape only: cuDNN searches for its fastest convolutions
+        once, and the CPU's weights stay packed for that shape (:mod:`~bgbias.saliency.packed_convolutions`)."""
+        padded = [*batch, *[batch[-1]] * (self.info.batch - len(batch))]
         if self._cuda_thread is None:
-            return self._infer(batch)
-        padding = [batch[-1]] * (self.info.batch - len(batch))
-        return self._cuda_thread.submit(self._infer, [*batch, *padding]).result()[:len(batch)]
+            return self._infer(padded)[:len(batch)]
+        return self._cuda_thread.submit(self._infer, padded).result()[:len(batch)]
 
     def _infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
         pixels = torch.from_numpy(np.stack(batch))

@@ -106,6 +106,7 @@ class U2Net(nn.Module):
 
     def __init__(self, shape: U2NetShape):
         super().__init__()
+        self.shape = shape
         self.encoder = nn.ModuleList(
             ResidualUBlock(levels, *channels, dilated_only=stage >= 4)
             for stage, (levels, channels) in enumerate(zip(_LEVELS, shape.encoder, strict=True))

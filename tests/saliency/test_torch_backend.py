@@ -100,16 +100,19 @@ def test_a_batch_of_three_equals_three_single_calls(images, torch_outputs, u2net
 
 
 @pytest.mark.slow
-def test_a_short_batch_on_the_session_thread_is_padded_and_gives_the_unpadded_outputs(
-        images, torch_outputs, u2netp_torch_batch3, monkeypatch):
-    """The CUDA path (one session thread, short batches padded to the full size) run on the CPU. A full batch
-    there takes the same code with no padding, and test_a_batch_of_three_equals_three_single_calls checks a
-    full batch's outputs."""
+@pytest.mark.parametrize("thread", [False, True], ids=["cpu", "session-thread"])
+def test_a_short_batch_is_padded_and_gives_the_unpadded_outputs(images, torch_outputs, u2netp_torch_batch3,
+                                                                  thread, monkeypatch):
+    """A short batch reaches the network padded to the session's batch size, so the CPU's packed weights
+    (and on CUDA cuDNN's plans) see one shape. ``session-thread`` is the CUDA path (one session thread) run on
+    the CPU. A full batch takes the same code with no padding, and
+    test_a_batch_of_three_equals_three_single_calls checks a full batch's outputs."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     session = u2netp_torch_batch3
-    monkeypatch.setattr(session, "_cuda_thread", ThreadPoolExecutor(1, "u2net-test"))
+    if thread:
+        monkeypatch.setattr(session, "_cuda_thread", ThreadPoolExecutor(1, "u2net-test"))
     seen: list[tuple[int, int]] = []
     hook = session._network.register_forward_hook(
         lambda _module, inputs, _output: seen.append((threading.get_ident(), inputs[0].shape[0])))
@@ -117,11 +120,26 @@ def test_a_short_batch_on_the_session_thread_is_padded_and_gives_the_unpadded_ou
         short = session.infer([session.prepare(images[3])])
     finally:
         hook.remove()
-        session._cuda_thread.shutdown()
-    assert len(short) == 1 and [size for _, size in seen] == [3] and seen[0][0] != threading.get_ident()
+        if thread:
+            session._cuda_thread.shutdown()
+    assert len(short) == 1 and [size for _, size in seen] == [3]
+    assert (seen[0][0] != threading.get_ident()) == thread
     alone = torch_outputs[3]
     assert np.abs(short[0].pixels.astype(np.int16) - alone.pixels.astype(np.int16)).max() <= 1
     assert short[0].high == pytest.approx(alone.high, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_the_cpu_session_packs_its_convolutions_for_its_batch_size(u2netp_torch_batch3):
+    from bgbias.saliency.packed_convolutions import PackedConvRelu, can_pack
+    from bgbias.saliency.u2net_network import ConvRelu
+
+    if not can_pack():
+        pytest.skip("this torch has no oneDNN CPU convolutions")
+    layers = list(u2netp_torch_batch3._network.modules())
+    assert not any(isinstance(layer, ConvRelu) for layer in layers)
+    packed = [layer for layer in layers if isinstance(layer, PackedConvRelu)]
+    assert packed and {layer.input_shape[0] for layer in packed} == {3}
 
 
 @pytest.mark.slow
