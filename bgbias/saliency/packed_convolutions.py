@@ -42,8 +42,8 @@ class PackedConvRelu(nn.Module):
             self._bias = conv.bias.detach().float().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._convolution_pointwise(x, self._weight, self._bias, *self._geometry, "relu", [],
-                                                       "")
+        return torch.ops.mkldnn._convolution_pointwise(
+            x, self._weight, self._bias, *self._geometry, "relu", [], "")
 
 
 @functools.cache

@@ -76,7 +76,8 @@ class TorchU2netSession:
     def infer(self, batch: Sequence[np.ndarray]) -> list[Stretched]:
         """One network call for the whole batch. A short last batch is padded with copies of its last image
         (outputs dropped), so the network sees one shape only: cuDNN searches for its fastest convolutions
-        once, and the CPU's weights stay packed for that shape (:mod:`~bgbias.saliency.packed_convolutions`)."""
+        once, and the CPU's weights stay packed for that shape
+        (:mod:`~bgbias.saliency.packed_convolutions`)."""
         padded = [*batch, *[batch[-1]] * (self.info.batch - len(batch))]
         if self._cuda_thread is None:
             return self._infer(padded)[:len(batch)]

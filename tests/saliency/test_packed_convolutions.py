@@ -22,7 +22,8 @@ def _seeded_u2netp() -> U2Net:
     return U2Net(U2NETP).eval().to(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("shape", [U2NETP, pytest.param(U2NET, marks=pytest.mark.slow)], ids=["u2netp", "u2net"])
+@pytest.mark.parametrize("shape", [U2NETP, pytest.param(U2NET, marks=pytest.mark.slow)],
+                         ids=["u2netp", "u2net"])
 def test_every_conv_relu_gets_the_shape_it_sees_at_320_pixels(shape):
     layers = {name: module for name, module in U2Net(shape).named_modules() if isinstance(module, ConvRelu)}
     shapes = dict(conv_relu_input_shapes(shape, batch=2))
