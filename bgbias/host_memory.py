@@ -65,11 +65,16 @@ def tuned_or_why_not(environment: Mapping[str, str]) -> str:
         libc = ctypes.CDLL("libc.so.6")
     except OSError as exc:
         return f"left as it is: glibc not loadable ({exc})"
-    # mallopt returns 1 on success; a threshold glibc refuses leaves its setting as it was.
-    settings = ((M_MMAP_MAX, KERNEL_BLOCKS), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, ARENAS))
-    if not all(libc.mallopt(parameter, value) == 1 for parameter, value in settings):
+    # mallopt returns 1 on success; a setting glibc refuses stays as it was, and the others still apply.
+    settings = (("M_MMAP_MAX", M_MMAP_MAX, KERNEL_BLOCKS),
+                ("M_TRIM_THRESHOLD", M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+                ("M_ARENA_MAX", M_ARENA_MAX, ARENAS))
+    refused = [name for name, parameter, value in settings if libc.mallopt(parameter, value) != 1]
+    if not refused:
+        return "tuned"
+    if len(refused) == len(settings):
         return "left as it is: glibc refused the settings"
-    return "tuned"
+    return f"partly tuned: glibc refused {', '.join(refused)}"
 
 
 def allocator_chosen_by_user(environment: Mapping[str, str]) -> str | None:

@@ -18,15 +18,17 @@ glibc_only = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ve
 
 
 class RecordingLibc:
-    """Stands in for libc: records each ``mallopt`` and answers ``answer`` (1 is glibc's success)."""
+    """Stands in for libc: records each ``mallopt`` and answers ``answer`` (1 is glibc's success), 0 for the
+    parameters in ``refusing``."""
 
-    def __init__(self, answer: int = 1):
+    def __init__(self, answer: int = 1, refusing: tuple[int, ...] = ()):
         self.answer = answer
+        self.refusing = refusing
         self.calls: list[tuple[int, int]] = []
 
     def mallopt(self, parameter: int, value: int) -> int:
         self.calls.append((parameter, value))
-        return self.answer
+        return 0 if parameter in self.refusing else self.answer
 
 
 @pytest.mark.parametrize(("environment", "named"), [
@@ -63,6 +65,14 @@ def test_glibc_is_set_to_keep_freed_buffers_in_one_arena(monkeypatch):
 def test_a_setting_glibc_refuses_is_said(monkeypatch):
     monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda name: RecordingLibc(answer=0))
     assert host_memory.tuned_or_why_not({}) == "left as it is: glibc refused the settings"
+
+
+@glibc_only
+def test_a_setting_glibc_refuses_does_not_keep_the_others_from_applying(monkeypatch):
+    libc = RecordingLibc(refusing=(host_memory.M_MMAP_MAX,))
+    monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda name: libc)
+    assert host_memory.tuned_or_why_not({}) == "partly tuned: glibc refused M_MMAP_MAX"
+    assert libc.calls == [(-4, 0), (-1, 1 << 30), (-8, 1)]
 
 
 def test_every_run_that_settles_its_device_keeps_freed_memory(monkeypatch):
