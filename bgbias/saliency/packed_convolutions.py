@@ -4,10 +4,11 @@ PyTorch's CPU convolution hands oneDNN a plain weight tensor, and oneDNN rearran
 on every call: for ``u2net`` that is 176 MB read and written again per image, and each ReLU is one more pass
 over its convolution's output. Packed here, each weight is rearranged once, when the session opens, and the
 ReLU is applied as the convolution writes its output (docs/benchmarks.md, *Mask backends*). oneDNN chooses
-the layout from the whole input shape, batch included, and rearranges a weight packed for another shape on
-every call, slowly: so each convolution is packed for the shape it sees at 320² and the session's batch size,
-and the session gives it only that shape (:class:`~bgbias.saliency.torch_session.TorchU2netSession` pads a
-short batch).
+the layout from the whole input shape, batch included, and from the threads a call has, and rearranges a
+weight packed otherwise on every call, slowly (u2net at 0.7× the unpacked network): so each convolution is
+packed for the shape it sees at 320² and the session's batch size, under the session's threads per call, and
+the session gives it only that shape (:class:`~bgbias.saliency.torch_session.TorchU2netSession` pads a short
+batch).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def conv_relu_input_shapes(shape: U2NetShape, batch: int) -> tuple[tuple[str, tu
 
 def pack_convolutions(network: U2Net, batch: int) -> U2Net:
     """``network`` (float32, on the CPU, in eval mode) with every ConvRelu replaced in place by a
-    :class:`PackedConvRelu` for batches of ``batch`` images at 320²; the side and fusion layers stay as they
-    are (one output channel each: little to gain)."""
+    :class:`PackedConvRelu` for batches of ``batch`` images at 320², run with as many torch threads as now;
+    the side and fusion layers stay as they are (one output channel each: little to gain)."""
     for name, shape in conv_relu_input_shapes(network.shape, batch):
         parent, _, child = name.rpartition(".")
         owner = network.get_submodule(parent)

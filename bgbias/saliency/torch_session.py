@@ -40,7 +40,8 @@ class TorchU2netSession:
         self._precision = precision
         self._network = network.to(device, memory_format=torch.channels_last).eval()
         if device.type == "cpu" and precision == "fp32" and can_pack():
-            self._network = pack_convolutions(self._network, info.batch)
+            with self.running():  # packed for the threads each call will have
+                self._network = pack_convolutions(self._network, info.batch)
         self._mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         self._std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         # On CUDA every batch runs on this one thread, for the session's life: PyTorch keeps cuDNN's chosen

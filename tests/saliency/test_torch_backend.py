@@ -175,3 +175,24 @@ def test_torch_masks_need_no_onnxruntime(six_items, tmp_path, u2netp_file, monke
                    inference=Inference(backend="onnxruntime", device="cpu"))
     assert "onnxruntime is not installed" in caught.value.problem
     assert "pip install onnxruntime" in caught.value.fix
+
+
+def test_the_cpu_session_packs_under_the_threads_of_its_calls(u2netp_file, monkeypatch):
+    """oneDNN lays a weight out for the threads a call has; packed under others, every call rearranges it."""
+    import torch
+
+    import bgbias.saliency.torch_session as torch_session
+
+    threads_when_packed = []
+
+    def recording(network, batch):
+        threads_when_packed.append(torch.get_num_threads())
+        return network
+
+    monkeypatch.setenv("U2NET_HOME", str(u2netp_file.parent))
+    monkeypatch.setattr(torch_session, "can_pack", lambda: True)
+    monkeypatch.setattr(torch_session, "pack_convolutions", recording)
+    before = torch.get_num_threads()
+    session = open_session("u2netp", Inference(backend="torch", device="cpu", streams=1, threads=before + 1))
+    assert threads_when_packed == [session.info.threads] == [before + 1]
+    assert torch.get_num_threads() == before
