@@ -5,7 +5,7 @@ on every call: for ``u2net`` that is 176 MB read and written again per image, an
 over its convolution's output. Packed here, each weight is rearranged once, when the session opens, and the
 ReLU is applied as the convolution writes its output (docs/benchmarks.md, *Mask backends*). oneDNN chooses
 the layout from the whole input shape, batch included, and from the threads a call has, and rearranges a
-weight packed otherwise on every call, slowly (u2net at 0.7× the unpacked network): so each convolution is
+weight packed otherwise on every call, slower than not packing at all: so each convolution is
 packed for the shape it sees at 320² and the session's batch size, under the session's threads per call, and
 the session gives it only that shape (:class:`~bgbias.saliency.torch_session.TorchU2netSession` pads a short
 batch).
