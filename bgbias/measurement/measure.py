@@ -44,6 +44,8 @@ class Measurement:
     clean_images: Any
     corrupted_images: list[Any]
     embedded: int
+    variants: dict[str, list[RetrievalScores]]
+    """The profile's variant sets' scores by name (empty without the profile)."""
 
 
 def measure(
@@ -72,7 +74,7 @@ def measure(
     report = summarize(scored, sets, resolved, source)
     return Measurement(report, scored.clean, scored.corrupted, [item.id for item in items], states.labels,
                        EvalImages(items, resolved.geometry), [images for _, images in sets.corrupted],
-                       states.embedded)
+                       states.embedded, scored.variants)
 
 
 class FileStates:
@@ -136,4 +138,5 @@ def measure_files(
               "embeddings": {"folder": str(folder), "l2_normalized": l2_normalize, "files": states.files}}
     report = summarize(scored, sets, resolved, source)
     return Measurement(report, scored.clean, scored.corrupted, [item.id for item in items], labels,
-                       EvalImages(items, resolved.geometry), [images for _, images in sets.corrupted], 0)
+                       EvalImages(items, resolved.geometry), [images for _, images in sets.corrupted], 0,
+                       scored.variants)

@@ -26,6 +26,7 @@ from bgbias.measurement.record import (
     EvaluationReport,
     evaluation_record,
 )
+from bgbias.measurement.variant_columns import variant_order, variant_prefix
 from bgbias.retrieval.metrics import METRICS, RetrievalScores, chance_scores
 from bgbias.schema import format_header
 from bgbias.variants.variants import ONLY_FG_FILL
@@ -261,10 +262,16 @@ def _images_hurt_most(
 def per_query_table(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], labels: np.ndarray, ids: Sequence[str],
     empty_masks: Collection[str] | None = None,
+    variants: Mapping[str, Sequence[RetrievalScores]] | None = None,
 ) -> dict[str, list[Any]]:
     """The per-query table by column (``per_query.csv``): id, label, R, whether the image's mask is empty
-    (with ``empty_masks``), then each metric for the clean set and each repeat (``repeat0_map_at_r``, …)."""
-    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted))]
+    (with ``empty_masks``), then each metric for the clean set and each repeat (``repeat0_map_at_r``, …), then
+    the profile's ``variants`` by name, each draw (``repasted0_map_at_r``, …:
+    :mod:`~bgbias.measurement.variant_columns`)."""
+    variants = variants or {}
+    sets = [("clean", clean), *((f"repeat{i}", scores) for i, scores in enumerate(corrupted)),
+            *((variant_prefix(name, draw), scores) for name in variant_order(variants)
+              for draw, scores in enumerate(variants[name]))]
     table: dict[str, list[Any]] = {"id": list(ids), "label": labels.tolist(),
                                    "r": clean.per_query["r"].astype(int).tolist()}
     if empty_masks is not None:

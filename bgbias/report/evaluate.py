@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +48,13 @@ class EvaluationResult:
     """Sets embedded now (the others came from the cache)."""
     ids: list[str]
     labels: np.ndarray
+    variants: dict[str, list[RetrievalScores]] = field(default_factory=dict)
+    """The profile's variant sets' scores by name (empty without the profile)."""
 
     def per_query(self) -> dict[str, list[Any]]:
         """The per-query table by column (``per_query.csv``); ``pandas.DataFrame(result.per_query())`` reads
         it."""
-        return per_query_table(self.clean, self.corrupted, self.labels, self.ids)
+        return per_query_table(self.clean, self.corrupted, self.labels, self.ids, variants=self.variants)
 
     def summary(self) -> str:
         """What ``bgbias eval`` prints: clean vs corrupted per metric, the drop, and where the report is."""
@@ -109,7 +111,7 @@ def score_embedding_folder(
 
 def _result(out_dir: Path | None, measured: Measurement, files: dict[str, Path]) -> EvaluationResult:
     return EvaluationResult(out_dir, measured.report, files, measured.clean, measured.corrupted,
-                            measured.embedded, measured.ids, measured.labels)
+                            measured.embedded, measured.ids, measured.labels, measured.variants)
 
 
 def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, Path]:
@@ -119,7 +121,7 @@ def write_evaluation_folder(measured: Measurement, out_dir: Path) -> dict[str, P
 
     def write(stage: Path) -> dict[str, Path]:
         files = write_evaluation_report(record, stage, clean=clean, corrupted=corrupted,
-                                        labels=measured.labels, ids=measured.ids)
+                                        labels=measured.labels, ids=measured.ids, variants=measured.variants)
         if record.profile is not None:
             files["profile"] = plot_profile(record, stage / "profile.png")
         if corrupted:

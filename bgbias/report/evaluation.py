@@ -57,13 +57,16 @@ def write_evaluation_report(
     corrupted: Sequence[RetrievalScores],
     labels: np.ndarray,
     ids: Sequence[str],
+    variants: Mapping[str, Sequence[RetrievalScores]] | None = None,
 ) -> dict[str, Path]:
     """Write ``report.json`` (the typed ``record`` as it was made), ``report.csv``, ``per_query.csv`` (from
-    the scores it was made from), ``report.md``, and ``per_class.csv`` and ``profile.csv`` where the report
-    has them, into ``out_dir``, each atomically; return their paths keyed by file name with ``_`` for ``.``.
+    the scores it was made from, the profile's ``variants`` among them), ``report.md``, and ``per_class.csv``
+    and ``profile.csv`` where the report has them, into ``out_dir``, each atomically; return their paths keyed
+    by file name with ``_`` for ``.``.
     """
     labels = np.asarray(labels)
     check_scores(clean, corrupted, labels, ids)
+    _check_variants(record, clean, variants or {})
     repeats = len(record.corrupted.repeats) if record.corrupted else 0
     if len(labels) != record.images or len(corrupted) != repeats:
         raise OptionError(
@@ -72,7 +75,7 @@ def write_evaluation_report(
             fix="pass the same scores to summarize_evaluation and write_evaluation_report",
         )
     empty = None if record.empty_masks is None else record.empty_masks.ids
-    table = per_query_table(clean, corrupted, labels, ids, empty)
+    table = per_query_table(clean, corrupted, labels, ids, empty, variants)
     texts = {"report.csv": csv_text(("set", *METRICS), _set_rows(record)),
              "per_query.csv": csv_text(list(table), zip(*table.values(), strict=True)),
              "report.md": format_evaluation_markdown(record)}
@@ -90,6 +93,19 @@ def write_evaluation_report(
         path = paths[name.replace(".", "_")] = Path(out_dir) / name
         write_text_atomic(path, text)
     return paths
+
+
+def _check_variants(record: EvaluationReport, clean: RetrievalScores,
+                    variants: Mapping[str, Sequence[RetrievalScores]]) -> None:
+    """The variants' scores must be those of the report's profile: as many draws as its row of each, over the
+    queries of the clean scores."""
+    rows = {row.set: row.repeats for row in record.profile.sets} if record.profile is not None else {}
+    for name, scores in variants.items():
+        if rows.get(name) != len(scores) or any(
+                not np.array_equal(draw.per_query["r"], clean.per_query["r"]) for draw in scores):
+            raise OptionError(f"the {name} scores ({len(scores)} draws) are not those of the report's "
+                              f"profile ({rows.get(name, 'no such set')})",
+                              fix="pass the variants' scores the report's profile was made from")
 
 
 def load_evaluation_report(path: str | os.PathLike[str]) -> EvaluationReport:

@@ -1,7 +1,8 @@
 """Two evaluations of the same queries compared (vanilla against BGAugment on the study page, a model against
 the one ranked above it on the audit page, ``bgbias.compare_evaluations``): per metric, ``second − first`` of
-the clean score, of the corrupted score and of the drop, each with its interval over the test queries (and the
-background draws) and its p-value (:func:`~bgbias.measurement.intervals.paired_differences`).
+the clean score, of the corrupted score, of the drop and of its two parts by the paste control where both
+evaluations scored it (:mod:`bgbias.report.paired_parts`), each with its interval over the test queries (and
+the background draws) and its p-value (:func:`~bgbias.measurement.intervals.paired_differences`).
 
 Nothing is evaluated again: both folders' ``per_query.csv`` are read (:mod:`bgbias.report.per_query`). Queries
 are paired; the corrupted draws are paired by draw only where both evaluations scored the same corrupted sets
@@ -20,6 +21,7 @@ from bgbias.errors import OptionError, RecordError
 from bgbias.measurement.intervals import IntervalSettings, PairedDifference, paired_differences
 from bgbias.measurement.record import EvaluationReport
 from bgbias.report.evaluation import load_evaluation_report
+from bgbias.report.paired_parts import BACKGROUND_EFFECT, PASTE_COST, drop_parts
 from bgbias.report.per_query import FIX, PerQueryScores, read_per_query
 from bgbias.retrieval.metrics import METRICS
 from bgbias.schema import Record
@@ -31,11 +33,16 @@ NO_DRAWS = "none: an evaluation without corrupted sets"
 
 class MetricDifference(Record):
     """One metric, ``second − first``: the clean score, the corrupted score (mean over the repeats) and the
-    drop (clean − corrupted); None where a side has no corrupted sets or no query is scored on both."""
+    drop (clean − corrupted), and the drop's two parts by the paste control
+    (:mod:`~bgbias.measurement.decomposition`): the paste cost (clean − repasted) and the background effect
+    (repasted − corrupted); None where a side has no corrupted sets (or, for the parts, no ``repasted`` set)
+    or no query is scored on both."""
 
     clean: PairedDifference | None
     corrupted: PairedDifference | None
     drop: PairedDifference | None
+    paste_cost: PairedDifference | None
+    background_effect: PairedDifference | None
 
 
 class EvaluationComparison(Record):
@@ -81,9 +88,14 @@ def compare_evaluations(first: str | os.PathLike[str], second: str | os.PathLike
                                          for scores in (first_scores, second_scores))
             pairs[metric, "corrupted"] = (first_scores.corrupted[metric], second_scores.corrupted[metric])
             pairs[metric, "drop"] = (first_drops, second_drops)
+            # Each part's own resampling group (by shape): the numbers above are the same with or without it.
+            pairs.update(drop_parts(first_scores, second_scores, metric))
         repeated = paired_differences(pairs, paired_draws=draws == PAIRED_DRAWS, **options)
     found = {metric: MetricDifference(clean=clean[metric], corrupted=repeated.get((metric, "corrupted")),
-                                      drop=repeated.get((metric, "drop"))) for metric in metrics}
+                                      drop=repeated.get((metric, "drop")),
+                                      paste_cost=repeated.get((metric, PASTE_COST)),
+                                      background_effect=repeated.get((metric, BACKGROUND_EFFECT)))
+             for metric in metrics}
     return EvaluationComparison(first=str(first), second=str(second), queries=len(first_scores.ids),
                                 repeats=repeats, draws=draws, intervals=settings, metrics=found)
 

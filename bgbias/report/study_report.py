@@ -169,7 +169,8 @@ class SeedComparison:
 
 def bgaugment_comparisons(results: Sequence[StudyRunResult]) -> list[SeedComparison]:
     """Each method and training seed with a vanilla and a BGAugment run whose evaluation folders are known:
-    the paired differences of MAP@R (clean, corrupted, drop) of the two, in the results' order."""
+    the paired differences of MAP@R (clean, corrupted, drop, and the drop's parts where both were profiled) of
+    the two, in the results' order."""
     by_key = {(r.report.method, bool(r.report.bgaugment), r.report.seed): r.evaluation for r in results
               if r.evaluation is not None and r.report.seed is not None}
     return [SeedComparison(method, seed, compare_evaluations(vanilla, by_key[(method, True, seed)],
@@ -180,16 +181,25 @@ def bgaugment_comparisons(results: Sequence[StudyRunResult]) -> list[SeedCompari
 
 def comparison_table(found: Sequence[SeedComparison]) -> TableCells:
     """:func:`bgaugment_comparisons` as a table: the differences in points with their intervals, and
-    p-values."""
+    p-values; the background effect's (the drop's part past the paste control) where any pair has it
+    (:func:`shows_background_effect`)."""
     level = f"{100 * IntervalSettings().level:g} %"
+    effect = shows_background_effect(found)
     headers = ("method", "training seed", f"Δ corrupted MAP@R [{level}]", "p", f"Δ clean MAP@R [{level}]",
-               "p", f"Δ drop [{level}]", "p", "background draws")
+               "p", f"Δ drop [{level}]", "p", *((f"Δ background effect [{level}]", "p") if effect else ()),
+               "background draws")
     rows = tuple((pair.method, str(pair.seed),
-                  *(cell for part in (pair.map_at_r.corrupted, pair.map_at_r.clean, pair.map_at_r.drop)
+                  *(cell for part in (pair.map_at_r.corrupted, pair.map_at_r.clean, pair.map_at_r.drop,
+                                      *((pair.map_at_r.background_effect,) if effect else ()))
                     for cell in (signed_points(part), p_cell(part))),
                   draws_cell(pair.comparison))
                  for pair in found)
     return headers, rows
+
+
+def shows_background_effect(found: Sequence[SeedComparison]) -> bool:
+    """Whether any pair has the background effect (both runs profiled): the table shows it then."""
+    return any(pair.map_at_r.background_effect is not None for pair in found)
 
 
 QUERIES_NOTE = (
@@ -199,6 +209,10 @@ QUERIES_NOTE = (
     "set, not whether another training seed would give it: that is the spread over training seeds, in the "
     "next table. Background draws: paired where both runs scored the same corrupted sets, else resampled "
     "apart.")
+BACKGROUND_EFFECT_NOTE = (
+    " Δ background effect: of the drop's part past the paste control (repasted − corrupted, the evaluation "
+    "report's profile), paired per query as the drop is; it says whether BGAugment lowered what the "
+    "background takes rather than what the paste costs, and is empty where a run was not profiled.")
 COMPARISON_NOT_MEASURED = (
     "Not measured: this needs a method's vanilla and BGAugment runs of the same training seed, with their "
     "evaluation folders.")
@@ -657,7 +671,8 @@ def write_study_report(
         Figure(seed_bars, "clean and corrupted MAP@R without and with BGAugment: bars at the mean over "
                           "training seeds, a dot per seed"),
         Heading("BGAugment's effect over test queries and background draws, one training seed"),
-        *([Paragraph(QUERIES_NOTE.format(settings=settings_words(IntervalSettings()))),
+        *([Paragraph(QUERIES_NOTE.format(settings=settings_words(IntervalSettings()))
+                     + (BACKGROUND_EFFECT_NOTE if shows_background_effect(compared) else "")),
            Table(*comparison_table(compared), caption="points of MAP@R, per training seed")]
           if compared else [Paragraph(COMPARISON_NOT_MEASURED)]),
         Heading("BGAugment's effect over training seeds, paired by seed"),

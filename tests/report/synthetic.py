@@ -58,11 +58,12 @@ def make_run(
 
 def profiled_report(
     clean: RetrievalScores, corrupted: list[RetrievalScores], repasted: list[RetrievalScores],
-    labels: np.ndarray, ids: list[str], **meta: Any,
+    labels: np.ndarray, ids: list[str], variants: dict[str, list[RetrievalScores]] | None = None, **meta: Any,
 ) -> EvaluationReport:
     """The report of these scores with a profile whose paste control scored ``repasted``, every other variant
-    the clean scores and the query side the corrupted ones (its worst case the first repeat)."""
-    variants = {name: repasted if name == "repasted" else [clean] for name in VARIANTS}
+    the clean scores (:func:`profile_variants`) and the query side the corrupted ones (its worst case the
+    first repeat); ``variants`` replaces those of the variants it names."""
+    variants = {**profile_variants(clean, repasted), **(variants or {})}
     side = QuerySide(retrieval=None, clean_state={}, labels=labels, repeats=len(corrupted), worst_k=1,
                      max_memory=0, scores=corrupted, worst=dict(corrupted[0].per_query))
     fields = {"method": "m", "dataset": "d", "split": "test", **meta}
@@ -72,6 +73,13 @@ def profiled_report(
     report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows,
                                           drop=report["confidence"]["drop"])
     return evaluation_record(report)
+
+
+def profile_variants(clean: RetrievalScores,
+                     repasted: list[RetrievalScores]) -> dict[str, list[RetrievalScores]]:
+    """The variants' scores of :func:`profiled_report`: the paste control's ``repasted``, the clean ones for
+    every other variant."""
+    return {name: repasted if name == "repasted" else [clean] for name in VARIANTS}
 
 
 def decomposed(clean: RetrievalScores, corrupted: list[RetrievalScores],
@@ -131,11 +139,12 @@ def explain_summary(dataset: str, mean: float | None, std: float | None, images:
 
 
 def write_evaluation(folder: Path, *, pull: float = 0.8, seed: int = 0, repeats: int = 2,
-                     manifests: str = "m", **meta: Any) -> Path:
+                     manifests: str = "m", repasted: float | None = None, **meta: Any) -> Path:
     """An evaluation folder (``report.json``, ``per_query.csv``, …) of synthetic scores of the
     :func:`make_labels` queries: a ranking pulled by ``pull`` towards the right class, clean and ``repeats``
     corrupted sets (half the pull), the corrupted sets' manifests named by ``manifests`` (the same name: the
-    same sets)."""
+    same sets); with ``repasted``, profiled (:func:`profiled_report`), the paste control's one set pulled by
+    ``repasted``."""
     labels = make_labels()
     ids = [f"img-{i:03d}" for i in range(len(labels))]
     clean = ranked_scores(labels, pull, seed)
@@ -143,9 +152,15 @@ def write_evaluation(folder: Path, *, pull: float = 0.8, seed: int = 0, repeats:
     sets = {"seed": 0, "manifests": [{"repeat": r, "path": f"{manifests}/repeat-{r}.json",
                                       "sha256": f"{manifests}-{r}"} for r in range(repeats)]}
     fields = {"method": "m", "dataset": "bench", "split": "test", "corrupted_sets": sets, **meta}
-    record = evaluation_record(summarize_evaluation(clean, corrupted, labels, ids, fields))
+    variants = None
+    if repasted is None:
+        record = evaluation_record(summarize_evaluation(clean, corrupted, labels, ids, fields))
+    else:
+        variants = profile_variants(clean, [ranked_scores(labels, repasted, seed + 100)])
+        record = profiled_report(clean, corrupted, variants["repasted"], labels, ids, **fields)
     folder.mkdir(parents=True, exist_ok=True)
-    write_evaluation_report(record, folder, clean=clean, corrupted=corrupted, labels=labels, ids=ids)
+    write_evaluation_report(record, folder, clean=clean, corrupted=corrupted, labels=labels, ids=ids,
+                            variants=variants)
     return folder
 
 

@@ -21,6 +21,7 @@ from bgbias.measurement.request import MeasureRequest
 from bgbias.models.input_convention import IMAGENET
 from bgbias.report.evaluate import evaluate
 from bgbias.report.evaluation import load_evaluation_report
+from bgbias.report.per_query import read_per_query
 from bgbias.report.runs_table import profile_table, write_runs_report
 from bgbias.retrieval.metrics import chance_scores, score_embeddings
 from bgbias.retrieval.retrievers import ExactL2, LearnedDistance
@@ -121,6 +122,10 @@ def _profile(model, base, tmp_path, **options):
     return evaluate(model, MeasureRequest(**{**settings, **options}), log=lambda _: None)
 
 
+def _header(folder: Path) -> list[str]:
+    return (folder / "per_query.csv").read_text().splitlines()[0].split(",")
+
+
 def _maps(report) -> dict[str, float]:
     return {row.set: row.mean.map_at_r for row in report.profile.sets}
 
@@ -207,6 +212,17 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
     assert [row["set"] for row in saved["manifests"]].count("repasted") == 1
     for name in ("profile", "profile_csv"):
         assert first.files[name].is_file()
+    # per_query.csv holds every variant set's draws, read back as they were scored (and as per_query() gives)
+    read = read_per_query(first.out_dir)
+    assert {name: len(draws) for name, draws in first.variants.items()} == {
+        name: len(metrics["map_at_r"]) for name, metrics in read.variants.items()}
+    assert {name: len(draws) for name, draws in first.variants.items()}["mixed-rand"] == 2
+    for name, draws in first.variants.items():
+        np.testing.assert_allclose(read.variants[name]["map_at_r"],
+                                   [draw.per_query["map_at_r"] for draw in draws])
+    written = _header(first.out_dir)
+    assert list(first.per_query())[3:] == written[written.index("clean_map_at_r"):]
+    assert written.index("repasted0_map_at_r") == written.index("repeat1_precision_at_1") + 1
     again = _profile(model, profile_bench, tmp_path)
     assert again.embedded == 0
     assert {n: p.read_bytes() for n, p in again.files.items()} == {
@@ -218,6 +234,8 @@ def test_the_profile_report_its_files_and_a_rerun_that_embeds_nothing(profile_be
                                            manifests=tmp_path / "manifests", workers=0, progress=False),
                      log=lambda _: None)
     assert plain.embedded == 0 and plain.report.profile is None
+    assert _header(plain.out_dir)[-1] == "repeat1_precision_at_1"
+    assert read_per_query(plain.out_dir).variants == {}
     assert not (plain.out_dir / "profile.png").exists() and not (plain.out_dir / "profile.csv").exists()
 
 

@@ -116,13 +116,15 @@ def test_selection_is_scored_against_the_best_epoch_in_hindsight(tmp_path):
     assert "not measured" in selection_summary([], REPORTS)
 
 
-def _with_evaluations(tmp_path):
+def _with_evaluations(tmp_path, profiled=False):
     """REPORTS as study results, the evaluation folders of ms seed 0 written: vanilla at chance, BGAugment
-    ranking right (dcml's lack theirs, as results put together by hand do)."""
+    ranking right (dcml's lack theirs, as results put together by hand do); ``profiled``: with the paste
+    control ranking right in both, so vanilla's background effect is large and BGAugment's small."""
     results = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     for index in (0, 2):
-        evaluation = write_evaluation(tmp_path / f"run{index}" / "eval" / "bench-test",
-                                      pull=5.0 * REPORTS[index].bgaugment, seed=index)
+        pull = 5.0 * REPORTS[index].bgaugment
+        evaluation = write_evaluation(tmp_path / f"run{index}" / "eval" / "bench-test", pull=pull, seed=index,
+                                      repasted=5.0 if profiled else None)
         results[index] = StudyRunResult(results[index].folder, REPORTS[index], {}, evaluation)
     return results
 
@@ -138,6 +140,19 @@ def test_bgaugment_is_compared_with_vanilla_per_seed_over_the_test_queries(tmp_p
     assert cells["Δ corrupted MAP@R [95 %]"].startswith("+") and cells["background draws"] == "paired by draw"
     assert row[3] == "< 0.001"  # the corrupted difference's p-value: the smallest 2000 resamples give
     assert bgaugment_comparisons(results[1:]) == []  # no vanilla run of seed 0 any more
+    assert "Δ background effect [95 %]" not in headers  # neither run profiled: the table as before
+
+
+def test_the_comparison_shows_the_background_effect_where_both_runs_were_profiled(tmp_path):
+    (found,) = bgaugment_comparisons(_with_evaluations(tmp_path, profiled=True))
+    effect = found.map_at_r.background_effect
+    headers, (row,) = comparison_table([found])
+    cells = dict(zip(headers, row, strict=False))
+    assert headers.index("Δ background effect [95 %]") == headers.index("Δ drop [95 %]") + 2
+    assert cells["Δ background effect [95 %]"] == f"{100 * effect.difference.estimate:+.2f} [" \
+        f"{100 * effect.difference.low:+.2f}, {100 * effect.difference.high:+.2f}]"
+    assert row[headers.index("Δ background effect [95 %]") + 1] == "< 0.001"  # BGAugment's far smaller
+    assert effect.difference.high < 0 and cells["background draws"] == "paired by draw"
 
 
 @pytest.mark.slow
@@ -148,6 +163,12 @@ def test_the_page_is_written_as_markdown_and_html(tmp_path):
     assert "## BGAugment's effect over test queries and background draws, one training seed" in markdown
     assert "## BGAugment's effect over training seeds, paired by seed" in markdown
     assert "| ms | 0 | +" in markdown and "percentile bootstrap" in markdown
+    assert "background effect" not in markdown  # no run profiled: the comparison as before
+    profiled = write_study_report(_with_evaluations(tmp_path / "profiled", profiled=True),
+                                  tmp_path / "profiled" / "report", title="a study", reference=["ms"])
+    assert "| Δ drop \\[95 %\\] | p | Δ background effect \\[95 %\\] | p | background draws |" in \
+        profiled["study_md"].read_text()
+    assert "<th>Δ background effect [95 %]</th>" in profiled["study_html"].read_text()
     bare = [StudyRunResult(tmp_path / f"run{i}", report, {}) for i, report in enumerate(REPORTS)]
     alone = write_study_report(bare, tmp_path / "bare", title="a study", reference=["ms"])["study_md"]
     assert "Not measured: this needs a method's vanilla and BGAugment runs" in alone.read_text()
