@@ -13,13 +13,14 @@ import pytest
 
 from bgbias.errors import OptionError
 from bgbias.fileio import write_json_atomic
-from bgbias.study import cost, runs, steps
+from bgbias.study import cost, dry_run, runs, steps
 from bgbias.study.cost import SplitSizes, estimate_masks, estimate_runs, planned_work
 from bgbias.study.ledger import RunArgs, read_plan, update_plan
-from bgbias.study.pipeline import plan_study
+from bgbias.study.pipeline import merged_plan, plan_study, planned_shards
 from bgbias.study.plan import StudyRun, study_plan
 from bgbias.study.runs import REPEATS
 from bgbias.study.spec import StudySpec, bench_spec, study_spec, with_compare_masks
+from bgbias.study.steps import page_step_id
 from tests.conftest import tiny_config
 from tests.replicas import make_cub
 from tests.report.synthetic import write_run_record
@@ -244,3 +245,40 @@ def test_a_run_trained_before_the_extension_is_kept_and_only_measured_again(tmp_
     assert measured == [(run_dir, Path(spec.compare_masks_dir))]
     assert any("trained already" in line for line in lines)
     assert any("the second masks" in line for line in lines)
+
+
+def test_the_dry_run_of_the_extension_prices_the_second_model_s_masks_and_the_evaluations_alone(tmp_path,
+                                                                                             monkeypatch):
+    sizes = SplitSizes(train_classes=(4, 4, 4, 4), val=10, test=300)
+    for module in (cost, dry_run):
+        monkeypatch.setattr(module, "split_sizes", lambda spec: sizes)
+    monkeypatch.setattr(cost, "sample_images", lambda spec: [])
+    timed = []
+    monkeypatch.setattr(cost, "estimate_model_masks",
+                        lambda spec, model, images, device: timed.append((model, images)) or images * 0.5)
+    folder, plan = tmp_path / "study", study_plan("quick", masks="u2netp", settings=SMALL)
+    plan_study(folder, _bench(tmp_path, masks="u2netp", compare=None), plan)
+    _finished(folder)
+    for step in read_plan(folder).steps.values():
+        if step.run is not None:
+            (folder / step.run.study_run().folder_name).mkdir()
+            write_run_record(folder / step.run.study_run().folder_name)
+
+    def priced(spec):
+        current = read_plan(folder)
+        merged = merged_plan(current, folder, spec, plan, planned_shards(current, spec), extend=True)
+        return dry_run.plan_cost(folder, merged, [page_step_id(plan)], device="cpu",
+                                 timer=lambda *args, **kw: FAKE)
+
+    extension = priced(_bench(tmp_path, masks="u2netp", compare="u2net"))
+    assert timed == [("u2net", sizes.images)]  # the study's own u2netp masks are made already
+    assert extension.masks == sizes.images * 0.5
+    assert extension.runs == plan.runs()
+    assert all(run_cost.train == 0 for run_cost in extension.costs.values())  # trained already
+    # Measured with the second masks: 5 corrupted repeats more than the same runs measured without them.
+    names = [run.folder_name for run in plan.runs()]
+    alone = estimate_runs(_bench(tmp_path, masks="u2netp", compare=None), plan.runs(), profile=False,
+                          device="cpu", trained=names, timer=lambda *args, **kw: FAKE)
+    for name in names:
+        assert extension.costs[name].measure - alone[name].measure == pytest.approx(
+            REPEATS * sizes.test * FAKE.corrupted_image)
