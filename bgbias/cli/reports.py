@@ -111,7 +111,9 @@ def report(run_dirs: tuple[Path, ...], split: str, out: Path | None, runs: Path 
 @click.option("--out", type=PATH_DIR, default=None,
               help="The study folder: its plan, runs and page (default runs/study/<dataset and masks>).")
 @click.option("--extend", is_flag=True,
-              help="Add the runs this command asks for (other methods, more seeds) to the folder's plan.")
+              help="Add what this command asks for to the folder's plan: other methods, more seeds, a "
+                   "profile, a second mask source (--compare-masks: the runs are measured again, not "
+                   "trained).")
 @click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
               help="local: workers on this machine; slurm: one job-array task per step, through submitit.")
 @click.option("--devices", default="auto", show_default=True,

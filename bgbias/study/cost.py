@@ -210,13 +210,15 @@ MASK_TIMING_IMAGES = 2
 """Images timed through U²-Net (after one that warms the session up)."""
 
 
-def estimate_masks(spec: StudySpec, images: int, *, device: str) -> float:
+def estimate_masks(spec: StudySpec, images: int, *, device: str, made: Collection[str] = ()) -> float:
     """Seconds of the masks steps over ``images`` images on ``device``: each U²-Net model the study makes
-    masks with (its own and the second source's, :meth:`~bgbias.study.spec.StudySpec.made_sources`), timed
-    by :func:`estimate_model_masks`; 0 when it makes none."""
+    masks with (its own and the second source's, :meth:`~bgbias.study.spec.StudySpec.made_sources`) but
+    those of ``made`` (whose masks these steps made before, kept), timed by :func:`estimate_model_masks`; 0
+    when it makes none."""
     if images == 0:
         return 0.0
-    return sum(estimate_model_masks(spec, model, images, device=device) for model, _ in spec.made_sources())
+    return sum(estimate_model_masks(spec, model, images, device=device) for model, _ in spec.made_sources()
+               if model not in made)
 
 
 def estimate_model_masks(spec: StudySpec, model: str, images: int, *, device: str) -> float:

@@ -3,6 +3,7 @@ the target device, and for SLURM the submission it would make. Nothing is record
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from bgbias.engine.device import resolve_device
 from bgbias.engine.run_dir import DONE, RunDir, read_record
 from bgbias.study.cost import PlanCost, estimate_masks, estimate_page, estimate_prepare, estimate_runs
 from bgbias.study.cost_timing import ConfigTiming, time_config
-from bgbias.study.ledger import FINISHED, Plan, read_plan, state_counts
+from bgbias.study.ledger import FINISHED, Plan, Step, read_plan, state_counts
 from bgbias.study.pipeline import merged_plan, planned_shards, slurm_stages
 from bgbias.study.plan import StudyPlan
 from bgbias.study.sizes import known_size_note, split_sizes
@@ -66,13 +67,19 @@ def plan_cost(folder: Path, plan: Plan, goals: list[str], *, device: str,
                           explain_images=max((arg.explain_images for arg in args), default=0),
                           trained=trained, timer=timer or time_config) if runs else {}
     shards = [plan.steps[step_id] for step_id in needed if plan.steps[step_id].kind == "masks"]
-    masks_left = sum(step.state != "done" for step in shards)
-    masks = 0.0 if not masks_left else estimate_masks(
-        plan.spec, split_sizes(plan.spec).images * masks_left // len(shards), device=device)
+    # A shard done before a second source was added made its own models' masks, which are kept.
+    shards_left = Counter(_made_models(step) for step in shards if step.state != "done")
+    masks = sum(estimate_masks(plan.spec, split_sizes(plan.spec).images * count // len(shards), device=device,
+                               made=made) for made, count in shards_left.items())
     prepare = estimate_prepare(plan.spec, done=plan.steps["prepare"].state == "done")
     page = sum(estimate_page(len(plan.steps[step_id].needs)) for step_id in left
                if plan.steps[step_id].kind == "page")
     return PlanCost(runs, costs, prepare, masks, page, device)
+
+
+def _made_models(step: Step) -> frozenset[str]:
+    """The U²-Net models whose masks the masks step ``step`` made when it was last done (its inputs)."""
+    return frozenset(filter(None, step.inputs.get("model", "").split("+")))
 
 
 def _trained(run_dir: Path) -> bool:

@@ -60,7 +60,8 @@ class Claim(ClosedRecord):
 
 
 class RunArgs(ClosedRecord):
-    """A run step's run (:class:`~bgbias.study.plan.StudyRun`) and whether it is profiled."""
+    """A run step's run (:class:`~bgbias.study.plan.StudyRun`), whether it is profiled and whether its
+    evaluation also cuts the corrupted repeats out with the study's second masks (``compare_masks``)."""
 
     method: str
     bgaugment: bool
@@ -69,6 +70,7 @@ class RunArgs(ClosedRecord):
     settings: list[str] = Field(default_factory=list)
     profile: bool = False
     explain_images: int = EXPLAIN_IMAGES
+    compare_masks: bool = False
 
     def study_run(self) -> StudyRun:
         """The run these arguments plan (its folder, its label)."""

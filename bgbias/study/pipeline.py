@@ -13,7 +13,7 @@ from bgbias.study.ledger import FINISHED, Plan, RunArgs, Step, read_plan, update
 from bgbias.study.local import Slot, local_slots, run_local
 from bgbias.study.plan import StudyPlan
 from bgbias.study.slurm import SlurmOptions, checked_options, script_value, submit_study
-from bgbias.study.spec import StudySpec
+from bgbias.study.spec import MASK_MODELS, StudySpec
 from bgbias.study.steps import mask_shards, page_step_id, planned_steps
 from bgbias.study.worker import DEFAULT_TIMING, Timing, needed_steps
 
@@ -41,15 +41,19 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
                 extend: bool) -> Plan:
     """The folder's plan ``current`` with ``plan``'s steps (``shards`` masks steps when it is new).
 
-    A folder holds one study: another dataset, root, masks, second masks or pools is refused. Steps the record
-    lacks (other methods, more seeds, a profile) are added only with ``extend``, so that a typo cannot start
-    hours of runs beside the planned ones. Steps of ``plan`` that failed before are tried again.
+    A folder holds one study: another dataset, root, masks, second masks or pools is refused, but a second
+    mask source that a folder planned without one gains with ``extend`` (:func:`with_second_masks`). Steps
+    the record lacks (other methods, more seeds, a profile, the second masks' evaluations) are added only with
+    ``extend``, so that a typo cannot start hours of runs beside the planned ones. Steps of ``plan`` that
+    failed before are tried again.
     """
     planned = planned_steps(spec, plan, shards)
     if current is None:
         return Plan(spec=spec, steps=planned)
-    _refuse_other_spec(folder, current.spec, spec)
+    _refuse_other_spec(folder, current.spec, spec, extend=extend)
     _refuse_other_measurements(folder, current, planned)
+    if gains_second_masks(current.spec, spec):
+        current = with_second_masks(current, spec)
     steps = dict(current.steps)
     # A page of runs the plan has already (a subset of the study) is no extension.
     added = [step_id for step_id, step in planned.items() if step_id not in steps
@@ -57,19 +61,29 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
     pages = [step_id for step_id in planned if step_id not in steps and step_id not in added]
     profiled = [step_id for step_id, step in planned.items() if step_id in steps and step.run is not None
                 and step.run.profile and not _run_args(steps[step_id]).profile]
-    if (added or profiled) and not extend:
-        named = [*added, *(f"the profile of {step_id}" for step_id in profiled)]
+    compared = [step_id for step_id, step in planned.items() if step_id in steps and step.run is not None
+                and step.run.compare_masks and not _run_args(steps[step_id]).compare_masks]
+    if (added or profiled or compared) and not extend:
+        named = [*added, *(f"the profile of {step_id}" for step_id in profiled),
+                 *(f"the second masks of {step_id}" for step_id in compared)]
         raise OptionError(
             f"the study folder's plan lacks {len(named)} step(s) this command asks for (e.g. {named[0]})",
             path=folder, fix="pass --extend to add them to the plan, or run the other study in a folder of "
                              "its own (--out DIR)")
     for step_id in [*added, *pages]:
         steps[step_id] = planned[step_id]
+    # Masks steps added with a second source are taken after prepare, as in a new plan.
+    steps = dict(sorted(steps.items(), key=lambda item: STEP_ORDER.get(item[1].kind, len(STEP_ORDER))))
     for step_id in profiled:
         step = steps[step_id]
         steps[step_id] = step.model_copy(update={
             "run": _run_args(step).model_copy(update={"profile": True}),
             "state": "pending" if step.state in FINISHED else step.state})
+    for step_id in compared:  # its training is kept: only its evaluation is made again, with the second masks
+        step = steps[step_id]
+        again = {"state": "pending", "attempts": 0} if step.state in FINISHED else {}
+        run = _run_args(step).model_copy(update={"compare_masks": True})
+        steps[step_id] = step.model_copy(update={"run": run, "needs": planned[step_id].needs, **again})
     merged = current.model_copy(update={"steps": steps})
     goal = page_step_id(plan)
     for step_id in needed_steps(merged, [goal]):
@@ -82,6 +96,10 @@ def merged_plan(current: Plan | None, folder: Path, spec: StudySpec, plan: Study
     return merged
 
 
+STEP_ORDER = {"prepare": 0, "masks": 1}
+"""Where a plan takes each kind of step; runs and pages come after, in the order they were added."""
+
+
 SPEC_FIELDS = {"dataset": "the dataset", "root": "the dataset's folder", "bench": "the bench's settings",
                "masks": "the mask source", "masks_dir": "the masks folder",
                "backgrounds": "the background pools", "compare_masks": "the second mask source",
@@ -89,10 +107,14 @@ SPEC_FIELDS = {"dataset": "the dataset", "root": "the dataset's folder", "bench"
 """Each field of a :class:`StudySpec`, as a refusal names it."""
 
 
-def _refuse_other_spec(folder: Path, recorded: StudySpec, spec: StudySpec) -> None:
+def _refuse_other_spec(folder: Path, recorded: StudySpec, spec: StudySpec, *, extend: bool) -> None:
     """An ``OptionError`` naming each field of the study that differs from the folder's (e.g. other pools
-    with ``--extend``), and the options that repeat the folder's: a folder holds one study."""
+    with ``--extend``), and the options that repeat the folder's: a folder holds one study. A second mask
+    source the folder lacks is no other study with ``extend``; without it, the fix names ``--extend``."""
     differ = [name for name in SPEC_FIELDS if getattr(recorded, name) != getattr(spec, name)]
+    gained = gains_second_masks(recorded, spec)
+    if gained and extend:
+        differ = [name for name in differ if name not in ("compare_masks", "compare_masks_dir")]
     if "bench" in differ or "dataset" in differ:  # the bench's folder and masks follow from its settings
         differ = [name for name in differ if name not in ("root", "masks_dir", "compare_masks_dir")]
     if "masks" in differ:  # a model's masks folder follows from the model
@@ -104,9 +126,29 @@ def _refuse_other_spec(folder: Path, recorded: StudySpec, spec: StudySpec) -> No
     said = "; ".join(f"{SPEC_FIELDS[name]} {_spec_value(recorded, name)} there, {_spec_value(spec, name)} "
                      f"in this command" for name in differ)
     repeat = " ".join(_spec_options(recorded, name) for name in differ)
-    raise OptionError(
-        f"the study folder holds a study of {recorded.title}: {said}", path=folder,
-        fix=f"run this study in a folder of its own (--out DIR), or repeat that study's options ({repeat})")
+    fix = f"run this study in a folder of its own (--out DIR), or repeat that study's options ({repeat})"
+    if gained:  # nothing else differs
+        fix = (f"pass --extend to add the second mask source to this study (its masks are made and every "
+               f"run's evaluation is made again with them; no run is trained again), {fix}")
+    raise OptionError(f"the study folder holds a study of {recorded.title}: {said}", path=folder, fix=fix)
+
+
+def gains_second_masks(recorded: StudySpec, spec: StudySpec) -> bool:
+    """Whether ``spec`` is the folder's study ``recorded`` (planned without a second mask source) with one."""
+    return recorded.compare_masks is None and spec.compare_masks is not None and recorded == spec.model_copy(
+        update={"compare_masks": None, "compare_masks_dir": None})
+
+
+def with_second_masks(current: Plan, spec: StudySpec) -> Plan:
+    """The folder's plan ``current`` as the study ``spec``, which adds a second mask source to its own: the
+    prepare step goes back to pending (it lays the bench's exact masks out), and so do the masks steps when
+    the source is a U²-Net model (they make its masks, keeping the study's own). :func:`merged_plan` adds the
+    masks steps a plan without any lacks, and gives the runs the second masks."""
+    redone = ("prepare", "masks") if spec.compare_masks in MASK_MODELS else ("prepare",)
+    steps = {step_id: step.model_copy(update={"state": "pending", "attempts": 0})
+             if step.kind in redone and step.state in FINISHED else step
+             for step_id, step in current.steps.items()}
+    return current.model_copy(update={"spec": spec, "steps": steps})
 
 
 def _spec_value(spec: StudySpec, name: str) -> str:
@@ -165,10 +207,12 @@ def _run_args(step: Step) -> RunArgs:
 
 
 def planned_shards(recorded: Plan | None, spec: StudySpec) -> int:
-    """The masks steps of the folder's plan ``recorded``, or of a new one (:func:`mask_shards`)."""
+    """The masks steps of the folder's plan ``recorded``, or of a new one (:func:`mask_shards`): also those
+    of a plan that had none, when ``spec`` adds a second source made with U²-Net."""
     if recorded is None:
         return mask_shards(spec)
-    return sum(step.kind == "masks" for step in recorded.steps.values())
+    shards = sum(step.kind == "masks" for step in recorded.steps.values())
+    return shards or (mask_shards(spec) if gains_second_masks(recorded.spec, spec) else 0)
 
 
 def run_study(

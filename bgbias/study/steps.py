@@ -58,7 +58,7 @@ def planned_steps(spec: StudySpec, plan: StudyPlan, shards: int) -> dict[str, St
     for run in plan.runs():
         args = RunArgs(method=run.method, bgaugment=run.bgaugment, seed=run.seed, watch_test=run.watch_test,
                        settings=list(run.settings), profile=plan.profile,
-                       explain_images=plan.explain_images)
+                       explain_images=plan.explain_images, compare_masks=spec.compare_masks is not None)
         runs[f"run/{run.folder_name}"] = Step(kind="run", needs=[PREPARE, *masks], run=args)
     steps.update(runs)
     variant = f", every run with {', '.join(plan.settings)}" if plan.settings else ""
@@ -124,10 +124,10 @@ def run_and_measure(folder: Path, spec: StudySpec, args: RunArgs, device: str, p
     """Train (or resume, or keep) the run, then evaluate and explain it (:mod:`bgbias.study.runs`)."""
     run = args.study_run()
     run_dir = train_study_run(folder, run, spec, device, log, processes=processes)
-    extras = f"{', the profile' if args.profile else ''}{', the second masks' if spec.compare_masks else ''}"
+    compared = Path(spec.compare_masks_dir) if args.compare_masks and spec.compare_masks_dir else None
+    extras = f"{', the profile' if args.profile else ''}{', the second masks' if compared else ''}"
     log(f"{run.label}: clean and {REPEATS} corrupted repeats{extras}, "
         f"foreground scores of {args.explain_images} test images")
-    compared = None if spec.compare_masks_dir is None else Path(spec.compare_masks_dir)
     measure_run(run_dir, Path(spec.masks_dir), Path(spec.backgrounds), args.profile, args.explain_images,
                 device, log, compared)
     return {"config": _file_digest(run_dir / "config.json")}

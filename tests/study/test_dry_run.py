@@ -119,7 +119,8 @@ def test_the_dry_run_prices_a_dataset_not_downloaded_from_its_known_size(command
     timed, masked = [], []
     monkeypatch.setattr(dry_run, "time_config", lambda config, device, **options: timed.append(
         (config.dataset, options["images"])) or FAKE)
-    monkeypatch.setattr(dry_run, "estimate_masks", lambda spec, images, device: masked.append(images) or 60.0)
+    monkeypatch.setattr(dry_run, "estimate_masks",
+                        lambda spec, images, device, **_: masked.append(images) or 60.0)
     result = CliRunner().invoke(main, [*command[1:], "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     images, classes, *_ = KNOWN[name]
