@@ -12,6 +12,7 @@ as many draws share the resamples of the queries: on SOP's 60,502 queries those 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,20 @@ def settings() -> dict[str, Any]:
     return IntervalSettings().model_dump()
 
 
+@dataclass(frozen=True)
+class EvaluationConfidence:
+    """What :func:`evaluation_confidence` finds: the report's ``confidence`` and the profile rows' fields as
+    report.json keeps them, and the headline's drop per metric as records, which the profile's decomposition
+    takes as they are (empty without corrupted sets)."""
+
+    headline: dict[str, Any]
+    rows: dict[str, dict[str, Any]]
+    drop: dict[str, PairedDifference | None]
+
+
 def evaluation_confidence(
     clean: RetrievalScores, corrupted: Sequence[RetrievalScores], profile: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> EvaluationConfidence:
     """The headline's intervals per metric (``clean`` over the queries, ``corrupted`` over the queries and the
     repeats, ``drop`` = clean − corrupted paired by query, the clean side's one draw against the repeats each
     resampled on its own; the last two None without corrupted sets), and with the ``profile``'s own sets
@@ -59,16 +71,17 @@ def evaluation_confidence(
     found = query_intervals({(name, metric): by_metric[metric] for name, by_metric in sets.items()
                              for metric in METRICS})
     differences = paired_differences(pairs)
+    drop = {name: differences["drop", name] for name in METRICS} if corrupted else {}
     intervals = {name: {metric: dumped(found[name, metric]) for metric in METRICS} for name in sets}
     headline = {"clean": intervals["clean"], "corrupted": intervals.get("random-bg"),
-                "drop": {name: dumped(differences["drop", name]) for name in METRICS} if corrupted else None}
+                "drop": {name: dumped(found) for name, found in drop.items()} if corrupted else None}
     rows: dict[str, dict[str, Any]] = {name: {"interval": by_metric} for name, by_metric in intervals.items()}
     if profile is not None:
         gaps = {name: differences["bg-gap", name] for name in METRICS}
         interval = {name: None if gap is None else dumped(gap.difference) for name, gap in gaps.items()}
         p_value = {name: None if gap is None else gap.p_value for name, gap in gaps.items()}
         rows["bg-gap"] = {"interval": interval, "p_value": p_value}
-    return headline, rows
+    return EvaluationConfidence(headline, rows, drop)
 
 
 def class_drop_intervals(
@@ -94,10 +107,3 @@ def _per_metric(scores: Sequence[RetrievalScores]) -> dict[str, np.ndarray]:
 def dumped(found: Any) -> dict[str, Any] | None:
     """A record (an interval, a paired difference) as report.json keeps it; None stays None."""
     return None if found is None else found.model_dump()
-
-
-def differences(by_metric: Mapping[str, Mapping[str, Any] | None]) -> dict[str, PairedDifference | None]:
-    """Paired differences per metric as report.json keeps them (the headline's ``drop``) read back as
-    records, the same numbers: what the profile's decomposition takes instead of resampling them again."""
-    return {metric: None if found is None else PairedDifference.model_validate(found)
-            for metric, found in by_metric.items()}

@@ -17,8 +17,9 @@ import numpy as np
 
 from bgbias.errors import OptionError
 from bgbias.installation import installation
-from bgbias.measurement.confidence import class_drop_intervals, differences, evaluation_confidence, settings
+from bgbias.measurement.confidence import class_drop_intervals, evaluation_confidence, settings
 from bgbias.measurement.decomposition import PASTE_CONTROL, decompose
+from bgbias.measurement.intervals import PairedDifference
 from bgbias.measurement.mask_sensitivity import mask_sensitivity
 from bgbias.measurement.record import (
     COMPUTED_KEYS,
@@ -84,10 +85,10 @@ def summarize(
     side = scored.query_side  # the profile's own sets are resampled with the headline's (one call)
     own = ({"query-side": side.scores, "worst-case": side.worst, **scored.variants} if request.profile
            else None)
-    headline, rows = evaluation_confidence(scored.clean, scored.corrupted, own)
+    found = evaluation_confidence(scored.clean, scored.corrupted, own)
     report = summarize_evaluation(scored.clean, scored.corrupted, labels, [item.id for item in items], meta,
                                   class_names=dataset.class_names(), empty_masks=sets.empty_masks,
-                                  confidence=headline)
+                                  confidence=found.headline)
     if sets.compared is not None:
         report["mask_sensitivity"] = mask_sensitivity(scored.corrupted, scored.compared, sets.masks_dir,
                                                       sets.compared, corrupted_scores(scored.compared),
@@ -95,8 +96,8 @@ def summarize(
     if request.profile:
         report["profile"] = summarize_profile(
             scored.clean, scored.corrupted, scored.query_side, scored.variants, labels, sets.variants,
-            sets.worst_case_manifests(request.repeats, request.worst_k), intervals=rows,
-            drop=headline["drop"])
+            sets.worst_case_manifests(request.repeats, request.worst_k), intervals=found.rows,
+            drop=found.drop)
     return evaluation_record(report)
 
 
@@ -130,7 +131,8 @@ def summarize_evaluation(
         "classes": len(np.unique(labels)),
         "scored": clean.scored,
         "clean": metric_means(clean),
-        "confidence": evaluation_confidence(clean, corrupted)[0] if confidence is None else dict(confidence),
+        "confidence": (evaluation_confidence(clean, corrupted).headline if confidence is None
+                       else dict(confidence)),
         "intervals": settings(),
     }
     if not corrupted:
@@ -292,11 +294,11 @@ def summarize_profile(
     worst_manifests: Sequence[Mapping[str, Any]],
     *,
     intervals: Mapping[str, Mapping[str, Any]],
-    drop: Mapping[str, Mapping[str, Any] | None],
+    drop: Mapping[str, PairedDifference | None],
 ) -> dict[str, Any]:
     """The profile as the report keeps it: each of :data:`PROFILE_SETS` in order with its mean and sample std
     over its sets, its ``intervals`` (by row name, as :func:`.confidence.evaluation_confidence` makes them;
-    chance has none), the drop (``drop``: the headline's ``confidence.drop``, taken as it is) split by the
+    chance has none), the drop (``drop``: the headline's, as records, taken as they are) split by the
     paste control (:func:`~bgbias.measurement.decomposition.decompose`), then how it was made."""
     rows: dict[str, dict[str, Any]] = {"clean": _row([metric_means(clean)]),
                                        "random-bg": _row([metric_means(s) for s in corrupted]),
@@ -318,7 +320,7 @@ def summarize_profile(
         "worst_k": query_side.worst_k,
         "only_fg_fill": list(ONLY_FG_FILL),
         "decomposition": {metric: part.model_dump() for metric, part in decompose(
-            clean, corrupted, variants[PASTE_CONTROL], drop=differences(drop)).items()},
+            clean, corrupted, variants[PASTE_CONTROL], drop=drop).items()},
         "manifests": [
             *({"set": images.manifest.variant.name, "repeat": images.manifest.repeat,
                "path": str(images.manifest.path), "sha256": images.manifest.sha256} for images in sets),

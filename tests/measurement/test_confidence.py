@@ -93,13 +93,15 @@ def _profile(labels: np.ndarray = LABELS) -> dict:
     worst = {name: np.fmin(*(scores.per_query[name] for scores in query_side)) for name in METRICS}
     clean, corrupted = _scores(0.8, 200, labels), [_scores(0.4, 201 + draw, labels) for draw in range(2)]
     ids = [str(i) for i in range(len(labels))]
-    headline, rows = evaluation_confidence(clean, corrupted,
-                                           {"query-side": query_side, "worst-case": worst, **variants})
-    report = summarize_evaluation(clean, corrupted, labels, ids, META, confidence=headline)
+    found = evaluation_confidence(clean, corrupted,
+                                  {"query-side": query_side, "worst-case": worst, **variants})
+    report = summarize_evaluation(clean, corrupted, labels, ids, META, confidence=found.headline)
     assert report == summarize_evaluation(clean, corrupted, labels, ids, META)  # resampled alone: the same
+    assert {name: None if drop is None else drop.model_dump() for name, drop in found.drop.items()} == report[
+        "confidence"]["drop"]
     side = SimpleNamespace(scores=query_side, worst=worst, worst_k=2)
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows,
-                                          drop=headline["drop"])
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [],
+                                          intervals=found.rows, drop=found.drop)
     return report
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from bgbias.attribution.outputs import ExplainSummary
 from bgbias.engine.run_dir import RunDir, write_record
 from bgbias.installation import installation
-from bgbias.measurement.confidence import differences, evaluation_confidence
+from bgbias.measurement.confidence import evaluation_confidence
 from bgbias.measurement.decomposition import MetricDecomposition, decompose
 from bgbias.measurement.record import EvaluationReport, evaluation_record
 from bgbias.measurement.scoring import QuerySide
@@ -67,11 +67,11 @@ def profiled_report(
     side = QuerySide(retrieval=None, clean_state={}, labels=labels, repeats=len(corrupted), worst_k=1,
                      max_memory=0, scores=corrupted, worst=dict(corrupted[0].per_query))
     fields = {"method": "m", "dataset": "d", "split": "test", **meta}
-    report = summarize_evaluation(clean, corrupted, labels, ids, fields)
-    rows = evaluation_confidence(clean, corrupted, {"query-side": side.scores, "worst-case": side.worst,
-                                                    **variants})[1]
-    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [], intervals=rows,
-                                          drop=report["confidence"]["drop"])
+    found = evaluation_confidence(clean, corrupted, {"query-side": side.scores, "worst-case": side.worst,
+                                                     **variants})
+    report = summarize_evaluation(clean, corrupted, labels, ids, fields, confidence=found.headline)
+    report["profile"] = summarize_profile(clean, corrupted, side, variants, labels, [], [],
+                                          intervals=found.rows, drop=found.drop)
     return evaluation_record(report)
 
 
@@ -85,8 +85,7 @@ def profile_variants(clean: RetrievalScores,
 def decomposed(clean: RetrievalScores, corrupted: list[RetrievalScores],
                repasted: list[RetrievalScores]) -> dict[str, MetricDecomposition]:
     """The decomposition of these scores as a report makes it: with the headline's drop."""
-    headline = evaluation_confidence(clean, corrupted)[0]
-    return decompose(clean, corrupted, repasted, drop=differences(headline["drop"]))
+    return decompose(clean, corrupted, repasted, drop=evaluation_confidence(clean, corrupted).drop)
 
 
 def make_report(method: str, bgaugment: bool, dataset: str, *, repeats: int = 3, seed: int = 0,
