@@ -30,6 +30,7 @@ from bgbias.study.ledger import (
     STALE_AFTER,
     Claim,
     Plan,
+    Step,
     UnstartedWorker,
     claim_is_dead,
     new_claim,
@@ -220,7 +221,10 @@ def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, dev
         outcome.failed[step_id] = message
         step_log(f"FAILED, going on with the others:\n{message}")
     else:
-        _update_held(folder, step_id, claim, state="done", claim=None, finished=time.time(), inputs=inputs)
+        if not _record_done(folder, step_id, claim, plan.steps[step_id], inputs):
+            step_log("its plan changed while it ran (--extend): given back to the plan, to be done as it "
+                     "asks now")
+            return
         outcome.done.append(step_id)
         step_log("done")
         if plan.steps[step_id].kind == "run":  # the plan is read again only where a run's time was added
@@ -230,6 +234,30 @@ def _do_step(folder: Path, goals: Sequence[str], step_id: str, claim: Claim, dev
     finally:
         stop.set()
         renewer.join()
+
+
+WHAT_A_STEP_DOES = ("kind", "needs", "shard", "run", "page")
+"""The fields of a step that say what it makes: another value of any is another step."""
+
+
+def _record_done(folder: Path, step_id: str, mine: Claim, ran: Step, inputs: dict[str, str]) -> bool:
+    """Record the step this worker holds as done, unless the plan now asks it for something else than what
+    it ran (``--extend`` added a profile or second masks meanwhile): then it goes back to pending, its start
+    not counted, and False is returned. Another worker's takeover stands, as in :func:`_update_held`."""
+    recorded = [True]
+
+    def change(plan: Plan | None) -> Plan:
+        plan = required_plan(plan, folder)
+        step = plan.steps[step_id]
+        if step.claim is None or step.claim.token != mine.token:
+            return plan
+        if any(getattr(step, field) != getattr(ran, field) for field in WHAT_A_STEP_DOES):
+            recorded[0] = False
+            return with_step(plan, step_id, state="pending", claim=None, attempts=step.attempts - 1)
+        return with_step(plan, step_id, state="done", claim=None, finished=time.time(), inputs=inputs)
+
+    update_plan(folder, change)
+    return recorded[0]
 
 
 def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> None:

@@ -143,6 +143,31 @@ def test_a_worker_does_every_step_once_in_order_and_records_it(tmp_path, monkeyp
     assert work(tmp_path, goals, device="cpu", log=lambda _: None, timing=FAST).done == []
 
 
+def test_a_run_whose_plan_is_extended_while_it_runs_is_done_again_as_the_plan_now_asks(tmp_path, monkeypatch):
+    """``--extend`` (a profile, second masks) changes a running step's arguments: what the worker ran with the
+    old ones is not recorded as the new step done."""
+    step_id = "run/multi_similarity-seed0"
+    ran_with: list[bool] = []
+    goals = plan_study(tmp_path, _spec(tmp_path), study_plan("quick"))
+
+    def execute(folder, plan, step, device, processes, log):
+        if step == step_id:
+            ran_with.append(plan.steps[step].run.profile)
+            if len(ran_with) == 1:  # the extension lands while the run is running
+                update_plan(folder, lambda current: with_step(current, step, run=current.steps[step].run
+                                                              .model_copy(update={"profile": True})))
+        return {"step": step}
+
+    monkeypatch.setattr(worker_module, "execute_step", execute)
+    lines: list[str] = []
+    outcome = work(tmp_path, goals, log=lines.append, timing=FAST)
+    step = read_plan(tmp_path).steps[step_id]
+    assert ran_with == [False, True]
+    assert (step.state, step.run.profile, step.attempts) == ("done", True, 1)
+    assert outcome.done.count(step_id) == 1
+    assert any(line.startswith(f"[{step_id}] its plan changed while it ran") for line in lines)
+
+
 def test_a_failed_run_is_recorded_and_the_page_names_it(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(worker_module, "execute_step", _recording(calls, fail={"run/multi_similarity-seed0"}))
