@@ -74,7 +74,7 @@ def evaluation_confidence(
     drop = {name: differences["drop", name] for name in METRICS} if corrupted else {}
     intervals = {name: {metric: dumped(found[name, metric]) for metric in METRICS} for name in sets}
     headline = {"clean": intervals["clean"], "corrupted": intervals.get("random-bg"),
-                "drop": {name: dumped(found) for name, found in drop.items()} if corrupted else None}
+                "drop": {name: dumped(part) for name, part in drop.items()} if corrupted else None}
     rows: dict[str, dict[str, Any]] = {name: {"interval": by_metric} for name, by_metric in intervals.items()}
     if profile is not None:
         gaps = {name: differences["bg-gap", name] for name in METRICS}

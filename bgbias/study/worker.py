@@ -249,7 +249,7 @@ def _record_done(folder: Path, step_id: str, mine: Claim, ran: Step, inputs: dic
     def change(plan: Plan | None) -> Plan:
         plan = required_plan(plan, folder)
         step = plan.steps[step_id]
-        if step.claim is None or step.claim.token != mine.token:
+        if not _holds(step, mine):
             return plan
         if any(getattr(step, field) != getattr(ran, field) for field in WHAT_A_STEP_DOES):
             recorded[0] = False
@@ -265,10 +265,14 @@ def _update_held(folder: Path, step_id: str, mine: Claim, **changes: object) -> 
     it over meanwhile (this one was thought dead): then the other's record stands."""
     def change(plan: Plan | None) -> Plan:
         plan = required_plan(plan, folder)
-        held = plan.steps[step_id].claim
-        return with_step(plan, step_id, **changes) if held is not None and held.token == mine.token else plan
+        return with_step(plan, step_id, **changes) if _holds(plan.steps[step_id], mine) else plan
 
     update_plan(folder, change)
+
+
+def _holds(step: Step, mine: Claim) -> bool:
+    """Whether ``step`` is still claimed by this worker's ``mine`` (not taken over meanwhile)."""
+    return step.claim is not None and step.claim.token == mine.token
 
 
 def _renew(folder: Path, step_id: str, claim: Claim, stop: threading.Event, every: float) -> None:
